@@ -1,0 +1,32 @@
+"""ember: a deep learning framework for Python with the architecture of Burn.
+
+>>> from ember import Device, Tensor
+>>> x = Tensor.from_floats([[1.0, 2.0]], device=Device.flex())
+>>> x.add_scalar(1.0).tolist()
+[[2.0, 3.0]]
+"""
+
+from ember.backend.dtype import DType
+from ember.device import Device, DeviceKind
+from ember.tensor import Distribution, Shape, Tensor, TensorData
+
+float64 = DType.FLOAT64
+float32 = DType.FLOAT32
+float16 = DType.FLOAT16
+bfloat16 = DType.BFLOAT16
+int64 = DType.INT64
+int32 = DType.INT32
+uint8 = DType.UINT8
+bool_ = DType.BOOL
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DType",
+    "Device",
+    "DeviceKind",
+    "Distribution",
+    "Shape",
+    "Tensor",
+    "TensorData",
+]

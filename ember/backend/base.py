@@ -1,0 +1,235 @@
+"""The backend protocol: the primitive ops every backend implements.
+
+A backend works on its own tensor *primitive* (a numpy array for ``flex``, a GPU
+buffer handle for ``cube``, a tracked node for ``autodiff``). Every primitive exposes
+``shape`` (a tuple of ints) and ``dtype`` (a numpy dtype; ``DType.np`` maps ember's
+dtypes to them). Primitives are values: an op never changes its inputs.
+
+The :class:`ember.Tensor` layer checks arguments (shapes, dtypes, devices, ranges)
+before it calls a backend, so a backend may assume:
+
+* the operands of ``binary``/``where``/``matmul``/``cat``... share one dtype
+  (the tensor layer promotes first), and broadcast by numpy's rules;
+* ``dim`` arguments are non-negative and in range; shapes are tuples of ints;
+* a scalar operand is a Python ``int``/``float``/``bool`` fitting the dtype.
+
+Composite ops (softmax, variance, losses, ...) are written once above this
+protocol, in ``ember.tensor`` and ``ember.nn``. A backend with a faster kernel for
+one of them implements the matching *fused* method below; its default returns
+``NotImplemented`` and the caller falls back to the composite.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.backend.distribution import Distribution
+from ember.backend.dtype import DType
+
+Primitive = Any
+Scalar = int | float | bool
+Slices = tuple[tuple[int, int, int], ...]
+
+# Op names accepted by the op families below.
+UNARY_OPS = frozenset(
+    {
+        "neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "recip",
+        "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan",
+        "erf", "sign", "round", "floor", "ceil", "trunc", "square",
+        "is_nan", "is_inf", "is_finite", "logical_not", "bitwise_not",
+    }
+)
+BINARY_OPS = frozenset(
+    {
+        "add", "sub", "mul", "div", "remainder", "floor_div", "pow", "atan2",
+        "maximum", "minimum",
+        "eq", "ne", "gt", "ge", "lt", "le",
+        "logical_and", "logical_or", "logical_xor",
+        "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
+    }
+)
+COMPARISON_OPS = frozenset({"eq", "ne", "gt", "ge", "lt", "le"})
+BOOL_RESULT_UNARY = frozenset({"is_nan", "is_inf", "is_finite"})
+REDUCE_OPS = frozenset({"sum", "mean", "prod", "max", "min", "any", "all"})
+ARG_REDUCE_OPS = frozenset({"argmax", "argmin"})
+CUMULATIVE_OPS = frozenset({"cumsum", "cumprod", "cummax", "cummin"})
+
+
+class Backend(ABC):
+    """The primitive ops of a backend. See the module docstring for the contract."""
+
+    #: A short name, such as ``"flex"``.
+    name: str = "backend"
+
+    # ------------------------------------------------------------------ data boundary
+    @abstractmethod
+    def from_numpy(self, array: np.ndarray) -> Primitive:
+        """A primitive holding a copy of ``array`` (whose dtype is one of ``DType.np``)."""
+
+    @abstractmethod
+    def to_numpy(self, x: Primitive) -> np.ndarray:
+        """The values of ``x`` as a numpy array (may share memory: callers copy)."""
+
+    # ------------------------------------------------------------------ creation
+    @abstractmethod
+    def full(self, shape: tuple[int, ...], value: Scalar, dtype: DType) -> Primitive:
+        """A tensor of ``shape`` filled with ``value``."""
+
+    @abstractmethod
+    def arange(self, start: int, stop: int, step: int, dtype: DType) -> Primitive:
+        """The rank-1 tensor ``start, start + step, ...`` below ``stop``."""
+
+    @abstractmethod
+    def random(self, shape: tuple[int, ...], distribution: Distribution, dtype: DType) -> Primitive:
+        """Values drawn from ``distribution`` with this backend's generator."""
+
+    @abstractmethod
+    def seed(self, seed: int) -> None:
+        """Reset this backend's generator; the same seed gives bit-identical draws."""
+
+    def rng_state(self) -> Any:
+        """The generator's state, for checkpoints (opaque, JSON-serialisable)."""
+        raise NotImplementedError(f"{self.name} has no generator state")
+
+    def set_rng_state(self, state: Any) -> None:
+        """Restore a state returned by :meth:`rng_state`."""
+        raise NotImplementedError(f"{self.name} has no generator state")
+
+    def sync(self) -> None:  # noqa: B027 - eager backends have nothing to wait for
+        """Wait until every queued op has finished (eager backends return at once)."""
+
+    # ------------------------------------------------------------------ elementwise
+    @abstractmethod
+    def unary(self, op: str, x: Primitive) -> Primitive:
+        """An elementwise op of :data:`UNARY_OPS`. ``is_*`` ops give bool."""
+
+    @abstractmethod
+    def binary(self, op: str, a: Primitive, b: Primitive | Scalar) -> Primitive:
+        """An elementwise op of :data:`BINARY_OPS` with numpy broadcasting.
+
+        ``b`` is a primitive of ``a``'s dtype or a Python scalar. Comparisons give bool;
+        ``div`` and ``pow`` are used on floats only; ``remainder`` follows Python's
+        sign rule (the sign of the divisor).
+        """
+
+    @abstractmethod
+    def where(self, cond: Primitive, a: Primitive | Scalar, b: Primitive | Scalar) -> Primitive:
+        """``a`` where ``cond`` (bool) holds, else ``b``; the three broadcast together.
+
+        At least one of ``a`` and ``b`` is a primitive; the result has its dtype.
+        """
+
+    @abstractmethod
+    def clamp(self, x: Primitive, low: Scalar | None, high: Scalar | None) -> Primitive:
+        """``x`` limited to ``[low, high]`` (either bound may be ``None``)."""
+
+    @abstractmethod
+    def cast(self, x: Primitive, dtype: DType) -> Primitive:
+        """``x`` converted to ``dtype`` (floats to ints truncate; nonzero to bool is True)."""
+
+    # ------------------------------------------------------------------ matmul
+    @abstractmethod
+    def matmul(self, a: Primitive, b: Primitive) -> Primitive:
+        """Batched matrix product of rank >= 2 operands, batch dims broadcast."""
+
+    # ------------------------------------------------------------------ reductions
+    @abstractmethod
+    def reduce(self, op: str, x: Primitive, dim: int) -> Primitive:
+        """An op of :data:`REDUCE_OPS` along ``dim``, which is kept with size 1."""
+
+    @abstractmethod
+    def arg_reduce(self, op: str, x: Primitive, dim: int) -> Primitive:
+        """``argmax``/``argmin`` along ``dim`` (kept, size 1) as int64; first index on ties."""
+
+    @abstractmethod
+    def cumulative(self, op: str, x: Primitive, dim: int) -> Primitive:
+        """An inclusive scan of :data:`CUMULATIVE_OPS` along ``dim``."""
+
+    @abstractmethod
+    def argsort(self, x: Primitive, dim: int, descending: bool) -> Primitive:
+        """Indices (int64) that sort ``x`` along ``dim``; stable; NaN sorts as largest."""
+
+    # ------------------------------------------------------------------ layout
+    @abstractmethod
+    def reshape(self, x: Primitive, shape: tuple[int, ...]) -> Primitive:
+        """The same values in row-major order with a new shape of equal size."""
+
+    @abstractmethod
+    def permute(self, x: Primitive, axes: tuple[int, ...]) -> Primitive:
+        """Dimensions reordered: result dim ``i`` is input dim ``axes[i]``."""
+
+    @abstractmethod
+    def flip(self, x: Primitive, axes: tuple[int, ...]) -> Primitive:
+        """Elements reversed along each of ``axes``."""
+
+    @abstractmethod
+    def expand(self, x: Primitive, shape: tuple[int, ...]) -> Primitive:
+        """``x`` broadcast to ``shape`` (numpy's rules)."""
+
+    @abstractmethod
+    def slice(self, x: Primitive, slices: Slices) -> Primitive:
+        """``x[start:stop:step, ...]`` with one normalised ``(start, stop, step)`` per dim.
+
+        ``step`` may be negative (as in Python); bounds are already clipped.
+        """
+
+    @abstractmethod
+    def slice_assign(self, x: Primitive, slices: Slices, value: Primitive) -> Primitive:
+        """A copy of ``x`` with the region ``slices`` replaced by ``value`` (its shape)."""
+
+    @abstractmethod
+    def cat(self, xs: Sequence[Primitive], dim: int) -> Primitive:
+        """Concatenation along ``dim`` of tensors equal in every other dim."""
+
+    # ------------------------------------------------------------------ indexing
+    @abstractmethod
+    def gather(self, x: Primitive, dim: int, indices: Primitive) -> Primitive:
+        """``out[..., i, ...] = x[..., indices[..., i, ...], ...]`` along ``dim``.
+
+        ``indices`` is int64 with ``x``'s rank; its other dims are at most ``x``'s.
+        """
+
+    @abstractmethod
+    def scatter_add(self, x: Primitive, dim: int, indices: Primitive, values: Primitive) -> Primitive:
+        """A copy of ``x`` with ``values`` added at ``indices`` along ``dim`` (the inverse
+        of :meth:`gather`; repeated indices accumulate)."""
+
+    @abstractmethod
+    def select(self, x: Primitive, dim: int, indices: Primitive) -> Primitive:
+        """The slices of ``x`` at the rank-1 int64 ``indices`` along ``dim``."""
+
+    @abstractmethod
+    def select_add(self, x: Primitive, dim: int, indices: Primitive, values: Primitive) -> Primitive:
+        """A copy of ``x`` with ``values`` added to the slices at ``indices`` along ``dim``."""
+
+    @abstractmethod
+    def argwhere(self, x: Primitive) -> Primitive:
+        """The int64 ``[n, rank]`` coordinates of the true elements of bool ``x``."""
+
+    # ------------------------------------------------------------------ fused (optional)
+    # Each returns NotImplemented unless the backend has a faster kernel; the caller
+    # then runs the composite written over the primitives above.
+
+    def relu(self, x: Primitive) -> Primitive:
+        """``max(x, 0)``."""
+        return NotImplemented
+
+    def sigmoid(self, x: Primitive) -> Primitive:
+        """``1 / (1 + exp(-x))``."""
+        return NotImplemented
+
+    def softmax(self, x: Primitive, dim: int) -> Primitive:
+        """``exp(x - max) / sum(exp(x - max))`` along ``dim``."""
+        return NotImplemented
+
+    def log_softmax(self, x: Primitive, dim: int) -> Primitive:
+        """``x - max - log(sum(exp(x - max)))`` along ``dim``."""
+        return NotImplemented
+
+    def linear(self, x: Primitive, weight: Primitive, bias: Primitive | None) -> Primitive:
+        """``x @ weight + bias`` with ``weight`` of shape ``[d_in, d_out]``."""
+        return NotImplemented

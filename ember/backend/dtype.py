@@ -1,0 +1,148 @@
+"""Element types: :class:`DType`, its numpy counterpart and type promotion."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import ml_dtypes
+import numpy as np
+
+from ember.errors import DTypeError
+
+
+class DType(Enum):
+    """The element type of a tensor.
+
+    Floats: ``FLOAT64``, ``FLOAT32`` (the default), ``FLOAT16``, ``BFLOAT16``;
+    ints: ``INT64`` (the default int), ``INT32``, ``UINT8``; and ``BOOL``.
+    """
+
+    FLOAT64 = "float64"
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    INT64 = "int64"
+    INT32 = "int32"
+    UINT8 = "uint8"
+    BOOL = "bool"
+
+    @property
+    def np(self) -> np.dtype:
+        """The numpy dtype that holds this element type."""
+        return _TO_NUMPY[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in _FLOATS
+
+    @property
+    def is_int(self) -> bool:
+        return self in _INTS
+
+    @property
+    def is_bool(self) -> bool:
+        return self is DType.BOOL
+
+    @property
+    def kind(self) -> str:
+        """``"float"``, ``"int"`` or ``"bool"``."""
+        return "float" if self in _FLOATS else "int" if self in _INTS else "bool"
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _TO_NUMPY[self].itemsize
+
+    def __repr__(self) -> str:
+        return f"DType.{self.name}"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @staticmethod
+    def from_numpy(dtype: np.dtype | type) -> DType:
+        """The ember dtype for a numpy dtype; raises for types ember does not hold."""
+        try:
+            return _FROM_NUMPY[np.dtype(dtype)]
+        except (KeyError, TypeError):
+            supported = ", ".join(d.value for d in DType)
+            raise DTypeError(
+                f"ember: numpy dtype {dtype!r} has no ember counterpart; "
+                f"convert the data to one of: {supported}"
+            ) from None
+
+    @staticmethod
+    def parse(value: DType | str | np.dtype | type) -> DType:
+        """Accepts a DType, a name such as ``"float32"`` or ``"f32"``, or a numpy dtype."""
+        if isinstance(value, DType):
+            return value
+        if isinstance(value, str):
+            key = value.lower()
+            if key in _ALIASES:
+                return _ALIASES[key]
+            supported = ", ".join(d.value for d in DType)
+            raise DTypeError(f"ember: unknown dtype name {value!r}; use one of: {supported}")
+        if value is float:
+            return DType.FLOAT32
+        if value is int:
+            return DType.INT64
+        if value is bool:
+            return DType.BOOL
+        return DType.from_numpy(value)
+
+
+_FLOATS = frozenset({DType.FLOAT64, DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16})
+_INTS = frozenset({DType.INT64, DType.INT32, DType.UINT8})
+
+_TO_NUMPY: dict[DType, np.dtype] = {
+    DType.FLOAT64: np.dtype(np.float64),
+    DType.FLOAT32: np.dtype(np.float32),
+    DType.FLOAT16: np.dtype(np.float16),
+    DType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+    DType.INT64: np.dtype(np.int64),
+    DType.INT32: np.dtype(np.int32),
+    DType.UINT8: np.dtype(np.uint8),
+    DType.BOOL: np.dtype(np.bool_),
+}
+_FROM_NUMPY: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
+
+_ALIASES: dict[str, DType] = {d.value: d for d in DType}
+_ALIASES.update(
+    {
+        "f64": DType.FLOAT64, "double": DType.FLOAT64,
+        "f32": DType.FLOAT32, "float": DType.FLOAT32,
+        "f16": DType.FLOAT16, "half": DType.FLOAT16,
+        "bf16": DType.BFLOAT16,
+        "i64": DType.INT64, "long": DType.INT64, "int": DType.INT64,
+        "i32": DType.INT32, "u8": DType.UINT8, "bool_": DType.BOOL,
+    }
+)
+
+# Rank used by promotion: within a kind the wider type wins.
+_RANK = {
+    DType.BOOL: 0,
+    DType.UINT8: 1, DType.INT32: 2, DType.INT64: 3,
+    DType.BFLOAT16: 4, DType.FLOAT16: 4, DType.FLOAT32: 5, DType.FLOAT64: 6,
+}
+
+
+def promote(a: DType, b: DType) -> DType:
+    """The dtype of a binary op's result, following PyTorch's tensor-tensor rules.
+
+    bool < ints < floats; within a kind the wider type wins; float16 with bfloat16
+    gives float32.
+    """
+    if a is b:
+        return a
+    ra, rb = _RANK[a], _RANK[b]
+    if ra == rb:  # float16 and bfloat16
+        return DType.FLOAT32
+    return a if ra > rb else b
+
+
+def default_float() -> DType:
+    return DType.FLOAT32
+
+
+def default_int() -> DType:
+    return DType.INT64

@@ -1,0 +1,5 @@
+"""The eager CPU backend."""
+
+from ember.backend.flex.backend import FlexBackend
+
+__all__ = ["FlexBackend"]

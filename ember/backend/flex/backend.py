@@ -1,0 +1,284 @@
+"""``flex``: the eager CPU backend. Its primitive is a numpy array."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import ml_dtypes
+import numpy as np
+
+from ember.backend.base import Backend, Slices
+from ember.backend.distribution import Distribution
+from ember.backend.dtype import DType
+from ember.backend.flex.special import erf
+from ember.errors import IndexOutOfBoundsError
+
+# Floating-point warnings (log(0), 0/0, ...) are expected results, as in PyTorch:
+# silence them for the calls made from this module only.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember\.backend\.flex")
+
+_F32 = np.dtype(np.float32)
+_HALF = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+_NDARRAY = np.ndarray
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def _recip(x):
+    return np.reciprocal(x) if x.dtype.kind == "f" else 1.0 / x
+
+
+_UNARY = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "log1p": np.log1p,
+    "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": _rsqrt, "recip": _recip,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh,
+    "cosh": np.cosh, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "erf": erf, "sign": np.sign, "round": np.round, "floor": np.floor, "ceil": np.ceil,
+    "trunc": np.trunc, "square": np.square,
+    "is_nan": np.isnan, "is_inf": np.isinf, "is_finite": np.isfinite,
+    "logical_not": np.logical_not, "bitwise_not": np.invert,
+}
+# Ops computed in float32 for float16/bfloat16 inputs (numpy or ml_dtypes lack them
+# or lose accuracy), then rounded back.
+_UPCAST_UNARY = frozenset({"erf", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
+                           "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan"})
+
+_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "remainder": np.remainder, "floor_div": np.floor_divide, "pow": np.power,
+    "atan2": np.arctan2, "maximum": np.maximum, "minimum": np.minimum,
+    "eq": np.equal, "ne": np.not_equal, "gt": np.greater, "ge": np.greater_equal,
+    "lt": np.less, "le": np.less_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift, "right_shift": np.right_shift,
+}
+
+_REDUCE = {
+    "sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min,
+    "any": np.any, "all": np.all,
+}
+_CUMULATIVE = {
+    "cumsum": np.cumsum, "cumprod": np.cumprod,
+    "cummax": np.maximum.accumulate, "cummin": np.minimum.accumulate,
+}
+
+
+def _arr(value) -> np.ndarray:
+    """numpy returns scalars from ops on 0-d arrays; keep primitives arrays."""
+    return value if type(value) is _NDARRAY else np.asarray(value)
+
+
+def _index(slices: Slices) -> tuple[slice, ...]:
+    """Normalised ``(start, stop, step)`` triples as numpy slices (a negative stop
+    after a negative step means "through index 0")."""
+    return tuple(slice(a, b if b >= 0 else None, s) for a, b, s in slices)
+
+
+def _check_indices(op: str, indices: np.ndarray, size: int, dim: int) -> None:
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        bad = indices[(indices < 0) | (indices >= size)].reshape(-1)[0]
+        raise IndexOutOfBoundsError(
+            f"ember: {op}: index {int(bad)} is out of bounds for dim {dim} of size {size} "
+            f"(indices must lie in [0, {size}))"
+        )
+
+
+class FlexBackend(Backend):
+    """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
+    in float32 where numpy would lose accuracy or lacks the kernel."""
+
+    name = "flex"
+
+    def __init__(self) -> None:
+        self._rng = np.random.Generator(np.random.PCG64())
+
+    # ------------------------------------------------------------------ data boundary
+    def from_numpy(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, copy=True, order="C")
+
+    def to_numpy(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+    # ------------------------------------------------------------------ creation
+    def full(self, shape, value, dtype: DType) -> np.ndarray:
+        return np.full(shape, value, dtype=dtype.np)
+
+    def arange(self, start, stop, step, dtype: DType) -> np.ndarray:
+        return np.arange(start, stop, step, dtype=dtype.np)
+
+    def random(self, shape, distribution: Distribution, dtype: DType) -> np.ndarray:
+        rng = self._rng
+        np_dtype = dtype.np
+        work = np.float64 if np_dtype == np.float64 else np.float32
+        kind = distribution.kind
+        if kind == "uniform":
+            values = rng.random(shape, dtype=work)
+            lo, hi = distribution.a, distribution.b
+            if (lo, hi) != (0.0, 1.0):
+                values = values * work(hi - lo) + work(lo)
+        elif kind == "normal":
+            values = rng.standard_normal(shape, dtype=work)
+            if (distribution.a, distribution.b) != (0.0, 1.0):
+                values = values * work(distribution.b) + work(distribution.a)
+        else:
+            values = rng.random(shape, dtype=work) < distribution.a
+        return values.astype(np_dtype, copy=False)
+
+    def seed(self, seed: int) -> None:
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+
+    def rng_state(self):
+        return self._rng.bit_generator.state
+
+    def set_rng_state(self, state) -> None:
+        bit_generator = np.random.PCG64()
+        bit_generator.state = state
+        self._rng = np.random.Generator(bit_generator)
+
+    # ------------------------------------------------------------------ elementwise
+    def unary(self, op: str, x: np.ndarray) -> np.ndarray:
+        if x.dtype in _HALF and op in _UPCAST_UNARY:
+            return _arr(_UNARY[op](x.astype(_F32))).astype(x.dtype)
+        return _arr(_UNARY[op](x))
+
+    def binary(self, op: str, a: np.ndarray, b) -> np.ndarray:
+        if a.dtype in _HALF and op in ("pow", "atan2", "remainder", "floor_div"):
+            b32 = b.astype(_F32) if type(b) is _NDARRAY else b
+            return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
+        return _arr(_BINARY[op](a, b))
+
+    def where(self, cond, a, b) -> np.ndarray:
+        out = np.where(cond, a, b)
+        dtype = a.dtype if type(a) is _NDARRAY else b.dtype
+        return out if out.dtype == dtype else out.astype(dtype)
+
+    def clamp(self, x, low, high) -> np.ndarray:
+        return _arr(np.clip(x, low, high))
+
+    def cast(self, x, dtype: DType) -> np.ndarray:
+        return x.astype(dtype.np)
+
+    # ------------------------------------------------------------------ matmul
+    def matmul(self, a, b) -> np.ndarray:
+        if a.dtype in _HALF:
+            return np.matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+        return np.matmul(a, b)
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, op: str, x, dim: int) -> np.ndarray:
+        if x.dtype in _HALF and op in ("sum", "mean", "prod"):
+            return _REDUCE[op](x, axis=dim, keepdims=True, dtype=_F32).astype(x.dtype)
+        if op in ("sum", "prod") and x.dtype.kind in "bui":
+            return _REDUCE[op](x, axis=dim, keepdims=True, dtype=x.dtype if x.dtype.kind != "b" else np.int64)
+        return _arr(_REDUCE[op](x, axis=dim, keepdims=True))
+
+    def arg_reduce(self, op: str, x, dim: int) -> np.ndarray:
+        fn = np.argmax if op == "argmax" else np.argmin
+        return _arr(fn(x, axis=dim, keepdims=True)).astype(np.int64, copy=False)
+
+    def cumulative(self, op: str, x, dim: int) -> np.ndarray:
+        if x.dtype in _HALF and op in ("cumsum", "cumprod"):
+            return _CUMULATIVE[op](x.astype(_F32), axis=dim).astype(x.dtype)
+        if op in ("cumsum", "cumprod"):
+            return _CUMULATIVE[op](x, axis=dim, dtype=x.dtype)
+        return _CUMULATIVE[op](x, axis=dim)
+
+    def argsort(self, x, dim: int, descending: bool) -> np.ndarray:
+        if x.dtype in _HALF:
+            x = x.astype(_F32)
+        if not descending:
+            return np.argsort(x, axis=dim, kind="stable").astype(np.int64, copy=False)
+        # Stable descending: sort the reversed tensor ascending, reverse back, remap.
+        n = x.shape[dim]
+        order = np.argsort(np.flip(x, dim), axis=dim, kind="stable")
+        return (n - 1 - np.flip(order, dim)).astype(np.int64, copy=False)
+
+    # ------------------------------------------------------------------ layout
+    def reshape(self, x, shape) -> np.ndarray:
+        return x.reshape(shape)
+
+    def permute(self, x, axes) -> np.ndarray:
+        return x.transpose(axes)
+
+    def flip(self, x, axes) -> np.ndarray:
+        return np.flip(x, axes)
+
+    def expand(self, x, shape) -> np.ndarray:
+        return np.broadcast_to(x, shape)
+
+    def slice(self, x, slices: Slices) -> np.ndarray:
+        return x[_index(slices)]
+
+    def slice_assign(self, x, slices: Slices, value) -> np.ndarray:
+        out = x.copy()
+        out[_index(slices)] = value
+        return out
+
+    def cat(self, xs: Sequence[np.ndarray], dim: int) -> np.ndarray:
+        return np.concatenate(xs, axis=dim)
+
+    # ------------------------------------------------------------------ indexing
+    def gather(self, x, dim: int, indices) -> np.ndarray:
+        _check_indices("gather", indices, x.shape[dim], dim)
+        if indices.shape[:dim] + indices.shape[dim + 1:] != x.shape[:dim] + x.shape[dim + 1:]:
+            x = x[tuple(slice(0, n) for n in indices.shape[:dim])]
+            x = x[(slice(None),) * (dim + 1) + tuple(slice(0, n) for n in indices.shape[dim + 1:])]
+        return np.take_along_axis(x, indices, axis=dim)
+
+    def scatter_add(self, x, dim: int, indices, values) -> np.ndarray:
+        _check_indices("scatter", indices, x.shape[dim], dim)
+        out = x.copy()
+        index = list(np.ogrid[tuple(slice(0, n) for n in indices.shape)])
+        index[dim] = indices
+        np.add.at(out, tuple(index), values)
+        return out
+
+    def select(self, x, dim: int, indices) -> np.ndarray:
+        _check_indices("select", indices, x.shape[dim], dim)
+        return np.take(x, indices, axis=dim)
+
+    def select_add(self, x, dim: int, indices, values) -> np.ndarray:
+        _check_indices("select_assign", indices, x.shape[dim], dim)
+        out = x.copy()
+        np.add.at(out, (slice(None),) * dim + (indices,), values)
+        return out
+
+    def argwhere(self, x) -> np.ndarray:
+        return np.argwhere(x).astype(np.int64, copy=False)
+
+    # ------------------------------------------------------------------ fused
+    def relu(self, x):
+        return np.maximum(x, x.dtype.type(0))
+
+    def sigmoid(self, x):
+        if x.dtype in _HALF:
+            return self.sigmoid(x.astype(_F32)).astype(x.dtype)
+        # exp of a non-positive argument only: no overflow for large |x|.
+        e = np.exp(-np.abs(x))
+        return _arr(np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False))
+
+    def softmax(self, x, dim: int):
+        if x.dtype in _HALF:
+            return self.softmax(x.astype(_F32), dim).astype(x.dtype)
+        e = np.exp(x - x.max(axis=dim, keepdims=True))
+        e /= e.sum(axis=dim, keepdims=True)
+        return e
+
+    def log_softmax(self, x, dim: int):
+        if x.dtype in _HALF:
+            return self.log_softmax(x.astype(_F32), dim).astype(x.dtype)
+        shifted = x - x.max(axis=dim, keepdims=True)
+        shifted -= np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
+        return shifted
+
+    def linear(self, x, weight, bias):
+        if x.dtype in _HALF:
+            return NotImplemented
+        out = np.matmul(x, weight)
+        if bias is not None:
+            out += bias
+        return out

@@ -1,0 +1,261 @@
+"""``Device``: which backend stack runs a tensor's ops.
+
+A tensor carries a device, never a backend type. The device owns its backend
+instance (and so its generator and caches); devices are interned, so two calls of
+``Device.flex()`` give the same object, and equal devices share their state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from ember.backend.base import Backend
+from ember.errors import BackendUnavailableError, DeviceError
+
+if TYPE_CHECKING:
+    from ember.backend.autodiff.checkpoint import Checkpointing
+
+
+class DeviceKind(Enum):
+    """Which adapter a GPU device asks for (Burn's ``DeviceKind``)."""
+
+    DEFAULT = "DefaultDevice"
+    DISCRETE = "DiscreteGpu"
+    INTEGRATED = "IntegratedGpu"
+    CPU = "Cpu"
+
+    def __repr__(self) -> str:
+        return f"DeviceKind.{self.name}"
+
+
+class Device:
+    """A device: the backend stack that runs ops on the tensors that live on it.
+
+    >>> from ember import Device
+    >>> Device.flex()
+    Device<Flex(Cpu)>
+    >>> Device.flex().autodiff()
+    Device<Autodiff { device: Flex(Cpu), checkpointing: Disabled }>
+    """
+
+    __slots__ = ("_b", "_key", "_inner", "_body", "__weakref__")
+
+    _interned: dict[tuple, Device] = {}
+    _factories: dict[str, Callable[[str], Device]] = {}
+    _priority: list[str] = ["flex"]
+
+    def __init__(self, backend: Backend, key: tuple, body: str, inner: Device | None = None):
+        self._b = backend
+        self._key = key
+        self._body = body
+        self._inner = inner
+
+    @classmethod
+    def _intern(cls, key: tuple, make: Callable[[], Device]) -> Device:
+        device = cls._interned.get(key)
+        if device is None:
+            device = cls._interned[key] = make()
+        return device
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def flex(cls) -> Device:
+        """The eager CPU backend."""
+
+        def make() -> Device:
+            from ember.backend.flex import FlexBackend
+
+            return Device(FlexBackend(), ("flex",), "Flex(Cpu)")
+
+        return cls._intern(("flex",), make)
+
+    @classmethod
+    def wgpu(cls, kind: DeviceKind = DeviceKind.DEFAULT) -> Device:
+        """The GPU backend through wgpu, on the best native API (Metal, Vulkan, DX12)."""
+        return cls._cube("wgpu", kind)
+
+    @classmethod
+    def vulkan(cls, kind: DeviceKind = DeviceKind.DEFAULT) -> Device:
+        """The GPU backend pinned to Vulkan."""
+        return cls._cube("vulkan", kind)
+
+    @classmethod
+    def metal(cls, kind: DeviceKind = DeviceKind.DEFAULT) -> Device:
+        """The GPU backend pinned to Metal."""
+        return cls._cube("metal", kind)
+
+    @classmethod
+    def cuda(cls, index: int = 0) -> Device:
+        """A CUDA device. ember reaches NVIDIA GPUs through ``Device.vulkan``."""
+        raise BackendUnavailableError(
+            f"ember: Device.cuda({index}) is not available: ember has no CUDA backend; "
+            "use Device.vulkan(DeviceKind.DISCRETE) or Device.wgpu() for NVIDIA GPUs"
+        )
+
+    @classmethod
+    def _cube(cls, api: str, kind: DeviceKind) -> Device:
+        if not isinstance(kind, DeviceKind):
+            raise DeviceError(f"ember: Device.{api}(kind): kind must be a DeviceKind, got {kind!r}")
+        try:
+            from ember.backend.cube.device import make_cube_device
+        except ImportError as error:  # pragma: no cover - depends on the install
+            raise BackendUnavailableError(
+                f"ember: Device.{api}() needs the GPU backend's dependency: pip install wgpu ({error})"
+            ) from None
+        return cls._intern(("cube", api, kind), lambda: make_cube_device(api, kind))
+
+    @classmethod
+    def default(cls) -> Device:
+        """The default device: ``EMBER_DEVICE`` if set (``flex``, ``wgpu``, ``vulkan``,
+        ``metal``, optionally ``+autodiff``), else the first available entry of the
+        priority list (see :meth:`set_default_priority`)."""
+        spec = os.environ.get("EMBER_DEVICE", "").strip()
+        if spec:
+            return cls.parse(spec)
+        errors = []
+        for name in cls._priority:
+            try:
+                return cls.parse(name)
+            except BackendUnavailableError as error:
+                errors.append(str(error))
+        raise BackendUnavailableError(
+            "ember: no device of the priority list is available: " + "; ".join(errors)
+        )
+
+    @classmethod
+    def set_default_priority(cls, names: Sequence[str]) -> None:
+        """The devices ``Device.default()`` tries in order, e.g. ``["wgpu", "flex"]``."""
+        names = list(names)
+        if not names:
+            raise DeviceError("ember: the default device priority list must not be empty")
+        for name in names:
+            cls._check_spec(name)
+        cls._priority = names
+
+    @classmethod
+    def default_priority(cls) -> list[str]:
+        return list(cls._priority)
+
+    @classmethod
+    def parse(cls, spec: str) -> Device:
+        """A device from text: ``flex``, ``wgpu``, ``vulkan:discrete``, ``flex+autodiff``."""
+        base, _, suffix = spec.strip().lower().partition("+")
+        cls._check_spec(spec)
+        name, _, kind_text = base.partition(":")
+        if name == "flex":
+            device = cls.flex()
+        else:
+            kind = DeviceKind[kind_text.upper()] if kind_text else DeviceKind.DEFAULT
+            device = getattr(cls, name)(kind)
+        if not suffix:
+            return device
+        from ember.backend.autodiff.checkpoint import Checkpointing
+
+        balanced = suffix.endswith(":balanced")
+        return device.autodiff(Checkpointing.BALANCED if balanced else Checkpointing.DISABLED)
+
+    @staticmethod
+    def _check_spec(spec: str) -> None:
+        base, _, suffix = spec.strip().lower().partition("+")
+        name, _, kind = base.partition(":")
+        kinds = {k.name.lower() for k in DeviceKind}
+        if (
+            name not in ("flex", "wgpu", "vulkan", "metal")
+            or (kind and (name == "flex" or kind not in kinds))
+            or suffix not in ("", "autodiff", "autodiff:balanced", "autodiff:disabled")
+        ):
+            raise DeviceError(
+                f"ember: cannot read the device {spec!r}; write flex, wgpu, vulkan or metal, "
+                "optionally with :default/:discrete/:integrated/:cpu and +autodiff "
+                "(e.g. EMBER_DEVICE=wgpu:discrete+autodiff)"
+            )
+
+    # ------------------------------------------------------------------ autodiff
+    def autodiff(self, checkpointing: Checkpointing | None = None) -> Device:
+        """This device with reverse-mode autodiff (Burn's ``Autodiff<B>``)."""
+        from ember.backend.autodiff.checkpoint import Checkpointing
+
+        if checkpointing is None:
+            checkpointing = Checkpointing.DISABLED
+        if not isinstance(checkpointing, Checkpointing):
+            raise DeviceError(
+                f"ember: Device.autodiff(checkpointing=...) takes a Checkpointing, got {checkpointing!r}"
+            )
+        if self._inner is not None:
+            raise DeviceError(
+                f"ember: {self!r} is already an autodiff device; call .autodiff() once "
+                "(use .inner() to get the device it wraps)"
+            )
+
+        def make() -> Device:
+            from ember.backend.autodiff import AutodiffBackend
+
+            body = f"Autodiff {{ device: {self._body}, checkpointing: {checkpointing.label} }}"
+            return Device(AutodiffBackend(self._b, checkpointing), self._key + ("autodiff", checkpointing), body, self)
+
+        return self._intern(self._key + ("autodiff", checkpointing), make)
+
+    def inner(self) -> Device:
+        """The device an autodiff device wraps (itself for a plain device)."""
+        return self._inner if self._inner is not None else self
+
+    def is_autodiff(self) -> bool:
+        return self._inner is not None
+
+    @property
+    def checkpointing(self) -> Checkpointing | None:
+        """The autodiff device's checkpointing strategy (``None`` for a plain device)."""
+        return getattr(self._b, "checkpointing", None)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def backend(self) -> Backend:
+        """The backend instance that runs this device's ops."""
+        return self._b
+
+    @property
+    def backend_name(self) -> str:
+        return self.inner()._b.name
+
+    def seed(self, seed: int) -> None:
+        """Seed this device's backend generator (shared with its autodiff wrapper)."""
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise DeviceError(f"ember: Device.seed takes an int, got {seed!r}")
+        self.inner()._b.seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+
+    def sync(self) -> None:
+        """Wait until every op queued on this device has finished."""
+        self.inner()._b.sync()
+
+    def rng_state(self):
+        """The generator state, to save in a checkpoint."""
+        return self.inner()._b.rng_state()
+
+    def set_rng_state(self, state) -> None:
+        self.inner()._b.set_rng_state(state)
+
+    # ------------------------------------------------------------------ identity
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Device) and self._key == other._key)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return f"Device<{self._body}>"
+
+    def spec(self) -> str:
+        """Text that :meth:`parse` turns back into this device, e.g. ``flex+autodiff``."""
+        if self._inner is not None:
+            suffix = "+autodiff" + (":balanced" if self.checkpointing.label == "Balanced" else "")
+            return self._inner.spec() + suffix
+        if self._key[0] == "flex":
+            return "flex"
+        _, api, kind = self._key
+        return f"{api}:{kind.name.lower()}"
+
+    def __reduce__(self):
+        return (Device.parse, (self.spec(),))

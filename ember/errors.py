@@ -1,0 +1,66 @@
+"""The ember error hierarchy.
+
+Every error ember raises for bad input is an :class:`EmberError`, and also the
+builtin exception a Python user would expect (``ValueError`` for a wrong shape,
+``TypeError`` for a wrong dtype, ...), so ``except ValueError`` keeps working.
+Messages name the operation, the operands and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base class of every error raised by ember."""
+
+
+class ShapeError(EmberError, ValueError):
+    """Operands have shapes or ranks that the operation cannot accept."""
+
+
+class DTypeError(EmberError, TypeError):
+    """An operand has a dtype that the operation cannot accept."""
+
+
+class DeviceError(EmberError, ValueError):
+    """Operands live on different devices, or a device cannot be used."""
+
+
+class IndexOutOfBoundsError(EmberError, IndexError):
+    """An index or a dimension is out of range."""
+
+
+class ValueRangeError(EmberError, ValueError):
+    """A value argument is outside the range the operation accepts."""
+
+
+class GraphError(EmberError, RuntimeError):
+    """Misuse of the autodiff graph (a consumed graph, no gradient to compute, ...)."""
+
+
+class ConfigError(EmberError, ValueError):
+    """A configuration has an invalid field."""
+
+
+class ModuleError(EmberError, TypeError):
+    """A module is declared or built incorrectly."""
+
+
+class RecordError(EmberError, ValueError):
+    """A record or checkpoint file is missing, corrupt or does not match the module."""
+
+
+class BackendUnavailableError(EmberError, RuntimeError):
+    """A backend cannot run on this machine (no adapter, missing package, ...)."""
+
+
+def describe(value: object) -> str:
+    """A short description of an operand for error messages."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    device = getattr(value, "device", None)
+    if shape is not None and dtype is not None:
+        text = f"Tensor(shape={list(shape)}, dtype={dtype}"
+        if device is not None:
+            text += f", device={device!r}"
+        return text + ")"
+    return repr(value)

@@ -1,0 +1,207 @@
+"""Activation functions, written once over the tensor ops.
+
+Where the device's backend has a fused kernel (``relu``, ``sigmoid``, ``softmax``,
+``log_softmax``), it is used; otherwise the composite below runs. Composites are
+written to stay finite in both directions (no ``inf * 0`` in their gradients).
+
+>>> from ember import Tensor
+>>> from ember.tensor import activation
+>>> activation.relu(Tensor.from_floats([-1.0, 2.0])).tolist()
+[0.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor.shape import normalize_dim
+from ember.tensor.tensor import Tensor
+
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _float(op: str, x: Tensor) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"ember: {op}: expected a Tensor, got {type(x).__name__}")
+    return x.float()
+
+
+def _fused(x: Tensor, name: str, *args: Any) -> Tensor | None:
+    out = getattr(x._d._b, name)(x._p, *args)
+    return None if out is NotImplemented else Tensor(out, x._d)
+
+
+def relu(x: Tensor) -> Tensor:
+    """``max(x, 0)``."""
+    x = _float("relu", x)
+    return _fused(x, "relu") or x.clamp_min(0.0)
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """``x`` where positive, ``negative_slope * x`` elsewhere."""
+    x = _float("leaky_relu", x)
+    return x.mask_where(x.lower_elem(0.0), x.mul_scalar(negative_slope))
+
+
+def relu6(x: Tensor) -> Tensor:
+    return _float("relu6", x).clamp(0.0, 6.0)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))``."""
+    x = _float("sigmoid", x)
+    return _fused(x, "sigmoid") or x.mul_scalar(0.5).tanh().add_scalar(1.0).mul_scalar(0.5)
+
+
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta * x)) / beta``, linear above ``threshold`` (as PyTorch)."""
+    x = _float("softplus", x)
+    if beta <= 0:
+        raise ValueRangeError(f"ember: softplus: beta must be > 0, got {beta}")
+    bx = x.mul_scalar(beta) if beta != 1.0 else x
+    stable = bx.clamp_min(0.0).add(bx.abs().neg().exp().log1p())
+    if beta != 1.0:
+        stable = stable.div_scalar(beta)
+    return stable.mask_where(bx.greater_elem(threshold), x)
+
+
+def log_sigmoid(x: Tensor) -> Tensor:
+    """``log(sigmoid(x))``, computed stably."""
+    return softplus(_float("log_sigmoid", x).neg()).neg()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return _float("tanh", x).tanh()
+
+
+def silu(x: Tensor) -> Tensor:
+    """``x * sigmoid(x)`` (swish)."""
+    x = _float("silu", x)
+    return x.mul(sigmoid(x))
+
+
+swish = silu
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """The Gaussian error linear unit; ``approximate="tanh"`` for the tanh form."""
+    x = _float("gelu", x)
+    if approximate == "tanh":
+        return gelu_tanh(x)
+    if approximate != "none":
+        raise ValueRangeError(f"ember: gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x.mul(x.mul_scalar(_SQRT_HALF).erf().add_scalar(1.0)).mul_scalar(0.5)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    x = _float("gelu_tanh", x)
+    inner = x.add(x.mul(x).mul(x).mul_scalar(0.044715)).mul_scalar(_SQRT_2_OVER_PI)
+    return x.mul(inner.tanh().add_scalar(1.0)).mul_scalar(0.5)
+
+
+def mish(x: Tensor) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    x = _float("mish", x)
+    return x.mul(softplus(x).tanh())
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+    x = _float("elu", x)
+    return x.clamp_min(0.0).add(x.clamp_max(0.0).expm1().mul_scalar(alpha))
+
+
+def selu(x: Tensor) -> Tensor:
+    """``scale * elu(x, alpha)`` with the self-normalising constants."""
+    return elu(_float("selu", x), _SELU_ALPHA).mul_scalar(_SELU_SCALE)
+
+
+def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    x = _float("celu", x)
+    if alpha == 0:
+        raise ValueRangeError("ember: celu: alpha must not be 0")
+    return x.clamp_min(0.0).add(x.clamp_max(0.0).div_scalar(alpha).expm1().mul_scalar(alpha))
+
+
+def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
+    """``clamp(alpha * x + beta, 0, 1)`` (Burn's and ONNX's form; PyTorch uses alpha=1/6)."""
+    return _float("hard_sigmoid", x).mul_scalar(alpha).add_scalar(beta).clamp(0.0, 1.0)
+
+
+def hard_swish(x: Tensor) -> Tensor:
+    """``x * relu6(x + 3) / 6``."""
+    x = _float("hard_swish", x)
+    return x.mul(x.add_scalar(3.0).clamp(0.0, 6.0)).div_scalar(6.0)
+
+
+def hard_tanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    return _float("hard_tanh", x).clamp(min_val, max_val)
+
+
+def prelu(x: Tensor, alpha: Tensor) -> Tensor:
+    """Leaky ReLU with a learned slope: ``alpha`` of shape ``[1]`` or ``[channels]``
+    (channels at dim 1 of ``x``)."""
+    x = _float("prelu", x)
+    if alpha.rank != 1:
+        raise ShapeError(f"ember: prelu: alpha must have rank 1, got shape {alpha.dims()}")
+    n = alpha.dims()[0]
+    if n != 1:
+        if x.rank < 2 or x.dims()[1] != n:
+            raise ShapeError(
+                f"ember: prelu: alpha has {n} channels but the input {x.dims()} has "
+                f"{x.dims()[1] if x.rank >= 2 else 'no'} channels at dim 1"
+            )
+        alpha = alpha.reshape([n] + [1] * (x.rank - 2))
+    return x.clamp_min(0.0).add(x.clamp_max(0.0).mul(alpha))
+
+
+def glu(x: Tensor, dim: int = -1) -> Tensor:
+    """``a * sigmoid(b)`` where ``a, b`` are the halves of ``x`` along ``dim``."""
+    x = _float("glu", x)
+    dim = normalize_dim("glu", dim, x.rank)
+    if x.dims()[dim] % 2:
+        raise ShapeError(f"ember: glu: dim {dim} of shape {x.dims()} must have an even size")
+    a, b = x.chunk(2, dim)
+    return a.mul(sigmoid(b))
+
+
+def softmax(x: Tensor, dim: int) -> Tensor:
+    """``exp(x) / sum(exp(x))`` along ``dim``, computed stably."""
+    x = _float("softmax", x)
+    dim = normalize_dim("softmax", dim, x.rank)
+    fused = _fused(x, "softmax", dim)
+    if fused is not None:
+        return fused
+    e = x.sub(x.max_dim(dim).detach()).exp()
+    return e.div(e.sum_dim(dim))
+
+
+def log_softmax(x: Tensor, dim: int) -> Tensor:
+    """``log(softmax(x))`` along ``dim``, computed stably."""
+    x = _float("log_softmax", x)
+    dim = normalize_dim("log_softmax", dim, x.rank)
+    fused = _fused(x, "log_softmax", dim)
+    if fused is not None:
+        return fused
+    return x.sub(x.logsumexp(dim))
+
+
+def softmin(x: Tensor, dim: int) -> Tensor:
+    """``softmax(-x)``."""
+    return softmax(_float("softmin", x).neg(), dim)
+
+
+def quiet_softmax(x: Tensor, dim: int) -> Tensor:
+    """``exp(x) / (1 + sum(exp(x)))``: lets a row attend to nothing (Burn's ``quiet_softmax``)."""
+    x = _float("quiet_softmax", x)
+    dim = normalize_dim("quiet_softmax", dim, x.rank)
+    peak = x.max_dim(dim).detach().clamp_min(0.0)
+    e = x.sub(peak).exp()
+    return e.div(e.sum_dim(dim).add(peak.neg().exp()))

@@ -1,0 +1,116 @@
+"""Argument checks shared by the tensor ops: devices, dtypes, scalars.
+
+These run before a backend is called, so that a wrong call raises an ember error
+naming the op and its operands instead of failing deep inside a backend.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ember.backend.dtype import DType, promote
+from ember.errors import DeviceError, DTypeError, ValueRangeError
+
+if TYPE_CHECKING:
+    from ember.tensor.tensor import Tensor
+
+NP_TO_DTYPE: dict[np.dtype, DType] = {d.np: d for d in DType}
+FLOAT_NP = frozenset(d.np for d in DType if d.is_float)
+INT_NP = frozenset(d.np for d in DType if d.is_int)
+BOOL_NP = np.dtype(np.bool_)
+F32 = DType.FLOAT32
+I64 = DType.INT64
+_INT_RANGE = {
+    np.dtype(np.uint8): (0, 255),
+    np.dtype(np.int32): (-(2**31), 2**31 - 1),
+    np.dtype(np.int64): (-(2**63), 2**63 - 1),
+}
+
+
+def dtype_of(prim: Any) -> DType:
+    return NP_TO_DTYPE[prim.dtype]
+
+
+def check_device(op: str, a: Tensor, b: Tensor) -> None:
+    """Raise unless ``a`` and ``b`` live on the same device."""
+    if a._d != b._d:
+        raise DeviceError(
+            f"ember: {op}: operands live on different devices, {a._d!r} and {b._d!r}; "
+            f"move one with .to_device(...) first"
+        )
+
+
+def check_kind(op: str, t: Tensor, kinds: str) -> None:
+    """Raise unless ``t``'s dtype kind is in ``kinds`` (a string of f/i/b)."""
+    dt = t._p.dtype
+    kind = "f" if dt in FLOAT_NP else "i" if dt in INT_NP else "b"
+    if kind not in kinds:
+        names = {"f": "float", "i": "int", "b": "bool"}
+        wanted = " or ".join(names[k] for k in kinds)
+        raise DTypeError(
+            f"ember: {op}: needs a {wanted} tensor, got dtype {NP_TO_DTYPE[dt]} "
+            f"(shape {list(t._p.shape)}); convert with .cast(...) first"
+        )
+
+
+def as_scalar(op: str, value: Any) -> int | float | bool:
+    """A Python scalar from ``value`` (Python or numpy number), or a DTypeError."""
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (np.generic,)) and value.dtype.kind in "biuf":
+        return value.item()
+    raise DTypeError(
+        f"ember: {op}: expected a Tensor or a Python number, got {type(value).__name__}; "
+        "wrap arrays with Tensor.from_data(...)"
+    )
+
+
+def promote_pair(op: str, a: Tensor, b: Tensor) -> tuple[Any, Any]:
+    """Both primitives cast to their common dtype (PyTorch's promotion rules)."""
+    pa, pb = a._p, b._p
+    da, db = NP_TO_DTYPE[pa.dtype], NP_TO_DTYPE[pb.dtype]
+    target = promote(da, db)
+    backend = a._d._b
+    if da is not target:
+        pa = backend.cast(pa, target)
+    if db is not target:
+        pb = backend.cast(pb, target)
+    return pa, pb
+
+
+def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int | float | bool]:
+    """A primitive and a scalar ready for a backend op: an int tensor meeting a float
+    scalar is cast to float32; bools meeting numbers become int64 or float32; an int
+    scalar out of an int dtype's range raises."""
+    value = as_scalar(op, value)
+    dt = prim.dtype
+    if dt in FLOAT_NP:
+        return prim, value
+    if isinstance(value, float) and not isinstance(value, bool):
+        return backend.cast(prim, F32), value
+    if dt is BOOL_NP or dt == BOOL_NP:
+        if isinstance(value, bool):
+            return prim, value
+        prim, dt = backend.cast(prim, I64), np.dtype(np.int64)
+    lo, hi = _INT_RANGE[dt]
+    if not lo <= value <= hi:
+        raise ValueRangeError(
+            f"ember: {op}: the scalar {value} does not fit the tensor's dtype {NP_TO_DTYPE[dt]}; "
+            "cast the tensor to a wider dtype first"
+        )
+    return prim, value
+
+
+def to_float(prim: Any, backend: Any) -> Any:
+    """The primitive as a float (float32 for ints and bools; floats unchanged)."""
+    return prim if prim.dtype in FLOAT_NP else backend.cast(prim, F32)
+
+
+def finite_scalar(op: str, name: str, value: Any) -> float:
+    value = float(as_scalar(op, value))
+    if not math.isfinite(value):
+        raise ValueRangeError(f"ember: {op}: {name} must be finite, got {value}")
+    return value

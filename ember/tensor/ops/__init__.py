@@ -1,0 +1,1 @@
+"""The tensor op families, one mixin each."""

@@ -1,0 +1,343 @@
+"""Arithmetic, math functions and matmul."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.backend.dtype import DType
+from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar, check_device, promote_pair
+from ember.tensor.ops.elementwise import binary, is_integral, reverse_scalar, unary
+from ember.tensor.shape import broadcast_shapes
+
+
+class ArithmeticOps:
+    """Elementwise arithmetic with numpy broadcasting, math functions, matmul.
+
+    Binary ops take a tensor or a Python number; dtypes promote as in PyTorch (an
+    int tensor meeting a float becomes float32).
+    """
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ binary
+    def add(self, other: Any) -> Any:
+        """``self + other``."""
+        return binary(self, other, "add", "add", "arith")
+
+    def add_scalar(self, value: Any) -> Any:
+        return binary(self, as_scalar("add_scalar", value), "add", "add_scalar", "arith")
+
+    def sub(self, other: Any) -> Any:
+        """``self - other``."""
+        return binary(self, other, "sub", "sub", "arith")
+
+    def sub_scalar(self, value: Any) -> Any:
+        return binary(self, as_scalar("sub_scalar", value), "sub", "sub_scalar", "arith")
+
+    def mul(self, other: Any) -> Any:
+        """``self * other``."""
+        return binary(self, other, "mul", "mul", "arith")
+
+    def mul_scalar(self, value: Any) -> Any:
+        return binary(self, as_scalar("mul_scalar", value), "mul", "mul_scalar", "arith")
+
+    def div(self, other: Any) -> Any:
+        """True division ``self / other`` (ints give float32)."""
+        return binary(self, other, "div", "div", "float")
+
+    def div_scalar(self, value: Any) -> Any:
+        return binary(self, as_scalar("div_scalar", value), "div", "div_scalar", "float")
+
+    def floor_div(self, other: Any) -> Any:
+        """``self // other``: division rounded toward minus infinity."""
+        return binary(self, other, "floor_div", "floor_div", "arith")
+
+    def remainder(self, other: Any) -> Any:
+        """``self % other`` with the sign of the divisor, as Python's ``%``."""
+        return binary(self, other, "remainder", "remainder", "arith")
+
+    def remainder_scalar(self, value: Any) -> Any:
+        return binary(self, as_scalar("remainder_scalar", value), "remainder", "remainder_scalar", "arith")
+
+    def powf(self, other: Any) -> Any:
+        """``self ** other`` in floating point (ints give float32)."""
+        return binary(self, other, "pow", "powf", "float")
+
+    def powf_scalar(self, value: Any) -> Any:
+        return binary(self, as_scalar("powf_scalar", value), "pow", "powf_scalar", "float")
+
+    def powi(self, other: Any) -> Any:
+        """``self ** other`` with an int exponent; int tensors stay int (exponent >= 0)."""
+        if isinstance(other, self.__class__):
+            if other._p.dtype in FLOAT_NP or other._p.dtype == BOOL_NP:
+                raise DTypeError(f"ember: powi: the exponent must be an int tensor, got {other.dtype}")
+            if self._p.dtype not in FLOAT_NP and bool(other.lower_elem(0).any().into_scalar()):
+                raise ValueRangeError("ember: powi: an int tensor cannot take negative exponents; use powf")
+            return binary(self, other, "pow", "powi", "arith")
+        return self.powi_scalar(other)
+
+    def powi_scalar(self, value: Any) -> Any:
+        if not is_integral(value):
+            raise DTypeError(f"ember: powi_scalar: the exponent must be an int, got {value!r}; use powf_scalar")
+        value = int(value)
+        if self._p.dtype not in FLOAT_NP:
+            if value < 0:
+                raise ValueRangeError("ember: powi_scalar: an int tensor cannot take negative exponents; use powf_scalar")
+            return binary(self, value, "pow", "powi_scalar", "arith")
+        if value == 2:
+            return unary(self, "square", "powi_scalar", "float")
+        return binary(self, float(value), "pow", "powi_scalar", "float")
+
+    def pow(self, other: Any) -> Any:
+        """``self ** other``: ``powi`` for int exponents on int tensors, else ``powf``."""
+        if self._p.dtype not in FLOAT_NP and (
+            is_integral(other) or (isinstance(other, self.__class__) and other._p.dtype not in FLOAT_NP)
+        ):
+            return self.powi(other)
+        if is_integral(other):
+            return self.powi_scalar(other)
+        return self.powf(other)
+
+    def atan2(self, other: Any) -> Any:
+        """The angle of the point ``(other, self)``, elementwise."""
+        return binary(self, other, "atan2", "atan2", "float")
+
+    def maximum(self, other: Any) -> Any:
+        """The elementwise maximum (NaN propagates). Burn's ``max_pair``."""
+        return binary(self, other, "maximum", "maximum", "arith")
+
+    def minimum(self, other: Any) -> Any:
+        """The elementwise minimum (NaN propagates). Burn's ``min_pair``."""
+        return binary(self, other, "minimum", "minimum", "arith")
+
+    max_pair = maximum
+    min_pair = minimum
+
+    # ------------------------------------------------------------------ unary
+    def neg(self) -> Any:
+        return unary(self, "neg", "neg", "numeric")
+
+    def abs(self) -> Any:
+        return unary(self, "abs", "abs", "numeric")
+
+    def sign(self) -> Any:
+        return unary(self, "sign", "sign", "numeric")
+
+    def square(self) -> Any:
+        return unary(self, "square", "square", "numeric")
+
+    def recip(self) -> Any:
+        """``1 / self`` (float)."""
+        return unary(self, "recip", "recip", "float")
+
+    def exp(self) -> Any:
+        return unary(self, "exp", "exp", "float")
+
+    def log(self) -> Any:
+        """The natural logarithm."""
+        return unary(self, "log", "log", "float")
+
+    def log1p(self) -> Any:
+        return unary(self, "log1p", "log1p", "float")
+
+    def expm1(self) -> Any:
+        return unary(self, "expm1", "expm1", "float")
+
+    def sqrt(self) -> Any:
+        return unary(self, "sqrt", "sqrt", "float")
+
+    def rsqrt(self) -> Any:
+        return unary(self, "rsqrt", "rsqrt", "float")
+
+    def sin(self) -> Any:
+        return unary(self, "sin", "sin", "float")
+
+    def cos(self) -> Any:
+        return unary(self, "cos", "cos", "float")
+
+    def tan(self) -> Any:
+        return unary(self, "tan", "tan", "float")
+
+    def tanh(self) -> Any:
+        return unary(self, "tanh", "tanh", "float")
+
+    def sinh(self) -> Any:
+        return unary(self, "sinh", "sinh", "float")
+
+    def cosh(self) -> Any:
+        return unary(self, "cosh", "cosh", "float")
+
+    def asin(self) -> Any:
+        return unary(self, "asin", "asin", "float")
+
+    def acos(self) -> Any:
+        return unary(self, "acos", "acos", "float")
+
+    def atan(self) -> Any:
+        return unary(self, "atan", "atan", "float")
+
+    def erf(self) -> Any:
+        return unary(self, "erf", "erf", "float")
+
+    def _integral_or(self, op: str) -> Any:
+        if self._p.dtype not in FLOAT_NP:
+            return self
+        return unary(self, op, op, "float")
+
+    def round(self) -> Any:
+        """Round half to even (as PyTorch and numpy)."""
+        return self._integral_or("round")
+
+    def floor(self) -> Any:
+        return self._integral_or("floor")
+
+    def ceil(self) -> Any:
+        return self._integral_or("ceil")
+
+    def trunc(self) -> Any:
+        return self._integral_or("trunc")
+
+    def is_nan(self) -> Any:
+        """A bool tensor, true where ``self`` is NaN."""
+        if self._p.dtype not in FLOAT_NP:
+            return self.full_like(False).cast("bool")
+        return unary(self, "is_nan", "is_nan", "any")
+
+    def is_inf(self) -> Any:
+        if self._p.dtype not in FLOAT_NP:
+            return self.full_like(False).cast("bool")
+        return unary(self, "is_inf", "is_inf", "any")
+
+    def is_finite(self) -> Any:
+        if self._p.dtype not in FLOAT_NP:
+            return self.full_like(True).cast("bool")
+        return unary(self, "is_finite", "is_finite", "any")
+
+    def clamp(self, min: Any = None, max: Any = None) -> Any:
+        """Values limited to ``[min, max]``; either bound may be ``None``."""
+        if min is None and max is None:
+            raise ValueRangeError("ember: clamp: give min, max or both")
+        lo = None if min is None else as_scalar("clamp", min)
+        hi = None if max is None else as_scalar("clamp", max)
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueRangeError(f"ember: clamp: min {lo} is greater than max {hi}")
+        p = self._p
+        if p.dtype == BOOL_NP:
+            raise DTypeError("ember: clamp: not defined on bool tensors; cast first")
+        fractional = (lo is not None and not is_integral(lo)) or (hi is not None and not is_integral(hi))
+        if p.dtype not in FLOAT_NP and fractional:
+            p = self._d._b.cast(p, DType.FLOAT32)
+        return self.__class__(self._d._b.clamp(p, lo, hi), self._d)
+
+    def clamp_min(self, min: Any) -> Any:
+        return self.clamp(min, None)
+
+    def clamp_max(self, max: Any) -> Any:
+        return self.clamp(None, max)
+
+    # ------------------------------------------------------------------ matmul
+    def matmul(self, other: Any) -> Any:
+        """Matrix product; batch dims broadcast; rank-1 operands act as a row/column
+        vector whose dim is dropped from the result, as in numpy."""
+        if not isinstance(other, self.__class__):
+            raise DTypeError(f"ember: matmul: expected a Tensor, got {type(other).__name__}")
+        d = self._d
+        if other._d is not d:
+            check_device("matmul", self, other)
+        a, b = self._p, other._p
+        if a.dtype != b.dtype:
+            a, b = promote_pair("matmul", self, other)
+        if a.dtype == BOOL_NP:
+            raise DTypeError("ember: matmul: not defined on bool tensors; cast to float first")
+        sa, sb = a.shape, b.shape
+        if len(sa) == 0 or len(sb) == 0:
+            raise ShapeError(f"ember: matmul: needs rank >= 1 operands, got shapes {list(sa)} and {list(sb)}")
+        backend = d._b
+        squeeze_a = squeeze_b = False
+        if len(sa) == 1:
+            a, sa, squeeze_a = backend.reshape(a, (1,) + sa), (1,) + sa, True
+        if len(sb) == 1:
+            b, sb, squeeze_b = backend.reshape(b, sb + (1,)), sb + (1,), True
+        if sa[-1] != sb[-2]:
+            raise ShapeError(
+                f"ember: matmul: shapes {list(self._p.shape)} and {list(other._p.shape)} do not "
+                f"line up: the left's last dim ({sa[-1]}) must equal the right's second-to-last "
+                f"({sb[-2]}); transpose or reshape an operand"
+            )
+        if len(sa) > 2 or len(sb) > 2:
+            batch = broadcast_shapes("matmul", sa[:-2], sb[:-2])
+            if len(sa) < len(batch) + 2:
+                a = backend.reshape(a, (1,) * (len(batch) + 2 - len(sa)) + sa)
+            if len(sb) < len(batch) + 2:
+                b = backend.reshape(b, (1,) * (len(batch) + 2 - len(sb)) + sb)
+        out = backend.matmul(a, b)
+        if squeeze_a or squeeze_b:
+            shape = list(out.shape)
+            if squeeze_b:
+                del shape[-1]
+            if squeeze_a:
+                del shape[-1 if squeeze_b else -2]
+            out = backend.reshape(out, tuple(shape))
+        return self.__class__(out, d)
+
+    def dot(self, other: Any) -> Any:
+        """The inner product of two rank-1 tensors, as a one-element rank-1 tensor."""
+        if self.rank != 1 or getattr(other, "rank", None) != 1:
+            raise ShapeError("ember: dot: needs two rank-1 tensors")
+        return self.mul(other).sum()
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, other: Any) -> Any:
+        return self.add(other)
+
+    def __radd__(self, other: Any) -> Any:
+        return self.add(other)
+
+    def __sub__(self, other: Any) -> Any:
+        return self.sub(other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return reverse_scalar(self, other, "sub", "rsub", "arith")
+
+    def __mul__(self, other: Any) -> Any:
+        return self.mul(other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return self.mul(other)
+
+    def __truediv__(self, other: Any) -> Any:
+        return self.div(other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return reverse_scalar(self, other, "div", "rdiv", "float")
+
+    def __floordiv__(self, other: Any) -> Any:
+        return self.floor_div(other)
+
+    def __rfloordiv__(self, other: Any) -> Any:
+        return reverse_scalar(self, other, "floor_div", "rfloordiv", "arith")
+
+    def __mod__(self, other: Any) -> Any:
+        return self.remainder(other)
+
+    def __rmod__(self, other: Any) -> Any:
+        return reverse_scalar(self, other, "remainder", "rmod", "arith")
+
+    def __pow__(self, other: Any) -> Any:
+        return self.pow(other)
+
+    def __rpow__(self, other: Any) -> Any:
+        return reverse_scalar(self, other, "pow", "rpow", "float")
+
+    def __neg__(self) -> Any:
+        return self.neg()
+
+    def __pos__(self) -> Any:
+        return self
+
+    def __abs__(self) -> Any:
+        return self.abs()
+
+    def __matmul__(self, other: Any) -> Any:
+        return self.matmul(other)

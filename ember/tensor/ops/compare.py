@@ -1,0 +1,142 @@
+"""Comparisons, boolean logic and bitwise ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.tensor.dispatch import as_scalar
+from ember.tensor.ops.elementwise import binary, unary
+
+
+class CompareOps:
+    """Comparisons (giving bool tensors), bool logic and int bitwise ops.
+
+    As in PyTorch, ``==`` and friends compare elementwise; tensors hash by identity.
+    """
+
+    __slots__ = ()
+
+    def equal(self, other: Any) -> Any:
+        return binary(self, other, "eq", "equal", "cmp")
+
+    def not_equal(self, other: Any) -> Any:
+        return binary(self, other, "ne", "not_equal", "cmp")
+
+    def greater(self, other: Any) -> Any:
+        return binary(self, other, "gt", "greater", "cmp")
+
+    def greater_equal(self, other: Any) -> Any:
+        return binary(self, other, "ge", "greater_equal", "cmp")
+
+    def lower(self, other: Any) -> Any:
+        return binary(self, other, "lt", "lower", "cmp")
+
+    def lower_equal(self, other: Any) -> Any:
+        return binary(self, other, "le", "lower_equal", "cmp")
+
+    def equal_elem(self, value: Any) -> Any:
+        return binary(self, as_scalar("equal_elem", value), "eq", "equal_elem", "cmp")
+
+    def not_equal_elem(self, value: Any) -> Any:
+        return binary(self, as_scalar("not_equal_elem", value), "ne", "not_equal_elem", "cmp")
+
+    def greater_elem(self, value: Any) -> Any:
+        return binary(self, as_scalar("greater_elem", value), "gt", "greater_elem", "cmp")
+
+    def greater_equal_elem(self, value: Any) -> Any:
+        return binary(self, as_scalar("greater_equal_elem", value), "ge", "greater_equal_elem", "cmp")
+
+    def lower_elem(self, value: Any) -> Any:
+        return binary(self, as_scalar("lower_elem", value), "lt", "lower_elem", "cmp")
+
+    def lower_equal_elem(self, value: Any) -> Any:
+        return binary(self, as_scalar("lower_equal_elem", value), "le", "lower_equal_elem", "cmp")
+
+    # ------------------------------------------------------------------ bool logic
+    def bool_and(self, other: Any) -> Any:
+        return binary(self, other, "logical_and", "bool_and", "bool")
+
+    def bool_or(self, other: Any) -> Any:
+        return binary(self, other, "logical_or", "bool_or", "bool")
+
+    def bool_xor(self, other: Any) -> Any:
+        return binary(self, other, "logical_xor", "bool_xor", "bool")
+
+    def bool_not(self) -> Any:
+        return unary(self, "logical_not", "bool_not", "bool")
+
+    # ------------------------------------------------------------------ bitwise (ints)
+    def bitwise_and(self, other: Any) -> Any:
+        return binary(self, other, "bitwise_and", "bitwise_and", "int")
+
+    def bitwise_or(self, other: Any) -> Any:
+        return binary(self, other, "bitwise_or", "bitwise_or", "int")
+
+    def bitwise_xor(self, other: Any) -> Any:
+        return binary(self, other, "bitwise_xor", "bitwise_xor", "int")
+
+    def bitwise_not(self) -> Any:
+        return unary(self, "bitwise_not", "bitwise_not", "int")
+
+    def bitwise_left_shift(self, other: Any) -> Any:
+        return binary(self, other, "left_shift", "bitwise_left_shift", "int")
+
+    def bitwise_right_shift(self, other: Any) -> Any:
+        return binary(self, other, "right_shift", "bitwise_right_shift", "int")
+
+    def all_close(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
+        """Whether ``|self - other| <= atol + rtol * |other|`` everywhere (shapes broadcast)."""
+        a, b = self.float(), other.float()
+        diff = a.sub(b).abs()
+        bound = b.abs().mul_scalar(rtol).add_scalar(atol)
+        return bool(diff.lower_equal(bound).all().into_scalar())
+
+    def equal_all(self, other: Any) -> bool:
+        """Whether shapes match and every element is equal."""
+        return self.dims() == other.dims() and bool(self.equal(other).all().into_scalar())
+
+    # ------------------------------------------------------------------ operators
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.equal(other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.not_equal(other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self.greater(other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self.greater_equal(other)
+
+    def __lt__(self, other: Any) -> Any:
+        return self.lower(other)
+
+    def __le__(self, other: Any) -> Any:
+        return self.lower_equal(other)
+
+    def _logic(self, other: Any, bool_op: str, int_op: str) -> Any:
+        if self._p.dtype.kind == "b":
+            return getattr(self, bool_op)(other)
+        return getattr(self, int_op)(other)
+
+    def __and__(self, other: Any) -> Any:
+        return self._logic(other, "bool_and", "bitwise_and")
+
+    def __or__(self, other: Any) -> Any:
+        return self._logic(other, "bool_or", "bitwise_or")
+
+    def __xor__(self, other: Any) -> Any:
+        return self._logic(other, "bool_xor", "bitwise_xor")
+
+    __rand__ = __and__
+    __ror__ = __or__
+    __rxor__ = __xor__
+
+    def __invert__(self) -> Any:
+        return self.bool_not() if self._p.dtype.kind == "b" else self.bitwise_not()
+
+    def __lshift__(self, other: Any) -> Any:
+        return self.bitwise_left_shift(other)
+
+    def __rshift__(self, other: Any) -> Any:
+        return self.bitwise_right_shift(other)

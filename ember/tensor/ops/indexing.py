@@ -1,0 +1,174 @@
+"""Indexing ops: gather/scatter, select, masks, argwhere, one-hot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.backend.dtype import DType
+from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, INT_NP, as_scalar, check_device, promote_pair
+from ember.tensor.shape import broadcast_shapes, normalize_dim
+
+
+class IndexingOps:
+    """Ops that read or write values at positions given by index or mask tensors."""
+
+    __slots__ = ()
+
+    def _index_tensor(self, op: str, indices: Any) -> Any:
+        if not isinstance(indices, self.__class__):
+            indices = self.__class__.from_data(indices, device=self._d, dtype=DType.INT64)
+        if indices._d is not self._d:
+            check_device(op, self, indices)
+        if indices._p.dtype not in INT_NP:
+            raise DTypeError(f"ember: {op}: indices must be an int tensor, got {indices.dtype}")
+        if indices.dtype is not DType.INT64:
+            indices = indices.cast(DType.INT64)
+        return indices
+
+    def gather(self, dim: int, indices: Any) -> Any:
+        """``out[i][j] = self[i][indices[i][j]]`` along ``dim`` (``torch.gather``)."""
+        shape = self._p.shape
+        dim = normalize_dim("gather", dim, len(shape))
+        indices = self._index_tensor("gather", indices)
+        ishape = indices._p.shape
+        if len(ishape) != len(shape) or any(
+            ishape[d] > shape[d] for d in range(len(shape)) if d != dim
+        ):
+            raise ShapeError(
+                f"ember: gather: indices of shape {list(ishape)} must have the rank of the tensor "
+                f"{list(shape)} and no larger dims except dim {dim}"
+            )
+        return self.__class__(self._d._b.gather(self._p, dim, indices._p), self._d)
+
+    def scatter(self, dim: int, indices: Any, values: Any) -> Any:
+        """A copy with ``values`` added at ``indices`` along ``dim`` (Burn's ``scatter``,
+        ``torch.scatter_add``); repeated indices accumulate."""
+        shape = self._p.shape
+        dim = normalize_dim("scatter", dim, len(shape))
+        indices = self._index_tensor("scatter", indices)
+        values = self._like(values, "scatter")
+        ishape = indices._p.shape
+        if values._p.shape != ishape:
+            raise ShapeError(
+                f"ember: scatter: values {list(values._p.shape)} and indices {list(ishape)} must have one shape"
+            )
+        if len(ishape) != len(shape) or any(ishape[d] > shape[d] for d in range(len(shape)) if d != dim):
+            raise ShapeError(
+                f"ember: scatter: indices of shape {list(ishape)} must have the rank of the tensor "
+                f"{list(shape)} and no larger dims except dim {dim}"
+            )
+        return self.__class__(self._d._b.scatter_add(self._p, dim, indices._p, values._p), self._d)
+
+    scatter_add = scatter
+
+    def select(self, dim: int, indices: Any) -> Any:
+        """The slices at ``indices`` (rank 1) along ``dim`` (``torch.index_select``)."""
+        shape = self._p.shape
+        dim = normalize_dim("select", dim, len(shape))
+        indices = self._index_tensor("select", indices)
+        if len(indices._p.shape) != 1:
+            raise ShapeError(f"ember: select: indices must have rank 1, got shape {list(indices._p.shape)}")
+        return self.__class__(self._d._b.select(self._p, dim, indices._p), self._d)
+
+    index_select = select
+
+    def select_assign(self, dim: int, indices: Any, values: Any) -> Any:
+        """A copy with ``values`` added to the slices at ``indices`` along ``dim``
+        (``torch.index_add``); repeated indices accumulate."""
+        shape = self._p.shape
+        dim = normalize_dim("select_assign", dim, len(shape))
+        indices = self._index_tensor("select_assign", indices)
+        values = self._like(values, "select_assign")
+        if len(indices._p.shape) != 1:
+            raise ShapeError(f"ember: select_assign: indices must have rank 1, got {list(indices._p.shape)}")
+        expected = shape[:dim] + indices._p.shape + shape[dim + 1:]
+        if values._p.shape != expected:
+            raise ShapeError(f"ember: select_assign: values must have shape {list(expected)}, got {list(values._p.shape)}")
+        return self.__class__(self._d._b.select_add(self._p, dim, indices._p, values._p), self._d)
+
+    def _like(self, values: Any, op: str) -> Any:
+        """``values`` as a tensor of this tensor's dtype and device."""
+        if not isinstance(values, self.__class__):
+            raise DTypeError(f"ember: {op}: values must be a Tensor, got {type(values).__name__}")
+        if values._d is not self._d:
+            check_device(op, self, values)
+        if values._p.dtype != self._p.dtype:
+            values = values.cast(self.dtype)
+        return values
+
+    def _mask(self, op: str, mask: Any) -> Any:
+        if not isinstance(mask, self.__class__) or mask._p.dtype != BOOL_NP:
+            raise DTypeError(f"ember: {op}: the mask must be a bool Tensor, got {mask!r:.80}")
+        if mask._d is not self._d:
+            check_device(op, self, mask)
+        broadcast_shapes(op, self._p.shape, mask._p.shape)
+        return mask
+
+    def mask_where(self, mask: Any, value: Any) -> Any:
+        """``value`` where ``mask`` is true, else ``self`` (shapes broadcast)."""
+        mask = self._mask("mask_where", mask)
+        if not isinstance(value, self.__class__):
+            return self.mask_fill(mask, value)
+        if value._d is not self._d:
+            check_device("mask_where", self, value)
+        a, b = self._p, value._p
+        if a.dtype != b.dtype:
+            a, b = promote_pair("mask_where", self, value)
+        broadcast_shapes("mask_where", broadcast_shapes("mask_where", a.shape, b.shape), mask._p.shape)
+        return self.__class__(self._d._b.where(mask._p, b, a), self._d)
+
+    def mask_fill(self, mask: Any, value: Any) -> Any:
+        """``value`` (a scalar) where ``mask`` is true, else ``self``."""
+        mask = self._mask("mask_fill", mask)
+        value = as_scalar("mask_fill", value)
+        p = self._p
+        if p.dtype not in FLOAT_NP and isinstance(value, float):
+            p = self._d._b.cast(p, DType.FLOAT32)
+        if p.dtype == BOOL_NP and not isinstance(value, bool):
+            raise DTypeError(f"ember: mask_fill: a bool tensor takes a bool fill value, got {value!r}")
+        return self.__class__(self._d._b.where(mask._p, value, p), self._d)
+
+    def where(self, mask: Any, other: Any) -> Any:
+        """``self`` where ``mask`` is true, else ``other`` (as ``torch.where(mask, self, other)``)."""
+        if isinstance(other, self.__class__):
+            return other.mask_where(mask, self)
+        mask = self._mask("where", mask)
+        return self.mask_fill(mask.bool_not(), other)
+
+    def argwhere(self) -> Any:
+        """The ``[n, rank]`` int64 coordinates of nonzero (true) elements."""
+        p = self._p
+        mask = p if p.dtype == BOOL_NP else self._d._b.binary("ne", p, 0)
+        return self.__class__(self._d._b.argwhere(mask), self._d)
+
+    def nonzero(self) -> list[Any]:
+        """One rank-1 int64 tensor of coordinates per dim (Burn's ``nonzero``)."""
+        coords = self.argwhere()
+        return [coords[:, d] for d in range(len(self._p.shape))]
+
+    def one_hot(self, num_classes: int) -> Any:
+        """Class indices (an int tensor) as one-hot vectors in a new last dim (int64)."""
+        return self.one_hot_fill(num_classes, 1, 0)
+
+    def one_hot_fill(self, num_classes: int, on_value: Any = 1, off_value: Any = 0, dtype: Any = None) -> Any:
+        """One-hot with chosen values; float ``on``/``off`` values give float32."""
+        if self._p.dtype not in INT_NP:
+            raise DTypeError(f"ember: one_hot: needs an int tensor of class indices, got {self.dtype}")
+        if num_classes <= 0:
+            raise ValueRangeError(f"ember: one_hot: num_classes must be > 0, got {num_classes}")
+        if self.num_elements():
+            lo, hi = int(self.min().into_scalar()), int(self.max().into_scalar())
+            if lo < 0 or hi >= num_classes:
+                raise ValueRangeError(
+                    f"ember: one_hot: class index {lo if lo < 0 else hi} is outside [0, {num_classes})"
+                )
+        classes = self.__class__.arange(num_classes, device=self._d)
+        hot = self.unsqueeze_dim(-1).equal(classes)
+        if dtype is None:
+            float_values = isinstance(on_value, float) or isinstance(off_value, float)
+            dtype = DType.FLOAT32 if float_values else DType.INT64
+        dtype = DType.parse(dtype)
+        on = self.__class__.full((), on_value, self._d, dtype)
+        return on.expand(hot._p.shape).mask_fill(hot.bool_not(), off_value)
+

@@ -1,0 +1,513 @@
+"""Layout ops: reshape, permute, slicing, concatenation, padding, triangles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ember.backend.dtype import DType, promote
+from ember.errors import DTypeError, IndexOutOfBoundsError, ShapeError, ValueRangeError
+from ember.tensor.dispatch import NP_TO_DTYPE, as_scalar, check_device
+from ember.tensor.shape import broadcast_shapes, normalize_dim, normalize_dims, numel
+
+
+def _index_value(op: str, value: Any) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise IndexOutOfBoundsError(f"ember: {op}: expected an int, got {value!r}")
+    return int(value)
+
+
+class LayoutOps:
+    """Ops that move or select values without arithmetic."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ shape changes
+    def reshape(self, shape: Any) -> Any:
+        """The same values with a new shape; one dim may be -1 (inferred)."""
+        if isinstance(shape, int) and not isinstance(shape, bool):
+            shape = (shape,)
+        dims = [_index_value("reshape", d) for d in shape]
+        old = self._p.shape
+        n = numel(old)
+        if dims.count(-1) > 1 or any(d < -1 for d in dims):
+            raise ShapeError(f"ember: reshape: shape {dims} may hold one -1 and no other negative dim")
+        if -1 in dims:
+            known = numel(d for d in dims if d != -1)
+            if known == 0 or n % known:
+                raise ShapeError(
+                    f"ember: reshape: cannot infer the -1 in {dims} for a tensor of shape {list(old)} ({n} elements)"
+                )
+            dims[dims.index(-1)] = n // known
+        new = tuple(dims)
+        if numel(new) != n:
+            raise ShapeError(
+                f"ember: reshape: shape {list(old)} ({n} elements) cannot become {list(new)} "
+                f"({numel(new)} elements); the element counts must match"
+            )
+        if new == old:
+            return self
+        return self.__class__(self._d._b.reshape(self._p, new), self._d)
+
+    view = reshape
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any:
+        """Dims ``start_dim..=end_dim`` merged into one."""
+        shape = self._p.shape
+        if not shape:
+            return self.reshape((1,))
+        s = normalize_dim("flatten", start_dim, len(shape))
+        e = normalize_dim("flatten", end_dim, len(shape))
+        if s > e:
+            raise ShapeError(f"ember: flatten: start_dim {start_dim} is after end_dim {end_dim}")
+        return self.reshape(shape[:s] + (numel(shape[s:e + 1]),) + shape[e + 1:])
+
+    def squeeze(self, dim: int | None = None) -> Any:
+        """Without size-1 dims: all of them, or only ``dim``."""
+        if dim is not None:
+            return self.squeeze_dim(dim)
+        return self.reshape(tuple(d for d in self._p.shape if d != 1))
+
+    def squeeze_dim(self, dim: int) -> Any:
+        shape = self._p.shape
+        dim = normalize_dim("squeeze_dim", dim, len(shape))
+        if shape[dim] != 1:
+            raise ShapeError(f"ember: squeeze_dim: dim {dim} of shape {list(shape)} has size {shape[dim]}, not 1")
+        return self.reshape(shape[:dim] + shape[dim + 1:])
+
+    def squeeze_dims(self, dims: Sequence[int]) -> Any:
+        shape = self._p.shape
+        ds = normalize_dims("squeeze_dims", dims, len(shape))
+        for d in ds:
+            if shape[d] != 1:
+                raise ShapeError(f"ember: squeeze_dims: dim {d} of shape {list(shape)} has size {shape[d]}, not 1")
+        return self.reshape(tuple(n for i, n in enumerate(shape) if i not in ds))
+
+    def unsqueeze_dim(self, dim: int) -> Any:
+        """A new size-1 dim at ``dim`` (negative counts from the end of the result)."""
+        shape = self._p.shape
+        dim = normalize_dim("unsqueeze_dim", dim, len(shape), extra=1)
+        return self.reshape(shape[:dim] + (1,) + shape[dim:])
+
+    def unsqueeze(self, dim: int = 0) -> Any:
+        """A new size-1 dim at ``dim`` (default: in front)."""
+        return self.unsqueeze_dim(dim)
+
+    def unsqueeze_dims(self, dims: Sequence[int]) -> Any:
+        rank = len(self._p.shape) + len(dims)
+        ds = normalize_dims("unsqueeze_dims", dims, rank)
+        it = iter(self._p.shape)
+        return self.reshape(tuple(1 if i in ds else next(it) for i in range(rank)))
+
+    # ------------------------------------------------------------------ dim order
+    def permute(self, *axes: Any) -> Any:
+        """Dims reordered: result dim ``i`` is dim ``axes[i]`` of this tensor."""
+        if len(axes) == 1 and not isinstance(axes[0], int):
+            axes = tuple(axes[0])
+        rank = len(self._p.shape)
+        if len(axes) != rank:
+            raise ShapeError(f"ember: permute: {list(axes)} must name each of the {rank} dims once")
+        axes = normalize_dims("permute", axes, rank)
+        if axes == tuple(range(rank)):
+            return self
+        return self.__class__(self._d._b.permute(self._p, axes), self._d)
+
+    def swap_dims(self, dim1: int, dim2: int) -> Any:
+        rank = len(self._p.shape)
+        a = normalize_dim("swap_dims", dim1, rank)
+        b = normalize_dim("swap_dims", dim2, rank)
+        axes = list(range(rank))
+        axes[a], axes[b] = axes[b], axes[a]
+        return self.permute(axes)
+
+    def transpose(self, dim1: int | None = None, dim2: int | None = None) -> Any:
+        """The last two dims swapped (or ``dim1`` and ``dim2``); rank < 2 is unchanged."""
+        if dim1 is not None or dim2 is not None:
+            return self.swap_dims(dim1 if dim1 is not None else -2, dim2 if dim2 is not None else -1)
+        if len(self._p.shape) < 2:
+            return self
+        return self.swap_dims(-2, -1)
+
+    @property
+    def T(self) -> Any:  # noqa: N802 - numpy's name
+        return self.transpose()
+
+    def movedim(self, source: int, destination: int) -> Any:
+        rank = len(self._p.shape)
+        s = normalize_dim("movedim", source, rank)
+        t = normalize_dim("movedim", destination, rank)
+        axes = [i for i in range(rank) if i != s]
+        axes.insert(t, s)
+        return self.permute(axes)
+
+    def flip(self, dims: Sequence[int] | int) -> Any:
+        """Elements reversed along ``dims``."""
+        if isinstance(dims, int):
+            dims = (dims,)
+        axes = normalize_dims("flip", dims, len(self._p.shape))
+        if not axes:
+            return self
+        return self.__class__(self._d._b.flip(self._p, axes), self._d)
+
+    # ------------------------------------------------------------------ broadcast and repeat
+    def expand(self, shape: Any) -> Any:
+        """Broadcast to ``shape`` (size-1 dims stretch; -1 keeps a dim; new dims go in front)."""
+        dims = [_index_value("expand", d) for d in (shape if not isinstance(shape, int) else (shape,))]
+        old = self._p.shape
+        if len(dims) < len(old):
+            raise ShapeError(f"ember: expand: cannot expand shape {list(old)} to fewer dims {dims}")
+        offset = len(dims) - len(old)
+        for i, d in enumerate(dims):
+            if d == -1:
+                if i < offset:
+                    raise ShapeError(f"ember: expand: -1 is not allowed for the new leading dim {i} in {dims}")
+                dims[i] = old[i - offset]
+        new = tuple(dims)
+        if broadcast_shapes("expand", old, new) != new:
+            raise ShapeError(f"ember: expand: shape {list(old)} cannot be broadcast to {list(new)}")
+        if new == old:
+            return self
+        return self.__class__(self._d._b.expand(self._p, new), self._d)
+
+    def broadcast_to(self, shape: Any) -> Any:
+        return self.expand(shape)
+
+    def repeat_dim(self, dim: int, times: int) -> Any:
+        """The tensor repeated ``times`` times along ``dim`` (``[a, b]`` -> ``[a, b, a, b]``)."""
+        shape = self._p.shape
+        dim = normalize_dim("repeat_dim", dim, len(shape))
+        times = _index_value("repeat_dim", times)
+        if times < 0:
+            raise ValueRangeError(f"ember: repeat_dim: times must be >= 0, got {times}")
+        if times == 1:
+            return self
+        expanded = self.unsqueeze_dim(dim).expand(shape[:dim] + (times,) + shape[dim:])
+        return expanded.reshape(shape[:dim] + (shape[dim] * times,) + shape[dim + 1:])
+
+    def repeat(self, sizes: Sequence[int]) -> Any:
+        """The tensor tiled ``sizes[i]`` times along each dim (as ``torch.Tensor.repeat``)."""
+        sizes = list(sizes)
+        if len(sizes) < len(self._p.shape):
+            raise ShapeError(f"ember: repeat: {sizes} names fewer dims than the tensor's {len(self._p.shape)}")
+        out = self.reshape((1,) * (len(sizes) - len(self._p.shape)) + self._p.shape)
+        for dim, times in enumerate(sizes):
+            out = out.repeat_dim(dim, times)
+        return out
+
+    # ------------------------------------------------------------------ slicing
+    def _normalize_slices(self, op: str, ranges: Sequence[Any]) -> tuple[tuple[int, int, int], ...]:
+        shape = self._p.shape
+        if len(ranges) > len(shape):
+            raise IndexOutOfBoundsError(f"ember: {op}: {len(ranges)} ranges for a rank-{len(shape)} tensor")
+        out = []
+        for dim, n in enumerate(shape):
+            r = ranges[dim] if dim < len(ranges) else None
+            if r is None:
+                out.append((0, n, 1))
+                continue
+            if isinstance(r, slice):
+                if r.step == 0:
+                    raise ValueRangeError(f"ember: {op}: slice step must not be 0")
+                out.append(r.indices(n))
+                continue
+            if isinstance(r, range):
+                out.append(slice(r.start, r.stop, r.step).indices(n))
+                continue
+            if isinstance(r, (tuple, list)) and len(r) in (2, 3):
+                start, stop = r[0], r[1]
+                step = r[2] if len(r) == 3 else 1
+                for v in (start, stop, step):
+                    if v is not None:
+                        _index_value(op, v)
+                if step == 0:
+                    raise ValueRangeError(f"ember: {op}: slice step must not be 0")
+                if start is not None and not -n <= start <= n:
+                    raise IndexOutOfBoundsError(
+                        f"ember: {op}: range start {start} is out of bounds for dim {dim} of size {n}"
+                    )
+                if stop is not None and not -n <= stop <= n:
+                    raise IndexOutOfBoundsError(
+                        f"ember: {op}: range end {stop} is out of bounds for dim {dim} of size {n}"
+                    )
+                out.append(slice(start, stop, step).indices(n))
+                continue
+            if hasattr(r, "__index__") and not isinstance(r, bool):
+                i = int(r)
+                if not -n <= i < n:
+                    raise IndexOutOfBoundsError(f"ember: {op}: index {i} is out of bounds for dim {dim} of size {n}")
+                i = i + n if i < 0 else i
+                out.append((i, i + 1, 1))
+                continue
+            raise IndexOutOfBoundsError(f"ember: {op}: cannot read the range {r!r} for dim {dim}")
+        return tuple(out)
+
+    def slice(self, ranges: Sequence[Any]) -> Any:
+        """A region: one ``(start, end[, step])``, ``slice`` or ``None`` per leading dim.
+
+        >>> t.slice([(0, 2), None, (1, None)])  # t[0:2, :, 1:]  # doctest: +SKIP
+        """
+        slices = self._normalize_slices("slice", list(ranges))
+        if all(s == (0, n, 1) for s, n in zip(slices, self._p.shape)):
+            return self
+        return self.__class__(self._d._b.slice(self._p, slices), self._d)
+
+    def slice_assign(self, ranges: Sequence[Any], value: Any) -> Any:
+        """A copy with the region ``ranges`` replaced by ``value`` (a tensor of the region's
+        shape, or one that broadcasts to it, or a scalar)."""
+        slices = self._normalize_slices("slice_assign", list(ranges))
+        region = tuple(len(range(*s)) for s in slices)
+        if not isinstance(value, self.__class__):
+            value = self.__class__.full(region, as_scalar("slice_assign", value), self._d, self.dtype)
+        if value._d is not self._d:
+            check_device("slice_assign", self, value)
+        if value._p.shape != region:
+            if broadcast_shapes("slice_assign", value._p.shape, region) != region:
+                raise ShapeError(
+                    f"ember: slice_assign: value of shape {list(value._p.shape)} does not fit the region {list(region)}"
+                )
+            value = value.expand(region)
+        if value._p.dtype != self._p.dtype:
+            value = value.cast(self.dtype)
+        return self.__class__(self._d._b.slice_assign(self._p, slices, value._p), self._d)
+
+    def slice_fill(self, ranges: Sequence[Any], value: Any) -> Any:
+        """A copy with the region ``ranges`` set to the scalar ``value``."""
+        return self.slice_assign(ranges, value)
+
+    def _parse_key(self, key: Any) -> tuple[list[Any], list[int], list[int], Any]:
+        """Python indexing to (ranges, dims to drop, dims to insert, (dim, index tensor))."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        shape = self._p.shape
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            raise IndexOutOfBoundsError("ember: indexing: at most one ... (Ellipsis)")
+        if n_real > len(shape):
+            raise IndexOutOfBoundsError(f"ember: indexing: {n_real} indices for a rank-{len(shape)} tensor")
+        ranges: list[Any] = []
+        drop: list[int] = []
+        insert: list[int] = []
+        advanced = None
+        out_dim = 0
+        for k in key:
+            if k is Ellipsis:
+                for _ in range(len(shape) - n_real):
+                    ranges.append(None)
+                    out_dim += 1
+            elif k is None:
+                insert.append(out_dim)
+                out_dim += 1
+            elif isinstance(k, slice):
+                ranges.append(k)
+                out_dim += 1
+            elif isinstance(k, (list, self.__class__)):
+                if advanced is not None:
+                    raise IndexOutOfBoundsError("ember: indexing: one index list or tensor at most; use select twice")
+                advanced = (len(ranges), k)
+                ranges.append(None)
+                out_dim += 1
+            elif hasattr(k, "__index__") and not isinstance(k, bool):
+                drop.append(len(ranges))
+                ranges.append(k)
+            else:
+                raise IndexOutOfBoundsError(f"ember: indexing: cannot index with {k!r}")
+        return ranges, drop, insert, advanced
+
+    def __getitem__(self, key: Any) -> Any:
+        """numpy-style indexing: ints (drop the dim), slices with steps, ``...``, ``None``,
+        and one list or int tensor of indices (as :meth:`select`)."""
+        ranges, drop, insert, advanced = self._parse_key(key)
+        out = self.slice(ranges)
+        if advanced is not None:
+            dim, index = advanced
+            out = out.select(dim, index)
+        if drop:
+            shape = out._p.shape
+            out = out.reshape(tuple(n for i, n in enumerate(shape) if i not in drop))
+        for d in insert:
+            out = out.unsqueeze_dim(d)
+        return out
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``t[key] = value`` rebinds this tensor handle to a copy with the region set
+        (other handles to the old values are unaffected). Slices and ints only."""
+        ranges, _drop, insert, advanced = self._parse_key(key)
+        if advanced is not None or insert:
+            raise IndexOutOfBoundsError("ember: item assignment takes ints, slices and ... only")
+        if isinstance(value, self.__class__):
+            slices = self._normalize_slices("__setitem__", ranges)
+            region = tuple(len(range(*s)) for s in slices)
+            if value._p.shape != region:
+                if numel(value._p.shape) == numel(region) and len(value._p.shape) < len(region):
+                    value = value.reshape(region)
+                else:
+                    value = value.expand(region)
+        updated = self.slice_assign(ranges, value)
+        self._p = updated._p
+
+    def narrow(self, dim: int, start: int, length: int) -> Any:
+        """``length`` elements of ``dim`` from ``start``."""
+        shape = self._p.shape
+        dim = normalize_dim("narrow", dim, len(shape))
+        start, length = _index_value("narrow", start), _index_value("narrow", length)
+        if start < 0:
+            start += shape[dim]
+        if start < 0 or length < 0 or start + length > shape[dim]:
+            raise IndexOutOfBoundsError(
+                f"ember: narrow: [{start}, {start + length}) is outside dim {dim} of size {shape[dim]}"
+            )
+        ranges: list[Any] = [None] * dim + [(start, start + length)]
+        return self.slice(ranges)
+
+    def split_with_sizes(self, sizes: Sequence[int], dim: int = 0) -> list[Any]:
+        """Consecutive pieces of the given sizes along ``dim`` (they must sum to its size)."""
+        shape = self._p.shape
+        dim = normalize_dim("split_with_sizes", dim, len(shape))
+        sizes = [_index_value("split_with_sizes", s) for s in sizes]
+        if sum(sizes) != shape[dim] or any(s < 0 for s in sizes):
+            raise ShapeError(f"ember: split_with_sizes: sizes {sizes} must be >= 0 and sum to {shape[dim]}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.narrow(dim, start, s))
+            start += s
+        return out
+
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> list[Any]:
+        """Pieces of ``split_size`` along ``dim`` (the last may be smaller), or of the
+        given sizes when ``split_size`` is a list."""
+        if not isinstance(split_size, int):
+            return self.split_with_sizes(split_size, dim)
+        shape = self._p.shape
+        dim = normalize_dim("split", dim, len(shape))
+        if split_size <= 0:
+            raise ValueRangeError(f"ember: split: split_size must be > 0, got {split_size}")
+        n = shape[dim]
+        sizes = [split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+        return self.split_with_sizes(sizes, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> list[Any]:
+        """At most ``chunks`` pieces of equal size (the last may be smaller), as PyTorch."""
+        if chunks <= 0:
+            raise ValueRangeError(f"ember: chunk: chunks must be > 0, got {chunks}")
+        shape = self._p.shape
+        dim = normalize_dim("chunk", dim, len(shape))
+        n = shape[dim]
+        size = max(1, -(-n // chunks))
+        return self.split(size, dim) if n else [self]
+
+    # ------------------------------------------------------------------ concatenation
+    @staticmethod
+    def _cat(tensors: Sequence[Any], dim: int) -> Any:
+        tensors = list(tensors)
+        if not tensors:
+            raise ShapeError("ember: cat: needs at least one tensor")
+        first = tensors[0]
+        rank = len(first._p.shape)
+        dim = normalize_dim("cat", dim, rank)
+        dtype = NP_TO_DTYPE[first._p.dtype]
+        for i, t in enumerate(tensors):
+            if not hasattr(t, "_p"):
+                raise DTypeError(f"ember: cat: element {i} is a {type(t).__name__}, not a Tensor")
+            if t._d is not first._d:
+                check_device("cat", first, t)
+            s = t._p.shape
+            if len(s) != rank or s[:dim] != first._p.shape[:dim] or s[dim + 1:] != first._p.shape[dim + 1:]:
+                raise ShapeError(
+                    f"ember: cat: tensor {i} has shape {list(s)}, but along dim {dim} every tensor must "
+                    f"match {list(first._p.shape)} in the other dims"
+                )
+            dtype = promote(dtype, NP_TO_DTYPE[t._p.dtype])
+        if len(tensors) == 1:
+            return first
+        prims = [t._p if t._p.dtype == dtype.np else t._d._b.cast(t._p, dtype) for t in tensors]
+        return first.__class__(first._d._b.cat(prims, dim), first._d)
+
+    @staticmethod
+    def _stack(tensors: Sequence[Any], dim: int) -> Any:
+        tensors = list(tensors)
+        if not tensors:
+            raise ShapeError("ember: stack: needs at least one tensor")
+        shape = tensors[0]._p.shape
+        for i, t in enumerate(tensors):
+            if t._p.shape != shape:
+                raise ShapeError(f"ember: stack: tensor {i} has shape {list(t._p.shape)}, expected {list(shape)}")
+        dim = normalize_dim("stack", dim, len(shape), extra=1)
+        return LayoutOps._cat([t.unsqueeze_dim(dim) for t in tensors], dim)
+
+    # ------------------------------------------------------------------ padding and triangles
+    def pad(self, padding: Sequence[int], value: Any = 0, mode: str = "constant") -> Any:
+        """Padding as ``torch.nn.functional.pad``: ``(left, right, top, bottom, ...)`` pairs
+        from the last dim backward. ``mode`` is ``"constant"`` (with ``value``),
+        ``"reflect"`` or ``"edge"`` (replicate)."""
+        padding = [_index_value("pad", p) for p in padding]
+        shape = self._p.shape
+        if len(padding) % 2 or len(padding) // 2 > len(shape):
+            raise ShapeError(f"ember: pad: padding {padding} must be pairs for at most {len(shape)} dims")
+        if any(p < 0 for p in padding):
+            raise ValueRangeError(f"ember: pad: padding {padding} must be >= 0")
+        if mode not in ("constant", "reflect", "edge", "replicate"):
+            raise ValueRangeError(f"ember: pad: mode must be constant, reflect or edge, got {mode!r}")
+        out = self
+        for i in range(len(padding) // 2):
+            dim = len(shape) - 1 - i
+            before, after = padding[2 * i], padding[2 * i + 1]
+            if before == 0 and after == 0:
+                continue
+            out = out._pad_dim(dim, before, after, value, mode)
+        return out
+
+    def _pad_dim(self, dim: int, before: int, after: int, value: Any, mode: str) -> Any:
+        n = self._p.shape[dim]
+        if mode == "constant":
+            shape = list(self._p.shape)
+            shape[dim] = n + before + after
+            out = self.__class__.full(tuple(shape), as_scalar("pad", value), self._d, self.dtype)
+            ranges: list[Any] = [None] * dim + [(before, before + n)]
+            return out.slice_assign(ranges, self)
+        if mode == "reflect":
+            if before >= n or after >= n:
+                raise ValueRangeError(
+                    f"ember: pad: reflect padding ({before}, {after}) must be smaller than dim {dim} of size {n}"
+                )
+            pieces = []
+            if before:
+                pieces.append(self.narrow(dim, 1, before).flip(dim))
+            pieces.append(self)
+            if after:
+                pieces.append(self.narrow(dim, n - 1 - after, after).flip(dim))
+            return LayoutOps._cat(pieces, dim)
+        if n == 0:
+            raise ValueRangeError(f"ember: pad: edge padding of an empty dim {dim}")
+        pieces = []
+        if before:
+            pieces.append(self.narrow(dim, 0, 1).repeat_dim(dim, before))
+        pieces.append(self)
+        if after:
+            pieces.append(self.narrow(dim, n - 1, 1).repeat_dim(dim, after))
+        return LayoutOps._cat(pieces, dim)
+
+    def _triangle_mask(self, op: str, diagonal: int, upper: bool) -> Any:
+        shape = self._p.shape
+        if len(shape) < 2:
+            raise ShapeError(f"ember: {op}: needs rank >= 2, got shape {list(shape)}")
+        rows = self.__class__.arange(shape[-2], device=self._d).unsqueeze_dim(1)
+        cols = self.__class__.arange(shape[-1], device=self._d).unsqueeze_dim(0)
+        diff = cols.sub(rows)
+        return diff.lower_elem(diagonal) if upper else diff.greater_elem(diagonal)
+
+    def tril(self, diagonal: int = 0) -> Any:
+        """The lower triangle of the last two dims (above ``diagonal`` set to zero)."""
+        return self.mask_fill(self._triangle_mask("tril", diagonal, False), False if self.dtype is DType.BOOL else 0)
+
+    def triu(self, diagonal: int = 0) -> Any:
+        """The upper triangle of the last two dims (below ``diagonal`` set to zero)."""
+        return self.mask_fill(self._triangle_mask("triu", diagonal, True), False if self.dtype is DType.BOOL else 0)
+
+    def tril_mask(self, diagonal: int = 0) -> Any:
+        """Bool mask, true strictly above ``diagonal`` (the positions ``tril`` zeroes)."""
+        return self._triangle_mask("tril_mask", diagonal, False)
+
+    def triu_mask(self, diagonal: int = 0) -> Any:
+        """Bool mask, true strictly below ``diagonal`` (the positions ``triu`` zeroes)."""
+        return self._triangle_mask("triu_mask", diagonal, True)
+

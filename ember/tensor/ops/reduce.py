@@ -1,0 +1,228 @@
+"""Reductions, scans and sorting, with Burn's shapes.
+
+``sum()`` and the other full reductions give a one-element rank-1 tensor;
+``sum_dim(d)`` and friends keep dim ``d`` with size 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ember.backend.dtype import DType
+from ember.errors import ShapeError, ValueRangeError
+from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
+from ember.tensor.shape import normalize_dim, normalize_dims
+
+
+class ReduceOps:
+    """Reductions along one dim or all dims, scans, sort and top-k."""
+
+    __slots__ = ()
+
+    def _reduce(self, op: str, name: str, dim: int | None) -> Any:
+        p = self._p
+        backend = self._d._b
+        if op in ("any", "all"):
+            if p.dtype != BOOL_NP:
+                p = backend.binary("ne", p, 0)
+        elif p.dtype == BOOL_NP:
+            p = backend.cast(p, DType.INT64)
+        if op == "mean" and p.dtype not in FLOAT_NP:
+            p = backend.cast(p, DType.FLOAT32)
+        if dim is None:
+            if len(p.shape) != 1:
+                p = backend.reshape(p, (-1,) if p.shape else (1,))
+                p = backend.reshape(p, (p.shape[0],))
+            dim = 0
+        else:
+            dim = normalize_dim(name, dim, len(p.shape))
+        if p.shape[dim] == 0 and op in ("max", "min"):
+            raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(self._p.shape)})")
+        return self.__class__(backend.reduce(op, p, dim), self._d)
+
+    def sum(self) -> Any:
+        """The sum of all elements, shape ``[1]``."""
+        return self._reduce("sum", "sum", None)
+
+    def sum_dim(self, dim: int) -> Any:
+        """The sum along ``dim``, kept with size 1."""
+        return self._reduce("sum", "sum_dim", dim)
+
+    def sum_dims(self, dims: Sequence[int]) -> Any:
+        out = self
+        for d in normalize_dims("sum_dims", dims, len(self._p.shape)):
+            out = out.sum_dim(d)
+        return out
+
+    def mean(self) -> Any:
+        return self._reduce("mean", "mean", None)
+
+    def mean_dim(self, dim: int) -> Any:
+        return self._reduce("mean", "mean_dim", dim)
+
+    def mean_dims(self, dims: Sequence[int]) -> Any:
+        out = self
+        for d in normalize_dims("mean_dims", dims, len(self._p.shape)):
+            out = out.mean_dim(d)
+        return out
+
+    def prod(self) -> Any:
+        return self._reduce("prod", "prod", None)
+
+    def prod_dim(self, dim: int) -> Any:
+        return self._reduce("prod", "prod_dim", dim)
+
+    def max(self) -> Any:
+        """The largest element, shape ``[1]`` (NaN propagates)."""
+        return self._reduce("max", "max", None)
+
+    def max_dim(self, dim: int) -> Any:
+        return self.max_dim_with_indices(dim)[0]
+
+    def min(self) -> Any:
+        return self._reduce("min", "min", None)
+
+    def min_dim(self, dim: int) -> Any:
+        return self.min_dim_with_indices(dim)[0]
+
+    def _extreme_with_indices(self, arg: str, name: str, dim: int) -> tuple[Any, Any]:
+        indices = self._arg_reduce(arg, name, dim)
+        return self.gather(normalize_dim(name, dim, len(self._p.shape)), indices), indices
+
+    def max_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
+        """``(values, indices)`` of the maxima along ``dim`` (kept); gradients flow
+        to the selected elements."""
+        return self._extreme_with_indices("argmax", "max_dim_with_indices", dim)
+
+    def min_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
+        return self._extreme_with_indices("argmin", "min_dim_with_indices", dim)
+
+    def _arg_reduce(self, op: str, name: str, dim: int) -> Any:
+        p = self._p
+        dim = normalize_dim(name, dim, len(p.shape))
+        if p.shape[dim] == 0:
+            raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(p.shape)})")
+        if p.dtype == BOOL_NP:
+            p = self._d._b.cast(p, DType.INT64)
+        return self.__class__(self._d._b.arg_reduce(op, p, dim), self._d)
+
+    def argmax(self, dim: int) -> Any:
+        """Indices (int64) of the maxima along ``dim`` (kept); the first on ties."""
+        return self._arg_reduce("argmax", "argmax", dim)
+
+    def argmin(self, dim: int) -> Any:
+        return self._arg_reduce("argmin", "argmin", dim)
+
+    def any(self) -> Any:
+        """Whether any element is nonzero, as a bool tensor of shape ``[1]``."""
+        return self._reduce("any", "any", None)
+
+    def any_dim(self, dim: int) -> Any:
+        return self._reduce("any", "any_dim", dim)
+
+    def all(self) -> Any:
+        return self._reduce("all", "all", None)
+
+    def all_dim(self, dim: int) -> Any:
+        return self._reduce("all", "all_dim", dim)
+
+    # ------------------------------------------------------------------ statistics
+    def var(self, dim: int) -> Any:
+        """The unbiased variance (divides by ``n - 1``) along ``dim``, kept."""
+        return self._var(dim, 1, "var")
+
+    def var_bias(self, dim: int) -> Any:
+        """The biased variance (divides by ``n``) along ``dim``, kept."""
+        return self._var(dim, 0, "var_bias")
+
+    def var_mean(self, dim: int) -> tuple[Any, Any]:
+        return self.var(dim), self.float().mean_dim(dim)
+
+    def var_mean_bias(self, dim: int) -> tuple[Any, Any]:
+        return self.var_bias(dim), self.float().mean_dim(dim)
+
+    def std(self, dim: int) -> Any:
+        return self.var(dim).sqrt()
+
+    def _var(self, dim: int, correction: int, name: str) -> Any:
+        x = self.float()
+        dim = normalize_dim(name, dim, len(x._p.shape))
+        n = x._p.shape[dim]
+        diff = x.sub(x.mean_dim(dim))
+        return diff.mul(diff).sum_dim(dim).div_scalar(float(max(n - correction, 0)))
+
+    def logsumexp(self, dim: int) -> Any:
+        """``log(sum(exp(x)))`` along ``dim`` (kept), computed stably."""
+        x = self.float()
+        dim = normalize_dim("logsumexp", dim, len(x._p.shape))
+        peak = x.max_dim(dim).detach()
+        peak = peak.mask_fill(peak.is_inf(), 0.0)
+        return x.sub(peak).exp().sum_dim(dim).log().add(peak)
+
+    def norm(self, p: float = 2.0, dim: int | None = None) -> Any:
+        """The ``p``-norm of all elements (shape ``[1]``) or along ``dim`` (kept)."""
+        x = self.float().abs()
+        if p == float("inf"):
+            return x.max() if dim is None else x.max_dim(dim)
+        if p == 1:
+            return x.sum() if dim is None else x.sum_dim(dim)
+        if p == 2:
+            sq = x.mul(x)
+            return (sq.sum() if dim is None else sq.sum_dim(dim)).sqrt()
+        powered = x.powf_scalar(p)
+        return (powered.sum() if dim is None else powered.sum_dim(dim)).powf_scalar(1.0 / p)
+
+    # ------------------------------------------------------------------ scans
+    def _scan(self, op: str, dim: int) -> Any:
+        p = self._p
+        dim = normalize_dim(op, dim, len(p.shape))
+        if p.dtype == BOOL_NP:
+            p = self._d._b.cast(p, DType.INT64)
+        return self.__class__(self._d._b.cumulative(op, p, dim), self._d)
+
+    def cumsum(self, dim: int) -> Any:
+        """Running sums along ``dim``."""
+        return self._scan("cumsum", dim)
+
+    def cumprod(self, dim: int) -> Any:
+        """Running products along ``dim``."""
+        return self._scan("cumprod", dim)
+
+    def cummax(self, dim: int) -> Any:
+        """Running maxima along ``dim``."""
+        return self._scan("cummax", dim)
+
+    def cummin(self, dim: int) -> Any:
+        """Running minima along ``dim``."""
+        return self._scan("cummin", dim)
+
+    # ------------------------------------------------------------------ sorting
+    def argsort(self, dim: int = -1, descending: bool = False) -> Any:
+        """Indices (int64) that sort along ``dim``; stable; NaN sorts as the largest."""
+        p = self._p
+        dim = normalize_dim("argsort", dim, len(p.shape))
+        if p.dtype == BOOL_NP:
+            p = self._d._b.cast(p, DType.UINT8)
+        return self.__class__(self._d._b.argsort(p, dim, bool(descending)), self._d)
+
+    def sort_with_indices(self, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
+        """``(values, indices)`` sorted along ``dim``; gradients flow through ``indices``."""
+        indices = self.argsort(dim, descending)
+        return self.gather(normalize_dim("sort", dim, len(self._p.shape)), indices), indices
+
+    def sort(self, dim: int = -1, descending: bool = False) -> Any:
+        return self.sort_with_indices(dim, descending)[0]
+
+    def topk_with_indices(self, k: int, dim: int = -1) -> tuple[Any, Any]:
+        """The ``k`` largest values along ``dim``, largest first, with their indices."""
+        dim = normalize_dim("topk", dim, len(self._p.shape))
+        n = self._p.shape[dim]
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
+            raise ValueRangeError(f"ember: topk: k must be an int in [0, {n}] for dim {dim}, got {k!r}")
+        indices = self.argsort(dim, descending=True).narrow(dim, 0, k)
+        return self.gather(dim, indices), indices
+
+    def topk(self, k: int, dim: int = -1) -> Any:
+        return self.topk_with_indices(k, dim)[0]
+

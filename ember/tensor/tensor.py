@@ -1,0 +1,347 @@
+"""``Tensor``: the user's tensor. It holds a backend primitive and a device.
+
+Every op checks its arguments, then calls the device's backend. Ops live in
+mixins by family (``ember/tensor/ops``); this file holds creation and read-out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.backend.distribution import Distribution
+from ember.backend.dtype import DType
+from ember.device import Device
+from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
+from ember.tensor.data import TensorData, to_array
+from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE, as_scalar
+from ember.tensor.ops.arithmetic import ArithmeticOps
+from ember.tensor.ops.autodiff import AutodiffOps
+from ember.tensor.ops.compare import CompareOps
+from ember.tensor.ops.indexing import IndexingOps
+from ember.tensor.ops.layout import LayoutOps
+from ember.tensor.ops.reduce import ReduceOps
+from ember.tensor.shape import Shape, as_shape, numel
+
+
+def _device(device: Device | None) -> Device:
+    if device is None:
+        return Device.default()
+    if not isinstance(device, Device):
+        raise DeviceError(f"ember: expected a Device (e.g. Device.flex()), got {device!r}")
+    return device
+
+
+def _dtype(dtype: DType | str | None, default: DType) -> DType:
+    return default if dtype is None else DType.parse(dtype)
+
+
+class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, AutodiffOps):
+    """An n-dimensional array on a device; float, int or bool by its dtype.
+
+    >>> from ember import Device, Tensor
+    >>> t = Tensor.from_data([[1.0, 2.0], [3.0, 4.0]], device=Device.flex())
+    >>> t.matmul(t).sum().into_scalar()
+    54.0
+    """
+
+    __slots__ = ("_p", "_d")
+    __array_ufunc__ = None  # numpy defers to Tensor's operators instead of converting it
+
+    def __init__(self, primitive: Any, device: Device):
+        self._p = primitive
+        self._d = device
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def from_data(cls, data: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        """A tensor from array-like data: nested lists, a numpy array, ``TensorData``
+        or a scalar. Python floats give float32, ints int64, bools bool; numpy arrays
+        keep their dtype."""
+        if isinstance(data, Tensor):
+            out = data.to_device(_device(device)) if device is not None else data
+            return out if dtype is None else out.cast(dtype)
+        device = _device(device)
+        array = to_array("Tensor.from_data", data, None if dtype is None else DType.parse(dtype))
+        return cls(device._b.from_numpy(array), device)
+
+    @classmethod
+    def _from_kind(cls, op: str, data: Any, device: Device | None, dtype: Any, kind: str, default: DType) -> Tensor:
+        dtype = _dtype(dtype, default)
+        if dtype.kind != kind:
+            raise DTypeError(f"ember: {op}: dtype must be a {kind} dtype, got {dtype}")
+        return cls.from_data(data, device=device, dtype=dtype)
+
+    @classmethod
+    def from_floats(cls, data: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        """A float tensor (float32 unless ``dtype`` says otherwise)."""
+        return cls._from_kind("Tensor.from_floats", data, device, dtype, "float", DType.FLOAT32)
+
+    @classmethod
+    def from_ints(cls, data: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        """An int tensor (int64 unless ``dtype`` says otherwise)."""
+        return cls._from_kind("Tensor.from_ints", data, device, dtype, "int", DType.INT64)
+
+    @classmethod
+    def from_bools(cls, data: Any, device: Device | None = None) -> Tensor:
+        """A bool tensor."""
+        return cls._from_kind("Tensor.from_bools", data, device, None, "bool", DType.BOOL)
+
+    @classmethod
+    def full(cls, shape: Any, value: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        """A tensor of ``shape`` filled with ``value`` (dtype from the value if not given)."""
+        value = as_scalar("Tensor.full", value)
+        if dtype is None:
+            dtype = DType.BOOL if isinstance(value, bool) else DType.INT64 if isinstance(value, int) else DType.FLOAT32
+        dtype = DType.parse(dtype)
+        device = _device(device)
+        if dtype.is_int and isinstance(value, float) and not value.is_integer():
+            raise DTypeError(f"ember: Tensor.full: the value {value} does not fit the int dtype {dtype}")
+        return cls(device._b.full(as_shape("Tensor.full", shape), value, dtype), device)
+
+    @classmethod
+    def zeros(cls, shape: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        dtype = _dtype(dtype, DType.FLOAT32)
+        return cls.full(shape, False if dtype.is_bool else 0, device, dtype)
+
+    @classmethod
+    def ones(cls, shape: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        dtype = _dtype(dtype, DType.FLOAT32)
+        return cls.full(shape, True if dtype.is_bool else 1, device, dtype)
+
+    @classmethod
+    def empty(cls, shape: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        """A tensor whose values are unspecified (zeros on every current backend)."""
+        return cls.zeros(shape, device, dtype)
+
+    def zeros_like(self) -> Tensor:
+        return Tensor.zeros(self._p.shape, self._d, self.dtype)
+
+    def ones_like(self) -> Tensor:
+        return Tensor.ones(self._p.shape, self._d, self.dtype)
+
+    def full_like(self, value: Any) -> Tensor:
+        return Tensor.full(self._p.shape, value, self._d, self.dtype)
+
+    @classmethod
+    def arange(
+        cls,
+        start: int,
+        end: int | None = None,
+        step: int = 1,
+        device: Device | None = None,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
+        """``[start, start + step, ...)`` below ``end`` (or ``[0, start)`` with one argument)."""
+        if end is None:
+            start, end = 0, start
+        for name, v in (("start", start), ("end", end), ("step", step)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise DTypeError(f"ember: Tensor.arange: {name} must be an int, got {v!r}")
+        if step == 0:
+            raise ValueRangeError("ember: Tensor.arange: step must not be 0")
+        dtype = _dtype(dtype, DType.INT64)
+        device = _device(device)
+        return cls(device._b.arange(int(start), int(end), int(step), dtype), device)
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+        """The ``n x m`` identity matrix."""
+        m = n if m is None else m
+        as_shape("Tensor.eye", (n, m))
+        rows = cls.arange(n, device=device).unsqueeze_dim(1)
+        cols = cls.arange(m, device=device).unsqueeze_dim(0)
+        return rows.equal(cols).cast(_dtype(dtype, DType.FLOAT32))
+
+    @classmethod
+    def random(
+        cls,
+        shape: Any,
+        distribution: Distribution | None = None,
+        device: Device | None = None,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
+        """Values drawn from ``distribution`` with the device's generator (see ``Device.seed``)."""
+        distribution = Distribution.default() if distribution is None else distribution
+        if not isinstance(distribution, Distribution):
+            raise DTypeError(f"ember: Tensor.random: expected a Distribution, got {distribution!r}")
+        dtype = _dtype(dtype, DType.FLOAT32)
+        device = _device(device)
+        return cls(device._b.random(as_shape("Tensor.random", shape), distribution, dtype), device)
+
+    def random_like(self, distribution: Distribution | None = None) -> Tensor:
+        return Tensor.random(self._p.shape, distribution, self._d, self.dtype)
+
+    # ------------------------------------------------------------------ read-out
+    @property
+    def shape(self) -> Shape:
+        return Shape(self._p.shape)
+
+    def dims(self) -> list[int]:
+        return list(self._p.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self._p.shape)
+
+    ndim = rank
+
+    def num_elements(self) -> int:
+        return numel(self._p.shape)
+
+    numel = num_elements
+
+    @property
+    def dtype(self) -> DType:
+        return NP_TO_DTYPE[self._p.dtype]
+
+    @property
+    def device(self) -> Device:
+        return self._d
+
+    @property
+    def primitive(self) -> Any:
+        """The backend primitive (for backend authors)."""
+        return self._p
+
+    def is_float(self) -> bool:
+        return self._p.dtype in FLOAT_NP
+
+    def to_data(self) -> TensorData:
+        """A copy of the values on the host."""
+        return TensorData._wrap(np.array(self._d._b.to_numpy(self._p), copy=True))
+
+    def to_numpy(self) -> np.ndarray:
+        """A copy of the values as a numpy array."""
+        return np.array(self._d._b.to_numpy(self._p), copy=True)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        array = self.to_numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def tolist(self) -> Any:
+        return self.to_data().tolist()
+
+    def into_scalar(self) -> int | float | bool:
+        """The value of a one-element tensor as a Python number (a sync point)."""
+        n = numel(self._p.shape)
+        if n != 1:
+            raise ShapeError(
+                f"ember: into_scalar needs a tensor with exactly one element, got shape "
+                f"{list(self._p.shape)}; reduce it first (e.g. .sum() or .mean())"
+            )
+        value = self._d._b.to_numpy(self._p).reshape(-1)[0]
+        if value.dtype.kind == "V" or value.dtype == np.float16:
+            return float(value)
+        return value.item()
+
+    item = into_scalar
+
+    def __float__(self) -> float:
+        return float(self.into_scalar())
+
+    def __int__(self) -> int:
+        return int(self.into_scalar())
+
+    def __index__(self) -> int:
+        if self._p.dtype not in FLOAT_NP and self._p.dtype != np.bool_:
+            return int(self.into_scalar())
+        raise TypeError("ember: only an int tensor with one element can be used as an index")
+
+    def __bool__(self) -> bool:
+        if numel(self._p.shape) != 1:
+            raise ValueError(
+                f"ember: the truth value of a tensor with shape {list(self._p.shape)} is ambiguous; "
+                "use .any() or .all()"
+            )
+        return bool(self.into_scalar())
+
+    def __len__(self) -> int:
+        if not self._p.shape:
+            raise TypeError("ember: len() of a rank-0 tensor")
+        return self._p.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    __hash__ = object.__hash__
+
+    def __reduce__(self):
+        return (_rebuild, (self.to_numpy(), self._d))
+
+    def __repr__(self) -> str:
+        array = self._d._b.to_numpy(self._p)
+        if array.dtype.kind == "V":
+            array = array.astype(np.float32)
+        body = np.array2string(array, separator=", ", threshold=200, edgeitems=3, precision=6, prefix="Tensor(")
+        extra = ", require_grad=True" if self.is_require_grad() else ""
+        return f"Tensor({body}, shape={list(self._p.shape)}, dtype={self.dtype}, device={self._d!r}{extra})"
+
+    # ------------------------------------------------------------------ device and dtype
+    def to_device(self, device: Device) -> Tensor:
+        """This tensor on ``device`` (itself if already there).
+
+        Between a device and its autodiff wrapper this keeps the values and wraps or
+        unwraps them (moving to the inner device detaches); between backends it copies.
+        """
+        device = _device(device)
+        src = self._d
+        if device is src:
+            return self
+        if device.inner() is src.inner() or device.inner() == src.inner():
+            prim = self._p
+            if src.is_autodiff():
+                prim = src._b.unwrap(prim)
+            if device.is_autodiff():
+                prim = device._b.wrap(prim)
+            return Tensor(prim, device)
+        prim = self._p
+        if src.is_autodiff() and device.is_autodiff():
+            return Tensor(device._b.move_from(prim, src._b), device)
+        if src.is_autodiff():
+            prim = src._b.unwrap(prim)
+        array = src.inner()._b.to_numpy(prim)
+        prim = device.inner()._b.from_numpy(np.ascontiguousarray(array))
+        if device.is_autodiff():
+            prim = device._b.wrap(prim)
+        return Tensor(prim, device)
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        """This tensor converted to ``dtype`` (floats to ints truncate toward zero)."""
+        dtype = DType.parse(dtype)
+        if dtype.np == self._p.dtype:
+            return self
+        return Tensor(self._d._b.cast(self._p, dtype), self._d)
+
+    def float(self) -> Tensor:
+        """Cast to float32 unless already a float."""
+        return self if self._p.dtype in FLOAT_NP else self.cast(DType.FLOAT32)
+
+    def int(self) -> Tensor:
+        """Cast to int64."""
+        return self.cast(DType.INT64)
+
+    def bool(self) -> Tensor:
+        """Cast to bool (nonzero is True)."""
+        return self.cast(DType.BOOL)
+
+    def clone(self) -> Tensor:
+        """The same tensor (tensors are immutable values; this is Burn's ``clone``)."""
+        return self
+
+    @staticmethod
+    def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        """Tensors of equal shape joined along a new dim."""
+        return LayoutOps._stack(tensors, dim)
+
+    @staticmethod
+    def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        """Tensors joined along an existing dim."""
+        return LayoutOps._cat(tensors, dim)
+
+
+def _rebuild(array: np.ndarray, device: Device) -> Tensor:
+    return Tensor.from_data(array, device=device)
