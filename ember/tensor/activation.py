@@ -39,7 +39,8 @@ def _fused(x: Tensor, name: str, *args: Any) -> Tensor | None:
 def relu(x: Tensor) -> Tensor:
     """``max(x, 0)``."""
     x = _float("relu", x)
-    return _fused(x, "relu") or x.clamp_min(0.0)
+    fused = _fused(x, "relu")
+    return x.clamp_min(0.0) if fused is None else fused
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
@@ -55,7 +56,8 @@ def relu6(x: Tensor) -> Tensor:
 def sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))``."""
     x = _float("sigmoid", x)
-    return _fused(x, "sigmoid") or x.mul_scalar(0.5).tanh().add_scalar(1.0).mul_scalar(0.5)
+    fused = _fused(x, "sigmoid")
+    return x.mul_scalar(0.5).tanh().add_scalar(1.0).mul_scalar(0.5) if fused is None else fused
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:

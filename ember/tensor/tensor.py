@@ -290,7 +290,7 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
         device = _device(device)
         src = self._d
         if device is src:
-            return self
+            return self.__class__(self._p, self._d)
         if device.inner() is src.inner() or device.inner() == src.inner():
             prim = self._p
             if src.is_autodiff():
@@ -313,12 +313,12 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
         """This tensor converted to ``dtype`` (floats to ints truncate toward zero)."""
         dtype = DType.parse(dtype)
         if dtype.np == self._p.dtype:
-            return self
+            return self.__class__(self._p, self._d)
         return Tensor(self._d._b.cast(self._p, dtype), self._d)
 
     def float(self) -> Tensor:
         """Cast to float32 unless already a float."""
-        return self if self._p.dtype in FLOAT_NP else self.cast(DType.FLOAT32)
+        return self.__class__(self._p, self._d) if self._p.dtype in FLOAT_NP else self.cast(DType.FLOAT32)
 
     def int(self) -> Tensor:
         """Cast to int64."""
@@ -329,8 +329,9 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
         return self.cast(DType.BOOL)
 
     def clone(self) -> Tensor:
-        """The same tensor (tensors are immutable values; this is Burn's ``clone``)."""
-        return self
+        """A new handle to the same values (cheap: values are immutable; item assignment
+        on one handle leaves the other unchanged)."""
+        return self.__class__(self._p, self._d)
 
     @staticmethod
     def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 import ml_dtypes
@@ -11,12 +10,9 @@ import numpy as np
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
+from ember.backend.flex.quiet import quiet_reset, quiet_set
 from ember.backend.flex.special import erf
 from ember.errors import IndexOutOfBoundsError
-
-# Floating-point warnings (log(0), 0/0, ...) are expected results, as in PyTorch:
-# silence them for the calls made from this module only.
-warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember\.backend\.flex")
 
 _F32 = np.dtype(np.float32)
 _HALF = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
@@ -141,15 +137,23 @@ class FlexBackend(Backend):
 
     # ------------------------------------------------------------------ elementwise
     def unary(self, op: str, x: np.ndarray) -> np.ndarray:
-        if x.dtype in _HALF and op in _UPCAST_UNARY:
-            return _arr(_UNARY[op](x.astype(_F32))).astype(x.dtype)
-        return _arr(_UNARY[op](x))
+        token = quiet_set()
+        try:
+            if x.dtype in _HALF and op in _UPCAST_UNARY:
+                return _arr(_UNARY[op](x.astype(_F32))).astype(x.dtype)
+            return _arr(_UNARY[op](x))
+        finally:
+            quiet_reset(token)
 
     def binary(self, op: str, a: np.ndarray, b) -> np.ndarray:
-        if a.dtype in _HALF and op in ("pow", "atan2", "remainder", "floor_div"):
-            b32 = b.astype(_F32) if type(b) is _NDARRAY else b
-            return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
-        return _arr(_BINARY[op](a, b))
+        token = quiet_set()
+        try:
+            if a.dtype in _HALF and op in ("pow", "atan2", "remainder", "floor_div"):
+                b32 = b.astype(_F32) if type(b) is _NDARRAY else b
+                return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
+            return _arr(_BINARY[op](a, b))
+        finally:
+            quiet_reset(token)
 
     def where(self, cond, a, b) -> np.ndarray:
         out = np.where(cond, a, b)
@@ -160,32 +164,50 @@ class FlexBackend(Backend):
         return _arr(np.clip(x, low, high))
 
     def cast(self, x, dtype: DType) -> np.ndarray:
-        return x.astype(dtype.np)
+        token = quiet_set()
+        try:
+            return x.astype(dtype.np)
+        finally:
+            quiet_reset(token)
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a, b) -> np.ndarray:
-        if a.dtype in _HALF:
-            return np.matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
-        return np.matmul(a, b)
+        token = quiet_set()
+        try:
+            if a.dtype in _HALF:
+                return np.matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+            return np.matmul(a, b)
+        finally:
+            quiet_reset(token)
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: str, x, dim: int) -> np.ndarray:
-        if x.dtype in _HALF and op in ("sum", "mean", "prod"):
-            return _REDUCE[op](x, axis=dim, keepdims=True, dtype=_F32).astype(x.dtype)
-        if op in ("sum", "prod") and x.dtype.kind in "bui":
-            return _REDUCE[op](x, axis=dim, keepdims=True, dtype=x.dtype if x.dtype.kind != "b" else np.int64)
-        return _arr(_REDUCE[op](x, axis=dim, keepdims=True))
+        if op == "mean" and x.shape[dim] == 0:
+            return np.full(x.shape[:dim] + (1,) + x.shape[dim + 1:], np.nan, dtype=x.dtype)
+        token = quiet_set()
+        try:
+            if x.dtype in _HALF and op in ("sum", "mean", "prod"):
+                return _REDUCE[op](x, axis=dim, keepdims=True, dtype=_F32).astype(x.dtype)
+            if op in ("sum", "prod") and x.dtype.kind in "bui":
+                return _REDUCE[op](x, axis=dim, keepdims=True, dtype=x.dtype if x.dtype.kind != "b" else np.int64)
+            return _arr(_REDUCE[op](x, axis=dim, keepdims=True))
+        finally:
+            quiet_reset(token)
 
     def arg_reduce(self, op: str, x, dim: int) -> np.ndarray:
         fn = np.argmax if op == "argmax" else np.argmin
         return _arr(fn(x, axis=dim, keepdims=True)).astype(np.int64, copy=False)
 
     def cumulative(self, op: str, x, dim: int) -> np.ndarray:
-        if x.dtype in _HALF and op in ("cumsum", "cumprod"):
-            return _CUMULATIVE[op](x.astype(_F32), axis=dim).astype(x.dtype)
-        if op in ("cumsum", "cumprod"):
-            return _CUMULATIVE[op](x, axis=dim, dtype=x.dtype)
-        return _CUMULATIVE[op](x, axis=dim)
+        token = quiet_set()
+        try:
+            if x.dtype in _HALF and op in ("cumsum", "cumprod"):
+                return _CUMULATIVE[op](x.astype(_F32), axis=dim).astype(x.dtype)
+            if op in ("cumsum", "cumprod"):
+                return _CUMULATIVE[op](x, axis=dim, dtype=x.dtype)
+            return _CUMULATIVE[op](x, axis=dim)
+        finally:
+            quiet_reset(token)
 
     def argsort(self, x, dim: int, descending: bool) -> np.ndarray:
         if x.dtype in _HALF:
@@ -264,16 +286,24 @@ class FlexBackend(Backend):
     def softmax(self, x, dim: int):
         if x.dtype in _HALF:
             return self.softmax(x.astype(_F32), dim).astype(x.dtype)
-        e = np.exp(x - x.max(axis=dim, keepdims=True))
-        e /= e.sum(axis=dim, keepdims=True)
-        return e
+        token = quiet_set()
+        try:
+            e = np.exp(x - x.max(axis=dim, keepdims=True))
+            e /= e.sum(axis=dim, keepdims=True)
+            return e
+        finally:
+            quiet_reset(token)
 
     def log_softmax(self, x, dim: int):
         if x.dtype in _HALF:
             return self.log_softmax(x.astype(_F32), dim).astype(x.dtype)
-        shifted = x - x.max(axis=dim, keepdims=True)
-        shifted -= np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
-        return shifted
+        token = quiet_set()
+        try:
+            shifted = x - x.max(axis=dim, keepdims=True)
+            shifted -= np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
+            return shifted
+        finally:
+            quiet_reset(token)
 
     def linear(self, x, weight, bias):
         if x.dtype in _HALF:

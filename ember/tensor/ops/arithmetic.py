@@ -182,7 +182,7 @@ class ArithmeticOps:
 
     def _integral_or(self, op: str) -> Any:
         if self._p.dtype not in FLOAT_NP:
-            return self
+            return self.__class__(self._p, self._d)
         return unary(self, op, op, "float")
 
     def round(self) -> Any:
@@ -334,7 +334,7 @@ class ArithmeticOps:
         return self.neg()
 
     def __pos__(self) -> Any:
-        return self
+        return self.__class__(self._p, self._d)
 
     def __abs__(self) -> Any:
         return self.abs()

@@ -24,7 +24,7 @@ class AutodiffOps:
     def set_require_grad(self, require_grad: bool) -> Any:
         d = self._d
         if not d.is_autodiff():
-            return self
+            return self.__class__(self._p, self._d)
         if require_grad and self._p.dtype not in FLOAT_NP:
             raise DTypeError(
                 f"ember: require_grad: only float tensors have gradients, got {self.dtype}; cast first"
@@ -40,7 +40,7 @@ class AutodiffOps:
         """The same values, cut from the graph (no gradient flows through)."""
         d = self._d
         if not d.is_autodiff() or not d._b.is_tracked(self._p):
-            return self
+            return self.__class__(self._p, self._d)
         return self.__class__(d._b.detach(self._p), d)
 
     def _autodiff_backend(self, op: str) -> Any:

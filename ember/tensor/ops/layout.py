@@ -46,7 +46,7 @@ class LayoutOps:
                 f"({numel(new)} elements); the element counts must match"
             )
         if new == old:
-            return self
+            return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.reshape(self._p, new), self._d)
 
     view = reshape
@@ -109,7 +109,7 @@ class LayoutOps:
             raise ShapeError(f"ember: permute: {list(axes)} must name each of the {rank} dims once")
         axes = normalize_dims("permute", axes, rank)
         if axes == tuple(range(rank)):
-            return self
+            return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.permute(self._p, axes), self._d)
 
     def swap_dims(self, dim1: int, dim2: int) -> Any:
@@ -125,7 +125,7 @@ class LayoutOps:
         if dim1 is not None or dim2 is not None:
             return self.swap_dims(dim1 if dim1 is not None else -2, dim2 if dim2 is not None else -1)
         if len(self._p.shape) < 2:
-            return self
+            return self.__class__(self._p, self._d)
         return self.swap_dims(-2, -1)
 
     @property
@@ -146,7 +146,7 @@ class LayoutOps:
             dims = (dims,)
         axes = normalize_dims("flip", dims, len(self._p.shape))
         if not axes:
-            return self
+            return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.flip(self._p, axes), self._d)
 
     # ------------------------------------------------------------------ broadcast and repeat
@@ -166,7 +166,7 @@ class LayoutOps:
         if broadcast_shapes("expand", old, new) != new:
             raise ShapeError(f"ember: expand: shape {list(old)} cannot be broadcast to {list(new)}")
         if new == old:
-            return self
+            return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.expand(self._p, new), self._d)
 
     def broadcast_to(self, shape: Any) -> Any:
@@ -180,7 +180,7 @@ class LayoutOps:
         if times < 0:
             raise ValueRangeError(f"ember: repeat_dim: times must be >= 0, got {times}")
         if times == 1:
-            return self
+            return self.__class__(self._p, self._d)
         expanded = self.unsqueeze_dim(dim).expand(shape[:dim] + (times,) + shape[dim:])
         return expanded.reshape(shape[:dim] + (shape[dim] * times,) + shape[dim + 1:])
 
@@ -248,7 +248,7 @@ class LayoutOps:
         """
         slices = self._normalize_slices("slice", list(ranges))
         if all(s == (0, n, 1) for s, n in zip(slices, self._p.shape)):
-            return self
+            return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.slice(self._p, slices), self._d)
 
     def slice_assign(self, ranges: Sequence[Any], value: Any) -> Any:
@@ -261,9 +261,14 @@ class LayoutOps:
         if value._d is not self._d:
             check_device("slice_assign", self, value)
         if value._p.shape != region:
-            if broadcast_shapes("slice_assign", value._p.shape, region) != region:
+            try:
+                fits = broadcast_shapes("slice_assign", value._p.shape, region) == region
+            except ShapeError:
+                fits = False
+            if not fits:
                 raise ShapeError(
-                    f"ember: slice_assign: value of shape {list(value._p.shape)} does not fit the region {list(region)}"
+                    f"ember: slice_assign: a value of shape {list(value._p.shape)} does not fit the "
+                    f"region {list(region)}; give a tensor of the region's shape (or one that broadcasts to it)"
                 )
             value = value.expand(region)
         if value._p.dtype != self._p.dtype:

@@ -1,0 +1,168 @@
+"""``autodiff``: reverse-mode differentiation as a decorator around any backend."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ember.backend.autodiff.checkpoint import Checkpointing
+from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, topological_order
+from ember.backend.autodiff.rules.activation import ActivationRules
+from ember.backend.autodiff.rules.elementwise import ElementwiseRules
+from ember.backend.autodiff.rules.indexing import IndexingRules
+from ember.backend.autodiff.rules.layout import LayoutRules
+from ember.backend.autodiff.rules.linalg import LinalgRules
+from ember.backend.autodiff.rules.reduce import ReduceRules
+from ember.backend.base import Backend
+from ember.backend.dtype import DType
+from ember.errors import GraphError
+
+
+class AutodiffBackend(
+    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, Backend
+):
+    """Wraps ``inner``: every op runs on the inner backend and, when an input is
+    tracked, records a node whose step computes the inputs' gradients."""
+
+    def __init__(self, inner: Backend, checkpointing: Checkpointing = Checkpointing.DISABLED):
+        self.inner = inner
+        self.checkpointing = checkpointing
+        self._balanced = checkpointing is Checkpointing.BALANCED
+        self._next_id = itertools.count(1).__next__
+        self.name = f"autodiff<{inner.name}>"
+
+    # ------------------------------------------------------------------ wrapping
+    def wrap(self, inner: Any) -> AutodiffTensor:
+        """An untracked primitive of this backend around an inner primitive."""
+        return AutodiffTensor(inner, None)
+
+    def unwrap(self, x: AutodiffTensor) -> Any:
+        return x.inner
+
+    def move_from(self, x: AutodiffTensor, source: AutodiffBackend) -> AutodiffTensor:
+        """``x`` from another autodiff backend; gradients flow back across the move."""
+        array = np.ascontiguousarray(source.inner.to_numpy(x.inner))
+        out = self.inner.from_numpy(array)
+        if x.node is None:
+            return AutodiffTensor(out, None)
+        return self._record(out, (x.node,), _move_step, (), source.inner)
+
+    # ------------------------------------------------------------------ tracking
+    def set_require_grad(self, x: AutodiffTensor, require_grad: bool) -> AutodiffTensor:
+        if not require_grad:
+            return AutodiffTensor(x.inner, None)
+        if x.node is not None and not x.node.consumed:
+            return x
+        return AutodiffTensor(x.inner, Node(self._next_id(), (), None, (), None))
+
+    def is_tracked(self, x: AutodiffTensor) -> bool:
+        return x.node is not None
+
+    def detach(self, x: AutodiffTensor) -> AutodiffTensor:
+        return AutodiffTensor(x.inner, None)
+
+    # ------------------------------------------------------------------ backward
+    def backward(self, root: AutodiffTensor) -> Gradients:
+        """Gradients of ``root`` (seeded with ones) for every leaf that requires grad."""
+        node = root.node
+        if node is None:
+            raise GraphError(
+                "ember: backward: the tensor does not require grad, so there is nothing to "
+                "differentiate; mark inputs with .require_grad() (module parameters are) and "
+                "build them on an autodiff device"
+            )
+        order = topological_order(node)
+        B = self.inner
+        pending: dict[int, Any] = {node.id: B.full(root.shape, 1, DType.from_numpy(root.dtype))}
+        grads = Gradients()
+        recomputed: dict[int, Any] = {}
+        for n in order:
+            g = pending.pop(n.id, None)
+            step = n.step
+            if step is None:  # a leaf
+                if g is not None:
+                    grads.register(n.id, g)
+                continue
+            if g is not None:
+                saved = n.saved
+                if self._balanced:
+                    saved = tuple(_resolve(n, h, recomputed) for h in saved)
+                parent_grads = step(B, g, saved, n.ctx)
+                for parent, pg in zip(n.parents, parent_grads):
+                    if parent is None or pg is None:
+                        continue
+                    pid = parent.id
+                    prev = pending.get(pid)
+                    pending[pid] = pg if prev is None else B.binary("add", prev, pg)
+            recomputed.pop(n.id, None)
+            n.release()
+        return grads
+
+    def grad(self, x: AutodiffTensor, grads: Gradients) -> Any:
+        return None if x.node is None else grads.get(x.node.id)
+
+    def grad_remove(self, x: AutodiffTensor, grads: Gradients) -> Any:
+        return None if x.node is None else grads.remove(x.node.id)
+
+    def grad_replace(self, x: AutodiffTensor, grads: Gradients, grad: Any) -> None:
+        if x.node is None:
+            raise GraphError("ember: grad_replace: the tensor is not tracked, so it has no gradient slot")
+        grads.register(x.node.id, grad)
+
+    # ------------------------------------------------------------------ passthrough
+    def from_numpy(self, array: np.ndarray) -> AutodiffTensor:
+        return AutodiffTensor(self.inner.from_numpy(array), None)
+
+    def to_numpy(self, x: AutodiffTensor) -> np.ndarray:
+        return self.inner.to_numpy(x.inner)
+
+    def full(self, shape, value, dtype) -> AutodiffTensor:
+        return AutodiffTensor(self.inner.full(shape, value, dtype), None)
+
+    def arange(self, start, stop, step, dtype) -> AutodiffTensor:
+        return AutodiffTensor(self.inner.arange(start, stop, step, dtype), None)
+
+    def random(self, shape, distribution, dtype) -> AutodiffTensor:
+        return AutodiffTensor(self.inner.random(shape, distribution, dtype), None)
+
+    def seed(self, seed: int) -> None:
+        self.inner.seed(seed)
+
+    def rng_state(self) -> Any:
+        return self.inner.rng_state()
+
+    def set_rng_state(self, state: Any) -> None:
+        self.inner.set_rng_state(state)
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+
+def _move_step(B, g, saved, source):
+    return (source.from_numpy(np.ascontiguousarray(B.to_numpy(g))),)
+
+
+def _resolve(node: Node, handle: Any, cache: dict[int, Any]) -> Any:
+    """The value behind a saved handle, recomputing memory-bound outputs (iteratively)."""
+    if handle is SELF:
+        handle = node
+    elif type(handle) is not Node:
+        return handle
+    if handle.id in cache:
+        return cache[handle.id]
+    stack = [handle]
+    while stack:
+        current = stack[-1]
+        if current.id in cache:
+            stack.pop()
+            continue
+        fn, inputs = current.recompute
+        missing = [h for h in inputs if type(h) is Node and h.id not in cache]
+        if missing:
+            stack.extend(missing)
+            continue
+        cache[current.id] = fn(*(cache[h.id] if type(h) is Node else h for h in inputs))
+        stack.pop()
+    return cache[handle.id]

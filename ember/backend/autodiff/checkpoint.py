@@ -1,0 +1,22 @@
+"""Checkpointing strategies: what the graph keeps between forward and backward."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Checkpointing(Enum):
+    """``DISABLED`` keeps every activation a backward step needs. ``BALANCED``
+    (Burn's ``BalancedCheckpointing``) keeps the outputs of compute-bound ops
+    (matmul, reductions, ...) and recomputes memory-bound ones (elementwise and
+    layout ops) during backward, trading a little compute for memory."""
+
+    DISABLED = "Disabled"
+    BALANCED = "Balanced"
+
+    @property
+    def label(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Checkpointing.{self.name}"

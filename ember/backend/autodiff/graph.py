@@ -1,0 +1,126 @@
+"""The autodiff graph: tracked primitives, nodes, ordering and ``Gradients``.
+
+Each op on a tracked input creates a :class:`Node` holding its parents, its backward
+``step``, the values the step needs (``saved``) and constants (``ctx``). The graph is
+reachable only from the tensors computed in it, so it is freed with them; backward
+releases each node's saved values as soon as its step has run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.errors import GraphError
+
+
+class AutodiffTensor:
+    """The autodiff backend's primitive: an inner primitive plus its graph node
+    (``None`` when untracked)."""
+
+    __slots__ = ("inner", "node", "shape", "dtype")
+
+    def __init__(self, inner: Any, node: Node | None):
+        self.inner = inner
+        self.node = node
+        self.shape = inner.shape
+        self.dtype = inner.dtype
+
+    def __repr__(self) -> str:
+        return f"AutodiffTensor(node={None if self.node is None else self.node.id}, inner={self.inner!r})"
+
+
+class Node:
+    """One op in the graph. A leaf (a tensor that requires grad) has no ``step``.
+
+    ``step(B, g, saved, ctx)`` returns one gradient (or ``None``) per parent.
+    ``recompute``, set for memory-bound ops under balanced checkpointing, is
+    ``(fn, handles)``: the op's output is ``fn(*values of handles)``.
+    """
+
+    __slots__ = ("id", "parents", "step", "saved", "ctx", "recompute", "consumed")
+
+    def __init__(self, node_id: int, parents: tuple, step: Any, saved: tuple, ctx: Any):
+        self.id = node_id
+        self.parents = parents
+        self.step = step
+        self.saved = saved
+        self.ctx = ctx
+        self.recompute = None
+        self.consumed = False
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.step is None and not self.consumed
+
+    def release(self) -> None:
+        """Drop what backward needed; the node stays as a marker of a consumed graph."""
+        self.step = None
+        self.saved = None
+        self.ctx = None
+        self.recompute = None
+        self.parents = ()
+        self.consumed = True
+
+
+class Gradients:
+    """Gradients from one backward pass, keyed by node id. Values are primitives of
+    the inner backend; read them with ``tensor.grad(grads)``."""
+
+    __slots__ = ("_grads",)
+
+    def __init__(self) -> None:
+        self._grads: dict[int, Any] = {}
+
+    def get(self, node_id: int) -> Any:
+        return self._grads.get(node_id)
+
+    def remove(self, node_id: int) -> Any:
+        return self._grads.pop(node_id, None)
+
+    def register(self, node_id: int, grad: Any) -> None:
+        self._grads[node_id] = grad
+
+    def node_ids(self) -> list[int]:
+        return list(self._grads)
+
+    def __len__(self) -> int:
+        return len(self._grads)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._grads
+
+    def __repr__(self) -> str:
+        return f"Gradients({len(self._grads)} tensors)"
+
+
+SELF = object()  # a saved handle meaning "this node's own output" (recomputed)
+
+
+def topological_order(root: Node) -> list[Node]:
+    """Every node reachable from ``root``, children before parents (no recursion).
+
+    Node ids grow with creation, so a parent's id is always lower than its child's:
+    sorting by descending id is a valid order for backward.
+    """
+    seen = {root}
+    stack = [root]
+    order = []
+    while stack:
+        node = stack.pop()
+        if node.consumed:
+            raise GraphError(
+                "ember: backward: this graph was already used by an earlier backward; each "
+                "forward pass supports one backward. Recompute the forward pass (or detach "
+                "the tensors you reuse across steps)"
+            )
+        order.append(node)
+        for parent in node.parents:
+            if parent is not None and parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    order.sort(key=_node_id, reverse=True)
+    return order
+
+
+def _node_id(node: Node) -> int:
+    return node.id

@@ -1,0 +1,1 @@
+"""Backward rules, one module per op family."""

@@ -1,0 +1,67 @@
+"""Fused activations: forward recording and backward steps side by side.
+
+Each wraps the inner backend's fused kernel; when the inner backend has none, the
+rule returns ``NotImplemented`` and the tensor layer differentiates the composite.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from ember.backend.autodiff.graph import AutodiffTensor
+from ember.backend.autodiff.rules.common import RecordMixin
+
+
+def _relu_step(B, g, saved, ctx):
+    (out,) = saved
+    return (B.where(B.binary("gt", out, 0.0), g, 0.0),)
+
+
+def _sigmoid_step(B, g, saved, ctx):
+    (out,) = saved
+    one_minus = B.binary("add", B.unary("neg", out), 1.0)
+    return (B.binary("mul", g, B.binary("mul", out, one_minus)),)
+
+
+def _softmax_step(B, g, saved, dim):
+    (out,) = saved
+    dot = B.reduce("sum", B.binary("mul", g, out), dim)
+    return (B.binary("mul", out, B.binary("sub", g, dot)),)
+
+
+def _log_softmax_step(B, g, saved, dim):
+    (out,) = saved
+    total = B.reduce("sum", g, dim)
+    return (B.binary("sub", g, B.binary("mul", B.unary("exp", out), total)),)
+
+
+class ActivationRules(RecordMixin):
+    """Recording of fused activations (relu and sigmoid memory-bound; softmax kept)."""
+
+    def _fused(self, name: str, x: AutodiffTensor, step: Any, memory_bound: bool, *args: Any) -> Any:
+        kernel = getattr(self.inner, name)
+        out = kernel(x.inner, *args)
+        if out is NotImplemented:
+            return NotImplemented
+        if x.node is None:
+            return AutodiffTensor(out, None)
+        recompute = (partial(_call, kernel, args), (self._keep(x),)) if (memory_bound and self._balanced) else None
+        ctx = args[0] if args else None
+        return self._record(out, (x.node,), step, (self._out(out, memory_bound),), ctx, recompute)
+
+    def relu(self, x: AutodiffTensor) -> Any:
+        return self._fused("relu", x, _relu_step, True)
+
+    def sigmoid(self, x: AutodiffTensor) -> Any:
+        return self._fused("sigmoid", x, _sigmoid_step, True)
+
+    def softmax(self, x: AutodiffTensor, dim: int) -> Any:
+        return self._fused("softmax", x, _softmax_step, False, dim)
+
+    def log_softmax(self, x: AutodiffTensor, dim: int) -> Any:
+        return self._fused("log_softmax", x, _log_softmax_step, False, dim)
+
+
+def _call(kernel, args, x):
+    return kernel(x, *args)

@@ -1,0 +1,85 @@
+"""Shared fixtures: the devices the conformance tests run on, and oracles.
+
+``EMBER_REQUIRE_TORCH=1`` turns a missing PyTorch into a failure instead of a skip,
+``EMBER_REQUIRE_GPU=1`` does the same for the cube backend's adapter (CI sets both).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from ember import Device
+
+REQUIRE_TORCH = os.environ.get("EMBER_REQUIRE_TORCH") == "1"
+REQUIRE_GPU = os.environ.get("EMBER_REQUIRE_GPU") == "1"
+
+
+def import_torch():
+    """PyTorch, or a skip (a failure when EMBER_REQUIRE_TORCH=1)."""
+    try:
+        import torch
+    except ImportError:
+        if REQUIRE_TORCH:
+            pytest.fail("PyTorch is required (EMBER_REQUIRE_TORCH=1) but not installed")
+        pytest.skip("PyTorch is not installed")
+    torch.set_num_threads(1)
+    return torch
+
+
+@pytest.fixture
+def torch():
+    return import_torch()
+
+
+def _gpu_device():
+    try:
+        device = Device.wgpu()
+        device.backend.ensure_ready()
+        return device
+    except Exception as error:
+        if REQUIRE_GPU:
+            pytest.fail(f"a GPU adapter is required (EMBER_REQUIRE_GPU=1): {error}")
+        pytest.skip(f"no GPU adapter: {error}")
+
+
+DEVICE_NAMES = ["flex", "flex+autodiff"]
+
+
+def make_device(name: str) -> Device:
+    if name == "flex":
+        return Device.flex()
+    if name == "flex+autodiff":
+        return Device.flex().autodiff()
+    if name == "cube":
+        return _gpu_device()
+    raise ValueError(name)
+
+
+@pytest.fixture(params=DEVICE_NAMES)
+def device(request):
+    """Every device the backend conformance suite runs on."""
+    return make_device(request.param)
+
+
+@pytest.fixture
+def flex():
+    return Device.flex()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def assert_close(actual, expected, rtol=1e-5, atol=1e-6, dtype_tol=None):
+    """Compare an ember tensor (or array) with an expected array in float64."""
+    a = np.asarray(actual.to_numpy() if hasattr(actual, "to_numpy") else actual)
+    e = np.asarray(expected)
+    assert a.shape == e.shape, f"shape {a.shape} != expected {e.shape}"
+    if a.dtype.kind == "b" or e.dtype.kind == "b":
+        np.testing.assert_array_equal(a, e)
+        return
+    np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
