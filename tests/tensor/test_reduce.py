@@ -64,7 +64,7 @@ def test_var_std(device, data):
     assert_close(t.var(1), data.astype(np.float64).var(1, ddof=1, keepdims=True), rtol=1e-4)
     assert_close(t.var_bias(2), data.astype(np.float64).var(2, keepdims=True), rtol=1e-4)
     assert_close(t.std(0), data.astype(np.float64).std(0, ddof=1, keepdims=True), rtol=1e-4)
-    var, mean = t.var_mean(1)
+    _, mean = t.var_mean(1)
     assert_close(mean, data.mean(1, keepdims=True), rtol=1e-5)
 
 

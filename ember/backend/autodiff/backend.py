@@ -74,8 +74,8 @@ class AutodiffBackend(
                 "build them on an autodiff device"
             )
         order = topological_order(node)
-        B = self.inner
-        pending: dict[int, Any] = {node.id: B.full(root.shape, 1, DType.from_numpy(root.dtype))}
+        ops = self.inner
+        pending: dict[int, Any] = {node.id: ops.full(root.shape, 1, DType.from_numpy(root.dtype))}
         grads = Gradients()
         recomputed: dict[int, Any] = {}
         for n in order:
@@ -89,13 +89,13 @@ class AutodiffBackend(
                 saved = n.saved
                 if self._balanced:
                     saved = tuple(_resolve(n, h, recomputed) for h in saved)
-                parent_grads = step(B, g, saved, n.ctx)
+                parent_grads = step(ops, g, saved, n.ctx)
                 for parent, pg in zip(n.parents, parent_grads):
                     if parent is None or pg is None:
                         continue
                     pid = parent.id
                     prev = pending.get(pid)
-                    pending[pid] = pg if prev is None else B.binary("add", prev, pg)
+                    pending[pid] = pg if prev is None else ops.binary("add", prev, pg)
             recomputed.pop(n.id, None)
             n.release()
         return grads
@@ -140,8 +140,8 @@ class AutodiffBackend(
         self.inner.sync()
 
 
-def _move_step(B, g, saved, source):
-    return (source.from_numpy(np.ascontiguousarray(B.to_numpy(g))),)
+def _move_step(ops, g, saved, source):
+    return (source.from_numpy(np.ascontiguousarray(ops.to_numpy(g))),)
 
 
 def _resolve(node: Node, handle: Any, cache: dict[int, Any]) -> Any:

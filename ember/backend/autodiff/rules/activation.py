@@ -13,27 +13,27 @@ from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
 
 
-def _relu_step(B, g, saved, ctx):
+def _relu_step(ops, g, saved, ctx):
     (out,) = saved
-    return (B.where(B.binary("gt", out, 0.0), g, 0.0),)
+    return (ops.where(ops.binary("gt", out, 0.0), g, 0.0),)
 
 
-def _sigmoid_step(B, g, saved, ctx):
+def _sigmoid_step(ops, g, saved, ctx):
     (out,) = saved
-    one_minus = B.binary("add", B.unary("neg", out), 1.0)
-    return (B.binary("mul", g, B.binary("mul", out, one_minus)),)
+    one_minus = ops.binary("add", ops.unary("neg", out), 1.0)
+    return (ops.binary("mul", g, ops.binary("mul", out, one_minus)),)
 
 
-def _softmax_step(B, g, saved, dim):
+def _softmax_step(ops, g, saved, dim):
     (out,) = saved
-    dot = B.reduce("sum", B.binary("mul", g, out), dim)
-    return (B.binary("mul", out, B.binary("sub", g, dot)),)
+    dot = ops.reduce("sum", ops.binary("mul", g, out), dim)
+    return (ops.binary("mul", out, ops.binary("sub", g, dot)),)
 
 
-def _log_softmax_step(B, g, saved, dim):
+def _log_softmax_step(ops, g, saved, dim):
     (out,) = saved
-    total = B.reduce("sum", g, dim)
-    return (B.binary("sub", g, B.binary("mul", B.unary("exp", out), total)),)
+    total = ops.reduce("sum", g, dim)
+    return (ops.binary("sub", g, ops.binary("mul", ops.unary("exp", out), total)),)
 
 
 class ActivationRules(RecordMixin):

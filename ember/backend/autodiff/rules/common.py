@@ -10,15 +10,15 @@ from ember.backend.dtype import DType
 Tracked = AutodiffTensor
 
 
-def zeros(B: Any, shape: tuple[int, ...], np_dtype: Any) -> Any:
-    return B.full(shape, 0, DType.from_numpy(np_dtype))
+def zeros(ops: Any, shape: tuple[int, ...], np_dtype: Any) -> Any:
+    return ops.full(shape, 0, DType.from_numpy(np_dtype))
 
 
-def zeros_like(B: Any, x: Any) -> Any:
-    return B.full(x.shape, 0, DType.from_numpy(x.dtype))
+def zeros_like(ops: Any, x: Any) -> Any:
+    return ops.full(x.shape, 0, DType.from_numpy(x.dtype))
 
 
-def unbroadcast(B: Any, g: Any, shape: tuple[int, ...]) -> Any:
+def unbroadcast(ops: Any, g: Any, shape: tuple[int, ...]) -> Any:
     """Sum ``g`` over the dims that broadcasting stretched, back to ``shape``."""
     gshape = g.shape
     if gshape == shape:
@@ -26,8 +26,8 @@ def unbroadcast(B: Any, g: Any, shape: tuple[int, ...]) -> Any:
     lead = len(gshape) - len(shape)
     for dim in range(len(gshape)):
         if dim < lead or (shape[dim - lead] == 1 and gshape[dim] != 1):
-            g = B.reduce("sum", g, dim)
-    return B.reshape(g, shape) if g.shape != shape else g
+            g = ops.reduce("sum", g, dim)
+    return ops.reshape(g, shape) if g.shape != shape else g
 
 
 class RecordMixin:

@@ -16,39 +16,39 @@ from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast, zeros_
 from ember.backend.dtype import DType
 
 X, OUT = 1, 2  # what a unary step needs
-A, B_, O = 1, 2, 4  # what a binary step needs
+LHS, RHS, RES = 1, 2, 4  # what a binary step needs
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
-def _mul(B, a, b):
-    return B.binary("mul", a, b)
+def _mul(ops, a, b):
+    return ops.binary("mul", a, b)
 
 
-def _zero_grad(B, g, x, out):
-    return zeros_like(B, g)
+def _zero_grad(ops, g, x, out):
+    return zeros_like(ops, g)
 
 
 UNARY: dict[str, tuple[int, Any]] = {
-    "neg": (0, lambda B, g, x, out: B.unary("neg", g)),
-    "abs": (X, lambda B, g, x, out: _mul(B, g, B.unary("sign", x))),
-    "exp": (OUT, lambda B, g, x, out: _mul(B, g, out)),
-    "log": (X, lambda B, g, x, out: B.binary("div", g, x)),
-    "log1p": (X, lambda B, g, x, out: B.binary("div", g, B.binary("add", x, 1.0))),
-    "expm1": (OUT, lambda B, g, x, out: _mul(B, g, B.binary("add", out, 1.0))),
-    "sqrt": (OUT, lambda B, g, x, out: B.binary("div", g, _mul(B, out, 2.0))),
-    "rsqrt": (OUT, lambda B, g, x, out: _mul(B, _mul(B, g, _mul(B, out, _mul(B, out, out))), -0.5)),
-    "recip": (OUT, lambda B, g, x, out: B.unary("neg", _mul(B, g, _mul(B, out, out)))),
-    "square": (X, lambda B, g, x, out: _mul(B, g, _mul(B, x, 2.0))),
-    "sin": (X, lambda B, g, x, out: _mul(B, g, B.unary("cos", x))),
-    "cos": (X, lambda B, g, x, out: B.unary("neg", _mul(B, g, B.unary("sin", x)))),
-    "tan": (OUT, lambda B, g, x, out: _mul(B, g, B.binary("add", _mul(B, out, out), 1.0))),
-    "tanh": (OUT, lambda B, g, x, out: _mul(B, g, B.binary("sub", B.full((), 1, DType.from_numpy(out.dtype)), _mul(B, out, out)))),
-    "sinh": (X, lambda B, g, x, out: _mul(B, g, B.unary("cosh", x))),
-    "cosh": (X, lambda B, g, x, out: _mul(B, g, B.unary("sinh", x))),
-    "asin": (X, lambda B, g, x, out: _mul(B, g, B.unary("rsqrt", _one_minus_sq(B, x)))),
-    "acos": (X, lambda B, g, x, out: B.unary("neg", _mul(B, g, B.unary("rsqrt", _one_minus_sq(B, x))))),
-    "atan": (X, lambda B, g, x, out: B.binary("div", g, B.binary("add", _mul(B, x, x), 1.0))),
-    "erf": (X, lambda B, g, x, out: _mul(B, g, _mul(B, B.unary("exp", B.unary("neg", _mul(B, x, x))), _TWO_OVER_SQRT_PI))),
+    "neg": (0, lambda ops, g, x, out: ops.unary("neg", g)),
+    "abs": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("sign", x))),
+    "exp": (OUT, lambda ops, g, x, out: _mul(ops, g, out)),
+    "log": (X, lambda ops, g, x, out: ops.binary("div", g, x)),
+    "log1p": (X, lambda ops, g, x, out: ops.binary("div", g, ops.binary("add", x, 1.0))),
+    "expm1": (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary("add", out, 1.0))),
+    "sqrt": (OUT, lambda ops, g, x, out: ops.binary("div", g, _mul(ops, out, 2.0))),
+    "rsqrt": (OUT, lambda ops, g, x, out: _mul(ops, _mul(ops, g, _mul(ops, out, _mul(ops, out, out))), -0.5)),
+    "recip": (OUT, lambda ops, g, x, out: ops.unary("neg", _mul(ops, g, _mul(ops, out, out)))),
+    "square": (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, x, 2.0))),
+    "sin": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("cos", x))),
+    "cos": (X, lambda ops, g, x, out: ops.unary("neg", _mul(ops, g, ops.unary("sin", x)))),
+    "tan": (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary("add", _mul(ops, out, out), 1.0))),
+    "tanh": (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary("sub", ops.full((), 1, DType.from_numpy(out.dtype)), _mul(ops, out, out)))),
+    "sinh": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("cosh", x))),
+    "cosh": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("sinh", x))),
+    "asin": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("rsqrt", _one_minus_sq(ops, x)))),
+    "acos": (X, lambda ops, g, x, out: ops.unary("neg", _mul(ops, g, ops.unary("rsqrt", _one_minus_sq(ops, x))))),
+    "atan": (X, lambda ops, g, x, out: ops.binary("div", g, ops.binary("add", _mul(ops, x, x), 1.0))),
+    "erf": (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, ops.unary("exp", ops.unary("neg", _mul(ops, x, x))), _TWO_OVER_SQRT_PI))),
     "sign": (0, _zero_grad),
     "round": (0, _zero_grad),
     "floor": (0, _zero_grad),
@@ -57,98 +57,98 @@ UNARY: dict[str, tuple[int, Any]] = {
 }
 
 
-def _one_minus_sq(B, x):
-    return B.binary("sub", B.full((), 1, DType.from_numpy(x.dtype)), _mul(B, x, x))
+def _one_minus_sq(ops, x):
+    return ops.binary("sub", ops.full((), 1, DType.from_numpy(x.dtype)), _mul(ops, x, x))
 
 
-def _max_grad(B, g, a, b, out, first: bool):
+def _max_grad(ops, g, a, b, out, first: bool):
     """max/min split the gradient evenly on ties, as PyTorch."""
-    win = B.binary("eq", a if first else b, out)
-    tie = B.binary("eq", a, b)
-    half = _mul(B, g, 0.5)
-    return B.where(tie, half, B.where(win, g, 0.0))
+    win = ops.binary("eq", a if first else b, out)
+    tie = ops.binary("eq", a, b)
+    half = _mul(ops, g, 0.5)
+    return ops.where(tie, half, ops.where(win, g, 0.0))
 
 
-def _pow_grad_exponent(B, g, a, b, out):
-    log_a = B.unary("log", a)
-    grad = _mul(B, g, _mul(B, out, log_a))
-    return B.where(B.binary("eq", a, 0.0), 0.0, grad)
+def _pow_grad_exponent(ops, g, a, b, out):
+    log_a = ops.unary("log", a)
+    grad = _mul(ops, g, _mul(ops, out, log_a))
+    return ops.where(ops.binary("eq", a, 0.0), 0.0, grad)
 
 
-def _pow_grad_base(B, g, a, b, out):
+def _pow_grad_base(ops, g, a, b, out):
     if not isinstance(b, (int, float)):
-        return _mul(B, g, _mul(B, b, B.binary("pow", a, B.binary("sub", b, 1.0))))
+        return _mul(ops, g, _mul(ops, b, ops.binary("pow", a, ops.binary("sub", b, 1.0))))
     if b == 0:
-        return zeros_like(B, g)
-    return _mul(B, g, _mul(B, B.binary("pow", a, b - 1.0), b))
+        return zeros_like(ops, g)
+    return _mul(ops, g, _mul(ops, ops.binary("pow", a, b - 1.0), b))
 
 
-def _atan2_denominator(B, a, b):
-    return B.binary("add", _mul(B, a, a), _mul(B, b, b))
+def _atan2_denominator(ops, a, b):
+    return ops.binary("add", _mul(ops, a, a), _mul(ops, b, b))
 
 
-# op: (needs, grad wrt a, grad wrt b); each grad is f(B, g, a, b, out)
+# op: (needs, grad wrt a, grad wrt b); each grad is f(ops, g, a, b, out)
 BINARY: dict[str, tuple[int, Any, Any]] = {
-    "add": (0, lambda B, g, a, b, o: g, lambda B, g, a, b, o: g),
-    "sub": (0, lambda B, g, a, b, o: g, lambda B, g, a, b, o: B.unary("neg", g)),
-    "mul": (A | B_, lambda B, g, a, b, o: _mul(B, g, b), lambda B, g, a, b, o: _mul(B, g, a)),
+    "add": (0, lambda ops, g, a, b, o: g, lambda ops, g, a, b, o: g),
+    "sub": (0, lambda ops, g, a, b, o: g, lambda ops, g, a, b, o: ops.unary("neg", g)),
+    "mul": (LHS | RHS, lambda ops, g, a, b, o: _mul(ops, g, b), lambda ops, g, a, b, o: _mul(ops, g, a)),
     "div": (
-        B_ | O,
-        lambda B, g, a, b, o: B.binary("div", g, b),
-        lambda B, g, a, b, o: B.unary("neg", B.binary("div", _mul(B, g, o), b)),
+        RHS | RES,
+        lambda ops, g, a, b, o: ops.binary("div", g, b),
+        lambda ops, g, a, b, o: ops.unary("neg", ops.binary("div", _mul(ops, g, o), b)),
     ),
-    "pow": (A | B_ | O, _pow_grad_base, _pow_grad_exponent),
+    "pow": (LHS | RHS | RES, _pow_grad_base, _pow_grad_exponent),
     "remainder": (
-        A | B_,
-        lambda B, g, a, b, o: g,
-        lambda B, g, a, b, o: B.unary("neg", _mul(B, g, B.binary("floor_div", a, b))),
+        LHS | RHS,
+        lambda ops, g, a, b, o: g,
+        lambda ops, g, a, b, o: ops.unary("neg", _mul(ops, g, ops.binary("floor_div", a, b))),
     ),
     "atan2": (
-        A | B_,
-        lambda B, g, a, b, o: B.binary("div", _mul(B, g, b), _atan2_denominator(B, a, b)),
-        lambda B, g, a, b, o: B.unary("neg", B.binary("div", _mul(B, g, a), _atan2_denominator(B, a, b))),
+        LHS | RHS,
+        lambda ops, g, a, b, o: ops.binary("div", _mul(ops, g, b), _atan2_denominator(ops, a, b)),
+        lambda ops, g, a, b, o: ops.unary("neg", ops.binary("div", _mul(ops, g, a), _atan2_denominator(ops, a, b))),
     ),
-    "maximum": (A | B_ | O, partial(_max_grad, first=True), partial(_max_grad, first=False)),
-    "minimum": (A | B_ | O, partial(_max_grad, first=True), partial(_max_grad, first=False)),
+    "maximum": (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
+    "minimum": (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
 }
 
 
-def _unary_step(B, g, saved, op):
+def _unary_step(ops, g, saved, op):
     x, out = saved
-    return (UNARY[op][1](B, g, x, out),)
+    return (UNARY[op][1](ops, g, x, out),)
 
 
-def _binary_step(B, g, saved, ctx):
+def _binary_step(ops, g, saved, ctx):
     op, shape_a, shape_b = ctx
     a, b, out = saved
     rule = BINARY[op]
-    ga = None if shape_a is None else unbroadcast(B, rule[1](B, g, a, b, out), shape_a)
-    gb = None if shape_b is None else unbroadcast(B, rule[2](B, g, a, b, out), shape_b)
+    ga = None if shape_a is None else unbroadcast(ops, rule[1](ops, g, a, b, out), shape_a)
+    gb = None if shape_b is None else unbroadcast(ops, rule[2](ops, g, a, b, out), shape_b)
     return (ga, gb)
 
 
-def _where_step(B, g, saved, ctx):
+def _where_step(ops, g, saved, ctx):
     (cond,) = saved
     shape_a, shape_b = ctx
-    ga = None if shape_a is None else unbroadcast(B, B.where(cond, g, 0.0), shape_a)
-    gb = None if shape_b is None else unbroadcast(B, B.where(cond, 0.0, g), shape_b)
+    ga = None if shape_a is None else unbroadcast(ops, ops.where(cond, g, 0.0), shape_a)
+    gb = None if shape_b is None else unbroadcast(ops, ops.where(cond, 0.0, g), shape_b)
     return (ga, gb)
 
 
-def _clamp_step(B, g, saved, ctx):
+def _clamp_step(ops, g, saved, ctx):
     (x,) = saved
     low, high = ctx
     inside = None
     if low is not None:
-        inside = B.binary("ge", x, low)
+        inside = ops.binary("ge", x, low)
     if high is not None:
-        below = B.binary("le", x, high)
-        inside = below if inside is None else B.binary("logical_and", inside, below)
-    return (B.where(inside, g, 0.0),)
+        below = ops.binary("le", x, high)
+        inside = below if inside is None else ops.binary("logical_and", inside, below)
+    return (ops.where(inside, g, 0.0),)
 
 
-def _cast_step(B, g, saved, source):
-    return (B.cast(g, source),)
+def _cast_step(ops, g, saved, source):
+    return (ops.cast(g, source),)
 
 
 class ElementwiseRules(RecordMixin):
@@ -177,9 +177,9 @@ class ElementwiseRules(RecordMixin):
                 return AutodiffTensor(out, None)
             needs = rule[0]
             saved = (
-                self._keep(a) if needs & A else None,
-                self._keep(b) if needs & B_ else None,
-                self._out(out, True) if needs & O else None,
+                self._keep(a) if needs & LHS else None,
+                self._keep(b) if needs & RHS else None,
+                self._out(out, True) if needs & RES else None,
             )
             ctx = (op, None if na is None else a.shape, None if nb is None else b.shape)
             recompute = (partial(inner.binary, op), (self._keep(a), self._keep(b))) if self._balanced else None
@@ -190,7 +190,7 @@ class ElementwiseRules(RecordMixin):
         if na is None or rule is None:
             return AutodiffTensor(out, None)
         needs = rule[0]
-        saved = (self._keep(a) if needs & A else None, b, self._out(out, True) if needs & O else None)
+        saved = (self._keep(a) if needs & LHS else None, b, self._out(out, True) if needs & RES else None)
         recompute = (partial(_binary_scalar, inner, op, b), (self._keep(a),)) if self._balanced else None
         return self._record(out, (na, None), _binary_step, saved, (op, a.shape, None), recompute)
 

@@ -10,28 +10,28 @@ from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, zeros
 
 
-def _gather_step(B, g, saved, ctx):
+def _gather_step(ops, g, saved, ctx):
     (indices,) = saved
     shape, dim = ctx
-    return (B.scatter_add(zeros(B, shape, g.dtype), dim, indices, g),)
+    return (ops.scatter_add(zeros(ops, shape, g.dtype), dim, indices, g),)
 
 
-def _scatter_step(B, g, saved, ctx):
+def _scatter_step(ops, g, saved, ctx):
     (indices,) = saved
     dim, track_x, track_v = ctx
-    return (g if track_x else None, B.gather(g, dim, indices) if track_v else None)
+    return (g if track_x else None, ops.gather(g, dim, indices) if track_v else None)
 
 
-def _select_step(B, g, saved, ctx):
+def _select_step(ops, g, saved, ctx):
     (indices,) = saved
     shape, dim = ctx
-    return (B.select_add(zeros(B, shape, g.dtype), dim, indices, g),)
+    return (ops.select_add(zeros(ops, shape, g.dtype), dim, indices, g),)
 
 
-def _select_add_step(B, g, saved, ctx):
+def _select_add_step(ops, g, saved, ctx):
     (indices,) = saved
     dim, track_x, track_v = ctx
-    return (g if track_x else None, B.select(g, dim, indices) if track_v else None)
+    return (g if track_x else None, ops.select(g, dim, indices) if track_v else None)
 
 
 class IndexingRules(RecordMixin):

@@ -13,49 +13,49 @@ from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast, zeros
 
 
-def _reshape_step(B, g, saved, shape):
-    return (B.reshape(g, shape),)
+def _reshape_step(ops, g, saved, shape):
+    return (ops.reshape(g, shape),)
 
 
-def _permute_step(B, g, saved, axes):
+def _permute_step(ops, g, saved, axes):
     inverse = [0] * len(axes)
     for i, a in enumerate(axes):
         inverse[a] = i
-    return (B.permute(g, tuple(inverse)),)
+    return (ops.permute(g, tuple(inverse)),)
 
 
-def _flip_step(B, g, saved, axes):
-    return (B.flip(g, axes),)
+def _flip_step(ops, g, saved, axes):
+    return (ops.flip(g, axes),)
 
 
-def _expand_step(B, g, saved, shape):
-    return (unbroadcast(B, g, shape),)
+def _expand_step(ops, g, saved, shape):
+    return (unbroadcast(ops, g, shape),)
 
 
-def _slice_step(B, g, saved, ctx):
+def _slice_step(ops, g, saved, ctx):
     shape, slices = ctx
-    return (B.slice_assign(zeros(B, shape, g.dtype), slices, g),)
+    return (ops.slice_assign(zeros(ops, shape, g.dtype), slices, g),)
 
 
-def _slice_assign_step(B, g, saved, ctx):
+def _slice_assign_step(ops, g, saved, ctx):
     slices, track_x, track_v = ctx
     gx = gv = None
     if track_x:
         region = tuple(len(range(*s)) for s in slices)
-        gx = B.slice_assign(g, slices, zeros(B, region, g.dtype))
+        gx = ops.slice_assign(g, slices, zeros(ops, region, g.dtype))
     if track_v:
-        gv = B.slice(g, slices)
+        gv = ops.slice(g, slices)
     return (gx, gv)
 
 
-def _cat_step(B, g, saved, ctx):
+def _cat_step(ops, g, saved, ctx):
     dim, sizes, tracked = ctx
     grads = []
     start = 0
     for size, is_tracked in zip(sizes, tracked):
         if is_tracked:
             region = tuple((start, start + size, 1) if d == dim else (0, n, 1) for d, n in enumerate(g.shape))
-            grads.append(B.slice(g, region))
+            grads.append(ops.slice(g, region))
         else:
             grads.append(None)
         start += size

@@ -12,30 +12,30 @@ from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
 
 
-def _transpose(B, x):
+def _transpose(ops, x):
     rank = len(x.shape)
-    return B.permute(x, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+    return ops.permute(x, tuple(range(rank - 2)) + (rank - 1, rank - 2))
 
 
-def _matmul_step(B, g, saved, ctx):
+def _matmul_step(ops, g, saved, ctx):
     a, b = saved
     shape_a, shape_b = ctx
-    ga = None if shape_a is None else unbroadcast(B, B.matmul(g, _transpose(B, b)), shape_a)
-    gb = None if shape_b is None else unbroadcast(B, B.matmul(_transpose(B, a), g), shape_b)
+    ga = None if shape_a is None else unbroadcast(ops, ops.matmul(g, _transpose(ops, b)), shape_a)
+    gb = None if shape_b is None else unbroadcast(ops, ops.matmul(_transpose(ops, a), g), shape_b)
     return (ga, gb)
 
 
-def _linear_step(B, g, saved, ctx):
+def _linear_step(ops, g, saved, ctx):
     x, w = saved
     track_x, track_w, track_b = ctx
     d_out = g.shape[-1]
-    gx = B.matmul(g, _transpose(B, w)) if track_x else None
-    g2 = B.reshape(g, (-1, d_out)) if len(g.shape) != 2 else g
+    gx = ops.matmul(g, _transpose(ops, w)) if track_x else None
+    g2 = ops.reshape(g, (-1, d_out)) if len(g.shape) != 2 else g
     gw = None
     if track_w:
-        x2 = B.reshape(x, (-1, x.shape[-1])) if len(x.shape) != 2 else x
-        gw = B.matmul(_transpose(B, x2), g2)
-    gb = B.reshape(B.reduce("sum", g2, 0), (d_out,)) if track_b else None
+        x2 = ops.reshape(x, (-1, x.shape[-1])) if len(x.shape) != 2 else x
+        gw = ops.matmul(_transpose(ops, x2), g2)
+    gb = ops.reshape(ops.reduce("sum", g2, 0), (d_out,)) if track_b else None
     return (gx, gw, gb)
 
 

@@ -10,87 +10,87 @@ from ember.backend.autodiff.rules.common import RecordMixin, zeros
 from ember.backend.dtype import DType
 
 
-def _exclusive_cumprod(B, x, dim):
+def _exclusive_cumprod(ops, x, dim):
     """``out[i] = prod(x[:i])`` along ``dim`` (1 for the first element)."""
     n = x.shape[dim]
     ones_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
-    ones = B.full(ones_shape, 1, DType.from_numpy(x.dtype))
+    ones = ops.full(ones_shape, 1, DType.from_numpy(x.dtype))
     if n <= 1:
-        return B.expand(ones, x.shape)
-    head = B.slice(x, tuple((0, s, 1) if d != dim else (0, n - 1, 1) for d, s in enumerate(x.shape)))
-    return B.cat([ones, B.cumulative("cumprod", head, dim)], dim)
+        return ops.expand(ones, x.shape)
+    head = ops.slice(x, tuple((0, s, 1) if d != dim else (0, n - 1, 1) for d, s in enumerate(x.shape)))
+    return ops.cat([ones, ops.cumulative("cumprod", head, dim)], dim)
 
 
-def _product_of_others(B, x, dim):
+def _product_of_others(ops, x, dim):
     """``prod(x[j] for j != i)`` along ``dim``, exact when ``x`` holds zeros."""
-    left = _exclusive_cumprod(B, x, dim)
-    right = B.flip(_exclusive_cumprod(B, B.flip(x, (dim,)), dim), (dim,))
-    return B.binary("mul", left, right)
+    left = _exclusive_cumprod(ops, x, dim)
+    right = ops.flip(_exclusive_cumprod(ops, ops.flip(x, (dim,)), dim), (dim,))
+    return ops.binary("mul", left, right)
 
 
-def _reduce_step(B, g, saved, ctx):
+def _reduce_step(ops, g, saved, ctx):
     op, dim, shape = ctx
     x, out = saved
     if op == "sum":
-        return (B.expand(g, shape),)
+        return (ops.expand(g, shape),)
     if op == "mean":
-        return (B.expand(B.binary("div", g, float(shape[dim])), shape),)
+        return (ops.expand(ops.binary("div", g, float(shape[dim])), shape),)
     if op == "prod":
-        return (B.binary("mul", B.expand(g, shape), _product_of_others(B, x, dim)),)
+        return (ops.binary("mul", ops.expand(g, shape), _product_of_others(ops, x, dim)),)
     # max / min: the gradient is shared evenly by the elements equal to the extreme.
-    hit = B.cast(B.binary("eq", x, out), DType.from_numpy(x.dtype))
-    count = B.reduce("sum", hit, dim)
-    return (B.binary("mul", hit, B.binary("div", g, count)),)
+    hit = ops.cast(ops.binary("eq", x, out), DType.from_numpy(x.dtype))
+    count = ops.reduce("sum", hit, dim)
+    return (ops.binary("mul", hit, ops.binary("div", g, count)),)
 
 
-def _scan_step(B, g, saved, ctx):
+def _scan_step(ops, g, saved, ctx):
     x, out = saved
     op, dim = ctx
     if op == "cumsum":
-        return (B.flip(B.cumulative("cumsum", B.flip(g, (dim,)), dim), (dim,)),)
+        return (ops.flip(ops.cumulative("cumsum", ops.flip(g, (dim,)), dim), (dim,)),)
     if op == "cumprod":
-        return (_cumprod_grad(B, g, x, out, dim),)
+        return (_cumprod_grad(ops, g, x, out, dim),)
     # cummax / cummin: each output came from the latest index holding the running extreme.
     n = x.shape[dim]
-    positions = B.reshape(
-        B.arange(0, n, 1, DType.INT64), tuple(n if d == dim else 1 for d in range(len(x.shape)))
+    positions = ops.reshape(
+        ops.arange(0, n, 1, DType.INT64), tuple(n if d == dim else 1 for d in range(len(x.shape)))
     )
-    is_source = B.binary("eq", x, out)
-    source = B.cumulative("cummax", B.where(is_source, B.expand(positions, x.shape), 0), dim)
-    return (B.scatter_add(zeros(B, x.shape, x.dtype), dim, source, g),)
+    is_source = ops.binary("eq", x, out)
+    source = ops.cumulative("cummax", ops.where(is_source, ops.expand(positions, x.shape), 0), dim)
+    return (ops.scatter_add(zeros(ops, x.shape, x.dtype), dim, source, g),)
 
 
-def _cumprod_grad(B, g, x, out, dim):
+def _cumprod_grad(ops, g, x, out, dim):
     """Gradient of ``cumprod``: ``sum_{j >= i} g[j] * prod_{k <= j, k != i} x[k]``."""
-    has_zero = bool(B.to_numpy(B.reduce("any", B.reshape(B.binary("eq", x, 0.0), (-1,)), 0)).reshape(-1)[0])
+    has_zero = bool(ops.to_numpy(ops.reduce("any", ops.reshape(ops.binary("eq", x, 0.0), (-1,)), 0)).reshape(-1)[0])
     if not has_zero:
-        rev = B.flip(B.cumulative("cumsum", B.flip(B.binary("mul", g, out), (dim,)), dim), (dim,))
-        return B.binary("div", rev, x)
+        rev = ops.flip(ops.cumulative("cumsum", ops.flip(ops.binary("mul", g, out), (dim,)), dim), (dim,))
+        return ops.binary("div", rev, x)
     # With zeros: an explicit (n x n) sum over the scan, exact for any input.
     n = x.shape[dim]
     rank = len(x.shape)
-    xm = B.permute(x, tuple(d for d in range(rank) if d != dim) + (dim,))
-    gm = B.permute(g, tuple(d for d in range(rank) if d != dim) + (dim,))
+    xm = ops.permute(x, tuple(d for d in range(rank) if d != dim) + (dim,))
+    gm = ops.permute(g, tuple(d for d in range(rank) if d != dim) + (dim,))
     batch = xm.shape[:-1]
     dtype = DType.from_numpy(x.dtype)
-    i_idx = B.reshape(B.arange(0, n, 1, DType.INT64), (n, 1))
-    k_idx = B.reshape(B.arange(0, n, 1, DType.INT64), (1, n))
+    i_idx = ops.reshape(ops.arange(0, n, 1, DType.INT64), (n, 1))
+    k_idx = ops.reshape(ops.arange(0, n, 1, DType.INT64), (1, n))
     grads = []
     for j in range(n):
         # factors[..., i, k] = x[k] for k <= j, k != i; else 1
-        keep = B.binary("logical_and", B.binary("le", k_idx, j), B.binary("ne", k_idx, i_idx))
-        factors = B.where(keep, B.expand(B.reshape(xm, batch + (1, n)), batch + (n, n)), 1.0)
-        prod = B.reshape(B.reduce("prod", factors, len(batch) + 1), batch + (n,))
-        mask = B.cast(B.binary("le", B.reshape(i_idx, (n,)), j), dtype)
-        gj = B.slice(gm, tuple((0, s, 1) for s in batch) + ((j, j + 1, 1),))
-        grads.append(B.binary("mul", B.binary("mul", prod, mask), gj))
+        keep = ops.binary("logical_and", ops.binary("le", k_idx, j), ops.binary("ne", k_idx, i_idx))
+        factors = ops.where(keep, ops.expand(ops.reshape(xm, batch + (1, n)), batch + (n, n)), 1.0)
+        prod = ops.reshape(ops.reduce("prod", factors, len(batch) + 1), batch + (n,))
+        mask = ops.cast(ops.binary("le", ops.reshape(i_idx, (n,)), j), dtype)
+        gj = ops.slice(gm, tuple((0, s, 1) for s in batch) + ((j, j + 1, 1),))
+        grads.append(ops.binary("mul", ops.binary("mul", prod, mask), gj))
     total = grads[0]
     for extra in grads[1:]:
-        total = B.binary("add", total, extra)
+        total = ops.binary("add", total, extra)
     inverse = [0] * rank
     for position, d in enumerate(tuple(d for d in range(rank) if d != dim) + (dim,)):
         inverse[d] = position
-    return B.permute(total, tuple(inverse))
+    return ops.permute(total, tuple(inverse))
 
 
 class ReduceRules(RecordMixin):
