@@ -124,3 +124,36 @@ def topological_order(root: Node) -> list[Node]:
 
 def _node_id(node: Node) -> int:
     return node.id
+
+
+def retained_bytes(root: Node | None) -> int:
+    """Bytes of tensor values the graph below ``root`` keeps alive for backward
+    (each buffer counted once). A measure for checkpointing strategies."""
+    if root is None:
+        return 0
+    seen_nodes = {root}
+    stack = [root]
+    buffers: dict[int, int] = {}
+
+    def count(value: Any) -> None:
+        nbytes = getattr(value, "nbytes", None)
+        if nbytes is None or isinstance(value, Node):
+            return
+        base = getattr(value, "base", None)
+        while getattr(base, "base", None) is not None:
+            base = base.base
+        owner = base if base is not None else value
+        buffers[id(owner)] = getattr(owner, "nbytes", nbytes)
+
+    while stack:
+        node = stack.pop()
+        for value in node.saved or ():
+            count(value)
+        if node.recompute is not None:
+            for value in node.recompute[1]:
+                count(value)
+        for parent in node.parents:
+            if parent is not None and parent not in seen_nodes:
+                seen_nodes.add(parent)
+                stack.append(parent)
+    return sum(buffers.values())
