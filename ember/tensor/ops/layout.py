@@ -239,7 +239,8 @@ class LayoutOps:
                 out.append((i, i + 1, 1))
                 continue
             raise IndexOutOfBoundsError(f"ember: {op}: cannot read the range {r!r} for dim {dim}")
-        return tuple(out)
+        # Canonical form: an empty range is (0, 0, 1); a non-empty one starts in bounds.
+        return tuple(r if len(range(*r)) else (0, 0, 1) for r in out)
 
     def slice(self, ranges: Sequence[Any]) -> Any:
         """A region: one ``(start, end[, step])``, ``slice`` or ``None`` per leading dim.

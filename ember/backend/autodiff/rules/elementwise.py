@@ -83,8 +83,12 @@ def _pow_grad_base(ops, g, a, b, out):
     return _mul(ops, g, _mul(ops, ops.binary("pow", a, b - 1.0), b))
 
 
-def _atan2_denominator(ops, a, b):
-    return ops.binary("add", _mul(ops, a, a), _mul(ops, b, b))
+def _atan2_grad(ops, g, a, b, numerator):
+    """``g * numerator / (a^2 + b^2)``, zero where a = b = 0 (as PyTorch)."""
+    denominator = ops.binary("add", _mul(ops, a, a), _mul(ops, b, b))
+    zero = ops.binary("eq", denominator, 0.0)
+    safe = ops.where(zero, 1.0, denominator)
+    return ops.where(zero, 0.0, ops.binary("div", _mul(ops, g, numerator), safe))
 
 
 # op: (needs, grad wrt a, grad wrt b); each grad is f(ops, g, a, b, out)
@@ -105,8 +109,8 @@ BINARY: dict[str, tuple[int, Any, Any]] = {
     ),
     "atan2": (
         LHS | RHS,
-        lambda ops, g, a, b, o: ops.binary("div", _mul(ops, g, b), _atan2_denominator(ops, a, b)),
-        lambda ops, g, a, b, o: ops.unary("neg", ops.binary("div", _mul(ops, g, a), _atan2_denominator(ops, a, b))),
+        lambda ops, g, a, b, o: _atan2_grad(ops, g, a, b, b),
+        lambda ops, g, a, b, o: ops.unary("neg", _atan2_grad(ops, g, a, b, a)),
     ),
     "maximum": (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
     "minimum": (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
