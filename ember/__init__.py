@@ -8,6 +8,7 @@
 
 from ember.backend.dtype import DType
 from ember.device import Device, DeviceKind
+from ember.module import Config, Module, Param, ParamId
 from ember.tensor import Distribution, Shape, Tensor, TensorData
 
 float64 = DType.FLOAT64
@@ -22,10 +23,14 @@ bool_ = DType.BOOL
 __version__ = "0.1.0"
 
 __all__ = [
+    "Config",
     "DType",
     "Device",
     "DeviceKind",
     "Distribution",
+    "Module",
+    "Param",
+    "ParamId",
     "Shape",
     "Tensor",
     "TensorData",

@@ -30,7 +30,7 @@ UNARY = {
     "exp": (lambda x: x.exp(), lambda x: x.exp()),
     "tanh": (lambda x: x.tanh(), lambda x: x.tanh()),
     "sigmoid": (act.sigmoid, lambda x: x.sigmoid()),
-    "gelu": (act.gelu, lambda x, F=None: __import__("torch").nn.functional.gelu(x)),
+    "gelu": (act.gelu, lambda x: __import__("torch").nn.functional.gelu(x)),
     "softmax": (lambda x: act.softmax(x, -1), lambda x: x.softmax(-1)),
     "log_softmax": (lambda x: act.log_softmax(x, 0), lambda x: x.log_softmax(0)),
     "sum_dim": (lambda x: x.sum_dim(-1), lambda x: x.sum(-1, keepdim=True)),

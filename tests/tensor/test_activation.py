@@ -9,7 +9,7 @@ import pytest
 
 from ember import Tensor
 from ember.errors import ShapeError
-from ember.tensor import activation as A  # noqa: N812
+from ember.tensor import activation as A
 from tests.conftest import assert_close
 
 _erf = np.vectorize(math.erf)

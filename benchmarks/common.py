@@ -1,0 +1,55 @@
+"""Timing helpers shared by the benchmarks: medians of several repeats."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median_us(fn: Callable[[], object], *, repeats: int = 7, min_time: float = 0.05) -> float:
+    """Median microseconds per call over ``repeats`` runs, each at least ``min_time`` s."""
+    fn()
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            break
+        number *= 2
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - start) / number * 1e6)
+    return statistics.median(samples)
+
+
+def try_import_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+
+def fmt(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    if x >= 1000:
+        return f"{x:,.0f}{unit}"
+    if x >= 10:
+        return f"{x:.1f}{unit}"
+    return f"{x:.2f}{unit}"

@@ -1,0 +1,350 @@
+"""``Module``: a declarative class whose annotated fields form a tree.
+
+A field holding a :class:`Param`, a :class:`Module`, a :class:`RunningState`, or a
+list/tuple/dict of them is visited; anything else (ints, floats, strings, enums,
+configs, ``None``) is a constant, copied as is by :meth:`Module.map`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from ember.device import Device
+from ember.errors import ModuleError
+from ember.module.group import ParamGroup
+from ember.module.param import Param, RunningState
+from ember.module.visitor import FnMapper, ModuleMapper, ModuleVisitor, ParamCollector
+
+_MISSING = object()
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _is_class_var(hint: Any) -> bool:
+    return "ClassVar" in (hint if isinstance(hint, str) else repr(hint))
+
+
+class Module:
+    """Base class of every module. Declare fields with annotations; ember
+    generates ``__init__`` (keyword and positional), ``__repr__`` and the traversals.
+
+    >>> from ember.nn import Linear, LinearConfig, Relu
+    >>> class Mlp(Module):
+    ...     l1: Linear
+    ...     act: Relu
+    ...     l2: Linear
+    ...     def forward(self, x):
+    ...         return self.l2(self.act(self.l1(x)))
+    >>> Mlp(LinearConfig(4, 16).init(), Relu(), LinearConfig(16, 1).init()).num_params()
+    97
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = ()
+    _defaults: ClassVar[dict[str, Any]] = {}
+    _initializing: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names: list[str] = []
+        defaults: dict[str, Any] = {}
+        for base in reversed(cls.__mro__):
+            for name, hint in inspect.get_annotations(base).items():
+                if name.startswith("_") or _is_class_var(hint):
+                    continue
+                if name not in names:
+                    names.append(name)
+                if name in base.__dict__:
+                    defaults[name] = base.__dict__[name]
+        cls._fields = tuple(names)
+        cls._defaults = defaults
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _checked_init(cls.__dict__["__init__"])  # type: ignore[method-assign]
+        elif cls.__init__ in (object.__init__, Module._generated_init):
+            cls.__init__ = Module._generated_init  # type: ignore[method-assign]
+
+    def _generated_init(self, *args: Any, **kwargs: Any) -> None:
+        cls = type(self)
+        fields = cls._fields
+        name = cls.__name__
+        if len(args) > len(fields):
+            raise ModuleError(
+                f"ember: {name}() takes {len(fields)} fields ({', '.join(fields) or 'none'}), got {len(args)} positional"
+            )
+        values = dict(zip(fields, args))
+        for key, value in kwargs.items():
+            if key not in fields:
+                raise ModuleError(
+                    f"ember: {name}() got an unknown field {key!r}; its declared fields are: "
+                    f"{', '.join(fields) or 'none'} (declare a field with an annotation, e.g. `{key}: Linear`)"
+                )
+            if key in values:
+                raise ModuleError(f"ember: {name}() got field {key!r} twice")
+            values[key] = value
+        for field in fields:
+            if field not in values:
+                default = cls._defaults.get(field, _MISSING)
+                if default is _MISSING:
+                    raise ModuleError(f"ember: {name}() is missing the field {field!r}")
+                values[field] = default
+        object.__setattr__(self, "__dict__", values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and name not in type(self)._fields:
+            raise ModuleError(
+                f"ember: {type(self).__name__} has no field {name!r}; declare it on the class with an "
+                f"annotation (e.g. `{name}: Linear`) so that ember can visit and save it"
+            )
+        object.__setattr__(self, name, value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"ember: {type(self).__name__} defines no forward()")
+
+    # ------------------------------------------------------------------ traversal
+    def visit(self, visitor: ModuleVisitor, path: str = "") -> None:
+        """Call the visitor's hooks for every parameter and state, in field order."""
+        visitor.enter_module(path, self)
+        for name in type(self)._fields:
+            _visit_value(self.__dict__.get(name), visitor, _join(path, name))
+        visitor.exit_module(path, self)
+
+    def map(self, mapper: ModuleMapper, path: str = "") -> Module:
+        """A new module whose leaves are the mapper's results; this one is untouched."""
+        cls = type(self)
+        new = object.__new__(cls)
+        values = dict(self.__dict__)
+        for name in cls._fields:
+            values[name] = _map_value(self.__dict__.get(name), mapper, _join(path, name))
+        object.__setattr__(new, "__dict__", values)
+        return new
+
+    def map_params(self, fn: Any) -> Module:
+        """``map`` with one function ``fn(param, path) -> Param`` for every parameter."""
+        return self.map(FnMapper(fn))
+
+    # ------------------------------------------------------------------ queries
+    def named_params(self) -> list[tuple[str, Param]]:
+        """``(dotted path, Param)`` for every parameter, in field order."""
+        collector = ParamCollector()
+        self.visit(collector)
+        return collector.items
+
+    def params(self) -> list[Param]:
+        return [p for _, p in self.named_params()]
+
+    def named_states(self) -> list[tuple[str, RunningState]]:
+        collector = ParamCollector(states=True)
+        self.visit(collector)
+        return [(path, s) for path, s in collector.items if isinstance(s, RunningState)]
+
+    def num_params(self) -> int:
+        """The number of scalars in all parameters (lazy ones are not initialised)."""
+        return sum(p.num_elements() for _, p in self.named_params())
+
+    def devices(self) -> list[Device]:
+        """The devices the parameters live on (in first-seen order)."""
+        seen: list[Device] = []
+        for _, p in self.named_params():
+            if p.device not in seen:
+                seen.append(p.device)
+        return seen
+
+    def modules(self) -> Iterator[tuple[str, Module]]:
+        """``(path, module)`` for this module and every sub-module."""
+        out: list[tuple[str, Module]] = []
+
+        class Walker(ModuleVisitor):
+            def enter_module(self, path: str, module: Any) -> None:
+                out.append((path, module))
+
+        self.visit(Walker())
+        return iter(out)
+
+    # ------------------------------------------------------------------ transforms
+    def to_device(self, device: Device) -> Module:
+        """The module on ``device`` (ids kept; lazy parameters stay lazy)."""
+        return self.map(FnMapper(lambda p, path: p.to_device(device), lambda s, path: s.to_device(device)))
+
+    def fork(self, device: Device) -> Module:
+        """The module on ``device`` as fresh leaves (detached from any graph)."""
+        return self.map(
+            FnMapper(
+                lambda p, path: p.to_device(device) if not p.is_initialized()
+                else Param(p.id, p.val().detach().to_device(device), p.require_grad),
+                lambda s, path: s.to_device(device),
+            )
+        )
+
+    def no_grad(self) -> Module:
+        """Every parameter with ``require_grad=False``."""
+        return self.map(FnMapper(lambda p, path: p.set_require_grad(False)))
+
+    def valid(self) -> Module:
+        """The same module on the inner (non-autodiff) device: for evaluation, where
+        layers such as Dropout and BatchNorm switch to inference behaviour."""
+        def move(p: Param, path: str) -> Param:
+            return p.to_device(p.device.inner())
+
+        return self.map(FnMapper(move, lambda s, path: s.to_device(s.value().device.inner())))
+
+    def freeze(self, group: ParamGroup | None = None) -> Module:
+        """Parameters in ``group`` (all if ``None``) stop requiring grad."""
+        group = group or ParamGroup.all()
+        return self.map(FnMapper(lambda p, path: p.set_require_grad(False) if group.matches(p.id, path) else p))
+
+    def unfreeze(self, group: ParamGroup | None = None) -> Module:
+        """Float parameters in ``group`` (all if ``None``) require grad again."""
+        group = group or ParamGroup.all()
+        return self.map(
+            FnMapper(lambda p, path: p.set_require_grad(True) if group.matches(p.id, path) and p.dtype.is_float else p)
+        )
+
+    def clone(self) -> Module:
+        """A shallow copy sharing parameter values (values are immutable)."""
+        return self.map(ModuleMapper())
+
+    # ------------------------------------------------------------------ records
+    def save_file(self, path: Any, **kwargs: Any) -> None:
+        """Save parameters and states to a safetensors file (see ``ember.module.record``)."""
+        from ember.module.record import save_file
+
+        save_file(self, path, **kwargs)
+
+    def load_file(self, path: Any, **kwargs: Any) -> Module:
+        """A copy of this module with values loaded from a file saved by :meth:`save_file`."""
+        from ember.module.record import load_file
+
+        return load_file(self, path, **kwargs)
+
+    def to_record(self) -> dict[str, Any]:
+        """``{path: tensor}`` for every parameter and state."""
+        record = {path: p.val() for path, p in self.named_params()}
+        record.update({path: s.value() for path, s in self.named_states()})
+        return record
+
+    # ------------------------------------------------------------------ display
+    def extra_repr(self) -> str:
+        """Constants shown in the header of ``repr`` (override in layers)."""
+        consts = []
+        for name in type(self)._fields:
+            value = self.__dict__.get(name)
+            if not _is_tree(value):
+                consts.append(f"{name}: {value!r}")
+        return ", ".join(consts)
+
+    def __repr__(self) -> str:
+        return "\n".join(_repr_lines(self, ""))
+
+
+def _is_tree(value: Any) -> bool:
+    if isinstance(value, (Module, Param, RunningState)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_is_tree(v) for v in value)
+    if isinstance(value, dict):
+        return any(_is_tree(v) for v in value.values())
+    return False
+
+
+def _repr_lines(module: Module, indent: str) -> list[str]:
+    name = type(module).__name__
+    extra = module.extra_repr()
+    children = [(f, module.__dict__.get(f)) for f in type(module)._fields if _is_tree(module.__dict__.get(f))]
+    header = f"{name} {{{extra}" if extra else f"{name} {{"
+    if not children:
+        n = module.num_params()
+        return [f"{name}" + (f" {{{extra}, params: {n}}}" if extra else (f" {{params: {n}}}" if n else ""))]
+    lines = [header]
+    for field, value in children:
+        lines.extend(_child_lines(field, value, indent + "  "))
+    lines.append(f"{indent}  params: {module.num_params()}")
+    lines.append(f"{indent}}}")
+    return lines
+
+
+def _child_lines(field: str, value: Any, indent: str) -> list[str]:
+    if isinstance(value, Module):
+        inner = _repr_lines(value, indent)
+        return [f"{indent}{field}: {inner[0]}", *inner[1:]]
+    if isinstance(value, (Param, RunningState)):
+        return [f"{indent}{field}: {value!r}"]
+    if isinstance(value, dict):
+        items = list(value.items())
+    else:
+        items = list(enumerate(value))
+    lines = [f"{indent}{field}: ["]
+    for key, item in items:
+        lines.extend(_child_lines(str(key), item, indent + "  "))
+    lines.append(f"{indent}]")
+    return lines
+
+
+def _visit_value(value: Any, visitor: ModuleVisitor, path: str) -> None:
+    if isinstance(value, Param):
+        kind = value.dtype.kind
+        if kind == "float":
+            visitor.visit_float(value, path)
+        elif kind == "int":
+            visitor.visit_int(value, path)
+        else:
+            visitor.visit_bool(value, path)
+    elif isinstance(value, Module):
+        value.visit(visitor, path)
+    elif isinstance(value, RunningState):
+        visitor.visit_state(value, path)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _visit_value(item, visitor, _join(path, str(i)))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _visit_value(item, visitor, _join(path, str(key)))
+
+
+def _map_value(value: Any, mapper: ModuleMapper, path: str) -> Any:
+    if isinstance(value, Param):
+        kind = value.dtype.kind
+        if kind == "float":
+            out = mapper.map_float(value, path)
+        elif kind == "int":
+            out = mapper.map_int(value, path)
+        else:
+            out = mapper.map_bool(value, path)
+        if not isinstance(out, Param):
+            raise ModuleError(f"ember: a mapper returned {type(out).__name__} for {path!r}; return a Param")
+        return out
+    if isinstance(value, Module):
+        return value.map(mapper, path)
+    if isinstance(value, RunningState):
+        return mapper.map_state(value, path)
+    if isinstance(value, list):
+        return [_map_value(item, mapper, _join(path, str(i))) for i, item in enumerate(value)]
+    if isinstance(value, tuple):
+        return tuple(_map_value(item, mapper, _join(path, str(i))) for i, item in enumerate(value))
+    if isinstance(value, dict):
+        return {key: _map_value(item, mapper, _join(path, str(key))) for key, item in value.items()}
+    return value
+
+
+def _checked_init(init: Any) -> Any:
+    """Wrap a hand-written ``__init__``: afterwards every declared field must be set."""
+
+    def checked_init(self: Module, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        cls = type(self)
+        for field in cls._fields:
+            if field not in self.__dict__:
+                if field in cls._defaults:
+                    object.__setattr__(self, field, cls._defaults[field])
+                else:
+                    raise ModuleError(f"ember: {cls.__name__}.__init__ did not set the declared field {field!r}")
+
+    checked_init.__wrapped__ = init  # type: ignore[attr-defined]
+    checked_init.__doc__ = init.__doc__
+    checked_init.__name__ = "__init__"
+    return checked_init

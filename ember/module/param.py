@@ -1,0 +1,206 @@
+"""``Param``, ``ParamId`` and ``RunningState``: the leaves of a module tree."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from ember.backend.dtype import DType
+from ember.device import Device
+from ember.errors import ModuleError
+from ember.tensor import Shape, Tensor
+
+
+class ParamId:
+    """A parameter's identity: a random 64-bit value, kept across maps and saves.
+
+    The optimizer keys its per-parameter state by it.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int | None = None):
+        self.value = secrets.randbits(64) if value is None else int(value) & 0xFFFF_FFFF_FFFF_FFFF
+
+    @staticmethod
+    def new() -> ParamId:
+        return ParamId()
+
+    @staticmethod
+    def parse(text: str | int) -> ParamId:
+        """From :meth:`serialize`'s text (or an int)."""
+        return ParamId(int(text, 16) if isinstance(text, str) else text)
+
+    def serialize(self) -> str:
+        return f"{self.value:016x}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ParamId) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"ParamId({self.serialize()})"
+
+
+def _prepare(tensor: Tensor, require_grad: bool) -> Tensor:
+    """A parameter value is a leaf: tracked when it requires grad on an autodiff device."""
+    if not isinstance(tensor, Tensor):
+        raise ModuleError(f"ember: Param: expected a Tensor, got {type(tensor).__name__}")
+    if tensor.device.is_autodiff():
+        tensor = tensor.detach()
+        if require_grad and tensor.is_float():
+            tensor = tensor.require_grad()
+    return tensor
+
+
+class Param:
+    """A module parameter: a tensor with a stable :class:`ParamId`, a
+    ``require_grad`` flag and optional lazy initialisation.
+
+    >>> from ember import Tensor
+    >>> p = Param.from_tensor(Tensor.zeros([2, 3]))
+    >>> p.val().dims(), p.lazy_shape()
+    ([2, 3], Shape([2, 3]))
+    """
+
+    __slots__ = ("id", "require_grad", "_value", "_init", "_shape", "_device", "_dtype")
+
+    def __init__(self, param_id: ParamId, value: Tensor, require_grad: bool = True):
+        self.id = param_id
+        self.require_grad = bool(require_grad)
+        self._value = _prepare(value, self.require_grad)
+        self._init = None
+        self._shape = tuple(value.dims())
+        self._device = value.device
+        self._dtype = value.dtype
+
+    @staticmethod
+    def from_tensor(tensor: Tensor, require_grad: bool | None = None) -> Param:
+        """A parameter with a new id; float tensors require grad unless told otherwise."""
+        if require_grad is None:
+            require_grad = isinstance(tensor, Tensor) and tensor.is_float()
+        return Param(ParamId(), tensor, require_grad)
+
+    @staticmethod
+    def from_mapped_value(param_id: ParamId, tensor: Tensor, require_grad: bool = True) -> Param:
+        """A parameter with an existing id and a new value (what optimizers return)."""
+        return Param(param_id, tensor, require_grad)
+
+    @staticmethod
+    def uninitialized(
+        param_id: ParamId,
+        init: Callable[[Device, bool], Tensor],
+        device: Device,
+        require_grad: bool,
+        shape: Any,
+        dtype: DType = DType.FLOAT32,
+    ) -> Param:
+        """A lazily initialised parameter: ``init(device, require_grad)`` runs at the
+        first :meth:`val`; shape, device and dtype are known without allocating."""
+        param = Param.__new__(Param)
+        param.id = param_id
+        param.require_grad = bool(require_grad)
+        param._value = None
+        param._init = init
+        param._shape = tuple(int(d) for d in shape)
+        param._device = device
+        param._dtype = DType.parse(dtype)
+        return param
+
+    def val(self) -> Tensor:
+        """The value (initialising a lazy parameter on first use)."""
+        value = self._value
+        if value is None:
+            value = self._init(self._device, self.require_grad)
+            if tuple(value.dims()) != self._shape:
+                raise ModuleError(
+                    f"ember: Param {self.id}: the initializer made shape {value.dims()}, "
+                    f"expected {list(self._shape)}"
+                )
+            value = self._value = _prepare(value, self.require_grad)
+            self._init = None
+        return value
+
+    def is_initialized(self) -> bool:
+        return self._value is not None
+
+    def lazy_shape(self) -> Shape:
+        """The shape, without initialising."""
+        return Shape(self._shape)
+
+    def lazy_device(self) -> Device:
+        return self._device
+
+    def lazy_dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self._shape)
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    def num_elements(self) -> int:
+        n = 1
+        for d in self._shape:
+            n *= d
+        return n
+
+    def is_require_grad(self) -> bool:
+        return self.require_grad
+
+    def set_require_grad(self, require_grad: bool) -> Param:
+        """The same parameter (same id) with the flag changed."""
+        if self._value is None:
+            return Param.uninitialized(self.id, self._init, self._device, require_grad, self._shape, self._dtype)
+        return Param(self.id, self._value, require_grad)
+
+    def map(self, fn: Callable[[Tensor], Tensor]) -> Param:
+        """The same id with ``fn`` applied to the value."""
+        return Param(self.id, fn(self.val()), self.require_grad)
+
+    def to_device(self, device: Device) -> Param:
+        """The parameter on ``device`` (lazy parameters stay lazy)."""
+        if self._value is None:
+            return Param.uninitialized(self.id, self._init, device, self.require_grad, self._shape, self._dtype)
+        return Param(self.id, self._value.to_device(device), self.require_grad)
+
+    def __repr__(self) -> str:
+        state = "" if self._value is not None else ", uninitialized"
+        return f"Param(id={self.id.serialize()}, shape={list(self._shape)}, dtype={self._dtype}{state})"
+
+
+class RunningState:
+    """A buffer that is saved and loaded with the module but never trained (e.g.
+    batch-norm statistics). ``update`` replaces the value in place."""
+
+    __slots__ = ("id", "_value")
+
+    def __init__(self, value: Tensor, param_id: ParamId | None = None):
+        self.id = param_id or ParamId()
+        self._value = value.detach()
+
+    def value(self) -> Tensor:
+        return self._value
+
+    def update(self, value: Tensor) -> None:
+        self._value = value.detach()
+
+    @property
+    def shape(self) -> Shape:
+        return self._value.shape
+
+    def to_device(self, device: Device) -> RunningState:
+        return RunningState(self._value.to_device(device), self.id)
+
+    def __repr__(self) -> str:
+        return f"RunningState(shape={self._value.dims()}, dtype={self._value.dtype})"

@@ -1,0 +1,102 @@
+"""Adam and AdamW (Kingma & Ba; Loshchilov & Hutter)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ember.optim.base import OptimizerConfig, OptimizerState, SimpleOptimizer, check_range
+from ember.optim.clipping import GradientClipping
+from ember.tensor import Tensor
+
+
+@dataclasses.dataclass
+class AdamState(OptimizerState):
+    moment_1: Tensor
+    moment_2: Tensor
+    time: int
+    max_moment_2: Tensor | None = None
+
+
+class Adam(SimpleOptimizer):
+    """Adam on one tensor. ``weight_decay`` is an L2 penalty added to the gradient
+    (Adam) or a decoupled decay of the weights (AdamW, ``decoupled=True``)."""
+
+    state_type = AdamState
+
+    def __init__(self, beta_1: float, beta_2: float, epsilon: float, weight_decay: float,
+                 amsgrad: bool, decoupled: bool):
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.weight_decay = weight_decay
+        self.amsgrad = amsgrad
+        self.decoupled = decoupled
+
+    def step(self, lr: float, tensor: Tensor, grad: Tensor, state: AdamState | None) -> tuple[Tensor, AdamState]:
+        b1, b2 = self.beta_1, self.beta_2
+        if self.weight_decay and not self.decoupled:
+            grad = grad.add(tensor.mul_scalar(self.weight_decay))
+        if state is None:
+            m = grad.mul_scalar(1.0 - b1)
+            v = grad.mul(grad).mul_scalar(1.0 - b2)
+            time = 1
+        else:
+            m = state.moment_1.mul_scalar(b1).add(grad.mul_scalar(1.0 - b1))
+            v = state.moment_2.mul_scalar(b2).add(grad.mul(grad).mul_scalar(1.0 - b2))
+            time = state.time + 1
+        v_max = None
+        if self.amsgrad:
+            v_max = v if state is None or state.max_moment_2 is None else state.max_moment_2.maximum(v)
+        denom_source = v_max if v_max is not None else v
+        correction_1 = 1.0 - b1**time
+        correction_2 = 1.0 - b2**time
+        denom = denom_source.sqrt().div_scalar(math.sqrt(correction_2)).add_scalar(self.epsilon)
+        update = m.div(denom).mul_scalar(lr / correction_1)
+        if self.weight_decay and self.decoupled:
+            tensor = tensor.mul_scalar(1.0 - lr * self.weight_decay)
+        return tensor.sub(update), AdamState(m, v, time, v_max)
+
+
+class AdamConfig(OptimizerConfig):
+    """Adam, with Burn's defaults (``epsilon=1e-5``; PyTorch uses 1e-8).
+
+    >>> optim = AdamConfig().init()
+    >>> model = optim.step(1e-2, model, grads)  # doctest: +SKIP
+    """
+
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-5
+    weight_decay: float = 0.0
+    amsgrad: bool = False
+    grad_clipping: GradientClipping | None = None
+
+    def validate(self) -> None:
+        check_range("AdamConfig", "beta_1", self.beta_1, 0.0, 1.0, high_open=True)
+        check_range("AdamConfig", "beta_2", self.beta_2, 0.0, 1.0, high_open=True)
+        check_range("AdamConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True)
+        check_range("AdamConfig", "weight_decay", self.weight_decay, 0.0, math.inf)
+
+    def build(self) -> Adam:
+        return Adam(self.beta_1, self.beta_2, self.epsilon, self.weight_decay, self.amsgrad, decoupled=False)
+
+
+class AdamWConfig(OptimizerConfig):
+    """AdamW: Adam with decoupled weight decay (Burn's default decay 1e-4)."""
+
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-5
+    weight_decay: float = 1e-4
+    amsgrad: bool = False
+    grad_clipping: GradientClipping | None = None
+
+    def validate(self) -> None:
+        check_range("AdamWConfig", "beta_1", self.beta_1, 0.0, 1.0, high_open=True)
+        check_range("AdamWConfig", "beta_2", self.beta_2, 0.0, 1.0, high_open=True)
+        check_range("AdamWConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True)
+        check_range("AdamWConfig", "weight_decay", self.weight_decay, 0.0, math.inf)
+
+    def build(self) -> Adam:
+        return Adam(self.beta_1, self.beta_2, self.epsilon, self.weight_decay, self.amsgrad, decoupled=True)

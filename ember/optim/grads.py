@@ -1,0 +1,128 @@
+"""``GradientsParams``: gradients keyed by ``ParamId`` instead of graph node id."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ember.device import Device
+from ember.errors import GraphError
+from ember.module import Module, ModuleVisitor, Param, ParamId
+from ember.tensor import Tensor
+
+
+class _FromGrads(ModuleVisitor):
+    """Moves each parameter's gradient out of ``Gradients`` into ``GradientsParams``."""
+
+    def __init__(self, grads: Any, out: GradientsParams, only: frozenset[ParamId] | None):
+        self.grads = grads
+        self.out = out
+        self.only = only
+
+    def visit_float(self, param: Param, path: str) -> None:
+        if self.only is not None and param.id not in self.only:
+            return
+        if not param.require_grad or not param.is_initialized():
+            return
+        value = param.val()
+        if not value.is_require_grad():
+            return
+        grad = value.grad_remove(self.grads)
+        if grad is not None:
+            self.out.register(param.id, grad)
+
+
+class GradientsParams:
+    """Gradients of a model's parameters, keyed by :class:`ParamId` (Burn's
+    ``GradientsParams``). Values are tensors on the inner (non-autodiff) device.
+
+    >>> grads = GradientsParams.from_grads(loss.backward(), model)  # doctest: +SKIP
+    """
+
+    __slots__ = ("_grads",)
+
+    def __init__(self) -> None:
+        self._grads: dict[ParamId, Tensor] = {}
+
+    @staticmethod
+    def from_grads(grads: Any, module: Module, filter: Iterable[ParamId] | None = None) -> GradientsParams:
+        """Walks ``module`` and moves each tracked parameter's gradient out of
+        ``grads`` (``loss.backward()``'s result). Parameters that are untracked, frozen
+        or have no gradient are skipped; ``filter`` keeps only the given ids."""
+        if not isinstance(module, Module):
+            raise GraphError(f"ember: GradientsParams.from_grads: expected a Module, got {type(module).__name__}")
+        out = GradientsParams()
+        module.visit(_FromGrads(grads, out, None if filter is None else frozenset(filter)))
+        return out
+
+    @staticmethod
+    def from_params(grads: Any, module: Module, params: Iterable[ParamId]) -> GradientsParams:
+        """Only the gradients of ``params``."""
+        return GradientsParams.from_grads(grads, module, filter=params)
+
+    @staticmethod
+    def from_module(grads: Any, module: Module) -> GradientsParams:
+        return GradientsParams.from_grads(grads, module)
+
+    def get(self, param_id: ParamId) -> Tensor | None:
+        return self._grads.get(param_id)
+
+    def remove(self, param_id: ParamId) -> Tensor | None:
+        return self._grads.pop(param_id, None)
+
+    def register(self, param_id: ParamId, grad: Tensor) -> None:
+        """Sets (replaces) the gradient of ``param_id``."""
+        if not isinstance(grad, Tensor):
+            raise GraphError(f"ember: GradientsParams.register: expected a Tensor, got {type(grad).__name__}")
+        self._grads[param_id] = grad
+
+    def len(self) -> int:
+        return len(self._grads)
+
+    def __len__(self) -> int:
+        return len(self._grads)
+
+    def is_empty(self) -> bool:
+        return not self._grads
+
+    def ids(self) -> list[ParamId]:
+        return list(self._grads)
+
+    def items(self) -> Iterator[tuple[ParamId, Tensor]]:
+        return iter(list(self._grads.items()))
+
+    def __contains__(self, param_id: object) -> bool:
+        return param_id in self._grads
+
+    def to_device(self, device: Device) -> GradientsParams:
+        out = GradientsParams()
+        for pid, g in self._grads.items():
+            out._grads[pid] = g.to_device(device)
+        return out
+
+    def __repr__(self) -> str:
+        return f"GradientsParams({len(self._grads)} tensors)"
+
+
+class GradientsAccumulator:
+    """Sums ``GradientsParams`` over several batches (gradient accumulation).
+
+    >>> acc = GradientsAccumulator()
+    >>> acc.accumulate(model, grads)  # doctest: +SKIP
+    >>> model = optim.step(lr, model, acc.grads())  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self._sum = GradientsParams()
+        self.count = 0
+
+    def accumulate(self, module: Module | None, grads: GradientsParams) -> None:
+        for pid, g in grads.items():
+            prev = self._sum.get(pid)
+            self._sum.register(pid, g if prev is None else prev.add(g))
+        self.count += 1
+
+    def grads(self) -> GradientsParams:
+        """The summed gradients; the accumulator starts over."""
+        out, self._sum, self.count = self._sum, GradientsParams(), 0
+        return out
