@@ -222,6 +222,12 @@ class Module:
 
         return load_file(self, path, **kwargs)
 
+    def load_pytorch(self, path: Any, **kwargs: Any) -> Module:
+        """A copy with weights from a PyTorch ``state_dict`` file (see ``ember.module.pytorch``)."""
+        from ember.module.pytorch import load_pytorch
+
+        return load_pytorch(self, path, **kwargs)
+
     def to_record(self) -> dict[str, Any]:
         """``{path: tensor}`` for every parameter and state."""
         record = {path: p.val() for path, p in self.named_params()}
@@ -257,9 +263,11 @@ def _repr_lines(module: Module, indent: str) -> list[str]:
     extra = module.extra_repr()
     children = [(f, module.__dict__.get(f)) for f in type(module)._fields if _is_tree(module.__dict__.get(f))]
     header = f"{name} {{{extra}" if extra else f"{name} {{"
-    if not children:
+    if all(isinstance(v, (Param, RunningState)) for _, v in children):
+        # A leaf layer: one line, as Burn prints it.
         n = module.num_params()
-        return [f"{name}" + (f" {{{extra}, params: {n}}}" if extra else (f" {{params: {n}}}" if n else ""))]
+        summary = ", ".join(part for part in (extra, f"params: {n}" if children else "") if part)
+        return [f"{name} {{{summary}}}" if summary else name]
     lines = [header]
     for field, value in children:
         lines.extend(_child_lines(field, value, indent + "  "))
