@@ -233,3 +233,14 @@ class Backend(ABC):
     def linear(self, x: Primitive, weight: Primitive, bias: Primitive | None) -> Primitive:
         """``x @ weight + bias`` with ``weight`` of shape ``[d_in, d_out]``."""
         return NotImplemented
+
+    def linear_backward(
+        self, x: Primitive, weight: Primitive, grad: Primitive, need_x: bool, need_weight: bool, need_bias: bool
+    ) -> tuple[Primitive | None, Primitive | None, Primitive | None]:
+        """Gradients of :meth:`linear` for ``x``, ``weight`` and ``bias`` (``None`` where not needed)."""
+        return NotImplemented
+
+    def mse_loss(self, pred: Primitive, target: Primitive, mean: bool) -> Primitive:
+        """``sum((pred - target)^2)``, divided by the element count when ``mean``; shape ``[1]``.
+        ``pred`` and ``target`` have one shape."""
+        return NotImplemented

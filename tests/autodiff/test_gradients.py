@@ -9,6 +9,8 @@ import pytest
 from ember import Tensor
 from ember.backend.autodiff import Checkpointing
 from ember.tensor import activation as act
+from ember.tensor.loss import mse_loss
+from ember.tensor.module import linear
 from tests.autodiff.gradcheck import check_grad
 
 R = np.random.default_rng(42)
@@ -71,6 +73,11 @@ CASES = {
     "matmul_batched": (lambda a, b: a.matmul(b), [u(2, 3, 4), u(2, 4, 5)]),
     "matmul_broadcast": (lambda a, b: a.matmul(b), [u(2, 1, 3, 4), u(3, 4, 2)]),
     "matmul_vector": (lambda a, b: a.matmul(b), [u(4), u(4, 3)]),
+    "linear": (lambda x, w, b: linear(x, w, b), [u(5, 3), u(3, 4), u(4)]),
+    "linear_batched": (lambda x, w, b: linear(x, w, b), [u(2, 5, 3), u(3, 4), u(4)]),
+    "linear_no_bias": (lambda x, w: linear(x, w), [u(5, 3), u(3, 2)]),
+    "mse_loss_mean": (lambda p, t: mse_loss(p, t), [u(4, 3), u(4, 3)]),
+    "mse_loss_sum": (lambda p, t: mse_loss(p, t, mean=False), [u(6), u(6)]),
     # reductions
     "sum": (lambda x: x.sum(), [u(3, 4)]),
     "sum_dim": (lambda x: x.sum_dim(1), [u(3, 4, 2)]),
@@ -153,7 +160,9 @@ def test_gradient_matches_finite_differences(name):
     check_grad(fn, arrays, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", ["exp", "mul", "matmul", "gelu", "softmax", "pad_reflect", "slice", "sigmoid", "relu"])
+@pytest.mark.parametrize(
+    "name", ["exp", "mul", "matmul", "gelu", "softmax", "pad_reflect", "slice", "sigmoid", "relu", "linear", "mse_loss_mean"]
+)
 def test_gradient_with_balanced_checkpointing(name, flex):
     fn, arrays = CASES[name]
     check_grad(fn, arrays, device=flex.autodiff(Checkpointing.BALANCED))
@@ -169,3 +178,21 @@ def test_cast_between_floats_passes_gradient_back(flex):
     g = x.grad(y.backward())
     assert g.dtype.value == "float64" and g.tolist() == [2.0, 2.0, 2.0]
     assert not x.cast("int64").is_require_grad()
+
+
+def test_fused_and_composite_paths_agree(flex):
+    """The fused linear/mse kernels and their composite fallbacks give the same values
+    and gradients (float16 inputs take the composite path on flex)."""
+    rng = np.random.default_rng(5)
+    x, w, b, t = rng.standard_normal((6, 3)), rng.standard_normal((3, 2)), rng.standard_normal(2), rng.standard_normal((6, 2))
+    ad = flex.autodiff()
+
+    def run(dtype):
+        tensors = [Tensor.from_data(a, device=ad, dtype=dtype).require_grad() for a in (x, w, b)]
+        target = Tensor.from_data(t, device=ad, dtype=dtype)
+        loss = mse_loss(linear(*tensors), target)
+        grads = loss.backward()
+        return [loss.cast("float64").to_numpy()] + [p.grad(grads).cast("float64").to_numpy() for p in tensors]
+
+    for fused, composite in zip(run("float32"), run("float16")):
+        np.testing.assert_allclose(fused, composite, rtol=2e-2, atol=2e-2)

@@ -14,6 +14,7 @@ from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
 from ember.backend.autodiff.rules.linalg import LinalgRules
+from ember.backend.autodiff.rules.loss import LossRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
 from ember.backend.base import Backend
 from ember.backend.dtype import DType
@@ -21,7 +22,7 @@ from ember.errors import GraphError
 
 
 class AutodiffBackend(
-    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, Backend
+    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, LossRules, Backend
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is
     tracked, records a node whose step computes the inputs' gradients."""

@@ -53,9 +53,9 @@ _BINARY = {
     "left_shift": np.left_shift, "right_shift": np.right_shift,
 }
 
-_REDUCE = {
-    "sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min,
-    "any": np.any, "all": np.all,
+_REDUCE_UFUNC = {
+    "sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
+    "any": np.logical_or, "all": np.logical_and,
 }
 _CUMULATIVE = {
     "cumsum": np.cumsum, "cumprod": np.cumprod,
@@ -182,15 +182,20 @@ class FlexBackend(Backend):
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: str, x, dim: int) -> np.ndarray:
-        if op == "mean" and x.shape[dim] == 0:
+        n = x.shape[dim]
+        if op == "mean" and n == 0:
             return np.full(x.shape[:dim] + (1,) + x.shape[dim + 1:], np.nan, dtype=x.dtype)
         token = quiet_set()
         try:
-            if x.dtype in _HALF and op in ("sum", "mean", "prod"):
-                return _REDUCE[op](x, axis=dim, keepdims=True, dtype=_F32).astype(x.dtype)
-            if op in ("sum", "prod") and x.dtype.kind in "bui":
-                return _REDUCE[op](x, axis=dim, keepdims=True, dtype=x.dtype if x.dtype.kind != "b" else np.int64)
-            return _arr(_REDUCE[op](x, axis=dim, keepdims=True))
+            dtype = x.dtype
+            if dtype in _HALF and op in ("sum", "mean", "prod"):
+                out = _REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True, dtype=_F32)
+                return (out / n if op == "mean" else out).astype(dtype)
+            if op == "mean":
+                return np.true_divide(np.add.reduce(x, axis=dim, keepdims=True), n, dtype=dtype)
+            if op in ("sum", "prod") and dtype.kind in "bui":
+                return _REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True, dtype=dtype if dtype.kind != "b" else np.int64)
+            return _arr(_REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True))
         finally:
             quiet_reset(token)
 
@@ -308,7 +313,40 @@ class FlexBackend(Backend):
     def linear(self, x, weight, bias):
         if x.dtype in _HALF:
             return NotImplemented
-        out = np.matmul(x, weight)
-        if bias is not None:
-            out += bias
-        return out
+        token = quiet_set()
+        try:
+            out = np.matmul(x, weight)
+            if bias is not None:
+                out += bias
+            return out
+        finally:
+            quiet_reset(token)
+
+    def linear_backward(self, x, weight, grad, need_x, need_weight, need_bias):
+        if grad.dtype in _HALF:
+            return NotImplemented
+        token = quiet_set()
+        try:
+            gx = np.matmul(grad, weight.T) if need_x else None
+            g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
+            gw = None
+            if need_weight:
+                x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+                gw = np.matmul(x2.T, g2)
+            gb = np.add.reduce(g2, axis=0) if need_bias else None
+            return gx, gw, gb
+        finally:
+            quiet_reset(token)
+
+    def mse_loss(self, pred, target, mean: bool):
+        if pred.dtype in _HALF:
+            return NotImplemented
+        token = quiet_set()
+        try:
+            diff = (pred - target).reshape(-1)
+            total = np.dot(diff, diff)
+            if mean:
+                total = total / diff.size if diff.size else np.nan
+            return np.array([total], dtype=pred.dtype)
+        finally:
+            quiet_reset(token)

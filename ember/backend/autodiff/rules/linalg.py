@@ -28,6 +28,9 @@ def _matmul_step(ops, g, saved, ctx):
 def _linear_step(ops, g, saved, ctx):
     x, w = saved
     track_x, track_w, track_b = ctx
+    fused = ops.linear_backward(x, w, g, track_x, track_w, track_b)
+    if fused is not NotImplemented:
+        return fused
     d_out = g.shape[-1]
     gx = ops.matmul(g, _transpose(ops, w)) if track_x else None
     g2 = ops.reshape(g, (-1, d_out)) if len(g.shape) != 2 else g

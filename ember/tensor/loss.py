@@ -1,0 +1,38 @@
+"""Functional losses written once over the tensor ops (fused kernels when the
+backend has them). ``ember.nn.loss`` wraps them as modules."""
+
+from __future__ import annotations
+
+from ember.errors import ShapeError
+from ember.tensor.dispatch import check_device
+from ember.tensor.tensor import Tensor
+
+
+def check_same_shape(name: str, pred: Tensor, target: Tensor) -> None:
+    if pred._p.shape != target._p.shape:
+        raise ShapeError(
+            f"ember: {name}: predictions {pred.dims()} and targets {target.dims()} must have one shape; "
+            "reshape the targets (e.g. .unsqueeze_dim(-1)) to match"
+        )
+    if pred._d is not target._d:
+        check_device(name, pred, target)
+
+
+def squared_error(pred: Tensor, target: Tensor) -> Tensor:
+    """``(pred - target)^2`` elementwise."""
+    check_same_shape("mse_loss", pred, target)
+    diff = pred.float().sub(target)
+    return diff.mul(diff)
+
+
+def mse_loss(pred: Tensor, target: Tensor, mean: bool = True) -> Tensor:
+    """``mean((pred - target)^2)`` (or the sum), shape ``[1]``."""
+    check_same_shape("mse_loss", pred, target)
+    pred = pred.float()
+    if target._p.dtype != pred._p.dtype:
+        target = target.cast(pred.dtype)
+    fused = pred._d._b.mse_loss(pred._p, target._p, mean)
+    if fused is not NotImplemented:
+        return Tensor(fused, pred._d)
+    values = squared_error(pred, target)
+    return values.mean() if mean else values.sum()
