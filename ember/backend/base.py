@@ -17,6 +17,10 @@ Composite ops (softmax, variance, losses, ...) are written once above this
 protocol, in ``ember.tensor`` and ``ember.nn``. A backend with a faster kernel for
 one of them implements the matching *fused* method below; its default returns
 ``NotImplemented`` and the caller falls back to the composite.
+
+Module ops (convolution, pooling, embedding and their backward ops) come from
+:class:`ember.backend.module_ops.ModuleOps`, whose defaults are written over the
+primitives here; a backend overrides them with faster kernels (flex does).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
+from ember.backend.module_ops import ModuleOps
 
 Primitive = Any
 Scalar = int | float | bool
@@ -59,7 +64,7 @@ ARG_REDUCE_OPS = frozenset({"argmax", "argmin"})
 CUMULATIVE_OPS = frozenset({"cumsum", "cumprod", "cummax", "cummin"})
 
 
-class Backend(ABC):
+class Backend(ModuleOps, ABC):
     """The primitive ops of a backend. See the module docstring for the contract."""
 
     #: A short name, such as ``"flex"``.

@@ -14,6 +14,7 @@ from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
 from ember.backend.autodiff.rules.linalg import LinalgRules
+from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.loss import LossRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
 from ember.backend.base import Backend
@@ -22,7 +23,8 @@ from ember.errors import GraphError
 
 
 class AutodiffBackend(
-    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, LossRules, Backend
+    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, LossRules, ModuleRules,
+    Backend,
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is
     tracked, records a node whose step computes the inputs' gradients."""

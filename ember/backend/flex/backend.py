@@ -11,6 +11,7 @@ from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.flex.quiet import quiet_reset, quiet_set
+from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.special import erf
 from ember.errors import IndexOutOfBoundsError
 
@@ -83,7 +84,7 @@ def _check_indices(op: str, indices: np.ndarray, size: int, dim: int) -> None:
         )
 
 
-class FlexBackend(Backend):
+class FlexBackend(FlexModuleOps, Backend):
     """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
     in float32 where numpy would lose accuracy or lacks the kernel."""
 
