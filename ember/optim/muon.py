@@ -84,7 +84,7 @@ class Muon(SimpleOptimizer):
         self.adjust_lr_fn = adjust_lr_fn
 
     def step(self, lr: float, tensor: Tensor, grad: Tensor, state: MuonState | None) -> tuple[Tensor, MuonState]:
-        if tensor.rank() != 2:
+        if len(tensor.dims()) != 2:
             raise ConfigError(
                 f"ember: Muon: optimizes 2-D weight matrices only, got a parameter of shape {tensor.dims()}; "
                 "give biases, norms and embeddings another optimizer with a group, e.g. "

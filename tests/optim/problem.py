@@ -70,7 +70,7 @@ def ember_run(optim, lr: float | Callable[[int], float], seed: int = 0, steps: i
               model: Mlp | None = None) -> tuple[list[dict[str, np.ndarray]], list[float]]:
     """Parameters after each step, and the loss before each step."""
     weights, x, y = problem(seed)
-    model = model or ember_model(weights)
+    model = model if model is not None else ember_model(weights)
     params, losses = [], []
     for step in range(steps):
         loss = ember_loss(model, x, y)

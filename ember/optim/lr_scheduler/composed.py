@@ -57,7 +57,7 @@ class ComposedLrSchedulerConfig(LrSchedulerConfig):
     >>> config.add(ExponentialLrSchedulerConfig(1.0, 0.9))  # a copy with one more  # doctest: +SKIP
     """
 
-    schedulers: list[LrSchedulerConfig | float] = []
+    schedulers: list[LrSchedulerConfig | float]
     reduction: SchedulerReduction = SchedulerReduction.PROD
 
     def validate(self) -> None:

@@ -12,14 +12,16 @@ class LinearLrScheduler(LrScheduler):
     ``final_lr`` after ``num_iters`` steps; ``final_lr`` from then on."""
 
     def __init__(self, initial_lr: float, final_lr: float, num_iters: int):
+        self.initial_lr = initial_lr
         self.final_lr = final_lr
-        self.step_size = (final_lr - initial_lr) / num_iters
+        self.num_iters = num_iters
         self.remaining_iters = num_iters + 1
 
     def step(self) -> float:
         if self.remaining_iters > 0:
             self.remaining_iters -= 1
-        return self.final_lr - self.step_size * self.remaining_iters
+        done = (self.num_iters - self.remaining_iters) / self.num_iters
+        return self.initial_lr * (1.0 - done) + self.final_lr * done  # exact at both ends
 
     def to_record(self) -> dict[str, Any]:
         return {"remaining_iters": self.remaining_iters}
