@@ -93,7 +93,8 @@ class Muon(SimpleOptimizer):
         if state is None:
             velocity = grad
         else:
-            velocity = state.momentum.mul_scalar(self.momentum).add(grad.mul_scalar(1.0 - self.dampening))
+            fresh = grad.mul_scalar(1.0 - self.dampening) if self.dampening else grad
+            velocity = state.momentum.mul_scalar(self.momentum).add(fresh)
         update = grad.add(velocity.mul_scalar(self.momentum)) if self.nesterov else velocity
         update = zeropower_via_newton_schulz(update, self.ns_coefficients, self.ns_steps, self.epsilon)
         fan_in, fan_out = tensor.dims()

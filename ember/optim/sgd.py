@@ -43,7 +43,8 @@ class Sgd(SimpleOptimizer):
             if previous is None:
                 velocity = grad
             else:
-                velocity = previous.mul_scalar(self.momentum).add(grad.mul_scalar(1.0 - self.dampening))
+                fresh = grad.mul_scalar(1.0 - self.dampening) if self.dampening else grad
+                velocity = previous.mul_scalar(self.momentum).add(fresh)
             grad = grad.add(velocity.mul_scalar(self.momentum)) if self.nesterov else velocity
         return tensor.sub(grad.mul_scalar(lr)), SgdState(velocity)
 
