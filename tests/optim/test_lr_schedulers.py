@@ -216,7 +216,7 @@ def test_step_scheduler_warns_on_odd_values_like_burn():
         StepLrSchedulerConfig(-0.1, 2)
 
 
-@pytest.mark.parametrize("module", ["linear", "cosine", "exponential", "step", "noam"])
+@pytest.mark.parametrize("module", ["linear", "cosine", "exponential", "step", "noam", "sequential", "composed"])
 def test_docstring_examples(module):
     import doctest
     import importlib

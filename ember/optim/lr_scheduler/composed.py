@@ -53,8 +53,11 @@ class ComposedLrSchedulerConfig(LrSchedulerConfig):
     number stands for a constant rate. With the default product, a schedule can be
     written as a base rate times shape factors:
 
-    >>> config = ComposedLrSchedulerConfig([0.5, StepLrSchedulerConfig(1.0, 2, gamma=0.1)])  # doctest: +SKIP
-    >>> config.add(ExponentialLrSchedulerConfig(1.0, 0.9))  # a copy with one more  # doctest: +SKIP
+    >>> from ember.optim.lr_scheduler import ExponentialLrSchedulerConfig, StepLrSchedulerConfig
+    >>> config = ComposedLrSchedulerConfig([0.5, StepLrSchedulerConfig(1.0, 2, gamma=0.1)])
+    >>> scheduler = config.add(ExponentialLrSchedulerConfig(1.0, 0.5)).init()  # add: a copy with one more
+    >>> [scheduler.step() for _ in range(3)]
+    [0.5, 0.25, 0.0125]
     """
 
     schedulers: list[LrSchedulerConfig | float]

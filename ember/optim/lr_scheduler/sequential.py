@@ -47,9 +47,12 @@ class SequentialLrSchedulerConfig(LrSchedulerConfig):
     strictly increasing; milestone ``m`` is the number of steps after which the next
     scheduler takes over.
 
-    >>> warmup = LinearLrSchedulerConfig(1e-4, 1e-2, 100)
-    >>> decay = CosineAnnealingLrSchedulerConfig(1e-2, 900)
-    >>> scheduler = SequentialLrSchedulerConfig([warmup, decay], [100]).init()  # doctest: +SKIP
+    >>> from ember.optim.lr_scheduler import CosineAnnealingLrSchedulerConfig, LinearLrSchedulerConfig
+    >>> warmup = LinearLrSchedulerConfig(0.01, 0.1, 2)
+    >>> decay = CosineAnnealingLrSchedulerConfig(0.1, 2)
+    >>> scheduler = SequentialLrSchedulerConfig([warmup, decay], [3]).init()
+    >>> [round(scheduler.step(), 6) for _ in range(6)]
+    [0.01, 0.055, 0.1, 0.1, 0.05, 0.0]
     """
 
     schedulers: list[LrSchedulerConfig]
