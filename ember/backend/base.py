@@ -245,6 +245,39 @@ class Backend(ModuleOps, ABC):
         """Gradients of :meth:`linear` for ``x``, ``weight`` and ``bias`` (``None`` where not needed)."""
         return NotImplemented
 
+    def adam_step(
+        self,
+        param: Primitive,
+        grad: Primitive,
+        moment_1: Primitive | None,
+        moment_2: Primitive | None,
+        max_moment_2: Primitive | None,
+        *,
+        lr: float,
+        beta_1: float,
+        beta_2: float,
+        epsilon: float,
+        weight_decay: float,
+        decoupled: bool,
+        amsgrad: bool,
+        time: int,
+    ) -> tuple[Primitive, Primitive, Primitive, Primitive | None]:
+        """One Adam/AdamW update of one tensor (see ``ember.optim.adam``); moments are
+        ``None`` on the first step. Returns the new parameter and moments."""
+        return NotImplemented
+
+    def adam_step_many(
+        self,
+        params: list[Primitive],
+        grads: list[Primitive],
+        moments_1: list[Primitive] | None,
+        moments_2: list[Primitive] | None,
+        max_moments_2: list[Primitive] | None,
+        **options: Any,
+    ) -> tuple[list[Primitive], list[Primitive], list[Primitive], list[Primitive] | None]:
+        """:meth:`adam_step` on several tensors at once (same options, same step count)."""
+        return NotImplemented
+
     def mse_loss(self, pred: Primitive, target: Primitive, mean: bool) -> Primitive:
         """``sum((pred - target)^2)``, divided by the element count when ``mean``; shape ``[1]``.
         ``pred`` and ``target`` have one shape."""

@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import ModuleError
 from ember.module.group import ParamGroup
@@ -115,14 +116,23 @@ class Module:
         visitor.exit_module(path, self)
 
     def map(self, mapper: ModuleMapper, path: str = "") -> Module:
-        """A new module whose leaves are the mapper's results; this one is untouched."""
+        """A new module whose leaves are the mapper's results; this one is untouched.
+        Sub-modules the mapper leaves unchanged are shared, not copied (modules are values)."""
         cls = type(self)
-        new = object.__new__(cls)
-        values = dict(self.__dict__)
+        current = self.__dict__
+        values = None
         for name in cls._fields:
-            values[name] = _map_value(self.__dict__.get(name), mapper, _join(path, name))
-        object.__setattr__(new, "__dict__", values)
-        return new
+            old = current.get(name)
+            new = _map_value(old, mapper, f"{path}.{name}" if path else name)
+            if new is not old:
+                if values is None:
+                    values = dict(current)
+                values[name] = new
+        if values is None:
+            return self
+        out = object.__new__(cls)
+        object.__setattr__(out, "__dict__", values)
+        return out
 
     def map_params(self, fn: Any) -> Module:
         """``map`` with one function ``fn(param, path) -> Param`` for every parameter."""
@@ -206,8 +216,8 @@ class Module:
         )
 
     def clone(self) -> Module:
-        """A shallow copy sharing parameter values (values are immutable)."""
-        return self.map(ModuleMapper())
+        """A copy of the module tree sharing parameter values (values are immutable)."""
+        return self.map(FnMapper(lambda p, path: Param(p.id, p.val(), p.require_grad) if p.is_initialized() else p))
 
     # ------------------------------------------------------------------ records
     def save_file(self, path: Any, **kwargs: Any) -> None:
@@ -293,17 +303,29 @@ def _child_lines(field: str, value: Any, indent: str) -> list[str]:
     return lines
 
 
+_KIND = {dtype: dtype.kind for dtype in DType}
+
+
+def _visit_param(value: Param, visitor: ModuleVisitor, path: str) -> None:
+    dtype_kind = _KIND[value._dtype]
+    if dtype_kind == "float":
+        visitor.visit_float(value, path)
+    elif dtype_kind == "int":
+        visitor.visit_int(value, path)
+    else:
+        visitor.visit_bool(value, path)
+
+
 def _visit_value(value: Any, visitor: ModuleVisitor, path: str) -> None:
-    if isinstance(value, Param):
-        kind = value.dtype.kind
-        if kind == "float":
-            visitor.visit_float(value, path)
-        elif kind == "int":
-            visitor.visit_int(value, path)
-        else:
-            visitor.visit_bool(value, path)
+    kind = type(value)
+    if kind is Param:
+        _visit_param(value, visitor, path)
+    elif value is None or kind in _CONSTANT_TYPES:
+        return
     elif isinstance(value, Module):
         value.visit(visitor, path)
+    elif isinstance(value, Param):
+        _visit_param(value, visitor, path)
     elif isinstance(value, RunningState):
         visitor.visit_state(value, path)
     elif isinstance(value, (list, tuple)):
@@ -314,28 +336,39 @@ def _visit_value(value: Any, visitor: ModuleVisitor, path: str) -> None:
             _visit_value(item, visitor, _join(path, str(key)))
 
 
+_CONSTANT_TYPES = frozenset({int, float, str, bool, bytes})
+
+
 def _map_value(value: Any, mapper: ModuleMapper, path: str) -> Any:
-    if isinstance(value, Param):
-        kind = value.dtype.kind
-        if kind == "float":
+    """The mapped value; unchanged subtrees are returned as they are (shared)."""
+    kind = type(value)
+    if kind is Param or (kind not in _CONSTANT_TYPES and value is not None and isinstance(value, Param)):
+        dtype_kind = _KIND[value._dtype]
+        if dtype_kind == "float":
             out = mapper.map_float(value, path)
-        elif kind == "int":
+        elif dtype_kind == "int":
             out = mapper.map_int(value, path)
         else:
             out = mapper.map_bool(value, path)
         if not isinstance(out, Param):
             raise ModuleError(f"ember: a mapper returned {type(out).__name__} for {path!r}; return a Param")
         return out
+    if value is None or kind in _CONSTANT_TYPES:
+        return value
     if isinstance(value, Module):
         return value.map(mapper, path)
     if isinstance(value, RunningState):
         return mapper.map_state(value, path)
-    if isinstance(value, list):
-        return [_map_value(item, mapper, _join(path, str(i))) for i, item in enumerate(value)]
-    if isinstance(value, tuple):
-        return tuple(_map_value(item, mapper, _join(path, str(i))) for i, item in enumerate(value))
+    if isinstance(value, (list, tuple)):
+        items = [_map_value(item, mapper, _join(path, str(i))) for i, item in enumerate(value)]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
     if isinstance(value, dict):
-        return {key: _map_value(item, mapper, _join(path, str(key))) for key, item in value.items()}
+        mapped = {key: _map_value(item, mapper, _join(path, str(key))) for key, item in value.items()}
+        if all(mapped[key] is item for key, item in value.items()):
+            return value
+        return mapped
     return value
 
 

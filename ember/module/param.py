@@ -10,18 +10,24 @@ from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import ModuleError
 from ember.tensor import Shape, Tensor
+from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE
 
 
-class ParamId:
+class ParamId(int):
     """A parameter's identity: a random 64-bit value, kept across maps and saves.
 
-    The optimizer keys its per-parameter state by it.
+    The optimizer keys its per-parameter state by it. (An ``int`` underneath, so that
+    dictionaries keyed by ids hash at C speed.)
     """
 
-    __slots__ = ("value",)
+    __slots__ = ()
 
-    def __init__(self, value: int | None = None):
-        self.value = secrets.randbits(64) if value is None else int(value) & 0xFFFF_FFFF_FFFF_FFFF
+    def __new__(cls, value: int | None = None) -> ParamId:
+        return int.__new__(cls, secrets.randbits(64) if value is None else int(value) & 0xFFFF_FFFF_FFFF_FFFF)
+
+    @property
+    def value(self) -> int:
+        return int(self)
 
     @staticmethod
     def new() -> ParamId:
@@ -33,13 +39,7 @@ class ParamId:
         return ParamId(int(text, 16) if isinstance(text, str) else text)
 
     def serialize(self) -> str:
-        return f"{self.value:016x}"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ParamId) and other.value == self.value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
+        return f"{int(self):016x}"
 
     def __repr__(self) -> str:
         return f"ParamId({self.serialize()})"
@@ -49,10 +49,13 @@ def _prepare(tensor: Tensor, require_grad: bool) -> Tensor:
     """A parameter value is a leaf: tracked when it requires grad on an autodiff device."""
     if not isinstance(tensor, Tensor):
         raise ModuleError(f"ember: Param: expected a Tensor, got {type(tensor).__name__}")
-    if tensor.device.is_autodiff():
-        tensor = tensor.detach()
-        if require_grad and tensor.is_float():
-            tensor = tensor.require_grad()
+    device = tensor._d
+    if device._inner is not None:  # an autodiff device: a fresh leaf (or untracked)
+        backend = device._b
+        prim = tensor._p
+        if require_grad and prim.dtype in FLOAT_NP:
+            return Tensor(backend.leaf(backend.unwrap(prim)), device)
+        return Tensor(backend.detach(prim), device)
     return tensor
 
 
@@ -70,12 +73,13 @@ class Param:
 
     def __init__(self, param_id: ParamId, value: Tensor, require_grad: bool = True):
         self.id = param_id
-        self.require_grad = bool(require_grad)
-        self._value = _prepare(value, self.require_grad)
+        self.require_grad = require_grad = bool(require_grad)
+        self._value = value = _prepare(value, require_grad)
         self._init = None
-        self._shape = tuple(value.dims())
-        self._device = value.device
-        self._dtype = value.dtype
+        prim = value._p
+        self._shape = prim.shape
+        self._device = value._d
+        self._dtype = NP_TO_DTYPE[prim.dtype]
 
     @staticmethod
     def from_tensor(tensor: Tensor, require_grad: bool | None = None) -> Param:

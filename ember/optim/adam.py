@@ -8,6 +8,7 @@ import math
 from ember.optim.base import OptimizerConfig, OptimizerState, SimpleOptimizer, check_range
 from ember.optim.clipping import GradientClipping
 from ember.tensor import Tensor
+from ember.tensor.fused import fused
 
 
 @dataclasses.dataclass
@@ -34,6 +35,48 @@ class Adam(SimpleOptimizer):
         self.decoupled = decoupled
 
     def step(self, lr: float, tensor: Tensor, grad: Tensor, state: AdamState | None) -> tuple[Tensor, AdamState]:
+        time = 1 if state is None else state.time + 1
+        out = fused(
+            "adam_step", tensor, grad,
+            None if state is None else state.moment_1,
+            None if state is None else state.moment_2,
+            None if state is None else state.max_moment_2,
+            lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
+            weight_decay=self.weight_decay, decoupled=self.decoupled, amsgrad=self.amsgrad, time=time,
+        )
+        if out is not None:
+            new_tensor, m, v, v_max = out
+            return new_tensor, AdamState(m, v, time, v_max)
+        return self._composite(lr, tensor, grad, state)
+
+    def step_many(self, lr: float, tensors: list[Tensor], grads: list[Tensor], states: list[AdamState | None]):
+        first = states[0]
+        uniform = len(tensors) > 1 and all((s is None) == (first is None) for s in states)
+        if uniform and (first is None or all(s.time == first.time for s in states)):
+            time = 1 if first is None else first.time + 1
+            device = tensors[0].device
+            backend = device.backend
+            prims = [[t.primitive for t in tensors], [g.primitive for g in grads]]
+            for field in ("moment_1", "moment_2", "max_moment_2"):
+                values = [None if s is None else getattr(s, field) for s in states]
+                prims.append(None if any(v is None for v in values) else [v.primitive for v in values])
+            out = backend.adam_step_many(
+                *prims, lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
+                weight_decay=self.weight_decay, decoupled=self.decoupled, amsgrad=self.amsgrad, time=time,
+            )
+            if out is not NotImplemented:
+                new, m, v, v_max = out
+
+                def wrap(p):
+                    return None if p is None else Tensor(p, device)
+
+                return [
+                    (wrap(new[i]), AdamState(wrap(m[i]), wrap(v[i]), time, wrap(v_max[i]) if v_max else None))
+                    for i in range(len(tensors))
+                ]
+        return super().step_many(lr, tensors, grads, states)
+
+    def _composite(self, lr: float, tensor: Tensor, grad: Tensor, state: AdamState | None) -> tuple[Tensor, AdamState]:
         b1, b2 = self.beta_1, self.beta_2
         if self.weight_decay and not self.decoupled:
             grad = grad.add(tensor.mul_scalar(self.weight_decay))

@@ -44,6 +44,13 @@ class SimpleOptimizer:
     def step(self, lr: float, tensor: Tensor, grad: Tensor, state: Any) -> tuple[Tensor, Any]:
         raise NotImplementedError
 
+    def step_many(
+        self, lr: float, tensors: list[Tensor], grads: list[Tensor], states: list[Any]
+    ) -> list[tuple[Tensor, Any]]:
+        """:meth:`step` on several tensors with one learning rate. Optimizers with a
+        fused multi-tensor kernel override this; the result is the same."""
+        return [self.step(lr, t, g, s) for t, g, s in zip(tensors, grads, states)]
+
 
 class OptimizerConfig(Config):
     """Base of optimizer configs: ``init()`` returns a ``ModuleOptimizer``."""

@@ -29,7 +29,8 @@ class _FromGrads(ModuleVisitor):
             return
         grad = value.grad_remove(self.grads)
         if grad is not None:
-            self.out.register(param.id, grad)
+            self.out._grads[param.id] = grad
+            self.out._sources[param.id] = (param, path)
 
 
 class GradientsParams:
@@ -39,10 +40,13 @@ class GradientsParams:
     >>> grads = GradientsParams.from_grads(loss.backward(), model)  # doctest: +SKIP
     """
 
-    __slots__ = ("_grads",)
+    __slots__ = ("_grads", "_sources")
 
     def __init__(self) -> None:
         self._grads: dict[ParamId, Tensor] = {}
+        # The parameter and path each gradient came from (set by from_grads), so that
+        # an optimizer step need not walk the module again to find them.
+        self._sources: dict[ParamId, tuple[Param, str]] = {}
 
     @staticmethod
     def from_grads(grads: Any, module: Module, filter: Iterable[ParamId] | None = None) -> GradientsParams:
@@ -68,6 +72,7 @@ class GradientsParams:
         return self._grads.get(param_id)
 
     def remove(self, param_id: ParamId) -> Tensor | None:
+        self._sources.pop(param_id, None)
         return self._grads.pop(param_id, None)
 
     def register(self, param_id: ParamId, grad: Tensor) -> None:
@@ -75,6 +80,7 @@ class GradientsParams:
         if not isinstance(grad, Tensor):
             raise GraphError(f"ember: GradientsParams.register: expected a Tensor, got {type(grad).__name__}")
         self._grads[param_id] = grad
+        self._sources.pop(param_id, None)
 
     def len(self) -> int:
         return len(self._grads)
@@ -98,6 +104,7 @@ class GradientsParams:
         out = GradientsParams()
         for pid, g in self._grads.items():
             out._grads[pid] = g.to_device(device)
+        out._sources = dict(self._sources)
         return out
 
     def __repr__(self) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.errors import ConfigError
-from ember.module import Module, ModuleMapper, Param, ParamGroup, ParamId
+from ember.module import Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, ParamId
 from ember.optim.base import OptimizerConfig, SimpleOptimizer
 from ember.optim.clipping import GradientClipping
 from ember.optim.grads import GradientsParams
@@ -22,36 +22,26 @@ class _Group:
     lr_scale: float
 
 
-class _StepMapper(ModuleMapper):
-    def __init__(self, owner: ModuleOptimizer, lr: float, grads: GradientsParams):
-        self.owner = owner
-        self.lr = lr
-        self.grads = grads
+class _Replace(ModuleMapper):
+    """Puts updated parameters (by id) into the module."""
+
+    def __init__(self, updates: dict[ParamId, Param]):
+        self.updates = updates
 
     def map_float(self, param: Param, path: str) -> Param:
-        grad = self.grads.remove(param.id)
-        if grad is None:
-            return param
-        owner = self.owner
-        optimizer, clipping, lr = owner._settings(param.id, path, self.lr)
-        if clipping is not None:
-            grad = clipping.clip(grad)
-        value = param.val()
-        device = value.device
-        inner = device.inner()
-        if device is not inner:
-            value = value.to_device(inner)
-        if grad.device is not inner:
-            grad = grad.to_device(inner)
-        if grad.dims() != value.dims():
-            raise ConfigError(
-                f"ember: optimizer step: the gradient of {path!r} has shape {grad.dims()}, "
-                f"but the parameter has {value.dims()}"
-            )
-        new_value, owner.states[param.id] = optimizer.step(lr, value, grad, owner.states.get(param.id))
-        if device is not inner:
-            new_value = new_value.to_device(device)
-        return Param.from_mapped_value(param.id, new_value, param.require_grad)
+        return self.updates.get(param.id, param)
+
+
+class _Collect(ModuleVisitor):
+    """Finds the parameters (and paths) of the given ids."""
+
+    def __init__(self, ids: set[ParamId], out: dict[ParamId, tuple[Param, str]]):
+        self.ids = ids
+        self.out = out
+
+    def visit_float(self, param: Param, path: str) -> None:
+        if param.id in self.ids:
+            self.out[param.id] = (param, path)
 
 
 class ModuleOptimizer:
@@ -115,7 +105,41 @@ class ModuleOptimizer:
         lr = float(lr)
         if not lr == lr or lr < 0:
             raise ConfigError(f"ember: step: the learning rate must be a number >= 0, got {lr}")
-        return module.map(_StepMapper(self, lr, grads))
+        sources = dict(grads._sources)
+        if len(sources) < len(grads._grads):
+            module.visit(_Collect(set(grads._grads) - set(sources), sources))
+        buckets: dict[tuple[int, float], tuple[SimpleOptimizer, float, list]] = {}
+        for pid, grad in grads._grads.items():
+            source = sources.get(pid)
+            if source is None:
+                continue  # not a parameter of this module
+            param, path = source
+            optimizer, clipping, group_lr = self._settings(pid, path, lr)
+            if clipping is not None:
+                grad = clipping.clip(grad)
+            key = (id(optimizer), group_lr)
+            if key not in buckets:
+                buckets[key] = (optimizer, group_lr, [])
+            buckets[key][2].append((param, path, grad))
+        updates: dict[ParamId, Param] = {}
+        for optimizer, group_lr, items in buckets.values():
+            values, grads_inner = [], []
+            for param, path, grad in items:
+                value = param.val()
+                inner = value.device.inner()
+                if grad.primitive.shape != value.primitive.shape:
+                    raise ConfigError(
+                        f"ember: optimizer step: the gradient of {path!r} has shape {grad.dims()}, "
+                        f"but the parameter has {value.dims()}"
+                    )
+                values.append(value.to_device(inner))
+                grads_inner.append(grad if grad.device is inner else grad.to_device(inner))
+            states = [self.states.get(param.id) for param, _, _ in items]
+            results = optimizer.step_many(group_lr, values, grads_inner, states)
+            for (param, _, _), (new_value, new_state) in zip(items, results):
+                self.states[param.id] = new_state
+                updates[param.id] = Param.from_mapped_value(param.id, new_value.to_device(param.device), param.require_grad)
+        return module.map(_Replace(updates))
 
     # ------------------------------------------------------------------ records
     def to_record(self) -> dict[str, Any]:

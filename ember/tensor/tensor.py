@@ -287,10 +287,14 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
         Between a device and its autodiff wrapper this keeps the values and wraps or
         unwraps them (moving to the inner device detaches); between backends it copies.
         """
-        device = _device(device)
         src = self._d
         if device is src:
             return self.__class__(self._p, self._d)
+        if device is src._inner:  # fast path: autodiff device -> its inner device
+            return Tensor(src._b.unwrap(self._p), device)
+        device = _device(device)
+        if src is device._inner:  # fast path: device -> its autodiff wrapper
+            return Tensor(device._b.wrap(self._p), device)
         if device.inner() is src.inner() or device.inner() == src.inner():
             prim = self._p
             if src.is_autodiff():

@@ -58,7 +58,11 @@ class AutodiffBackend(
             return AutodiffTensor(x.inner, None)
         if x.node is not None and not x.node.consumed:
             return x
-        return AutodiffTensor(x.inner, Node(self._next_id(), (), None, (), None))
+        return self.leaf(x.inner)
+
+    def leaf(self, inner: Any) -> AutodiffTensor:
+        """A new leaf that requires grad, around an inner primitive."""
+        return AutodiffTensor(inner, Node(self._next_id(), (), None, (), None))
 
     def is_tracked(self, x: AutodiffTensor) -> bool:
         return x.node is not None
@@ -76,31 +80,42 @@ class AutodiffBackend(
                 "differentiate; mark inputs with .require_grad() (module parameters are) and "
                 "build them on an autodiff device"
             )
-        order = topological_order(node)
         ops = self.inner
-        pending: dict[int, Any] = {node.id: ops.full(root.shape, 1, DType.from_numpy(root.dtype))}
+        seed = ops.full(root.shape, 1, DType.from_numpy(root.dtype))
         grads = Gradients()
+        leaf_grads = grads._grads
+        if node.step is None and not node.consumed:  # the root is itself a leaf
+            leaf_grads[node.id] = seed
+            return grads
+        order = topological_order(node)
+        pending: dict[int, Any] = {node.id: seed}
+        balanced = self._balanced
         recomputed: dict[int, Any] = {}
+        pop = pending.pop
         for n in order:
-            g = pending.pop(n.id, None)
-            step = n.step
-            if step is None:  # a leaf
-                if g is not None:
-                    grads.register(n.id, g)
-                continue
+            nid = n.id
+            g = pop(nid, None)
             if g is not None:
+                step = n.step
                 saved = n.saved
-                if self._balanced:
+                if balanced:
                     saved = tuple(_resolve(n, h, recomputed) for h in saved)
+                    recomputed.pop(nid, None)
                 parent_grads = step(ops, g, saved, n.ctx)
-                for parent, pg in zip(n.parents, parent_grads):
+                parents = n.parents
+                for i in range(len(parents)):
+                    parent = parents[i]
+                    pg = parent_grads[i]
                     if parent is None or pg is None:
                         continue
                     pid = parent.id
-                    prev = pending.get(pid)
-                    pending[pid] = pg if prev is None else ops.binary("add", prev, pg)
-            recomputed.pop(n.id, None)
-            n.release()
+                    target = leaf_grads if parent.step is None else pending
+                    prev = target.get(pid)
+                    target[pid] = pg if prev is None else ops.binary("add", prev, pg)
+            # Release what backward needed; the node stays as a marker of a used graph.
+            n.step = n.saved = n.ctx = n.recompute = None
+            n.parents = ()
+            n.consumed = True
         return grads
 
     def grad(self, x: AutodiffTensor, grads: Gradients) -> Any:

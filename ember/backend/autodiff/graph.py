@@ -8,6 +8,7 @@ releases each node's saved values as soon as its step has run.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from ember.errors import GraphError
@@ -96,34 +97,35 @@ class Gradients:
 SELF = object()  # a saved handle meaning "this node's own output" (recomputed)
 
 
+_BY_ID = attrgetter("id")
+
+
 def topological_order(root: Node) -> list[Node]:
-    """Every node reachable from ``root``, children before parents (no recursion).
+    """The non-leaf nodes reachable from ``root``, children before parents (no recursion).
 
     Node ids grow with creation, so a parent's id is always lower than its child's:
-    sorting by descending id is a valid order for backward.
+    sorting by descending id is a valid order for backward. Leaves (no step) are not
+    listed: backward hands their gradients straight to the result.
     """
     seen = {root}
     stack = [root]
-    order = []
+    order: list[Node] = []
+    append, pop, push, add = order.append, stack.pop, stack.append, seen.add
     while stack:
-        node = stack.pop()
+        node = pop()
         if node.consumed:
             raise GraphError(
                 "ember: backward: this graph was already used by an earlier backward; each "
                 "forward pass supports one backward. Recompute the forward pass (or detach "
                 "the tensors you reuse across steps)"
             )
-        order.append(node)
+        append(node)
         for parent in node.parents:
-            if parent is not None and parent not in seen:
-                seen.add(parent)
-                stack.append(parent)
-    order.sort(key=_node_id, reverse=True)
+            if parent is not None and parent not in seen and (parent.step is not None or parent.consumed):
+                add(parent)
+                push(parent)
+    order.sort(key=_BY_ID, reverse=True)
     return order
-
-
-def _node_id(node: Node) -> int:
-    return node.id
 
 
 def retained_bytes(root: Node | None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import ml_dtypes
@@ -338,6 +339,70 @@ class FlexBackend(FlexModuleOps, Backend):
             return gx, gw, gb
         finally:
             quiet_reset(token)
+
+    def adam_step(self, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2, epsilon,
+                  weight_decay, decoupled, amsgrad, time):
+        if param.dtype in _HALF:
+            return NotImplemented
+        # The same operations, in the same order, as the composite in ember.optim.adam,
+        # so both paths give bit-identical results; in place where the array is ours.
+        token = quiet_set()
+        try:
+            g = grad
+            if weight_decay and not decoupled:
+                g = g + param * weight_decay
+            if moment_1 is None:
+                m = g * (1.0 - beta_1)
+                v = g * g
+                v *= 1.0 - beta_2
+            else:
+                m = moment_1 * beta_1
+                m += g * (1.0 - beta_1)
+                v = moment_2 * beta_2
+                sq = g * g
+                sq *= 1.0 - beta_2
+                v += sq
+            v_max = None
+            if amsgrad:
+                v_max = v if max_moment_2 is None else np.maximum(max_moment_2, v)
+            denom = np.sqrt(v_max if v_max is not None else v)
+            denom /= math.sqrt(1.0 - beta_2**time)
+            denom += epsilon
+            update = m / denom
+            update *= lr / (1.0 - beta_1**time)
+            if weight_decay and decoupled:
+                out = param * (1.0 - lr * weight_decay)
+                out -= update
+            else:
+                out = param - update
+            return out, m, v, v_max
+        finally:
+            quiet_reset(token)
+
+    def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options):
+        dtype = params[0].dtype
+        if dtype in _HALF or any(p.dtype != dtype for p in params):
+            return NotImplemented
+        # One update over all tensors concatenated; results are views into it.
+        sizes = [p.size for p in params]
+
+        def flat(arrays):
+            return None if arrays is None else np.concatenate([a.reshape(-1) for a in arrays])
+
+        out, m, v, v_max = self.adam_step(
+            flat(params), flat(grads), flat(moments_1), flat(moments_2), flat(max_moments_2), **options
+        )
+        bounds = [0]
+        for size in sizes:
+            bounds.append(bounds[-1] + size)
+        shapes = [p.shape for p in params]
+
+        def split(array):
+            if array is None:
+                return None
+            return [array[a:b].reshape(shape) for a, b, shape in zip(bounds, bounds[1:], shapes)]
+
+        return split(out), split(m), split(v), split(v_max)
 
     def mse_loss(self, pred, target, mean: bool):
         if pred.dtype in _HALF:

@@ -1,0 +1,256 @@
+"""Training-step time: ember/flex against PyTorch eager (and JAX ``jit`` when JAX is
+installed), in one run. Median microseconds per step over several repeats.
+
+    python benchmarks/train_step.py            # W1 (and W2/W3 when their layers exist)
+
+W1: the seed (MLP 4-16-1, MSE, Adam, 64 samples).
+W2: MLP 784-256-10, cross-entropy, Adam, batch 128.
+W3: the small CNN of the nn issue, cross-entropy, Adam, batch 64 of 1x28x28.
+
+Targets (issue "optim"): W1 at most 150 us per step and at most half of PyTorch
+eager's time; W2 at most 1.0x PyTorch eager.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import fmt, print_table, try_import_torch
+from ember import Device, Module, Tensor
+from ember.nn import Linear, LinearConfig, Relu
+from ember.nn.loss import MseLoss, Reduction
+from ember.optim import AdamConfig, GradientsParams
+
+STEPS = 200
+REPEATS = 7
+
+
+def time_steps(step, steps: int = STEPS, repeats: int = REPEATS, warmup: int = 20) -> float:
+    """Median over ``repeats`` of the mean microseconds per step over ``steps`` steps."""
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        samples.append((time.perf_counter() - start) / steps * 1e6)
+    return statistics.median(samples)
+
+
+class Mlp(Module):
+    layers: list
+
+    def forward(self, x: Tensor) -> Tensor:
+        act = Relu()
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = act(x)
+        return x
+
+
+def mlp(sizes: list[int], device: Device) -> Mlp:
+    return Mlp(layers=[LinearConfig(a, b).init(device) for a, b in zip(sizes, sizes[1:])])
+
+
+def ember_step_fn(model, x, y, loss_fn):
+    optim = AdamConfig().init()
+    state = {"model": model}
+
+    def step():
+        m = state["model"]
+        loss = loss_fn(m(x), y)
+        loss.into_scalar()
+        grads = GradientsParams.from_grads(loss.backward(), m)
+        state["model"] = optim.step(1e-3, m, grads)
+
+    return step
+
+
+def torch_step_fn(torch, net, x, y, loss_fn):
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, eps=1e-5)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.item()
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def jax_step_fn(sizes, x_np, y_np, kind):
+    try:
+        import jax
+        import jax.numpy as jnp
+        import optax
+    except ImportError:
+        return None
+    key = jax.random.PRNGKey(0)
+    params = []
+    for a, b in zip(sizes, sizes[1:]):
+        key, k1 = jax.random.split(key)
+        params.append((jax.random.uniform(k1, (a, b), minval=-1 / a**0.5, maxval=1 / a**0.5), jnp.zeros(b)))
+
+    def forward(params, x):
+        for i, (w, b) in enumerate(params):
+            x = x @ w + b
+            if i < len(params) - 1:
+                x = jax.nn.relu(x)
+        return x
+
+    def loss_fn(params, x, y):
+        out = forward(params, x)
+        if kind == "mse":
+            return jnp.mean((out - y) ** 2)
+        return optax.softmax_cross_entropy_with_integer_labels(out, y).mean()
+
+    opt = optax.adam(1e-3, eps=1e-5)
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def update(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = opt.update(grads, opt_state)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    x, y = jnp.asarray(x_np), jnp.asarray(y_np)
+    state = {"p": params, "o": opt_state}
+
+    def step():
+        state["p"], state["o"], loss = update(state["p"], state["o"], x, y)
+        float(loss)
+
+    return step
+
+
+def workload_w1(torch, rows):
+    rng = np.random.default_rng(0)
+    x_np = rng.uniform(-1, 1, (64, 4)).astype(np.float32)
+    y_np = (x_np @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32) + 0.5).astype(np.float32)
+    device = Device.flex().autodiff()
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    mse = MseLoss()
+    t_ember = time_steps(ember_step_fn(mlp([4, 16, 1], device), x, y, lambda p, t: mse.forward(p, t, Reduction.MEAN)))
+    t_torch = t_jax = None
+    if torch is not None:
+        # Tiny tensors run single-threaded in torch anyway; its idle thread pool only adds
+        # noise (milliseconds per step when another process holds the second core).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        t_torch = time_steps(torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.mse_loss))
+        torch.set_num_threads(threads)
+    jax_step = jax_step_fn([4, 16, 1], x_np, y_np, "mse")
+    if jax_step is not None:
+        t_jax = time_steps(jax_step)
+    rows.append(row("W1 seed MLP 4-16-1, MSE, Adam, 64", t_ember, t_torch, t_jax))
+
+
+def workload_w2(torch, rows):
+    try:
+        from ember.nn.loss import CrossEntropyLoss
+    except ImportError:
+        rows.append(["W2 MLP 784-256-10, CE, Adam, 128", "(needs CrossEntropyLoss)", "-", "-", "-", "-"])
+        return
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((128, 784)).astype(np.float32)
+    y_np = rng.integers(0, 10, 128)
+    device = Device.flex().autodiff()
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    ce = CrossEntropyLoss()
+    t_ember = time_steps(ember_step_fn(mlp([784, 256, 10], device), x, y, lambda p, t: ce.forward(p, t)), steps=50)
+    t_torch = t_jax = None
+    if torch is not None:
+        net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        t_torch = time_steps(
+            torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy),
+            steps=50,
+        )
+    jax_step = jax_step_fn([784, 256, 10], x_np, y_np, "ce")
+    if jax_step is not None:
+        t_jax = time_steps(jax_step, steps=50)
+    rows.append(row("W2 MLP 784-256-10, CE, Adam, 128", t_ember, t_torch, t_jax))
+
+
+def workload_w3(torch, rows):
+    try:
+        from ember.nn import Conv2dConfig, MaxPool2dConfig
+        from ember.nn.loss import CrossEntropyLoss
+    except ImportError:
+        rows.append(["W3 small CNN, CE, Adam, 64", "(needs Conv2d)", "-", "-", "-", "-"])
+        return
+
+    class Cnn(Module):
+        conv1: Module
+        conv2: Module
+        pool: Module
+        head: Linear
+
+        def forward(self, x):
+            x = self.pool(Relu()(self.conv1(x)))
+            x = self.pool(Relu()(self.conv2(x)))
+            return self.head(x.flatten(1))
+
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((64, 1, 28, 28)).astype(np.float32)
+    y_np = rng.integers(0, 10, 64)
+    device = Device.flex().autodiff()
+    model = Cnn(
+        conv1=Conv2dConfig(1, 16, (3, 3), padding=(1, 1)).init(device),
+        conv2=Conv2dConfig(16, 32, (3, 3), padding=(1, 1)).init(device),
+        pool=MaxPool2dConfig((2, 2)).init(),
+        head=LinearConfig(1568, 10).init(device),
+    )
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    ce = CrossEntropyLoss()
+    t_ember = time_steps(ember_step_fn(model, x, y, lambda p, t: ce.forward(p, t)), steps=10, repeats=5, warmup=3)
+    t_torch = None
+    if torch is not None:
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(), torch.nn.Linear(1568, 10),
+        )
+        t_torch = time_steps(
+            torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy),
+            steps=10, repeats=5, warmup=3,
+        )
+    rows.append(row("W3 small CNN, CE, Adam, 64", t_ember, t_torch, None))
+
+
+def row(name, t_ember, t_torch, t_jax):
+    return [
+        name,
+        fmt(t_ember),
+        fmt(t_torch),
+        "-" if t_torch is None else f"{t_ember / t_torch:.2f}x",
+        fmt(t_jax),
+        "-" if t_jax is None else f"{t_ember / t_jax:.2f}x",
+    ]
+
+
+def main() -> None:
+    torch = try_import_torch()
+    rows: list[list[str]] = []
+    workload_w1(torch, rows)
+    workload_w2(torch, rows)
+    workload_w3(torch, rows)
+    print_table(
+        "training step, median us per step (ember/flex vs torch eager vs jax.jit; torch 1 thread for W1, default threads otherwise)",
+        ["workload", "ember", "torch", "ember/torch", "jax", "ember/jax"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
