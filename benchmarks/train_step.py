@@ -13,6 +13,7 @@ eager's time; W2 at most 1.0x PyTorch eager.
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import sys
@@ -58,7 +59,7 @@ class Mlp(Module):
 
 
 def mlp(sizes: list[int], device: Device) -> Mlp:
-    return Mlp(layers=[LinearConfig(a, b).init(device) for a, b in zip(sizes, sizes[1:])])
+    return Mlp(layers=[LinearConfig(a, b).init(device) for a, b in itertools.pairwise(sizes)])
 
 
 def ember_step_fn(model, x, y, loss_fn):
@@ -97,7 +98,7 @@ def jax_step_fn(sizes, x_np, y_np, kind):
         return None
     key = jax.random.PRNGKey(0)
     params = []
-    for a, b in zip(sizes, sizes[1:]):
+    for a, b in itertools.pairwise(sizes):
         key, k1 = jax.random.split(key)
         params.append((jax.random.uniform(k1, (a, b), minval=-1 / a**0.5, maxval=1 / a**0.5), jnp.zeros(b)))
 

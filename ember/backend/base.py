@@ -104,7 +104,7 @@ class Backend(ModuleOps, ABC):
         """Restore a state returned by :meth:`rng_state`."""
         raise NotImplementedError(f"{self.name} has no generator state")
 
-    def sync(self) -> None:  # noqa: B027 - eager backends have nothing to wait for
+    def sync(self) -> None:
         """Wait until every queued op has finished (eager backends return at once)."""
 
     # ------------------------------------------------------------------ elementwise

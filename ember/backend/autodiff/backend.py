@@ -14,8 +14,8 @@ from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
 from ember.backend.autodiff.rules.linalg import LinalgRules
-from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.loss import LossRules
+from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
 from ember.backend.base import Backend
 from ember.backend.dtype import DType

@@ -11,8 +11,8 @@ import numpy as np
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
-from ember.backend.flex.quiet import quiet_reset, quiet_set
 from ember.backend.flex.module_ops import FlexModuleOps
+from ember.backend.flex.quiet import quiet_reset, quiet_set
 from ember.backend.flex.special import erf
 from ember.errors import IndexOutOfBoundsError
 
