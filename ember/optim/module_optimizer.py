@@ -70,7 +70,10 @@ class ModuleOptimizer:
         lr_scale: float = 1.0,
     ) -> ModuleOptimizer:
         """Parameters in ``group`` use ``optimizer`` (default: the main one), their own
-        ``clipping``, a fixed ``lr`` or a multiple ``lr_scale`` of the step's rate."""
+        ``clipping``, a fixed ``lr`` or a multiple ``lr_scale`` of the step's rate.
+
+        Given a config, only its per-tensor optimizer is used: the config's own
+        ``grad_clipping`` is ignored (as in Burn); pass ``clipping`` instead."""
         if isinstance(optimizer, OptimizerConfig):
             optimizer = optimizer.build()
         if optimizer is not None and not isinstance(optimizer, SimpleOptimizer):
@@ -122,6 +125,7 @@ class ModuleOptimizer:
                 buckets[key] = (optimizer, group_lr, [])
             buckets[key][2].append((param, path, grad))
         updates: dict[ParamId, Param] = {}
+        new_states: dict[ParamId, Any] = {}  # committed only when every group has stepped
         for optimizer, group_lr, items in buckets.values():
             values, grads_inner = [], []
             for param, path, grad in items:
@@ -137,8 +141,9 @@ class ModuleOptimizer:
             states = [self.states.get(param.id) for param, _, _ in items]
             results = optimizer.step_many(group_lr, values, grads_inner, states)
             for (param, _, _), (new_value, new_state) in zip(items, results):
-                self.states[param.id] = new_state
+                new_states[param.id] = new_state
                 updates[param.id] = Param.from_mapped_value(param.id, new_value.to_device(param.device), param.require_grad)
+        self.states.update(new_states)
         return module.map(_Replace(updates))
 
     # ------------------------------------------------------------------ records
@@ -165,6 +170,24 @@ class ModuleOptimizer:
             states[ParamId.parse(key)] = state_type.from_record(entry["fields"])
         self.states = states
         return self
+
+    def save_file(self, path: Any) -> None:
+        """Save the per-parameter states (safetensors, atomically; see ``ember.module.record``)."""
+        from ember.module.record import save_record
+
+        save_record(path, {"states": self.to_record()}, metadata={"content": "optimizer"})
+
+    def load_file(self, path: Any, device: Any = None) -> ModuleOptimizer:
+        """Restore states saved by :meth:`save_file`, their tensors on ``device`` (the
+        model's inner device; default: ``Device.default().inner()``)."""
+        from ember.device import Device
+        from ember.module.record import load_record
+
+        device = (device or Device.default()).inner()
+        tree = load_record(path, device=device)
+        if not isinstance(tree, dict) or "states" not in tree:
+            raise ConfigError(f"ember: {path} is not an optimizer record (saved by ModuleOptimizer.save_file)")
+        return self.load_record(tree["states"])
 
     def __repr__(self) -> str:
         return f"ModuleOptimizer({type(self.optimizer).__name__}, {len(self.states)} states, {len(self.groups)} groups)"
