@@ -1,0 +1,238 @@
+"""``FileCheckpointer``: training checkpoints as folders, written atomically and
+checked on load.
+
+A checkpoint ``<directory>/epoch-0003`` (a finished epoch), ``epoch-0003-step-000120``
+(training interrupted after 120 batches of epoch 3) or ``epoch-0003-valid`` (epoch 3
+trained, its validation interrupted) holds ``model.safetensors`` (the module
+record), ``records.safetensors`` (optimizer, scheduler and generator state),
+``state.json`` (the learner's position, metric history and metric states) and
+``manifest.json`` with the SHA-256 of each file. It is written in a hidden folder
+and renamed into place, so a crash never leaves a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ember.device import Device
+from ember.errors import RecordError
+from ember.module import Module
+from ember.module.record import load_record, save_record
+
+FORMAT = "ember-learner-checkpoint"
+VERSION = 1
+_FILES = ("model.safetensors", "records.safetensors", "state.json")
+_PHASES = {"train": 0, "valid": 1, "done": 2}
+_NAME = re.compile(r"^epoch-(\d+)(?:-step-(\d+)|-(valid))?$")
+
+
+@dataclass(frozen=True, order=True)
+class CheckpointPosition:
+    """Where a checkpoint was taken: ``phase`` is ``"done"`` (the epoch finished),
+    ``"train"`` (``batch`` training batches of the epoch done) or ``"valid"`` (the
+    epoch's training done, its validation not)."""
+
+    epoch: int
+    rank: int
+    batch: int = 0
+
+    @staticmethod
+    def of(epoch: int, phase: str, batch: int = 0) -> CheckpointPosition:
+        return CheckpointPosition(int(epoch), _PHASES[phase], int(batch) if phase == "train" else 0)
+
+    @property
+    def phase(self) -> str:
+        return {v: k for k, v in _PHASES.items()}[self.rank]
+
+    @property
+    def name(self) -> str:
+        if self.phase == "done":
+            return f"epoch-{self.epoch:04d}"
+        if self.phase == "valid":
+            return f"epoch-{self.epoch:04d}-valid"
+        return f"epoch-{self.epoch:04d}-step-{self.batch:06d}"
+
+    @staticmethod
+    def parse(name: str) -> CheckpointPosition | None:
+        match = _NAME.match(name)
+        if match is None:
+            return None
+        epoch, step, valid = match.groups()
+        if step is not None:
+            return CheckpointPosition.of(int(epoch), "train", int(step))
+        return CheckpointPosition.of(int(epoch), "valid" if valid else "done")
+
+    def describe(self) -> str:
+        if self.phase == "done":
+            return f"end of epoch {self.epoch}"
+        if self.phase == "valid":
+            return f"epoch {self.epoch} trained, before validation"
+        return f"epoch {self.epoch}, after {self.batch} batches"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class FileCheckpointer:
+    """Saves, lists, loads and deletes checkpoints in ``directory``.
+
+    >>> ckpt = FileCheckpointer("artifacts/checkpoint")  # doctest: +SKIP
+    >>> best = ckpt.restore_model(model, epoch=7)  # doctest: +SKIP
+    """
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+
+    def list(self) -> list[CheckpointPosition]:
+        """Every checkpoint, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = [CheckpointPosition.parse(p.name) for p in self.directory.iterdir() if p.is_dir()]
+        return sorted(p for p in found if p is not None)
+
+    def latest(self) -> CheckpointPosition | None:
+        positions = self.list()
+        return positions[-1] if positions else None
+
+    def epochs(self) -> list[int]:
+        """The finished epochs that have a checkpoint."""
+        return [p.epoch for p in self.list() if p.phase == "done"]
+
+    def path(self, position: CheckpointPosition) -> Path:
+        return self.directory / position.name
+
+    def clean_temporary(self) -> None:
+        """Removes folders left by saves that a crash interrupted."""
+        if self.directory.is_dir():
+            for p in self.directory.iterdir():
+                if p.name.startswith((".tmp-", ".old-")) and p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+
+    # ------------------------------------------------------------------ save
+    def save(self, position: CheckpointPosition, model: Module, records: dict[str, Any], state: dict[str, Any]) -> Path:
+        """Writes a checkpoint atomically; replaces one at the same position."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".tmp-{position.name}-"))
+        try:
+            model.save_file(tmp / "model.safetensors")
+            save_record(tmp / "records.safetensors", records)
+            text = json.dumps({"format": FORMAT, "version": VERSION, **state}, allow_nan=True)
+            with (tmp / "state.json").open("w") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            manifest = {"format": FORMAT, "version": VERSION, "position": position.name,
+                        "files": {name: _sha256(tmp / name) for name in _FILES}}
+            with (tmp / "manifest.json").open("w") as handle:
+                json.dump(manifest, handle, indent=2)
+                handle.flush()
+                os.fsync(handle.fileno())
+            _fsync_dir(tmp)
+            target = self.path(position)
+            old = None
+            if target.exists():
+                old = self.directory / f".old-{position.name}-{os.getpid()}"
+                os.replace(target, old)
+            os.replace(tmp, target)
+            _fsync_dir(self.directory)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            return target
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def delete(self, position: CheckpointPosition) -> None:
+        target = self.path(position)
+        if target.exists():
+            trash = self.directory / f".old-{position.name}-{os.getpid()}"
+            os.replace(target, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+
+    # ------------------------------------------------------------------ load
+    def verify(self, position: CheckpointPosition) -> Path:
+        """Checks the manifest and the checksums; raises a RecordError that says what
+        is wrong and what to do."""
+        folder = self.path(position)
+        advice = (f"delete {folder} to resume from an earlier checkpoint, or train in a new artifact directory")
+        manifest_path = folder / "manifest.json"
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except FileNotFoundError:
+            raise RecordError(f"ember: checkpoint {folder} is incomplete: it has no manifest.json; {advice}") from None
+        except (OSError, ValueError) as error:
+            raise RecordError(f"ember: checkpoint {folder} is corrupt: manifest.json is unreadable ({error}); {advice}") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise RecordError(f"ember: {folder} is not an ember learner checkpoint; {advice}")
+        if manifest.get("version") != VERSION:
+            raise RecordError(
+                f"ember: checkpoint {folder} has format version {manifest.get('version')!r}; this ember reads {VERSION}"
+            )
+        for name in _FILES:
+            path = folder / name
+            if not path.is_file():
+                raise RecordError(f"ember: checkpoint {folder} is corrupt: {name} is missing; {advice}")
+            if _sha256(path) != manifest.get("files", {}).get(name):
+                raise RecordError(
+                    f"ember: checkpoint {folder} is corrupt: {name} does not match its checksum "
+                    f"(the file was changed or truncated after it was written); {advice}"
+                )
+        return folder
+
+    def load(self, position: CheckpointPosition, model: Module, device: Device) -> tuple[Module, dict[str, Any], dict[str, Any]]:
+        """``(model with the saved values, records, state)``; records' tensors are
+        placed on ``device`` (the inner device: where optimizer states live)."""
+        folder = self.verify(position)
+        try:
+            loaded = model.load_file(folder / "model.safetensors")
+        except RecordError as error:
+            raise RecordError(f"ember: cannot restore the model from checkpoint {folder}: {error}") from None
+        records = load_record(folder / "records.safetensors", device=device)
+        try:
+            state = json.loads((folder / "state.json").read_text())
+        except (OSError, ValueError) as error:
+            raise RecordError(f"ember: checkpoint {folder} is corrupt: state.json is unreadable ({error})") from None
+        return loaded, records, state
+
+    def restore_model(self, model: Module, epoch: int | None = None) -> Module:
+        """``model`` with the values saved at the end of ``epoch`` (the latest
+        checkpoint if ``None``), e.g. to pick the best epoch after training."""
+        if epoch is None:
+            position = self.latest()
+            if position is None:
+                raise RecordError(f"ember: no checkpoint in {self.directory}")
+        else:
+            position = CheckpointPosition.of(epoch, "done")
+            if position not in self.list():
+                raise RecordError(
+                    f"ember: no checkpoint for epoch {epoch} in {self.directory}; the finished epochs "
+                    f"with checkpoints are {self.epochs() or 'none'}"
+                )
+        self.verify(position)
+        return model.load_file(self.path(position) / "model.safetensors")

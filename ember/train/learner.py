@@ -1,0 +1,122 @@
+"""``Learner``: the model, its optimizer and its learning-rate schedule (Burn's
+``Learner``); ``fit`` trains it with a :class:`~ember.train.SupervisedTraining` setup."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ember.errors import ConfigError, GraphError
+from ember.module import Module
+from ember.optim import GradientsParams
+from ember.optim.lr_scheduler import ConstantLr
+from ember.train.output import TrainOutput
+
+if TYPE_CHECKING:
+    from ember.data import DataLoader
+    from ember.train.result import TrainingResult
+    from ember.train.training import SupervisedTraining
+
+
+def as_scheduler(value: Any) -> Any:
+    """A float becomes a constant schedule; a scheduler needs ``step``, ``to_record``
+    and ``load_record``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not value >= 0:
+            raise ConfigError(f"ember: Learner: the learning rate must be >= 0, got {value}")
+        return ConstantLr(float(value))
+    if all(callable(getattr(value, name, None)) for name in ("step", "to_record", "load_record")):
+        return value
+    raise ConfigError(
+        f"ember: Learner: lr_scheduler must be a learning rate (float) or a scheduler with step(), to_record() "
+        f"and load_record() (e.g. CosineAnnealingLrSchedulerConfig(1e-3, 1000).init()), got {type(value).__name__}"
+    )
+
+
+class Learner:
+    """What is trained: ``Learner(model, optim, lr_scheduler)``.
+
+    The model defines ``train_step(batch)`` and ``valid_step(batch)`` (see
+    :mod:`ember.train.step`), or functions ``train_step(model, batch)`` and
+    ``valid_step(model, batch)`` are passed here. ``lr_scheduler`` is a float
+    (a constant rate) or a scheduler from ``ember.optim.lr_scheduler``.
+
+    >>> learner = Learner(model, AdamConfig().init(), 1e-3)  # doctest: +SKIP
+    >>> model, summary = SupervisedTraining("runs/mlp").num_epochs(5).launch(learner, train, valid)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Module,
+        optim: Any,
+        lr_scheduler: Any,
+        *,
+        train_step: Callable[[Module, Any], Any] | None = None,
+        valid_step: Callable[[Module, Any], Any] | None = None,
+        training: SupervisedTraining | None = None,
+    ):
+        if not isinstance(model, Module):
+            raise ConfigError(f"ember: Learner: the model must be a Module, got {type(model).__name__}")
+        if not callable(getattr(optim, "step", None)) or not callable(getattr(optim, "to_record", None)):
+            raise ConfigError(
+                f"ember: Learner: optim must be a module optimizer (e.g. AdamConfig().init()), got {type(optim).__name__}"
+            )
+        for name, fn in (("train_step", train_step), ("valid_step", valid_step)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"ember: Learner: {name} must be a function (model, batch) -> output")
+        self.model = model
+        self.optim = optim
+        self.lr_scheduler = as_scheduler(lr_scheduler)
+        self.train_step_fn = train_step
+        self.valid_step_fn = valid_step
+        self.training = training
+
+    # ------------------------------------------------------------------ steps
+    def train_step(self, model: Module, batch: Any) -> TrainOutput:
+        """Runs the training step and returns ``TrainOutput(grads, item)``."""
+        if self.train_step_fn is not None:
+            out = self.train_step_fn(model, batch)
+        elif callable(getattr(model, "train_step", None)):
+            out = model.train_step(batch)
+        else:
+            raise ConfigError(
+                f"ember: Learner: {type(model).__name__} has no train_step(batch); define train_step and "
+                "valid_step on the model (see ember.train.step) or pass train_step=fn(model, batch)"
+            )
+        if isinstance(out, TrainOutput):
+            return out
+        loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+        if loss is None or not hasattr(loss, "backward"):
+            raise ConfigError(
+                f"ember: Learner: train_step returned {type(out).__name__}; return TrainOutput.new(model, "
+                "loss.backward(), item) or an item with a loss tensor (e.g. ClassificationOutput)"
+            )
+        try:
+            grads = loss.backward()
+        except GraphError as error:
+            raise GraphError(
+                f"{error} (in the learner's training step: is the model on an autodiff device?)"
+            ) from None
+        return TrainOutput(GradientsParams.from_grads(grads, model), out)
+
+    def valid_step(self, model: Module, batch: Any) -> Any:
+        """Runs the validation step on ``model`` (already ``valid()``)."""
+        if self.valid_step_fn is not None:
+            return self.valid_step_fn(model, batch)
+        if callable(getattr(model, "valid_step", None)):
+            return model.valid_step(batch)
+        raise ConfigError(
+            f"ember: Learner: {type(model).__name__} has no valid_step(batch); define it on the model or pass "
+            "valid_step=fn(model, batch) (or fit without a valid loader)"
+        )
+
+    def fit(self, train_loader: DataLoader, valid_loader: DataLoader | None = None) -> TrainingResult:
+        """Trains with the setup given by :meth:`SupervisedTraining.build` (a default
+        one otherwise: one epoch, no files); returns the model and a summary."""
+        from ember.train.training import SupervisedTraining
+
+        training = self.training if self.training is not None else SupervisedTraining()
+        return training.launch(self, train_loader, valid_loader)
+
+    def __repr__(self) -> str:
+        return f"Learner({type(self.model).__name__}, {self.optim!r}, {self.lr_scheduler!r})"

@@ -1,0 +1,450 @@
+"""``TrainingRun``: one ``fit`` of a :class:`~ember.train.Learner` (Burn's single-device
+training strategy), with resuming, checkpoints, logs, plots and early stopping."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from ember.data import DataLoader
+from ember.device import Device
+from ember.errors import ConfigError, DeviceError, RecordError
+from ember.module.config import atomic_write_text
+from ember.optim import GradientsAccumulator
+from ember.train.checkpoint import CheckpointPosition, FileCheckpointer
+from ember.train.early_stopping import MetricEarlyStoppingStrategy
+from ember.train.history import MetricHistory
+from ember.train.learner import Learner
+from ember.train.logger import FileMetricLogger
+from ember.train.metric.base import MetricMetadata, Split
+from ember.train.metric.loss import LossMetric
+from ember.train.metrics_group import MetricGroup
+from ember.train.plot import matplotlib_available, plot_history
+from ember.train.renderer import EpochReport, TrainingInfo, TrainingProgress, make_renderer
+from ember.train.renderer.plain import epoch_line
+from ember.train.result import TrainingResult
+from ember.train.summary import LearnerSummary
+
+log = logging.getLogger("ember.train")
+
+
+def training_device(model: Any, loader: DataLoader) -> Device:
+    devices = model.devices()
+    if len(devices) > 1:
+        raise DeviceError(
+            f"ember: Learner.fit: the model's parameters live on several devices ({', '.join(map(repr, devices))}); "
+            "move it to one with model.to_device(device)"
+        )
+    device = devices[0] if devices else loader.device
+    if not device.is_autodiff():
+        raise DeviceError(
+            f"ember: Learner.fit: the model's parameters live on {device!r}, which does not track gradients; "
+            f"build the model on {device!r}.autodiff() (validation runs on model.valid())"
+        )
+    return device
+
+
+def _check_loader(name: str, loader: Any) -> None:
+    if not isinstance(loader, DataLoader):
+        raise ConfigError(
+            f"ember: Learner.fit: {name} must be a DataLoader (DataLoaderBuilder(batcher)...build(dataset)), "
+            f"got {type(loader).__name__}"
+        )
+
+
+class TrainingRun:
+    def __init__(self, training: Any, learner: Learner, train_loader: DataLoader, valid_loader: DataLoader | None):
+        if not isinstance(learner, Learner):
+            raise ConfigError(f"ember: launch: expected a Learner(model, optim, lr_scheduler), got {type(learner).__name__}")
+        _check_loader("train_loader", train_loader)
+        if valid_loader is not None:
+            _check_loader("valid_loader", valid_loader)
+        if len(train_loader) == 0:
+            raise ConfigError("ember: Learner.fit: the training loader yields no batches (is the dataset empty?)")
+        self.training = training
+        self.learner = learner
+        self.model = learner.model
+        self.device = training_device(self.model, train_loader)
+        self.train_loader = train_loader.to_device(self.device)
+        self.valid_loader = None if valid_loader is None else valid_loader.to_device(self.device.inner())
+        self.num_epochs = training._num_epochs
+        self.train_group = self._group(training.train_metrics, Split.TRAIN)
+        self.valid_group = self._group(training.valid_metrics, Split.VALID) if self.valid_loader is not None else MetricGroup(Split.VALID)
+        self.interrupter = training._interrupter
+        self.artifact_dir = training.artifact_dir
+        self.checkpointer = None
+        if self.artifact_dir is not None and training._checkpointing:
+            self.checkpointer = FileCheckpointer(self.artifact_dir / "checkpoint")
+        self.strategy = training.checkpointing_strategy()
+        self.early_stopping = training._early_stopping
+        self._check_metric_references()
+        self.history = MetricHistory()
+        self.elapsed_before = 0.0
+        self.last_checkpoint = None
+        self.interrupted = False
+        self.stopped = ""
+        self._seconds = {Split.TRAIN: [], Split.VALID: []}
+        self._plot_note = False
+        self._interrupt_noted = False
+
+    @staticmethod
+    def _group(group: MetricGroup, split: Split) -> MetricGroup:
+        if group.metrics:
+            return group
+        default = MetricGroup(split)
+        default.add(LossMetric(), numeric=True)
+        return default
+
+    def _check_metric_references(self) -> None:
+        refs = list(self.strategy.metrics() if self.checkpointer is not None else [])
+        if isinstance(self.early_stopping, MetricEarlyStoppingStrategy):
+            refs.append((self.early_stopping.name, self.early_stopping.split))
+        for name, split in refs:
+            group = self.train_group if split is Split.TRAIN else self.valid_group
+            if name not in group.names():
+                where = "no valid loader was given" if split is Split.VALID and self.valid_loader is None else (
+                    f"the {split.value} metrics are {', '.join(group.names()) or 'none'}")
+                raise ConfigError(
+                    f"ember: SupervisedTraining: early stopping or checkpointing reads the {split.value} metric "
+                    f"{name!r}, but {where}; register it with metric_{split.value}_numeric(...)"
+                )
+
+    # ------------------------------------------------------------------ notes
+    def note(self, text: str) -> None:
+        log.info(text)
+        self.renderer.message(text)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> TrainingResult:
+        self.renderer = make_renderer(self.training._renderer)
+        self.logger: FileMetricLogger | None = None
+        handler = None
+        started = time.perf_counter()
+        try:
+            if self.artifact_dir is not None:
+                self.artifact_dir.mkdir(parents=True, exist_ok=True)
+                handler = logging.FileHandler(self.artifact_dir / "experiment.log")
+                handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+                log.addHandler(handler)
+                log.setLevel(logging.INFO)
+            position = self._resume()
+            self._start_logger(position)
+            self.renderer.start(TrainingInfo(
+                num_epochs=self.num_epochs, start_epoch=self._start_epoch(position),
+                train_iterations=len(self.train_loader),
+                valid_iterations=0 if self.valid_loader is None else len(self.valid_loader),
+                model=type(self.model).__name__, num_params=self.model.num_params(), device=repr(self.device),
+                artifact_dir=None if self.artifact_dir is None else str(self.artifact_dir),
+            ))
+            self.interrupter.reset()
+            with self.interrupter.catch_sigint():
+                self._loop(position)
+            duration = self.elapsed_before + time.perf_counter() - started
+            summary = LearnerSummary.from_history(
+                self.history, self._numeric_names(), duration, model=type(self.model).__name__, stopped=self.stopped,
+            )
+            if self.artifact_dir is not None:
+                atomic_write_text(self.artifact_dir / "summary.json", json.dumps(summary.to_dict(), indent=2))
+            self.renderer.end(summary if self.training._summary else None)
+        finally:
+            self.renderer.close()
+            if self.logger is not None:
+                self.logger.close()
+            if handler is not None:
+                log.removeHandler(handler)
+                handler.close()
+        self.learner.model = self.model
+        epochs = self.history.epochs()
+        return TrainingResult(self.model, summary, self.history, epochs[-1] if epochs else 0,
+                              interrupted=self.interrupted, stopped_early=bool(self.stopped) and not self.interrupted,
+                              checkpoint=self.last_checkpoint)
+
+    def _numeric_names(self) -> list[str]:
+        names = self.train_group.numeric_names()
+        return names + [n for n in self.valid_group.numeric_names() if n not in names]
+
+    @staticmethod
+    def _start_epoch(position: CheckpointPosition | None) -> int:
+        if position is None:
+            return 1
+        return position.epoch + 1 if position.phase == "done" else position.epoch
+
+    def _start_logger(self, position: CheckpointPosition | None) -> None:
+        if self.artifact_dir is None:
+            return
+        choice = self.training._logger
+        self.logger = choice if isinstance(choice, FileMetricLogger) else FileMetricLogger(self.artifact_dir / "logs", choice)
+        keep = None
+        if position is not None:
+            n_train = len(self.train_loader)
+            keep = {"epoch": position.epoch, "train_batches": position.batch if position.phase == "train" else n_train,
+                    "valid_done": position.phase == "done"}
+        epochs_columns = self.train_group.names() + [n for n in self.valid_group.names() if n not in self.train_group.names()]
+        self.logger.start({"train": self.train_group.names(), "valid": self.valid_group.names(), "epochs": epochs_columns},
+                          keep=keep)
+
+    # ------------------------------------------------------------------ resume
+    def _resume(self) -> CheckpointPosition | None:
+        ckpt = self.checkpointer
+        if ckpt is None:
+            return None
+        ckpt.clean_temporary()
+        positions = ckpt.list()
+        wanted = self.training._checkpoint
+        if wanted is not None:
+            target = CheckpointPosition.of(wanted, "done")
+            if target not in positions:
+                raise RecordError(
+                    f"ember: SupervisedTraining.checkpoint({wanted}): {ckpt.directory} has no checkpoint for the end of "
+                    f"epoch {wanted}; the finished epochs with checkpoints are {ckpt.epochs() or 'none'}"
+                )
+            for newer in [p for p in positions if p > target]:
+                ckpt.delete(newer)
+                self.note(f"Removed checkpoint {newer.name}: training restarts from epoch {wanted}")
+        else:
+            target = positions[-1] if positions else None
+        if target is None:
+            return None
+        model, records, state = ckpt.load(target, self.model, self.device.inner())
+        try:
+            self.learner.optim.load_record(records["optimizer"])
+            self.learner.lr_scheduler.load_record(records["scheduler"])
+            self.device.set_rng_state(records["rng"])
+            self.history = MetricHistory.from_dict(state["history"])
+            self.elapsed_before = float(state.get("elapsed", 0.0))
+            self._resume_state = state
+        except (KeyError, TypeError, ValueError) as error:
+            raise RecordError(
+                f"ember: checkpoint {ckpt.path(target)} does not fit this training ({type(error).__name__}: {error}); "
+                "train in a new artifact directory or delete the checkpoint folder"
+            ) from None
+        self.model = model
+        self.last_checkpoint = ckpt.path(target)
+        self.note(f"Resumed from checkpoint {target.name} ({target.describe()})")
+        if target.phase == "done" and target.epoch >= self.num_epochs:
+            self.note(f"The checkpoint already completes {target.epoch} epochs; raise num_epochs to train further")
+        return target
+
+    # ------------------------------------------------------------------ loop
+    def _loop(self, position: CheckpointPosition | None) -> None:
+        phase, batch, metric_state, train_values = "train", 0, None, None
+        epoch = self._start_epoch(position)
+        if position is not None and position.phase != "done":
+            state = self._resume_state
+            phase, batch = position.phase, position.batch
+            metric_state = state.get("metrics")
+            train_values = state.get("train_values")
+        while epoch <= self.num_epochs:
+            started = time.perf_counter()
+            if phase == "train":
+                train_values, done = self._train_epoch(epoch, batch, metric_state)
+                if train_values is None:
+                    self._checkpoint(CheckpointPosition.of(epoch, "train", done), metrics=self.train_group.state_dict())
+                    self.interrupted = True
+                    break
+            if self.interrupter.should_stop():
+                self._note_interrupt()
+                self._checkpoint(CheckpointPosition.of(epoch, "valid"), train_values=train_values)
+                self.interrupted = True
+                break
+            valid_values = self._valid_epoch(epoch)
+            if valid_values is None:
+                self._checkpoint(CheckpointPosition.of(epoch, "valid"), train_values=train_values)
+                self.interrupted = True
+                break
+            self._end_epoch(epoch, train_values, valid_values, time.perf_counter() - started)
+            if self.early_stopping is not None and self.early_stopping.should_stop(epoch, self.history):
+                self.stopped = self.early_stopping.reason()
+                self.note(f"Stopped after epoch {epoch}: {self.stopped}")
+                break
+            if self.interrupter.should_stop():
+                self._note_interrupt()
+                self.interrupted = True
+                break
+            phase, batch, metric_state, train_values = "train", 0, None, None
+            epoch += 1
+        if self.interrupted:
+            self.stopped = self.interrupter.reason or "interrupted"
+
+    def _note_interrupt(self) -> None:
+        if not self._interrupt_noted:
+            self._interrupt_noted = True
+            self.note(f"Training {self.interrupter.reason or 'stopped'}: finishing the current step and saving a "
+                      "checkpoint (Ctrl-C again aborts at once)")
+
+    def _eta(self, split: Split, epoch: int, iteration: int) -> float | None:
+        n_train = len(self.train_loader)
+        n_valid = 0 if self.valid_loader is None else len(self.valid_loader)
+        train_times, valid_times = self._seconds[Split.TRAIN], self._seconds[Split.VALID]
+        if not train_times:
+            return None
+        per_train = sum(train_times[-50:]) / len(train_times[-50:])
+        per_valid = sum(valid_times[-50:]) / len(valid_times[-50:]) if valid_times else per_train / 3
+        epochs_after = self.num_epochs - epoch
+        if split is Split.TRAIN:
+            left_train = n_train - iteration + epochs_after * n_train
+            left_valid = (epochs_after + 1) * n_valid
+        else:
+            left_train = epochs_after * n_train
+            left_valid = n_valid - iteration + epochs_after * n_valid
+        return left_train * per_train + left_valid * per_valid
+
+    def _train_epoch(self, epoch: int, start: int, metric_state: dict | None) -> tuple[dict | None, int]:
+        learner, optim, scheduler = self.learner, self.learner.optim, self.learner.lr_scheduler
+        group = self.train_group
+        group.start_epoch()
+        if metric_state:
+            group.load_state_dict(metric_state)
+        n = len(self.train_loader)
+        accumulation = self.training._grads_accumulation
+        accumulator = GradientsAccumulator() if accumulation else None
+        pending = 0
+        model = self.model
+        iteration = start
+        lr = 0.0
+        batches = self.train_loader.iter(epoch - 1, start)
+        items_before = batches.progress().items_processed
+        try:
+            while True:
+                tick = time.perf_counter()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                iteration += 1
+                lr = scheduler.step()
+                out = learner.train_step(model, batch)
+                if accumulator is not None:
+                    accumulator.accumulate(model, out.grads)
+                    pending += 1
+                    if pending == accumulation:
+                        model = optim.step(lr, model, accumulator.grads())
+                        pending = 0
+                else:
+                    model = optim.step(lr, model, out.grads)
+                progress = batches.progress()
+                metadata = MetricMetadata(Split.TRAIN, epoch, self.num_epochs, iteration, n,
+                                          progress.items_processed - items_before, progress.items_processed,
+                                          progress.items_total, lr)
+                items_before = progress.items_processed
+                entries = group.update(out.item, metadata)
+                self._log_iteration("train", metadata, entries)
+                self._seconds[Split.TRAIN].append(time.perf_counter() - tick)
+                self.renderer.update(TrainingProgress(Split.TRAIN, epoch, self.num_epochs, iteration, n,
+                                                      progress.items_processed, progress.items_total,
+                                                      self._eta(Split.TRAIN, epoch, iteration)), entries)
+                if self.interrupter.should_stop():
+                    self._note_interrupt()
+                    if pending == 0 and iteration < n:
+                        self.model = model
+                        return None, iteration
+            if pending:
+                model = optim.step(lr, model, accumulator.grads())
+        finally:
+            batches.close()
+        self.model = model
+        return group.epoch_values(), iteration
+
+    def _valid_epoch(self, epoch: int) -> dict[str, float] | None:
+        if self.valid_loader is None:
+            return {}
+        group = self.valid_group
+        group.start_epoch()
+        model = self.model.valid()
+        n = len(self.valid_loader)
+        batches = self.valid_loader.iter(epoch - 1)
+        items_before = 0
+        try:
+            for iteration, batch in enumerate(batches, start=1):
+                tick = time.perf_counter()
+                item = self.learner.valid_step(model, batch)
+                progress = batches.progress()
+                metadata = MetricMetadata(Split.VALID, epoch, self.num_epochs, iteration, n,
+                                          progress.items_processed - items_before, progress.items_processed,
+                                          progress.items_total)
+                items_before = progress.items_processed
+                entries = group.update(item, metadata)
+                self._log_iteration("valid", metadata, entries)
+                self._seconds[Split.VALID].append(time.perf_counter() - tick)
+                self.renderer.update(TrainingProgress(Split.VALID, epoch, self.num_epochs, iteration, n,
+                                                      progress.items_processed, progress.items_total,
+                                                      self._eta(Split.VALID, epoch, iteration)), entries)
+                if self.interrupter.should_stop() and iteration < n:
+                    self._note_interrupt()
+                    return None
+        finally:
+            batches.close()
+        return group.epoch_values()
+
+    def _log_iteration(self, stream: str, metadata: MetricMetadata, entries: list) -> None:
+        if self.logger is not None:
+            row = {"epoch": metadata.epoch, "iteration": metadata.iteration, "items": metadata.batch_size}
+            row.update({e.name: e.current for e in entries})
+            self.logger.log(stream, row)
+
+    def _end_epoch(self, epoch: int, train_values: dict, valid_values: dict, duration: float) -> None:
+        self.history.record(Split.TRAIN, epoch, train_values)
+        self.history.record(Split.VALID, epoch, valid_values)
+        if self.logger is not None:
+            self.logger.log("epochs", {"epoch": epoch, "split": "train", **train_values})
+            if self.valid_loader is not None:
+                self.logger.log("epochs", {"epoch": epoch, "split": "valid", **valid_values})
+        report = EpochReport(epoch, self.num_epochs, duration, self.train_group.epoch_entries(train_values),
+                             self.valid_group.epoch_entries(valid_values))
+        log.info(epoch_line(report))
+        self.renderer.epoch_end(report)
+        self._plot()
+        if self.checkpointer is not None:
+            self._checkpoint(CheckpointPosition.of(epoch, "done"))
+            self._apply_strategy(epoch)
+
+    def _plot(self) -> None:
+        if self.artifact_dir is None or not self.training._plots:
+            return
+        if not matplotlib_available():
+            if not self._plot_note:
+                self._plot_note = True
+                self.note("Plots skipped: matplotlib is not installed (pip install matplotlib, or ember[plot])")
+            return
+        units = {m.name: m.unit for m in self.train_group.metrics + self.valid_group.metrics}
+        plot_history(self.history, self.artifact_dir / "plots", self._numeric_names(), units)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint(self, position: CheckpointPosition, metrics: dict | None = None,
+                    train_values: dict | None = None) -> None:
+        if self.checkpointer is None:
+            if position.phase != "done":
+                reason = "no artifact directory" if self.artifact_dir is None else "checkpointing is off"
+                self.note(f"Stopped at {position.describe()}; no checkpoint saved ({reason})")
+            return
+        state = {
+            "position": {"epoch": position.epoch, "phase": position.phase, "batch": position.batch},
+            "history": self.history.to_dict(),
+            "metrics": metrics,
+            "train_values": train_values,
+            "num_epochs": self.num_epochs,
+            "model": type(self.model).__name__,
+            "elapsed": self.elapsed_before + sum(self._seconds[Split.TRAIN]) + sum(self._seconds[Split.VALID]),
+        }
+        records = {
+            "optimizer": self.learner.optim.to_record(),
+            "scheduler": self.learner.lr_scheduler.to_record(),
+            "rng": self.device.rng_state(),
+        }
+        self.last_checkpoint = self.checkpointer.save(position, self.model, records, state)
+        if position.phase != "done":
+            self.note(f"Saved checkpoint {position.name} ({position.describe()}); run fit again to resume")
+
+    def _apply_strategy(self, epoch: int) -> None:
+        ckpt = self.checkpointer
+        for position in ckpt.list():
+            if position.phase != "done" and position.epoch <= epoch:
+                ckpt.delete(position)
+        epochs = ckpt.epochs()
+        keep = self.strategy.keep(epochs, self.history) | {max(epochs)}
+        for e in epochs:
+            if e not in keep:
+                ckpt.delete(CheckpointPosition.of(e, "done"))
+
