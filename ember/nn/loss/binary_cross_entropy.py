@@ -1,0 +1,81 @@
+"""Binary cross entropy, from probabilities or (stably) from logits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.errors import ConfigError, DTypeError, ShapeError
+from ember.module import Config, Module
+from ember.nn.loss.reduction import Reduction
+from ember.tensor import Tensor
+
+
+class BinaryCrossEntropyLossConfig(Config):
+    """Configuration of :class:`BinaryCrossEntropyLoss` (Burn's fields): ``weights``
+    one per class (the inputs' last dim), ``smoothing`` pulls targets toward 0.5,
+    ``logits`` says the inputs are logits (else probabilities).
+
+    >>> loss = BinaryCrossEntropyLossConfig(logits=True).init()
+    >>> round(loss(Tensor.from_floats([0.0]), Tensor.from_ints([1])).into_scalar(), 4)
+    0.6931
+    """
+
+    weights: list[float] | None = None
+    smoothing: float | None = None
+    logits: bool = False
+
+    def validate(self) -> None:
+        if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
+            raise ConfigError(f"ember: BinaryCrossEntropyLossConfig: smoothing must lie in [0, 1], got {self.smoothing}")
+        if self.weights is not None and (not self.weights or any(w < 0 for w in self.weights)):
+            raise ConfigError(f"ember: BinaryCrossEntropyLossConfig: weights must be values >= 0, got {self.weights}")
+
+    def init(self, device: Any = None) -> BinaryCrossEntropyLoss:
+        return BinaryCrossEntropyLoss(
+            weights=None if self.weights is None else tuple(float(w) for w in self.weights),
+            smoothing=self.smoothing,
+            logits=self.logits,
+        )
+
+
+class BinaryCrossEntropyLoss(Module):
+    """``-w (y log p + (1 - y) log(1 - p))`` per element. With ``logits`` it is
+    computed as ``max(x, 0) - x y + log(1 + exp(-|x|))``; from probabilities the
+    logs are clamped at -100, as PyTorch does. Targets (int or float) have the
+    inputs' shape."""
+
+    weights: tuple[float, ...] | None = None
+    smoothing: float | None = None
+    logits: bool = False
+
+    def forward(self, logits: Tensor, targets: Tensor, reduction: Reduction = Reduction.AUTO) -> Tensor:
+        """The reduced loss, shape ``[1]`` (``AUTO`` is the mean)."""
+        return reduction.apply(self.forward_no_reduction(logits, targets))
+
+    def forward_no_reduction(self, logits: Tensor, targets: Tensor) -> Tensor:
+        if not isinstance(logits, Tensor) or not isinstance(targets, Tensor):
+            raise DTypeError("ember: BinaryCrossEntropyLoss: inputs and targets must be Tensors")
+        if logits.dims() != targets.dims():
+            raise ShapeError(
+                f"ember: BinaryCrossEntropyLoss: inputs {logits.dims()} and targets {targets.dims()} must have one shape"
+            )
+        x = logits.float()
+        y = targets.cast(x.dtype)
+        if y.device is not x.device:
+            y = y.to_device(x.device)
+        if self.smoothing:
+            y = y.mul_scalar(1.0 - self.smoothing).add_scalar(0.5 * self.smoothing)
+        if self.logits:
+            loss = x.clamp_min(0.0).sub(x.mul(y)).add(x.abs().neg().exp().log1p())
+        else:
+            log_p = x.log().clamp_min(-100.0)
+            log_q = x.neg().add_scalar(1.0).log().clamp_min(-100.0)
+            loss = y.mul(log_p).add(y.neg().add_scalar(1.0).mul(log_q)).neg()
+        if self.weights is not None:
+            if x.rank == 0 or x.dims()[-1] != len(self.weights):
+                raise ShapeError(
+                    f"ember: BinaryCrossEntropyLoss: {len(self.weights)} class weights for inputs of shape {x.dims()} "
+                    "(one weight per entry of the last dim)"
+                )
+            loss = loss.mul(Tensor.from_floats(list(self.weights), device=x.device, dtype=x.dtype))
+        return loss

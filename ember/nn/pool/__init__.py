@@ -1,0 +1,13 @@
+"""Pooling layers."""
+
+from ember.nn.pool.adaptive_avg_pool1d import AdaptiveAvgPool1d, AdaptiveAvgPool1dConfig
+from ember.nn.pool.adaptive_avg_pool2d import AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig
+from ember.nn.pool.avg_pool1d import AvgPool1d, AvgPool1dConfig
+from ember.nn.pool.avg_pool2d import AvgPool2d, AvgPool2dConfig
+from ember.nn.pool.max_pool1d import MaxPool1d, MaxPool1dConfig
+from ember.nn.pool.max_pool2d import MaxPool2d, MaxPool2dConfig
+
+__all__ = [
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool1dConfig", "AdaptiveAvgPool2d", "AdaptiveAvgPool2dConfig", "AvgPool1d",
+    "AvgPool1dConfig", "AvgPool2d", "AvgPool2dConfig", "MaxPool1d", "MaxPool1dConfig", "MaxPool2d", "MaxPool2dConfig",
+]
