@@ -45,7 +45,7 @@ def _gpu_device():
         pytest.skip(f"no GPU adapter: {error}")
 
 
-DEVICE_NAMES = ["flex", "flex+autodiff"]
+DEVICE_NAMES = ["flex", "flex+autodiff", "cube", "cube+autodiff"]
 
 
 def make_device(name: str) -> Device:
@@ -55,7 +55,16 @@ def make_device(name: str) -> Device:
         return Device.flex().autodiff()
     if name == "cube":
         return _gpu_device()
+    if name == "cube+autodiff":
+        return _gpu_device().autodiff()
     raise ValueError(name)
+
+
+def skip_on_cube(device: Device, reason: str) -> None:
+    """Skip a conformance test the cube backend cannot run by design (e.g. float64,
+    which WGSL lacks); the reason is printed with the skip."""
+    if device.backend_name == "cube":
+        pytest.skip(f"cube: {reason}")
 
 
 @pytest.fixture(params=DEVICE_NAMES)

@@ -1,0 +1,283 @@
+"""``cube``: the GPU backend. Its primitive is a :class:`CubeTensor` (a strided view
+of a wgpu buffer); every op runs a WGSL kernel generated for it and cached.
+
+The wgpu device is created on the first op (or :meth:`CubeBackend.ensure_ready`),
+never at import. Launches are batched and submitted when a value is read back or
+:meth:`sync` is called. :meth:`stats` counts compiles, launches, submits and
+transfers for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.backend.base import Backend, Slices
+from ember.backend.cube import ir
+from ember.backend.cube.buffer import CubeTensor
+from ember.backend.cube.cache import KernelCache
+from ember.backend.cube.dtypes import Storage, check_int_range, check_scalar, storage_for
+from ember.backend.cube.kernels import elementwise, index, layout, matmul, random, reduce, scan, sort
+from ember.backend.cube.runtime import Runtime
+from ember.backend.distribution import Distribution
+from ember.backend.dtype import DType
+from ember.errors import BackendUnavailableError
+
+
+def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+class CubeBackend(Backend):
+    """GPU backend over wgpu (Vulkan, Metal, DX12) with generated WGSL kernels."""
+
+    name = "cube"
+
+    def __init__(self, adapter: Any, api: str = "wgpu", kind: str = "DefaultDevice") -> None:
+        self.adapter = adapter
+        self.api = api
+        self.kind = kind
+        self._runtime: Runtime | None = None
+        self._cache: KernelCache | None = None
+        self.rng = random.Philox()
+
+    # ------------------------------------------------------------------ device
+    def ensure_ready(self) -> Runtime:
+        """Create the wgpu device (once); raises :class:`BackendUnavailableError` on failure."""
+        if self._runtime is None:
+            try:
+                runtime = Runtime(self.adapter)
+            except BackendUnavailableError:
+                raise
+            except Exception as error:
+                raise BackendUnavailableError(
+                    f"ember: cube: could not open a wgpu device on the adapter {self.adapter.info.get('device')!r}: {error}"
+                ) from None
+            self._cache = KernelCache(runtime)
+            self._runtime = runtime
+        return self._runtime
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime if self._runtime is not None else self.ensure_ready()
+
+    @property
+    def cache(self) -> KernelCache:
+        if self._cache is None:
+            self.ensure_ready()
+        return self._cache
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``compiles``, ``cache_hits``, ``launches``, ``submits``, ``uploads``,
+        ``readbacks``, ``bytes_up``, ``bytes_down``, ``buffers``, ``syncs``, ``kernels``."""
+        counts = dict(self.runtime.stats)
+        counts["kernels"] = len(self.cache)
+        return counts
+
+    def reset_stats(self) -> None:
+        self.runtime.stats.clear()
+
+    def storage(self, dtype: DType) -> Storage:
+        return storage_for(dtype, self.runtime.native_f16)
+
+    def empty(self, shape: tuple[int, ...], storage: Storage) -> CubeTensor:
+        """A new zero-filled contiguous tensor."""
+        n = math.prod(shape)
+        return CubeTensor(self.runtime.alloc(n * storage.itemsize), tuple(shape), storage)
+
+    def contiguous(self, x: CubeTensor) -> CubeTensor:
+        return layout.contiguous(self, x)
+
+    # ------------------------------------------------------------------ data boundary
+    def from_numpy(self, array: np.ndarray) -> CubeTensor:
+        dtype = DType.from_numpy(array.dtype)
+        storage = self.storage(dtype)
+        bounds = None
+        if storage.compute == "i32" and array.size:
+            bounds = (int(array.min()), int(array.max()))
+            check_int_range("cube: from_data", dtype, *bounds)
+        buffer = self.runtime.upload(storage.to_words(array))
+        return CubeTensor(buffer, tuple(array.shape), storage, bounds=bounds)
+
+    def to_numpy(self, x: CubeTensor) -> np.ndarray:
+        storage = x.storage
+        if x.size == 0:
+            return np.zeros(x.shape, storage.np)
+        x = layout.contiguous(self, x)
+        data = self.runtime.read(x.buffer, x.size * storage.itemsize)
+        words = np.frombuffer(data, dtype=storage.host, count=x.size)
+        return storage.from_words(words).reshape(x.shape)
+
+    # ------------------------------------------------------------------ creation
+    def full(self, shape, value, dtype: DType) -> CubeTensor:
+        storage = self.storage(dtype)
+        ctype = storage.compute
+        if ctype == "i32":
+            check_int_range("cube: full", dtype, int(value), int(value))
+            check_scalar("full", int(value), storage)
+            value = int(value)
+        out = elementwise.run(self, ir.scalar(0, ctype), [], storage, tuple(shape), [value], [ctype])
+        if ctype == "i32":
+            out.bounds = (value, value)
+        return out
+
+    def arange(self, start, stop, step, dtype: DType) -> CubeTensor:
+        n = len(range(start, stop, step))
+        last = start + (n - 1) * step if n else start
+        check_int_range("cube: arange", DType.INT64, min(start, last), max(start, last))
+        storage = self.storage(dtype)
+        expr = ir.convert(ir.binary("add", ir.scalar(0, "i32"), ir.binary("mul", ir.index(), ir.scalar(1, "i32"))),
+                          storage.compute)
+        out = elementwise.run(self, expr, [], storage, (n,), [start, step], ["i32", "i32"])
+        if storage.compute == "i32" and n:
+            out.bounds = (min(start, last), max(start, last))
+        return out
+
+    def random(self, shape, distribution: Distribution, dtype: DType) -> CubeTensor:
+        return random.sample(self, tuple(shape), distribution, self.storage(dtype))
+
+    def seed(self, seed: int) -> None:
+        self.rng = random.Philox(seed)
+
+    def rng_state(self) -> dict[str, int]:
+        return self.rng.state()
+
+    def set_rng_state(self, state) -> None:
+        self.rng = random.Philox.from_state(state)
+
+    def sync(self) -> None:
+        if self._runtime is not None:
+            self._runtime.sync()
+
+    # ------------------------------------------------------------------ elementwise
+    def unary(self, op: str, x: CubeTensor) -> CubeTensor:
+        expr = ir.unary(op, ir.load(0, x.storage.compute))
+        out_storage = self.storage(DType.BOOL) if expr.type == "bool" else x.storage
+        return elementwise.run(self, expr, [x], out_storage, x.shape)
+
+    def _operand(self, op: str, value, storage: Storage, position: int, inputs: list, scalars: list, types: list):
+        """An IR leaf for a tensor or Python-scalar operand, collecting launch arguments."""
+        if isinstance(value, CubeTensor):
+            inputs.append(value)
+            return ir.load(len(inputs) - 1, value.storage.compute)
+        check_scalar(op, value, storage)
+        scalars.append(value)
+        types.append(storage.compute)
+        return ir.scalar(len(scalars) - 1, storage.compute)
+
+    def binary(self, op: str, a: CubeTensor, b) -> CubeTensor:
+        inputs: list[CubeTensor] = [a]
+        scalars: list = []
+        types: list[str] = []
+        left = ir.load(0, a.storage.compute)
+        right = self._operand(op, b, a.storage, 1, inputs, scalars, types)
+        expr = ir.binary(op, left, right)
+        out_storage = self.storage(DType.BOOL) if expr.type == "bool" else a.storage
+        shape = _broadcast(a.shape, b.shape) if isinstance(b, CubeTensor) else a.shape
+        return elementwise.run(self, expr, inputs, out_storage, shape, scalars, types)
+
+    def where(self, cond: CubeTensor, a, b) -> CubeTensor:
+        storage = a.storage if isinstance(a, CubeTensor) else b.storage
+        inputs: list[CubeTensor] = [cond]
+        scalars: list = []
+        types: list[str] = []
+        left = self._operand("where", a, storage, 1, inputs, scalars, types)
+        right = self._operand("where", b, storage, 2, inputs, scalars, types)
+        expr = ir.select(ir.load(0, "bool"), left, right)
+        shape = _broadcast(*(x.shape for x in inputs))
+        return elementwise.run(self, expr, inputs, storage, shape, scalars, types)
+
+    def clamp(self, x: CubeTensor, low, high) -> CubeTensor:
+        inputs, scalars, types = [x], [], []
+        expr = ir.load(0, x.storage.compute)
+        if low is not None:
+            expr = ir.binary("maximum", expr, self._operand("clamp", low, x.storage, 1, inputs, scalars, types))
+        if high is not None:
+            expr = ir.binary("minimum", expr, self._operand("clamp", high, x.storage, 2, inputs, scalars, types))
+        return elementwise.run(self, expr, inputs, x.storage, x.shape, scalars, types)
+
+    def cast(self, x: CubeTensor, dtype: DType) -> CubeTensor:
+        storage = self.storage(dtype)
+        if storage == x.storage:
+            return x
+        if storage.wgsl == x.storage.wgsl == "i32" and storage.store == "{v}":
+            # int64/int32 share their words; uint8 values fit both.
+            return CubeTensor(x.buffer, x.shape, storage, x.strides, x.offset, x.bounds)
+        expr = ir.convert(ir.load(0, x.storage.compute), storage.compute)
+        return elementwise.run(self, expr, [x], storage, x.shape)
+
+    # ------------------------------------------------------------------ matmul
+    def matmul(self, a: CubeTensor, b: CubeTensor) -> CubeTensor:
+        return matmul.matmul(self, a, b)
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+        return reduce.reduce(self, op, x, dim)
+
+    def arg_reduce(self, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+        return reduce.arg_reduce(self, op, x, dim)
+
+    def cumulative(self, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+        return scan.cumulative(self, op, x, dim)
+
+    def argsort(self, x: CubeTensor, dim: int, descending: bool) -> CubeTensor:
+        return sort.argsort(self, x, dim, descending)
+
+    # ------------------------------------------------------------------ layout
+    def reshape(self, x: CubeTensor, shape) -> CubeTensor:
+        return layout.reshape(self, x, tuple(shape))
+
+    def permute(self, x: CubeTensor, axes) -> CubeTensor:
+        return layout.permute(x, axes)
+
+    def flip(self, x: CubeTensor, axes) -> CubeTensor:
+        return layout.flip(x, axes)
+
+    def expand(self, x: CubeTensor, shape) -> CubeTensor:
+        return layout.expand(x, tuple(shape))
+
+    def slice(self, x: CubeTensor, slices: Slices) -> CubeTensor:
+        return layout.slice_view(x, slices)
+
+    def slice_assign(self, x: CubeTensor, slices: Slices, value: CubeTensor) -> CubeTensor:
+        return layout.slice_assign(self, x, slices, value)
+
+    def cat(self, xs: Sequence[CubeTensor], dim: int) -> CubeTensor:
+        return layout.cat(self, xs, dim)
+
+    # ------------------------------------------------------------------ indexing
+    def gather(self, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
+        return index.gather(self, x, dim, indices)
+
+    def scatter_add(self, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+        return index.scatter_add(self, x, dim, indices, values)
+
+    def select(self, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
+        return index.select(self, x, dim, indices)
+
+    def select_add(self, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+        return index.select_add(self, x, dim, indices, values)
+
+    def argwhere(self, x: CubeTensor) -> CubeTensor:
+        return index.argwhere(self, x)
+
+    # ------------------------------------------------------------------ fused
+    def relu(self, x: CubeTensor) -> CubeTensor:
+        return self.unary("relu", x)
+
+    def sigmoid(self, x: CubeTensor) -> CubeTensor:
+        if x.storage.compute != "f32":
+            return NotImplemented
+        return self.unary("sigmoid", x)
+
+    def softmax(self, x: CubeTensor, dim: int) -> CubeTensor:
+        return reduce.softmax(self, x, dim, log=False)
+
+    def log_softmax(self, x: CubeTensor, dim: int) -> CubeTensor:
+        return reduce.softmax(self, x, dim, log=True)
+
+    def linear(self, x: CubeTensor, weight: CubeTensor, bias: CubeTensor | None) -> CubeTensor:
+        return matmul.matmul(self, x, weight, bias)

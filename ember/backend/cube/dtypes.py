@@ -1,0 +1,131 @@
+"""How each ember dtype is held in GPU memory and computed with in WGSL.
+
+WGSL has 32-bit scalars (``f32``, ``i32``, ``u32``, ``bool``) and, with the
+``shader-f16`` feature, ``f16``. ember's dtypes map onto them so:
+
+=========  ===============================  ==========  ============================
+dtype      device words                     computed as  notes
+=========  ===============================  ==========  ============================
+float32    ``f32``                           ``f32``
+float16    ``f16`` (``shader-f16``), else    ``f32``      rounded to half on store
+           one ``u32`` word per element
+bfloat16   one ``u32`` word per element      ``f32``      rounded to nearest even
+int64      ``i32``                           ``i32``      values must fit 32 bits
+int32      ``i32``                           ``i32``
+uint8      ``i32``                           ``i32``      wraps modulo 256 on store
+bool       ``u32`` (0 or 1)                  ``bool``
+float64    not available                                  cast to float32, or use flex
+=========  ===============================  ==========  ============================
+
+int64 is held in 32 bits (as Burn's wgpu backend does): uploads and scalars are
+range-checked and raise outside ``[-2**31, 2**31)``; arithmetic wraps at 32 bits.
+The tensor layer still sees int64, so code runs unchanged on flex and cube.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ember.backend.dtype import DType
+from ember.errors import DTypeError, ValueRangeError
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Storage:
+    """One dtype's representation: ``wgsl`` words on the device, ``compute`` type in
+    kernels, ``load``/``store`` templates (``{x}`` a word, ``{v}`` a computed value)."""
+
+    dtype: DType
+    wgsl: str
+    compute: str
+    host: np.dtype
+    itemsize: int
+    load: str = "{x}"
+    store: str = "{v}"
+    f16: bool = False
+    helpers: tuple[str, ...] = ()
+
+    @property
+    def np(self) -> np.dtype:
+        """The numpy dtype the tensor layer sees."""
+        return self.dtype.np
+
+    def to_words(self, array: np.ndarray) -> np.ndarray:
+        """Host values as the device words (a C-contiguous array)."""
+        if self.wgsl == "u32" and self.dtype in (DType.FLOAT16, DType.BFLOAT16):
+            return np.ascontiguousarray(array).view(np.uint16).astype(np.uint32)
+        return np.ascontiguousarray(array, dtype=self.host)
+
+    def from_words(self, words: np.ndarray) -> np.ndarray:
+        """Device words back as host values of :attr:`np`."""
+        if self.wgsl == "u32" and self.dtype in (DType.FLOAT16, DType.BFLOAT16):
+            return words.astype(np.uint16).view(self.np)
+        return words.astype(self.np)
+
+
+_BF16_STORE = "bf16_word({v})"
+_STORAGES = {
+    DType.FLOAT32: Storage(DType.FLOAT32, "f32", "f32", np.dtype(np.float32), 4),
+    DType.BFLOAT16: Storage(
+        DType.BFLOAT16, "u32", "f32", np.dtype(np.uint32), 4,
+        load="bitcast<f32>({x} << 16u)", store=_BF16_STORE, helpers=("bf16_word",),
+    ),
+    DType.INT64: Storage(DType.INT64, "i32", "i32", np.dtype(np.int32), 4),
+    DType.INT32: Storage(DType.INT32, "i32", "i32", np.dtype(np.int32), 4),
+    DType.UINT8: Storage(DType.UINT8, "i32", "i32", np.dtype(np.int32), 4, store="({v} & 255)"),
+    DType.BOOL: Storage(
+        DType.BOOL, "u32", "bool", np.dtype(np.uint32), 4, load="({x} != 0u)", store="select(0u, 1u, {v})"
+    ),
+}
+_F16_NATIVE = Storage(DType.FLOAT16, "f16", "f32", np.dtype(np.float16), 2, load="f32({x})", store="f16({v})", f16=True)
+_F16_WORD = Storage(
+    DType.FLOAT16, "u32", "f32", np.dtype(np.uint32), 4,
+    load="unpack2x16float({x}).x", store="pack2x16float(vec2<f32>({v}, 0.0))",
+)
+
+
+def check_int_range(op: str, dtype: DType, low: int, high: int) -> None:
+    """Raise unless int values in ``[low, high]`` fit the 32-bit words holding ``dtype``."""
+    if dtype is DType.INT64 and (low < I32_MIN or high > I32_MAX):
+        bad = low if low < I32_MIN else high
+        raise ValueRangeError(
+            f"ember: {op}: the int64 value {bad} does not fit in 32 bits; the GPU backend holds "
+            f"int64 as int32 (WGSL has no 64-bit ints), so values must lie in [{I32_MIN}, {I32_MAX}]; "
+            "keep such tensors on Device.flex()"
+        )
+
+
+def storage_for(dtype: DType, native_f16: bool) -> Storage:
+    """The storage of ``dtype``; float64 raises a :class:`DTypeError` naming the fix."""
+    if dtype is DType.FLOAT16:
+        return _F16_NATIVE if native_f16 else _F16_WORD
+    storage = _STORAGES.get(dtype)
+    if storage is None:
+        raise DTypeError(
+            f"ember: cube: {dtype} is not available on the GPU (WGSL has no 64-bit floats); "
+            "cast to float32 first (.cast('float32')) or keep the tensor on Device.flex()"
+        )
+    return storage
+
+
+def check_scalar(op: str, value: int | float | bool, storage: Storage) -> None:
+    """Raise if an int scalar does not fit the 32-bit words of an int storage."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if storage.compute == "i32" and is_int and not I32_MIN <= value <= I32_MAX:
+        raise ValueRangeError(
+            f"ember: {op}: the scalar {value} does not fit in 32 bits; the GPU backend computes "
+            f"{storage.dtype} in int32 (WGSL has no 64-bit ints); use Device.flex() for such values"
+        )
+
+
+def scalar_word(value: int | float | bool, compute: str) -> int:
+    """A scalar as the u32 word a kernel reads with ``bitcast``."""
+    if compute == "f32":
+        return int(np.array(value, dtype=np.float32).view(np.uint32))
+    if compute == "i32":
+        return int(value) & 0xFFFF_FFFF
+    return 1 if value else 0

@@ -1,0 +1,1 @@
+"""Kernel generators of the cube backend, one file per family."""

@@ -1,0 +1,328 @@
+"""WGSL building blocks shared by the kernel generators.
+
+* :data:`HELPERS`: functions a kernel body may call; :func:`helpers_for` pulls in
+  the ones a source uses (and what they use), so a kernel carries only its own.
+* :data:`UNARY` / :data:`BINARY`: each op of the backend protocol as a WGSL
+  template per compute type (``f32``, ``i32``, ``bool``), ``{a}``/``{b}`` its operands.
+* :func:`bindings`, :func:`strided_offsets`: declarations and index arithmetic.
+
+WGSL lets an implementation assume there are no NaNs or infinities, so NaN tests,
+NaN-propagating ``max``/``min`` and the like work on the bits, never on ``x != x``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ember.backend.cube.dtypes import Storage
+
+MAX_RANK = 8
+WORKGROUP = 256
+
+HELPERS: dict[str, str] = {
+    "nan_f": "fn nan_f() -> f32 { return bitcast<f32>(0x7fc00000u); }",
+    "inf_f": "fn inf_f() -> f32 { return bitcast<f32>(0x7f800000u); }",
+    "is_nan_f": "fn is_nan_f(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }",
+    "is_inf_f": "fn is_inf_f(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u; }",
+    "is_finite_f": "fn is_finite_f(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u; }",
+    "max_f": """fn max_f(a: f32, b: f32) -> f32 {
+    if (is_nan_f(a)) { return a; }
+    if (is_nan_f(b)) { return b; }
+    return max(a, b);
+}""",
+    "min_f": """fn min_f(a: f32, b: f32) -> f32 {
+    if (is_nan_f(a)) { return a; }
+    if (is_nan_f(b)) { return b; }
+    return min(a, b);
+}""",
+    "sign_f": """fn sign_f(x: f32) -> f32 {
+    if (is_nan_f(x)) { return x; }
+    return select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0);
+}""",
+    "log1p_f": """fn log1p_f(x: f32) -> f32 {
+    let u = 1.0 + x;
+    if (u == 1.0) { return x; }
+    if (is_inf_f(u)) { return u; }
+    return log(u) * (x / (u - 1.0));
+}""",
+    "expm1_f": """fn expm1_f(x: f32) -> f32 {
+    if (abs(x) < 1e-5) { return x + 0.5 * x * x; }
+    if (x > 88.0) { return exp(x); }
+    let u = exp(x);
+    if (u == 1.0) { return x; }
+    let um1 = u - 1.0;
+    if (um1 == -1.0) { return -1.0; }
+    return um1 * x / log(u);
+}""",
+    "tanh_f": """fn tanh_f(x: f32) -> f32 {
+    if (is_nan_f(x)) { return x; }
+    return tanh(clamp(x, -15.0, 15.0));
+}""",
+    "sinh_f": """fn sinh_f(x: f32) -> f32 {
+    if (abs(x) < 0.5) { return 0.5 * (expm1_f(x) - expm1_f(-x)); }
+    return sinh(x);
+}""",
+    "erf_f": """fn erf_f(x: f32) -> f32 {
+    // Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7), Taylor series near 0.
+    let a = abs(x);
+    if (a < 0.5) {
+        let x2 = x * x;
+        return 1.1283791670955126 * x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (-1.0 / 42.0 + x2 / 216.0))));
+    }
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let r = 1.0 - poly * exp(-a * a);
+    if (is_nan_f(x)) { return x; }
+    return select(r, -r, x < 0.0);
+}""",
+    "rem_f": """fn rem_f(a: f32, b: f32) -> f32 {
+    // Python's sign rule: the result has the sign of the divisor.
+    var r = a - b * trunc(a / b);
+    if (abs(r) >= abs(b) && is_finite_f(b)) { r = r - b * trunc(r / b); }
+    if (r != 0.0 && ((r < 0.0) != (b < 0.0))) { r = r + b; }
+    if (r == 0.0) { r = select(0.0, -0.0, b < 0.0); }
+    if (is_inf_f(b) && is_finite_f(a)) {
+        if (a == 0.0 || (a < 0.0) == (b < 0.0)) { return a; }
+        return b;
+    }
+    return r;
+}""",
+    "floordiv_f": """fn floordiv_f(a: f32, b: f32) -> f32 {
+    // numpy's npy_divmod: the quotient from the exact remainder, then rounded.
+    if (b == 0.0) { return a / b; }
+    let m = a - b * trunc(a / b);
+    var div = (a - m) / b;
+    if (m != 0.0 && ((b < 0.0) != (m < 0.0))) { div = div - 1.0; }
+    if (div == 0.0) { return select(0.0, -0.0, (a < 0.0) != (b < 0.0)); }
+    var q = floor(div);
+    if (div - q > 0.5) { q = q + 1.0; }
+    return q;
+}""",
+    "pow_f": """fn pow_f(a: f32, b: f32) -> f32 {
+    if (b == 0.0) { return 1.0; }
+    if (is_nan_f(a)) { return a; }
+    if (is_nan_f(b)) { return select(b, 1.0, a == 1.0); }
+    if (a == 0.0) {
+        if (b > 0.0) { return 0.0; }
+        return inf_f();
+    }
+    let ab = abs(a);
+    var r = exp2(b * log2(ab));
+    if (b == 1.0) { r = ab; }
+    if (b == 2.0) { r = ab * ab; }
+    if (b == 0.5) { r = sqrt(ab); }
+    if (a < 0.0) {
+        if (trunc(b) != b) { return nan_f(); }
+        let odd = abs(b) < 16777216.0 && (i32(abs(b)) & 1) == 1;
+        return select(r, -r, odd);
+    }
+    return r;
+}""",
+    "floordiv_i": """fn floordiv_i(a: i32, b: i32) -> i32 {
+    if (b == 0) { return 0; }
+    var q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) { q = q - 1; }
+    return q;
+}""",
+    "rem_i": """fn rem_i(a: i32, b: i32) -> i32 {
+    if (b == 0) { return 0; }
+    var r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) { r = r + b; }
+    return r;
+}""",
+    "pow_i": """fn pow_i(a: i32, b: i32) -> i32 {
+    if (b < 0) {
+        if (a == 1) { return 1; }
+        if (a == -1) { return select(-1, 1, (b & 1) == 0); }
+        return 0;
+    }
+    var base = a;
+    var e = u32(b);
+    var r = 1;
+    loop {
+        if ((e & 1u) == 1u) { r = r * base; }
+        e = e >> 1u;
+        if (e == 0u) { break; }
+        base = base * base;
+    }
+    return r;
+}""",
+    "bf16_word": """fn bf16_word(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
+    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
+}""",
+}
+
+_F = "f32"
+_I = "i32"
+_B = "bool"
+
+# op -> {compute type: template}
+UNARY: dict[str, dict[str, str]] = {
+    "neg": {_F: "(-{a})", _I: "(-{a})"},
+    "abs": {_F: "abs({a})", _I: "abs({a})"},
+    "exp": {_F: "exp({a})"},
+    "log": {_F: "log({a})"},
+    "log1p": {_F: "log1p_f({a})"},
+    "expm1": {_F: "expm1_f({a})"},
+    "sqrt": {_F: "sqrt({a})"},
+    "rsqrt": {_F: "(1.0 / sqrt({a}))"},
+    "recip": {_F: "(1.0 / {a})"},
+    "sin": {_F: "sin({a})"},
+    "cos": {_F: "cos({a})"},
+    "tan": {_F: "tan({a})"},
+    "tanh": {_F: "tanh_f({a})"},
+    "sinh": {_F: "sinh_f({a})"},
+    "cosh": {_F: "cosh({a})"},
+    "asin": {_F: "atan2({a}, sqrt((1.0 - {a}) * (1.0 + {a})))"},
+    "acos": {_F: "atan2(sqrt((1.0 - {a}) * (1.0 + {a})), {a})"},
+    "atan": {_F: "atan({a})"},
+    "erf": {_F: "erf_f({a})"},
+    "sign": {_F: "sign_f({a})", _I: "sign({a})"},
+    "round": {_F: "round({a})", _I: "{a}"},
+    "floor": {_F: "floor({a})", _I: "{a}"},
+    "ceil": {_F: "ceil({a})", _I: "{a}"},
+    "trunc": {_F: "trunc({a})", _I: "{a}"},
+    "square": {_F: "({a} * {a})", _I: "({a} * {a})"},
+    "is_nan": {_F: "is_nan_f({a})", _I: "false", _B: "false"},
+    "is_inf": {_F: "is_inf_f({a})", _I: "false", _B: "false"},
+    "is_finite": {_F: "is_finite_f({a})", _I: "true", _B: "true"},
+    "logical_not": {_B: "(!{a})", _F: "({a} == 0.0)", _I: "({a} == 0)"},
+    "bitwise_not": {_I: "(~{a})", _B: "(!{a})"},
+    "relu": {_F: "select(max({a}, 0.0), {a}, is_nan_f({a}))", _I: "max({a}, 0)"},
+    "sigmoid": {_F: "sigmoid_f({a})"},
+}
+HELPERS["sigmoid_f"] = """fn sigmoid_f(x: f32) -> f32 {
+    let e = exp(-abs(x));
+    return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}"""
+
+BINARY: dict[str, dict[str, str]] = {
+    "add": {_F: "({a} + {b})", _I: "({a} + {b})", _B: "({a} || {b})"},
+    "sub": {_F: "({a} - {b})", _I: "({a} - {b})"},
+    "mul": {_F: "({a} * {b})", _I: "({a} * {b})", _B: "({a} && {b})"},
+    "div": {_F: "({a} / {b})", _I: "floordiv_i({a}, {b})"},
+    "remainder": {_F: "rem_f({a}, {b})", _I: "rem_i({a}, {b})"},
+    "floor_div": {_F: "floordiv_f({a}, {b})", _I: "floordiv_i({a}, {b})"},
+    "pow": {_F: "pow_f({a}, {b})", _I: "pow_i({a}, {b})"},
+    "atan2": {_F: "atan2({a}, {b})"},
+    "maximum": {_F: "max_f({a}, {b})", _I: "max({a}, {b})", _B: "({a} || {b})"},
+    "minimum": {_F: "min_f({a}, {b})", _I: "min({a}, {b})", _B: "({a} && {b})"},
+    "eq": {_F: "({a} == {b})", _I: "({a} == {b})", _B: "({a} == {b})"},
+    "ne": {_F: "({a} != {b})", _I: "({a} != {b})", _B: "({a} != {b})"},
+    "gt": {_F: "({a} > {b})", _I: "({a} > {b})", _B: "({a} && !{b})"},
+    "ge": {_F: "({a} >= {b})", _I: "({a} >= {b})", _B: "({a} || !{b})"},
+    "lt": {_F: "({a} < {b})", _I: "({a} < {b})", _B: "(!{a} && {b})"},
+    "le": {_F: "({a} <= {b})", _I: "({a} <= {b})", _B: "(!{a} || {b})"},
+    "logical_and": {_B: "({a} && {b})"},
+    "logical_or": {_B: "({a} || {b})"},
+    "logical_xor": {_B: "({a} != {b})"},
+    "bitwise_and": {_I: "({a} & {b})", _B: "({a} && {b})"},
+    "bitwise_or": {_I: "({a} | {b})", _B: "({a} || {b})"},
+    "bitwise_xor": {_I: "({a} ^ {b})", _B: "({a} != {b})"},
+    "left_shift": {_I: "({a} << u32({b} & 31))"},
+    "right_shift": {_I: "({a} >> u32({b} & 31))"},
+}
+BOOL_RESULT = frozenset({"eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or", "logical_xor",
+                         "is_nan", "is_inf", "is_finite", "logical_not"})
+
+ZERO = {_F: "0.0", _I: "0", _B: "false"}
+
+
+def convert(expr: str, src: str, dst: str) -> str:
+    """``expr`` of compute type ``src`` as ``dst`` (floats to ints truncate; nonzero is true)."""
+    if src == dst:
+        return expr
+    if dst == _B:
+        return f"({expr} != {ZERO[src]})"
+    if src == _B:
+        return f"select({ZERO[dst]}, {'1.0' if dst == _F else '1'}, {expr})"
+    return f"{dst}({expr})"
+
+
+def helpers_for(code: str) -> str:
+    """The helper functions ``code`` calls, with their own dependencies, in order."""
+    seen: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(text: str) -> None:
+        for name in re.findall(r"\b([a-z0-9_]+_(?:f|i|word))\(", text):
+            if name in HELPERS and name not in seen and name not in visiting:
+                visiting.add(name)
+                visit(HELPERS[name])
+                seen.append(name)
+
+    visit(code)
+    return "\n".join(HELPERS[n] for n in seen)
+
+
+def bindings(inputs: list[Storage | str], outputs: list[Storage | str]) -> str:
+    """Declarations of ``in0..``, ``out0..`` (storages or raw WGSL element types) and ``info``."""
+    lines = []
+    elems = [s if isinstance(s, str) else s.wgsl for s in inputs + outputs]
+    if "f16" in elems:
+        lines.append("enable f16;")
+    for i, e in enumerate(elems[: len(inputs)]):
+        lines.append(f"@group(0) @binding({i}) var<storage, read> in{i}: array<{e}>;")
+    for j, e in enumerate(elems[len(inputs):]):
+        lines.append(f"@group(0) @binding({len(inputs) + j}) var<storage, read_write> out{j}: array<{e}>;")
+    lines.append("@group(1) @binding(0) var<storage, read> info: array<u32>;")
+    return "\n".join(lines)
+
+
+def load(storage: Storage, array: str, index: str) -> str:
+    return storage.load.format(x=f"{array}[{index}]")
+
+
+def store(storage: Storage, value: str) -> str:
+    return storage.store.format(v=value)
+
+
+def main_linear(body: str, workgroup: int = WORKGROUP) -> str:
+    """A ``main`` whose ``gi`` is the linear invocation index over a 2-D grid of workgroups."""
+    return (
+        f"@compute @workgroup_size({workgroup})\n"
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n"
+        f"    let gi = gid.x + gid.y * nwg.x * {workgroup}u;\n"
+        f"{body}\n}}\n"
+    )
+
+
+def main_groups(body: str, workgroup: int = WORKGROUP) -> str:
+    """A ``main`` with ``wid`` the linear workgroup index and ``lid`` the local index."""
+    return (
+        f"@compute @workgroup_size({workgroup})\n"
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
+        "        @builtin(local_invocation_index) lid: u32) {\n"
+        "    let wid = wg.x + wg.y * nwg.x;\n"
+        f"{body}\n}}\n"
+    )
+
+
+def strided_offsets(index: str, rank: str, shape_at: int, operands: list[tuple[str, int]], tag: str = "") -> str:
+    """Statements that set ``var`` offsets for ``operands`` (name, info position of
+    ``[offset, strides...]``) at the row-major position ``index`` of the shape held at
+    ``info[shape_at..]`` with ``rank`` dims."""
+    t = f"_{tag}"
+    lines = [f"    var rem{t} = {index};"]
+    for name, pos in operands:
+        lines.append(f"    var {name}: i32 = bitcast<i32>(info[{pos}u]);")
+    lines.append(f"    for (var k{t} = {rank}; k{t} > 0u; k{t}--) {{")
+    lines.append(f"        let d{t} = k{t} - 1u;")
+    lines.append(f"        let sz{t} = info[{shape_at}u + d{t}];")
+    lines.append(f"        let c{t} = i32(rem{t} % sz{t});")
+    lines.append(f"        rem{t} = rem{t} / sz{t};")
+    for name, pos in operands:
+        lines.append(f"        {name} += c{t} * bitcast<i32>(info[{pos + 1}u + d{t}]);")
+    lines.append("    }")
+    return "\n".join(lines)
+
+
+def info_scalar(pos: int, ctype: str) -> str:
+    """The scalar at ``info[pos]`` as ``ctype``."""
+    if ctype == _F:
+        return f"bitcast<f32>(info[{pos}u])"
+    if ctype == _I:
+        return f"bitcast<i32>(info[{pos}u])"
+    return f"(info[{pos}u] != 0u)"
