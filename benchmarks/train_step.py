@@ -207,8 +207,8 @@ def workload_w3(torch, rows):
     y_np = rng.integers(0, 10, 64)
     device = Device.flex().autodiff()
     model = Cnn(
-        conv1=Conv2dConfig(1, 16, (3, 3), padding=(1, 1)).init(device),
-        conv2=Conv2dConfig(16, 32, (3, 3), padding=(1, 1)).init(device),
+        conv1=Conv2dConfig((1, 16), (3, 3), padding=(1, 1)).init(device),
+        conv2=Conv2dConfig((16, 32), (3, 3), padding=(1, 1)).init(device),
         pool=MaxPool2dConfig((2, 2)).init(),
         head=LinearConfig(1568, 10).init(device),
     )
@@ -243,9 +243,11 @@ def row(name, t_ember, t_torch, t_jax):
 def main() -> None:
     torch = try_import_torch()
     rows: list[list[str]] = []
-    workload_w1(torch, rows)
-    workload_w2(torch, rows)
-    workload_w3(torch, rows)
+    for workload in (workload_w1, workload_w2, workload_w3):
+        try:
+            workload(torch, rows)
+        except Exception as error:
+            rows.append([workload.__name__, f"failed: {type(error).__name__}: {error}"[:70], "-", "-", "-", "-"])
     print_table(
         "training step, median us per step (ember/flex vs torch eager vs jax.jit; torch 1 thread for W1, default threads otherwise)",
         ["workload", "ember", "torch", "ember/torch", "jax", "ember/jax"],

@@ -94,6 +94,25 @@ class Param:
         return Param(param_id, tensor, require_grad)
 
     @staticmethod
+    def from_inner_value(param_id: ParamId, value: Tensor, device: Device, require_grad: bool = True) -> Param:
+        """A parameter on ``device`` from a value on its inner device (what an optimizer
+        computes): the autodiff leaf is made directly, without an intermediate copy."""
+        if device._inner is None or value._d is not device._inner:
+            return Param(param_id, value.to_device(device), require_grad)
+        prim = value._p
+        backend = device._b
+        leaf = backend.leaf(prim) if require_grad and prim.dtype in FLOAT_NP else backend.wrap(prim)
+        param = Param.__new__(Param)
+        param.id = param_id
+        param.require_grad = bool(require_grad)
+        param._value = Tensor(leaf, device)
+        param._init = None
+        param._shape = prim.shape
+        param._device = device
+        param._dtype = NP_TO_DTYPE[prim.dtype]
+        return param
+
+    @staticmethod
     def uninitialized(
         param_id: ParamId,
         init: Callable[[Device, bool], Tensor],

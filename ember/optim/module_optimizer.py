@@ -142,7 +142,7 @@ class ModuleOptimizer:
             results = optimizer.step_many(group_lr, values, grads_inner, states)
             for (param, _, _), (new_value, new_state) in zip(items, results):
                 new_states[param.id] = new_state
-                updates[param.id] = Param.from_mapped_value(param.id, new_value.to_device(param.device), param.require_grad)
+                updates[param.id] = Param.from_inner_value(param.id, new_value, param.device, param.require_grad)
         self.states.update(new_states)
         return module.map(_Replace(updates))
 
