@@ -57,7 +57,7 @@ class Learner:
     ):
         if not isinstance(model, Module):
             raise ConfigError(f"ember: Learner: the model must be a Module, got {type(model).__name__}")
-        if not callable(getattr(optim, "step", None)) or not callable(getattr(optim, "to_record", None)):
+        if not all(callable(getattr(optim, name, None)) for name in ("step", "save_file", "load_file")):
             raise ConfigError(
                 f"ember: Learner: optim must be a module optimizer (e.g. AdamConfig().init()), got {type(optim).__name__}"
             )

@@ -207,9 +207,8 @@ class TrainingRun:
             target = positions[-1] if positions else None
         if target is None:
             return None
-        model, records, state = ckpt.load(target, self.model, self.device.inner())
+        model, records, state = ckpt.load(target, self.model, self.learner.optim, self.device.inner())
         try:
-            self.learner.optim.load_record(records["optimizer"])
             self.learner.lr_scheduler.load_record(records["scheduler"])
             self.device.set_rng_state(records["rng"])
             self.history = MetricHistory.from_dict(state["history"])
@@ -428,12 +427,8 @@ class TrainingRun:
             "model": type(self.model).__name__,
             "elapsed": self.elapsed_before + sum(self._seconds[Split.TRAIN]) + sum(self._seconds[Split.VALID]),
         }
-        records = {
-            "optimizer": self.learner.optim.to_record(),
-            "scheduler": self.learner.lr_scheduler.to_record(),
-            "rng": self.device.rng_state(),
-        }
-        self.last_checkpoint = self.checkpointer.save(position, self.model, records, state)
+        records = {"scheduler": self.learner.lr_scheduler.to_record(), "rng": self.device.rng_state()}
+        self.last_checkpoint = self.checkpointer.save(position, self.model, self.learner.optim, records, state)
         if position.phase != "done":
             self.note(f"Saved checkpoint {position.name} ({position.describe()}); run fit again to resume")
 

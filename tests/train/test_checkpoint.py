@@ -290,3 +290,23 @@ def test_log_rows_after_a_crash_are_dropped(tmp_path, reference):
     rows = list(csv.DictReader((tmp_path / "logs" / "train.csv").open()))
     assert all(r["Loss"] != "9.99" for r in rows)
     assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 3
+
+
+def test_checkpoint_files_are_ordinary_records(saved):
+    """The model and optimizer files of a checkpoint load with the usual APIs."""
+    path, folder = saved
+    device = Device.flex().autodiff()
+    model = Classifier.new(device).load_file(folder / "model.safetensors")
+    optim = AdamConfig().init().load_file(folder / "optimizer.safetensors", device=device)
+    assert model.num_params() == 131 and len(optim.states) == 4
+
+
+def test_checkpoint_of_another_optimizer(saved):
+    from ember.optim import SgdConfig
+
+    path, folder = saved
+    training, model, scheduler = setup(path, epochs=2)
+    train, valid = loaders(batch_size=8)
+    learner = Learner(model, SgdConfig(momentum=0.9).init(), scheduler, train_step=noisy_step, valid_step=valid_step)
+    with pytest.raises(RecordError, match="cannot restore the optimizer from checkpoint .*another optimizer"):
+        training.launch(learner, train, valid)

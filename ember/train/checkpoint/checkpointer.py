@@ -4,7 +4,9 @@ checked on load.
 A checkpoint ``<directory>/epoch-0003`` (a finished epoch), ``epoch-0003-step-000120``
 (training interrupted after 120 batches of epoch 3) or ``epoch-0003-valid`` (epoch 3
 trained, its validation interrupted) holds ``model.safetensors`` (the module
-record), ``records.safetensors`` (optimizer, scheduler and generator state),
+record, ``Module.load_file`` reads it), ``optimizer.safetensors`` (the optimizer's
+states, ``ModuleOptimizer.load_file`` reads it), ``records.safetensors`` (the
+learning-rate scheduler's position and the device generator's state),
 ``state.json`` (the learner's position, metric history and metric states) and
 ``manifest.json`` with the SHA-256 of each file. It is written in a hidden folder
 and renamed into place, so a crash never leaves a half-written checkpoint.
@@ -23,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ember.device import Device
-from ember.errors import RecordError
+from ember.errors import ConfigError, RecordError
 from ember.module import Module
 from ember.module.record import load_record, save_record
 
 FORMAT = "ember-learner-checkpoint"
 VERSION = 1
-_FILES = ("model.safetensors", "records.safetensors", "state.json")
+_FILES = ("model.safetensors", "optimizer.safetensors", "records.safetensors", "state.json")
 _PHASES = {"train": 0, "valid": 1, "done": 2}
 _NAME = re.compile(r"^epoch-(\d+)(?:-step-(\d+)|-(valid))?$")
 
@@ -135,12 +137,14 @@ class FileCheckpointer:
                     shutil.rmtree(p, ignore_errors=True)
 
     # ------------------------------------------------------------------ save
-    def save(self, position: CheckpointPosition, model: Module, records: dict[str, Any], state: dict[str, Any]) -> Path:
+    def save(self, position: CheckpointPosition, model: Module, optim: Any, records: dict[str, Any],
+             state: dict[str, Any]) -> Path:
         """Writes a checkpoint atomically; replaces one at the same position."""
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".tmp-{position.name}-"))
         try:
             model.save_file(tmp / "model.safetensors")
+            optim.save_file(tmp / "optimizer.safetensors")
             save_record(tmp / "records.safetensors", records)
             text = json.dumps({"format": FORMAT, "version": VERSION, **state}, allow_nan=True)
             with (tmp / "state.json").open("w") as handle:
@@ -205,14 +209,22 @@ class FileCheckpointer:
                 )
         return folder
 
-    def load(self, position: CheckpointPosition, model: Module, device: Device) -> tuple[Module, dict[str, Any], dict[str, Any]]:
-        """``(model with the saved values, records, state)``; records' tensors are
-        placed on ``device`` (the inner device: where optimizer states live)."""
+    def load(self, position: CheckpointPosition, model: Module, optim: Any,
+             device: Device) -> tuple[Module, dict[str, Any], dict[str, Any]]:
+        """``(model with the saved values, records, state)``; ``optim`` is restored in
+        place, its states on ``device`` (the inner device: where optimizer states live)."""
         folder = self.verify(position)
         try:
             loaded = model.load_file(folder / "model.safetensors")
         except RecordError as error:
             raise RecordError(f"ember: cannot restore the model from checkpoint {folder}: {error}") from None
+        try:
+            optim.load_file(folder / "optimizer.safetensors", device=device)
+        except (RecordError, ConfigError) as error:
+            raise RecordError(
+                f"ember: cannot restore the optimizer from checkpoint {folder} (was it saved with another "
+                f"optimizer?): {error}"
+            ) from None
         records = load_record(folder / "records.safetensors", device=device)
         try:
             state = json.loads((folder / "state.json").read_text())
