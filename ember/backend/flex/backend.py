@@ -85,6 +85,74 @@ def _check_indices(op: str, indices: np.ndarray, size: int, dim: int) -> None:
         )
 
 
+_ADAM_BLOCK = 32768
+
+
+def _adam_blocked(param, grad, moment_1, moment_2, max_moment_2, lr, beta_1, beta_2, epsilon, weight_decay,
+                  decoupled, amsgrad, time):
+    """Adam over cache-sized blocks: the same operations in the same order as the
+    whole-array path (bit-identical results), but each block stays in cache through
+    all of them instead of streaming the arrays from memory a dozen times."""
+    shape, dtype = param.shape, param.dtype
+    p_flat, g_flat = param.reshape(-1), grad.reshape(-1)
+    m1 = None if moment_1 is None else moment_1.reshape(-1)
+    m2 = None if moment_2 is None else moment_2.reshape(-1)
+    vm_old = None if max_moment_2 is None else max_moment_2.reshape(-1)
+    n = p_flat.size
+    out, m, v = np.empty(n, dtype), np.empty(n, dtype), np.empty(n, dtype)
+    v_max = np.empty(n, dtype) if amsgrad else None
+    a_buf, b_buf, g_buf = np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype)
+    correction_2 = math.sqrt(1.0 - beta_2**time)
+    step_size = lr / (1.0 - beta_1**time)
+    token = quiet_set()
+    try:
+        for start in range(0, n, _ADAM_BLOCK):
+            end = min(start + _ADAM_BLOCK, n)
+            k = end - start
+            a, b = a_buf[:k], b_buf[:k]
+            g = g_flat[start:end]
+            if weight_decay and not decoupled:
+                gd = g_buf[:k]
+                np.multiply(p_flat[start:end], weight_decay, out=gd)
+                np.add(g, gd, out=gd)
+                g = gd
+            mm, vv = m[start:end], v[start:end]
+            if m1 is None:
+                np.multiply(g, 1.0 - beta_1, out=mm)
+                np.multiply(g, g, out=vv)
+                vv *= 1.0 - beta_2
+            else:
+                np.multiply(m1[start:end], beta_1, out=mm)
+                np.multiply(g, 1.0 - beta_1, out=a)
+                mm += a
+                np.multiply(m2[start:end], beta_2, out=vv)
+                np.multiply(g, g, out=a)
+                a *= 1.0 - beta_2
+                vv += a
+            source = vv
+            if amsgrad:
+                source = v_max[start:end]
+                if vm_old is None:
+                    source[...] = vv
+                else:
+                    np.maximum(vm_old[start:end], vv, out=source)
+            np.sqrt(source, out=a)
+            a /= correction_2
+            a += epsilon
+            np.divide(mm, a, out=b)
+            b *= step_size
+            target = out[start:end]
+            if weight_decay and decoupled:
+                np.multiply(p_flat[start:end], 1.0 - lr * weight_decay, out=target)
+                target -= b
+            else:
+                np.subtract(p_flat[start:end], b, out=target)
+    finally:
+        quiet_reset(token)
+    return (out.reshape(shape), m.reshape(shape), v.reshape(shape),
+            None if v_max is None else v_max.reshape(shape))
+
+
 class FlexBackend(FlexModuleOps, Backend):
     """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
     in float32 where numpy would lose accuracy or lacks the kernel."""
@@ -344,6 +412,9 @@ class FlexBackend(FlexModuleOps, Backend):
                   weight_decay, decoupled, amsgrad, time):
         if param.dtype in _HALF:
             return NotImplemented
+        if param.size > 2 * _ADAM_BLOCK:
+            return _adam_blocked(param, grad, moment_1, moment_2, max_moment_2, lr, beta_1, beta_2, epsilon,
+                                 weight_decay, decoupled, amsgrad, time)
         # The same operations, in the same order, as the composite in ember.optim.adam,
         # so both paths give bit-identical results; in place where the array is ours.
         token = quiet_set()
@@ -383,6 +454,20 @@ class FlexBackend(FlexModuleOps, Backend):
         dtype = params[0].dtype
         if dtype in _HALF or any(p.dtype != dtype for p in params):
             return NotImplemented
+        if sum(p.size for p in params) > 2 * _ADAM_BLOCK:
+            # Large tensors: concatenating would cost extra passes; step each one.
+            results = [
+                self.adam_step(
+                    p, g,
+                    None if moments_1 is None else moments_1[i],
+                    None if moments_2 is None else moments_2[i],
+                    None if max_moments_2 is None else max_moments_2[i],
+                    **options,
+                )
+                for i, (p, g) in enumerate(zip(params, grads))
+            ]
+            outs, ms, vs, vms = (list(column) for column in zip(*results))
+            return outs, ms, vs, (vms if vms[0] is not None else None)
         # One update over all tensors concatenated; results are views into it.
         sizes = [p.size for p in params]
 
