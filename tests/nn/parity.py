@@ -1,0 +1,48 @@
+"""Helpers for the torch parity tests of the layers: the same weighted-sum loss on
+both sides, and gradient comparison."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember import Device, Param, Tensor
+from tests.conftest import assert_close
+
+
+def autodiff_of(device: Device) -> Device:
+    """``device`` itself when it tracks gradients, else its autodiff wrapper."""
+    return device if device.is_autodiff() else device.autodiff()
+
+
+def param(array: np.ndarray, device: Device) -> Param:
+    return Param.from_tensor(Tensor.from_data(np.ascontiguousarray(array), device=device))
+
+
+def leaf(array: np.ndarray, device: Device) -> Tensor:
+    """An input tensor that requires grad (on an autodiff device)."""
+    return Tensor.from_data(np.ascontiguousarray(array), device=device).require_grad()
+
+
+def weighted_backward(out: Tensor, torch_out: Any, seed: int = 0) -> Any:
+    """Backward of ``sum(out * w)`` on both sides for one random ``w``; returns ember's
+    gradients (torch's land in ``.grad``)."""
+    torch = __import__("torch")
+    w = np.random.default_rng(seed).uniform(0.5, 1.5, size=tuple(torch_out.shape))
+    grads = out.mul(Tensor.from_data(w.astype(out.to_numpy().dtype), device=out.device)).sum().backward()
+    (torch_out * torch.from_numpy(w).to(torch_out.dtype)).sum().backward()
+    return grads
+
+
+def assert_grad(tensor: Tensor, grads: Any, torch_tensor: Any, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """ember's gradient of ``tensor`` equals torch's ``.grad`` (layouts already matched)."""
+    g = tensor.grad(grads)
+    assert g is not None, "no gradient"
+    assert_close(g, torch_tensor.grad.detach().numpy(), rtol=rtol, atol=atol)
+
+
+def to_torch(array: np.ndarray, grad: bool = False) -> Any:
+    torch = __import__("torch")
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    return t.requires_grad_(grad)
