@@ -20,7 +20,7 @@ from ember.backend.cube import ir
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
 from ember.backend.cube.dtypes import Storage, check_int_range, check_scalar, storage_for
-from ember.backend.cube.kernels import elementwise, index, layout, matmul, random, reduce, scan, sort
+from ember.backend.cube.kernels import elementwise, index, layout, matmul, optim, random, reduce, scan, sort
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
@@ -73,7 +73,9 @@ class CubeBackend(Backend):
     def stats(self) -> dict[str, int]:
         """Counters: ``compiles``, ``cache_hits``, ``launches``, ``submits``, ``uploads``,
         ``readbacks``, ``bytes_up``, ``bytes_down``, ``buffers``, ``syncs``, ``kernels``."""
-        counts = dict(self.runtime.stats)
+        names = ("compiles", "cache_hits", "launches", "submits", "uploads", "readbacks",
+                 "bytes_up", "bytes_down", "buffers", "syncs")
+        counts = {name: self.runtime.stats[name] for name in names}
         counts["kernels"] = len(self.cache)
         return counts
 
@@ -82,6 +84,9 @@ class CubeBackend(Backend):
 
     def storage(self, dtype: DType) -> Storage:
         return storage_for(dtype, self.runtime.native_f16)
+
+    def storage_f32(self) -> Storage:
+        return storage_for(DType.FLOAT32, False)
 
     def empty(self, shape: tuple[int, ...], storage: Storage) -> CubeTensor:
         """A new zero-filled contiguous tensor."""
@@ -281,3 +286,12 @@ class CubeBackend(Backend):
 
     def linear(self, x: CubeTensor, weight: CubeTensor, bias: CubeTensor | None) -> CubeTensor:
         return matmul.matmul(self, x, weight, bias)
+
+    def adam_step(self, param, grad, moment_1, moment_2, max_moment_2, **options):
+        return optim.adam_step(self, param, grad, moment_1, moment_2, max_moment_2, **options)
+
+    def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options):
+        return optim.adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options)
+
+    def mse_loss(self, pred: CubeTensor, target: CubeTensor, mean: bool) -> CubeTensor:
+        return optim.mse_loss(self, pred, target, mean)

@@ -210,7 +210,7 @@ BINARY: dict[str, dict[str, str]] = {
     "maximum": {_F: "max_f({a}, {b})", _I: "max({a}, {b})", _B: "({a} || {b})"},
     "minimum": {_F: "min_f({a}, {b})", _I: "min({a}, {b})", _B: "({a} && {b})"},
     "eq": {_F: "({a} == {b})", _I: "({a} == {b})", _B: "({a} == {b})"},
-    "ne": {_F: "({a} != {b})", _I: "({a} != {b})", _B: "({a} != {b})"},
+    "ne": {_F: "(!({a} == {b}))", _I: "({a} != {b})", _B: "({a} != {b})"},
     "gt": {_F: "({a} > {b})", _I: "({a} > {b})", _B: "({a} && !{b})"},
     "ge": {_F: "({a} >= {b})", _I: "({a} >= {b})", _B: "({a} || !{b})"},
     "lt": {_F: "({a} < {b})", _I: "({a} < {b})", _B: "(!{a} && {b})"},
@@ -235,6 +235,8 @@ def convert(expr: str, src: str, dst: str) -> str:
     if src == dst:
         return expr
     if dst == _B:
+        if src == _F:  # on the bits: NaN is true, whatever the compiler assumes about NaN
+            return f"((bitcast<u32>({expr}) & 0x7fffffffu) != 0u)"
         return f"({expr} != {ZERO[src]})"
     if src == _B:
         return f"select({ZERO[dst]}, {'1.0' if dst == _F else '1'}, {expr})"

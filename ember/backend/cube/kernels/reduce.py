@@ -265,12 +265,14 @@ def _softmax_source(log: bool, mode: str, src: Storage) -> KernelSource:
         ])
         main, decl = wgsl.main_linear(body), ""
     else:
-        tree = (
-            f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{\n"
-            "        if (lid < s) {{ sh[lid] = {combine}; }}\n"
-            "        workgroupBarrier();\n"
-            "    }"
-        )
+        def tree(combine: str) -> str:
+            return (
+                f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{\n"
+                f"        if (lid < s) {{ sh[lid] = {combine}; }}\n"
+                "        workgroupBarrier();\n"
+                "    }"
+            )
+
         body = "\n".join([
             "    if (wid >= info[0]) { return; }",
             wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
@@ -279,14 +281,14 @@ def _softmax_source(log: bool, mode: str, src: Storage) -> KernelSource:
             f"    for (var r = lid; r < n; r += {_WG}u) {{ acc = max_f(acc, {value}); }}",
             "    sh[lid] = acc;",
             "    workgroupBarrier();",
-            tree.format(combine="max_f(sh[lid], sh[lid + s])"),
+            tree("max_f(sh[lid], sh[lid + s])"),
             "    let m = sh[0];",
             "    workgroupBarrier();",
             "    acc = 0.0;",
             f"    for (var r = lid; r < n; r += {_WG}u) {{ acc += exp({value} - m); }}",
             "    sh[lid] = acc;",
             "    workgroupBarrier();",
-            tree.format(combine="sh[lid] + sh[lid + s]"),
+            tree("sh[lid] + sh[lid + s]"),
             "    let total = sh[0];",
             f"    for (var r = lid; r < n; r += {_WG}u) {{ let v = {value}; {write} }}",
         ])
