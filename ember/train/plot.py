@@ -52,7 +52,7 @@ def plot_history(history: MetricHistory, directory: str | os.PathLike, names: li
         axes.grid(True, alpha=0.3)
         axes.legend()
         axes.xaxis.get_major_locator().set_params(integer=True)
-        figure.tight_layout()
+        figure.subplots_adjust(left=0.13, right=0.97, top=0.92, bottom=0.12)
         path = directory / f"{file_name(name)}.png"
         tmp = path.with_name(f".{path.name}.tmp")
         figure.savefig(tmp, format="png")
