@@ -20,7 +20,7 @@ from ember.backend.cube import ir
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
 from ember.backend.cube.dtypes import Storage, check_int_range, check_scalar, storage_for
-from ember.backend.cube.kernels import elementwise, index, layout, matmul, optim, random, reduce, scan, sort
+from ember.backend.cube.kernels import elementwise, index, layout, matmul, module, optim, random, reduce, scan, sort
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
@@ -295,3 +295,38 @@ class CubeBackend(Backend):
 
     def mse_loss(self, pred: CubeTensor, target: CubeTensor, mean: bool) -> CubeTensor:
         return optim.mse_loss(self, pred, target, mean)
+
+    # ------------------------------------------------------------------ module ops
+    def conv(self, x, weight, bias, stride, padding, dilation, groups):
+        return module.conv(self, x, weight, bias, stride, padding, dilation, groups)
+
+    def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
+        return module.conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups)
+
+    def conv_weight_grad(self, x, grad, weight_shape, stride, padding, dilation, groups):
+        return module.conv_weight_grad(self, x, grad, weight_shape, stride, padding, dilation, groups)
+
+    def max_pool(self, x, kernel, stride, padding, dilation, ceil_mode):
+        return module.max_pool_with_indices(self, x, kernel, stride, padding, dilation, ceil_mode)[0]
+
+    def max_pool_with_indices(self, x, kernel, stride, padding, dilation, ceil_mode):
+        return module.max_pool_with_indices(self, x, kernel, stride, padding, dilation, ceil_mode)
+
+    def max_pool_backward(self, grad, indices, input_shape):
+        out = module.max_pool_backward(self, grad, indices, input_shape)
+        return super().max_pool_backward(grad, indices, input_shape) if out is NotImplemented else out
+
+    def avg_pool(self, x, kernel, stride, padding, count_include_pad, ceil_mode):
+        out = module.avg_pool(self, x, kernel, stride, padding, count_include_pad, ceil_mode)
+        if out is NotImplemented:
+            return super().avg_pool(x, kernel, stride, padding, count_include_pad, ceil_mode)
+        return out
+
+    def avg_pool_backward(self, grad, input_shape, kernel, stride, padding, count_include_pad, ceil_mode):
+        out = module.avg_pool_backward(self, grad, input_shape, kernel, stride, padding, count_include_pad, ceil_mode)
+        if out is NotImplemented:
+            return super().avg_pool_backward(grad, input_shape, kernel, stride, padding, count_include_pad, ceil_mode)
+        return out
+
+    def embedding(self, weights, indices):
+        return module.embedding(self, weights, indices)
