@@ -77,7 +77,7 @@ class TrainingRun:
         self.checkpointer = None
         if self.artifact_dir is not None and training._checkpointing:
             self.checkpointer = FileCheckpointer(self.artifact_dir / "checkpoint")
-        self.strategy = training.checkpointing_strategy()
+        self.strategy = training.checkpointing_strategy(validates=self.valid_loader is not None)
         self.early_stopping = training._early_stopping
         self._check_metric_references()
         self.history = MetricHistory()

@@ -41,7 +41,8 @@ class SupervisedTraining:
     ``artifact_dir`` receives the metric logs (``logs/``), plots (``plots/``),
     checkpoints (``checkpoint/``), ``experiment.log`` and ``summary.json``; without
     it nothing is written. A fit on a directory that holds checkpoints resumes
-    from the latest one. Every method returns the builder.
+    from the latest one. A split without registered metrics shows its loss
+    (``LossMetric``). Every method returns the builder.
 
     >>> training = (SupervisedTraining("runs/digits")
     ...     .metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
@@ -187,11 +188,13 @@ class SupervisedTraining:
         return self
 
     # ------------------------------------------------------------------ run
-    def checkpointing_strategy(self) -> CheckpointingStrategy:
+    def checkpointing_strategy(self, validates: bool = True) -> CheckpointingStrategy:
+        """The strategy given, or the default: the last 2 epochs and, when the training
+        ``validates`` with a LossMetric, the best epoch by validation loss."""
         if self._strategy is not None:
             return self._strategy
         strategies: list[CheckpointingStrategy] = [KeepLastNCheckpoints(2)]
-        if any(isinstance(m, LossMetric) for m in self.valid_metrics.metrics):
+        if validates and any(isinstance(m, LossMetric) for m in self.valid_metrics.metrics):
             loss = next(m for m in self.valid_metrics.metrics if isinstance(m, LossMetric))
             strategies.append(MetricCheckpointingStrategy(loss, Split.VALID))
         return ComposedCheckpointingStrategy(*strategies)

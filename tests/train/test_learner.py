@@ -212,3 +212,22 @@ def test_errors(ad):
     with pytest.raises(ConfigError, match=r"reads the valid metric 'Accuracy'.*metric_valid_numeric"):
         quiet().metric_valid_numeric(LossMetric()).early_stopping(AccuracyMetric(), patience=2).launch(
             Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid)
+
+
+def test_build_then_fit_and_the_default_setup(ad):
+    train, valid = loaders()
+    learner = quiet().metric_valid_numeric(AccuracyMetric()).num_epochs(2).build(
+        Classifier.new(ad), AdamConfig().init(), 1e-2)
+    model, summary = learner.fit(train, valid)
+    assert summary.epochs == 2 and summary.get("Accuracy", "valid") is not None and learner.model is model
+    plain = Learner(Classifier.new(ad), AdamConfig().init(), 1e-2)
+    result = plain.fit(train)  # the default setup: one epoch, nothing written, no validation
+    assert result.epochs == 1 and result.history.names("valid") == [] and result.checkpoint is None
+
+
+def test_valid_metrics_without_a_valid_loader(tmp_path, ad):
+    """The default checkpoint strategy only reads the validation loss when there is a validation."""
+    train, _ = loaders()
+    result = quiet(tmp_path).metric_valid_numeric(LossMetric()).launch(
+        Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train)
+    assert result.epochs == 1 and result.checkpoint.name == "epoch-0001"
