@@ -42,6 +42,7 @@ class CubeBackend(Backend):
         self.kind = kind
         self._runtime: Runtime | None = None
         self._cache: KernelCache | None = None
+        self.plans: dict = {}
         self.rng = random.Philox()
 
     # ------------------------------------------------------------------ device
@@ -72,15 +73,20 @@ class CubeBackend(Backend):
 
     def stats(self) -> dict[str, int]:
         """Counters: ``compiles``, ``cache_hits``, ``launches``, ``submits``, ``uploads``,
-        ``readbacks``, ``bytes_up``, ``bytes_down``, ``buffers``, ``syncs``, ``kernels``."""
+        ``readbacks``, ``bytes_up``, ``bytes_down``, ``buffers`` (created), ``pool_hits``
+        (reused), ``syncs``, and ``kernels`` (in the cache)."""
         names = ("compiles", "cache_hits", "launches", "submits", "uploads", "readbacks",
-                 "bytes_up", "bytes_down", "buffers", "syncs")
+                 "bytes_up", "bytes_down", "buffers", "pool_hits", "syncs")
         counts = {name: self.runtime.stats[name] for name in names}
         counts["kernels"] = len(self.cache)
         return counts
 
     def reset_stats(self) -> None:
         self.runtime.stats.clear()
+
+    def empty_cache(self) -> None:
+        """Release the free GPU buffers kept for reuse (``torch.cuda.empty_cache``)."""
+        self.runtime.empty_cache()
 
     def storage(self, dtype: DType) -> Storage:
         return storage_for(dtype, self.runtime.native_f16)

@@ -15,12 +15,15 @@ element's linear index.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ember.backend.cube import wgsl
 
 
 @dataclass(frozen=True)
 class Expr:
+    """A node; the builders below are memoised, so equal trees are usually one object."""
+
     op: str
     args: tuple
     type: str
@@ -33,33 +36,39 @@ class Expr:
         return self._hash
 
 
+@lru_cache(maxsize=4096)
 def load(i: int, ctype: str) -> Expr:
     """Input ``i`` (already converted to its compute type ``ctype``)."""
     return Expr("load", (i,), ctype)
 
 
+@lru_cache(maxsize=4096)
 def scalar(k: int, ctype: str) -> Expr:
     """Scalar parameter ``k`` of the launch, as ``ctype``."""
     return Expr("scalar", (k,), ctype)
 
 
+@lru_cache(maxsize=4096)
 def index() -> Expr:
     """The element's linear index in the output, as ``i32``."""
     return Expr("index", (), "i32")
 
 
+@lru_cache(maxsize=4096)
 def unary(op: str, a: Expr) -> Expr:
     if a.type not in wgsl.UNARY[op]:
         raise TypeError(f"ember: cube: {op} has no {a.type} kernel")
     return Expr("unary", (op, a), "bool" if op in wgsl.BOOL_RESULT else a.type)
 
 
+@lru_cache(maxsize=4096)
 def binary(op: str, a: Expr, b: Expr) -> Expr:
     if a.type != b.type or a.type not in wgsl.BINARY[op]:
         raise TypeError(f"ember: cube: {op} has no ({a.type}, {b.type}) kernel")
     return Expr("binary", (op, a, b), "bool" if op in wgsl.BOOL_RESULT else a.type)
 
 
+@lru_cache(maxsize=4096)
 def select(cond: Expr, a: Expr, b: Expr) -> Expr:
     """``a`` where ``cond`` holds, else ``b``."""
     if cond.type != "bool" or a.type != b.type:
@@ -67,6 +76,7 @@ def select(cond: Expr, a: Expr, b: Expr) -> Expr:
     return Expr("select", (cond, a, b), a.type)
 
 
+@lru_cache(maxsize=4096)
 def convert(a: Expr, ctype: str) -> Expr:
     return a if a.type == ctype else Expr("convert", (a,), ctype)
 

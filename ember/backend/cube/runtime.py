@@ -9,6 +9,7 @@ buffer bound with a dynamic offset, uploaded once per batch.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -21,6 +22,7 @@ INFO_WORDS = 256  # the most u32 parameters one launch may pass
 _INFO_BYTES = INFO_WORDS * 4
 _ARENA_BYTES = 1 << 18
 _MAX_BATCH = 256  # launches per submit
+_POOL_LIMIT = 1 << 30  # bytes of free buffers kept for reuse
 # Limits asked for at the adapter's maximum (wgpu's defaults are WebGPU's minimums).
 _LIMITS = (
     "max-buffer-size",
@@ -31,6 +33,102 @@ _LIMITS = (
     "max-compute-workgroups-per-dimension",
     "max-compute-workgroup-size-x",
 )
+
+
+class Block:
+    """A device buffer owned by tensors; when the last tensor (view) holding it is
+    gone, the buffer goes back to its runtime's pool for the next allocation of its
+    size. Reuse is safe without waiting: later launches are ordered after earlier
+    ones on the one queue, and wgpu inserts the barriers between them."""
+
+    __slots__ = ("gpu", "_internal", "size", "_pool", "__weakref__")
+
+    def __init__(self, gpu: Any, pool: Any) -> None:
+        self.gpu = gpu
+        self._internal = gpu._internal
+        self.size = gpu.size
+        self._pool = pool
+
+    def __del__(self) -> None:
+        pool = self._pool
+        if pool is not None:
+            with contextlib.suppress(Exception):  # at interpreter shutdown
+                pool.put(self.gpu)
+
+
+class BufferPool:
+    """Free buffers by byte size, up to ``limit`` bytes in all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._free: dict[int, list[Any]] = {}
+
+    def take(self, size: int) -> Any | None:
+        free = self._free.get(size)
+        if free:
+            self.held -= size
+            return free.pop()
+        return None
+
+    def put(self, buffer: Any) -> None:
+        size = buffer.size
+        if self.held + size <= self.limit:
+            self._free.setdefault(size, []).append(buffer)
+            self.held += size
+
+    def clear(self) -> None:
+        self._free.clear()
+        self.held = 0
+
+
+class _RawCalls:
+    """The four calls of a launch made straight through wgpu-native's C API.
+
+    wgpu-py wraps every C call in Python-side error capture and struct checks, which
+    costs more than the call itself (about 20 us for a bind group against 3 us raw).
+    Launches use already-validated pipelines and layouts, so the hot path calls the C
+    functions directly; a wgpu version without these internals uses the public API.
+    """
+
+    def __init__(self, device: Any) -> None:
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+        self.ffi, self.lib = ffi, lib
+        self.device_id = device._internal
+        self.pending: list[Any] = []
+
+    def bind_group(self, layout: Any, buffers: list[Any]) -> Any:
+        ffi = self.ffi
+        entries = ffi.new("WGPUBindGroupEntry[]", len(buffers))
+        for i, buffer in enumerate(buffers):
+            entry = entries[i]
+            entry.binding = i
+            entry.buffer = buffer._internal
+            entry.offset = 0
+            entry.size = buffer.size
+        desc = ffi.new("WGPUBindGroupDescriptor *")
+        desc.layout = layout._internal
+        desc.entryCount = len(buffers)
+        desc.entries = entries
+        group = self.lib.wgpuDeviceCreateBindGroup(self.device_id, desc)
+        self.pending.append(group)
+        return group
+
+    def record(self, cpass: Any, pipeline: Any, group: Any, info_group: Any, offset: int, groups) -> None:
+        lib = self.lib
+        pass_id = cpass._internal
+        lib.wgpuComputePassEncoderSetPipeline(pass_id, pipeline._internal)
+        lib.wgpuComputePassEncoderSetBindGroup(pass_id, 0, group, 0, self.ffi.NULL)
+        lib.wgpuComputePassEncoderSetBindGroup(pass_id, 1, info_group._internal, 1, self.ffi.new("uint32_t[1]", [offset]))
+        lib.wgpuComputePassEncoderDispatchWorkgroups(pass_id, *groups)
+
+    def release(self) -> None:
+        """Drop this batch's bind groups (after its submit; wgpu keeps what the GPU still needs)."""
+        release = self.lib.wgpuBindGroupRelease
+        for group in self.pending:
+            release(group)
+        self.pending.clear()
 
 
 class Runtime:
@@ -71,6 +169,11 @@ class Runtime:
         self._pass: Any = None
         self._batch = 0
         self._fence = self.device.create_buffer(size=4, usage=self._usage)
+        self.pool = BufferPool(_POOL_LIMIT)
+        try:
+            self._raw: _RawCalls | None = _RawCalls(self.device)
+        except (ImportError, AttributeError):  # pragma: no cover - another wgpu version
+            self._raw = None
 
     # ------------------------------------------------------------------ buffers
     def _check_size(self, nbytes: int, what: str) -> int:
@@ -89,17 +192,31 @@ class Runtime:
             "free tensors you no longer need, use smaller batches, or move work to Device.flex()"
         )
 
-    def alloc(self, nbytes: int, what: str = "a tensor") -> Any:
-        """A zero-filled storage buffer of at least ``nbytes`` (rounded up to 4)."""
+    def alloc(self, nbytes: int, what: str = "a tensor") -> Block:
+        """A storage buffer of at least ``nbytes``, from the pool when one of its size is
+        free (its contents are then stale: kernels write every element they output)."""
         size = self._check_size(nbytes, what)
-        try:
-            buffer = self.device.create_buffer(size=size, usage=self._usage)
-        except (self.wgpu.GPUOutOfMemoryError, self.wgpu.GPUValidationError) as error:
-            raise self._oom(error, nbytes, what) from None
-        self.stats["buffers"] += 1
-        return buffer
+        size = -(-size // 256) * 256 if size > 256 else size
+        buffer = self.pool.take(size)
+        if buffer is None:
+            buffer = self._create(size, nbytes, what)
+            self.stats["buffers"] += 1
+        else:
+            self.stats["pool_hits"] += 1
+        return Block(buffer, self.pool)
 
-    def upload(self, words: np.ndarray, what: str = "a tensor") -> Any:
+    def _create(self, size: int, nbytes: int, what: str) -> Any:
+        for attempt in (0, 1):
+            try:
+                return self.device.create_buffer(size=size, usage=self._usage)
+            except (self.wgpu.GPUOutOfMemoryError, self.wgpu.GPUValidationError) as error:
+                if attempt == 0 and self.pool.held:
+                    self.pool.clear()  # give the pooled memory back and try once more
+                    continue
+                raise self._oom(error, nbytes, what) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def upload(self, words: np.ndarray, what: str = "a tensor") -> Block:
         """A new buffer holding ``words`` (a C-contiguous array)."""
         nbytes = words.nbytes
         size = self._check_size(nbytes, what)
@@ -113,13 +230,17 @@ class Runtime:
             raise self._oom(error, nbytes, what) from None
         self.stats["uploads"] += 1
         self.stats["bytes_up"] += nbytes
-        return buffer
+        return Block(buffer, self.pool)
 
-    def read(self, buffer: Any, nbytes: int) -> memoryview:
-        """The first ``nbytes`` of ``buffer``, after every queued launch has run."""
+    def empty_cache(self) -> None:
+        """Release the free buffers kept for reuse."""
+        self.pool.clear()
+
+    def read(self, block: Block, nbytes: int) -> memoryview:
+        """The first ``nbytes`` of ``block``, after every queued launch has run."""
         self.flush()
         size = max(4, (nbytes + 3) & ~3)
-        data = self.queue.read_buffer(buffer, 0, size)
+        data = self.queue.read_buffer(block.gpu, 0, size)
         self.stats["readbacks"] += 1
         self.stats["bytes_down"] += nbytes
         return data
@@ -188,17 +309,21 @@ class Runtime:
         self._host_arena[start:start + len(info)] = info
         self._arena_pos = offset + (-(-max(len(info) * 4, 4) // self.info_align)) * self.info_align
         group, _ = self.layout(kernel.n_in, kernel.n_out)
-        bind_group = self.device.create_bind_group(
-            layout=group, entries=[{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(buffers)]
-        )
         if self._pass is None:
             self._encoder = self.device.create_command_encoder()
             self._pass = self._encoder.begin_compute_pass()
         cpass = self._pass
-        cpass.set_pipeline(kernel.pipeline)
-        cpass.set_bind_group(0, bind_group)
-        cpass.set_bind_group(1, self._arena_group, [offset])
-        cpass.dispatch_workgroups(*groups)
+        raw = self._raw
+        if raw is not None:
+            raw.record(cpass, kernel.pipeline, raw.bind_group(group, buffers), self._arena_group, offset, groups)
+        else:
+            bind_group = self.device.create_bind_group(
+                layout=group, entries=[{"binding": i, "resource": b.gpu} for i, b in enumerate(buffers)]
+            )
+            cpass.set_pipeline(kernel.pipeline)
+            cpass.set_bind_group(0, bind_group)
+            cpass.set_bind_group(1, self._arena_group, [offset])
+            cpass.dispatch_workgroups(*groups)
         self._batch += 1
         self.stats["launches"] += 1
 
@@ -210,6 +335,8 @@ class Runtime:
         if self._arena_pos:
             self.queue.write_buffer(self._arena, 0, self._host_arena, 0, self._arena_pos)
         self.queue.submit([self._encoder.finish()])
+        if self._raw is not None:
+            self._raw.release()
         self._pass = self._encoder = None
         self._arena_pos = 0
         self._batch = 0

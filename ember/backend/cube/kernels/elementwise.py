@@ -82,12 +82,36 @@ def run(
     numel = math.prod(shape)
     if dest is None:
         out = backend.empty(shape, out_storage)
-        out_strides = out.strides
-        out_offset = 0
+        if numel == 0:
+            return out
+        key = (expr, out_storage, shape, *[(x.storage, x.shape, x.strides, x.offset) for x in inputs])
+        plans = backend.plans
+        plan = plans.get(key)
+        if plan is None:
+            plan = _plan(backend, expr, inputs, out_storage, shape, out.strides, 0, False)
+            if len(plans) >= _MAX_PLANS:
+                plans.clear()
+            plans[key] = plan
     else:
-        out, out_strides, out_offset = dest, dest.strides, dest.offset
-    if numel == 0:
-        return out
+        out = dest
+        if numel == 0:
+            return out
+        plan = _plan(backend, expr, inputs, out_storage, shape, dest.strides, dest.offset, True)
+    kernel, info = plan
+    if scalars:
+        info = info + [scalar_word(v, t) for v, t in zip(scalars, scalar_types)]
+    backend.runtime.launch(kernel, [x.buffer for x in inputs] + [out.buffer], info, -(-numel // wgsl.WORKGROUP))
+    return out
+
+
+# A backend keeps launch plans (kernel and parameter block) by operand layout in
+# ``backend.plans``: a training loop repeats its shapes, so coalescing and classing
+# run once per layout.
+_MAX_PLANS = 4096
+
+
+def _plan(backend, expr, inputs, out_storage, shape, out_strides, out_offset, strided_dest):
+    numel = math.prod(shape)
     all_strides = [out_strides] + [broadcast_strides(x, shape) for x in inputs]
     cshape, cstrides = coalesce(shape, *all_strides)
     rank = len(cshape)
@@ -96,22 +120,18 @@ def run(
             f"ember: cube: an elementwise op over shape {list(shape)} needs {rank} strided dims; the GPU "
             f"kernels take at most {wgsl.MAX_RANK}; make the operands contiguous or merge dims with reshape"
         )
-    classes = tuple(_class(s, cshape) for s in cstrides[1:]) + (
-        "c" if dest is None else ("c" if _class(cstrides[0], cshape) == "c" and out_offset == 0 else "s"),
-    )
-    if dest is None or classes[-1] == "c":
-        classes = classes[:-1] + ("c",)
+    out_class = "c"
+    if strided_dest and not (_class(cstrides[0], cshape) == "c" and out_offset == 0):
+        out_class = "s"
+    classes = tuple(_class(s, cshape) for s in cstrides[1:]) + (out_class,)
     ins = tuple(x.storage for x in inputs)
     key = ("ew", expr, ins, out_storage, classes)
     kernel = backend.cache.get(key, lambda: _source(expr, ins, out_storage, classes))
     info = [numel, rank] + list(cshape) + [0] * (wgsl.MAX_RANK - rank)
-    operands = list(zip(inputs, cstrides[1:])) + [(out, cstrides[0])]
-    for (x, strides), cls in zip(operands, classes):
-        offset = out_offset if x is out else x.offset
-        info.append(offset)
+    offsets = [x.offset for x in inputs] + [out_offset]
+    for offset, strides, cls in zip(offsets, cstrides[1:] + cstrides[:1], classes):
+        info.append(offset & 0xFFFF_FFFF)
         if cls == "s":
             info.extend(s & 0xFFFF_FFFF for s in strides)
             info.extend([0] * (wgsl.MAX_RANK - rank))
-    info.extend(scalar_word(v, t) for v, t in zip(scalars, scalar_types))
-    backend.runtime.launch(kernel, [x.buffer for x in inputs] + [out.buffer], info, -(-numel // wgsl.WORKGROUP))
-    return out
+    return kernel, info
