@@ -121,7 +121,7 @@ class TrainingRun:
         self.renderer = make_renderer(self.training._renderer)
         self.logger: FileMetricLogger | None = None
         handler = None
-        started = time.perf_counter()
+        started = self._run_started = time.perf_counter()
         try:
             if self.artifact_dir is not None:
                 self.artifact_dir.mkdir(parents=True, exist_ok=True)
@@ -425,7 +425,7 @@ class TrainingRun:
             "train_values": train_values,
             "num_epochs": self.num_epochs,
             "model": type(self.model).__name__,
-            "elapsed": self.elapsed_before + sum(self._seconds[Split.TRAIN]) + sum(self._seconds[Split.VALID]),
+            "elapsed": self.elapsed_before + time.perf_counter() - self._run_started,
         }
         records = {"scheduler": self.learner.lr_scheduler.to_record(), "rng": self.device.rng_state()}
         self.last_checkpoint = self.checkpointer.save(position, self.model, self.learner.optim, records, state)
