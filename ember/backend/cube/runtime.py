@@ -66,14 +66,18 @@ class BufferPool:
 
     def take(self, size: int) -> Any | None:
         free = self._free.get(size)
-        if free:
+        while free:
             self.held -= size
-            return free.pop()
+            buffer = free.pop()
+            # A buffer pooled by a Block collected in a reference cycle may have been
+            # released by its own finaliser in the same collection: skip it.
+            if buffer._internal is not None:
+                return buffer
         return None
 
     def put(self, buffer: Any) -> None:
         size = buffer.size
-        if self.held + size <= self.limit:
+        if buffer._internal is not None and self.held + size <= self.limit:
             self._free.setdefault(size, []).append(buffer)
             self.held += size
 
