@@ -75,6 +75,53 @@ def _ceil_pads(spatial: Ints, kernel: Ints, stride: Ints, padding: Pairs, dilati
     )
 
 
+def _pool_columns(x, kernel, stride, padding, dilation, ceil_mode) -> tuple[np.ndarray, Ints]:
+    """The windows of ``x`` (padded with -inf) as contiguous ``[K, N * C * prod(out)]``."""
+    spatial = x.shape[2:]
+    out = tuple(pool_output_size(*a, ceil_mode) for a in zip(spatial, kernel, stride, padding, dilation))
+    xp = _padded(x, _ceil_pads(spatial, kernel, stride, padding, dilation, out), -np.inf)
+    sn, sc, *ss = xp.strides
+    view = as_strided(
+        xp,
+        tuple(kernel) + xp.shape[:2] + out,
+        tuple(d * s for d, s in zip(dilation, ss)) + (sn, sc) + tuple(st * s for st, s in zip(stride, ss)),
+        writeable=False,
+    )
+    return np.ascontiguousarray(view).reshape(int(np.prod(kernel)), -1), out
+
+
+def _flat_positions(local, spatial, kernel, stride, padding, dilation, out, clip: bool) -> np.ndarray:
+    """int64 ``[N * C, *out]`` flat input positions of the kernel positions ``local``.
+    With ``clip`` (only needed when a window's maximum is -inf, so padding may have
+    won the tie) each coordinate is clipped into the input, which names the window's
+    first real element, as PyTorch does."""
+    rank = len(spatial)
+    steps = [int(np.prod(spatial[i + 1:])) for i in range(rank)]
+    grid = local.reshape((-1,) + out)
+    if not clip:
+        # flat = base(window) + table(kernel position)
+        base = np.zeros(out, dtype=np.int64)
+        table = np.zeros(kernel, dtype=np.int64)
+        for axis in range(rank):
+            shape = [1] * rank
+            shape[axis] = out[axis]
+            base = base + ((np.arange(out[axis]) * stride[axis] - padding[axis][0]) * steps[axis]).reshape(shape)
+            shape = [1] * rank
+            shape[axis] = kernel[axis]
+            table = table + (np.arange(kernel[axis]) * dilation[axis] * steps[axis]).reshape(shape)
+        flat = np.take(table.reshape(-1), grid) + base
+    else:
+        flat = np.zeros(grid.shape, dtype=np.int64)
+        rest = grid.astype(np.int64)
+        for axis in range(rank - 1, -1, -1):
+            offset, rest = rest % kernel[axis], rest // kernel[axis]
+            shape = [1] * (rank + 1)
+            shape[1 + axis] = out[axis]
+            start = (np.arange(out[axis], dtype=np.int64) * stride[axis] - padding[axis][0]).reshape(shape)
+            flat += np.clip(start + offset * dilation[axis], 0, spatial[axis] - 1) * steps[axis]
+    return flat
+
+
 def _divisor(spatial: Ints, kernel: Ints, stride: Ints, padding: Pairs, out: Ints, include_pad: bool, dtype) -> np.ndarray:
     total = np.ones((), dtype=np.float64)
     rank = len(spatial)
@@ -84,16 +131,6 @@ def _divisor(spatial: Ints, kernel: Ints, stride: Ints, padding: Pairs, out: Int
         shape[axis] = out[axis]
         total = total * counts.astype(np.float64).reshape(shape)
     return total.astype(dtype)
-
-
-def _flip_transpose(weight: np.ndarray, groups: int) -> np.ndarray:
-    """A conv-transpose weight ``[C_in, C_out/g, *k]`` as the conv weight
-    ``[C_out, C_in/g, *k]`` (flipped) of the equivalent stride-1 convolution."""
-    c_in, og = weight.shape[:2]
-    kernel = weight.shape[2:]
-    w = weight.reshape((groups, c_in // groups, og) + kernel).swapaxes(1, 2)
-    w = w.reshape((groups * og, c_in // groups) + kernel)
-    return np.ascontiguousarray(np.flip(w, tuple(range(2, w.ndim))))
 
 
 class FlexModuleOps(ModuleOps):
@@ -133,58 +170,48 @@ class FlexModuleOps(ModuleOps):
     # ------------------------------------------------------------------ max pooling
     def max_pool(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
-        xw = _work(x)
-        spatial = x.shape[2:]
-        out = tuple(pool_output_size(*a, ceil_mode) for a in zip(spatial, kernel, stride, padding, dilation))
-        xp = _padded(xw, _ceil_pads(spatial, kernel, stride, padding, dilation, out), -np.inf)
-        view = _windows(xp, kernel, stride, dilation, out, kernel_first=True)
+        cols, out = _pool_columns(_work(x), kernel, stride, padding, dilation, ceil_mode)
         token = quiet_set()
         try:
-            # A running maximum over the kernel positions (NaN propagates, as in PyTorch).
-            y = None
-            for offset in itertools.product(*(range(k) for k in kernel)):
-                piece = view[(slice(None), slice(None)) + offset]
-                y = piece.copy() if y is None else np.maximum(y, piece, out=y)
+            y = np.maximum.reduce(cols, axis=0).reshape(x.shape[:2] + out)  # NaN propagates, as in PyTorch
         finally:
             quiet_reset(token)
         return y if y.dtype == dtype else y.astype(dtype)
 
     def max_pool_with_indices(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
-        xw = _work(x)
-        n, c = x.shape[:2]
         spatial = x.shape[2:]
-        rank = len(spatial)
-        out = tuple(pool_output_size(*a, ceil_mode) for a in zip(spatial, kernel, stride, padding, dilation))
-        xp = _padded(xw, _ceil_pads(spatial, kernel, stride, padding, dilation, out), -np.inf)
-        k_total = int(np.prod(kernel))
-        windows = _windows(xp, kernel, stride, dilation, out, kernel_first=False).reshape((n, c) + out + (k_total,))
-        local = windows.argmax(axis=-1)
-        values = np.take_along_axis(windows, local[..., None], axis=-1)[..., 0]
-        # Local window position -> flat input position (clipped into the input for
-        # windows whose maximum sits on padding, which only an all -inf window has).
-        flat = np.zeros((1, 1) + out, dtype=np.int64)
-        rest = local
-        step = 1
-        for axis in range(rank - 1, -1, -1):
-            k = kernel[axis]
-            offset, rest = rest % k, rest // k
-            shape = [1] * (rank + 2)
-            shape[2 + axis] = out[axis]
-            base = (np.arange(out[axis], dtype=np.int64) * stride[axis] - padding[axis][0]).reshape(shape)
-            flat = flat + np.clip(base + offset * dilation[axis], 0, spatial[axis] - 1) * step
-            step *= spatial[axis]
-        values = values if values.dtype == dtype else values.astype(dtype)
-        return values, flat
+        cols, out = _pool_columns(_work(x), kernel, stride, padding, dilation, ceil_mode)
+        k_total = cols.shape[0]
+        # A branch-free running maximum: the first maximum wins ties, a NaN wins always.
+        best = cols[0].copy()
+        local = np.zeros(best.shape, dtype=np.int16 if k_total < 2**15 else np.int64)
+        take = np.empty(best.shape, dtype=bool)
+        step = np.empty(best.shape, dtype=local.dtype)
+        token = quiet_set()
+        try:
+            for k in range(1, k_total):
+                value = cols[k]
+                np.greater(value, best, out=take)
+                take |= np.isnan(value)
+                np.maximum(best, value, out=best)
+                np.multiply(take, local.dtype.type(k), out=step)
+                np.maximum(local, step, out=local)
+        finally:
+            quiet_reset(token)
+        flat = _flat_positions(local, spatial, kernel, stride, padding, dilation, out, clip=bool(np.isneginf(best).any()))
+        flat = flat.reshape(x.shape[:2] + out)
+        best = best.reshape(x.shape[:2] + out)
+        return (best if best.dtype == dtype else best.astype(dtype)), flat
 
     def max_pool_backward(self, grad, indices, input_shape):
         n, c = input_shape[:2]
         size = int(np.prod(input_shape[2:]))
         rows = n * c
-        g = grad.reshape(rows, -1)
         idx = indices.reshape(rows, -1) + (np.arange(rows, dtype=np.int64) * size)[:, None]
-        gw = _work(g)
-        total = np.bincount(idx.reshape(-1), weights=gw.reshape(-1), minlength=rows * size)
+        g = _work(grad)
+        total = np.zeros(rows * size, dtype=g.dtype)
+        np.add.at(total, idx.reshape(-1), g.reshape(-1))
         return total.astype(grad.dtype, copy=False).reshape(input_shape)
 
     # ------------------------------------------------------------------ average pooling
@@ -271,71 +298,131 @@ def _check_rows(op: str, indices: np.ndarray, size: int) -> None:
 
 
 # ---------------------------------------------------------------------- kernels
+def _columns(xp, kernel, stride, dilation, out) -> np.ndarray:
+    """im2col: the windows of the padded ``xp`` as one contiguous ``[C, *kernel, N, *out]``
+    array, so that a single matmul (not one per sample) does a convolution."""
+    rank = len(kernel)
+    view = _windows(xp, kernel, stride, dilation, out, kernel_first=True)  # [N, C, *k, *out]
+    axes = (1,) + tuple(range(2, 2 + rank)) + (0,) + tuple(range(2 + rank, 2 + 2 * rank))
+    return np.ascontiguousarray(view.transpose(axes))
+
+
+def _grid_columns(xp, kernel, dilation) -> tuple[np.ndarray, Ints, tuple[int, ...], int]:
+    """Stride-1 im2col "on the padded grid": output position ``o`` is the flat position
+    ``q = sum(o_i * step_i)`` of the padded input, so each kernel position reads one
+    contiguous run of ``length`` elements per (channel, sample). The copy is several
+    times faster than gathering short rows; the columns between rows (``q`` whose
+    last coordinate passes the output) are computed and dropped.
+
+    Returns ``[C, *kernel, N, length]`` columns, the output size, the flat steps of
+    the padded dims and ``length``."""
+    xp = np.ascontiguousarray(xp)
+    n, c = xp.shape[:2]
+    padded = xp.shape[2:]
+    rank = len(padded)
+    steps = tuple(int(np.prod(padded[i + 1:])) for i in range(rank))
+    out = tuple(p - d * (k - 1) for p, k, d in zip(padded, kernel, dilation))
+    length = sum((o - 1) * st for o, st in zip(out, steps)) + 1
+    item = xp.itemsize
+    view = as_strided(
+        xp,
+        (c,) + tuple(kernel) + (n, length),
+        (xp.strides[1],) + tuple(d * st * item for d, st in zip(dilation, steps)) + (xp.strides[0], item),
+        writeable=False,
+    )
+    return np.ascontiguousarray(view), out, steps, length
+
+
+def _grid_view(y: np.ndarray, n: int, o: int, out: Ints, steps: tuple[int, ...], length: int) -> np.ndarray:
+    """The ``[N, O, *out]`` outputs inside a contiguous ``[O, N, length]`` grid result."""
+    item = y.itemsize
+    return as_strided(
+        y, (n, o) + out, (length * item, n * length * item) + tuple(st * item for st in steps), writeable=y.flags.writeable
+    )
+
+
 def _conv(x, weight, bias, stride, padding, dilation, groups):
-    n, c = x.shape[:2]
+    n = x.shape[0]
     o, cg = weight.shape[:2]
     kernel = weight.shape[2:]
-    spatial = x.shape[2:]
-    out = tuple(conv_output_size(*a) for a in zip(spatial, kernel, stride, padding, dilation))
     k_total = int(np.prod(kernel))
-    p_total = int(np.prod(out))
     xp = _padded(x, padding, 0.0)
-    cols = np.ascontiguousarray(_windows(xp, kernel, stride, dilation, out, kernel_first=True))
-    if groups == 1:
-        y = np.matmul(weight.reshape(o, cg * k_total), cols.reshape(n, c * k_total, p_total))
+    w = weight.reshape(groups, o // groups, cg * k_total)
+    if all(st == 1 for st in stride):
+        cols, out, steps, length = _grid_columns(xp, kernel, dilation)
+        y = np.matmul(w, cols.reshape(groups, cg * k_total, -1))  # [G, O/G, N * length]
+        y = _grid_view(y.reshape(o, n, length), n, o, out, steps, length)
     else:
-        y = np.matmul(weight.reshape(groups, o // groups, cg * k_total), cols.reshape(n, groups, cg * k_total, p_total))
-    y = y.reshape((n, o) + out)
-    if bias is not None:
-        y += bias.reshape((1, o) + (1,) * len(out))
-    return y
+        out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+        cols = _columns(xp, kernel, stride, dilation, out)
+        y = np.matmul(w, cols.reshape(groups, cg * k_total, -1))  # [G, O/G, N * P]
+        y = y.reshape((o, n) + out).swapaxes(0, 1)
+    result = np.empty((n, o) + out, dtype=y.dtype)
+    if bias is None:
+        np.copyto(result, y)
+    else:
+        np.add(y, bias.reshape((1, o) + (1,) * len(out)), out=result)
+    return result
 
 
 def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups):
-    kernel = weight.shape[2:]
-    if all(s == 1 for s in stride):
-        # A stride-1 transpose is a plain convolution with the flipped, transposed kernel.
-        pads = tuple(
-            (d * (k - 1) - lo, d * (k - 1) - hi + op)
-            for k, d, (lo, hi), op in zip(kernel, dilation, padding, output_padding)
-        )
-        xp = _padded(x, pads, 0.0)
-        zero = ((0, 0),) * len(kernel)
-        return _conv(xp, _flip_transpose(weight, groups), bias, stride, zero, dilation, groups)
+    """col2im: one matmul spreads each input element over its kernel window
+    (``W^T x``), then the kernel positions are summed into the output one position
+    at a time (contiguous runs on the grid for stride 1, strided slices otherwise)."""
     n, c_in = x.shape[:2]
     og = weight.shape[1]
-    spatial = x.shape[2:]
+    o = groups * og
+    kernel = tuple(weight.shape[2:])
+    spatial = tuple(x.shape[2:])
     k_total = int(np.prod(kernel))
     ig = c_in // groups
-    p_total = int(np.prod(spatial))
-    w = weight.reshape(groups, ig, og * k_total).transpose(0, 2, 1)  # [G, Og*K, Ig]
-    cols = np.matmul(w, x.reshape(n, groups, ig, p_total))  # [N, G, Og*K, P]
-    cols = cols.reshape((n, groups * og) + tuple(kernel) + tuple(spatial))
-    full = tuple((m - 1) * s + d * (k - 1) + 1 for m, s, d, k in zip(spatial, stride, dilation, kernel))
-    total = np.zeros((n, groups * og) + full, dtype=cols.dtype)
-    view = _windows(total, kernel, stride, dilation, spatial, kernel_first=True, writeable=True)
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        piece = view[(slice(None), slice(None)) + offset]
-        piece += cols[(slice(None), slice(None)) + offset]
-    y = _padded(total, tuple((-lo, op - hi) for (lo, hi), op in zip(padding, output_padding)), 0.0)
-    y = np.ascontiguousarray(y)
-    if bias is not None:
-        y += bias.reshape((1, groups * og) + (1,) * len(kernel))
-    return y
+    full = tuple((m - 1) * st + d * (k - 1) + 1 for m, st, d, k in zip(spatial, stride, dilation, kernel))
+    w = weight.reshape(groups, ig, og * k_total).transpose(0, 2, 1)  # [G, Og * K, Ig]
+    total = np.zeros((o, n) + full, dtype=np.result_type(x, weight))
+    offsets = list(itertools.product(*(range(k) for k in kernel)))
+    if all(st == 1 for st in stride):
+        steps = tuple(int(np.prod(full[i + 1:])) for i in range(len(full)))
+        length = sum((m - 1) * st for m, st in zip(spatial, steps)) + 1
+        xs = np.zeros((c_in, n, length), dtype=x.dtype)
+        np.copyto(_grid_view(xs, n, c_in, spatial, steps, length), x)
+        cols = np.matmul(w, xs.reshape(groups, ig, -1)).reshape(o, k_total, n, length)
+        flat = total.reshape(o, n, -1)
+        for k, offset in enumerate(offsets):
+            start = sum(off * d * st for off, d, st in zip(offset, dilation, steps))
+            flat[:, :, start:start + length] += cols[:, k]
+    else:
+        xs = np.ascontiguousarray(np.swapaxes(x, 0, 1)).reshape(groups, ig, -1)
+        cols = np.matmul(w, xs).reshape((o, k_total, n) + spatial)
+        view = _windows(total, kernel, stride, dilation, spatial, kernel_first=True, writeable=True)  # [O, N, *k, *in]
+        for k, offset in enumerate(offsets):
+            view[(slice(None), slice(None)) + offset] += cols[:, k]
+    y = _padded(total, tuple((-lo, op - hi) for (lo, hi), op in zip(padding, output_padding)), 0.0).swapaxes(0, 1)
+    result = np.empty(y.shape, dtype=y.dtype)
+    if bias is None:
+        np.copyto(result, y)
+    else:
+        np.add(y, bias.reshape((1, o) + (1,) * len(kernel)), out=result)
+    return result
 
 
 def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
     n = x.shape[0]
     o, cg = weight_shape[:2]
     kernel = weight_shape[2:]
-    out = grad.shape[2:]
     k_total = int(np.prod(kernel))
-    np_total = n * int(np.prod(out))
+    out = grad.shape[2:]
     xp = _padded(x, padding, 0.0)
-    view = _windows(xp, kernel, stride, dilation, out, kernel_first=True)  # [N, C, *k, *out]
-    rank = len(kernel)
-    cols = np.ascontiguousarray(view.transpose((1,) + tuple(range(2, 2 + rank)) + (0,) + tuple(range(2 + rank, 2 + 2 * rank))))
-    cols = cols.reshape(groups, cg * k_total, np_total)
-    g = np.ascontiguousarray(np.swapaxes(grad, 0, 1)).reshape(groups, o // groups, np_total)
-    gw = np.matmul(g, cols.transpose(0, 2, 1))  # [G, Og, Cg*K]
+    if all(st == 1 for st in stride):
+        # Only the part of the padded input the outputs reach (an output_padding of a
+        # transposed convolution may leave more).
+        reach = tuple(m + d * (k - 1) for m, d, k in zip(out, dilation, kernel))
+        xp = xp[(slice(None), slice(None)) + tuple(slice(0, r) for r in reach)]
+        cols, _, steps, length = _grid_columns(xp, kernel, dilation)
+        g = np.zeros((o, n, length), dtype=grad.dtype)
+        np.copyto(_grid_view(g, n, o, out, steps, length), grad)
+    else:
+        cols = _columns(xp, kernel, stride, dilation, out)
+        g = np.ascontiguousarray(np.swapaxes(grad, 0, 1))
+    cols = cols.reshape(groups, cg * k_total, -1)
+    gw = np.matmul(g.reshape(groups, o // groups, -1), cols.transpose(0, 2, 1))  # [G, O/G, Cg * K]
     return gw.reshape(weight_shape)
