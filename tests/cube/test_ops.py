@@ -206,3 +206,19 @@ def test_fused_mse_loss(gpu, rng):
     d = a.astype(np.float64) - b
     assert_close(MseLoss().forward(ta, tb, Reduction.MEAN), [np.mean(d * d)], rtol=1e-5)
     assert_close(MseLoss().forward(ta, tb, Reduction.SUM), [np.sum(d * d)], rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [40, 3000])
+def test_select_add_many_repeated_indices(gpu, rng, n):
+    """Embedding-backward shapes: more indices than rows, sorted first past 64."""
+    x = rng.standard_normal((50, 6)).astype(np.float32)
+    idx = rng.integers(0, 50, size=n)
+    values = rng.standard_normal((n, 6)).astype(np.float32)
+    expected = x.astype(np.float64)
+    np.add.at(expected, idx, values)
+    out = Tensor.from_data(x, device=gpu).select_assign(0, idx, Tensor.from_data(values, device=gpu))
+    assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    t = Tensor.from_data(x.T.copy(), device=gpu)
+    expected_t = x.T.astype(np.float64).copy()
+    np.add.at(expected_t, (slice(None), idx), values.T)
+    assert_close(t.select_assign(1, idx, Tensor.from_data(values.T.copy(), device=gpu)), expected_t, rtol=1e-4, atol=1e-4)

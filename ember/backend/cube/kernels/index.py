@@ -214,6 +214,37 @@ def _select_add_source(x: Storage, idx: Storage) -> KernelSource:
     return KernelSource("select_add", source, 3, 1)
 
 
+def _select_add_sorted_source(x: Storage, idx: Storage) -> KernelSource:
+    """Like :func:`_select_add_source`, over indices sorted (stably) beforehand: each
+    output binary-searches its run of equal indices and adds those rows in index order."""
+    add = wgsl.BINARY["add"][x.compute]
+    tail = 2 + _MR + 3 * _BLOCK  # index count, values stride along dim
+    body = "\n".join([
+        "    if (gi >= info[0]) { return; }",
+        wgsl.strided_offsets("gi", "info[1]", 2, [("ox", 2 + _MR), ("ov", 2 + _MR + _BLOCK), ("cd", 2 + _MR + 2 * _BLOCK)]),
+        f"    var acc = {wgsl.load(x, 'in0', 'u32(ox)')};",
+        f"    let count = info[{tail}u];",
+        f"    let sv = bitcast<i32>(info[{tail + 1}u]);",
+        "    var lo = 0u; var hi = count;",
+        "    loop {",
+        "        if (lo >= hi) { break; }",
+        "        let mid = (lo + hi) / 2u;",
+        f"        if ({wgsl.load(idx, 'in1', 'mid')} < cd) {{ lo = mid + 1u; }} else {{ hi = mid; }}",
+        "    }",
+        f"    for (var i = lo; i < count && {wgsl.load(idx, 'in1', 'i')} == cd; i++) {{",
+        f"        let row = {wgsl.load(idx, 'in2', 'i')};",
+        f"        acc = {add.format(a='acc', b=wgsl.load(x, 'in3', 'u32(ov + row * sv)'))};",
+        "    }",
+        f"    out0[gi] = {wgsl.store(x, 'acc')};",
+    ])
+    code = wgsl.main_linear(body)
+    source = "\n".join([wgsl.bindings([x, idx, idx, x], [x]), wgsl.helpers_for(code + x.store), code])
+    return KernelSource("select_add_sorted", source, 4, 1)
+
+
+_SORT_FROM = 64  # index counts above this are sorted first: O(log n) per output, not O(n)
+
+
 def select_add(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
     check(backend, "select_assign", indices, x.shape[dim], dim)
     out = backend.empty(x.shape, x.storage)
@@ -223,11 +254,23 @@ def select_add(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTenso
     d_strides = tuple(1 if d == dim else 0 for d in range(len(x.shape)))
     cshape, (cx, cv, cd) = coalesce(x.shape, x.strides, v_strides, d_strides)
     _check_rank("select_assign", cshape)
-    kernel = backend.cache.get(("select_add", x.storage, indices.storage),
-                               lambda: _select_add_source(x.storage, indices.storage))
     info = [x.size, len(cshape)] + _padded(cshape)
     info += _words([x.offset]) + _padded(cx) + _words([values.offset]) + _padded(cv) + [0] + _padded(cd)
-    info += _words([indices.offset, indices.strides[0], indices.shape[0], values.strides[dim]])
+    n = indices.shape[0]
+    if n > _SORT_FROM:
+        from ember.backend.cube.kernels import sort
+
+        order = sort.argsort(backend, indices, 0, False)
+        ordered = _gather(backend, indices, 0, order, (n,), order.strides)
+        kernel = backend.cache.get(("select_add_sorted", x.storage, indices.storage),
+                                   lambda: _select_add_sorted_source(x.storage, indices.storage))
+        info += _words([n, values.strides[dim]])
+        buffers = [x.buffer, ordered.buffer, order.buffer, values.buffer, out.buffer]
+        backend.runtime.launch(kernel, buffers, info, -(-x.size // _WG))
+        return out
+    kernel = backend.cache.get(("select_add", x.storage, indices.storage),
+                               lambda: _select_add_source(x.storage, indices.storage))
+    info += _words([indices.offset, indices.strides[0], n, values.strides[dim]])
     backend.runtime.launch(kernel, [x.buffer, indices.buffer, values.buffer, out.buffer], info, -(-x.size // _WG))
     return out
 

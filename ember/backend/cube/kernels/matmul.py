@@ -12,7 +12,7 @@ from ember.backend.cube import wgsl
 from ember.backend.cube.buffer import CubeTensor, broadcast_strides, coalesce
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
-from ember.errors import ShapeError
+from ember.errors import DTypeError, ShapeError
 
 if TYPE_CHECKING:
     from ember.backend.cube.backend import CubeBackend
@@ -119,7 +119,7 @@ def _source(a: Storage, b: Storage, out: Storage, bias: Storage | None) -> Kerne
 def matmul(backend: CubeBackend, a: CubeTensor, b: CubeTensor, bias: CubeTensor | None = None) -> CubeTensor:
     """``a @ b`` (+ ``bias`` along the last dim) for rank >= 2 operands."""
     if a.storage.compute == "bool":
-        return NotImplemented
+        raise DTypeError("ember: matmul: not defined on bool tensors; cast to float first")
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch_shape = tuple(int(d) for d in _broadcast(a.shape[:-2], b.shape[:-2]))
