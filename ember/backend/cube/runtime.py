@@ -151,6 +151,7 @@ class Runtime:
         lim = self.device.limits
         self.max_binding = int(min(lim["max-storage-buffer-binding-size"], lim["max-buffer-size"]))
         self.max_groups = int(lim["max-compute-workgroups-per-dimension"])
+        self.max_storage_buffers = int(lim["max-storage-buffers-per-shader-stage"])
         self.info_align = max(int(lim["min-storage-buffer-offset-alignment"]), 16)
         self.stats: Counter[str] = Counter()
         self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST

@@ -69,6 +69,8 @@ def adam_step(backend: CubeBackend, param, grad, moment_1, moment_2, max_moment_
     inputs = [param, grad] + ([] if first else [moment_1, moment_2] + ([max_moment_2] if ams else []))
     if ams and not first and not has_max:
         return NotImplemented
+    if len(inputs) + 3 + int(ams) + 1 > backend.runtime.max_storage_buffers:
+        return NotImplemented  # an adapter with few storage bindings runs the composite
     inputs = [layout.contiguous(backend, x) for x in inputs]
     shape = param.shape
     outs = [backend.empty(shape, st) for _ in range(3 + int(ams))]
