@@ -126,7 +126,7 @@ def test_max_pool_indices_and_backward(impl, case):
     assert_close(b_.max_pool_backward(g, idx, x.shape), gx.numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_max_pool_ties_pick_the_first_and_nan_wins():
+def test_max_pool_ties_pick_the_first_nan_wins_and_padding_never_does():
     torch = import_torch()
     x = np.array([[[[1.0, 1.0, 0.0], [1.0, np.nan, 2.0], [0.5, 2.0, 2.0]]]])
     ref, ref_idx = torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, 1, return_indices=True)
@@ -135,6 +135,13 @@ def test_max_pool_ties_pick_the_first_and_nan_wins():
         np.testing.assert_array_equal(idx, ref_idx.numpy())
         assert_close(y, ref.numpy())
         assert_close(b_.max_pool(x, (2, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), False), ref.numpy())
+    # A window holding only -inf (and padding) names its first real element.
+    x = np.array([[[[-np.inf, -np.inf, 1.0], [-np.inf, -np.inf, 2.0], [0.0, 3.0, 4.0]]]])
+    ref, ref_idx = torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, 2, padding=1, return_indices=True)
+    for b_ in IMPLS.values():
+        y, idx = b_.max_pool_with_indices(x, (2, 2), (2, 2), ((1, 1), (1, 1)), (1, 1), False)
+        np.testing.assert_array_equal(idx, ref_idx.numpy())
+        assert_close(y, ref.numpy())
 
 
 @pytest.mark.parametrize("impl", sorted(IMPLS))

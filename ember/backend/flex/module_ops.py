@@ -1,10 +1,13 @@
 """flex's module ops: convolution by im2col plus one matmul, vectorised pooling.
 
 Windows are strided views of the padded input (``as_strided``); one copy makes
-them contiguous columns and one (batched) matmul does the arithmetic. No Python
-loop runs over the batch or the pixels; only conv-transpose with stride > 1 and
-overlapping average pooling loop over the kernel positions. float16/bfloat16 are
-computed in float32 and rounded back.
+them contiguous columns ``[C * K, N * P]`` and one matmul per group (not one per
+sample, which stalls a multi-threaded BLAS on a busy machine) does the arithmetic.
+Stride-1 convolutions gather on the padded grid (see :func:`_grid_columns`), which
+copies long contiguous runs. Conv-transpose is col2im: one matmul, then a sum over
+the kernel positions. Max-pooling is a branch-free running maximum over the kernel
+positions. No Python loop runs over the batch or the pixels, only over kernel
+positions. float16/bfloat16 are computed in float32 and rounded back.
 """
 
 from __future__ import annotations
