@@ -62,7 +62,9 @@ def _run_both(torch, ours, theirs, arrays):
 @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, max_side=4), data=st.data())
 def test_binary_gradients_match_torch(name, shapes, data):
     torch = import_torch()
-    elements = st.floats(-3, 3, allow_nan=False)
+    # No tiny magnitudes: squares of ~1e-158 are subnormal, where libraries legitimately
+    # differ (flush to zero or not) by orders of magnitude in atan2's gradient.
+    elements = st.one_of(st.just(0.0), st.floats(1e-3, 3), st.floats(-3, -1e-3))
     a = data.draw(hnp.arrays(np.float64, shapes.input_shapes[0], elements=elements))
     b = data.draw(hnp.arrays(np.float64, shapes.input_shapes[1], elements=elements))
     if name == "maximum":
