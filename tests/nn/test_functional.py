@@ -298,3 +298,22 @@ def test_embedding_out_of_range_raises():
 
     with pytest.raises(IndexOutOfBoundsError, match="index 3 is out of bounds"):
         F.embedding(Tensor.zeros([3, 2]), Tensor.from_ints([0, 3]))
+
+
+def test_gradients_are_the_same_under_balanced_checkpointing():
+    from ember.backend.autodiff import Checkpointing
+
+    x, w1, w2 = _f64(2, 2, 9, 9), _f64(4, 2, 3, 3, seed=1), _f64(3, 4, 2, 2, seed=2)
+
+    def grads_on(device):
+        tensors = [Tensor.from_data(a, device=device).require_grad() for a in (x, w1, w2)]
+        h = F.conv2d(tensors[0].mul_scalar(2.0), tensors[1], padding=1).clamp_min(0.0)
+        h = F.max_pool2d(h.add_scalar(1.0), 2, 1)
+        out = F.avg_pool2d(F.conv_transpose2d(h.tanh(), tensors[2].swap_dims(0, 1), stride=2), 2)
+        grads = out.sum().backward()
+        return [t.grad(grads).to_numpy() for t in tensors]
+
+    plain = grads_on(Device.flex().autodiff())
+    balanced = grads_on(Device.flex().autodiff(Checkpointing.BALANCED))
+    for a, b in zip(plain, balanced):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
