@@ -116,7 +116,7 @@ def bench_overheads(gpu, repeats):
     compiles = backend.stats()["compiles"] - before
     t_compile = (time.perf_counter() - start) / max(compiles, 1)
     rows = [
-        ["queue one small elementwise launch", fmt(t_launch * 1e6, " us")],
+        ["one small elementwise op: queue + run (200 per sync)", fmt(t_launch * 1e6, " us")],
         ["read back 64 floats (submit + map)", fmt(t_read * 1e6, " us")],
         [f"generate + compile a new kernel ({compiles} timed)", fmt(t_compile * 1e3, " ms")],
     ]
@@ -132,7 +132,8 @@ class Mlp(Module):
         return self.l2(self.act(self.l1(x)))
 
 
-def seed_step_time(device: Device, steps: int, repeats: int) -> float:
+def seed_step_time(device: Device, steps: int, repeats: int) -> tuple[float, float]:
+    """Median seconds per step, and kernel launches per step (cube only, else 0)."""
     device.seed(42)
     x = Tensor.random([64, 4], Distribution.uniform(-1.0, 1.0), device=device)
     y = x.matmul(Tensor.from_floats([[1.0], [-2.0], [0.5], [3.0]], device=device)).add_scalar(0.5)
@@ -148,7 +149,14 @@ def seed_step_time(device: Device, steps: int, repeats: int) -> float:
 
     for _ in range(5):
         step()
-    return timed(step, device.sync, steps, repeats)
+    inner = device.inner().backend
+    launches = 0.0
+    if hasattr(inner, "stats"):
+        before = inner.stats()["launches"]
+        for _ in range(steps):
+            step()
+        launches = (inner.stats()["launches"] - before) / steps
+    return timed(step, device.sync, steps, repeats), launches
 
 
 def torch_step_time(torch, dev: str, steps: int, repeats: int) -> float:
@@ -172,17 +180,13 @@ def torch_step_time(torch, dev: str, steps: int, repeats: int) -> float:
 
 def bench_seed_step(gpu, torch, tdev, tlabel, steps, repeats):
     rows = []
-    t_gpu = seed_step_time(gpu.autodiff(), steps, repeats)
-    t_flex = seed_step_time(Device.flex().autodiff(), steps, repeats)
-    backend = gpu.backend
-    before = backend.stats()
-    seed_step_time(gpu.autodiff(), 10, 1)
-    after = backend.stats()
-    launches = (after["launches"] - before["launches"]) / 25  # 5 warm-up + 2 * 10 timed steps
+    t_gpu, launches = seed_step_time(gpu.autodiff(), steps, repeats)
+    t_flex, _ = seed_step_time(Device.flex().autodiff(), steps, repeats)
     rows.append(["cube+autodiff", fmt(t_gpu * 1e3, " ms"), f"{launches:.0f} launches/step", "1.00x"])
     rows.append(["flex+autodiff", fmt(t_flex * 1e3, " ms"), "-", f"{t_flex / t_gpu:.2f}x"])
     if torch is not None:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1)))
+        if tdev == "cpu":  # the cores this process may use, not the machine's
+            torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
         t_torch = torch_step_time(torch, tdev, steps, repeats)
         rows.append([tlabel, fmt(t_torch * 1e3, " ms"), "-", f"{t_torch / t_gpu:.2f}x"])
     print_table("the seed program: one training step (forward, loss.into_scalar(), backward, Adam), median",
@@ -198,6 +202,8 @@ def main() -> None:
     runtime = gpu.backend.ensure_ready()
     torch = try_import_torch()
     tdev, tlabel = torch_device(torch)
+    if torch is not None and tdev == "cpu" and hasattr(os, "sched_getaffinity"):
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
     repeats = 3 if args.quick else 5
     print(f"cube: {gpu!r} on {runtime.name}; float16 {'native' if runtime.native_f16 else 'in 32-bit words'}")
     if torch is not None:
