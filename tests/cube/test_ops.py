@@ -73,7 +73,10 @@ def test_strided_operands(gpu, rng, view):
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "prod", "max", "min"])
-@pytest.mark.parametrize("shape,dim", [((100_003,), 0), ((3, 20_000), 1), ((9000, 3), 0), ((40, 300), 1), ((300, 40), 0)])
+@pytest.mark.parametrize(
+    "shape,dim",
+    [((100_003,), 0), ((3, 20_000), 1), ((9000, 3), 0), ((40, 300), 1), ((300, 40), 0), ((9000, 70), 1), ((70, 9000), 0)],
+)
 def test_reductions_on_every_path(gpu, rng, op, shape, dim):
     x = rng.uniform(0.9, 1.1, size=shape).astype(np.float32) if op == "prod" else rng.standard_normal(shape).astype(np.float32)
     out = getattr(Tensor.from_data(x, device=gpu), f"{op}_dim")(dim)

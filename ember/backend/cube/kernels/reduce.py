@@ -127,7 +127,10 @@ def _launch_reduce(backend, op, x, dim, out_storage, count, out_shape) -> CubeTe
     cshape, (strides,) = _geometry(x, dim)
     ctype = "bool" if op in ("any", "all") else x.storage.compute
     groups, chunk, mode = 1, n, "lane"
-    if n > 64 and n_out < 8192:
+    # A workgroup per output when rows are long and either few or contiguous (its
+    # threads then read neighbours); a thread per output when many outputs each walk
+    # a strided column (neighbouring threads then read neighbours).
+    if n > 64 and (n_out < 8192 or abs(x.strides[dim]) == 1):
         mode = "tree"
         if n_out < 128 and n > 8192:
             groups = min(-(-n // 4096), 256)

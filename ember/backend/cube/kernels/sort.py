@@ -136,7 +136,7 @@ def argsort(backend: CubeBackend, x: CubeTensor, dim: int, descending: bool) -> 
     out_strides = contiguous_strides(x.shape)
     cshape, (strides, ostrides) = _geometry(x, dim, [out_strides])
     run = backend.runtime
-    if n <= _RANK_MAX:
+    if n <= _RANK_MAX and lines * n * n <= 1 << 28:
         kernel = backend.cache.get(("argsort_rank", st), lambda: _rank_source(st, out_storage))
         info = _info_head(lines, cshape, [(x.offset, strides), (0, ostrides)])
         info += [n, x.strides[dim] & 0xFFFF_FFFF, out_strides[dim], int(descending)]
