@@ -49,6 +49,10 @@ class RecordError(EmberError, ValueError):
     """A record or checkpoint file is missing, corrupt or does not match the module."""
 
 
+class DeviceMemoryError(EmberError, MemoryError):
+    """A buffer is larger than the device allows, or the device is out of memory."""
+
+
 class BackendUnavailableError(EmberError, RuntimeError):
     """A backend cannot run on this machine (no adapter, missing package, ...)."""
 

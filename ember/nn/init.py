@@ -193,8 +193,9 @@ class Orthogonal(Initializer):
         if len(shape) < 2:
             raise ConfigError(f"ember: Orthogonal needs a shape of rank >= 2, got {list(shape)}")
         rows, cols = shape[0], int(np.prod(shape[1:]))
-        draw = Tensor.random([rows, cols], Distribution.normal(0.0, 1.0), device=device, dtype=DType.FLOAT64)
-        matrix = draw.to_numpy()
+        # Drawn in float32 (every backend has it) with the device's generator; QR on the host.
+        draw = Tensor.random([rows, cols], Distribution.normal(0.0, 1.0), device=device, dtype=DType.FLOAT32)
+        matrix = draw.to_numpy().astype(np.float64)
         if rows < cols:
             matrix = matrix.T
         q, r = np.linalg.qr(matrix)

@@ -1,9 +1,10 @@
-"""Errors of the GPU backend that ``ember.errors`` has no class for."""
+"""Errors of the GPU backend."""
 
 from __future__ import annotations
 
-from ember.errors import EmberError
+from ember.errors import DeviceMemoryError
 
+#: The name the cube backend raises; an alias of :class:`ember.errors.DeviceMemoryError`.
+GpuMemoryError = DeviceMemoryError
 
-class GpuMemoryError(EmberError, MemoryError):
-    """A buffer is larger than the adapter allows, or the device is out of memory."""
+__all__ = ["GpuMemoryError"]
