@@ -8,11 +8,17 @@ copies long contiguous runs. Conv-transpose is col2im: one matmul, then a sum ov
 the kernel positions. Max-pooling is a branch-free running maximum over the kernel
 positions. No Python loop runs over the batch or the pixels, only over kernel
 positions. float16/bfloat16 are computed in float32 and rounded back.
+
+Temporaries (padded inputs, columns, matmul results) live in per-thread scratch
+buffers that are reused from call to call: a fresh multi-megabyte array costs a
+page fault per 4 KiB page when the allocator has returned the memory to the OS
+between training steps, which can cost more than the arithmetic.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -33,13 +39,37 @@ _F32 = np.dtype(np.float32)
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
+_SCRATCH = threading.local()
+_SCRATCH_LIMIT = 64 * 2**20  # bytes per buffer; larger temporaries are allocated fresh
+
+
+def _scratch(role: str, shape: tuple[int, ...], dtype, fill: float | None = None) -> np.ndarray:
+    """An uninitialised (or ``fill``-ed) array for a temporary that never leaves the op:
+    one reusable buffer per thread and ``role``, grown to the largest size asked."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if nbytes > _SCRATCH_LIMIT:
+        return np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None:
+        buffers = _SCRATCH.buffers = {}
+    buffer = buffers.get(role)
+    if buffer is None or buffer.nbytes < nbytes:
+        buffer = buffers[role] = np.empty(max(nbytes, 1), dtype=np.uint8)
+    out = buffer[:nbytes].view(dtype).reshape(shape)
+    if fill is not None:
+        out.fill(fill)
+    return out
+
+
 def _work(x: np.ndarray) -> np.ndarray:
     """``x`` in a dtype numpy computes well (float32 for the half types)."""
     return x if x.dtype in _FLOATS else x.astype(_F32)
 
 
-def _padded(x: np.ndarray, padding: Pairs, value: float) -> np.ndarray:
-    """``x`` with its trailing dims padded by ``padding`` pairs (negative ones crop)."""
+def _padded(x: np.ndarray, padding: Pairs, value: float, role: str | None = None) -> np.ndarray:
+    """``x`` with its trailing dims padded by ``padding`` pairs (negative ones crop);
+    in the scratch buffer ``role`` when given (for a temporary)."""
     lead = x.ndim - len(padding)
     if any(lo < 0 or hi < 0 for lo, hi in padding):
         crop = [slice(None)] * lead + [slice(max(-lo, 0), n - max(-hi, 0)) for (lo, hi), n in zip(padding, x.shape[lead:])]
@@ -48,7 +78,7 @@ def _padded(x: np.ndarray, padding: Pairs, value: float) -> np.ndarray:
     if not any(lo or hi for lo, hi in padding):
         return x
     shape = x.shape[:lead] + tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[lead:], padding))
-    out = np.full(shape, value, dtype=x.dtype)
+    out = np.full(shape, value, dtype=x.dtype) if role is None else _scratch(role, shape, x.dtype, value)
     out[(slice(None),) * lead + tuple(slice(lo, lo + n) for n, (lo, _) in zip(x.shape[lead:], padding))] = x
     return out
 
@@ -82,7 +112,7 @@ def _pool_columns(x, kernel, stride, padding, dilation, ceil_mode) -> tuple[np.n
     """The windows of ``x`` (padded with -inf) as contiguous ``[K, N * C * prod(out)]``."""
     spatial = x.shape[2:]
     out = tuple(pool_output_size(*a, ceil_mode) for a in zip(spatial, kernel, stride, padding, dilation))
-    xp = _padded(x, _ceil_pads(spatial, kernel, stride, padding, dilation, out), -np.inf)
+    xp = _padded(x, _ceil_pads(spatial, kernel, stride, padding, dilation, out), -np.inf, "pool_pad")
     sn, sc, *ss = xp.strides
     view = as_strided(
         xp,
@@ -90,7 +120,9 @@ def _pool_columns(x, kernel, stride, padding, dilation, ceil_mode) -> tuple[np.n
         tuple(d * s for d, s in zip(dilation, ss)) + (sn, sc) + tuple(st * s for st, s in zip(stride, ss)),
         writeable=False,
     )
-    return np.ascontiguousarray(view).reshape(int(np.prod(kernel)), -1), out
+    cols = _scratch("pool_cols", view.shape, view.dtype)
+    np.copyto(cols, view)
+    return cols.reshape(int(np.prod(kernel)), -1), out
 
 
 def _flat_positions(local, spatial, kernel, stride, padding, dilation, out, clip: bool) -> np.ndarray:
@@ -188,9 +220,9 @@ class FlexModuleOps(ModuleOps):
         k_total = cols.shape[0]
         # A branch-free running maximum: the first maximum wins ties, a NaN wins always.
         best = cols[0].copy()
-        local = np.zeros(best.shape, dtype=np.int16 if k_total < 2**15 else np.int64)
-        take = np.empty(best.shape, dtype=bool)
-        step = np.empty(best.shape, dtype=local.dtype)
+        local = _scratch("pool_local", best.shape, np.int16 if k_total < 2**15 else np.int64, 0)
+        take = _scratch("pool_take", best.shape, bool)
+        step = _scratch("pool_step", best.shape, local.dtype)
         token = quiet_set()
         try:
             for k in range(1, k_total):
@@ -307,7 +339,10 @@ def _columns(xp, kernel, stride, dilation, out) -> np.ndarray:
     rank = len(kernel)
     view = _windows(xp, kernel, stride, dilation, out, kernel_first=True)  # [N, C, *k, *out]
     axes = (1,) + tuple(range(2, 2 + rank)) + (0,) + tuple(range(2 + rank, 2 + 2 * rank))
-    return np.ascontiguousarray(view.transpose(axes))
+    view = view.transpose(axes)
+    cols = _scratch("cols", view.shape, view.dtype)
+    np.copyto(cols, view)
+    return cols
 
 
 def _grid_columns(xp, kernel, dilation) -> tuple[np.ndarray, Ints, tuple[int, ...], int]:
@@ -319,7 +354,10 @@ def _grid_columns(xp, kernel, dilation) -> tuple[np.ndarray, Ints, tuple[int, ..
 
     Returns ``[C, *kernel, N, length]`` columns, the output size, the flat steps of
     the padded dims and ``length``."""
-    xp = np.ascontiguousarray(xp)
+    if not xp.flags.c_contiguous:
+        contiguous = _scratch("grid_input", xp.shape, xp.dtype)
+        np.copyto(contiguous, xp)
+        xp = contiguous
     n, c = xp.shape[:2]
     padded = xp.shape[2:]
     rank = len(padded)
@@ -333,7 +371,9 @@ def _grid_columns(xp, kernel, dilation) -> tuple[np.ndarray, Ints, tuple[int, ..
         (xp.strides[1],) + tuple(d * st * item for d, st in zip(dilation, steps)) + (xp.strides[0], item),
         writeable=False,
     )
-    return np.ascontiguousarray(view), out, steps, length
+    cols = _scratch("cols", view.shape, view.dtype)
+    np.copyto(cols, view)
+    return cols, out, steps, length
 
 
 def _grid_view(y: np.ndarray, n: int, o: int, out: Ints, steps: tuple[int, ...], length: int) -> np.ndarray:
@@ -349,16 +389,19 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
     o, cg = weight.shape[:2]
     kernel = weight.shape[2:]
     k_total = int(np.prod(kernel))
-    xp = _padded(x, padding, 0.0)
+    xp = _padded(x, padding, 0.0, "pad")
     w = weight.reshape(groups, o // groups, cg * k_total)
+    dtype = np.result_type(x, weight)
     if all(st == 1 for st in stride):
         cols, out, steps, length = _grid_columns(xp, kernel, dilation)
-        y = np.matmul(w, cols.reshape(groups, cg * k_total, -1))  # [G, O/G, N * length]
+        y = _scratch("gemm", (groups, o // groups, n * length), dtype)
+        np.matmul(w, cols.reshape(groups, cg * k_total, -1), out=y)  # [G, O/G, N * length]
         y = _grid_view(y.reshape(o, n, length), n, o, out, steps, length)
     else:
         out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
         cols = _columns(xp, kernel, stride, dilation, out)
-        y = np.matmul(w, cols.reshape(groups, cg * k_total, -1))  # [G, O/G, N * P]
+        y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
+        np.matmul(w, cols.reshape(groups, cg * k_total, -1), out=y)  # [G, O/G, N * P]
         y = y.reshape((o, n) + out).swapaxes(0, 1)
     result = np.empty((n, o) + out, dtype=y.dtype)
     if bias is None:
@@ -381,21 +424,27 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
     ig = c_in // groups
     full = tuple((m - 1) * st + d * (k - 1) + 1 for m, st, d, k in zip(spatial, stride, dilation, kernel))
     w = weight.reshape(groups, ig, og * k_total).transpose(0, 2, 1)  # [G, Og * K, Ig]
-    total = np.zeros((o, n) + full, dtype=np.result_type(x, weight))
+    dtype = np.result_type(x, weight)
+    total = _scratch("col2im", (o, n) + full, dtype, 0)
     offsets = list(itertools.product(*(range(k) for k in kernel)))
     if all(st == 1 for st in stride):
         steps = tuple(int(np.prod(full[i + 1:])) for i in range(len(full)))
         length = sum((m - 1) * st for m, st in zip(spatial, steps)) + 1
-        xs = np.zeros((c_in, n, length), dtype=x.dtype)
+        xs = _scratch("grid_input", (c_in, n, length), x.dtype, 0)
         np.copyto(_grid_view(xs, n, c_in, spatial, steps, length), x)
-        cols = np.matmul(w, xs.reshape(groups, ig, -1)).reshape(o, k_total, n, length)
+        cols = _scratch("gemm", (groups, og * k_total, n * length), dtype)
+        np.matmul(w, xs.reshape(groups, ig, -1), out=cols)
+        cols = cols.reshape(o, k_total, n, length)
         flat = total.reshape(o, n, -1)
         for k, offset in enumerate(offsets):
             start = sum(off * d * st for off, d, st in zip(offset, dilation, steps))
             flat[:, :, start:start + length] += cols[:, k]
     else:
-        xs = np.ascontiguousarray(np.swapaxes(x, 0, 1)).reshape(groups, ig, -1)
-        cols = np.matmul(w, xs).reshape((o, k_total, n) + spatial)
+        xs = _scratch("grid_input", (c_in, n) + spatial, x.dtype)
+        np.copyto(xs, np.swapaxes(x, 0, 1))
+        cols = _scratch("gemm", (groups, og * k_total, n * int(np.prod(spatial))), dtype)
+        np.matmul(w, xs.reshape(groups, ig, -1), out=cols)
+        cols = cols.reshape((o, k_total, n) + spatial)
         view = _windows(total, kernel, stride, dilation, spatial, kernel_first=True, writeable=True)  # [O, N, *k, *in]
         for k, offset in enumerate(offsets):
             view[(slice(None), slice(None)) + offset] += cols[:, k]
@@ -414,18 +463,19 @@ def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
     kernel = weight_shape[2:]
     k_total = int(np.prod(kernel))
     out = grad.shape[2:]
-    xp = _padded(x, padding, 0.0)
+    xp = _padded(x, padding, 0.0, "pad")
     if all(st == 1 for st in stride):
         # Only the part of the padded input the outputs reach (an output_padding of a
         # transposed convolution may leave more).
         reach = tuple(m + d * (k - 1) for m, d, k in zip(out, dilation, kernel))
         xp = xp[(slice(None), slice(None)) + tuple(slice(0, r) for r in reach)]
         cols, _, steps, length = _grid_columns(xp, kernel, dilation)
-        g = np.zeros((o, n, length), dtype=grad.dtype)
+        g = _scratch("grid_grad", (o, n, length), grad.dtype, 0)
         np.copyto(_grid_view(g, n, o, out, steps, length), grad)
     else:
         cols = _columns(xp, kernel, stride, dilation, out)
-        g = np.ascontiguousarray(np.swapaxes(grad, 0, 1))
+        g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
+        np.copyto(g, np.swapaxes(grad, 0, 1))
     cols = cols.reshape(groups, cg * k_total, -1)
     gw = np.matmul(g.reshape(groups, o // groups, -1), cols.transpose(0, 2, 1))  # [G, O/G, Cg * K]
     return gw.reshape(weight_shape)
