@@ -215,3 +215,45 @@ def test_half_precision_computes_in_float32(dtype):
     avg = FLEX.avg_pool(x.astype(dtype), (3, 2), (1, 2), ((1, 1), (0, 0)), False, True)
     assert avg.dtype == np.dtype(dtype)
     assert_close(avg.astype(np.float32), FLEX.avg_pool(x, (3, 2), (1, 2), ((1, 1), (0, 0)), False, True), rtol=2e-2, atol=2e-2)
+
+
+def test_flex_results_never_alias_its_scratch_buffers():
+    rng = np.random.default_rng(8)
+    x1, x2 = rng.standard_normal((2, 4, 6, 7)), rng.standard_normal((2, 4, 6, 7))
+    w = rng.standard_normal((3, 4, 3, 3))
+    pads = ((1, 1), (1, 1))
+    calls = [
+        lambda x: FLEX.conv(x, w, None, (1, 1), pads, (1, 1), 1),
+        lambda x: FLEX.conv(x, w, None, (2, 1), pads, (1, 1), 1),
+        lambda x: FLEX.conv_transpose(x[:, :3], w.swapaxes(0, 1)[:3].copy(), None, (1, 1), pads, (0, 0), (1, 1), 1),
+        lambda x: FLEX.conv_transpose(x[:, :3], w.swapaxes(0, 1)[:3].copy(), None, (2, 2), pads, (1, 1), (1, 1), 1),
+        lambda x: FLEX.conv_weight_grad(x, x[:, :3, :, :], (3, 4, 3, 3), (1, 1), pads, (1, 1), 1),
+        lambda x: FLEX.max_pool_with_indices(x, (2, 2), (2, 2), ((1, 1), (0, 0)), (1, 1), True),
+        lambda x: FLEX.max_pool(x, (3, 3), (1, 1), pads, (1, 1), False),
+        lambda x: FLEX.avg_pool(x, (2, 3), (1, 2), pads, False, True),
+    ]
+    for call in calls:
+        first = call(x1)
+        first = first if isinstance(first, tuple) else (first,)
+        kept = [np.array(a, copy=True) for a in first]
+        call(x2)
+        for a, b in zip(first, kept):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_flex_module_ops_are_thread_safe():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(9)
+    inputs = [rng.standard_normal((2, 3, 9, 8)) for _ in range(8)]
+    w = rng.standard_normal((5, 3, 3, 3))
+
+    def work(x):
+        y = FLEX.conv(x, w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+        return FLEX.max_pool_with_indices(y, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False)[0]
+
+    expected = [work(x) for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, inputs * 4))
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result, expected[i % len(inputs)])
