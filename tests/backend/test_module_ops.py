@@ -231,6 +231,8 @@ def test_flex_results_never_alias_its_scratch_buffers():
         lambda x: FLEX.max_pool_with_indices(x, (2, 2), (2, 2), ((1, 1), (0, 0)), (1, 1), True),
         lambda x: FLEX.max_pool(x, (3, 3), (1, 1), pads, (1, 1), False),
         lambda x: FLEX.avg_pool(x, (2, 3), (1, 2), pads, False, True),
+        lambda x: FLEX.avg_pool_backward(x[:, :, :3, :3], (2, 4, 6, 6), (2, 2), (2, 2), ((0, 0), (0, 0)), True, False),
+        lambda x: FLEX.avg_pool_backward(x, (2, 4, 6, 7), (3, 3), (1, 1), pads, True, False),
     ]
     for call in calls:
         first = call(x1)

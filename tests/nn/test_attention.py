@@ -38,6 +38,26 @@ def _linear(weight, bias, device):
     return Linear(weight=param(weight.detach().numpy().T, device), bias=param(bias.detach().numpy(), device))
 
 
+def _mha_grads(mha, t_mha):
+    """``(ember parameter, torch's gradient in ember's layout)`` for every parameter."""
+    d = t_mha.embed_dim
+    g_w, g_b = t_mha.in_proj_weight.grad.numpy(), t_mha.in_proj_bias.grad.numpy()
+    pairs = []
+    for i, linear in enumerate((mha.query, mha.key, mha.value)):
+        pairs += [(linear.weight, g_w[i * d:(i + 1) * d].T), (linear.bias, g_b[i * d:(i + 1) * d])]
+    pairs += [(mha.output.weight, t_mha.out_proj.weight.grad.numpy().T), (mha.output.bias, t_mha.out_proj.bias.grad.numpy())]
+    return pairs
+
+
+def _encoder_layer_grads(layer, t_layer):
+    pairs = _mha_grads(layer.mha, t_layer.self_attn)
+    for ours, theirs in ((layer.pwff.linear_inner, t_layer.linear1), (layer.pwff.linear_outer, t_layer.linear2)):
+        pairs += [(ours.weight, theirs.weight.grad.numpy().T), (ours.bias, theirs.bias.grad.numpy())]
+    for ours, theirs in ((layer.norm_1, t_layer.norm1), (layer.norm_2, t_layer.norm2)):
+        pairs += [(ours.gamma, theirs.weight.grad.numpy()), (ours.beta, theirs.bias.grad.numpy())]
+    return pairs
+
+
 def _mha_from_torch(t_mha, device, n_heads, dropout=0.0):
     d = t_mha.embed_dim
     w, b = t_mha.in_proj_weight, t_mha.in_proj_bias
@@ -79,10 +99,8 @@ def test_mha_matches_torch(device, masks):
     grads = weighted_backward(out.context, ref)
     assert_grad(eq, grads, tq, rtol=1e-3, atol=1e-5)
     assert_grad(ekv, grads, tkv, rtol=1e-3, atol=1e-5)
-    g_in = t_mha.in_proj_weight.grad.numpy()
-    assert_close(mha.query.weight.val().grad(grads), g_in[:d].T, rtol=1e-3, atol=1e-5)
-    assert_close(mha.value.weight.val().grad(grads), g_in[2 * d:].T, rtol=1e-3, atol=1e-5)
-    assert_close(mha.output.bias.val().grad(grads), t_mha.out_proj.bias.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for ours, expected in _mha_grads(mha, t_mha):
+        assert_close(ours.val().grad(grads), expected, rtol=1e-3, atol=1e-5)
     # Forward on the plain device as well (masks given as [seq_q, seq_k] broadcast too).
     plain = _mha_from_torch(t_mha, device, heads)
     inp2 = MhaInput.new(*(Tensor.from_data(a, device=device) for a in (q, kv, kv)))
@@ -169,11 +187,11 @@ def test_transformer_encoder_matches_torch(norm_first):
     assert_close(out, ref.detach().numpy(), rtol=1e-4, atol=1e-4)
     grads = weighted_backward(out, ref)
     assert_grad(ex, grads, tx, rtol=1e-3, atol=1e-4)
-    t_first = t_encoder.layers[0]
-    first = encoder.layers[0]
-    assert_close(first.pwff.linear_inner.weight.val().grad(grads), t_first.linear1.weight.grad.numpy().T, rtol=1e-3, atol=1e-4)
-    assert_close(first.norm_1.beta.val().grad(grads), t_first.norm1.bias.grad.numpy(), rtol=1e-3, atol=1e-4)
-    assert_close(first.norm_2.gamma.val().grad(grads), t_first.norm2.weight.grad.numpy(), rtol=1e-3, atol=1e-4)
+    for layer, t_layer in zip(encoder.layers, t_encoder.layers):
+        pairs = _encoder_layer_grads(layer, t_layer)
+        assert len(pairs) == len(layer.params())
+        for ours, expected in pairs:
+            assert_close(ours.val().grad(grads), expected, rtol=2e-3, atol=1e-4)
     assert_close(encoder.valid()(TransformerEncoderInput(Tensor.from_data(x))), t_encoder(to_torch(x)).detach().numpy(),
                  rtol=1e-4, atol=1e-4)
 

@@ -38,6 +38,7 @@ def _gate_grad(gate, grads, t_rnn, k, size):
     rows = slice(k * size, (k + 1) * size)
     assert_close(gate.input_transform.weight.val().grad(grads), t_rnn.weight_ih_l0.grad[rows].numpy().T, rtol=1e-3, atol=1e-5)
     assert_close(gate.hidden_transform.weight.val().grad(grads), t_rnn.weight_hh_l0.grad[rows].numpy().T, rtol=1e-3, atol=1e-5)
+    assert_close(gate.input_transform.bias.val().grad(grads), t_rnn.bias_ih_l0.grad[rows].numpy(), rtol=1e-3, atol=1e-5)
     assert_close(gate.hidden_transform.bias.val().grad(grads), t_rnn.bias_hh_l0.grad[rows].numpy(), rtol=1e-3, atol=1e-5)
 
 

@@ -277,13 +277,13 @@ class FlexModuleOps(ModuleOps):
         g = _work(grad) / _divisor(spatial, kernel, stride, padding, out, count_include_pad, _work(grad).dtype)
         pads = _ceil_pads(spatial, kernel, stride, padding, ones, out)
         padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads))
-        total = np.zeros(tuple(input_shape[:2]) + padded, dtype=g.dtype)
+        total = _scratch("avg_total", tuple(input_shape[:2]) + padded, g.dtype, 0)
         view = _windows(total, kernel, stride, ones, out, kernel_first=True, writeable=True)
         for offset in itertools.product(*(range(k) for k in kernel)):
             piece = view[(slice(None), slice(None)) + offset]
             piece += g
         result = _padded(total, tuple((-lo, -hi) for lo, hi in pads), 0.0)
-        return np.ascontiguousarray(result, dtype=dtype)
+        return np.array(result, dtype=dtype, order="C", copy=True)  # never the scratch buffer itself
 
     # ------------------------------------------------------------------ adaptive pooling
     def adaptive_avg_pool(self, x, output_size):
