@@ -7,6 +7,12 @@ in one run (medians of several runs, microseconds).
 The small CNN: Conv2d(1,16,3,p1)-ReLU-MaxPool2-Conv2d(16,32,3,p1)-ReLU-MaxPool2-
 Linear(1568,10) with cross entropy, batch 64 of 1x28x28.
 Target (issue 5): the small CNN's forward + backward on flex within 1.5x of torch eager.
+
+flex's convolutions are bound by numpy's BLAS (an sgemm per conv direction), while
+torch runs oneDNN's direct convolutions; the table header names the BLAS core type
+numpy uses (``OPENBLAS_CORETYPE`` pins it, e.g. to AVX2 ``Haswell`` kernels on an
+AVX-512 machine). On a machine shared with other work, ``--threads 1`` gives the
+steadier comparison: a multi-threaded BLAS waits for descheduled threads.
 """
 
 from __future__ import annotations
@@ -99,8 +105,11 @@ def main() -> None:
     def ember_cnn():
         return ce(model(xi), yi).backward()
 
+    evaluated = model.valid()  # the same weights on the plain device: no graph is recorded
+    xe, ye = xi.to_device(device.inner()), yi.to_device(device.inner())
+
     def ember_cnn_forward():
-        return ce(model.valid()(xi.to_device(device.inner())), yi.to_device(device.inner()))
+        return ce(evaluated(xe), ye)
 
     cases.append(("small CNN, batch 64, fwd+bwd", ember_cnn, None))
     cases.append(("small CNN, batch 64, forward (inference)", ember_cnn_forward, None))
@@ -135,8 +144,10 @@ def main() -> None:
         t_torch = None if torch_fn is None else median_us(torch_fn, repeats=9, min_time=0.2)
         rows.append([name, fmt(t_ember), fmt(t_torch), "-" if t_torch is None else f"{t_ember / t_torch:.2f}x"])
     threads = "-" if torch is None else str(torch.get_num_threads())
+    blas = os.environ.get("OPENBLAS_CORETYPE", "auto-detected")
     print_table(
-        f"ember/flex vs torch eager (median us per call; torch threads: {threads}; target: small CNN fwd+bwd <= 1.5x)",
+        f"ember/flex vs torch eager (median us per call; torch threads: {threads}; BLAS threads: "
+        f"{_THREADS or 'default'}, OpenBLAS core type: {blas}; target: small CNN fwd+bwd <= 1.5x)",
         ["case", "ember", "torch", "ember/torch"],
         rows,
     )
