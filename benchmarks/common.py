@@ -53,3 +53,32 @@ def fmt(x: float | None, unit: str = "") -> str:
     if x >= 10:
         return f"{x:.1f}{unit}"
     return f"{x:.2f}{unit}"
+
+
+def paired_us(fn_a: Callable[[], object], fn_b: Callable[[], object], *, repeats: int = 9,
+              min_time: float = 0.05) -> tuple[float, float, float]:
+    """Time two workloads in alternating rounds (so that drifting machine load hits
+    both alike): median us per call of each, and the median of the per-round ratios a/b."""
+    fn_a()
+    fn_b()
+
+    def calibrate(fn: Callable[[], object]) -> int:
+        number = 1
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            if time.perf_counter() - start >= min_time:
+                return number
+            number *= 2
+
+    number_a, number_b = calibrate(fn_a), calibrate(fn_b)
+    samples_a, samples_b = [], []
+    for _ in range(repeats):
+        for fn, number, samples in ((fn_a, number_a, samples_a), (fn_b, number_b, samples_b)):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples.append((time.perf_counter() - start) / number * 1e6)
+    ratios = [a / b for a, b in zip(samples_a, samples_b)]
+    return statistics.median(samples_a), statistics.median(samples_b), statistics.median(ratios)

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import fmt, median_us, print_table, try_import_torch
+from benchmarks.common import fmt, median_us, paired_us, print_table, try_import_torch
 from ember import Device, Module, Param, Tensor
 from ember.nn import Conv2d, Conv2dConfig, Linear, LinearConfig, MaxPool2d, MaxPool2dConfig, Relu
 from ember.nn.loss import CrossEntropyLossConfig
@@ -140,13 +140,16 @@ def main() -> None:
                  (cases[2][0], ember_cnn_forward, torch_cnn_forward)]
 
     for name, ember_fn, torch_fn in cases:
-        t_ember = median_us(ember_fn, repeats=9, min_time=0.2)
-        t_torch = None if torch_fn is None else median_us(torch_fn, repeats=9, min_time=0.2)
-        rows.append([name, fmt(t_ember), fmt(t_torch), "-" if t_torch is None else f"{t_ember / t_torch:.2f}x"])
+        if torch_fn is None:
+            rows.append([name, fmt(median_us(ember_fn, repeats=9, min_time=0.2)), "-", "-"])
+            continue
+        # Alternating rounds: drifting load on a shared machine hits both alike.
+        t_ember, t_torch, ratio = paired_us(ember_fn, torch_fn, repeats=9, min_time=0.2)
+        rows.append([name, fmt(t_ember), fmt(t_torch), f"{ratio:.2f}x"])
     threads = "-" if torch is None else str(torch.get_num_threads())
     blas = os.environ.get("OPENBLAS_CORETYPE", "auto-detected")
     print_table(
-        f"ember/flex vs torch eager (median us per call; torch threads: {threads}; BLAS threads: "
+        f"ember/flex vs torch eager (median us per call, median ratio of alternating rounds; torch threads: {threads}; BLAS threads: "
         f"{_THREADS or 'default'}, OpenBLAS core type: {blas}; target: small CNN fwd+bwd <= 1.5x)",
         ["case", "ember", "torch", "ember/torch"],
         rows,

@@ -46,6 +46,22 @@ def time_steps(step, steps: int = STEPS, repeats: int = REPEATS, warmup: int = 2
     return statistics.median(samples)
 
 
+def time_pair(ember_step, other_step, steps: int = STEPS, repeats: int = REPEATS, warmup: int = 20):
+    """Both step functions timed in alternating rounds (drifting machine load hits both
+    alike): median us per step of each and the median per-round ratio."""
+    for _ in range(warmup):
+        ember_step()
+        other_step()
+    a, b = [], []
+    for _ in range(repeats):
+        for fn, samples in ((ember_step, a), (other_step, b)):
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            samples.append((time.perf_counter() - start) / steps * 1e6)
+    return statistics.median(a), statistics.median(b), statistics.median(x / y for x, y in zip(a, b))
+
+
 class Mlp(Module):
     layers: list
 
@@ -141,20 +157,23 @@ def workload_w1(torch, rows):
     device = Device.flex().autodiff()
     x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
     mse = MseLoss()
-    t_ember = time_steps(ember_step_fn(mlp([4, 16, 1], device), x, y, lambda p, t: mse.forward(p, t, Reduction.MEAN)))
-    t_torch = t_jax = None
+    ember_step = ember_step_fn(mlp([4, 16, 1], device), x, y, lambda p, t: mse.forward(p, t, Reduction.MEAN))
+    t_torch = t_jax = ratio = None
     if torch is not None:
         # Tiny tensors run single-threaded in torch anyway; its idle thread pool only adds
         # noise (milliseconds per step when another process holds the second core).
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-        t_torch = time_steps(torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.mse_loss))
+        torch_step = torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.mse_loss)
+        t_ember, t_torch, ratio = time_pair(ember_step, torch_step)
         torch.set_num_threads(threads)
+    else:
+        t_ember = time_steps(ember_step)
     jax_step = jax_step_fn([4, 16, 1], x_np, y_np, "mse")
     if jax_step is not None:
         t_jax = time_steps(jax_step)
-    rows.append(row("W1 seed MLP 4-16-1, MSE, Adam, 64", t_ember, t_torch, t_jax))
+    rows.append(row("W1 seed MLP 4-16-1, MSE, Adam, 64", t_ember, t_torch, t_jax, ratio))
 
 
 def workload_w2(torch, rows):
@@ -169,18 +188,18 @@ def workload_w2(torch, rows):
     device = Device.flex().autodiff()
     x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
     ce = CrossEntropyLoss()
-    t_ember = time_steps(ember_step_fn(mlp([784, 256, 10], device), x, y, lambda p, t: ce.forward(p, t)), steps=50)
-    t_torch = t_jax = None
+    ember_step = ember_step_fn(mlp([784, 256, 10], device), x, y, lambda p, t: ce.forward(p, t))
+    t_torch = t_jax = ratio = None
     if torch is not None:
         net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-        t_torch = time_steps(
-            torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy),
-            steps=50,
-        )
+        torch_step = torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy)
+        t_ember, t_torch, ratio = time_pair(ember_step, torch_step, steps=30)
+    else:
+        t_ember = time_steps(ember_step, steps=30)
     jax_step = jax_step_fn([784, 256, 10], x_np, y_np, "ce")
     if jax_step is not None:
         t_jax = time_steps(jax_step, steps=50)
-    rows.append(row("W2 MLP 784-256-10, CE, Adam, 128", t_ember, t_torch, t_jax))
+    rows.append(row("W2 MLP 784-256-10, CE, Adam, 128", t_ember, t_torch, t_jax, ratio))
 
 
 def workload_w3(torch, rows):
@@ -214,27 +233,27 @@ def workload_w3(torch, rows):
     )
     x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
     ce = CrossEntropyLoss()
-    t_ember = time_steps(ember_step_fn(model, x, y, lambda p, t: ce.forward(p, t)), steps=10, repeats=5, warmup=3)
-    t_torch = None
+    ember_step = ember_step_fn(model, x, y, lambda p, t: ce.forward(p, t))
+    t_torch = ratio = None
     if torch is not None:
         net = torch.nn.Sequential(
             torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
             torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
             torch.nn.Flatten(), torch.nn.Linear(1568, 10),
         )
-        t_torch = time_steps(
-            torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy),
-            steps=10, repeats=5, warmup=3,
-        )
-    rows.append(row("W3 small CNN, CE, Adam, 64", t_ember, t_torch, None))
+        torch_step = torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy)
+        t_ember, t_torch, ratio = time_pair(ember_step, torch_step, steps=10, repeats=5, warmup=3)
+    else:
+        t_ember = time_steps(ember_step, steps=10, repeats=5, warmup=3)
+    rows.append(row("W3 small CNN, CE, Adam, 64", t_ember, t_torch, None, ratio))
 
 
-def row(name, t_ember, t_torch, t_jax):
+def row(name, t_ember, t_torch, t_jax, ratio=None):
     return [
         name,
         fmt(t_ember),
         fmt(t_torch),
-        "-" if t_torch is None else f"{t_ember / t_torch:.2f}x",
+        "-" if ratio is None else f"{ratio:.2f}x",
         fmt(t_jax),
         "-" if t_jax is None else f"{t_ember / t_jax:.2f}x",
     ]
@@ -249,7 +268,8 @@ def main() -> None:
         except Exception as error:
             rows.append([workload.__name__, f"failed: {type(error).__name__}: {error}"[:70], "-", "-", "-", "-"])
     print_table(
-        "training step, median us per step (ember/flex vs torch eager vs jax.jit; torch 1 thread for W1, default threads otherwise)",
+        "training step, median us per step; ember/torch is the median ratio of alternating rounds "
+        "(torch eager: 1 thread for W1, default threads otherwise; jax.jit when installed)",
         ["workload", "ember", "torch", "ember/torch", "jax", "ember/jax"],
         rows,
     )
