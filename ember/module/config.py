@@ -21,12 +21,12 @@ import enum
 import inspect
 import json
 import os
-import tempfile
 import typing
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ember.errors import ConfigError
+from ember.module.atomic import atomic_write_text
 
 _REGISTRY: dict[str, type[Config]] = {}
 
@@ -129,21 +129,6 @@ class Config:
         except OSError as error:
             raise ConfigError(f"ember: {cls.__name__}.load: cannot read {path}: {error}") from None
         return cls.from_json(text)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _encode(value: Any) -> Any:

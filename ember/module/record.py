@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import numpy as np
 from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import DTypeError, RecordError
+from ember.module.atomic import atomic_write
 from ember.module.module import Module
 from ember.module.param import Param, ParamId, RunningState
 from ember.module.visitor import FnMapper
@@ -43,19 +43,8 @@ def _safetensors():
 def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
     """Write a safetensors file atomically (a temporary file in the same folder, then a rename)."""
     st = _safetensors()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        st.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp, metadata=metadata)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    atomic_write(path, lambda tmp: st.save_file(arrays, tmp, metadata=metadata))
 
 
 def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:

@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 
+from ember.module.atomic import atomic_write
 from ember.train.history import MetricHistory
 
 
@@ -54,8 +55,6 @@ def plot_history(history: MetricHistory, directory: str | os.PathLike, names: li
         axes.xaxis.get_major_locator().set_params(integer=True)
         figure.subplots_adjust(left=0.13, right=0.97, top=0.92, bottom=0.12)
         path = directory / f"{file_name(name)}.png"
-        tmp = path.with_name(f".{path.name}.tmp")
-        figure.savefig(tmp, format="png")
-        os.replace(tmp, path)
+        atomic_write(path, lambda tmp, figure=figure: figure.savefig(tmp, format="png"))
         written.append(path)
     return written
