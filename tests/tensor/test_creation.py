@@ -10,14 +10,15 @@ import pytest
 
 from ember import Device, Distribution, DType, Shape, Tensor, TensorData
 from ember.errors import DTypeError, ShapeError
-from tests.conftest import assert_close, skip_on_cube
+from tests.conftest import assert_close, float64_supported
 
 
 def test_from_data_infers_dtypes(device):
     assert Tensor.from_data([1.0, 2.0], device=device).dtype is DType.FLOAT32
     assert Tensor.from_data([1, 2], device=device).dtype is DType.INT64
     assert Tensor.from_data([True], device=device).dtype is DType.BOOL
-    skip_on_cube(device, "float64 has no WGSL type (cube raises DTypeError)")
+    if not float64_supported(device):
+        return
     assert Tensor.from_data(np.zeros(2, np.float64), device=device).dtype is DType.FLOAT64
     assert Tensor.from_data(np.zeros(2, np.int32), device=device).dtype is DType.INT32
     assert Tensor.from_data(np.zeros(2, np.uint8), device=device).dtype is DType.UINT8
@@ -38,7 +39,8 @@ def test_from_data_copies_input(device):
 
 def test_kind_constructors(device):
     assert Tensor.from_floats([[1, 2]], device=device).dtype is DType.FLOAT32
-    skip_on_cube(device, "float64 has no WGSL type (cube raises DTypeError)")
+    if not float64_supported(device):
+        return
     assert Tensor.from_floats([1], device=device, dtype="float64").dtype is DType.FLOAT64
     assert Tensor.from_ints([1.0, 2.0], device=device).tolist() == [1, 2]
     assert Tensor.from_bools([1, 0], device=device).tolist() == [True, False]
@@ -63,7 +65,8 @@ def test_full_zeros_ones_like(device):
     assert Tensor.full([2], 7, device=device).dtype is DType.INT64
     assert Tensor.full([2], 0.5, device=device).tolist() == [0.5, 0.5]
     assert Tensor.full([1], True, device=device).dtype is DType.BOOL
-    skip_on_cube(device, "float64 has no WGSL type (cube raises DTypeError)")
+    if not float64_supported(device):
+        return
     t = Tensor.from_floats([[1.0, 2.0]], device=device, dtype="float64")
     assert t.zeros_like().dtype is DType.FLOAT64
     assert t.ones_like().tolist() == [[1.0, 1.0]]
@@ -94,7 +97,8 @@ def test_random_distributions(device):
     assert set(np.unique(b)) <= {0.0, 1.0} and abs(b.mean() - 0.25) < 0.03
     d = Tensor.random([1000], Distribution.default(), device=device).to_numpy()
     assert d.min() >= 0 and d.max() < 1
-    skip_on_cube(device, "float64 has no WGSL type (cube raises DTypeError)")
+    if not float64_supported(device):
+        return
     assert Tensor.random([3], device=device, dtype="float64").dtype is DType.FLOAT64
 
 
@@ -160,7 +164,8 @@ def test_cast(device):
     t = Tensor.from_floats([1.7, -1.7, 0.0], device=device)
     assert t.cast("int64").tolist() == [1, -1, 0]
     assert t.cast(DType.BOOL).tolist() == [True, True, False]
-    skip_on_cube(device, "float64 has no WGSL type (cube raises DTypeError)")
+    if not float64_supported(device):
+        return
     assert t.cast("float64").dtype is DType.FLOAT64
     assert t.int().dtype is DType.INT64 and t.bool().dtype is DType.BOOL
     assert Tensor.from_ints([1], device=device).float().dtype is DType.FLOAT32
