@@ -25,9 +25,9 @@ class _FromGrads(ModuleVisitor):
         if not param.require_grad or not param.is_initialized():
             return
         value = param.val()
-        if not value.is_require_grad():
+        if not value.device.is_autodiff():
             return
-        grad = value.grad_remove(self.grads)
+        grad = value.grad_remove(self.grads)  # None for an untracked value
         if grad is not None:
             self.out._grads[param.id] = grad
             self.out._sources[param.id] = (param, path)
