@@ -15,7 +15,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import fmt, median_us, print_table, try_import_torch
+from benchmarks.common import fmt, median_us, paired_us, print_table, try_import_torch
 from ember import Device, Tensor
 from ember.nn import LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
@@ -39,8 +39,6 @@ def main() -> None:
         return mse.forward(l2(act(l1(x))), y, Reduction.MEAN)
 
     rows = []
-    t_fb = median_us(ember_step, repeats=9)
-    t_f = median_us(ember_forward, repeats=9)
     torch = try_import_torch()
     if torch is not None:
         net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
@@ -51,23 +49,18 @@ def main() -> None:
             torch.nn.functional.mse_loss(net(tx), ty).backward()
 
         def torch_forward():
-            with torch.no_grad():
-                return torch.nn.functional.mse_loss(net(tx), ty)
-
-        def torch_forward_tracked():
             return torch.nn.functional.mse_loss(net(tx), ty)
 
-        tt_fb = median_us(torch_step, repeats=9)
-        tt_f = median_us(torch_forward_tracked, repeats=9)
-        rows.append(["forward (tracked)", fmt(t_f), fmt(tt_f), f"{t_f / tt_f:.2f}x"])
-        rows.append(["forward + backward", fmt(t_fb), fmt(tt_fb), f"{t_fb / tt_fb:.2f}x"])
-        tt_nograd = median_us(torch_forward, repeats=9)
-        rows.append(["(torch forward, no_grad)", "-", fmt(tt_nograd), "-"])
+        # Alternating rounds, so that drifting machine load hits both alike.
+        t_f, tt_f, r_f = paired_us(ember_forward, torch_forward, repeats=9)
+        t_fb, tt_fb, r_fb = paired_us(ember_step, torch_step, repeats=9)
+        rows.append(["forward (tracked)", fmt(t_f), fmt(tt_f), f"{r_f:.2f}x"])
+        rows.append(["forward + backward", fmt(t_fb), fmt(tt_fb), f"{r_fb:.2f}x"])
     else:
-        rows.append(["forward (tracked)", fmt(t_f), "-", "-"])
-        rows.append(["forward + backward", fmt(t_fb), "-", "-"])
+        rows.append(["forward (tracked)", fmt(median_us(ember_forward, repeats=9)), "-", "-"])
+        rows.append(["forward + backward", fmt(median_us(ember_step, repeats=9)), "-", "-"])
     print_table(
-        "seed MLP 64x4 -> 16 -> 1, MSE: ember/flex+autodiff vs torch eager (median us per call)",
+        "seed MLP 64x4 -> 16 -> 1, MSE: ember/flex+autodiff vs torch eager (median us per call; ratio: median of alternating rounds)",
         ["workload", "ember", "torch", "ember/torch"],
         rows,
     )
