@@ -11,7 +11,7 @@ from ember.tensor import Tensor
 from ember.tensor.fused import fused
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class AdamState(OptimizerState):
     moment_1: Tensor
     moment_2: Tensor
