@@ -51,30 +51,42 @@ class Adam(SimpleOptimizer):
 
     def step_many(self, lr: float, tensors: list[Tensor], grads: list[Tensor], states: list[AdamState | None]):
         first = states[0]
-        uniform = len(tensors) > 1 and all((s is None) == (first is None) for s in states)
-        if uniform and (first is None or all(s.time == first.time for s in states)):
-            time = 1 if first is None else first.time + 1
-            device = tensors[0].device
-            backend = device.backend
-            prims = [[t.primitive for t in tensors], [g.primitive for g in grads]]
-            for field in ("moment_1", "moment_2", "max_moment_2"):
-                values = [None if s is None else getattr(s, field) for s in states]
-                prims.append(None if any(v is None for v in values) else [v.primitive for v in values])
-            out = backend.adam_step_many(
-                *prims, lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-                weight_decay=self.weight_decay, decoupled=self.decoupled, amsgrad=self.amsgrad, time=time,
-            )
-            if out is not NotImplemented:
-                new, m, v, v_max = out
-
-                def wrap(p):
-                    return None if p is None else Tensor(p, device)
-
-                return [
-                    (wrap(new[i]), AdamState(wrap(m[i]), wrap(v[i]), time, wrap(v_max[i]) if v_max else None))
-                    for i in range(len(tensors))
-                ]
+        if len(tensors) > 1:
+            if first is None:
+                uniform = all(s is None for s in states)
+                time = 1
+            else:
+                time = first.time
+                uniform = all(s is not None and s.time == time for s in states)
+                time += 1
+            if uniform:
+                out = self._fused_many(lr, tensors, grads, states, time)
+                if out is not None:
+                    return out
         return super().step_many(lr, tensors, grads, states)
+
+    def _fused_many(self, lr, tensors, grads, states, time):
+        """The backend's multi-tensor kernel, or ``None`` when it has none."""
+        device = tensors[0].device
+        if states[0] is None:
+            m1 = m2 = vm = None
+        else:
+            m1 = [s.moment_1.primitive for s in states]
+            m2 = [s.moment_2.primitive for s in states]
+            vm = None if states[0].max_moment_2 is None else [s.max_moment_2.primitive for s in states]
+        out = device.backend.adam_step_many(
+            [t.primitive for t in tensors], [g.primitive for g in grads], m1, m2, vm,
+            lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
+            weight_decay=self.weight_decay, decoupled=self.decoupled, amsgrad=self.amsgrad, time=time,
+        )
+        if out is NotImplemented:
+            return None
+        new, m, v, v_max = out
+        if v_max is None:
+            return [(Tensor(p, device), AdamState(Tensor(a, device), Tensor(b, device), time))
+                    for p, a, b in zip(new, m, v)]
+        return [(Tensor(p, device), AdamState(Tensor(a, device), Tensor(b, device), time, Tensor(c, device)))
+                for p, a, b, c in zip(new, m, v, v_max)]
 
     def _composite(self, lr: float, tensor: Tensor, grad: Tensor, state: AdamState | None) -> tuple[Tensor, AdamState]:
         b1, b2 = self.beta_1, self.beta_2

@@ -68,7 +68,7 @@ class AutodiffOps:
         """Like :meth:`grad`, and removes the gradient from ``grads``."""
         backend = self._autodiff_backend("grad_remove")
         g = backend.grad_remove(self._p, grads)
-        return None if g is None else self.__class__(g, self._d.inner())
+        return None if g is None else self.__class__(g, self._d._inner)
 
     def grad_replace(self, grads: Any, grad: Any) -> None:
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner device)."""
