@@ -112,25 +112,32 @@ class ModuleOptimizer:
         if len(sources) < len(grads._grads):
             module.visit(_Collect(set(grads._grads) - set(sources), sources))
         buckets: dict[tuple[int, float], tuple[SimpleOptimizer, float, list]] = {}
-        for pid, grad in grads._grads.items():
-            source = sources.get(pid)
-            if source is None:
-                continue  # not a parameter of this module
-            param, path = source
-            optimizer, clipping, group_lr = self._settings(pid, path, lr)
-            if clipping is not None:
-                grad = clipping.clip(grad)
-            key = (id(optimizer), group_lr)
-            if key not in buckets:
-                buckets[key] = (optimizer, group_lr, [])
-            buckets[key][2].append((param, path, grad))
+        if not self.groups and self.grad_clipping is None:  # one bucket: no lookups
+            items = [sources[pid] + (grad,) for pid, grad in grads._grads.items() if pid in sources]
+            buckets[(id(self.optimizer), lr)] = (self.optimizer, lr, items)
+        else:
+            for pid, grad in grads._grads.items():
+                source = sources.get(pid)
+                if source is None:
+                    continue  # not a parameter of this module
+                param, path = source
+                optimizer, clipping, group_lr = self._settings(pid, path, lr)
+                if clipping is not None:
+                    grad = clipping.clip(grad)
+                key = (id(optimizer), group_lr)
+                if key not in buckets:
+                    buckets[key] = (optimizer, group_lr, [])
+                buckets[key][2].append((param, path, grad))
         updates: dict[ParamId, Param] = {}
         new_states: dict[ParamId, Any] = {}  # committed only when every group has stepped
         for optimizer, group_lr, items in buckets.values():
             values, grads_inner = [], []
+            device = inner = None
             for param, path, grad in items:
                 value = param.val()
-                inner = value.device.inner()
+                if value.device is not device:
+                    device = value.device
+                    inner = device.inner()
                 if grad.primitive.shape != value.primitive.shape:
                     raise ConfigError(
                         f"ember: optimizer step: the gradient of {path!r} has shape {grad.dims()}, "
