@@ -63,19 +63,19 @@ def time_pair(ember_step, other_step, steps: int = STEPS, repeats: int = REPEATS
 
 
 class Mlp(Module):
-    layers: list
+    """DESIGN.md's two-layer MLP (``l1 -> relu -> l2``), with the widths of each workload."""
+
+    l1: Linear
+    act: Relu
+    l2: Linear
 
     def forward(self, x: Tensor) -> Tensor:
-        act = Relu()
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
-                x = act(x)
-        return x
+        return self.l2(self.act(self.l1(x)))
 
 
 def mlp(sizes: list[int], device: Device) -> Mlp:
-    return Mlp(layers=[LinearConfig(a, b).init(device) for a, b in itertools.pairwise(sizes)])
+    d_in, d_hidden, d_out = sizes
+    return Mlp(l1=LinearConfig(d_in, d_hidden).init(device), act=Relu(), l2=LinearConfig(d_hidden, d_out).init(device))
 
 
 def ember_step_fn(model, x, y, loss_fn):

@@ -53,6 +53,10 @@ class DType(Enum):
         """Bytes per element."""
         return _TO_NUMPY[self].itemsize
 
+    # Members are singletons: hash by identity at C speed (Enum's own hash is Python code,
+    # and dtypes key several per-op lookups).
+    __hash__ = object.__hash__
+
     def __repr__(self) -> str:
         return f"DType.{self.name}"
 

@@ -499,7 +499,7 @@ class FlexBackend(FlexModuleOps, Backend):
         sizes = [p.size for p in params]
 
         def flat(arrays):
-            return None if arrays is None else np.concatenate([a.reshape(-1) for a in arrays])
+            return None if arrays is None else np.concatenate(arrays, axis=None)
 
         out, m, v, v_max = self.adam_step(
             flat(params), flat(grads), flat(moments_1), flat(moments_2), flat(max_moments_2), **options
