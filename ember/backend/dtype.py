@@ -109,6 +109,8 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.BOOL: np.dtype(np.bool_),
 }
 _FROM_NUMPY: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
+#: numpy dtype -> DType, for hot paths that hold a numpy dtype already (a plain dict lookup).
+NUMPY_TO_DTYPE = _FROM_NUMPY
 
 _ALIASES: dict[str, DType] = {d.value: d for d in DType}
 _ALIASES.update(

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor.dispatch import FLOAT_NP
 from ember.tensor.shape import normalize_dim
 from ember.tensor.tensor import Tensor
 
@@ -26,9 +27,10 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _float(op: str, x: Tensor) -> Tensor:
+    """``x`` itself when it is a float tensor (functions never mutate it), else cast."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"ember: {op}: expected a Tensor, got {type(x).__name__}")
-    return x.float()
+    return x if x._p.dtype in FLOAT_NP else x.float()
 
 
 def _fused(x: Tensor, name: str, *args: Any) -> Tensor | None:

@@ -4,7 +4,7 @@ backend has them). ``ember.nn.loss`` wraps them as modules."""
 from __future__ import annotations
 
 from ember.errors import ShapeError
-from ember.tensor.dispatch import check_device
+from ember.tensor.dispatch import FLOAT_NP, check_device
 from ember.tensor.tensor import Tensor
 
 
@@ -28,7 +28,8 @@ def squared_error(pred: Tensor, target: Tensor) -> Tensor:
 def mse_loss(pred: Tensor, target: Tensor, mean: bool = True) -> Tensor:
     """``mean((pred - target)^2)`` (or the sum), shape ``[1]``."""
     check_same_shape("mse_loss", pred, target)
-    pred = pred.float()
+    if pred._p.dtype not in FLOAT_NP:
+        pred = pred.float()
     if target._p.dtype != pred._p.dtype:
         target = target.cast(pred.dtype)
     fused = pred._d._b.mse_loss(pred._p, target._p, mean)

@@ -18,7 +18,7 @@ from ember.backend.autodiff.rules.loss import LossRules
 from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
 from ember.backend.base import Backend
-from ember.backend.dtype import DType
+from ember.backend.dtype import NUMPY_TO_DTYPE
 from ember.errors import GraphError
 
 
@@ -81,7 +81,7 @@ class AutodiffBackend(
                 "build them on an autodiff device"
             )
         ops = self.inner
-        seed = ops.full(root.shape, 1, DType.from_numpy(root.dtype))
+        seed = ops.full(root.shape, 1, NUMPY_TO_DTYPE[root.dtype])
         grads = Gradients()
         leaf_grads = grads._grads
         if node.step is None and not node.consumed:  # the root is itself a leaf
@@ -122,7 +122,8 @@ class AutodiffBackend(
         return None if x.node is None else grads.get(x.node.id)
 
     def grad_remove(self, x: AutodiffTensor, grads: Gradients) -> Any:
-        return None if x.node is None else grads.remove(x.node.id)
+        node = x.node
+        return None if node is None else grads._grads.pop(node.id, None)
 
     def grad_replace(self, x: AutodiffTensor, grads: Gradients, grad: Any) -> None:
         if x.node is None:

@@ -66,9 +66,10 @@ class AutodiffOps:
 
     def grad_remove(self, grads: Any) -> Any:
         """Like :meth:`grad`, and removes the gradient from ``grads``."""
-        backend = self._autodiff_backend("grad_remove")
+        d = self._d
+        backend = d._b if d._inner is not None else self._autodiff_backend("grad_remove")
         g = backend.grad_remove(self._p, grads)
-        return None if g is None else self.__class__(g, self._d._inner)
+        return None if g is None else self.__class__(g, d._inner)
 
     def grad_replace(self, grads: Any, grad: Any) -> None:
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner device)."""
