@@ -6,7 +6,6 @@ naming the op and its operands instead of failing deep inside a backend.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,29 +29,12 @@ _INT_RANGE = {
 }
 
 
-def dtype_of(prim: Any) -> DType:
-    return NP_TO_DTYPE[prim.dtype]
-
-
 def check_device(op: str, a: Tensor, b: Tensor) -> None:
     """Raise unless ``a`` and ``b`` live on the same device."""
     if a._d != b._d:
         raise DeviceError(
             f"ember: {op}: operands live on different devices, {a._d!r} and {b._d!r}; "
             f"move one with .to_device(...) first"
-        )
-
-
-def check_kind(op: str, t: Tensor, kinds: str) -> None:
-    """Raise unless ``t``'s dtype kind is in ``kinds`` (a string of f/i/b)."""
-    dt = t._p.dtype
-    kind = "f" if dt in FLOAT_NP else "i" if dt in INT_NP else "b"
-    if kind not in kinds:
-        names = {"f": "float", "i": "int", "b": "bool"}
-        wanted = " or ".join(names[k] for k in kinds)
-        raise DTypeError(
-            f"ember: {op}: needs a {wanted} tensor, got dtype {NP_TO_DTYPE[dt]} "
-            f"(shape {list(t._p.shape)}); convert with .cast(...) first"
         )
 
 
@@ -102,15 +84,3 @@ def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int |
             "cast the tensor to a wider dtype first"
         )
     return prim, value
-
-
-def to_float(prim: Any, backend: Any) -> Any:
-    """The primitive as a float (float32 for ints and bools; floats unchanged)."""
-    return prim if prim.dtype in FLOAT_NP else backend.cast(prim, F32)
-
-
-def finite_scalar(op: str, name: str, value: Any) -> float:
-    value = float(as_scalar(op, value))
-    if not math.isfinite(value):
-        raise ValueRangeError(f"ember: {op}: {name} must be finite, got {value}")
-    return value

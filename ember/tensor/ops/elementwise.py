@@ -22,6 +22,7 @@ from ember.tensor.dispatch import (
     FLOAT_NP,
     INT_NP,
     NP_TO_DTYPE,
+    as_scalar,
     check_device,
     promote_pair,
     scalar_for,
@@ -94,8 +95,6 @@ def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
 
 def reverse_scalar(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
     """``other <op> self`` for a Python scalar ``other``: the scalar becomes a tensor."""
-    from ember.tensor.dispatch import as_scalar
-
     value = as_scalar(name, other)
     p = self._p
     dtype = NP_TO_DTYPE[p.dtype]
