@@ -144,11 +144,3 @@ def promote(a: DType, b: DType) -> DType:
     if ra == rb:  # float16 and bfloat16
         return DType.FLOAT32
     return a if ra > rb else b
-
-
-def default_float() -> DType:
-    return DType.FLOAT32
-
-
-def default_int() -> DType:
-    return DType.INT64

@@ -64,7 +64,8 @@ def _rebuild_tensor_v2(storage: _Storage, offset: int, size: Sequence[int], stri
     return np.array(view, copy=True)
 
 
-def _rebuild_parameter(data: np.ndarray, requires_grad: bool, backward_hooks: Any, *_: Any) -> np.ndarray:
+def _rebuild_parameter(data: np.ndarray, *_: Any) -> np.ndarray:
+    """A parameter is its tensor (``requires_grad`` and hooks are dropped)."""
     return data
 
 
