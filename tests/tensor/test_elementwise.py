@@ -99,7 +99,8 @@ BINARY = {
     "floor_div": (lambda a, b: a.floor_div(b), np.floor_divide),
 }
 
-SHAPE_PAIRS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((1,), (2, 3)), ((), (2,))]
+# The last pair is long enough to take the GPU backend's multi-workgroup paths.
+SHAPE_PAIRS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((1,), (2, 3)), ((), (2,)), ((70, 5), (70, 1))]
 
 
 @pytest.mark.parametrize("shapes", SHAPE_PAIRS, ids=str)
