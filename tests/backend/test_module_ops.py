@@ -81,8 +81,13 @@ CONV_T_CASES = [
 @pytest.mark.parametrize("impl", sorted(IMPLS))
 @pytest.mark.parametrize("case", CONV_T_CASES, ids=lambda c: f"{c[2]}k{c[4]}s{c[5]}g{c[9]}")
 def test_conv_transpose(impl, case):
+    args, expected = conv_transpose_with_bias_case(case)
+    assert_close(IMPLS[impl].conv_transpose(*args), expected, rtol=1e-10, atol=1e-10)
+
+
+def conv_transpose_with_bias_case(case):
+    """``(arguments of ModuleOps.conv_transpose, torch's float64 result)`` for a case."""
     torch = import_torch()
-    b_ = IMPLS[impl]
     n, c, spatial, o, kernel, stride, padding, output_padding, dilation, groups = case
     rng = np.random.default_rng(1)
     x = rng.standard_normal((n, c) + spatial)
@@ -91,8 +96,7 @@ def test_conv_transpose(impl, case):
     fn = torch.nn.functional.conv_transpose1d if len(spatial) == 1 else torch.nn.functional.conv_transpose2d
     ref = fn(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, padding, output_padding, groups, dilation)
     pairs = tuple((p, p) for p in padding)
-    y = b_.conv_transpose(x, w, bias, stride, pairs, output_padding, dilation, groups)
-    assert_close(y, ref.numpy(), rtol=1e-10, atol=1e-10)
+    return (x, w, bias, stride, pairs, output_padding, dilation, groups), ref.numpy()
 
 
 # (spatial, kernel, stride, padding, dilation, ceil_mode)

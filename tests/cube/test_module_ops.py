@@ -8,7 +8,7 @@ import pytest
 
 from ember import Device, Tensor
 from ember.backend.module_ops import ModuleOps, conv_transpose_output_size
-from tests.backend.test_module_ops import CONV_CASES, CONV_T_CASES, POOL_CASES
+from tests.backend.test_module_ops import CONV_CASES, CONV_T_CASES, POOL_CASES, conv_transpose_with_bias_case
 from tests.conftest import assert_close, import_torch
 
 pytestmark = pytest.mark.torch
@@ -73,16 +73,8 @@ def test_conv_weight_grad_and_transpose(cube, case):
 
 @pytest.mark.parametrize("case", CONV_T_CASES, ids=lambda c: f"{c[2]}k{c[4]}s{c[5]}g{c[9]}")
 def test_conv_transpose_with_bias(cube, case):
-    torch = import_torch()
-    n, c, spatial, o, kernel, stride, padding, output_padding, dilation, groups = case
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((n, c) + spatial)
-    w = rng.standard_normal((c, o // groups) + kernel)
-    bias = rng.standard_normal(o)
-    fn = torch.nn.functional.conv_transpose1d if len(spatial) == 1 else torch.nn.functional.conv_transpose2d
-    ref = fn(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, padding, output_padding, groups, dilation)
-    pairs = tuple((p, p) for p in padding)
-    assert_close(cube.conv_transpose(x, w, bias, stride, pairs, output_padding, dilation, groups), ref.numpy(), **TOL)
+    args, expected = conv_transpose_with_bias_case(case)
+    assert_close(cube.conv_transpose(*args), expected, **TOL)
 
 
 @pytest.mark.parametrize("case", POOL_CASES, ids=str)
