@@ -34,34 +34,13 @@ import numpy as np
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.module_ops import ModuleOps
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 
 Primitive = Any
 Scalar = int | float | bool
 Slices = tuple[tuple[int, int, int], ...]
 
-# Op names accepted by the op families below.
-UNARY_OPS = frozenset(
-    {
-        "neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "recip",
-        "sin", "cos", "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan",
-        "erf", "sign", "round", "floor", "ceil", "trunc", "square",
-        "is_nan", "is_inf", "is_finite", "logical_not", "bitwise_not",
-    }
-)
-BINARY_OPS = frozenset(
-    {
-        "add", "sub", "mul", "div", "remainder", "floor_div", "pow", "atan2",
-        "maximum", "minimum",
-        "eq", "ne", "gt", "ge", "lt", "le",
-        "logical_and", "logical_or", "logical_xor",
-        "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
-    }
-)
-COMPARISON_OPS = frozenset({"eq", "ne", "gt", "ge", "lt", "le"})
-BOOL_RESULT_UNARY = frozenset({"is_nan", "is_inf", "is_finite"})
-REDUCE_OPS = frozenset({"sum", "mean", "prod", "max", "min", "any", "all"})
-ARG_REDUCE_OPS = frozenset({"argmax", "argmin"})
-CUMULATIVE_OPS = frozenset({"cumsum", "cumprod", "cummax", "cummin"})
+# The op families below take the members of the enums in ember.backend.ops.
 
 
 class Backend(ModuleOps, ABC):
@@ -109,12 +88,12 @@ class Backend(ModuleOps, ABC):
 
     # ------------------------------------------------------------------ elementwise
     @abstractmethod
-    def unary(self, op: str, x: Primitive) -> Primitive:
-        """An elementwise op of :data:`UNARY_OPS`. ``is_*`` ops give bool."""
+    def unary(self, op: UnaryOp, x: Primitive) -> Primitive:
+        """An elementwise op of :class:`UnaryOp`. ``is_*`` ops give bool."""
 
     @abstractmethod
-    def binary(self, op: str, a: Primitive, b: Primitive | Scalar) -> Primitive:
-        """An elementwise op of :data:`BINARY_OPS` with numpy broadcasting.
+    def binary(self, op: BinaryOp, a: Primitive, b: Primitive | Scalar) -> Primitive:
+        """An elementwise op of :class:`BinaryOp` with numpy broadcasting.
 
         ``b`` is a primitive of ``a``'s dtype or a Python scalar. Comparisons give bool;
         ``div`` and ``pow`` are used on floats only; ``remainder`` follows Python's
@@ -143,16 +122,16 @@ class Backend(ModuleOps, ABC):
 
     # ------------------------------------------------------------------ reductions
     @abstractmethod
-    def reduce(self, op: str, x: Primitive, dim: int) -> Primitive:
-        """An op of :data:`REDUCE_OPS` along ``dim``, which is kept with size 1."""
+    def reduce(self, op: ReduceOp, x: Primitive, dim: int) -> Primitive:
+        """An op of :class:`ReduceOp` along ``dim``, which is kept with size 1."""
 
     @abstractmethod
-    def arg_reduce(self, op: str, x: Primitive, dim: int) -> Primitive:
+    def arg_reduce(self, op: ArgReduceOp, x: Primitive, dim: int) -> Primitive:
         """``argmax``/``argmin`` along ``dim`` (kept, size 1) as int64; first index on ties."""
 
     @abstractmethod
-    def cumulative(self, op: str, x: Primitive, dim: int) -> Primitive:
-        """An inclusive scan of :data:`CUMULATIVE_OPS` along ``dim``."""
+    def cumulative(self, op: CumulativeOp, x: Primitive, dim: int) -> Primitive:
+        """An inclusive scan of :class:`CumulativeOp` along ``dim``."""
 
     @abstractmethod
     def argsort(self, x: Primitive, dim: int, descending: bool) -> Primitive:

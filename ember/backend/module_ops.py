@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.dtype import DType
+from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 
 Primitive = Any
 Ints = tuple[int, ...]
@@ -144,7 +145,7 @@ def _spread(b: Any, cols: Primitive, shape: Ints, kernel: Ints, stride: Ints, di
         region = tuple(region)
         piece = b.slice(cols, ((0, n, 1), (0, c, 1), (k, k + 1, 1)) + tuple((0, m, 1) for m in out))
         piece = b.reshape(piece, (n, c) + out)
-        total = b.slice_assign(total, region, b.binary("add", b.slice(total, region), piece))
+        total = b.slice_assign(total, region, b.binary(BinaryOp.ADD, b.slice(total, region), piece))
     return total
 
 
@@ -191,7 +192,7 @@ class ModuleOps:
         w = b.reshape(weight, (1, groups, c_out // groups, cg * k_total))
         y = b.reshape(b.matmul(w, cols), (n, c_out) + out)
         if bias is not None:
-            y = b.binary("add", y, b.reshape(bias, (1, c_out) + (1,) * len(out)))
+            y = b.binary(BinaryOp.ADD, y, b.reshape(bias, (1, c_out) + (1,) * len(out)))
         return y
 
     def conv_transpose(
@@ -228,7 +229,7 @@ class ModuleOps:
         crop = tuple((-lo, -(hi - op)) for (lo, hi), op in zip(padding, output_padding))
         y = _pad(b, y, crop, 0)
         if bias is not None:
-            y = b.binary("add", y, b.reshape(bias, (1, groups * og) + (1,) * rank))
+            y = b.binary(BinaryOp.ADD, y, b.reshape(bias, (1, groups * og) + (1,) * rank))
         return y
 
     def conv_weight_grad(
@@ -253,7 +254,7 @@ class ModuleOps:
         cols = b.reshape(_im2col(b, x, kernel, stride, padding, dilation, out), (n, groups, cg * k_total, p_total))
         g = b.reshape(grad, (n, groups, c_out // groups, p_total))
         gw = b.matmul(g, b.permute(cols, (0, 1, 3, 2)))  # [N, G, Og, Cg * K]
-        gw = b.reduce("sum", gw, 0)
+        gw = b.reduce(ReduceOp.SUM, gw, 0)
         return b.reshape(gw, tuple(weight_shape))
 
     # ------------------------------------------------------------------ max pooling
@@ -282,7 +283,7 @@ class ModuleOps:
             if best is None:
                 best, best_idx = value, b.expand(idx, value.shape)
                 continue
-            take = b.binary("logical_or", b.binary("gt", value, best), b.unary("is_nan", value))
+            take = b.binary(BinaryOp.LOGICAL_OR, b.binary(BinaryOp.GT, value, best), b.unary(UnaryOp.IS_NAN, value))
             best = b.where(take, value, best)
             best_idx = b.where(take, idx, best_idx)
         return best, best_idx
@@ -312,9 +313,9 @@ class ModuleOps:
         total = None
         for offset in _offsets(kernel):
             value = _window(b, xp, offset, stride, ones, out)
-            total = value if total is None else b.binary("add", total, value)
+            total = value if total is None else b.binary(BinaryOp.ADD, total, value)
         divisor = _divisor(spatial, kernel, stride, padding, out, count_include_pad, x.dtype)
-        return b.binary("div", total, b.from_numpy(divisor))
+        return b.binary(BinaryOp.DIV, total, b.from_numpy(divisor))
 
     def avg_pool_backward(
         self,
@@ -332,7 +333,7 @@ class ModuleOps:
         ones = (1,) * len(kernel)
         out = tuple(grad.shape[2:])
         divisor = _divisor(spatial, kernel, stride, padding, out, count_include_pad, grad.dtype)
-        g = b.binary("div", grad, b.from_numpy(divisor))
+        g = b.binary(BinaryOp.DIV, grad, b.from_numpy(divisor))
         n, c = input_shape[:2]
         k_total = int(np.prod(kernel))
         cols = b.expand(b.reshape(g, (n, c, 1) + out), (n, c, k_total) + out)

@@ -1,34 +1,98 @@
-"""The backend protocol's op-name tables match what the backends implement."""
+"""The op registry (``ember.backend.ops``) against every backend's tables.
+
+Runs on the CPU only: cube's WGSL tables are plain data, imported without wgpu.
+"""
 
 from __future__ import annotations
 
 import inspect
 
-from ember.backend import base
+import pytest
+
+from ember.backend import ops
 from ember.backend.autodiff.rules import elementwise
+from ember.backend.cube import wgsl
+from ember.backend.cube.kernels import reduce as cube_reduce
+from ember.backend.cube.kernels import scan as cube_scan
 from ember.backend.flex import backend as flex
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
+
+# (table, the enum it must cover exactly)
+COVERING_TABLES = {
+    "flex unary": (flex._UNARY, UnaryOp),
+    "flex binary": (flex._BINARY, BinaryOp),
+    "flex reduce": (flex._REDUCE_UFUNC, ReduceOp),
+    "flex cumulative": (flex._CUMULATIVE, CumulativeOp),
+    "cube reduce combine": (cube_reduce._COMBINE, ReduceOp),
+    "cube reduce identity": (cube_reduce._INIT, ReduceOp),
+    "cube scan combine": (cube_scan._COMBINE, CumulativeOp),
+    "cube scan identity": (cube_scan._IDENTITY, CumulativeOp),
+}
 
 
-def test_flex_implements_every_op_name():
-    assert set(flex._UNARY) == base.UNARY_OPS
-    assert set(flex._BINARY) == base.BINARY_OPS
-    assert set(flex._REDUCE_UFUNC) == base.REDUCE_OPS
-    assert set(flex._CUMULATIVE) == base.CUMULATIVE_OPS
-    assert base.COMPARISON_OPS <= base.BINARY_OPS
-    assert base.BOOL_RESULT_UNARY <= base.UNARY_OPS
+@pytest.mark.parametrize("name", sorted(COVERING_TABLES))
+def test_table_covers_its_enum(name):
+    table, enum = COVERING_TABLES[name]
+    missing = set(enum) - set(table)
+    unknown = {key for key in table if not isinstance(key, enum)}
+    assert not missing, f"{name} lacks {sorted(missing)}"
+    assert not unknown, f"{name} has keys that are not {enum.__name__} members: {sorted(map(str, unknown))}"
+
+
+def test_cube_elementwise_tables_cover_the_protocol():
+    # cube's tables also hold its fused ops (relu, sigmoid), which are plain strings.
+    assert set(UnaryOp) <= set(wgsl.UNARY)
+    assert set(BinaryOp) <= set(wgsl.BINARY)
+    assert {k for k in wgsl.UNARY if not isinstance(k, UnaryOp)} == {"relu", "sigmoid"}
+    assert all(isinstance(k, BinaryOp) for k in wgsl.BINARY)
+    assert wgsl.BOOL_RESULT == ops.BOOL_RESULT_BINARY | ops.BOOL_RESULT_UNARY
 
 
 def test_autodiff_tables_name_only_protocol_ops():
-    assert set(elementwise.UNARY) <= base.UNARY_OPS
-    assert set(elementwise.BINARY) <= base.BINARY_OPS
-    assert not set(elementwise.BINARY) & base.COMPARISON_OPS  # comparisons have no gradient
+    assert all(isinstance(k, UnaryOp) for k in elementwise.UNARY)
+    assert all(isinstance(k, BinaryOp) for k in elementwise.BINARY)
+    assert not set(elementwise.BINARY) & ops.COMPARISON_OPS  # comparisons have no gradient
+    # Every float op with a derivative has a rule; the others give untracked results.
+    no_gradient = ops.BOOL_RESULT_UNARY | {UnaryOp.BITWISE_NOT}
+    assert set(UnaryOp) - set(elementwise.UNARY) == no_gradient
+
+
+def test_enums_are_strings_equal_to_their_values():
+    for enum in (UnaryOp, BinaryOp, ReduceOp, ArgReduceOp, CumulativeOp):
+        for member in enum:
+            assert member == member.value and str(member) == member.value and f"{member}" == member.value
+            assert hash(member) == hash(member.value)
+    assert ops.COMPARISON_OPS <= ops.BOOL_RESULT_BINARY <= set(BinaryOp)
+    assert set(UnaryOp) >= ops.BOOL_RESULT_UNARY
 
 
 def test_every_abstract_primitive_is_implemented_by_flex_and_autodiff():
     from ember.backend.autodiff import AutodiffBackend
+    from ember.backend.base import Backend
     from ember.backend.flex import FlexBackend
 
-    abstract = {name for name, member in inspect.getmembers(base.Backend) if getattr(member, "__isabstractmethod__", False)}
+    abstract = {name for name, member in inspect.getmembers(Backend) if getattr(member, "__isabstractmethod__", False)}
     assert abstract, "the protocol declares its primitives as abstract methods"
     assert not FlexBackend.__abstractmethods__
     assert not AutodiffBackend.__abstractmethods__
+
+
+def test_cube_implements_every_abstract_primitive():
+    from ember.backend.cube.backend import CubeBackend
+
+    assert not CubeBackend.__abstractmethods__
+
+
+def test_op_enums_behave_like_enums():
+    import copy
+    import pickle
+
+    assert UnaryOp("exp") is UnaryOp.EXP and UnaryOp["EXP"] is UnaryOp.EXP
+    assert UnaryOp.EXP.name == "EXP" and UnaryOp.EXP.value == "exp" and repr(UnaryOp.EXP) == "<UnaryOp.EXP: 'exp'>"
+    assert pickle.loads(pickle.dumps(BinaryOp.ADD)) is BinaryOp.ADD and copy.deepcopy(ReduceOp.SUM) is ReduceOp.SUM
+    assert len(ArgReduceOp) == 2 and "cumsum" in CumulativeOp and "sum" not in CumulativeOp
+    with pytest.raises(ValueError, match="not a valid UnaryOp"):
+        UnaryOp("nope")
+    with pytest.raises(KeyError):
+        UnaryOp["NOPE"]
+    assert not isinstance(BinaryOp.ADD, UnaryOp)

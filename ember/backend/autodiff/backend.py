@@ -19,6 +19,7 @@ from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
 from ember.backend.base import Backend
 from ember.backend.dtype import NUMPY_TO_DTYPE
+from ember.backend.ops import BinaryOp
 from ember.errors import GraphError
 
 
@@ -111,7 +112,7 @@ class AutodiffBackend(
                     pid = parent.id
                     target = leaf_grads if parent.step is None else pending
                     prev = target.get(pid)
-                    target[pid] = pg if prev is None else ops.binary("add", prev, pg)
+                    target[pid] = pg if prev is None else ops.binary(BinaryOp.ADD, prev, pg)
             # Release what backward needed; the node stays as a marker of a used graph.
             n.step = n.saved = n.ctx = n.recompute = None
             n.parents = ()

@@ -24,6 +24,7 @@ from ember.backend.cube.kernels import elementwise, index, layout, matmul, modul
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import BackendUnavailableError
 
 
@@ -140,7 +141,7 @@ class CubeBackend(Backend):
         last = start + (n - 1) * step if n else start
         check_int_range("cube: arange", DType.INT64, min(start, last), max(start, last))
         storage = self.storage(dtype)
-        expr = ir.convert(ir.binary("add", ir.scalar(0, "i32"), ir.binary("mul", ir.index(), ir.scalar(1, "i32"))),
+        expr = ir.convert(ir.binary(BinaryOp.ADD, ir.scalar(0, "i32"), ir.binary(BinaryOp.MUL, ir.index(), ir.scalar(1, "i32"))),
                           storage.compute)
         out = elementwise.run(self, expr, [], storage, (n,), [start, step], ["i32", "i32"])
         if storage.compute == "i32" and n:
@@ -164,7 +165,7 @@ class CubeBackend(Backend):
             self._runtime.sync()
 
     # ------------------------------------------------------------------ elementwise
-    def unary(self, op: str, x: CubeTensor) -> CubeTensor:
+    def unary(self, op: UnaryOp, x: CubeTensor) -> CubeTensor:
         expr = ir.unary(op, ir.load(0, x.storage.compute))
         out_storage = self.storage(DType.BOOL) if expr.type == "bool" else x.storage
         return elementwise.run(self, expr, [x], out_storage, x.shape)
@@ -179,7 +180,7 @@ class CubeBackend(Backend):
         types.append(storage.compute)
         return ir.scalar(len(scalars) - 1, storage.compute)
 
-    def binary(self, op: str, a: CubeTensor, b) -> CubeTensor:
+    def binary(self, op: BinaryOp, a: CubeTensor, b) -> CubeTensor:
         inputs: list[CubeTensor] = [a]
         scalars: list = []
         types: list[str] = []
@@ -205,9 +206,9 @@ class CubeBackend(Backend):
         inputs, scalars, types = [x], [], []
         expr = ir.load(0, x.storage.compute)
         if low is not None:
-            expr = ir.binary("maximum", expr, self._operand("clamp", low, x.storage, 1, inputs, scalars, types))
+            expr = ir.binary(BinaryOp.MAXIMUM, expr, self._operand("clamp", low, x.storage, 1, inputs, scalars, types))
         if high is not None:
-            expr = ir.binary("minimum", expr, self._operand("clamp", high, x.storage, 2, inputs, scalars, types))
+            expr = ir.binary(BinaryOp.MINIMUM, expr, self._operand("clamp", high, x.storage, 2, inputs, scalars, types))
         return elementwise.run(self, expr, inputs, x.storage, x.shape, scalars, types)
 
     def cast(self, x: CubeTensor, dtype: DType) -> CubeTensor:
@@ -225,13 +226,13 @@ class CubeBackend(Backend):
         return matmul.matmul(self, a, b)
 
     # ------------------------------------------------------------------ reductions
-    def reduce(self, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+    def reduce(self, op: ReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
         return reduce.reduce(self, op, x, dim)
 
-    def arg_reduce(self, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+    def arg_reduce(self, op: ArgReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
         return reduce.arg_reduce(self, op, x, dim)
 
-    def cumulative(self, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+    def cumulative(self, op: CumulativeOp, x: CubeTensor, dim: int) -> CubeTensor:
         return scan.cumulative(self, op, x, dim)
 
     def argsort(self, x: CubeTensor, dim: int, descending: bool) -> CubeTensor:

@@ -14,6 +14,7 @@ from ember.backend.dtype import DType
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quiet import quiet_reset, quiet_set
 from ember.backend.flex.special import erf
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import IndexOutOfBoundsError
 
 _F32 = np.dtype(np.float32)
@@ -30,38 +31,39 @@ def _recip(x):
 
 
 _UNARY = {
-    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "log1p": np.log1p,
-    "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": _rsqrt, "recip": _recip,
-    "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh,
-    "cosh": np.cosh, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "erf": erf, "sign": np.sign, "round": np.round, "floor": np.floor, "ceil": np.ceil,
-    "trunc": np.trunc, "square": np.square,
-    "is_nan": np.isnan, "is_inf": np.isinf, "is_finite": np.isfinite,
-    "logical_not": np.logical_not, "bitwise_not": np.invert,
+    UnaryOp.NEG: np.negative, UnaryOp.ABS: np.abs, UnaryOp.EXP: np.exp, UnaryOp.LOG: np.log, UnaryOp.LOG1P: np.log1p,
+    UnaryOp.EXPM1: np.expm1, UnaryOp.SQRT: np.sqrt, UnaryOp.RSQRT: _rsqrt, UnaryOp.RECIP: _recip,
+    UnaryOp.SIN: np.sin, UnaryOp.COS: np.cos, UnaryOp.TAN: np.tan, UnaryOp.TANH: np.tanh, UnaryOp.SINH: np.sinh,
+    UnaryOp.COSH: np.cosh, UnaryOp.ASIN: np.arcsin, UnaryOp.ACOS: np.arccos, UnaryOp.ATAN: np.arctan,
+    UnaryOp.ERF: erf, UnaryOp.SIGN: np.sign, UnaryOp.ROUND: np.round, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
+    UnaryOp.TRUNC: np.trunc, UnaryOp.SQUARE: np.square,
+    UnaryOp.IS_NAN: np.isnan, UnaryOp.IS_INF: np.isinf, UnaryOp.IS_FINITE: np.isfinite,
+    UnaryOp.LOGICAL_NOT: np.logical_not, UnaryOp.BITWISE_NOT: np.invert,
 }
 # Ops computed in float32 for float16/bfloat16 inputs (numpy or ml_dtypes lack them
 # or lose accuracy), then rounded back.
-_UPCAST_UNARY = frozenset({"erf", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
-                           "tan", "tanh", "sinh", "cosh", "asin", "acos", "atan"})
+_UPCAST_UNARY = frozenset({
+    UnaryOp.ERF, UnaryOp.EXP, UnaryOp.LOG, UnaryOp.LOG1P, UnaryOp.EXPM1, UnaryOp.SQRT, UnaryOp.RSQRT, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN, UnaryOp.TANH, UnaryOp.SINH, UnaryOp.COSH, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN,
+})
 
 _BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-    "remainder": np.remainder, "floor_div": np.floor_divide, "pow": np.power,
-    "atan2": np.arctan2, "maximum": np.maximum, "minimum": np.minimum,
-    "eq": np.equal, "ne": np.not_equal, "gt": np.greater, "ge": np.greater_equal,
-    "lt": np.less, "le": np.less_equal,
-    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
-    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-    "left_shift": np.left_shift, "right_shift": np.right_shift,
+    BinaryOp.ADD: np.add, BinaryOp.SUB: np.subtract, BinaryOp.MUL: np.multiply, BinaryOp.DIV: np.true_divide,
+    BinaryOp.REMAINDER: np.remainder, BinaryOp.FLOOR_DIV: np.floor_divide, BinaryOp.POW: np.power,
+    BinaryOp.ATAN2: np.arctan2, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum,
+    BinaryOp.EQ: np.equal, BinaryOp.NE: np.not_equal, BinaryOp.GT: np.greater, BinaryOp.GE: np.greater_equal,
+    BinaryOp.LT: np.less, BinaryOp.LE: np.less_equal,
+    BinaryOp.LOGICAL_AND: np.logical_and, BinaryOp.LOGICAL_OR: np.logical_or, BinaryOp.LOGICAL_XOR: np.logical_xor,
+    BinaryOp.BITWISE_AND: np.bitwise_and, BinaryOp.BITWISE_OR: np.bitwise_or, BinaryOp.BITWISE_XOR: np.bitwise_xor,
+    BinaryOp.LEFT_SHIFT: np.left_shift, BinaryOp.RIGHT_SHIFT: np.right_shift,
 }
 
 _REDUCE_UFUNC = {
-    "sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
-    "any": np.logical_or, "all": np.logical_and,
+    ReduceOp.SUM: np.add, ReduceOp.MEAN: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum,
+    ReduceOp.ANY: np.logical_or, ReduceOp.ALL: np.logical_and,
 }
 _CUMULATIVE = {
-    "cumsum": np.cumsum, "cumprod": np.cumprod,
-    "cummax": np.maximum.accumulate, "cummin": np.minimum.accumulate,
+    CumulativeOp.CUMSUM: np.cumsum, CumulativeOp.CUMPROD: np.cumprod,
+    CumulativeOp.CUMMAX: np.maximum.accumulate, CumulativeOp.CUMMIN: np.minimum.accumulate,
 }
 
 
@@ -230,7 +232,7 @@ class FlexBackend(FlexModuleOps, Backend):
         self._rng = np.random.Generator(bit_generator)
 
     # ------------------------------------------------------------------ elementwise
-    def unary(self, op: str, x: np.ndarray) -> np.ndarray:
+    def unary(self, op: UnaryOp, x: np.ndarray) -> np.ndarray:
         token = quiet_set()
         try:
             if x.dtype in _HALF and op in _UPCAST_UNARY:
@@ -239,10 +241,10 @@ class FlexBackend(FlexModuleOps, Backend):
         finally:
             quiet_reset(token)
 
-    def binary(self, op: str, a: np.ndarray, b) -> np.ndarray:
+    def binary(self, op: BinaryOp, a: np.ndarray, b) -> np.ndarray:
         token = quiet_set()
         try:
-            if a.dtype in _HALF and op in ("pow", "atan2", "remainder", "floor_div"):
+            if a.dtype in _HALF and op in (BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV):
                 b32 = b.astype(_F32) if type(b) is _NDARRAY else b
                 return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
             return _arr(_BINARY[op](a, b))
@@ -277,34 +279,34 @@ class FlexBackend(FlexModuleOps, Backend):
             quiet_reset(token)
 
     # ------------------------------------------------------------------ reductions
-    def reduce(self, op: str, x, dim: int) -> np.ndarray:
+    def reduce(self, op: ReduceOp, x, dim: int) -> np.ndarray:
         n = x.shape[dim]
-        if op == "mean" and n == 0:
+        if op == ReduceOp.MEAN and n == 0:
             return np.full(x.shape[:dim] + (1,) + x.shape[dim + 1:], np.nan, dtype=x.dtype)
         token = quiet_set()
         try:
             dtype = x.dtype
-            if dtype in _HALF and op in ("sum", "mean", "prod"):
+            if dtype in _HALF and op in (ReduceOp.SUM, ReduceOp.MEAN, ReduceOp.PROD):
                 out = _REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True, dtype=_F32)
-                return (out / n if op == "mean" else out).astype(dtype)
-            if op == "mean":
+                return (out / n if op == ReduceOp.MEAN else out).astype(dtype)
+            if op == ReduceOp.MEAN:
                 return np.true_divide(np.add.reduce(x, axis=dim, keepdims=True), n, dtype=dtype)
-            if op in ("sum", "prod") and dtype.kind in "bui":
+            if op in (ReduceOp.SUM, ReduceOp.PROD) and dtype.kind in "bui":
                 return _REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True, dtype=dtype if dtype.kind != "b" else np.int64)
             return _arr(_REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True))
         finally:
             quiet_reset(token)
 
-    def arg_reduce(self, op: str, x, dim: int) -> np.ndarray:
-        fn = np.argmax if op == "argmax" else np.argmin
+    def arg_reduce(self, op: ArgReduceOp, x, dim: int) -> np.ndarray:
+        fn = np.argmax if op == ArgReduceOp.ARGMAX else np.argmin
         return _arr(fn(x, axis=dim, keepdims=True)).astype(np.int64, copy=False)
 
-    def cumulative(self, op: str, x, dim: int) -> np.ndarray:
+    def cumulative(self, op: CumulativeOp, x, dim: int) -> np.ndarray:
         token = quiet_set()
         try:
-            if x.dtype in _HALF and op in ("cumsum", "cumprod"):
+            if x.dtype in _HALF and op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD):
                 return _CUMULATIVE[op](x.astype(_F32), axis=dim).astype(x.dtype)
-            if op in ("cumsum", "cumprod"):
+            if op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD):
                 return _CUMULATIVE[op](x, axis=dim, dtype=x.dtype)
             return _CUMULATIVE[op](x, axis=dim)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.backend.dtype import DType
+from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar, check_device, promote_pair
 from ember.tensor.ops.elementwise import binary, is_integral, reverse_scalar, unary
@@ -23,49 +24,49 @@ class ArithmeticOps:
     # ------------------------------------------------------------------ binary
     def add(self, other: Any) -> Any:
         """``self + other``."""
-        return binary(self, other, "add", "add", "arith")
+        return binary(self, other, BinaryOp.ADD, "add", "arith")
 
     def add_scalar(self, value: Any) -> Any:
-        return binary(self, as_scalar("add_scalar", value), "add", "add_scalar", "arith")
+        return binary(self, as_scalar("add_scalar", value), BinaryOp.ADD, "add_scalar", "arith")
 
     def sub(self, other: Any) -> Any:
         """``self - other``."""
-        return binary(self, other, "sub", "sub", "arith")
+        return binary(self, other, BinaryOp.SUB, "sub", "arith")
 
     def sub_scalar(self, value: Any) -> Any:
-        return binary(self, as_scalar("sub_scalar", value), "sub", "sub_scalar", "arith")
+        return binary(self, as_scalar("sub_scalar", value), BinaryOp.SUB, "sub_scalar", "arith")
 
     def mul(self, other: Any) -> Any:
         """``self * other``."""
-        return binary(self, other, "mul", "mul", "arith")
+        return binary(self, other, BinaryOp.MUL, "mul", "arith")
 
     def mul_scalar(self, value: Any) -> Any:
-        return binary(self, as_scalar("mul_scalar", value), "mul", "mul_scalar", "arith")
+        return binary(self, as_scalar("mul_scalar", value), BinaryOp.MUL, "mul_scalar", "arith")
 
     def div(self, other: Any) -> Any:
         """True division ``self / other`` (ints give float32)."""
-        return binary(self, other, "div", "div", "float")
+        return binary(self, other, BinaryOp.DIV, "div", "float")
 
     def div_scalar(self, value: Any) -> Any:
-        return binary(self, as_scalar("div_scalar", value), "div", "div_scalar", "float")
+        return binary(self, as_scalar("div_scalar", value), BinaryOp.DIV, "div_scalar", "float")
 
     def floor_div(self, other: Any) -> Any:
         """``self // other``: division rounded toward minus infinity."""
-        return binary(self, other, "floor_div", "floor_div", "arith")
+        return binary(self, other, BinaryOp.FLOOR_DIV, "floor_div", "arith")
 
     def remainder(self, other: Any) -> Any:
         """``self % other`` with the sign of the divisor, as Python's ``%``."""
-        return binary(self, other, "remainder", "remainder", "arith")
+        return binary(self, other, BinaryOp.REMAINDER, "remainder", "arith")
 
     def remainder_scalar(self, value: Any) -> Any:
-        return binary(self, as_scalar("remainder_scalar", value), "remainder", "remainder_scalar", "arith")
+        return binary(self, as_scalar("remainder_scalar", value), BinaryOp.REMAINDER, "remainder_scalar", "arith")
 
     def powf(self, other: Any) -> Any:
         """``self ** other`` in floating point (ints give float32)."""
-        return binary(self, other, "pow", "powf", "float")
+        return binary(self, other, BinaryOp.POW, "powf", "float")
 
     def powf_scalar(self, value: Any) -> Any:
-        return binary(self, as_scalar("powf_scalar", value), "pow", "powf_scalar", "float")
+        return binary(self, as_scalar("powf_scalar", value), BinaryOp.POW, "powf_scalar", "float")
 
     def powi(self, other: Any) -> Any:
         """``self ** other`` with an int exponent; int tensors stay int (exponent >= 0)."""
@@ -74,7 +75,7 @@ class ArithmeticOps:
                 raise DTypeError(f"ember: powi: the exponent must be an int tensor, got {other.dtype}")
             if self._p.dtype not in FLOAT_NP and bool(other.lower_elem(0).any().into_scalar()):
                 raise ValueRangeError("ember: powi: an int tensor cannot take negative exponents; use powf")
-            return binary(self, other, "pow", "powi", "arith")
+            return binary(self, other, BinaryOp.POW, "powi", "arith")
         return self.powi_scalar(other)
 
     def powi_scalar(self, value: Any) -> Any:
@@ -84,10 +85,10 @@ class ArithmeticOps:
         if self._p.dtype not in FLOAT_NP:
             if value < 0:
                 raise ValueRangeError("ember: powi_scalar: an int tensor cannot take negative exponents; use powf_scalar")
-            return binary(self, value, "pow", "powi_scalar", "arith")
+            return binary(self, value, BinaryOp.POW, "powi_scalar", "arith")
         if value == 2:
-            return unary(self, "square", "powi_scalar", "float")
-        return binary(self, float(value), "pow", "powi_scalar", "float")
+            return unary(self, UnaryOp.SQUARE, "powi_scalar", "float")
+        return binary(self, float(value), BinaryOp.POW, "powi_scalar", "float")
 
     def pow(self, other: Any) -> Any:
         """``self ** other``: ``powi`` for int exponents on int tensors, else ``powf``."""
@@ -101,84 +102,84 @@ class ArithmeticOps:
 
     def atan2(self, other: Any) -> Any:
         """The angle of the point ``(other, self)``, elementwise."""
-        return binary(self, other, "atan2", "atan2", "float")
+        return binary(self, other, BinaryOp.ATAN2, "atan2", "float")
 
     def maximum(self, other: Any) -> Any:
         """The elementwise maximum (NaN propagates). Burn's ``max_pair``."""
-        return binary(self, other, "maximum", "maximum", "arith")
+        return binary(self, other, BinaryOp.MAXIMUM, "maximum", "arith")
 
     def minimum(self, other: Any) -> Any:
         """The elementwise minimum (NaN propagates). Burn's ``min_pair``."""
-        return binary(self, other, "minimum", "minimum", "arith")
+        return binary(self, other, BinaryOp.MINIMUM, "minimum", "arith")
 
     max_pair = maximum
     min_pair = minimum
 
     # ------------------------------------------------------------------ unary
     def neg(self) -> Any:
-        return unary(self, "neg", "neg", "numeric")
+        return unary(self, UnaryOp.NEG, "neg", "numeric")
 
     def abs(self) -> Any:
-        return unary(self, "abs", "abs", "numeric")
+        return unary(self, UnaryOp.ABS, "abs", "numeric")
 
     def sign(self) -> Any:
-        return unary(self, "sign", "sign", "numeric")
+        return unary(self, UnaryOp.SIGN, "sign", "numeric")
 
     def square(self) -> Any:
-        return unary(self, "square", "square", "numeric")
+        return unary(self, UnaryOp.SQUARE, "square", "numeric")
 
     def recip(self) -> Any:
         """``1 / self`` (float)."""
-        return unary(self, "recip", "recip", "float")
+        return unary(self, UnaryOp.RECIP, "recip", "float")
 
     def exp(self) -> Any:
-        return unary(self, "exp", "exp", "float")
+        return unary(self, UnaryOp.EXP, "exp", "float")
 
     def log(self) -> Any:
         """The natural logarithm."""
-        return unary(self, "log", "log", "float")
+        return unary(self, UnaryOp.LOG, "log", "float")
 
     def log1p(self) -> Any:
-        return unary(self, "log1p", "log1p", "float")
+        return unary(self, UnaryOp.LOG1P, "log1p", "float")
 
     def expm1(self) -> Any:
-        return unary(self, "expm1", "expm1", "float")
+        return unary(self, UnaryOp.EXPM1, "expm1", "float")
 
     def sqrt(self) -> Any:
-        return unary(self, "sqrt", "sqrt", "float")
+        return unary(self, UnaryOp.SQRT, "sqrt", "float")
 
     def rsqrt(self) -> Any:
-        return unary(self, "rsqrt", "rsqrt", "float")
+        return unary(self, UnaryOp.RSQRT, "rsqrt", "float")
 
     def sin(self) -> Any:
-        return unary(self, "sin", "sin", "float")
+        return unary(self, UnaryOp.SIN, "sin", "float")
 
     def cos(self) -> Any:
-        return unary(self, "cos", "cos", "float")
+        return unary(self, UnaryOp.COS, "cos", "float")
 
     def tan(self) -> Any:
-        return unary(self, "tan", "tan", "float")
+        return unary(self, UnaryOp.TAN, "tan", "float")
 
     def tanh(self) -> Any:
-        return unary(self, "tanh", "tanh", "float")
+        return unary(self, UnaryOp.TANH, "tanh", "float")
 
     def sinh(self) -> Any:
-        return unary(self, "sinh", "sinh", "float")
+        return unary(self, UnaryOp.SINH, "sinh", "float")
 
     def cosh(self) -> Any:
-        return unary(self, "cosh", "cosh", "float")
+        return unary(self, UnaryOp.COSH, "cosh", "float")
 
     def asin(self) -> Any:
-        return unary(self, "asin", "asin", "float")
+        return unary(self, UnaryOp.ASIN, "asin", "float")
 
     def acos(self) -> Any:
-        return unary(self, "acos", "acos", "float")
+        return unary(self, UnaryOp.ACOS, "acos", "float")
 
     def atan(self) -> Any:
-        return unary(self, "atan", "atan", "float")
+        return unary(self, UnaryOp.ATAN, "atan", "float")
 
     def erf(self) -> Any:
-        return unary(self, "erf", "erf", "float")
+        return unary(self, UnaryOp.ERF, "erf", "float")
 
     def _integral_or(self, op: str) -> Any:
         if self._p.dtype not in FLOAT_NP:
@@ -202,17 +203,17 @@ class ArithmeticOps:
         """A bool tensor, true where ``self`` is NaN."""
         if self._p.dtype not in FLOAT_NP:
             return self.full_like(False).cast("bool")
-        return unary(self, "is_nan", "is_nan", "any")
+        return unary(self, UnaryOp.IS_NAN, "is_nan", "any")
 
     def is_inf(self) -> Any:
         if self._p.dtype not in FLOAT_NP:
             return self.full_like(False).cast("bool")
-        return unary(self, "is_inf", "is_inf", "any")
+        return unary(self, UnaryOp.IS_INF, "is_inf", "any")
 
     def is_finite(self) -> Any:
         if self._p.dtype not in FLOAT_NP:
             return self.full_like(True).cast("bool")
-        return unary(self, "is_finite", "is_finite", "any")
+        return unary(self, UnaryOp.IS_FINITE, "is_finite", "any")
 
     def clamp(self, min: Any = None, max: Any = None) -> Any:
         """Values limited to ``[min, max]``; either bound may be ``None``."""
@@ -298,7 +299,7 @@ class ArithmeticOps:
         return self.sub(other)
 
     def __rsub__(self, other: Any) -> Any:
-        return reverse_scalar(self, other, "sub", "rsub", "arith")
+        return reverse_scalar(self, other, BinaryOp.SUB, "rsub", "arith")
 
     def __mul__(self, other: Any) -> Any:
         return self.mul(other)
@@ -310,25 +311,25 @@ class ArithmeticOps:
         return self.div(other)
 
     def __rtruediv__(self, other: Any) -> Any:
-        return reverse_scalar(self, other, "div", "rdiv", "float")
+        return reverse_scalar(self, other, BinaryOp.DIV, "rdiv", "float")
 
     def __floordiv__(self, other: Any) -> Any:
         return self.floor_div(other)
 
     def __rfloordiv__(self, other: Any) -> Any:
-        return reverse_scalar(self, other, "floor_div", "rfloordiv", "arith")
+        return reverse_scalar(self, other, BinaryOp.FLOOR_DIV, "rfloordiv", "arith")
 
     def __mod__(self, other: Any) -> Any:
         return self.remainder(other)
 
     def __rmod__(self, other: Any) -> Any:
-        return reverse_scalar(self, other, "remainder", "rmod", "arith")
+        return reverse_scalar(self, other, BinaryOp.REMAINDER, "rmod", "arith")
 
     def __pow__(self, other: Any) -> Any:
         return self.pow(other)
 
     def __rpow__(self, other: Any) -> Any:
-        return reverse_scalar(self, other, "pow", "rpow", "float")
+        return reverse_scalar(self, other, BinaryOp.POW, "rpow", "float")
 
     def __neg__(self) -> Any:
         return self.neg()

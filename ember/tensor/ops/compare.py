@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.backend.ops import BinaryOp, UnaryOp
 from ember.tensor.dispatch import as_scalar
 from ember.tensor.ops.elementwise import binary, unary
 
@@ -17,72 +18,72 @@ class CompareOps:
     __slots__ = ()
 
     def equal(self, other: Any) -> Any:
-        return binary(self, other, "eq", "equal", "cmp")
+        return binary(self, other, BinaryOp.EQ, "equal", "cmp")
 
     def not_equal(self, other: Any) -> Any:
-        return binary(self, other, "ne", "not_equal", "cmp")
+        return binary(self, other, BinaryOp.NE, "not_equal", "cmp")
 
     def greater(self, other: Any) -> Any:
-        return binary(self, other, "gt", "greater", "cmp")
+        return binary(self, other, BinaryOp.GT, "greater", "cmp")
 
     def greater_equal(self, other: Any) -> Any:
-        return binary(self, other, "ge", "greater_equal", "cmp")
+        return binary(self, other, BinaryOp.GE, "greater_equal", "cmp")
 
     def lower(self, other: Any) -> Any:
-        return binary(self, other, "lt", "lower", "cmp")
+        return binary(self, other, BinaryOp.LT, "lower", "cmp")
 
     def lower_equal(self, other: Any) -> Any:
-        return binary(self, other, "le", "lower_equal", "cmp")
+        return binary(self, other, BinaryOp.LE, "lower_equal", "cmp")
 
     def equal_elem(self, value: Any) -> Any:
-        return binary(self, as_scalar("equal_elem", value), "eq", "equal_elem", "cmp")
+        return binary(self, as_scalar("equal_elem", value), BinaryOp.EQ, "equal_elem", "cmp")
 
     def not_equal_elem(self, value: Any) -> Any:
-        return binary(self, as_scalar("not_equal_elem", value), "ne", "not_equal_elem", "cmp")
+        return binary(self, as_scalar("not_equal_elem", value), BinaryOp.NE, "not_equal_elem", "cmp")
 
     def greater_elem(self, value: Any) -> Any:
-        return binary(self, as_scalar("greater_elem", value), "gt", "greater_elem", "cmp")
+        return binary(self, as_scalar("greater_elem", value), BinaryOp.GT, "greater_elem", "cmp")
 
     def greater_equal_elem(self, value: Any) -> Any:
-        return binary(self, as_scalar("greater_equal_elem", value), "ge", "greater_equal_elem", "cmp")
+        return binary(self, as_scalar("greater_equal_elem", value), BinaryOp.GE, "greater_equal_elem", "cmp")
 
     def lower_elem(self, value: Any) -> Any:
-        return binary(self, as_scalar("lower_elem", value), "lt", "lower_elem", "cmp")
+        return binary(self, as_scalar("lower_elem", value), BinaryOp.LT, "lower_elem", "cmp")
 
     def lower_equal_elem(self, value: Any) -> Any:
-        return binary(self, as_scalar("lower_equal_elem", value), "le", "lower_equal_elem", "cmp")
+        return binary(self, as_scalar("lower_equal_elem", value), BinaryOp.LE, "lower_equal_elem", "cmp")
 
     # ------------------------------------------------------------------ bool logic
     def bool_and(self, other: Any) -> Any:
-        return binary(self, other, "logical_and", "bool_and", "bool")
+        return binary(self, other, BinaryOp.LOGICAL_AND, "bool_and", "bool")
 
     def bool_or(self, other: Any) -> Any:
-        return binary(self, other, "logical_or", "bool_or", "bool")
+        return binary(self, other, BinaryOp.LOGICAL_OR, "bool_or", "bool")
 
     def bool_xor(self, other: Any) -> Any:
-        return binary(self, other, "logical_xor", "bool_xor", "bool")
+        return binary(self, other, BinaryOp.LOGICAL_XOR, "bool_xor", "bool")
 
     def bool_not(self) -> Any:
-        return unary(self, "logical_not", "bool_not", "bool")
+        return unary(self, UnaryOp.LOGICAL_NOT, "bool_not", "bool")
 
     # ------------------------------------------------------------------ bitwise (ints)
     def bitwise_and(self, other: Any) -> Any:
-        return binary(self, other, "bitwise_and", "bitwise_and", "int")
+        return binary(self, other, BinaryOp.BITWISE_AND, "bitwise_and", "int")
 
     def bitwise_or(self, other: Any) -> Any:
-        return binary(self, other, "bitwise_or", "bitwise_or", "int")
+        return binary(self, other, BinaryOp.BITWISE_OR, "bitwise_or", "int")
 
     def bitwise_xor(self, other: Any) -> Any:
-        return binary(self, other, "bitwise_xor", "bitwise_xor", "int")
+        return binary(self, other, BinaryOp.BITWISE_XOR, "bitwise_xor", "int")
 
     def bitwise_not(self) -> Any:
-        return unary(self, "bitwise_not", "bitwise_not", "int")
+        return unary(self, UnaryOp.BITWISE_NOT, "bitwise_not", "int")
 
     def bitwise_left_shift(self, other: Any) -> Any:
-        return binary(self, other, "left_shift", "bitwise_left_shift", "int")
+        return binary(self, other, BinaryOp.LEFT_SHIFT, "bitwise_left_shift", "int")
 
     def bitwise_right_shift(self, other: Any) -> Any:
-        return binary(self, other, "right_shift", "bitwise_right_shift", "int")
+        return binary(self, other, BinaryOp.RIGHT_SHIFT, "bitwise_right_shift", "int")
 
     def all_close(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
         """Whether ``|self - other| <= atol + rtol * |other|`` everywhere (shapes broadcast)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.backend.dtype import DType
+from ember.backend.ops import BinaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, INT_NP, as_scalar, check_device, promote_pair
 from ember.tensor.shape import broadcast_shapes, normalize_dim
@@ -139,7 +140,7 @@ class IndexingOps:
     def argwhere(self) -> Any:
         """The ``[n, rank]`` int64 coordinates of nonzero (true) elements."""
         p = self._p
-        mask = p if p.dtype == BOOL_NP else self._d._b.binary("ne", p, 0)
+        mask = p if p.dtype == BOOL_NP else self._d._b.binary(BinaryOp.NE, p, 0)
         return self.__class__(self._d._b.argwhere(mask), self._d)
 
     def nonzero(self) -> list[Any]:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ember.backend.dtype import DType
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp
 from ember.errors import ShapeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
 from ember.tensor.shape import normalize_dim, normalize_dims
@@ -23,12 +24,12 @@ class ReduceOps:
     def _reduce(self, op: str, name: str, dim: int | None) -> Any:
         p = self._p
         backend = self._d._b
-        if op in ("any", "all"):
+        if op in (ReduceOp.ANY, ReduceOp.ALL):
             if p.dtype != BOOL_NP:
-                p = backend.binary("ne", p, 0)
+                p = backend.binary(BinaryOp.NE, p, 0)
         elif p.dtype == BOOL_NP:
             p = backend.cast(p, DType.INT64)
-        if op == "mean" and p.dtype not in FLOAT_NP:
+        if op == ReduceOp.MEAN and p.dtype not in FLOAT_NP:
             p = backend.cast(p, DType.FLOAT32)
         if dim is None:
             if len(p.shape) != 1:
@@ -37,17 +38,17 @@ class ReduceOps:
             dim = 0
         else:
             dim = normalize_dim(name, dim, len(p.shape))
-        if p.shape[dim] == 0 and op in ("max", "min"):
+        if p.shape[dim] == 0 and op in (ReduceOp.MAX, ReduceOp.MIN):
             raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(self._p.shape)})")
         return self.__class__(backend.reduce(op, p, dim), self._d)
 
     def sum(self) -> Any:
         """The sum of all elements, shape ``[1]``."""
-        return self._reduce("sum", "sum", None)
+        return self._reduce(ReduceOp.SUM, "sum", None)
 
     def sum_dim(self, dim: int) -> Any:
         """The sum along ``dim``, kept with size 1."""
-        return self._reduce("sum", "sum_dim", dim)
+        return self._reduce(ReduceOp.SUM, "sum_dim", dim)
 
     def sum_dims(self, dims: Sequence[int]) -> Any:
         out = self
@@ -56,10 +57,10 @@ class ReduceOps:
         return out
 
     def mean(self) -> Any:
-        return self._reduce("mean", "mean", None)
+        return self._reduce(ReduceOp.MEAN, "mean", None)
 
     def mean_dim(self, dim: int) -> Any:
-        return self._reduce("mean", "mean_dim", dim)
+        return self._reduce(ReduceOp.MEAN, "mean_dim", dim)
 
     def mean_dims(self, dims: Sequence[int]) -> Any:
         out = self
@@ -68,20 +69,20 @@ class ReduceOps:
         return out
 
     def prod(self) -> Any:
-        return self._reduce("prod", "prod", None)
+        return self._reduce(ReduceOp.PROD, "prod", None)
 
     def prod_dim(self, dim: int) -> Any:
-        return self._reduce("prod", "prod_dim", dim)
+        return self._reduce(ReduceOp.PROD, "prod_dim", dim)
 
     def max(self) -> Any:
         """The largest element, shape ``[1]`` (NaN propagates)."""
-        return self._reduce("max", "max", None)
+        return self._reduce(ReduceOp.MAX, "max", None)
 
     def max_dim(self, dim: int) -> Any:
         return self.max_dim_with_indices(dim)[0]
 
     def min(self) -> Any:
-        return self._reduce("min", "min", None)
+        return self._reduce(ReduceOp.MIN, "min", None)
 
     def min_dim(self, dim: int) -> Any:
         return self.min_dim_with_indices(dim)[0]
@@ -93,10 +94,10 @@ class ReduceOps:
     def max_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
         """``(values, indices)`` of the maxima along ``dim`` (kept); gradients flow
         to the selected elements."""
-        return self._extreme_with_indices("argmax", "max_dim_with_indices", dim)
+        return self._extreme_with_indices(ArgReduceOp.ARGMAX, "max_dim_with_indices", dim)
 
     def min_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
-        return self._extreme_with_indices("argmin", "min_dim_with_indices", dim)
+        return self._extreme_with_indices(ArgReduceOp.ARGMIN, "min_dim_with_indices", dim)
 
     def _arg_reduce(self, op: str, name: str, dim: int) -> Any:
         p = self._p
@@ -109,23 +110,23 @@ class ReduceOps:
 
     def argmax(self, dim: int) -> Any:
         """Indices (int64) of the maxima along ``dim`` (kept); the first on ties."""
-        return self._arg_reduce("argmax", "argmax", dim)
+        return self._arg_reduce(ArgReduceOp.ARGMAX, "argmax", dim)
 
     def argmin(self, dim: int) -> Any:
-        return self._arg_reduce("argmin", "argmin", dim)
+        return self._arg_reduce(ArgReduceOp.ARGMIN, "argmin", dim)
 
     def any(self) -> Any:
         """Whether any element is nonzero, as a bool tensor of shape ``[1]``."""
-        return self._reduce("any", "any", None)
+        return self._reduce(ReduceOp.ANY, "any", None)
 
     def any_dim(self, dim: int) -> Any:
-        return self._reduce("any", "any_dim", dim)
+        return self._reduce(ReduceOp.ANY, "any_dim", dim)
 
     def all(self) -> Any:
-        return self._reduce("all", "all", None)
+        return self._reduce(ReduceOp.ALL, "all", None)
 
     def all_dim(self, dim: int) -> Any:
-        return self._reduce("all", "all_dim", dim)
+        return self._reduce(ReduceOp.ALL, "all_dim", dim)
 
     # ------------------------------------------------------------------ statistics
     def var(self, dim: int) -> Any:
@@ -183,19 +184,19 @@ class ReduceOps:
 
     def cumsum(self, dim: int) -> Any:
         """Running sums along ``dim``."""
-        return self._scan("cumsum", dim)
+        return self._scan(CumulativeOp.CUMSUM, dim)
 
     def cumprod(self, dim: int) -> Any:
         """Running products along ``dim``."""
-        return self._scan("cumprod", dim)
+        return self._scan(CumulativeOp.CUMPROD, dim)
 
     def cummax(self, dim: int) -> Any:
         """Running maxima along ``dim``."""
-        return self._scan("cummax", dim)
+        return self._scan(CumulativeOp.CUMMAX, dim)
 
     def cummin(self, dim: int) -> Any:
         """Running minima along ``dim``."""
-        return self._scan("cummin", dim)
+        return self._scan(CumulativeOp.CUMMIN, dim)
 
     # ------------------------------------------------------------------ sorting
     def argsort(self, dim: int = -1, descending: bool = False) -> Any:

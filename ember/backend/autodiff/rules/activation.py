@@ -11,29 +11,30 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
+from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 
 
 def _relu_step(ops, g, saved, ctx):
     (out,) = saved
-    return (ops.where(ops.binary("gt", out, 0.0), g, 0.0),)
+    return (ops.where(ops.binary(BinaryOp.GT, out, 0.0), g, 0.0),)
 
 
 def _sigmoid_step(ops, g, saved, ctx):
     (out,) = saved
-    one_minus = ops.binary("add", ops.unary("neg", out), 1.0)
-    return (ops.binary("mul", g, ops.binary("mul", out, one_minus)),)
+    one_minus = ops.binary(BinaryOp.ADD, ops.unary(UnaryOp.NEG, out), 1.0)
+    return (ops.binary(BinaryOp.MUL, g, ops.binary(BinaryOp.MUL, out, one_minus)),)
 
 
 def _softmax_step(ops, g, saved, dim):
     (out,) = saved
-    dot = ops.reduce("sum", ops.binary("mul", g, out), dim)
-    return (ops.binary("mul", out, ops.binary("sub", g, dot)),)
+    dot = ops.reduce(ReduceOp.SUM, ops.binary(BinaryOp.MUL, g, out), dim)
+    return (ops.binary(BinaryOp.MUL, out, ops.binary(BinaryOp.SUB, g, dot)),)
 
 
 def _log_softmax_step(ops, g, saved, dim):
     (out,) = saved
-    total = ops.reduce("sum", g, dim)
-    return (ops.binary("sub", g, ops.binary("mul", ops.unary("exp", out), total)),)
+    total = ops.reduce(ReduceOp.SUM, g, dim)
+    return (ops.binary(BinaryOp.SUB, g, ops.binary(BinaryOp.MUL, ops.unary(UnaryOp.EXP, out), total)),)
 
 
 class ActivationRules(RecordMixin):

@@ -6,6 +6,7 @@ from typing import Any
 
 from ember.backend.autodiff.graph import SELF, AutodiffTensor, Node
 from ember.backend.dtype import DType
+from ember.backend.ops import ReduceOp
 
 Tracked = AutodiffTensor
 
@@ -26,7 +27,7 @@ def unbroadcast(ops: Any, g: Any, shape: tuple[int, ...]) -> Any:
     lead = len(gshape) - len(shape)
     for dim in range(len(gshape)):
         if dim < lead or (shape[dim - lead] == 1 and gshape[dim] != 1):
-            g = ops.reduce("sum", g, dim)
+            g = ops.reduce(ReduceOp.SUM, g, dim)
     return ops.reshape(g, shape) if g.shape != shape else g
 
 

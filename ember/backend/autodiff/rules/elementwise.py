@@ -14,6 +14,7 @@ from typing import Any
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast, zeros_like
 from ember.backend.dtype import DType
+from ember.backend.ops import BinaryOp, UnaryOp
 
 X, OUT = 1, 2  # what a unary step needs
 LHS, RHS, RES = 1, 2, 4  # what a binary step needs
@@ -21,7 +22,7 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _mul(ops, a, b):
-    return ops.binary("mul", a, b)
+    return ops.binary(BinaryOp.MUL, a, b)
 
 
 def _zero_grad(ops, g, x, out):
@@ -29,91 +30,91 @@ def _zero_grad(ops, g, x, out):
 
 
 UNARY: dict[str, tuple[int, Any]] = {
-    "neg": (0, lambda ops, g, x, out: ops.unary("neg", g)),
-    "abs": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("sign", x))),
-    "exp": (OUT, lambda ops, g, x, out: _mul(ops, g, out)),
-    "log": (X, lambda ops, g, x, out: ops.binary("div", g, x)),
-    "log1p": (X, lambda ops, g, x, out: ops.binary("div", g, ops.binary("add", x, 1.0))),
-    "expm1": (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary("add", out, 1.0))),
-    "sqrt": (OUT, lambda ops, g, x, out: ops.binary("div", g, _mul(ops, out, 2.0))),
-    "rsqrt": (OUT, lambda ops, g, x, out: _mul(ops, _mul(ops, g, _mul(ops, out, _mul(ops, out, out))), -0.5)),
-    "recip": (OUT, lambda ops, g, x, out: ops.unary("neg", _mul(ops, g, _mul(ops, out, out)))),
-    "square": (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, x, 2.0))),
-    "sin": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("cos", x))),
-    "cos": (X, lambda ops, g, x, out: ops.unary("neg", _mul(ops, g, ops.unary("sin", x)))),
-    "tan": (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary("add", _mul(ops, out, out), 1.0))),
-    "tanh": (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary("sub", ops.full((), 1, DType.from_numpy(out.dtype)), _mul(ops, out, out)))),
-    "sinh": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("cosh", x))),
-    "cosh": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("sinh", x))),
-    "asin": (X, lambda ops, g, x, out: _mul(ops, g, ops.unary("rsqrt", _one_minus_sq(ops, x)))),
-    "acos": (X, lambda ops, g, x, out: ops.unary("neg", _mul(ops, g, ops.unary("rsqrt", _one_minus_sq(ops, x))))),
-    "atan": (X, lambda ops, g, x, out: ops.binary("div", g, ops.binary("add", _mul(ops, x, x), 1.0))),
-    "erf": (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, ops.unary("exp", ops.unary("neg", _mul(ops, x, x))), _TWO_OVER_SQRT_PI))),
-    "sign": (0, _zero_grad),
-    "round": (0, _zero_grad),
-    "floor": (0, _zero_grad),
-    "ceil": (0, _zero_grad),
-    "trunc": (0, _zero_grad),
+    UnaryOp.NEG: (0, lambda ops, g, x, out: ops.unary(UnaryOp.NEG, g)),
+    UnaryOp.ABS: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.SIGN, x))),
+    UnaryOp.EXP: (OUT, lambda ops, g, x, out: _mul(ops, g, out)),
+    UnaryOp.LOG: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, x)),
+    UnaryOp.LOG1P: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, ops.binary(BinaryOp.ADD, x, 1.0))),
+    UnaryOp.EXPM1: (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary(BinaryOp.ADD, out, 1.0))),
+    UnaryOp.SQRT: (OUT, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _mul(ops, out, 2.0))),
+    UnaryOp.RSQRT: (OUT, lambda ops, g, x, out: _mul(ops, _mul(ops, g, _mul(ops, out, _mul(ops, out, out))), -0.5)),
+    UnaryOp.RECIP: (OUT, lambda ops, g, x, out: ops.unary(UnaryOp.NEG, _mul(ops, g, _mul(ops, out, out)))),
+    UnaryOp.SQUARE: (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, x, 2.0))),
+    UnaryOp.SIN: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.COS, x))),
+    UnaryOp.COS: (X, lambda ops, g, x, out: ops.unary(UnaryOp.NEG, _mul(ops, g, ops.unary(UnaryOp.SIN, x)))),
+    UnaryOp.TAN: (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary(BinaryOp.ADD, _mul(ops, out, out), 1.0))),
+    UnaryOp.TANH: (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary(BinaryOp.SUB, ops.full((), 1, DType.from_numpy(out.dtype)), _mul(ops, out, out)))),
+    UnaryOp.SINH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.COSH, x))),
+    UnaryOp.COSH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.SINH, x))),
+    UnaryOp.ASIN: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, _one_minus_sq(ops, x)))),
+    UnaryOp.ACOS: (X, lambda ops, g, x, out: ops.unary(UnaryOp.NEG, _mul(ops, g, ops.unary(UnaryOp.RSQRT, _one_minus_sq(ops, x))))),
+    UnaryOp.ATAN: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0))),
+    UnaryOp.ERF: (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, ops.unary(UnaryOp.EXP, ops.unary(UnaryOp.NEG, _mul(ops, x, x))), _TWO_OVER_SQRT_PI))),
+    UnaryOp.SIGN: (0, _zero_grad),
+    UnaryOp.ROUND: (0, _zero_grad),
+    UnaryOp.FLOOR: (0, _zero_grad),
+    UnaryOp.CEIL: (0, _zero_grad),
+    UnaryOp.TRUNC: (0, _zero_grad),
 }
 
 
 def _one_minus_sq(ops, x):
-    return ops.binary("sub", ops.full((), 1, DType.from_numpy(x.dtype)), _mul(ops, x, x))
+    return ops.binary(BinaryOp.SUB, ops.full((), 1, DType.from_numpy(x.dtype)), _mul(ops, x, x))
 
 
 def _max_grad(ops, g, a, b, out, first: bool):
     """max/min split the gradient evenly on ties, as PyTorch."""
-    win = ops.binary("eq", a if first else b, out)
-    tie = ops.binary("eq", a, b)
+    win = ops.binary(BinaryOp.EQ, a if first else b, out)
+    tie = ops.binary(BinaryOp.EQ, a, b)
     half = _mul(ops, g, 0.5)
     return ops.where(tie, half, ops.where(win, g, 0.0))
 
 
 def _pow_grad_exponent(ops, g, a, b, out):
-    log_a = ops.unary("log", a)
+    log_a = ops.unary(UnaryOp.LOG, a)
     grad = _mul(ops, g, _mul(ops, out, log_a))
-    return ops.where(ops.binary("eq", a, 0.0), 0.0, grad)
+    return ops.where(ops.binary(BinaryOp.EQ, a, 0.0), 0.0, grad)
 
 
 def _pow_grad_base(ops, g, a, b, out):
     if not isinstance(b, (int, float)):
-        return _mul(ops, g, _mul(ops, b, ops.binary("pow", a, ops.binary("sub", b, 1.0))))
+        return _mul(ops, g, _mul(ops, b, ops.binary(BinaryOp.POW, a, ops.binary(BinaryOp.SUB, b, 1.0))))
     if b == 0:
         return zeros_like(ops, g)
-    return _mul(ops, g, _mul(ops, ops.binary("pow", a, b - 1.0), b))
+    return _mul(ops, g, _mul(ops, ops.binary(BinaryOp.POW, a, b - 1.0), b))
 
 
 def _atan2_grad(ops, g, a, b, numerator):
     """``g * numerator / (a^2 + b^2)``, zero where a = b = 0 (as PyTorch)."""
-    denominator = ops.binary("add", _mul(ops, a, a), _mul(ops, b, b))
-    zero = ops.binary("eq", denominator, 0.0)
+    denominator = ops.binary(BinaryOp.ADD, _mul(ops, a, a), _mul(ops, b, b))
+    zero = ops.binary(BinaryOp.EQ, denominator, 0.0)
     safe = ops.where(zero, 1.0, denominator)
-    return ops.where(zero, 0.0, ops.binary("div", _mul(ops, g, numerator), safe))
+    return ops.where(zero, 0.0, ops.binary(BinaryOp.DIV, _mul(ops, g, numerator), safe))
 
 
 # op: (needs, grad wrt a, grad wrt b); each grad is f(ops, g, a, b, out)
 BINARY: dict[str, tuple[int, Any, Any]] = {
-    "add": (0, lambda ops, g, a, b, o: g, lambda ops, g, a, b, o: g),
-    "sub": (0, lambda ops, g, a, b, o: g, lambda ops, g, a, b, o: ops.unary("neg", g)),
-    "mul": (LHS | RHS, lambda ops, g, a, b, o: _mul(ops, g, b), lambda ops, g, a, b, o: _mul(ops, g, a)),
-    "div": (
+    BinaryOp.ADD: (0, lambda ops, g, a, b, o: g, lambda ops, g, a, b, o: g),
+    BinaryOp.SUB: (0, lambda ops, g, a, b, o: g, lambda ops, g, a, b, o: ops.unary(UnaryOp.NEG, g)),
+    BinaryOp.MUL: (LHS | RHS, lambda ops, g, a, b, o: _mul(ops, g, b), lambda ops, g, a, b, o: _mul(ops, g, a)),
+    BinaryOp.DIV: (
         RHS | RES,
-        lambda ops, g, a, b, o: ops.binary("div", g, b),
-        lambda ops, g, a, b, o: ops.unary("neg", ops.binary("div", _mul(ops, g, o), b)),
+        lambda ops, g, a, b, o: ops.binary(BinaryOp.DIV, g, b),
+        lambda ops, g, a, b, o: ops.unary(UnaryOp.NEG, ops.binary(BinaryOp.DIV, _mul(ops, g, o), b)),
     ),
-    "pow": (LHS | RHS | RES, _pow_grad_base, _pow_grad_exponent),
-    "remainder": (
+    BinaryOp.POW: (LHS | RHS | RES, _pow_grad_base, _pow_grad_exponent),
+    BinaryOp.REMAINDER: (
         LHS | RHS,
         lambda ops, g, a, b, o: g,
-        lambda ops, g, a, b, o: ops.unary("neg", _mul(ops, g, ops.binary("floor_div", a, b))),
+        lambda ops, g, a, b, o: ops.unary(UnaryOp.NEG, _mul(ops, g, ops.binary(BinaryOp.FLOOR_DIV, a, b))),
     ),
-    "atan2": (
+    BinaryOp.ATAN2: (
         LHS | RHS,
         lambda ops, g, a, b, o: _atan2_grad(ops, g, a, b, b),
-        lambda ops, g, a, b, o: ops.unary("neg", _atan2_grad(ops, g, a, b, a)),
+        lambda ops, g, a, b, o: ops.unary(UnaryOp.NEG, _atan2_grad(ops, g, a, b, a)),
     ),
-    "maximum": (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
-    "minimum": (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
+    BinaryOp.MAXIMUM: (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
+    BinaryOp.MINIMUM: (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
 }
 
 
@@ -144,10 +145,10 @@ def _clamp_step(ops, g, saved, ctx):
     low, high = ctx
     inside = None
     if low is not None:
-        inside = ops.binary("ge", x, low)
+        inside = ops.binary(BinaryOp.GE, x, low)
     if high is not None:
-        below = ops.binary("le", x, high)
-        inside = below if inside is None else ops.binary("logical_and", inside, below)
+        below = ops.binary(BinaryOp.LE, x, high)
+        inside = below if inside is None else ops.binary(BinaryOp.LOGICAL_AND, inside, below)
     return (ops.where(inside, g, 0.0),)
 
 
@@ -159,7 +160,7 @@ class ElementwiseRules(RecordMixin):
     """Recording of elementwise ops (all memory-bound: recomputed under balanced
     checkpointing)."""
 
-    def unary(self, op: str, x: AutodiffTensor) -> AutodiffTensor:
+    def unary(self, op: UnaryOp, x: AutodiffTensor) -> AutodiffTensor:
         inner = self.inner
         out = inner.unary(op, x.inner)
         node = x.node
@@ -171,7 +172,7 @@ class ElementwiseRules(RecordMixin):
         recompute = (partial(inner.unary, op), (self._keep(x),)) if self._balanced else None
         return self._record(out, (node,), _unary_step, saved, op, recompute)
 
-    def binary(self, op: str, a: AutodiffTensor, b: Any) -> AutodiffTensor:
+    def binary(self, op: BinaryOp, a: AutodiffTensor, b: Any) -> AutodiffTensor:
         inner = self.inner
         if type(b) is AutodiffTensor:
             out = inner.binary(op, a.inner, b.inner)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
+from ember.backend.ops import ReduceOp
 
 
 def _transpose(ops, x):
@@ -38,7 +39,7 @@ def _linear_step(ops, g, saved, ctx):
     if track_w:
         x2 = ops.reshape(x, (-1, x.shape[-1])) if len(x.shape) != 2 else x
         gw = ops.matmul(_transpose(ops, x2), g2)
-    gb = ops.reshape(ops.reduce("sum", g2, 0), (d_out,)) if track_b else None
+    gb = ops.reshape(ops.reduce(ReduceOp.SUM, g2, 0), (d_out,)) if track_b else None
     return (gx, gw, gb)
 
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
+from ember.backend.ops import BinaryOp, UnaryOp
 
 
 def _mse_step(ops, g, saved, ctx):
     pred, target = saved
     mean, track_pred, track_target = ctx
-    diff = ops.binary("sub", pred, target)
+    diff = ops.binary(BinaryOp.SUB, pred, target)
     n = 1
     for d in diff.shape:
         n *= d
-    scale = ops.binary("mul", g, 2.0 / n if mean else 2.0)
-    grad = ops.binary("mul", diff, scale)
-    return (grad if track_pred else None, ops.unary("neg", grad) if track_target else None)
+    scale = ops.binary(BinaryOp.MUL, g, 2.0 / n if mean else 2.0)
+    grad = ops.binary(BinaryOp.MUL, diff, scale)
+    return (grad if track_pred else None, ops.unary(UnaryOp.NEG, grad) if track_target else None)
 
 
 class LossRules(RecordMixin):

@@ -19,14 +19,15 @@ from typing import Any
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
 from ember.backend.module_ops import conv_transpose_output_size
+from ember.backend.ops import ReduceOp
 
 
 def _bias_grad(ops: Any, g: Any) -> Any:
     """Sum over every dim but the channels (dim 1)."""
     channels = g.shape[1]
-    g = ops.reduce("sum", g, 0)
+    g = ops.reduce(ReduceOp.SUM, g, 0)
     for dim in range(2, len(g.shape)):
-        g = ops.reduce("sum", g, dim)
+        g = ops.reduce(ReduceOp.SUM, g, dim)
     return ops.reshape(g, (channels,))
 
 

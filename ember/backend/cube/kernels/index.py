@@ -20,6 +20,7 @@ from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
 from ember.backend.cube.kernels import layout
 from ember.backend.dtype import DType
+from ember.backend.ops import CumulativeOp
 from ember.errors import IndexOutOfBoundsError, ShapeError
 
 if TYPE_CHECKING:
@@ -302,7 +303,7 @@ def argwhere(backend: CubeBackend, x: CubeTensor) -> CubeTensor:
     _check_rank("argwhere", x.shape)
     flat = layout.contiguous(backend, x)
     flat = flat.view((x.size,), (1,), 0)
-    positions = backend.cumulative("cumsum", backend.cast(flat, DType.INT32), 0)
+    positions = backend.cumulative(CumulativeOp.CUMSUM, backend.cast(flat, DType.INT32), 0)
     count = int(backend.to_numpy(positions.view((1,), (1,), x.size - 1))[0])
     out = backend.empty((count, rank), out_storage)
     out.bounds = (0, max(max(x.shape) - 1, 0))

@@ -21,6 +21,7 @@ from ember.backend.cube.dtypes import Storage
 from ember.backend.cube.kernels import layout
 from ember.backend.dtype import DType
 from ember.backend.module_ops import pool_output_size
+from ember.backend.ops import BinaryOp, ReduceOp
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def conv(backend, x, weight, bias, stride, padding, dilation, groups):
     w = layout.reshape(backend, weight, (1, groups, c_out // groups, cg * k_total))
     y = layout.reshape(backend, backend.matmul(w, cols), (n, c_out) + out)
     if bias is not None:
-        y = backend.binary("add", y, layout.reshape(backend, bias, (1, c_out) + (1,) * len(out)))
+        y = backend.binary(BinaryOp.ADD, y, layout.reshape(backend, bias, (1, c_out) + (1,) * len(out)))
     return y
 
 
@@ -193,7 +194,7 @@ def conv_weight_grad(backend, x, grad, weight_shape, stride, padding, dilation, 
     g = layout.reshape(backend, grad, (n, groups, c_out // groups, p_total))
     gw = backend.matmul(g, layout.permute(cols, (0, 1, 3, 2)))
     if n > 1:
-        gw = backend.reduce("sum", gw, 0)
+        gw = backend.reduce(ReduceOp.SUM, gw, 0)
     return layout.reshape(backend, gw, tuple(weight_shape))
 
 

@@ -12,6 +12,7 @@ from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage, scalar_word
 from ember.backend.cube.kernels import elementwise, layout, reduce
+from ember.backend.ops import BinaryOp
 
 if TYPE_CHECKING:
     from ember.backend.cube.backend import CubeBackend
@@ -104,8 +105,8 @@ def mse_loss(backend: CubeBackend, pred: CubeTensor, target: CubeTensor, mean: b
     """``sum((pred - target)^2)`` (``/ n`` when ``mean``) with shape ``[1]``."""
     if pred.storage.compute != "f32":
         return NotImplemented
-    diff = ir.binary("sub", ir.load(0, "f32"), ir.load(1, "f32"))
-    squares = elementwise.run(backend, ir.binary("mul", diff, diff), [pred, target], backend.storage_f32(), pred.shape)
+    diff = ir.binary(BinaryOp.SUB, ir.load(0, "f32"), ir.load(1, "f32"))
+    squares = elementwise.run(backend, ir.binary(BinaryOp.MUL, diff, diff), [pred, target], backend.storage_f32(), pred.shape)
     flat = squares.view((squares.size,), (1,), 0)
     total = reduce.reduce(backend, "mean" if mean else "sum", flat, 0)
     if pred.storage != total.storage:

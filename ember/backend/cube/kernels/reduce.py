@@ -13,6 +13,7 @@ from ember.backend.cube.buffer import CubeTensor, coalesce, contiguous_strides
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
 from ember.backend.dtype import DType
+from ember.backend.ops import ArgReduceOp, ReduceOp
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
@@ -22,23 +23,23 @@ _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
 _OFF = 2 + _MR              # info: n_out, rank, outer shape, [offset, strides] per operand
 _COMBINE = {
-    "sum": {"f32": "({a} + {b})", "i32": "({a} + {b})"},
-    "prod": {"f32": "({a} * {b})", "i32": "({a} * {b})"},
-    "max": {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})"},
-    "min": {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})"},
-    "any": {"bool": "({a} || {b})"},
-    "all": {"bool": "({a} && {b})"},
+    ReduceOp.SUM: {"f32": "({a} + {b})", "i32": "({a} + {b})"},
+    ReduceOp.PROD: {"f32": "({a} * {b})", "i32": "({a} * {b})"},
+    ReduceOp.MAX: {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})"},
+    ReduceOp.MIN: {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})"},
+    ReduceOp.ANY: {"bool": "({a} || {b})"},
+    ReduceOp.ALL: {"bool": "({a} && {b})"},
 }
-_COMBINE["mean"] = _COMBINE["sum"]
+_COMBINE[ReduceOp.MEAN] = _COMBINE[ReduceOp.SUM]
 _INIT = {
-    "sum": {"f32": "0.0", "i32": "0"},
-    "prod": {"f32": "1.0", "i32": "1"},
-    "max": {"f32": "-inf_f()", "i32": "i32(-2147483647 - 1)"},
-    "min": {"f32": "inf_f()", "i32": "2147483647"},
-    "any": {"bool": "false"},
-    "all": {"bool": "true"},
+    ReduceOp.SUM: {"f32": "0.0", "i32": "0"},
+    ReduceOp.PROD: {"f32": "1.0", "i32": "1"},
+    ReduceOp.MAX: {"f32": "-inf_f()", "i32": "i32(-2147483647 - 1)"},
+    ReduceOp.MIN: {"f32": "inf_f()", "i32": "2147483647"},
+    ReduceOp.ANY: {"bool": "false"},
+    ReduceOp.ALL: {"bool": "true"},
 }
-_INIT["mean"] = _INIT["sum"]
+_INIT[ReduceOp.MEAN] = _INIT[ReduceOp.SUM]
 
 
 def _geometry(x: CubeTensor, dim: int, extra: list[tuple[int, ...]] = ()) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
@@ -73,7 +74,7 @@ def _reduce_source(op: str, mode: str, src: Storage, dst: Storage, ctype: str) -
     combine = _COMBINE[op][ctype]
     init = _INIT[op][ctype]
     value = wgsl.load(src, "in0", "u32(o0 + i32(r) * rs)")
-    if op == "mean":
+    if op == ReduceOp.MEAN:
         final = f"select(acc / f32(info[{p + 2}u]), nan_f(), info[{p + 2}u] == 0u)"
     else:
         final = "acc"
@@ -125,7 +126,7 @@ def _launch_reduce(backend, op, x, dim, out_storage, count, out_shape) -> CubeTe
     if n_out == 0:
         return backend.empty(out_shape, out_storage)
     cshape, (strides,) = _geometry(x, dim)
-    ctype = "bool" if op in ("any", "all") else x.storage.compute
+    ctype = "bool" if op in (ReduceOp.ANY, ReduceOp.ALL) else x.storage.compute
     groups, chunk, mode = 1, n, "lane"
     # A workgroup per output when rows are long and either few or contiguous (its
     # threads then read neighbours); a thread per output when many outputs each walk
@@ -141,7 +142,7 @@ def _launch_reduce(backend, op, x, dim, out_storage, count, out_shape) -> CubeTe
         return _launch_one(backend, op, x, dim, cshape, strides, ctype, out_storage, out_shape, count, chunk, 1, mode)
     # Split: each of `groups` workgroups reduces one chunk; a second pass reduces the partials.
     partial_dtype = {"f32": DType.FLOAT32, "i32": DType.INT32, "bool": DType.BOOL}[ctype]
-    first = "sum" if op == "mean" else op
+    first = ReduceOp.SUM if op == ReduceOp.MEAN else op
     partial = _launch_one(backend, first, x, dim, cshape, strides, ctype, backend.storage(partial_dtype),
                           (n_out, groups), n, chunk, groups, "tree")
     final = _launch_reduce(backend, op, partial, 1, out_storage, count, (n_out, 1))
@@ -170,7 +171,7 @@ def _numel(shape) -> int:
 
 def reduce(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor:
     out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
-    out_storage = backend.storage(DType.BOOL) if op in ("any", "all") else x.storage
+    out_storage = backend.storage(DType.BOOL) if op in (ReduceOp.ANY, ReduceOp.ALL) else x.storage
     return _launch_reduce(backend, op, x, dim, out_storage, x.shape[dim], out_shape)
 
 
@@ -178,7 +179,7 @@ def reduce(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor
 def _arg_source(op: str, mode: str, src: Storage, dst: Storage) -> KernelSource:
     ctype = src.compute
     p = _tail_at(1)
-    cmp = ">" if op == "argmax" else "<"
+    cmp = ">" if op == ArgReduceOp.ARGMAX else "<"
     nan_rule = "    let na = is_nan_f(va); let nb = is_nan_f(vb);\n    if (na || nb) { if (na && nb) { return ia < ib; } return na; }\n" if ctype == "f32" else ""
     better = (
         f"fn better_i(va: {ctype}, ia: i32, vb: {ctype}, ib: i32) -> bool {{\n"

@@ -13,6 +13,7 @@ from ember.backend.cube.buffer import CubeTensor, contiguous_strides
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
 from ember.backend.cube.kernels.reduce import _geometry, _info_head, _tail_at
+from ember.backend.ops import CumulativeOp
 
 if TYPE_CHECKING:
     from ember.backend.cube.backend import CubeBackend
@@ -21,16 +22,16 @@ _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
 _OFF = 2 + _MR
 _COMBINE = {
-    "cumsum": {"f32": "({a} + {b})", "i32": "({a} + {b})"},
-    "cumprod": {"f32": "({a} * {b})", "i32": "({a} * {b})"},
-    "cummax": {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})"},
-    "cummin": {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})"},
+    CumulativeOp.CUMSUM: {"f32": "({a} + {b})", "i32": "({a} + {b})"},
+    CumulativeOp.CUMPROD: {"f32": "({a} * {b})", "i32": "({a} * {b})"},
+    CumulativeOp.CUMMAX: {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})"},
+    CumulativeOp.CUMMIN: {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})"},
 }
 _IDENTITY = {
-    "cumsum": {"f32": "0.0", "i32": "0"},
-    "cumprod": {"f32": "1.0", "i32": "1"},
-    "cummax": {"f32": "-inf_f()", "i32": "i32(-2147483647 - 1)"},
-    "cummin": {"f32": "inf_f()", "i32": "2147483647"},
+    CumulativeOp.CUMSUM: {"f32": "0.0", "i32": "0"},
+    CumulativeOp.CUMPROD: {"f32": "1.0", "i32": "1"},
+    CumulativeOp.CUMMAX: {"f32": "-inf_f()", "i32": "i32(-2147483647 - 1)"},
+    CumulativeOp.CUMMIN: {"f32": "inf_f()", "i32": "2147483647"},
 }
 
 
