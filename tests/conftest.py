@@ -45,7 +45,7 @@ def _gpu_device():
         pytest.skip(f"no GPU adapter: {error}")
 
 
-DEVICE_NAMES = ["flex", "flex+autodiff", "cube", "cube+autodiff"]
+DEVICE_NAMES = ["flex", "flex+autodiff", "flex+fusion", "flex+fusion+autodiff", "cube", "cube+autodiff"]
 
 
 def make_device(name: str) -> Device:
@@ -53,6 +53,10 @@ def make_device(name: str) -> Device:
         return Device.flex()
     if name == "flex+autodiff":
         return Device.flex().autodiff()
+    if name == "flex+fusion":
+        return Device.flex().fusion()
+    if name == "flex+fusion+autodiff":
+        return Device.flex().fusion().autodiff()
     if name == "cube":
         return _gpu_device()
     if name == "cube+autodiff":

@@ -41,17 +41,19 @@ class Device:
     Device<Autodiff { device: Flex(Cpu), checkpointing: Disabled }>
     """
 
-    __slots__ = ("_b", "_key", "_inner", "_body", "__weakref__")
+    __slots__ = ("_b", "_key", "_inner", "_body", "_fused", "__weakref__")
 
     _interned: dict[tuple, Device] = {}
     _factories: dict[str, Callable[[str], Device]] = {}
     _priority: list[str] = ["flex"]
 
-    def __init__(self, backend: Backend, key: tuple, body: str, inner: Device | None = None):
+    def __init__(self, backend: Backend, key: tuple, body: str, inner: Device | None = None,
+                 fused: Device | None = None):
         self._b = backend
         self._key = key
         self._body = body
-        self._inner = inner
+        self._inner = inner  # the device an autodiff device wraps
+        self._fused = fused  # the device a fusion device wraps
 
     @classmethod
     def _intern(cls, key: tuple, make: Callable[[], Device]) -> Device:
@@ -150,6 +152,9 @@ class Device:
         else:
             kind = DeviceKind[kind_text.upper()] if kind_text else DeviceKind.DEFAULT
             device = getattr(cls, name)(kind)
+        if suffix == "fusion" or suffix.startswith("fusion+"):
+            device = device.fusion()
+            suffix = suffix[len("fusion+"):] if suffix.startswith("fusion+") else ""
         if not suffix:
             return device
         from ember.backend.autodiff.checkpoint import Checkpointing
@@ -162,6 +167,8 @@ class Device:
         base, _, suffix = spec.strip().lower().partition("+")
         name, _, kind = base.partition(":")
         kinds = {k.name.lower() for k in DeviceKind}
+        if suffix == "fusion" or suffix.startswith("fusion+"):
+            suffix = suffix[len("fusion+"):] if suffix.startswith("fusion+") else ""
         if (
             name not in ("flex", "wgpu", "vulkan", "metal")
             or (kind and (name == "flex" or kind not in kinds))
@@ -169,8 +176,8 @@ class Device:
         ):
             raise DeviceError(
                 f"ember: cannot read the device {spec!r}; write flex, wgpu, vulkan or metal, "
-                "optionally with :default/:discrete/:integrated/:cpu and +autodiff "
-                "(e.g. EMBER_DEVICE=wgpu:discrete+autodiff)"
+                "optionally with :default/:discrete/:integrated/:cpu, +fusion and +autodiff "
+                "(e.g. EMBER_DEVICE=wgpu:discrete+fusion+autodiff)"
             )
 
     # ------------------------------------------------------------------ autodiff
@@ -198,6 +205,40 @@ class Device:
 
         return self._intern(self._key + ("autodiff", checkpointing), make)
 
+    # ------------------------------------------------------------------ fusion
+    def fusion(self) -> Device:
+        """This device with lazy fusion (Burn's ``Fusion<B>``): ops are recorded and run
+        as fused kernels at sync points. Stack autodiff on top:
+        ``Device.flex().fusion().autodiff()``.
+
+        >>> Device.flex().fusion()
+        Device<Fusion { device: Flex(Cpu) }>
+        """
+        if self._inner is not None:
+            raise DeviceError(
+                f"ember: {self!r} is an autodiff device; fusion goes below autodiff: "
+                "write device.inner().fusion().autodiff()"
+            )
+        if self._fused is not None:
+            raise DeviceError(f"ember: {self!r} is already a fusion device; call .fusion() once")
+
+        def make() -> Device:
+            from ember.backend.fusion import FusionBackend
+
+            return Device(FusionBackend(self._b), self._key + ("fusion",), f"Fusion {{ device: {self._body} }}",
+                          fused=self)
+
+        return self._intern(self._key + ("fusion",), make)
+
+    def is_fusion(self) -> bool:
+        """Whether ops on this device (or on the device its autodiff wraps) are fused."""
+        return self.inner()._fused is not None
+
+    def base(self) -> Device:
+        """The device that runs the kernels: without autodiff and fusion."""
+        device = self.inner()
+        return device._fused if device._fused is not None else device
+
     def inner(self) -> Device:
         """The device an autodiff device wraps (itself for a plain device)."""
         return self._inner if self._inner is not None else self
@@ -218,7 +259,7 @@ class Device:
 
     @property
     def backend_name(self) -> str:
-        return self.inner()._b.name
+        return self.base()._b.name
 
     def seed(self, seed: int) -> None:
         """Seed this device's backend generator (shared with its autodiff wrapper)."""
@@ -252,6 +293,8 @@ class Device:
         if self._inner is not None:
             suffix = "+autodiff" + (":balanced" if self.checkpointing.label == "Balanced" else "")
             return self._inner.spec() + suffix
+        if self._fused is not None:
+            return self._fused.spec() + "+fusion"
         if self._key[0] == "flex":
             return "flex"
         _, api, kind = self._key

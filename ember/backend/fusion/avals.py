@@ -1,0 +1,236 @@
+"""Shape and dtype inference: the abstract value of every backend call's result.
+
+``infer(op, args, kwargs)`` takes a call's arguments with tensors replaced by
+:class:`~ember.backend.fusion.graph.Aval` s (anything with ``shape`` and ``dtype``)
+and returns the result's structure with an ``Aval`` per tensor (``None`` where the
+call returns ``None``). The rules follow the backend protocol's contract
+(``ember/backend/base.py``); the replay executor checks every result against them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ember.backend.fusion.graph import Aval
+from ember.backend.module_ops import conv_output_size, conv_transpose_output_size, pool_output_size
+from ember.backend.ops import BOOL_REDUCE_OPS, BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, ReduceOp
+
+_BOOL = np.dtype(np.bool_)
+_I64 = np.dtype(np.int64)
+
+
+class NotTraceable(Exception):
+    """The call's result cannot be known without running it (data-dependent shape)."""
+
+
+def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of ``shapes`` (the tensor layer has checked they broadcast)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        size = 1
+        for s in shapes:
+            j = i - (rank - len(s))
+            if j >= 0 and s[j] != 1:
+                size = s[j]
+        out.append(size)
+    return tuple(out)
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if hasattr(x, "shape") else ()
+
+
+def _same(x: Any, *_: Any, **__: Any) -> Aval:
+    return Aval(tuple(x.shape), x.dtype)
+
+
+def _unary(op: Any, x: Any) -> Aval:
+    return Aval(tuple(x.shape), _BOOL if op in BOOL_RESULT_UNARY else x.dtype)
+
+
+def _binary(op: Any, a: Any, b: Any) -> Aval:
+    return Aval(broadcast(tuple(a.shape), _shape(b)), _BOOL if op in BOOL_RESULT_BINARY else a.dtype)
+
+
+def _where(cond: Any, a: Any, b: Any) -> Aval:
+    dtype = a.dtype if hasattr(a, "shape") else b.dtype
+    return Aval(broadcast(tuple(cond.shape), _shape(a), _shape(b)), dtype)
+
+
+def _matmul(a: Any, b: Any) -> Aval:
+    batch = broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    return Aval(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+
+
+def _kept(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    return shape[:dim] + (1,) + shape[dim + 1:]
+
+
+def _reduce(op: Any, x: Any, dim: int) -> Aval:
+    dtype = x.dtype
+    if op in BOOL_REDUCE_OPS:
+        dtype = _BOOL
+    elif dtype == _BOOL and op in (ReduceOp.SUM, ReduceOp.PROD):
+        dtype = _I64
+    return Aval(_kept(tuple(x.shape), dim), dtype)
+
+
+def _slice_len(start: int, stop: int, step: int) -> int:
+    return len(range(start, stop if stop >= 0 else -1, step))
+
+
+def _slice(x: Any, slices: tuple) -> Aval:
+    shape = tuple(_slice_len(a, b, s) for a, b, s in slices) + tuple(x.shape[len(slices):])
+    return Aval(shape, x.dtype)
+
+
+def _cat(xs: list, dim: int) -> Aval:
+    first = tuple(xs[0].shape)
+    return Aval(first[:dim] + (sum(x.shape[dim] for x in xs),) + first[dim + 1:], xs[0].dtype)
+
+
+def _select(x: Any, dim: int, indices: Any) -> Aval:
+    shape = tuple(x.shape)
+    return Aval(shape[:dim] + (indices.shape[0],) + shape[dim + 1:], x.dtype)
+
+
+def _argwhere(x: Any) -> Aval:
+    raise NotTraceable("argwhere's result size depends on the values")
+
+
+def _linear(x: Any, weight: Any, bias: Any) -> Aval:
+    return Aval(tuple(x.shape[:-1]) + (weight.shape[1],), x.dtype)
+
+
+def _linear_backward(x, weight, grad, need_x, need_weight, need_bias):
+    # x is given only when need_weight, weight only when need_x.
+    d_out = grad.shape[-1]
+    return (
+        Aval(tuple(grad.shape[:-1]) + (weight.shape[0],), grad.dtype) if need_x else None,
+        Aval((x.shape[-1], d_out), grad.dtype) if need_weight else None,
+        Aval((d_out,), grad.dtype) if need_bias else None,
+    )
+
+
+def _adam_step(param, grad, moment_1, moment_2, max_moment_2, **options):
+    aval = Aval(tuple(param.shape), param.dtype)
+    return (aval, aval, aval, aval if options["amsgrad"] else None)
+
+
+def _adam_step_many(params, grads, moments_1, moments_2, max_moments_2, **options):
+    avals = [Aval(tuple(p.shape), p.dtype) for p in params]
+    return (avals, list(avals), list(avals), list(avals) if options["amsgrad"] else None)
+
+
+def _spatial_out(x_shape, kernel, stride, padding, dilation, ceil_mode):
+    return tuple(
+        pool_output_size(s, k, st, p, d, ceil_mode)
+        for s, k, st, p, d in zip(x_shape[2:], kernel, stride, padding, dilation)
+    )
+
+
+def _conv(x, weight, bias, stride, padding, dilation, groups):
+    kernel = tuple(weight.shape[2:])
+    out = tuple(conv_output_size(s, k, st, p, d) for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+    return Aval((x.shape[0], weight.shape[0]) + out, x.dtype)
+
+
+def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups):
+    kernel = tuple(weight.shape[2:])
+    out = tuple(
+        conv_transpose_output_size(s, k, st, p, op, d)
+        for s, k, st, p, op, d in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
+    )
+    return Aval((x.shape[0], weight.shape[1] * groups) + out, x.dtype)
+
+
+def _max_pool(x, kernel, stride, padding, dilation, ceil_mode):
+    return Aval(tuple(x.shape[:2]) + _spatial_out(x.shape, kernel, stride, padding, dilation, ceil_mode), x.dtype)
+
+
+def _max_pool_with_indices(x, kernel, stride, padding, dilation, ceil_mode):
+    value = _max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+    return (value, Aval(value.shape, _I64))
+
+
+def _avg_pool(x, kernel, stride, padding, count_include_pad, ceil_mode):
+    dilation = (1,) * len(kernel)
+    return Aval(tuple(x.shape[:2]) + _spatial_out(x.shape, kernel, stride, padding, dilation, ceil_mode), x.dtype)
+
+
+def _to_input_shape(grad, input_shape, *_: Any) -> Aval:
+    return Aval(tuple(input_shape), grad.dtype)
+
+
+_RULES: dict[str, Callable[..., Any]] = {
+    "full": lambda shape, value, dtype: Aval(tuple(shape), dtype.np),
+    "arange": lambda start, stop, step, dtype: Aval((len(range(start, stop, step)),), dtype.np),
+    "random": lambda shape, distribution, dtype: Aval(tuple(shape), dtype.np),
+    "unary": _unary,
+    "binary": _binary,
+    "where": _where,
+    "clamp": _same,
+    "cast": lambda x, dtype: Aval(tuple(x.shape), dtype.np),
+    "matmul": _matmul,
+    "reduce": _reduce,
+    "arg_reduce": lambda op, x, dim: Aval(_kept(tuple(x.shape), dim), _I64),
+    "cumulative": lambda op, x, dim: Aval(tuple(x.shape), x.dtype),
+    "argsort": lambda x, dim, descending: Aval(tuple(x.shape), _I64),
+    "reshape": lambda x, shape: Aval(_resolve_reshape(tuple(x.shape), tuple(shape)), x.dtype),
+    "permute": lambda x, axes: Aval(tuple(x.shape[a] for a in axes), x.dtype),
+    "flip": _same,
+    "expand": lambda x, shape: Aval(tuple(shape), x.dtype),
+    "slice": _slice,
+    "slice_assign": _same,
+    "cat": _cat,
+    "gather": lambda x, dim, indices: Aval(tuple(indices.shape), x.dtype),
+    "scatter_add": _same,
+    "select": _select,
+    "select_add": _same,
+    "argwhere": _argwhere,
+    "relu": _same,
+    "sigmoid": _same,
+    "softmax": _same,
+    "log_softmax": _same,
+    "linear": _linear,
+    "linear_backward": _linear_backward,
+    "adam_step": _adam_step,
+    "adam_step_many": _adam_step_many,
+    "mse_loss": lambda pred, target, mean: Aval((1,), pred.dtype),
+    "conv": _conv,
+    "conv_transpose": _conv_transpose,
+    "conv_weight_grad": lambda x, grad, weight_shape, *rest: Aval(tuple(weight_shape), grad.dtype),
+    "max_pool": _max_pool,
+    "max_pool_with_indices": _max_pool_with_indices,
+    "max_pool_backward": lambda grad, indices, input_shape: Aval(tuple(input_shape), grad.dtype),
+    "avg_pool": _avg_pool,
+    "avg_pool_backward": _to_input_shape,
+    "adaptive_avg_pool": lambda x, output_size: Aval(tuple(x.shape[:2]) + tuple(output_size), x.dtype),
+    "adaptive_avg_pool_backward": _to_input_shape,
+    "embedding": lambda weights, indices: Aval(tuple(indices.shape) + (weights.shape[1],), weights.dtype),
+    "embedding_backward": lambda grad, indices, n: Aval((n, grad.shape[-1]), grad.dtype),
+}
+
+#: The backend calls a graph can record.
+TRACEABLE = frozenset(_RULES) - {"argwhere"}
+
+
+def _resolve_reshape(old: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...]:
+    if -1 not in new:
+        return new
+    known = math.prod(s for s in new if s != -1)
+    total = math.prod(old)
+    return tuple((total // known if known else 0) if s == -1 else s for s in new)
+
+
+def infer(op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The abstract result of ``backend.<op>(*args, **kwargs)``."""
+    rule = _RULES.get(op)
+    if rule is None:
+        raise NotTraceable(f"no shape rule for the backend call {op!r}")
+    return rule(*args, **kwargs)

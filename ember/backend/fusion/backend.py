@@ -1,0 +1,269 @@
+"""``fusion``: lazy execution as a decorator around any backend (Burn's ``Fusion<B>``).
+
+Ops on a fusion device are not run when called: each records a node in the
+device's *stream* (a :class:`~ember.backend.fusion.graph.Graph`) and returns a
+:class:`LazyTensor` that knows its shape and dtype. At a sync point (``to_data``,
+``into_scalar``, ``device.sync()``, a random draw or a reseed) the stream is closed:
+the values still referenced from Python become its outputs, everything else is
+dead or internal, and the graph runs as one plan. Plans are cached by the
+stream's structure (ops, shapes, dtypes; not the values of float scalars), so a
+training loop that repeats its step builds its plan once.
+
+The plan is made by the device's *executor*: the reference executor replays the
+recorded calls on the wrapped backend (identical results to eager execution);
+compiled executors (LLVM on the CPU, WGSL on cube) fuse chains of elementwise ops,
+reductions and their epilogues into single kernels.
+"""
+
+from __future__ import annotations
+
+import abc
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ember.backend.base import Backend
+from ember.backend.fusion.avals import TRACEABLE, infer
+from ember.backend.fusion.graph import Aval, Graph, Ref, map_refs
+from ember.backend.fusion.replay import PartialRun, Replay
+from ember.errors import GraphError
+
+
+class LazyTensor:
+    """The fusion backend's primitive: a value of the wrapped backend (``value``), or
+    a pending result in a stream (``ref``) until the stream runs."""
+
+    __slots__ = ("shape", "dtype", "value", "ref", "__weakref__")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, value: Any = None, ref: Ref | None = None):
+        self.shape = shape
+        self.dtype = dtype
+        self.value = value
+        self.ref = ref
+
+    def __repr__(self) -> str:
+        state = "pending" if self.value is None else "ready"
+        return f"LazyTensor({list(self.shape)}, {self.dtype}, {state})"
+
+
+class FailedValue:
+    """The value of a handle whose stream raised while it ran."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def reraise(self) -> None:
+        raise GraphError(
+            f"ember: fusion: this tensor was never computed: the ops queued with it failed at a sync point "
+            f"({type(self.error).__name__}: {self.error})"
+        ) from self.error
+
+
+class Stream:
+    """The ops recorded since the last sync point."""
+
+    __slots__ = ("graph", "bound", "input_values", "keep", "handles")
+
+    def __init__(self) -> None:
+        self.graph = Graph()
+        self.bound: dict[int, Ref] = {}        # id(LazyTensor) -> input ref
+        self.input_values: list[Any] = []
+        self.keep: list[LazyTensor] = []        # bound inputs, alive while recorded
+        self.handles: list[tuple[weakref.ref, Ref]] = []
+
+    def __len__(self) -> int:
+        return len(self.graph.nodes)
+
+
+class ReplayExecutor:
+    """Plans that replay each recorded call on the wrapped backend."""
+
+    name = "replay"
+
+    def plan(self, graph: Graph) -> Replay:
+        return Replay(graph)
+
+
+class FusionBackend(Backend):
+    """Records every traceable op of the protocol; runs the stream at sync points."""
+
+    #: A stream is run when it reaches this many nodes, to bound what it holds.
+    MAX_STREAM = 20_000
+    #: Plans kept per backend (least recently built are dropped first).
+    MAX_PLANS = 256
+
+    def __init__(self, inner: Backend, executor: Any = None):
+        self.inner = inner
+        self.executor = executor if executor is not None else ReplayExecutor()
+        self.name = f"fusion<{inner.name}>"
+        self._stream = Stream()
+        self._plans: dict[tuple, Any] = {}
+        self.stats = {"flushes": 0, "nodes": 0, "plans_built": 0}
+
+    # ------------------------------------------------------------------ recording
+    def _ref(self, x: Any) -> Any:
+        if type(x) is not LazyTensor:
+            return x
+        if x.value is None:
+            return x.ref
+        if type(x.value) is FailedValue:
+            x.value.reraise()
+        stream = self._stream
+        ref = stream.bound.get(id(x))
+        if ref is None:
+            ref = stream.graph.add_input(Aval(x.shape, x.dtype))
+            stream.bound[id(x)] = ref
+            stream.input_values.append(x.value)
+            stream.keep.append(x)
+        return ref
+
+    def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        result = infer(op, args, kwargs)
+        stream = self._stream
+        refs = stream.graph.add_node(op, _map_lazy(args, self._ref), tuple(sorted(kwargs.items())), result)
+        out = map_refs(refs, lambda ref: self._handle(stream, ref))
+        if len(stream) >= self.MAX_STREAM:
+            self.flush()
+        return out
+
+    def _handle(self, stream: Stream, ref: Ref) -> LazyTensor:
+        aval = stream.graph.avals[ref]
+        handle = LazyTensor(aval.shape, aval.dtype, None, ref)
+        stream.handles.append((weakref.ref(handle), ref))
+        return handle
+
+    def _ready(self, x: Any) -> Any:
+        """The wrapped backend's value of ``x`` (running the stream if it is pending)."""
+        if type(x) is not LazyTensor:
+            return x
+        if x.value is None:
+            self.flush()
+        value = x.value
+        if type(value) is FailedValue:
+            value.reraise()
+        return value
+
+    def _eager(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Runs ``name`` on the wrapped backend now (for ops a graph cannot hold)."""
+        args = _map_lazy(args, self._ready)
+        return _map_prims(getattr(self.inner, name)(*args, **kwargs), self._wrap)
+
+    @staticmethod
+    def _wrap(value: Any) -> LazyTensor:
+        return LazyTensor(tuple(value.shape), value.dtype, value)
+
+    # ------------------------------------------------------------------ sync points
+    def flush(self) -> None:
+        """Runs the recorded stream; every live handle gets its value."""
+        stream = self._stream
+        if not stream.graph.nodes:
+            return
+        self._stream = Stream()
+        alive: list[LazyTensor] = []
+        outputs: list[int] = []
+        for wr, ref in stream.handles:
+            handle = wr()
+            if handle is not None and handle.value is None:
+                alive.append(handle)
+                outputs.append(ref)
+        if not alive:
+            return
+        graph = stream.graph
+        graph.outputs = outputs
+        graph = graph.prune()
+        key = graph.structure()
+        plan = self._plans.pop(key, None)
+        if plan is None:
+            plan = self.executor.plan(graph)
+            self.stats["plans_built"] += 1
+            if len(self._plans) >= self.MAX_PLANS:
+                self._plans.pop(next(iter(self._plans)))
+        self._plans[key] = plan
+        self.stats["flushes"] += 1
+        self.stats["nodes"] += len(graph.nodes)
+        try:
+            values = plan.run(self.inner, stream.input_values, graph)
+        except PartialRun as partial:
+            # The stream is gone: the handles it could not compute keep the error and
+            # raise it again when read; those computed before the failing op keep values.
+            failed = FailedValue(partial.error)
+            for handle, ref in zip(alive, outputs):
+                handle.value = partial.computed.get(ref, failed)
+                handle.ref = None
+            raise partial.error from None
+        for handle, value in zip(alive, values):
+            handle.value = value
+            handle.ref = None
+
+    def sync(self) -> None:
+        self.flush()
+        self.inner.sync()
+
+    def plan_cache_size(self) -> int:
+        return len(self._plans)
+
+    # ------------------------------------------------------------------ data boundary
+    def from_numpy(self, array: np.ndarray) -> LazyTensor:
+        return self._wrap(self.inner.from_numpy(array))
+
+    def to_numpy(self, x: LazyTensor) -> np.ndarray:
+        return self.inner.to_numpy(self._ready(x))
+
+    # ------------------------------------------------------------------ generator
+    def random(self, shape, distribution, dtype) -> LazyTensor:
+        # Drawn now, so the generator advances in program order.
+        self.flush()
+        return self._wrap(self.inner.random(shape, distribution, dtype))
+
+    def seed(self, seed: int) -> None:
+        self.flush()
+        self.inner.seed(seed)
+
+    def rng_state(self) -> Any:
+        self.flush()
+        return self.inner.rng_state()
+
+    def set_rng_state(self, state: Any) -> None:
+        self.flush()
+        self.inner.set_rng_state(state)
+
+    def argwhere(self, x: LazyTensor) -> LazyTensor:
+        return self._eager("argwhere", x)
+
+
+def _map_lazy(args: Any, fn: Any) -> Any:
+    """``args`` with each :class:`LazyTensor` replaced by ``fn(tensor)``."""
+    kind = type(args)
+    if kind is LazyTensor:
+        return fn(args)
+    if kind is tuple:
+        return tuple(_map_lazy(a, fn) for a in args)
+    if kind is list:
+        return [_map_lazy(a, fn) for a in args]
+    return args
+
+
+def _map_prims(result: Any, fn: Any) -> Any:
+    if result is None or result is NotImplemented:
+        return result
+    if isinstance(result, (tuple, list)):
+        return type(result)(_map_prims(r, fn) for r in result)
+    return fn(result)
+
+
+def _recorder(op: str) -> Any:
+    def method(self: FusionBackend, *args: Any, **kwargs: Any) -> Any:
+        return self._record(op, args, kwargs)
+
+    method.__name__ = op
+    method.__qualname__ = f"FusionBackend.{op}"
+    method.__doc__ = f"Records ``{op}`` in the stream."
+    return method
+
+
+for _op in sorted(TRACEABLE - {"random"}):
+    setattr(FusionBackend, _op, _recorder(_op))
+abc.update_abstractmethods(FusionBackend)
