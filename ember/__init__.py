@@ -7,6 +7,7 @@
 """
 
 from ember.backend.dtype import DType
+from ember.capture import compile
 from ember.device import Device, DeviceKind
 from ember.module import Config, Module, Param, ParamId
 from ember.tensor import Distribution, Shape, Tensor, TensorData
@@ -34,4 +35,5 @@ __all__ = [
     "Shape",
     "Tensor",
     "TensorData",
+    "compile",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ember.backend.fusion.scalars import scalar_sqrt
 from ember.optim.base import OptimizerConfig, OptimizerState, SimpleOptimizer, check_range
 from ember.optim.clipping import GradientClipping
 from ember.tensor import Tensor
@@ -106,7 +107,7 @@ class Adam(SimpleOptimizer):
         denom_source = v_max if v_max is not None else v
         correction_1 = 1.0 - b1**time
         correction_2 = 1.0 - b2**time
-        denom = denom_source.sqrt().div_scalar(math.sqrt(correction_2)).add_scalar(self.epsilon)
+        denom = denom_source.sqrt().div_scalar(scalar_sqrt(correction_2)).add_scalar(self.epsilon)
         update = m.div(denom).mul_scalar(lr / correction_1)
         if self.weight_decay and self.decoupled:
             tensor = tensor.mul_scalar(1.0 - lr * self.weight_decay)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ember.backend.fusion.scalars import scalar_sqrt
 from ember.optim.base import OptimizerConfig, OptimizerState, SimpleOptimizer, check_range
 from ember.optim.clipping import GradientClipping
 from ember.tensor import Tensor
@@ -57,7 +58,7 @@ class Adan(SimpleOptimizer):
             v = state.exp_avg_diff.mul_scalar(b2).add(diff.mul_scalar(1.0 - b2))
             n = state.exp_avg_sq.mul_scalar(b3).add(grad.add(diff.mul_scalar(b2)).square().mul_scalar(1.0 - b3))
             time = state.time + 1
-        denom = n.sqrt().div_scalar(math.sqrt(1.0 - b3**time)).add_scalar(self.epsilon)
+        denom = n.sqrt().div_scalar(scalar_sqrt(1.0 - b3**time)).add_scalar(self.epsilon)
         numerator = m.div_scalar(1.0 - b1**time)
         if state is not None:
             numerator = numerator.add(v.mul_scalar(b2 / (1.0 - b2**time)))

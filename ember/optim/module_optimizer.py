@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ember.backend.fusion.trace import StateDict
 from ember.errors import ConfigError
 from ember.module import Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, ParamId
 from ember.optim.base import OptimizerConfig, SimpleOptimizer
 from ember.optim.clipping import GradientClipping
 from ember.optim.grads import GradientsParams
+from ember.tensor.dispatch import is_symbolic
 
 
 @dataclass
@@ -57,7 +59,8 @@ class ModuleOptimizer:
         self.optimizer = optimizer
         self.grad_clipping = grad_clipping
         self.groups: list[_Group] = []
-        self.states: dict[ParamId, Any] = {}
+        # Followed by ember.compile: a captured step reads and updates these states.
+        self.states: dict[ParamId, Any] = StateDict()
         self._lookup: dict[tuple[ParamId, str], _Group | None] = {}
 
     def with_group(
@@ -105,9 +108,10 @@ class ModuleOptimizer:
                 f"ember: step: grads must be GradientsParams (GradientsParams.from_grads(loss.backward(), model)), "
                 f"got {type(grads).__name__}"
             )
-        lr = float(lr)
-        if not lr == lr or lr < 0:
-            raise ConfigError(f"ember: step: the learning rate must be a number >= 0, got {lr}")
+        if not is_symbolic(lr):  # a run-time scalar of ember.compile is checked when it is read
+            lr = float(lr)
+            if not lr == lr or lr < 0:
+                raise ConfigError(f"ember: step: the learning rate must be a number >= 0, got {lr}")
         sources = dict(grads._sources)
         if len(sources) < len(grads._grads):
             module.visit(_Collect(set(grads._grads) - set(sources), sources))
@@ -163,7 +167,7 @@ class ModuleOptimizer:
 
     def load_record(self, record: dict[str, Any]) -> ModuleOptimizer:
         """Restores states saved by :meth:`to_record` (replacing the current ones)."""
-        states: dict[ParamId, Any] = {}
+        states: dict[ParamId, Any] = StateDict()
         known = {self.optimizer.state_type.__name__: self.optimizer.state_type}
         for group in self.groups:
             known[group.optimizer.state_type.__name__] = group.optimizer.state_type

@@ -38,9 +38,16 @@ def check_device(op: str, a: Tensor, b: Tensor) -> None:
         )
 
 
+def is_symbolic(value: Any) -> bool:
+    """Whether ``value`` is a run-time scalar of a trace (``ember.compile``): a float
+    whose value is known only when the compiled function runs."""
+    return getattr(type(value), "symbolic_scalar", False)
+
+
 def as_scalar(op: str, value: Any) -> int | float | bool:
-    """A Python scalar from ``value`` (Python or numpy number), or a DTypeError."""
-    if isinstance(value, (bool, int, float)):
+    """A Python scalar from ``value`` (Python or numpy number, or a traced run-time
+    scalar, which stands for a float), or a DTypeError."""
+    if isinstance(value, (bool, int, float)) or is_symbolic(value):
         return value
     if isinstance(value, (np.generic,)) and value.dtype.kind in "biuf":
         return value.item()
@@ -71,7 +78,7 @@ def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int |
     dt = prim.dtype
     if dt in FLOAT_NP:
         return prim, value
-    if isinstance(value, float) and not isinstance(value, bool):
+    if (isinstance(value, float) and not isinstance(value, bool)) or is_symbolic(value):
         return backend.cast(prim, F32), value
     if dt is BOOL_NP or dt == BOOL_NP:
         if isinstance(value, bool):

@@ -35,6 +35,16 @@ class Ref(int):
         return f"%{int(self)}"
 
 
+class Sc(int):
+    """A run-time scalar in a node's arguments: entry ``i`` of the run's scalar list
+    (a learning rate, a bias correction, any float the graph was recorded with)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"$s{int(self)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Aval:
     """An abstract value: what is known of a tensor before it is computed."""
@@ -129,14 +139,18 @@ def iter_refs(args: Any) -> Iterator[Ref]:
             yield from iter_refs(a)
 
 
-def map_refs(args: Any, fn: Any) -> Any:
-    """``args`` with every :class:`Ref` replaced by ``fn(ref)`` (structure kept)."""
-    if type(args) is Ref:
+def map_refs(args: Any, fn: Any, scalars: Any = None) -> Any:
+    """``args`` with every :class:`Ref` replaced by ``fn(ref)`` and every :class:`Sc`
+    by ``scalars[sc]`` (structure kept)."""
+    kind = type(args)
+    if kind is Ref:
         return fn(args)
-    if type(args) is tuple:
-        return tuple(map_refs(a, fn) for a in args)
-    if type(args) is list:
-        return [map_refs(a, fn) for a in args]
+    if kind is Sc:
+        return scalars[args]
+    if kind is tuple:
+        return tuple(map_refs(a, fn, scalars) for a in args)
+    if kind is list:
+        return [map_refs(a, fn, scalars) for a in args]
     return args
 
 
@@ -151,6 +165,8 @@ def _key(args: Any) -> Any:
     terms with a zero factor (``weight_decay=0``)."""
     if type(args) is Ref:
         return ("%", int(args))
+    if type(args) is Sc:
+        return ("$", int(args))
     if isinstance(args, (tuple, list)):
         return (type(args).__name__, *(_key(a) for a in args))
     if type(args) is float:
@@ -189,6 +205,33 @@ class Graph:
         outs = tuple(self.new_value(a) for a in avals)
         self.nodes.append(Node(op, args, kwargs, outs, tree))
         return unflatten(tree, list(outs)) if outs or tree is not None else None
+
+    def abstract_scalars(self, offset: int = 0) -> tuple[Graph, list[Any]]:
+        """This graph with every run-time scalar (each float, and each ``time``
+        keyword) replaced by an :class:`Sc` placeholder numbered from ``offset``
+        (placeholders already present keep theirs), and the values in order.
+        Graphs of one :meth:`structure` give abstract graphs of one structure."""
+        values: list[Any] = []
+
+        def lift(x: Any) -> Any:
+            kind = type(x)
+            if kind is float:
+                values.append(x)
+                return Sc(offset + len(values) - 1)
+            if kind is tuple:
+                return tuple(lift(a) for a in x)
+            if kind is list:
+                return [lift(a) for a in x]
+            return x
+
+        nodes = []
+        for node in self.nodes:
+            kwargs = tuple(
+                (k, lift(float(v)) if k in RUNTIME_KWARGS and v is not None and type(v) is not Sc else lift(v))
+                for k, v in node.kwargs
+            )
+            nodes.append(Node(node.op, lift(node.args), kwargs, node.outs, node.tree))
+        return Graph(self.avals, nodes, self.inputs, self.consts, self.outputs), values
 
     def producers(self) -> dict[int, Node]:
         """The node that computes each value."""

@@ -2,9 +2,11 @@
 
 Every node is the backend call it recorded, so replaying it on the backend the
 graph was traced over gives the eager result exactly (same kernels, same order).
-A fused call the backend declines (``NotImplemented``) runs its decomposition. Each
-value is dropped after its last use, so a replay holds no more memory than eager
-execution would.
+A fused call the backend declines (``NotImplemented``) runs its decomposition.
+
+A :class:`Replay` turns the graph into one straight-line Python function (one line
+per node, static arguments bound as constants, each value dropped after its last
+use), so a replay costs one Python call per node and nothing else.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.backend.fusion.decompose import DECOMPOSITIONS
-from ember.backend.fusion.graph import Graph, flatten, map_refs
+from ember.backend.fusion.graph import LEAF, Graph, Ref, Sc, flatten
 from ember.errors import EmberError
 
 
@@ -30,49 +32,116 @@ class PartialRun(Exception):
 
 
 class Replay:
-    """A graph prepared for replay: the values each node frees. It runs every graph of
-    the same structure (``Graph.structure``), with that graph's own scalar values."""
+    """A graph prepared for replay. Its run-time scalars are
+    :class:`~ember.backend.fusion.graph.Sc` placeholders (see
+    ``Graph.abstract_scalars``), given per run; ``check`` compares every result with
+    the inferred shape and dtype (tests use it; a mismatch is a bug in the rules)."""
 
-    def __init__(self, graph: Graph, check: bool = True):
+    def __init__(self, graph: Graph, check: bool = False):
         self.graph = graph
         self.check = check
-        last_use: dict[int, int] = {}
-        for i, node in enumerate(graph.nodes):
-            for ref in node.refs():
-                last_use[ref] = i
-        keep = set(graph.outputs)
-        self.frees: list[tuple[int, ...]] = [() for _ in graph.nodes]
-        for ref, i in last_use.items():
-            if ref not in keep:
-                self.frees[i] += (ref,)
+        self.code, self._fn = _generate(graph, check)
 
-    def run(self, backend: Any, inputs: list[Any], graph: Graph | None = None) -> list[Any]:
-        """The outputs of ``graph`` (default: the planned one, which has the same
-        structure), given its inputs (primitives of ``backend``)."""
-        graph = self.graph if graph is None else graph
-        env: dict[int, Any] = dict(graph.consts)
-        env.update(zip(graph.inputs, inputs))
-        get = env.__getitem__
-        avals = graph.avals
-        for node, frees in zip(graph.nodes, self.frees):
-            kwargs = dict(node.kwargs)
-            args = map_refs(node.args, get)
-            try:
-                result = getattr(backend, node.op)(*args, **kwargs)
-                if result is NotImplemented:
-                    result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
-            except Exception as error:
-                raise PartialRun(error, {o: env[o] for o in graph.outputs if o in env}) from error
-            leaves, _ = flatten(result)
-            for out, value in zip(node.outs, leaves):
-                if self.check:
-                    aval = avals[out]
-                    if tuple(value.shape) != aval.shape or value.dtype != aval.dtype:
-                        raise ReplayError(
-                            f"ember: fusion: {node.op} gave {list(value.shape)} {value.dtype}, but the graph "
-                            f"inferred {list(aval.shape)} {aval.dtype}; this is a bug in ember's shape rules"
-                        )
-                env[out] = value
-            for ref in frees:
-                del env[ref]
-        return [env[o] for o in graph.outputs]
+    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = ()) -> list[Any]:
+        """The graph's outputs, given its inputs (primitives of ``backend``) and
+        run-time scalars."""
+        return self._fn(backend, inputs, scalars)
+
+
+def _generate(graph: Graph, check: bool) -> tuple[str, Any]:
+    env: dict[str, Any] = {"NotImplemented": NotImplemented, "PartialRun": PartialRun, "_check": _check_result}
+    consts = {ref: f"k{int(ref)}" for ref in graph.consts}
+    for ref, value in graph.consts.items():
+        env[f"k{int(ref)}"] = value
+
+    def name(ref: int) -> str:
+        return consts.get(ref) or f"v{int(ref)}"
+
+    def expr(arg: Any) -> str:
+        kind = type(arg)
+        if kind is Ref:
+            return name(arg)
+        if kind is Sc:
+            return f"sc[{int(arg)}]"
+        if kind is tuple:
+            return "(" + "".join(expr(a) + ", " for a in arg) + ")"
+        if kind is list:
+            return "[" + ", ".join(expr(a) for a in arg) + "]"
+        if arg is None or kind in (bool, int, str):
+            return repr(arg)
+        key = f"c{len(env)}"
+        env[key] = arg
+        return key
+
+    last_use: dict[int, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for ref in node.refs():
+            last_use[ref] = i
+    keep = set(graph.outputs) | set(graph.consts)
+
+    lines = ["def run(backend, inputs, sc):"]
+    if graph.inputs:
+        lines.append(f"    {''.join(name(r) + ', ' for r in graph.inputs)}= inputs")
+    lines.append("    done = {}")
+    frees: list[list[int]] = [[] for _ in graph.nodes]
+    for ref, i in last_use.items():
+        if ref not in keep:
+            frees[i].append(ref)
+    for i, node in enumerate(graph.nodes):
+        env[f"m_{node.op}"] = node.op
+        args = ", ".join([expr(a) for a in node.args] + [f"{k}={expr(v)}" for k, v in node.kwargs])
+        lines.append("    try:")
+        lines.append(f"        r = getattr(backend, m_{node.op})({args})")
+        lines.append("        if r is NotImplemented:")
+        env[f"d_{node.op}"] = DECOMPOSITIONS.get(node.op)
+        lines.append(f"            r = d_{node.op}(backend, {args})")
+        lines.append("    except Exception as error:")
+        lines.append("        raise PartialRun(error, done)")
+        outs = [name(o) for o in node.outs]
+        if node.tree is None:
+            lines.append(f"    {outs[0]} = r")
+        else:
+            lines.append(f"    {''.join(o + ', ' for o in outs)}= {_unpack('r', node.tree)}")
+        if check:
+            for o in node.outs:
+                aval = graph.avals[o]
+                env[f"a{int(o)}"] = aval
+                lines.append(f"    _check({node.op!r}, {name(o)}, a{int(o)})")
+        for o in node.outs:
+            if o in graph.outputs:
+                lines.append(f"    done[{int(o)}] = {name(o)}")
+        if frees[i]:
+            lines.append(f"    del {', '.join(name(r) for r in frees[i])}")
+    lines.append(f"    return [{', '.join(name(o) for o in graph.outputs)}]")
+    code = "\n".join(lines)
+    exec(code, env)  # code generated above from the graph's nodes
+    return code, env["run"]
+
+
+def _unpack(var: str, tree: Any) -> str:
+    """An expression of the tensor leaves of result ``var`` with structure ``tree``."""
+    parts: list[str] = []
+
+    def walk(path: str, t: Any) -> None:
+        if t is None:
+            return
+        if t == LEAF:
+            parts.append(path)
+            return
+        _, items = t
+        for i, item in enumerate(items):
+            walk(f"{path}[{i}]", item)
+
+    walk(var, tree)
+    return "(" + "".join(p + ", " for p in parts) + ")"
+
+
+def _check_result(op: str, value: Any, aval: Any) -> None:
+    if tuple(value.shape) != aval.shape or value.dtype != aval.dtype:
+        raise ReplayError(
+            f"ember: fusion: {op} gave {list(value.shape)} {value.dtype}, but the graph inferred "
+            f"{list(aval.shape)} {aval.dtype}; this is a bug in ember's shape rules"
+        )
+
+
+__all__ = ["PartialRun", "Replay", "ReplayError", "flatten"]

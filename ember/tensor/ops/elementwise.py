@@ -24,6 +24,7 @@ from ember.tensor.dispatch import (
     NP_TO_DTYPE,
     as_scalar,
     check_device,
+    is_symbolic,
     promote_pair,
     scalar_for,
 )
@@ -86,7 +87,7 @@ def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
     a, s = scalar_for(name, a, other, backend)
     if mode != "cmp":
         a = _fit(name, mode, a, backend)
-        if mode == "float" or (mode == "arith" and a.dtype in FLOAT_NP):
+        if (mode == "float" or (mode == "arith" and a.dtype in FLOAT_NP)) and not is_symbolic(s):
             s = float(s)
         elif mode == "bool" and not isinstance(s, bool):
             raise DTypeError(f"ember: {name}: needs a bool scalar, got {s!r}")

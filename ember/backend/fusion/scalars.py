@@ -1,0 +1,219 @@
+"""Run-time scalars of a captured function: a learning rate passed as an argument,
+an optimizer's step count, and everything Python computes from them.
+
+While a function is traced, such a number is a :class:`SymScalar`: it supports the
+arithmetic an optimizer does (``lr / (1 - beta_1 ** t)``, ``t + 1``, ``v ** 0.5``)
+by recording it. A comparison or truth test (``if t > 1:``, ``a.time == b.time``)
+answers with the traced value and records a *guard*: a replay whose scalars would
+answer differently traces again. ``float()``/``int()`` would freeze the value
+silently, so they raise a :class:`GraphBreak`. A :class:`ScalarProgram` replays
+the recorded arithmetic and guards on each call, as straight-line Python.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+from ember.errors import GraphError
+
+
+class GraphBreak(GraphError):
+    """The traced function did something a graph cannot hold (read a tensor's value,
+    branch on a run-time scalar, call an op without a graph rule)."""
+
+
+_BINARY = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+}
+_UNARY = {"neg": operator.neg, "abs": abs, "sqrt": math.sqrt, "truth": bool}
+_COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+            "eq": operator.eq, "ne": operator.ne}
+
+
+class SymScalar:
+    """A number known only when the captured function runs. ``value`` is the number
+    seen while tracing (for messages); ``expr`` is how it is computed."""
+
+    __slots__ = ("program", "index", "value")
+
+    #: Read by the tensor layer (``ember.tensor.dispatch.is_symbolic``): a float-like scalar.
+    symbolic_scalar = True
+
+    def __init__(self, program: ScalarProgram, index: int, value: Any):
+        self.program = program
+        self.index = index
+        self.value = value
+
+    # ------------------------------------------------------------------ arithmetic
+    def _binary(self, op: str, other: Any, reverse: bool = False) -> Any:
+        if not isinstance(other, (SymScalar, int, float)) or isinstance(other, bool):
+            return NotImplemented
+        a, b = (other, self) if reverse else (self, other)
+        return self.program.apply(op, a, b)
+
+    def __add__(self, other: Any) -> Any:
+        return self._binary("add", other)
+
+    def __radd__(self, other: Any) -> Any:
+        return self._binary("add", other, True)
+
+    def __sub__(self, other: Any) -> Any:
+        return self._binary("sub", other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return self._binary("sub", other, True)
+
+    def __mul__(self, other: Any) -> Any:
+        return self._binary("mul", other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return self._binary("mul", other, True)
+
+    def __truediv__(self, other: Any) -> Any:
+        return self._binary("truediv", other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return self._binary("truediv", other, True)
+
+    def __floordiv__(self, other: Any) -> Any:
+        return self._binary("floordiv", other)
+
+    def __mod__(self, other: Any) -> Any:
+        return self._binary("mod", other)
+
+    def __pow__(self, other: Any) -> Any:
+        return self._binary("pow", other)
+
+    def __rpow__(self, other: Any) -> Any:
+        return self._binary("pow", other, True)
+
+    def __neg__(self) -> Any:
+        return self.program.apply("neg", self)
+
+    def __pos__(self) -> SymScalar:
+        return self
+
+    def __abs__(self) -> Any:
+        return self.program.apply("abs", self)
+
+    def sqrt(self) -> Any:
+        return self.program.apply("sqrt", self)
+
+    # ------------------------------------------------------------------ what breaks a graph
+    def _break(self, what: str) -> GraphBreak:
+        return GraphBreak(
+            f"ember: compile: {what} of a run-time scalar (traced as {self.value!r}) would freeze its value "
+            "into the graph; compute with it arithmetically instead (e.g. x ** 0.5, not math.sqrt(x))"
+        )
+
+    def __float__(self) -> float:
+        raise self._break("float()")
+
+    def __int__(self) -> int:
+        raise self._break("int()")
+
+    def __index__(self) -> int:
+        raise self._break("use as an index")
+
+    def __bool__(self) -> bool:
+        return self.program.guard("truth", self)
+
+    def _compare(self, op: str, other: Any) -> Any:
+        if not isinstance(other, (SymScalar, int, float)):
+            return NotImplemented
+        return self.program.guard(op, self, other)
+
+    def __lt__(self, other: Any) -> Any:
+        return self._compare("lt", other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._compare("le", other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._compare("gt", other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._compare("ge", other)
+
+    def __eq__(self, other: object) -> Any:
+        if other is self:
+            return True
+        return self._compare("eq", other)
+
+    def __ne__(self, other: object) -> Any:
+        if other is self:
+            return False
+        return self._compare("ne", other)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"SymScalar(${self.index}, traced as {self.value!r})"
+
+
+def scalar_sqrt(x: Any) -> Any:
+    """``math.sqrt`` that also takes a :class:`SymScalar` (recorded)."""
+    return x.sqrt() if type(x) is SymScalar else math.sqrt(x)
+
+
+class ScalarProgram:
+    """The scalar arithmetic of a trace, replayed per call as generated Python.
+
+    Entries ``0 .. n_inputs - 1`` are the inputs; each later entry is one recorded
+    operation. :meth:`compile` returns ``f(inputs) -> [values of the requested entries]``.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, tuple]] = []
+        self.n_inputs = 0
+        self.guards: list[tuple[int, bool]] = []  # (entry, the answer the trace took)
+
+    def input(self, value: Any) -> SymScalar:
+        if self.entries and self.entries[-1][0] != "input":
+            raise GraphError("ember: compile: scalar inputs must be declared before any arithmetic")
+        self.entries.append(("input", (self.n_inputs,)))
+        self.n_inputs += 1
+        return SymScalar(self, len(self.entries) - 1, value)
+
+    def apply(self, op: str, *args: Any) -> SymScalar:
+        operands = tuple(("$", a.index) if type(a) is SymScalar else ("k", a) for a in args)
+        values = [a.value if type(a) is SymScalar else a for a in args]
+        fn = _BINARY.get(op) or _UNARY.get(op) or _COMPARE[op]
+        self.entries.append((op, operands))
+        return SymScalar(self, len(self.entries) - 1, fn(*values))
+
+    def guard(self, op: str, *args: Any) -> bool:
+        """The traced answer of a comparison (or truth test), kept as a guard."""
+        result = self.apply(op, *args)
+        answer = bool(result.value)
+        self.guards.append((result.index, answer))
+        return answer
+
+    def compile(self, wanted: list[int]) -> Any:
+        """``f(inputs)`` computing the entries ``wanted`` (in order), as Python code; it
+        returns ``None`` when a guard answers differently than while tracing."""
+        lines = ["def scalar_program(inputs):"]
+        names = {**_BINARY, **_UNARY, **_COMPARE}
+        env: dict[str, Any] = {}
+        for i, (op, operands) in enumerate(self.entries):
+            if op == "input":
+                lines.append(f"    v{i} = inputs[{operands[0]}]")
+                continue
+            args = []
+            for kind, value in operands:
+                if kind == "$":
+                    args.append(f"v{value}")
+                else:
+                    env[f"k{i}_{len(args)}"] = value
+                    args.append(f"k{i}_{len(args)}")
+            env[f"f_{op}"] = names[op]
+            lines.append(f"    v{i} = f_{op}({', '.join(args)})")
+        for entry, answer in self.guards:
+            lines.append(f"    if {'not ' if answer else ''}v{entry}:")
+            lines.append("        return None")
+        lines.append(f"    return [{', '.join(f'v{w}' for w in wanted)}]")
+        exec("\n".join(lines), env)
+        return env["scalar_program"]

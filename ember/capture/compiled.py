@@ -1,0 +1,616 @@
+"""``ember.compile``: a Python function traced once into a graph, then replayed.
+
+The first call with a new *guard key* (the arguments' shapes, dtypes and devices,
+the modules' parameter ids, the Python values that are not floats) runs the
+function under a trace (:mod:`ember.backend.fusion.trace`): everything it computes
+on its devices — forward, the backward that autodiff's rules emit, the optimizer
+update — becomes one graph, which an executor plans once. Later calls replay the
+plan: no Python per op. Float arguments and optimizer step counts are run-time
+scalars; a comparison on one becomes a guard, checked per call.
+
+Parameters are *donated*: the model a compiled step returns holds its parameters
+in buffers the next call updates in place (as ``jax.jit(donate_argnums=...)`` and
+PyTorch's in-place ``optimizer.step()`` do); the model passed in is read, not
+changed. Keep a copy (``model.fork(device)``) of a model you want to keep.
+
+When the function cannot be traced (it reads a tensor's value, calls an op with no
+graph rule, ...), that guard key runs eagerly from then on, with a one-time warning
+naming the cause; results are the same either way.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ember.backend.fusion.backend import LazyTensor
+from ember.backend.fusion.replay import Replay
+from ember.backend.fusion.scalars import GraphBreak, SymScalar
+from ember.backend.fusion.trace import Trace, capture
+from ember.device import Device
+from ember.errors import GraphError
+from ember.module import Module, Param, RunningState
+from ember.module.visitor import ParamCollector
+from ember.tensor import Tensor
+
+_RETRACE = object()
+
+
+class CompileWarning(UserWarning):
+    """A compiled function fell back to eager execution."""
+
+
+# ---------------------------------------------------------------------- argument trees
+@dataclass(frozen=True, slots=True)
+class _Leaf:
+    """A position in the flattened arguments holding a tensor, module or float."""
+
+    kind: str  # "tensor", "module", "scalar"
+    index: int
+
+
+def _flatten(value: Any, leaves: list[Any]) -> Any:
+    """The structure of ``value`` with tensors, modules and floats moved to ``leaves``."""
+    if isinstance(value, (Tensor, Module)) or (type(value) is float):
+        leaves.append(value)
+        kind = "tensor" if isinstance(value, Tensor) else "module" if isinstance(value, Module) else "scalar"
+        return _Leaf(kind, len(leaves) - 1)
+    if type(value) in (tuple, list):
+        return (type(value), tuple(_flatten(v, leaves) for v in value))
+    if type(value) is dict:
+        return (dict, tuple((k, _flatten(v, leaves)) for k, v in value.items()))
+    return ("static", value)
+
+
+def _static_key(spec: Any) -> Any:
+    """The hashable part of an argument structure (static values by value or identity)."""
+    if type(spec) is _Leaf:
+        return spec
+    kind, items = spec
+    if kind == "static":
+        try:
+            hash(items)
+            return ("static", type(items), items)
+        except TypeError:
+            return ("static-id", id(items))
+    if kind is dict:
+        return (dict, tuple((k, _static_key(v)) for k, v in items))
+    return (kind, tuple(_static_key(v) for v in items))
+
+
+def _unflatten(spec: Any, leaves: list[Any]) -> Any:
+    if type(spec) is _Leaf:
+        return leaves[spec.index]
+    kind, items = spec
+    if kind == "static":
+        return items
+    if kind is dict:
+        return {k: _unflatten(v, leaves) for k, v in items}
+    return kind(_unflatten(v, leaves) for v in items)
+
+
+def _module_leaves(module: Module) -> tuple[list[Param], list[RunningState]]:
+    collector = ParamCollector(states=True)
+    module.visit(collector)
+    params = [p for _, p in collector.items if isinstance(p, Param)]
+    states = [s for _, s in collector.items if isinstance(s, RunningState)]
+    return params, states
+
+
+def _innermost(tensor: Tensor) -> Any:
+    device = tensor._d
+    return device._b.unwrap(tensor._p) if device.is_autodiff() else tensor._p
+
+
+def _tensor_key(t: Tensor) -> tuple:
+    p = t._p
+    d = t._d
+    tracked = d.is_autodiff() and d._b.is_tracked(p)
+    return (tuple(p.shape), p.dtype.str, d, tracked)
+
+
+def _module_key(module: Module) -> tuple:
+    params, states = _module_leaves(module)
+    return (
+        type(module),
+        tuple((p.id, p._shape, p.dtype, p.device, p.require_grad) for p in params),
+        tuple((s.id, tuple(s.value()._p.shape), s.value()._p.dtype.str, s.value()._d) for s in states),
+    )
+
+
+# ---------------------------------------------------------------------- one trace
+class _Entry:
+    """A traced function for one guard key: the plan, where its inputs come from, and
+    how its outputs go back into tensors, modules and optimizer states."""
+
+    def __init__(self, compiled: CompiledFunction, trace: Trace, spec: Any, result_spec: Any,
+                 result_leaves: list[Any], backend: Any) -> None:
+        self.backend = backend
+        graph = trace.graph
+        self.sources = trace.input_sources
+        self.state_reads = trace.state_reads
+        # Outputs: the result's tensors and modules, then state writes.
+        outputs: list[int] = []
+        self.result_spec = result_spec
+        self.result_plan: list[Any] = []
+        for leaf in result_leaves:
+            if isinstance(leaf, Tensor):
+                self.result_plan.append(("tensor", len(outputs), leaf._d))
+                outputs.append(_output_ref(trace, _innermost(leaf)))
+            elif isinstance(leaf, Module):
+                params, states = _module_leaves(leaf)
+                first = len(outputs)
+                for p in params:
+                    outputs.append(_output_ref(trace, _innermost(p.val())))
+                for s in states:
+                    outputs.append(_output_ref(trace, _innermost(s.value())))
+                self.result_plan.append(("module", first, leaf))
+            elif type(leaf) is SymScalar:
+                self.result_plan.append(("scalar", trace.scalar_slot(leaf), type(leaf.value)))
+            else:
+                self.result_plan.append(("value", leaf))
+        self.state_plan: list[Any] = []
+        for owner, key, value in trace.state_writes.values():
+            fields = _writable_fields(value)
+            layout = []
+            for name, item in fields:
+                if isinstance(item, Tensor):
+                    layout.append((name, "tensor", len(outputs), item._d))
+                    outputs.append(_output_ref(trace, _innermost(item)))
+                elif type(item) is SymScalar:
+                    layout.append((name, "scalar", trace.scalar_slot(item), type(item.value)))
+                else:
+                    layout.append((name, "static", item))
+            self.state_plan.append((owner, key, type(value), layout))
+        graph.outputs = outputs
+        graph = graph.prune()
+        n_sym = len(trace.scalar_wanted)
+        abstract, literals = graph.abstract_scalars(offset=n_sym)
+        self.literals = literals
+        self.scalar_program = trace.scalars.compile(trace.scalar_wanted)
+        self.graph = abstract
+        self.plan = compiled.executor_for(backend).plan(abstract)
+        self.model_out: Module | None = None  # the module this entry returns, kept across calls
+        self.model_out_key: Any = None
+        self.model_slots: list[Any] = []
+        self._runner: Callable[[list[Any]], Any] | None = None
+        self.code = ""
+
+    def _specialize(self, leaves: list[Any]) -> Callable[[list[Any]], Any]:
+        """Straight-line Python for the steady state (the module argument is the module
+        this entry returned): read the inputs, run the plan, write the outputs back.
+        Anything else (another module, a state of another shape) takes the generic path."""
+        env: dict[str, Any] = {
+            "RETRACE": _RETRACE, "Tensor": Tensor, "dget": dict.get, "dset": dict.__setitem__,
+            "generic": self._run_generic, "plan_run": self.plan.run, "backend": self.backend,
+            "program": self.scalar_program, "literals": self.literals, "unflatten": _unflatten,
+            "spec": self.result_spec, "E": self,
+        }
+        lines = ["def run(leaves):"]
+        add = lines.append
+
+        def const(value: Any, prefix: str) -> str:
+            name = f"{prefix}{len(env)}"
+            env[name] = value
+            return name
+
+        model_leaves = sorted({src[1] for src in self.sources if src[0] in ("param", "running")})
+        returns_model = self.model_out is not None
+        for i in model_leaves:
+            if not returns_model:
+                return self._run_generic
+            add(f"    if leaves[{i}] is not E.model_out:")
+            add("        return generic(leaves)")
+        n_params = len(_module_leaves(self.model_out)[0]) if returns_model else 0
+        slot_names = [const(holder, "slot") for _, holder in self.model_slots]
+        slot_attr = ["inner" if kind == "autodiff" else "_p" for kind, _ in self.model_slots]
+        states: dict[tuple[int, Any], str] = {}
+
+        def state_var(owner: Any, key: Any) -> str:
+            ident = (id(owner), key)
+            name = states.get(ident)
+            if name is None:
+                name = states[ident] = f"s{len(states)}"
+                add(f"    {name} = dget({const(owner, 'O')}, {const(key, 'K')})")
+            return name
+
+        for owner, key, template in self.state_reads:
+            var = state_var(owner, key)
+            if template is None:
+                add(f"    if {var} is not None: return RETRACE")
+                continue
+            cls, fields = template
+            add(f"    if type({var}) is not {const(cls, 'C')}: return RETRACE")
+            for name, kind in fields:
+                if kind == "none":
+                    add(f"    if {var}.{name} is not None: return RETRACE")
+                elif type(kind) is tuple and kind[0] == "tensor":
+                    add(f"    if {var}.{name} is None: return RETRACE")
+                elif type(kind) is tuple and kind[0] == "static":
+                    add(f"    if {var}.{name} != {const(kind[1], 'V')}: return RETRACE")
+        inputs, scalars = [], []
+        for source in self.sources:
+            kind = source[0]
+            if kind == "arg":
+                leaf = leaves[source[1]]
+                inner = ".inner" if leaf._d.is_autodiff() else ""
+                inputs.append(f"leaves[{source[1]}]._p{inner}")
+            elif kind in ("param", "running"):
+                j = source[2] + (n_params if kind == "running" else 0)
+                inputs.append(f"{slot_names[j]}.{slot_attr[j]}")
+            elif kind == "state":
+                _, owner, key, name = source
+                var = state_var(owner, key)
+                inputs.append(f"{var}._p" if name == "" else f"{var}.{name}._p")
+            else:
+                inner = source[1]
+                if inner[0] == "arg":
+                    scalars.append(f"leaves[{inner[1]}]")
+                else:
+                    scalars.append(f"{state_var(inner[1], inner[2])}.{inner[3]}")
+        add(f"    sc = program([{', '.join(scalars)}])")
+        add("    if sc is None: return RETRACE")
+        add(f"    outs = plan_run(backend, [{', '.join(inputs)}], sc + literals)")
+        for owner, key, cls, layout in self.state_plan:
+            values = []
+            for name, kind, *rest in layout:
+                if kind == "tensor":
+                    values.append((name, self._tensor_expr(f"outs[{rest[0]}]", rest[1], const)))
+                elif kind == "scalar":
+                    values.append((name, f"{const(rest[1], 'T')}(sc[{int(rest[0])}])"))
+                else:
+                    values.append((name, const(rest[0], "V")))
+            o, k = const(owner, "O"), const(key, "K")
+            if cls is Tensor:
+                add(f"    dset({o}, {k}, {values[0][1]})")
+                continue
+            add(f"    cur = dget({o}, {k})")
+            add(f"    if type(cur) is {const(cls, 'C')}:")
+            for name, expr in values:
+                add(f"        cur.{name} = {expr}")
+            add("    else:")
+            add(f"        dset({o}, {k}, {env_name(env, cls)}({', '.join(f'{n}={e}' for n, e in values)}))")
+        out_exprs = []
+        for item in self.result_plan:
+            kind = item[0]
+            if kind == "tensor":
+                out_exprs.append(self._tensor_expr(f"outs[{item[1]}]", item[2], const))
+            elif kind == "module":
+                first = item[1]
+                for j, (name, attr) in enumerate(zip(slot_names, slot_attr)):
+                    add(f"    {name}.{attr} = outs[{first + j}]")
+                out_exprs.append("E.model_out")
+            elif kind == "scalar":
+                out_exprs.append(f"{const(item[2], 'T')}(sc[{int(item[1])}])")
+            else:
+                out_exprs.append(const(item[1], "V"))
+        add(f"    return unflatten(spec, [{', '.join(out_exprs)}])")
+        self.code = "\n".join(lines)
+        exec(self.code, env)  # code generated above from this entry's tables
+        return env["run"]
+
+    @staticmethod
+    def _tensor_expr(value: str, device: Device, const: Callable[[Any, str], str]) -> str:
+        if device.is_autodiff():
+            return f"Tensor({const(device._b.wrap, 'W')}({value}), {const(device, 'D')})"
+        return f"Tensor({value}, {const(device, 'D')})"
+
+    # ------------------------------------------------------------------ replay
+    def run(self, leaves: list[Any]) -> Any:
+        runner = self._runner
+        if runner is not None:
+            return runner(leaves)
+        out = self._run_generic(leaves)
+        if out is not _RETRACE:
+            self._runner = self._specialize(leaves)
+        return out
+
+    def _run_generic(self, leaves: list[Any]) -> Any:
+        inputs: list[Any] = []
+        scalar_inputs: list[Any] = []
+        module_cache: dict[int, tuple[list[Param], list[RunningState]]] = {}
+        for source in self.sources:
+            value = _read_source(source, leaves, module_cache, self)
+            if value is _RETRACE:
+                return _RETRACE
+            if source[0] == "scalar":
+                scalar_inputs.append(value)
+            else:
+                inputs.append(value)
+        for owner, key, template in self.state_reads:
+            if _state_template(dict.get(owner, key)) != template:
+                return _RETRACE
+        scalars = self.scalar_program(scalar_inputs)
+        if scalars is None:
+            return _RETRACE
+        values = self.plan.run(self.backend, inputs, scalars + self.literals)
+        for owner, key, cls, layout in self.state_plan:
+            current = dict.get(owner, key)
+            fields = {}
+            for name, kind, *rest in layout:
+                if kind == "tensor":
+                    fields[name] = _tensor_on(values[rest[0]], rest[1])
+                elif kind == "scalar":
+                    fields[name] = rest[1](scalars[rest[0]])
+                else:
+                    fields[name] = rest[0]
+            if type(current) is cls and cls is not Tensor and hasattr(current, "__dataclass_fields__"):
+                for name, item in fields.items():
+                    setattr(current, name, item)
+            else:
+                dict.__setitem__(owner, key, fields[""] if cls is Tensor else cls(**fields))
+        out_leaves = []
+        for item in self.result_plan:
+            kind = item[0]
+            if kind == "tensor":
+                out_leaves.append(_tensor_on(values[item[1]], item[2]))
+            elif kind == "module":
+                out_leaves.append(self._module_out(item[2], values, item[1]))
+            elif kind == "scalar":
+                out_leaves.append(item[2](scalars[item[1]]))
+            else:
+                out_leaves.append(item[1])
+        return _unflatten(self.result_spec, out_leaves)
+
+    def _module_out(self, traced: Module, values: list[Any], first: int) -> Module:
+        """The returned module: built once, then its buffers updated in place."""
+        if self.model_out is None:
+            params, states = _module_leaves(traced)
+            arrays = iter(values[first:])
+            new_params = {p.id: Param(p.id, _tensor_on(next(arrays), p.device), p.require_grad) for p in params}
+            new_states = {id(s): RunningState(_tensor_on(next(arrays), s.value()._d), s.id) for s in states}
+            from ember.module.visitor import FnMapper
+
+            self.model_out = traced.map(FnMapper(lambda p, path: new_params[p.id], lambda s, path: new_states[id(s)]))
+            self.model_out_key = _module_key(self.model_out)
+            # What a replay updates in place: each value's autodiff wrapper or tensor.
+            out_params, out_states = _module_leaves(self.model_out)
+            values_out = [p.val() for p in out_params] + [s.value() for s in out_states]
+            self.model_slots = [
+                ("autodiff", t._p) if t._d.is_autodiff() else ("plain", t) for t in values_out
+            ]
+            return self.model_out
+        for (kind, holder), array in zip(self.model_slots, values[first:first + len(self.model_slots)]):
+            if kind == "autodiff":
+                holder.inner = array
+            else:
+                holder._p = array
+        return self.model_out
+
+
+def env_name(env: dict[str, Any], value: Any) -> str:
+    """The name under which ``value`` is in a generated function's globals."""
+    for name, item in env.items():
+        if item is value:
+            return name
+    raise KeyError(value)  # pragma: no cover
+
+
+def _output_ref(trace: Trace, primitive: Any) -> int:
+    if type(primitive) is LazyTensor:
+        if primitive.value is None:
+            return primitive.ref
+        primitive = primitive.value
+    return trace.lift(primitive)
+
+
+def _writable_fields(value: Any) -> list[tuple[str, Any]]:
+    import dataclasses
+
+    if isinstance(value, Tensor):
+        return [("", value)]
+    if dataclasses.is_dataclass(value):
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+    raise GraphBreak(f"ember: compile: cannot write back a state of type {type(value).__name__}")
+
+
+def _state_template(value: Any) -> Any:
+    from ember.backend.fusion.trace import _state_fields
+
+    if value is None:
+        return None
+    return _state_fields(value)[1]
+
+
+def _tensor_on(array: Any, device: Device) -> Tensor:
+    if device.is_autodiff():
+        return Tensor(device._b.wrap(array), device)
+    return Tensor(array, device)
+
+
+def _read_source(source: Any, leaves: list[Any], cache: dict, entry: _Entry) -> Any:
+    kind = source[0]
+    if kind == "arg":
+        return _innermost(leaves[source[1]])
+    if kind in ("param", "running"):
+        leaf = source[1]
+        module = leaves[leaf]
+        found = cache.get(leaf)
+        if found is None:
+            found = cache[leaf] = _module_leaves(module)
+        items = found[0] if kind == "param" else found[1]
+        value = items[source[2]].val() if kind == "param" else items[source[2]].value()
+        return _innermost(value)
+    if kind == "state":
+        _, owner, key, name = source
+        state = dict.get(owner, key)
+        if state is None:
+            return _RETRACE
+        item = state if name == "" else getattr(state, name, None)
+        return _innermost(item) if isinstance(item, Tensor) else _RETRACE
+    if kind == "scalar":
+        inner = source[1]
+        if inner[0] == "arg":
+            return leaves[inner[1]]
+        _, owner, key, name = inner
+        state = dict.get(owner, key)
+        return _RETRACE if state is None else getattr(state, name)
+    raise GraphError(f"ember: compile: unknown input source {source!r}")  # pragma: no cover
+
+
+# ---------------------------------------------------------------------- the function
+class CompiledFunction:
+    """A function traced per guard key and replayed (see the module docstring)."""
+
+    def __init__(self, fn: Callable[..., Any], max_traces: int = 8, executor: Any = None):
+        self.fn = fn
+        self.max_traces = max_traces
+        self.executor = executor
+        self._entries: dict[Any, _Entry] = {}
+        self._eager: dict[Any, str] = {}
+        self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager": 0, "evictions": 0, "retraces": 0}
+        self.__wrapped__ = fn
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", "compiled")
+
+    def executor_for(self, backend: Any) -> Any:
+        if self.executor is not None:
+            return self.executor
+        return _ReplayExecutor()
+
+    def cache_size(self) -> int:
+        """How many traces are kept."""
+        return len(self._entries)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.stats["calls"] += 1
+        leaves: list[Any] = []
+        spec = _flatten((args, kwargs), leaves)
+        key = self._key(spec, leaves)
+        if key in self._eager:
+            self.stats["eager"] += 1
+            return self.fn(*args, **kwargs)
+        entry = self._entries.get(key)
+        if entry is not None:
+            result = entry.run(leaves)
+            if result is not _RETRACE:
+                self.stats["replays"] += 1
+                return result
+            self.stats["retraces"] += 1
+            del self._entries[key]
+        return self._trace_and_run(key, spec, leaves, args, kwargs)
+
+    def _key(self, spec: Any, leaves: list[Any]) -> tuple:
+        parts: list[Any] = [_static_key(spec)]
+        for leaf in leaves:
+            if isinstance(leaf, Tensor):
+                parts.append(_tensor_key(leaf))
+            elif isinstance(leaf, Module):
+                parts.append(self._module_key(leaf))
+            else:
+                parts.append("scalar")
+        return tuple(parts)
+
+    def _module_key(self, module: Module) -> Any:
+        for entry in self._entries.values():
+            if entry.model_out is module:  # the module a replay returned: its key is known
+                return entry.model_out_key
+        return _module_key(module)
+
+    def _trace_and_run(self, key: Any, spec: Any, leaves: list[Any], args: tuple, kwargs: dict) -> Any:
+        devices = _devices(leaves)
+        if len(devices) != 1:
+            return self._fall_back(key, args, kwargs, f"the arguments live on {len(devices)} devices, not one")
+        device = devices[0]
+        for leaf in leaves:
+            if isinstance(leaf, Module):
+                for p in _module_leaves(leaf)[0]:
+                    p.val()  # lazy parameters draw their values now, not in the trace
+        try:
+            with capture([device]) as trace:
+                traced_leaves = self._trace_inputs(trace, leaves)
+                t_args, t_kwargs = _unflatten(spec, traced_leaves)
+                result = self.fn(*t_args, **t_kwargs)
+                result_leaves: list[Any] = []
+                result_spec = _flatten_result(result, result_leaves)
+                entry = _Entry(self, trace, spec, result_spec, result_leaves, trace.backends[0].inner)
+        except GraphBreak as error:
+            return self._fall_back(key, args, kwargs, str(error))
+        self.stats["traces"] += 1
+        if len(self._entries) >= self.max_traces:
+            self._entries.pop(next(iter(self._entries)))
+            self.stats["evictions"] += 1
+        out = entry.run(leaves)
+        if out is _RETRACE:  # pragma: no cover - the trace just read these states
+            raise GraphError("ember: compile: a fresh trace failed its own guards")
+        # The key of the returned module is its identity from now on.
+        self._entries[key] = entry
+        return out
+
+    def _trace_inputs(self, trace: Trace, leaves: list[Any]) -> list[Any]:
+        traced = []
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, Tensor):
+                trace.add_input(_innermost(leaf), ("arg", i))
+                traced.append(leaf)
+            elif isinstance(leaf, Module):
+                params, states = _module_leaves(leaf)
+                for j, p in enumerate(params):
+                    trace.add_input(_innermost(p.val()), ("param", i, j))
+                for j, s in enumerate(states):
+                    trace.add_input(_innermost(s.value()), ("running", i, j))
+                traced.append(leaf)
+            else:
+                traced.append(trace.scalar_input(leaf, ("arg", i)))
+        return traced
+
+    def _fall_back(self, key: Any, args: tuple, kwargs: dict, reason: str) -> Any:
+        self._eager[key] = reason
+        warnings.warn(
+            f"ember: compile: {self.__name__} runs eagerly for these arguments: {reason}",
+            CompileWarning,
+            stacklevel=3,
+        )
+        self.stats["eager"] += 1
+        return self.fn(*args, **kwargs)
+
+
+class _ReplayExecutor:
+    def plan(self, graph: Any) -> Replay:
+        return Replay(graph, check=False)
+
+
+def _flatten_result(result: Any, leaves: list[Any]) -> Any:
+    if isinstance(result, (Tensor, Module)) or type(result) is SymScalar:
+        leaves.append(result)
+        return _Leaf("out", len(leaves) - 1)
+    if type(result) in (tuple, list):
+        return (type(result), tuple(_flatten_result(v, leaves) for v in result))
+    if type(result) is dict:
+        return (dict, tuple((k, _flatten_result(v, leaves)) for k, v in result.items()))
+    return ("static", result)
+
+
+def _devices(leaves: list[Any]) -> list[Device]:
+    found: list[Device] = []
+    for leaf in leaves:
+        if isinstance(leaf, Tensor):
+            candidates = [leaf._d]
+        elif isinstance(leaf, Module):
+            candidates = [p.device for p in _module_leaves(leaf)[0]]
+        else:
+            continue
+        for d in candidates:
+            inner = d.inner()
+            if inner not in found:
+                found.append(inner)
+    return found
+
+
+def compile(fn: Callable[..., Any] | None = None, *, max_traces: int = 8, executor: Any = None) -> Any:
+    """Trace ``fn`` once per guard key and replay it without Python per op.
+
+    >>> step = ember.compile(train_step)           # doctest: +SKIP
+    >>> model, loss = step(model, x, y)            # doctest: +SKIP
+
+    ``max_traces`` bounds the traces kept (the oldest is dropped first). Use as a
+    decorator too (``@ember.compile`` or ``@ember.compile(max_traces=4)``).
+    """
+    if fn is None:
+        return lambda f: CompiledFunction(f, max_traces, executor)
+    return CompiledFunction(fn, max_traces, executor)
+
+
+__all__ = ["CompileWarning", "CompiledFunction", "compile"]
