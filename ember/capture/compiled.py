@@ -164,6 +164,11 @@ class _Entry:
                 else:
                     layout.append((name, "static", item))
             self.state_plan.append((owner, key, type(value), layout))
+        self.running_plan: list[tuple[int, int, int, Device]] = []
+        for state, value in trace.running_writes.values():
+            i, j = trace.running_index[id(state)]
+            self.running_plan.append((i, j, len(outputs), value._d))
+            outputs.append(_output_ref(trace, _innermost(value)))
         graph.outputs = outputs
         graph = graph.prune()
         n_sym = len(trace.scalar_wanted)
@@ -272,6 +277,9 @@ class _Entry:
                 add(f"        cur.{name} = {expr}")
             add("    else:")
             add(f"        dset({o}, {k}, {env_name(env, cls)}({', '.join(f'{n}={e}' for n, e in values)}))")
+        for _i, j, index, _device in self.running_plan:
+            slot = n_params + j  # the module argument is the returned module (checked above)
+            add(f"    {slot_names[slot]}.{slot_attr[slot]} = outs[{index}]")
         out_exprs = []
         for item in self.result_plan:
             kind = item[0]
@@ -341,6 +349,9 @@ class _Entry:
                     setattr(current, name, item)
             else:
                 dict.__setitem__(owner, key, fields[""] if cls is Tensor else cls(**fields))
+        for i, j, index, device in self.running_plan:
+            found = module_cache.get(i) or _module_leaves(leaves[i])
+            found[1][j]._value = _tensor_on(values[index], device)
         out_leaves = []
         for item in self.result_plan:
             kind = item[0]
@@ -551,6 +562,7 @@ class CompiledFunction:
                     trace.add_input(_innermost(p.val()), ("param", i, j))
                 for j, s in enumerate(states):
                     trace.add_input(_innermost(s.value()), ("running", i, j))
+                    trace.running_index[id(s)] = (i, j)
                 traced.append(leaf)
             else:
                 traced.append(trace.scalar_input(leaf, ("arg", i)))

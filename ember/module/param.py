@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.backend.dtype import DType
+from ember.backend.fusion.trace import current_trace
 from ember.device import Device
 from ember.errors import ModuleError
 from ember.tensor import Shape, Tensor
@@ -213,10 +214,20 @@ class RunningState:
         self._value = value.detach()
 
     def value(self) -> Tensor:
+        trace = current_trace()
+        if trace is not None:  # inside ember.compile: the value this trace last wrote
+            written = trace.running_value(self)
+            if written is not None:
+                return written
         return self._value
 
     def update(self, value: Tensor) -> None:
-        self._value = value.detach()
+        value = value.detach()
+        trace = current_trace()
+        if trace is not None:  # recorded; the compiled step's replays write it
+            trace.write_running(self, value)
+            return
+        self._value = value
 
     @property
     def shape(self) -> Shape:

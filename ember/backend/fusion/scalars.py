@@ -162,7 +162,7 @@ def scalar_sqrt(x: Any) -> Any:
 class ScalarProgram:
     """The scalar arithmetic of a trace, replayed per call as generated Python.
 
-    Entries ``0 .. n_inputs - 1`` are the inputs; each later entry is one recorded
+    Each entry is an input (numbered in order of declaration) or one recorded
     operation. :meth:`compile` returns ``f(inputs) -> [values of the requested entries]``.
     """
 
@@ -172,8 +172,7 @@ class ScalarProgram:
         self.guards: list[tuple[int, bool]] = []  # (entry, the answer the trace took)
 
     def input(self, value: Any) -> SymScalar:
-        if self.entries and self.entries[-1][0] != "input":
-            raise GraphError("ember: compile: scalar inputs must be declared before any arithmetic")
+        """Input number ``n_inputs`` (inputs may be declared between operations)."""
         self.entries.append(("input", (self.n_inputs,)))
         self.n_inputs += 1
         return SymScalar(self, len(self.entries) - 1, value)

@@ -48,6 +48,8 @@ class Trace:
         self.scalar_wanted: list[int] = []      # scalar program entries, in Sc order
         self.state_reads: list[tuple[StateDict, Any, Any]] = []
         self.state_writes: dict[tuple[int, Any], tuple[StateDict, Any, Any]] = {}
+        self.running_index: dict[int, tuple[int, int]] = {}  # id(RunningState) -> (argument, index)
+        self.running_writes: dict[int, tuple[Any, Any]] = {}  # id(RunningState) -> (state, new value)
         self.backends: list[TraceBackend] = []
 
     # ------------------------------------------------------------------ inputs
@@ -111,6 +113,21 @@ class Trace:
 
     def write_state(self, owner: StateDict, key: Any, value: Any) -> None:
         self.state_writes[(id(owner), key)] = (owner, key, value)
+
+    def write_running(self, state: Any, value: Any) -> None:
+        """A running state (batch-norm statistics) updated inside the trace: the replay
+        updates the same state of the module passed in that position."""
+        if id(state) not in self.running_index:
+            raise GraphBreak(
+                "ember: compile: a running state (e.g. batch-norm statistics) of a module that is not an "
+                "argument of the compiled function was updated; pass the module as an argument"
+            )
+        self.running_writes[id(state)] = (state, value)
+
+    def running_value(self, state: Any) -> Any:
+        """The value a running state has inside the trace (``None`` if not written)."""
+        written = self.running_writes.get(id(state))
+        return None if written is None else written[1]
 
 
 class StateDict(dict):
