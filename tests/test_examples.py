@@ -28,6 +28,9 @@ def test_one_step_prints_the_seed_format_and_learns():
     losses = [float(loss) for _, loss, _ in lines]
     assert losses[-1] < 0.05 * losses[0]
     assert re.search(r"100 steps in \S+", out)
+    # The compiled step learns the same losses.
+    compiled = re.findall(r"step +\d+  loss (\d+\.\d{6})  compiled", out)
+    assert compiled and compiled == [loss for _, loss, _ in lines][: len(compiled)]
 
 
 def test_two_runs_print_identical_losses():
