@@ -102,12 +102,16 @@ class Device:
         if not isinstance(kind, DeviceKind):
             raise DeviceError(f"ember: Device.{api}(kind): kind must be a DeviceKind, got {kind!r}")
         try:
-            from ember.backend.cube.device import make_cube_device
+            from ember.backend.cube.device import make_cube_backend
         except ImportError as error:  # pragma: no cover - depends on the install
             raise BackendUnavailableError(
                 f"ember: Device.{api}() needs the GPU backend's dependency: pip install wgpu ({error})"
             ) from None
-        return cls._intern(("cube", api, kind), lambda: make_cube_device(api, kind))
+        def make() -> Device:
+            backend, body = make_cube_backend(api, kind.value)
+            return Device(backend, ("cube", api, kind), body)
+
+        return cls._intern(("cube", api, kind), make)
 
     @classmethod
     def default(cls) -> Device:
@@ -238,6 +242,10 @@ class Device:
         """The device that runs the kernels: without autodiff and fusion."""
         device = self.inner()
         return device._fused if device._fused is not None else device
+
+    def wrappers(self) -> list[Device]:
+        """The devices created so far that wrap this one (its autodiff and fusion devices)."""
+        return [d for d in Device._interned.values() if d._inner is self or d._fused is self]
 
     def inner(self) -> Device:
         """The device an autodiff device wraps (itself for a plain device)."""

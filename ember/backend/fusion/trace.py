@@ -302,10 +302,9 @@ def _rebuild_state(value: Any, fields: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------- capture
 @contextmanager
 def capture(devices: list[Any]) -> Iterator[Trace]:
-    """Swaps each device's backend (and those of the autodiff devices over it) for a
-    :class:`TraceBackend` for the duration; yields the :class:`Trace`."""
-    from ember.device import Device
-
+    """Swaps each device's backend (and the wrapped backend of the autodiff devices
+    over it, ``device.wrappers()``) for a :class:`TraceBackend` for the duration;
+    yields the :class:`Trace`."""
     trace = Trace()
     swaps: list[tuple[Any, str, Any]] = []
     with _capture_lock:
@@ -318,7 +317,7 @@ def capture(devices: list[Any]) -> Iterator[Trace]:
                 trace.backends.append(tracer)
                 swaps.append((device, "_b", real))
                 device._b = tracer
-                for other in list(Device._interned.values()):
+                for other in device.wrappers():
                     if other._inner is device:
                         swaps.append((other._b, "inner", other._b.inner))
                         other._b.inner = tracer

@@ -1,0 +1,86 @@
+"""Arrows only point down: the package layers of DESIGN.md, checked on every import
+statement of the ``ember`` package (module level and inside functions)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "ember"
+
+# Top to bottom. A package may import itself and any package below it.
+LAYERS = [
+    "train",
+    "distributed",
+    "data",
+    "optim",
+    "func",
+    "amp",
+    "nn",
+    "capture",
+    "module",
+    "tensor",
+    "device",
+    "backend",
+    "errors",
+]
+
+# Inside ember.backend: the protocol at the bottom, backends over it, decorators on top.
+# A decorator never depends on a concrete backend, except fusion's lowerings (a lowering
+# is written for the backend it targets).
+BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops"}
+BACKEND_ALLOWED = {
+    "flex": BACKEND_PROTOCOL | {"flex"},
+    "cube": BACKEND_PROTOCOL | {"cube"},
+    "autodiff": BACKEND_PROTOCOL | {"autodiff"},
+    "fusion": BACKEND_PROTOCOL | {"fusion", "flex", "cube"},
+}
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names)
+    return [(m, line) for m, line in found if m.split(".")[0] == "ember"]
+
+
+def _violations() -> list[str]:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts == ("__init__",):
+            continue  # the package's public namespace re-exports every layer
+        layer = parts[0]
+        assert layer in rank, f"{path}: package ember.{layer} has no place in LAYERS; add it where DESIGN.md puts it"
+        for module, line in _imports(path):
+            target = module.split(".")
+            if len(target) < 2:
+                bad.append(f"{path}:{line} imports the whole ember package")
+                continue
+            if target[1] not in rank:
+                continue
+            if rank[target[1]] < rank[layer]:
+                bad.append(f"{path}:{line}: ember.{layer} imports {module} (a higher layer)")
+            if layer == "backend" and target[1] == "backend" and len(parts) > 1 and len(target) > 2:
+                own = parts[1]
+                allowed = BACKEND_ALLOWED.get(own)
+                if allowed is not None and target[2] not in allowed:
+                    bad.append(f"{path}:{line}: ember.backend.{own} imports {module}")
+                if own in BACKEND_PROTOCOL and target[2] not in BACKEND_PROTOCOL:
+                    bad.append(f"{path}:{line}: the backend protocol imports {module}")
+    return bad
+
+
+# Known and being removed (issue "house", item 5): the PyTorch loader asks Linear for its
+# transpose by importing it; each layer is to declare its own PyTorch adaptation.
+KNOWN = {"ember/module/pytorch.py"}
+
+
+def test_imports_point_down():
+    unknown = [v for v in _violations() if not any(k in v for k in KNOWN)]
+    assert unknown == []
