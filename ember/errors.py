@@ -68,3 +68,8 @@ def describe(value: object) -> str:
             text += f", device={device!r}"
         return text + ")"
     return repr(value)
+
+
+class DistributedError(EmberError, RuntimeError):
+    """A distributed run cannot go on: ranks disagree (model structure, shapes, dtypes),
+    a collective was misused, or another rank failed or stopped responding."""

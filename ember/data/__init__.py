@@ -11,7 +11,7 @@
 """
 
 from ember.data.batcher import Batcher, DefaultBatcher, FnBatcher
-from ember.data.dataloader import DataLoader, DataLoaderBuilder, DataLoaderIterator, Progress
+from ember.data.dataloader import DataLoader, DataLoaderBuilder, DataLoaderIterator, Progress, Sampler
 from ember.data.dataset import (
     ArrayDataset,
     ComposedDataset,
@@ -29,6 +29,6 @@ from ember.data.vision import ImageFolderDataset, ImageItem, MnistDataset, Mnist
 __all__ = [
     "ArrayDataset", "Batcher", "ComposedDataset", "DataLoader", "DataLoaderBuilder", "DataLoaderIterator",
     "Dataset", "DefaultBatcher", "FnBatcher", "ImageFolderDataset", "ImageItem", "InMemDataset", "Mapper",
-    "MapperDataset", "MnistDataset", "MnistItem", "PartialDataset", "Progress", "SamplerDataset",
+    "MapperDataset", "MnistDataset", "MnistItem", "PartialDataset", "Progress", "Sampler", "SamplerDataset",
     "ShuffledDataset", "WindowsDataset", "read_idx", "write_idx",
 ]

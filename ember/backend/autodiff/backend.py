@@ -9,6 +9,7 @@ import numpy as np
 
 from ember.backend.autodiff.checkpoint import Checkpointing
 from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, topological_order
+from ember.backend.autodiff.hooks import current_hook
 from ember.backend.autodiff.rules.activation import ActivationRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
@@ -85,10 +86,15 @@ class AutodiffBackend(
         seed = ops.full(root.shape, 1, NUMPY_TO_DTYPE[root.dtype])
         grads = Gradients()
         leaf_grads = grads._grads
+        hook = current_hook()
         if node.step is None and not node.consumed:  # the root is itself a leaf
             leaf_grads[node.id] = seed
+            if hook is not None:
+                hook(node.id, seed)
             return grads
         order = topological_order(node)
+        if hook is not None:
+            return self._backward_hooked(node, order, seed, grads, hook)
         pending: dict[int, Any] = {node.id: seed}
         balanced = self._balanced
         recomputed: dict[int, Any] = {}
@@ -114,6 +120,51 @@ class AutodiffBackend(
                     prev = target.get(pid)
                     target[pid] = pg if prev is None else ops.binary(BinaryOp.ADD, prev, pg)
             # Release what backward needed; the node stays as a marker of a used graph.
+            n.step = n.saved = n.ctx = n.recompute = None
+            n.parents = ()
+            n.consumed = True
+        return grads
+
+    def _backward_hooked(self, node: Node, order: list[Node], seed: Any, grads: Gradients, hook: Any) -> Gradients:
+        """``backward`` that calls ``hook(leaf id, grad)`` once each leaf's gradient is
+        final: it counts each leaf's uses in the graph and fires on the last one."""
+        ops = self.inner
+        leaf_grads = grads._grads
+        uses: dict[int, int] = {}
+        for n in order:
+            for parent in n.parents:
+                if parent is not None and parent.step is None and not parent.consumed:
+                    uses[parent.id] = uses.get(parent.id, 0) + 1
+        pending: dict[int, Any] = {node.id: seed}
+        balanced = self._balanced
+        recomputed: dict[int, Any] = {}
+        for n in order:
+            nid = n.id
+            g = pending.pop(nid, None)
+            parents = n.parents
+            parent_grads = None
+            if g is not None:
+                saved = n.saved
+                if balanced:
+                    saved = tuple(_resolve(n, h, recomputed) for h in saved)
+                    recomputed.pop(nid, None)
+                parent_grads = n.step(ops, g, saved, n.ctx)
+            for i in range(len(parents)):
+                parent = parents[i]
+                if parent is None:
+                    continue
+                pid = parent.id
+                is_leaf = parent.step is None and not parent.consumed
+                pg = None if parent_grads is None else parent_grads[i]
+                if pg is not None:
+                    target = leaf_grads if is_leaf else pending
+                    prev = target.get(pid)
+                    target[pid] = pg if prev is None else ops.binary("add", prev, pg)
+                if is_leaf:
+                    left = uses[pid] - 1
+                    uses[pid] = left
+                    if left == 0 and pid in leaf_grads:
+                        hook(pid, leaf_grads[pid])
             n.step = n.saved = n.ctx = n.recompute = None
             n.parents = ()
             n.consumed = True

@@ -3,5 +3,6 @@
 from ember.data.dataloader.builder import DataLoaderBuilder
 from ember.data.dataloader.loader import DataLoader, DataLoaderIterator
 from ember.data.dataloader.progress import Progress
+from ember.data.dataloader.sampler import Sampler
 
-__all__ = ["DataLoader", "DataLoaderBuilder", "DataLoaderIterator", "Progress"]
+__all__ = ["DataLoader", "DataLoaderBuilder", "DataLoaderIterator", "Progress", "Sampler"]

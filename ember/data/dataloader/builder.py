@@ -6,6 +6,7 @@ from typing import Any
 
 from ember.data.batcher import as_batcher
 from ember.data.dataloader.loader import DataLoader
+from ember.data.dataloader.sampler import Sampler
 from ember.data.dataset.base import as_dataset, check_index
 from ember.data.dataset.shuffled import check_seed
 from ember.device import Device
@@ -33,6 +34,7 @@ class DataLoaderBuilder:
         self._prefetch: int | None = None
         self._device: Device | None = None
         self._drop_last = False
+        self._sampler: Sampler | None = None
 
     def batch_size(self, batch_size: int) -> DataLoaderBuilder:
         if check_index(batch_size) is None or batch_size < 1:
@@ -70,10 +72,29 @@ class DataLoaderBuilder:
         self._drop_last = bool(drop)
         return self
 
+    def sampler(self, sampler: Sampler) -> DataLoaderBuilder:
+        """Read each epoch in the order ``sampler`` gives (e.g.
+        ``ember.distributed.DistributedSampler()``, one shard per rank) instead of
+        shuffling here; the sampler does its own shuffling, so do not combine it with
+        :meth:`shuffle`."""
+        if not isinstance(sampler, Sampler):
+            raise ConfigError(
+                "ember: DataLoaderBuilder.sampler: expected a sampler with order(num_items, epoch) and "
+                f"num_samples(num_items) (e.g. ember.distributed.DistributedSampler()), got {type(sampler).__name__}"
+            )
+        self._sampler = sampler
+        return self
+
     def build(self, dataset: Any) -> DataLoader:
         dataset = as_dataset("DataLoaderBuilder.build", dataset)
         device = self._device if self._device is not None else Device.default()
+        if self._sampler is not None and self._seed is not None:
+            raise ConfigError(
+                "ember: DataLoaderBuilder: shuffle(seed) and sampler(...) both decide the order; drop shuffle() and "
+                "give the sampler the seed (DistributedSampler(seed=...) shuffles per epoch)"
+            )
         return DataLoader(
             dataset, self._batcher, self._batch_size, device, shuffle_seed=self._seed,
             num_workers=self._workers, prefetch=self._prefetch, drop_last=self._drop_last,
+            sampler=self._sampler,
         )

@@ -41,6 +41,7 @@ class DataLoader(Generic[O]):
         num_workers: int = 0,
         prefetch: int | None = None,
         drop_last: bool = False,
+        sampler: Any = None,
     ):
         self.dataset = dataset
         self.batcher = batcher
@@ -50,18 +51,23 @@ class DataLoader(Generic[O]):
         self.num_workers = num_workers
         self.prefetch = prefetch if prefetch is not None else 2 * max(num_workers, 1)
         self.drop_last = drop_last
+        self.sampler = sampler
         self._epoch = 0
 
     # ------------------------------------------------------------------ sizes
     def num_items(self) -> int:
         """The number of items one epoch reads (without a dropped last batch)."""
-        n = len(self.dataset)
+        n = self._epoch_items()
         return n - n % self.batch_size if self.drop_last else n
 
     def __len__(self) -> int:
         """The number of batches per epoch."""
-        n = len(self.dataset)
+        n = self._epoch_items()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _epoch_items(self) -> int:
+        n = len(self.dataset)
+        return n if self.sampler is None else int(self.sampler.num_samples(n))
 
     def num_batches(self) -> int:
         return len(self)
@@ -79,11 +85,23 @@ class DataLoader(Generic[O]):
 
         return self._copy(dataset=PartialDataset(self.dataset, start, end))
 
+    def with_sampler(self, sampler: Any) -> DataLoader[O]:
+        """The same loader reading each epoch in the order ``sampler`` gives (no
+        shuffling of its own); ``None`` removes the sampler."""
+        from ember.data.dataloader.sampler import Sampler
+
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise ConfigError(
+                "ember: DataLoader.with_sampler: expected a sampler with order(num_items, epoch) and "
+                f"num_samples(num_items), got {type(sampler).__name__}"
+            )
+        return self._copy(sampler=sampler, shuffle_seed=None)
+
     def _copy(self, **changes: Any) -> DataLoader[O]:
         fields = dict(
             dataset=self.dataset, batcher=self.batcher, batch_size=self.batch_size, device=self.device,
             shuffle_seed=self.shuffle_seed, num_workers=self.num_workers, prefetch=self.prefetch,
-            drop_last=self.drop_last,
+            drop_last=self.drop_last, sampler=self.sampler,
         )
         fields.update(changes)
         dataset, batcher, batch_size, device = (fields.pop(k) for k in ("dataset", "batcher", "batch_size", "device"))
@@ -93,6 +111,8 @@ class DataLoader(Generic[O]):
     def order(self, epoch: int) -> np.ndarray:
         """The dataset indices in the order epoch ``epoch`` reads them."""
         n = len(self.dataset)
+        if self.sampler is not None:
+            return np.asarray(self.sampler.order(n, epoch), dtype=np.int64)
         if self.shuffle_seed is None:
             return np.arange(n)
         return permutation(n, self.shuffle_seed, epoch)
@@ -134,7 +154,9 @@ class DataLoader(Generic[O]):
     def __repr__(self) -> str:
         return (
             f"DataLoader(items={len(self.dataset)}, batch_size={self.batch_size}, batches={len(self)}, "
-            f"shuffle_seed={self.shuffle_seed}, num_workers={self.num_workers}, device={self.device!r})"
+            f"shuffle_seed={self.shuffle_seed}, "
+            + (f"sampler={self.sampler!r}, " if self.sampler is not None else "")
+            + f"num_workers={self.num_workers}, device={self.device!r})"
         )
 
 
