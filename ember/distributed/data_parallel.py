@@ -284,8 +284,7 @@ def broadcast_module(model: Module, comm: Communicator, root: int = 0) -> Module
     """``model`` with ``root``'s parameter values, ids and running states on every rank."""
     params = model.named_params()
     states = model.named_states()
-    ids = comm.broadcast_object([(int(p.id), p.require_grad) for _, p in params] +
-                                [int(s.id) for _, s in states], root)
+    ids = comm.broadcast_object([int(p.id) for _, p in params] + [int(s.id) for _, s in states], root)
     # One flat buffer per wire dtype, in field order.
     arrays = [to_host(p.val()) for _, p in params] + [to_host(s.value()) for _, s in states]
     groups: dict[np.dtype, list[int]] = {}
@@ -303,9 +302,8 @@ def broadcast_module(model: Module, comm: Communicator, root: int = 0) -> Module
             offset += n
     new_params: dict[int, Param] = {}
     for k, (_, p) in enumerate(params):
-        pid, require_grad = ids[k]
         value = host_to_device(received[k], p.device.inner(), p.dtype.np)
-        new_params[id(p)] = Param.from_inner_value(type(p.id)(pid), value, p.device, p.require_grad)
+        new_params[id(p)] = Param.from_inner_value(type(p.id)(ids[k]), value, p.device, p.require_grad)
     new_states: dict[int, RunningState] = {}
     for k, (_, s) in enumerate(states):
         value = s.value()

@@ -67,12 +67,12 @@ class MpiCommunicator:
     name = "mpi"
 
     def __init__(self, comm: Any = None, *, timeout: float = 60.0, watchdog: bool = True, excepthook: bool = True):
-        MPI = import_mpi()
-        self.MPI = MPI
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        mpi = import_mpi()
+        self.MPI = mpi
+        self.comm = comm if comm is not None else mpi.COMM_WORLD
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self._ops = {ReduceOp.SUM: MPI.SUM, ReduceOp.MAX: MPI.MAX, ReduceOp.MIN: MPI.MIN}
+        self._ops = {ReduceOp.SUM: mpi.SUM, ReduceOp.MAX: mpi.MAX, ReduceOp.MIN: mpi.MIN}
         self.watchdog = None
         self._timeout = float(timeout)
         if watchdog and self.size > 1:

@@ -22,6 +22,7 @@ does not, the survivors' watchdogs name it when their collective times out.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -83,17 +84,15 @@ class Watchdog:
 
     def _send(self, obj: Any, dest: int, tag: int) -> None:
         with self._lock:
-            try:
+            with contextlib.suppress(Exception):  # a dead peer: nothing to tell it
                 self._sends.append(self.ctl.isend(obj, dest=dest, tag=tag))
-            except Exception:  # a dead peer: nothing to tell it
-                pass
             self._sends = [r for r in self._sends if not _done(r)]
 
     def _drain(self, replies: dict[int, dict] | None = None) -> None:
         """Handles every pending control message; collects REPLYs into ``replies``."""
-        MPI = self._mpi
-        status = MPI.Status()
-        while self.ctl.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+        mpi = self._mpi
+        status = mpi.Status()
+        while self.ctl.iprobe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=status):
             source, tag = status.Get_source(), status.Get_tag()
             message = self.ctl.recv(source=source, tag=tag)
             if tag == QUERY:

@@ -38,6 +38,7 @@ from ember.train.metric import (
     TopKAccuracyMetric,
 )
 from ember.train.output import ClassificationOutput, MultiLabelClassificationOutput, RegressionOutput, TrainOutput
+from ember.train.parallel import SingleDevice
 from ember.train.renderer import EpochReport, MetricsRenderer, PlainRenderer, TrainingInfo, TrainingProgress
 from ember.train.result import TrainingResult
 from ember.train.step import TrainStep, ValidStep
@@ -51,6 +52,6 @@ __all__ = [
     "KeepLastNCheckpoints", "Learner", "LearnerSummary", "LearningRateMetric", "LossMetric", "Metric",
     "MetricCheckpointingStrategy", "MetricEarlyStoppingStrategy", "MetricHistory", "MetricsRenderer",
     "MultiLabelClassificationOutput", "PlainRenderer", "PrecisionMetric", "RecallMetric", "RegressionOutput",
-    "Split", "SupervisedTraining", "TopKAccuracyMetric", "TrainOutput", "TrainStep", "TrainingInfo",
+    "SingleDevice", "Split", "SupervisedTraining", "TopKAccuracyMetric", "TrainOutput", "TrainStep", "TrainingInfo",
     "TrainingProgress", "TrainingResult", "ValidStep",
 ]

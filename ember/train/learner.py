@@ -40,6 +40,8 @@ class Learner:
     :mod:`ember.train.step`), or functions ``train_step(model, batch)`` and
     ``valid_step(model, batch)`` are passed here. ``lr_scheduler`` is a float
     (a constant rate) or a scheduler from ``ember.optim.lr_scheduler``.
+    ``strategy=ember.distributed.DataParallel()`` trains data parallel over the ranks
+    of an ``mpiexec`` launch (see :mod:`ember.train.parallel`); the default is one device.
 
     >>> learner = Learner(model, AdamConfig().init(), 1e-3)  # doctest: +SKIP
     >>> model, summary = SupervisedTraining("runs/mlp").num_epochs(5).launch(learner, train, valid)  # doctest: +SKIP
@@ -54,6 +56,7 @@ class Learner:
         train_step: Callable[[Module, Any], Any] | None = None,
         valid_step: Callable[[Module, Any], Any] | None = None,
         training: SupervisedTraining | None = None,
+        strategy: Any = None,
     ):
         if not isinstance(model, Module):
             raise ConfigError(f"ember: Learner: the model must be a Module, got {type(model).__name__}")
@@ -70,6 +73,7 @@ class Learner:
         self.train_step_fn = train_step
         self.valid_step_fn = valid_step
         self.training = training
+        self.strategy = strategy
 
     # ------------------------------------------------------------------ steps
     def train_step(self, model: Module, batch: Any) -> TrainOutput:

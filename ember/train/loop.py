@@ -1,5 +1,6 @@
-"""``TrainingRun``: one ``fit`` of a :class:`~ember.train.Learner` (Burn's single-device
-training strategy), with resuming, checkpoints, logs, plots and early stopping."""
+"""``TrainingRun``: one ``fit`` of a :class:`~ember.train.Learner`, on one device or data
+parallel over ranks (see :mod:`ember.train.parallel`), with resuming, checkpoints,
+logs, plots and early stopping."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ember.train.logger import FileMetricLogger
 from ember.train.metric.base import MetricMetadata, Split
 from ember.train.metric.loss import LossMetric
 from ember.train.metrics_group import MetricGroup
+from ember.train.parallel import make_strategy
 from ember.train.plot import matplotlib_available, plot_history
 from ember.train.renderer import EpochReport, TrainingInfo, TrainingProgress, make_renderer
 from ember.train.renderer.plain import epoch_line
@@ -67,8 +69,12 @@ class TrainingRun:
         self.learner = learner
         self.model = learner.model
         self.device = training_device(self.model, train_loader)
-        self.train_loader = train_loader.to_device(self.device)
-        self.valid_loader = None if valid_loader is None else valid_loader.to_device(self.device.inner())
+        strategy = learner.strategy if learner.strategy is not None else training._learning_strategy
+        self.parallel = make_strategy(strategy)
+        self.main = self.parallel.is_main
+        self.train_loader = self.parallel.shard(train_loader.to_device(self.device), train=True)
+        self.valid_loader = None if valid_loader is None else self.parallel.shard(
+            valid_loader.to_device(self.device.inner()), train=False)
         self.num_epochs = training._num_epochs
         self.train_group = self._group(training.train_metrics, Split.TRAIN)
         self.valid_group = self._group(training.valid_metrics, Split.VALID) if self.valid_loader is not None else MetricGroup(Split.VALID)
@@ -118,24 +124,26 @@ class TrainingRun:
 
     # ------------------------------------------------------------------ run
     def run(self) -> TrainingResult:
-        self.renderer = make_renderer(self.training._renderer)
+        self.renderer = make_renderer(self.training._renderer if self.main else "none")
         self.logger: FileMetricLogger | None = None
         handler = None
         started = self._run_started = time.perf_counter()
         try:
-            if self.artifact_dir is not None:
+            if self.artifact_dir is not None and self.main:
                 self.artifact_dir.mkdir(parents=True, exist_ok=True)
                 handler = logging.FileHandler(self.artifact_dir / "experiment.log")
                 handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
                 log.addHandler(handler)
                 log.setLevel(logging.INFO)
             position = self._resume()
+            self.model = self.parallel.prepare_model(self.model)
             self._start_logger(position)
             self.renderer.start(TrainingInfo(
                 num_epochs=self.num_epochs, start_epoch=self._start_epoch(position),
                 train_iterations=len(self.train_loader),
                 valid_iterations=0 if self.valid_loader is None else len(self.valid_loader),
-                model=type(self.model).__name__, num_params=self.model.num_params(), device=repr(self.device),
+                model=type(self.model).__name__, num_params=self.model.num_params(),
+                device=repr(self.device) + (f" x {self.parallel.world_size} ranks" if self.parallel.world_size > 1 else ""),
                 artifact_dir=None if self.artifact_dir is None else str(self.artifact_dir),
             ))
             self.interrupter.reset()
@@ -145,7 +153,7 @@ class TrainingRun:
             summary = LearnerSummary.from_history(
                 self.history, self._numeric_names(), duration, model=type(self.model).__name__, stopped=self.stopped,
             )
-            if self.artifact_dir is not None:
+            if self.artifact_dir is not None and self.main:
                 atomic_write_text(self.artifact_dir / "summary.json", json.dumps(summary.to_dict(), indent=2))
             self.renderer.end(summary if self.training._summary else None)
         finally:
@@ -172,7 +180,7 @@ class TrainingRun:
         return position.epoch + 1 if position.phase == "done" else position.epoch
 
     def _start_logger(self, position: CheckpointPosition | None) -> None:
-        if self.artifact_dir is None:
+        if self.artifact_dir is None or not self.main:
             return
         choice = self.training._logger
         self.logger = choice if isinstance(choice, FileMetricLogger) else FileMetricLogger(self.artifact_dir / "logs", choice)
@@ -190,6 +198,14 @@ class TrainingRun:
         ckpt = self.checkpointer
         if ckpt is None:
             return None
+        target = self._resume_target(ckpt) if self.main else None
+        # Rank 0 chooses (and prunes); every rank loads the same checkpoint.
+        chosen = self.parallel.broadcast(None if target is None else (target.epoch, target.rank, target.batch))
+        if chosen is None:
+            return None
+        return self._load_checkpoint(ckpt, CheckpointPosition(*chosen))
+
+    def _resume_target(self, ckpt: FileCheckpointer) -> CheckpointPosition | None:
         ckpt.clean_temporary()
         positions = ckpt.list()
         wanted = self.training._checkpoint
@@ -205,8 +221,9 @@ class TrainingRun:
                 self.note(f"Removed checkpoint {newer.name}: training restarts from epoch {wanted}")
         else:
             target = positions[-1] if positions else None
-        if target is None:
-            return None
+        return target
+
+    def _load_checkpoint(self, ckpt: FileCheckpointer, target: CheckpointPosition) -> CheckpointPosition:
         model, records, state = ckpt.load(target, self.model, self.learner.optim, self.device.inner())
         try:
             self.learner.lr_scheduler.load_record(records["scheduler"])
@@ -222,9 +239,26 @@ class TrainingRun:
         self.model = model
         self.last_checkpoint = ckpt.path(target)
         self.note(f"Resumed from checkpoint {target.name} ({target.describe()})")
+        target = self._rescale_position(target, state)
         if target.phase == "done" and target.epoch >= self.num_epochs:
             self.note(f"The checkpoint already completes {target.epoch} epochs; raise num_epochs to train further")
         return target
+
+    def _rescale_position(self, target: CheckpointPosition, state: dict) -> CheckpointPosition:
+        """A checkpoint taken inside a training epoch under another world size: the
+        same number of items read, in batches of this run (exact when it divides)."""
+        saved = int(state.get("world_size", 1))
+        now = self.parallel.world_size
+        if target.phase != "train" or saved == now:
+            return target
+        items = target.batch * saved
+        if items % now:
+            raise RecordError(
+                f"ember: checkpoint {self.last_checkpoint} was taken after {target.batch} batches per rank on {saved} "
+                f"ranks, which is not a whole number of steps on {now} ranks; resume it on {saved} ranks (or a "
+                f"world size dividing {items}), or from the end of an epoch with SupervisedTraining.checkpoint(epoch)"
+            )
+        return CheckpointPosition.of(target.epoch, "train", items // now)
 
     # ------------------------------------------------------------------ loop
     def _loop(self, position: CheckpointPosition | None) -> None:
@@ -233,17 +267,18 @@ class TrainingRun:
         if position is not None and position.phase != "done":
             state = self._resume_state
             phase, batch = position.phase, position.batch
-            metric_state = state.get("metrics")
+            metric_state = state.get("metrics") if self.main else None  # rank 0 holds the merged state
             train_values = state.get("train_values")
         while epoch <= self.num_epochs:
             started = time.perf_counter()
             if phase == "train":
                 train_values, done = self._train_epoch(epoch, batch, metric_state)
                 if train_values is None:
-                    self._checkpoint(CheckpointPosition.of(epoch, "train", done), metrics=self.train_group.state_dict())
+                    self._checkpoint(CheckpointPosition.of(epoch, "train", done),
+                                     metrics=self.parallel.merged_states(self.train_group))
                     self.interrupted = True
                     break
-            if self.interrupter.should_stop():
+            if self._should_stop():
                 self._note_interrupt()
                 self._checkpoint(CheckpointPosition.of(epoch, "valid"), train_values=train_values)
                 self.interrupted = True
@@ -258,7 +293,7 @@ class TrainingRun:
                 self.stopped = self.early_stopping.reason()
                 self.note(f"Stopped after epoch {epoch}: {self.stopped}")
                 break
-            if self.interrupter.should_stop():
+            if self._should_stop():
                 self._note_interrupt()
                 self.interrupted = True
                 break
@@ -266,6 +301,13 @@ class TrainingRun:
             epoch += 1
         if self.interrupted:
             self.stopped = self.interrupter.reason or "interrupted"
+
+    def _should_stop(self) -> bool:
+        """The interrupter's request, agreed by every rank (a stop on one stops all)."""
+        stop = self.parallel.agree(self.interrupter.should_stop())
+        if stop and not self.interrupter.should_stop():
+            self.interrupter.stop("stopped on another rank")
+        return stop
 
     def _note_interrupt(self) -> None:
         if not self._interrupt_noted:
@@ -292,6 +334,7 @@ class TrainingRun:
 
     def _train_epoch(self, epoch: int, start: int, metric_state: dict | None) -> tuple[dict | None, int]:
         learner, optim, scheduler = self.learner, self.learner.optim, self.learner.lr_scheduler
+        parallel = self.parallel
         group = self.train_group
         group.start_epoch()
         if metric_state:
@@ -314,14 +357,15 @@ class TrainingRun:
                     break
                 iteration += 1
                 lr = scheduler.step()
-                out = learner.train_step(model, batch)
                 if accumulator is not None:
+                    out = learner.train_step(model, batch)
                     accumulator.accumulate(model, out.grads)
                     pending += 1
                     if pending == accumulation:
-                        model = optim.step(lr, model, accumulator.grads())
+                        model = optim.step(lr, model, parallel.sync_grads(accumulator.grads(), model))
                         pending = 0
                 else:
+                    out = parallel.train_step(learner, model, batch)  # gradients averaged over ranks
                     model = optim.step(lr, model, out.grads)
                 progress = batches.progress()
                 metadata = MetricMetadata(Split.TRAIN, epoch, self.num_epochs, iteration, n,
@@ -334,17 +378,17 @@ class TrainingRun:
                 self.renderer.update(TrainingProgress(Split.TRAIN, epoch, self.num_epochs, iteration, n,
                                                       progress.items_processed, progress.items_total,
                                                       self._eta(Split.TRAIN, epoch, iteration)), entries)
-                if self.interrupter.should_stop():
+                if self._should_stop():
                     self._note_interrupt()
                     if pending == 0 and iteration < n:
                         self.model = model
                         return None, iteration
             if pending:
-                model = optim.step(lr, model, accumulator.grads())
+                model = optim.step(lr, model, parallel.sync_grads(accumulator.grads(), model))
         finally:
             batches.close()
         self.model = model
-        return group.epoch_values(), iteration
+        return parallel.epoch_values(group), iteration
 
     def _valid_epoch(self, epoch: int) -> dict[str, float] | None:
         if self.valid_loader is None:
@@ -370,12 +414,14 @@ class TrainingRun:
                 self.renderer.update(TrainingProgress(Split.VALID, epoch, self.num_epochs, iteration, n,
                                                       progress.items_processed, progress.items_total,
                                                       self._eta(Split.VALID, epoch, iteration)), entries)
-                if self.interrupter.should_stop() and iteration < n:
+                # Ranks may hold different numbers of validation batches: a parallel run
+                # finishes validation and agrees on stopping afterwards.
+                if self.parallel.world_size == 1 and self.interrupter.should_stop() and iteration < n:
                     self._note_interrupt()
                     return None
         finally:
             batches.close()
-        return group.epoch_values()
+        return self.parallel.epoch_values(group)
 
     def _log_iteration(self, stream: str, metadata: MetricMetadata, entries: list) -> None:
         if self.logger is not None:
@@ -397,10 +443,11 @@ class TrainingRun:
         self._plot()
         if self.checkpointer is not None:
             self._checkpoint(CheckpointPosition.of(epoch, "done"))
-            self._apply_strategy(epoch)
+            if self.main:
+                self._apply_strategy(epoch)
 
     def _plot(self) -> None:
-        if self.artifact_dir is None or not self.training._plots:
+        if self.artifact_dir is None or not self.training._plots or not self.main:
             return
         if not matplotlib_available():
             if not self._plot_note:
@@ -418,6 +465,8 @@ class TrainingRun:
                 reason = "no artifact directory" if self.artifact_dir is None else "checkpointing is off"
                 self.note(f"Stopped at {position.describe()}; no checkpoint saved ({reason})")
             return
+        if not self.main:  # rank 0 alone writes checkpoints
+            return
         state = {
             "position": {"epoch": position.epoch, "phase": position.phase, "batch": position.batch},
             "history": self.history.to_dict(),
@@ -426,6 +475,7 @@ class TrainingRun:
             "num_epochs": self.num_epochs,
             "model": type(self.model).__name__,
             "elapsed": self.elapsed_before + time.perf_counter() - self._run_started,
+            "world_size": self.parallel.world_size,
         }
         records = {"scheduler": self.learner.lr_scheduler.to_record(), "rng": self.device.rng_state()}
         self.last_checkpoint = self.checkpointer.save(position, self.model, self.learner.optim, records, state)

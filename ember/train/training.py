@@ -68,6 +68,7 @@ class SupervisedTraining:
         self._plots = True
         self._summary = False
         self._interrupter = Interrupter()
+        self._learning_strategy: Any = None
 
     # ------------------------------------------------------------------ metrics
     def metric_train(self, metric: Metric) -> SupervisedTraining:
@@ -147,6 +148,16 @@ class SupervisedTraining:
                 raise ConfigError("ember: early_stopping(metric, patience): say after how many epochs without "
                                   "improvement to stop, e.g. early_stopping(LossMetric(), patience=3)")
             self._early_stopping = MetricEarlyStoppingStrategy(strategy, patience, **options)
+        return self
+
+    def learning_strategy(self, strategy: Any) -> SupervisedTraining:
+        """Where the training runs (Burn's ``learning_strategy``): ``SingleDevice()``
+        (the default) or ``ember.distributed.DataParallel()``, data parallel over the
+        ranks of an ``mpiexec`` launch. A ``strategy`` given to the Learner wins."""
+        from ember.train.parallel import make_strategy
+
+        make_strategy(strategy)  # validates now
+        self._learning_strategy = strategy
         return self
 
     # ------------------------------------------------------------------ output

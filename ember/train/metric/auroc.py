@@ -90,6 +90,10 @@ class AurocMetric(Metric):
             return {"scores": [], "labels": []}
         return {"scores": np.concatenate(self.scores).tolist(), "labels": np.concatenate(self.labels).tolist()}
 
+    def merge_states(self, states: list[dict[str, Any]]) -> dict[str, Any]:
+        """Every rank's scores and labels, concatenated."""
+        return {"scores": [x for s in states for x in s["scores"]], "labels": [x for s in states for x in s["labels"]]}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.clear()
         if state["labels"]:

@@ -114,6 +114,13 @@ class Metric:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict`."""
 
+    def merge_states(self, states: list[dict[str, Any]]) -> dict[str, Any]:
+        """One state from the states of several ranks (data-parallel training), so that
+        the epoch value covers every rank's items. The default sums numbers and adds
+        numeric lists element-wise (counts, totals, confusion counts); a metric whose
+        state is a list of samples overrides it."""
+        return sum_states(states)
+
     def format(self, value: float) -> str:
         return format_value(value, self.unit)
 
@@ -123,6 +130,18 @@ class Metric:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def sum_states(states: list[Any]) -> Any:
+    """Numbers summed, lists summed element-wise, dicts merged key by key."""
+    first = states[0]
+    if isinstance(first, dict):
+        return {key: sum_states([s[key] for s in states]) for key in first}
+    if isinstance(first, (list, tuple)):
+        return np.sum([np.asarray(s) for s in states], axis=0).tolist()
+    if isinstance(first, bool) or first is None or isinstance(first, str):
+        return first
+    return sum(states)
 
 
 class NumericMetricState:
