@@ -1,7 +1,9 @@
 """Shared fixtures: the devices the conformance tests run on, and oracles.
 
 ``EMBER_REQUIRE_TORCH=1`` turns a missing PyTorch into a failure instead of a skip,
-``EMBER_REQUIRE_GPU=1`` does the same for the cube backend's adapter (CI sets both).
+``EMBER_REQUIRE_GPU=1`` does the same for the cube backend's adapter, and
+``EMBER_REQUIRE_MPI=1`` for MPI (mpi4py and ``mpiexec``) in the distributed tests
+(CI sets all three).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ember import Device
 
 REQUIRE_TORCH = os.environ.get("EMBER_REQUIRE_TORCH") == "1"
 REQUIRE_GPU = os.environ.get("EMBER_REQUIRE_GPU") == "1"
+REQUIRE_MPI = os.environ.get("EMBER_REQUIRE_MPI") == "1"
 
 
 def import_torch():

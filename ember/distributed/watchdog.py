@@ -169,6 +169,7 @@ class Watchdog:
     def _mpi_abort(self, message: str, code: int = 1) -> None:
         print(message, file=sys.stderr, flush=True)
         sys.stdout.flush()
+        time.sleep(0.5)  # the launcher forwards output asynchronously: let it reach the terminal
         try:
             self._mpi.COMM_WORLD.Abort(code)
         finally:
