@@ -106,3 +106,18 @@ def test_a_killed_rank_ends_the_run(mpirun):
     assert result.returncode != 0
     assert time.monotonic() - started < 30
     assert "Killed" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_the_distributed_example_trains_on_two_ranks(mpirun, tmp_path):
+    pytest.importorskip("sklearn")
+    from tests.distributed.conftest import find_mpiexec
+
+    command = [find_mpiexec(), "-n", "2", sys.executable, str(ROOT / "examples" / "distributed.py"), "--epochs", "2",
+               "--artifact-dir", str(tmp_path / "run"), "--renderer", "plain"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=worker_env())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("validation accuracy"))
+    assert "on 2 rank(s)" in line and float(line.split()[2].rstrip("%")) > 60.0, line
+    assert result.stdout.count("validation accuracy") == 1  # rank 0 alone reports
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoint").iterdir()) == ["epoch-0001", "epoch-0002"]
