@@ -57,13 +57,13 @@ def worker_allreduce(rounds: int) -> None:
         out = np.empty_like(array)
         bucket = array.copy()
 
-        def ember_tensor():
+        def ember_tensor(tensor=tensor):
             dist.all_reduce(tensor, "sum")
 
-        def ember_bucket():
+        def ember_bucket(bucket=bucket):
             comm.all_reduce_start(bucket, ReduceOp.SUM).wait()
 
-        def mpi_raw():
+        def mpi_raw(array=array, out=out):
             raw.Allreduce(array, out, op=MPI.SUM)
 
         fns = {"ember": ember_tensor, "bucket": ember_bucket, "raw": mpi_raw}

@@ -21,8 +21,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import ember.distributed as dist
 from classify_digits import DigitsBatcher, DigitsCnn, shift
+
+import ember.distributed as dist
 from ember import Device
 from ember.data import ArrayDataset, DataLoaderBuilder, MapperDataset, PartialDataset, ShuffledDataset
 from ember.distributed import DataParallel, DistributedSampler

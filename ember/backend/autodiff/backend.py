@@ -159,7 +159,7 @@ class AutodiffBackend(
                 if pg is not None:
                     target = leaf_grads if is_leaf else pending
                     prev = target.get(pid)
-                    target[pid] = pg if prev is None else ops.binary("add", prev, pg)
+                    target[pid] = pg if prev is None else ops.binary(BinaryOp.ADD, prev, pg)
                 if is_leaf:
                     left = uses[pid] - 1
                     uses[pid] = left
