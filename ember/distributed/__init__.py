@@ -40,8 +40,10 @@ from ember.distributed.world import (
     world_size,
 )
 
+DistributedDataParallel = DataParallel  # Burn's name (LearningStrategy::DistributedDataParallel)
+
 __all__ = [
-    "BucketPlan", "Communicator", "DataParallel", "DistributedSampler", "GradSession", "GradSync",
+    "BucketPlan", "Communicator", "DataParallel", "DistributedDataParallel", "DistributedSampler", "GradSession", "GradSync",
     "LocalCommunicator", "MpiCommunicator", "ReduceOp", "Request", "all_gather", "all_gather_object", "all_reduce",
     "barrier", "broadcast", "broadcast_object", "broadcast_module", "check_models_match", "communicator", "init",
     "is_initialized", "is_main", "launched_by_mpi", "rank", "reduce_scatter", "world_size",
