@@ -3,7 +3,10 @@
 
 Every rank calls the same collective, in the same order, with a tensor of the same
 shape and dtype (checked: a mismatch raises :class:`~ember.errors.DistributedError`
-on every rank, naming the ranks and their shapes). Tensors of any device work: they
+on every rank, naming the ranks and their shapes). The check is one small extra
+collective per call; ``check=False`` skips it where every rank is known to agree
+(a mismatch is then undefined behaviour in MPI: an error, a hang until the timeout,
+or wrong values). Tensors of any device work: they
 are staged through host memory (see :mod:`ember.distributed.staging`); the result
 lives on the input's device, with its dtype, and is not tracked by autodiff.
 """
@@ -55,7 +58,7 @@ def _axis(op: str, tensor: Tensor, dim: int) -> int:
     return dim % rank
 
 
-def all_reduce(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM) -> Tensor:
+def all_reduce(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM, *, check: bool = True) -> Tensor:
     """The element-wise sum (or mean, max, min) of ``tensor`` over every rank.
 
     >>> import ember.distributed as dist
@@ -71,33 +74,36 @@ def all_reduce(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM) -> Tensor:
             "(tensor.float()) or reduce with 'sum'"
         )
     comm = communicator()
-    check_same("all_reduce", tensor, comm)
+    if check:
+        check_same("all_reduce", tensor, comm)
     out = comm.all_reduce(to_host(tensor), ReduceOp.SUM if op is ReduceOp.MEAN else op)
     if op is ReduceOp.MEAN and comm.size > 1:
         np.divide(out, comm.size, out=out)
     return from_host(out, tensor)
 
 
-def broadcast(tensor: Tensor, root: int = 0) -> Tensor:
+def broadcast(tensor: Tensor, root: int = 0, *, check: bool = True) -> Tensor:
     """``root``'s tensor on every rank; the other ranks pass a tensor of the same shape
     and dtype (its values are ignored)."""
     tensor = _tensor("broadcast", tensor)
     comm = communicator()
-    check_same("broadcast", tensor, comm)
+    if check:
+        check_same("broadcast", tensor, comm)
     return from_host(comm.broadcast(to_host(tensor), root), tensor)
 
 
-def all_gather(tensor: Tensor, dim: int = 0) -> Tensor:
+def all_gather(tensor: Tensor, dim: int = 0, *, check: bool = True) -> Tensor:
     """Every rank's tensor, concatenated along ``dim`` in rank order."""
     tensor = _tensor("all_gather", tensor)
     axis = _axis("all_gather", tensor, dim)
     comm = communicator()
-    check_same("all_gather", tensor, comm)
+    if check:
+        check_same("all_gather", tensor, comm)
     stacked = comm.all_gather(to_host(tensor))
     return from_host(np.concatenate(list(stacked), axis=axis), tensor)
 
 
-def reduce_scatter(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM, dim: int = 0) -> Tensor:
+def reduce_scatter(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM, dim: int = 0, *, check: bool = True) -> Tensor:
     """The reduction of ``tensor`` over ranks, split into ``world_size()`` equal blocks
     along ``dim``; rank ``r`` gets block ``r``."""
     tensor = _tensor("reduce_scatter", tensor)
@@ -112,7 +118,8 @@ def reduce_scatter(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM, dim: int =
             f"ember.distributed.reduce_scatter: dim {axis} has length {length}, not divisible by the world size "
             f"{comm.size}; pad the tensor to a multiple of {comm.size}"
         )
-    check_same("reduce_scatter", tensor, comm)
+    if check:
+        check_same("reduce_scatter", tensor, comm)
     array = np.moveaxis(to_host(tensor), axis, 0)
     out = comm.reduce_scatter(np.ascontiguousarray(array), ReduceOp.SUM if op is ReduceOp.MEAN else op)
     if op is ReduceOp.MEAN and comm.size > 1:

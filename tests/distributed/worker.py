@@ -69,6 +69,8 @@ def check_collectives() -> None:
                 assert got.device is device and got.dtype == mine.dtype, (op, got.device, got.dtype)
                 np.testing.assert_allclose(got.to_numpy().astype(np.float64), want, rtol=tol, atol=tol,
                                            err_msg=f"all_reduce {op} {dtype} on {device!r}")
+            unchecked = dist.all_reduce(mine, "max", check=False).to_numpy().astype(np.float64)
+            np.testing.assert_allclose(unchecked, expected["max"], rtol=tol, atol=tol)
             got = dist.broadcast(mine, root=n - 1).to_numpy()
             np.testing.assert_array_equal(got, everyone[n - 1])
             np.testing.assert_array_equal(dist.all_gather(mine).to_numpy(), np.concatenate(everyone, 0))
