@@ -10,6 +10,7 @@ naming the culprit when one takes longer than ``timeout``.
 from __future__ import annotations
 
 import atexit
+import sys
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,30 @@ class _MpiRequest:
         return bool(self.request.Test())
 
 
+class _ResultPool:
+    """Result buffers of recent collectives, reused once nothing refers to them any
+    more: a fresh large array costs page faults on every call, a reused one does not
+    (what a hand-written mpi4py loop gets by preallocating)."""
+
+    def __init__(self, slots: int = 4, min_bytes: int = 1 << 16):
+        self.buffers: list[np.ndarray] = []
+        self.slots = slots
+        self.min_bytes = min_bytes
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes < self.min_bytes:
+            return np.empty(shape, dtype)
+        for buffer in self.buffers:
+            # Only this list (and getrefcount's argument) hold it: no tensor or view uses it.
+            if buffer.nbytes == nbytes and sys.getrefcount(buffer) <= 3:
+                return buffer.view(dtype).reshape(shape)
+        buffer = np.empty(nbytes, np.uint8)
+        self.buffers = [*self.buffers[-(self.slots - 1):], buffer]
+        return buffer.view(dtype).reshape(shape)
+
+
 class MpiCommunicator:
     """The ranks of an MPI communicator (``MPI.COMM_WORLD`` by default).
 
@@ -75,6 +100,7 @@ class MpiCommunicator:
         self._ops = {ReduceOp.SUM: mpi.SUM, ReduceOp.MAX: mpi.MAX, ReduceOp.MIN: mpi.MIN}
         self.watchdog = None
         self._timeout = float(timeout)
+        self._pool = _ResultPool()
         if watchdog and self.size > 1:
             from ember.distributed.watchdog import Watchdog, install_excepthook
 
@@ -111,7 +137,7 @@ class MpiCommunicator:
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
         send = np.ascontiguousarray(array)
-        out = np.empty_like(send)
+        out = self._pool.take(send.shape, send.dtype)
         mpi_op = self._op(op)
         self._enter("all_reduce")
         try:
@@ -187,8 +213,6 @@ class MpiCommunicator:
     def abort(self, message: str, code: int = 1) -> None:
         if self.watchdog is not None:
             self.watchdog._mpi_abort(message, code)
-        import sys
-
         print(message, file=sys.stderr, flush=True)
         self.comm.Abort(code)
 

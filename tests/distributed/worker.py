@@ -78,6 +78,9 @@ def check_collectives() -> None:
             got = dist.reduce_scatter(mine, "sum", dim=1).to_numpy().astype(np.float64)
             block = 2
             np.testing.assert_allclose(got, wide.sum(0)[:, r * block:(r + 1) * block], rtol=tol, atol=tol)
+    # Large results reuse buffers only once nothing refers to them.
+    big = [dist.all_reduce(Tensor.full([64, 1024], float(k))) for k in range(6)]
+    assert [float(t.to_numpy()[0, 0]) for t in big] == [float(k * n) for k in range(6)]
     # Objects, barrier, and a mismatch that every rank reports.
     assert dist.all_gather_object({"rank": r}) == [{"rank": q} for q in range(n)]
     assert dist.broadcast_object(f"from {r}", root=1) == "from 1"
