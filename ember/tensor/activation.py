@@ -4,6 +4,16 @@ Where the device's backend has a fused kernel (``relu``, ``sigmoid``, ``softmax`
 ``log_softmax``), it is used; otherwise the composite below runs. Composites are
 written to stay finite in both directions (no ``inf * 0`` in their gradients).
 
+At kinks and bounds the gradients follow PyTorch's conventions (tests/tensor/
+test_kinks.py checks each against torch):
+
+* piecewise functions with a branch for ``x > 0`` (relu, leaky_relu, prelu, elu,
+  celu, selu) take the other branch's slope at 0: ``relu'(0) = 0``,
+  ``leaky_relu'(0) = negative_slope``, ``elu'(0) = alpha``;
+* the hard clamps (relu6, hard_tanh, hard_sigmoid, hard_swish) pass no gradient at
+  their bounds, unlike ``Tensor.clamp``, which (as ``torch.clamp``) passes it;
+* the smooth ones are exact there: ``softplus'(0) = log_sigmoid'(0) = 1/2``.
+
 >>> from ember import Tensor
 >>> from ember.tensor import activation
 >>> activation.relu(Tensor.from_floats([-1.0, 2.0])).tolist()
@@ -38,21 +48,37 @@ def _fused(x: Tensor, name: str, *args: Any) -> Tensor | None:
     return None if out is NotImplemented else Tensor(out, x._d)
 
 
+def _split(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(x where x > 0 else 0, x where x <= 0 else 0)``: they sum to ``x``, and each
+    passes gradient only on its own side, 0 belonging to the negative side."""
+    positive = x.greater_elem(0.0)
+    return x.mask_fill(positive.bool_not(), 0.0), x.mask_fill(positive, 0.0)
+
+
+def _hard_clamp(x: Tensor, low: float, high: float) -> Tensor:
+    """``clamp(x, low, high)`` with no gradient at the bounds (PyTorch's hardtanh)."""
+    if not x.is_require_grad():
+        return x.clamp(low, high)
+    low, high = float(low), float(high)
+    return x.mask_fill(x.lower_equal_elem(low), low).mask_fill(x.greater_equal_elem(high), high)
+
+
 def relu(x: Tensor) -> Tensor:
-    """``max(x, 0)``."""
+    """``max(x, 0)``; the gradient at 0 is 0."""
     x = _float("relu", x)
     fused = _fused(x, "relu")
-    return x.clamp_min(0.0) if fused is None else fused
+    return x.mask_fill(x.lower_equal_elem(0.0), 0.0) if fused is None else fused
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
-    """``x`` where positive, ``negative_slope * x`` elsewhere."""
+    """``x`` where positive, ``negative_slope * x`` elsewhere (also the slope at 0)."""
     x = _float("leaky_relu", x)
-    return x.mask_where(x.lower_elem(0.0), x.mul_scalar(negative_slope))
+    return x.mul_scalar(negative_slope).mask_where(x.greater_elem(0.0), x)
 
 
 def relu6(x: Tensor) -> Tensor:
-    return _float("relu6", x).clamp(0.0, 6.0)
+    """``min(max(x, 0), 6)``; no gradient at 0 and 6."""
+    return _hard_clamp(_float("relu6", x), 0.0, 6.0)
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -63,14 +89,19 @@ def sigmoid(x: Tensor) -> Tensor:
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    """``log(1 + exp(beta * x)) / beta``, linear above ``threshold`` (as PyTorch)."""
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold`` (as
+    PyTorch; ``threshold=math.inf`` never switches)."""
     x = _float("softplus", x)
     if beta <= 0:
         raise ValueRangeError(f"ember: softplus: beta must be > 0, got {beta}")
     bx = x.mul_scalar(beta) if beta != 1.0 else x
-    stable = bx.clamp_min(0.0).add(bx.abs().neg().exp().log1p())
+    # max(bx, 0) + log(1 + exp(-|bx|)); `maximum` splits its gradient at the tie, so
+    # the two halves add up to the exact derivative 1/2 at 0 (clamp_min would give 1).
+    stable = bx.maximum(0.0).add(bx.abs().neg().exp().log1p())
     if beta != 1.0:
         stable = stable.div_scalar(beta)
+    if math.isinf(threshold) and threshold > 0:
+        return stable
     return stable.mask_where(bx.greater_elem(threshold), x)
 
 
@@ -116,9 +147,9 @@ def mish(x: Tensor) -> Tensor:
 
 
 def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
-    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
-    x = _float("elu", x)
-    return x.clamp_min(0.0).add(x.clamp_max(0.0).expm1().mul_scalar(alpha))
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere (``elu'(0) = alpha``)."""
+    positive, negative = _split(_float("elu", x))
+    return positive.add(negative.expm1().mul_scalar(alpha))
 
 
 def selu(x: Tensor) -> Tensor:
@@ -131,22 +162,25 @@ def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
     x = _float("celu", x)
     if alpha == 0:
         raise ValueRangeError("ember: celu: alpha must not be 0")
-    return x.clamp_min(0.0).add(x.clamp_max(0.0).div_scalar(alpha).expm1().mul_scalar(alpha))
+    positive, negative = _split(x)
+    return positive.add(negative.div_scalar(alpha).expm1().mul_scalar(alpha))
 
 
 def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
-    """``clamp(alpha * x + beta, 0, 1)`` (Burn's and ONNX's form; PyTorch uses alpha=1/6)."""
-    return _float("hard_sigmoid", x).mul_scalar(alpha).add_scalar(beta).clamp(0.0, 1.0)
+    """``clamp(alpha * x + beta, 0, 1)`` (Burn's and ONNX's form; PyTorch uses alpha=1/6);
+    no gradient where it reaches 0 or 1."""
+    return _hard_clamp(_float("hard_sigmoid", x).mul_scalar(alpha).add_scalar(beta), 0.0, 1.0)
 
 
 def hard_swish(x: Tensor) -> Tensor:
     """``x * relu6(x + 3) / 6``."""
     x = _float("hard_swish", x)
-    return x.mul(x.add_scalar(3.0).clamp(0.0, 6.0)).div_scalar(6.0)
+    return x.mul(relu6(x.add_scalar(3.0))).div_scalar(6.0)
 
 
 def hard_tanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-    return _float("hard_tanh", x).clamp(min_val, max_val)
+    """``clamp(x, min_val, max_val)``; no gradient at the bounds."""
+    return _hard_clamp(_float("hard_tanh", x), min_val, max_val)
 
 
 def prelu(x: Tensor, alpha: Tensor) -> Tensor:
@@ -163,7 +197,8 @@ def prelu(x: Tensor, alpha: Tensor) -> Tensor:
                 f"{x.dims()[1] if x.rank >= 2 else 'no'} channels at dim 1"
             )
         alpha = alpha.reshape([n] + [1] * (x.rank - 2))
-    return x.clamp_min(0.0).add(x.clamp_max(0.0).mul(alpha))
+    positive, negative = _split(x)
+    return positive.add(negative.mul(alpha))
 
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
@@ -180,6 +215,8 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, computed stably."""
     x = _float("softmax", x)
     dim = normalize_dim("softmax", dim, x.rank)
+    if x.num_elements() == 0:
+        return x  # nothing to normalise (as PyTorch: an empty result, even over an empty dim)
     fused = _fused(x, "softmax", dim)
     if fused is not None:
         return fused
@@ -191,6 +228,8 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``log(softmax(x))`` along ``dim``, computed stably."""
     x = _float("log_softmax", x)
     dim = normalize_dim("log_softmax", dim, x.rank)
+    if x.num_elements() == 0:
+        return x
     fused = _fused(x, "log_softmax", dim)
     if fused is not None:
         return fused
@@ -206,6 +245,8 @@ def quiet_softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x) / (1 + sum(exp(x)))``: lets a row attend to nothing (Burn's ``quiet_softmax``)."""
     x = _float("quiet_softmax", x)
     dim = normalize_dim("quiet_softmax", dim, x.rank)
+    if x.num_elements() == 0:
+        return x
     peak = x.max_dim(dim).detach().clamp_min(0.0)
     e = x.sub(peak).exp()
     return e.div(e.sum_dim(dim).add(peak.neg().exp()))

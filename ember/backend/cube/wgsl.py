@@ -148,6 +148,22 @@ HELPERS: dict[str, str] = {
     }
     return r;
 }""",
+    "atan2_f": """fn atan2_f(y: f32, x: f32) -> f32 {
+    // numpy's (C99's) special values; WGSL leaves atan2(0, 0) and infinities undefined.
+    if (is_nan_f(y) || is_nan_f(x)) { return nan_f(); }
+    let sy = select(1.0, -1.0, (bitcast<u32>(y) & 0x80000000u) != 0u);
+    let x_neg = (bitcast<u32>(x) & 0x80000000u) != 0u;
+    let pi = 3.14159265358979;
+    if (y == 0.0) { return select(y, sy * pi, x_neg); }
+    if (is_inf_f(y)) {
+        if (is_inf_f(x)) { return sy * select(0.25, 0.75, x_neg) * pi; }
+        return sy * 0.5 * pi;
+    }
+    let zero = bitcast<f32>(bitcast<u32>(y) & 0x80000000u);  // 0 with y's sign
+    if (is_inf_f(x)) { return select(zero, sy * pi, x_neg); }
+    if (x == 0.0) { return sy * 0.5 * pi; }
+    return atan2(y, x);
+}""",
     "bf16_word": """fn bf16_word(v: f32) -> u32 {
     let b = bitcast<u32>(v);
     if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
@@ -207,7 +223,7 @@ BINARY: dict[str, dict[str, str]] = {
     BinaryOp.REMAINDER: {_F: "rem_f({a}, {b})", _I: "rem_i({a}, {b})"},
     BinaryOp.FLOOR_DIV: {_F: "floordiv_f({a}, {b})", _I: "floordiv_i({a}, {b})"},
     BinaryOp.POW: {_F: "pow_f({a}, {b})", _I: "pow_i({a}, {b})"},
-    BinaryOp.ATAN2: {_F: "atan2({a}, {b})"},
+    BinaryOp.ATAN2: {_F: "atan2_f({a}, {b})"},
     BinaryOp.MAXIMUM: {_F: "max_f({a}, {b})", _I: "max({a}, {b})", _B: "({a} || {b})"},
     BinaryOp.MINIMUM: {_F: "min_f({a}, {b})", _I: "min({a}, {b})", _B: "({a} && {b})"},
     BinaryOp.EQ: {_F: "({a} == {b})", _I: "({a} == {b})", _B: "({a} == {b})"},

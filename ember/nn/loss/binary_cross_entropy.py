@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ember.errors import ConfigError, DTypeError, ShapeError
 from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
 from ember.tensor import Tensor
+from ember.tensor import activation as F
 
 
 class BinaryCrossEntropyLossConfig(Config):
@@ -40,9 +42,10 @@ class BinaryCrossEntropyLossConfig(Config):
 
 class BinaryCrossEntropyLoss(Module):
     """``-w (y log p + (1 - y) log(1 - p))`` per element. With ``logits`` it is
-    computed as ``max(x, 0) - x y + log(1 + exp(-|x|))``; from probabilities the
-    logs are clamped at -100, as PyTorch does. Targets (int or float) have the
-    inputs' shape."""
+    computed as ``softplus(x) - x y``, whose gradient is ``sigmoid(x) - y`` (``1/2 - y``
+    at 0); from probabilities the logs are clamped at -100 and the gradient is
+    ``(p - y) / max(p (1 - p), 1e-12)``, finite at ``p`` = 0 and 1, both as PyTorch.
+    Targets (int or float) have the inputs' shape."""
 
     weights: tuple[float, ...] | None = None
     smoothing: float | None = None
@@ -65,12 +68,7 @@ class BinaryCrossEntropyLoss(Module):
             y = y.to_device(x.device)
         if self.smoothing:
             y = y.mul_scalar(1.0 - self.smoothing).add_scalar(0.5 * self.smoothing)
-        if self.logits:
-            loss = x.clamp_min(0.0).sub(x.mul(y)).add(x.abs().neg().exp().log1p())
-        else:
-            log_p = x.log().clamp_min(-100.0)
-            log_q = x.neg().add_scalar(1.0).log().clamp_min(-100.0)
-            loss = y.mul(log_p).add(y.neg().add_scalar(1.0).mul(log_q)).neg()
+        loss = _from_logits(x, y) if self.logits else _from_probabilities(x, y)
         if self.weights is not None:
             if x.rank == 0 or x.dims()[-1] != len(self.weights):
                 raise ShapeError(
@@ -79,3 +77,28 @@ class BinaryCrossEntropyLoss(Module):
                 )
             loss = loss.mul(Tensor.from_floats(list(self.weights), device=x.device, dtype=x.dtype))
         return loss
+
+
+_EPSILON = 1e-12  # PyTorch's floor on p (1 - p) in the gradient from probabilities
+
+
+def _from_logits(x: Tensor, y: Tensor) -> Tensor:
+    return F.softplus(x, threshold=math.inf).sub(x.mul(y))
+
+
+def _from_probabilities(p: Tensor, y: Tensor) -> Tensor:
+    """The loss at probabilities ``p``, with PyTorch's gradient for ``p``.
+
+    The clamped logs are flat where ``p`` is 0 or 1, so their own gradient is 0 (or
+    NaN, through ``log'(0)``) exactly where a saturated prediction needs the largest
+    push. The value is therefore computed from ``p`` detached, and ``p``'s gradient
+    comes from ``(p - stop(p)) * stop(c)``, which is 0 in value and has gradient ``c``.
+    """
+    q = p.detach()
+    log_p = q.log().clamp_min(-100.0)
+    log_q = q.neg().add_scalar(1.0).log().clamp_min(-100.0)
+    loss = y.mul(log_p).add(y.neg().add_scalar(1.0).mul(log_q)).neg()
+    if not p.is_require_grad():
+        return loss
+    slope = q.sub(y.detach()).div(q.mul(q.neg().add_scalar(1.0)).clamp_min(_EPSILON))
+    return loss.add(p.sub(q).mul(slope))

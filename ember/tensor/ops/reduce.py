@@ -144,7 +144,9 @@ class ReduceOps:
         return self.var_bias(dim), self.float().mean_dim(dim)
 
     def std(self, dim: int) -> Any:
-        return self.var(dim).sqrt()
+        """The unbiased standard deviation along ``dim``, kept; its gradient is 0 where
+        it is 0 (a constant row), as in PyTorch."""
+        return _root(self.var(dim), 2.0)
 
     def _var(self, dim: int, correction: int, name: str) -> Any:
         x = self.float()
@@ -157,22 +159,22 @@ class ReduceOps:
         """``log(sum(exp(x)))`` along ``dim`` (kept), computed stably."""
         x = self.float()
         dim = normalize_dim("logsumexp", dim, len(x._p.shape))
+        if x._p.shape[dim] == 0:
+            return x.sum_dim(dim).log()  # log(0) = -inf, as PyTorch
         peak = x.max_dim(dim).detach()
         peak = peak.mask_fill(peak.is_inf(), 0.0)
         return x.sub(peak).exp().sum_dim(dim).log().add(peak)
 
     def norm(self, p: float = 2.0, dim: int | None = None) -> Any:
-        """The ``p``-norm of all elements (shape ``[1]``) or along ``dim`` (kept)."""
+        """The ``p``-norm of all elements (shape ``[1]``) or along ``dim`` (kept). The
+        gradient of a zero norm is 0, as in PyTorch."""
         x = self.float().abs()
         if p == float("inf"):
             return x.max() if dim is None else x.max_dim(dim)
         if p == 1:
             return x.sum() if dim is None else x.sum_dim(dim)
-        if p == 2:
-            sq = x.mul(x)
-            return (sq.sum() if dim is None else sq.sum_dim(dim)).sqrt()
-        powered = x.powf_scalar(p)
-        return (powered.sum() if dim is None else powered.sum_dim(dim)).powf_scalar(1.0 / p)
+        powered = x.mul(x) if p == 2 else x.powf_scalar(p)
+        return _root(powered.sum() if dim is None else powered.sum_dim(dim), p)
 
     # ------------------------------------------------------------------ scans
     def _scan(self, op: str, dim: int) -> Any:
@@ -227,3 +229,15 @@ class ReduceOps:
     def topk(self, k: int, dim: int = -1) -> Any:
         return self.topk_with_indices(k, dim)[0]
 
+
+
+def _root(total: Any, p: float) -> Any:
+    """``total ** (1 / p)`` (``sqrt`` for 2) of a sum of non-negative terms, with
+    gradient 0 where ``total`` is 0: PyTorch's rule for norms and ``std`` (the plain
+    root's infinite slope there, times the zero terms' gradients, would give NaN)."""
+    if not total.is_require_grad():
+        return total.sqrt() if p == 2 else total.powf_scalar(1.0 / p)
+    zero = total.equal_elem(0.0)
+    safe = total.mask_fill(zero, 1.0)
+    root = safe.sqrt() if p == 2 else safe.powf_scalar(1.0 / p)
+    return root.mask_fill(zero, 0.0)

@@ -71,14 +71,20 @@ def _max_grad(ops, g, a, b, out, first: bool):
 
 
 def _pow_grad_exponent(ops, g, a, b, out):
+    """``g * a^b * log(a)``; 0 where ``a = 0`` and ``b >= 0`` (PyTorch's convention:
+    ``0^b`` is flat in ``b`` there, and ``0 * log(0)`` would be NaN)."""
     log_a = ops.unary(UnaryOp.LOG, a)
     grad = _mul(ops, g, _mul(ops, out, log_a))
-    return ops.where(ops.binary(BinaryOp.EQ, a, 0.0), 0.0, grad)
+    flat = ops.binary(BinaryOp.LOGICAL_AND, ops.binary(BinaryOp.EQ, a, 0.0), ops.binary(BinaryOp.GE, b, 0.0))
+    return ops.where(flat, 0.0, grad)
 
 
 def _pow_grad_base(ops, g, a, b, out):
+    """``g * b * a^(b-1)``; 0 where ``b = 0`` (``a^0 = 1`` is flat, even at ``a = 0``,
+    where ``0 * 0^-1`` would be NaN), as PyTorch."""
     if not isinstance(b, (int, float)):
-        return _mul(ops, g, _mul(ops, b, ops.binary(BinaryOp.POW, a, ops.binary(BinaryOp.SUB, b, 1.0))))
+        grad = _mul(ops, g, _mul(ops, b, ops.binary(BinaryOp.POW, a, ops.binary(BinaryOp.SUB, b, 1.0))))
+        return ops.where(ops.binary(BinaryOp.EQ, b, 0.0), 0.0, grad)
     if b == 0:
         return zeros_like(ops, g)
     return _mul(ops, g, _mul(ops, ops.binary(BinaryOp.POW, a, b - 1.0), b))
