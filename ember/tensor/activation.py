@@ -4,8 +4,8 @@ Where the device's backend has a fused kernel (``relu``, ``sigmoid``, ``softmax`
 ``log_softmax``), it is used; otherwise the composite below runs. Composites are
 written to stay finite in both directions (no ``inf * 0`` in their gradients).
 
-At kinks and bounds the gradients follow PyTorch's conventions (tests/tensor/
-test_kinks.py checks each against torch):
+At kinks and bounds the gradients follow PyTorch's conventions (tests/nn/test_kinks.py
+checks each against torch):
 
 * piecewise functions with a branch for ``x > 0`` (relu, leaky_relu, prelu, elu,
   celu, selu) take the other branch's slope at 0: ``relu'(0) = 0``,

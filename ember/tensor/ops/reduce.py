@@ -169,8 +169,8 @@ class ReduceOps:
         """The ``p``-norm of all elements (shape ``[1]``) or along ``dim`` (kept). The
         gradient of a zero norm is 0, as in PyTorch."""
         x = self.float().abs()
-        if p == float("inf"):
-            return x.max() if dim is None else x.max_dim(dim)
+        if p == float("inf"):  # ties share the gradient evenly, as PyTorch's vector_norm
+            return x._reduce(ReduceOp.MAX, "norm", dim)
         if p == 1:
             return x.sum() if dim is None else x.sum_dim(dim)
         powered = x.mul(x) if p == 2 else x.powf_scalar(p)
