@@ -33,6 +33,10 @@ class ValueRangeError(EmberError, ValueError):
     """A value argument is outside the range the operation accepts."""
 
 
+class DivisionByZeroError(ValueRangeError, ZeroDivisionError):
+    """An integer division or remainder by zero (float division gives inf or NaN instead)."""
+
+
 class GraphError(EmberError, RuntimeError):
     """Misuse of the autodiff graph (a consumed graph, no gradient to compute, ...)."""
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 import ml_dtypes
 import numpy as np
 
-from ember.errors import DTypeError
+from ember.errors import DTypeError, ValueRangeError
 
 
 class DType(Enum):
@@ -47,6 +48,14 @@ class DType(Enum):
     def kind(self) -> str:
         """``"float"``, ``"int"`` or ``"bool"``."""
         return "float" if self in _FLOATS else "int" if self in _INTS else "bool"
+
+    @property
+    def int_range(self) -> tuple[int, int]:
+        """``(lowest, highest)`` value of an int dtype (bool: ``(0, 1)``)."""
+        if self is DType.BOOL:
+            return (0, 1)
+        info = np.iinfo(_TO_NUMPY[self])
+        return (int(info.min), int(info.max))
 
     @property
     def itemsize(self) -> int:
@@ -144,3 +153,18 @@ def promote(a: DType, b: DType) -> DType:
     if ra == rb:  # float16 and bfloat16
         return DType.FLOAT32
     return a if ra > rb else b
+
+
+def check_int_fits(op: str, low: float, high: float, dtype: DType) -> None:
+    """Raise a :class:`ValueRangeError` unless the values ``low..high`` (ints, or floats
+    that truncate toward zero) fit the int ``dtype``: ember never wraps a value
+    silently when it makes a tensor."""
+    lo, hi = dtype.int_range
+    if lo <= math.trunc(low) and math.trunc(high) <= hi:
+        return
+    bad = low if low < lo else high
+    wider = "int64" if dtype is not DType.INT64 else "a float dtype (float64)"
+    raise ValueRangeError(
+        f"ember: {op}: the value {bad} does not fit {dtype} (range [{lo}, {hi}]); "
+        f"use a wider dtype such as {wider}, or bring the values into range first"
+    )

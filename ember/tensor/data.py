@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.dtype import DType
+from ember.backend.dtype import DType, check_int_fits
 from ember.errors import DTypeError, ShapeError
 from ember.tensor.shape import Shape
 
@@ -144,6 +144,7 @@ def to_array(op: str, values: Any, dtype: DType | None) -> np.ndarray:
                 f"ember: {op}: the nested sequence is ragged (rows of unequal length): {error}"
             ) from None
         if array.dtype == object:
+            _check_python_ints(op, array, dtype)
             raise ShapeError(
                 f"ember: {op}: cannot read a tensor from {type(values).__name__} values; "
                 "give a (nested) list of numbers or bools, or a numpy array"
@@ -153,10 +154,32 @@ def to_array(op: str, values: Any, dtype: DType | None) -> np.ndarray:
     if array.dtype.kind not in "biuf" and array.dtype.kind != "V":
         raise DTypeError(f"ember: {op}: cannot make a tensor from values of dtype {array.dtype}")
     if array.dtype != dtype.np:
-        if dtype.is_int and array.dtype.kind == "f" and not np.all(np.isfinite(array)):
-            raise DTypeError(
-                f"ember: {op}: cannot convert NaN or infinite values to {dtype}; "
-                "replace them first or keep a float dtype"
-            )
+        if dtype.is_int and array.size:
+            _check_fits(op, array, dtype)
         array = array.astype(dtype.np)
     return array
+
+
+def _check_fits(op: str, array: np.ndarray, dtype: DType) -> None:
+    """Raise unless every value converts to the int ``dtype`` without wrapping (floats
+    truncate toward zero, as in PyTorch)."""
+    if array.dtype.kind == "b":
+        return
+    if array.dtype.kind in "iu":
+        check_int_fits(op, int(array.min()), int(array.max()), dtype)
+        return
+    array = array.astype(np.float64)
+    if not np.all(np.isfinite(array)):
+        raise DTypeError(
+            f"ember: {op}: cannot convert NaN or infinite values to {dtype}; "
+            "replace them first or keep a float dtype"
+        )
+    check_int_fits(op, float(array.min()), float(array.max()), dtype)
+
+
+def _check_python_ints(op: str, array: np.ndarray, dtype: DType | None) -> None:
+    """Python ints beyond 64 bits make numpy fall back to objects: name the first one."""
+    target = dtype if dtype is not None and dtype.is_int else DType.INT64
+    for value in array.reshape(-1):
+        if isinstance(value, int) and not isinstance(value, bool):
+            check_int_fits(op, value, value, target)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ember.backend.dtype import DType, promote
+from ember.backend.dtype import DType, check_int_fits, promote
 from ember.errors import DeviceError, DTypeError, ValueRangeError
 
 if TYPE_CHECKING:
@@ -22,11 +22,7 @@ INT_NP = frozenset(d.np for d in DType if d.is_int)
 BOOL_NP = np.dtype(np.bool_)
 F32 = DType.FLOAT32
 I64 = DType.INT64
-_INT_RANGE = {
-    np.dtype(np.uint8): (0, 255),
-    np.dtype(np.int32): (-(2**31), 2**31 - 1),
-    np.dtype(np.int64): (-(2**63), 2**63 - 1),
-}
+_INT_RANGE = {d.np: d.int_range for d in DType if d.is_int}
 
 
 def check_device(op: str, a: Tensor, b: Tensor) -> None:
@@ -91,3 +87,15 @@ def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int |
             "cast the tensor to a wider dtype first"
         )
     return prim, value
+
+
+def check_value_fits(op: str, value: int | float | bool, dtype: DType) -> None:
+    """Raise unless the scalar ``value`` converts to ``dtype`` without wrapping (an int
+    dtype takes ints and integral floats in its range)."""
+    if not dtype.is_int or isinstance(value, bool):
+        return
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise DTypeError(f"ember: {op}: the value {value} is not an integer, so it does not fit the int dtype {dtype}")
+        value = int(value)
+    check_int_fits(op, value, value, dtype)

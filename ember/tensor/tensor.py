@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 
 from ember.backend.distribution import Distribution
-from ember.backend.dtype import DType
+from ember.backend.dtype import DType, check_int_fits
 from ember.device import Device
 from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
 from ember.tensor.data import TensorData, to_array
-from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE, as_scalar
+from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE, as_scalar, check_value_fits
 from ember.tensor.ops.arithmetic import ArithmeticOps
 from ember.tensor.ops.autodiff import AutodiffOps
 from ember.tensor.ops.compare import CompareOps
@@ -97,8 +97,7 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
             dtype = DType.BOOL if isinstance(value, bool) else DType.INT64 if isinstance(value, int) else DType.FLOAT32
         dtype = DType.parse(dtype)
         device = _device(device)
-        if dtype.is_int and isinstance(value, float) and not value.is_integer():
-            raise DTypeError(f"ember: Tensor.full: the value {value} does not fit the int dtype {dtype}")
+        check_value_fits("Tensor.full", value, dtype)
         return cls(device._b.full(as_shape("Tensor.full", shape), value, dtype), device)
 
     @classmethod
@@ -144,7 +143,12 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
             raise ValueRangeError("ember: Tensor.arange: step must not be 0")
         dtype = _dtype(dtype, DType.INT64)
         device = _device(device)
-        return cls(device._b.arange(int(start), int(end), int(step), dtype), device)
+        start, end, step = int(start), int(end), int(step)
+        n = len(range(start, end, step))
+        if n and dtype.is_int:
+            last = start + (n - 1) * step
+            check_int_fits("Tensor.arange", min(start, last), max(start, last), dtype)
+        return cls(device._b.arange(start, end, step, dtype), device)
 
     @classmethod
     def eye(cls, n: int, m: int | None = None, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:

@@ -8,6 +8,8 @@ import pytest
 from ember import Device, Tensor
 from ember.errors import (
     DeviceError,
+    DeviceMemoryError,
+    DivisionByZeroError,
     DTypeError,
     EmberError,
     IndexOutOfBoundsError,
@@ -27,6 +29,8 @@ def test_hierarchy_extends_builtins():
     assert issubclass(DeviceError, ValueError)
     assert issubclass(IndexOutOfBoundsError, IndexError)
     assert issubclass(ValueRangeError, ValueError)
+    assert issubclass(DivisionByZeroError, ZeroDivisionError) and issubclass(DivisionByZeroError, ValueRangeError)
+    assert issubclass(DeviceMemoryError, MemoryError)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +70,20 @@ def test_hierarchy_extends_builtins():
         (lambda t: t.argmax(5), IndexOutOfBoundsError, ["argmax"]),
         (lambda t: t.cast("complex"), DTypeError, ["dtype"]),
         (lambda t: t.backward(), Exception, ["autodiff"]),
+        # values that would wrap (issue 13)
+        (lambda t: Tensor.from_ints([2**40], dtype="int32", device=t.device), ValueRangeError,
+         ["Tensor.from_data", "1099511627776", "int32", "wider dtype"]),
+        (lambda t: Tensor.from_data([1e20], dtype="int64", device=t.device), ValueRangeError, ["1e+20", "int64"]),
+        (lambda t: Tensor.full([2], 300, dtype="uint8", device=t.device), ValueRangeError, ["Tensor.full", "300", "uint8"]),
+        (lambda t: Tensor.arange(2**31, 2**31 + 2, dtype="int32", device=t.device), ValueRangeError, ["arange", "int32"]),
+        (lambda t: t.int().floor_div(0), DivisionByZeroError, ["floor_div", "division by zero", "mask_fill"]),
+        (lambda t: t.int() % t.int().mul_scalar(0), DivisionByZeroError, ["remainder", "int64", "division by zero"]),
+        (lambda t: t.bool() - t.bool(), DTypeError, ["sub", "bool", "bool_xor"]),
+        (lambda t: t.bool().sub_scalar(1), DTypeError, ["sub_scalar", "bool", "cast to int"]),
+        (lambda t: t.bool() // t.bool(), DTypeError, ["floor_div", "two bool operands"]),
+        (lambda t: Tensor.zeros([2**40], device=t.device), DeviceMemoryError,
+         ["flex", "[1099511627776]", "4,398,046,511,104 bytes", "chunk"]),
+        (lambda t: Tensor.arange(2**45, device=t.device), DeviceMemoryError, ["flex", "int64", "bytes"]),
     ],
 )
 def test_error_messages(t, call, error, words):

@@ -11,6 +11,7 @@ import numpy as np
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
+from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quiet import quiet_reset, quiet_set
 from ember.backend.flex.special import erf
@@ -197,12 +198,19 @@ class FlexBackend(FlexModuleOps, Backend):
 
     # ------------------------------------------------------------------ creation
     def full(self, shape, value, dtype: DType) -> np.ndarray:
-        return np.full(shape, value, dtype=dtype.np)
+        np_dtype = dtype.np
+        check_fits(shape, dtype, np_dtype.itemsize)
+        try:
+            return np.full(shape, value, dtype=np_dtype)
+        except MemoryError:
+            raise memory_error(tuple(shape), dtype, math.prod(shape) * np_dtype.itemsize) from None
 
     def arange(self, start, stop, step, dtype: DType) -> np.ndarray:
+        check_fits((len(range(start, stop, step)),), dtype, dtype.itemsize)
         return np.arange(start, stop, step, dtype=dtype.np)
 
     def random(self, shape, distribution: Distribution, dtype: DType) -> np.ndarray:
+        check_fits(shape, dtype, max(dtype.itemsize, 4))
         rng = self._rng
         np_dtype = dtype.np
         work = np.float64 if np_dtype == np.float64 else np.float32

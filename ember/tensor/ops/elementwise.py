@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.dtype import DType
-from ember.errors import DTypeError
+from ember.backend.ops import BinaryOp, ReduceOp
+from ember.errors import DivisionByZeroError, DTypeError
 from ember.tensor.dispatch import (
     BOOL_NP,
     FLOAT_NP,
@@ -63,6 +64,8 @@ def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
     """``self <op> other`` for a tensor or a Python scalar ``other``."""
     d = self._d
     a = self._p
+    if op == BinaryOp.SUB and mode == "arith":
+        _check_no_bool_sub(name, self, other)
     if isinstance(other, self.__class__):
         b = other._p
         if other._d is not d:
@@ -73,7 +76,9 @@ def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
             dt = a.dtype
             if mode == "arith":
                 if dt == BOOL_NP:
-                    a, b = d._b.cast(a, _I64), d._b.cast(b, _I64)
+                    op = _bool_arith(name, op)
+                elif op in _INT_DIVISION and dt not in FLOAT_NP:
+                    _check_no_zero(name, b, d._b)
             elif mode == "float":
                 if dt not in FLOAT_NP:
                     a, b = d._b.cast(a, _F32), d._b.cast(b, _F32)
@@ -85,13 +90,61 @@ def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
         return self.__class__(d._b.binary(op, a, b), d)
     backend = d._b
     a, s = scalar_for(name, a, other, backend)
+    if mode == "arith" and a.dtype == BOOL_NP:  # a bool tensor with a bool scalar
+        return self.__class__(backend.binary(_bool_arith(name, op), a, s), d)
     if mode != "cmp":
         a = _fit(name, mode, a, backend)
         if (mode == "float" or (mode == "arith" and a.dtype in FLOAT_NP)) and not is_symbolic(s):
             s = float(s)
         elif mode == "bool" and not isinstance(s, bool):
             raise DTypeError(f"ember: {name}: needs a bool scalar, got {s!r}")
+        elif op in _INT_DIVISION and s == 0:
+            raise _division_by_zero(name, NP_TO_DTYPE[a.dtype])
     return self.__class__(backend.binary(op, a, s), d)
+
+
+# Arithmetic on two bools stays bool where PyTorch keeps it so (``+`` is or, ``*`` is
+# and); the others have no bool meaning and raise, as in PyTorch.
+_BOOL_ARITH = {
+    BinaryOp.ADD: BinaryOp.LOGICAL_OR,
+    BinaryOp.MUL: BinaryOp.LOGICAL_AND,
+    BinaryOp.MAXIMUM: BinaryOp.LOGICAL_OR,
+    BinaryOp.MINIMUM: BinaryOp.LOGICAL_AND,
+}
+_INT_DIVISION = frozenset({BinaryOp.FLOOR_DIV, BinaryOp.REMAINDER})
+
+
+def _bool_arith(name: str, op: str) -> str:
+    logical = _BOOL_ARITH.get(op)
+    if logical is not None:
+        return logical
+    raise DTypeError(f"ember: {name}: not defined on two bool operands (as in PyTorch); cast to int first")
+
+
+def _check_no_bool_sub(name: str, a: Any, b: Any) -> None:
+    """PyTorch refuses ``-`` with a bool tensor operand (its meaning as a mask is unclear)."""
+    if a._p.dtype == BOOL_NP or (isinstance(b, a.__class__) and b._p.dtype == BOOL_NP):
+        raise DTypeError(
+            f"ember: {name}: subtraction with a bool tensor is not defined (as in PyTorch); use bool_xor (^) "
+            "for the difference of two masks, bool_not() to invert one, or cast to int first"
+        )
+
+
+def _division_by_zero(name: str, dtype: DType) -> DivisionByZeroError:
+    return DivisionByZeroError(
+        f"ember: {name}: integer division by zero (the {dtype} divisor holds 0), which PyTorch refuses too; "
+        "mask the zeros first (e.g. divisor.mask_fill(divisor.equal_elem(0), 1)) or divide float tensors "
+        "(inf or NaN results)"
+    )
+
+
+def _check_no_zero(name: str, divisor: Any, backend: Any) -> None:
+    """Raise if the int ``divisor`` holds a 0 (reads one bool back from the device)."""
+    if 0 in divisor.shape:
+        return
+    zero = backend.reshape(backend.binary(BinaryOp.EQ, divisor, 0), (-1,))
+    if bool(backend.to_numpy(backend.reduce(ReduceOp.ANY, zero, 0)).reshape(-1)[0]):
+        raise _division_by_zero(name, NP_TO_DTYPE[divisor.dtype])
 
 
 def reverse_scalar(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
@@ -101,6 +154,8 @@ def reverse_scalar(self: Tensor, other: Any, op: str, name: str, mode: str) -> T
     dtype = NP_TO_DTYPE[p.dtype]
     if isinstance(value, float) and not dtype.is_float:
         dtype = _F32
+    elif dtype is DType.BOOL and not isinstance(value, bool):
+        dtype = _I64
     lhs = self.__class__(self._d._b.full((), value, dtype), self._d)
     return binary(lhs, self, op, name, mode)
 

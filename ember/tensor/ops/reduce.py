@@ -15,22 +15,37 @@ from ember.errors import ShapeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
 from ember.tensor.shape import normalize_dim, normalize_dims
 
+# Sums and products of bools and narrow ints are computed and returned in int64, as
+# in PyTorch (a uint8 sum of 200 + 200 is 400, not 144); max/min keep the dtype.
+_WIDENING = frozenset({ReduceOp.SUM, ReduceOp.PROD, CumulativeOp.CUMSUM, CumulativeOp.CUMPROD})
+_BOOL_EXTREME = {ReduceOp.MAX: ReduceOp.ANY, ReduceOp.MIN: ReduceOp.ALL}
+_I64_NP = DType.INT64.np
+
 
 class ReduceOps:
-    """Reductions along one dim or all dims, scans, sort and top-k."""
+    """Reductions along one dim or all dims, scans, sort and top-k.
+
+    Dtypes as PyTorch: ``sum``/``prod``/``cumsum``/``cumprod`` of bool, uint8 and int32
+    give int64; ``max``/``min``/``cummax``/``cummin`` keep the dtype (bool too);
+    ``mean`` of ints and bools gives float32 (PyTorch refuses it).
+    """
 
     __slots__ = ()
 
     def _reduce(self, op: str, name: str, dim: int | None) -> Any:
         p = self._p
         backend = self._d._b
+        extreme = op in (ReduceOp.MAX, ReduceOp.MIN)
         if op in (ReduceOp.ANY, ReduceOp.ALL):
             if p.dtype != BOOL_NP:
                 p = backend.binary(BinaryOp.NE, p, 0)
-        elif p.dtype == BOOL_NP:
+        elif op == ReduceOp.MEAN:
+            if p.dtype not in FLOAT_NP:
+                p = backend.cast(p, DType.FLOAT32)
+        elif p.dtype == BOOL_NP and op in _BOOL_EXTREME:
+            op = _BOOL_EXTREME[op]
+        elif op in _WIDENING and p.dtype not in FLOAT_NP and p.dtype != _I64_NP:
             p = backend.cast(p, DType.INT64)
-        if op == ReduceOp.MEAN and p.dtype not in FLOAT_NP:
-            p = backend.cast(p, DType.FLOAT32)
         if dim is None:
             if len(p.shape) != 1:
                 p = backend.reshape(p, (-1,) if p.shape else (1,))
@@ -38,7 +53,7 @@ class ReduceOps:
             dim = 0
         else:
             dim = normalize_dim(name, dim, len(p.shape))
-        if p.shape[dim] == 0 and op in (ReduceOp.MAX, ReduceOp.MIN):
+        if p.shape[dim] == 0 and extreme:
             raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(self._p.shape)})")
         return self.__class__(backend.reduce(op, p, dim), self._d)
 
@@ -179,10 +194,14 @@ class ReduceOps:
     # ------------------------------------------------------------------ scans
     def _scan(self, op: str, dim: int) -> Any:
         p = self._p
+        backend = self._d._b
         dim = normalize_dim(op, dim, len(p.shape))
-        if p.dtype == BOOL_NP:
-            p = self._d._b.cast(p, DType.INT64)
-        return self.__class__(self._d._b.cumulative(op, p, dim), self._d)
+        if op in _WIDENING and p.dtype not in FLOAT_NP and p.dtype != _I64_NP:
+            return self.__class__(backend.cumulative(op, backend.cast(p, DType.INT64), dim), self._d)
+        if p.dtype == BOOL_NP:  # running max/min of bools stay bool, as in PyTorch
+            out = backend.cumulative(op, backend.cast(p, DType.UINT8), dim)
+            return self.__class__(backend.cast(out, DType.BOOL), self._d)
+        return self.__class__(backend.cumulative(op, p, dim), self._d)
 
     def cumsum(self, dim: int) -> Any:
         """Running sums along ``dim``."""
