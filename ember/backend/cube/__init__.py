@@ -11,7 +11,7 @@ Layout of the package:
 * ``adapter``/``device``: choosing an adapter for a ``DeviceKind``, the ``Device``.
 * ``runtime``: the wgpu device, pooled buffers, batched launches (submitted at a
   read-back or ``sync``), counters; ``cache``: kernels by key, compiled once.
-* ``dtypes``: how each dtype lives in WGSL words (int64 in 32 bits, bool in ``u32``,
+* ``dtypes``: how each dtype lives in WGSL words (int64 in two 32-bit words, bool in ``u32``,
   float16 native with ``shader-f16`` or in words, bfloat16 in words; no float64).
 * ``buffer``: ``CubeTensor``, a strided view (layout ops are free).
 * ``ir`` + ``wgsl``: the elementwise expression IR and the WGSL it becomes.

@@ -19,13 +19,15 @@ from ember.backend.base import Backend, Slices
 from ember.backend.cube import ir
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
-from ember.backend.cube.dtypes import Storage, check_int_range, check_scalar, storage_for
+from ember.backend.cube.dtypes import Storage, check_scalar, storage_for
 from ember.backend.cube.kernels import elementwise, index, layout, matmul, module, optim, random, reduce, scan, sort
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import BackendUnavailableError
+
+_INT = ("i32", "i64")
 
 
 def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -108,9 +110,8 @@ class CubeBackend(Backend):
         dtype = DType.from_numpy(array.dtype)
         storage = self.storage(dtype)
         bounds = None
-        if storage.compute == "i32" and array.size:
+        if storage.compute in _INT and array.size:
             bounds = (int(array.min()), int(array.max()))
-            check_int_range("cube: from_data", dtype, *bounds)
         buffer = self.runtime.upload(storage.to_words(array))
         return CubeTensor(buffer, tuple(array.shape), storage, bounds=bounds)
 
@@ -127,24 +128,22 @@ class CubeBackend(Backend):
     def full(self, shape, value, dtype: DType) -> CubeTensor:
         storage = self.storage(dtype)
         ctype = storage.compute
-        if ctype == "i32":
-            check_int_range("cube: full", dtype, int(value), int(value))
-            check_scalar("full", int(value), storage)
+        if ctype in _INT:
             value = int(value)
+            check_scalar("full", value, storage)
         out = elementwise.run(self, ir.scalar(0, ctype), [], storage, tuple(shape), [value], [ctype])
-        if ctype == "i32":
+        if ctype in _INT:
             out.bounds = (value, value)
         return out
 
     def arange(self, start, stop, step, dtype: DType) -> CubeTensor:
         n = len(range(start, stop, step))
         last = start + (n - 1) * step if n else start
-        check_int_range("cube: arange", DType.INT64, min(start, last), max(start, last))
         storage = self.storage(dtype)
-        expr = ir.convert(ir.binary(BinaryOp.ADD, ir.scalar(0, "i32"), ir.binary(BinaryOp.MUL, ir.index(), ir.scalar(1, "i32"))),
-                          storage.compute)
-        out = elementwise.run(self, expr, [], storage, (n,), [start, step], ["i32", "i32"])
-        if storage.compute == "i32" and n:
+        position = ir.binary(BinaryOp.MUL, ir.convert(ir.index(), "i64"), ir.scalar(1, "i64"))
+        expr = ir.convert(ir.binary(BinaryOp.ADD, ir.scalar(0, "i64"), position), storage.compute)
+        out = elementwise.run(self, expr, [], storage, (n,), [start, step], ["i64", "i64"])
+        if storage.compute in _INT and n:
             out.bounds = (min(start, last), max(start, last))
         return out
 
@@ -216,10 +215,13 @@ class CubeBackend(Backend):
         if storage == x.storage:
             return x
         if storage.wgsl == x.storage.wgsl == "i32" and storage.store == "{v}":
-            # int64/int32 share their words; uint8 values fit both.
+            # uint8 values are int32 words already.
             return CubeTensor(x.buffer, x.shape, storage, x.strides, x.offset, x.bounds)
         expr = ir.convert(ir.load(0, x.storage.compute), storage.compute)
-        return elementwise.run(self, expr, [x], storage, x.shape)
+        out = elementwise.run(self, expr, [x], storage, x.shape)
+        if dtype is DType.INT64 and x.bounds is not None:  # widening keeps every value
+            out.bounds = x.bounds
+        return out
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a: CubeTensor, b: CubeTensor) -> CubeTensor:

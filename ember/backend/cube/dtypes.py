@@ -10,16 +10,17 @@ float32    ``f32``                           ``f32``
 float16    ``f16`` (``shader-f16``), else    ``f32``      rounded to half on store
            one ``u32`` word per element
 bfloat16   one ``u32`` word per element      ``f32``      rounded to nearest even
-int64      ``i32``                           ``i32``      values must fit 32 bits
+int64      ``vec2<u32>`` (low, high word)      ``i64``      64-bit arithmetic emulated
 int32      ``i32``                           ``i32``
 uint8      ``i32``                           ``i32``      wraps modulo 256 on store
 bool       ``u32`` (0 or 1)                  ``bool``
 float64    not available                                  cast to float32, or use flex
 =========  ===============================  ==========  ============================
 
-int64 is held in 32 bits (as Burn's wgpu backend does): uploads and scalars are
-range-checked and raise outside ``[-2**31, 2**31)``; arithmetic wraps at 32 bits.
-The tensor layer still sees int64, so code runs unchanged on flex and cube.
+WGSL has no 64-bit integers; int64 is held in two 32-bit words and computed with the
+helpers of :mod:`ember.backend.cube.int64` (the ``i64`` compute type), so cube matches
+flex over the whole int64 range: arithmetic, comparisons, reductions, scans, casts and
+int64 indices. (Burn's wgpu backend holds int64 in 32 bits instead.)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ember.backend.dtype import DType
 from ember.errors import DTypeError, ValueRangeError
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ _STORAGES = {
         DType.BFLOAT16, "u32", "f32", np.dtype(np.uint32), 4,
         load="bitcast<f32>({x} << 16u)", store=_BF16_STORE, helpers=("bf16_word",),
     ),
-    DType.INT64: Storage(DType.INT64, "i32", "i32", np.dtype(np.int32), 4),
+    DType.INT64: Storage(DType.INT64, "vec2<u32>", "i64", np.dtype(np.int64), 8),
     DType.INT32: Storage(DType.INT32, "i32", "i32", np.dtype(np.int32), 4),
     DType.UINT8: Storage(DType.UINT8, "i32", "i32", np.dtype(np.int32), 4, store="({v} & 255)"),
     DType.BOOL: Storage(
@@ -86,17 +88,6 @@ _F16_WORD = Storage(
     DType.FLOAT16, "u32", "f32", np.dtype(np.uint32), 4,
     load="unpack2x16float({x}).x", store="pack2x16float(vec2<f32>({v}, 0.0))",
 )
-
-
-def check_int_range(op: str, dtype: DType, low: int, high: int) -> None:
-    """Raise unless int values in ``[low, high]`` fit the 32-bit words holding ``dtype``."""
-    if dtype is DType.INT64 and (low < I32_MIN or high > I32_MAX):
-        bad = low if low < I32_MIN else high
-        raise ValueRangeError(
-            f"ember: {op}: the int64 value {bad} does not fit in 32 bits; the GPU backend holds "
-            f"int64 as int32 (WGSL has no 64-bit ints), so values must lie in [{I32_MIN}, {I32_MAX}]; "
-            "keep such tensors on Device.flex()"
-        )
 
 
 def storage_for(dtype: DType, native_f16: bool) -> Storage:
@@ -113,19 +104,28 @@ def storage_for(dtype: DType, native_f16: bool) -> Storage:
 
 
 def check_scalar(op: str, value: int | float | bool, storage: Storage) -> None:
-    """Raise if an int scalar does not fit the 32-bit words of an int storage."""
+    """Raise if an int scalar does not fit the words of an int storage."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if storage.compute == "i32" and is_int and not I32_MIN <= value <= I32_MAX:
+    low, high = (I64_MIN, I64_MAX) if storage.compute == "i64" else (I32_MIN, I32_MAX)
+    if storage.compute in ("i32", "i64") and is_int and not low <= value <= high:
         raise ValueRangeError(
-            f"ember: {op}: the scalar {value} does not fit in 32 bits; the GPU backend computes "
-            f"{storage.dtype} in int32 (WGSL has no 64-bit ints); use Device.flex() for such values"
+            f"ember: {op}: the scalar {value} does not fit the {storage.dtype} tensor (range [{low}, {high}]); "
+            "cast the tensor to a wider dtype first"
         )
 
 
 def scalar_word(value: int | float | bool, compute: str) -> int:
-    """A scalar as the u32 word a kernel reads with ``bitcast``."""
+    """A scalar as the u32 word a kernel reads with ``bitcast`` (not for ``i64``)."""
     if compute == "f32":
         return int(np.array(value, dtype=np.float32).view(np.uint32))
     if compute == "i32":
         return int(value) & 0xFFFF_FFFF
     return 1 if value else 0
+
+
+def scalar_words(value: int | float | bool, compute: str) -> tuple[int, int]:
+    """A scalar as the two u32 words of a launch's scalar slot (low word first for ``i64``)."""
+    if compute == "i64":
+        bits = int(value) & 0xFFFF_FFFF_FFFF_FFFF
+        return bits & 0xFFFF_FFFF, bits >> 32
+    return scalar_word(value, compute), 0

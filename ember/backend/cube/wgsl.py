@@ -8,12 +8,16 @@
 
 WGSL lets an implementation assume there are no NaNs or infinities, so NaN tests,
 NaN-propagating ``max``/``min`` and the like work on the bits, never on ``x != x``.
+
+Compute types: ``f32``, ``i32``, ``bool`` and ``i64`` (int64 on two 32-bit words, see
+:mod:`ember.backend.cube.int64`; its templates call the ``*_l`` helpers).
 """
 
 from __future__ import annotations
 
 import re
 
+from ember.backend.cube import int64
 from ember.backend.cube.dtypes import Storage
 from ember.backend.ops import BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, BinaryOp, UnaryOp
 
@@ -171,14 +175,17 @@ HELPERS: dict[str, str] = {
 }""",
 }
 
+HELPERS.update(int64.HELPERS)
+
 _F = "f32"
 _I = "i32"
 _B = "bool"
+_L = "i64"
 
 # op -> {compute type: template}
 UNARY: dict[str, dict[str, str]] = {
-    UnaryOp.NEG: {_F: "(-{a})", _I: "(-{a})"},
-    UnaryOp.ABS: {_F: "abs({a})", _I: "abs({a})"},
+    UnaryOp.NEG: {_F: "(-{a})", _I: "(-{a})", _L: "neg_l({a})"},
+    UnaryOp.ABS: {_F: "abs({a})", _I: "abs({a})", _L: "abs_l({a})"},
     UnaryOp.EXP: {_F: "exp({a})"},
     UnaryOp.LOG: {_F: "log({a})"},
     UnaryOp.LOG1P: {_F: "log1p_f({a})"},
@@ -196,18 +203,18 @@ UNARY: dict[str, dict[str, str]] = {
     UnaryOp.ACOS: {_F: "atan2(sqrt((1.0 - {a}) * (1.0 + {a})), {a})"},
     UnaryOp.ATAN: {_F: "atan({a})"},
     UnaryOp.ERF: {_F: "erf_f({a})"},
-    UnaryOp.SIGN: {_F: "sign_f({a})", _I: "sign({a})"},
-    UnaryOp.ROUND: {_F: "round({a})", _I: "{a}"},
-    UnaryOp.FLOOR: {_F: "floor({a})", _I: "{a}"},
-    UnaryOp.CEIL: {_F: "ceil({a})", _I: "{a}"},
-    UnaryOp.TRUNC: {_F: "trunc({a})", _I: "{a}"},
-    UnaryOp.SQUARE: {_F: "({a} * {a})", _I: "({a} * {a})"},
-    UnaryOp.IS_NAN: {_F: "is_nan_f({a})", _I: "false", _B: "false"},
-    UnaryOp.IS_INF: {_F: "is_inf_f({a})", _I: "false", _B: "false"},
-    UnaryOp.IS_FINITE: {_F: "is_finite_f({a})", _I: "true", _B: "true"},
-    UnaryOp.LOGICAL_NOT: {_B: "(!{a})", _F: "({a} == 0.0)", _I: "({a} == 0)"},
-    UnaryOp.BITWISE_NOT: {_I: "(~{a})", _B: "(!{a})"},
-    "relu": {_F: "select(max({a}, 0.0), {a}, is_nan_f({a}))", _I: "max({a}, 0)"},
+    UnaryOp.SIGN: {_F: "sign_f({a})", _I: "sign({a})", _L: "sign_l({a})"},
+    UnaryOp.ROUND: {_F: "round({a})", _I: "{a}", _L: "{a}"},
+    UnaryOp.FLOOR: {_F: "floor({a})", _I: "{a}", _L: "{a}"},
+    UnaryOp.CEIL: {_F: "ceil({a})", _I: "{a}", _L: "{a}"},
+    UnaryOp.TRUNC: {_F: "trunc({a})", _I: "{a}", _L: "{a}"},
+    UnaryOp.SQUARE: {_F: "({a} * {a})", _I: "({a} * {a})", _L: "mul_l({a}, {a})"},
+    UnaryOp.IS_NAN: {_F: "is_nan_f({a})", _I: "false", _B: "false", _L: "false"},
+    UnaryOp.IS_INF: {_F: "is_inf_f({a})", _I: "false", _B: "false", _L: "false"},
+    UnaryOp.IS_FINITE: {_F: "is_finite_f({a})", _I: "true", _B: "true", _L: "true"},
+    UnaryOp.LOGICAL_NOT: {_B: "(!{a})", _F: "({a} == 0.0)", _I: "({a} == 0)", _L: "is_zero_l({a})"},
+    UnaryOp.BITWISE_NOT: {_I: "(~{a})", _B: "(!{a})", _L: "(~{a})"},
+    "relu": {_F: "select(max({a}, 0.0), {a}, is_nan_f({a}))", _I: "max({a}, 0)", _L: f"max_l({{a}}, {int64.ZERO})"},
     "sigmoid": {_F: "sigmoid_f({a})"},
 }
 HELPERS["sigmoid_f"] = """fn sigmoid_f(x: f32) -> f32 {
@@ -216,40 +223,46 @@ HELPERS["sigmoid_f"] = """fn sigmoid_f(x: f32) -> f32 {
 }"""
 
 BINARY: dict[str, dict[str, str]] = {
-    BinaryOp.ADD: {_F: "({a} + {b})", _I: "({a} + {b})", _B: "({a} || {b})"},
-    BinaryOp.SUB: {_F: "({a} - {b})", _I: "({a} - {b})"},
-    BinaryOp.MUL: {_F: "({a} * {b})", _I: "({a} * {b})", _B: "({a} && {b})"},
-    BinaryOp.DIV: {_F: "({a} / {b})", _I: "floordiv_i({a}, {b})"},
-    BinaryOp.REMAINDER: {_F: "rem_f({a}, {b})", _I: "rem_i({a}, {b})"},
-    BinaryOp.FLOOR_DIV: {_F: "floordiv_f({a}, {b})", _I: "floordiv_i({a}, {b})"},
-    BinaryOp.POW: {_F: "pow_f({a}, {b})", _I: "pow_i({a}, {b})"},
+    BinaryOp.ADD: {_F: "({a} + {b})", _I: "({a} + {b})", _B: "({a} || {b})", _L: "add_l({a}, {b})"},
+    BinaryOp.SUB: {_F: "({a} - {b})", _I: "({a} - {b})", _L: "sub_l({a}, {b})"},
+    BinaryOp.MUL: {_F: "({a} * {b})", _I: "({a} * {b})", _B: "({a} && {b})", _L: "mul_l({a}, {b})"},
+    BinaryOp.DIV: {_F: "({a} / {b})", _I: "floordiv_i({a}, {b})", _L: "floordiv_l({a}, {b})"},
+    BinaryOp.REMAINDER: {_F: "rem_f({a}, {b})", _I: "rem_i({a}, {b})", _L: "rem_l({a}, {b})"},
+    BinaryOp.FLOOR_DIV: {_F: "floordiv_f({a}, {b})", _I: "floordiv_i({a}, {b})", _L: "floordiv_l({a}, {b})"},
+    BinaryOp.POW: {_F: "pow_f({a}, {b})", _I: "pow_i({a}, {b})", _L: "pow_l({a}, {b})"},
     BinaryOp.ATAN2: {_F: "atan2_f({a}, {b})"},
-    BinaryOp.MAXIMUM: {_F: "max_f({a}, {b})", _I: "max({a}, {b})", _B: "({a} || {b})"},
-    BinaryOp.MINIMUM: {_F: "min_f({a}, {b})", _I: "min({a}, {b})", _B: "({a} && {b})"},
-    BinaryOp.EQ: {_F: "({a} == {b})", _I: "({a} == {b})", _B: "({a} == {b})"},
-    BinaryOp.NE: {_F: "(!({a} == {b}))", _I: "({a} != {b})", _B: "({a} != {b})"},
-    BinaryOp.GT: {_F: "({a} > {b})", _I: "({a} > {b})", _B: "({a} && !{b})"},
-    BinaryOp.GE: {_F: "({a} >= {b})", _I: "({a} >= {b})", _B: "({a} || !{b})"},
-    BinaryOp.LT: {_F: "({a} < {b})", _I: "({a} < {b})", _B: "(!{a} && {b})"},
-    BinaryOp.LE: {_F: "({a} <= {b})", _I: "({a} <= {b})", _B: "(!{a} || {b})"},
+    BinaryOp.MAXIMUM: {_F: "max_f({a}, {b})", _I: "max({a}, {b})", _B: "({a} || {b})", _L: "max_l({a}, {b})"},
+    BinaryOp.MINIMUM: {_F: "min_f({a}, {b})", _I: "min({a}, {b})", _B: "({a} && {b})", _L: "min_l({a}, {b})"},
+    BinaryOp.EQ: {_F: "({a} == {b})", _I: "({a} == {b})", _B: "({a} == {b})", _L: "eq_l({a}, {b})"},
+    BinaryOp.NE: {_F: "(!({a} == {b}))", _I: "({a} != {b})", _B: "({a} != {b})", _L: "(!eq_l({a}, {b}))"},
+    BinaryOp.GT: {_F: "({a} > {b})", _I: "({a} > {b})", _B: "({a} && !{b})", _L: "lt_l({b}, {a})"},
+    BinaryOp.GE: {_F: "({a} >= {b})", _I: "({a} >= {b})", _B: "({a} || !{b})", _L: "(!lt_l({a}, {b}))"},
+    BinaryOp.LT: {_F: "({a} < {b})", _I: "({a} < {b})", _B: "(!{a} && {b})", _L: "lt_l({a}, {b})"},
+    BinaryOp.LE: {_F: "({a} <= {b})", _I: "({a} <= {b})", _B: "(!{a} || {b})", _L: "(!lt_l({b}, {a}))"},
     BinaryOp.LOGICAL_AND: {_B: "({a} && {b})"},
     BinaryOp.LOGICAL_OR: {_B: "({a} || {b})"},
     BinaryOp.LOGICAL_XOR: {_B: "({a} != {b})"},
-    BinaryOp.BITWISE_AND: {_I: "({a} & {b})", _B: "({a} && {b})"},
-    BinaryOp.BITWISE_OR: {_I: "({a} | {b})", _B: "({a} || {b})"},
-    BinaryOp.BITWISE_XOR: {_I: "({a} ^ {b})", _B: "({a} != {b})"},
-    BinaryOp.LEFT_SHIFT: {_I: "({a} << u32({b} & 31))"},
-    BinaryOp.RIGHT_SHIFT: {_I: "({a} >> u32({b} & 31))"},
+    BinaryOp.BITWISE_AND: {_I: "({a} & {b})", _B: "({a} && {b})", _L: "({a} & {b})"},
+    BinaryOp.BITWISE_OR: {_I: "({a} | {b})", _B: "({a} || {b})", _L: "({a} | {b})"},
+    BinaryOp.BITWISE_XOR: {_I: "({a} ^ {b})", _B: "({a} != {b})", _L: "({a} ^ {b})"},
+    # Shifts by the width or more (or by a negative amount) give 0 / the sign, as numpy.
+    BinaryOp.LEFT_SHIFT: {_I: "select({a} << u32({b}), 0, u32({b}) >= 32u)", _L: "shl_by_l({a}, {b})"},
+    BinaryOp.RIGHT_SHIFT: {_I: "({a} >> min(u32({b}), 31u))", _L: "shr_by_l({a}, {b})"},
 }
 BOOL_RESULT = BOOL_RESULT_BINARY | BOOL_RESULT_UNARY
 
-ZERO = {_F: "0.0", _I: "0", _B: "false"}
+ZERO = {_F: "0.0", _I: "0", _B: "false", _L: int64.ZERO}
+#: The smallest and largest value of each int compute type (identities of max/min).
+INT_MIN = {_I: "i32(-2147483647 - 1)", _L: int64.MIN}
+INT_MAX = {_I: "2147483647", _L: int64.MAX}
 
 
 def convert(expr: str, src: str, dst: str) -> str:
     """``expr`` of compute type ``src`` as ``dst`` (floats to ints truncate; nonzero is true)."""
     if src == dst:
         return expr
+    if _L in (src, dst):
+        return int64.convert(expr, src, dst)
     if dst == _B:
         if src == _F:  # on the bits: NaN is true, whatever the compiler assumes about NaN
             return f"((bitcast<u32>({expr}) & 0x7fffffffu) != 0u)"
@@ -265,7 +278,7 @@ def helpers_for(code: str) -> str:
     visiting: set[str] = set()
 
     def visit(text: str) -> None:
-        for name in re.findall(r"\b([a-z0-9_]+_(?:f|i|word))\(", text):
+        for name in re.findall(r"\b([a-z0-9_]+_(?:f|i|l|word))\(", text):
             if name in HELPERS and name not in seen and name not in visiting:
                 visiting.add(name)
                 visit(HELPERS[name])
@@ -276,11 +289,13 @@ def helpers_for(code: str) -> str:
 
 
 def bindings(inputs: list[Storage | str], outputs: list[Storage | str]) -> str:
-    """Declarations of ``in0..``, ``out0..`` (storages or raw WGSL element types) and ``info``."""
+    """Declarations of ``in0..``, ``out0..`` (storages or raw WGSL element types) and
+    ``info``, with the ``i64`` alias (unused aliases cost nothing)."""
     lines = []
     elems = [s if isinstance(s, str) else s.wgsl for s in inputs + outputs]
     if "f16" in elems:
         lines.append("enable f16;")
+    lines.append(int64.ALIAS)
     for i, e in enumerate(elems[: len(inputs)]):
         lines.append(f"@group(0) @binding({i}) var<storage, read> in{i}: array<{e}>;")
     for j, e in enumerate(elems[len(inputs):]):
@@ -338,9 +353,17 @@ def strided_offsets(index: str, rank: str, shape_at: int, operands: list[tuple[s
 
 
 def info_scalar(pos: int, ctype: str) -> str:
-    """The scalar at ``info[pos]`` as ``ctype``."""
+    """The scalar at ``info[pos]`` (and ``info[pos + 1]`` for ``i64``) as ``ctype``."""
     if ctype == _F:
         return f"bitcast<f32>(info[{pos}u])"
     if ctype == _I:
         return f"bitcast<i32>(info[{pos}u])"
+    if ctype == _L:
+        return f"i64(info[{pos}u], info[{pos + 1}u])"
     return f"(info[{pos}u] != 0u)"
+
+
+def index_value(storage: Storage, array: str, index: str) -> str:
+    """An element of an index tensor (int64, int32 or uint8) as ``i32``: indices are
+    bounds-checked before launch, so the low word holds the whole value."""
+    return convert(load(storage, array, index), storage.compute, _I)

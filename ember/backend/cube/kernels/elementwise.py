@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ember.backend.cube import wgsl
 from ember.backend.cube.buffer import CubeTensor, broadcast_strides, coalesce, contiguous_strides
 from ember.backend.cube.cache import KernelSource
-from ember.backend.cube.dtypes import Storage, scalar_word
+from ember.backend.cube.dtypes import Storage, scalar_words
 from ember.backend.cube.ir import Emitter, Expr
 from ember.errors import ShapeError
 
@@ -47,7 +47,7 @@ def _slots(classes: Sequence[str]) -> list[int]:
 def _source(expr: Expr, ins: tuple[Storage, ...], out: Storage, classes: tuple[str, ...]) -> KernelSource:
     slots = _slots(classes)
     n = len(ins)
-    emitter = Emitter({}, {k: slots[-1] + k for k in range(16)})
+    emitter = Emitter({}, {k: slots[-1] + 2 * k for k in range(16)})  # two words per scalar
     strided = [(f"o{j}", slots[j]) for j, c in enumerate(classes) if c == "s"]
     lines = ["    if (gi >= info[0]) { return; }"]
     if strided:
@@ -99,7 +99,7 @@ def run(
         plan = _plan(backend, expr, inputs, out_storage, shape, dest.strides, dest.offset, True)
     kernel, info = plan
     if scalars:
-        info = info + [scalar_word(v, t) for v, t in zip(scalars, scalar_types)]
+        info = info + [w for v, t in zip(scalars, scalar_types) for w in scalar_words(v, t)]
     backend.runtime.launch(kernel, [x.buffer for x in inputs] + [out.buffer], info, -(-numel // wgsl.WORKGROUP))
     return out
 

@@ -20,7 +20,7 @@ from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
 from ember.backend.cube.kernels import layout
 from ember.backend.dtype import DType
-from ember.backend.ops import CumulativeOp
+from ember.backend.ops import BinaryOp, CumulativeOp
 from ember.errors import IndexOutOfBoundsError, ShapeError
 
 if TYPE_CHECKING:
@@ -46,33 +46,39 @@ def _check_rank(op: str, shape) -> None:
 
 
 # ---------------------------------------------------------------------- bounds
-def _minmax_source() -> KernelSource:
+def _minmax_source(st: Storage) -> KernelSource:
+    ct = st.compute
+    low, high = wgsl.BINARY[BinaryOp.MINIMUM][ct], wgsl.BINARY[BinaryOp.MAXIMUM][ct]
     body = "\n".join([
         "    let n = info[0];",
-        "    var lo: i32 = 2147483647;",
-        "    var hi: i32 = i32(-2147483647 - 1);",
-        f"    for (var i = lid; i < n; i += {_WG}u) {{ let v = in0[i]; lo = min(lo, v); hi = max(hi, v); }}",
+        f"    var lo: {ct} = {wgsl.INT_MAX[ct]};",
+        f"    var hi: {ct} = {wgsl.INT_MIN[ct]};",
+        f"    for (var i = lid; i < n; i += {_WG}u) {{ let v = {wgsl.load(st, 'in0', 'i')}; "
+        f"lo = {low.format(a='lo', b='v')}; hi = {high.format(a='hi', b='v')}; }}",
         "    slo[lid] = lo;",
         "    shi[lid] = hi;",
         "    workgroupBarrier();",
         f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{",
-        "        if (lid < s) { slo[lid] = min(slo[lid], slo[lid + s]); shi[lid] = max(shi[lid], shi[lid + s]); }",
+        f"        if (lid < s) {{ slo[lid] = {low.format(a='slo[lid]', b='slo[lid + s]')}; "
+        f"shi[lid] = {high.format(a='shi[lid]', b='shi[lid + s]')}; }}",
         "        workgroupBarrier();",
         "    }",
         "    if (lid == 0u) { out0[0] = slo[0]; out0[1] = shi[0]; }",
     ])
-    code = f"var<workgroup> slo: array<i32, {_WG}>;\nvar<workgroup> shi: array<i32, {_WG}>;\n" + wgsl.main_groups(body)
-    return KernelSource("index_bounds", "\n".join([wgsl.bindings(["i32"], ["i32"]), code]), 1, 1)
+    code = f"var<workgroup> slo: array<{ct}, {_WG}>;\nvar<workgroup> shi: array<{ct}, {_WG}>;\n" + wgsl.main_groups(body)
+    return KernelSource("index_bounds", "\n".join([wgsl.bindings([st], [ct]), wgsl.helpers_for(code), code]), 1, 1)
 
 
 def bounds(backend: CubeBackend, indices: CubeTensor) -> tuple[int, int]:
     """The smallest and largest value of an int tensor (remembered on the tensor)."""
     if indices.bounds is None:
+        st = indices.storage
         flat = layout.contiguous(backend, indices)
-        kernel = backend.cache.get(("index_bounds",), _minmax_source)
-        out = backend.runtime.alloc(8)
+        kernel = backend.cache.get(("index_bounds", st), lambda: _minmax_source(st))
+        size = 16 if st.compute == "i64" else 8
+        out = backend.runtime.alloc(size)
         backend.runtime.launch(kernel, [flat.buffer, out], [flat.size], 1)
-        lo, hi = np.frombuffer(backend.runtime.read(out, 8), np.int32)
+        lo, hi = np.frombuffer(backend.runtime.read(out, size), np.int64 if size == 16 else np.int32)
         indices.bounds = (int(lo), int(hi))
     return indices.bounds
 
@@ -94,11 +100,11 @@ def _gather_source(x: Storage, idx: Storage) -> KernelSource:
     body = "\n".join([
         "    if (gi >= info[0]) { return; }",
         wgsl.strided_offsets("gi", "info[1]", 2, [("oi", 2 + _MR), ("ox", 2 + _MR + _BLOCK)]),
-        f"    let j = {wgsl.load(idx, 'in1', 'u32(oi)')};",
+        f"    let j = {wgsl.index_value(idx, 'in1', 'u32(oi)')};",
         f"    out0[gi] = in0[u32(ox + j * bitcast<i32>(info[{2 + _MR + 2 * _BLOCK}u]))];",
     ])
     code = wgsl.main_linear(body)
-    return KernelSource("gather", "\n".join([wgsl.bindings([x, idx], [x]), code]), 2, 1)
+    return KernelSource("gather", "\n".join([wgsl.bindings([x, idx], [x]), wgsl.helpers_for(code), code]), 2, 1)
 
 
 def _gather(backend, x: CubeTensor, dim: int, indices: CubeTensor, out_shape, idx_strides) -> CubeTensor:
@@ -163,7 +169,7 @@ def _scatter_source(x: Storage, idx: Storage) -> KernelSource:
         f"        let si = bitcast<i32>(info[{tail + 2}u]);",
         f"        let sv = bitcast<i32>(info[{tail + 3}u]);",
         "        for (var i = 0u; i < count; i++) {",
-        f"            if ({wgsl.load(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
+        f"            if ({wgsl.index_value(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
         f"                acc = {add.format(a='acc', b=wgsl.load(x, 'in2', 'u32(ov + i32(i) * sv)'))};",
         "            }",
         "        }",
@@ -204,7 +210,7 @@ def _select_add_source(x: Storage, idx: Storage) -> KernelSource:
         f"    let si = bitcast<i32>(info[{tail + 1}u]);",
         f"    let sv = bitcast<i32>(info[{tail + 3}u]);",
         f"    for (var i = 0u; i < info[{tail + 2}u]; i++) {{",
-        f"        if ({wgsl.load(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
+        f"        if ({wgsl.index_value(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
         f"            acc = {add.format(a='acc', b=wgsl.load(x, 'in2', 'u32(ov + i32(i) * sv)'))};",
         "        }",
         "    }",
@@ -215,7 +221,7 @@ def _select_add_source(x: Storage, idx: Storage) -> KernelSource:
     return KernelSource("select_add", source, 3, 1)
 
 
-def _select_add_sorted_source(x: Storage, idx: Storage) -> KernelSource:
+def _select_add_sorted_source(x: Storage, idx: Storage, order: Storage) -> KernelSource:
     """Like :func:`_select_add_source`, over indices sorted (stably) beforehand: each
     output binary-searches its run of equal indices and adds those rows in index order."""
     add = wgsl.BINARY["add"][x.compute]
@@ -230,16 +236,16 @@ def _select_add_sorted_source(x: Storage, idx: Storage) -> KernelSource:
         "    loop {",
         "        if (lo >= hi) { break; }",
         "        let mid = (lo + hi) / 2u;",
-        f"        if ({wgsl.load(idx, 'in1', 'mid')} < cd) {{ lo = mid + 1u; }} else {{ hi = mid; }}",
+        f"        if ({wgsl.index_value(idx, 'in1', 'mid')} < cd) {{ lo = mid + 1u; }} else {{ hi = mid; }}",
         "    }",
-        f"    for (var i = lo; i < count && {wgsl.load(idx, 'in1', 'i')} == cd; i++) {{",
-        f"        let row = {wgsl.load(idx, 'in2', 'i')};",
+        f"    for (var i = lo; i < count && {wgsl.index_value(idx, 'in1', 'i')} == cd; i++) {{",
+        f"        let row = {wgsl.index_value(order, 'in2', 'i')};",
         f"        acc = {add.format(a='acc', b=wgsl.load(x, 'in3', 'u32(ov + row * sv)'))};",
         "    }",
         f"    out0[gi] = {wgsl.store(x, 'acc')};",
     ])
     code = wgsl.main_linear(body)
-    source = "\n".join([wgsl.bindings([x, idx, idx, x], [x]), wgsl.helpers_for(code + x.store), code])
+    source = "\n".join([wgsl.bindings([x, idx, order, x], [x]), wgsl.helpers_for(code + x.store), code])
     return KernelSource("select_add_sorted", source, 4, 1)
 
 
@@ -263,8 +269,8 @@ def select_add(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTenso
 
         order = sort.argsort(backend, indices, 0, False)
         ordered = _gather(backend, indices, 0, order, (n,), order.strides)
-        kernel = backend.cache.get(("select_add_sorted", x.storage, indices.storage),
-                                   lambda: _select_add_sorted_source(x.storage, indices.storage))
+        kernel = backend.cache.get(("select_add_sorted", x.storage, indices.storage, order.storage),
+                                   lambda: _select_add_sorted_source(x.storage, indices.storage, order.storage))
         info += _words([n, values.strides[dim]])
         buffers = [x.buffer, ordered.buffer, order.buffer, values.buffer, out.buffer]
         backend.runtime.launch(kernel, buffers, info, -(-x.size // _WG))
@@ -277,7 +283,7 @@ def select_add(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTenso
 
 
 # ---------------------------------------------------------------------- argwhere
-def _argwhere_source() -> KernelSource:
+def _argwhere_source(out: Storage) -> KernelSource:
     body = "\n".join([
         "    if (gi >= info[0]) { return; }",
         "    if (in0[gi] == 0u) { return; }",
@@ -287,12 +293,13 @@ def _argwhere_source() -> KernelSource:
         "    for (var k = rank; k > 0u; k--) {",
         "        let d = k - 1u;",
         "        let sz = info[2u + d];",
-        "        out0[pos * rank + d] = i32(rem % sz);",
+        f"        out0[pos * rank + d] = {wgsl.store(out, wgsl.convert('i32(rem % sz)', 'i32', out.compute))};",
         "        rem = rem / sz;",
         "    }",
     ])
     code = wgsl.main_linear(body)
-    return KernelSource("argwhere", "\n".join([wgsl.bindings(["u32", "i32"], ["i32"]), code]), 2, 1)
+    source = "\n".join([wgsl.bindings(["u32", "i32"], [out]), wgsl.helpers_for(code), code])
+    return KernelSource("argwhere", source, 2, 1)
 
 
 def argwhere(backend: CubeBackend, x: CubeTensor) -> CubeTensor:
@@ -309,7 +316,7 @@ def argwhere(backend: CubeBackend, x: CubeTensor) -> CubeTensor:
     out.bounds = (0, max(max(x.shape) - 1, 0))
     if count == 0 or rank == 0:
         return out
-    kernel = backend.cache.get(("argwhere",), _argwhere_source)
+    kernel = backend.cache.get(("argwhere", out_storage), lambda: _argwhere_source(out_storage))
     info = [x.size, rank] + _padded(x.shape)
     backend.runtime.launch(kernel, [flat.buffer, positions.buffer, out.buffer], info, -(-x.size // _WG))
     return out

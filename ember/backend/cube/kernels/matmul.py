@@ -116,6 +116,52 @@ def _source(a: Storage, b: Storage, out: Storage, bias: Storage | None) -> Kerne
     return KernelSource("matmul" + ("_bias" if bias is not None else ""), source, len(ins), 1)
 
 
+def _source_i64(st: Storage, bias: Storage | None) -> KernelSource:
+    """int64 matmul: one thread per output over ``_S x _S`` tiles, accumulating with
+    the 64-bit helpers (WGSL has no ``vec4`` of them for the tiled kernel)."""
+    lines = [
+        "    let m = info[0]; let n = info[1]; let kdim = info[2];",
+        "    let batch = wg.z + info[4];",
+        "    if (wg.z >= info[3]) { return; }",
+        f"    let r = wg.y * {_S}u + lid / {_S}u; let c = wg.x * {_S}u + lid % {_S}u;",
+        "    if (r >= m || c >= n) { return; }",
+        "    var rem = batch;",
+        f"    var oa: i32 = bitcast<i32>(info[{_A}u]);",
+        f"    var ob: i32 = bitcast<i32>(info[{_B}u]);",
+        "    for (var k = info[5]; k > 0u; k--) {",
+        "        let d = k - 1u;",
+        "        let sz = info[6u + d];",
+        "        let q = i32(rem % sz);",
+        "        rem = rem / sz;",
+        f"        oa += q * bitcast<i32>(info[{_A + 3}u + d]);",
+        f"        ob += q * bitcast<i32>(info[{_B + 3}u + d]);",
+        "    }",
+        f"    let ars = bitcast<i32>(info[{_A + 1}u]); let acs = bitcast<i32>(info[{_A + 2}u]);",
+        f"    let brs = bitcast<i32>(info[{_B + 1}u]); let bcs = bitcast<i32>(info[{_B + 2}u]);",
+        f"    var acc = {wgsl.ZERO['i64']};",
+        "    for (var k = 0u; k < kdim; k++) {",
+        "        let va = in0[u32(oa + i32(r) * ars + i32(k) * acs)];",
+        "        let vb = in1[u32(ob + i32(k) * brs + i32(c) * bcs)];",
+        "        acc = add_l(acc, mul_l(va, vb));",
+        "    }",
+    ]
+    if bias is not None:
+        lines.append(f"    let bias_off = bitcast<i32>(info[{_BIAS}u]); let bias_stride = bitcast<i32>(info[{_BIAS + 1}u]);")
+        lines.append("    acc = add_l(acc, in2[u32(bias_off + i32(c) * bias_stride)]);")
+    lines.append("    out0[(batch * m + r) * n + c] = acc;")
+    main = (
+        f"@compute @workgroup_size({_S * _S})\n"
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+        + "\n".join(lines) + "\n}\n"
+    )
+    ins = [st, st] + ([bias] if bias is not None else [])
+    source = "\n".join([wgsl.bindings(ins, [st]), wgsl.helpers_for(main), main])
+    return KernelSource("matmul_i64", source, len(ins), 1)
+
+
+_S = 16  # tile edge of the int64 kernel
+
+
 def matmul(backend: CubeBackend, a: CubeTensor, b: CubeTensor, bias: CubeTensor | None = None) -> CubeTensor:
     """``a @ b`` (+ ``bias`` along the last dim) for rank >= 2 operands."""
     if a.storage.compute == "bool":
@@ -136,7 +182,10 @@ def matmul(backend: CubeBackend, a: CubeTensor, b: CubeTensor, bias: CubeTensor 
     if len(cshape) > _MR:
         raise ShapeError(f"ember: cube: matmul batch shape {list(batch_shape)} has more than {_MR} strided dims")
     key = ("matmul", a.storage, b.storage, None if bias is None else bias.storage)
-    kernel = backend.cache.get(key, lambda: _source(a.storage, b.storage, a.storage, None if bias is None else bias.storage))
+    wide = a.storage.compute == "i64"
+    build = (lambda: _source_i64(a.storage, None if bias is None else bias.storage)) if wide else (
+        lambda: _source(a.storage, b.storage, a.storage, None if bias is None else bias.storage))
+    kernel = backend.cache.get(key, build)
     rank = len(cshape)
     pad = [0] * (_MR - rank)
     head = [m, n, k, 0, 0, rank, *cshape, *pad]
@@ -145,7 +194,8 @@ def matmul(backend: CubeBackend, a: CubeTensor, b: CubeTensor, bias: CubeTensor 
     info_b = words([b.offset, b.strides[-2], b.strides[-1], *cb]) + pad
     info_bias = words([bias.offset, bias.strides[-1]]) if bias is not None else []
     buffers = [a.buffer, b.buffer] + ([bias.buffer] if bias is not None else []) + [out.buffer]
-    groups = (-(-n // _T), -(-m // _T))
+    tile = _S if wide else _T
+    groups = (-(-n // tile), -(-m // tile))
     for base in range(0, count, _MAX_BATCH):
         head[3], head[4] = min(_MAX_BATCH, count - base), base
         backend.runtime.launch3(kernel, buffers, head + info_a + info_b + info_bias, (groups[0], groups[1], head[3]))

@@ -93,7 +93,7 @@ def _im2col_source(st: Storage) -> KernelSource:
 
 
 def _zero_word(st: Storage) -> str:
-    return {"f32": "0.0", "f16": "f16(0.0)", "i32": "0", "u32": "0u"}[st.wgsl]
+    return {"f32": "0.0", "f16": "f16(0.0)", "i32": "0", "u32": "0u", "vec2<u32>": "vec2<u32>(0u, 0u)"}[st.wgsl]
 
 
 def im2col(backend: CubeBackend, x: CubeTensor, kernel, stride, padding, dilation, out) -> CubeTensor:
@@ -219,7 +219,8 @@ def conv_transpose(backend, x, weight, bias, stride, padding, output_padding, di
 # ---------------------------------------------------------------------- max pooling
 def _max_pool_source(st: Storage, idx: Storage) -> KernelSource:
     ct = st.compute
-    nan_rule = "(is_nan_f(v) && !is_nan_f(best)) || (!is_nan_f(best) && v > best)" if ct == "f32" else "v > best"
+    greater = wgsl.BINARY[BinaryOp.GT][ct].format(a="v", b="best")
+    nan_rule = f"(is_nan_f(v) && !is_nan_f(best)) || (!is_nan_f(best) && {greater})" if ct == "f32" else greater
     body = "\n".join([
         "    if (gi >= info[0]) { return; }",
         "    let s = info[1]; let kk = info[4]; let pp = info[5];",
@@ -241,12 +242,12 @@ def _max_pool_source(st: Storage, idx: Storage) -> KernelSource:
         "            step *= size;",
         "            at += i * geo(6u, d);",
         "        }",
-        f"        var v: {ct} = {'-inf_f()' if ct == 'f32' else 'i32(-2147483647 - 1)'};",
+        f"        var v: {ct} = {'-inf_f()' if ct == 'f32' else wgsl.INT_MIN[ct]};",
         f"        if (inside) {{ v = {wgsl.load(st, 'in0', 'u32(at)')}; }}",
         f"        if (k == 0u || {nan_rule}) {{ best = v; best_i = flat; }}",
         "    }",
         f"    out0[gi] = {wgsl.store(st, 'best')};",
-        f"    out1[gi] = {wgsl.store(idx, 'best_i')};",
+        f"    out1[gi] = {wgsl.store(idx, wgsl.convert('best_i', 'i32', idx.compute))};",
     ])
     return _source("max_pool", [st], [st, idx], body, (st,))
 
@@ -295,7 +296,7 @@ def _max_pool_backward_source(st: Storage, idx: Storage) -> KernelSource:
         "        }",
         "        if (ok) {",
         "            let w = nc * pp + o;",
-        f"            if ({wgsl.load(idx, 'in1', 'w')} == i32(y)) {{ acc += {wgsl.load(st, 'in0', 'w')}; }}",
+        f"            if ({wgsl.index_value(idx, 'in1', 'w')} == i32(y)) {{ acc += {wgsl.load(st, 'in0', 'w')}; }}",
         "        }",
         "    }",
         f"    out0[gi] = {wgsl.store(st, 'acc')};",

@@ -13,7 +13,7 @@ from ember.backend.cube.buffer import CubeTensor, coalesce, contiguous_strides
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
 from ember.backend.dtype import DType
-from ember.backend.ops import ArgReduceOp, ReduceOp
+from ember.backend.ops import ArgReduceOp, BinaryOp, ReduceOp
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
@@ -23,19 +23,19 @@ _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
 _OFF = 2 + _MR              # info: n_out, rank, outer shape, [offset, strides] per operand
 _COMBINE = {
-    ReduceOp.SUM: {"f32": "({a} + {b})", "i32": "({a} + {b})"},
-    ReduceOp.PROD: {"f32": "({a} * {b})", "i32": "({a} * {b})"},
-    ReduceOp.MAX: {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})"},
-    ReduceOp.MIN: {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})"},
+    ReduceOp.SUM: {"f32": "({a} + {b})", "i32": "({a} + {b})", "i64": "add_l({a}, {b})"},
+    ReduceOp.PROD: {"f32": "({a} * {b})", "i32": "({a} * {b})", "i64": "mul_l({a}, {b})"},
+    ReduceOp.MAX: {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})", "i64": "max_l({a}, {b})"},
+    ReduceOp.MIN: {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})", "i64": "min_l({a}, {b})"},
     ReduceOp.ANY: {"bool": "({a} || {b})"},
     ReduceOp.ALL: {"bool": "({a} && {b})"},
 }
 _COMBINE[ReduceOp.MEAN] = _COMBINE[ReduceOp.SUM]
 _INIT = {
-    ReduceOp.SUM: {"f32": "0.0", "i32": "0"},
-    ReduceOp.PROD: {"f32": "1.0", "i32": "1"},
-    ReduceOp.MAX: {"f32": "-inf_f()", "i32": "i32(-2147483647 - 1)"},
-    ReduceOp.MIN: {"f32": "inf_f()", "i32": "2147483647"},
+    ReduceOp.SUM: {"f32": "0.0", "i32": "0", "i64": wgsl.ZERO["i64"]},
+    ReduceOp.PROD: {"f32": "1.0", "i32": "1", "i64": "i64(1u, 0u)"},
+    ReduceOp.MAX: {"f32": "-inf_f()", **wgsl.INT_MIN},
+    ReduceOp.MIN: {"f32": "inf_f()", **wgsl.INT_MAX},
     ReduceOp.ANY: {"bool": "false"},
     ReduceOp.ALL: {"bool": "true"},
 }
@@ -141,7 +141,7 @@ def _launch_reduce(backend, op, x, dim, out_storage, count, out_shape) -> CubeTe
     if groups == 1:
         return _launch_one(backend, op, x, dim, cshape, strides, ctype, out_storage, out_shape, count, chunk, 1, mode)
     # Split: each of `groups` workgroups reduces one chunk; a second pass reduces the partials.
-    partial_dtype = {"f32": DType.FLOAT32, "i32": DType.INT32, "bool": DType.BOOL}[ctype]
+    partial_dtype = {"f32": DType.FLOAT32, "i32": DType.INT32, "i64": DType.INT64, "bool": DType.BOOL}[ctype]
     first = ReduceOp.SUM if op == ReduceOp.MEAN else op
     partial = _launch_one(backend, first, x, dim, cshape, strides, ctype, backend.storage(partial_dtype),
                           (n_out, groups), n, chunk, groups, "tree")
@@ -179,13 +179,14 @@ def reduce(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor
 def _arg_source(op: str, mode: str, src: Storage, dst: Storage) -> KernelSource:
     ctype = src.compute
     p = _tail_at(1)
-    cmp = ">" if op == ArgReduceOp.ARGMAX else "<"
+    cmp = wgsl.BINARY[BinaryOp.GT if op == ArgReduceOp.ARGMAX else BinaryOp.LT][ctype].format(a="va", b="vb")
+    equal = wgsl.BINARY[BinaryOp.EQ][ctype].format(a="va", b="vb")
     nan_rule = "    let na = is_nan_f(va); let nb = is_nan_f(vb);\n    if (na || nb) { if (na && nb) { return ia < ib; } return na; }\n" if ctype == "f32" else ""
     better = (
         f"fn better_i(va: {ctype}, ia: i32, vb: {ctype}, ib: i32) -> bool {{\n"
         "    if (ib < 0) { return true; }\n    if (ia < 0) { return false; }\n"
         f"{nan_rule}"
-        f"    if (va == vb) {{ return ia < ib; }}\n    return va {cmp} vb;\n}}"
+        f"    if ({equal}) {{ return ia < ib; }}\n    return {cmp};\n}}"
     )
     value = wgsl.load(src, "in0", "u32(o0 + i32(r) * rs)")
     head = [f"    let n = info[{p}u];", f"    let rs = bitcast<i32>(info[{p + 1}u]);"]
@@ -198,7 +199,7 @@ def _arg_source(op: str, mode: str, src: Storage, dst: Storage) -> KernelSource:
             f"    var best: {ctype} = {wgsl.ZERO[ctype]};",
             "    var bi: i32 = -1;",
             f"    for (var r = 0u; r < n; r++) {{ {step} }}",
-            f"    out0[gi] = {wgsl.store(dst, 'bi')};",
+            f"    out0[gi] = {wgsl.store(dst, wgsl.convert('bi', 'i32', dst.compute))};",
         ])
         main, decl = wgsl.main_linear(body), ""
     else:
@@ -219,7 +220,7 @@ def _arg_source(op: str, mode: str, src: Storage, dst: Storage) -> KernelSource:
             "        }",
             "        workgroupBarrier();",
             "    }",
-            f"    if (lid == 0u) {{ out0[wid] = {wgsl.store(dst, 'shi[0]')}; }}",
+            f"    if (lid == 0u) {{ out0[wid] = {wgsl.store(dst, wgsl.convert('shi[0]', 'i32', dst.compute))}; }}",
         ])
         main = wgsl.main_groups(body)
         decl = f"var<workgroup> shv: array<{ctype}, {_WG}>;\nvar<workgroup> shi: array<i32, {_WG}>;"

@@ -22,16 +22,16 @@ _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
 _OFF = 2 + _MR
 _COMBINE = {
-    CumulativeOp.CUMSUM: {"f32": "({a} + {b})", "i32": "({a} + {b})"},
-    CumulativeOp.CUMPROD: {"f32": "({a} * {b})", "i32": "({a} * {b})"},
-    CumulativeOp.CUMMAX: {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})"},
-    CumulativeOp.CUMMIN: {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})"},
+    CumulativeOp.CUMSUM: {"f32": "({a} + {b})", "i32": "({a} + {b})", "i64": "add_l({a}, {b})"},
+    CumulativeOp.CUMPROD: {"f32": "({a} * {b})", "i32": "({a} * {b})", "i64": "mul_l({a}, {b})"},
+    CumulativeOp.CUMMAX: {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})", "i64": "max_l({a}, {b})"},
+    CumulativeOp.CUMMIN: {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})", "i64": "min_l({a}, {b})"},
 }
 _IDENTITY = {
-    CumulativeOp.CUMSUM: {"f32": "0.0", "i32": "0"},
-    CumulativeOp.CUMPROD: {"f32": "1.0", "i32": "1"},
-    CumulativeOp.CUMMAX: {"f32": "-inf_f()", "i32": "i32(-2147483647 - 1)"},
-    CumulativeOp.CUMMIN: {"f32": "inf_f()", "i32": "2147483647"},
+    CumulativeOp.CUMSUM: {"f32": "0.0", "i32": "0", "i64": wgsl.ZERO["i64"]},
+    CumulativeOp.CUMPROD: {"f32": "1.0", "i32": "1", "i64": "i64(1u, 0u)"},
+    CumulativeOp.CUMMAX: {"f32": "-inf_f()", **wgsl.INT_MIN},
+    CumulativeOp.CUMMIN: {"f32": "inf_f()", **wgsl.INT_MAX},
 }
 
 

@@ -15,6 +15,7 @@ from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
 from ember.backend.cube.kernels.reduce import _geometry, _info_head, _tail_at
 from ember.backend.dtype import DType
+from ember.backend.ops import BinaryOp
 
 if TYPE_CHECKING:
     from ember.backend.cube.backend import CubeBackend
@@ -32,11 +33,14 @@ def _order_fn(ct: str) -> str:
                "    if (na || nb) { if (na && nb) { return ia < ib; } return select(nb, na, desc); }\n"
     else:
         less = ""
+    equal = wgsl.BINARY[BinaryOp.EQ][ct].format(a="a", b="b")
+    lt = wgsl.BINARY[BinaryOp.LT][ct].format(a="a", b="b")
+    gt = wgsl.BINARY[BinaryOp.GT][ct].format(a="a", b="b")
     return (
         f"fn before_i(a: {ct}, ia: i32, b: {ct}, ib: i32, desc: bool) -> bool {{\n"
         f"    {less}"
-        "    if (a == b) { return ia < ib; }\n"
-        "    return select((a < b), (a > b), desc);\n"
+        f"    if ({equal}) {{ return ia < ib; }}\n"
+        f"    return select({lt}, {gt}, desc);\n"
         "}"
     )
 
@@ -58,7 +62,7 @@ def _rank_source(st: Storage, out: Storage) -> KernelSource:
         "    for (var j = 0u; j < n; j++) {",
         f"        if (before_i({wgsl.load(st, 'in0', 'u32(o0 + i32(j) * rs)')}, i32(j), key, i32(i), desc)) {{ rank += 1; }}",
         "    }",
-        f"    out0[u32(o1 + rank * ws)] = {wgsl.store(out, 'i32(i)')};",
+        f"    out0[u32(o1 + rank * ws)] = {wgsl.store(out, wgsl.convert('i32(i)', 'i32', out.compute))};",
     ])
     code = _order_fn(ct) + "\n" + wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings([st], [out]), wgsl.helpers_for(code), code])
@@ -118,10 +122,10 @@ def _bitonic_out_source(out: Storage) -> KernelSource:
         "    let i = gi % n;",
         wgsl.strided_offsets("line", "info[1]", 2, [("o1", _OFF)]),
         f"    let ws = bitcast<i32>(info[{p + 2}u]);",
-        f"    out0[u32(o1 + i32(i) * ws)] = {wgsl.store(out, 'in0[line * size + i]')};",
+        f"    out0[u32(o1 + i32(i) * ws)] = {wgsl.store(out, wgsl.convert('in0[line * size + i]', 'i32', out.compute))};",
     ])
     code = wgsl.main_linear(body)
-    return KernelSource("argsort_out", "\n".join([wgsl.bindings(["i32"], [out]), code]), 1, 1)
+    return KernelSource("argsort_out", "\n".join([wgsl.bindings(["i32"], [out]), wgsl.helpers_for(code), code]), 1, 1)
 
 
 def argsort(backend: CubeBackend, x: CubeTensor, dim: int, descending: bool) -> CubeTensor:
@@ -143,7 +147,7 @@ def argsort(backend: CubeBackend, x: CubeTensor, dim: int, descending: bool) -> 
         run.launch(kernel, [x.buffer, out.buffer], info, -(-lines * n // _WG))
         return out
     size = 1 << (n - 1).bit_length()
-    keys = run.alloc(lines * size * 4, "argsort keys")
+    keys = run.alloc(lines * size * (8 if st.compute == "i64" else 4), "argsort keys")
     idx = run.alloc(lines * size * 4, "argsort indices")
     init = backend.cache.get(("argsort_init", st), lambda: _bitonic_init_source(st))
     info = _info_head(lines, cshape, [(x.offset, strides)]) + [n, size, x.strides[dim] & 0xFFFF_FFFF]
