@@ -7,7 +7,7 @@ import pytest
 
 from ember import Tensor
 from ember.backend.cube.errors import GpuMemoryError
-from ember.errors import EmberError, IndexOutOfBoundsError, ShapeError
+from ember.errors import DivisionByZeroError, EmberError, IndexOutOfBoundsError, ShapeError, ValueRangeError
 
 
 def test_a_buffer_over_the_adapter_limit(gpu, backend):
@@ -58,3 +58,22 @@ def test_too_many_strided_dims(gpu):
     with pytest.raises(ShapeError, match="at most 8"):
         y.add(Tensor.ones([2, 1, 2, 1, 2, 1, 2, 1, 2], device=gpu))
     assert x.add_scalar(1.0).sum().into_scalar() == 512.0  # dense operands coalesce to one dim
+
+
+def test_int64_index_bounds_are_checked_over_64_bits(gpu, backend):
+    t = Tensor.zeros([2, 3], device=gpu)
+    far = Tensor.from_ints([[1, 0]], device=gpu).mul_scalar(2**33).add_scalar(1)  # low word 1: only 64 bits tell
+    with pytest.raises(IndexOutOfBoundsError, match="index 8589934593 is out of bounds for dim 1 of size 3"):
+        t.gather(1, far)
+    negative = Tensor.from_ints([0, 1], device=gpu).sub_scalar(2**32)  # low words 0 and 1
+    with pytest.raises(IndexOutOfBoundsError, match="index -4294967296"):
+        t.select(1, negative)
+    assert t.select(1, negative.add_scalar(2**32 + 1)).dims() == [2, 2]
+
+
+def test_new_integer_rules_hold_on_cube(gpu):
+    with pytest.raises(ValueRangeError, match="300 does not fit uint8"):
+        Tensor.full([2], 300, dtype="uint8", device=gpu)
+    with pytest.raises(DivisionByZeroError, match="floor_div"):
+        Tensor.from_ints([4, 5], device=gpu).floor_div(Tensor.from_ints([2, 0], device=gpu))
+    assert Tensor.from_ints([200, 200], dtype="uint8", device=gpu).sum().tolist() == [400]
