@@ -202,9 +202,10 @@ def _ce(reduction: Reduction = Reduction.AUTO, **fields):
 
 def _ce_torch(**kwargs):
     def run(x, y):
-        if "weight" in kwargs:
-            kwargs["weight"] = _torch().tensor(kwargs["weight"])
-        return _tf().cross_entropy(x, y, **kwargs).reshape(1)
+        options = dict(kwargs)
+        if "weight" in options:
+            options["weight"] = _torch().tensor(options["weight"])
+        return _tf().cross_entropy(x, y, **options).reshape(1)
     return run
 
 

@@ -98,7 +98,7 @@ def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
             s = float(s)
         elif mode == "bool" and not isinstance(s, bool):
             raise DTypeError(f"ember: {name}: needs a bool scalar, got {s!r}")
-        elif op in _INT_DIVISION and s == 0:
+        elif op in _INT_DIVISION and a.dtype not in FLOAT_NP and s == 0:
             raise _division_by_zero(name, NP_TO_DTYPE[a.dtype])
     return self.__class__(backend.binary(op, a, s), d)
 

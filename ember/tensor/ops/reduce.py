@@ -249,7 +249,6 @@ class ReduceOps:
         return self.topk_with_indices(k, dim)[0]
 
 
-
 def _root(total: Any, p: float) -> Any:
     """``total ** (1 / p)`` (``sqrt`` for 2) of a sum of non-negative terms, with
     gradient 0 where ``total`` is 0: PyTorch's rule for norms and ``std`` (the plain
