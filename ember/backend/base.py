@@ -68,20 +68,12 @@ class Backend(ModuleOps, ABC):
         """The rank-1 tensor ``start, start + step, ...`` below ``stop``."""
 
     @abstractmethod
-    def random(self, shape: tuple[int, ...], distribution: Distribution, dtype: DType) -> Primitive:
-        """Values drawn from ``distribution`` with this backend's generator."""
-
-    @abstractmethod
-    def seed(self, seed: int) -> None:
-        """Reset this backend's generator; the same seed gives bit-identical draws."""
-
-    def rng_state(self) -> Any:
-        """The generator's state, for checkpoints (opaque, JSON-serialisable)."""
-        raise NotImplementedError(f"{self.name} has no generator state")
-
-    def set_rng_state(self, state: Any) -> None:
-        """Restore a state returned by :meth:`rng_state`."""
-        raise NotImplementedError(f"{self.name} has no generator state")
+    def random(
+        self, shape: tuple[int, ...], distribution: Distribution, dtype: DType, key: int, counter: int
+    ) -> Primitive:
+        """The draw of ``distribution`` at Philox key ``key`` and first block ``counter``
+        (a pure function of them: see :mod:`ember.backend.philox` for the exact
+        mapping every backend implements; the device's generator picks the counters)."""
 
     def sync(self) -> None:
         """Wait until every queued op has finished (eager backends return at once)."""

@@ -1,18 +1,22 @@
 """``Device``: which backend stack runs a tensor's ops.
 
 A tensor carries a device, never a backend type. The device owns its backend
-instance (and so its generator and caches); devices are interned, so two calls of
-``Device.flex()`` give the same object, and equal devices share their state.
+instance (and its caches) and its random generator (shared with its autodiff
+wrapper); devices are interned, so two calls of ``Device.flex()`` give the same
+object, and equal devices share their state.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ember.backend.base import Backend
+from ember.device.generator import DeviceGenerator
 from ember.errors import BackendUnavailableError, DeviceError
 
 if TYPE_CHECKING:
@@ -41,9 +45,10 @@ class Device:
     Device<Autodiff { device: Flex(Cpu), checkpointing: Disabled }>
     """
 
-    __slots__ = ("_b", "_key", "_inner", "_body", "_fused", "__weakref__")
+    __slots__ = ("_b", "_key", "_inner", "_body", "_fused", "_rng", "__weakref__")
 
     _interned: dict[tuple, Device] = {}
+    _intern_lock = threading.RLock()
     _factories: dict[str, Callable[[str], Device]] = {}
     _priority: list[str] = ["flex"]
 
@@ -54,12 +59,18 @@ class Device:
         self._body = body
         self._inner = inner  # the device an autodiff device wraps
         self._fused = fused  # the device a fusion device wraps
+        # One generator for a device and the autodiff and fusion devices stacked on it.
+        wrapped = inner if inner is not None else fused
+        self._rng = wrapped._rng if wrapped is not None else DeviceGenerator()
 
     @classmethod
     def _intern(cls, key: tuple, make: Callable[[], Device]) -> Device:
         device = cls._interned.get(key)
         if device is None:
-            device = cls._interned[key] = make()
+            with cls._intern_lock:  # two threads asking at once get one device
+                device = cls._interned.get(key)
+                if device is None:
+                    device = cls._interned[key] = make()
         return device
 
     # ------------------------------------------------------------------ constructors
@@ -270,21 +281,45 @@ class Device:
         return self.base()._b.name
 
     def seed(self, seed: int) -> None:
-        """Seed this device's backend generator (shared with its autodiff wrapper)."""
+        """Seed this device's generator (shared with its autodiff wrapper): Philox4x32-10
+        keyed by ``seed``, the same stream on every backend. Inside :meth:`fork_rng`
+        it seeds the calling thread's fork instead."""
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise DeviceError(f"ember: Device.seed takes an int, got {seed!r}")
-        self.inner()._b.seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+        self._rng.current().reseed(seed & 0xFFFF_FFFF_FFFF_FFFF)
 
     def sync(self) -> None:
         """Wait until every op queued on this device has finished."""
         self.inner()._b.sync()
 
-    def rng_state(self):
-        """The generator state, to save in a checkpoint."""
-        return self.inner()._b.rng_state()
+    def rng_state(self) -> dict[str, Any]:
+        """The generator state (``{"algorithm", "seed", "offset"}``, JSON-friendly), to
+        save in a checkpoint; any backend's device accepts it."""
+        return self._rng.current().state()
 
-    def set_rng_state(self, state) -> None:
-        self.inner()._b.set_rng_state(state)
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`rng_state`: the following draws repeat bit for bit."""
+        self._rng.current().restore(state)
+
+    @contextmanager
+    def fork_rng(self, seed: int | None = None) -> Iterator[None]:
+        """A scoped generator: inside the ``with`` block, draws on *this thread* from
+        this device come from a new stream seeded with ``seed`` (or, when ``seed`` is
+        None, with a key drawn from the current stream); the device's own stream does
+        not move, and other threads do not see the fork.
+
+        >>> from ember import Device, Tensor
+        >>> with Device.flex().fork_rng(7):
+        ...     a = Tensor.random([3])
+        >>> with Device.flex().fork_rng(7):
+        ...     b = Tensor.random([3])
+        >>> a.equal(b).all().into_scalar()
+        True
+        """
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise DeviceError(f"ember: Device.fork_rng takes an int seed or None, got {seed!r}")
+        with self._rng.fork(None if seed is None else seed & 0xFFFF_FFFF_FFFF_FFFF):
+            yield
 
     # ------------------------------------------------------------------ identity
     def __eq__(self, other: object) -> bool:

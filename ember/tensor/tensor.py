@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.backend import philox
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType, check_int_fits
 from ember.device import Device
@@ -167,13 +168,16 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
         device: Device | None = None,
         dtype: DType | str | None = None,
     ) -> Tensor:
-        """Values drawn from ``distribution`` with the device's generator (see ``Device.seed``)."""
+        """Values drawn from ``distribution`` with the device's generator (see ``Device.seed``
+        and ``Device.fork_rng``): Philox4x32-10, the same bits on every backend."""
         distribution = Distribution.default() if distribution is None else distribution
         if not isinstance(distribution, Distribution):
             raise DTypeError(f"ember: Tensor.random: expected a Distribution, got {distribution!r}")
         dtype = _dtype(dtype, DType.FLOAT32)
         device = _device(device)
-        return cls(device._b.random(as_shape("Tensor.random", shape), distribution, dtype), device)
+        shape = as_shape("Tensor.random", shape)
+        key, counter = device._rng.current().reserve(philox.blocks_for(numel(shape), dtype))
+        return cls(device._b.random(shape, distribution, dtype, key, counter), device)
 
     def random_like(self, distribution: Distribution | None = None) -> Tensor:
         return Tensor.random(self._p.shape, distribution, self._d, self.dtype)

@@ -195,17 +195,8 @@ class AutodiffBackend(
     def arange(self, start, stop, step, dtype) -> AutodiffTensor:
         return AutodiffTensor(self.inner.arange(start, stop, step, dtype), None)
 
-    def random(self, shape, distribution, dtype) -> AutodiffTensor:
-        return AutodiffTensor(self.inner.random(shape, distribution, dtype), None)
-
-    def seed(self, seed: int) -> None:
-        self.inner.seed(seed)
-
-    def rng_state(self) -> Any:
-        return self.inner.rng_state()
-
-    def set_rng_state(self, state: Any) -> None:
-        self.inner.set_rng_state(state)
+    def random(self, shape, distribution, dtype, key, counter) -> AutodiffTensor:
+        return AutodiffTensor(self.inner.random(shape, distribution, dtype, key, counter), None)
 
     def sync(self) -> None:
         self.inner.sync()

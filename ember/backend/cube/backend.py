@@ -46,7 +46,6 @@ class CubeBackend(Backend):
         self._runtime: Runtime | None = None
         self._cache: KernelCache | None = None
         self.plans: dict = {}
-        self.rng = random.Philox()
 
     # ------------------------------------------------------------------ device
     def ensure_ready(self) -> Runtime:
@@ -147,17 +146,8 @@ class CubeBackend(Backend):
             out.bounds = (min(start, last), max(start, last))
         return out
 
-    def random(self, shape, distribution: Distribution, dtype: DType) -> CubeTensor:
-        return random.sample(self, tuple(shape), distribution, self.storage(dtype))
-
-    def seed(self, seed: int) -> None:
-        self.rng = random.Philox(seed)
-
-    def rng_state(self) -> dict[str, int]:
-        return self.rng.state()
-
-    def set_rng_state(self, state) -> None:
-        self.rng = random.Philox.from_state(state)
+    def random(self, shape, distribution: Distribution, dtype: DType, key: int, counter: int) -> CubeTensor:
+        return random.sample(self, tuple(shape), distribution, self.storage(dtype), key, counter)
 
     def sync(self) -> None:
         if self._runtime is not None:

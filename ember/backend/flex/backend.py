@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import ml_dtypes
 import numpy as np
 
+from ember.backend import philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
@@ -186,9 +187,6 @@ class FlexBackend(FlexModuleOps, Backend):
 
     name = "flex"
 
-    def __init__(self) -> None:
-        self._rng = np.random.Generator(np.random.PCG64())
-
     # ------------------------------------------------------------------ data boundary
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         return np.array(array, copy=True, order="C")
@@ -209,35 +207,9 @@ class FlexBackend(FlexModuleOps, Backend):
         check_fits((len(range(start, stop, step)),), dtype, dtype.itemsize)
         return np.arange(start, stop, step, dtype=dtype.np)
 
-    def random(self, shape, distribution: Distribution, dtype: DType) -> np.ndarray:
+    def random(self, shape, distribution: Distribution, dtype: DType, key: int, counter: int) -> np.ndarray:
         check_fits(shape, dtype, max(dtype.itemsize, 4))
-        rng = self._rng
-        np_dtype = dtype.np
-        work = np.float64 if np_dtype == np.float64 else np.float32
-        kind = distribution.kind
-        if kind == "uniform":
-            values = rng.random(shape, dtype=work)
-            lo, hi = distribution.a, distribution.b
-            if (lo, hi) != (0.0, 1.0):
-                values = values * work(hi - lo) + work(lo)
-        elif kind == "normal":
-            values = rng.standard_normal(shape, dtype=work)
-            if (distribution.a, distribution.b) != (0.0, 1.0):
-                values = values * work(distribution.b) + work(distribution.a)
-        else:
-            values = rng.random(shape, dtype=work) < distribution.a
-        return values.astype(np_dtype, copy=False)
-
-    def seed(self, seed: int) -> None:
-        self._rng = np.random.Generator(np.random.PCG64(seed))
-
-    def rng_state(self):
-        return self._rng.bit_generator.state
-
-    def set_rng_state(self, state) -> None:
-        bit_generator = np.random.PCG64()
-        bit_generator.state = state
-        self._rng = np.random.Generator(bit_generator)
+        return philox.sample(tuple(shape), distribution, dtype, key, counter)
 
     # ------------------------------------------------------------------ elementwise
     def unary(self, op: UnaryOp, x: np.ndarray) -> np.ndarray:
