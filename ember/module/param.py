@@ -64,19 +64,27 @@ class Param:
     """A module parameter: a tensor with a stable :class:`ParamId`, a
     ``require_grad`` flag and optional lazy initialisation.
 
+    A lazy parameter takes a 64-bit random *key* from its device's generator when it
+    is created; its first :meth:`val` runs the initializer inside a generator forked
+    at that key. Its values therefore depend only on the seed and the order in which
+    parameters were *created*: not on the order they are read, on seeds set later, or
+    on the device they are moved to before first use (every backend draws the same
+    Philox numbers).
+
     >>> from ember import Tensor
     >>> p = Param.from_tensor(Tensor.zeros([2, 3]))
     >>> p.val().dims(), p.lazy_shape()
     ([2, 3], Shape([2, 3]))
     """
 
-    __slots__ = ("id", "require_grad", "_value", "_init", "_shape", "_device", "_dtype")
+    __slots__ = ("id", "require_grad", "_value", "_init", "_shape", "_device", "_dtype", "_key")
 
     def __init__(self, param_id: ParamId, value: Tensor, require_grad: bool = True):
         self.id = param_id
         self.require_grad = require_grad = bool(require_grad)
         self._value = value = _prepare(value, require_grad)
         self._init = None
+        self._key = None
         prim = value._p
         self._shape = prim.shape
         self._device = value._d
@@ -108,6 +116,7 @@ class Param:
         param.require_grad = bool(require_grad)
         param._value = Tensor(leaf, device)
         param._init = None
+        param._key = None
         param._shape = prim.shape
         param._device = device
         param._dtype = NP_TO_DTYPE[prim.dtype]
@@ -121,9 +130,14 @@ class Param:
         require_grad: bool,
         shape: Any,
         dtype: DType = DType.FLOAT32,
+        key: int | None = None,
     ) -> Param:
         """A lazily initialised parameter: ``init(device, require_grad)`` runs at the
-        first :meth:`val`; shape, device and dtype are known without allocating."""
+        first :meth:`val`, drawing from a generator forked at ``key`` (by default a key
+        taken from ``device``'s generator now); shape, device and dtype are known
+        without allocating."""
+        if not isinstance(device, Device):
+            raise ModuleError(f"ember: Param.uninitialized: expected a Device, got {device!r}")
         param = Param.__new__(Param)
         param.id = param_id
         param.require_grad = bool(require_grad)
@@ -132,13 +146,16 @@ class Param:
         param._shape = tuple(int(d) for d in shape)
         param._device = device
         param._dtype = DType.parse(dtype)
+        param._key = device._rng.current().next_key() if key is None else int(key) & 0xFFFF_FFFF_FFFF_FFFF
         return param
 
     def val(self) -> Tensor:
         """The value (initialising a lazy parameter on first use)."""
         value = self._value
         if value is None:
-            value = self._init(self._device, self.require_grad)
+            device = self._device
+            with device._rng.fork(self._key):
+                value = self._init(device, self.require_grad)
             if tuple(value.dims()) != self._shape:
                 raise ModuleError(
                     f"ember: Param {self.id}: the initializer made shape {value.dims()}, "
@@ -147,6 +164,12 @@ class Param:
             value = self._value = _prepare(value, self.require_grad)
             self._init = None
         return value
+
+    @property
+    def init_key(self) -> int | None:
+        """The generator key a lazy parameter initialises from (``None`` once it was
+        made from a value)."""
+        return self._key
 
     def is_initialized(self) -> bool:
         return self._value is not None
@@ -185,7 +208,7 @@ class Param:
     def set_require_grad(self, require_grad: bool) -> Param:
         """The same parameter (same id) with the flag changed."""
         if self._value is None:
-            return Param.uninitialized(self.id, self._init, self._device, require_grad, self._shape, self._dtype)
+            return Param.uninitialized(self.id, self._init, self._device, require_grad, self._shape, self._dtype, self._key)
         return Param(self.id, self._value, require_grad)
 
     def map(self, fn: Callable[[Tensor], Tensor]) -> Param:
@@ -193,9 +216,10 @@ class Param:
         return Param(self.id, fn(self.val()), self.require_grad)
 
     def to_device(self, device: Device) -> Param:
-        """The parameter on ``device`` (lazy parameters stay lazy)."""
+        """The parameter on ``device``. A lazy parameter stays lazy and keeps its key, so
+        it initialises to the same values on ``device`` as it would have here."""
         if self._value is None:
-            return Param.uninitialized(self.id, self._init, device, self.require_grad, self._shape, self._dtype)
+            return Param.uninitialized(self.id, self._init, device, self.require_grad, self._shape, self._dtype, self._key)
         return Param(self.id, self._value.to_device(device), self.require_grad)
 
     def __repr__(self) -> str:

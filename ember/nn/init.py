@@ -2,7 +2,11 @@
 
 Each initializer is a (frozen) config: it serialises with the layer config that
 holds it. ``init_with(shape, fan_in, fan_out, device)`` draws a tensor with the
-device's generator; ``lazy(...)`` returns an uninitialised :class:`Param`.
+device's generator now; ``lazy(...)`` returns an uninitialised :class:`Param` that
+takes a key from the generator now and draws through it at first use (see
+:class:`Param`): every draw an initializer makes, however many, comes from that
+key's stream, so layers initialise the same whatever the order of first use, later
+seeds or the device they are moved to.
 
 >>> from ember import Device
 >>> KaimingUniform(gain=1 / 3**0.5).init_with([4, 16], fan_in=4, device=Device.flex()).dims()
@@ -58,7 +62,8 @@ class Initializer(Config):
         require_grad: bool = True,
         dtype: DType | str = DType.FLOAT32,
     ) -> Param:
-        """An uninitialised parameter: the draw happens at its first ``val()``."""
+        """An uninitialised parameter: its key is taken from ``device``'s generator now,
+        the draw happens at its first ``val()``, from that key's stream."""
         device = device or Device.default()
         shape = tuple(shape)
         self._check_fans(fan_in, fan_out)
