@@ -10,6 +10,7 @@ transfers for tests and benchmarks.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,22 +47,28 @@ class CubeBackend(Backend):
         self._runtime: Runtime | None = None
         self._cache: KernelCache | None = None
         self.plans: dict = {}
+        self._ready_lock = threading.Lock()
 
     # ------------------------------------------------------------------ device
     def ensure_ready(self) -> Runtime:
         """Create the wgpu device (once); raises :class:`BackendUnavailableError` on failure."""
         if self._runtime is None:
-            try:
-                runtime = Runtime(self.adapter)
-            except BackendUnavailableError:
-                raise
-            except Exception as error:
-                raise BackendUnavailableError(
-                    f"ember: cube: could not open a wgpu device on the adapter {self.adapter.info.get('device')!r}: {error}"
-                ) from None
-            self._cache = KernelCache(runtime)
-            self._runtime = runtime
+            with self._ready_lock:
+                if self._runtime is None:
+                    self._open()
         return self._runtime
+
+    def _open(self) -> None:
+        try:
+            runtime = Runtime(self.adapter)
+        except BackendUnavailableError:
+            raise
+        except Exception as error:
+            raise BackendUnavailableError(
+                f"ember: cube: could not open a wgpu device on the adapter {self.adapter.info.get('device')!r}: {error}"
+            ) from None
+        self._cache = KernelCache(runtime)
+        self._runtime = runtime
 
     @property
     def runtime(self) -> Runtime:

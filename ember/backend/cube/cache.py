@@ -45,9 +45,12 @@ class KernelCache:
         if kernel is not None:
             self._runtime.stats["cache_hits"] += 1
             return kernel
-        src = build()
-        pipeline = self._runtime.compile(src.name, src.source, src.n_in, src.n_out)
-        kernel = self._kernels[key] = Kernel(src.name, pipeline, src.n_in, src.n_out, src.source)
+        with self._runtime.lock:  # one compile when two threads miss at once
+            kernel = self._kernels.get(key)
+            if kernel is None:
+                src = build()
+                pipeline = self._runtime.compile(src.name, src.source, src.n_in, src.n_out)
+                kernel = self._kernels[key] = Kernel(src.name, pipeline, src.n_in, src.n_out, src.source)
         return kernel
 
     def __len__(self) -> int:

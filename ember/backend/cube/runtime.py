@@ -5,12 +5,19 @@ Kernel launches are recorded into one open compute pass and submitted together
 when something must wait for them (a read-back, :meth:`Runtime.sync`) or when the
 batch is full. Each launch's small parameter block ("info") goes into one arena
 buffer bound with a dynamic offset, uploaded once per batch.
+
+Threads may share a runtime: one lock orders every use of the encoder, the queue,
+the arena and the buffer pool, so launches from several threads go into the one
+command stream in the order they took the lock (each thread's own launches stay in
+its program order). Buffers freed by any thread come back through a queue that
+needs no lock, so a garbage collection inside a locked section cannot deadlock.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
+import threading
+from collections import Counter, deque
 from typing import Any
 
 import numpy as np
@@ -57,14 +64,33 @@ class Block:
 
 
 class BufferPool:
-    """Free buffers by byte size, up to ``limit`` bytes in all."""
+    """Free buffers by byte size, up to ``limit`` bytes in all.
+
+    :meth:`put` may run on any thread at any moment (from a finaliser): it only
+    appends to a queue. :meth:`take` and :meth:`clear` run under the runtime's lock
+    and file the queued buffers first."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
         self._free: dict[int, list[Any]] = {}
+        self._returned: deque[Any] = deque()
+
+    def _file_returned(self) -> None:
+        returned = self._returned
+        while returned:
+            try:
+                buffer = returned.popleft()
+            except IndexError:  # pragma: no cover - emptied by another thread
+                return
+            size = buffer.size
+            if buffer._internal is not None and self.held + size <= self.limit:
+                self._free.setdefault(size, []).append(buffer)
+                self.held += size
 
     def take(self, size: int) -> Any | None:
+        if self._returned:
+            self._file_returned()
         free = self._free.get(size)
         while free:
             self.held -= size
@@ -76,12 +102,10 @@ class BufferPool:
         return None
 
     def put(self, buffer: Any) -> None:
-        size = buffer.size
-        if buffer._internal is not None and self.held + size <= self.limit:
-            self._free.setdefault(size, []).append(buffer)
-            self.held += size
+        self._returned.append(buffer)  # atomic; filed by the next take
 
     def clear(self) -> None:
+        self._returned.clear()
         self._free.clear()
         self.held = 0
 
@@ -154,6 +178,7 @@ class Runtime:
         self.max_storage_buffers = int(lim["max-storage-buffers-per-shader-stage"])
         self.info_align = max(int(lim["min-storage-buffer-offset-alignment"]), 16)
         self.stats: Counter[str] = Counter()
+        self.lock = threading.RLock()
         self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self._layouts: dict[tuple[int, int], Any] = {}
         info_layout = self.device.create_bind_group_layout(
@@ -202,12 +227,13 @@ class Runtime:
         free (its contents are then stale: kernels write every element they output)."""
         size = self._check_size(nbytes, what)
         size = -(-size // 256) * 256 if size > 256 else size
-        buffer = self.pool.take(size)
-        if buffer is None:
-            buffer = self._create(size, nbytes, what)
-            self.stats["buffers"] += 1
-        else:
-            self.stats["pool_hits"] += 1
+        with self.lock:
+            buffer = self.pool.take(size)
+            if buffer is None:
+                buffer = self._create(size, nbytes, what)
+                self.stats["buffers"] += 1
+            else:
+                self.stats["pool_hits"] += 1
         return Block(buffer, self.pool)
 
     def _create(self, size: int, nbytes: int, what: str) -> Any:
@@ -229,25 +255,28 @@ class Runtime:
             padded = np.zeros(size, np.uint8)
             padded[:nbytes] = words.reshape(-1).view(np.uint8)
             words = padded
-        try:
-            buffer = self.device.create_buffer_with_data(data=words, usage=self._usage)
-        except (self.wgpu.GPUOutOfMemoryError, self.wgpu.GPUValidationError) as error:
-            raise self._oom(error, nbytes, what) from None
-        self.stats["uploads"] += 1
-        self.stats["bytes_up"] += nbytes
+        with self.lock:
+            try:
+                buffer = self.device.create_buffer_with_data(data=words, usage=self._usage)
+            except (self.wgpu.GPUOutOfMemoryError, self.wgpu.GPUValidationError) as error:
+                raise self._oom(error, nbytes, what) from None
+            self.stats["uploads"] += 1
+            self.stats["bytes_up"] += nbytes
         return Block(buffer, self.pool)
 
     def empty_cache(self) -> None:
         """Release the free buffers kept for reuse."""
-        self.pool.clear()
+        with self.lock:
+            self.pool.clear()
 
     def read(self, block: Block, nbytes: int) -> memoryview:
         """The first ``nbytes`` of ``block``, after every queued launch has run."""
-        self.flush()
         size = max(4, (nbytes + 3) & ~3)
-        data = self.queue.read_buffer(block.gpu, 0, size)
-        self.stats["readbacks"] += 1
-        self.stats["bytes_down"] += nbytes
+        with self.lock:
+            self.flush()
+            data = self.queue.read_buffer(block.gpu, 0, size)
+            self.stats["readbacks"] += 1
+            self.stats["bytes_down"] += nbytes
         return data
 
     # ------------------------------------------------------------------ kernels
@@ -256,6 +285,14 @@ class Runtime:
         key = (n_in, n_out)
         layout = self._layouts.get(key)
         if layout is None:
+            with self.lock:
+                return self._new_layout(key)
+        return layout
+
+    def _new_layout(self, key: tuple[int, int]) -> Any:
+        layout = self._layouts.get(key)
+        if layout is None:
+            n_in, n_out = key
             wgpu = self.wgpu
             entries = [
                 {
@@ -277,15 +314,16 @@ class Runtime:
     def compile(self, name: str, source: str, n_in: int, n_out: int) -> Any:
         """A compute pipeline for ``source`` (entry point ``main``)."""
         _, pipeline_layout = self.layout(n_in, n_out)
-        try:
-            module = self.device.create_shader_module(label=name, code=source)
-            pipeline = self.device.create_compute_pipeline(
-                label=name, layout=pipeline_layout, compute={"module": module, "entry_point": "main"}
-            )
-        except self.wgpu.GPUError as error:  # a bug in ember's code generator
-            numbered = "\n".join(f"{i + 1:4} {line}" for i, line in enumerate(source.splitlines()))
-            raise RuntimeError(f"ember: cube: kernel {name!r} failed to compile: {error}\n{numbered}") from None
-        self.stats["compiles"] += 1
+        with self.lock:
+            try:
+                module = self.device.create_shader_module(label=name, code=source)
+                pipeline = self.device.create_compute_pipeline(
+                    label=name, layout=pipeline_layout, compute={"module": module, "entry_point": "main"}
+                )
+            except self.wgpu.GPUError as error:  # a bug in ember's code generator
+                numbered = "\n".join(f"{i + 1:4} {line}" for i, line in enumerate(source.splitlines()))
+                raise RuntimeError(f"ember: cube: kernel {name!r} failed to compile: {error}\n{numbered}") from None
+            self.stats["compiles"] += 1
         return pipeline
 
     def launch(self, kernel: Any, buffers: list[Any], info: list[int], groups: int) -> None:
@@ -307,50 +345,55 @@ class Runtime:
             raise RuntimeError(f"ember: cube: kernel {kernel.name} needs {groups} workgroups, over {self.max_groups} per dim")
         if len(info) > INFO_WORDS:
             raise RuntimeError(f"ember: cube: kernel {kernel.name} passes {len(info)} parameters (at most {INFO_WORDS})")
-        if self._arena_pos + _INFO_BYTES > _ARENA_BYTES + _INFO_BYTES or self._batch >= _MAX_BATCH:
-            self.flush()
-        offset = self._arena_pos
-        start = offset // 4
-        self._host_arena[start:start + len(info)] = info
-        self._arena_pos = offset + (-(-max(len(info) * 4, 4) // self.info_align)) * self.info_align
         group, _ = self.layout(kernel.n_in, kernel.n_out)
-        if self._pass is None:
-            self._encoder = self.device.create_command_encoder()
-            self._pass = self._encoder.begin_compute_pass()
-        cpass = self._pass
-        raw = self._raw
-        if raw is not None:
-            raw.record(cpass, kernel.pipeline, raw.bind_group(group, buffers), self._arena_group, offset, groups)
-        else:
-            bind_group = self.device.create_bind_group(
-                layout=group, entries=[{"binding": i, "resource": b.gpu} for i, b in enumerate(buffers)]
-            )
-            cpass.set_pipeline(kernel.pipeline)
-            cpass.set_bind_group(0, bind_group)
-            cpass.set_bind_group(1, self._arena_group, [offset])
-            cpass.dispatch_workgroups(*groups)
-        self._batch += 1
-        self.stats["launches"] += 1
+        with self.lock:
+            if self._arena_pos + _INFO_BYTES > _ARENA_BYTES + _INFO_BYTES or self._batch >= _MAX_BATCH:
+                self.flush()
+            offset = self._arena_pos
+            start = offset // 4
+            self._host_arena[start:start + len(info)] = info
+            self._arena_pos = offset + (-(-max(len(info) * 4, 4) // self.info_align)) * self.info_align
+            if self._pass is None:
+                self._encoder = self.device.create_command_encoder()
+                self._pass = self._encoder.begin_compute_pass()
+            cpass = self._pass
+            raw = self._raw
+            if raw is not None:
+                raw.record(cpass, kernel.pipeline, raw.bind_group(group, buffers), self._arena_group, offset, groups)
+            else:
+                bind_group = self.device.create_bind_group(
+                    layout=group, entries=[{"binding": i, "resource": b.gpu} for i, b in enumerate(buffers)]
+                )
+                cpass.set_pipeline(kernel.pipeline)
+                cpass.set_bind_group(0, bind_group)
+                cpass.set_bind_group(1, self._arena_group, [offset])
+                cpass.dispatch_workgroups(*groups)
+            self._batch += 1
+            self.stats["launches"] += 1
 
     def flush(self) -> None:
         """Submit the recorded launches."""
         if self._pass is None:
             return
-        self._pass.end()
-        if self._arena_pos:
-            self.queue.write_buffer(self._arena, 0, self._host_arena, 0, self._arena_pos)
-        self.queue.submit([self._encoder.finish()])
-        if self._raw is not None:
-            self._raw.release()
-        self._pass = self._encoder = None
-        self._arena_pos = 0
-        self._batch = 0
-        self.stats["submits"] += 1
+        with self.lock:
+            if self._pass is None:
+                return
+            self._pass.end()
+            if self._arena_pos:
+                self.queue.write_buffer(self._arena, 0, self._host_arena, 0, self._arena_pos)
+            self.queue.submit([self._encoder.finish()])
+            if self._raw is not None:
+                self._raw.release()
+            self._pass = self._encoder = None
+            self._arena_pos = 0
+            self._batch = 0
+            self.stats["submits"] += 1
 
     def sync(self) -> None:
         """Submit and wait until the GPU has finished every launch."""
-        self.flush()
-        # wgpu 0.32's queue.on_submitted_work_done_sync raises TypeError; a read-back
-        # of a 4-byte buffer waits for the queue just as well.
-        self.queue.read_buffer(self._fence, 0, 4)
-        self.stats["syncs"] += 1
+        with self.lock:
+            self.flush()
+            # wgpu 0.32's queue.on_submitted_work_done_sync raises TypeError; a read-back
+            # of a 4-byte buffer waits for the queue just as well.
+            self.queue.read_buffer(self._fence, 0, 4)
+            self.stats["syncs"] += 1
