@@ -21,7 +21,7 @@ The words become float32 values by exact integer and IEEE single-precision steps
   ``mean + std * z``. ``ln`` is a degree-9 polynomial in ``m - 1`` after splitting off
   the exponent, ``sqrt`` is three Newton steps of the reciprocal square root, ``sin``
   and ``cos`` are Taylor polynomials on ``[0, pi/4]`` after an exact octant reduction of
-  the 24-bit angle. Each value is within ``4e-6`` (absolute) of the exact transform.
+  the 24-bit angle. Each standard normal is within ``1e-6`` of the exact transform.
 * **bernoulli** ``u < p`` with ``p`` rounded to float32.
 
 Other float widths are drawn as float32 and rounded (float16, bfloat16); int dtypes

@@ -11,6 +11,7 @@ from typing import Any
 
 from ember.data import DataLoader
 from ember.device import Device
+from ember.device.generator import is_legacy_state, legacy_seed
 from ember.errors import ConfigError, DeviceError, RecordError
 from ember.module.config import atomic_write_text
 from ember.optim import GradientsAccumulator
@@ -122,6 +123,23 @@ class TrainingRun:
         log.info(text)
         self.renderer.message(text)
 
+    def _restore_rng(self, state: Any) -> None:
+        """The checkpoint's generator state; one from ember's former PCG64 generator
+        cannot be restored, so the run goes on from a seed derived from it (the same
+        for every resume of that checkpoint), with a warning."""
+        if is_legacy_state(state):
+            seed = legacy_seed(state)
+            self.device.seed(seed)
+            message = (
+                "The checkpoint's random state comes from the PCG64 generator of an older ember; "
+                f"resuming with the device seeded with {seed:#x} (derived from it): random draws "
+                "(dropout, Tensor.random) differ from the uninterrupted run"
+            )
+            log.warning(message)
+            self.renderer.message(message)
+            return
+        self.device.set_rng_state(state)
+
     # ------------------------------------------------------------------ run
     def run(self) -> TrainingResult:
         self.renderer = make_renderer(self.training._renderer if self.main else "none")
@@ -227,7 +245,7 @@ class TrainingRun:
         model, records, state = ckpt.load(target, self.model, self.learner.optim, self.device.inner())
         try:
             self.learner.lr_scheduler.load_record(records["scheduler"])
-            self.device.set_rng_state(records["rng"])
+            self._restore_rng(records["rng"])
             self.history = MetricHistory.from_dict(state["history"])
             self.elapsed_before = float(state.get("elapsed", 0.0))
             self._resume_state = state
