@@ -99,9 +99,8 @@ def test_fork_rng_without_a_seed_takes_a_key_from_the_current_stream():
 
 def test_fork_rng_rejects_a_bad_seed_and_restores_on_error():
     flex = Device.flex()
-    with pytest.raises(DeviceError, match="fork_rng"):
-        with flex.fork_rng(1.5):
-            pass
+    with pytest.raises(DeviceError, match="fork_rng"), flex.fork_rng(1.5):
+        pass
     flex.seed(8)
     with pytest.raises(RuntimeError), flex.fork_rng(1):
         raise RuntimeError("boom")

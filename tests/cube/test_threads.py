@@ -22,7 +22,7 @@ def _run_threads(target, count: int) -> list[BaseException]:
     def guarded(i: int) -> None:
         try:
             target(i)
-        except BaseException as error:  # noqa: BLE001 - reported by the test
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
@@ -68,7 +68,7 @@ def test_concurrent_draws_and_reads_on_the_shared_stream(gpu):
 
     def work(i: int) -> None:
         got = []
-        for j in range(per_thread):
+        for _ in range(per_thread):
             t = Tensor.random([8], device=gpu)
             (t * 2.0 + 1.0).sum()  # other launches in between, from every thread
             got.append(t.to_numpy())
