@@ -173,3 +173,13 @@ def test_generator_reserve_and_next_key():
     w = philox.block(7, 2)
     assert gen.next_key() == w[0] | w[1] << 32 and gen.counter == 3
     assert DeviceGenerator(5).current() is not DeviceGenerator(5).current()
+
+
+def test_a_range_beyond_float32_is_a_clear_error_that_draws_nothing():
+    flex = Device.flex()
+    flex.seed(1)
+    for dist in (Distribution.uniform(-3e38, 3e38), Distribution.normal(0.0, 1e38), Distribution.uniform(0.0, 1e39)):
+        with pytest.raises(ValueRangeError, match="float32"):
+            Tensor.random([3], dist, device=flex)
+    assert flex.rng_state()["offset"] == 0
+    assert np.isfinite(Tensor.random([3], Distribution.uniform(-3e38, 3e38), device=flex, dtype="float64").to_numpy()).all()

@@ -39,6 +39,7 @@ import numpy as np
 
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
+from ember.errors import ValueRangeError
 
 MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 M0, M1 = 0xD2511F53, 0xCD9E8D57
@@ -128,6 +129,22 @@ def _words_into(out: np.ndarray, key: int, counter: int) -> None:
 
 
 # ---------------------------------------------------------------------- float32 mappings
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_float32(distribution: Distribution) -> None:
+    """Raise unless a float32 draw of ``distribution`` stays finite."""
+    if distribution.kind == "bernoulli":
+        return
+    a, b = distribution.a, distribution.b
+    spread = b - a if distribution.kind == "uniform" else 6.0 * b
+    if max(abs(a), abs(b), abs(spread)) > _F32_MAX:
+        raise ValueRangeError(
+            f"ember: Tensor.random: {distribution!r} does not fit in float32 (largest {_F32_MAX:.4g}); "
+            "draw a smaller range and scale it, or draw float64 on Device.flex()"
+        )
+
+
 def uniform_params(low: float, high: float) -> tuple[np.float32, np.float32, np.float32]:
     """``(lo, s, c)`` of the uniform mapping ``min(lo + u * s, c)`` on ``[low, high)``."""
     lo, hi = _F32(low), _F32(high)
@@ -269,6 +286,8 @@ def sample(shape: tuple[int, ...], distribution: Distribution, dtype: DType, key
     """The draw of ``shape`` values of ``dtype`` at ``(key, counter)``, as numpy (flex's ``random``)."""
     n = math.prod(shape)
     wide = dtype is DType.FLOAT64
+    if not wide:
+        check_float32(distribution)
     values = np.empty(n, np.float64 if wide else _F32)
     per_block = 2 if wide else 4
     fill = _fill_f64 if wide else _fill_f32

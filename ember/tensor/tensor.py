@@ -176,6 +176,8 @@ class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, Autod
         dtype = _dtype(dtype, DType.FLOAT32)
         device = _device(device)
         shape = as_shape("Tensor.random", shape)
+        if dtype is not DType.FLOAT64:
+            philox.check_float32(distribution)
         key, counter = device._rng.current().reserve(philox.blocks_for(numel(shape), dtype))
         return cls(device._b.random(shape, distribution, dtype, key, counter), device)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember import Device, Tensor
+from ember import Device, Distribution, Tensor
 from ember.errors import (
     DeviceError,
     DeviceMemoryError,
@@ -62,6 +62,12 @@ def test_hierarchy_extends_builtins():
         (lambda t: Tensor.arange(0, 5, 0, device=t.device), ValueRangeError, ["arange", "step"]),
         (lambda t: Tensor.arange(0.5, device=t.device), DTypeError, ["arange"]),
         (lambda t: Tensor.random([2], "normal", device=t.device), DTypeError, ["Distribution"]),
+        (lambda t: Tensor.random([2], Distribution.uniform(0.0, 1e39), device=t.device), ValueRangeError,
+         ["Tensor.random", "float32", "float64"]),
+        (lambda t: t.device.set_rng_state({"bit_generator": "PCG64"}), ValueRangeError, ["set_rng_state", "PCG64", "seed"]),
+        (lambda t: t.device.set_rng_state({"algorithm": "philox4x32-10", "seed": -1, "offset": 0}), ValueRangeError,
+         ["set_rng_state", "'seed'", "2**64"]),
+        (lambda t: t.device.fork_rng("7").__enter__(), DeviceError, ["fork_rng", "int"]),
         (lambda t: Tensor.zeros([2], device="cpu"), DeviceError, ["Device"]),
         (lambda t: t.gather(1, Tensor.from_ints([[3]], device=t.device)), IndexOutOfBoundsError, ["gather", "index 3"]),
         (lambda t: t.select(0, Tensor.from_ints([[0]], device=t.device)), ShapeError, ["select", "rank 1"]),
