@@ -183,3 +183,14 @@ def test_a_range_beyond_float32_is_a_clear_error_that_draws_nothing():
             Tensor.random([3], dist, device=flex)
     assert flex.rng_state()["offset"] == 0
     assert np.isfinite(Tensor.random([3], Distribution.uniform(-3e38, 3e38), device=flex, dtype="float64").to_numpy()).all()
+
+
+def test_fusion_and_autodiff_devices_share_the_generator_of_the_device_they_wrap():
+    flex = Device.flex()
+    stacked = flex.fusion().autodiff()
+    flex.seed(3)
+    want = _draw(flex)
+    stacked.seed(3)
+    assert _draw(stacked) == want and flex.rng_state() == stacked.rng_state()
+    with stacked.fork_rng(3):
+        assert _draw(flex) == want  # the fork is the shared generator's, seen from every layer

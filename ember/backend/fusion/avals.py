@@ -170,7 +170,7 @@ def _to_input_shape(grad, input_shape, *_: Any) -> Aval:
 _RULES: dict[str, Callable[..., Any]] = {
     "full": lambda shape, value, dtype: Aval(tuple(shape), dtype.np),
     "arange": lambda start, stop, step, dtype: Aval((len(range(start, stop, step)),), dtype.np),
-    "random": lambda shape, distribution, dtype: Aval(tuple(shape), dtype.np),
+    "random": lambda shape, distribution, dtype, key, counter: Aval(tuple(shape), dtype.np),
     "unary": _unary,
     "binary": _binary,
     "where": _where,

@@ -3,7 +3,7 @@
 Ops on a fusion device are not run when called: each records a node in the
 device's *stream* (a :class:`~ember.backend.fusion.graph.Graph`) and returns a
 :class:`LazyTensor` that knows its shape and dtype. At a sync point (``to_data``,
-``into_scalar``, ``device.sync()``, a random draw or a reseed) the stream is closed:
+``into_scalar``, ``device.sync()``) the stream is closed:
 the values still referenced from Python become its outputs, everything else is
 dead or internal, and the graph runs as one plan. Plans are cached by the
 stream's structure (ops, shapes, dtypes; not the values of float scalars), so a
@@ -218,22 +218,10 @@ class FusionBackend(Backend):
         return self.inner.to_numpy(self._ready(x))
 
     # ------------------------------------------------------------------ generator
-    def random(self, shape, distribution, dtype) -> LazyTensor:
-        # Drawn now, so the generator advances in program order.
-        self.flush()
-        return self._wrap(self.inner.random(shape, distribution, dtype))
-
-    def seed(self, seed: int) -> None:
-        self.flush()
-        self.inner.seed(seed)
-
-    def rng_state(self) -> Any:
-        self.flush()
-        return self.inner.rng_state()
-
-    def set_rng_state(self, state: Any) -> None:
-        self.flush()
-        self.inner.set_rng_state(state)
+    def random(self, shape, distribution, dtype, key, counter) -> LazyTensor:
+        # A pure function of (key, counter), which the device's generator picked in
+        # program order: drawn now on the wrapped backend, the stream stays open.
+        return self._wrap(self.inner.random(shape, distribution, dtype, key, counter))
 
     def argwhere(self, x: LazyTensor) -> LazyTensor:
         return self._eager("argwhere", x)
