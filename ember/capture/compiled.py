@@ -131,6 +131,7 @@ class _Entry:
         graph = trace.graph
         self.sources = trace.input_sources
         self.state_reads = trace.state_reads
+        self.draws = trace.draws  # (device generator, blocks) per random draw, in program order
         # Outputs: the result's tensors and modules, then state writes.
         outputs: list[int] = []
         self.result_spec = result_spec
@@ -191,7 +192,7 @@ class _Entry:
             "RETRACE": _RETRACE, "Tensor": Tensor, "dget": dict.get, "dset": dict.__setitem__,
             "generic": self._run_generic, "plan_run": self.plan.run, "backend": self.backend,
             "program": self.scalar_program, "literals": self.literals, "unflatten": _unflatten,
-            "spec": self.result_spec, "E": self,
+            "spec": self.result_spec, "E": self, "reserve": self._reserve, "release": self._release,
         }
         lines = ["def run(leaves):"]
         add = lines.append
@@ -253,10 +254,19 @@ class _Entry:
                 inner = source[1]
                 if inner[0] == "arg":
                     scalars.append(f"leaves[{inner[1]}]")
+                elif inner[0] == "rng":
+                    scalars.append(f"drawn[{inner[1]}][{inner[2]}]")
                 else:
                     scalars.append(f"{state_var(inner[1], inner[2])}.{inner[3]}")
+        if self.draws:
+            add("    drawn = reserve()")
         add(f"    sc = program([{', '.join(scalars)}])")
-        add("    if sc is None: return RETRACE")
+        if self.draws:
+            add("    if sc is None:")
+            add("        release(drawn)")
+            add("        return RETRACE")
+        else:
+            add("    if sc is None: return RETRACE")
         add(f"    outs = plan_run(backend, [{', '.join(inputs)}], sc + literals)")
         for owner, key, cls, layout in self.state_plan:
             values = []
@@ -315,11 +325,24 @@ class _Entry:
             self._runner = self._specialize(leaves)
         return out
 
+    def _reserve(self) -> list[tuple[int, int]]:
+        """The Philox ``(key, counter)`` of each random draw, taken from each device's
+        current generator in program order (as the eager function would)."""
+        return [rng.current().reserve(blocks) for rng, blocks in self.draws]
+
+    def _release(self, drawn: list[tuple[int, int]]) -> None:
+        """Give back the draws of a call that retraces instead of running."""
+        for (rng, blocks), (key, counter) in reversed(list(zip(self.draws, drawn))):
+            rng.current().release(key, counter, blocks)
+
     def _run_generic(self, leaves: list[Any]) -> Any:
         inputs: list[Any] = []
         scalar_inputs: list[Any] = []
         module_cache: dict[int, tuple[list[Param], list[RunningState]]] = {}
         for source in self.sources:
+            if source[0] == "scalar" and source[1][0] == "rng":
+                scalar_inputs.append(source[1])  # filled once the guards below pass
+                continue
             value = _read_source(source, leaves, module_cache, self)
             if value is _RETRACE:
                 return _RETRACE
@@ -330,8 +353,14 @@ class _Entry:
         for owner, key, template in self.state_reads:
             if _state_template(dict.get(owner, key)) != template:
                 return _RETRACE
+        drawn: list[tuple[int, int]] = []
+        if self.draws:
+            drawn = self._reserve()
+            scalar_inputs = [drawn[v[1]][v[2]] if type(v) is tuple and v[:1] == ("rng",) else v
+                             for v in scalar_inputs]
         scalars = self.scalar_program(scalar_inputs)
         if scalars is None:
+            self._release(drawn)
             return _RETRACE
         values = self.plan.run(self.backend, inputs, scalars + self.literals)
         for owner, key, cls, layout in self.state_plan:

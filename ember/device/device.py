@@ -286,6 +286,7 @@ class Device:
         it seeds the calling thread's fork instead."""
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise DeviceError(f"ember: Device.seed takes an int, got {seed!r}")
+        self._rng.check("seed")
         self._rng.current().reseed(seed & 0xFFFF_FFFF_FFFF_FFFF)
 
     def sync(self) -> None:
@@ -295,10 +296,12 @@ class Device:
     def rng_state(self) -> dict[str, Any]:
         """The generator state (``{"algorithm", "seed", "offset"}``, JSON-friendly), to
         save in a checkpoint; any backend's device accepts it."""
+        self._rng.check("rng_state")
         return self._rng.current().state()
 
     def set_rng_state(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`rng_state`: the following draws repeat bit for bit."""
+        self._rng.check("set_rng_state")
         self._rng.current().restore(state)
 
     @contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,6 +41,15 @@ class Generator:
             self.counter = (first + blocks) & philox.MASK64
             key = self.key
         return key, first
+
+    def release(self, key: int, first: int, blocks: int) -> bool:
+        """Give back the last reservation (``reserve(blocks)`` returned ``(key, first)``)
+        if nothing was reserved since; returns whether it was given back."""
+        with self._lock:
+            if self.key == key and self.counter == (first + blocks) & philox.MASK64:
+                self.counter = first
+                return True
+        return False
 
     def next_key(self) -> int:
         """A 64-bit key for a new stream (a parameter's, a fork's): one block of this one."""
@@ -109,11 +118,20 @@ class DeviceGenerator:
     """The generator of one device (and its autodiff wrapper): a shared stream, and
     per thread a stack of forks that replace it inside ``with fork(...)`` blocks."""
 
-    __slots__ = ("shared", "_local")
+    __slots__ = ("shared", "_local", "guard")
 
     def __init__(self, seed: int | None = None) -> None:
         self.shared = Generator(secrets.randbits(64) if seed is None else seed)
         self._local = threading.local()
+        #: Called with the operation's name before a seed, a state read or write, or a
+        #: fork; ``ember.compile`` sets it while it traces, to refuse what a replay
+        #: could not repeat.
+        self.guard: Callable[[str], None] | None = None
+
+    def check(self, what: str) -> None:
+        guard = self.guard
+        if guard is not None:
+            guard(what)
 
     def current(self) -> Generator:
         """The calling thread's generator: its innermost fork, else the shared stream."""
@@ -124,6 +142,7 @@ class DeviceGenerator:
     def fork(self, seed: int | None = None) -> Iterator[Generator]:
         """A new stream for this thread while the block runs: seeded with ``seed``, or
         with a key drawn from the current generator when ``seed`` is None."""
+        self.check("fork_rng")
         key = self.current().next_key() if seed is None else seed
         generator = Generator(key)
         stack = getattr(self._local, "stack", None)

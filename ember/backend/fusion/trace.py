@@ -50,6 +50,7 @@ class Trace:
         self.state_writes: dict[tuple[int, Any], tuple[StateDict, Any, Any]] = {}
         self.running_index: dict[int, tuple[int, int]] = {}  # id(RunningState) -> (argument, index)
         self.running_writes: dict[int, tuple[Any, Any]] = {}  # id(RunningState) -> (state, new value)
+        self.draws: list[tuple[Any, int]] = []  # per random draw: (device generator, Philox blocks)
         self.backends: list[TraceBackend] = []
 
     # ------------------------------------------------------------------ inputs
@@ -69,6 +70,16 @@ class Trace:
         sym = self.scalars.input(value)
         self.input_sources.append(("scalar", source))
         return sym
+
+    def random_input(self, rng: Any, blocks: int, key: int, counter: int) -> tuple[SymScalar, SymScalar]:
+        """A random draw's Philox key and counter as run-time scalars: each replay
+        reserves ``blocks`` from ``rng`` (a ``DeviceGenerator``) where the eager function
+        would, in program order. The trace gives its own reservation back, so tracing
+        does not move the stream and the first run draws what an eager call would."""
+        index = len(self.draws)
+        self.draws.append((rng, blocks))
+        rng.current().release(key, counter, blocks)
+        return self.scalar_input(key, ("rng", index, 0)), self.scalar_input(counter, ("rng", index, 1))
 
     def lift(self, primitive: Any) -> Ref:
         """The graph value of a real primitive met while tracing: its input, or a constant."""
@@ -163,9 +174,10 @@ class TraceBackend(FusionBackend):
     """A :class:`FusionBackend` whose stream is a trace's graph and never runs: a sync
     point inside the traced function is a graph break."""
 
-    def __init__(self, inner: Any, trace: Trace):
+    def __init__(self, inner: Any, trace: Trace, rng: Any = None):
         super().__init__(inner)
         self.trace = trace
+        self.rng = rng  # the traced device's generator
         self._stream.graph = trace.graph
         self.name = inner.name
 
@@ -212,17 +224,13 @@ class TraceBackend(FusionBackend):
         aval = self.trace.graph.avals[ref]
         return LazyTensor(aval.shape, aval.dtype, None, ref)
 
-    def random(self, shape, distribution, dtype) -> LazyTensor:
-        return self._record("random", (tuple(shape), distribution, dtype), {})
+    def random(self, shape, distribution, dtype, key, counter) -> LazyTensor:
+        from ember.backend.philox import blocks_for
+        from ember.tensor.shape import numel
 
-    def seed(self, seed: int) -> None:
-        raise GraphBreak("ember: compile: a traced function must not reseed the device")
-
-    def rng_state(self) -> Any:
-        raise GraphBreak("ember: compile: a traced function must not read the generator's state")
-
-    def set_rng_state(self, state: Any) -> None:
-        raise GraphBreak("ember: compile: a traced function must not set the generator's state")
+        blocks = blocks_for(numel(shape), dtype)
+        sym_key, sym_counter = self.trace.random_input(self.rng, blocks, key, counter)
+        return self._record("random", (tuple(shape), distribution, dtype, sym_key, sym_counter), {})
 
     def sync(self) -> None:
         pass
@@ -300,6 +308,17 @@ def _rebuild_state(value: Any, fields: dict[str, Any]) -> Any:
 
 
 # ---------------------------------------------------------------------- capture
+def _refuse_generator_change(what: str) -> None:
+    """A traced device's generator guard: seeds, states and forks cannot be replayed
+    (random draws can: see :meth:`Trace.random_input`)."""
+    if current_trace() is not None:  # other threads keep their generator API
+        raise GraphBreak(
+            f"ember: compile: a traced function must not call {what} on a traced device's generator "
+            "(seed, rng_state, set_rng_state, fork_rng, or the first read of a lazy parameter); "
+            "call it outside the compiled function"
+        )
+
+
 @contextmanager
 def capture(devices: list[Any]) -> Iterator[Trace]:
     """Swaps each device's backend (and the wrapped backend of the autodiff devices
@@ -313,7 +332,9 @@ def capture(devices: list[Any]) -> Iterator[Trace]:
         try:
             for device in devices:
                 real = device._b
-                tracer = TraceBackend(real, trace)
+                tracer = TraceBackend(real, trace, device._rng)
+                swaps.append((device._rng, "guard", device._rng.guard))
+                device._rng.guard = _refuse_generator_change
                 trace.backends.append(tracer)
                 swaps.append((device, "_b", real))
                 device._b = tracer
