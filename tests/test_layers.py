@@ -28,7 +28,7 @@ LAYERS = [
 # Inside ember.backend: the protocol at the bottom, backends over it, decorators on top.
 # A decorator never depends on a concrete backend, except fusion's lowerings (a lowering
 # is written for the backend it targets).
-BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops"}
+BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox"}
 BACKEND_ALLOWED = {
     "flex": BACKEND_PROTOCOL | {"flex"},
     "cube": BACKEND_PROTOCOL | {"cube"},

@@ -16,6 +16,7 @@ call to call (a learning-rate argument, an optimizer's step count) are
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -226,9 +227,8 @@ class TraceBackend(FusionBackend):
 
     def random(self, shape, distribution, dtype, key, counter) -> LazyTensor:
         from ember.backend.philox import blocks_for
-        from ember.tensor.shape import numel
 
-        blocks = blocks_for(numel(shape), dtype)
+        blocks = blocks_for(math.prod(shape), dtype)
         sym_key, sym_counter = self.trace.random_input(self.rng, blocks, key, counter)
         return self._record("random", (tuple(shape), distribution, dtype, sym_key, sym_counter), {})
 
