@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ember.backend.dtype import DType
 from ember.device import Device
@@ -17,6 +17,9 @@ from ember.errors import ModuleError
 from ember.module.group import ParamGroup
 from ember.module.param import Param, RunningState
 from ember.module.visitor import FnMapper, ModuleMapper, ModuleVisitor, ParamCollector
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _MISSING = object()
 
@@ -47,6 +50,9 @@ class Module:
     _fields: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[dict[str, Any]] = {}
     _initializing: bool = False
+    #: PyTorch's names for this layer's own fields, ``{pytorch name: field}`` (the norm
+    #: layers declare ``{"weight": "gamma", "bias": "beta"}``); read by :meth:`load_pytorch`.
+    pytorch_names: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -240,6 +246,12 @@ class Module:
         from ember.module.pytorch import load_pytorch
 
         return load_pytorch(self, path, **kwargs)
+
+    def adapt_pytorch(self, field: str, array: np.ndarray) -> np.ndarray:
+        """This layer's value of ``field`` from PyTorch's ``array`` (keys already renamed by
+        :attr:`pytorch_names`): the array itself, unless the layer lays the value out
+        differently from PyTorch (``Linear`` transposes its weight). Used by :meth:`load_pytorch`."""
+        return array
 
     def to_record(self) -> dict[str, Any]:
         """``{path: tensor}`` for every parameter and state."""

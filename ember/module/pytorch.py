@@ -1,163 +1,38 @@
 """Import of PyTorch ``state_dict`` files (``.pt``/``.pth``) without PyTorch.
 
-A restricted unpickler reads the zip archive ``torch.save`` writes: it rebuilds
-tensors from their raw storages and refuses every other class, so nothing in the
-file is executed. Keys are remapped with regex rules, and the weights of ``Linear``
-layers are transposed (PyTorch stores ``[out, in]``, ember ``[in, out]``).
+The file is read by :mod:`ember.module.torch_pickle`, which executes nothing from it.
+Keys are then remapped with the user's regex rules, and each layer adapts its own
+entries: it declares PyTorch's names for its fields (``Module.pytorch_names``: the
+norm layers' ``weight``/``bias`` are ember's ``gamma``/``beta``) and PyTorch's layout
+(``Module.adapt_pytorch``: ``Linear`` transposes its ``[out, in]`` weight).
 
 >>> model = Mlp.new(device).load_pytorch("mlp.pt", key_remap=[(r"^net\\.", "")])  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 import re
-import zipfile
-from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ember.errors import RecordError
 from ember.module.module import Module
+from ember.module.torch_pickle import read_pytorch
 
-_STORAGE_DTYPES = {
-    "FloatStorage": np.float32,
-    "DoubleStorage": np.float64,
-    "HalfStorage": np.float16,
-    "BFloat16Storage": ml_dtypes.bfloat16,
-    "LongStorage": np.int64,
-    "IntStorage": np.int32,
-    "ShortStorage": np.int16,
-    "CharStorage": np.int8,
-    "ByteStorage": np.uint8,
-    "BoolStorage": np.bool_,
-}
+__all__ = ["DEFAULT_SKIP", "load_pytorch", "read_pytorch", "remap_keys"]
 
-
-class _StorageType:
-    def __init__(self, name: str):
-        self.name = name
-        self.dtype = np.dtype(_STORAGE_DTYPES[name])
-
-
-class _Storage:
-    def __init__(self, array: np.ndarray):
-        self.array = array
-
-
-def _rebuild_tensor_v2(storage: _Storage, offset: int, size: Sequence[int], stride: Sequence[int], *_: Any) -> np.ndarray:
-    flat = storage.array
-    size, stride = tuple(size), tuple(stride)
-    if not size:
-        return flat[offset:offset + 1].reshape(()).copy()
-    extent = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else offset
-    if extent > flat.size:
-        raise RecordError("ember: load_pytorch: a tensor reaches past its storage; the file is corrupt")
-    view = np.lib.stride_tricks.as_strided(
-        flat[offset:], shape=size, strides=tuple(s * flat.itemsize for s in stride), writeable=False
-    )
-    return np.array(view, copy=True)
-
-
-def _rebuild_parameter(data: np.ndarray, *_: Any) -> np.ndarray:
-    """A parameter is its tensor (``requires_grad`` and hooks are dropped)."""
-    return data
-
-
-_ALLOWED = {
-    ("collections", "OrderedDict"): OrderedDict,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
-    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-}
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str):
-        super().__init__(io.BytesIO(data))
-        self.archive = archive
-        self.prefix = prefix
-        self.storages: dict[str, _Storage] = {}
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "torch" and name in _STORAGE_DTYPES:
-            return _StorageType(name)
-        if (module, name) in _ALLOWED:
-            return _ALLOWED[(module, name)]
-        raise RecordError(
-            f"ember: load_pytorch: the file references {module}.{name}; ember only reads plain state dicts "
-            "(tensors in dicts) and executes nothing from the file. Save `model.state_dict()` with torch.save"
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        if not isinstance(pid, tuple) or not pid or pid[0] != "storage":
-            raise RecordError(f"ember: load_pytorch: unsupported persistent id {pid!r}")
-        storage_type, key = pid[1], str(pid[2])
-        if not isinstance(storage_type, _StorageType):
-            raise RecordError("ember: load_pytorch: unsupported storage type in the file")
-        if key not in self.storages:
-            try:
-                raw = self.archive.read(f"{self.prefix}data/{key}")
-            except KeyError:
-                raise RecordError(f"ember: load_pytorch: storage {key} is missing from the archive") from None
-            if len(raw) % storage_type.dtype.itemsize:
-                raise RecordError(f"ember: load_pytorch: storage {key} is truncated")
-            self.storages[key] = _Storage(np.frombuffer(raw, dtype=storage_type.dtype.newbyteorder("<")))
-        return self.storages[key]
-
-
-def read_pytorch(path: str | os.PathLike, top_level_key: str | None = None) -> dict[str, np.ndarray]:
-    """The tensors of a ``torch.save``'d state dict as ``{key: numpy array}``.
-
-    Nested dicts (e.g. ``{"model": state_dict, ...}``) are flattened with dots;
-    ``top_level_key`` picks one entry first. Non-tensor values are dropped.
-    """
-    if not os.path.isfile(path):
-        raise RecordError(f"ember: load_pytorch: no such file {path}")
-    if not zipfile.is_zipfile(path):
-        raise RecordError(
-            f"ember: load_pytorch: {path} is not a zip-format PyTorch file (torch >= 1.6 writes one by default); "
-            "re-save it with torch.save(model.state_dict(), path)"
-        )
-    try:
-        with zipfile.ZipFile(path) as archive:
-            pickles = [n for n in archive.namelist() if n.endswith("data.pkl")]
-            if len(pickles) != 1:
-                raise RecordError(f"ember: load_pytorch: {path} has no single data.pkl; not a torch.save archive")
-            prefix = pickles[0][: -len("data.pkl")]
-            byteorder = prefix + "byteorder"
-            if byteorder in archive.namelist() and archive.read(byteorder).strip() not in (b"little", b""):
-                raise RecordError("ember: load_pytorch: big-endian files are not supported")
-            obj = _RestrictedUnpickler(archive.read(pickles[0]), archive, prefix).load()
-    except (zipfile.BadZipFile, EOFError, pickle.UnpicklingError, ValueError, TypeError) as error:
-        raise RecordError(f"ember: load_pytorch: {path} is corrupt: {error}") from None
-    if top_level_key is not None:
-        if not isinstance(obj, dict) or top_level_key not in obj:
-            keys = list(obj) if isinstance(obj, dict) else type(obj).__name__
-            raise RecordError(f"ember: load_pytorch: no top-level key {top_level_key!r} (found {keys})")
-        obj = obj[top_level_key]
-    out: dict[str, np.ndarray] = {}
-    _flatten(obj, "", out)
-    if not out:
-        raise RecordError(f"ember: load_pytorch: {path} holds no tensors")
-    return out
-
-
-def _flatten(obj: Any, prefix: str, out: dict[str, np.ndarray]) -> None:
-    if isinstance(obj, np.ndarray):
-        out[prefix] = obj
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            _flatten(value, f"{prefix}.{key}" if prefix else str(key), out)
+#: Keys always dropped: BatchNorm's step counter, which ember's BatchNorm does not keep.
+DEFAULT_SKIP = (r"(^|\.)num_batches_tracked$",)
 
 
 def remap_keys(arrays: dict[str, np.ndarray], rules: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
     """Apply regex ``(pattern, replacement)`` rules in order to every key."""
-    compiled = [(re.compile(p), r) for p, r in rules]
+    try:
+        compiled = [(re.compile(p), r) for p, r in rules]
+    except (re.error, TypeError, ValueError) as error:
+        raise RecordError(f"ember: load_pytorch: key_remap must be (pattern, replacement) regex pairs: {error}") from None
     out: dict[str, np.ndarray] = {}
     for key, value in arrays.items():
         for pattern, replacement in compiled:
@@ -165,6 +40,25 @@ def remap_keys(arrays: dict[str, np.ndarray], rules: Sequence[tuple[str, str]]) 
         if key in out:
             raise RecordError(f"ember: load_pytorch: two keys map to {key!r} after remapping")
         out[key] = value
+    return out
+
+
+def adapt_to_module(module: Module, arrays: dict[str, np.ndarray], *, names: bool = True,
+                    layouts: bool = True) -> dict[str, np.ndarray]:
+    """``arrays`` with each layer's PyTorch names and layouts turned into ember's (see
+    ``Module.pytorch_names`` and ``Module.adapt_pytorch``)."""
+    out = dict(arrays)
+    for path, layer in module.modules():
+        cls = type(layer)
+        prefix = f"{path}." if path else ""
+        if names:
+            for theirs, ours in cls.pytorch_names.items():
+                if prefix + theirs in out and prefix + ours not in out:
+                    out[prefix + ours] = out.pop(prefix + theirs)
+        if layouts and cls.adapt_pytorch is not Module.adapt_pytorch:
+            for field in cls._fields:
+                if prefix + field in out:
+                    out[prefix + field] = layer.adapt_pytorch(field, out[prefix + field])
     return out
 
 
@@ -176,28 +70,130 @@ def load_pytorch(
     top_level_key: str | None = None,
     strict: bool = True,
     transpose_linear: bool = True,
-    skip: Sequence[str] = (r"\.num_batches_tracked$",),
+    skip: Sequence[str] = (),
+    adapt_names: bool = True,
 ) -> Module:
     """A copy of ``module`` with the weights of a PyTorch state dict file.
 
     ``key_remap`` renames keys (regex rules, applied in order); keys matching a
-    ``skip`` pattern are dropped (BatchNorm's counter by default); 2-D ``weight``s of
-    ember ``Linear`` layers are transposed from PyTorch's ``[out, in]``.
+    ``skip`` pattern (after remapping) are dropped, in addition to
+    :data:`DEFAULT_SKIP` (BatchNorm's counter). Then each layer adapts its entries:
+    PyTorch's names for its fields (``adapt_names``: the norm layers' ``weight``/``bias``
+    become ``gamma``/``beta``) and its layout (``transpose_linear``: ``Linear`` weights are
+    transposed from PyTorch's ``[out, in]``). ``strict=True`` requires the file and the
+    module to have the same keys; ``strict=False`` loads the keys both have.
     """
-    from ember.module.record import load_arrays
+    from ember.module.record import load_arrays, module_entries
 
     arrays = remap_keys(read_pytorch(path, top_level_key), key_remap)
-    skips = [re.compile(s) for s in skip]
+    try:
+        skips = [re.compile(s) for s in (*DEFAULT_SKIP, *skip)]
+    except (re.error, TypeError) as error:
+        raise RecordError(f"ember: load_pytorch: skip must be regex patterns: {error}") from None
     arrays = {k: v for k, v in arrays.items() if not any(s.search(k) for s in skips)}
-    if transpose_linear:
-        for prefix in _linear_paths(module):
-            key = f"{prefix}.weight" if prefix else "weight"
-            if key in arrays and arrays[key].ndim == 2:
-                arrays[key] = np.ascontiguousarray(arrays[key].T)
+    arrays = adapt_to_module(module, arrays, names=adapt_names, layouts=transpose_linear)
+    if strict:
+        ours = module_entries(module)
+        missing = [k for k in ours if k not in arrays]
+        unexpected = [k for k in arrays if k not in ours]
+        if missing or unexpected:
+            raise RecordError(_mismatch_message(module, path, missing, unexpected))
     return load_arrays(module, arrays, source=str(path), strict=strict)
 
 
-def _linear_paths(module: Module) -> list[str]:
-    from ember.nn.linear import Linear
+# ---------------------------------------------------------------------- the mismatch message
+def _listing(keys: list[str], limit: int = 12) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
 
-    return [path for path, sub in module.modules() if isinstance(sub, Linear)]
+
+def _split(key: str) -> tuple[str, str]:
+    head, _, leaf = key.rpartition(".")
+    return head, leaf
+
+
+def _torch_leaves(module: Module) -> dict[str, str]:
+    """``{ember key: PyTorch's leaf name}`` for fields that PyTorch names differently."""
+    out: dict[str, str] = {}
+    for path, layer in module.modules():
+        prefix = f"{path}." if path else ""
+        for theirs, ours in type(layer).pytorch_names.items():
+            out[prefix + ours] = theirs
+    return out
+
+
+def _common_tail(a: list[str], b: list[str]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
+
+
+def suggest_remap(module: Module, missing: list[str], unexpected: list[str]) -> list[tuple[str, str]]:
+    """Regex rules that rename the file's unmatched keys onto the module's, when the
+    pairing is obvious: layers (key prefixes) with the same parameter names, paired in
+    order. Empty when no such pairing exists."""
+    leaves = _torch_leaves(module)
+
+    def groups(keys: list[str], ember_side: bool) -> dict[str, frozenset[str]]:
+        out: dict[str, set[str]] = {}
+        for key in keys:
+            head, leaf = _split(key)
+            out.setdefault(head, set()).add(leaves.get(key, leaf) if ember_side else leaf)
+        return {head: frozenset(leafs) for head, leafs in out.items()}
+
+    theirs, ours = groups(unexpected, False), groups(missing, True)
+    by_signature: dict[frozenset[str], tuple[list[str], list[str]]] = {}
+    for head, signature in theirs.items():
+        by_signature.setdefault(signature, ([], []))[0].append(head)
+    for head, signature in ours.items():
+        by_signature.setdefault(signature, ([], []))[1].append(head)
+    pairs = [(a, b) for heads_a, heads_b in by_signature.values() if len(heads_a) == len(heads_b)
+             for a, b in zip(heads_a, heads_b)]
+    if not pairs:
+        return []
+    order = {head: i for i, head in enumerate(theirs)}
+    pairs.sort(key=lambda pair: order[pair[0]])
+    # One rule for all pairs when they differ only by a common leading part.
+    cuts = set()
+    for a, b in pairs:
+        pa, pb = a.split(".") if a else [], b.split(".") if b else []
+        n = _common_tail(pa, pb)
+        cuts.add((".".join(pa[: len(pa) - n]), ".".join(pb[: len(pb) - n])))
+    if len(cuts) == 1:
+        a, b = cuts.pop()
+        if a or b:
+            return [(f"^{re.escape(a)}\\." if a else "^", f"{b}." if b else "")]
+    rules = []
+    for a, b in pairs:
+        if a == b:
+            continue
+        pattern = f"^{re.escape(a)}\\." if a else "^"
+        rules.append((pattern, f"{b}." if b else ""))
+    return rules
+
+
+def _raw(pattern: str) -> str:
+    """A regex as a raw string literal a user can paste."""
+    return f'r"{pattern}"' if '"' not in pattern and not pattern.endswith("\\") else repr(pattern)
+
+
+def _mismatch_message(module: Module, path: object, missing: list[str], unexpected: list[str]) -> str:
+    name = type(module).__name__
+    lines = [f"ember: load_pytorch: the keys of {path} do not match {name}."]
+    if missing:
+        lines.append(f"  in {name}, not in the file: {_listing(missing)}")
+    if unexpected:
+        lines.append(f"  in the file, not in {name}: {_listing(unexpected)}")
+    rules = suggest_remap(module, missing, unexpected) if missing and unexpected else []
+    if rules:
+        shown = ", ".join(f"({_raw(p)}, {r!r})" for p, r in rules[:8])
+        lines.append(f"  The names differ: rename the file's keys with key_remap=[{shown}]")
+    elif missing and unexpected:
+        lines.append("  If the names differ, rename the file's keys with key_remap=[(pattern, replacement), ...] "
+                     "(regexes applied in order)")
+    if unexpected and not missing:
+        lines.append("  Drop the extra keys with skip=[pattern, ...] (regexes), or pick a sub-dict with "
+                     "top_level_key=...")
+    lines.append("  (strict=False loads only the keys that match and leaves the rest of the module as it is)")
+    return "\n".join(lines)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ember.device import Device
 from ember.errors import ConfigError
 from ember.module import Config, Module, Param
@@ -48,6 +50,10 @@ class Linear(Module):
         """``x`` of shape ``[..., d_input]`` to ``[..., d_output]``."""
         bias = self.bias
         return linear(x, self.weight.val(), None if bias is None else bias.val())
+
+    def adapt_pytorch(self, field: str, array: np.ndarray) -> np.ndarray:
+        """PyTorch stores the weight as ``[d_output, d_input]``: transposed here."""
+        return array.T if field == "weight" and array.ndim == 2 else array
 
     @property
     def d_input(self) -> int:

@@ -50,6 +50,8 @@ class BatchNorm(Module):
     PyTorch); elsewhere (after ``model.valid()``) it uses the running averages.
     """
 
+    pytorch_names = {"weight": "gamma", "bias": "beta"}  # PyTorch calls the scale and shift weight and bias
+
     gamma: Param
     beta: Param
     running_mean: RunningState

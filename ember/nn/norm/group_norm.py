@@ -49,6 +49,8 @@ class GroupNorm(Module):
     """Normalises ``[batch, channels, ...]`` over each group of channels and all
     trailing dims; ``gamma``/``beta`` (per channel) when affine."""
 
+    pytorch_names = {"weight": "gamma", "bias": "beta"}  # PyTorch calls the scale and shift weight and bias
+
     gamma: Param | None
     beta: Param | None
     num_groups: int

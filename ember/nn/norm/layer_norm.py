@@ -36,6 +36,8 @@ class LayerNormConfig(Config):
 class LayerNorm(Module):
     """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over the last dim (biased variance)."""
 
+    pytorch_names = {"weight": "gamma", "bias": "beta"}  # PyTorch calls the scale and shift weight and bias
+
     gamma: Param
     beta: Param | None = None
     epsilon: float = 1e-5

@@ -32,6 +32,8 @@ class RmsNormConfig(Config):
 class RmsNorm(Module):
     """``x / sqrt(mean(x^2) + epsilon) * gamma`` over the last dim."""
 
+    pytorch_names = {"weight": "gamma"}  # PyTorch calls the scale and shift weight and bias
+
     gamma: Param
     epsilon: float = 1e-5
 
