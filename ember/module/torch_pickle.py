@@ -30,6 +30,7 @@ import re
 import struct
 import sys
 import zipfile
+import zlib
 from collections import OrderedDict
 from typing import Any
 
@@ -62,7 +63,7 @@ _MAX_DEFLATE_RATIO = 1100  # deflate cannot expand more than ~1032 times
 # What the pickle machine may raise on a malformed stream (and numpy on a refused view).
 _PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
                   KeyError, LookupError, MemoryError, RecursionError, OverflowError, struct.error)
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError,
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, NotImplementedError,
                RuntimeError, struct.error, OverflowError, MemoryError, OSError)
 
 
@@ -112,7 +113,7 @@ class _Tensor(_Sealed):
 
 def _index(what: str, value: Any) -> int:
     if type(value) is not int:
-        raise _fault(f"a tensor's {what} is a {type(value).__name__}, not an int; the file is corrupt")
+        raise _fault(f"a tensor's {what} has type {type(value).__name__}, not int; the file is corrupt")
     if value < 0:
         raise _fault(f"a tensor has a negative {what} ({value}); the file is corrupt or crafted")
     if value > _MAX_DIM:
@@ -122,7 +123,7 @@ def _index(what: str, value: Any) -> int:
 
 def _dims(what: str, values: Any) -> tuple[int, ...]:
     if type(values) not in (tuple, list):
-        raise _fault(f"a tensor's {what} is a {type(values).__name__}, not a tuple; the file is corrupt")
+        raise _fault(f"a tensor's {what} has type {type(values).__name__}, not tuple; the file is corrupt")
     if len(values) > 64:
         raise _fault(f"a tensor's {what} has {len(values)} dims; the file is corrupt")
     return tuple(_index(what, v) for v in values)
@@ -148,7 +149,9 @@ def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, requir
         if offset > length:
             raise _fault(f"a tensor's storage offset {offset} lies past the end of storage {storage.key} "
                          f"({length} elements); the file is corrupt")
-        return _Tensor(np.zeros(size, dtype=dtype))
+        empty = np.zeros(size, dtype=dtype)
+        empty.flags.writeable = False
+        return _Tensor(empty)
     last = offset + sum((n - 1) * s for n, s in zip(size, stride))
     if last >= length:
         raise _fault(
@@ -160,6 +163,9 @@ def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, requir
                       strides=tuple(s * raw.itemsize for s in stride))
     if storage.big_endian:
         view = view.astype(view.dtype.newbyteorder("="))
+    if dtype == np.bool_:
+        view = view != 0  # a byte other than 0 or 1 is not a valid numpy bool
+    view.flags.writeable = False
     return _Tensor(view.view(dtype))
 
 
@@ -183,8 +189,8 @@ def _refuse_global(path: Any, module: str, name: str) -> RecordError:
     if module == "torch" and name.endswith("Storage"):
         supported = ", ".join(sorted(_STORAGE_DTYPES))
         return _fault(f"{path} holds tensors of type torch.{name}, which ember cannot read (it reads {supported})")
-    if module.startswith("torch.nn.") or module == "__main__" or not module.split(".")[0] in (
-            "torch", "collections", "builtins", "__builtin__", "numpy", "_codecs", "copyreg"):
+    if module.startswith("torch.nn.") or (name[:1].isupper() and module.split(".")[0] not in (
+            "torch", "collections", "builtins", "__builtin__", "numpy", "_codecs", "copyreg")):
         return _fault(
             f"{path} holds a pickled Python object of class {qualified} (a whole model saved with "
             "torch.save(model)?), not a state dict. ember reads state dicts and never runs code from a file: in "
