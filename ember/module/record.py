@@ -2,9 +2,10 @@
 
 A module file holds one tensor per parameter or running state, named by its dotted
 path, and metadata mapping each path to its ``ParamId``, dtype, shape and kind,
-plus a format version. Writes are atomic (a temporary file, then a rename); a
-missing, truncated or corrupt file raises :class:`~ember.errors.RecordError` and
-never leaves a half-loaded module.
+plus a format version and the CRC-32 of every tensor (see
+:mod:`ember.module.safetensors_file`). Writes are atomic (a temporary file, then a
+rename); a missing, truncated, corrupt or malformed file raises
+:class:`~ember.errors.RecordError` naming the fault and never leaves a half-loaded module.
 
 >>> model.save_file("model.safetensors")                  # doctest: +SKIP
 >>> model = Mlp.new(device).load_file("model.safetensors")  # doctest: +SKIP
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,64 +22,17 @@ import numpy as np
 from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import DTypeError, RecordError
-from ember.module.atomic import atomic_write
 from ember.module.module import Module
 from ember.module.param import Param, ParamId, RunningState
+from ember.module.safetensors_file import parse_json, read_safetensors, write_safetensors
 from ember.module.visitor import FnMapper
 from ember.tensor import Tensor
 
+__all__ = ["FORMAT", "FORMAT_VERSION", "load_arrays", "load_file", "load_record", "module_entries",
+           "read_safetensors", "save_file", "save_record", "write_safetensors"]
+
 FORMAT = "ember-record"
 FORMAT_VERSION = 1
-
-
-def _safetensors():
-    try:
-        import safetensors.numpy as st
-    except ImportError:  # pragma: no cover - depends on the install
-        raise RecordError("ember: records need the safetensors package: pip install safetensors") from None
-    return st
-
-
-def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-    """Write a safetensors file atomically (a temporary file in the same folder, then a rename)."""
-    st = _safetensors()
-    arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    atomic_write(path, lambda tmp: st.save_file(arrays, tmp, metadata=metadata))
-
-
-def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Tensors and metadata of a safetensors file; a clear RecordError when unreadable."""
-    target = Path(path)
-    if not target.is_file():
-        raise RecordError(f"ember: cannot load {target}: no such file")
-    size = target.stat().st_size
-    with open(target, "rb") as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            raise RecordError(f"ember: {target} is truncated ({size} bytes): not a safetensors record")
-        header_len = int.from_bytes(head, "little")
-        if header_len <= 0 or 8 + header_len > size:
-            raise RecordError(
-                f"ember: {target} is truncated or corrupt: its header claims {header_len} bytes, the file has {size}"
-            )
-        try:
-            header = json.loads(handle.read(header_len))
-        except (ValueError, UnicodeDecodeError):
-            raise RecordError(f"ember: {target} is corrupt: its header is not valid JSON") from None
-    if not isinstance(header, dict):
-        raise RecordError(f"ember: {target} is corrupt: unexpected header")
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)), default=0)
-    if 8 + header_len + end > size:
-        raise RecordError(
-            f"ember: {target} is truncated: the header describes {8 + header_len + end} bytes, the file has {size}"
-        )
-    st = _safetensors()
-    try:
-        tensors = st.load_file(str(target))
-    except Exception as error:
-        raise RecordError(f"ember: {target} is corrupt: {error}") from None
-    metadata = header.get("__metadata__") or {}
-    return tensors, metadata
 
 
 def _check_format(path: Any, metadata: dict[str, str], kind: str) -> None:
@@ -150,11 +103,54 @@ def load_file(
     """
     tensors, metadata = read_safetensors(path)
     _check_format(path, metadata, "module")
-    try:
-        entries = json.loads(metadata["entries"])
-    except (KeyError, ValueError):
-        raise RecordError(f"ember: {path} is corrupt: its entry table is missing or unreadable") from None
+    if "entries" not in metadata:
+        raise RecordError(f"ember: {path} is corrupt: its entry table is missing")
+    entries = _check_entries(path, parse_json(metadata["entries"], "its entry table", path), tensors)
+    _check_shared_ids(path, module, entries)
     return _load_entries(module, path, tensors, entries, strict=strict, dtype_policy=dtype_policy)
+
+
+def _check_entries(path: Any, entries: Any, tensors: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """The entry table, checked against the tensors: one entry per tensor, each with a
+    kind, a ParamId and the tensor's shape."""
+    where = f"ember: {path} is corrupt: its entry table"
+    if not isinstance(entries, dict):
+        raise RecordError(f"{where} is not an object")
+    if set(entries) != set(tensors):
+        extra = sorted(set(entries) - set(tensors))[:5]
+        absent = sorted(set(tensors) - set(entries))[:5]
+        raise RecordError(f"{where} does not list exactly the file's tensors (entries without a tensor: {extra}; "
+                          f"tensors without an entry: {absent})")
+    for key, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise RecordError(f"{where}: {key!r} is not an object")
+        if entry.get("kind") not in ("param", "state"):
+            raise RecordError(f"{where}: {key!r} has kind {str(entry.get('kind'))[:40]!r}, not 'param' or 'state'")
+        pid = entry.get("id")
+        if not isinstance(pid, str) or len(pid) != 16 or any(c not in "0123456789abcdef" for c in pid):
+            raise RecordError(f"{where}: {key!r} has ParamId {str(pid)[:40]!r}, not 16 hex digits")
+        shape = entry.get("shape")
+        if shape != list(tensors[key].shape):
+            raise RecordError(f"{where}: {key!r} has shape {str(shape)[:60]} in the table but "
+                              f"{list(tensors[key].shape)} in the data")
+        if "require_grad" in entry and not isinstance(entry["require_grad"], bool):
+            raise RecordError(f"{where}: {key!r} has a require_grad that is not true/false")
+    return entries
+
+
+def _check_shared_ids(path: Any, module: Module, entries: dict[str, dict[str, Any]]) -> None:
+    """Entries may share a ParamId only where the module shares one parameter (tied weights)."""
+    by_id: dict[str, list[str]] = {}
+    for key, entry in entries.items():
+        by_id.setdefault(entry["id"], []).append(key)
+    ours = {key: leaf.id for key, (_, leaf) in module_entries(module).items()}
+    for pid, keys in by_id.items():
+        if len(keys) > 1 and len({ours.get(k, k) for k in keys}) > 1:
+            raise RecordError(
+                f"ember: {path} is corrupt: the entries {', '.join(keys[:6])} share one ParamId ({pid}), but they "
+                f"are different parameters of {type(module).__name__}; ids must be unique (the optimizer keys its "
+                "state by them)"
+            )
 
 
 def load_arrays(
@@ -264,16 +260,26 @@ def _flatten(tree: Any, tensors: dict[str, np.ndarray]) -> Any:
 def _unflatten(node: Any, tensors: dict[str, np.ndarray], device: Device) -> Any:
     if isinstance(node, dict):
         if "__tensor__" in node:
-            array = tensors[node["__tensor__"]]
-            return Tensor.from_data(array, device=device, dtype=node.get("dtype"))
+            key, dtype = node["__tensor__"], node.get("dtype")
+            if not isinstance(key, str) or key not in tensors or not (dtype is None or isinstance(dtype, str)):
+                raise RecordError(f"ember: load_record: a tensor node names no tensor of the file ({str(key)[:40]!r})")
+            try:
+                return Tensor.from_data(tensors[key], device=device, dtype=dtype)
+            except (DTypeError, ValueError):
+                raise RecordError(f"ember: load_record: tensor {key!r} has an invalid dtype {dtype[:40]!r}") from None
         if "__array__" in node:
-            return tensors[node["__array__"]]
-        if "__dict__" in node:
+            key = node["__array__"]
+            if not isinstance(key, str) or key not in tensors:
+                raise RecordError(f"ember: load_record: an array node names no tensor of the file ({str(key)[:40]!r})")
+            return np.array(tensors[key])
+        if isinstance(node.get("__dict__"), dict):
             return {k: _unflatten(v, tensors, device) for k, v in node["__dict__"].items()}
-        if "__list__" in node:
+        if isinstance(node.get("__list__"), list):
             items = [_unflatten(v, tensors, device) for v in node["__list__"]]
-            return tuple(items) if node.get("tuple") else items
-        raise RecordError("ember: load_record: corrupt tree node")
+            return tuple(items) if node.get("tuple") is True else items
+        raise RecordError(f"ember: load_record: corrupt tree node with keys {sorted(node)[:5]}")
+    if isinstance(node, list):
+        raise RecordError("ember: load_record: corrupt tree node (a bare list)")
     return node
 
 
@@ -291,8 +297,12 @@ def load_record(path: str | os.PathLike, device: Device | None = None) -> Any:
     """The structure saved by :meth:`save_record`, tensors placed on ``device``."""
     tensors, metadata = read_safetensors(path)
     _check_format(path, metadata, "tree")
+    if "tree" not in metadata:
+        raise RecordError(f"ember: {path} is corrupt: its structure table is missing")
+    structure = parse_json(metadata["tree"], "its structure table", path)
     try:
-        structure = json.loads(metadata["tree"])
         return _unflatten(structure, tensors, device or Device.default())
-    except (KeyError, ValueError, TypeError):
-        raise RecordError(f"ember: {path} is corrupt: its structure table is missing or unreadable") from None
+    except RecordError as error:
+        raise RecordError(f"ember: {path} is corrupt: {str(error).removeprefix('ember: load_record: ')}") from None
+    except RecursionError:
+        raise RecordError(f"ember: {path} is corrupt: its structure table nests too deeply") from None
