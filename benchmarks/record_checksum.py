@@ -50,7 +50,7 @@ def main() -> None:
     rows = []
     try:
         for name, fn in list(candidates.items()) + [("read the file (page cache)", read_file)]:
-            us, base_us, ratio = paired_us(fn, copy, repeats=7, min_time=0.2)
+            us, _, ratio = paired_us(fn, copy, repeats=7, min_time=0.2)
             rows.append([name, fmt(megabytes / (us / 1e6), " MB/s"), fmt(ratio, "x")])
     finally:
         os.unlink(path)

@@ -39,7 +39,8 @@ def _check_format(path: Any, metadata: dict[str, str], kind: str) -> None:
     if metadata.get("format") != FORMAT:
         raise RecordError(
             f"ember: {path} is a safetensors file but not an ember {kind} record (no ember metadata); "
-            "for foreign weights use load_safetensors/load_pytorch with key remapping"
+            "for foreign weights read the arrays with ember.module.record.read_safetensors and load them with "
+            "load_arrays(module, arrays) (or Module.load_pytorch for PyTorch files)"
         )
     try:
         version = int(metadata.get("version", "0"))
