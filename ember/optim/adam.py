@@ -51,6 +51,8 @@ class Adam(SimpleOptimizer):
         return self._composite(lr, tensor, grad, state)
 
     def step_many(self, lr: float, tensors: list[Tensor], grads: list[Tensor], states: list[AdamState | None]):
+        if not tensors:
+            return []
         first = states[0]
         if len(tensors) > 1:
             if first is None:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from ember.device import Device
-from ember.errors import ConfigError
+from ember.errors import ConfigError, RecordError
 from ember.module import Config
 from ember.tensor import Tensor
 
@@ -28,9 +28,24 @@ class OptimizerState:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> OptimizerState:
-        names = {f.name for f in dataclasses.fields(cls)}
-        if set(record) != names:
-            raise ConfigError(f"ember: {cls.__name__}: the saved state has fields {sorted(record)}, expected {sorted(names)}")
+        fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        if set(record) != set(fields):
+            raise ConfigError(f"ember: {cls.__name__}: the saved state has fields {sorted(record)}, expected {sorted(fields)}")
+        for name, hint in fields.items():
+            value = record[name]
+            if "Tensor" in hint:
+                valid = isinstance(value, Tensor) or (value is None and "None" in hint)
+            elif hint == "int":
+                valid = type(value) is int
+            elif hint == "float":
+                valid = isinstance(value, (int, float)) and not isinstance(value, bool)
+            else:
+                valid = True
+            if not valid:
+                raise RecordError(
+                    f"ember: {cls.__name__}: the saved field {name!r} is a {type(value).__name__}, expected {hint}; "
+                    "the optimizer record is corrupt"
+                )
         return cls(**record)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ class _FromGrads(ModuleVisitor):
         self.grads = grads
         self.out = out
         self.only = only
+        self.missed: list[tuple[int, ...]] = []  # shapes of tracked parameters without a gradient
 
     def visit_float(self, param: Param, path: str) -> None:
         if self.only is not None and param.id not in self.only:
@@ -31,6 +33,27 @@ class _FromGrads(ModuleVisitor):
         if grad is not None:
             self.out._grads[param.id] = grad
             self.out._sources[param.id] = (param, path)
+        else:
+            self.missed.append(param._shape)
+
+
+def _check_other_instance(grads: Any, module: Module, missed: list[tuple[int, ...]]) -> None:
+    """No parameter of ``module`` got a gradient although the graph holds gradients of
+    tensors shaped like all of them: the loss came from another instance of the model
+    (same architecture and ParamIds, other graph leaves)."""
+    node_ids = getattr(grads, "node_ids", None)
+    if node_ids is None:
+        return
+    others = Counter(tuple(getattr(grads.get(node), "shape", ())) for node in node_ids())
+    if Counter(missed) - others:
+        return  # the graph does not hold the model's shapes: another model, or no model, made the loss
+    raise GraphError(
+        f"ember: GradientsParams.from_grads: none of the {len(missed)} trainable parameters of "
+        f"{type(module).__name__} is in this backward graph, which holds gradients of {len(others)} other tensors "
+        "with their shapes: the loss was most likely computed with another instance of the model, e.g. the one "
+        "from before `model = optim.step(...)` (a step returns a new model: compute the next loss with it), or a "
+        "copy (clone, fork, load_file). Pass the model whose forward produced the loss"
+    )
 
 
 class GradientsParams:
@@ -56,7 +79,10 @@ class GradientsParams:
         if not isinstance(module, Module):
             raise GraphError(f"ember: GradientsParams.from_grads: expected a Module, got {type(module).__name__}")
         out = GradientsParams()
-        module.visit(_FromGrads(grads, out, None if filter is None else frozenset(filter)))
+        visitor = _FromGrads(grads, out, None if filter is None else frozenset(filter))
+        module.visit(visitor)
+        if not out._grads and visitor.missed:
+            _check_other_instance(grads, module, visitor.missed)
         return out
 
     @staticmethod

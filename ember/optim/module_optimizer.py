@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.backend.fusion.trace import StateDict
-from ember.errors import ConfigError
+from ember.errors import ConfigError, RecordError
 from ember.module import Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, ParamId
 from ember.optim.base import OptimizerConfig, SimpleOptimizer
 from ember.optim.clipping import GradientClipping
@@ -62,6 +62,8 @@ class ModuleOptimizer:
         # Followed by ember.compile: a captured step reads and updates these states.
         self.states: dict[ParamId, Any] = StateDict()
         self._lookup: dict[tuple[ParamId, str], _Group | None] = {}
+        # (loaded ids, where from): checked against the model of the next step (strict loads)
+        self._unchecked: tuple[frozenset[ParamId], str] | None = None
 
     def with_group(
         self,
@@ -112,6 +114,8 @@ class ModuleOptimizer:
             lr = float(lr)
             if not lr == lr or lr < 0:
                 raise ConfigError(f"ember: step: the learning rate must be a number >= 0, got {lr}")
+        if self._unchecked is not None:
+            self._check_ids(module)
         sources = dict(grads._sources)
         if len(sources) < len(grads._grads):
             module.visit(_Collect(set(grads._grads) - set(sources), sources))
@@ -135,6 +139,8 @@ class ModuleOptimizer:
         updates: dict[ParamId, Param] = {}
         new_states: dict[ParamId, Any] = {}  # committed only when every group has stepped
         for optimizer, group_lr, items in buckets.values():
+            if not items:
+                continue  # no gradient: nothing to step
             values, grads_inner = [], []
             device = inner = None
             for param, path, grad in items:
@@ -165,22 +171,51 @@ class ModuleOptimizer:
             for pid, state in self.states.items()
         }
 
-    def load_record(self, record: dict[str, Any]) -> ModuleOptimizer:
-        """Restores states saved by :meth:`to_record` (replacing the current ones)."""
+    def load_record(self, record: dict[str, Any], module: Module | None = None, *, strict: bool = True,
+                    source: str = "the optimizer record") -> ModuleOptimizer:
+        """Restores states saved by :meth:`to_record` (replacing the current ones).
+
+        With ``strict=True`` the states must belong to the model they will step: when
+        none of their ids is a parameter of ``module`` (checked now if given, else at
+        the next :meth:`step`) a RecordError says so; ``strict=False`` accepts them."""
+        if not isinstance(record, dict):
+            raise RecordError(f"ember: load_record: {source} is not a table of optimizer states")
         states: dict[ParamId, Any] = StateDict()
         known = {self.optimizer.state_type.__name__: self.optimizer.state_type}
         for group in self.groups:
             known[group.optimizer.state_type.__name__] = group.optimizer.state_type
         for key, entry in record.items():
+            if not isinstance(key, str) or len(key) != 16 or any(c not in "0123456789abcdef" for c in key) \
+                    or not isinstance(entry, dict) or not isinstance(entry.get("fields"), dict):
+                raise RecordError(f"ember: load_record: {source} is corrupt: the state {str(key)[:40]!r} is malformed")
             state_type = known.get(entry.get("type"))
             if state_type is None:
                 raise ConfigError(
-                    f"ember: load_record: a state of type {entry.get('type')!r} does not match this optimizer "
+                    f"ember: load_record: a state of type {str(entry.get('type'))[:40]!r} does not match this optimizer "
                     f"({', '.join(known)})"
                 )
             states[ParamId.parse(key)] = state_type.from_record(entry["fields"])
         self.states = states
+        self._unchecked = (frozenset(states), source) if strict and states else None
+        if module is not None:
+            self._check_ids(module)
         return self
+
+    def _check_ids(self, module: Module) -> None:
+        """A strict load's states must include some of ``module``'s parameters."""
+        ids, source = self._unchecked or (frozenset(), "")
+        self._unchecked = None
+        if not ids or not isinstance(module, Module):
+            return
+        ours = {param.id for _, param in module.named_params()}
+        if not ids & ours:
+            raise RecordError(
+                f"ember: the optimizer states of {source} belong to none of the {len(ours)} parameters of "
+                f"{type(module).__name__} ({len(ids)} states): they were saved with another model, or this model was "
+                "built fresh instead of loaded (a model draws new ParamIds when it is built; load its record with "
+                "model.load_file(...) first so that the ids match). Pass strict=False to load_file/load_record to "
+                "accept them anyway (the optimizer then starts over for this model)"
+            )
 
     def save_file(self, path: Any) -> None:
         """Save the per-parameter states (safetensors, atomically; see ``ember.module.record``)."""
@@ -188,9 +223,11 @@ class ModuleOptimizer:
 
         save_record(path, {"states": self.to_record()}, metadata={"content": "optimizer"})
 
-    def load_file(self, path: Any, device: Any = None) -> ModuleOptimizer:
+    def load_file(self, path: Any, device: Any = None, *, module: Module | None = None,
+                  strict: bool = True) -> ModuleOptimizer:
         """Restore states saved by :meth:`save_file`, their tensors on ``device`` (the
-        model's inner device; default: ``Device.default().inner()``)."""
+        model's inner device; default: ``Device.default().inner()``). ``module`` and
+        ``strict`` as in :meth:`load_record`: states of another model raise."""
         from ember.device import Device
         from ember.module.record import load_record
 
@@ -198,7 +235,7 @@ class ModuleOptimizer:
         tree = load_record(path, device=device)
         if not isinstance(tree, dict) or "states" not in tree:
             raise ConfigError(f"ember: {path} is not an optimizer record (saved by ModuleOptimizer.save_file)")
-        return self.load_record(tree["states"])
+        return self.load_record(tree["states"], module, strict=strict, source=str(path))
 
     def __repr__(self) -> str:
         return f"ModuleOptimizer({type(self.optimizer).__name__}, {len(self.states)} states, {len(self.groups)} groups)"
