@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.errors import DTypeError, GraphError
+from ember.errors import DTypeError, GraphError, ShapeError
 from ember.tensor.dispatch import FLOAT_NP
 
 
@@ -74,6 +74,11 @@ class AutodiffOps:
     def grad_replace(self, grads: Any, grad: Any) -> None:
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner device)."""
         backend = self._autodiff_backend("grad_replace")
+        if tuple(grad._p.shape) != tuple(self._p.shape):
+            raise ShapeError(
+                f"ember: grad_replace: the new gradient has shape {list(grad._p.shape)}, the tensor has "
+                f"{list(self._p.shape)}; a gradient has the shape of its tensor"
+            )
         inner = self._d.inner()
         if grad._d != inner:
             grad = grad.to_device(inner)
