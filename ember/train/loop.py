@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from typing import Any
 
 from ember.data import DataLoader
@@ -90,6 +91,7 @@ class TrainingRun:
         self.history = MetricHistory()
         self.elapsed_before = 0.0
         self.last_checkpoint = None
+        self._verified: CheckpointPosition | None = None  # the checkpoint _newest_intact just verified
         self.interrupted = False
         self.stopped = ""
         self._seconds = {Split.TRAIN: [], Split.VALID: []}
@@ -238,11 +240,38 @@ class TrainingRun:
                 ckpt.delete(newer)
                 self.note(f"Removed checkpoint {newer.name}: training restarts from epoch {wanted}")
         else:
-            target = positions[-1] if positions else None
+            target = self._newest_intact(ckpt, positions)
         return target
 
+    def _newest_intact(self, ckpt: FileCheckpointer, positions: list[CheckpointPosition]) -> CheckpointPosition | None:
+        """The newest checkpoint whose files match their manifest. Damaged newer ones are
+        skipped with a warning naming them; if every one is damaged, the newest's error."""
+        failures: list[tuple[CheckpointPosition, RecordError]] = []
+        for position in reversed(positions):
+            try:
+                ckpt.verify(position)
+            except RecordError as error:
+                failures.append((position, error))
+                continue
+            if failures:
+                skipped = ", ".join(p.name for p, _ in failures)
+                text = (f"Skipped checkpoint {skipped}: it is damaged ({failures[0][1]}). Resuming from the newest "
+                        f"intact checkpoint, {position.name}")
+                warnings.warn(f"ember: {text}", RuntimeWarning, stacklevel=5)
+                self.note(text)
+            self._verified = position
+            return position
+        if not failures:
+            return None
+        error = failures[0][1]
+        if len(failures) > 1:
+            raise RecordError(f"{error} (the {len(failures) - 1} older checkpoints are damaged too)") from None
+        raise error
+
     def _load_checkpoint(self, ckpt: FileCheckpointer, target: CheckpointPosition) -> CheckpointPosition:
-        model, records, state = ckpt.load(target, self.model, self.learner.optim, self.device.inner())
+        verified = self._verified == target  # checked just now while choosing it
+        model, records, state = ckpt.load(target, self.model, self.learner.optim, self.device.inner(),
+                                          check=not verified)
         try:
             self.learner.lr_scheduler.load_record(records["scheduler"])
             self._restore_rng(records["rng"])

@@ -310,3 +310,30 @@ def test_checkpoint_of_another_optimizer(saved):
     learner = Learner(model, SgdConfig(momentum=0.9).init(), scheduler, train_step=noisy_step, valid_step=valid_step)
     with pytest.raises(RecordError, match="cannot restore the optimizer from checkpoint .*another optimizer"):
         training.launch(learner, train, valid)
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(tmp_path, reference):
+    """The newest checkpoint's model file is damaged: resume from the one before, with a
+    warning naming the skipped one, and end with the uninterrupted run's model."""
+    fit(tmp_path, epochs=3, stop_after=14)  # epoch 1 done (9 batches), stopped inside epoch 2
+    names = sorted(p.name for p in (tmp_path / "checkpoint").iterdir())
+    assert names == ["epoch-0001", "epoch-0002-step-000005"]
+    damaged = tmp_path / "checkpoint" / "epoch-0002-step-000005" / "model.safetensors"
+    data = bytearray(damaged.read_bytes())
+    data[-5] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match=r"Skipped checkpoint epoch-0002-step-000005: .*does not match its checksum"
+                                            r".* Resuming from the newest intact checkpoint, epoch-0001"):
+        result = fit(tmp_path, epochs=3)
+    assert_same_run(tmp_path, result, *reference)
+    assert "Skipped checkpoint epoch-0002-step-000005" in (tmp_path / "experiment.log").read_text()
+
+
+def test_an_explicitly_chosen_damaged_checkpoint_does_not_fall_back(tmp_path):
+    fit(tmp_path, epochs=2)
+    (tmp_path / "checkpoint" / "epoch-0002" / "state.json").write_text("{}")
+    training, model, scheduler = setup(tmp_path, epochs=3)
+    train, valid = loaders(batch_size=8)
+    learner = Learner(model, AdamConfig().init(), scheduler, train_step=noisy_step, valid_step=valid_step)
+    with pytest.raises(RecordError, match="epoch-0002 is corrupt: state.json does not match its checksum"):
+        training.checkpoint(2).launch(learner, train, valid)

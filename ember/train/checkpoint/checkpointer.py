@@ -28,6 +28,7 @@ from ember.device import Device
 from ember.errors import ConfigError, RecordError
 from ember.module import Module
 from ember.module.record import load_record, save_record
+from ember.optim import ModuleOptimizer
 
 FORMAT = "ember-learner-checkpoint"
 VERSION = 1
@@ -210,17 +211,23 @@ class FileCheckpointer:
         return folder
 
     def load(self, position: CheckpointPosition, model: Module, optim: Any,
-             device: Device) -> tuple[Module, dict[str, Any], dict[str, Any]]:
+             device: Device, *, check: bool = True) -> tuple[Module, dict[str, Any], dict[str, Any]]:
         """``(model with the saved values, records, state)``; ``optim`` is restored in
-        place, its states on ``device`` (the inner device: where optimizer states live)."""
-        folder = self.verify(position)
+        place, its states on ``device`` (the inner device: where optimizer states live).
+        ``check=False`` skips :meth:`verify` (for a checkpoint verified just before)."""
+        folder = self.verify(position) if check else self.path(position)
         try:
             loaded = model.load_file(folder / "model.safetensors")
         except RecordError as error:
             raise RecordError(f"ember: cannot restore the model from checkpoint {folder}: {error}") from None
         try:
-            optim.load_file(folder / "optimizer.safetensors", device=device)
-        except (RecordError, ConfigError) as error:
+            if isinstance(optim, ModuleOptimizer):  # checks that the states belong to this model
+                optim.load_file(folder / "optimizer.safetensors", device=device, module=loaded)
+            else:
+                optim.load_file(folder / "optimizer.safetensors", device=device)
+        except RecordError as error:
+            raise RecordError(f"ember: cannot restore the optimizer from checkpoint {folder}: {error}") from None
+        except ConfigError as error:
             raise RecordError(
                 f"ember: cannot restore the optimizer from checkpoint {folder} (was it saved with another "
                 f"optimizer?): {error}"

@@ -1,0 +1,137 @@
+"""Optimizer misuse that used to pass silently or crash: a step without gradients,
+gradients taken from another model instance, a replaced gradient of the wrong shape,
+optimizer states loaded for another model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import Device, Distribution, Tensor
+from ember.errors import GraphError, RecordError, ShapeError
+from ember.nn import LinearConfig
+from ember.nn.loss import MseLoss, Reduction
+from ember.optim import AdamConfig, AdamWConfig, GradientsParams
+from tests.module.test_module import Mlp
+from tests.optim.test_optimizer_configs import CONFIGS, make_optimizer
+
+
+def batch(device):
+    device.seed(7)
+    x = Tensor.random([16, 4], Distribution.uniform(-1.0, 1.0), device=device)
+    return x, x.sum_dim(1)
+
+
+def loss_of(model, x, y):
+    return MseLoss().forward(model(x), y, Reduction.MEAN)
+
+
+def trained(device, steps=3, optim=None):
+    x, y = batch(device)
+    model, optim = Mlp.new(device), optim or AdamConfig().init()
+    for _ in range(steps):
+        model = optim.step(1e-2, model, GradientsParams.from_grads(loss_of(model, x, y).backward(), model))
+    return model, optim
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_step_without_gradients_is_a_no_op(name):
+    """Adam/AdamW used to raise IndexError on empty GradientsParams."""
+    device = Device.flex().autodiff()
+    model, optim = trained(device, optim=make_optimizer(name))
+    states = dict(optim.states)
+    assert optim.step(1e-2, model, GradientsParams()) is model
+    assert optim.states == states
+
+
+@pytest.mark.parametrize("config", [AdamConfig(), AdamWConfig()], ids=["adam", "adamw"])
+def test_adam_steps_a_model_whose_parameters_are_all_frozen(config):
+    device = Device.flex().autodiff()
+    model = Mlp.new(device).no_grad()
+    x, y = batch(device)
+    loss = loss_of(model, x.require_grad(), y)  # something in the graph requires grad, no parameter does
+    grads = GradientsParams.from_grads(loss.backward(), model)
+    assert grads.is_empty()
+    assert config.init().step(1e-2, model, grads) is model
+
+
+def test_gradients_from_the_model_before_the_step_are_named_as_the_mistake():
+    device = Device.flex().autodiff()
+    x, y = batch(device)
+    model, optim = Mlp.new(device), AdamConfig().init()
+    stepped = optim.step(1e-2, model, GradientsParams.from_grads(loss_of(model, x, y).backward(), model))
+    grads = loss_of(model, x, y).backward()  # the old model's loss ...
+    with pytest.raises(GraphError, match=r"another instance of the model, e.g. the one from before `model = optim"):
+        GradientsParams.from_grads(grads, stepped)  # ... with the new model: zero gradients before
+    assert len(GradientsParams.from_grads(grads, model)) == 4  # the graph is intact for the right model
+
+
+def test_gradients_of_an_unrelated_model_stay_empty():
+    """Another architecture (e.g. a discriminator's loss and the generator): no error."""
+    device = Device.flex().autodiff()
+    x, y = batch(device)
+    grads = loss_of(Mlp.new(device), x, y).backward()
+    other = LinearConfig(3, 5).init(device)
+    other.weight.val()
+    assert GradientsParams.from_grads(grads, other).is_empty()
+
+
+def test_grad_replace_checks_the_shape():
+    device = Device.flex().autodiff()
+    w = Tensor.ones([2, 3], device=device).require_grad()
+    grads = w.sum().backward()
+    with pytest.raises(ShapeError, match=r"grad_replace: the new gradient has shape \[3, 2\], the tensor has \[2, 3\]"):
+        w.grad_replace(grads, Tensor.ones([3, 2]))
+    w.grad_replace(grads, Tensor.full([2, 3], 5.0))
+    assert w.grad(grads).tolist() == [[5.0] * 3] * 2
+
+
+def test_optimizer_states_of_another_model_raise_unless_not_strict(tmp_path):
+    device = Device.flex().autodiff()
+    model, optim = trained(device)
+    optim.save_file(tmp_path / "optim.safetensors")
+    model.save_file(tmp_path / "model.safetensors")
+    x, y = batch(device)
+    fresh = Mlp.new(device)  # new ParamIds: the states match nothing
+    grads = GradientsParams.from_grads(loss_of(fresh, x, y).backward(), fresh)
+
+    loaded = AdamConfig().init().load_file(tmp_path / "optim.safetensors", device)
+    with pytest.raises(RecordError, match=r"belong to none of the 4 parameters of Mlp .*model.load_file.*strict=False"):
+        loaded.step(1e-2, fresh, grads)
+    with pytest.raises(RecordError, match="belong to none of the 4 parameters"):
+        AdamConfig().init().load_file(tmp_path / "optim.safetensors", device, module=fresh)
+
+    lenient = AdamConfig().init().load_file(tmp_path / "optim.safetensors", device, strict=False)
+    lenient.step(1e-2, fresh, grads)  # states for other ids are ignored: a first step
+
+    resumed = Mlp.new(device).load_file(tmp_path / "model.safetensors")  # the saved ids
+    matching = AdamConfig().init().load_file(tmp_path / "optim.safetensors", device, module=resumed)
+    grads = GradientsParams.from_grads(loss_of(resumed, x, y).backward(), resumed)
+    expected = optim.step(1e-2, model, GradientsParams.from_grads(loss_of(model, x, y).backward(), model))
+    got = matching.step(1e-2, resumed, grads)
+    for a, b in zip(expected.params(), got.params()):
+        np.testing.assert_array_equal(a.val().to_numpy(), b.val().to_numpy())
+
+
+@pytest.mark.parametrize(("case", "fault"), [
+    ("not a table", "not a table of optimizer states"),
+    ("bad id", "the state 'xyz' is malformed"),
+    ("no fields", "is malformed"),
+    ("wrong field type", "the saved field 'time' is a str, expected int"),
+    ("tensor field missing", "the saved field 'moment_1' is a NoneType, expected Tensor"),
+])
+def test_malformed_optimizer_records_are_record_errors(case, fault):
+    device = Device.flex().autodiff()
+    _, optim = trained(device, steps=1)
+    record = optim.to_record()
+    key = next(iter(record))
+    fields = record[key]["fields"]
+    bad = {
+        "not a table": [1, 2],
+        "bad id": {"xyz": record[key]},
+        "no fields": {key: {"type": "AdamState"}},
+        "wrong field type": {key: {"type": "AdamState", "fields": {**fields, "time": "3"}}},
+        "tensor field missing": {key: {"type": "AdamState", "fields": {**fields, "moment_1": None}}},
+    }[case]
+    with pytest.raises(RecordError, match=fault):
+        AdamConfig().init().load_record(bad)
