@@ -409,3 +409,15 @@ def test_torch_views_and_dtypes_round_trip(torch, tmp_path):
         expected = tensor.float().numpy() if tensor.dtype == torch.bfloat16 else tensor.numpy()
         np.testing.assert_array_equal(np.asarray(arrays[key], dtype=expected.dtype), expected, err_msg=key)
         assert arrays[key].shape == tuple(tensor.shape)
+
+
+def test_ember_module_imports_no_layer_above_it():
+    """Layers declare their PyTorch adaptation, so the loader never imports ember.nn."""
+    import ast
+
+    above = ("ember.nn", "ember.optim", "ember.data", "ember.train")
+    for path in sorted((ROOT / "ember" / "module").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            assert not [n for n in names if n.startswith(above)], f"{path.name} imports {names}"
