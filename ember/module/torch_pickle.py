@@ -202,8 +202,74 @@ def _refuse_global(path: Any, module: str, name: str) -> RecordError:
     )
 
 
+_TUPLE_OPCODES = frozenset({"EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "FROZENSET"})
+_MAX_TUPLE_DEPTH = 32  # tuples in tuples: a state dict needs 2 or 3
+_MARK = -1
+
+
+class _Depths:
+    """The pickle machine's stack and memo, holding only each object's depth of tuples
+    in tuples. Python hashes a tuple recursively without a recursion limit, so a dict
+    key a million tuples deep would crash the interpreter inside the unpickler."""
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.memo: dict[Any, int] = {}
+
+    def pop(self, n: int) -> list[int]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        if len(items) < n or _MARK in items:
+            raise ValueError("stack underflow")
+        del self.stack[-n:]
+        return items
+
+    def pop_mark(self) -> list[int]:
+        if _MARK not in self.stack:
+            raise ValueError("no mark on the stack")
+        at = len(self.stack) - 1 - self.stack[::-1].index(_MARK)
+        items = self.stack[at + 1:]
+        del self.stack[at:]
+        return items
+
+    def step(self, name: str, arg: Any, before: list, after: list) -> None:
+        stack = self.stack
+        if name == "MARK":
+            stack.append(_MARK)
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            if not stack or stack[-1] == _MARK:
+                raise ValueError("memoizing an empty stack")
+            self.memo[len(self.memo) if name == "MEMOIZE" else arg] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(self.memo.get(arg, 0))
+        elif name == "DUP":
+            stack.extend(self.pop(1) * 2)
+        elif name == "POP" and stack and stack[-1] == _MARK:
+            stack.pop()
+        else:
+            if pickletools.markobject in before:
+                popped = self.pop_mark()
+                lead = self.pop(before.index(pickletools.markobject))
+            else:
+                popped, lead = self.pop(len(before)), []
+            if name in _TUPLE_OPCODES:
+                depth = 1 + max(popped, default=0)
+                if depth > _MAX_TUPLE_DEPTH:
+                    raise RecordError(f"tuples nested more than {_MAX_TUPLE_DEPTH} deep")
+                stack.append(depth)
+            elif name == "BUILD":
+                stack.append(popped[0])
+            elif lead:
+                stack.extend(lead[: len(after)])
+            else:
+                stack.extend([0] * len(after))
+
+
 def _scan(path: Any, data: bytes) -> None:
-    """Checks every opcode of the pickle, and every global it names, without running it."""
+    """Checks every opcode of the pickle, every global it names and the nesting of its
+    tuples, without running it."""
+    depths = _Depths()
     try:
         for opcode, arg, _ in pickletools.genops(data):
             if opcode.name in _FORBIDDEN_OPCODES:
@@ -214,8 +280,10 @@ def _scan(path: Any, data: bytes) -> None:
             if opcode.name == "GLOBAL":
                 module, _, name = str(arg).partition(" ")
                 _check_global(path, module, name)
-    except RecordError:
-        raise
+            depths.step(opcode.name, arg, opcode.stack_before, opcode.stack_after)
+    except RecordError as error:
+        text = str(error)
+        raise error if text.startswith("ember: ") else _fault(f"{path} is corrupt or crafted: {text}") from None
     except (ValueError, EOFError, struct.error, OverflowError, MemoryError, RecursionError) as error:
         raise _fault(f"{path} is corrupt: its pickle is malformed ({type(error).__name__}: {_short(error)})") from None
 
@@ -397,7 +465,8 @@ def read_pytorch(path: str | os.PathLike, top_level_key: str | None = None) -> d
         raise _fault(f"{path} is corrupt: {type(error).__name__}: {_short(error)}") from None
     if top_level_key is not None:
         if not isinstance(obj, dict) or top_level_key not in dict.keys(obj):
-            found = [str(k)[:50] for k in list(dict.keys(obj))[:20]] if isinstance(obj, dict) else type(obj).__name__
+            found = [k[:50] if isinstance(k, str) else type(k).__name__ for k in list(dict.keys(obj))[:20]] \
+                if isinstance(obj, dict) else type(obj).__name__
             raise _fault(f"no top-level key {top_level_key!r} in {path} (found {found})")
         obj = dict.__getitem__(obj, top_level_key)
     if isinstance(obj, _Tensor):

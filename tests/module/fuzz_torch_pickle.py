@@ -193,6 +193,7 @@ pieces = st.one_of(
                      b"}", b")", b"]", b"e", b"a", b"\x85", b"\x86", b"q\x00", b"h\x00", b"2", b"1", b"0"]),
     st.integers(-(2**40), 2**40).map(op_value),
     st.just(op_tensor("FloatStorage", "0", 4, 0, (4,), (1,))),
+    st.integers(1, 40).map(lambda n: b"N" + b"\x85" * n),  # nested tuples
 )
 
 

@@ -45,10 +45,16 @@ def test_a_negative_stride_is_refused(tmp_path):
         read(path)
 
 
-def test_a_huge_negative_stride_cannot_crash_the_interpreter(tmp_path):
-    """A stride of -2**28 used to read 1 GB before the storage: SIGSEGV. Run in a child
-    process so that a regression fails this test instead of killing the worker."""
-    path = write_tensor_file(tmp_path / "neg.pt", offset=0, size=(2,), stride=(-(2**28),))
+@pytest.mark.parametrize(("archive", "fault"), [
+    # a stride of -2**28 used to read 1 GB before the storage: SIGSEGV
+    (Archive([Spec("weight", offset=0, size=(2,), stride=(-(2**28),))]), "negative stride (-268435456)"),
+    # a dict key a million tuples deep: Python's tuple hash recurses without a limit
+    (Archive([], pickle_bytes=b"\x80\x02}N" + b"\x85" * 1_000_000 + b"Ns."), "tuples nested more than 32 deep"),
+], ids=["huge negative stride", "deep tuple key"])
+def test_files_that_crashed_the_interpreter_are_refused(tmp_path, archive, fault):
+    """Run in a child process, so that a regression fails this test instead of killing
+    the test worker."""
+    path = archive.write(tmp_path / "crash.pt")
     code = textwrap.dedent(f"""
         from ember.errors import RecordError
         from ember.module.pytorch import read_pytorch
@@ -59,7 +65,7 @@ def test_a_huge_negative_stride_cannot_crash_the_interpreter(tmp_path):
     """)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"the reader crashed (rc {done.returncode}): {done.stderr[-2000:]}"
-    assert "RecordError:" in done.stdout and "negative stride (-268435456)" in done.stdout
+    assert "RecordError:" in done.stdout and fault in done.stdout
 
 
 def test_a_negative_offset_is_refused(tmp_path):
