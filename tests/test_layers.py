@@ -76,11 +76,5 @@ def _violations() -> list[str]:
     return bad
 
 
-# Known and being removed (issue "house", item 5): the PyTorch loader asks Linear for its
-# transpose by importing it; each layer is to declare its own PyTorch adaptation.
-KNOWN = {"ember/module/pytorch.py"}
-
-
 def test_imports_point_down():
-    unknown = [v for v in _violations() if not any(k in v for k in KNOWN)]
-    assert unknown == []
+    assert _violations() == []
