@@ -353,3 +353,35 @@ def test_compile_as_a_decorator_and_plain_functions():
         return t.sum()
 
     assert total(t).into_scalar() == 3.0
+
+
+def test_other_threads_run_eagerly_while_a_function_is_traced():
+    import threading
+
+    device = Device.flex().autodiff()
+    x, y, model = seed_problem(device)
+    optim = SgdConfig().init()
+    started, release = threading.Event(), threading.Event()
+    results = {}
+
+    def other_thread():
+        started.wait(10)
+        a = Tensor.from_floats([1.0, 2.0, 3.0], device=device)
+        results["sum"] = a.mul_scalar(2.0).sum().into_scalar()  # runs while the trace is open
+        results["random"] = Tensor.random([2], Distribution.uniform(0.0, 1.0), device=device).dims()
+        release.set()
+
+    def train_step(model, x, y):
+        loss = MseLoss().forward(model(x), y, Reduction.MEAN)
+        started.set()
+        release.wait(10)  # the other thread works in the middle of this trace
+        return optim.step(1e-2, model, GradientsParams.from_grads(loss.backward(), model)), loss
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    step = ember.compile(train_step)
+    model, loss = step(model, x, y)
+    worker.join(10)
+    assert results == {"sum": 12.0, "random": [2]}
+    assert step.stats["eager"] == 0
+    assert_close(loss.into_scalar(), train(SgdConfig(), 1, False)[0][0])

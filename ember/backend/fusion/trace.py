@@ -173,7 +173,8 @@ class StateDict(dict):
 # ---------------------------------------------------------------------- the backend
 class TraceBackend(FusionBackend):
     """A :class:`FusionBackend` whose stream is a trace's graph and never runs: a sync
-    point inside the traced function is a graph break."""
+    point inside the traced function is a graph break. Ops from other threads than
+    the tracing one run on the real backend, untouched by the trace."""
 
     def __init__(self, inner: Any, trace: Trace, rng: Any = None):
         super().__init__(inner)
@@ -181,6 +182,10 @@ class TraceBackend(FusionBackend):
         self.rng = rng  # the traced device's generator
         self._stream.graph = trace.graph
         self.name = inner.name
+        self.thread = threading.get_ident()
+
+    def _foreign(self) -> bool:
+        return threading.get_ident() != self.thread
 
     def _ref(self, x: Any) -> Any:
         kind = type(x)
@@ -197,6 +202,8 @@ class TraceBackend(FusionBackend):
     def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         from ember.backend.fusion.avals import NotTraceable, infer
 
+        if self._foreign():
+            return getattr(self.inner, op)(*args, **kwargs)
         try:
             result = infer(op, _concrete(args), _concrete(kwargs))
         except NotTraceable as error:
@@ -221,6 +228,8 @@ class TraceBackend(FusionBackend):
 
     def from_numpy(self, array: Any) -> LazyTensor:
         value = self.inner.from_numpy(array)
+        if self._foreign():
+            return value
         ref = self.trace.lift(value)
         aval = self.trace.graph.avals[ref]
         return LazyTensor(aval.shape, aval.dtype, None, ref)
@@ -228,12 +237,25 @@ class TraceBackend(FusionBackend):
     def random(self, shape, distribution, dtype, key, counter) -> LazyTensor:
         from ember.backend.philox import blocks_for
 
+        if self._foreign():
+            return self.inner.random(shape, distribution, dtype, key, counter)
         blocks = blocks_for(math.prod(shape), dtype)
         sym_key, sym_counter = self.trace.random_input(self.rng, blocks, key, counter)
         return self._record("random", (tuple(shape), distribution, dtype, sym_key, sym_counter), {})
 
     def sync(self) -> None:
-        pass
+        if self._foreign():
+            self.inner.sync()
+
+    def to_numpy(self, x: Any) -> Any:
+        if self._foreign():
+            return self.inner.to_numpy(x)
+        return super().to_numpy(x)
+
+    def _eager(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self._foreign():
+            return getattr(self.inner, name)(*args, **kwargs)
+        return super()._eager(name, *args, **kwargs)
 
 
 def _map_args(args: Any, fn: Any) -> Any:
