@@ -82,3 +82,34 @@ def paired_us(fn_a: Callable[[], object], fn_b: Callable[[], object], *, repeats
             samples.append((time.perf_counter() - start) / number * 1e6)
     ratios = [a / b for a, b in zip(samples_a, samples_b)]
     return statistics.median(samples_a), statistics.median(samples_b), statistics.median(ratios)
+
+
+def alternating_us(fns: dict[str, Callable[[], object]], *, repeats: int = 9,
+                   min_time: float = 0.05) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """Several workloads timed in alternating rounds (each round runs every one of
+    them): the median us per call of each, and for each ordered pair the median of
+    the per-round ratios."""
+    numbers = {}
+    for name, fn in fns.items():
+        fn()
+        number = 1
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            if time.perf_counter() - start >= min_time:
+                break
+            number *= 2
+        numbers[name] = number
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            number = numbers[name]
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples[name].append((time.perf_counter() - start) / number * 1e6)
+    medians = {name: statistics.median(s) for name, s in samples.items()}
+    ratios = {(a, b): statistics.median(x / y for x, y in zip(samples[a], samples[b]))
+              for a in fns for b in fns if a != b}
+    return medians, ratios

@@ -9,10 +9,11 @@ dead or internal, and the graph runs as one plan. Plans are cached by the
 stream's structure (ops, shapes, dtypes; not the values of float scalars), so a
 training loop that repeats its step builds its plan once.
 
-The plan is made by the device's *executor*: the reference executor replays the
-recorded calls on the wrapped backend (identical results to eager execution);
-compiled executors (LLVM on the CPU, WGSL on cube) fuse chains of elementwise ops,
-reductions and their epilogues into single kernels.
+The plan is made by the device's *executor* (:mod:`ember.backend.fusion.executors`):
+the reference executor replays the recorded calls on the wrapped backend (identical
+results to eager execution); compiled executors (LLVM on the CPU, the default over
+flex; WGSL on cube) fuse chains of elementwise ops, reductions and their epilogues
+into single kernels.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import numpy as np
 
 from ember.backend.base import Backend
 from ember.backend.fusion.avals import TRACEABLE, infer
+from ember.backend.fusion.executors import default_executor
 from ember.backend.fusion.graph import Aval, Graph, Ref, map_refs
-from ember.backend.fusion.replay import PartialRun, Replay
+from ember.backend.fusion.replay import PartialRun
 from ember.errors import GraphError
 
 
@@ -78,20 +80,6 @@ class Stream:
         return len(self.graph.nodes)
 
 
-class ReplayExecutor:
-    """Plans that replay each recorded call on the wrapped backend; ``check`` compares
-    every result with the inferred shape and dtype (on for lazy streams, where the
-    cost is small next to the op itself)."""
-
-    name = "replay"
-
-    def __init__(self, check: bool = True):
-        self.check = check
-
-    def plan(self, graph: Graph) -> Replay:
-        return Replay(graph, self.check)
-
-
 class FusionBackend(Backend):
     """Records every traceable op of the protocol; runs the stream at sync points."""
 
@@ -102,11 +90,23 @@ class FusionBackend(Backend):
 
     def __init__(self, inner: Backend, executor: Any = None):
         self.inner = inner
-        self.executor = executor if executor is not None else ReplayExecutor()
         self.name = f"fusion<{inner.name}>"
         self._stream = Stream()
         self._plans: dict[tuple, Any] = {}
+        self.executor = executor if executor is not None else default_executor(inner)
         self.stats = {"flushes": 0, "nodes": 0, "plans_built": 0}
+
+    @property
+    def executor(self) -> Any:
+        """What turns a stream into a plan (see :mod:`ember.backend.fusion.executors`);
+        setting it drops the plans of the previous one."""
+        return self._executor
+
+    @executor.setter
+    def executor(self, executor: Any) -> None:
+        self.flush()
+        self._executor = executor
+        self._plans.clear()
 
     # ------------------------------------------------------------------ recording
     def _ref(self, x: Any) -> Any:

@@ -4,16 +4,18 @@ Each function computes a fused call of the protocol (``ember/backend/base.py``) 
 the primitive ops of any backend ``ops``. An executor runs one when the backend it
 lowers to returns ``NotImplemented`` for the fused call; a lowering expands a
 composite node with it into primitive nodes it can fuse (run over a recording
-backend, a decomposition *is* that expansion).
+backend, a decomposition *is* that expansion). Float arguments may arrive as
+run-time scalars (:class:`~ember.backend.fusion.scalars.SymScalar`), so the
+arithmetic on them goes through helpers that keep them symbolic (``scalar_sqrt``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from ember.backend.dtype import DType
+from ember.backend.fusion.scalars import scalar_sqrt
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 
 
@@ -87,7 +89,7 @@ def adam_step(ops, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1,
     if amsgrad:
         v_max = v if max_moment_2 is None else ops.binary(BinaryOp.MAXIMUM, max_moment_2, v)
     denom = ops.unary(UnaryOp.SQRT, v_max if v_max is not None else v)
-    denom = ops.binary(BinaryOp.ADD, ops.binary(BinaryOp.DIV, denom, math.sqrt(1.0 - beta_2**time)), epsilon)
+    denom = ops.binary(BinaryOp.ADD, ops.binary(BinaryOp.DIV, denom, scalar_sqrt(1.0 - beta_2**time)), epsilon)
     update = ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.DIV, m, denom), lr / (1.0 - beta_1**time))
     if weight_decay and decoupled:
         param = ops.binary(BinaryOp.MUL, param, 1.0 - lr * weight_decay)

@@ -1,0 +1,90 @@
+"""Which executor a fusion device uses.
+
+A fusion device over flex compiles its streams with the LLVM executor
+(:mod:`ember.backend.fusion.llvm`) when llvmlite imports; otherwise, and over any
+other backend, it replays them call by call (:class:`ReplayExecutor`). A missing
+llvmlite is reported once per process with a warning.
+
+``EMBER_FUSION_EXECUTOR=replay`` forces replay (for comparisons and debugging);
+``=llvm`` requires the LLVM executor and fails if it cannot load.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from typing import Any
+
+from ember.backend.fusion.graph import Graph
+from ember.backend.fusion.replay import Replay
+
+#: Environment variable choosing the executor of flex fusion devices: llvm | replay.
+EXECUTOR_ENV = "EMBER_FUSION_EXECUTOR"
+
+_LOCK = threading.Lock()
+_SHARED: dict[str, Any] = {}
+
+
+class ReplayExecutor:
+    """Plans that replay each recorded call on the wrapped backend; ``check`` compares
+    every result with the inferred shape and dtype (on for lazy streams, where the
+    cost is small next to the op itself)."""
+
+    name = "replay"
+
+    def __init__(self, check: bool = True):
+        self.check = check
+
+    def plan(self, graph: Graph) -> Replay:
+        return Replay(graph, self.check)
+
+
+def _llvm() -> Any:
+    """The process's LLVM executor (one, so compiled plans are shared), or ``None``
+    with a one-time notice when llvmlite is missing."""
+    with _LOCK:
+        if "llvm" in _SHARED:
+            return _SHARED["llvm"]
+        try:
+            from ember.backend.fusion.llvm import LLVMExecutor
+
+            executor = LLVMExecutor()
+        except (ImportError, OSError) as error:
+            executor = None
+            warnings.warn(
+                f"ember: fusion: the LLVM executor is unavailable ({error}); fusion devices over flex replay "
+                "their ops without compiling them. Install llvmlite to compile them.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        _SHARED["llvm"] = executor
+        return executor
+
+
+def default_executor(inner: Any) -> Any:
+    """The executor for a fusion device wrapping the backend ``inner``."""
+    from ember.backend.flex import FlexBackend
+
+    choice = os.environ.get(EXECUTOR_ENV, "").strip().lower()
+    if choice not in ("", "llvm", "replay"):
+        from ember.errors import ConfigError
+
+        raise ConfigError(f"ember: {EXECUTOR_ENV}={choice!r}: expected 'llvm' or 'replay'")
+    if choice == "replay" or not isinstance(inner, FlexBackend):
+        return ReplayExecutor()
+    executor = _llvm()
+    if executor is None:
+        if choice == "llvm":
+            from ember.errors import BackendUnavailableError
+
+            raise BackendUnavailableError(f"ember: {EXECUTOR_ENV}=llvm but the LLVM executor cannot load; "
+                                          "install llvmlite")
+        return ReplayExecutor()
+    return executor
+
+
+def reset() -> None:
+    """Forgets the shared LLVM executor (tests simulate a missing llvmlite with it)."""
+    with _LOCK:
+        _SHARED.clear()

@@ -1,0 +1,704 @@
+"""Fusion analysis: a lowered graph grouped into kernels, matmuls and eager calls.
+
+This is the target-independent half of every lowering (LLVM on the CPU today;
+WGSL and CUDA C use the same schedule). :func:`schedule` walks the nodes of an
+expanded graph (:mod:`ember.backend.fusion.expand`) in program order and produces
+a list of *steps*:
+
+* :class:`Kernel`: one loop nest over an iteration space. Its outputs are
+  expression trees (:class:`Expr`) whose leaves read buffers through strided
+  views (:mod:`ember.backend.fusion.views`), constants and run-time scalars.
+  A kernel may carry reductions along one dim: then its *prologue* (expressions
+  over the full space, such as ``x * x`` or ``exp(x - max)``) feeds accumulators,
+  and its *epilogue* (expressions over the reduced space, such as ``log(sum)``)
+  reads them; values of both spaces may be stored, all in one pass.
+* :class:`Matmul`: a (batched) matrix product of two strided operands.
+* :class:`Call`: a node the target does not lower, run by the eager backend.
+
+Grouping. Each elementwise node joins the open kernel of its operands when its
+iteration space has the same element count (row-major "flat identity": reshapes
+between members cost nothing); otherwise the operand's kernel is closed and the
+value stored. A kernel is closed (sealed) as soon as a value of it is read by a
+node outside it, so that kernels, matmuls and calls run in a valid order; the
+values that are stored are exactly those read outside the kernel or returned.
+Layout ops (reshape, permute, expand, slice, flip) become views of stored values;
+a reshape of a value inside an open kernel is free. Element-count-one expressions
+without reductions, and constants, are *free*: inlined into every reader, where a
+loop hoists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.backend.fusion.expand import Expanded
+from ember.backend.fusion.graph import Graph, Node, Ref
+from ember.backend.fusion.scalars import SymScalar
+from ember.backend.fusion.views import View, size_of
+from ember.backend.ops import ReduceOp
+
+LAYOUT_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
+ELEMENTWISE_OPS = frozenset({"unary", "binary", "where", "clamp", "cast", "full"})
+
+
+# ---------------------------------------------------------------------- expressions
+class Expr:
+    """A node of a kernel's expression DAG. Built through :class:`Exprs`, which
+    interns them, so equal subexpressions are one object (computed once)."""
+
+    __slots__ = ("kind", "op", "args", "dtype", "__weakref__")
+
+    def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
+        self.kind = kind    # load | const | scalar | unary | binary | where | clamp | cast | acc
+        self.op = op        # load: buffer id; const: value; scalar: slot; acc: reduction index; else op
+        self.args = args    # load: (View,); clamp: (x, low, high) with None for a missing bound
+        self.dtype = dtype  # the value's numpy dtype
+
+    def __repr__(self) -> str:
+        if self.kind == "load":
+            v = self.args[0]
+            return f"B{self.op}[{list(v.shape)}:{list(v.strides)}+{v.offset}]"
+        if self.kind in ("const", "scalar", "acc"):
+            return f"{self.kind}({self.op})"
+        return f"{self.kind}.{self.op}({', '.join(map(repr, self.args))})"
+
+    def walk(self) -> list[Expr]:
+        """Every node of the DAG once, operands before users."""
+        seen: dict[int, Expr] = {}
+
+        def visit(e: Expr) -> None:
+            if id(e) in seen:
+                return
+            for a in e.args:
+                if type(a) is Expr:
+                    visit(a)
+            seen[id(e)] = e
+
+        visit(self)
+        return list(seen.values())
+
+    def has(self, kind: str) -> bool:
+        return any(e.kind == kind for e in self.walk())
+
+
+class Exprs:
+    """The interning factory of one schedule's expressions."""
+
+    def __init__(self) -> None:
+        self._table: dict[tuple, Expr] = {}
+
+    def make(self, kind: str, op: Any, args: tuple, dtype: np.dtype) -> Expr:
+        key = (kind, op if kind != "const" else (type(op), op), tuple(a if type(a) is not Expr else id(a) for a in args),
+               dtype.str)
+        e = self._table.get(key)
+        if e is None:
+            e = self._table[key] = Expr(kind, op, args, dtype)
+        return e
+
+    def load(self, buffer: int, view: View, dtype: np.dtype) -> Expr:
+        return self.make("load", buffer, (view.normalized(),), dtype)
+
+    def const(self, value: Any, dtype: np.dtype) -> Expr:
+        return self.make("const", value, (), dtype)
+
+    def map_loads(self, expr: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr | None]) -> Expr | None:
+        """``expr`` with each load replaced by ``fn(load)``; ``None`` if ``fn`` fails on one."""
+        hit = memo.get(id(expr), memo)
+        if hit is not memo:
+            return hit
+        if expr.kind == "load":
+            out = fn(expr)
+        elif not expr.args:
+            out = expr
+        else:
+            args = []
+            out = None
+            for a in expr.args:
+                if type(a) is Expr:
+                    a = self.map_loads(a, fn, memo)
+                    if a is None:
+                        break
+                args.append(a)
+            else:
+                out = self.make(expr.kind, expr.op, tuple(args), expr.dtype)
+        memo[id(expr)] = out
+        return out
+
+
+# ---------------------------------------------------------------------- steps
+@dataclass
+class Buffer:
+    """Storage for values: a graph input or constant, a result of an eager call, or a
+    buffer the plan owns (``kind == "temp"``; the memory plan places it)."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    kind: str                  # input | const | call | temp
+    value: int = -1            # the graph value it holds (input, const, call)
+    scratch: bool = False      # a target's private buffer for one step (see memory.plan_memory)
+
+    @property
+    def nbytes(self) -> int:
+        return size_of(self.shape) * self.dtype.itemsize
+
+
+@dataclass
+class Reduction:
+    op: ReduceOp
+    expr: Expr               # over the full space
+    dtype: np.dtype          # the result's dtype
+    count: int               # elements reduced (for mean)
+
+
+@dataclass
+class Store:
+    buffer: int
+    expr: Expr
+    reduced: bool            # over the reduced space (an epilogue) rather than the full one
+
+
+@dataclass
+class Kernel:
+    """One loop nest over ``space``; with reductions, along ``dim``."""
+
+    space: tuple[int, ...]
+    dim: int | None
+    reductions: list[Reduction]
+    stores: list[Store]
+
+    @property
+    def reduced_space(self) -> tuple[int, ...]:
+        if self.dim is None:
+            return self.space
+        return self.space[:self.dim] + (1,) + self.space[self.dim + 1:]
+
+    def reads(self) -> set[int]:
+        return {e.op for s in self.stores for e in s.expr.walk() if e.kind == "load"} | {
+            e.op for r in self.reductions for e in r.expr.walk() if e.kind == "load"}
+
+    def writes(self) -> set[int]:
+        return {s.buffer for s in self.stores}
+
+
+@dataclass
+class Matmul:
+    """``out = a @ b`` with batch dims broadcast; operands are strided views."""
+
+    a: tuple[int, View]
+    b: tuple[int, View]
+    out: int
+    dtype: np.dtype
+
+    def reads(self) -> set[int]:
+        return {self.a[0], self.b[0]}
+
+    def writes(self) -> set[int]:
+        return {self.out}
+
+
+@dataclass
+class Call:
+    """A lowered node run by the eager backend: ``node`` of the lowered graph, whose
+    source node is ``origin``; its tensor arguments are read from ``args``."""
+
+    node: Node
+    origin: int
+    args: dict[int, tuple[int, View]]   # lowered value -> (buffer, view)
+    outs: list[int]                     # buffer per output value
+
+    def reads(self) -> set[int]:
+        return {b for b, _ in self.args.values()}
+
+    def writes(self) -> set[int]:
+        return set(self.outs)
+
+
+Step = Kernel | Matmul | Call
+
+
+@dataclass
+class Schedule:
+    """What a target compiles: steps in run order, the buffers they use, where every
+    returned value lives, and the run-time scalars (slot -> expression)."""
+
+    graph: Graph
+    expanded: Expanded
+    steps: list[Step]
+    buffers: list[Buffer]
+    outputs: list[tuple[int, View]]     # per graph output: (buffer, view)
+    scalars: list[Any]                  # slot -> its SymScalar (the expansion's program computes it)
+    producer: dict[int, int]            # buffer -> index of the step writing it
+
+    def __str__(self) -> str:
+        lines = [f"schedule: {len(self.steps)} steps, {len(self.buffers)} buffers"]
+        for i, step in enumerate(self.steps):
+            if isinstance(step, Kernel):
+                red = f" reduce dim {step.dim}: " + ", ".join(f"{r.op}({r.expr!r})" for r in step.reductions) if step.reductions else ""
+                lines.append(f"  [{i}] kernel {list(step.space)}{red}")
+                for s in step.stores:
+                    lines.append(f"        B{s.buffer}{' (reduced)' if s.reduced else ''} = {s.expr!r}")
+            elif isinstance(step, Matmul):
+                lines.append(f"  [{i}] matmul B{step.out} = B{step.a[0]} {step.a[1]} @ B{step.b[0]} {step.b[1]}")
+            else:
+                lines.append(f"  [{i}] call {step.node.op} -> {[f'B{b}' for b in step.outs]}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- the analysis
+class Target:
+    """What a lowering can compile; the analysis asks it about each node."""
+
+    def lowers(self, graph: Graph, node: Node) -> bool:
+        """Whether ``node`` (of the expanded graph) can run in compiled code."""
+        raise NotImplementedError
+
+    def matmul_needs_packing(self, view: View, dtype: np.dtype, work: int) -> bool:
+        """Whether a matmul operand must be copied to a dense buffer first."""
+        return False
+
+
+class _Group:
+    """An open (or sealed) kernel under construction."""
+
+    __slots__ = ("space", "dim", "reductions", "members", "values", "sealed", "order")
+
+    def __init__(self, space: tuple[int, ...], order: int):
+        self.space = space
+        self.dim: int | None = None
+        self.reductions: list[Reduction] = []
+        self.members: set[int] = set()          # node indices
+        self.values: dict[int, tuple[Expr, bool]] = {}   # value -> (expr, reduced)
+        self.sealed = False
+        self.order = order
+
+    def space_of(self, reduced: bool) -> tuple[int, ...]:
+        if not reduced or self.dim is None:
+            return self.space
+        return self.space[:self.dim] + (1,) + self.space[self.dim + 1:]
+
+
+# A value's location: ("buf", buffer, view) | ("free", expr) | ("virt", group, expr, reduced)
+Loc = tuple
+
+
+class _Scheduler:
+    """One pass over the nodes, in program order (see the module docstring)."""
+
+    def __init__(self, expanded: Expanded, target: Target):
+        self.expanded = expanded
+        self.graph = expanded.graph
+        self.target = target
+        self.avals = self.graph.avals
+        self.x = Exprs()
+        self.steps: list[Step] = []
+        self.buffers: list[Buffer] = []
+        self.loc: dict[int, Loc] = {}
+        self.groups: list[_Group] = []
+        self.open: list[_Group] = []
+        self.scalar_slots: dict[Any, int] = {}
+        self.producer: dict[int, int] = {}
+        self.consumers: dict[int, list[int]] = {}
+        for i, node in enumerate(self.graph.nodes):
+            for r in set(node.refs()):
+                self.consumers.setdefault(r, []).append(i)
+        self.returned = set(self.graph.outputs)
+        self.layout_out: dict[int, int] = {}   # layout node index -> its output value
+
+    # -------------------------------------------------------------- buffers
+    def new_buffer(self, shape: tuple[int, ...], dtype: np.dtype, kind: str, value: int = -1) -> int:
+        self.buffers.append(Buffer(len(self.buffers), tuple(shape), np.dtype(dtype), kind, value))
+        return len(self.buffers) - 1
+
+    def emit(self, step: Step) -> None:
+        for b in step.writes():
+            self.producer[b] = len(self.steps)
+        self.steps.append(step)
+
+    # -------------------------------------------------------------- scalars
+    def scalar(self, value: Any, dtype: np.dtype) -> Expr:
+        """A scalar argument as an expression of ``dtype``."""
+        if type(value) is SymScalar:
+            slot = self.scalar_slots.setdefault(value, len(self.scalar_slots))
+            return self.x.make("scalar", slot, (), dtype)
+        if dtype.kind == "b":
+            return self.x.const(bool(value), dtype)
+        if dtype.kind in "iu":
+            return self.x.const(int(value), dtype)
+        return self.x.const(float(value), dtype)
+
+    # -------------------------------------------------------------- locations
+    def shape(self, v: int) -> tuple[int, ...]:
+        return self.avals[v].shape
+
+    def dtype(self, v: int) -> np.dtype:
+        return self.avals[v].dtype
+
+    def materialize(self, v: int) -> tuple[int, View]:
+        """The buffer and view holding ``v``, storing it first if it is not stored."""
+        loc = self.loc[v]
+        if loc[0] == "virt":
+            self.seal(loc[1])
+            loc = self.loc[v]
+        elif loc[0] == "free":
+            shape = self.shape(v)
+            buf = self.new_buffer(shape, self.dtype(v), "temp")
+            self.emit(Kernel(shape, None, [], [Store(buf, loc[1], False)]))
+            loc = self.loc[v] = ("buf", buf, View.contiguous(shape))
+        return loc[1], loc[2]
+
+    def operand(self, v: int, shape: tuple[int, ...]) -> Loc:
+        """``v`` read over ``shape`` (broadcast): a load expression for stored values, or
+        its location when it is free or inside an open kernel."""
+        loc = self.loc[v]
+        if loc[0] == "buf":
+            _, buf, view = loc
+            if view.size == 1:
+                return ("free", self.x.load(buf, View((), (), view.offset), self.dtype(v)))
+            return ("load", buf, view.expand(shape))
+        return loc
+
+    def as_free(self, expr: Expr) -> Expr | None:
+        """An element-count-one expression as a free one (loads read one element)."""
+        if expr.has("acc"):
+            return None
+        return self.x.map_loads(expr, lambda e: self.x.load(e.op, View((), (), e.args[0].offset), e.dtype), {})
+
+    # -------------------------------------------------------------- sealing
+    def needed(self, v: int, group: _Group) -> bool:
+        """Whether ``v`` (inside ``group``) must be stored: it is returned, or a node
+        outside the kernel reads it (directly or through reshapes inside it)."""
+        if v in self.returned:
+            return True
+        for c in self.consumers.get(v, ()):
+            if c in group.members:
+                continue
+            out = self.layout_out.get(c)
+            if out is not None and self.loc.get(out, (None,))[0] == "virt" and self.loc[out][1] is group \
+                    and self.graph.nodes[c].op == "reshape":
+                if self.needed(out, group):
+                    return True
+                continue
+            return True
+        return False
+
+    def seal(self, group: _Group) -> None:
+        """Closes a kernel: stores its needed values (once per expression) and emits it."""
+        if group.sealed:
+            return
+        group.sealed = True
+        self.open.remove(group)
+        stores: list[Store] = []
+        stored: dict[tuple[int, bool], int] = {}
+        for v, (expr, reduced) in group.values.items():
+            if not self.needed(v, group):
+                del self.loc[v]
+                continue
+            key = (id(expr), reduced)
+            buf = stored.get(key)
+            if buf is None:
+                space = group.space_of(reduced)
+                buf = stored[key] = self.new_buffer(space, expr.dtype, "temp")
+                stores.append(Store(buf, expr, reduced))
+            self.loc[v] = ("buf", buf, View.contiguous(self.shape(v)))
+        if not stores:
+            return
+        kernel = Kernel(group.space, group.dim, group.reductions, stores)
+        self.emit(kernel)
+
+    # -------------------------------------------------------------- re-expressing groups
+    def respace(self, group: _Group, space: tuple[int, ...]) -> bool:
+        """Re-expresses a plain group's expressions over ``space`` (same element count)."""
+        if group.space == space:
+            return True
+        memo: dict[int, Expr | None] = {}
+
+        def reshape(load: Expr) -> Expr | None:
+            view = load.args[0].reshape(space) if load.args[0].shape else None
+            if load.args[0].shape == ():
+                return load
+            return None if view is None else self.x.load(load.op, view, load.dtype)
+
+        new = {}
+        for v, (expr, reduced) in group.values.items():
+            e = self.x.map_loads(expr, reshape, memo)
+            if e is None:
+                return False
+            new[v] = (e, reduced)
+        group.values = new
+        group.space = space
+        for v, (e, reduced) in new.items():
+            self.loc[v] = ("virt", group, e, reduced)
+        return True
+
+    def read(self, loc: Loc, shape: tuple[int, ...], space: tuple[int, ...], dtype: np.dtype) -> Expr | None:
+        """An operand location as an expression over ``space`` (the node's own shape is
+        ``shape``, of the same element count); ``None`` if a load cannot be re-viewed."""
+        kind = loc[0]
+        if kind == "free":
+            return loc[1]
+        if kind == "virt":
+            return loc[2]
+        _, buf, view = loc
+        if view.shape != space:
+            view = view.reshape(space)
+            if view is None:
+                return None
+        return self.x.load(buf, view, dtype)
+
+    # -------------------------------------------------------------- nodes
+    def run(self) -> Schedule:
+        graph = self.graph
+        for v in graph.inputs:
+            buf = self.new_buffer(self.shape(v), self.dtype(v), "input", v)
+            self.loc[v] = ("buf", buf, View.contiguous(self.shape(v)))
+        for v in graph.consts:
+            buf = self.new_buffer(self.shape(v), self.dtype(v), "const", v)
+            self.loc[v] = ("buf", buf, View.contiguous(self.shape(v)))
+        for i, node in enumerate(graph.nodes):
+            op = node.op
+            if not self.target.lowers(graph, node):
+                self.call(i, node)
+            elif op in LAYOUT_OPS:
+                self.layout(i, node)
+            elif op == "reduce" and self.shape(node.args[1])[node.args[2]] == 1:
+                # Reducing one element: the element itself, in the result's dtype.
+                self.elementwise(i, Node("cast", (node.args[1], None), (), node.outs))
+            elif op == "reduce":
+                self.reduce(i, node)
+            elif op == "matmul":
+                self.matmul(i, node)
+            else:
+                self.elementwise(i, node)
+        for group in list(self.open):
+            self.seal(group)
+        outputs = [self.materialize(v) for v in graph.outputs]
+        scalars = [None] * len(self.scalar_slots)
+        for s, slot in self.scalar_slots.items():
+            scalars[slot] = s
+        return Schedule(graph, self.expanded, self.steps, self.buffers, outputs, scalars, self.producer)
+
+    def call(self, i: int, node: Node) -> None:
+        args = {}
+        for r in set(node.refs()):
+            args[r] = self.materialize(r)
+        outs = [self.new_buffer(self.shape(o), self.dtype(o), "call", o) for o in node.outs]
+        self.emit(Call(node, self.expanded.origin[i], args, outs))
+        for o, buf in zip(node.outs, outs):
+            self.loc[o] = ("buf", buf, View.contiguous(self.shape(o)))
+
+    def layout(self, i: int, node: Node) -> None:
+        op, src, arg = node.op, node.args[0], node.args[1]
+        (out,) = node.outs
+        self.layout_out[i] = out
+        loc = self.loc[src]
+        shape = self.shape(out)
+        if loc[0] == "free":
+            self.loc[out] = loc
+            return
+        if loc[0] == "virt":
+            if op == "reshape":
+                self.loc[out] = loc
+                loc[1].values[out] = (loc[2], loc[3])
+                return
+            if size_of(self.shape(src)) == 1:
+                free = self.as_free(loc[2])
+                if free is not None:
+                    self.loc[out] = ("free", free)
+                    return
+            self.seal(loc[1])
+            loc = self.loc[src]
+        _, buf, view = loc
+        if op == "reshape":
+            new = view.reshape(shape)
+            if new is None:  # a copy: a kernel over the source's space, stored row-major
+                group = self.new_group(view.shape)
+                expr = self.x.load(buf, view, self.dtype(src))
+                group.values[out] = (expr, False)
+                self.loc[out] = ("virt", group, expr, False)
+                return
+        elif op == "permute":
+            new = view.permute(tuple(arg))
+        elif op == "expand":
+            new = view.expand(tuple(arg))
+        elif op == "slice":
+            new = view.slice(tuple(arg))
+        else:
+            new = view.flip(tuple(arg))
+        self.loc[out] = ("buf", buf, new)
+
+    def new_group(self, space: tuple[int, ...]) -> _Group:
+        group = _Group(tuple(space), len(self.groups))
+        self.groups.append(group)
+        self.open.append(group)
+        return group
+
+    def matmul(self, i: int, node: Node) -> None:
+        a, b = node.args
+        (out,) = node.outs
+        dtype = self.dtype(out)
+        shape = self.shape(out)
+        work = size_of(shape) * self.shape(a)[-1]
+        operands = []
+        for r in (a, b):
+            buf, view = self.materialize(r)
+            if self.target.matmul_needs_packing(view, dtype, work):
+                dense = self.new_buffer(view.shape, dtype, "temp")
+                self.emit(Kernel(view.shape, None, [], [Store(dense, self.x.load(buf, view, dtype), False)]))
+                buf, view = dense, View.contiguous(view.shape)
+            operands.append((buf, view))
+        buf = self.new_buffer(shape, dtype, "temp")
+        self.emit(Matmul(operands[0], operands[1], buf, dtype))
+        self.loc[out] = ("buf", buf, View.contiguous(shape))
+
+    # -------------------------------------------------------------- elementwise
+    def elementwise(self, i: int, node: Node) -> None:
+        (out,) = node.outs
+        shape = self.shape(out)
+        count = size_of(shape)
+        refs = list(dict.fromkeys(node.refs()))
+        # Operands from open kernels of another element count are stored first.
+        locs: dict[int, Loc] = {}
+        for r in refs:
+            loc = self.operand(r, shape)
+            if loc[0] == "virt" and size_of(self.shape(r)) != count:
+                free = self.as_free(loc[2]) if size_of(self.shape(r)) == 1 else None
+                if free is not None:
+                    loc = ("free", free)
+                else:
+                    self.seal(loc[1])
+                    loc = self.operand(r, shape)
+            locs[r] = loc
+        # Sealing a kernel stores its values: operands read from it are loads now.
+        locs = {r: self.operand(r, shape) if loc[0] == "virt" and loc[1].sealed else loc for r, loc in locs.items()}
+        groups = list(dict.fromkeys(loc[1] for loc in locs.values() if loc[0] == "virt"))
+        if all(loc[0] == "free" for loc in locs.values()):
+            expr = self.build(node, {r: loc[1] for r, loc in locs.items()})
+            self.loc[out] = ("free", expr)
+            return
+        target, reduced = self.pick(groups, locs)
+        if target is not None:
+            space = target.space_of(reduced)
+            if not self.join(target, groups, reduced, space):
+                target = None
+        if target is None:
+            for g in groups:
+                self.seal(g)
+            locs = {r: self.operand(r, shape) for r in refs}
+            target, reduced = self.new_group(shape), False
+        space = target.space_of(reduced)
+        # Merged kernels were re-expressed over the target's space: read them anew.
+        locs = {r: self.loc[r] if loc[0] == "virt" else loc for r, loc in locs.items()}
+        operands = {}
+        for r, loc in locs.items():
+            e = self.read(loc, shape, space, self.dtype(r))
+            if e is None:  # a load that cannot follow the kernel's space: start over
+                self.seal(target)
+                return self.elementwise(i, node)
+            operands[r] = e
+        expr = self.build(node, operands)
+        target.members.add(i)
+        target.values[out] = (expr, reduced)
+        self.loc[out] = ("virt", target, expr, reduced)
+
+    def pick(self, groups: list[_Group], locs: dict[int, Loc]) -> tuple[_Group | None, bool]:
+        """The open kernel a node joins and in which space, or ``(None, False)``."""
+        if not groups:
+            return None, False
+        with_reduction = [g for g in groups if g.reductions]
+        target = with_reduction[0] if with_reduction else groups[0]
+        kinds = {loc[3] for loc in locs.values() if loc[0] == "virt" and loc[1] is target}
+        if len(kinds) != 1:
+            return None, False
+        return target, kinds.pop()
+
+    def join(self, target: _Group, groups: list[_Group], reduced: bool, space: tuple[int, ...]) -> bool:
+        """Merges the other open operand kernels into ``target`` (in the space of
+        ``reduced``). Kernels that cannot merge are sealed instead."""
+        for g in groups:
+            if g is target:
+                continue
+            if g.reductions or size_of(g.space) != size_of(space) or not self.respace(g, space):
+                self.seal(g)
+                continue
+            for v, (e, _) in g.values.items():
+                target.values[v] = (e, reduced)
+                self.loc[v] = ("virt", target, e, reduced)
+            target.members |= g.members
+            g.sealed = True
+            self.open.remove(g)
+        return True
+
+    def build(self, node: Node, operands: dict[int, Expr]) -> Expr:
+        """The expression of one elementwise node."""
+        x = self.x
+        op = node.op
+        (out,) = node.outs
+        out_dtype = self.dtype(out)
+        args = node.args
+
+        def arg(a: Any, dtype: np.dtype) -> Expr:
+            return operands[a] if type(a) is Ref else self.scalar(a, dtype)
+
+        if op == "full":
+            return self.scalar(args[1], out_dtype)
+        if op == "unary":
+            return x.make("unary", args[0], (operands[args[1]],), out_dtype)
+        if op == "binary":
+            a = operands[args[1]]
+            return x.make("binary", args[0], (a, arg(args[2], a.dtype)), out_dtype)
+        if op == "where":
+            return x.make("where", None, (operands[args[0]], arg(args[1], out_dtype), arg(args[2], out_dtype)), out_dtype)
+        if op == "clamp":
+            v = operands[args[0]]
+            low = None if args[1] is None else arg(args[1], out_dtype)
+            high = None if args[2] is None else arg(args[2], out_dtype)
+            return x.make("clamp", None, (v, low, high), out_dtype)
+        if op == "cast":
+            v = operands[args[0]]
+            return v if v.dtype == out_dtype else x.make("cast", None, (v,), out_dtype)
+        raise AssertionError(op)
+
+    # -------------------------------------------------------------- reductions
+    def reduce(self, i: int, node: Node) -> None:
+        op, src, dim = node.args
+        (out,) = node.outs
+        space = self.shape(src)
+        out_dtype = self.dtype(out)
+        loc = self.operand(src, space)
+        group = None
+        if loc[0] == "virt":
+            g, expr, reduced = loc[1], loc[2], loc[3]
+            if not reduced and size_of(g.space) == size_of(space):
+                if not g.reductions and g.dim is None and self.respace(g, space):
+                    group = g
+                    g.dim = dim
+                elif g.reductions and g.space == space and g.dim == dim:
+                    group = g
+            if group is None:
+                self.seal(g)
+                loc = self.operand(src, space)
+        if group is None:
+            group = self.new_group(space)
+            group.dim = dim
+        expr = self.read(self.loc[src] if loc[0] == "virt" else loc, space, space, self.dtype(src))
+        if expr is None:
+            raise AssertionError("a load over its own shape always re-views")
+        group.reductions.append(Reduction(op, expr, out_dtype, space[dim]))
+        # The reduction's result; ``op`` is (kernel, index), unique across kernels.
+        acc = self.x.make("acc", (group.order, len(group.reductions) - 1), (), out_dtype)
+        group.members.add(i)
+        group.values[out] = (acc, True)
+        self.loc[out] = ("virt", group, acc, True)
+
+
+def schedule(expanded: Expanded, target: Target) -> Schedule:
+    """Groups an expanded graph's nodes into kernels, matmuls and eager calls."""
+    return _Scheduler(expanded, target).run()
+
+
+__all__ = ["Buffer", "Call", "Expr", "Kernel", "Matmul", "Schedule", "Step", "Store", "Target", "schedule"]

@@ -1,0 +1,103 @@
+"""llvmlite set-up: the host target, the optimisation pipeline, and loading code.
+
+:func:`compile_module` takes LLVM IR text, optimises it with the new pass manager
+and compiles it with MCJIT for the host CPU (its name and features, so AVX2 or
+AVX-512 are used where present). Each compiled module gets its own execution
+engine, freed with the plan that owns it.
+
+Pipeline settings (measured on this project's 2-core machine, CPU time per kernel
+of an elementwise loop): the O3 pipeline with loop interleaving and unrolling costs
+about 12 ms per kernel against about 7 ms without them, for no measurable gain on
+the loops the fusion layer emits; reductions still vectorise (``reassoc``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import llvmlite.binding as llvm
+
+_LOCK = threading.Lock()
+_STATE: dict[str, Any] = {}
+
+#: The libm entry points compiled code may call (resolved through the process).
+LIBM_FUNCTIONS = (
+    "exp", "expf", "log", "logf", "log1p", "log1pf", "expm1", "expm1f", "sin", "sinf", "cos", "cosf", "tan", "tanf",
+    "tanh", "tanhf", "sinh", "sinhf", "cosh", "coshf", "asin", "asinf", "acos", "acosf", "atan", "atanf", "erf", "erff",
+    "pow", "powf", "atan2", "atan2f", "fmod", "fmodf",
+)
+
+
+def _init() -> dict[str, Any]:
+    with _LOCK:
+        if _STATE:
+            return _STATE
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        libm = ctypes.util.find_library("m")
+        if libm:
+            llvm.load_library_permanently(libm)
+        target = llvm.Target.from_default_triple()
+        _STATE["target"] = target
+        _STATE["cpu"] = llvm.get_host_cpu_name()
+        _STATE["features"] = llvm.get_host_cpu_features().flatten()
+        _STATE["triple"] = llvm.get_process_triple()
+        _STATE["machine"] = _machine()
+        return _STATE
+
+
+def _machine() -> Any:
+    return _STATE["target"].create_target_machine(
+        cpu=_STATE["cpu"], features=_STATE["features"], opt=2, jit=True, codemodel="jitdefault"
+    )
+
+
+def triple() -> str:
+    return _init()["triple"]
+
+
+def data_layout() -> str:
+    return str(_init()["machine"].target_data)
+
+
+@dataclass
+class Compiled:
+    """A module loaded for execution: function addresses by name."""
+
+    engine: Any
+    addresses: dict[str, int]
+    optimize_s: float
+    codegen_s: float
+
+
+def compile_module(ir_text: str, names: list[str]) -> Compiled:
+    """Optimises (O3 pipeline, no interleaving/unrolling) and JIT-compiles ``ir_text``;
+    returns the addresses of the functions ``names``."""
+    import time
+
+    state = _init()
+    with _LOCK:
+        start = time.perf_counter()
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_interleaving = False
+        tuning.loop_unrolling = False
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        builder = llvm.create_pass_builder(state["machine"], tuning)
+        builder.getModulePassManager().run(module, builder)
+        middle = time.perf_counter()
+        engine = llvm.create_mcjit_compiler(module, _machine())  # the engine owns its target machine
+        engine.finalize_object()
+        addresses = {name: engine.get_function_address(name) for name in names}
+        end = time.perf_counter()
+    return Compiled(engine, addresses, middle - start, end - middle)
+
+
+def host_features() -> str:
+    return _init()["features"]

@@ -1,0 +1,138 @@
+"""What the LLVM lowering compiles: the :class:`~ember.backend.fusion.kernels.Target`
+answers of the CPU backend.
+
+Compiled: elementwise ops (per dtype, see :mod:`ember.backend.fusion.llvm.ops`),
+``full``, layout ops, reductions, and matmuls of float32/float64, over the dtypes
+float64, float32, int64, int32, uint8 and bool. Everything else (module ops,
+indexing, sorting, scans, ``cat``, random draws, float16/bfloat16) runs on flex.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.backend.flex.memory import physical_memory
+from ember.backend.fusion.expand import float_operands
+from ember.backend.fusion.graph import Graph, Node, Ref
+from ember.backend.fusion.kernels import ELEMENTWISE_OPS, LAYOUT_OPS, Target
+from ember.backend.fusion.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
+from ember.backend.fusion.views import View
+from ember.backend.ops import ReduceOp
+
+DTYPES = frozenset(np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_))
+_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+#: Matmuls of at least this many multiply-adds (``M * N * K``) call BLAS; smaller
+#: ones run as generated loops. Measured with ``python benchmarks/compile.py
+#: --matmul-threshold`` (one plan per matmul, AVX-512 host, 1 BLAS thread): BLAS
+#: and loops tie around 512-1024 multiply-adds (8x8x8: loops 1.10x BLAS's time,
+#: 64x16x1: 0.96x), and BLAS wins from 4096 on (64x4x16: loops 1.4x, 32x32x32: 2.5x,
+#: 128x128x128: 5.3x).
+BLAS_THRESHOLD = 2048
+
+#: Composite calls the LLVM path expands into primitives (float32/float64 only).
+EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
+                      "adam_step", "adam_step_many"})
+
+_REDUCE_INT = frozenset(ReduceOp) - {ReduceOp.MEAN}
+#: A value larger than the machine's memory is left to flex, which names the problem.
+_MEMORY = physical_memory()
+
+
+class LLVMTarget(Target):
+    """The CPU lowering's capabilities. ``blas`` is ``None`` where no BLAS was found:
+    then matmuls above the threshold stay on flex (numpy's matmul)."""
+
+    def __init__(self, blas: object | None, blas_threshold: int = BLAS_THRESHOLD):
+        self.blas = blas
+        self.blas_threshold = blas_threshold
+
+    def expands(self, graph: Graph, node: Node) -> bool:
+        """Whether a composite node is replaced by its decomposition."""
+        if node.op not in EXPANDED or not float_operands(graph, node):
+            return False
+        if node.op in ("linear", "linear_backward"):
+            # Expanded into matmuls: only when those compile (BLAS, or small enough).
+            return self.blas is not None or _work(graph, node) < self.blas_threshold
+        return True
+
+    def lowers(self, graph: Graph, node: Node) -> bool:
+        avals = graph.avals
+        refs = list(node.refs())
+        if any(avals[r].dtype not in DTYPES for r in refs) or any(avals[o].dtype not in DTYPES for o in node.outs):
+            return False
+        if _MEMORY is not None and any(avals[o].nbytes > _MEMORY for o in node.outs):
+            return False
+        op = node.op
+        if op in LAYOUT_OPS:
+            return True
+        if op in ELEMENTWISE_OPS:
+            return self._elementwise(graph, node)
+        if op == "reduce":
+            reduce_op, x, dim = node.args
+            dtype = avals[x].dtype
+            if avals[x].shape[dim] == 0:
+                return False
+            return dtype.kind == "f" or reduce_op in _REDUCE_INT
+        if op == "matmul":
+            a, b = node.args
+            if avals[a].dtype not in _FLOATS or len(avals[a].shape) < 2 or len(avals[b].shape) < 2:
+                return False
+            return self.blas is not None or _work(graph, node) < self.blas_threshold
+        return False
+
+    def _elementwise(self, graph: Graph, node: Node) -> bool:
+        avals = graph.avals
+        op, args = node.op, node.args
+        if op == "full":
+            return True
+        if op == "unary":
+            return args[0] in LOWERED_UNARY[avals[args[1]].dtype.kind]
+        if op == "binary":
+            dtype = avals[args[1]].dtype
+            if type(args[2]) is Ref and avals[args[2]].dtype != dtype:
+                return False
+            return args[0] in LOWERED_BINARY[dtype.kind]
+        if op == "cast":
+            return lowers_cast(avals[args[0]].dtype, avals[node.outs[0]].dtype)
+        if op == "where":
+            out = avals[node.outs[0]].dtype
+            return all(avals[a].dtype == out for a in args[1:] if type(a) is Ref)
+        return op == "clamp"
+
+    def matmul_needs_packing(self, view: View, dtype: np.dtype, work: int) -> bool:
+        if self.blas is None or work < self.blas_threshold:
+            return False
+        return blas_layout(view) is None
+
+
+def _work(graph: Graph, node: Node) -> int:
+    """Multiply-adds of a matmul or of the largest matmul a linear op expands into."""
+    avals = graph.avals
+    if node.op == "matmul":
+        a = node.args[0]
+        out = avals[node.outs[0]].shape
+        n = 1
+        for s in out:
+            n *= s
+        return n * avals[a].shape[-1]
+    shapes = [avals[r].shape for r in node.refs()]
+    n = 1
+    for shape in shapes:
+        m = 1
+        for s in shape:
+            m *= s
+        n = max(n, m)
+    return n * max(s[-1] for s in shapes)
+
+
+def blas_layout(view: View) -> tuple[bool, int] | None:
+    """How BLAS reads the last two dims of ``view`` as a row-major matrix:
+    ``(transposed, leading dimension)``, or ``None`` if it cannot (a copy is needed)."""
+    rows, cols = view.shape[-2], view.shape[-1]
+    rs, cs = view.strides[-2], view.strides[-1]
+    if (cols == 1 or cs == 1) and (rows == 1 or rs >= max(cols, 1)):
+        return False, rs if rows > 1 else max(cols, 1)
+    if (rows == 1 or rs == 1) and (cols == 1 or cs >= max(rows, 1)):
+        return True, cs if cols > 1 else max(rows, 1)
+    return None
