@@ -104,7 +104,6 @@ class FusionBackend(Backend):
 
     @executor.setter
     def executor(self, executor: Any) -> None:
-        self.flush()
         self._executor = executor
         self._plans.clear()
 
