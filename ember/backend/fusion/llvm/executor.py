@@ -68,7 +68,9 @@ class LLVMExecutor:
         self.stats = {"plans": 0, "compile_s": 0.0, "compile_cpu_s": 0.0}
 
     def plan(self, graph: Graph) -> LLVMPlan:
-        key = graph.structure()
+        # A structure leaves out constant values: graphs with other constants (another
+        # trace's) get their own plan. The plan keeps its constants alive, so ids stay unique.
+        key = (graph.structure(), tuple(id(v) for v in graph.consts.values()))
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:
@@ -88,10 +90,13 @@ class LLVMExecutor:
             self.stats["compile_cpu_s"] += variant.compile_cpu_s
 
     def cache_size(self) -> int:
+        """Plans cached (each may hold several compiled variants)."""
         return len(self._plans)
 
 
 class _Segment:
+    """A compiled function (one ctypes call) or the eager calls between two of them."""
+
     __slots__ = ("calls", "entry")
 
     def __init__(self, entry: Any = None, calls: list[Call] | None = None):
