@@ -154,6 +154,23 @@ def test_elementwise_chain_is_one_kernel_and_dead_values_are_not_stored(executor
     assert len(kernels) == 1 and len(kernels[0].stores) == 1
 
 
+def test_very_long_chains_are_cut_into_kernels(executor):
+    from ember.backend.fusion.kernels import MAX_DEPTH
+
+    case = Case()
+    x = case.input(np.array([1.0, 2.0], np.float64))
+    y = x
+    for _ in range(3 * MAX_DEPTH):
+        y = case.ops.binary(BinaryOp.ADD, y, 1.0)
+    c = case.ops.full((2,), 0.0, DType.FLOAT64)
+    for _ in range(2 * MAX_DEPTH):  # a chain of constants only
+        c = case.ops.binary(BinaryOp.ADD, c, 0.5)
+    compiled, replayed, plan = case.run(executor, [y, c])
+    for a, e in zip(compiled, replayed):
+        assert_same(a, e, "chain")
+    assert 5 <= len(plan.schedule.steps) <= 8  # about one kernel per MAX_DEPTH ops
+
+
 def test_exact_gelu_and_sigmoid_paths_are_accurate(executor, rng):
     x_np = (rng.standard_normal((4, 1000)) * 3).astype(np.float32)
     case = Case()

@@ -41,6 +41,10 @@ from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.views import View, size_of
 from ember.backend.ops import ReduceOp
 
+#: Deepest expression a kernel inlines; a longer chain of ops is stored and read back
+#: (it bounds the recursion of analysis and code generation, and costs one pass per
+#: this many ops).
+MAX_DEPTH = 200
 LAYOUT_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 ELEMENTWISE_OPS = frozenset({"unary", "binary", "where", "clamp", "cast", "full"})
 
@@ -50,13 +54,14 @@ class Expr:
     """A node of a kernel's expression DAG. Built through :class:`Exprs`, which
     interns them, so equal subexpressions are one object (computed once)."""
 
-    __slots__ = ("kind", "op", "args", "dtype", "__weakref__")
+    __slots__ = ("kind", "op", "args", "dtype", "depth", "__weakref__")
 
     def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
         self.kind = kind    # load | const | scalar | unary | binary | where | clamp | cast | acc
-        self.op = op        # load: buffer id; const: value; scalar: slot; acc: reduction index; else op
+        self.op = op        # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
         self.args = args    # load: (View,); clamp: (x, low, high) with None for a missing bound
         self.dtype = dtype  # the value's numpy dtype
+        self.depth = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
 
     def __repr__(self) -> str:
         if self.kind == "load":
@@ -69,16 +74,16 @@ class Expr:
     def walk(self) -> list[Expr]:
         """Every node of the DAG once, operands before users."""
         seen: dict[int, Expr] = {}
-
-        def visit(e: Expr) -> None:
+        stack: list[tuple[Expr, bool]] = [(self, False)]
+        while stack:
+            e, expanded = stack.pop()
             if id(e) in seen:
-                return
-            for a in e.args:
-                if type(a) is Expr:
-                    visit(a)
-            seen[id(e)] = e
-
-        visit(self)
+                continue
+            if expanded:
+                seen[id(e)] = e
+                continue
+            stack.append((e, True))
+            stack.extend((a, False) for a in reversed(e.args) if type(a) is Expr and id(a) not in seen)
         return list(seen.values())
 
     def has(self, kind: str) -> bool:
@@ -579,6 +584,8 @@ class _Scheduler:
         if all(loc[0] == "free" for loc in locs.values()):
             expr = self.build(node, {r: loc[1] for r, loc in locs.items()})
             self.loc[out] = ("free", expr)
+            if expr.depth >= MAX_DEPTH:
+                self.materialize(out)
             return
         target, reduced = self.pick(groups, locs)
         if target is not None:
@@ -604,6 +611,8 @@ class _Scheduler:
         target.members.add(i)
         target.values[out] = (expr, reduced)
         self.loc[out] = ("virt", target, expr, reduced)
+        if expr.depth >= MAX_DEPTH:
+            self.seal(target)
 
     def pick(self, groups: list[_Group], locs: dict[int, Loc]) -> tuple[_Group | None, bool]:
         """The open kernel a node joins and in which space, or ``(None, False)``."""
