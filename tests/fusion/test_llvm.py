@@ -458,6 +458,22 @@ def test_unlowered_nodes_run_on_flex_between_segments(executor, rng):
     assert "Call" in kinds and "Kernel" in kinds
 
 
+def test_a_graph_that_fails_to_compile_runs_op_by_op_with_a_warning(monkeypatch, rng):
+    import ember.backend.fusion.llvm.executor as module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a lowering bug")
+
+    executor = LLVMExecutor()
+    monkeypatch.setattr(module, "schedule", broken)
+    case = Case()
+    x = case.input(rng.standard_normal(8).astype(np.float32))
+    with pytest.warns(RuntimeWarning, match="a lowering bug"):
+        compiled, replayed, plan = case.run(executor, [case.ops.unary(UnaryOp.EXP, x)])
+    assert_same(compiled[0], replayed[0], "fallback")
+    assert plan.replay is not None and not plan.variants
+
+
 # ---------------------------------------------------------------------- training
 def _seed_losses(device, steps: int) -> list[float]:
     from ember import Distribution, Module

@@ -20,6 +20,7 @@ import itertools
 import sys
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from typing import Any
 
@@ -34,7 +35,7 @@ from ember.backend.fusion.llvm import blas as blas_mod
 from ember.backend.fusion.llvm.codegen import ModuleBuilder, scratch_bytes
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
-from ember.backend.fusion.replay import PartialRun, ReplayError
+from ember.backend.fusion.replay import PartialRun, Replay, ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.views import View, size_of
 
@@ -115,17 +116,31 @@ class LLVMPlan:
         self.graph = graph
         self.executor = executor
         self.variants: list[Variant] = []
+        self.replay: Replay | None = None  # set if compiling failed
         self._lock = threading.Lock()
 
     def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = ()) -> list[Any]:
         """The outputs of the graph for its ``inputs`` (flex arrays) and run-time
         ``scalars``. One run at a time: a variant's arena and pointer table are its own."""
         with self._lock:
+            if self.replay is not None:
+                return self.replay.run(backend, inputs, scalars)
             for variant in self.variants:
                 values = variant.scalars(scalars)
                 if values is not None:
                     return variant.run(backend, inputs, values)
-            variant = Variant(self.graph, scalars, self.executor)
+            try:
+                variant = Variant(self.graph, scalars, self.executor)
+            except Exception as error:  # a lowering bug must not lose the user's computation
+                warnings.warn(
+                    f"ember: fusion: the LLVM executor could not compile a graph of {len(self.graph.nodes)} "
+                    f"nodes ({type(error).__name__}: {error}); it runs op by op instead. Please report this "
+                    "with the graph (str(graph)).",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                self.replay = Replay(self.graph)
+                return self.replay.run(backend, inputs, scalars)
             self.executor._compiled(variant)
             if len(self.variants) >= self.MAX_VARIANTS:
                 self.variants.pop(0)
