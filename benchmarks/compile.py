@@ -43,6 +43,7 @@ def fresh_executor(device: Device):
     from ember.backend.fusion.llvm import LLVMExecutor
 
     backend = (device.inner() if device.is_autodiff() else device).backend
+    backend.sync()  # ops an earlier workload left queued run with the old executor
     backend.executor = LLVMExecutor()
     return backend.executor
 
