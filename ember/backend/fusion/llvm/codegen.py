@@ -187,13 +187,22 @@ class ModuleBuilder:
         self.module = ir.Module(name=prefix)
         self.module.triple = jit.triple()
         self.module.data_layout = jit.data_layout()
+        self.vector_width = jit.vector_width()
         self.math = MathLib(self.module)
         self.ops = OpEmitter(self.math)
         self._gemm: dict[str, ir.Function] = {}
 
     # ------------------------------------------------------------------ segments
+    def _tune(self, fn: ir.Function) -> None:
+        """Target attributes of a function (llvmlite lists only LLVM's keyword
+        attributes, so the string attribute is added to the set directly)."""
+        fn.attributes.add("nounwind")
+        if self.vector_width:
+            set.add(fn.attributes, f'"prefer-vector-width"="{self.vector_width}"')
+
     def segment(self, name: str, steps: list[int]) -> None:
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR, PTR, PTR]), name=name)
+        self._tune(fn)
         arena, ext, scalars = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         pointers: dict[int, ir.Value] = {}
@@ -232,7 +241,7 @@ class ModuleBuilder:
     def _function(self, name: str, n_pointers: int, extra: list[ir.Type]) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_pointers + extra), name=name)
         fn.linkage = "internal"
-        fn.attributes.add("nounwind")
+        self._tune(fn)
         for arg in fn.args[:n_pointers]:
             arg.add_attribute("noalias")
         return fn
