@@ -6,14 +6,17 @@ expanded graph (:mod:`ember.backend.fusion.expand`) in program order and produce
 a list of *steps*:
 
 * :class:`Kernel`: one loop nest over an iteration space. Its outputs are
-  expression trees (:class:`Expr`) whose leaves read buffers through strided
-  views (:mod:`ember.backend.fusion.views`), constants and run-time scalars.
+  expression trees (:mod:`ember.backend.fusion.exprs`) whose leaves read buffers
+  through strided views (:mod:`ember.backend.fusion.views`), constants and
+  run-time scalars.
   A kernel may carry reductions along one dim: then its *prologue* (expressions
   over the full space, such as ``x * x`` or ``exp(x - max)``) feeds accumulators,
   and its *epilogue* (expressions over the reduced space, such as ``log(sum)``)
   reads them; values of both spaces may be stored, all in one pass.
 * :class:`Matmul`: a (batched) matrix product of two strided operands.
 * :class:`Call`: a node the target does not lower, run by the eager backend.
+
+(The step types live in :mod:`ember.backend.fusion.steps`.)
 
 Grouping. Each elementwise node joins the open kernel of its operands when its
 iteration space has the same element count (row-major "flat identity": reshapes
@@ -29,17 +32,16 @@ loop hoists them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ember.backend.fusion.expand import Expanded
-from ember.backend.fusion.graph import Graph, Node, Ref
+from ember.backend.fusion.exprs import Expr, Exprs
+from ember.backend.fusion.graph import Node, Ref
 from ember.backend.fusion.scalars import SymScalar
+from ember.backend.fusion.steps import Buffer, Call, Kernel, Matmul, Reduction, Schedule, Step, Store, Target
 from ember.backend.fusion.views import View, size_of
-from ember.backend.ops import ReduceOp
 
 #: Deepest expression a kernel inlines; a longer chain of ops is stored and read back
 #: (it bounds the recursion of analysis and code generation, and costs one pass per
@@ -47,224 +49,6 @@ from ember.backend.ops import ReduceOp
 MAX_DEPTH = 200
 LAYOUT_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 ELEMENTWISE_OPS = frozenset({"unary", "binary", "where", "clamp", "cast", "full"})
-
-
-# ---------------------------------------------------------------------- expressions
-class Expr:
-    """A node of a kernel's expression DAG. Built through :class:`Exprs`, which
-    interns them, so equal subexpressions are one object (computed once)."""
-
-    __slots__ = ("kind", "op", "args", "dtype", "depth", "__weakref__")
-
-    def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
-        self.kind = kind    # load | const | scalar | unary | binary | where | clamp | cast | acc
-        self.op = op        # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
-        self.args = args    # load: (View,); clamp: (x, low, high) with None for a missing bound
-        self.dtype = dtype  # the value's numpy dtype
-        self.depth = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
-
-    def __repr__(self) -> str:
-        if self.kind == "load":
-            v = self.args[0]
-            return f"B{self.op}[{list(v.shape)}:{list(v.strides)}+{v.offset}]"
-        if self.kind in ("const", "scalar", "acc"):
-            return f"{self.kind}({self.op})"
-        return f"{self.kind}.{self.op}({', '.join(map(repr, self.args))})"
-
-    def walk(self) -> list[Expr]:
-        """Every node of the DAG once, operands before users."""
-        seen: dict[int, Expr] = {}
-        stack: list[tuple[Expr, bool]] = [(self, False)]
-        while stack:
-            e, expanded = stack.pop()
-            if id(e) in seen:
-                continue
-            if expanded:
-                seen[id(e)] = e
-                continue
-            stack.append((e, True))
-            stack.extend((a, False) for a in reversed(e.args) if type(a) is Expr and id(a) not in seen)
-        return list(seen.values())
-
-    def has(self, kind: str) -> bool:
-        return any(e.kind == kind for e in self.walk())
-
-
-class Exprs:
-    """The interning factory of one schedule's expressions."""
-
-    def __init__(self) -> None:
-        self._table: dict[tuple, Expr] = {}
-
-    def make(self, kind: str, op: Any, args: tuple, dtype: np.dtype) -> Expr:
-        key = (kind, op if kind != "const" else (type(op), op), tuple(a if type(a) is not Expr else id(a) for a in args),
-               dtype.str)
-        e = self._table.get(key)
-        if e is None:
-            e = self._table[key] = Expr(kind, op, args, dtype)
-        return e
-
-    def load(self, buffer: int, view: View, dtype: np.dtype) -> Expr:
-        return self.make("load", buffer, (view.normalized(),), dtype)
-
-    def const(self, value: Any, dtype: np.dtype) -> Expr:
-        return self.make("const", value, (), dtype)
-
-    def map_loads(self, expr: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr | None]) -> Expr | None:
-        """``expr`` with each load replaced by ``fn(load)``; ``None`` if ``fn`` fails on one."""
-        hit = memo.get(id(expr), memo)
-        if hit is not memo:
-            return hit
-        if expr.kind == "load":
-            out = fn(expr)
-        elif not expr.args:
-            out = expr
-        else:
-            args = []
-            out = None
-            for a in expr.args:
-                if type(a) is Expr:
-                    a = self.map_loads(a, fn, memo)
-                    if a is None:
-                        break
-                args.append(a)
-            else:
-                out = self.make(expr.kind, expr.op, tuple(args), expr.dtype)
-        memo[id(expr)] = out
-        return out
-
-
-# ---------------------------------------------------------------------- steps
-@dataclass
-class Buffer:
-    """Storage for values: a graph input or constant, a result of an eager call, or a
-    buffer the plan owns (``kind == "temp"``; the memory plan places it)."""
-
-    id: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    kind: str                  # input | const | call | temp
-    value: int = -1            # the graph value it holds (input, const, call)
-    scratch: bool = False      # a target's private buffer for one step (see memory.plan_memory)
-
-    @property
-    def nbytes(self) -> int:
-        return size_of(self.shape) * self.dtype.itemsize
-
-
-@dataclass
-class Reduction:
-    op: ReduceOp
-    expr: Expr               # over the full space
-    dtype: np.dtype          # the result's dtype
-    count: int               # elements reduced (for mean)
-
-
-@dataclass
-class Store:
-    buffer: int
-    expr: Expr
-    reduced: bool            # over the reduced space (an epilogue) rather than the full one
-
-
-@dataclass
-class Kernel:
-    """One loop nest over ``space``; with reductions, along ``dim``."""
-
-    space: tuple[int, ...]
-    dim: int | None
-    reductions: list[Reduction]
-    stores: list[Store]
-
-    @property
-    def reduced_space(self) -> tuple[int, ...]:
-        if self.dim is None:
-            return self.space
-        return self.space[:self.dim] + (1,) + self.space[self.dim + 1:]
-
-    def reads(self) -> set[int]:
-        return {e.op for s in self.stores for e in s.expr.walk() if e.kind == "load"} | {
-            e.op for r in self.reductions for e in r.expr.walk() if e.kind == "load"}
-
-    def writes(self) -> set[int]:
-        return {s.buffer for s in self.stores}
-
-
-@dataclass
-class Matmul:
-    """``out = a @ b`` with batch dims broadcast; operands are strided views."""
-
-    a: tuple[int, View]
-    b: tuple[int, View]
-    out: int
-    dtype: np.dtype
-
-    def reads(self) -> set[int]:
-        return {self.a[0], self.b[0]}
-
-    def writes(self) -> set[int]:
-        return {self.out}
-
-
-@dataclass
-class Call:
-    """A lowered node run by the eager backend: ``node`` of the lowered graph, whose
-    source node is ``origin``; its tensor arguments are read from ``args``."""
-
-    node: Node
-    origin: int
-    args: dict[int, tuple[int, View]]   # lowered value -> (buffer, view)
-    outs: list[int]                     # buffer per output value
-
-    def reads(self) -> set[int]:
-        return {b for b, _ in self.args.values()}
-
-    def writes(self) -> set[int]:
-        return set(self.outs)
-
-
-Step = Kernel | Matmul | Call
-
-
-@dataclass
-class Schedule:
-    """What a target compiles: steps in run order, the buffers they use, where every
-    returned value lives, and the run-time scalars (slot -> expression)."""
-
-    graph: Graph
-    expanded: Expanded
-    steps: list[Step]
-    buffers: list[Buffer]
-    outputs: list[tuple[int, View]]     # per graph output: (buffer, view)
-    scalars: list[Any]                  # slot -> its SymScalar (the expansion's program computes it)
-    producer: dict[int, int]            # buffer -> index of the step writing it
-
-    def __str__(self) -> str:
-        lines = [f"schedule: {len(self.steps)} steps, {len(self.buffers)} buffers"]
-        for i, step in enumerate(self.steps):
-            if isinstance(step, Kernel):
-                red = f" reduce dim {step.dim}: " + ", ".join(f"{r.op}({r.expr!r})" for r in step.reductions) if step.reductions else ""
-                lines.append(f"  [{i}] kernel {list(step.space)}{red}")
-                for s in step.stores:
-                    lines.append(f"        B{s.buffer}{' (reduced)' if s.reduced else ''} = {s.expr!r}")
-            elif isinstance(step, Matmul):
-                lines.append(f"  [{i}] matmul B{step.out} = B{step.a[0]} {step.a[1]} @ B{step.b[0]} {step.b[1]}")
-            else:
-                lines.append(f"  [{i}] call {step.node.op} -> {[f'B{b}' for b in step.outs]}")
-        return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------- the analysis
-class Target:
-    """What a lowering can compile; the analysis asks it about each node."""
-
-    def lowers(self, graph: Graph, node: Node) -> bool:
-        """Whether ``node`` (of the expanded graph) can run in compiled code."""
-        raise NotImplementedError
-
-    def matmul_needs_packing(self, view: View, dtype: np.dtype, work: int) -> bool:
-        """Whether a matmul operand must be copied to a dense buffer first."""
-        return False
 
 
 class _Group:
@@ -710,4 +494,5 @@ def schedule(expanded: Expanded, target: Target) -> Schedule:
     return _Scheduler(expanded, target).run()
 
 
-__all__ = ["Buffer", "Call", "Expr", "Kernel", "Matmul", "Schedule", "Step", "Store", "Target", "schedule"]
+__all__ = ["ELEMENTWISE_OPS", "LAYOUT_OPS", "MAX_DEPTH", "Buffer", "Call", "Expr", "Kernel", "Matmul", "Reduction",
+           "Schedule", "Step", "Store", "Target", "schedule"]

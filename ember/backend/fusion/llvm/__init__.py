@@ -8,7 +8,8 @@ package holds only what is specific to LLVM and the CPU:
 
 * :mod:`.support`: what compiles (ops, dtypes, the BLAS threshold);
 * :mod:`.mathlib` and :mod:`.ops`: numpy's semantics as IR, op by op;
-* :mod:`.codegen`: kernels and matmuls as loop nests and BLAS calls;
+* :mod:`.codegen`: a schedule's compiled steps as one module, matmuls as BLAS calls;
+* :mod:`.loops`: kernels as loop nests (reductions in registers or scratch rows);
 * :mod:`.jit`: the optimisation pipeline and MCJIT;
 * :mod:`.blas`: numpy's OpenBLAS and the thread count ember sets;
 * :mod:`.executor`: plans and their runs.

@@ -32,7 +32,8 @@ from ember.backend.fusion.graph import Graph, Ref, flatten
 from ember.backend.fusion.kernels import Buffer, Call, Kernel, schedule
 from ember.backend.fusion.llvm import arrays, jit
 from ember.backend.fusion.llvm import blas as blas_mod
-from ember.backend.fusion.llvm.codegen import ModuleBuilder, scratch_bytes
+from ember.backend.fusion.llvm.codegen import ModuleBuilder
+from ember.backend.fusion.llvm.loops import scratch_bytes
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
 from ember.backend.fusion.replay import PartialRun, Replay, ReplayError

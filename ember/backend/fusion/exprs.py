@@ -1,0 +1,100 @@
+"""Kernel expressions: the DAG a fused kernel computes per element.
+
+An :class:`Expr` is a load through a strided view, a constant, a run-time scalar,
+an elementwise op of other expressions, or a reduction's result (in an epilogue).
+:class:`Exprs` builds them interned, so equal subexpressions are one object and a
+code generator computes each once. Every target lowers these same trees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ember.backend.fusion.views import View
+
+
+class Expr:
+    """A node of a kernel's expression DAG. Built through :class:`Exprs`, which
+    interns them, so equal subexpressions are one object (computed once)."""
+
+    __slots__ = ("kind", "op", "args", "dtype", "depth", "__weakref__")
+
+    def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
+        self.kind = kind    # load | const | scalar | unary | binary | where | clamp | cast | acc
+        self.op = op        # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
+        self.args = args    # load: (View,); clamp: (x, low, high) with None for a missing bound
+        self.dtype = dtype  # the value's numpy dtype
+        self.depth = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
+
+    def __repr__(self) -> str:
+        if self.kind == "load":
+            v = self.args[0]
+            return f"B{self.op}[{list(v.shape)}:{list(v.strides)}+{v.offset}]"
+        if self.kind in ("const", "scalar", "acc"):
+            return f"{self.kind}({self.op})"
+        return f"{self.kind}.{self.op}({', '.join(map(repr, self.args))})"
+
+    def walk(self) -> list[Expr]:
+        """Every node of the DAG once, operands before users."""
+        seen: dict[int, Expr] = {}
+        stack: list[tuple[Expr, bool]] = [(self, False)]
+        while stack:
+            e, expanded = stack.pop()
+            if id(e) in seen:
+                continue
+            if expanded:
+                seen[id(e)] = e
+                continue
+            stack.append((e, True))
+            stack.extend((a, False) for a in reversed(e.args) if type(a) is Expr and id(a) not in seen)
+        return list(seen.values())
+
+    def has(self, kind: str) -> bool:
+        return any(e.kind == kind for e in self.walk())
+
+
+class Exprs:
+    """The interning factory of one schedule's expressions."""
+
+    def __init__(self) -> None:
+        self._table: dict[tuple, Expr] = {}
+
+    def make(self, kind: str, op: Any, args: tuple, dtype: np.dtype) -> Expr:
+        key = (kind, op if kind != "const" else (type(op), op), tuple(a if type(a) is not Expr else id(a) for a in args),
+               dtype.str)
+        e = self._table.get(key)
+        if e is None:
+            e = self._table[key] = Expr(kind, op, args, dtype)
+        return e
+
+    def load(self, buffer: int, view: View, dtype: np.dtype) -> Expr:
+        return self.make("load", buffer, (view.normalized(),), dtype)
+
+    def const(self, value: Any, dtype: np.dtype) -> Expr:
+        return self.make("const", value, (), dtype)
+
+    def map_loads(self, expr: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr | None]) -> Expr | None:
+        """``expr`` with each load replaced by ``fn(load)``; ``None`` if ``fn`` fails on one."""
+        hit = memo.get(id(expr), memo)
+        if hit is not memo:
+            return hit
+        if expr.kind == "load":
+            out = fn(expr)
+        elif not expr.args:
+            out = expr
+        else:
+            args = []
+            out = None
+            for a in expr.args:
+                if type(a) is Expr:
+                    a = self.map_loads(a, fn, memo)
+                    if a is None:
+                        break
+                args.append(a)
+            else:
+                out = self.make(expr.kind, expr.op, tuple(args), expr.dtype)
+        memo[id(expr)] = out
+        return out

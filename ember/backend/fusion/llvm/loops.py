@@ -1,0 +1,454 @@
+"""Loop nests in LLVM IR: counted loops, a kernel's simplified iteration space, and
+the emitter that turns one :class:`~ember.backend.fusion.steps.Kernel` into loops.
+
+A kernel's space is simplified first: size-1 dims are dropped and neighbouring dims
+that every access walks as one run are merged, so a dense elementwise kernel is one
+flat loop. Loop-invariant subexpressions (constants, run-time scalars, one-element
+loads) are computed once before the loops. A reduction keeps its dim apart: along
+the innermost dim its accumulators live in registers (float32 sums accumulate in
+float64, reassociated so they vectorise); along an outer dim they accumulate a row
+in scratch memory, which vectorises over the inner dims.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from ember.backend.fusion.exprs import Expr
+from ember.backend.fusion.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
+from ember.backend.fusion.llvm.ops import OpEmitter
+from ember.backend.fusion.steps import Kernel
+from ember.backend.fusion.views import View, size_of
+from ember.backend.ops import ReduceOp
+
+_F64 = np.dtype(np.float64)
+_BOOL = np.dtype(np.bool_)
+
+
+def _acc_dtype(op: ReduceOp, src: np.dtype, out: np.dtype) -> np.dtype:
+    """The accumulator's dtype: float64 for float sums, the result's otherwise."""
+    if op in (ReduceOp.SUM, ReduceOp.MEAN) and src.kind == "f":
+        return _F64
+    if op in (ReduceOp.ANY, ReduceOp.ALL):
+        return _BOOL
+    return out
+
+
+def _identity(op: ReduceOp, dtype: np.dtype) -> Any:
+    kind = dtype.kind
+    if op in (ReduceOp.SUM, ReduceOp.MEAN, ReduceOp.ANY):
+        return 0
+    if op in (ReduceOp.PROD, ReduceOp.ALL):
+        return 1
+    if kind == "f":
+        return -math.inf if op == ReduceOp.MAX else math.inf
+    if kind == "b":
+        return 0 if op == ReduceOp.MAX else 1
+    bits = dtype.itemsize * 8
+    if kind == "u":
+        return 0 if op == ReduceOp.MAX else (1 << bits) - 1
+    return -(1 << (bits - 1)) if op == ReduceOp.MAX else (1 << (bits - 1)) - 1
+
+
+class Loops:
+    """Counted loops with carried values, in a function being built."""
+
+    def __init__(self, builder: ir.IRBuilder):
+        self.b = builder
+
+    def run(self, n: int, body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+            carry: list[ir.Value] | None = None) -> list[ir.Value]:
+        """Emits ``for i in range(n)``; ``body(i, carried) -> new carried``; returns the
+        carried values after the loop. ``n`` is at least 1."""
+        b = self.b
+        carry = carry or []
+        fn = b.function
+        pre = b.block
+        head = fn.append_basic_block("loop")
+        done = fn.append_basic_block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        index = b.phi(I64, "i")
+        index.add_incoming(ir.Constant(I64, 0), pre)
+        phis = []
+        for value in carry:
+            phi = b.phi(value.type)
+            phi.add_incoming(value, pre)
+            phis.append(phi)
+        new = body(index, list(phis))
+        step = b.add(index, ir.Constant(I64, 1))
+        latch = b.block
+        index.add_incoming(step, latch)
+        for phi, value in zip(phis, new):
+            phi.add_incoming(value, latch)
+        b.cbranch(b.icmp_unsigned("<", step, ir.Constant(I64, n)), head, done)
+        b.position_at_end(done)
+        return list(new)
+
+    def nest(self, sizes: list[int], body: Callable[[list[ir.Value]], None], prefix: list[ir.Value] | None = None) -> None:
+        """Nested loops over ``sizes`` (outermost first); ``body(indices)``."""
+        prefix = list(prefix or [])
+        if not sizes:
+            body(prefix)
+            return
+
+        def inner(i: ir.Value, _: list) -> list:
+            self.nest(sizes[1:], body, prefix + [i])
+            return []
+
+        self.run(sizes[0], inner)
+
+
+class Space:
+    """A kernel's simplified iteration space: dims and every access's strides on them."""
+
+    def __init__(self, kernel: Kernel, views: list[View]):
+        space, dim = kernel.space, kernel.dim
+        full = [self._full(v, kernel) for v in views]
+        kept = [k for k in range(len(space)) if space[k] != 1 or k == dim]
+        dims: list[tuple[int, list[int]]] = []   # (size, strides per access), outermost first
+        red = None
+        for k in kept:
+            strides = [f.strides[k] for f in full]
+            if dims and k != dim and red != len(dims) - 1:
+                size0, strides0 = dims[-1]
+                if all(s0 == s * space[k] for s0, s in zip(strides0, strides)):
+                    dims[-1] = (size0 * space[k], strides)
+                    continue
+            if k == dim:
+                red = len(dims)
+            dims.append((space[k], strides))
+        self.sizes = [d[0] for d in dims]
+        self.strides = [d[1] for d in dims]   # strides[dim][access]
+        self.offsets = [f.offset for f in full]
+        self.red = red
+
+    @staticmethod
+    def _full(view: View, kernel: Kernel) -> View:
+        """A view over the reduced space, seen over the full space (stride 0 along dim)."""
+        if view.shape == () or view.size == 1:
+            return View(kernel.space, (0,) * len(kernel.space), view.offset)
+        if kernel.dim is None or view.shape == kernel.space:
+            return view
+        strides = list(view.strides)
+        strides[kernel.dim] = 0
+        return View(kernel.space, tuple(strides), view.offset)
+
+
+class KernelEmitter:
+    """Emits one kernel's loop nest into a function."""
+
+    def __init__(self, math_lib: MathLib, ops: OpEmitter, b: ir.IRBuilder, kernel: Kernel,
+                 base: dict[int, ir.Value], scratch: ir.Value | None, scalars: ir.Value):
+        self.math = math_lib
+        self.b = b
+        self.kernel = kernel
+        self.base = base
+        self.scratch = scratch
+        self.scalars = scalars
+        self.ops = ops
+        self.loops = Loops(b)
+        stores = kernel.stores
+        reductions = kernel.reductions
+        # Every access: loads (by expression) and stores (by position), as views.
+        exprs = [s.expr for s in stores] + [r.expr for r in reductions]
+        self.loads: list[Expr] = []
+        seen = set()
+        for e in exprs:
+            for node in e.walk():
+                if node.kind == "load" and id(node) not in seen:
+                    seen.add(id(node))
+                    self.loads.append(node)
+        red_space = kernel.reduced_space
+        self.store_views = [View.contiguous(red_space if s.reduced else kernel.space) for s in stores]
+        views = [ld.args[0] for ld in self.loads] + self.store_views
+        self.space = Space(kernel, views)
+        self.n_loads = len(self.loads)
+        self.load_index = {id(e): i for i, e in enumerate(self.loads)}
+        self.invariant: dict[int, ir.Value] = {}
+
+    # -------------------------------------------------------------- expressions
+    def is_invariant(self, e: Expr, memo: dict[int, bool]) -> bool:
+        hit = memo.get(id(e))
+        if hit is not None:
+            return hit
+        if e.kind == "load":
+            out = e.args[0].shape == () or e.args[0].size == 1
+        elif e.kind == "acc":
+            out = False
+        else:
+            out = all(self.is_invariant(a, memo) for a in e.args if type(a) is Expr)
+        memo[id(e)] = out
+        return out
+
+    def address(self, access: int, indices: list[ir.Value]) -> ir.Value:
+        b = self.b
+        total: ir.Value = ir.Constant(I64, self.space.offsets[access])
+        for index, strides in zip(indices, self.space.strides):
+            stride = strides[access]
+            if stride and index is not None:
+                total = b.add(total, b.mul(index, ir.Constant(I64, stride)))
+        return total
+
+    def value(self, e: Expr, indices: list[ir.Value], memo: dict[int, ir.Value], accs: list[ir.Value] | None = None
+              ) -> ir.Value:
+        hit = self.invariant.get(id(e))
+        if hit is not None:
+            return hit
+        hit = memo.get(id(e))
+        if hit is not None:
+            return hit
+        b = self.b
+        kind = e.kind
+        if kind == "load":
+            view = e.args[0]
+            if view.shape == () or view.size == 1:
+                offset = ir.Constant(I64, view.offset)
+            else:
+                offset = self.address(self._load_index(e), indices)
+            out = self._load(self.base[e.op], offset, e.dtype)
+        elif kind == "const":
+            out = const(e.dtype, e.op)
+        elif kind == "scalar":
+            slot = b.gep(self.scalars, [ir.Constant(I64, e.op)], source_etype=F64)
+            out = self.ops.from_double(b, b.load(slot, typ=F64, align=8), e.dtype)
+        elif kind == "acc":
+            out = accs[e.op[1]]
+        else:
+            args = [self.value(a, indices, memo, accs) if type(a) is Expr else None for a in e.args]
+            if kind == "unary":
+                out = self.ops.unary(b, e.op, args[0], e.args[0].dtype)
+            elif kind == "binary":
+                out = self.ops.binary(b, e.op, args[0], args[1], e.args[0].dtype)
+            elif kind == "where":
+                out = b.select(args[0], args[1], args[2])
+            elif kind == "clamp":
+                out = self.ops.clamp(b, args[0], args[1], args[2], e.dtype)
+            elif kind == "cast":
+                out = self.ops.cast(b, args[0], e.args[0].dtype, e.dtype)
+            else:
+                raise AssertionError(kind)
+        memo[id(e)] = out
+        return out
+
+    def _load_index(self, e: Expr) -> int:
+        return self.load_index[id(e)]
+
+    def _load(self, base: ir.Value, offset: ir.Value, dtype: np.dtype) -> ir.Value:
+        b = self.b
+        t = mem_type(dtype)
+        value = b.load(b.gep(base, [offset], source_etype=t), typ=t, align=dtype.itemsize)
+        if dtype.kind == "b":
+            value = b.icmp_unsigned("!=", value, ir.Constant(I8, 0))
+        return value
+
+    def _store(self, buffer: int, offset: ir.Value, value: ir.Value, dtype: np.dtype) -> None:
+        b = self.b
+        t = mem_type(dtype)
+        if dtype.kind == "b":
+            value = b.zext(value, I8)
+        b.store(value, b.gep(self.base[buffer], [offset], source_etype=t), align=dtype.itemsize)
+
+    def store(self, position: int, indices: list[ir.Value], memo: dict, accs: list | None = None) -> None:
+        s = self.kernel.stores[position]
+        value = self.value(s.expr, indices, memo, accs)
+        self._store(s.buffer, self.address(self.n_loads + position, indices), value, s.expr.dtype)
+
+    # -------------------------------------------------------------- loop nests
+    def emit(self) -> None:
+        kernel = self.kernel
+        memo: dict[int, bool] = {}
+        # Loop-invariant subexpressions, once, before the loops.
+        for e in [s.expr for s in kernel.stores] + [r.expr for r in kernel.reductions]:
+            for node in e.walk():
+                if node.kind not in ("const",) and self.is_invariant(node, memo) and id(node) not in self.invariant:
+                    self.invariant[id(node)] = self.value(node, [], {})
+        if kernel.dim is None:
+            stores = range(len(kernel.stores))
+
+            def body(indices: list[ir.Value]) -> None:
+                m: dict[int, ir.Value] = {}
+                for s in stores:
+                    self.store(s, indices, m)
+
+            self.loops.nest(self.space.sizes, body)
+            return
+        red = self.space.red
+        if red == len(self.space.sizes) - 1:
+            self.registers()
+        else:
+            self.rows()
+
+    def _reductions(self) -> list[int]:
+        """The reductions some stored value reads (others are dead)."""
+        used = set()
+        for s in self.kernel.stores:
+            for node in s.expr.walk():
+                if node.kind == "acc":
+                    used.add(node.op[1])
+        return sorted(used)
+
+    def combine(self, op: ReduceOp, acc: ir.Value, x: ir.Value, src: np.dtype, acc_dtype: np.dtype) -> ir.Value:
+        b = self.b
+        m = self.math
+        if op in (ReduceOp.ANY, ReduceOp.ALL):
+            x = m.nonzero(b, x)
+            return b.or_(acc, x) if op == ReduceOp.ANY else b.and_(acc, x)
+        x = self.ops.cast(b, x, src, acc_dtype)
+        kind = acc_dtype.kind
+        if op in (ReduceOp.SUM, ReduceOp.MEAN):
+            return b.fadd(acc, x, flags=REDUCE_FLAGS) if kind == "f" else b.add(acc, x)
+        if op == ReduceOp.PROD:
+            return b.fmul(acc, x, flags=REDUCE_FLAGS) if kind == "f" else b.mul(acc, x)
+        if kind == "f":
+            return m.fmax(b, acc, x) if op == ReduceOp.MAX else m.fmin(b, acc, x)
+        if kind == "b":
+            return b.or_(acc, x) if op == ReduceOp.MAX else b.and_(acc, x)
+        cmp = b.icmp_signed if kind == "i" else b.icmp_unsigned
+        return b.select(cmp(">" if op == ReduceOp.MAX else "<", acc, x), acc, x)
+
+    def finish(self, index: int, acc: ir.Value) -> ir.Value:
+        """An accumulator as the reduction's result (mean divides by the count)."""
+        r = self.kernel.reductions[index]
+        src = r.expr.dtype
+        acc_dtype = _acc_dtype(r.op, src, r.dtype)
+        if r.op == ReduceOp.MEAN:
+            acc = self.b.fdiv(acc, ir.Constant(acc.type, float(r.count)))
+        return self.ops.cast(self.b, acc, acc_dtype, r.dtype)
+
+    def _full_stores(self) -> list[int]:
+        return [i for i, s in enumerate(self.kernel.stores) if not s.reduced]
+
+    def _red_stores(self) -> list[int]:
+        return [i for i, s in enumerate(self.kernel.stores) if s.reduced]
+
+    def registers(self) -> None:
+        """Reduction along the innermost dim: accumulators in registers."""
+        sizes = self.space.sizes
+        used = self._reductions()
+        reductions = self.kernel.reductions
+        full, reduced = self._full_stores(), self._red_stores()
+
+        def outer(indices: list[ir.Value]) -> None:
+            inits = []
+            for j in used:
+                r = reductions[j]
+                acc_dtype = _acc_dtype(r.op, r.expr.dtype, r.dtype)
+                inits.append(const(acc_dtype, _identity(r.op, acc_dtype)))
+
+            def inner(i: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+                point = indices + [i]
+                m: dict[int, ir.Value] = {}
+                new = []
+                for j, acc in zip(used, accs):
+                    r = reductions[j]
+                    x = self.value(r.expr, point, m)
+                    new.append(self.combine(r.op, acc, x, r.expr.dtype, _acc_dtype(r.op, r.expr.dtype, r.dtype)))
+                for s in full:
+                    self.store(s, point, m)
+                return new
+
+            finals = self.loops.run(sizes[-1], inner, inits)
+            values = [None] * len(reductions)
+            for j, acc in zip(used, finals):
+                values[j] = self.finish(j, acc)
+            point = indices + [None]
+            m: dict[int, ir.Value] = {}
+            for s in reduced:
+                self.store(s, point, m, values)
+
+        self.loops.nest(sizes[:-1], outer)
+
+    def rows(self) -> None:
+        """Reduction along an outer dim: a row of accumulators per reduction in scratch."""
+        b = self.b
+        sizes, red = self.space.sizes, self.space.red
+        outer_sizes, inner_sizes = sizes[:red], sizes[red + 1:]
+        row = size_of(tuple(inner_sizes))
+        used = self._reductions()
+        reductions = self.kernel.reductions
+        full, reduced = self._full_stores(), self._red_stores()
+        acc_types = {j: _acc_dtype(reductions[j].op, reductions[j].expr.dtype, reductions[j].dtype) for j in used}
+        # Each reduction's row, 8-byte slots.
+        rows = {j: b.gep(self.scratch, [ir.Constant(I64, n * row * 8)], source_etype=I8) for n, j in enumerate(used)}
+
+        def linear(indices: list[ir.Value]) -> ir.Value:
+            total: ir.Value = ir.Constant(I64, 0)
+            step = 1
+            for index, size in zip(reversed(indices), reversed(inner_sizes)):
+                total = b.add(total, b.mul(index, ir.Constant(I64, step)))
+                step *= size
+            return total
+
+        def slot(j: int, indices: list[ir.Value]) -> ir.Value:
+            return b.gep(rows[j], [linear(indices)], source_etype=mem_type(acc_types[j]))
+
+        def outer(o: list[ir.Value]) -> None:
+            def init(k: list[ir.Value]) -> None:
+                for j in used:
+                    value = const(acc_types[j], _identity(reductions[j].op, acc_types[j]))
+                    if acc_types[j].kind == "b":
+                        value = b.zext(value, I8)
+                    b.store(value, slot(j, k))
+
+            self.loops.nest(inner_sizes, init)
+
+            def over_dim(t: ir.Value, _: list) -> list:
+                def update(k: list[ir.Value]) -> None:
+                    point = o + [t] + k
+                    m: dict[int, ir.Value] = {}
+                    for j in used:
+                        r = reductions[j]
+                        ptr = slot(j, k)
+                        acc = b.load(ptr, typ=mem_type(acc_types[j]))
+                        if acc_types[j].kind == "b":
+                            acc = b.icmp_unsigned("!=", acc, ir.Constant(I8, 0))
+                        new = self.combine(r.op, acc, self.value(r.expr, point, m), r.expr.dtype, acc_types[j])
+                        if acc_types[j].kind == "b":
+                            new = b.zext(new, I8)
+                        b.store(new, ptr)
+                    for s in full:
+                        self.store(s, point, m)
+
+                self.loops.nest(inner_sizes, update)
+                return []
+
+            self.loops.run(sizes[red], over_dim)
+
+            def epilogue(k: list[ir.Value]) -> None:
+                values = [None] * len(reductions)
+                for j in used:
+                    acc = b.load(slot(j, k), typ=mem_type(acc_types[j]))
+                    if acc_types[j].kind == "b":
+                        acc = b.icmp_unsigned("!=", acc, ir.Constant(I8, 0))
+                    values[j] = self.finish(j, acc)
+                m: dict[int, ir.Value] = {}
+                for s in reduced:
+                    self.store(s, o + [None] + k, m, values)
+
+            self.loops.nest(inner_sizes, epilogue)
+
+        self.loops.nest(outer_sizes, outer)
+
+
+def scratch_bytes(kernel: Kernel) -> int:
+    """Scratch a kernel needs: a row of 8-byte accumulators per reduction when it
+    reduces along a dim that is not innermost (after simplification)."""
+    if kernel.dim is None or not kernel.reductions:
+        return 0
+    views = [e.args[0] for s in kernel.stores for e in s.expr.walk() if e.kind == "load"]
+    views += [e.args[0] for r in kernel.reductions for e in r.expr.walk() if e.kind == "load"]
+    views += [View.contiguous(kernel.reduced_space if s.reduced else kernel.space) for s in kernel.stores]
+    space = Space(kernel, views)
+    if space.red == len(space.sizes) - 1:
+        return 0
+    row = size_of(tuple(space.sizes[space.red + 1:]))
+    return row * 8 * len(kernel.reductions)
+
+
+__all__ = ["KernelEmitter", "Loops", "Space", "scratch_bytes"]

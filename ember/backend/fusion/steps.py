@@ -1,0 +1,152 @@
+"""Steps: what a schedule runs, in order, and the buffers they read and write.
+
+A :class:`Kernel` is one loop nest (elementwise, or with reductions along one dim);
+a :class:`Matmul` a (batched) matrix product; a :class:`Call` a node left to the
+eager backend. A :class:`Schedule` lists them with their :class:`Buffer` s, where
+each returned value lives and the run-time scalars; a lowering compiles it and a
+:class:`Target` tells the analysis what that lowering can compile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.backend.fusion.expand import Expanded
+from ember.backend.fusion.exprs import Expr
+from ember.backend.fusion.graph import Graph, Node
+from ember.backend.fusion.views import View, size_of
+from ember.backend.ops import ReduceOp
+
+
+@dataclass
+class Buffer:
+    """Storage for values: a graph input or constant, a result of an eager call, or a
+    buffer the plan owns (``kind == "temp"``; the memory plan places it)."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    kind: str                  # input | const | call | temp
+    value: int = -1            # the graph value it holds (input, const, call)
+    scratch: bool = False      # a target's private buffer for one step (see memory.plan_memory)
+
+    @property
+    def nbytes(self) -> int:
+        return size_of(self.shape) * self.dtype.itemsize
+
+
+@dataclass
+class Reduction:
+    op: ReduceOp
+    expr: Expr               # over the full space
+    dtype: np.dtype          # the result's dtype
+    count: int               # elements reduced (for mean)
+
+
+@dataclass
+class Store:
+    buffer: int
+    expr: Expr
+    reduced: bool            # over the reduced space (an epilogue) rather than the full one
+
+
+@dataclass
+class Kernel:
+    """One loop nest over ``space``; with reductions, along ``dim``."""
+
+    space: tuple[int, ...]
+    dim: int | None
+    reductions: list[Reduction]
+    stores: list[Store]
+
+    @property
+    def reduced_space(self) -> tuple[int, ...]:
+        if self.dim is None:
+            return self.space
+        return self.space[:self.dim] + (1,) + self.space[self.dim + 1:]
+
+    def reads(self) -> set[int]:
+        return {e.op for s in self.stores for e in s.expr.walk() if e.kind == "load"} | {
+            e.op for r in self.reductions for e in r.expr.walk() if e.kind == "load"}
+
+    def writes(self) -> set[int]:
+        return {s.buffer for s in self.stores}
+
+
+@dataclass
+class Matmul:
+    """``out = a @ b`` with batch dims broadcast; operands are strided views."""
+
+    a: tuple[int, View]
+    b: tuple[int, View]
+    out: int
+    dtype: np.dtype
+
+    def reads(self) -> set[int]:
+        return {self.a[0], self.b[0]}
+
+    def writes(self) -> set[int]:
+        return {self.out}
+
+
+@dataclass
+class Call:
+    """A lowered node run by the eager backend: ``node`` of the lowered graph, whose
+    source node is ``origin``; its tensor arguments are read from ``args``."""
+
+    node: Node
+    origin: int
+    args: dict[int, tuple[int, View]]   # lowered value -> (buffer, view)
+    outs: list[int]                     # buffer per output value
+
+    def reads(self) -> set[int]:
+        return {b for b, _ in self.args.values()}
+
+    def writes(self) -> set[int]:
+        return set(self.outs)
+
+
+Step = Kernel | Matmul | Call
+
+
+@dataclass
+class Schedule:
+    """What a target compiles: steps in run order, the buffers they use, where every
+    returned value lives, and the run-time scalars (slot -> expression)."""
+
+    graph: Graph
+    expanded: Expanded
+    steps: list[Step]
+    buffers: list[Buffer]
+    outputs: list[tuple[int, View]]     # per graph output: (buffer, view)
+    scalars: list[Any]                  # slot -> its SymScalar (the expansion's program computes it)
+    producer: dict[int, int]            # buffer -> index of the step writing it
+
+    def __str__(self) -> str:
+        lines = [f"schedule: {len(self.steps)} steps, {len(self.buffers)} buffers"]
+        for i, step in enumerate(self.steps):
+            if isinstance(step, Kernel):
+                red = f" reduce dim {step.dim}: " + ", ".join(f"{r.op}({r.expr!r})" for r in step.reductions) if step.reductions else ""
+                lines.append(f"  [{i}] kernel {list(step.space)}{red}")
+                for s in step.stores:
+                    lines.append(f"        B{s.buffer}{' (reduced)' if s.reduced else ''} = {s.expr!r}")
+            elif isinstance(step, Matmul):
+                lines.append(f"  [{i}] matmul B{step.out} = B{step.a[0]} {step.a[1]} @ B{step.b[0]} {step.b[1]}")
+            else:
+                lines.append(f"  [{i}] call {step.node.op} -> {[f'B{b}' for b in step.outs]}")
+        return "\n".join(lines)
+
+
+class Target:
+    """What a lowering can compile; the analysis asks it about each node."""
+
+    def lowers(self, graph: Graph, node: Node) -> bool:
+        """Whether ``node`` (of the expanded graph) can run in compiled code."""
+        raise NotImplementedError
+
+    def matmul_needs_packing(self, view: View, dtype: np.dtype, work: int) -> bool:
+        """Whether a matmul operand must be copied to a dense buffer first."""
+        return False
