@@ -513,6 +513,37 @@ def test_seed_training_matches_eager_and_is_deterministic():
     np.testing.assert_array_equal(first, second)
 
 
+def test_compiled_steps_run_on_the_llvm_executor():
+    """``ember.compile`` hands its traced step to any executor: this one too."""
+    import ember
+    from ember.nn.loss import MseLoss, Reduction
+    from ember.optim import AdamConfig, GradientsParams
+    from tests.capture.test_compile import seed_problem
+
+    def losses(executor):
+        device = Device.flex().autodiff()
+        x, y, model = seed_problem(device)
+        optim = AdamConfig().init()
+
+        def train_step(model, x, y, lr):
+            loss = MseLoss().forward(model(x), y, Reduction.MEAN)
+            return optim.step(lr, model, GradientsParams.from_grads(loss.backward(), model)), loss
+
+        step = train_step if executor is None else ember.compile(train_step, executor=executor)
+        out = []
+        for _ in range(60):
+            model, loss = step(model, x, y, 1e-2)
+            out.append(loss.into_scalar())
+        return np.array(out)
+
+    executor = LLVMExecutor()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no graph break, no fallback
+        compiled = losses(executor)
+    np.testing.assert_allclose(compiled, losses(None), rtol=1e-5)
+    assert executor.stats["plans"] >= 1
+
+
 # ---------------------------------------------------------------------- selection
 def test_flex_fusion_devices_compile_by_default():
     assert isinstance(executors.default_executor(FlexBackend()), LLVMExecutor)
