@@ -22,6 +22,25 @@ the composite would be slower or less accurate:
 * ``square``, ``recip``, ``rsqrt``: one pass instead of two, and their backward
   rules save one operand (``square``) or the output (``recip``, ``rsqrt``) instead of
   two; norms and Adam call them on every step.
+* ``log2``, ``exp2``: one instruction in WGSL (and numpy, libm); exact at powers of
+  two (``log2(8) == 3``, which ``floor(log2(n))`` relies on), where ``log(x) / ln 2``
+  misses by an ulp. ``log10`` stays a composite (``log(x) * log10(e)``, exact at the
+  powers of ten in float32 and within an ulp elsewhere).
+* ``asinh``, ``acosh``, ``atanh``: one library call each; the textbook composites
+  (``log(x + sqrt(x^2 + 1))``, ``0.5 log((1 + x) / (1 - x))``) lose every digit near 0
+  (``asinh``, ``atanh``) or near 1 (``acosh``) and overflow ``x^2`` beyond 1.8e19.
+* ``copysign`` (binary): one bit operation; a composite over ``sign``/comparisons
+  cannot see the sign of ``-0.0`` or of a NaN. ``fmod`` is written over it exactly
+  (``copysign(remainder(|a|, |b|), a)``).
+* ``logcumsumexp`` (cumulative): a scan whose combine is ``logaddexp``. Composites
+  either shift by the row's maximum (earlier elements far below it underflow to
+  ``-inf``) or need ``log n`` passes of a doubling scan; the backward rule is written
+  with the op itself, stably.
+
+Composites, not primitives: ``hypot`` (scaled by the larger magnitude: no overflow,
+within 2 ulp), ``logaddexp``, ``lerp``, ``deg2rad``, ``fmod``, the integer division
+modes, ``softsign`` and the other activations: each is a few passes of ops that are
+already exact, and autodiff differentiates them for free.
 """
 
 from __future__ import annotations
@@ -122,6 +141,11 @@ class UnaryOp(OpName):
     ACOS = "acos"
     ATAN = "atan"
     ERF = "erf"
+    LOG2 = "log2"
+    EXP2 = "exp2"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
     SIGN = "sign"
     ROUND = "round"
     FLOOR = "floor"
@@ -146,6 +170,7 @@ class BinaryOp(OpName):
     FLOOR_DIV = "floor_div"
     POW = "pow"
     ATAN2 = "atan2"
+    COPYSIGN = "copysign"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     EQ = "eq"
@@ -190,6 +215,7 @@ class CumulativeOp(OpName):
     CUMPROD = "cumprod"
     CUMMAX = "cummax"
     CUMMIN = "cummin"
+    LOGCUMSUMEXP = "logcumsumexp"
 
 
 #: Binary ops whose result is bool.

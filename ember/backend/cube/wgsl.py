@@ -41,10 +41,67 @@ HELPERS: dict[str, str] = {
     return min(a, b);
 }""",
     "sign_f": """fn sign_f(x: f32) -> f32 {
+    // On the bits: compilers (lavapipe) fold the float select into a copysign, giving -0.0 for +0.0.
     if (is_nan_f(x)) { return x; }
-    return select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0);
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) == 0u) { return bitcast<f32>(0u); }
+    return bitcast<f32>((b & 0x80000000u) | 0x3f800000u);
+}""",
+    "copysign_f": """fn copysign_f(a: f32, b: f32) -> f32 {
+    return bitcast<f32>((bitcast<u32>(a) & 0x7fffffffu) | (bitcast<u32>(b) & 0x80000000u));
+}""",
+    "asin_f": """fn asin_f(x: f32) -> f32 {
+    if (is_nan_f(x) || abs(x) > 1.0) { return nan_f(); }
+    return atan2(x, sqrt((1.0 - x) * (1.0 + x)));
+}""",
+    "acos_f": """fn acos_f(x: f32) -> f32 {
+    if (is_nan_f(x) || abs(x) > 1.0) { return nan_f(); }
+    return atan2(sqrt((1.0 - x) * (1.0 + x)), x);
+}""",
+    "asinh_f": """fn asinh_f(x: f32) -> f32 {
+    // log1p form near 0 (no cancellation), log(2|x|) far out (no overflow of x * x).
+    if (is_nan_f(x)) { return x; }
+    let a = abs(x);
+    var r: f32;
+    if (a < 0.125) {
+        let a2 = a * a;
+        r = a * (1.0 + a2 * (-1.0 / 6.0 + a2 * (0.075 + a2 * (-15.0 / 336.0 + a2 * (105.0 / 3456.0)))));
+    } else if (a > 1.0e9) {
+        r = log(a) + 0.6931471805599453;
+    } else {
+        r = log1p_f(a + a * a / (1.0 + sqrt(1.0 + a * a)));
+    }
+    return select(r, -r, x < 0.0);
+}""",
+    "acosh_f": """fn acosh_f(x: f32) -> f32 {
+    if (is_nan_f(x) || x < 1.0) { return nan_f(); }
+    if (x > 1.0e9) { return log(x) + 0.6931471805599453; }
+    let t = x - 1.0;
+    return log1p_f(t + sqrt(t * (x + 1.0)));
+}""",
+    "atanh_f": """fn atanh_f(x: f32) -> f32 {
+    if (is_nan_f(x) || abs(x) > 1.0) { return nan_f(); }
+    if (abs(x) < 0.125) {
+        let x2 = x * x;
+        return x * (1.0 + x2 * (1.0 / 3.0 + x2 * (0.2 + x2 * (1.0 / 7.0 + x2 * (1.0 / 9.0 + x2 / 11.0)))));
+    }
+    return 0.5 * log1p_f(2.0 * x / (1.0 - x));
+}""",
+    "logaddexp_f": """fn logaddexp_f(a: f32, b: f32) -> f32 {
+    if (is_nan_f(a)) { return a; }
+    if (is_nan_f(b)) { return b; }
+    let m = max(a, b);
+    if (is_inf_f(m)) { return m; }
+    return m + log1p_f(exp(-abs(a - b)));
 }""",
     "log1p_f": """fn log1p_f(x: f32) -> f32 {
+    // Near 0 a series in s = x / (2 + x) (log1p(x) = 2 atanh(s)): GPU logs may be off by
+    // 2^-21 absolute near 1 (the WGSL bound), which is every digit of a small result.
+    if (abs(x) < 0.0625) {
+        let s = x / (2.0 + x);
+        let s2 = s * s;
+        return 2.0 * s * (1.0 + s2 * (1.0 / 3.0 + s2 * (0.2 + s2 / 7.0)));
+    }
     let u = 1.0 + x;
     if (u == 1.0) { return x; }
     if (is_inf_f(u)) { return u; }
@@ -116,6 +173,13 @@ HELPERS: dict[str, str] = {
     if (b == 1.0) { r = ab; }
     if (b == 2.0) { r = ab * ab; }
     if (b == 0.5) { r = sqrt(ab); }
+    if (is_inf_f(a) && a < 0.0) {
+        // (-inf)^b: +inf or +0 unless b is an odd integer (C's pow, numpy, PyTorch).
+        let odd_inf = trunc(b) == b && abs(b) < 16777216.0 && (i32(abs(b)) & 1) == 1;
+        var m = 0.0;
+        if (b > 0.0) { m = inf_f(); }
+        return select(m, -m, odd_inf);
+    }
     if (a < 0.0) {
         if (trunc(b) != b) { return nan_f(); }
         let odd = abs(b) < 16777216.0 && (i32(abs(b)) & 1) == 1;
@@ -199,10 +263,15 @@ UNARY: dict[str, dict[str, str]] = {
     UnaryOp.TANH: {_F: "tanh_f({a})"},
     UnaryOp.SINH: {_F: "sinh_f({a})"},
     UnaryOp.COSH: {_F: "cosh({a})"},
-    UnaryOp.ASIN: {_F: "atan2({a}, sqrt((1.0 - {a}) * (1.0 + {a})))"},
-    UnaryOp.ACOS: {_F: "atan2(sqrt((1.0 - {a}) * (1.0 + {a})), {a})"},
+    UnaryOp.ASIN: {_F: "asin_f({a})"},
+    UnaryOp.ACOS: {_F: "acos_f({a})"},
     UnaryOp.ATAN: {_F: "atan({a})"},
     UnaryOp.ERF: {_F: "erf_f({a})"},
+    UnaryOp.LOG2: {_F: "log2({a})"},
+    UnaryOp.EXP2: {_F: "exp2({a})"},
+    UnaryOp.ASINH: {_F: "asinh_f({a})"},
+    UnaryOp.ACOSH: {_F: "acosh_f({a})"},
+    UnaryOp.ATANH: {_F: "atanh_f({a})"},
     UnaryOp.SIGN: {_F: "sign_f({a})", _I: "sign({a})", _L: "sign_l({a})"},
     UnaryOp.ROUND: {_F: "round({a})", _I: "{a}", _L: "{a}"},
     UnaryOp.FLOOR: {_F: "floor({a})", _I: "{a}", _L: "{a}"},
@@ -231,6 +300,7 @@ BINARY: dict[str, dict[str, str]] = {
     BinaryOp.FLOOR_DIV: {_F: "floordiv_f({a}, {b})", _I: "floordiv_i({a}, {b})", _L: "floordiv_l({a}, {b})"},
     BinaryOp.POW: {_F: "pow_f({a}, {b})", _I: "pow_i({a}, {b})", _L: "pow_l({a}, {b})"},
     BinaryOp.ATAN2: {_F: "atan2_f({a}, {b})"},
+    BinaryOp.COPYSIGN: {_F: "copysign_f({a}, {b})"},
     BinaryOp.MAXIMUM: {_F: "max_f({a}, {b})", _I: "max({a}, {b})", _B: "({a} || {b})", _L: "max_l({a}, {b})"},
     BinaryOp.MINIMUM: {_F: "min_f({a}, {b})", _I: "min({a}, {b})", _B: "({a} && {b})", _L: "min_l({a}, {b})"},
     BinaryOp.EQ: {_F: "({a} == {b})", _I: "({a} == {b})", _B: "({a} == {b})", _L: "eq_l({a}, {b})"},

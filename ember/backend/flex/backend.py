@@ -37,7 +37,8 @@ _UNARY = {
     UnaryOp.EXPM1: np.expm1, UnaryOp.SQRT: np.sqrt, UnaryOp.RSQRT: _rsqrt, UnaryOp.RECIP: _recip,
     UnaryOp.SIN: np.sin, UnaryOp.COS: np.cos, UnaryOp.TAN: np.tan, UnaryOp.TANH: np.tanh, UnaryOp.SINH: np.sinh,
     UnaryOp.COSH: np.cosh, UnaryOp.ASIN: np.arcsin, UnaryOp.ACOS: np.arccos, UnaryOp.ATAN: np.arctan,
-    UnaryOp.ERF: erf, UnaryOp.SIGN: np.sign, UnaryOp.ROUND: np.round, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
+    UnaryOp.ERF: erf, UnaryOp.LOG2: np.log2, UnaryOp.EXP2: np.exp2, UnaryOp.ASINH: np.arcsinh,
+    UnaryOp.ACOSH: np.arccosh, UnaryOp.ATANH: np.arctanh, UnaryOp.SIGN: np.sign, UnaryOp.ROUND: np.round, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
     UnaryOp.TRUNC: np.trunc, UnaryOp.SQUARE: np.square,
     UnaryOp.IS_NAN: np.isnan, UnaryOp.IS_INF: np.isinf, UnaryOp.IS_FINITE: np.isfinite,
     UnaryOp.LOGICAL_NOT: np.logical_not, UnaryOp.BITWISE_NOT: np.invert,
@@ -46,12 +47,15 @@ _UNARY = {
 # or lose accuracy), then rounded back.
 _UPCAST_UNARY = frozenset({
     UnaryOp.ERF, UnaryOp.EXP, UnaryOp.LOG, UnaryOp.LOG1P, UnaryOp.EXPM1, UnaryOp.SQRT, UnaryOp.RSQRT, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN, UnaryOp.TANH, UnaryOp.SINH, UnaryOp.COSH, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN,
+    UnaryOp.LOG2, UnaryOp.EXP2, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
 })
+
+_UPCAST_BINARY = frozenset({BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV, BinaryOp.COPYSIGN})
 
 _BINARY = {
     BinaryOp.ADD: np.add, BinaryOp.SUB: np.subtract, BinaryOp.MUL: np.multiply, BinaryOp.DIV: np.true_divide,
     BinaryOp.REMAINDER: np.remainder, BinaryOp.FLOOR_DIV: np.floor_divide, BinaryOp.POW: np.power,
-    BinaryOp.ATAN2: np.arctan2, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum,
+    BinaryOp.ATAN2: np.arctan2, BinaryOp.COPYSIGN: np.copysign, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum,
     BinaryOp.EQ: np.equal, BinaryOp.NE: np.not_equal, BinaryOp.GT: np.greater, BinaryOp.GE: np.greater_equal,
     BinaryOp.LT: np.less, BinaryOp.LE: np.less_equal,
     BinaryOp.LOGICAL_AND: np.logical_and, BinaryOp.LOGICAL_OR: np.logical_or, BinaryOp.LOGICAL_XOR: np.logical_xor,
@@ -66,6 +70,7 @@ _REDUCE_UFUNC = {
 _CUMULATIVE = {
     CumulativeOp.CUMSUM: np.cumsum, CumulativeOp.CUMPROD: np.cumprod,
     CumulativeOp.CUMMAX: np.maximum.accumulate, CumulativeOp.CUMMIN: np.minimum.accumulate,
+    CumulativeOp.LOGCUMSUMEXP: np.logaddexp.accumulate,
 }
 
 
@@ -224,7 +229,7 @@ class FlexBackend(FlexModuleOps, Backend):
     def binary(self, op: BinaryOp, a: np.ndarray, b) -> np.ndarray:
         token = quiet_set()
         try:
-            if a.dtype in _HALF and op in (BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV):
+            if a.dtype in _HALF and op in _UPCAST_BINARY:
                 b32 = b.astype(_F32) if type(b) is _NDARRAY else b
                 return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
             return _arr(_BINARY[op](a, b))
@@ -284,7 +289,7 @@ class FlexBackend(FlexModuleOps, Backend):
     def cumulative(self, op: CumulativeOp, x, dim: int) -> np.ndarray:
         token = quiet_set()
         try:
-            if x.dtype in _HALF and op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD):
+            if x.dtype in _HALF and op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD, CumulativeOp.LOGCUMSUMEXP):
                 return _CUMULATIVE[op](x.astype(_F32), axis=dim).astype(x.dtype)
             if op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD):
                 return _CUMULATIVE[op](x, axis=dim, dtype=x.dtype)

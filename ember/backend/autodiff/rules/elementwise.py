@@ -19,6 +19,7 @@ from ember.backend.ops import BinaryOp, UnaryOp
 X, OUT = 1, 2  # what a unary step needs
 LHS, RHS, RES = 1, 2, 4  # what a binary step needs
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_LN2 = math.log(2.0)
 
 
 def _mul(ops, a, b):
@@ -50,6 +51,11 @@ UNARY: dict[str, tuple[int, Any]] = {
     UnaryOp.ACOS: (X, lambda ops, g, x, out: ops.unary(UnaryOp.NEG, _mul(ops, g, ops.unary(UnaryOp.RSQRT, _one_minus_sq(ops, x))))),
     UnaryOp.ATAN: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0))),
     UnaryOp.ERF: (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, ops.unary(UnaryOp.EXP, ops.unary(UnaryOp.NEG, _mul(ops, x, x))), _TWO_OVER_SQRT_PI))),
+    UnaryOp.LOG2: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _mul(ops, x, _LN2))),
+    UnaryOp.EXP2: (OUT, lambda ops, g, x, out: _mul(ops, g, _mul(ops, out, _LN2))),
+    UnaryOp.ASINH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0)))),
+    UnaryOp.ACOSH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, _mul(ops, ops.binary(BinaryOp.SUB, x, 1.0), ops.binary(BinaryOp.ADD, x, 1.0))))),
+    UnaryOp.ATANH: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _one_minus_sq(ops, x))),
     UnaryOp.SIGN: (0, _zero_grad),
     UnaryOp.ROUND: (0, _zero_grad),
     UnaryOp.FLOOR: (0, _zero_grad),
@@ -90,6 +96,13 @@ def _pow_grad_base(ops, g, a, b, out):
     return _mul(ops, g, _mul(ops, ops.binary(BinaryOp.POW, a, b - 1.0), b))
 
 
+def _copysign_grad(ops, g, a, b, out):
+    """``g * out / a`` (the sign flip), zero where ``a`` is zero (as PyTorch)."""
+    zero = ops.binary(BinaryOp.EQ, a, 0.0)
+    ratio = ops.binary(BinaryOp.DIV, out, ops.where(zero, 1.0, a))
+    return ops.where(zero, 0.0, _mul(ops, g, ratio))
+
+
 def _atan2_grad(ops, g, a, b, numerator):
     """``g * numerator / (a^2 + b^2)``, zero where a = b = 0 (as PyTorch)."""
     denominator = ops.binary(BinaryOp.ADD, _mul(ops, a, a), _mul(ops, b, b))
@@ -119,6 +132,7 @@ BINARY: dict[str, tuple[int, Any, Any]] = {
         lambda ops, g, a, b, o: _atan2_grad(ops, g, a, b, b),
         lambda ops, g, a, b, o: ops.unary(UnaryOp.NEG, _atan2_grad(ops, g, a, b, a)),
     ),
+    BinaryOp.COPYSIGN: (LHS | RES, _copysign_grad, lambda ops, g, a, b, o: zeros_like(ops, g)),
     BinaryOp.MAXIMUM: (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
     BinaryOp.MINIMUM: (LHS | RHS | RES, partial(_max_grad, first=True), partial(_max_grad, first=False)),
 }

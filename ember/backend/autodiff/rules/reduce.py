@@ -8,7 +8,7 @@ from __future__ import annotations
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, zeros
 from ember.backend.dtype import DType
-from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 
 
 def _exclusive_cumprod(ops, x, dim):
@@ -51,6 +51,8 @@ def _scan_step(ops, g, saved, ctx):
         return (ops.flip(ops.cumulative(CumulativeOp.CUMSUM, ops.flip(g, (dim,)), dim), (dim,)),)
     if op == CumulativeOp.CUMPROD:
         return (_cumprod_grad(ops, g, x, out, dim),)
+    if op == CumulativeOp.LOGCUMSUMEXP:
+        return (_logcumsumexp_grad(ops, g, x, out, dim),)
     # cummax / cummin: each output came from the latest index holding the running extreme.
     n = x.shape[dim]
     positions = ops.reshape(
@@ -59,6 +61,21 @@ def _scan_step(ops, g, saved, ctx):
     is_source = ops.binary(BinaryOp.EQ, x, out)
     source = ops.cumulative(CumulativeOp.CUMMAX, ops.where(is_source, ops.expand(positions, x.shape), 0), dim)
     return (ops.scatter_add(zeros(ops, x.shape, x.dtype), dim, source, g),)
+
+
+def _logcumsumexp_grad(ops, g, x, out, dim):
+    """``grad[i] = sum_{j >= i} g[j] exp(x[i] - out[j])``, stably: the positive and the
+    negative parts of ``g`` each as ``exp(x + reversed_logcumsumexp(log|g| - out))``,
+    whose exponent never exceeds ``log sum |g|``."""
+
+    def part(gp):
+        shifted = ops.binary(BinaryOp.SUB, ops.unary(UnaryOp.LOG, gp), out)
+        tail = ops.flip(ops.cumulative(CumulativeOp.LOGCUMSUMEXP, ops.flip(shifted, (dim,)), dim), (dim,))
+        return ops.unary(UnaryOp.EXP, ops.binary(BinaryOp.ADD, x, tail))
+
+    positive = part(ops.clamp(g, 0.0, None))
+    negative = part(ops.clamp(ops.unary(UnaryOp.NEG, g), 0.0, None))
+    return ops.binary(BinaryOp.SUB, positive, negative)
 
 
 def _cumprod_grad(ops, g, x, out, dim):

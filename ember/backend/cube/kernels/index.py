@@ -313,7 +313,7 @@ def argwhere(backend: CubeBackend, x: CubeTensor) -> CubeTensor:
     positions = backend.cumulative(CumulativeOp.CUMSUM, backend.cast(flat, DType.INT32), 0)
     count = int(backend.to_numpy(positions.view((1,), (1,), x.size - 1))[0])
     out = backend.empty((count, rank), out_storage)
-    out.bounds = (0, max(max(x.shape) - 1, 0))
+    out.bounds = (0, max(max(x.shape, default=1) - 1, 0))
     if count == 0 or rank == 0:
         return out
     kernel = backend.cache.get(("argwhere", out_storage), lambda: _argwhere_source(out_storage))

@@ -1,4 +1,4 @@
-"""Inclusive scans (cumsum, cumprod, cummax, cummin) along one dim.
+"""Inclusive scans (cumsum, cumprod, cummax, cummin, logcumsumexp) along one dim.
 
 Many lines: a thread walks each line (``lane``). Few long lines: a workgroup per
 line scans 256-element tiles in workgroup memory (Hillis-Steele) and carries each
@@ -26,12 +26,14 @@ _COMBINE = {
     CumulativeOp.CUMPROD: {"f32": "({a} * {b})", "i32": "({a} * {b})", "i64": "mul_l({a}, {b})"},
     CumulativeOp.CUMMAX: {"f32": "max_f({a}, {b})", "i32": "max({a}, {b})", "i64": "max_l({a}, {b})"},
     CumulativeOp.CUMMIN: {"f32": "min_f({a}, {b})", "i32": "min({a}, {b})", "i64": "min_l({a}, {b})"},
+    CumulativeOp.LOGCUMSUMEXP: {"f32": "logaddexp_f({a}, {b})"},
 }
 _IDENTITY = {
     CumulativeOp.CUMSUM: {"f32": "0.0", "i32": "0", "i64": wgsl.ZERO["i64"]},
     CumulativeOp.CUMPROD: {"f32": "1.0", "i32": "1", "i64": "i64(1u, 0u)"},
     CumulativeOp.CUMMAX: {"f32": "-inf_f()", **wgsl.INT_MIN},
     CumulativeOp.CUMMIN: {"f32": "inf_f()", **wgsl.INT_MAX},
+    CumulativeOp.LOGCUMSUMEXP: {"f32": "-inf_f()"},
 }
 
 
