@@ -87,6 +87,17 @@ HELPERS: dict[str, str] = {
     }
     return 0.5 * log1p_f(2.0 * x / (1.0 - x));
 }""",
+    "log10_f": """fn log10_f(x: f32) -> f32 {
+    // log2(x) * log10(2), snapped to k at the exact powers 10^k (k = 0..10) of float32.
+    let r = log2(x) * 0.30102999566398120;
+    let k = round(r);
+    if (abs(r - k) < 1.0e-5 && k >= 0.0 && k <= 10.0) {
+        var p = 1.0;
+        for (var i = 0; i < i32(k); i++) { p = p * 10.0; }
+        if (p == x) { return k; }
+    }
+    return r;
+}""",
     "logaddexp_f": """fn logaddexp_f(a: f32, b: f32) -> f32 {
     if (is_nan_f(a)) { return a; }
     if (is_nan_f(b)) { return b; }
@@ -268,6 +279,7 @@ UNARY: dict[str, dict[str, str]] = {
     UnaryOp.ATAN: {_F: "atan({a})"},
     UnaryOp.ERF: {_F: "erf_f({a})"},
     UnaryOp.LOG2: {_F: "log2({a})"},
+    UnaryOp.LOG10: {_F: "log10_f({a})"},
     UnaryOp.EXP2: {_F: "exp2({a})"},
     UnaryOp.ASINH: {_F: "asinh_f({a})"},
     UnaryOp.ACOSH: {_F: "acosh_f({a})"},

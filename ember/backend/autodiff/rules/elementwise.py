@@ -20,6 +20,7 @@ X, OUT = 1, 2  # what a unary step needs
 LHS, RHS, RES = 1, 2, 4  # what a binary step needs
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
 
 
 def _mul(ops, a, b):
@@ -52,6 +53,7 @@ UNARY: dict[str, tuple[int, Any]] = {
     UnaryOp.ATAN: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0))),
     UnaryOp.ERF: (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, ops.unary(UnaryOp.EXP, ops.unary(UnaryOp.NEG, _mul(ops, x, x))), _TWO_OVER_SQRT_PI))),
     UnaryOp.LOG2: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _mul(ops, x, _LN2))),
+    UnaryOp.LOG10: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _mul(ops, x, _LN10))),
     UnaryOp.EXP2: (OUT, lambda ops, g, x, out: _mul(ops, g, _mul(ops, out, _LN2))),
     UnaryOp.ASINH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0)))),
     UnaryOp.ACOSH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, _mul(ops, ops.binary(BinaryOp.SUB, x, 1.0), ops.binary(BinaryOp.ADD, x, 1.0))))),
