@@ -12,14 +12,19 @@ from ember.nn.activation import (
     Mish,
     PRelu,
     PReluConfig,
+    QuickGelu,
     Relu,
     Selu,
     Sigmoid,
     SiLU,
     Softplus,
+    Softsign,
     SwiGlu,
     SwiGluConfig,
     Tanh,
+    Tanhshrink,
+    Threshold,
+    ThresholdedRelu,
 )
 from ember.nn.attention import (
     GeneratePaddingMask,
@@ -97,7 +102,7 @@ __all__ = [
     "KaimingNormal", "KaimingUniform", "LeakyRelu", "LeakyReluConfig", "Linear", "LinearConfig",
     "Mish", "Normal", "Ones", "Orthogonal", "PRelu", "PReluConfig", "Relu", "Selu", "SiLU",
     "Sigmoid", "Softplus", "SwiGlu", "SwiGluConfig", "Tanh", "Uniform", "XavierNormal",
-    "XavierUniform", "Zeros",
+    "XavierUniform", "Zeros", "QuickGelu", "Softsign", "Tanhshrink", "Threshold", "ThresholdedRelu",
     # layers (issue 5)
     "AdaptiveAvgPool1d", "AdaptiveAvgPool1dConfig", "AdaptiveAvgPool2d", "AdaptiveAvgPool2dConfig", "AvgPool1d",
     "AvgPool1dConfig", "AvgPool2d", "AvgPool2dConfig", "BatchNorm", "BatchNormConfig", "Conv1d", "Conv1dConfig",

@@ -157,3 +157,43 @@ class SwiGlu(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.silu(self.linear_inner(x)).mul(self.linear_outer(x))
+
+
+class Softsign(Module):
+    """``x / (1 + |x|)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softsign(x)
+
+
+class Tanhshrink(Module):
+    """``x - tanh(x)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.tanhshrink(x)
+
+
+class Threshold(Module):
+    """``x`` where ``x > threshold``, else ``value``."""
+
+    threshold: float
+    value: float
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.threshold(x, self.threshold, self.value)
+
+
+class ThresholdedRelu(Module):
+    """``x`` where ``x > alpha``, else 0."""
+
+    alpha: float = 1.0
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.thresholded_relu(x, self.alpha)
+
+
+class QuickGelu(Module):
+    """``x * sigmoid(1.702 x)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.quick_gelu(x)

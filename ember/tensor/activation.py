@@ -250,3 +250,46 @@ def quiet_softmax(x: Tensor, dim: int) -> Tensor:
     peak = x.max_dim(dim).detach().clamp_min(0.0)
     e = x.sub(peak).exp()
     return e.div(e.sum_dim(dim).add(peak.neg().exp()))
+
+
+def softsign(x: Tensor) -> Tensor:
+    """``x / (1 + |x|)``."""
+    x = _float("softsign", x)
+    return x.div(x.abs().add_scalar(1.0))
+
+
+def tanhshrink(x: Tensor) -> Tensor:
+    """``x - tanh(x)``."""
+    x = _float("tanhshrink", x)
+    return x.sub(x.tanh())
+
+
+def threshold(x: Tensor, threshold: float, value: float) -> Tensor:
+    """``x`` where ``x > threshold``, else ``value`` (``torch.nn.functional.threshold``)."""
+    x = _float("threshold", x)
+    return x.mask_fill(x.lower_equal_elem(threshold), value)
+
+
+def thresholded_relu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x`` where ``x > alpha``, else 0 (ONNX's ``ThresholdedRelu``)."""
+    return threshold(_float("thresholded_relu", x), alpha, 0.0)
+
+
+def quick_gelu(x: Tensor) -> Tensor:
+    """``x * sigmoid(1.702 x)``, the sigmoid approximation of GELU (CLIP's)."""
+    x = _float("quick_gelu", x)
+    return x.mul(sigmoid(x.mul_scalar(1.702)))
+
+
+def hard_shrink(x: Tensor, lambd: float = 0.5) -> Tensor:
+    """``x`` where ``|x| > lambd``, else 0."""
+    x = _float("hard_shrink", x)
+    return x.mask_fill(x.abs().lower_equal_elem(lambd), 0.0)
+
+
+def soft_shrink(x: Tensor, lambd: float = 0.5) -> Tensor:
+    """``x`` moved toward 0 by ``lambd``, 0 inside ``[-lambd, lambd]``."""
+    x = _float("soft_shrink", x)
+    if lambd < 0:
+        raise ValueRangeError(f"ember: soft_shrink: lambd must be >= 0, got {lambd}")
+    return x.sub(x.clamp(-lambd, lambd))

@@ -23,6 +23,7 @@ from ember.tensor.ops.autodiff import AutodiffOps
 from ember.tensor.ops.compare import CompareOps
 from ember.tensor.ops.indexing import IndexingOps
 from ember.tensor.ops.layout import LayoutOps
+from ember.tensor.ops.math import MathOps
 from ember.tensor.ops.reduce import ReduceOps
 from ember.tensor.shape import Shape, as_shape, numel
 
@@ -39,7 +40,7 @@ def _dtype(dtype: DType | str | None, default: DType) -> DType:
     return default if dtype is None else DType.parse(dtype)
 
 
-class Tensor(ArithmeticOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, AutodiffOps):
+class Tensor(ArithmeticOps, MathOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, AutodiffOps):
     """An n-dimensional array on a device; float, int or bool by its dtype.
 
     >>> from ember import Device, Tensor

@@ -9,6 +9,7 @@ from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar, check_device, promote_pair
 from ember.tensor.ops.elementwise import binary, is_integral, reverse_scalar, unary
+from ember.tensor.ops.math import div_rounded
 from ember.tensor.shape import broadcast_shapes
 
 
@@ -43,8 +44,11 @@ class ArithmeticOps:
     def mul_scalar(self, value: Any) -> Any:
         return binary(self, as_scalar("mul_scalar", value), BinaryOp.MUL, "mul_scalar", "arith")
 
-    def div(self, other: Any) -> Any:
-        """True division ``self / other`` (ints give float32)."""
+    def div(self, other: Any, rounding_mode: str | None = None) -> Any:
+        """True division ``self / other`` (ints give float32); ``rounding_mode="trunc"``
+        or ``"floor"`` rounds the quotient and keeps int dtypes (as PyTorch)."""
+        if rounding_mode is not None:
+            return div_rounded(self, other, rounding_mode)
         return binary(self, other, BinaryOp.DIV, "div", "float")
 
     def div_scalar(self, value: Any) -> Any:
@@ -105,11 +109,15 @@ class ArithmeticOps:
         return binary(self, other, BinaryOp.ATAN2, "atan2", "float")
 
     def maximum(self, other: Any) -> Any:
-        """The elementwise maximum (NaN propagates). Burn's ``max_pair``."""
+        """The elementwise maximum (NaN propagates; bools stay bool). Burn's ``max_pair``."""
+        if self._p.dtype == BOOL_NP and _is_bool(other, self.__class__):
+            return binary(self, other, BinaryOp.LOGICAL_OR, "maximum", "bool")
         return binary(self, other, BinaryOp.MAXIMUM, "maximum", "arith")
 
     def minimum(self, other: Any) -> Any:
-        """The elementwise minimum (NaN propagates). Burn's ``min_pair``."""
+        """The elementwise minimum (NaN propagates; bools stay bool). Burn's ``min_pair``."""
+        if self._p.dtype == BOOL_NP and _is_bool(other, self.__class__):
+            return binary(self, other, BinaryOp.LOGICAL_AND, "minimum", "bool")
         return binary(self, other, BinaryOp.MINIMUM, "minimum", "arith")
 
     max_pair = maximum
@@ -342,3 +350,7 @@ class ArithmeticOps:
 
     def __matmul__(self, other: Any) -> Any:
         return self.matmul(other)
+
+
+def _is_bool(value: Any, cls: type) -> bool:
+    return isinstance(value, bool) or (isinstance(value, cls) and value._p.dtype == BOOL_NP)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ember.backend.ops import BinaryOp, UnaryOp
-from ember.tensor.dispatch import as_scalar
+from ember.errors import ValueRangeError
+from ember.tensor.dispatch import BOOL_NP, as_scalar
 from ember.tensor.ops.elementwise import binary, unary
 
 
@@ -85,12 +86,36 @@ class CompareOps:
     def bitwise_right_shift(self, other: Any) -> Any:
         return binary(self, other, BinaryOp.RIGHT_SHIFT, "bitwise_right_shift", "int")
 
-    def all_close(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
-        """Whether ``|self - other| <= atol + rtol * |other|`` everywhere (shapes broadcast)."""
+    def is_close(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Any:
+        """Elementwise ``|self - other| <= atol + rtol * |other|`` as a bool tensor (shapes
+        broadcast); equal values (infinities of one sign included) are close, infinities
+        are close to nothing else, NaN to nothing unless ``equal_nan`` (``torch.isclose``)."""
+        if rtol < 0 or atol < 0:
+            raise ValueRangeError(f"ember: is_close: rtol and atol must be >= 0, got {rtol}, {atol}")
+        if not isinstance(other, self.__class__):
+            other = self.full_like(as_scalar("is_close", other))
+        same = self.equal(other)
+        if self._p.dtype == BOOL_NP and other._p.dtype == BOOL_NP:
+            return same
         a, b = self.float(), other.float()
-        diff = a.sub(b).abs()
         bound = b.abs().mul_scalar(rtol).add_scalar(atol)
-        return bool(diff.lower_equal(bound).all().into_scalar())
+        close = a.sub(b).abs().lower_equal(bound).bool_and(a.is_finite()).bool_and(b.is_finite())
+        close = close.bool_or(same)
+        if equal_nan:
+            close = close.bool_or(a.is_nan().bool_and(b.is_nan()))
+        return close
+
+    isclose = is_close
+
+    def all_close(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        """Whether :meth:`is_close` holds everywhere (``torch.allclose``)."""
+        return bool(self.is_close(other, rtol, atol, equal_nan).all().into_scalar())
+
+    allclose = all_close
+
+    def contains_nan(self) -> Any:
+        """Whether any element is NaN, as a bool tensor of shape ``[1]`` (Burn's)."""
+        return self.is_nan().any()
 
     def equal_all(self, other: Any) -> bool:
         """Whether shapes match and every element is equal."""

@@ -83,6 +83,89 @@ class ReduceOps:
             out = out.mean_dim(d)
         return out
 
+    def max_dims(self, dims: Sequence[int]) -> Any:
+        """The maxima along each of ``dims`` (all kept with size 1)."""
+        return self._fold_dims("max_dims", dims, "max_dim")
+
+    def min_dims(self, dims: Sequence[int]) -> Any:
+        return self._fold_dims("min_dims", dims, "min_dim")
+
+    def prod_dims(self, dims: Sequence[int]) -> Any:
+        return self._fold_dims("prod_dims", dims, "prod_dim")
+
+    def any_dims(self, dims: Sequence[int]) -> Any:
+        return self._fold_dims("any_dims", dims, "any_dim")
+
+    def all_dims(self, dims: Sequence[int]) -> Any:
+        return self._fold_dims("all_dims", dims, "all_dim")
+
+    def _fold_dims(self, name: str, dims: Sequence[int], method: str) -> Any:
+        out = self
+        for d in normalize_dims(name, [dims] if isinstance(dims, int) else dims, len(self._p.shape)):
+            out = getattr(out, method)(d)
+        return out
+
+    def _torch_reduce(self, name: str, dim: Any, keepdim: bool, method: str, full: str) -> Any:
+        """PyTorch's form of a reduction: all dims (``dim=None``) or some, squeezed
+        unless ``keepdim``."""
+        rank = len(self._p.shape)
+        if dim is None:
+            out = getattr(self, full)()
+            return out.reshape((1,) * rank) if keepdim else out.reshape(())
+        dims = normalize_dims(name, [dim] if isinstance(dim, int) else dim, rank)
+        out = self._fold_dims(name, dims, method)
+        return out if keepdim else out.squeeze_dims(list(dims)) if dims else out
+
+    def amax(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Any:
+        """``torch.amax``: the maximum over ``dim`` (all dims when ``None``), squeezed
+        unless ``keepdim``; ties share the gradient evenly."""
+        return self._torch_reduce("amax", dim, keepdim, "_max_dim_even", "max")
+
+    def amin(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Any:
+        return self._torch_reduce("amin", dim, keepdim, "_min_dim_even", "min")
+
+    def _max_dim_even(self, dim: int) -> Any:
+        return self._reduce(ReduceOp.MAX, "amax", dim)
+
+    def _min_dim_even(self, dim: int) -> Any:
+        return self._reduce(ReduceOp.MIN, "amin", dim)
+
+    def max_abs(self) -> Any:
+        """The largest absolute value, shape ``[1]`` (Burn's)."""
+        return self.abs().max() if self._p.dtype != BOOL_NP else self.max()
+
+    def max_abs_dim(self, dim: int) -> Any:
+        return (self.abs() if self._p.dtype != BOOL_NP else self).max_dim(dim)
+
+    def max_abs_dims(self, dims: Sequence[int]) -> Any:
+        return (self.abs() if self._p.dtype != BOOL_NP else self).max_dims(dims)
+
+    def count_nonzero(self, dim: int | None = None) -> Any:
+        """The number of nonzero elements (int64): all (shape ``[1]``) or along ``dim`` (kept)."""
+        nonzero = self.not_equal_elem(False if self._p.dtype == BOOL_NP else 0).int()
+        return nonzero.sum() if dim is None else nonzero.sum_dim(dim)
+
+    def nansum(self) -> Any:
+        """The sum ignoring NaNs, shape ``[1]``."""
+        return self._without_nan().sum()
+
+    def nansum_dim(self, dim: int) -> Any:
+        return self._without_nan().sum_dim(dim)
+
+    def nanmean(self) -> Any:
+        """The mean of the non-NaN elements, shape ``[1]``."""
+        kept = self.float().is_nan().bool_not().float()
+        return self._without_nan().float().sum().div(kept.sum())
+
+    def nanmean_dim(self, dim: int) -> Any:
+        kept = self.float().is_nan().bool_not().float()
+        return self._without_nan().float().sum_dim(dim).div(kept.sum_dim(dim))
+
+    def _without_nan(self) -> Any:
+        if self._p.dtype not in FLOAT_NP:
+            return self
+        return self.mask_fill(self.is_nan(), 0.0)
+
     def prod(self) -> Any:
         return self._reduce(ReduceOp.PROD, "prod", None)
 
@@ -123,11 +206,16 @@ class ReduceOps:
             p = self._d._b.cast(p, DType.INT64)
         return self.__class__(self._d._b.arg_reduce(op, p, dim), self._d)
 
-    def argmax(self, dim: int) -> Any:
-        """Indices (int64) of the maxima along ``dim`` (kept); the first on ties."""
+    def argmax(self, dim: int | None = None) -> Any:
+        """Indices (int64) of the maxima along ``dim`` (kept); the first on ties. Without
+        ``dim``, the flat index of the maximum, shape ``[1]``."""
+        if dim is None:
+            return self.reshape((-1,))._arg_reduce(ArgReduceOp.ARGMAX, "argmax", 0)
         return self._arg_reduce(ArgReduceOp.ARGMAX, "argmax", dim)
 
-    def argmin(self, dim: int) -> Any:
+    def argmin(self, dim: int | None = None) -> Any:
+        if dim is None:
+            return self.reshape((-1,))._arg_reduce(ArgReduceOp.ARGMIN, "argmin", 0)
         return self._arg_reduce(ArgReduceOp.ARGMIN, "argmin", dim)
 
     def any(self) -> Any:
@@ -144,27 +232,38 @@ class ReduceOps:
         return self._reduce(ReduceOp.ALL, "all_dim", dim)
 
     # ------------------------------------------------------------------ statistics
-    def var(self, dim: int) -> Any:
-        """The unbiased variance (divides by ``n - 1``) along ``dim``, kept."""
-        return self._var(dim, 1, "var")
+    def var(self, dim: int | None = None, correction: float = 1) -> Any:
+        """The variance along ``dim`` (kept; all elements, shape ``[1]``, when ``None``),
+        dividing by ``n - correction`` (1: unbiased, 0: biased; as PyTorch's)."""
+        return self._var(dim, correction, "var")
 
     def var_bias(self, dim: int) -> Any:
         """The biased variance (divides by ``n``) along ``dim``, kept."""
         return self._var(dim, 0, "var_bias")
 
-    def var_mean(self, dim: int) -> tuple[Any, Any]:
-        return self.var(dim), self.float().mean_dim(dim)
+    def var_mean(self, dim: int | None = None, correction: float = 1) -> tuple[Any, Any]:
+        x = self.float() if dim is not None else self.float().reshape((-1,))
+        d = 0 if dim is None else dim
+        return x._var(d, correction, "var_mean"), x.mean_dim(d)
 
     def var_mean_bias(self, dim: int) -> tuple[Any, Any]:
         return self.var_bias(dim), self.float().mean_dim(dim)
 
-    def std(self, dim: int) -> Any:
-        """The unbiased standard deviation along ``dim``, kept; its gradient is 0 where
-        it is 0 (a constant row), as in PyTorch."""
-        return _root(self.var(dim), 2.0)
+    def std(self, dim: int | None = None, correction: float = 1) -> Any:
+        """The standard deviation: the square root of :meth:`var`; its gradient is 0
+        where it is 0 (a constant row), as in PyTorch."""
+        return _root(self._var(dim, correction, "std"), 2.0)
 
-    def _var(self, dim: int, correction: int, name: str) -> Any:
+    def std_mean(self, dim: int | None = None, correction: float = 1) -> tuple[Any, Any]:
+        var, mean = self.var_mean(dim, correction)
+        return _root(var, 2.0), mean
+
+    def _var(self, dim: int | None, correction: float, name: str) -> Any:
         x = self.float()
+        if dim is None:
+            x, dim = x.reshape((-1,)), 0
+        if isinstance(correction, bool) or not isinstance(correction, (int, float)):
+            raise ValueRangeError(f"ember: {name}: correction must be a number, got {correction!r}")
         dim = normalize_dim(name, dim, len(x._p.shape))
         n = x._p.shape[dim]
         diff = x.sub(x.mean_dim(dim))
@@ -181,11 +280,18 @@ class ReduceOps:
         return x.sub(peak).exp().sum_dim(dim).log().add(peak)
 
     def norm(self, p: float = 2.0, dim: int | None = None) -> Any:
-        """The ``p``-norm of all elements (shape ``[1]``) or along ``dim`` (kept). The
-        gradient of a zero norm is 0, as in PyTorch."""
+        """The ``p``-norm of all elements (shape ``[1]``) or along ``dim`` (kept):
+        ``(sum |x|^p)^(1/p)``; ``p=inf`` the largest and ``p=-inf`` the smallest
+        magnitude, ``p=0`` the number of nonzero elements (as PyTorch's ``vector_norm``).
+        The gradient of a zero norm is 0, as in PyTorch."""
         x = self.float().abs()
         if p == float("inf"):  # ties share the gradient evenly, as PyTorch's vector_norm
             return x._reduce(ReduceOp.MAX, "norm", dim)
+        if p == float("-inf"):
+            return x._reduce(ReduceOp.MIN, "norm", dim)
+        if p == 0:
+            nonzero = x.not_equal_elem(0.0).cast(x.dtype)
+            return nonzero.sum() if dim is None else nonzero.sum_dim(dim)
         if p == 1:
             return x.sum() if dim is None else x.sum_dim(dim)
         powered = x.mul(x) if p == 2 else x.powf_scalar(p)
@@ -212,12 +318,77 @@ class ReduceOps:
         return self._scan(CumulativeOp.CUMPROD, dim)
 
     def cummax(self, dim: int) -> Any:
-        """Running maxima along ``dim``."""
+        """Running maxima along ``dim`` (Burn's; PyTorch's is :meth:`cummax_with_indices`)."""
         return self._scan(CumulativeOp.CUMMAX, dim)
 
     def cummin(self, dim: int) -> Any:
         """Running minima along ``dim``."""
         return self._scan(CumulativeOp.CUMMIN, dim)
+
+    def cummax_with_indices(self, dim: int) -> tuple[Any, Any]:
+        """``(values, indices)``: the running maxima along ``dim`` and where each was
+        found (the latest position on ties; a NaN, once seen, stays the maximum)."""
+        return self._scan_with_indices(CumulativeOp.CUMMAX, dim)
+
+    def cummin_with_indices(self, dim: int) -> tuple[Any, Any]:
+        return self._scan_with_indices(CumulativeOp.CUMMIN, dim)
+
+    def _scan_with_indices(self, op: str, dim: int) -> tuple[Any, Any]:
+        values = self._scan(op, dim)
+        dim = normalize_dim(op, dim, len(self._p.shape))
+        x = self if self._p.dtype != BOOL_NP else self.int()
+        source = x.equal(values)
+        if x._p.dtype in FLOAT_NP:
+            source = source.bool_or(x.is_nan())
+        n = self._p.shape[dim]
+        positions = self.__class__.arange(n, device=self._d).reshape(
+            tuple(n if d == dim else 1 for d in range(len(self._p.shape)))
+        )
+        indices = positions.expand(self._p.shape).mask_fill(source.bool_not(), 0).cummax(dim)
+        return values, indices
+
+    def logcumsumexp(self, dim: int) -> Any:
+        """``log(cumsum(exp(x)))`` along ``dim``, computed stably (a scan of ``logaddexp``)."""
+        x = self.float()
+        dim = normalize_dim("logcumsumexp", dim, len(x._p.shape))
+        return self.__class__(self._d._b.cumulative(CumulativeOp.LOGCUMSUMEXP, x._p, dim), self._d)
+
+    # ------------------------------------------------------------------ order statistics
+    def median(self, dim: int | None = None) -> Any:
+        """The median along ``dim`` (kept; all elements, shape ``[1]``, when ``None``):
+        the lower of the two middle values for an even count; NaN if the slice holds one
+        (as PyTorch's)."""
+        if dim is None:
+            return self.reshape((-1,)).median_with_indices(0)[0]
+        return self.median_with_indices(dim)[0]
+
+    def median_with_indices(self, dim: int) -> tuple[Any, Any]:
+        """``(values, indices)`` of :meth:`median` along ``dim`` (kept)."""
+        dim = normalize_dim("median", dim, len(self._p.shape))
+        n = self._p.shape[dim]
+        if n == 0:
+            raise ShapeError(f"ember: median: cannot take the median of an empty dim (shape {list(self._p.shape)})")
+        return self._kth(dim, (n - 1) // 2, "median")
+
+    def kthvalue(self, k: int, dim: int = -1) -> tuple[Any, Any]:
+        """``(values, indices)`` of the ``k``-th smallest element (1-based) along ``dim``
+        (kept); NaN counts as the largest."""
+        dim = normalize_dim("kthvalue", dim, len(self._p.shape))
+        n = self._p.shape[dim]
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+            raise ValueRangeError(f"ember: kthvalue: k must be an int in [1, {n}], got {k!r}")
+        order = self.argsort(dim).narrow(dim, k - 1, 1)
+        return self.gather(dim, order), order
+
+    def _kth(self, dim: int, position: int, name: str) -> tuple[Any, Any]:
+        order = self.argsort(dim).narrow(dim, position, 1)
+        values = self.gather(dim, order)
+        if self._p.dtype not in FLOAT_NP:
+            return values, order
+        nan = self.is_nan()
+        has_nan = nan.any_dim(dim)
+        first_nan = nan.int().argmax(dim)
+        return values.mask_fill(has_nan, float("nan")), order.mask_where(has_nan, first_nan)
 
     # ------------------------------------------------------------------ sorting
     def argsort(self, dim: int = -1, descending: bool = False) -> Any:
@@ -236,17 +407,18 @@ class ReduceOps:
     def sort(self, dim: int = -1, descending: bool = False) -> Any:
         return self.sort_with_indices(dim, descending)[0]
 
-    def topk_with_indices(self, k: int, dim: int = -1) -> tuple[Any, Any]:
-        """The ``k`` largest values along ``dim``, largest first, with their indices."""
+    def topk_with_indices(self, k: int, dim: int = -1, largest: bool = True) -> tuple[Any, Any]:
+        """The ``k`` largest values along ``dim``, largest first, with their indices
+        (``largest=False``: the ``k`` smallest, smallest first)."""
         dim = normalize_dim("topk", dim, len(self._p.shape))
         n = self._p.shape[dim]
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
             raise ValueRangeError(f"ember: topk: k must be an int in [0, {n}] for dim {dim}, got {k!r}")
-        indices = self.argsort(dim, descending=True).narrow(dim, 0, k)
+        indices = self.argsort(dim, descending=bool(largest)).narrow(dim, 0, k)
         return self.gather(dim, indices), indices
 
-    def topk(self, k: int, dim: int = -1) -> Any:
-        return self.topk_with_indices(k, dim)[0]
+    def topk(self, k: int, dim: int = -1, largest: bool = True) -> Any:
+        return self.topk_with_indices(k, dim, largest)[0]
 
 
 def _root(total: Any, p: float) -> Any:

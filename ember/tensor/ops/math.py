@@ -1,0 +1,188 @@
+"""More math functions: logarithms and exponentials in other bases, inverse
+hyperbolics, and the composites PyTorch users expect (``hypot``, ``fmod``,
+``logaddexp``, ``lerp``, ``xlogy``, ...).
+
+Primitives (``log2``, ``log10``, ``exp2``, ``asinh``, ``acosh``, ``atanh``,
+``copysign``) are one backend op each; ``ember/backend/ops.py`` says why. The rest
+are written here once over exact ops, so every backend and autodiff run them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+
+from ember.backend.ops import BinaryOp, UnaryOp
+from ember.errors import DTypeError, ValueRangeError
+from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar
+from ember.tensor.ops.elementwise import binary, is_integral, unary
+
+_LN2 = math.log(2.0)
+_DEG = math.pi / 180.0
+
+
+class MathOps:
+    """Elementwise math beyond the arithmetic basics (float results unless noted)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ primitives
+    def log2(self) -> Any:
+        """The base-2 logarithm (exact at powers of two)."""
+        return unary(self, UnaryOp.LOG2, "log2", "float")
+
+    def log10(self) -> Any:
+        """The base-10 logarithm (exact at powers of ten)."""
+        return unary(self, UnaryOp.LOG10, "log10", "float")
+
+    def exp2(self) -> Any:
+        """``2 ** self``."""
+        return unary(self, UnaryOp.EXP2, "exp2", "float")
+
+    def asinh(self) -> Any:
+        return unary(self, UnaryOp.ASINH, "asinh", "float")
+
+    def acosh(self) -> Any:
+        """The inverse hyperbolic cosine (NaN below 1)."""
+        return unary(self, UnaryOp.ACOSH, "acosh", "float")
+
+    def atanh(self) -> Any:
+        """The inverse hyperbolic tangent (NaN outside [-1, 1], infinite at +-1)."""
+        return unary(self, UnaryOp.ATANH, "atanh", "float")
+
+    arcsinh = asinh
+    arccosh = acosh
+    arctanh = atanh
+
+    def copysign(self, other: Any) -> Any:
+        """``|self|`` with the sign (bit) of ``other``, ``-0.0`` and NaNs included."""
+        return binary(self, other, BinaryOp.COPYSIGN, "copysign", "float")
+
+    # ------------------------------------------------------------------ composites
+    def deg2rad(self) -> Any:
+        """Degrees to radians."""
+        return self.float().mul_scalar(_DEG)
+
+    def rad2deg(self) -> Any:
+        """Radians to degrees."""
+        return self.float().mul_scalar(1.0 / _DEG)
+
+    def hypot(self, other: Any) -> Any:
+        """``sqrt(self^2 + other^2)`` without overflow or underflow: the larger
+        magnitude times ``sqrt(1 + r^2)``, ``r`` the ratio of the smaller to it;
+        infinite where either operand is (even against NaN, as C's ``hypot``)."""
+        a = self.float().abs()
+        b = other.float().abs() if isinstance(other, self.__class__) else abs(float(as_scalar("hypot", other)))
+        big, small = a.maximum(b), a.minimum(b)
+        ratio = small.div(big.mask_fill(big.equal_elem(0.0), 1.0))
+        out = big.mul(ratio.mul(ratio).add_scalar(1.0).sqrt())
+        infinite = a.is_inf()
+        if isinstance(b, self.__class__):
+            infinite = infinite.bool_or(b.is_inf())
+        elif math.isinf(b):
+            return out.full_like(math.inf)
+        return out.mask_fill(infinite, math.inf)
+
+    def fmod(self, other: Any) -> Any:
+        """The C remainder: ``self - trunc(self / other) * other``, with the sign of
+        ``self`` (``remainder`` takes the divisor's). Exact, computed as
+        ``copysign(remainder(|self|, |other|), self)``; ints stay ints."""
+        if self._p.dtype == BOOL_NP:
+            raise DTypeError("ember: fmod: not defined on bool tensors; cast first")
+        divisor = other.abs() if isinstance(other, self.__class__) else abs(as_scalar("fmod", other))
+        magnitude = self.abs().remainder(divisor)
+        if magnitude._p.dtype in FLOAT_NP:
+            return magnitude.copysign(self if self._p.dtype in FLOAT_NP else self.float())
+        return magnitude.mul(self.sign())
+
+    def fmod_scalar(self, value: Any) -> Any:
+        return self.fmod(as_scalar("fmod_scalar", value))
+
+    def logaddexp(self, other: Any) -> Any:
+        """``log(exp(self) + exp(other))``, computed stably (infinities included)."""
+        a = self.float()
+        b = other.float() if isinstance(other, self.__class__) else float(as_scalar("logaddexp", other))
+        diff = a.sub(b)
+        same = a.equal(b) if isinstance(b, self.__class__) else a.equal_elem(b)
+        diff = diff.mask_fill(same, 0.0)  # inf - inf: the sum is the common value
+        peak = a.maximum(b) if isinstance(b, self.__class__) else a.clamp_min(b)
+        return peak.add(diff.abs().neg().exp().log1p())
+
+    def logaddexp2(self, other: Any) -> Any:
+        """``log2(2^self + 2^other)``, computed stably."""
+        scaled = other.float().mul_scalar(_LN2) if isinstance(other, self.__class__) else float(other) * _LN2
+        return self.float().mul_scalar(_LN2).logaddexp(scaled).div_scalar(_LN2)
+
+    def lerp(self, end: Any, weight: Any) -> Any:
+        """``self + weight * (end - self)`` (PyTorch's two-sided form: exact at both ends)."""
+        start = self.float()
+        if not isinstance(end, self.__class__):
+            end = start.full_like(float(as_scalar("lerp", end)))
+        span = end.sub(start)
+        if not isinstance(weight, self.__class__):
+            w = float(as_scalar("lerp", weight))
+            return start.add(span.mul_scalar(w)) if abs(w) < 0.5 else end.sub(span.mul_scalar(1.0 - w))
+        low = start.add(span.mul(weight))
+        high = end.sub(span.mul(weight.float().neg().add_scalar(1.0)))
+        return high.mask_where(weight.abs().lower_elem(0.5), low)
+
+    def xlogy(self, other: Any) -> Any:
+        """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN)."""
+        x = self.float()
+        y = other.float() if isinstance(other, self.__class__) else x.full_like(float(as_scalar("xlogy", other)))
+        zero = x.equal_elem(0.0).bool_and(y.is_nan().bool_not())
+        return x.mul(y.mask_fill(zero, 1.0).log())
+
+    def frac(self) -> Any:
+        """The fractional part, ``self - trunc(self)`` (sign of ``self``)."""
+        if self._p.dtype not in FLOAT_NP:
+            return self.zeros_like() if self._p.dtype != BOOL_NP else self.int().zeros_like()
+        return self.sub(self.trunc())
+
+    def sinc(self) -> Any:
+        """The normalised sinc, ``sin(pi x) / (pi x)``, 1 at 0."""
+        x = self.float()
+        zero = x.equal_elem(0.0)
+        px = x.mask_fill(zero, 1.0).mul_scalar(math.pi)
+        return px.sin().div(px).mask_fill(zero, 1.0)
+
+    def logit(self, eps: float | None = None) -> Any:
+        """``log(p / (1 - p))``; with ``eps`` the input is first clamped to ``[eps, 1 - eps]``."""
+        p = self.float()
+        if eps is not None:
+            if not 0.0 <= eps <= 0.5:
+                raise ValueRangeError(f"ember: logit: eps must lie in [0, 0.5], got {eps}")
+            p = p.clamp(eps, 1.0 - eps)
+        return p.div(p.neg().add_scalar(1.0)).log()
+
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Any:
+        """NaN, +inf and -inf replaced (infinities by the dtype's largest finite values
+        unless given)."""
+        if self._p.dtype not in FLOAT_NP:
+            return self.__class__(self._p, self._d)
+        info = ml_dtypes.finfo(self._p.dtype)
+        out = self.mask_fill(self.is_nan(), float(nan))
+        out = out.mask_fill(self.equal_elem(math.inf), float(info.max if posinf is None else posinf))
+        return out.mask_fill(self.equal_elem(-math.inf), float(info.min if neginf is None else neginf))
+
+
+def div_rounded(self: Any, other: Any, rounding_mode: str) -> Any:
+    """``self / other`` rounded toward zero (``"trunc"``) or minus infinity (``"floor"``);
+    int operands stay int (PyTorch's ``div(..., rounding_mode=...)``)."""
+    if rounding_mode == "floor":
+        return self.floor_div(other)
+    if rounding_mode != "trunc":
+        raise ValueRangeError(f"ember: div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    cls = self.__class__
+    a = self.int() if self._p.dtype == BOOL_NP else self
+    b = other.int() if isinstance(other, cls) and other._p.dtype == BOOL_NP else other
+    if a._p.dtype in FLOAT_NP or (b._p.dtype in FLOAT_NP if isinstance(b, cls) else not is_integral(b)):
+        return a.div(b).trunc()
+    # Ints: the floor quotient, one up where the remainder is nonzero and the signs differ.
+    floor = a.floor_div(b)
+    b_negative = b.lower_elem(0) if isinstance(b, cls) else b < 0
+    differ = a.lower_elem(0)
+    differ = differ.bool_xor(b_negative) if isinstance(b_negative, cls) else (differ.bool_not() if b_negative else differ)
+    return floor.add(a.remainder(b).not_equal_elem(0).bool_and(differ).cast(floor.dtype))
