@@ -21,9 +21,12 @@ from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE, as_scalar, check_value_
 from ember.tensor.ops.arithmetic import ArithmeticOps
 from ember.tensor.ops.autodiff import AutodiffOps
 from ember.tensor.ops.compare import CompareOps
+from ember.tensor.ops.creation import CreationOps
 from ember.tensor.ops.indexing import IndexingOps
 from ember.tensor.ops.layout import LayoutOps
 from ember.tensor.ops.math import MathOps
+from ember.tensor.ops.pad import PadOps
+from ember.tensor.ops.rearrange import RearrangeOps
 from ember.tensor.ops.reduce import ReduceOps
 from ember.tensor.shape import Shape, as_shape, numel
 
@@ -40,7 +43,10 @@ def _dtype(dtype: DType | str | None, default: DType) -> DType:
     return default if dtype is None else DType.parse(dtype)
 
 
-class Tensor(ArithmeticOps, MathOps, CompareOps, LayoutOps, IndexingOps, ReduceOps, AutodiffOps):
+class Tensor(
+    CreationOps, ArithmeticOps, MathOps, CompareOps, LayoutOps, PadOps, RearrangeOps, IndexingOps, ReduceOps,
+    AutodiffOps,
+):
     """An n-dimensional array on a device; float, int or bool by its dtype.
 
     >>> from ember import Device, Tensor
@@ -135,9 +141,13 @@ class Tensor(ArithmeticOps, MathOps, CompareOps, LayoutOps, IndexingOps, ReduceO
         device: Device | None = None,
         dtype: DType | str | None = None,
     ) -> Tensor:
-        """``[start, start + step, ...)`` below ``end`` (or ``[0, start)`` with one argument)."""
+        """``[start, start + step, ...)`` below ``end`` (or ``[0, start)`` with one argument).
+        Int bounds give int64; a float bound or step gives float32 (as PyTorch)."""
         if end is None:
             start, end = 0, start
+        floats = [v for v in (start, end, step) if isinstance(v, (float, np.floating))]
+        if floats or (dtype is not None and DType.parse(dtype).is_float):
+            return cls._float_arange(start, end, step, device, dtype)
         for name, v in (("start", start), ("end", end), ("step", step)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise DTypeError(f"ember: Tensor.arange: {name} must be an int, got {v!r}")

@@ -132,13 +132,23 @@ class LayoutOps:
     def T(self) -> Any:  # noqa: N802 - numpy's name
         return self.transpose()
 
-    def movedim(self, source: int, destination: int) -> Any:
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Any:
+        """Dims ``source`` moved to positions ``destination`` (ints or equal-length lists);
+        the other dims keep their order (``torch.movedim``)."""
         rank = len(self._p.shape)
-        s = normalize_dim("movedim", source, rank)
-        t = normalize_dim("movedim", destination, rank)
-        axes = [i for i in range(rank) if i != s]
-        axes.insert(t, s)
-        return self.permute(axes)
+        sources = [source] if isinstance(source, int) else list(source)
+        targets = [destination] if isinstance(destination, int) else list(destination)
+        if len(sources) != len(targets):
+            raise ShapeError(f"ember: movedim: source {sources} and destination {targets} must have one length")
+        sources = list(normalize_dims("movedim", sources, rank))
+        targets = list(normalize_dims("movedim", targets, rank))
+        axes: list[int | None] = [None] * rank
+        for s, t in zip(sources, targets):
+            axes[t] = s
+        rest = iter(d for d in range(rank) if d not in sources)
+        return self.permute([next(rest) if a is None else a for a in axes])
+
+    moveaxis = movedim
 
     def flip(self, dims: Sequence[int] | int) -> Any:
         """Elements reversed along ``dims``."""
@@ -440,58 +450,7 @@ class LayoutOps:
         dim = normalize_dim("stack", dim, len(shape), extra=1)
         return LayoutOps._cat([t.unsqueeze_dim(dim) for t in tensors], dim)
 
-    # ------------------------------------------------------------------ padding and triangles
-    def pad(self, padding: Sequence[int], value: Any = 0, mode: str = "constant") -> Any:
-        """Padding as ``torch.nn.functional.pad``: ``(left, right, top, bottom, ...)`` pairs
-        from the last dim backward. ``mode`` is ``"constant"`` (with ``value``),
-        ``"reflect"`` or ``"edge"`` (replicate)."""
-        padding = [_index_value("pad", p) for p in padding]
-        shape = self._p.shape
-        if len(padding) % 2 or len(padding) // 2 > len(shape):
-            raise ShapeError(f"ember: pad: padding {padding} must be pairs for at most {len(shape)} dims")
-        if any(p < 0 for p in padding):
-            raise ValueRangeError(f"ember: pad: padding {padding} must be >= 0")
-        if mode not in ("constant", "reflect", "edge", "replicate"):
-            raise ValueRangeError(f"ember: pad: mode must be constant, reflect or edge, got {mode!r}")
-        out = self
-        for i in range(len(padding) // 2):
-            dim = len(shape) - 1 - i
-            before, after = padding[2 * i], padding[2 * i + 1]
-            if before == 0 and after == 0:
-                continue
-            out = out._pad_dim(dim, before, after, value, mode)
-        return out
-
-    def _pad_dim(self, dim: int, before: int, after: int, value: Any, mode: str) -> Any:
-        n = self._p.shape[dim]
-        if mode == "constant":
-            shape = list(self._p.shape)
-            shape[dim] = n + before + after
-            out = self.__class__.full(tuple(shape), as_scalar("pad", value), self._d, self.dtype)
-            ranges: list[Any] = [None] * dim + [(before, before + n)]
-            return out.slice_assign(ranges, self)
-        if mode == "reflect":
-            if before >= n or after >= n:
-                raise ValueRangeError(
-                    f"ember: pad: reflect padding ({before}, {after}) must be smaller than dim {dim} of size {n}"
-                )
-            pieces = []
-            if before:
-                pieces.append(self.narrow(dim, 1, before).flip(dim))
-            pieces.append(self)
-            if after:
-                pieces.append(self.narrow(dim, n - 1 - after, after).flip(dim))
-            return LayoutOps._cat(pieces, dim)
-        if n == 0:
-            raise ValueRangeError(f"ember: pad: edge padding of an empty dim {dim}")
-        pieces = []
-        if before:
-            pieces.append(self.narrow(dim, 0, 1).repeat_dim(dim, before))
-        pieces.append(self)
-        if after:
-            pieces.append(self.narrow(dim, n - 1, 1).repeat_dim(dim, after))
-        return LayoutOps._cat(pieces, dim)
-
+    # ------------------------------------------------------------------ triangles
     def _triangle_mask(self, op: str, diagonal: int, upper: bool) -> Any:
         shape = self._p.shape
         if len(shape) < 2:
