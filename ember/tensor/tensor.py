@@ -28,6 +28,8 @@ from ember.tensor.ops.math import MathOps
 from ember.tensor.ops.pad import PadOps
 from ember.tensor.ops.rearrange import RearrangeOps
 from ember.tensor.ops.reduce import ReduceOps
+from ember.tensor.ops.scatter import ScatterOps
+from ember.tensor.ops.subscript import SubscriptOps
 from ember.tensor.shape import Shape, as_shape, numel
 
 
@@ -44,7 +46,7 @@ def _dtype(dtype: DType | str | None, default: DType) -> DType:
 
 
 class Tensor(
-    CreationOps, ArithmeticOps, MathOps, CompareOps, LayoutOps, PadOps, RearrangeOps, IndexingOps, ReduceOps,
+    CreationOps, ArithmeticOps, MathOps, CompareOps, LayoutOps, PadOps, RearrangeOps, SubscriptOps, IndexingOps, ScatterOps, ReduceOps,
     AutodiffOps,
 ):
     """An n-dimensional array on a device; float, int or bool by its dtype.

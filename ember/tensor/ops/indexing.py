@@ -42,27 +42,6 @@ class IndexingOps:
             )
         return self.__class__(self._d._b.gather(self._p, dim, indices._p), self._d)
 
-    def scatter(self, dim: int, indices: Any, values: Any) -> Any:
-        """A copy with ``values`` added at ``indices`` along ``dim`` (Burn's ``scatter``,
-        ``torch.scatter_add``); repeated indices accumulate."""
-        shape = self._p.shape
-        dim = normalize_dim("scatter", dim, len(shape))
-        indices = self._index_tensor("scatter", indices)
-        values = self._like(values, "scatter")
-        ishape = indices._p.shape
-        if values._p.shape != ishape:
-            raise ShapeError(
-                f"ember: scatter: values {list(values._p.shape)} and indices {list(ishape)} must have one shape"
-            )
-        if len(ishape) != len(shape) or any(ishape[d] > shape[d] for d in range(len(shape)) if d != dim):
-            raise ShapeError(
-                f"ember: scatter: indices of shape {list(ishape)} must have the rank of the tensor "
-                f"{list(shape)} and no larger dims except dim {dim}"
-            )
-        return self.__class__(self._d._b.scatter_add(self._p, dim, indices._p, values._p), self._d)
-
-    scatter_add = scatter
-
     def select(self, dim: int, indices: Any) -> Any:
         """The slices at ``indices`` (rank 1) along ``dim`` (``torch.index_select``)."""
         shape = self._p.shape
@@ -144,9 +123,41 @@ class IndexingOps:
         return self.__class__(self._d._b.argwhere(mask), self._d)
 
     def nonzero(self) -> list[Any]:
-        """One rank-1 int64 tensor of coordinates per dim (Burn's ``nonzero``)."""
+        """One rank-1 int64 tensor of coordinates per dim (Burn's ``nonzero``); an empty
+        list when no element is nonzero, as Burn."""
         coords = self.argwhere()
+        if coords._p.shape[0] == 0:
+            return []
         return [coords[:, d] for d in range(len(self._p.shape))]
+
+    def masked_select(self, mask: Any) -> Any:
+        """The elements where ``mask`` (broadcasting with this tensor) is true, in order,
+        as a rank-1 tensor (``torch.masked_select``, Burn's ``mask_select``; one sync)."""
+        mask = self._mask("masked_select", mask)
+        shape = broadcast_shapes("masked_select", self._p.shape, mask._p.shape)
+        values = self.expand(shape) if self._p.shape != shape else self
+        flat_mask = (mask.expand(shape) if mask._p.shape != shape else mask).reshape((-1,))
+        return values.reshape((-1,))[flat_mask]
+
+    mask_select = masked_select
+
+    def take(self, dim_or_indices: Any, indices: Any = None) -> Any:
+        """Burn's ``take(dim, indices)``: the slices at ``indices`` (any shape) along
+        ``dim``, whose place the indices' dims take (``numpy.take`` with an axis). With
+        one argument, ``torch.take(indices)``: elements of the flattened tensor, in the
+        indices' shape. Negative indices count from the end."""
+        if indices is None:
+            flat = self.reshape((-1,))
+            index = self._index_tensor("take", dim_or_indices)
+            n = flat._p.shape[0]
+            index = index.mask_where(index.lower_elem(0), index.add_scalar(n))
+            return flat.select(0, index.reshape((-1,))).reshape(index._p.shape)
+        shape = self._p.shape
+        dim = normalize_dim("take", dim_or_indices, len(shape))
+        index = self._index_tensor("take", indices)
+        index = index.mask_where(index.lower_elem(0), index.add_scalar(shape[dim]))
+        picked = self.select(dim, index.reshape((-1,)))
+        return picked.reshape(shape[:dim] + index._p.shape + shape[dim + 1:])
 
     def one_hot(self, num_classes: int) -> Any:
         """Class indices (an int tensor) as one-hot vectors in a new last dim (int64)."""

@@ -239,7 +239,13 @@ class LayoutOps:
                     raise IndexOutOfBoundsError(
                         f"ember: {op}: range end {stop} is out of bounds for dim {dim} of size {n}"
                     )
-                out.append(slice(start, stop, step).indices(n))
+                if step > 0:
+                    out.append(slice(start, stop, step).indices(n))
+                    continue
+                # Burn's meaning: the range [start, end) walked backwards from end - 1.
+                lo, hi, _ = slice(start, stop, 1).indices(n)
+                walk = range(lo, max(hi, lo))[::-1][::-step]
+                out.append((walk.start, walk.stop, walk.step))
                 continue
             if hasattr(r, "__index__") and not isinstance(r, bool):
                 i = int(r)
@@ -254,6 +260,12 @@ class LayoutOps:
 
     def slice(self, ranges: Sequence[Any]) -> Any:
         """A region: one ``(start, end[, step])``, ``slice`` or ``None`` per leading dim.
+
+        A ``(start, end, step)`` tuple has Burn's meaning: the elements of
+        ``[start, end)``, walked backwards from ``end - 1`` when ``step`` is negative
+        (``(0, 5, -1)`` gives indices 4, 3, 2, 1, 0). A Python ``slice`` keeps Python's
+        meaning (``slice(None, None, -1)`` reverses; ``t[::-1]`` is the same). Ends
+        outside ``[-size, size]`` raise (Burn clamps them).
 
         >>> t.slice([(0, 2), None, (1, None)])  # t[0:2, :, 1:]  # doctest: +SKIP
         """
@@ -289,77 +301,6 @@ class LayoutOps:
     def slice_fill(self, ranges: Sequence[Any], value: Any) -> Any:
         """A copy with the region ``ranges`` set to the scalar ``value``."""
         return self.slice_assign(ranges, value)
-
-    def _parse_key(self, key: Any) -> tuple[list[Any], list[int], list[int], Any]:
-        """Python indexing to (ranges, dims to drop, dims to insert, (dim, index tensor))."""
-        if not isinstance(key, tuple):
-            key = (key,)
-        shape = self._p.shape
-        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
-        if sum(1 for k in key if k is Ellipsis) > 1:
-            raise IndexOutOfBoundsError("ember: indexing: at most one ... (Ellipsis)")
-        if n_real > len(shape):
-            raise IndexOutOfBoundsError(f"ember: indexing: {n_real} indices for a rank-{len(shape)} tensor")
-        ranges: list[Any] = []
-        drop: list[int] = []
-        insert: list[int] = []
-        advanced = None
-        out_dim = 0
-        for k in key:
-            if k is Ellipsis:
-                for _ in range(len(shape) - n_real):
-                    ranges.append(None)
-                    out_dim += 1
-            elif k is None:
-                insert.append(out_dim)
-                out_dim += 1
-            elif isinstance(k, slice):
-                ranges.append(k)
-                out_dim += 1
-            elif isinstance(k, (list, self.__class__)):
-                if advanced is not None:
-                    raise IndexOutOfBoundsError("ember: indexing: one index list or tensor at most; use select twice")
-                advanced = (len(ranges), k)
-                ranges.append(None)
-                out_dim += 1
-            elif hasattr(k, "__index__") and not isinstance(k, bool):
-                drop.append(len(ranges))
-                ranges.append(k)
-            else:
-                raise IndexOutOfBoundsError(f"ember: indexing: cannot index with {k!r}")
-        return ranges, drop, insert, advanced
-
-    def __getitem__(self, key: Any) -> Any:
-        """numpy-style indexing: ints (drop the dim), slices with steps, ``...``, ``None``,
-        and one list or int tensor of indices (as :meth:`select`)."""
-        ranges, drop, insert, advanced = self._parse_key(key)
-        out = self.slice(ranges)
-        if advanced is not None:
-            dim, index = advanced
-            out = out.select(dim, index)
-        if drop:
-            shape = out._p.shape
-            out = out.reshape(tuple(n for i, n in enumerate(shape) if i not in drop))
-        for d in insert:
-            out = out.unsqueeze_dim(d)
-        return out
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        """``t[key] = value`` rebinds this tensor handle to a copy with the region set
-        (other handles to the old values are unaffected). Slices and ints only."""
-        ranges, _drop, insert, advanced = self._parse_key(key)
-        if advanced is not None or insert:
-            raise IndexOutOfBoundsError("ember: item assignment takes ints, slices and ... only")
-        if isinstance(value, self.__class__):
-            slices = self._normalize_slices("__setitem__", ranges)
-            region = tuple(len(range(*s)) for s in slices)
-            if value._p.shape != region:
-                if numel(value._p.shape) == numel(region) and len(value._p.shape) < len(region):
-                    value = value.reshape(region)
-                else:
-                    value = value.expand(region)
-        updated = self.slice_assign(ranges, value)
-        self._p = updated._p
 
     def narrow(self, dim: int, start: int, length: int) -> Any:
         """``length`` elements of ``dim`` from ``start``."""

@@ -1,0 +1,353 @@
+"""Python indexing: ``t[key]`` and ``t[key] = value`` with numpy's rules.
+
+Basic indices (ints, slices with any step, ``None``, ``...``) become one ``slice``
+and reshapes. Advanced indices (int tensors, lists and arrays of ints, bool masks)
+follow numpy: a bool mask stands for the coordinates of its true elements; every
+advanced index broadcasts to one shape ``B``; ints count as advanced once any other
+index is; the ``B`` dims replace the indexed dims in place when the advanced indices
+are next to each other, and go first otherwise. Reading is one ``select`` of the
+indexed dims merged into one; writing is a ``scatter`` with the ``"assign"`` rule
+(the last of repeated indices wins). Negative indices count from the end.
+
+A bool mask needs the coordinates of its true elements, so it reads the mask back to
+the host (one sync); ``t[mask] = value`` with a scalar (or a value broadcasting to one
+element's slice) is a plain ``mask_where`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.backend.dtype import DType
+from ember.errors import IndexOutOfBoundsError, ShapeError
+from ember.tensor.dispatch import BOOL_NP, INT_NP
+from ember.tensor.shape import broadcast_shapes, numel
+
+_FULL = slice(None)
+
+
+def _index_error(message: str) -> IndexOutOfBoundsError:
+    return IndexOutOfBoundsError(f"ember: indexing: {message}")
+
+
+class _Key:
+    """A key resolved against a shape: one entry per key element, in order.
+
+    Entries: ``("int", i, dim)``, ``("slice", s, dim)``, ``("new",)``, ``("adv", t, dim)``
+    (an int64 index tensor for ``dim``); a mask contributes one ``adv`` entry per dim.
+    """
+
+    def __init__(self, entries: list[tuple], advanced: bool) -> None:
+        self.entries = entries
+        self.advanced = advanced
+
+
+class SubscriptOps:
+    """``__getitem__`` and ``__setitem__`` (mixed into ``Tensor``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ parsing
+    def _classify(self, k: Any) -> tuple[str, Any]:
+        """One key element as ("int"|"slice"|"new"|"ellipsis"|"index"|"mask", value)."""
+        cls = self.__class__
+        if k is Ellipsis:
+            return "ellipsis", None
+        if k is None:
+            return "new", None
+        if isinstance(k, slice):
+            for part in (k.start, k.stop, k.step):
+                if part is not None and (isinstance(part, bool) or not hasattr(part, "__index__")):
+                    raise _index_error(f"slice bounds must be ints or None, got {k!r}")
+            return "slice", k
+        if isinstance(k, bool):
+            raise _index_error("a bare bool is not an index; use a bool tensor or list as a mask")
+        if isinstance(k, cls):
+            dt = k._p.dtype
+            if dt == BOOL_NP:
+                return "mask", k
+            if dt not in INT_NP:
+                raise _index_error(f"index tensors must be int or bool, got {k.dtype} (cast with .int() or .bool())")
+            if not k._p.shape:
+                return "int", int(k.into_scalar())
+            return "index", k
+        if isinstance(k, (list, tuple, np.ndarray)):
+            array = np.asarray(k)
+            if array.dtype == np.bool_:
+                return "mask", cls.from_data(array, device=self._d)
+            if array.size == 0:
+                array = array.astype(np.int64)
+            if array.dtype.kind not in "iu":
+                raise _index_error(f"index lists must hold ints or bools, got {array.dtype} values")
+            if array.ndim == 0:
+                return "int", int(array)
+            return "index", cls.from_data(array.astype(np.int64), device=self._d)
+        if hasattr(k, "__index__"):
+            return "int", int(k)
+        raise _index_error(f"cannot index with {k!r}")
+
+    def _resolve(self, key: Any) -> _Key:
+        if not isinstance(key, tuple):
+            key = (key,)
+        shape = self._p.shape
+        items = [self._classify(k) for k in key]
+        if sum(1 for kind, _ in items if kind == "ellipsis") > 1:
+            raise _index_error("at most one ... (Ellipsis)")
+        used = sum(v._p.ndim if kind == "mask" else 1 for kind, v in items if kind not in ("new", "ellipsis"))
+        if used > len(shape):
+            raise _index_error(f"{used} indices for a rank-{len(shape)} tensor")
+        advanced = any(kind in ("index", "mask") for kind, _ in items)
+        entries: list[tuple] = []
+        dim = 0
+        for kind, value in items:
+            if kind == "ellipsis":
+                for _ in range(len(shape) - used):
+                    entries.append(("slice", _FULL, dim))
+                    dim += 1
+            elif kind == "new":
+                entries.append(("new",))
+            elif kind == "slice":
+                entries.append(("slice", value, dim))
+                dim += 1
+            elif kind == "int":
+                n = shape[dim]
+                if not -n <= value < n:
+                    raise _index_error(f"index {value} is out of bounds for dim {dim} of size {n}")
+                if advanced:
+                    entries.append(("adv", self.__class__.full((), value % n, self._d, DType.INT64), dim))
+                else:
+                    entries.append(("int", value % n, dim))
+                dim += 1
+            elif kind == "index":
+                entries.append(("adv", self._wrap_index(value, shape[dim]), dim))
+                dim += 1
+            else:  # mask
+                k = value._p.ndim
+                if value._p.shape != shape[dim:dim + k]:
+                    raise _index_error(
+                        f"the bool mask of shape {list(value._p.shape)} does not match dims {dim}..{dim + k - 1} "
+                        f"of the tensor {list(shape)}"
+                    )
+                if k == 0:
+                    raise _index_error("a rank-0 bool mask is not supported; use unsqueeze")
+                coords = value.argwhere()
+                for j in range(k):
+                    entries.append(("adv", coords.select_dim(1, j), dim + j))
+                dim += k
+        for _ in range(len(shape) - dim):  # trailing dims
+            entries.append(("slice", _FULL, dim))
+            dim += 1
+        return _Key(entries, advanced)
+
+    def _wrap_index(self, index: Any, n: int) -> Any:
+        """Negative indices counted from the end (bounds are checked by ``select``)."""
+        if index._d is not self._d:
+            index = index.to_device(self._d)
+        if index.dtype is not DType.INT64:
+            index = index.cast(DType.INT64)
+        return index.mask_where(index.lower_elem(0), index.add_scalar(n))
+
+    # ------------------------------------------------------------------ plans
+    def _basic(self, key: _Key) -> Any:
+        ranges = [None] * len(self._p.shape)
+        drop, insert, out_dim = [], [], 0
+        for entry in key.entries:
+            if entry[0] == "new":
+                insert.append(out_dim)
+                out_dim += 1
+            elif entry[0] == "slice":
+                ranges[entry[2]] = entry[1]
+                out_dim += 1
+            else:
+                ranges[entry[2]] = entry[1]
+                drop.append(entry[2])
+        out = self.slice(ranges)
+        if drop:
+            shape = out._p.shape
+            out = out.reshape(tuple(n for i, n in enumerate(shape) if i not in drop))
+        for d in insert:
+            out = out.unsqueeze_dim(d)
+        return out
+
+    def _advanced_plan(self, key: _Key) -> dict:
+        """How an advanced key reads the tensor: the region's slices, the permutation
+        that brings the indexed dims together (at ``pos``), the linear index into them,
+        the broadcast shape ``B`` and where ``None`` adds dims."""
+        rank = len(self._p.shape)
+        ranges: list[Any] = [None] * rank
+        adv_dims, adv_index, positions = [], [], []
+        for i, entry in enumerate(key.entries):
+            if entry[0] == "slice":
+                ranges[entry[2]] = entry[1]
+            elif entry[0] == "adv":
+                adv_dims.append(entry[2])
+                adv_index.append(entry[1])
+                positions.append(i)
+        adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+        b_shape: tuple[int, ...] = ()
+        for t in adv_index:
+            b_shape = broadcast_shapes("indexing", b_shape, t._p.shape)
+        region = self.slice(ranges)
+        sizes = [region._p.shape[d] for d in adv_dims]
+        linear = None
+        for t, n in zip(adv_index, sizes):
+            t = t.expand(b_shape) if t._p.shape != b_shape else t
+            linear = t if linear is None else linear.mul_scalar(n).add(t)
+        basic = [d for d in range(rank) if d not in adv_dims]
+        if adjacent:
+            before = [d for d in basic if d < adv_dims[0]]
+            after = [d for d in basic if d > adv_dims[0]]
+        else:
+            before, after = [], basic
+        order = before + adv_dims + after
+        # Output positions of the dims None adds.
+        inserts, count, placed = [], 0 if adjacent else len(b_shape), False
+        for entry in key.entries:
+            if entry[0] == "new":
+                inserts.append(count)
+                count += 1
+            elif entry[0] == "slice":
+                count += 1
+            elif adjacent and not placed:
+                count += len(b_shape)
+                placed = True
+        return {
+            "ranges": ranges, "region": region, "order": order, "pos": len(before), "sizes": sizes,
+            "linear": linear, "b_shape": b_shape, "inserts": inserts,
+        }
+
+    def _merged(self, plan: dict) -> Any:
+        region = plan["region"].permute(plan["order"])
+        shape = region._p.shape
+        pos, k = plan["pos"], len(plan["sizes"])
+        return region.reshape(shape[:pos] + (numel(plan["sizes"]),) + shape[pos + k:])
+
+    # ------------------------------------------------------------------ get and set
+    def __getitem__(self, key: Any) -> Any:
+        """numpy-style indexing: ints, slices with steps, ``...``, ``None``, int tensors
+        and lists (several, broadcast together) and bool masks (see the module docstring)."""
+        resolved = self._resolve(key)
+        if not resolved.advanced:
+            return self._basic(resolved)
+        plan = self._advanced_plan(resolved)
+        merged = self._merged(plan)
+        pos = plan["pos"]
+        picked = merged.select(pos, plan["linear"].reshape((-1,)))
+        shape = picked._p.shape
+        out = picked.reshape(shape[:pos] + plan["b_shape"] + shape[pos + 1:])
+        for d in plan["inserts"]:
+            out = out.unsqueeze_dim(d)
+        return out
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``t[key] = value`` rebinds this tensor handle to a copy with the indexed
+        elements set (other handles to the old values are unaffected). ``value`` is a
+        scalar or a tensor broadcasting to ``t[key]``'s shape; repeated indices keep the
+        last value."""
+        cls = self.__class__
+        resolved = self._resolve(key)
+        if not resolved.advanced:
+            self._p = self._set_basic(resolved, value)._p
+            return
+        fast = self._mask_fast_path(key, value)
+        if fast is not None:
+            self._p = fast._p
+            return
+        plan = self._advanced_plan(resolved)
+        merged = self._merged(plan)
+        pos = plan["pos"]
+        target = self._result_shape(plan, merged)
+        if not isinstance(value, cls):
+            value = cls.full((), value, self._d, self.dtype)
+        value = self._fit_value(value, target)
+        for d in reversed(plan["inserts"]):
+            value = value.squeeze_dim(d)
+        shape = merged._p.shape
+        count = numel(plan["b_shape"])
+        value = value.reshape(shape[:pos] + (count,) + shape[pos + 1:])
+        index_shape = (1,) * pos + (count,) + (1,) * (len(shape) - pos - 1)
+        index = plan["linear"].reshape(index_shape).expand(value._p.shape)
+        updated = merged.scatter(pos, index, value, "assign")
+        region_perm = plan["region"].permute(plan["order"])._p.shape
+        inverse = [0] * len(plan["order"])
+        for i, d in enumerate(plan["order"]):
+            inverse[d] = i
+        region = updated.reshape(region_perm).permute(inverse)
+        if all(r is None or r == _FULL for r in plan["ranges"]):
+            self._p = region.cast(self.dtype)._p
+        else:
+            self._p = self.slice_assign(plan["ranges"], region)._p
+
+    def _result_shape(self, plan: dict, merged: Any) -> tuple[int, ...]:
+        shape = merged._p.shape
+        pos = plan["pos"]
+        out = list(shape[:pos] + plan["b_shape"] + shape[pos + 1:])
+        for d in plan["inserts"]:
+            out.insert(d, 1)
+        return tuple(out)
+
+    def _fit_value(self, value: Any, target: tuple[int, ...]) -> Any:
+        if value._d is not self._d:
+            value = value.to_device(self._d)
+        if value._p.dtype != self._p.dtype:
+            value = value.cast(self.dtype)
+        if value._p.shape == target:
+            return value
+        try:
+            fits = broadcast_shapes("__setitem__", value._p.shape, target) == target
+        except ShapeError:
+            fits = False
+        if not fits:
+            if numel(value._p.shape) == numel(target):
+                return value.reshape(target)
+            raise ShapeError(
+                f"ember: __setitem__: a value of shape {list(value._p.shape)} does not fit the indexed "
+                f"region {list(target)}; give a tensor of that shape (or one that broadcasts to it)"
+            )
+        return value.expand(target)
+
+    def _set_basic(self, key: _Key, value: Any) -> Any:
+        ranges: list[Any] = [None] * len(self._p.shape)
+        for entry in key.entries:
+            if entry[0] == "new":
+                continue
+            ranges[entry[2]] = entry[1]
+        if isinstance(value, self.__class__):
+            slices = self._normalize_slices("__setitem__", ranges)
+            region = tuple(len(range(*s)) for s in slices)
+            value = self._fit_value(value, region) if value._p.shape != region else value
+        return self.slice_assign(ranges, value)
+
+    def _mask_fast_path(self, key: Any, value: Any) -> Any:
+        """``t[mask] = v`` for a mask over the leading dims and a value that is a scalar
+        or broadcasts to the rest of the shape: one ``mask_where``, no sync."""
+        cls = self.__class__
+        if isinstance(key, tuple):
+            if len(key) != 1:
+                return None
+            key = key[0]
+        if isinstance(key, cls):
+            if key._p.dtype != BOOL_NP:
+                return None
+            mask = key
+        elif isinstance(key, list) and key and all(isinstance(k, bool) for k in key):
+            mask = cls.from_bools(key, device=self._d)
+        else:
+            return None
+        shape = self._p.shape
+        k = len(mask._p.shape)
+        rest = shape[k:]
+        if mask._p.shape != shape[:k]:
+            return None
+        if not isinstance(value, cls):
+            value = cls.full((), value, self._d, self.dtype)
+        vshape = value._p.shape
+        try:
+            if len(vshape) > len(rest) or broadcast_shapes("__setitem__", vshape, rest) != rest:
+                return None
+        except ShapeError:
+            return None
+        value = self._fit_value(value, rest).expand(shape)
+        return self.mask_where(mask.reshape(mask._p.shape + (1,) * len(rest)), value)
