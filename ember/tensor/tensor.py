@@ -24,6 +24,7 @@ from ember.tensor.ops.compare import CompareOps
 from ember.tensor.ops.creation import CreationOps
 from ember.tensor.ops.indexing import IndexingOps
 from ember.tensor.ops.layout import LayoutOps
+from ember.tensor.ops.linalg import LinalgOps
 from ember.tensor.ops.math import MathOps
 from ember.tensor.ops.pad import PadOps
 from ember.tensor.ops.rearrange import RearrangeOps
@@ -46,7 +47,7 @@ def _dtype(dtype: DType | str | None, default: DType) -> DType:
 
 
 class Tensor(
-    CreationOps, ArithmeticOps, MathOps, CompareOps, LayoutOps, PadOps, RearrangeOps, SubscriptOps, IndexingOps, ScatterOps, ReduceOps,
+    CreationOps, ArithmeticOps, MathOps, CompareOps, LayoutOps, PadOps, RearrangeOps, SubscriptOps, IndexingOps, ScatterOps, ReduceOps, LinalgOps,
     AutodiffOps,
 ):
     """An n-dimensional array on a device; float, int or bool by its dtype.
