@@ -249,6 +249,28 @@ class Backend(ModuleOps, ABC):
         """:meth:`adam_step` on several tensors at once (same options, same step count)."""
         return NotImplemented
 
+    def attention(
+        self,
+        query: Primitive,
+        key: Primitive,
+        value: Primitive,
+        mask: Primitive | None,
+        bias: Primitive | None,
+        fill: float,
+        scale: float,
+        causal: bool,
+        keep: Primitive | None,
+    ) -> tuple[Primitive, Primitive]:
+        """Scaled dot-product attention: ``probs = softmax(scale * q @ k^T + bias)`` over
+        the last dim, where ``mask`` (bool, true hides a key) and, when ``causal``, the
+        keys after each query (top-left aligned) are set to ``fill`` first; a row whose
+        keys are all hidden gets zero weights. Returns ``((probs * keep) @ value, probs)``.
+
+        ``query`` ``[..., L, E]``, ``key`` ``[..., S, E]``, ``value`` ``[..., S, Ev]`` share
+        their batch dims; ``mask``, ``bias`` and ``keep`` (dropout's scaled keep mask) are
+        ``[..., L, S]`` or ``None``. All floats share one dtype."""
+        return NotImplemented
+
     def mse_loss(self, pred: Primitive, target: Primitive, mean: bool) -> Primitive:
         """``sum((pred - target)^2)``, divided by the element count when ``mean``; shape ``[1]``.
         ``pred`` and ``target`` have one shape."""

@@ -11,6 +11,7 @@ from ember.backend.autodiff.checkpoint import Checkpointing
 from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, topological_order
 from ember.backend.autodiff.hooks import current_hook
 from ember.backend.autodiff.rules.activation import ActivationRules
+from ember.backend.autodiff.rules.attention import AttentionRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
@@ -25,8 +26,8 @@ from ember.errors import GraphError
 
 
 class AutodiffBackend(
-    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, LossRules, ModuleRules,
-    Backend,
+    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, AttentionRules, LossRules,
+    ModuleRules, Backend,
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is
     tracked, records a node whose step computes the inputs' gradients."""

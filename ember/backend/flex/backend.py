@@ -12,6 +12,7 @@ from ember.backend import philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
+from ember.backend.flex.attention import attention as _attention
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quiet import quiet_reset, quiet_set
@@ -510,6 +511,9 @@ class FlexBackend(FlexModuleOps, Backend):
             return [array[a:b].reshape(shape) for a, b, shape in zip(bounds, bounds[1:], shapes)]
 
         return split(out), split(m), split(v), split(v_max)
+
+    def attention(self, query, key, value, mask, bias, fill, scale, causal, keep):
+        return _attention(query, key, value, mask, bias, fill, scale, causal, keep)
 
     def mse_loss(self, pred, target, mean: bool):
         if pred.dtype in _HALF:

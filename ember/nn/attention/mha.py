@@ -13,6 +13,7 @@ from ember.nn.init import Initializer, KaimingUniform
 from ember.nn.linear import Linear, LinearConfig
 from ember.tensor import Tensor
 from ember.tensor import activation as F
+from ember.tensor.attention import attention
 
 
 @dataclass(frozen=True)
@@ -138,19 +139,30 @@ class MultiHeadAttention(Module):
                 f"ember: MultiHeadAttention: query {q.dims()}, key {k.dims()} and value {v.dims()} must share the "
                 "batch size, and key and value the sequence length"
             )
-        scores = self._heads(self.query(q)).matmul(self._heads(self.key(k)).swap_dims(2, 3))
-        scores = scores.div_scalar(math.sqrt(self.d_k))
+        query, key, value = self._heads(self.query(q)), self._heads(self.key(k)), self._heads(self.value(v))
+        hidden = None
         if input.mask_pad is not None:
-            mask = _mask("mask_pad", input.mask_pad, [batch, seq_k], scores)
-            scores = scores.mask_fill(mask.reshape([batch, 1, 1, seq_k]), self.min_float)
+            hidden = _mask("mask_pad", input.mask_pad, [batch, seq_k], query).reshape([batch, 1, 1, seq_k])
         if input.mask_attn is not None:
             mask = input.mask_attn
             if isinstance(mask, Tensor) and mask.rank == 2:
                 mask = mask.unsqueeze_dim(0).expand([batch, seq_q, seq_k])
-            mask = _mask("mask_attn", mask, [batch, seq_q, seq_k], scores)
-            scores = scores.mask_fill(mask.reshape([batch, 1, seq_q, seq_k]), self.min_float)
-        weights = F.quiet_softmax(scores, 3) if self.quiet_softmax else F.softmax(scores, 3)
-        context = self.dropout(weights).matmul(self._heads(self.value(v)))
+            mask = _mask("mask_attn", mask, [batch, seq_q, seq_k], query).reshape([batch, 1, seq_q, seq_k])
+            hidden = mask if hidden is None else hidden.bool_or(mask)
+        training = query.device.is_autodiff()  # Dropout's rule: active on an autodiff device
+        if self.quiet_softmax:
+            scores = query.matmul(key.swap_dims(2, 3)).mul_scalar(1.0 / math.sqrt(self.d_k))
+            if hidden is not None:
+                scores = scores.mask_fill(hidden, self.min_float)
+            weights = F.quiet_softmax(scores, 3)
+            context = self.dropout(weights).matmul(value)
+        else:
+            # Masked scores are set to min_float (Burn's), not -inf: a row with every key
+            # hidden attends evenly instead of to nothing.
+            context, weights = attention(
+                query, key, value, mask=hidden, fill=self.min_float, scale=1.0 / math.sqrt(self.d_k),
+                dropout=self.dropout.prob, training=training,
+            )
         context = context.swap_dims(1, 2).reshape([batch, seq_q, d_model])
         return MhaOutput(weights=weights, context=self.output(context))
 

@@ -1,0 +1,139 @@
+"""Scaled dot-product attention: PyTorch's ``scaled_dot_product_attention`` and the
+core that ``MultiHeadAttention`` shares with it.
+
+A backend with a fused kernel (flex: one numpy function) computes the scores, the
+mask, the softmax, dropout and the weighted sum in one call, and autodiff has one
+rule for it; other backends run the composite below. Both give the same values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ember.backend.distribution import Distribution
+from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor.activation import softmax
+from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, check_device
+from ember.tensor.shape import broadcast_shapes
+from ember.tensor.tensor import Tensor
+
+
+def _operand(name: str, t: Any, query: Any) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise DTypeError(f"ember: scaled_dot_product_attention: {name} must be a Tensor, got {type(t).__name__}")
+    if t.rank < 2:
+        raise ShapeError(f"ember: scaled_dot_product_attention: {name} must have rank >= 2 [..., seq, dim], got {t.dims()}")
+    if isinstance(query, Tensor) and t._d is not query._d:
+        check_device("scaled_dot_product_attention", query, t)
+    return t
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    fill: float = -math.inf,
+    scale: float | None = None,
+    causal: bool = False,
+    dropout: float = 0.0,
+    training: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """``(context, weights)``: ``weights = softmax(scale * q @ k^T + bias)`` with the keys
+    ``mask`` marks (bool, true hides) and, when ``causal``, each query's later keys set
+    to ``fill`` first (a row with every key at ``-inf`` gets zero weights), and
+    ``context = dropout(weights) @ value``. ``query`` ``[..., L, E]``, ``key``
+    ``[..., S, E]``, ``value`` ``[..., S, Ev]``; ``mask`` and ``bias`` broadcast to
+    ``[..., L, S]``; ``scale`` defaults to ``1 / sqrt(E)``."""
+    query = _operand("query", query, None)
+    key = _operand("key", key, query)
+    value = _operand("value", value, query)
+    device = query._d
+    if query._p.dtype not in FLOAT_NP:
+        query = query.float()
+    dtype = query.dtype
+    key, value = key.cast(dtype), value.cast(dtype)
+    (*bq, L, E), (*bk, S, Ek), (*bv, Sv, _) = query.dims(), key.dims(), value.dims()
+    if Ek != E or Sv != S:
+        raise ShapeError(
+            f"ember: scaled_dot_product_attention: query {query.dims()}, key {key.dims()} and value {value.dims()} "
+            "must be [..., L, E], [..., S, E] and [..., S, Ev]"
+        )
+    batch = broadcast_shapes("scaled_dot_product_attention", broadcast_shapes("scaled_dot_product_attention", tuple(bq), tuple(bk)), tuple(bv))
+    query = query.expand(batch + (L, E))
+    key = key.expand(batch + (S, E))
+    value = value.expand(batch + tuple(value.dims()[-2:]))
+    full = batch + (L, S)
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask._p.dtype != BOOL_NP:
+            raise DTypeError(f"ember: scaled_dot_product_attention: the mask must be a bool Tensor, got {mask!r:.80}")
+        mask = mask.to_device(device) if mask._d is not device else mask
+        mask = _broadcast("mask", mask, full)
+    if bias is not None:
+        bias = _broadcast("bias", bias.cast(dtype), full)
+    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueRangeError(f"ember: scaled_dot_product_attention: dropout must lie in [0, 1], got {dropout}")
+    keep = None
+    if training and dropout > 0.0:
+        keep = Tensor.random(full, Distribution.bernoulli(1.0 - dropout), device=device, dtype=dtype)
+        keep = keep.mul_scalar(1.0 / (1.0 - dropout)) if dropout < 1.0 else keep
+    fused = device._b.attention(
+        query._p, key._p, value._p, None if mask is None else mask._p, None if bias is None else bias._p,
+        float(fill), scale, bool(causal), None if keep is None else keep._p,
+    )
+    if fused is not NotImplemented:
+        context, weights = fused
+        return Tensor(context, device), Tensor(weights, device)
+    scores = query.matmul(key.swap_dims(-1, -2)).mul_scalar(scale)
+    if bias is not None:
+        scores = scores.add(bias)
+    hidden = mask
+    if causal:
+        later = Tensor.arange(S, device=device).unsqueeze_dim(0).greater(Tensor.arange(L, device=device).unsqueeze_dim(1))
+        hidden = later if hidden is None else hidden.bool_or(later)
+    if hidden is not None:
+        scores = scores.mask_fill(hidden, fill)
+    weights = softmax(scores, -1)
+    if fill == -math.inf or bias is not None:
+        empty = scores.detach().max_dim(-1).equal_elem(-math.inf)
+        weights = weights.mask_fill(empty, 0.0)
+    dropped = weights if keep is None else weights.mul(keep)
+    return dropped.matmul(value), weights
+
+
+def _broadcast(name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if broadcast_shapes(f"scaled_dot_product_attention ({name})", t._p.shape, shape) != shape:
+        raise ShapeError(f"ember: scaled_dot_product_attention: the {name} {t.dims()} does not broadcast to {list(shape)}")
+    return t.expand(shape) if t._p.shape != shape else t
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """``softmax(q @ k^T * scale + mask) @ v`` as ``torch.nn.functional.scaled_dot_product_attention``:
+    ``attn_mask`` is a bool tensor (true: take part) or a float tensor added to the
+    scores, broadcasting to ``[..., L, S]``; ``is_causal`` lets query ``i`` see keys
+    ``j <= i``; ``dropout_p`` drops attention weights with the device's generator."""
+    mask = bias = None
+    if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            raise DTypeError(f"ember: scaled_dot_product_attention: attn_mask must be a Tensor, got {type(attn_mask).__name__}")
+        if attn_mask._p.dtype == BOOL_NP:
+            mask = attn_mask.bool_not()
+        else:
+            bias = attn_mask
+    if is_causal and attn_mask is not None:
+        raise ValueRangeError("ember: scaled_dot_product_attention: give attn_mask or is_causal, not both (as PyTorch)")
+    return attention(
+        query, key, value, mask=mask, bias=bias, scale=scale, causal=is_causal, dropout=dropout_p, training=True
+    )[0]
