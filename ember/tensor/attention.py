@@ -56,17 +56,17 @@ def attention(
         query = query.float()
     dtype = query.dtype
     key, value = key.cast(dtype), value.cast(dtype)
-    (*bq, L, E), (*bk, S, Ek), (*bv, Sv, _) = query.dims(), key.dims(), value.dims()
-    if Ek != E or Sv != S:
+    (*bq, n_q, dim), (*bk, n_k, dim_k), (*bv, n_v, _) = query.dims(), key.dims(), value.dims()
+    if dim_k != dim or n_v != n_k:
         raise ShapeError(
             f"ember: scaled_dot_product_attention: query {query.dims()}, key {key.dims()} and value {value.dims()} "
             "must be [..., L, E], [..., S, E] and [..., S, Ev]"
         )
     batch = broadcast_shapes("scaled_dot_product_attention", broadcast_shapes("scaled_dot_product_attention", tuple(bq), tuple(bk)), tuple(bv))
-    query = query.expand(batch + (L, E))
-    key = key.expand(batch + (S, E))
+    query = query.expand(batch + (n_q, dim))
+    key = key.expand(batch + (n_k, dim))
     value = value.expand(batch + tuple(value.dims()[-2:]))
-    full = batch + (L, S)
+    full = batch + (n_q, n_k)
     if mask is not None:
         if not isinstance(mask, Tensor) or mask._p.dtype != BOOL_NP:
             raise DTypeError(f"ember: scaled_dot_product_attention: the mask must be a bool Tensor, got {mask!r:.80}")
@@ -74,7 +74,7 @@ def attention(
         mask = _broadcast("mask", mask, full)
     if bias is not None:
         bias = _broadcast("bias", bias.cast(dtype), full)
-    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(dim) if scale is None else float(scale)
     if not 0.0 <= dropout <= 1.0:
         raise ValueRangeError(f"ember: scaled_dot_product_attention: dropout must lie in [0, 1], got {dropout}")
     keep = None
@@ -93,7 +93,7 @@ def attention(
         scores = scores.add(bias)
     hidden = mask
     if causal:
-        later = Tensor.arange(S, device=device).unsqueeze_dim(0).greater(Tensor.arange(L, device=device).unsqueeze_dim(1))
+        later = Tensor.arange(n_k, device=device).unsqueeze_dim(0).greater(Tensor.arange(n_q, device=device).unsqueeze_dim(1))
         hidden = later if hidden is None else hidden.bool_or(later)
     if hidden is not None:
         scores = scores.mask_fill(hidden, fill)

@@ -46,7 +46,7 @@ def _scores_grad(ops, g_probs, probs, hidden):
 
 
 def _query_key_grads(ops, ds, q, k, scale, ctx):
-    _, _, track_q, track_k, track_v, bias_shape = ctx
+    track_q, track_k, bias_shape = ctx[2], ctx[3], ctx[5]
     gq = ops.binary(BinaryOp.MUL, ops.matmul(ds, k), scale) if track_q else None
     gk = ops.binary(BinaryOp.MUL, ops.matmul(_t(ops, ds), q), scale) if track_k else None
     gb = unbroadcast(ops, ds, bias_shape) if bias_shape is not None else None
