@@ -96,6 +96,8 @@ from ember.nn.transformer import (
     TransformerEncoderInput,
     TransformerEncoderLayer,
 )
+from ember.nn.unfold import Unfold, Unfold4d, Unfold4dConfig
+from ember.nn.upsample import Upsample, UpsampleConfig
 
 __all__ = [
     "Celu", "Constant", "Elu", "Gelu", "Glu", "HardSigmoid", "HardSwish", "Initializer",
@@ -114,4 +116,5 @@ __all__ = [
     "PositionalEncoding", "PositionalEncodingConfig", "RmsNorm", "RmsNormConfig", "RotaryEncoding",
     "RotaryEncodingConfig", "TransformerEncoder", "TransformerEncoderConfig", "TransformerEncoderInput",
     "TransformerEncoderLayer", "generate_autoregressive_mask", "generate_padding_mask",
+    "Unfold", "Unfold4d", "Unfold4dConfig", "Upsample", "UpsampleConfig",
 ]
