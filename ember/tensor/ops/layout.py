@@ -76,6 +76,10 @@ class LayoutOps:
         return self.reshape(shape[:dim] + shape[dim + 1:])
 
     def squeeze_dims(self, dims: Sequence[int]) -> Any:
+        """Without the size-1 dims ``dims``; an empty ``dims`` squeezes every size-1 dim
+        (Burn's rule; PyTorch's ``squeeze(x, ())`` squeezes none)."""
+        if not len(dims):
+            return self.squeeze()
         shape = self._p.shape
         ds = normalize_dims("squeeze_dims", dims, len(shape))
         for d in ds:
@@ -317,7 +321,8 @@ class LayoutOps:
         return self.slice(ranges)
 
     def split_with_sizes(self, sizes: Sequence[int], dim: int = 0) -> list[Any]:
-        """Consecutive pieces of the given sizes along ``dim`` (they must sum to its size)."""
+        """Consecutive pieces of the given sizes along ``dim`` (they must sum to its size);
+        a zero size gives an empty piece (PyTorch's rule: one piece per size; Burn drops them)."""
         shape = self._p.shape
         dim = normalize_dim("split_with_sizes", dim, len(shape))
         sizes = [_index_value("split_with_sizes", s) for s in sizes]
