@@ -44,7 +44,7 @@ from ember.tensor.activation import (
 from ember.tensor.attention import scaled_dot_product_attention
 from ember.tensor.distance import cosine_similarity, normalize, pairwise_distance
 from ember.tensor.interpolate import interpolate
-from ember.tensor.loss import mse_loss
+from ember.tensor.loss import margin_ranking_loss, mse_loss
 from ember.tensor.module import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
@@ -81,6 +81,14 @@ def pad(x: Tensor, pad: Any, mode: str = "constant", value: Any = 0) -> Tensor:
     return x.pad(pad, value, mode)
 
 
+def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:
+    return x.pixel_shuffle(upscale_factor)
+
+
+def pixel_unshuffle(x: Tensor, downscale_factor: int) -> Tensor:
+    return x.pixel_unshuffle(downscale_factor)
+
+
 def one_hot(indices: Tensor, num_classes: int) -> Tensor:
     """``indices.one_hot(num_classes)`` (int64)."""
     return indices.one_hot(num_classes)
@@ -91,7 +99,8 @@ __all__ = [
     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_similarity", "dropout", "elu", "embedding",
     "fold", "gelu", "glu", "hard_shrink", "hard_sigmoid", "hard_swish", "hard_tanh", "hardshrink", "hardswish",
     "hardtanh", "interpolate", "leaky_relu", "linear", "log_sigmoid", "log_softmax", "logsigmoid", "max_pool1d",
-    "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_unpool1d", "max_unpool2d", "mish",
+    "margin_ranking_loss", "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_unpool1d",
+    "max_unpool2d", "mish", "pixel_shuffle", "pixel_unshuffle",
     "mse_loss", "normalize", "one_hot", "pad", "pairwise_distance", "prelu", "quick_gelu", "relu", "relu6",
     "scaled_dot_product_attention", "selu", "sigmoid", "silu", "soft_shrink", "softmax", "softmin", "softplus",
     "softshrink", "softsign", "tanh", "tanhshrink", "threshold", "thresholded_relu", "unfold", "unfold4d",

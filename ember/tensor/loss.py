@@ -37,3 +37,10 @@ def mse_loss(pred: Tensor, target: Tensor, mean: bool = True) -> Tensor:
         return Tensor(fused, pred._d)
     values = squared_error(pred, target)
     return values.mean() if mean else values.sum()
+
+
+def margin_ranking_loss(x1: Tensor, x2: Tensor, target: Tensor, margin: float = 0.0, mean: bool = True) -> Tensor:
+    """``max(0, -target * (x1 - x2) + margin)``, averaged (or summed), shape ``[1]``
+    (``torch.nn.functional.margin_ranking_loss``); ``target`` holds 1 or -1."""
+    losses = target.float().neg().mul(x1.float().sub(x2)).add_scalar(margin).clamp_min(0.0)
+    return losses.mean() if mean else losses.sum()

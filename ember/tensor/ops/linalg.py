@@ -23,7 +23,7 @@ class LinalgOps:
 
     def outer(self, other: Any) -> Any:
         """The outer product of two rank-1 tensors, ``[n, m]``."""
-        if len(self._p.shape) != 1 or len(getattr(other, "_p", self)._p.shape) != 1:
+        if len(self._p.shape) != 1 or not hasattr(other, "_p") or len(other._p.shape) != 1:
             raise ShapeError("ember: outer: needs two rank-1 tensors")
         return self.unsqueeze_dim(1).mul(other.unsqueeze_dim(0))
 

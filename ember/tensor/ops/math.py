@@ -135,6 +135,27 @@ class MathOps:
         zero = x.equal_elem(0.0).bool_and(y.is_nan().bool_not())
         return x.mul(y.mask_fill(zero, 1.0).log())
 
+    def fmax(self, other: Any) -> Any:
+        """The elementwise maximum ignoring NaN: NaN only where both are NaN."""
+        return self._nan_ignoring(other, "fmax")
+
+    def fmin(self, other: Any) -> Any:
+        """The elementwise minimum ignoring NaN: NaN only where both are NaN."""
+        return self._nan_ignoring(other, "fmin")
+
+    def _nan_ignoring(self, other: Any, op: str) -> Any:
+        both = self.maximum(other) if op == "fmax" else self.minimum(other)
+        if both._p.dtype not in FLOAT_NP:
+            return both
+        a = self.cast(both.dtype)
+        b = other.cast(both.dtype) if isinstance(other, self.__class__) else both.full_like(float(other))
+        return both.mask_where(a.is_nan(), b).mask_where(b.is_nan(), a)
+
+    def ldexp(self, other: Any) -> Any:
+        """``self * 2 ** other``."""
+        exponent = other.float().exp2() if isinstance(other, self.__class__) else 2.0 ** float(as_scalar("ldexp", other))
+        return self.float().mul(exponent)
+
     def frac(self) -> Any:
         """The fractional part, ``self - trunc(self)`` (sign of ``self``)."""
         if self._p.dtype not in FLOAT_NP:

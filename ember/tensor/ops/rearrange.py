@@ -126,6 +126,28 @@ class RearrangeOps:
         rank = len(self._p.shape)
         return self.repeat([1] * (rank - len(reps)) + reps)
 
+    def pixel_shuffle(self, upscale_factor: int) -> Any:
+        """``[..., C * r^2, H, W]`` to ``[..., C, H * r, W * r]`` (``torch.pixel_shuffle``)."""
+        r = _int("pixel_shuffle", "upscale_factor", upscale_factor)
+        *batch, c, h, w = self._p.shape if len(self._p.shape) >= 3 else (None, None, None)
+        if c is None or r < 1 or c % (r * r):
+            raise ShapeError(f"ember: pixel_shuffle: needs [..., C * {r}^2, H, W], got shape {list(self._p.shape)}")
+        n = len(batch)
+        x = self.reshape(tuple(batch) + (c // (r * r), r, r, h, w))
+        x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
+        return x.reshape(tuple(batch) + (c // (r * r), h * r, w * r))
+
+    def pixel_unshuffle(self, downscale_factor: int) -> Any:
+        """The inverse of :meth:`pixel_shuffle`: ``[..., C, H * r, W * r]`` to ``[..., C * r^2, H, W]``."""
+        r = _int("pixel_unshuffle", "downscale_factor", downscale_factor)
+        *batch, c, h, w = self._p.shape if len(self._p.shape) >= 3 else (None, None, None)
+        if c is None or r < 1 or h % r or w % r:
+            raise ShapeError(f"ember: pixel_unshuffle: needs [..., C, H * {r}, W * {r}], got shape {list(self._p.shape)}")
+        n = len(batch)
+        x = self.reshape(tuple(batch) + (c, h // r, r, w // r, r))
+        x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
+        return x.reshape(tuple(batch) + (c * r * r, h // r, w // r))
+
     # ------------------------------------------------------------------ diagonals
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
         """The diagonal ``offset`` (above the main one when positive) of the planes

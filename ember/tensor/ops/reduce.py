@@ -130,6 +130,10 @@ class ReduceOps:
     def _min_dim_even(self, dim: int) -> Any:
         return self._reduce(ReduceOp.MIN, "amin", dim)
 
+    def aminmax(self, dim: int | None = None, keepdim: bool = False) -> tuple[Any, Any]:
+        """``(amin, amax)`` (``torch.aminmax``)."""
+        return self.amin(dim, keepdim), self.amax(dim, keepdim)
+
     def max_abs(self) -> Any:
         """The largest absolute value, shape ``[1]`` (Burn's)."""
         return self.abs().max() if self._p.dtype != BOOL_NP else self.max()

@@ -95,7 +95,7 @@ class SubscriptOps:
         items = [self._classify(k) for k in key]
         if sum(1 for kind, _ in items if kind == "ellipsis") > 1:
             raise _index_error("at most one ... (Ellipsis)")
-        used = sum(v._p.ndim if kind == "mask" else 1 for kind, v in items if kind not in ("new", "ellipsis"))
+        used = sum(len(v._p.shape) if kind == "mask" else 1 for kind, v in items if kind not in ("new", "ellipsis"))
         if used > len(shape):
             raise _index_error(f"{used} indices for a rank-{len(shape)} tensor")
         advanced = any(kind in ("index", "mask") for kind, _ in items)
@@ -124,7 +124,7 @@ class SubscriptOps:
                 entries.append(("adv", self._wrap_index(value, shape[dim]), dim))
                 dim += 1
             else:  # mask
-                k = value._p.ndim
+                k = len(value._p.shape)
                 if value._p.shape != shape[dim:dim + k]:
                     raise _index_error(
                         f"the bool mask of shape {list(value._p.shape)} does not match dims {dim}..{dim + k - 1} "
