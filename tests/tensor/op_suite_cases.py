@@ -522,6 +522,14 @@ def _walk(x: Any, key: tuple) -> Any:
     return x
 
 
+def _scatter_reduce(reduce: str, include_self: bool) -> Any:
+    return lambda x, k, v: x.scatter_reduce(1, k, v, reduce, include_self=include_self)
+
+
+def _einsum(equation: str) -> tuple[Any, Any]:
+    return (lambda *xs: Tensor.einsum(equation, *xs)), (lambda *xs: torch.einsum(equation, *xs))
+
+
 def _index_case(name: str, key: tuple) -> Case:
     return case(f"getitem_{name}", [f(4, 5, 6)], lambda x: x[key], lambda x: x[key])
 
@@ -570,8 +578,7 @@ INDEXING = [_index_case(n, k) for n, k in _IDX] + [
     case("scatter_value_dim0", [f(4, 3), c([[0, 1, 2], [3, 0, 1]]), f(2, 3)], lambda x, k, v: x.scatter(0, k, v, "assign"), lambda x, k, v: x.scatter(0, k, v)),
 ] + [
     case(f"scatter_reduce_{r}_{'self' if s else 'noself'}", [f(3, 5, lo=-3, hi=3), i(3, 6, hi=5), f(3, 6, lo=-3, hi=3)],
-         (lambda r, s: lambda x, k, v: x.scatter_reduce(1, k, v, r, include_self=s))(r, s),
-         (lambda r, s: lambda x, k, v: x.scatter_reduce(1, k, v, r, include_self=s))(r, s))
+         _scatter_reduce(r, s), _scatter_reduce(r, s))
     for r in ("sum", "prod", "mean", "amax", "amin") for s in (True, False)
 ] + [
     case("scatter_reduce_amax_ties", [c([[2.0, 1.0, 1.0, 1.0]], np.float32), c([[0, 0, 1, 1, 1, 2]]), c([[2.0, 2.0, 1.0, 0.0, 1.0, 3.0]], np.float32)],
@@ -628,8 +635,7 @@ LINALG = [
     case("tensordot", [f(2, 3, 4), f(3, 4, 5)], lambda x, y: x.tensordot(y, 2), lambda x, y: torch.tensordot(x, y, 2)),
     case("tensordot_dims", [f(2, 3, 4), f(4, 2)], lambda x, y: x.tensordot(y, ([0, 2], [1, 0])), lambda x, y: torch.tensordot(x, y, ([0, 2], [1, 0]))),
 ] + [
-    case(f"einsum_{eq}", [f(*s) for s in shapes], (lambda eq: lambda *xs: Tensor.einsum(eq, *xs))(eq),
-         (lambda eq: lambda *xs: torch.einsum(eq, *xs))(eq))
+    case(f"einsum_{eq}", [f(*s) for s in shapes], *_einsum(eq))
     for eq, shapes in [
         ("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(4, 4)]),
         ("ij->ji", [(3, 4)]), ("i,i->", [(5,), (5,)]), ("i,j->ij", [(3,), (4,)]),
