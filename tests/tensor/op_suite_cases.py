@@ -172,7 +172,7 @@ UNARY = [case(n, [f(3, 4, lo=lo, hi=hi)], ours, theirs, rtol=2e-4, atol=2e-5) fo
     case("atanh_edges", [c(EDGE, np.float32)], lambda x: x.atanh(), lambda x: x.atanh(), grad=False),
     case("asin_outside", [c([-2.0, -1.0, 1.0, 1.5, NAN], np.float32)], lambda x: x.asin(), lambda x: x.asin(), grad=False),
     case("acos_outside", [c([-2.0, -1.0, 1.0, 1.5, NAN], np.float32)], lambda x: x.acos(), lambda x: x.acos(), grad=False),
-    case("sign_zeros", [c([0.0, -0.0, 2.0, -3.0], np.float32)], lambda x: x.sign(), lambda x: x.sign(), grad=False, exact=True),
+    case("sign_zeros_nan", [c([0.0, -0.0, 2.0, -3.0, NAN], np.float32)], lambda x: x.sign(), lambda x: x.sign(), grad=False, exact=True),
     case("tanh_large", [c([-100.0, -20.0, 20.0, 100.0], np.float32)], lambda x: x.tanh(), lambda x: x.tanh(), grad=False),
     case("abs_int", [i(3, 4, lo=-5, hi=5)], lambda x: x.abs(), lambda x: x.abs(), grad=False),
     case("neg_int", [i(3, 4, lo=-5, hi=5)], lambda x: x.neg(), lambda x: x.neg(), grad=False),

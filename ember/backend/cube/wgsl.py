@@ -41,10 +41,10 @@ HELPERS: dict[str, str] = {
     return min(a, b);
 }""",
     "sign_f": """fn sign_f(x: f32) -> f32 {
-    // On the bits: compilers (lavapipe) fold the float select into a copysign, giving -0.0 for +0.0.
-    if (is_nan_f(x)) { return x; }
+    // On the bits: compilers (lavapipe) fold the float select into a copysign, giving -0.0
+    // for +0.0. NaN and zeros give +0.0 (Burn's and PyTorch's sign).
     let b = bitcast<u32>(x);
-    if ((b & 0x7fffffffu) == 0u) { return bitcast<f32>(0u); }
+    if ((b & 0x7fffffffu) == 0u || is_nan_f(x)) { return bitcast<f32>(0u); }
     return bitcast<f32>((b & 0x80000000u) | 0x3f800000u);
 }""",
     "copysign_f": """fn copysign_f(a: f32, b: f32) -> f32 {

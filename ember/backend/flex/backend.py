@@ -41,13 +41,20 @@ def _log10(x):
     return np.log10(x)
 
 
+def _sign(x):
+    out = np.asarray(np.sign(x))
+    if out.dtype.kind not in "biu":
+        out[np.isnan(out)] = 0  # Burn's and PyTorch's sign of NaN
+    return out
+
+
 _UNARY = {
     UnaryOp.NEG: np.negative, UnaryOp.ABS: np.abs, UnaryOp.EXP: np.exp, UnaryOp.LOG: np.log, UnaryOp.LOG1P: np.log1p,
     UnaryOp.EXPM1: np.expm1, UnaryOp.SQRT: np.sqrt, UnaryOp.RSQRT: _rsqrt, UnaryOp.RECIP: _recip,
     UnaryOp.SIN: np.sin, UnaryOp.COS: np.cos, UnaryOp.TAN: np.tan, UnaryOp.TANH: np.tanh, UnaryOp.SINH: np.sinh,
     UnaryOp.COSH: np.cosh, UnaryOp.ASIN: np.arcsin, UnaryOp.ACOS: np.arccos, UnaryOp.ATAN: np.arctan,
     UnaryOp.ERF: erf, UnaryOp.LOG2: np.log2, UnaryOp.LOG10: _log10, UnaryOp.EXP2: np.exp2, UnaryOp.ASINH: np.arcsinh,
-    UnaryOp.ACOSH: np.arccosh, UnaryOp.ATANH: np.arctanh, UnaryOp.SIGN: np.sign, UnaryOp.ROUND: np.round, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
+    UnaryOp.ACOSH: np.arccosh, UnaryOp.ATANH: np.arctanh, UnaryOp.SIGN: _sign, UnaryOp.ROUND: np.round, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
     UnaryOp.TRUNC: np.trunc, UnaryOp.SQUARE: np.square,
     UnaryOp.IS_NAN: np.isnan, UnaryOp.IS_INF: np.isinf, UnaryOp.IS_FINITE: np.isfinite,
     UnaryOp.LOGICAL_NOT: np.logical_not, UnaryOp.BITWISE_NOT: np.invert,
