@@ -338,6 +338,7 @@ REDUCE = [
     case("sum", [f(3, 4)], lambda x: x.sum(), lambda x: _one(x.sum())),
     case("sum_dim", [f(3, 4, 5)], lambda x: x.sum_dim(1), lambda x: x.sum(1, keepdim=True)),
     case("sum_dims", [f(3, 4, 5)], lambda x: x.sum_dims([0, 2]), lambda x: x.sum((0, 2), keepdim=True)),
+    case("sum_dims_squeeze", [f(3, 4, 5)], lambda x: x.sum_dims_squeeze([0, 2]), lambda x: x.sum((0, 2))),
     case("sum_int", [i(3, 4)], lambda x: x.sum(), lambda x: _one(x.sum()), grad=False),
     case("sum_bool", [b(3, 4)], lambda x: x.sum(), lambda x: _one(x.sum()), grad=False),
     case("mean", [f(3, 4)], lambda x: x.mean(), lambda x: _one(x.mean())),

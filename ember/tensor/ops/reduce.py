@@ -71,6 +71,12 @@ class ReduceOps:
             out = out.sum_dim(d)
         return out
 
+    def sum_dims_squeeze(self, dims: Sequence[int]) -> Any:
+        """The sum along ``dims``, which are removed (Burn's ``sum_dims_squeeze``)."""
+        dims = normalize_dims("sum_dims_squeeze", dims, len(self._p.shape))
+        out = self.sum_dims(dims)
+        return out.reshape(tuple(n for i, n in enumerate(out._p.shape) if i not in dims)) if dims else out
+
     def mean(self) -> Any:
         return self._reduce(ReduceOp.MEAN, "mean", None)
 

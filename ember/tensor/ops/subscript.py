@@ -224,10 +224,60 @@ class SubscriptOps:
         pos, k = plan["pos"], len(plan["sizes"])
         return region.reshape(shape[:pos] + (numel(plan["sizes"]),) + shape[pos + k:])
 
+    def _basic_key(self, key: Any) -> tuple[list[Any], list[int], list[int]] | None:
+        """The common case, quickly: a key of ints, slices, ``None`` and ``...`` only, as
+        (one range per dim, dims to drop, dims to insert); ``None`` for any other key."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        shape = self._p.shape
+        n_real = 0
+        ellipsis = False
+        for k in key:
+            if k is None:
+                continue
+            if k is Ellipsis:
+                if ellipsis:
+                    return None
+                ellipsis = True
+            elif isinstance(k, slice) or (type(k) is int):
+                n_real += 1
+            else:
+                return None
+        if n_real > len(shape):
+            return None
+        ranges: list[Any] = []
+        drop: list[int] = []
+        insert: list[int] = []
+        out_dim = 0
+        for k in key:
+            if k is Ellipsis:
+                ranges.extend([None] * (len(shape) - n_real))
+                out_dim += len(shape) - n_real
+            elif k is None:
+                insert.append(out_dim)
+                out_dim += 1
+            elif isinstance(k, slice):
+                ranges.append(k)
+                out_dim += 1
+            else:
+                drop.append(len(ranges))
+                ranges.append(k)
+        return ranges, drop, insert
+
     # ------------------------------------------------------------------ get and set
     def __getitem__(self, key: Any) -> Any:
         """numpy-style indexing: ints, slices with steps, ``...``, ``None``, int tensors
         and lists (several, broadcast together) and bool masks (see the module docstring)."""
+        basic = self._basic_key(key)
+        if basic is not None:
+            ranges, drop, insert = basic
+            out = self.slice(ranges)
+            if drop:
+                shape = out._p.shape
+                out = out.reshape(tuple(n for i, n in enumerate(shape) if i not in drop))
+            for d in insert:
+                out = out.unsqueeze_dim(d)
+            return out
         resolved = self._resolve(key)
         if not resolved.advanced:
             return self._basic(resolved)
@@ -247,6 +297,10 @@ class SubscriptOps:
         scalar or a tensor broadcasting to ``t[key]``'s shape; repeated indices keep the
         last value."""
         cls = self.__class__
+        basic = self._basic_key(key)
+        if basic is not None and not basic[2]:
+            self._p = self._set_ranges(basic[0], value)._p
+            return
         resolved = self._resolve(key)
         if not resolved.advanced:
             self._p = self._set_basic(resolved, value)._p
@@ -314,6 +368,9 @@ class SubscriptOps:
             if entry[0] == "new":
                 continue
             ranges[entry[2]] = entry[1]
+        return self._set_ranges(ranges, value)
+
+    def _set_ranges(self, ranges: list[Any], value: Any) -> Any:
         if isinstance(value, self.__class__):
             slices = self._normalize_slices("__setitem__", ranges)
             region = tuple(len(range(*s)) for s in slices)
