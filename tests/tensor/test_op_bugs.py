@@ -116,3 +116,12 @@ def test_burn_ranges_with_a_negative_step_walk_backwards(device):
 
 def test_squeeze_dims_of_nothing_squeezes_every_size_one_dim_as_burn(device):
     assert Tensor.zeros([1, 3, 1, 2], device=device).squeeze_dims([]).dims() == [3, 2]
+
+
+def test_an_empty_int64_index_selects_nothing(device):
+    # cube bound an empty int64 buffer with 4 bytes where the shader wants one 8-byte element.
+    t = Tensor.from_floats([[1.0, 2.0], [3.0, 4.0]], device=device)
+    empty = Tensor.from_ints([], device=device)
+    assert t.select(0, empty).dims() == [0, 2]
+    assert t[[]].dims() == [0, 2]
+    assert t.select(1, Tensor.from_ints([1], device=device)).tolist() == [[2.0], [4.0]]

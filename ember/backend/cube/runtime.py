@@ -207,7 +207,9 @@ class Runtime:
 
     # ------------------------------------------------------------------ buffers
     def _check_size(self, nbytes: int, what: str) -> int:
-        size = max(4, (nbytes + 3) & ~3)
+        # At least 16 bytes: a binding must hold one element of its array type (an
+        # empty int64 tensor's buffer is bound as array<vec2<u32>>, 8 bytes).
+        size = max(16, (nbytes + 3) & ~3)
         if size > self.max_binding:
             raise GpuMemoryError(
                 f"ember: cube: {what} needs a buffer of {nbytes:,} bytes, over this adapter's limit of "
