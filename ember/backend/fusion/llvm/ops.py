@@ -28,7 +28,7 @@ _COMPARE = {BinaryOp.EQ: "==", BinaryOp.NE: "!=", BinaryOp.GT: ">", BinaryOp.GE:
 _LOGICAL = frozenset({BinaryOp.LOGICAL_AND, BinaryOp.LOGICAL_OR, BinaryOp.LOGICAL_XOR})
 _BITWISE = frozenset({BinaryOp.BITWISE_AND, BinaryOp.BITWISE_OR, BinaryOp.BITWISE_XOR})
 _FLOAT_BINARY = frozenset({BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL, BinaryOp.DIV, BinaryOp.REMAINDER,
-                           BinaryOp.FLOOR_DIV, BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.MAXIMUM,
+                           BinaryOp.FLOOR_DIV, BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.COPYSIGN, BinaryOp.MAXIMUM,
                            BinaryOp.MINIMUM}) | set(_COMPARE) | _LOGICAL
 _INT_BINARY = frozenset({BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL, BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV,
                          BinaryOp.MAXIMUM, BinaryOp.MINIMUM, BinaryOp.LEFT_SHIFT,
@@ -38,7 +38,8 @@ LOWERED_BINARY = {"f": _FLOAT_BINARY, "i": _INT_BINARY, "u": _INT_BINARY, "b": _
 
 _LIBM_UNARY = {UnaryOp.LOG1P: "log1p", UnaryOp.EXPM1: "expm1", UnaryOp.SIN: "sin", UnaryOp.COS: "cos",
                UnaryOp.TAN: "tan", UnaryOp.SINH: "sinh", UnaryOp.COSH: "cosh", UnaryOp.ASIN: "asin",
-               UnaryOp.ACOS: "acos", UnaryOp.ATAN: "atan"}
+               UnaryOp.ACOS: "acos", UnaryOp.ATAN: "atan", UnaryOp.LOG2: "log2", UnaryOp.EXP2: "exp2",
+               UnaryOp.ASINH: "asinh", UnaryOp.ACOSH: "acosh", UnaryOp.ATANH: "atanh"}
 
 
 def lowers_cast(src: np.dtype, dst: np.dtype) -> bool:
@@ -131,16 +132,17 @@ class OpEmitter:
             return m.erf_f32(b, x) if f32 else m.call(b, "erf", x)
         if op in _LIBM_UNARY:
             return m.call(b, _LIBM_UNARY[op], x)
+        if op == UnaryOp.LOG10:  # in float64 for float32, as flex (exact at powers of ten)
+            return b.fptrunc(m.call(b, "log10", b.fpext(x, F64)), F32) if f32 else m.call(b, "log10", x)
         if op == UnaryOp.SQRT:
             return m.intr(b, "llvm.sqrt", x)
         if op == UnaryOp.RSQRT:
             return b.fdiv(one, m.intr(b, "llvm.sqrt", x))
         if op == UnaryOp.RECIP:
             return b.fdiv(one, x)
-        if op == UnaryOp.SIGN:
+        if op == UnaryOp.SIGN:  # +-0 and NaN give +0 (Burn's and PyTorch's rule)
             zero = ir.Constant(t, 0.0)
-            out = b.select(b.fcmp_ordered("==", x, zero), zero, x)  # +-0 -> +0, NaN stays
-            out = b.select(b.fcmp_ordered("<", x, zero), ir.Constant(t, -1.0), out)
+            out = b.select(b.fcmp_ordered("<", x, zero), ir.Constant(t, -1.0), zero)
             return b.select(b.fcmp_ordered(">", x, zero), one, out)
         if op == UnaryOp.ROUND:
             return m.intr(b, "llvm.roundeven", x)
@@ -218,6 +220,8 @@ class OpEmitter:
             return m.call(b, "pow", x, y)
         if op == BinaryOp.ATAN2:
             return m.call(b, "atan2", x, y)
+        if op == BinaryOp.COPYSIGN:
+            return m.intr(b, "llvm.copysign", x, y)
         if op in (BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV):
             return self._float_divmod(b, op, x, y)
         raise NotImplementedError(op)
