@@ -282,9 +282,21 @@ class _Entry:
                 add(f"    dset({o}, {k}, {values[0][1]})")
                 continue
             add(f"    cur = dget({o}, {k})")
-            add(f"    if type(cur) is {const(cls, 'C')}:")
-            for name, expr in values:
-                add(f"        cur.{name} = {expr}")
+            # The state object this entry wrote last time is updated in place: its
+            # tensors get the new values (when no two fields share one tensor object).
+            tensors = [(name, rest[0]) for name, kind, *rest in layout if kind == "tensor"]
+            distinct = " and ".join(
+                f"cur.{a} is not cur.{b}" for i, (a, _) in enumerate(tensors) for b, _ in tensors[i + 1:]
+            )
+            fields_ok = " and ".join([f"type(cur.{name}) is Tensor" for name, _ in tensors] + ([distinct] if distinct else []))
+            add(f"    if type(cur) is {const(cls, 'C')}{' and ' + fields_ok if fields_ok else ''}:")
+            add("        pass")
+            for name, kind, *rest in layout:
+                if kind == "tensor":
+                    inner = "._p.inner" if rest[1].is_autodiff() else "._p"
+                    add(f"        cur.{name}{inner} = outs[{rest[0]}]")
+                elif kind == "scalar":
+                    add(f"        cur.{name} = {dict(values)[name]}")
             add("    else:")
             add(f"        dset({o}, {k}, {env_name(env, cls)}({', '.join(f'{n}={e}' for n, e in values)}))")
         for _i, j, index, _device in self.running_plan:
@@ -304,7 +316,7 @@ class _Entry:
                 out_exprs.append(f"{const(item[2], 'T')}(sc[{int(item[1])}])")
             else:
                 out_exprs.append(const(item[1], "V"))
-        add(f"    return unflatten(spec, [{', '.join(out_exprs)}])")
+        add(f"    return {_spec_expr(self.result_spec, out_exprs, const)}")
         self.code = "\n".join(lines)
         exec(self.code, env)  # code generated above from this entry's tables
         return env["run"]
@@ -418,6 +430,24 @@ class _Entry:
             else:
                 holder._p = array
         return self.model_out
+
+
+def _spec_expr(spec: Any, leaves: list[str], const: Callable[[Any, str], str]) -> str:
+    """A Python expression building the result of structure ``spec`` from the
+    expressions ``leaves`` (generated code's counterpart of :func:`_unflatten`)."""
+    if type(spec) is _Leaf:
+        return leaves[spec.index]
+    kind, items = spec
+    if kind == "static":
+        return const(items, "V")
+    if kind is dict:
+        return "{" + ", ".join(f"{const(k, 'K')}: {_spec_expr(v, leaves, const)}" for k, v in items) + "}"
+    inner = ", ".join(_spec_expr(v, leaves, const) for v in items)
+    if kind is tuple:
+        return f"({inner}{',' if len(items) == 1 else ''})"
+    if kind is list:
+        return f"[{inner}]"
+    return f"{const(kind, 'S')}(({inner}{',' if len(items) == 1 else ''}))"
 
 
 def env_name(env: dict[str, Any], value: Any) -> str:
