@@ -27,7 +27,7 @@ import numpy as np
 from ember.backend.base import Backend
 from ember.backend.fusion.avals import TRACEABLE, infer
 from ember.backend.fusion.executors import default_executor
-from ember.backend.fusion.graph import Aval, Graph, Ref, map_refs
+from ember.backend.fusion.graph import RUNTIME_KWARGS, Aval, Graph, Ref, Sc, map_refs
 from ember.backend.fusion.replay import PartialRun
 from ember.errors import GraphError
 
@@ -67,10 +67,12 @@ class FailedValue:
 class Stream:
     """The ops recorded since the last sync point."""
 
-    __slots__ = ("graph", "bound", "input_values", "keep", "handles")
+    __slots__ = ("graph", "bound", "input_values", "keep", "handles", "scalars", "keys")
 
     def __init__(self) -> None:
         self.graph = Graph()
+        self.scalars: list[Any] = []            # the run-time scalars, by Sc index
+        self.keys: list[tuple] = []             # each node's structure, built while recording
         self.bound: dict[int, Ref] = {}        # id(LazyTensor) -> input ref
         self.input_values: list[Any] = []
         self.keep: list[LazyTensor] = []        # bound inputs, alive while recorded
@@ -127,7 +129,22 @@ class FusionBackend(Backend):
     def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         result = infer(op, args, kwargs)
         stream = self._stream
-        refs = stream.graph.add_node(op, _map_lazy(args, self._ref), tuple(sorted(kwargs.items())), result)
+        # Recorded abstract: tensors by Ref, floats (and an optimizer's step count) as
+        # run-time scalars, so streams of one structure share a plan without a rewrite.
+        scalars = stream.scalars
+        key: list[Any] = [op]
+        node_args = _abstract(args, self._ref, scalars, key)
+        if kwargs:
+            items = sorted(kwargs.items())
+            node_kwargs = tuple(
+                (k, _abstract((float(v),) if k in RUNTIME_KWARGS and type(v) is int else (v,), self._ref, scalars,
+                              key)[0]) for k, v in items
+            )
+            key.extend(k for k, _ in items)
+        else:
+            node_kwargs = ()
+        stream.keys.append(tuple(key))
+        refs = stream.graph.add_node(op, node_args, node_kwargs, result)
         out = map_refs(refs, lambda ref: self._handle(stream, ref))
         if len(stream) >= self.MAX_STREAM:
             self.flush()
@@ -177,11 +194,15 @@ class FusionBackend(Backend):
             return
         graph = stream.graph
         graph.outputs = outputs
-        graph, scalars = graph.prune().abstract_scalars()
-        key = graph.structure()
+        avals = graph.avals
+        key = (
+            tuple(stream.keys),
+            tuple([(avals[i].shape, avals[i].dtype) for i in graph.inputs]),
+            tuple(outputs),
+        )
         plan = self._plans.pop(key, None)
         if plan is None:
-            plan = self.executor.plan(graph)
+            plan = self.executor.plan(graph.prune())
             self.stats["plans_built"] += 1
             if len(self._plans) >= self.MAX_PLANS:
                 self._plans.pop(next(iter(self._plans)))
@@ -189,7 +210,7 @@ class FusionBackend(Backend):
         self.stats["flushes"] += 1
         self.stats["nodes"] += len(graph.nodes)
         try:
-            values = plan.run(self.inner, stream.input_values, scalars)
+            values = plan.run(self.inner, stream.input_values, stream.scalars)
         except PartialRun as partial:
             # The stream is gone: the handles it could not compute keep the error and
             # raise it again when read; those computed before the failing op keep values.
@@ -224,6 +245,32 @@ class FusionBackend(Backend):
 
     def argwhere(self, x: LazyTensor) -> LazyTensor:
         return self._eager("argwhere", x)
+
+
+def _abstract(args: tuple | list, ref: Any, scalars: list[Any], key: list[Any]) -> Any:
+    """A call's arguments as recorded: lazy tensors by Ref, floats as Sc placeholders
+    (their values appended to ``scalars``), containers walked, the rest as is; ``key``
+    gets their structure (a Ref and an equal int must differ there, a float's value
+    must not count)."""
+    out = []
+    for a in args:
+        kind = type(a)
+        if kind is LazyTensor:
+            r = ref(a)
+            out.append(r)
+            key.append(("%", int(r)))
+        elif kind is float:
+            scalars.append(a)
+            out.append(Sc(len(scalars) - 1))
+            key.append("$")
+        elif kind is tuple or kind is list:
+            key.append(kind)
+            out.append(_abstract(a, ref, scalars, key))
+            key.append(len(a))
+        else:
+            out.append(a)
+            key.append(a)
+    return tuple(out) if type(args) is tuple else out
 
 
 def _map_lazy(args: Any, fn: Any) -> Any:
