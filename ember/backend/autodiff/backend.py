@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ember.backend.autodiff.checkpoint import Checkpointing
-from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, topological_order
+from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, Own, topological_order
 from ember.backend.autodiff.hooks import current_hook
 from ember.backend.autodiff.rules.activation import ActivationRules
 from ember.backend.autodiff.rules.attention import AttentionRules
@@ -74,8 +75,25 @@ class AutodiffBackend(
         return AutodiffTensor(x.inner, None)
 
     # ------------------------------------------------------------------ backward
-    def backward(self, root: AutodiffTensor) -> Gradients:
-        """Gradients of ``root`` (seeded with ones) for every leaf that requires grad."""
+    def backward(
+        self,
+        root: AutodiffTensor,
+        grad: AutodiffTensor | None = None,
+        *,
+        create_graph: bool = False,
+        retain_graph: bool | None = None,
+        inputs: Sequence[AutodiffTensor] | None = None,
+    ) -> Gradients:
+        """Gradients of ``root`` for every leaf that requires grad.
+
+        ``grad`` seeds the pass (default: ones of ``root``'s shape). With
+        ``create_graph`` the backward steps run on this backend itself, so the
+        gradients are tracked tensors whose own gradients another backward can take
+        (any order); the graph is then retained. ``retain_graph`` keeps the graph for
+        another backward (default: ``create_graph``). ``inputs`` restricts the pass
+        to the gradients of these tensors (leaves or not), running only the steps
+        on a path to them.
+        """
         node = root.node
         if node is None:
             raise GraphError(
@@ -83,19 +101,27 @@ class AutodiffBackend(
                 "differentiate; mark inputs with .require_grad() (module parameters are) and "
                 "build them on an autodiff device"
             )
-        ops = self.inner
-        seed = ops.full(root.shape, 1, NUMPY_TO_DTYPE[root.dtype])
-        grads = Gradients()
+        retain = create_graph if retain_graph is None else bool(retain_graph)
+        ops = self if create_graph else self.inner
+        if grad is None:
+            seed = ops.full(root.shape, 1, NUMPY_TO_DTYPE[root.dtype])
+        else:
+            seed = grad if create_graph else grad.inner
+        grads = Gradients(create_graph)
         leaf_grads = grads._grads
-        hook = current_hook()
+        wanted = None if inputs is None else {x.node.id for x in inputs if x.node is not None}
+        # A data-parallel gradient hook (first-order passes over the whole graph only).
+        hook = current_hook() if (inputs is None and not create_graph and not retain) else None
         if node.step is None and not node.consumed:  # the root is itself a leaf
-            leaf_grads[node.id] = seed
-            if hook is not None:
-                hook(node.id, seed)
+            if wanted is None or node.id in wanted:
+                leaf_grads[node.id] = seed
+                if hook is not None:
+                    hook(node.id, seed)
             return grads
         order = topological_order(node)
         if hook is not None:
             return self._backward_hooked(node, order, seed, grads, hook)
+        reaches = None if wanted is None else _reaching(order, wanted)
         pending: dict[int, Any] = {node.id: seed}
         balanced = self._balanced
         recomputed: dict[int, Any] = {}
@@ -104,26 +130,34 @@ class AutodiffBackend(
             nid = n.id
             g = pop(nid, None)
             if g is not None:
-                step = n.step
-                saved = n.saved
-                if balanced:
-                    saved = tuple(_resolve(n, h, recomputed) for h in saved)
-                    recomputed.pop(nid, None)
-                parent_grads = step(ops, g, saved, n.ctx)
-                parents = n.parents
-                for i in range(len(parents)):
-                    parent = parents[i]
-                    pg = parent_grads[i]
-                    if parent is None or pg is None:
-                        continue
-                    pid = parent.id
-                    target = leaf_grads if parent.step is None else pending
-                    prev = target.get(pid)
-                    target[pid] = pg if prev is None else ops.binary(BinaryOp.ADD, prev, pg)
-            # Release what backward needed; the node stays as a marker of a used graph.
-            n.step = n.saved = n.ctx = n.recompute = None
-            n.parents = ()
-            n.consumed = True
+                if reaches is not None and nid in wanted:
+                    leaf_grads[nid] = g  # a wanted tensor inside the graph: its gradient is complete
+                if reaches is None or nid in reaches:
+                    parent_grads = n.step(ops, g, _saved(n, recomputed, balanced, create_graph), n.ctx)
+                    if balanced:
+                        recomputed.pop(nid, None)
+                    parents = n.parents
+                    for i in range(len(parents)):
+                        parent = parents[i]
+                        pg = parent_grads[i]
+                        if parent is None or pg is None:
+                            continue
+                        pid = parent.id
+                        if parent.step is None:
+                            if wanted is not None and pid not in wanted:
+                                continue
+                            target = leaf_grads
+                        else:
+                            if reaches is not None and pid not in reaches and pid not in wanted:
+                                continue
+                            target = pending
+                        prev = target.get(pid)
+                        target[pid] = pg if prev is None else ops.binary(BinaryOp.ADD, prev, pg)
+            if not retain:
+                # Release what backward needed; the node stays as a marker of a used graph.
+                n.step = n.saved = n.ctx = n.recompute = None
+                n.parents = ()
+                n.consumed = True
         return grads
 
     def _backward_hooked(self, node: Node, order: list[Node], seed: Any, grads: Gradients, hook: Any) -> Gradients:
@@ -145,11 +179,9 @@ class AutodiffBackend(
             parents = n.parents
             parent_grads = None
             if g is not None:
-                saved = n.saved
+                parent_grads = n.step(ops, g, _saved(n, recomputed, balanced, False), n.ctx)
                 if balanced:
-                    saved = tuple(_resolve(n, h, recomputed) for h in saved)
                     recomputed.pop(nid, None)
-                parent_grads = n.step(ops, g, saved, n.ctx)
             for i in range(len(parents)):
                 parent = parents[i]
                 if parent is None:
@@ -204,7 +236,61 @@ class AutodiffBackend(
 
 
 def _move_step(ops, g, saved, source):
+    if isinstance(ops, AutodiffBackend):
+        raise GraphError(
+            "ember: backward(create_graph=True): the graph holds a move between devices "
+            "(to_device), whose gradient cannot be differentiated again; move the tensors "
+            "before the tracked computation starts"
+        )
     return (source.from_numpy(np.ascontiguousarray(ops.to_numpy(g))),)
+
+
+def _reaching(order: list[Node], wanted: set[int]) -> set[int]:
+    """The ids of the nodes of ``order`` with a path to a wanted node below them (their
+    steps must run); ``order`` lists children before parents."""
+    reaches: set[int] = set()
+    for n in reversed(order):
+        for parent in n.parents:
+            if parent is not None and (parent.id in wanted or parent.id in reaches):
+                reaches.add(n.id)
+                break
+    return reaches
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind is AutodiffTensor:
+        return value.inner
+    if kind is Own:
+        return value.value
+    return value
+
+
+def _saved(n: Node, cache: dict[int, Any], balanced: bool, create_graph: bool) -> tuple:
+    """The values a node's step reads: plain inner primitives for a first-order pass;
+    autodiff tensors that remember their nodes for a ``create_graph`` pass."""
+    saved = n.saved
+    if not saved:
+        return saved
+    if create_graph:
+        return tuple([_lift(n, h, cache) for h in saved])
+    if balanced:
+        return tuple([_resolve(n, h, cache) for h in saved])
+    return tuple([h.inner if type(h) is AutodiffTensor else (h.value if type(h) is Own else h) for h in saved])
+
+
+def _lift(node: Node, handle: Any, cache: dict[int, Any]) -> Any:
+    """A saved handle as a tracked value of this graph (for ``create_graph``)."""
+    kind = type(handle)
+    if kind is AutodiffTensor:
+        return handle
+    if kind is Own:
+        return AutodiffTensor(handle.value, node)
+    if handle is SELF:
+        return AutodiffTensor(_resolve(node, SELF, cache), node)
+    if kind is Node:
+        return AutodiffTensor(_resolve(node, handle, cache), handle)
+    return handle
 
 
 def _resolve(node: Node, handle: Any, cache: dict[int, Any]) -> Any:
@@ -212,7 +298,7 @@ def _resolve(node: Node, handle: Any, cache: dict[int, Any]) -> Any:
     if handle is SELF:
         handle = node
     elif type(handle) is not Node:
-        return handle
+        return _plain(handle)
     if handle.id in cache:
         return cache[handle.id]
     stack = [handle]
@@ -226,6 +312,6 @@ def _resolve(node: Node, handle: Any, cache: dict[int, Any]) -> Any:
         if missing:
             stack.extend(missing)
             continue
-        cache[current.id] = fn(*(cache[h.id] if type(h) is Node else h for h in inputs))
+        cache[current.id] = fn(*(cache[h.id] if type(h) is Node else _plain(h) for h in inputs))
         stack.pop()
     return cache[handle.id]

@@ -3,7 +3,14 @@
 Each op on a tracked input creates a :class:`Node` holding its parents, its backward
 ``step``, the values the step needs (``saved``) and constants (``ctx``). The graph is
 reachable only from the tensors computed in it, so it is freed with them; backward
-releases each node's saved values as soon as its step has run.
+releases each node's saved values as soon as its step has run (unless the graph is
+retained, as it is for ``create_graph``).
+
+A saved value is kept as the op's input itself (an :class:`AutodiffTensor`, so a
+backward that builds a graph of its own, ``create_graph``, sees where the value came
+from), as :class:`Own` (the op's own output) or, under balanced checkpointing, as a
+handle to recompute (a :class:`Node` or ``SELF``). A first-order backward reads the
+plain values behind them.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ class Node:
     ``(fn, handles)``: the op's output is ``fn(*values of handles)``.
     """
 
-    __slots__ = ("id", "parents", "step", "saved", "ctx", "recompute", "consumed")
+    __slots__ = ("id", "parents", "step", "saved", "ctx", "recompute", "consumed", "__weakref__")
 
     def __init__(self, node_id: int, parents: tuple, step: Any, saved: tuple, ctx: Any):
         self.id = node_id
@@ -63,14 +70,27 @@ class Node:
         self.consumed = True
 
 
+class Own:
+    """A saved handle to an op's own output (the value is the inner primitive; a
+    ``create_graph`` backward sees it as the output of the node that saved it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
 class Gradients:
     """Gradients from one backward pass, keyed by node id. Values are primitives of
-    the inner backend; read them with ``tensor.grad(grads)``."""
+    the inner backend, or tracked primitives of the autodiff backend when the pass
+    built a graph (``create_graph``); read them with ``tensor.grad(grads)``."""
 
-    __slots__ = ("_grads",)
+    __slots__ = ("_grads", "create_graph")
 
-    def __init__(self) -> None:
+    def __init__(self, create_graph: bool = False) -> None:
         self._grads: dict[int, Any] = {}
+        #: Whether the values are tracked tensors of the autodiff device (differentiable again).
+        self.create_graph = create_graph
 
     def get(self, node_id: int) -> Any:
         return self._grads.get(node_id)
@@ -91,7 +111,8 @@ class Gradients:
         return node_id in self._grads
 
     def __repr__(self) -> str:
-        return f"Gradients({len(self._grads)} tensors)"
+        tracked = ", create_graph" if self.create_graph else ""
+        return f"Gradients({len(self._grads)} tensors{tracked})"
 
 
 SELF = object()  # a saved handle meaning "this node's own output" (recomputed)
@@ -138,6 +159,11 @@ def retained_bytes(root: Node | None) -> int:
     buffers: dict[int, int] = {}
 
     def count(value: Any) -> None:
+        kind = type(value)
+        if kind is AutodiffTensor:
+            value = value.inner
+        elif kind is Own:
+            value = value.value
         nbytes = getattr(value, "nbytes", None)
         if nbytes is None or isinstance(value, Node):
             return

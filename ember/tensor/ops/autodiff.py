@@ -52,34 +52,88 @@ class AutodiffOps:
             )
         return d._b
 
-    def backward(self) -> Any:
-        """Reverse-mode gradients of this tensor (one element) with respect to every
-        leaf that requires grad, as ``Gradients`` keyed by node id."""
+    def backward(
+        self,
+        create_graph: bool = False,
+        *,
+        retain_graph: bool | None = None,
+        gradient: Any = None,
+        inputs: Any = None,
+    ) -> Any:
+        """Reverse-mode gradients of this tensor with respect to every leaf that requires
+        grad, as ``Gradients`` keyed by node id.
+
+        ``create_graph=True`` records the backward pass itself: the gradients are then
+        tracked tensors on this autodiff device, and a backward through them gives
+        second (and higher) derivatives. ``retain_graph`` keeps the graph for another
+        backward (default: ``create_graph``). ``gradient`` seeds the pass (a tensor of
+        this shape; default ones: the gradient of ``sum(self)``). ``inputs`` (tensors)
+        restricts the pass to their gradients; they may be intermediate results.
+        """
         backend = self._autodiff_backend("backward")
-        return backend.backward(self._p)
+        seed = None
+        if gradient is not None:
+            seed = self._seed("backward", gradient)
+        wanted = None
+        if inputs is not None:
+            wanted = []
+            for t in inputs:
+                if t._d is not self._d:
+                    raise GraphError(
+                        f"ember: backward: an input lives on {t._d!r}, the loss on {self._d!r}; "
+                        "inputs must be tensors of the loss's autodiff device"
+                    )
+                wanted.append(t._p)
+        return backend.backward(self._p, seed, create_graph=bool(create_graph), retain_graph=retain_graph,
+                                inputs=wanted)
+
+    def _seed(self, op: str, gradient: Any) -> Any:
+        """``gradient`` as a primitive of this tensor's autodiff device."""
+        from ember.tensor.tensor import Tensor
+
+        if not isinstance(gradient, Tensor):
+            raise DTypeError(f"ember: {op}: gradient must be a Tensor, got {type(gradient).__name__}")
+        if gradient._p.shape != self._p.shape:
+            raise ShapeError(
+                f"ember: {op}: gradient has shape {gradient.dims()}, the tensor {self.dims()}; "
+                "they must match"
+            )
+        if gradient._p.dtype != self._p.dtype:
+            gradient = gradient.cast(self.dtype)
+        if gradient._d is not self._d:
+            gradient = gradient.to_device(self._d)
+        return gradient._p
+
+    def _grad_device(self, grads: Any) -> Any:
+        return self._d if getattr(grads, "create_graph", False) else self._d.inner()
 
     def grad(self, grads: Any) -> Any:
-        """This tensor's gradient in ``grads`` as a tensor on the inner device, or ``None``."""
+        """This tensor's gradient in ``grads`` or ``None``: a tensor on the inner device,
+        or a tracked tensor on this autodiff device when ``grads`` came from
+        ``backward(create_graph=True)``."""
         backend = self._autodiff_backend("grad")
         g = backend.grad(self._p, grads)
-        return None if g is None else self.__class__(g, self._d.inner())
+        return None if g is None else self.__class__(g, self._grad_device(grads))
 
     def grad_remove(self, grads: Any) -> Any:
         """Like :meth:`grad`, and removes the gradient from ``grads``."""
         d = self._d
         backend = d._b if d._inner is not None else self._autodiff_backend("grad_remove")
         g = backend.grad_remove(self._p, grads)
-        return None if g is None else self.__class__(g, d._inner)
+        if g is None:
+            return None
+        return self.__class__(g, d if grads.create_graph else d._inner)
 
     def grad_replace(self, grads: Any, grad: Any) -> None:
-        """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner device)."""
+        """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner
+        device, or on this autodiff device for ``create_graph`` gradients)."""
         backend = self._autodiff_backend("grad_replace")
         if tuple(grad._p.shape) != tuple(self._p.shape):
             raise ShapeError(
                 f"ember: grad_replace: the new gradient has shape {list(grad._p.shape)}, the tensor has "
                 f"{list(self._p.shape)}; a gradient has the shape of its tensor"
             )
-        inner = self._d.inner()
-        if grad._d != inner:
-            grad = grad.to_device(inner)
+        target = self._grad_device(grads)
+        if grad._d != target:
+            grad = grad.to_device(target)
         backend.grad_replace(self._p, grads, grad._p)

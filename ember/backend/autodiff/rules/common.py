@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.backend.autodiff.graph import SELF, AutodiffTensor, Node
+from ember.backend.autodiff.graph import SELF, AutodiffTensor, Node, Own
 from ember.backend.dtype import DType
 from ember.backend.ops import ReduceOp
 
@@ -39,17 +39,18 @@ class RecordMixin:
     _next_id: Any
 
     def _keep(self, x: Tracked) -> Any:
-        """A handle to ``x``'s value for a backward step: the value itself, or under
-        balanced checkpointing the node that can recompute it."""
+        """A handle to ``x``'s value for a backward step: ``x`` itself (its value and
+        where it came from), or under balanced checkpointing the node that can
+        recompute it."""
         if self._balanced:
             node = x.node
             if node is not None and node.recompute is not None:
                 return node
-        return x.inner
+        return x
 
     def _out(self, out: Any, memory_bound: bool) -> Any:
-        """A handle to an op's own output for its backward step."""
-        return SELF if (memory_bound and self._balanced) else out
+        """A handle to an op's own output (an inner primitive) for its backward step."""
+        return SELF if (memory_bound and self._balanced) else Own(out)
 
     def _record(
         self,

@@ -233,7 +233,7 @@ class ElementwiseRules(RecordMixin):
         if self._balanced:
             handles = (cond.inner, self._keep(a) if ta else a, self._keep(b) if tb else b)
             recompute = (self.inner.where, handles)
-        return self._record(out, (na, nb), _where_step, (cond.inner,), ctx, recompute)
+        return self._record(out, (na, nb), _where_step, (cond,), ctx, recompute)
 
     def clamp(self, x: AutodiffTensor, low: Any, high: Any) -> AutodiffTensor:
         out = self.inner.clamp(x.inner, low, high)

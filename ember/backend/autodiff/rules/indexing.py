@@ -41,27 +41,27 @@ class IndexingRules(RecordMixin):
         out = self.inner.gather(x.inner, dim, indices.inner)
         if x.node is None:
             return AutodiffTensor(out, None)
-        return self._record(out, (x.node,), _gather_step, (indices.inner,), (x.shape, dim))
+        return self._record(out, (x.node,), _gather_step, (indices,), (x.shape, dim))
 
     def scatter_add(self, x: AutodiffTensor, dim: int, indices: AutodiffTensor, values: AutodiffTensor) -> AutodiffTensor:
         out = self.inner.scatter_add(x.inner, dim, indices.inner, values.inner)
         if x.node is None and values.node is None:
             return AutodiffTensor(out, None)
         ctx = (dim, x.node is not None, values.node is not None)
-        return self._record(out, (x.node, values.node), _scatter_step, (indices.inner,), ctx)
+        return self._record(out, (x.node, values.node), _scatter_step, (indices,), ctx)
 
     def select(self, x: AutodiffTensor, dim: int, indices: AutodiffTensor) -> AutodiffTensor:
         out = self.inner.select(x.inner, dim, indices.inner)
         if x.node is None:
             return AutodiffTensor(out, None)
-        return self._record(out, (x.node,), _select_step, (indices.inner,), (x.shape, dim))
+        return self._record(out, (x.node,), _select_step, (indices,), (x.shape, dim))
 
     def select_add(self, x: AutodiffTensor, dim: int, indices: AutodiffTensor, values: AutodiffTensor) -> AutodiffTensor:
         out = self.inner.select_add(x.inner, dim, indices.inner, values.inner)
         if x.node is None and values.node is None:
             return AutodiffTensor(out, None)
         ctx = (dim, x.node is not None, values.node is not None)
-        return self._record(out, (x.node, values.node), _select_add_step, (indices.inner,), ctx)
+        return self._record(out, (x.node, values.node), _select_add_step, (indices,), ctx)
 
     def argwhere(self, x: AutodiffTensor) -> AutodiffTensor:
         return AutodiffTensor(self.inner.argwhere(x.inner), None)

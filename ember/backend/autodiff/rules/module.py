@@ -121,7 +121,7 @@ class ModuleRules(RecordMixin):
         indices_t = AutodiffTensor(indices, None)
         if x.node is None:
             return AutodiffTensor(out, None), indices_t
-        return self._record(out, (x.node,), _max_pool_step, (indices,), x.shape), indices_t
+        return self._record(out, (x.node,), _max_pool_step, (indices_t,), x.shape), indices_t
 
     def avg_pool(self, x, kernel, stride, padding, count_include_pad, ceil_mode):
         out = self.inner.avg_pool(x.inner, kernel, stride, padding, count_include_pad, ceil_mode)
@@ -140,4 +140,4 @@ class ModuleRules(RecordMixin):
         out = self.inner.embedding(weights.inner, indices.inner)
         if weights.node is None:
             return AutodiffTensor(out, None)
-        return self._record(out, (weights.node,), _embedding_step, (indices.inner,), weights.shape[0])
+        return self._record(out, (weights.node,), _embedding_step, (indices,), weights.shape[0])

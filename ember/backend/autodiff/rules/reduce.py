@@ -119,7 +119,7 @@ class ReduceRules(RecordMixin):
         if x.node is None or op in (ReduceOp.ANY, ReduceOp.ALL):
             return AutodiffTensor(out, None)
         needs_values = op in (ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN)
-        saved = (self._keep(x) if needs_values else None, out if op in (ReduceOp.MAX, ReduceOp.MIN) else None)
+        saved = (self._keep(x) if needs_values else None, self._out(out, False) if op in (ReduceOp.MAX, ReduceOp.MIN) else None)
         return self._record(out, (x.node,), _reduce_step, saved, (op, dim, x.shape))
 
     def arg_reduce(self, op: ArgReduceOp, x: AutodiffTensor, dim: int) -> AutodiffTensor:
@@ -132,5 +132,5 @@ class ReduceRules(RecordMixin):
         out = self.inner.cumulative(op, x.inner, dim)
         if x.node is None:
             return AutodiffTensor(out, None)
-        saved = (None, None) if op == CumulativeOp.CUMSUM else (self._keep(x), out)
+        saved = (None, None) if op == CumulativeOp.CUMSUM else (self._keep(x), self._out(out, False))
         return self._record(out, (x.node,), _scan_step, saved, (op, dim))
