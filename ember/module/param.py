@@ -123,6 +123,24 @@ class Param:
         return param
 
     @staticmethod
+    def from_tracked_value(param_id: ParamId, tensor: Tensor, require_grad: bool = True) -> Param:
+        """A parameter holding ``tensor`` as it is, its graph included (not a fresh leaf),
+        as functional transforms (``ember.func``) build them: a function of the new
+        module stays differentiable with respect to whatever ``tensor`` came from."""
+        if not isinstance(tensor, Tensor):
+            raise ModuleError(f"ember: Param: expected a Tensor, got {type(tensor).__name__}")
+        prim = tensor._p
+        param = Param.__new__(Param)
+        param.id = param_id
+        param.require_grad = bool(require_grad)
+        param._value = tensor
+        param._init = None
+        param._shape = prim.shape
+        param._device = tensor._d
+        param._dtype = NP_TO_DTYPE[prim.dtype]
+        return param
+
+    @staticmethod
     def uninitialized(
         param_id: ParamId,
         init: Callable[[Device, bool], Tensor],

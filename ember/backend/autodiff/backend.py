@@ -92,7 +92,7 @@ class AutodiffBackend(
         (any order); the graph is then retained. ``retain_graph`` keeps the graph for
         another backward (default: ``create_graph``). ``inputs`` restricts the pass
         to the gradients of these tensors (leaves or not), running only the steps
-        on a path to them.
+        on a path to them; the graph below them is left as it was.
         """
         node = root.node
         if node is None:
@@ -153,8 +153,9 @@ class AutodiffBackend(
                             target = pending
                         prev = target.get(pid)
                         target[pid] = pg if prev is None else ops.binary(BinaryOp.ADD, prev, pg)
-            if not retain:
+            if not retain and (reaches is None or nid in reaches):
                 # Release what backward needed; the node stays as a marker of a used graph.
+                # (With ``inputs``, nodes whose steps did not run stay usable.)
                 n.step = n.saved = n.ctx = n.recompute = None
                 n.parents = ()
                 n.consumed = True
