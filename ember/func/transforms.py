@@ -245,7 +245,7 @@ def hessian_vector_product(fn: Callable[..., Any], primals: Any, vectors: Any, a
     >>> hvp = hessian_vector_product(loss_fn, (model, x, y), v)  # v: GradientsParams  # doctest: +SKIP
     """
     args = primals if isinstance(primals, tuple) else (primals,)
-    nums, single = _argnums(argnums, len(args), "hessian_vector_product")
+    _, single = _argnums(argnums, len(args), "hessian_vector_product")
     vectors = (vectors,) if single else tuple(vectors)
     keep = _wants_graph(create_graph)
     first = grad(fn, argnums, create_graph=True)

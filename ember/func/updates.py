@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ember.errors import ConfigError
 from ember.module import Module, ModuleMapper, Param
