@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ember.errors import ConfigError, GraphError, ShapeError
-from ember.func.tree import Lifted, cotangent_like, value_of
+from ember.func.tree import Lifted, cotangent_like, follow, value_of
 from ember.tensor import Tensor
 
 _local = threading.local()
@@ -78,6 +78,10 @@ def _run(fn: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...], op: str
     for i in nums:
         call_args[i], spec = lifted.lift(args[i], f"argument {i}")
         specs.append(spec)
+    moves = lifted.lifted_devices()
+    if moves:
+        call_args = [a if i in nums else follow(a, moves) for i, a in enumerate(call_args)]
+        kwargs = {k: follow(v, moves) for k, v in kwargs.items()}
     with _entered():
         result = fn(*call_args, **kwargs)
     return lifted, specs, result

@@ -102,6 +102,10 @@ class Lifted:
             "Tensors, Modules or tuples/lists/dicts of them (leave other arguments out of argnums)"
         )
 
+    def lifted_devices(self) -> dict[Any, Any]:
+        """Plain devices whose tensors were lifted onto their autodiff wrappers."""
+        return {s.home: s.tensor._d for s in self.slots if s.home is not s.tensor._d}
+
     def tensors(self) -> list[Tensor]:
         return [s.tensor for s in self.slots]
 
@@ -122,6 +126,27 @@ class Lifted:
         if kind is dict:
             return {k: self.gradient(v, grads) for k, v in body.items()}
         return kind(self.gradient(v, grads) for v in body)
+
+
+def follow(value: Any, moves: dict[Any, Any]) -> Any:
+    """A non-differentiated argument with its tensors (and modules) on a lifted plain
+    device moved, untracked, onto that device's autodiff wrapper, so that they meet the
+    lifted arguments on one device."""
+    if not moves:
+        return value
+    if isinstance(value, Tensor):
+        target = moves.get(value._d)
+        return value if target is None else value.to_device(target)
+    if isinstance(value, Module):
+        devices = value.devices()
+        if len(devices) == 1 and devices[0] in moves:
+            return value.to_device(moves[devices[0]]).no_grad()
+        return value
+    if type(value) in (tuple, list):
+        return type(value)(follow(v, moves) for v in value)
+    if type(value) is dict:
+        return {k: follow(v, moves) for k, v in value.items()}
+    return value
 
 
 def _grad_of(slot: _Slot, grads: Any, module: bool = False) -> Tensor:
