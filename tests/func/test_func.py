@@ -13,6 +13,9 @@ from ember.nn import Linear, LinearConfig, Relu, Tanh
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
 
+# torch.func imports torch.jit, which warns about its own deprecation.
+pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
+
 
 class Mlp(Module):
     """DESIGN.md's seed MLP."""
