@@ -11,6 +11,7 @@ from ember.capture import compile
 from ember.device import Device, DeviceKind
 from ember.module import Config, Module, Param, ParamId
 from ember.tensor import Distribution, Shape, Tensor, TensorData
+from ember.tensor.autocast import autocast
 
 float64 = DType.FLOAT64
 float32 = DType.FLOAT32
@@ -35,5 +36,6 @@ __all__ = [
     "Shape",
     "Tensor",
     "TensorData",
+    "autocast",
     "compile",
 ]

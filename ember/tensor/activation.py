@@ -26,6 +26,7 @@ import math
 from typing import Any
 
 from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor import autocast
 from ember.tensor.dispatch import FLOAT_NP
 from ember.tensor.shape import normalize_dim
 from ember.tensor.tensor import Tensor
@@ -92,6 +93,8 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold`` (as
     PyTorch; ``threshold=math.inf`` never switches)."""
     x = _float("softplus", x)
+    if autocast.ACTIVE:
+        x = autocast.cast_input("softplus", x)
     if beta <= 0:
         raise ValueRangeError(f"ember: softplus: beta must be > 0, got {beta}")
     bx = x.mul_scalar(beta) if beta != 1.0 else x
@@ -187,6 +190,8 @@ def prelu(x: Tensor, alpha: Tensor) -> Tensor:
     """Leaky ReLU with a learned slope: ``alpha`` of shape ``[1]`` or ``[channels]``
     (channels at dim 1 of ``x``)."""
     x = _float("prelu", x)
+    if autocast.ACTIVE:
+        x, alpha = autocast.cast_inputs("prelu", x, alpha)
     if alpha.rank != 1:
         raise ShapeError(f"ember: prelu: alpha must have rank 1, got shape {alpha.dims()}")
     n = alpha.dims()[0]
@@ -214,6 +219,8 @@ def glu(x: Tensor, dim: int = -1) -> Tensor:
 def softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, computed stably."""
     x = _float("softmax", x)
+    if autocast.ACTIVE:
+        x = autocast.cast_input("softmax", x)
     dim = normalize_dim("softmax", dim, x.rank)
     if x.num_elements() == 0:
         return x  # nothing to normalise (as PyTorch: an empty result, even over an empty dim)
@@ -227,6 +234,8 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``log(softmax(x))`` along ``dim``, computed stably."""
     x = _float("log_softmax", x)
+    if autocast.ACTIVE:
+        x = autocast.cast_input("log_softmax", x)
     dim = normalize_dim("log_softmax", dim, x.rank)
     if x.num_elements() == 0:
         return x

@@ -4,6 +4,7 @@ backend has them). ``ember.nn.loss`` wraps them as modules."""
 from __future__ import annotations
 
 from ember.errors import ShapeError
+from ember.tensor import autocast
 from ember.tensor.dispatch import FLOAT_NP, check_device
 from ember.tensor.tensor import Tensor
 
@@ -21,6 +22,8 @@ def check_same_shape(name: str, pred: Tensor, target: Tensor) -> None:
 def squared_error(pred: Tensor, target: Tensor) -> Tensor:
     """``(pred - target)^2`` elementwise."""
     check_same_shape("mse_loss", pred, target)
+    if autocast.ACTIVE:
+        pred, target = autocast.cast_inputs("mse_loss", pred, target)
     diff = pred.float().sub(target)
     return diff.mul(diff)
 
@@ -28,6 +31,8 @@ def squared_error(pred: Tensor, target: Tensor) -> Tensor:
 def mse_loss(pred: Tensor, target: Tensor, mean: bool = True) -> Tensor:
     """``mean((pred - target)^2)`` (or the sum), shape ``[1]``."""
     check_same_shape("mse_loss", pred, target)
+    if autocast.ACTIVE:
+        pred, target = autocast.cast_inputs("mse_loss", pred, target)
     if pred._p.dtype not in FLOAT_NP:
         pred = pred.float()
     if target._p.dtype != pred._p.dtype:

@@ -26,6 +26,7 @@ from typing import Any
 from ember.backend.distribution import Distribution
 from ember.backend.module_ops import conv_output_size, conv_transpose_output_size, pool_output_size
 from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor import autocast
 from ember.tensor.dispatch import FLOAT_NP, INT_NP, check_device
 from ember.tensor.tensor import Tensor
 
@@ -39,6 +40,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     layout) and ``bias`` of shape ``[d_output]``; ``x`` is ``[..., d_input]``."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"ember: linear: the input must be a Tensor, got {type(x).__name__}")
+    if autocast.ACTIVE:
+        x, weight, bias = autocast.cast_inputs("linear", x, weight, bias)
     wshape = weight._p.shape
     xshape = x._p.shape
     if len(wshape) != 2:
@@ -153,6 +156,9 @@ def _weight(op: str, x: Tensor, weight: Any, bias: Any, rank: int) -> tuple[Tens
         raise DTypeError(f"ember: {op}: the weight must be a Tensor, got {type(weight).__name__}")
     if weight._p.dtype not in FLOAT_NP:
         raise DTypeError(f"ember: {op}: the weight must be a float tensor, got {weight.dtype}")
+    if autocast.ACTIVE:
+        kind = "conv_transpose" if op.startswith("conv_transpose") else "conv"
+        x, weight, bias = autocast.cast_inputs(kind, x, weight, bias)
     if weight.rank != rank + 2:
         raise ShapeError(f"ember: {op}: the weight must have rank {rank + 2}, got shape {weight.dims()}")
     if weight._d is not x._d:

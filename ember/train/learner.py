@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from ember.amp import GradScaler, Precision, autocast
 from ember.errors import ConfigError, GraphError
 from ember.module import Module
 from ember.optim import GradientsParams
@@ -43,6 +45,14 @@ class Learner:
     ``strategy=ember.distributed.DataParallel()`` trains data parallel over the ranks
     of an ``mpiexec`` launch (see :mod:`ember.train.parallel`); the default is one device.
 
+    ``precision`` is ``"32-true"`` (default), ``"bf16-mixed"`` or ``"16-mixed"``: the
+    mixed modes run the training and validation steps under
+    ``ember.autocast(device, bfloat16 | float16)``; ``"16-mixed"`` also scales the loss
+    with a :class:`~ember.amp.GradScaler` (``grad_scaler``, default ``GradScaler()``),
+    skips steps whose gradients overflow and saves the scaler with checkpoints. A
+    ``train_step`` that calls ``backward`` itself (returning ``TrainOutput``) scales its
+    loss with ``learner.grad_scaler.scale(loss)``.
+
     >>> learner = Learner(model, AdamConfig().init(), 1e-3)  # doctest: +SKIP
     >>> model, summary = SupervisedTraining("runs/mlp").num_epochs(5).launch(learner, train, valid)  # doctest: +SKIP
     """
@@ -57,6 +67,8 @@ class Learner:
         valid_step: Callable[[Module, Any], Any] | None = None,
         training: SupervisedTraining | None = None,
         strategy: Any = None,
+        precision: str | Precision = "32-true",
+        grad_scaler: GradScaler | None = None,
     ):
         if not isinstance(model, Module):
             raise ConfigError(f"ember: Learner: the model must be a Module, got {type(model).__name__}")
@@ -74,19 +86,43 @@ class Learner:
         self.valid_step_fn = valid_step
         self.training = training
         self.strategy = strategy
+        self.precision = Precision.parse(precision)
+        if grad_scaler is not None and not isinstance(grad_scaler, GradScaler):
+            raise ConfigError(f"ember: Learner: grad_scaler must be a GradScaler, got {type(grad_scaler).__name__}")
+        if self.precision.loss_scaling:
+            self.grad_scaler = grad_scaler or GradScaler()
+        else:
+            self.grad_scaler = grad_scaler or GradScaler(enabled=False)
 
     # ------------------------------------------------------------------ steps
+    def _autocast(self, model: Module) -> Any:
+        dtype = self.precision.autocast_dtype
+        if dtype is None:
+            return nullcontext()
+        devices = model.devices()
+        if not devices:
+            return nullcontext()
+        return autocast(devices[0], dtype)
+
+    def optimizer_step(self, lr: float, model: Module, grads: GradientsParams) -> Module:
+        """``optim.step`` through the grad scaler (unscaled, skipped on overflow, the
+        scale updated); a plain ``optim.step`` without loss scaling."""
+        scaler = self.grad_scaler
+        if not scaler.is_enabled():
+            return self.optim.step(lr, model, grads)
+        model = scaler.step(self.optim, lr, model, grads)
+        scaler.update()
+        return model
+
     def train_step(self, model: Module, batch: Any) -> TrainOutput:
         """Runs the training step and returns ``TrainOutput(grads, item)``."""
-        if self.train_step_fn is not None:
-            out = self.train_step_fn(model, batch)
-        elif callable(getattr(model, "train_step", None)):
-            out = model.train_step(batch)
-        else:
+        if self.train_step_fn is None and not callable(getattr(model, "train_step", None)):
             raise ConfigError(
                 f"ember: Learner: {type(model).__name__} has no train_step(batch); define train_step and "
                 "valid_step on the model (see ember.train.step) or pass train_step=fn(model, batch)"
             )
+        with self._autocast(model):
+            out = self.train_step_fn(model, batch) if self.train_step_fn is not None else model.train_step(batch)
         if isinstance(out, TrainOutput):
             return out
         loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
@@ -96,7 +132,7 @@ class Learner:
                 "loss.backward(), item) or an item with a loss tensor (e.g. ClassificationOutput)"
             )
         try:
-            grads = loss.backward()
+            grads = self.grad_scaler.scale(loss).backward()
         except GraphError as error:
             raise GraphError(
                 f"{error} (in the learner's training step: is the model on an autodiff device?)"
@@ -106,9 +142,11 @@ class Learner:
     def valid_step(self, model: Module, batch: Any) -> Any:
         """Runs the validation step on ``model`` (already ``valid()``)."""
         if self.valid_step_fn is not None:
-            return self.valid_step_fn(model, batch)
+            with self._autocast(model):
+                return self.valid_step_fn(model, batch)
         if callable(getattr(model, "valid_step", None)):
-            return model.valid_step(batch)
+            with self._autocast(model):
+                return model.valid_step(batch)
         raise ConfigError(
             f"ember: Learner: {type(model).__name__} has no valid_step(batch); define it on the model or pass "
             "valid_step=fn(model, batch) (or fit without a valid loader)"
@@ -123,4 +161,5 @@ class Learner:
         return training.launch(self, train_loader, valid_loader)
 
     def __repr__(self) -> str:
-        return f"Learner({type(self.model).__name__}, {self.optim!r}, {self.lr_scheduler!r})"
+        precision = "" if self.precision.name == "32-true" else f", precision={self.precision.name!r}"
+        return f"Learner({type(self.model).__name__}, {self.optim!r}, {self.lr_scheduler!r}{precision})"

@@ -274,6 +274,8 @@ class TrainingRun:
                                           check=not verified)
         try:
             self.learner.lr_scheduler.load_record(records["scheduler"])
+            if self.learner.grad_scaler.is_enabled() and "grad_scaler" in records:
+                self.learner.grad_scaler.load_state_dict(records["grad_scaler"])
             self._restore_rng(records["rng"])
             self.history = MetricHistory.from_dict(state["history"])
             self.elapsed_before = float(state.get("elapsed", 0.0))
@@ -380,7 +382,7 @@ class TrainingRun:
         return left_train * per_train + left_valid * per_valid
 
     def _train_epoch(self, epoch: int, start: int, metric_state: dict | None) -> tuple[dict | None, int]:
-        learner, optim, scheduler = self.learner, self.learner.optim, self.learner.lr_scheduler
+        learner, scheduler = self.learner, self.learner.lr_scheduler
         parallel = self.parallel
         group = self.train_group
         group.start_epoch()
@@ -409,11 +411,11 @@ class TrainingRun:
                     accumulator.accumulate(model, out.grads)
                     pending += 1
                     if pending == accumulation:
-                        model = optim.step(lr, model, parallel.sync_grads(accumulator.grads(), model))
+                        model = learner.optimizer_step(lr, model, parallel.sync_grads(accumulator.grads(), model))
                         pending = 0
                 else:
                     out = parallel.train_step(learner, model, batch)  # gradients averaged over ranks
-                    model = optim.step(lr, model, out.grads)
+                    model = learner.optimizer_step(lr, model, out.grads)
                 progress = batches.progress()
                 metadata = MetricMetadata(Split.TRAIN, epoch, self.num_epochs, iteration, n,
                                           progress.items_processed - items_before, progress.items_processed,
@@ -431,7 +433,7 @@ class TrainingRun:
                         self.model = model
                         return None, iteration
             if pending:
-                model = optim.step(lr, model, parallel.sync_grads(accumulator.grads(), model))
+                model = learner.optimizer_step(lr, model, parallel.sync_grads(accumulator.grads(), model))
         finally:
             batches.close()
         self.model = model
@@ -525,6 +527,8 @@ class TrainingRun:
             "world_size": self.parallel.world_size,
         }
         records = {"scheduler": self.learner.lr_scheduler.to_record(), "rng": self.device.rng_state()}
+        if self.learner.grad_scaler.is_enabled():
+            records["grad_scaler"] = self.learner.grad_scaler.state_dict()
         self.last_checkpoint = self.checkpointer.save(position, self.model, self.learner.optim, records, state)
         if position.phase != "done":
             self.note(f"Saved checkpoint {position.name} ({position.describe()}); run fit again to resume")

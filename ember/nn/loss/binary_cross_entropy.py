@@ -8,7 +8,7 @@ from typing import Any
 from ember.errors import ConfigError, DTypeError, ShapeError
 from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 from ember.tensor import activation as F
 
 
@@ -63,6 +63,8 @@ class BinaryCrossEntropyLoss(Module):
                 f"ember: BinaryCrossEntropyLoss: inputs {logits.dims()} and targets {targets.dims()} must have one shape"
             )
         x = logits.float()
+        if autocast.ACTIVE:
+            x = autocast.cast_input("binary_cross_entropy", x)
         y = targets.cast(x.dtype)
         if y.device is not x.device:
             y = y.to_device(x.device)

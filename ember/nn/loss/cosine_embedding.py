@@ -7,7 +7,7 @@ from typing import Any
 from ember.errors import DTypeError, ShapeError
 from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 
 _EPS = 1e-12
 
@@ -54,6 +54,8 @@ class CosineEmbeddingLoss(Module):
                 f"ember: CosineEmbeddingLoss: target must be [batch={input1.dims()[0]}] of 1 / -1, got {target.dims()}"
             )
         a, b = input1.float(), input2.float()
+        if autocast.ACTIVE:
+            a, b = autocast.cast_inputs("cosine_embedding_loss", a, b)
         dot = a.mul(b).sum_dim(1)
         norms = a.mul(a).sum_dim(1).add_scalar(_EPS).mul(b.mul(b).sum_dim(1).add_scalar(_EPS))
         cos = dot.div(norms.sqrt()).squeeze_dim(1)

@@ -8,7 +8,7 @@ from typing import Any
 from ember.errors import ConfigError, DTypeError, ShapeError
 from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 from ember.tensor import activation as F
 
 
@@ -84,6 +84,8 @@ class CrossEntropyLoss(Module):
             raise ShapeError(f"ember: CrossEntropyLoss: {len(self.weights)} class weights for {classes} classes")
         # Classes last: [M, C] rows, targets [M] or [M, C].
         x = logits.float()
+        if autocast.ACTIVE:
+            x, targets = autocast.cast_inputs("cross_entropy", x, targets)
         sample_shape = [x.dims()[0]] + x.dims()[2:]
         if x.rank > 2:
             x = x.movedim(1, -1)

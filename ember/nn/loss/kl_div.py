@@ -6,7 +6,7 @@ from typing import Any
 
 from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 from ember.tensor.loss import check_same_shape
 
 
@@ -40,6 +40,8 @@ class KLDivLoss(Module):
 
     def forward_no_reduction(self, predictions: Tensor, targets: Tensor) -> Tensor:
         check_same_shape("KLDivLoss", predictions, targets)
+        if autocast.ACTIVE:
+            predictions, targets = autocast.cast_inputs("kl_div", predictions, targets)
         log_q = predictions.float()
         t = targets.cast(log_q.dtype)
         if self.log_target:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ember.module import Module
 from ember.nn.loss.reduction import Reduction
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 from ember.tensor.loss import check_same_shape
 
 
@@ -20,4 +20,6 @@ class L1Loss(Module):
 
     def forward_no_reduction(self, predictions: Tensor, targets: Tensor) -> Tensor:
         check_same_shape("L1Loss", predictions, targets)
+        if autocast.ACTIVE:
+            predictions, targets = autocast.cast_inputs("l1_loss", predictions, targets)
         return predictions.float().sub(targets).abs()

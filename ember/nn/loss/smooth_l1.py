@@ -7,7 +7,7 @@ from typing import Any
 from ember.errors import ConfigError
 from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 from ember.tensor.loss import check_same_shape
 
 
@@ -39,6 +39,8 @@ class SmoothL1Loss(Module):
 
     def forward_no_reduction(self, predictions: Tensor, targets: Tensor) -> Tensor:
         check_same_shape("SmoothL1Loss", predictions, targets)
+        if autocast.ACTIVE:
+            predictions, targets = autocast.cast_inputs("smooth_l1_loss", predictions, targets)
         a = predictions.float().sub(targets).abs()
         if self.beta == 0:
             return a

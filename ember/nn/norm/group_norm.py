@@ -6,7 +6,7 @@ from ember.device import Device
 from ember.errors import ConfigError, ShapeError
 from ember.module import Config, Module, Param
 from ember.nn.init import Ones, Zeros
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 
 
 class GroupNormConfig(Config):
@@ -62,6 +62,8 @@ class GroupNorm(Module):
         if x.rank < 2 or x.dims()[1] != c:
             raise ShapeError(f"ember: GroupNorm: the input must be [batch, {c}, ...], got shape {x.dims()}")
         x = x.float()
+        if autocast.ACTIVE:
+            x = autocast.cast_input("group_norm", x)
         shape = x.dims()
         grouped = x.reshape([shape[0], g, -1])
         mean = grouped.mean_dim(2)

@@ -6,7 +6,7 @@ from ember.device import Device
 from ember.errors import ConfigError, ShapeError
 from ember.module import Config, Module, Param
 from ember.nn.init import Ones, Zeros
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 
 
 class LayerNormConfig(Config):
@@ -47,6 +47,8 @@ class LayerNorm(Module):
         if x.rank < 1 or x.dims()[-1] != d_model:
             raise ShapeError(f"ember: LayerNorm: the input's last dim must be d_model={d_model}, got shape {x.dims()}")
         x = x.float()
+        if autocast.ACTIVE:
+            x = autocast.cast_input("layer_norm", x)
         mean = x.mean_dim(-1)
         centered = x.sub(mean)
         var = centered.mul(centered).mean_dim(-1)

@@ -6,7 +6,7 @@ from ember.device import Device
 from ember.errors import ConfigError, ShapeError
 from ember.module import Config, Module, Param
 from ember.nn.init import Ones
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 
 
 class RmsNormConfig(Config):
@@ -42,6 +42,8 @@ class RmsNorm(Module):
         if x.rank < 1 or x.dims()[-1] != d_model:
             raise ShapeError(f"ember: RmsNorm: the input's last dim must be d_model={d_model}, got shape {x.dims()}")
         x = x.float()
+        if autocast.ACTIVE:
+            x = autocast.cast_input("rms_norm", x)
         rms = x.mul(x).mean_dim(-1).add_scalar(self.epsilon).rsqrt()
         return x.mul(rms).mul(self.gamma.val())
 

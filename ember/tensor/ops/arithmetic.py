@@ -7,6 +7,7 @@ from typing import Any
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor import autocast
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar, check_device, promote_pair
 from ember.tensor.ops.elementwise import binary, is_integral, reverse_scalar, unary
 from ember.tensor.ops.math import div_rounded
@@ -251,6 +252,8 @@ class ArithmeticOps:
         vector whose dim is dropped from the result, as in numpy."""
         if not isinstance(other, self.__class__):
             raise DTypeError(f"ember: matmul: expected a Tensor, got {type(other).__name__}")
+        if autocast.ACTIVE:
+            self, other = autocast.cast_inputs("matmul", self, other)
         d = self._d
         if other._d is not d:
             check_device("matmul", self, other)

@@ -18,6 +18,7 @@ import numpy as np
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, ReduceOp
 from ember.errors import DivisionByZeroError, DTypeError
+from ember.tensor import autocast
 from ember.tensor.dispatch import (
     BOOL_NP,
     FLOAT_NP,
@@ -62,6 +63,8 @@ def _fit(op: str, mode: str, prim: Any, backend: Any) -> Any:
 
 def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
     """``self <op> other`` for a tensor or a Python scalar ``other``."""
+    if autocast.ACTIVE:
+        self, other = autocast.cast_inputs(name, self, other)
     d = self._d
     a = self._p
     if op == BinaryOp.SUB and mode == "arith":
@@ -163,6 +166,8 @@ def reverse_scalar(self: Tensor, other: Any, op: str, name: str, mode: str) -> T
 def unary(self: Tensor, op: str, name: str, mode: str) -> Tensor:
     """``op(self)`` elementwise. Modes as for :func:`binary`, plus ``"numeric"``
     (ints and floats, bools rejected) and ``"any"``."""
+    if autocast.ACTIVE:
+        self = autocast.cast_input(name, self)
     p = self._p
     d = self._d
     dt = p.dtype

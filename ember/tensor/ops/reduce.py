@@ -12,6 +12,7 @@ from typing import Any
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp
 from ember.errors import ShapeError, ValueRangeError
+from ember.tensor import autocast
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
 from ember.tensor.shape import normalize_dim, normalize_dims
 
@@ -33,6 +34,8 @@ class ReduceOps:
     __slots__ = ()
 
     def _reduce(self, op: str, name: str, dim: int | None) -> Any:
+        if autocast.ACTIVE:
+            self = autocast.cast_input(op.value, self)
         p = self._p
         backend = self._d._b
         extreme = op in (ReduceOp.MAX, ReduceOp.MIN)
@@ -282,6 +285,8 @@ class ReduceOps:
     def logsumexp(self, dim: int) -> Any:
         """``log(sum(exp(x)))`` along ``dim`` (kept), computed stably."""
         x = self.float()
+        if autocast.ACTIVE:
+            x = autocast.cast_input("logsumexp", x)
         dim = normalize_dim("logsumexp", dim, len(x._p.shape))
         if x._p.shape[dim] == 0:
             return x.sum_dim(dim).log()  # log(0) = -inf, as PyTorch
@@ -294,7 +299,10 @@ class ReduceOps:
         ``(sum |x|^p)^(1/p)``; ``p=inf`` the largest and ``p=-inf`` the smallest
         magnitude, ``p=0`` the number of nonzero elements (as PyTorch's ``vector_norm``).
         The gradient of a zero norm is 0, as in PyTorch."""
-        x = self.float().abs()
+        x = self.float()
+        if autocast.ACTIVE:
+            x = autocast.cast_input("norm", x)
+        x = x.abs()
         if p == float("inf"):  # ties share the gradient evenly, as PyTorch's vector_norm
             return x._reduce(ReduceOp.MAX, "norm", dim)
         if p == float("-inf"):
@@ -309,6 +317,8 @@ class ReduceOps:
 
     # ------------------------------------------------------------------ scans
     def _scan(self, op: str, dim: int) -> Any:
+        if autocast.ACTIVE:
+            self = autocast.cast_input(op.value, self)
         p = self._p
         backend = self._d._b
         dim = normalize_dim(op, dim, len(p.shape))
