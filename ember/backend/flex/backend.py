@@ -245,9 +245,14 @@ class FlexBackend(FlexModuleOps, Backend):
     def binary(self, op: BinaryOp, a: np.ndarray, b) -> np.ndarray:
         token = quiet_set()
         try:
-            if a.dtype in _HALF and op in _UPCAST_BINARY:
-                b32 = b.astype(_F32) if type(b) is _NDARRAY else b
-                return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
+            if a.dtype in _HALF:
+                if op in _UPCAST_BINARY:
+                    b32 = b.astype(_F32) if type(b) is _NDARRAY else b
+                    return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
+                # numpy promotes bfloat16 with a Python float to float32: computed there,
+                # the result is rounded back (a scalar keeps the tensor's dtype).
+                out = _arr(_BINARY[op](a, b))
+                return out.astype(a.dtype) if out.dtype != a.dtype and out.dtype.kind == "f" else out
             return _arr(_BINARY[op](a, b))
         finally:
             quiet_reset(token)
@@ -260,7 +265,8 @@ class FlexBackend(FlexModuleOps, Backend):
         return out if out.dtype == dtype else out.astype(dtype)
 
     def clamp(self, x, low, high) -> np.ndarray:
-        return _arr(np.clip(x, low, high))
+        out = _arr(np.clip(x, low, high))
+        return out.astype(x.dtype) if out.dtype != x.dtype else out
 
     def cast(self, x, dtype: DType) -> np.ndarray:
         token = quiet_set()
