@@ -246,13 +246,13 @@ class FlexBackend(FlexModuleOps, Backend):
         token = quiet_set()
         try:
             if a.dtype in _HALF:
-                if op in _UPCAST_BINARY:
+                if type(b) is not _NDARRAY or op in _UPCAST_BINARY:
+                    # In float32 with the scalar unrounded (as PyTorch and cube), then
+                    # rounded back: a scalar keeps the tensor's dtype.
                     b32 = b.astype(_F32) if type(b) is _NDARRAY else b
-                    return _arr(_BINARY[op](a.astype(_F32), b32)).astype(a.dtype)
-                # numpy promotes bfloat16 with a Python float to float32: computed there,
-                # the result is rounded back (a scalar keeps the tensor's dtype).
-                out = _arr(_BINARY[op](a, b))
-                return out.astype(a.dtype) if out.dtype != a.dtype and out.dtype.kind == "f" else out
+                    out = _arr(_BINARY[op](a.astype(_F32), b32))
+                    return out.astype(a.dtype) if out.dtype.kind == "f" else out
+                return _arr(_BINARY[op](a, b))
             return _arr(_BINARY[op](a, b))
         finally:
             quiet_reset(token)
@@ -265,8 +265,9 @@ class FlexBackend(FlexModuleOps, Backend):
         return out if out.dtype == dtype else out.astype(dtype)
 
     def clamp(self, x, low, high) -> np.ndarray:
-        out = _arr(np.clip(x, low, high))
-        return out.astype(x.dtype) if out.dtype != x.dtype else out
+        if x.dtype in _HALF:  # bounds unrounded, as PyTorch
+            return _arr(np.clip(x.astype(_F32), low, high)).astype(x.dtype)
+        return _arr(np.clip(x, low, high))
 
     def cast(self, x, dtype: DType) -> np.ndarray:
         token = quiet_set()
