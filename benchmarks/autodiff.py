@@ -1,5 +1,7 @@
 """Forward + backward of the seed's MLP (64x4 -> 16 -> 1, MSE) on flex against
-PyTorch eager, in one run.
+PyTorch eager, in one run; and a double backward (the gradient of a gradient-norm
+penalty, ``backward(create_graph=True)`` then ``backward()``) against
+``torch.autograd.grad(..., create_graph=True)``.
 
     python benchmarks/autodiff.py
 
@@ -38,6 +40,17 @@ def main() -> None:
     def ember_forward():
         return mse.forward(l2(act(l1(x))), y, Reduction.MEAN)
 
+    params = [l1.weight.val(), l1.bias.val(), l2.weight.val(), l2.bias.val()]
+
+    def ember_double():
+        loss = mse.forward(l2(act(l1(x))), y, Reduction.MEAN)
+        grads = loss.backward(create_graph=True)
+        penalty = None
+        for p in params:
+            term = p.grad(grads).square().sum()
+            penalty = term if penalty is None else penalty.add(term)
+        return penalty.add(loss).backward()
+
     rows = []
     torch = try_import_torch()
     if torch is not None:
@@ -51,14 +64,23 @@ def main() -> None:
         def torch_forward():
             return torch.nn.functional.mse_loss(net(tx), ty)
 
+        def torch_double():
+            net.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(net(tx), ty)
+            grads = torch.autograd.grad(loss, list(net.parameters()), create_graph=True)
+            (sum((g * g).sum() for g in grads) + loss).backward()
+
         # Alternating rounds, so that drifting machine load hits both alike.
         t_f, tt_f, r_f = paired_us(ember_forward, torch_forward, repeats=9)
         t_fb, tt_fb, r_fb = paired_us(ember_step, torch_step, repeats=9)
         rows.append(["forward (tracked)", fmt(t_f), fmt(tt_f), f"{r_f:.2f}x"])
         rows.append(["forward + backward", fmt(t_fb), fmt(tt_fb), f"{r_fb:.2f}x"])
+        t_dd, tt_dd, r_dd = paired_us(ember_double, torch_double, repeats=9)
+        rows.append(["double backward (grad-norm penalty)", fmt(t_dd), fmt(tt_dd), f"{r_dd:.2f}x"])
     else:
         rows.append(["forward (tracked)", fmt(median_us(ember_forward, repeats=9)), "-", "-"])
         rows.append(["forward + backward", fmt(median_us(ember_step, repeats=9)), "-", "-"])
+        rows.append(["double backward (grad-norm penalty)", fmt(median_us(ember_double, repeats=9)), "-", "-"])
     print_table(
         "seed MLP 64x4 -> 16 -> 1, MSE: ember/flex+autodiff vs torch eager (median us per call; ratio: median of alternating rounds)",
         ["workload", "ember", "torch", "ember/torch"],

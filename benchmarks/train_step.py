@@ -2,6 +2,7 @@
 installed), in one run. Median microseconds per step over several repeats.
 
     python benchmarks/train_step.py            # W1 (and W2/W3 when their layers exist)
+    python benchmarks/train_step.py amp        # W2 under autocast (bf16-mixed, 16-mixed) vs float32
 
 W1: the seed (MLP 4-16-1, MSE, Adam, 64 samples).
 W2: MLP 784-256-10, cross-entropy, Adam, batch 128.
@@ -248,6 +249,75 @@ def workload_w3(torch, rows):
     rows.append(row("W3 small CNN, CE, Adam, 64", t_ember, t_torch, None, ratio))
 
 
+def amp_table(torch) -> None:
+    """W2's step under autocast against its float32 step, ember and torch (CPU autocast)
+    each timed in alternating rounds against their own float32 step."""
+    from ember.amp import GradScaler
+    from ember.nn.loss import CrossEntropyLoss
+
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((128, 784)).astype(np.float32)
+    y_np = rng.integers(0, 10, 128)
+    device = Device.flex().autodiff()
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    ce = CrossEntropyLoss()
+
+    def ember_fn(dtype):
+        import ember
+
+        optim = AdamConfig().init()
+        scaler = GradScaler(enabled=dtype == "float16")
+        state = {"model": mlp([784, 256, 10], device)}
+
+        def step():
+            m = state["model"]
+            if dtype is None:
+                loss = ce.forward(m(x), y)
+            else:
+                with ember.autocast(device, dtype):
+                    loss = ce.forward(m(x), y)
+            loss.into_scalar()
+            grads = GradientsParams.from_grads(scaler.scale(loss).backward(), m)
+            state["model"] = scaler.step(optim, 1e-3, m, grads)
+            scaler.update()
+
+        return step
+
+    def torch_fn(dtype):
+        net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3, eps=1e-5)
+        scaler = torch.amp.GradScaler("cpu", enabled=dtype == "float16")
+        tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=getattr(torch, dtype or "float32"), enabled=dtype is not None):
+                loss = torch.nn.functional.cross_entropy(net(tx), ty)
+            loss.item()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+
+        return step
+
+    rows = []
+    for name, dtype in (("bf16-mixed", "bfloat16"), ("16-mixed (GradScaler)", "float16")):
+        t_amp, t_f32, ratio = time_pair(ember_fn(dtype), ember_fn(None), steps=30)
+        cells = [f"W2 {name}", fmt(t_f32), fmt(t_amp), f"{ratio:.2f}x"]
+        if torch is not None:
+            tt_amp, tt_f32, t_ratio = time_pair(torch_fn(dtype), torch_fn(None), steps=30)
+            cells += [fmt(tt_f32), fmt(tt_amp), f"{t_ratio:.2f}x"]
+        else:
+            cells += ["-", "-", "-"]
+        rows.append(cells)
+    print_table(
+        "W2 MLP 784-256-10, CE, Adam, batch 128 under autocast: median us per step; amp/f32 is the median "
+        "ratio of alternating rounds against the same framework's float32 step (torch: CPU autocast)",
+        ["workload", "ember f32", "ember amp", "amp/f32", "torch f32", "torch amp", "amp/f32"],
+        rows,
+    )
+
+
 def row(name, t_ember, t_torch, t_jax, ratio=None):
     return [
         name,
@@ -261,6 +331,9 @@ def row(name, t_ember, t_torch, t_jax, ratio=None):
 
 def main() -> None:
     torch = try_import_torch()
+    if sys.argv[1:] == ["amp"]:
+        amp_table(torch)
+        return
     rows: list[list[str]] = []
     for workload in (workload_w1, workload_w2, workload_w3):
         try:
