@@ -58,7 +58,9 @@ def _check_other_instance(grads: Any, module: Module, missed: list[tuple[int, ..
 
 class GradientsParams:
     """Gradients of a model's parameters, keyed by :class:`ParamId` (Burn's
-    ``GradientsParams``). Values are tensors on the inner (non-autodiff) device.
+    ``GradientsParams``). Values are tensors on the inner (non-autodiff) device, or
+    tracked tensors on the autodiff device when they come from
+    ``backward(create_graph=True)`` (an optimizer step reads their values).
 
     >>> grads = GradientsParams.from_grads(loss.backward(), model)  # doctest: +SKIP
     """

@@ -25,8 +25,9 @@ some thread); the state itself is per thread, as PyTorch's.
 >>> from ember.tensor.autocast import autocast
 >>> x = Tensor.ones([2, 3])
 >>> with autocast(Device.flex(), "bfloat16"):
-...     x.matmul(x.transpose()).dtype, x.sum().dtype
-(DType.BFLOAT16, DType.FLOAT32)
+...     y = x.matmul(x.transpose())
+...     y.dtype, y.sum().dtype, y.prod().dtype
+(DType.BFLOAT16, DType.BFLOAT16, DType.FLOAT32)
 """
 
 from __future__ import annotations
