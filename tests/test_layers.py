@@ -13,9 +13,11 @@ LAYERS = [
     "train",
     "distributed",
     "data",
-    "optim",
-    "func",
+    # Above optim: a Module's gradients are GradientsParams (func) and the GradScaler
+    # steps a ModuleOptimizer (amp); autocast's per-op casting lives in ember.tensor.
     "amp",
+    "func",
+    "optim",
     "nn",
     "capture",
     "module",
