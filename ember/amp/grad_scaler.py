@@ -5,7 +5,8 @@ multiplies the loss by a large factor before backward, so that small gradients
 survive, divides the gradients by it before the optimizer step, and adapts the
 factor: a step whose gradients hold an inf or a NaN is skipped and the scale shrinks
 (``backoff_factor``); after ``growth_interval`` clean steps in a row it grows
-(``growth_factor``).
+(``growth_factor``). Checking the gradients reads one value per step (a sync point,
+as in PyTorch); under ``ember.compile`` such a step runs eagerly.
 
 >>> scaler = GradScaler()
 >>> grads = GradientsParams.from_grads(scaler.scale(loss).backward(), model)  # doctest: +SKIP

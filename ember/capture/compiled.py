@@ -33,7 +33,7 @@ from ember.device import Device
 from ember.errors import GraphError
 from ember.module import Module, Param, RunningState
 from ember.module.visitor import ParamCollector
-from ember.tensor import Tensor
+from ember.tensor import Tensor, autocast
 
 _RETRACE = object()
 
@@ -596,7 +596,7 @@ class CompiledFunction:
         self._last = (_fast_args(args, result, entry), key, entry)
 
     def _key(self, spec: Any, leaves: list[Any]) -> tuple:
-        parts: list[Any] = [_static_key(spec)]
+        parts: list[Any] = [_static_key(spec), autocast.state_key()]
         for leaf in leaves:
             if isinstance(leaf, Tensor):
                 parts.append(_tensor_key(leaf))

@@ -102,6 +102,15 @@ def current() -> dict[Any, AutocastPolicy | None]:
     return getattr(_local, "state", None) or {}
 
 
+def state_key() -> tuple:
+    """This thread's autocast state as a hashable key (``()`` outside autocast): what a
+    traced function (``ember.compile``) guards on, since it changes the ops' dtypes."""
+    state = getattr(_local, "state", None) if ACTIVE else None
+    if not state:
+        return ()
+    return tuple(sorted(((device.spec(), policy) for device, policy in state.items()), key=lambda kv: kv[0]))
+
+
 @contextmanager
 def autocast(device: Any, dtype: DType | str = DType.BFLOAT16, enabled: bool = True,
              policy: AutocastPolicy | None = None) -> Iterator[None]:

@@ -237,3 +237,17 @@ def test_autocast_on_the_gpu_backend():
         assert g.dtype is ember.float32
         expected = 2 * (a_np @ b_np) @ b_np.T / 32
         np.testing.assert_allclose(g.to_numpy(), expected, rtol=5e-2, atol=5e-2)
+
+
+def test_compiled_functions_guard_on_the_autocast_state():
+    device = Device.flex().autodiff()
+    layer = LinearConfig(4, 3).init(device)
+    x = Tensor.ones([2, 4], device=device)
+    step = ember.compile(lambda m, x: m(x))
+    plain = step(layer, x)
+    with ember.autocast(device, "bfloat16"):
+        mixed = step(layer, x)
+        mixed_again = step(layer, x)
+    assert plain.dtype is ember.float32 and mixed.dtype is ember.bfloat16 and mixed_again.dtype is ember.bfloat16
+    assert step(layer, x).dtype is ember.float32
+    assert step.stats["traces"] == 2 and step.stats["replays"] == 2 and step.stats["eager"] == 0
