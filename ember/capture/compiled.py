@@ -530,7 +530,7 @@ class CompiledFunction:
         self.executor = executor
         self._entries: dict[Any, _Entry] = {}
         self._eager: dict[Any, str] = {}
-        self._last: tuple[tuple, Any, _Entry] | None = None  # the fast path (see __call__)
+        self._last: tuple[tuple, Any, _Entry, Any] | None = None  # the fast path (see __call__)
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager": 0, "evictions": 0, "retraces": 0}
         self.__wrapped__ = fn
         self.__doc__ = fn.__doc__
@@ -557,7 +557,7 @@ class CompiledFunction:
         # steady state; the module being the one the last call returned), floats
         # anywhere: the key is the last call's.
         last = self._last
-        if not kwargs and last is not None and len(args) == len(last[0]):
+        if not kwargs and last is not None and len(args) == len(last[0]) and last[3] == autocast.state_key():
             for a, b in zip(args, last[0]):
                 if a is not b and not (type(a) is float and type(b) is float):
                     break
@@ -566,7 +566,7 @@ class CompiledFunction:
                 result = entry.run(list(args))
                 if result is not _RETRACE:
                     stats["replays"] += 1
-                    self._last = (_fast_args(args, result, entry), last[1], entry)
+                    self._last = (_fast_args(args, result, entry), last[1], entry, last[3])
                     return result
                 self._last = None
         leaves: list[Any] = []
@@ -593,7 +593,7 @@ class CompiledFunction:
         if kwargs or not all(type(a) in _FLAT_KINDS or isinstance(a, (Tensor, Module)) for a in args):
             self._last = None
             return
-        self._last = (_fast_args(args, result, entry), key, entry)
+        self._last = (_fast_args(args, result, entry), key, entry, autocast.state_key())
 
     def _key(self, spec: Any, leaves: list[Any]) -> tuple:
         parts: list[Any] = [_static_key(spec), autocast.state_key()]
