@@ -1,18 +1,36 @@
-"""The cube (wgpu) backend against flex, and PyTorch on the same device when it has
-one: matmul GFLOP/s, elementwise GB/s, per-launch overhead, and the seed program's
-time per training step.
+"""The cube (wgpu) backend's generated kernels against plain hand-written WGSL kernels of
+the same geometry, and against the kernels of another ember checkout ("today").
 
-    python benchmarks/gpu.py [--quick]
+    python benchmarks/gpu.py [--quick] [--baseline DIR] [--only matmul,elementwise,...]
 
-Every figure is a median of several runs; GPU timings end with ``device.sync()`` so
-they count the work, not just its queuing. Where PyTorch has no GPU (the CPU wheel),
-its CPU figures are printed for reference and labelled ``torch-cpu``.
+Each workload's launches are captured once from the backend and then replayed (no
+Python per op), so every candidate is timed the same way: ``reps`` replays, then a
+sync. Candidates run in alternating rounds (drifting machine load hits all alike);
+figures are medians over rounds, ratios the median of per-round ratios.
+
+Candidates per workload:
+
+* ``ember``: the current generator; ``today``: the kernels of the checkout given with
+  ``--baseline`` (e.g. ``git worktree add /tmp/base main``), captured in a child process
+  and compiled here;
+* ``naive``, ``tiled 4x4`` (64x64x16 tile), ``tiled 8x4`` (128x64x16 tile): the
+  hand-written matmuls of :mod:`benchmarks.gpu_refs`, on row-major copies of the operands;
+  ``vec4 add``: the hand-written elementwise add;
+* ``numpy`` (reductions) on this process's CPU, and ``torch`` when it has a GPU.
+
+Sections: ``matmul`` (GFLOP/s), ``elementwise`` and ``reduce`` (GB/s an ideal kernel
+moves), ``conv`` (GFLOP/s of the whole op), ``overheads``, ``step`` (the seed program).
+``--json PATH`` also writes every median. On lavapipe (Mesa's CPU Vulkan driver) these
+figures are proxies for a GPU, and they share the CPU with everything else running.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
 import time
 
@@ -20,87 +38,263 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import gpu_cases as cases
+from benchmarks import gpu_refs as refs
 from benchmarks.common import fmt, median_us, print_table, try_import_torch
 from ember import Device, DeviceKind, Distribution, Module, Tensor
+from ember.backend.cube.cache import Kernel
 from ember.nn import Linear, LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
 
-
-def torch_device(torch) -> tuple[str, str]:
-    """(torch device, label): the GPU torch has, else its CPU."""
-    if torch is None:
-        return "", ""
-    if torch.cuda.is_available():
-        return "cuda", f"torch-cuda ({torch.cuda.get_device_name(0)})"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps", "torch-mps"
-    return "cpu", "torch-cpu"
+SECTIONS = ("matmul", "elementwise", "reduce", "conv", "overheads", "step")
 
 
-def torch_sync(torch, dev: str) -> None:
-    if dev == "cuda":
+def matmul_cases(quick: bool, large: bool) -> list[dict]:
+    mm = cases.matmul_case
+    out = [mm("512^3", 512, 512, 512)]
+    if not quick:
+        out += [mm("768^3", 768, 768, 768), mm("1024^3", 1024, 1024, 1024)]
+    out += [
+        mm("W2 x@W 128x784x256", 128, 784, 256),
+        mm("W2 g@W^T 128x256x784", 128, 256, 784, tb=True),
+        mm("W2 x^T@g 784x128x256", 784, 128, 256, ta=True),
+        mm("W2 h@W 128x256x10", 128, 256, 10),
+        mm("CNN conv1 16x9x784 b64", 16, 9, 784, batch_a=(1, 1), batch_b=(64, 1)),
+        mm("CNN conv2 32x144x196 b64", 32, 144, 196, batch_a=(1, 1), batch_b=(64, 1)),
+    ]
+    if large:
+        out.append(mm("4096^3", 4096, 4096, 4096))
+    return out
+
+
+def other_cases(quick: bool) -> dict[str, list[dict]]:
+    sizes = [2**20] if quick else [2**20, 2**24]
+    return {
+        "elementwise": [{"kind": "add", "name": f"add {n:,}", "n": n} for n in sizes]
+        + [{"kind": "fused", "name": f"exp(x)*y {sizes[-1]:,}", "n": sizes[-1]}],
+        "reduce": [
+            {"kind": "sum_rows", "name": "sum rows 4096x1024", "shape": [4096, 1024]},
+            {"kind": "softmax", "name": "softmax 4096x1024", "shape": [4096, 1024]},
+            {"kind": "log_softmax", "name": "log_softmax 128x10", "shape": [128, 10]},
+        ],
+        "conv": [
+            {"kind": "conv", "name": "conv1 64x1x28x28 * 16x1x3x3", "x": [64, 1, 28, 28], "w": [16, 1, 3, 3]},
+            {"kind": "conv", "name": "conv2 64x16x14x14 * 32x16x3x3", "x": [64, 16, 14, 14], "w": [32, 16, 3, 3]},
+        ],
+    }
+
+
+# ---------------------------------------------------------------------- replays
+class Replay:
+    """A list of launches that can be recorded again and again on one runtime."""
+
+    def __init__(self, runtime, launches, keep) -> None:
+        self.runtime = runtime
+        self.launches = launches
+        self.keep = keep
+
+    def __call__(self) -> None:
+        launch = self.runtime.launch3
+        for kernel, blocks, info, groups in self.launches:
+            launch(kernel, blocks, info, groups)
+
+
+def ember_replay(backend, case) -> tuple[Replay, float]:
+    """The current generator's launches for ``case``, and the result's relative error."""
+    launches, buffers, result, keep = cases.capture(backend, case)
+    got = backend.to_numpy(result).astype(np.float64)
+    want = cases.reference(case, cases.inputs(case))
+    error = float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
+    blocks = [b for b, _, _ in buffers]
+    return Replay(backend.runtime, [(k, [blocks[i] for i in ids], info, g) for k, ids, info, g in launches], keep), error
+
+
+def baseline_replays(runtime, baseline: str, todo: list[dict]) -> dict[str, tuple[Replay, float]]:
+    """The baseline checkout's launches for each case, compiled on ``runtime``."""
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(baseline))
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_cases.py")
+    proc = subprocess.run([sys.executable, script], input=json.dumps(todo), env=env, cwd=baseline,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"the baseline capture failed:\n{proc.stderr[-4000:]}")
+    out = {}
+    compiled: dict[str, Kernel] = {}
+    for entry, case in zip(json.loads(proc.stdout), todo):
+        arrays = cases.inputs(case)
+        blocks = []
+        for buf in entry["buffers"]:
+            if buf["input"] is not None:
+                blocks.append(runtime.upload(np.ascontiguousarray(arrays[buf["input"]])))
+            else:
+                blocks.append(runtime.alloc(buf["size"]))
+        launches = []
+        for ln in entry["launches"]:
+            kernel = compiled.get(ln["source"])
+            if kernel is None:
+                pipeline = runtime.compile("today_" + ln["name"], ln["source"], ln["n_in"], ln["n_out"])
+                kernel = compiled[ln["source"]] = Kernel(ln["name"], pipeline, ln["n_in"], ln["n_out"], ln["source"])
+            launches.append((kernel, [blocks[i] for i in ln["buffers"]], ln["info"], tuple(ln["groups"])))
+        out[case["name"]] = (Replay(runtime, launches, blocks), entry["error"])
+    return out
+
+
+def _kernel(runtime, name: str, source: str) -> Kernel:
+    return Kernel(name, runtime.compile(name, source, 2, 1), 2, 1, source)
+
+
+def reference_matmuls(runtime, case) -> dict[str, Replay]:
+    """The hand-written matmuls on row-major copies of the case's operands."""
+    a, b = cases.inputs(case)
+    if case["ta"]:
+        a = np.swapaxes(a, -1, -2)
+    if case["tb"]:
+        b = np.swapaxes(b, -1, -2)
+    m, k, n = case["m"], case["k"], case["n"]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    count = int(np.prod(batch)) if batch else 1
+    a_step = 0 if int(np.prod(a.shape[:-2])) == 1 else m * k
+    b_step = 0 if int(np.prod(b.shape[:-2])) == 1 else k * n
+    ga = runtime.upload(np.ascontiguousarray(a, np.float32))
+    gb = runtime.upload(np.ascontiguousarray(b, np.float32))
+    out = runtime.alloc(4 * count * m * n)
+    info = [m, n, k, a_step, b_step]
+    keep = (ga, gb, out)
+    kernels = {
+        "naive": (refs.NAIVE, (-(-n // 16), -(-m // 16), count)),
+        "tiled 4x4": (refs.TILED_4X4, (-(-n // 64), -(-m // 64), count)),
+        "tiled 8x4": (refs.TILED_8X4, (-(-n // 64), -(-m // 128), count)),
+    }
+    return {
+        name: Replay(runtime, [(_kernel(runtime, "ref_" + name, src), [ga, gb, out], info, grid)], keep)
+        for name, (src, grid) in kernels.items()
+    }
+
+
+def reference_add(runtime, case) -> dict[str, Replay]:
+    a, b = cases.inputs(case)
+    ga, gb = runtime.upload(a), runtime.upload(b)
+    out = runtime.alloc(a.nbytes)
+    quads = a.size // 4
+    groups = -(-quads // 256)
+    grid = (groups, 1, 1)
+    if groups > runtime.max_groups:
+        rows = -(-groups // runtime.max_groups)
+        grid = (-(-groups // rows), rows, 1)
+    kernel = _kernel(runtime, "ref_add_vec4", refs.ADD_VEC4)
+    return {"vec4 add": Replay(runtime, [(kernel, [ga, gb, out], [quads], grid)], (ga, gb, out))}
+
+
+# ---------------------------------------------------------------------- timing
+def alternate(candidates: dict, sync, rounds: int, min_time: float) -> dict[str, list[float]]:
+    """Seconds per call of each candidate, one sample per round, candidates alternating."""
+    reps = {}
+    for name, fn in candidates.items():
+        fn()
+        sync()
+        number = 1
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            sync()
+            if time.perf_counter() - start >= min_time or number >= 1 << 12:
+                break
+            number *= 2
+        reps[name] = number
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            for _ in range(reps[name]):
+                fn()
+            sync()
+            samples[name].append((time.perf_counter() - start) / reps[name])
+    return samples
+
+
+def report(title: str, unit: str, work: dict[str, float], results: dict[str, dict[str, list[float]]],
+           errors: dict[str, float], record: dict) -> None:
+    """One table: per case and candidate, the median rate and the ratio to ember."""
+    rows = []
+    for case_name, samples in results.items():
+        ember = samples["ember"]
+        for name, times in samples.items():
+            rate = work[case_name] / statistics.median(times) / 1e9
+            ratio = statistics.median(o / e for o, e in zip(times, ember))
+            spread = (max(times) - min(times)) / statistics.median(times)
+            label = case_name if name == "ember" else ""
+            note = f"err {errors[case_name]:.1e}" if name == "ember" else ""
+            rows.append([label, name, fmt(rate), f"{ratio:.2f}x", f"{spread:.0%}", note])
+            record.setdefault(title, {}).setdefault(case_name, {})[name] = {
+                "median_s": statistics.median(times), unit: rate, "time_vs_ember": ratio}
+    print_table(f"{title}: {unit} (higher is better); 'time/ember' > 1 means ember is faster",
+                ["case", "kernel", unit, "time/ember", "spread", ""], rows)
+
+
+def run_section(section, todo, backend, args, record, torch) -> None:
+    runtime = backend.runtime
+    baseline = baseline_replays(runtime, args.baseline, todo) if args.baseline else {}
+    results, work, errors = {}, {}, {}
+    for case in todo:
+        ember, error = ember_replay(backend, case)
+        candidates = {"ember": ember}
+        if case["name"] in baseline:
+            candidates["today"] = baseline[case["name"]][0]
+        if case["kind"] == "matmul":
+            candidates.update(reference_matmuls(runtime, case))
+        if case["kind"] == "add":
+            candidates.update(reference_add(runtime, case))
+        if case["kind"] in ("sum_rows", "softmax", "log_softmax"):
+            x = cases.inputs(case)[0]
+            candidates["numpy"] = numpy_op(case["kind"], x)
+        if torch is not None and torch.cuda.is_available() and case["kind"] == "matmul" and not case["batch_b"]:
+            candidates["torch-cuda"] = torch_matmul(torch, case)
+        results[case["name"]] = alternate(candidates, runtime.sync, args.rounds, args.min_time)
+        errors[case["name"]] = error
+        work[case["name"]] = cases.flops(case) or cases.moved_bytes(case)
+        del candidates
+    unit = "GFLOP/s" if section in ("matmul", "conv") else "GB/s"
+    report(section, unit, work, results, errors, record)
+
+
+def numpy_op(kind: str, x: np.ndarray):
+    if kind == "sum_rows":
+        return lambda: x.sum(axis=1, keepdims=True)
+
+    def softmax():
+        z = x - x.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        if kind == "log_softmax":
+            return z - np.log(e.sum(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return softmax
+
+
+def torch_matmul(torch, case):
+    a, b = (torch.from_numpy(x).cuda() for x in cases.inputs(case))
+    if case["ta"]:
+        a = a.transpose(-1, -2)
+    if case["tb"]:
+        b = b.transpose(-1, -2)
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    def run():
+        a @ b
         torch.cuda.synchronize()
-    elif dev == "mps":
-        torch.mps.synchronize()
+
+    return run
 
 
+# ---------------------------------------------------------------------- overheads, seed step
 def timed(fn, sync, reps: int, repeats: int) -> float:
-    """Median seconds per call of ``fn`` over ``repeats`` runs of ``reps`` calls and a sync."""
-
     def run():
         for _ in range(reps):
             fn()
         sync()
 
     return median_us(run, repeats=repeats, min_time=0.0) / reps / 1e6
-
-
-def bench_matmul(gpu, torch, tdev, tlabel, sizes, repeats):
-    rows = []
-    rng = np.random.default_rng(0)
-    for n in sizes:
-        a = rng.standard_normal((n, n)).astype(np.float32)
-        b = rng.standard_normal((n, n)).astype(np.float32)
-        flops = 2.0 * n**3
-        ga, gb = Tensor.from_data(a, device=gpu), Tensor.from_data(b, device=gpu)
-        reps = max(1, 2**22 // n**2 // 8)
-        t_gpu = timed(lambda x=ga, y=gb: x.matmul(y), gpu.sync, reps, repeats)
-        fa, fb = Tensor.from_data(a, device=Device.flex()), Tensor.from_data(b, device=Device.flex())
-        t_flex = timed(lambda x=fa, y=fb: x.matmul(y), lambda: None, reps, repeats)
-        t_torch = None
-        if torch is not None:
-            ta, tb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
-            t_torch = timed(lambda x=ta, y=tb: x @ y, lambda: torch_sync(torch, tdev), reps, repeats)
-        row = [f"{n}x{n} @ {n}x{n}", fmt(flops / t_gpu / 1e9), fmt(flops / t_flex / 1e9)]
-        row += [fmt(None if t_torch is None else flops / t_torch / 1e9),
-                "-" if t_torch is None else f"{t_torch / t_gpu:.2f}x"]
-        rows.append(row)
-    print_table("matmul float32, GFLOP/s (higher is better)",
-                ["size", "cube", "flex", tlabel or "torch", f"cube vs {tlabel or 'torch'}"], rows)
-
-
-def bench_elementwise(gpu, torch, tdev, tlabel, sizes, repeats):
-    rows = []
-    rng = np.random.default_rng(1)
-    for n in sizes:
-        a = rng.standard_normal(n).astype(np.float32)
-        b = rng.standard_normal(n).astype(np.float32)
-        moved = 3 * 4 * n  # two reads, one write
-        ga, gb = Tensor.from_data(a, device=gpu), Tensor.from_data(b, device=gpu)
-        reps = max(1, 2**24 // n)
-        t_gpu = timed(lambda x=ga, y=gb: x.add(y), gpu.sync, reps, repeats)
-        fa, fb = Tensor.from_data(a, device=Device.flex()), Tensor.from_data(b, device=Device.flex())
-        t_flex = timed(lambda x=fa, y=fb: x.add(y), lambda: None, reps, repeats)
-        t_torch = None
-        if torch is not None:
-            ta, tb = torch.from_numpy(a).to(tdev), torch.from_numpy(b).to(tdev)
-            t_torch = timed(lambda x=ta, y=tb: x + y, lambda: torch_sync(torch, tdev), reps, repeats)
-        rows.append([f"add {n:,} floats", fmt(moved / t_gpu / 1e9), fmt(moved / t_flex / 1e9),
-                     fmt(None if t_torch is None else moved / t_torch / 1e9),
-                     "-" if t_torch is None else f"{t_torch / t_gpu:.2f}x"])
-    print_table("elementwise add float32, GB/s moved (higher is better)",
-                ["op", "cube", "flex", tlabel or "torch", f"cube vs {tlabel or 'torch'}"], rows)
 
 
 def bench_overheads(gpu, repeats):
@@ -132,8 +326,8 @@ class Mlp(Module):
         return self.l2(self.act(self.l1(x)))
 
 
-def seed_step_time(device: Device, steps: int, repeats: int) -> tuple[float, float]:
-    """Median seconds per step, and kernel launches per step (cube only, else 0)."""
+def bench_seed_step(gpu, steps, repeats):
+    device = gpu.autodiff()
     device.seed(42)
     x = Tensor.random([64, 4], Distribution.uniform(-1.0, 1.0), device=device)
     y = x.matmul(Tensor.from_floats([[1.0], [-2.0], [0.5], [3.0]], device=device)).add_scalar(0.5)
@@ -150,68 +344,57 @@ def seed_step_time(device: Device, steps: int, repeats: int) -> tuple[float, flo
     for _ in range(5):
         step()
     inner = device.inner().backend
-    launches = 0.0
-    if hasattr(inner, "stats"):
-        before = inner.stats()["launches"]
-        for _ in range(steps):
-            step()
-        launches = (inner.stats()["launches"] - before) / steps
-    return timed(step, device.sync, steps, repeats), launches
-
-
-def torch_step_time(torch, dev: str, steps: int, repeats: int) -> float:
-    torch.manual_seed(42)
-    x = (torch.rand(64, 4, device=dev) * 2 - 1)
-    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]], device=dev) + 0.5
-    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(dev)
-    optim = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
-
-    def step():
-        optim.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.item()
-        loss.backward()
-        optim.step()
-
-    for _ in range(5):
+    before = inner.stats()["launches"]
+    for _ in range(steps):
         step()
-    return timed(step, lambda: torch_sync(torch, dev), steps, repeats)
-
-
-def bench_seed_step(gpu, torch, tdev, tlabel, steps, repeats):
-    rows = []
-    t_gpu, launches = seed_step_time(gpu.autodiff(), steps, repeats)
-    t_flex, _ = seed_step_time(Device.flex().autodiff(), steps, repeats)
-    rows.append(["cube+autodiff", fmt(t_gpu * 1e3, " ms"), f"{launches:.0f} launches/step", "1.00x"])
-    rows.append(["flex+autodiff", fmt(t_flex * 1e3, " ms"), "-", f"{t_flex / t_gpu:.2f}x"])
-    if torch is not None:
-        if tdev == "cpu":  # the cores this process may use, not the machine's
-            torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-        t_torch = torch_step_time(torch, tdev, steps, repeats)
-        rows.append([tlabel, fmt(t_torch * 1e3, " ms"), "-", f"{t_torch / t_gpu:.2f}x"])
-    print_table("the seed program: one training step (forward, loss.into_scalar(), backward, Adam), median",
-                ["device", "time/step", "kernels", "vs cube (>1: cube faster)"], rows)
+    launches = (inner.stats()["launches"] - before) / steps
+    t = timed(step, device.sync, steps, repeats)
+    print_table("the seed program on cube: one training step (median)", ["time/step", "kernels/step"],
+                [[fmt(t * 1e3, " ms"), f"{launches:.0f}"]])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes, rounds and shorter samples")
+    parser.add_argument("--large", action="store_true", help="add a 4096^3 matmul (for a real GPU)")
+    parser.add_argument("--baseline", help="another ember checkout to compare against ('today')")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--min-time", type=float, default=None, help="seconds per sample, at least")
+    parser.add_argument("--json", help="also write the medians to this file")
     parser.add_argument("--kind", default="default", choices=[k.name.lower() for k in DeviceKind])
     args = parser.parse_args()
+    args.rounds = args.rounds or (3 if args.quick else 7)
+    args.min_time = args.min_time if args.min_time is not None else (0.05 if args.quick else 0.2)
+    only = [s for s in args.only.split(",") if s]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown sections {unknown}; choose from {SECTIONS}")
     gpu = Device.wgpu(DeviceKind[args.kind.upper()])
-    runtime = gpu.backend.ensure_ready()
+    backend = gpu.backend
+    runtime = backend.ensure_ready()
     torch = try_import_torch()
-    tdev, tlabel = torch_device(torch)
-    if torch is not None and tdev == "cpu" and hasattr(os, "sched_getaffinity"):
-        torch.set_num_threads(len(os.sched_getaffinity(0)))
-    repeats = 3 if args.quick else 5
-    print(f"cube: {gpu!r} on {runtime.name}; float16 {'native' if runtime.native_f16 else 'in 32-bit words'}")
-    if torch is not None:
-        print(f"torch {torch.__version__}: {tlabel}" + ("  (no GPU in this torch: CPU figures, for reference)" if tdev == "cpu" else ""))
-    bench_overheads(gpu, repeats)
-    bench_elementwise(gpu, torch, tdev, tlabel, [2**16, 2**20] if args.quick else [2**16, 2**20, 2**22], repeats)
-    bench_matmul(gpu, torch, tdev, tlabel, [128, 256] if args.quick else [128, 256, 512, 1024], repeats)
-    bench_seed_step(gpu, torch, tdev, tlabel, 10 if args.quick else 30, repeats)
+    print(f"cube: {gpu!r} on {runtime.name}; subgroups {'yes' if runtime.subgroups else 'no'}; "
+          f"{args.rounds} alternating rounds, samples of >= {args.min_time} s"
+          + (f"; today = {args.baseline}" if args.baseline else ""))
+    if hasattr(os, "getloadavg"):
+        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    record: dict = {"adapter": runtime.name, "rounds": args.rounds}
+    others = other_cases(args.quick)
+    for section in only:
+        if section == "matmul":
+            run_section(section, matmul_cases(args.quick, args.large), backend, args, record, torch)
+        elif section in others:
+            run_section(section, others[section], backend, args, record, torch)
+        elif section == "overheads":
+            bench_overheads(gpu, args.rounds)
+        elif section == "step":
+            bench_seed_step(gpu, 10 if args.quick else 30, args.rounds)
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(tmp, args.json)
 
 
 if __name__ == "__main__":

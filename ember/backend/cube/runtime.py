@@ -167,11 +167,13 @@ class Runtime:
         self.wgpu = wgpu
         self.adapter = adapter
         self.name = describe(adapter)
-        features = ["shader-f16"] if "shader-f16" in adapter.features else []
+        features = [f for f in ("shader-f16", "subgroup") if f in adapter.features]
         limits = {k: adapter.limits[k] for k in _LIMITS if k in adapter.limits}
         self.device = adapter.request_device_sync(required_features=features, required_limits=limits)
         self.queue = self.device.queue
-        self.native_f16 = bool(features)
+        self.native_f16 = "shader-f16" in features
+        #: whether kernels may use WGSL's subgroup operations (``enable subgroups;``)
+        self.subgroups = "subgroup" in features
         lim = self.device.limits
         self.max_binding = int(min(lim["max-storage-buffer-binding-size"], lim["max-buffer-size"]))
         self.max_groups = int(lim["max-compute-workgroups-per-dimension"])

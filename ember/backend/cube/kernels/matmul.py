@@ -1,205 +1,219 @@
-"""Tiled matrix multiply: each workgroup computes a 64x64 tile of the output from
-16-deep slices of A and B staged in workgroup memory; each of its 256 threads
-accumulates a 4x4 block in registers. Operands are read through their strides
-(a transposed or broadcast operand needs no copy); batch dims broadcast. An
-optional bias row is added in the epilogue (the fused ``linear``)."""
+"""Matrix multiply: ``a @ b`` over broadcast batch dims, with an optional epilogue
+(``linear``'s bias, an activation, a residual: any :class:`~ember.backend.cube.ir.Expr`
+applied to each output element before it is stored).
+
+Two templates, chosen by shape in :func:`choose` (every threshold there was measured):
+
+* :mod:`.gemm_tiled`: shared-memory tiles, ``8x4`` outputs per invocation on a
+  ``128x64`` tile for large shapes, ``4x4`` on ``64x64`` for medium ones;
+* :mod:`.gemm_small`: a barrier-free register-blocked kernel when M, K or N is small
+  (the im2col GEMMs of a small CNN, a 10-class output layer).
+
+Each template has a vectorised variant per operand (``array<vec4<f32>>`` bindings, read
+along the contiguous dim) chosen from the strides (:func:`.gemm_common.operand_mode`),
+and vec4 stores when N is a multiple of 4. Operands are read through their strides, so
+a transposed or broadcast operand needs no copy. int64 has its own one-output-per-
+invocation kernel (WGSL has no ``vec4`` of two-word integers).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ember.backend.cube import wgsl
+from ember.backend.cube import ir, wgsl
 from ember.backend.cube.buffer import CubeTensor, broadcast_strides, coalesce
 from ember.backend.cube.cache import KernelSource
-from ember.backend.cube.dtypes import Storage
+from ember.backend.cube.dtypes import Storage, scalar_words
+from ember.backend.cube.kernels import gemm_common as gc
+from ember.backend.cube.kernels import gemm_small, gemm_tiled
+from ember.backend.ops import BinaryOp
 from ember.errors import DTypeError, ShapeError
 
 if TYPE_CHECKING:
     from ember.backend.cube.backend import CubeBackend
 
-_T = 64   # output tile edge
-_K = 16   # depth of a staged slice
 _MR = wgsl.MAX_RANK
-_MAX_BATCH = 65535
 
-# info: M, N, K, batch count, batch base, batch rank, batch shape[MR],
-#       A [offset, row stride, col stride, batch strides[MR]], B [same], bias [offset, stride]
-_A = 6 + _MR
-_B = _A + 3 + _MR
-_BIAS = _B + 3 + _MR
+LARGE = gemm_tiled.Tiling(128, 64, 16, 8)
+MEDIUM = gemm_tiled.Tiling(64, 64, 16, 4)
 
 
-def _source(a: Storage, b: Storage, out: Storage, bias: Storage | None) -> KernelSource:
-    t = a.compute
-    zero = wgsl.ZERO[t]
-    la = wgsl.load(a, "in0", "u32(ia)")
-    lb = wgsl.load(b, "in1", "u32(ib)")
-    bias_load = wgsl.load(bias, "in2", "u32(bias_off + i32(c) * bias_stride)") if bias is not None else None
-    lines = [
-        "    let m = info[0]; let n = info[1]; let kdim = info[2];",
-        "    let batch = wg.z + info[4];",
-        "    if (wg.z >= info[3]) { return; }",
-        "    var rem = batch;",
-        f"    var oa: i32 = bitcast<i32>(info[{_A}u]);",
-        f"    var ob: i32 = bitcast<i32>(info[{_B}u]);",
-        "    for (var k = info[5]; k > 0u; k--) {",
-        "        let d = k - 1u;",
-        "        let sz = info[6u + d];",
-        "        let c = i32(rem % sz);",
-        "        rem = rem / sz;",
-        f"        oa += c * bitcast<i32>(info[{_A + 3}u + d]);",
-        f"        ob += c * bitcast<i32>(info[{_B + 3}u + d]);",
-        "    }",
-        f"    let ars = bitcast<i32>(info[{_A + 1}u]); let acs = bitcast<i32>(info[{_A + 2}u]);",
-        f"    let brs = bitcast<i32>(info[{_B + 1}u]); let bcs = bitcast<i32>(info[{_B + 2}u]);",
-        f"    let row0 = wg.y * {_T}u; let col0 = wg.x * {_T}u;",
-        "    let tx = lid % 16u; let ty = lid / 16u;",
-        f"    var acc: array<{t}, 16>;",
-        f"    for (var i = 0u; i < 16u; i++) {{ acc[i] = {zero}; }}",
-        f"    for (var k0 = 0u; k0 < kdim; k0 += {_K}u) {{",
-        "        for (var l = 0u; l < 4u; l++) {",
-        "            let e = lid + l * 256u;",
-        f"            let r = e / {_K}u; let kk = e % {_K}u;",
-        "            let gr = row0 + r; let gk = k0 + kk;",
-        f"            var va: {t} = {zero};",
-        f"            if (gr < m && gk < kdim) {{ let ia = oa + i32(gr) * ars + i32(gk) * acs; va = {la}; }}",
-        f"            sa[kk * {_T}u + r] = va;",
-        f"            let kb = e / {_T}u; let cb = e % {_T}u;",
-        "            let gkb = k0 + kb; let gc = col0 + cb;",
-        f"            var vb: {t} = {zero};",
-        f"            if (gkb < kdim && gc < n) {{ let ib = ob + i32(gkb) * brs + i32(gc) * bcs; vb = {lb}; }}",
-        f"            sb[kb * {_T}u + cb] = vb;",
-        "        }",
-        "        workgroupBarrier();",
-        f"        for (var kk = 0u; kk < {_K}u; kk++) {{",
-        f"            let ra = kk * {_T}u + ty * 4u;",
-        f"            let rb = kk * {_T}u + tx * 4u;",
-        f"            let a4 = vec4<{t}>(sa[ra], sa[ra + 1u], sa[ra + 2u], sa[ra + 3u]);",
-        f"            let b4 = vec4<{t}>(sb[rb], sb[rb + 1u], sb[rb + 2u], sb[rb + 3u]);",
-        "            for (var i = 0u; i < 4u; i++) {",
-        "                let ai = a4[i];",
-        "                acc[i * 4u] += ai * b4.x; acc[i * 4u + 1u] += ai * b4.y;",
-        "                acc[i * 4u + 2u] += ai * b4.z; acc[i * 4u + 3u] += ai * b4.w;",
-        "            }",
-        "        }",
-        "        workgroupBarrier();",
-        "    }",
-    ]
-    if bias is not None:
-        lines.append(f"    let bias_off = bitcast<i32>(info[{_BIAS}u]); let bias_stride = bitcast<i32>(info[{_BIAS + 1}u]);")
-    lines += [
-        "    for (var i = 0u; i < 4u; i++) {",
-        "        let r = row0 + ty * 4u + i;",
-        "        if (r >= m) { break; }",
-        "        for (var j = 0u; j < 4u; j++) {",
-        "            let c = col0 + tx * 4u + j;",
-        "            if (c >= n) { break; }",
-        "            var v = acc[i * 4u + j];",
-    ]
-    if bias is not None:
-        lines.append(f"            v += {bias_load};")
-    lines += [
-        f"            out0[(batch * m + r) * n + c] = {wgsl.store(out, 'v')};",
-        "        }",
-        "    }",
-    ]
-    body = "\n".join(lines)
-    main = (
-        "@compute @workgroup_size(256)\n"
-        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-        f"{body}\n}}\n"
-    )
-    decl = f"var<workgroup> sa: array<{t}, {_T * _K}>;\nvar<workgroup> sb: array<{t}, {_T * _K}>;"
-    ins = [a, b] + ([bias] if bias is not None else [])
-    code = decl + "\n" + main
-    source = "\n".join([wgsl.bindings(ins, [out]), wgsl.helpers_for(code + out.store), code])
-    return KernelSource("matmul" + ("_bias" if bias is not None else ""), source, len(ins), 1)
+@dataclass(frozen=True)
+class Epilogue:
+    """``expr`` over the product (``load(0)``), ``operands`` (``load(1)``, ... each
+    broadcastable to the output's shape) and ``scalars`` (``scalar(0)``, ...)."""
+
+    expr: ir.Expr
+    operands: tuple[CubeTensor, ...] = ()
+    scalars: tuple[int | float | bool, ...] = ()
+    scalar_types: tuple[str, ...] = ()
 
 
-def _source_i64(st: Storage, bias: Storage | None) -> KernelSource:
-    """int64 matmul: one thread per output over ``_S x _S`` tiles, accumulating with
-    the 64-bit helpers (WGSL has no ``vec4`` of them for the tiled kernel)."""
-    lines = [
-        "    let m = info[0]; let n = info[1]; let kdim = info[2];",
-        "    let batch = wg.z + info[4];",
-        "    if (wg.z >= info[3]) { return; }",
-        f"    let r = wg.y * {_S}u + lid / {_S}u; let c = wg.x * {_S}u + lid % {_S}u;",
-        "    if (r >= m || c >= n) { return; }",
-        "    var rem = batch;",
-        f"    var oa: i32 = bitcast<i32>(info[{_A}u]);",
-        f"    var ob: i32 = bitcast<i32>(info[{_B}u]);",
-        "    for (var k = info[5]; k > 0u; k--) {",
-        "        let d = k - 1u;",
-        "        let sz = info[6u + d];",
-        "        let q = i32(rem % sz);",
-        "        rem = rem / sz;",
-        f"        oa += q * bitcast<i32>(info[{_A + 3}u + d]);",
-        f"        ob += q * bitcast<i32>(info[{_B + 3}u + d]);",
-        "    }",
-        f"    let ars = bitcast<i32>(info[{_A + 1}u]); let acs = bitcast<i32>(info[{_A + 2}u]);",
-        f"    let brs = bitcast<i32>(info[{_B + 1}u]); let bcs = bitcast<i32>(info[{_B + 2}u]);",
-        f"    var acc = {wgsl.ZERO['i64']};",
-        "    for (var k = 0u; k < kdim; k++) {",
-        "        let va = in0[u32(oa + i32(r) * ars + i32(k) * acs)];",
-        "        let vb = in1[u32(ob + i32(k) * brs + i32(c) * bcs)];",
-        "        acc = add_l(acc, mul_l(va, vb));",
-        "    }",
-    ]
-    if bias is not None:
-        lines.append(f"    let bias_off = bitcast<i32>(info[{_BIAS}u]); let bias_stride = bitcast<i32>(info[{_BIAS + 1}u]);")
-        lines.append("    acc = add_l(acc, in2[u32(bias_off + i32(c) * bias_stride)]);")
-    lines.append("    out0[(batch * m + r) * n + c] = acc;")
-    main = (
-        f"@compute @workgroup_size({_S * _S})\n"
-        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-        + "\n".join(lines) + "\n}\n"
-    )
-    ins = [st, st] + ([bias] if bias is not None else [])
-    source = "\n".join([wgsl.bindings(ins, [st]), wgsl.helpers_for(main), main])
-    return KernelSource("matmul_i64", source, len(ins), 1)
+def bias_epilogue(bias: CubeTensor, ctype: str, activation: str | None = None) -> Epilogue:
+    """``product + bias`` (bias along the last dim), then ``activation`` (a unary op name
+    of :data:`wgsl.UNARY`, e.g. ``"relu"``) if given."""
+    expr = ir.binary(BinaryOp.ADD, ir.load(0, ctype), ir.load(1, bias.storage.compute))
+    if activation is not None:
+        expr = ir.unary(activation, expr)
+    return Epilogue(expr, (bias,))
 
 
-_S = 16  # tile edge of the int64 kernel
+def choose(m: int, n: int, k: int, batch: int) -> gemm_tiled.Tiling | gemm_small.Blocking:
+    """The template and tile for a problem of this shape.
+
+    Measured on lavapipe (benchmarks/gpu.py, alternating rounds; see the commit log):
+    the register-blocked kernel beats any shared-memory tile when K <= 32 (staging a
+    slice costs more than the few products it feeds: 16x9x784 ran 3-4x faster than on
+    a 64x64 tile) or when M <= 32 (a 64-row tile would be at least half idle: 32x144x196
+    ran about 2x faster), and when N <= 16 (128x256x10). Between those and large
+    shapes the 64x64 tile with 4x4 per invocation wins; from M >= 256 and N >= 128 the
+    128x64 tile with 8x4 per invocation halves the shared-memory reads per product and
+    wins by 10-30% (512^3, 1024^3, 784x128x256).
+    """
+    if k <= 32 or m <= 32 or n <= 16:
+        quads = -(-n // 4)
+        wx = 1
+        while wx < quads and wx < gemm_small.WORKGROUP:
+            wx *= 2
+        tm = 8 if m >= 64 else 4
+        return gemm_small.Blocking(tm, wx)
+    if m >= 256 and n >= 128:
+        return LARGE
+    return MEDIUM
 
 
-def matmul(backend: CubeBackend, a: CubeTensor, b: CubeTensor, bias: CubeTensor | None = None) -> CubeTensor:
-    """``a @ b`` (+ ``bias`` along the last dim) for rank >= 2 operands."""
+def matmul(
+    backend: CubeBackend,
+    a: CubeTensor,
+    b: CubeTensor,
+    bias: CubeTensor | None = None,
+    epilogue: Epilogue | None = None,
+    out_storage: Storage | None = None,
+) -> CubeTensor:
+    """``a @ b`` (+ ``bias`` along the last dim, or through ``epilogue``) for rank >= 2
+    operands; the result has ``out_storage`` (default: ``a``'s)."""
     if a.storage.compute == "bool":
         raise DTypeError("ember: matmul: not defined on bool tensors; cast to float first")
+    if bias is not None:
+        if epilogue is not None:
+            raise ValueError("ember: cube: matmul takes a bias or an epilogue, not both (put the bias in the epilogue)")
+        epilogue = bias_epilogue(bias, a.storage.compute)
+    out_storage = out_storage or a.storage
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch_shape = tuple(int(d) for d in _broadcast(a.shape[:-2], b.shape[:-2]))
     out_shape = batch_shape + (m, n)
-    out = backend.empty(out_shape, a.storage)
+    out = backend.empty(out_shape, out_storage)
     count = 1
     for d in batch_shape:
         count *= d
     if count == 0 or m == 0 or n == 0:
         return out
-    a_b = broadcast_strides(a.view(a.shape[:-2], a.strides[:-2], 0), batch_shape) if batch_shape else ()
-    b_b = broadcast_strides(b.view(b.shape[:-2], b.strides[:-2], 0), batch_shape) if batch_shape else ()
-    cshape, (ca, cb) = coalesce(batch_shape, a_b, b_b) if batch_shape else ((), [(), ()])
+    extra = epilogue.operands if epilogue is not None else ()
+    for e in extra:
+        if _broadcast(e.shape, out_shape) != out_shape:
+            raise ShapeError(f"ember: cube: a matmul epilogue operand of shape {list(e.shape)} does not broadcast "
+                             f"to the output's {list(out_shape)}")
+    # Per operand: strides along the output's (batch..., rows, cols), broadcast.
+    a_str = (broadcast_strides(a.view(a.shape[:-2], a.strides[:-2], 0), batch_shape) if batch_shape else ())
+    b_str = (broadcast_strides(b.view(b.shape[:-2], b.strides[:-2], 0), batch_shape) if batch_shape else ())
+    e_str = [broadcast_strides(e, out_shape) for e in extra]
+    cshape, cstrides = coalesce(batch_shape, a_str, b_str, *[s[:-2] for s in e_str]) if batch_shape else (
+        (), [()] * (2 + len(extra)))
     if len(cshape) > _MR:
         raise ShapeError(f"ember: cube: matmul batch shape {list(batch_shape)} has more than {_MR} strided dims")
-    key = ("matmul", a.storage, b.storage, None if bias is None else bias.storage)
-    wide = a.storage.compute == "i64"
-    build = (lambda: _source_i64(a.storage, None if bias is None else bias.storage)) if wide else (
-        lambda: _source(a.storage, b.storage, a.storage, None if bias is None else bias.storage))
-    kernel = backend.cache.get(key, build)
+    # Row / column strides (0 on a dim of size 1: it is never stepped).
+    ars, acs = (a.strides[-2] if m > 1 else 0), (a.strides[-1] if k > 1 else 0)
+    brs, bcs = (b.strides[-2] if k > 1 else 0), (b.strides[-1] if n > 1 else 0)
+    blocks = [(a.offset, ars, acs, cstrides[0]), (b.offset, brs, bcs, cstrides[1])]
+    blocks += [(e.offset, s[-2], s[-1], cs) for e, s, cs in zip(extra, e_str, cstrides[2:])]
+
+    ctype = a.storage.compute
+    spec = None
+    if epilogue is not None:
+        spec = gc.EpilogueSpec(epilogue.expr, tuple(e.storage for e in extra), tuple(epilogue.scalar_types))
+    if ctype == "i64":
+        plan = None
+        key = ("matmul_i64", a.storage, b.storage, out_storage, spec)
+        kernel = backend.cache.get(key, lambda: _source_i64(a.storage, out_storage, spec))
+        tiles = (_ceil(n, _S), _ceil(m, _S))
+    else:
+        plan = choose(m, n, k, count)
+        vec_outer = 4
+        a_mode = gc.operand_mode(a.storage, m, k, ars, acs, a.offset, cstrides[0], vec_outer)
+        b_mode = gc.operand_mode(b.storage, n, k, bcs, brs, b.offset, cstrides[1], vec_outer)
+        out_vec = gc.vectorisable(out_storage) and n % 4 == 0
+        key = ("matmul", plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, spec)
+        if isinstance(plan, gemm_tiled.Tiling):
+            kernel = backend.cache.get(key, lambda: gemm_tiled.source(
+                plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec))
+            tiles = (_ceil(n, plan.bn), _ceil(m, plan.bm))
+        else:
+            kernel = backend.cache.get(key, lambda: gemm_small.source(
+                plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec))
+            tiles = (_ceil(_ceil(n, 4), plan.wx), _ceil(_ceil(m, plan.tm), plan.wy))
     rank = len(cshape)
     pad = [0] * (_MR - rank)
-    head = [m, n, k, 0, 0, rank, *cshape, *pad]
     words = lambda xs: [x & 0xFFFF_FFFF for x in xs]  # noqa: E731
-    info_a = words([a.offset, a.strides[-2], a.strides[-1], *ca]) + pad
-    info_b = words([b.offset, b.strides[-2], b.strides[-1], *cb]) + pad
-    info_bias = words([bias.offset, bias.strides[-1]]) if bias is not None else []
-    buffers = [a.buffer, b.buffer] + ([bias.buffer] if bias is not None else []) + [out.buffer]
-    tile = _S if wide else _T
-    groups = (-(-n // tile), -(-m // tile))
-    for base in range(0, count, _MAX_BATCH):
-        head[3], head[4] = min(_MAX_BATCH, count - base), base
-        backend.runtime.launch3(kernel, buffers, head + info_a + info_b + info_bias, (groups[0], groups[1], head[3]))
+    head = [m, n, k, 0, 0, 0, 0, rank, *cshape, *pad]
+    info_blocks = []
+    for offset, rs, cs, bs in blocks:
+        info_blocks += words([offset, rs, cs, *bs]) + pad
+    scalars = []
+    if epilogue is not None:
+        for v, t in zip(epilogue.scalars, epilogue.scalar_types):
+            scalars += list(scalar_words(v, t))
+    buffers = [a.buffer, b.buffer] + [e.buffer for e in extra] + [out.buffer]
+    limit = backend.runtime.max_groups
+    for z0 in range(0, count, limit):
+        for y0 in range(0, tiles[1], limit):
+            for x0 in range(0, tiles[0], limit):
+                head[3:7] = [min(limit, count - z0), z0, x0, y0]
+                groups = (min(limit, tiles[0] - x0), min(limit, tiles[1] - y0), head[3])
+                backend.runtime.launch3(kernel, buffers, head + info_blocks + scalars, groups)
     return out
+
+
+_S = 16  # tile edge of the int64 kernel
+
+
+def _source_i64(st: Storage, out: Storage, spec: gc.EpilogueSpec | None) -> KernelSource:
+    """int64 matmul: one invocation per output over ``_S x _S`` tiles, accumulating with
+    the 64-bit helpers (WGSL has no ``vec4`` of them for the register templates)."""
+    extra = spec.storages if spec is not None else ()
+    pa, pb = gc.block_at(0), gc.block_at(1)
+    lines = [
+        "    let m = info[0]; let n = info[1]; let kdim = info[2];",
+        "    if (wg.z >= info[3]) { return; }",
+        "    let batch = wg.z + info[4];",
+        f"    let r = (wg.y + info[6]) * {_S}u + lid / {_S}u; let c = (wg.x + info[5]) * {_S}u + lid % {_S}u;",
+        "    if (r >= m || c >= n) { return; }",
+        *gc.batch_offsets(2 + len(extra)),
+        *[f"    eo{j} = base{2 + j};" for j in range(len(extra))],
+        f"    let ars = bitcast<i32>(info[{pa + 1}u]); let acs = bitcast<i32>(info[{pa + 2}u]);",
+        f"    let brs = bitcast<i32>(info[{pb + 1}u]); let bcs = bitcast<i32>(info[{pb + 2}u]);",
+        f"    var acc = {wgsl.ZERO['i64']};",
+        "    for (var k = 0u; k < kdim; k++) {",
+        "        let va = in0[u32(base0 + i32(r) * ars + i32(k) * acs)];",
+        "        let vb = in1[u32(base1 + i32(k) * brs + i32(c) * bcs)];",
+        "        acc = add_l(acc, mul_l(va, vb));",
+        "    }",
+        "    out0[(batch * m + r) * n + c] = epi(acc, batch, r, c);",
+    ]
+    main = (
+        f"@compute @workgroup_size({_S * _S})\n"
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+        + "\n".join(lines) + "\n}\n"
+    )
+    code = gc.epilogue_function(spec, "i64", out) + "\n" + main
+    ins = [st, st, *extra]
+    source = "\n".join([wgsl.bindings(ins, [out]), wgsl.helpers_for(code + out.store), code])
+    return KernelSource("matmul_i64", source, len(ins), 1)
+
+
+def _ceil(x: int, y: int) -> int:
+    return -(-x // y)
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
