@@ -112,7 +112,7 @@ def matmul(
         return out
     extra = epilogue.operands if epilogue is not None else ()
     for e in extra:
-        if _broadcast(e.shape, out_shape) != out_shape:
+        if not _broadcasts_to(e.shape, out_shape):
             raise ShapeError(f"ember: cube: a matmul epilogue operand of shape {list(e.shape)} does not broadcast "
                              f"to the output's {list(out_shape)}")
     # Per operand: strides along the output's (batch..., rows, cols), broadcast.
@@ -210,6 +210,12 @@ def _source_i64(st: Storage, out: Storage, spec: gc.EpilogueSpec | None) -> Kern
     ins = [st, st, *extra]
     source = "\n".join([wgsl.bindings(ins, [out]), wgsl.helpers_for(code + out.store), code])
     return KernelSource("matmul_i64", source, len(ins), 1)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
 def _ceil(x: int, y: int) -> int:
