@@ -10,7 +10,8 @@ figures are medians over rounds, ratios the median of per-round ratios.
 
 Candidates per workload:
 
-* ``ember``: the current generator; ``today``: the kernels of the checkout given with
+* ``ember``: the current generator (``--variants``: also each matmul template forced,
+  whatever the shape); ``today``: the kernels of the checkout given with
   ``--baseline`` (e.g. ``git worktree add /tmp/base main``), captured in a child process
   and compiled here;
 * ``naive``, ``tiled 4x4`` (64x64x16 tile), ``tiled 8x4`` (128x64x16 tile): the
@@ -108,6 +109,26 @@ def ember_replay(backend, case) -> tuple[Replay, float]:
     error = float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
     blocks = [b for b, _, _ in buffers]
     return Replay(backend.runtime, [(k, [blocks[i] for i in ids], info, g) for k, ids, info, g in launches], keep), error
+
+
+def ember_forced(backend, case, plan) -> Replay:
+    """The current generator's launches for a matmul case with its template forced."""
+    from ember.backend.cube.kernels import matmul
+
+    choose = matmul.choose
+    matmul.choose = lambda *args, **kwargs: plan
+    try:
+        return ember_replay(backend, case)[0]
+    finally:
+        matmul.choose = choose
+
+
+def variants(case) -> dict:
+    """Each matmul template forced (``--variants``): data for the thresholds of ``choose``."""
+    from ember.backend.cube.kernels import matmul
+
+    return {"ember 8x4 tile": matmul.LARGE, "ember 4x4 tile": matmul.MEDIUM,
+            "ember registers": matmul.registers(case["m"], case["n"])}
 
 
 def baseline_replays(runtime, baseline: str, todo: list[dict]) -> dict[str, tuple[Replay, float]]:
@@ -242,6 +263,8 @@ def run_section(section, todo, backend, args, record, torch) -> None:
         if case["name"] in baseline:
             candidates["today"] = baseline[case["name"]][0]
         if case["kind"] == "matmul":
+            if args.variants:
+                candidates.update({name: ember_forced(backend, case, plan) for name, plan in variants(case).items()})
             candidates.update(reference_matmuls(runtime, case))
         if case["kind"] == "add":
             candidates.update(reference_add(runtime, case))
@@ -359,6 +382,7 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="add a 4096^3 matmul (for a real GPU)")
     parser.add_argument("--baseline", help="another ember checkout to compare against ('today')")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
+    parser.add_argument("--variants", action="store_true", help="also time each matmul template forced")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--min-time", type=float, default=None, help="seconds per sample, at least")
     parser.add_argument("--json", help="also write the medians to this file")

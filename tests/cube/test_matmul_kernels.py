@@ -47,25 +47,44 @@ SHAPES = {
 }
 
 
+PLANS = {
+    "large": lambda m, n: mm.LARGE,
+    "medium": lambda m, n: mm.MEDIUM,
+    "regs": mm.registers,
+}
+
+
 def test_shapes_pick_the_templates():
-    assert mm.choose(260, 132, 70, 1) == mm.LARGE  # (m, n, k, batch)
-    assert mm.choose(100, 72, 44, 1) == mm.MEDIUM
-    assert isinstance(mm.choose(16, 784, 9, 64), gemm_small.Blocking)
-    assert isinstance(mm.choose(32, 196, 144, 64), gemm_small.Blocking)
-    assert isinstance(mm.choose(128, 10, 256, 1), gemm_small.Blocking)
-    assert mm.choose(128, 10, 256, 1).wx == 4  # narrow outputs: few column quads per workgroup
-    assert mm.choose(1024, 1024, 1024, 1) == mm.LARGE
+    assert mm.choose(1024, 1024, 1024, 1) == mm.LARGE  # (m, n, k, batch)
+    assert mm.choose(512, 512, 512, 1) == mm.LARGE
+    assert mm.choose(512, 256, 512, 1) == mm.MEDIUM  # 128x64 tiles would be 16 workgroups
+    assert mm.choose(128, 256, 784, 8) == mm.LARGE
+    assert isinstance(mm.choose(128, 256, 784, 1), gemm_small.Blocking)  # 8 tiles of 64x64
+    assert isinstance(mm.choose(64, 64, 64, 1), gemm_small.Blocking)  # too few tiles of either size
+    for small in [(16, 784, 9, 64), (32, 196, 144, 64), (128, 10, 256, 1), (784, 784, 9, 1)]:
+        assert isinstance(mm.choose(*small), gemm_small.Blocking)
+    assert mm.registers(128, 10).wx == 4  # narrow outputs: few column quads per workgroup
+    assert mm.registers(16, 784) == gemm_small.Blocking(4, 64)
+    assert isinstance(mm.choose(1024, 1024, 1024, 1, cpu=True), gemm_small.Blocking)
 
 
 @pytest.mark.parametrize("ta", [False, True], ids=["a", "aT"])
 @pytest.mark.parametrize("tb", [False, True], ids=["b", "bT"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_float32_every_access_mode(backend, rng, shape, ta, tb):
+@pytest.mark.parametrize("plan", sorted(PLANS))
+def test_float32_every_access_mode(backend, rng, plan, shape, ta, tb):
     m, k, n = SHAPES[shape]
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    got = backend.to_numpy(backend.matmul(_upload(backend, a, ta), _upload(backend, b, tb)))
+    ga, gb = _upload(backend, a, ta), _upload(backend, b, tb)
+    got = backend.to_numpy(mm.matmul(backend, ga, gb, plan=PLANS[plan](m, n)))
     _check(got, a.astype(np.float64) @ b)
+
+
+def test_default_choice(backend, rng):
+    a = rng.standard_normal((130, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 70)).astype(np.float32)
+    _check(backend.to_numpy(backend.matmul(backend.from_numpy(a), backend.from_numpy(b))), a.astype(np.float64) @ b)
 
 
 def test_vectorised_and_scalar_modes_are_generated(backend):
@@ -90,23 +109,24 @@ def test_unaligned_offsets_use_scalar_loads(backend, rng):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32", "int64", "uint8"])
-@pytest.mark.parametrize("shape", ["large", "small_m", "narrow"])
-def test_other_dtypes(backend, rng, dtype, shape):
-    m, k, n = SHAPES[shape]
+@pytest.mark.parametrize("plan", sorted(PLANS))
+def test_other_dtypes(backend, rng, dtype, plan):
+    m, k, n = SHAPES["large"]
+    force = PLANS[plan](m, n)
     if dtype in ("int32", "int64", "uint8"):
         a = rng.integers(0, 5, (m, k)).astype(dtype)
         b = rng.integers(0, 5, (k, n)).astype(dtype)
         want = a.astype(np.int64) @ b.astype(np.int64)
         if dtype == "uint8":
             want = want % 256
-        got = backend.to_numpy(backend.matmul(backend.from_numpy(a), _upload(backend, b, True)))
+        got = backend.to_numpy(mm.matmul(backend, backend.from_numpy(a), _upload(backend, b, True), plan=force))
         assert got.dtype == np.dtype(dtype) and (got.astype(np.int64) == want).all()
         return
     import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
 
     a = rng.standard_normal((m, k)).astype(np.float32).astype(dtype)
     b = rng.standard_normal((k, n)).astype(np.float32).astype(dtype)
-    got = backend.to_numpy(backend.matmul(backend.from_numpy(a), backend.from_numpy(b)))
+    got = backend.to_numpy(mm.matmul(backend, backend.from_numpy(a), backend.from_numpy(b), plan=force))
     assert got.dtype == a.dtype
     _check(got.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), tol=2e-2)
 
@@ -117,18 +137,21 @@ def test_int64_beyond_32_bits(backend):
     assert backend.to_numpy(backend.matmul(backend.from_numpy(a), backend.from_numpy(b))).tolist() == (a @ b).tolist()
 
 
-@pytest.mark.parametrize("shape", ["large", "medium", "small_k", "narrow"])
-def test_broadcast_batches(backend, rng, shape):
+@pytest.mark.parametrize("plan", sorted(PLANS))
+@pytest.mark.parametrize("shape", ["large", "small_k", "narrow"])
+def test_broadcast_batches(backend, rng, shape, plan):
     m, k, n = SHAPES[shape]
     a = rng.standard_normal((3, 1, m, k)).astype(np.float32)
     b = rng.standard_normal((1, 2, k, n)).astype(np.float32)
-    got = backend.to_numpy(backend.matmul(backend.from_numpy(a), _upload(backend, b, True)))
+    got = backend.to_numpy(mm.matmul(backend, backend.from_numpy(a), _upload(backend, b, True), plan=PLANS[plan](m, n)))
     _check(got, a.astype(np.float64) @ b)
 
 
-@pytest.mark.parametrize("shape", ["large", "small_m", "narrow"])
-def test_epilogue_bias_activation_residual(backend, rng, shape):
+@pytest.mark.parametrize("plan", sorted(PLANS))
+@pytest.mark.parametrize("shape", ["large", "narrow"])
+def test_epilogue_bias_activation_residual(backend, rng, shape, plan):
     m, k, n = SHAPES[shape]
+    force = PLANS[plan](m, n)
     a = rng.standard_normal((2, m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
@@ -136,15 +159,15 @@ def test_epilogue_bias_activation_residual(backend, rng, shape):
     ga, gb = backend.from_numpy(a), backend.from_numpy(b)
     gbias, gres = backend.from_numpy(bias), backend.from_numpy(res)
     want = a.astype(np.float64) @ b
-    _check(backend.to_numpy(mm.matmul(backend, ga, gb, bias=gbias)), want + bias)
+    _check(backend.to_numpy(mm.matmul(backend, ga, gb, bias=gbias, plan=force)), want + bias)
     relu = mm.bias_epilogue(gbias, "f32", "relu")
-    _check(backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=relu)), np.maximum(want + bias, 0))
+    _check(backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=relu, plan=force)), np.maximum(want + bias, 0))
     f = ir.load
     expr = ir.binary(BinaryOp.ADD, ir.binary(BinaryOp.MUL, f(0, "f32"), ir.scalar(0, "f32")), f(1, "f32"))
     scaled = mm.Epilogue(expr, (gres,), (0.5,), ("f32",))
-    _check(backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=scaled)), 0.5 * want + res)
+    _check(backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=scaled, plan=force)), 0.5 * want + res)
     cmp = mm.Epilogue(ir.binary(BinaryOp.GT, f(0, "f32"), f(1, "f32")), (gbias,))
-    got = backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=cmp, out_storage=backend.storage(DType.BOOL)))
+    got = backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=cmp, out_storage=backend.storage(DType.BOOL), plan=force))
     assert got.dtype == np.bool_ and (got == ((a @ b) > bias)).mean() > 0.999  # ties at rounding aside
 
 
@@ -160,10 +183,10 @@ def test_epilogue_operand_must_broadcast(backend):
 def test_grids_over_the_per_dimension_limit_are_split(backend, rng, monkeypatch):
     """Tiles and batches beyond the per-dimension workgroup limit go in several launches."""
     monkeypatch.setattr(backend.runtime, "max_groups", 2)
-    for m, k, n in [(300, 40, 200), (20, 8, 50)]:
+    for m, k, n, plan in [(300, 40, 200, mm.LARGE), (20, 8, 50, mm.registers(20, 50)), (33, 8, 300, mm.registers(4, 300))]:
         a = rng.standard_normal((5, m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         before = backend.stats()["launches"]
-        got = backend.to_numpy(backend.matmul(backend.from_numpy(a), backend.from_numpy(b)))
+        got = backend.to_numpy(mm.matmul(backend, backend.from_numpy(a), backend.from_numpy(b), plan=plan))
         assert backend.stats()["launches"] - before > 1
         _check(got, a.astype(np.float64) @ b)

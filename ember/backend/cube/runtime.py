@@ -174,6 +174,9 @@ class Runtime:
         self.native_f16 = "shader-f16" in features
         #: whether kernels may use WGSL's subgroup operations (``enable subgroups;``)
         self.subgroups = "subgroup" in features
+        #: whether the adapter runs kernels on the CPU (lavapipe, SwiftShader, WARP):
+        #: kernel templates that suit a GPU's memory hierarchy may lose there
+        self.cpu = str(adapter.info.get("adapter_type", "")).upper() == "CPU"
         lim = self.device.limits
         self.max_binding = int(min(lim["max-storage-buffer-binding-size"], lim["max-buffer-size"]))
         self.max_groups = int(lim["max-compute-workgroups-per-dimension"])

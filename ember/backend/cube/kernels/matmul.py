@@ -2,12 +2,14 @@
 (``linear``'s bias, an activation, a residual: any :class:`~ember.backend.cube.ir.Expr`
 applied to each output element before it is stored).
 
-Two templates, chosen by shape in :func:`choose` (every threshold there was measured):
+Two templates, chosen by shape and adapter in :func:`choose` (its docstring gives the
+measurements behind each threshold):
 
 * :mod:`.gemm_tiled`: shared-memory tiles, ``8x4`` outputs per invocation on a
   ``128x64`` tile for large shapes, ``4x4`` on ``64x64`` for medium ones;
 * :mod:`.gemm_small`: a barrier-free register-blocked kernel when M, K or N is small
-  (the im2col GEMMs of a small CNN, a 10-class output layer).
+  (the im2col GEMMs of a small CNN, a 10-class output layer), and for every shape on a
+  CPU adapter (lavapipe), where it measured fastest.
 
 Each template has a vectorised variant per operand (``array<vec4<f32>>`` bindings, read
 along the contiguous dim) chosen from the strides (:func:`.gemm_common.operand_mode`),
@@ -59,28 +61,50 @@ def bias_epilogue(bias: CubeTensor, ctype: str, activation: str | None = None) -
     return Epilogue(expr, (bias,))
 
 
-def choose(m: int, n: int, k: int, batch: int) -> gemm_tiled.Tiling | gemm_small.Blocking:
-    """The template and tile for a problem of this shape.
+def choose(m: int, n: int, k: int, batch: int, cpu: bool = False) -> gemm_tiled.Tiling | gemm_small.Blocking:
+    """The template and tile for a problem of this shape on a GPU (``cpu=False``) or a
+    CPU adapter such as lavapipe (``cpu=True``).
 
-    Measured on lavapipe (benchmarks/gpu.py, alternating rounds; see the commit log):
-    the register-blocked kernel beats any shared-memory tile when K <= 32 (staging a
-    slice costs more than the few products it feeds: 16x9x784 ran 3-4x faster than on
-    a 64x64 tile) or when M <= 32 (a 64-row tile would be at least half idle: 32x144x196
-    ran about 2x faster), and when N <= 16 (128x256x10). Between those and large
-    shapes the 64x64 tile with 4x4 per invocation wins; from M >= 256 and N >= 128 the
-    128x64 tile with 8x4 per invocation halves the shared-memory reads per product and
-    wins by 10-30% (512^3, 1024^3, 784x128x256).
+    Measured on lavapipe (benchmarks/gpu.py and alternating-round runs of each template
+    forced on each shape, medians of 3-5 rounds on a loaded 2-core machine, +-20% noise):
+    the register-blocked kernel (8x4 per invocation) beat the best shared-memory tile on
+    every shape tried: by 1.3x on 1024^3, 1.5x on 512^3, 1.4-1.6x on the W2 shapes
+    (128x784x256 and its two backward products), 4-10x on 16x9x784 and 32x144x196 (the
+    CNN's im2col GEMMs, where a 64-row tile is three-quarters idle) and 128x256x10.
+    lavapipe runs a workgroup's invocations as SIMD lanes on one core, each barrier
+    splits the shader into resumable pieces, and the CPU caches serve the repeated
+    global reads that shared memory saves on a GPU: so on a CPU adapter it is always
+    the register kernel. Among the tiles, 128x64 with 8x4 per invocation beat 64x64
+    with 4x4 by 1.2-1.4x on 512^3 and on all three W2 shapes, and a 16-deep slice beat
+    8- and 32-deep ones by about 10%.
+
+    On a GPU, shared-memory tiles are what keep the arithmetic units fed, so the
+    register kernel is kept for the shapes a tile wastes: K <= 32 (staging a slice costs
+    more than the products it feeds), M <= 32 (a 64-row tile at least half idle) and
+    N <= 16. The tile sizes then follow occupancy: 128x64 when that still makes >= 32
+    workgroups (a GPU has tens of compute units), else 64x64 when that makes >= 16,
+    else the register kernel, whose 64-invocation workgroups spread a small problem
+    widest. These GPU thresholds were not measured in this change (no GPU was lent):
+    ``scripts/gpu_check.sh`` runs each template forced on each shape to check them.
     """
-    if k <= 32 or m <= 32 or n <= 16:
-        quads = -(-n // 4)
-        wx = 1
-        while wx < quads and wx < gemm_small.WORKGROUP:
-            wx *= 2
-        tm = 8 if m >= 64 else 4
-        return gemm_small.Blocking(tm, wx)
-    if m >= 256 and n >= 128:
+    if cpu or k <= 32 or m <= 32 or n <= 16:
+        return registers(m, n)
+    if _ceil(m, LARGE.bm) * _ceil(n, LARGE.bn) * batch >= 32:
         return LARGE
-    return MEDIUM
+    if _ceil(m, MEDIUM.bm) * _ceil(n, MEDIUM.bn) * batch >= 16:
+        return MEDIUM
+    return registers(m, n)
+
+
+def registers(m: int, n: int) -> gemm_small.Blocking:
+    """The register-blocked kernel's blocking: 8 rows per invocation (4 when M < 64:
+    fewer wasted rows on a 16- or 32-row problem), and as many column quads per
+    workgroup as N has, up to all 64 invocations (N = 10 gets 4 quads by 16 row blocks)."""
+    quads = _ceil(n, 4)
+    wx = 1
+    while wx < quads and wx < gemm_small.WORKGROUP:
+        wx *= 2
+    return gemm_small.Blocking(8 if m >= 64 else 4, wx)
 
 
 def matmul(
@@ -90,9 +114,11 @@ def matmul(
     bias: CubeTensor | None = None,
     epilogue: Epilogue | None = None,
     out_storage: Storage | None = None,
+    plan: gemm_tiled.Tiling | gemm_small.Blocking | None = None,
 ) -> CubeTensor:
     """``a @ b`` (+ ``bias`` along the last dim, or through ``epilogue``) for rank >= 2
-    operands; the result has ``out_storage`` (default: ``a``'s)."""
+    operands; the result has ``out_storage`` (default: ``a``'s). ``plan`` forces a
+    template (tests and benchmarks); by default :func:`choose` picks one."""
     if a.storage.compute == "bool":
         raise DTypeError("ember: matmul: not defined on bool tensors; cast to float first")
     if bias is not None:
@@ -139,7 +165,7 @@ def matmul(
         kernel = backend.cache.get(key, lambda: _source_i64(a.storage, out_storage, spec))
         tiles = (_ceil(n, _S), _ceil(m, _S))
     else:
-        plan = choose(m, n, k, count)
+        plan = plan or choose(m, n, k, count, backend.runtime.cpu)
         vec_outer = 4
         a_mode = gc.operand_mode(a.storage, m, k, ars, acs, a.offset, cstrides[0], vec_outer)
         b_mode = gc.operand_mode(b.storage, n, k, bcs, brs, b.offset, cstrides[1], vec_outer)
