@@ -91,9 +91,11 @@ def num_inputs(expr: Expr) -> int:
 class Emitter:
     """Turns expressions into ``let`` statements, each node once."""
 
-    def __init__(self, loads: dict[int, str], scalars: dict[int, int]) -> None:
+    def __init__(self, loads: dict[int, str], scalars: dict[int, int], index: str = "i32(gi)", prefix: str = "v") -> None:
         self.loads = loads          # input index -> WGSL expression of its value
         self.scalars = scalars      # scalar index -> info position
+        self.index = index          # WGSL expression of the element's linear index (i32)
+        self.prefix = prefix        # of the names of the emitted values
         self.lines: list[str] = []
         self._names: dict[Expr, str] = {}
 
@@ -107,7 +109,7 @@ class Emitter:
         elif op == "scalar":
             code = wgsl.info_scalar(self.scalars[args[0]], expr.type)
         elif op == "index":
-            code = "i32(gi)"
+            code = self.index
         elif op == "unary":
             code = wgsl.UNARY[args[0]][args[1].type].format(a=self.emit(args[1]))
         elif op == "binary":
@@ -119,7 +121,7 @@ class Emitter:
             code = wgsl.convert(self.emit(args[0]), args[0].type, expr.type)
         else:  # pragma: no cover - the builders above make every node
             raise ValueError(op)
-        name = f"v{len(self._names)}"
+        name = f"{self.prefix}{len(self._names)}"
         self._names[expr] = name
         self.lines.append(f"    let {name}: {expr.type} = {code};")
         return name

@@ -335,14 +335,15 @@ class Runtime:
 
     def launch(self, kernel: Any, buffers: list[Any], info: list[int], groups: int) -> None:
         """Record ``kernel`` over ``groups`` workgroups (a linear count, spread over a 2-D
-        grid when over the per-dimension limit) with ``buffers`` bound in order and
-        ``info`` as its parameter block."""
+        grid when over the per-dimension limit, with fewer idle workgroups than it has
+        rows) with ``buffers`` bound in order and ``info`` as its parameter block."""
         if groups <= 0:
             return
         if groups <= self.max_groups:
             self.launch3(kernel, buffers, info, (groups, 1, 1))
-        else:
-            self.launch3(kernel, buffers, info, (self.max_groups, -(-groups // self.max_groups), 1))
+        else:  # as square as the rows allow: at most rows - 1 idle workgroups
+            rows = -(-groups // self.max_groups)
+            self.launch3(kernel, buffers, info, (-(-groups // rows), rows, 1))
 
     def launch3(self, kernel: Any, buffers: list[Any], info: list[int], groups: tuple[int, int, int]) -> None:
         """Record ``kernel`` over a 3-D grid of workgroups."""

@@ -375,7 +375,7 @@ def bindings(inputs: list[Storage | str], outputs: list[Storage | str]) -> str:
     ``info``, with the ``i64`` alias (unused aliases cost nothing)."""
     lines = []
     elems = [s if isinstance(s, str) else s.wgsl for s in inputs + outputs]
-    if "f16" in elems:
+    if any("f16" in e for e in elems):
         lines.append("enable f16;")
     lines.append(int64.ALIAS)
     for i, e in enumerate(elems[: len(inputs)]):
