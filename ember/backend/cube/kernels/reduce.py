@@ -12,6 +12,7 @@ from ember.backend.cube import wgsl
 from ember.backend.cube.buffer import CubeTensor, coalesce, contiguous_strides
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
+from ember.backend.cube.kernels import rows
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, ReduceOp
 from ember.errors import ShapeError
@@ -138,6 +139,8 @@ def _launch_reduce(backend, op, x, dim, out_storage, count, out_shape) -> CubeTe
             per_group = -(-n // groups)
             chunk = -(-per_group // _WG) * _WG
             groups = -(-n // chunk)
+        elif x.strides[dim] == 1:
+            return _launch_rows(backend, op, x, dim, cshape, strides, ctype, out_storage, out_shape, count)
     if groups == 1:
         return _launch_one(backend, op, x, dim, cshape, strides, ctype, out_storage, out_shape, count, chunk, 1, mode)
     # Split: each of `groups` workgroups reduces one chunk; a second pass reduces the partials.
@@ -159,6 +162,36 @@ def _launch_one(backend, op, x, dim, cshape, strides, ctype, out_storage, out_sh
     info += [n, x.strides[dim] & 0xFFFF_FFFF, count, chunk, groups]
     blocks = -(-n_out // _WG) if mode == "lane" else n_out * groups
     backend.runtime.launch(kernel, [x.buffer, out.buffer], info, blocks)
+    return out
+
+
+def _aligned(x: CubeTensor, n: int, outer_strides) -> bool:
+    """Whether every row of ``x`` (``n`` long, stride 1) is whole, 16-byte aligned quads."""
+    return rows.vectorisable(x.storage) and n % 4 == 0 and x.offset % 4 == 0 and all(s % 4 == 0 for s in outer_strides)
+
+
+def _launch_rows(backend, op, x, dim, cshape, strides, ctype, out_storage, out_shape, count):
+    """One workgroup per output over contiguous rows (:mod:`.rows`)."""
+    n = x.shape[dim]
+    n_out = _numel(cshape)
+    wg = rows.workgroup_size(n, backend.runtime.cpu)
+    vec = _aligned(x, n, strides)
+    subgroups = backend.runtime.subgroups
+    key = ("reduce_rows", op, x.storage, out_storage, wg, vec, subgroups)
+    p = _tail_at(1)
+
+    def build() -> KernelSource:
+        final = "acc"
+        if op == ReduceOp.MEAN:
+            final = f"select(acc / f32(info[{p + 2}u]), nan_f(), info[{p + 2}u] == 0u)"
+        return rows.reduce_source(op, x.storage, out_storage, ctype, _COMBINE[op][ctype], _INIT[op][ctype], final,
+                                  [f"    let n = info[{p}u];"], wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF)]),
+                                  wg, vec, subgroups)
+
+    kernel = backend.cache.get(key, build)
+    out = backend.empty(tuple(out_shape), out_storage)
+    info = _info_head(n_out, cshape, [(x.offset, strides)]) + [n, 1, count]
+    backend.runtime.launch(kernel, [x.buffer, out.buffer], info, n_out)
     return out
 
 
@@ -314,6 +347,19 @@ def softmax(backend: CubeBackend, x: CubeTensor, dim: int, log: bool) -> CubeTen
     out_strides = contiguous_strides(x.shape)
     cshape, (strides, ostrides) = _geometry(x, dim, [out_strides])
     n_out = x.size // n
+    if n > 64 and x.strides[dim] == 1 and out_strides[dim] == 1:
+        wg = rows.workgroup_size(n, backend.runtime.cpu)
+        vec = _aligned(x, n, strides)
+        cache = rows.cache_slots(n, wg) if vec else 0
+        subgroups = backend.runtime.subgroups
+        p = _tail_at(2)
+        head = [f"    let n = info[{p}u];"]
+        offsets = wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)])
+        kernel = backend.cache.get(("softmax_rows", log, x.storage, wg, vec, subgroups, cache),
+                                   lambda: rows.softmax_source(log, x.storage, head, offsets, wg, vec, subgroups, cache))
+        info = _info_head(n_out, cshape, [(x.offset, strides), (0, ostrides)]) + [n]
+        backend.runtime.launch(kernel, [x.buffer, out.buffer], info, n_out)
+        return out
     mode = "tree" if n > 64 and n_out < 8192 else "lane"
     key = ("softmax", log, mode, x.storage)
     kernel = backend.cache.get(key, lambda: _softmax_source(log, mode, x.storage))
