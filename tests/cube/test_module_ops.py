@@ -1,5 +1,6 @@
-"""Cube's conv (im2col + tiled matmul), conv-transpose (col2im), pooling and
-embedding kernels against PyTorch, on the module-op suite's awkward shapes."""
+"""Cube's conv (im2col gathered in a matmul's loads, or materialised), conv-transpose
+(col2im), pooling and embedding kernels against PyTorch, on the module-op suite's
+awkward shapes."""
 
 from __future__ import annotations
 
@@ -39,8 +40,14 @@ class Cube:
         return call
 
 
-@pytest.fixture
-def cube(backend):
+@pytest.fixture(params=["fused", "im2col"])
+def cube(request, backend, monkeypatch):
+    """The backend with convs through the GEMM that gathers im2col in its loads, or
+    (``im2col``) through materialised columns and a matmul with a bias epilogue."""
+    if request.param == "im2col":
+        from ember.backend.cube.kernels import conv_gemm
+
+        monkeypatch.setattr(conv_gemm, "conv", lambda *args: None)
     return Cube(backend)
 
 

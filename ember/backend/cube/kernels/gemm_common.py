@@ -74,7 +74,7 @@ def binding_types(a: Storage, a_mode: str, b: Storage, b_mode: str, extra: tuple
     def elem(st: Storage, vec: bool) -> str:
         return f"vec4<{st.wgsl}>" if vec else st.wgsl
 
-    ins = [elem(a, a_mode != "s"), elem(b, b_mode != "s")] + [s.wgsl for s in extra]
+    ins = [elem(a, a_mode in "ko"), elem(b, b_mode in "ko")] + [s.wgsl for s in extra]
     return ins, [elem(out, out_vec)]
 
 

@@ -16,6 +16,7 @@ unrolled at generation time over those steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ember.backend.cube import wgsl
 from ember.backend.cube.cache import KernelSource
@@ -35,8 +36,23 @@ class Blocking:
         return WORKGROUP // self.wx
 
 
+class GatherB(Protocol):
+    """A B operand computed from another tensor while it is loaded (im2col)."""
+
+    def setup(self) -> list[str]:
+        """Statements before the K loop; may use ``c`` (the first column), ``n``, ``base1``."""
+
+    def step(self, s: int) -> tuple[list[str], str]:
+        """Statements and the ``vec4`` expression of B's row ``k + s`` at columns
+        ``c .. c + 3``; called for ``s = 0, 1, ...`` in order, once per K step."""
+
+    def advance(self, step: int) -> list[str]:
+        """Statements at the end of a K step of ``step`` rows."""
+
+
 def source(blk: Blocking, a: Storage, a_mode: str, b: Storage, b_mode: str, out: Storage, out_vec: bool,
-           ctype: str, epilogue: gc.EpilogueSpec | None) -> KernelSource:
+           ctype: str, epilogue: gc.EpilogueSpec | None, gather: GatherB | None = None) -> KernelSource:
+    """The kernel's source; with ``gather`` (``b_mode == "g"``) B is computed by it."""
     extra = epilogue.storages if epilogue is not None else ()
     n_ops = 2 + len(extra)
     step = 4 if "k" in (a_mode, b_mode) else 1
@@ -61,7 +77,9 @@ def source(blk: Blocking, a: Storage, a_mode: str, b: Storage, b_mode: str, out:
     else:
         for i in range(blk.tm):
             lines.append(f"    let a_at{i} = base0 + i32(min(r0 + {i}u, m - 1u)) * a_rs;")
-    if b_mode == "o":
+    if gather is not None:
+        lines += gather.setup()
+    elif b_mode == "o":
         lines.append("    let b_at = base1 + i32(c);")  # n % 4 == 0: the quad is whole
     else:
         for j in range(4):
@@ -87,7 +105,12 @@ def source(blk: Blocking, a: Storage, a_mode: str, b: Storage, b_mode: str, out:
                 lines.append(f"        let av{i}_{s} = {wgsl.load(a, 'in0', f'u32(a_at{i} + i32(k + {s}u) * a_ks)')};")
                 a_val[i, s] = f"av{i}_{s}"
     # B: bv{s} is the column quad at k + s.
-    if b_mode == "k":
+    if gather is not None:
+        for s in range(step):
+            code, value = gather.step(s)
+            lines += code
+            lines.append(f"        let bv{s} = {value};")
+    elif b_mode == "k":
         for j in range(4):
             lines.append(f"        let bc{j} = in1[(u32(b_at{j}) + k) >> 2u];")
         for s in range(step):
@@ -103,6 +126,8 @@ def source(blk: Blocking, a: Storage, a_mode: str, b: Storage, b_mode: str, out:
     for s in range(step):
         for i in range(blk.tm):
             lines.append(f"        acc{i} = {gc.madd(ctype, f'vec4<{ctype}>({a_val[i, s]})', f'bv{s}', f'acc{i}')};")
+    if gather is not None:
+        lines += gather.advance(step)
     lines.append("    }")
     rows = [(f"(r0 + {i}u)", f"acc{i}") for i in range(blk.tm)]
     lines += gc.store_lines(ctype, rows, "c", out_vec)

@@ -89,9 +89,9 @@ def choose(m: int, n: int, k: int, batch: int, cpu: bool = False) -> gemm_tiled.
     """
     if cpu or k <= 32 or m <= 32 or n <= 16:
         return registers(m, n)
-    if _ceil(m, LARGE.bm) * _ceil(n, LARGE.bn) * batch >= 32:
+    if ceil_div(m, LARGE.bm) * ceil_div(n, LARGE.bn) * batch >= 32:
         return LARGE
-    if _ceil(m, MEDIUM.bm) * _ceil(n, MEDIUM.bn) * batch >= 16:
+    if ceil_div(m, MEDIUM.bm) * ceil_div(n, MEDIUM.bn) * batch >= 16:
         return MEDIUM
     return registers(m, n)
 
@@ -100,7 +100,7 @@ def registers(m: int, n: int) -> gemm_small.Blocking:
     """The register-blocked kernel's blocking: 8 rows per invocation (4 when M < 64:
     fewer wasted rows on a 16- or 32-row problem), and as many column quads per
     workgroup as N has, up to all 64 invocations (N = 10 gets 4 quads by 16 row blocks)."""
-    quads = _ceil(n, 4)
+    quads = ceil_div(n, 4)
     wx = 1
     while wx < quads and wx < gemm_small.WORKGROUP:
         wx *= 2
@@ -163,7 +163,7 @@ def matmul(
         plan = None
         key = ("matmul_i64", a.storage, b.storage, out_storage, spec)
         kernel = backend.cache.get(key, lambda: _source_i64(a.storage, out_storage, spec))
-        tiles = (_ceil(n, _S), _ceil(m, _S))
+        tiles = (ceil_div(n, _S), ceil_div(m, _S))
     else:
         plan = plan or choose(m, n, k, count, backend.runtime.cpu)
         vec_outer = 4
@@ -174,31 +174,39 @@ def matmul(
         if isinstance(plan, gemm_tiled.Tiling):
             kernel = backend.cache.get(key, lambda: gemm_tiled.source(
                 plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec))
-            tiles = (_ceil(n, plan.bn), _ceil(m, plan.bm))
+            tiles = (ceil_div(n, plan.bn), ceil_div(m, plan.bm))
         else:
             kernel = backend.cache.get(key, lambda: gemm_small.source(
                 plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec))
-            tiles = (_ceil(_ceil(n, 4), plan.wx), _ceil(_ceil(m, plan.tm), plan.wy))
-    rank = len(cshape)
-    pad = [0] * (_MR - rank)
-    words = lambda xs: [x & 0xFFFF_FFFF for x in xs]  # noqa: E731
-    head = [m, n, k, 0, 0, 0, 0, rank, *cshape, *pad]
-    info_blocks = []
-    for offset, rs, cs, bs in blocks:
-        info_blocks += words([offset, rs, cs, *bs]) + pad
+            tiles = (ceil_div(ceil_div(n, 4), plan.wx), ceil_div(ceil_div(m, plan.tm), plan.wy))
     scalars = []
     if epilogue is not None:
         for v, t in zip(epilogue.scalars, epilogue.scalar_types):
             scalars += list(scalar_words(v, t))
     buffers = [a.buffer, b.buffer] + [e.buffer for e in extra] + [out.buffer]
+    launch(backend, kernel, tiles, (m, n, k), cshape, blocks, count, buffers, scalars)
+    return out
+
+
+def launch(backend: CubeBackend, kernel, tiles: tuple[int, int], mnk: tuple[int, int, int],
+           batch_shape: tuple[int, ...], blocks: list, count: int, buffers: list, tail: list[int]) -> None:
+    """Launch a matmul-template kernel over ``tiles`` (column tiles, row tiles) and
+    ``count`` batches, split where a grid dim would pass the adapter's limit.
+    ``blocks``: per operand ``(offset, row stride, column stride, batch strides)``;
+    ``tail``: the words after them (the epilogue's scalars, then anything else)."""
+    rank = len(batch_shape)
+    pad = [0] * (_MR - rank)
+    head = [*mnk, 0, 0, 0, 0, rank, *batch_shape, *pad]
+    info_blocks = []
+    for offset, rs, cs, bs in blocks:
+        info_blocks += [x & 0xFFFF_FFFF for x in (offset, rs, cs, *bs)] + pad
     limit = backend.runtime.max_groups
     for z0 in range(0, count, limit):
         for y0 in range(0, tiles[1], limit):
             for x0 in range(0, tiles[0], limit):
                 head[3:7] = [min(limit, count - z0), z0, x0, y0]
                 groups = (min(limit, tiles[0] - x0), min(limit, tiles[1] - y0), head[3])
-                backend.runtime.launch3(kernel, buffers, head + info_blocks + scalars, groups)
-    return out
+                backend.runtime.launch3(kernel, buffers, head + info_blocks + list(tail), groups)
 
 
 _S = 16  # tile edge of the int64 kernel
@@ -244,7 +252,8 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
-def _ceil(x: int, y: int) -> int:
+def ceil_div(x: int, y: int) -> int:
+    """``ceil(x / y)`` for positive ints."""
     return -(-x // y)
 
 

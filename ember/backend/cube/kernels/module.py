@@ -1,5 +1,6 @@
-"""Module-op kernels: convolution by im2col (one gather launch) and a tiled matmul,
-its transpose by a col2im gather, and pooling in one launch each, forward and
+"""Module-op kernels: convolution by a matmul whose loads gather im2col's columns
+(:mod:`.conv_gemm`), or where that does not apply by im2col (one gather launch) and a
+matmul with the bias in its epilogue; its transpose by a col2im gather, and pooling in one launch each, forward and
 backward. Every kernel is written output-centric (each thread computes one output
 from the inputs it needs), so sums are deterministic without atomics.
 
@@ -14,7 +15,7 @@ import math
 import weakref
 from typing import TYPE_CHECKING
 
-from ember.backend.cube import wgsl
+from ember.backend.cube import ir, wgsl
 from ember.backend.cube.buffer import CubeTensor, contiguous_strides
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage
@@ -166,6 +167,11 @@ def col2im(backend, cols, n, c, out_spatial, grid, kernel, stride, shift, dilati
 
 # ---------------------------------------------------------------------- convolution
 def conv(backend, x, weight, bias, stride, padding, dilation, groups):
+    from ember.backend.cube.kernels import conv_gemm, matmul
+
+    fused = conv_gemm.conv(backend, x, weight, bias, stride, padding, dilation, groups)
+    if fused is not None:
+        return fused
     n = x.shape[0]
     c_out, cg = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
@@ -177,10 +183,13 @@ def conv(backend, x, weight, bias, stride, padding, dilation, groups):
     cols = im2col(backend, x, kernel, stride, padding, dilation, out)
     cols = layout.reshape(backend, cols, (n, groups, cg * k_total, p_total))
     w = layout.reshape(backend, weight, (1, groups, c_out // groups, cg * k_total))
-    y = layout.reshape(backend, backend.matmul(w, cols), (n, c_out) + out)
-    if bias is not None:
-        y = backend.binary(BinaryOp.ADD, y, layout.reshape(backend, bias, (1, c_out) + (1,) * len(out)))
-    return y
+    epilogue = None
+    if bias is not None:  # added as the product is stored: bias[c] along the rows
+        ctype = x.storage.compute
+        row_bias = layout.reshape(backend, bias, (1, groups, c_out // groups, 1))
+        expr = ir.binary(BinaryOp.ADD, ir.load(0, ctype), ir.load(1, bias.storage.compute))
+        epilogue = matmul.Epilogue(expr, (row_bias,))
+    return layout.reshape(backend, matmul.matmul(backend, w, cols, epilogue=epilogue), (n, c_out) + out)
 
 
 def conv_weight_grad(backend, x, grad, weight_shape, stride, padding, dilation, groups):
