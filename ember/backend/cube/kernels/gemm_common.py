@@ -52,7 +52,7 @@ def operand_mode(storage: Storage, outer: int, kdim: int, outer_stride: int, k_s
     the outer dim's elements one thread reads together (4 unless the template says less)."""
     if not vectorisable(storage) or offset % 4 or any(s % 4 for s in batch_strides):
         return "s"
-    if kdim % 4 == 0 and (k_stride == 1 or kdim == 1) and (outer_stride % 4 == 0 or outer == 1):
+    if kdim % 4 == 0 and k_stride == 1 and (outer_stride % 4 == 0 or outer == 1):
         return "k"
     if outer % vec_outer == 0 and outer_stride == 1 and (k_stride % 4 == 0 or kdim == 1):
         return "o"
