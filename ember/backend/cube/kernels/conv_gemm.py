@@ -112,11 +112,9 @@ def conv(backend: CubeBackend, x: CubeTensor, weight: CubeTensor, bias: CubeTens
     cog = c_out // groups
     m, kdim, p = cog, cg * k_total, math.prod(out_sp)
     plan = mm.choose(m, p, kdim, n_img * groups, backend.runtime.cpu)
-    if not isinstance(plan, gemm_small.Blocking):
+    if not isinstance(plan, gemm_small.Blocking) or n_img * c_out * p == 0 or kdim == 0:
         return None
     out = backend.empty((n_img, c_out) + out_sp, x.storage)
-    if out.size == 0 or kdim == 0:
-        return None
     w = layout.contiguous(backend, weight)
     # Batches (image, group): weights step per group, the input per image and group.
     batch_shape = (n_img, groups)
