@@ -77,3 +77,8 @@ def describe(value: object) -> str:
 class DistributedError(EmberError, RuntimeError):
     """A distributed run cannot go on: ranks disagree (model structure, shapes, dtypes),
     a collective was misused, or another rank failed or stopped responding."""
+
+
+class OnnxError(EmberError, ValueError):
+    """An ONNX model cannot be read or imported: a malformed or truncated file, a failed
+    model check, or an operator (or operator version) that ember does not implement."""

@@ -1,0 +1,35 @@
+"""``ember.onnx.load``: an ONNX model as an ember Module."""
+
+from __future__ import annotations
+
+from ember.device import Device
+from ember.onnx.model import OnnxModel
+from ember.onnx.plan import Planner
+from ember.onnx.proto import Source, read_model
+
+
+def load(source: Source, device: Device | None = None, *, untie: bool = True) -> OnnxModel:
+    """Import an ONNX model (a path, the file's bytes, or an ``onnx.ModelProto``).
+
+    Returns an :class:`OnnxModel` on ``device`` (default ``Device.default()``) whose
+    float initializers are :class:`~ember.module.Param` s (trainable; an initializer
+    holding infinities, such as an attention mask, is not) and whose ``forward`` runs
+    the graph with ember's tensor ops: it differentiates on an autodiff device and
+    compiles with ``ember.compile``. Shape arithmetic is folded here when the model
+    fixes its input shapes, and computed from the inputs' shapes at ``forward`` for
+    dynamic dims.
+
+    ``untie=False`` keeps ``Identity(initializer)`` aliases tied (exporters use them to
+    deduplicate initializers whose values happen to be equal).
+
+    Raises :class:`~ember.errors.OnnxError` for a file that is not a valid ONNX model
+    and for an operator ember does not implement (naming the operator, the node and
+    the opset).
+
+    >>> model = ember.onnx.load("model.onnx", Device.flex().autodiff())  # doctest: +SKIP
+    >>> logits = model(images)                                           # doctest: +SKIP
+    """
+    device = device or Device.default()
+    file = read_model(source)
+    program, params, states = Planner(file, device, untie=untie).build()
+    return OnnxModel(params=params, states=states, program=program)

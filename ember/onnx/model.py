@@ -1,0 +1,67 @@
+"""``OnnxModel``: an imported ONNX graph as an ember :class:`~ember.module.Module`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.errors import ModuleError
+from ember.module import Module, Param, RunningState
+from ember.onnx.program import Program
+from ember.tensor import Tensor
+
+
+class OnnxModel(Module):
+    """An ONNX graph whose initializers are parameters.
+
+    ``params`` maps each trainable initializer's ONNX name to a :class:`Param` (its
+    path is ``params.<name>``); ``states`` holds BatchNormalization running
+    statistics. ``program`` is the compiled graph, a constant shared by every copy
+    that ``map``, ``fork`` or an optimizer step makes.
+
+    Call it with one tensor per graph input (positionally, or by input name); it
+    returns a Tensor, or a tuple of them when the graph has several outputs.
+    """
+
+    params: dict[str, Param]
+    states: dict[str, RunningState]
+    program: Program
+
+    def forward(self, *args: Tensor, **kwargs: Tensor) -> Any:
+        inputs = self.program.inputs
+        if kwargs:
+            args = self._arrange(args, kwargs)
+        if len(args) != len(inputs):
+            names = ", ".join(spec.name for spec in inputs)
+            raise ModuleError(
+                f"ember: this ONNX model takes {len(inputs)} input(s) ({names}), got {len(args)}"
+            )
+        outputs = self.program.run(args, self.params, self.states)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _arrange(self, args: tuple[Tensor, ...], kwargs: dict[str, Tensor]) -> tuple[Tensor, ...]:
+        inputs = self.program.inputs
+        names = [spec.name for spec in inputs]
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise ModuleError(f"ember: this ONNX model has no input {unknown[0]!r}; its inputs are {', '.join(names)}")
+        out = list(args)
+        for name in names[len(args):]:
+            if name not in kwargs:
+                raise ModuleError(f"ember: the ONNX model's input {name!r} is missing")
+            out.append(kwargs[name])
+        for name in names[: len(args)]:
+            if name in kwargs:
+                raise ModuleError(f"ember: the ONNX model's input {name!r} is given twice")
+        return tuple(out)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.program.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [name for name, _ in self.program.outputs]
+
+    def extra_repr(self) -> str:
+        inputs = ", ".join(f"{spec.name}: {spec.describe_dims()}" for spec in self.program.inputs)
+        return f"inputs: ({inputs}), outputs: ({', '.join(self.output_names)}), steps: {len(self.program.steps)}"

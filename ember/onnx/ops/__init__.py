@@ -1,0 +1,10 @@
+"""The ONNX operators ember implements, registered in :mod:`ember.onnx.ops.registry`
+by the modules below (one family each)."""
+
+from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, reduce, resize
+from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
+
+__all__ = [
+    "OPS", "Node", "OpDef", "activation", "elementwise", "indexing", "layout", "lookup", "nn", "norm", "reduce",
+    "resize", "supported_ops",
+]

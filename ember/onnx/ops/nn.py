@@ -1,0 +1,233 @@
+"""Layer operators: MatMul, Gemm, Conv, ConvTranspose, MaxPool, AveragePool,
+GlobalAveragePool, GlobalMaxPool, LRN."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ember.onnx.ops.registry import Node, op
+from ember.tensor import Tensor
+from ember.tensor import module as M
+
+
+# ---------------------------------------------------------------------- products
+@op("MatMul")
+def matmul(node: Node) -> Callable[..., Any]:
+    return lambda a, b: a.matmul(b)
+
+
+@op("Gemm")
+def gemm(node: Node) -> Callable[..., Any]:
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+    has_c = node.has(2)
+    c_shape = node.shape(2)
+    n = None if node.shape(1) is None else node.shape(1)[0 if trans_b else 1]
+    # The common layer: x @ W.T + b with a bias of one value per output (a fused linear).
+    linear = alpha == 1.0 and beta == 1.0 and not trans_a and (
+        not has_c or (c_shape is not None and n is not None and tuple(c_shape) in ((n,), (1, n)))
+    )
+    if linear:
+        flat_bias = c_shape is not None and len(c_shape) == 2
+
+        def run_linear(a: Tensor, b: Tensor, c: Tensor | None = None) -> Tensor:
+            weight = b.permute([1, 0]) if trans_b else b
+            if c is not None and flat_bias:
+                c = c.reshape([-1])
+            return M.linear(a, weight, c)
+
+        return run_linear
+
+    def run(a: Tensor, b: Tensor, c: Tensor | None = None) -> Tensor:
+        a = a.permute([1, 0]) if trans_a else a
+        b = b.permute([1, 0]) if trans_b else b
+        out = a.matmul(b)
+        if alpha != 1.0:
+            out = out * alpha
+        if c is not None and beta != 0.0:
+            out = out + (c * beta if beta != 1.0 else c)
+        return out
+
+    return run
+
+
+# ---------------------------------------------------------------------- convolution
+def _same_pads(sizes: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+               upper: bool) -> list[tuple[int, int]]:
+    out = []
+    for n, k, s, d in zip(sizes, kernel, strides, dilations):
+        total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+        small, large = total // 2, total - total // 2
+        out.append((small, large) if upper else (large, small))
+    return out
+
+
+def _conv_pads(node: Node, spatial: int) -> Callable[[list[int], list[int], list[int], list[int]], Any]:
+    """A function of the input's spatial sizes giving ``(before, after)`` per spatial dim."""
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        upper = auto_pad == "SAME_UPPER"
+        return lambda sizes, kernel, strides, dilations: _same_pads(sizes, kernel, strides, dilations, upper)
+    if auto_pad == "VALID":
+        fixed = [(0, 0)] * spatial
+    elif auto_pad == "NOTSET":
+        pads = node.ints("pads", [0] * (2 * spatial))
+        if len(pads) != 2 * spatial:
+            raise node.error(f"pads {pads} must hold {2 * spatial} values (a begin and an end per spatial dim)")
+        fixed = list(zip(pads[:spatial], pads[spatial:]))
+    else:
+        raise node.error(f"auto_pad {auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    return lambda sizes, kernel, strides, dilations: fixed
+
+
+_CONV = {1: M.conv1d, 2: M.conv2d, 3: M.conv3d}
+_CONV_T = {1: M.conv_transpose1d, 2: M.conv_transpose2d, 3: M.conv_transpose3d}
+
+
+def _spatial_rank(node: Node) -> int:
+    kernel = node.ints("kernel_shape")
+    if kernel is not None:
+        return len(kernel)
+    w = node.shape(1)
+    if w is None:
+        raise node.error("needs kernel_shape or a weight of known rank")
+    return len(w) - 2
+
+
+@op("Conv")
+def conv(node: Node) -> Callable[..., Any]:
+    spatial = _spatial_rank(node)
+    if spatial not in _CONV:
+        raise node.error(f"{spatial}-d convolution is not supported (1, 2 or 3 spatial dims)")
+    fn = _CONV[spatial]
+    strides = node.ints("strides", [1] * spatial)
+    dilations = node.ints("dilations", [1] * spatial)
+    groups = int(node.attr("group", 1))
+    pads_of = _conv_pads(node, spatial)
+
+    def run(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+        kernel = w.dims()[2:]
+        pads = pads_of(x.dims()[2:], kernel, strides, dilations)
+        return fn(x, w, b, tuple(strides), tuple(pads), tuple(dilations), groups)
+
+    return run
+
+
+@op("ConvTranspose")
+def conv_transpose(node: Node) -> Callable[..., Any]:
+    spatial = _spatial_rank(node)
+    if spatial not in _CONV_T:
+        raise node.error(f"{spatial}-d transposed convolution is not supported (1, 2 or 3 spatial dims)")
+    fn = _CONV_T[spatial]
+    strides = node.ints("strides", [1] * spatial)
+    dilations = node.ints("dilations", [1] * spatial)
+    groups = int(node.attr("group", 1))
+    output_padding = node.ints("output_padding", [0] * spatial)
+    output_shape = node.ints("output_shape")
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    pads_attr = node.ints("pads")
+
+    def pads_for(sizes: list[int], kernel: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
+        extra = list(output_padding)
+        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            targets = output_shape[-spatial:] if output_shape is not None else [n * s for n, s in zip(sizes, strides)]
+            pads = []
+            for i, (n, k, s, d, t) in enumerate(zip(sizes, kernel, strides, dilations, targets)):
+                total = s * (n - 1) + extra[i] + (k - 1) * d + 1 - t
+                if total < 0:  # the target is larger: grow the output at its end
+                    extra[i] -= total
+                    total = 0
+                half = total // 2
+                pads.append((half, total - half) if auto_pad == "SAME_UPPER" else (total - half, half))
+            return pads, extra
+        if auto_pad == "VALID" or pads_attr is None:
+            return [(0, 0)] * spatial, extra
+        return list(zip(pads_attr[:spatial], pads_attr[spatial:])), extra
+
+    def run(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+        pads, extra = pads_for(x.dims()[2:], w.dims()[2:])
+        return fn(x, w, b, tuple(strides), tuple(pads), tuple(extra), tuple(dilations), groups)
+
+    return run
+
+
+# ---------------------------------------------------------------------- pooling
+def _pool_setup(node: Node) -> tuple[int, list[int], list[int], list[int], Any, bool]:
+    kernel = node.ints("kernel_shape")
+    if kernel is None:
+        raise node.error("kernel_shape is required")
+    spatial = len(kernel)
+    if spatial not in (1, 2):
+        raise node.error(f"{spatial}-d pooling is not supported (1 or 2 spatial dims)")
+    strides = node.ints("strides", [1] * spatial)
+    dilations = node.ints("dilations", [1] * spatial)
+    return spatial, kernel, strides, dilations, _conv_pads(node, spatial), bool(node.attr("ceil_mode", 0))
+
+
+@op("MaxPool")
+def max_pool(node: Node) -> Callable[..., Any]:
+    spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
+    if int(node.attr("storage_order", 0)):
+        raise node.error("storage_order=1 (column-major indices) is not supported")
+    with_indices = len(node.outputs) > 1 and node.outputs[1] != ""
+    plain = M.max_pool1d if spatial == 1 else M.max_pool2d
+    indexed = M.max_pool1d_with_indices if spatial == 1 else M.max_pool2d_with_indices
+
+    def run(x: Tensor) -> Any:
+        pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
+        args = (tuple(kernel), tuple(strides), pads, tuple(dilations), ceil_mode)
+        if not with_indices:
+            return plain(x, *args)
+        y, indices = indexed(x, *args)
+        # ONNX counts positions over the whole tensor: add each (batch, channel) plane's start.
+        n, c = x.dims()[:2]
+        plane = 1
+        for d in x.dims()[2:]:
+            plane *= d
+        start = Tensor.arange(n * c, device=x.device).reshape([n, c] + [1] * spatial) * plane
+        return y, indices + start
+
+    return run
+
+
+@op("AveragePool")
+def average_pool(node: Node) -> Callable[..., Any]:
+    spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
+    if any(d != 1 for d in dilations):
+        raise node.error(f"dilations {dilations} are not supported for average pooling")
+    include_pad = bool(node.attr("count_include_pad", 0))
+    fn = M.avg_pool1d if spatial == 1 else M.avg_pool2d
+
+    def run(x: Tensor) -> Tensor:
+        pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
+        return fn(x, tuple(kernel), tuple(strides), pads, include_pad, ceil_mode)
+
+    return run
+
+
+@op("GlobalAveragePool")
+def global_average_pool(node: Node) -> Callable[..., Any]:
+    return lambda x: x.mean_dims(list(range(2, x.rank)))
+
+
+@op("GlobalMaxPool")
+def global_max_pool(node: Node) -> Callable[..., Any]:
+    return lambda x: x.max_dims(list(range(2, x.rank)))
+
+
+@op("LRN")
+def lrn(node: Node) -> Callable[..., Any]:
+    size = int(node.attr("size"))
+    alpha, beta, bias = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75)), float(node.attr("bias", 1.0))
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+
+    def run(x: Tensor) -> Tensor:
+        c = x.dims()[1]
+        squares = (x * x).pad([0, 0] * (x.rank - 2) + [before, after])
+        total = squares.narrow(1, 0, c)
+        for i in range(1, size):
+            total = total + squares.narrow(1, i, c)
+        return x / (total * (alpha / size) + bias).powf_scalar(beta)
+
+    return run

@@ -1,0 +1,147 @@
+"""The operator table: one :class:`OpDef` per ONNX operator ember implements.
+
+An operator is written as a *builder*: called once at load with the node (its
+attributes, which inputs are known constants, their static shapes), it returns the
+function the model runs at every ``forward``. That function takes the node's inputs
+in order (``None`` for an omitted optional input) and returns the output, or a tuple
+of outputs. Inputs listed in ``host`` are read on the host as numpy arrays (shapes,
+axes, pads, scales...); the others arrive as ember Tensors, so everything a model
+computes on tensors goes through ember's ops (autodiff, fusion, ``ember.compile``).
+
+An operator may also give a ``numpy`` builder with the same contract over numpy
+arrays: it folds constants at load and computes shape arithmetic (``Shape ->
+Gather -> Concat -> Reshape``) on the host without touching a device. Without one,
+such values are computed with the tensor builder on ``Device.flex()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.errors import OnnxError
+
+Builder = Callable[["Node"], Callable[..., Any]]
+
+
+@dataclass
+class OpDef:
+    """How ember runs one ONNX operator."""
+
+    name: str
+    build: Builder
+    host: frozenset[int] = frozenset()  # input positions read on the host (numpy)
+    numpy: Builder | None = None  # the same operator over numpy arrays
+    since: int = 1  # the oldest operator version (ONNX ``since_version``) implemented
+    domain: str = ""
+    shape_of: bool = False  # Shape and Size: the output depends on the input's shape only
+    data_dependent: bool = False  # the output's shape depends on the input's values
+    training: bool = False  # behaves differently on an autodiff device (Dropout, BatchNorm)
+
+
+OPS: dict[tuple[str, str], OpDef] = {}
+
+
+def op(
+    name: str | Sequence[str],
+    *,
+    host: Sequence[int] = (),
+    since: int = 1,
+    domain: str = "",
+    shape_of: bool = False,
+    data_dependent: bool = False,
+    training: bool = False,
+) -> Callable[[Builder], Builder]:
+    """Register a tensor builder for one or several operator names."""
+    names = [name] if isinstance(name, str) else list(name)
+
+    def register(build: Builder) -> Builder:
+        for n in names:
+            OPS[(domain, n)] = OpDef(
+                n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training
+            )
+        return build
+
+    return register
+
+
+def numpy_op(name: str | Sequence[str], domain: str = "") -> Callable[[Builder], Builder]:
+    """Register the numpy builder of operators already registered with :func:`op`."""
+    names = [name] if isinstance(name, str) else list(name)
+
+    def register(build: Builder) -> Builder:
+        for n in names:
+            OPS[(domain, n)].numpy = build
+        return build
+
+    return register
+
+
+def lookup(domain: str, name: str) -> OpDef | None:
+    return OPS.get(("" if domain == "ai.onnx" else domain, name))
+
+
+def supported_ops() -> list[str]:
+    """The names of the ONNX operators ember implements (domain-qualified outside ONNX's own)."""
+    return sorted(n if d == "" else f"{d}.{n}" for d, n in OPS)
+
+
+class Node:
+    """A node as its builder sees it: attributes, constant inputs, static shapes."""
+
+    def __init__(
+        self,
+        op_type: str,
+        name: str,
+        version: int,
+        opset: int,
+        attrs: dict[str, Any],
+        inputs: list[str],
+        outputs: list[str],
+        consts: list[np.ndarray | None],
+        shapes: list[tuple[int | None, ...] | None],
+    ):
+        self.op_type = op_type
+        self.name = name
+        self.version = version  # the operator's since_version in the model's opset
+        self.opset = opset
+        self.attrs = attrs
+        self.inputs = inputs
+        self.outputs = outputs
+        self._consts = consts
+        self._shapes = shapes
+
+    @property
+    def label(self) -> str:
+        return f"{self.op_type} node {self.name!r}" if self.name else f"{self.op_type} node (unnamed)"
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+    def has(self, i: int) -> bool:
+        """Whether optional input ``i`` is given."""
+        return i < len(self.inputs) and self.inputs[i] != ""
+
+    def const(self, i: int) -> np.ndarray | None:
+        """Input ``i``'s value when it is known at load (a constant), else ``None``."""
+        return self._consts[i] if i < len(self._consts) else None
+
+    def shape(self, i: int) -> tuple[int | None, ...] | None:
+        """Input ``i``'s static shape (``None`` for unknown dims), or ``None`` if unknown."""
+        return self._shapes[i] if i < len(self._shapes) else None
+
+    def rank(self, i: int) -> int | None:
+        shape = self.shape(i)
+        return None if shape is None else len(shape)
+
+    def error(self, message: str) -> OnnxError:
+        return OnnxError(f"ember: ONNX {self.label} (opset {self.opset}): {message}")
+
+    def ints(self, key: str, default: Sequence[int] | None = None) -> list[int] | None:
+        value = self.attrs.get(key)
+        if value is None:
+            return None if default is None else list(default)
+        return [int(v) for v in value]

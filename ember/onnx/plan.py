@@ -1,0 +1,445 @@
+"""From a checked ONNX graph to a :class:`~ember.onnx.program.Program` and the
+module's parameters.
+
+Every value of the graph is one of three kinds:
+
+- **const**: known at load (initializers that are not parameters, ``Constant``
+  nodes, and everything computed from constants only, folded here; ``Shape`` of a
+  tensor whose shape the model fixes);
+- **host**: computed in numpy at ``forward`` from shapes only (``Shape`` of a tensor
+  with a dynamic dim, and arithmetic on such values);
+- **tensor**: an ember Tensor (graph inputs, parameters, and every op on them).
+
+Float initializers that feed tensor ops become :class:`~ember.module.Param` s (named
+by the initializer); those that feed a BatchNormalization's mean or variance become
+:class:`~ember.module.RunningState` s; the rest are constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.device import Device
+from ember.errors import OnnxError
+from ember.module import Param, ParamId, RunningState
+from ember.onnx import proto
+from ember.onnx.dtypes import dtype_of_array, ember_dtype
+from ember.onnx.ops import Node, OpDef, lookup
+from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, host_to_tensor
+from ember.tensor import Tensor
+
+CONST, HOST, TENSOR = "const", "host", "tensor"
+STATE_INPUTS = {"BatchNormalization": {3: "running_mean", 4: "running_var"}}
+MULTI_RESULT = {"Split"}  # return a tuple even for one output
+
+
+@dataclass
+class Value:
+    kind: str
+    slot: int = -1
+    const: np.ndarray | None = None
+    shape: tuple[int | None, ...] | None = None
+
+
+@dataclass
+class Unsupported:
+    op_type: str
+    domain: str
+    node: str
+    opset: int
+    reason: str
+
+    def describe(self) -> str:
+        op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
+        name = repr(self.node) if self.node else "(unnamed)"
+        return f"{op} (node {name}, opset {self.opset}): {self.reason}"
+
+
+def node_opset(opsets: dict[str, int], domain: str) -> int:
+    return opsets.get("" if domain == "ai.onnx" else domain, 0)
+
+
+def check_node(node: Any, opsets: dict[str, int]) -> tuple[OpDef | None, int, Unsupported | None]:
+    """The operator definition and ONNX version of ``node``, or why ember cannot run it."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    opset = node_opset(opsets, domain)
+    opdef = lookup(domain, node.op_type)
+    if opdef is None:
+        reason = "ember does not implement this operator"
+        return None, 0, Unsupported(node.op_type, domain, node.name, opset, reason)
+    version = proto.schema_version(node.op_type, domain, opset) if domain == "" else opset
+    if version is None:
+        reason = f"ONNX defines no {node.op_type} in opset {opset}"
+        return None, 0, Unsupported(node.op_type, domain, node.name, opset, reason)
+    if version < opdef.since:
+        reason = (f"ember implements {node.op_type} from its version {opdef.since}, the model uses version {version}; "
+                  f"re-export with a newer opset (e.g. opset_version=17)")
+        return None, version, Unsupported(node.op_type, domain, node.name, opset, reason)
+    return opdef, version, None
+
+
+def unsupported_error(found: list[Unsupported], label: str) -> OnnxError:
+    first = found[0]
+    more = ""
+    if len(found) > 1:
+        others = sorted({u.op_type for u in found[1:]} - {first.op_type})
+        more = f"; {len(found) - 1} more unsupported node(s)" + (f" ({', '.join(others)})" if others else "")
+    return OnnxError(
+        f"ember: {label}: unsupported ONNX operator {first.describe()}{more}. "
+        "ember.onnx.describe(path) lists every operator of the model and flags the ones ember lacks"
+    )
+
+
+class Planner:
+    """Walks the graph once, folding constants and emitting steps."""
+
+    def __init__(self, file: proto.ModelFile, device: Device, untie: bool = True):
+        self.file = file
+        self.label = file.label
+        self.device = device
+        self.graph = file.graph
+        self.opsets = file.opsets()
+        self.values: dict[str, Value] = {}
+        self.template: list[Any] = [None, None]  # DEVICE_SLOT, NONE_SLOT
+        self.steps: list[Step] = []
+        self.params: dict[str, Param] = {}
+        self.states: dict[str, RunningState] = {}
+        self.param_slots: list[tuple[int, str]] = []
+        self.state_slots: list[tuple[int, str]] = []
+        self.const_tensors: list[tuple[int, np.ndarray, Any]] = []
+        self.const_slot_of: dict[int, int] = {}  # id(const Value) -> its tensor slot
+        self.to_tensor_slot: dict[str, int] = {}
+        self.to_host_slot: dict[str, int] = {}
+        self.data_dependent = False
+        self.untie = untie
+        self.pinned: set[int] = {DEVICE_SLOT, NONE_SLOT}  # slots never dropped
+
+    # ------------------------------------------------------------------ slots
+    def new_slot(self, value: Any = None) -> int:
+        self.template.append(value)
+        return len(self.template) - 1
+
+    # ------------------------------------------------------------------ the whole graph
+    def build(self) -> tuple[Program, dict[str, Param], dict[str, RunningState]]:
+        graph = self.graph
+        initializers = self.read_initializers()
+        nodes = list(graph.node)
+        if self.untie:
+            nodes = self.untie_aliases(nodes, initializers)
+        checked = self.check_ops(nodes)
+        uses = self.initializer_uses(nodes, checked, initializers)
+        self.shapes = proto.infer_shapes(self.file)
+        inputs = self.graph_inputs(initializers)
+        self.make_leaves(initializers, uses)
+        for node, (opdef, version) in zip(nodes, checked):
+            self.add_node(node, opdef, version)
+        outputs = []
+        for out in graph.output:
+            value = self.values.get(out.name)
+            if value is None:
+                raise OnnxError(f"ember: {self.label}: the graph output {out.name!r} is computed by no node")
+            if value.kind == CONST:
+                slot = self.new_slot(value.const)
+            else:
+                slot = value.slot
+            outputs.append((out.name, slot))
+        steps = self.with_drops({slot for _, slot in outputs})
+        program = Program(
+            len(self.template), self.template, inputs, self.param_slots, self.state_slots, self.const_tensors,
+            steps, outputs, self.data_dependent,
+        )
+        program._fallback_device = self.device
+        return program, self.params, self.states
+
+    def read_initializers(self) -> dict[str, np.ndarray]:
+        if len(self.graph.sparse_initializer):
+            raise OnnxError(f"ember: {self.label}: sparse initializers are not supported")
+        out = {}
+        for tensor in self.graph.initializer:
+            out[tensor.name] = proto.to_array(tensor, f"{self.label}: initializer {tensor.name!r}")
+        return out
+
+    def untie_aliases(self, nodes: list[Any], initializers: dict[str, np.ndarray]) -> list[Any]:
+        """``Identity(initializer)`` is how exporters deduplicate initializers with equal
+        values (fresh LayerNorm weights are all ones): each alias becomes an initializer of
+        its own, named by its output, so that layers that happened to be equal are not tied."""
+        kept = []
+        for node in nodes:
+            if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and len(node.input) == 1 \
+                    and node.input[0] in initializers and node.output[0] not in initializers:
+                initializers[node.output[0]] = initializers[node.input[0]].copy()
+                continue
+            kept.append(node)
+        return kept
+
+    def check_ops(self, nodes: list[Any]) -> list[tuple[OpDef, int]]:
+        found: list[Unsupported] = []
+        checked = []
+        for node in nodes:
+            opdef, version, problem = check_node(node, self.opsets)
+            if problem is not None:
+                found.append(problem)
+            checked.append((opdef, version))
+        if found:
+            raise unsupported_error(found, self.label)
+        return checked
+
+    def initializer_uses(self, nodes: list[Any], checked: list[tuple[OpDef, int]],
+                         initializers: dict[str, np.ndarray]) -> dict[str, set[str]]:
+        """``{initializer: {"host", "tensor", "state"}}``: how the nodes read it."""
+        uses: dict[str, set[str]] = {name: set() for name in initializers}
+        for node, (opdef, _) in zip(nodes, checked):
+            states = STATE_INPUTS.get(node.op_type, {})
+            for i, name in enumerate(node.input):
+                if name in uses:
+                    uses[name].add("host" if i in opdef.host else "state" if i in states else "tensor")
+        for out in self.graph.output:
+            if out.name in uses:
+                uses[out.name].add("tensor")
+        return uses
+
+    def graph_inputs(self, initializers: dict[str, np.ndarray]) -> list[InputSpec]:
+        specs = []
+        for info in self.graph.input:
+            if info.name in initializers:  # IR < 4 lists initializers as inputs too
+                continue
+            parsed = proto.value_type(info)
+            if parsed is None:
+                raise OnnxError(f"ember: {self.label}: the graph input {info.name!r} is not a tensor")
+            elem, dims = parsed
+            dtype = ember_dtype(elem, f"{self.label}: input {info.name!r}")
+            slot = self.new_slot()
+            self.values[info.name] = Value(TENSOR, slot, None, dims)
+            specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info)))
+        return specs
+
+    def make_leaves(self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]]) -> None:
+        device = self.device
+        for name, array in initializers.items():
+            used = uses.get(name, set())
+            if "tensor" in used and array.dtype.kind == "f":
+                dtype = dtype_of_array(array, f"{self.label}: initializer {name!r}")
+                tensor = Tensor.from_data(array, device=device, dtype=dtype)
+                trainable = bool(np.isfinite(array).all())  # masks holding -inf are not trained
+                self.params[name] = Param(ParamId(), tensor, trainable)
+                slot = self.new_slot()
+                self.param_slots.append((slot, name))
+                self.pinned.add(slot)
+                self.values[name] = Value(TENSOR, slot, None, array.shape)
+            else:
+                self.values[name] = Value(CONST, -1, array, array.shape)
+            if "state" in used:
+                self.values[name].const = array  # each BatchNormalization copies it into a state
+
+    # ------------------------------------------------------------------ one node
+    def node_view(self, node: Any, version: int, values: list[Value | None]) -> Node:
+        where = f"{self.label}: {node.op_type} node {node.name!r}"
+        attrs = proto.attributes(node, where)
+        consts = [v.const if v is not None and v.kind == CONST else None for v in values]
+        shapes = [v.shape if v is not None else None for v in values]
+        return Node(node.op_type, node.name, version, node_opset(self.opsets, node.domain), attrs,
+                    list(node.input), outputs_of(node), consts, shapes)
+
+    def add_node(self, node: Any, opdef: OpDef, version: int) -> None:
+        values = []
+        for name in node.input:
+            if name == "":
+                values.append(None)
+                continue
+            value = self.values.get(name)
+            if value is None:
+                raise OnnxError(f"ember: {self.label}: {node.op_type} node {node.name!r} reads {name!r}, "
+                                "which no earlier node, input or initializer defines")
+            values.append(value)
+        view = self.node_view(node, version, values)
+        present = [v for v in values if v is not None]
+        if opdef.shape_of:
+            x = values[0]
+            if x.kind == TENSOR and x.shape is not None and None not in x.shape:
+                self.fold(node, opdef, view, [np.broadcast_to(np.empty((), np.bool_), x.shape)])
+            elif x.kind == TENSOR:
+                self.emit_host(node, opdef, view, values, shape_of=True)
+            elif x.kind == CONST:
+                self.fold(node, opdef, view, [x.const])
+            else:
+                self.emit_host(node, opdef, view, values)
+            return
+        host_only = all(i in opdef.host for i, v in enumerate(values) if v is not None)
+        if all(v.kind == CONST for v in present) and not opdef.training and node.op_type not in STATE_INPUTS:
+            self.fold(node, opdef, view, [None if v is None else v.const for v in values])
+        elif (all(v.kind in (CONST, HOST) for v in present) and not opdef.training) or (present and host_only):
+            self.emit_host(node, opdef, view, values)
+        else:
+            self.emit_tensor(node, opdef, view, values)
+
+    def host_function(self, opdef: OpDef, view: Node) -> Callable[..., Any]:
+        """The operator over numpy arrays: its numpy form, or its tensor form on flex."""
+        if opdef.numpy is not None:
+            return opdef.numpy(view)
+        fn = opdef.build(view)
+        flex = Device.flex()
+        host_inputs = opdef.host
+
+        def via_flex(*args: Any) -> Any:
+            moved = [a if a is None or i in host_inputs else host_to_tensor(np.asarray(a), flex, view.label)
+                     for i, a in enumerate(args)]
+            out = fn(*moved)
+            if isinstance(out, (tuple, list)):
+                return tuple(o.to_numpy() if isinstance(o, Tensor) else o for o in out)
+            return out.to_numpy() if isinstance(out, Tensor) else out
+
+        return via_flex
+
+    def results(self, node: Any, out: Any) -> list[Any]:
+        names = outputs_of(node)
+        out = list(out) if len(names) > 1 or node.op_type in MULTI_RESULT else [out]
+        if len(out) < len(names):
+            raise OnnxError(f"ember: {self.label}: {node.op_type} node {node.name!r} made {len(out)} outputs, "
+                            f"the graph reads {len(names)}")
+        return out
+
+    def fold(self, node: Any, opdef: OpDef, view: Node, args: list[Any]) -> None:
+        try:
+            out = self.host_function(opdef, view)(*args)
+        except OnnxError:
+            raise
+        except Exception as error:
+            raise OnnxError(f"ember: {self.label}: folding the constant {view.label} failed: "
+                            f"{type(error).__name__}: {error}") from error
+        for name, value in zip(outputs_of(node), self.results(node, out)):
+            if name:
+                array = np.asarray(value)
+                self.values[name] = Value(CONST, -1, array, array.shape)
+
+    def emit_host(self, node: Any, opdef: OpDef, view: Node, values: list[Value | None],
+                  shape_of: bool = False) -> None:
+        fn = opdef.build(view) if shape_of else self.host_function(opdef, view)
+        ins = tuple(self.host_input(v, i in opdef.host or not shape_of) if v is not None else NONE_SLOT
+                    for i, v in enumerate(values))
+        outs = self.output_slots(node, HOST)
+        self.steps.append(Step(fn, ins, outs, True, view.label))
+        if opdef.data_dependent:
+            self.data_dependent = True
+
+    def emit_tensor(self, node: Any, opdef: OpDef, view: Node, values: list[Value | None]) -> None:
+        fn = opdef.build(view)
+        states = STATE_INPUTS.get(node.op_type, {})
+        ins = []
+        for i, v in enumerate(values):
+            if v is None:
+                ins.append(NONE_SLOT)
+            elif i in opdef.host:
+                ins.append(self.host_input(v, True))
+            elif i in states and v.const is not None and node.input[i] in self.values:
+                ins.append(self.state_input(node, i, states[i], v))
+            else:
+                ins.append(self.tensor_input(node.input[i], v))
+        outs = self.output_slots(node, TENSOR)
+        self.steps.append(Step(fn, tuple(ins), outs, False, view.label))
+        if opdef.data_dependent:
+            self.data_dependent = True
+
+    def output_slots(self, node: Any, kind: str) -> int | tuple[int, ...]:
+        slots = []
+        names = outputs_of(node)
+        for name in names:
+            if not name:
+                slots.append(-1)
+                continue
+            slot = self.new_slot()
+            info = self.shapes.get(name)
+            self.values[name] = Value(kind, slot, None, None if info is None else info[1])
+            slots.append(slot)
+        if len(names) > 1 or node.op_type in MULTI_RESULT:
+            return tuple(slots)
+        return slots[0]
+
+    # ------------------------------------------------------------------ inputs of a step
+    def host_input(self, value: Value, host: bool) -> int:
+        """The slot of ``value`` as a numpy array (``host``) or as it is (a tensor read
+        by Shape)."""
+        if value.kind == CONST:
+            return self.new_slot(value.const)
+        if value.kind == HOST or not host:
+            return value.slot
+        # A tensor where the operator needs host values: read back at every call.
+        key = f"slot{value.slot}"
+        slot = self.to_host_slot.get(key)
+        if slot is None:
+            slot = self.new_slot()
+            self.steps.append(Step(_to_host, (value.slot,), slot, False, "read-back of a tensor for a shape argument"))
+            self.to_host_slot[key] = slot
+            self.data_dependent = True
+        return slot
+
+    def tensor_input(self, name: str, value: Value) -> int:
+        if value.kind == TENSOR:
+            return value.slot
+        if value.kind == CONST:
+            slot = self.const_slot_of.get(id(value))
+            if slot is None:
+                array = value.const
+                slot = self.new_slot()
+                self.const_tensors.append((slot, array, dtype_of_array(array, f"{self.label}: constant {name!r}")))
+                self.const_slot_of[id(value)] = slot
+                self.pinned.add(slot)
+            return slot
+        slot = self.to_tensor_slot.get(name)
+        if slot is None:
+            slot = self.new_slot()
+            self.steps.append(Step(_to_tensor, (value.slot, DEVICE_SLOT), slot, False, f"conversion of {name!r} to a tensor"))
+            self.to_tensor_slot[name] = slot
+        return slot
+
+    def state_input(self, node: Any, i: int, role: str, value: Value) -> int:
+        init = node.input[i]
+        name = init if init not in self.states else f"{node.name or node.output[0]}.{role}"
+        while name in self.states:
+            name += "_"
+        array = value.const
+        dtype = dtype_of_array(array, f"{self.label}: initializer {init!r}")
+        self.states[name] = RunningState(Tensor.from_data(array, device=self.device, dtype=dtype))
+        slot = self.new_slot()
+        self.state_slots.append((slot, name))
+        self.pinned.add(slot)
+        return slot
+
+    # ------------------------------------------------------------------ liveness
+    def with_drops(self, kept: set[int]) -> list[Step]:
+        """Each step with the tensor slots whose last reader it is (freed as it ends)."""
+        last: dict[int, int] = {}
+        for index, step in enumerate(self.steps):
+            for slot in step.ins:
+                last[slot] = index
+        inputs = {v.slot for v in self.values.values() if v.kind == TENSOR} - {
+            s for step in self.steps for s in ((step.outs,) if type(step.outs) is int else step.outs)
+        }
+        never = self.pinned | kept | inputs
+        drops: dict[int, list[int]] = {}
+        for slot, index in last.items():
+            if slot not in never and self.template[slot] is None:
+                drops.setdefault(index, []).append(slot)
+        for index, step in enumerate(self.steps):
+            if not step.host:
+                step.drops = tuple(drops.get(index, ()))
+        return self.steps
+
+
+def _to_host(tensor: Tensor) -> np.ndarray:
+    return tensor.to_numpy()
+
+
+def _to_tensor(array: Any, device: Device) -> Tensor:
+    return host_to_tensor(np.asarray(array), device, "a shape value")
+
+
+def outputs_of(node: Any) -> list[str]:
+    """The node's outputs without trailing omitted ones."""
+    names = list(node.output)
+    while names and names[-1] == "":
+        names.pop()
+    return names

@@ -1,0 +1,199 @@
+"""``Program``: an imported graph as a list of steps over numbered slots.
+
+Built once at load (:mod:`ember.onnx.plan`); every ``forward`` copies the slot
+template, fills the inputs, parameters, running states and device constants, and
+runs the steps in order: each step is ``(function, input slots, output slot(s))``.
+
+Values that depend only on shapes (``Shape -> Gather -> Concat -> Reshape`` on a
+dynamic batch dim) are *host* values, computed in numpy. Unless the graph has ops
+whose output shapes depend on data, they are kept per input shape, so that a later
+call with the same shapes runs only the tensor steps.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ember.backend.dtype import DType
+from ember.backend.fusion.trace import current_trace
+from ember.device import Device
+from ember.errors import DTypeError, EmberError, OnnxError, ShapeError
+from ember.tensor import Tensor
+
+DEVICE_SLOT = 0  # the device of this call (for constants made at run time)
+NONE_SLOT = 1  # always None: an omitted optional input
+HOST_CACHE_SIZE = 16
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A graph input: its name, slot, dtype and declared dims (``None`` for a dynamic dim)."""
+
+    name: str
+    slot: int
+    dtype: DType
+    dims: tuple[int | None, ...] | None
+    dim_names: tuple[Any, ...] | None = None
+
+    def describe_dims(self) -> str:
+        names = self.dim_names if self.dim_names is not None else self.dims
+        if names is None:
+            return "any shape"
+        return "[" + ", ".join("?" if d is None else str(d) for d in names) + "]"
+
+
+@dataclass
+class Step:
+    """One node: ``fn(*[env[i] for i in ins])`` written to ``outs`` (a tuple when the node
+    has several outputs; -1 for an unused one). ``host`` steps compute host values only."""
+
+    fn: Callable[..., Any]
+    ins: tuple[int, ...]
+    outs: int | tuple[int, ...]
+    host: bool
+    label: str
+    drops: tuple[int, ...] = ()
+
+
+class Program:
+    """The steps and slot tables of one imported graph."""
+
+    def __init__(
+        self,
+        n_slots: int,
+        template: list[Any],
+        inputs: list[InputSpec],
+        param_slots: list[tuple[int, str]],
+        state_slots: list[tuple[int, str]],
+        const_tensors: list[tuple[int, np.ndarray, DType]],
+        steps: list[Step],
+        outputs: list[tuple[str, int]],
+        data_dependent: bool,
+    ):
+        self.n_slots = n_slots
+        self.template = template
+        self.inputs = inputs
+        self.param_slots = param_slots
+        self.state_slots = state_slots
+        self.const_tensors = const_tensors
+        self.steps = steps
+        self.outputs = outputs
+        self.data_dependent = data_dependent
+        self.host_outputs = [s for step in steps if step.host for s in _slots(step.outs)]
+        self.cacheable = bool(self.host_outputs) and not data_dependent
+        self._all = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps]
+        self._tensor_only = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps if not s.host]
+        self._labels = [s.label for s in steps]
+        self._tensor_labels = [s.label for s in steps if not s.host]
+        self._device_consts: dict[Device, list[tuple[int, Tensor]]] = {}
+        self._host_cache: OrderedDict[tuple, list[tuple[int, Any]]] = OrderedDict()
+
+    # ------------------------------------------------------------------ running
+    def run(self, args: Sequence[Any], params: dict[str, Any], states: dict[str, Any]) -> list[Any]:
+        """The graph's outputs for ``args`` (one tensor per graph input, in order)."""
+        env = self.template.copy()
+        device = self._bind_inputs(env, args)
+        for slot, name in self.param_slots:
+            env[slot] = params[name].val()
+        for slot, name in self.state_slots:
+            env[slot] = states[name]
+        for slot, tensor in self._constants(device):
+            env[slot] = tensor
+        steps, labels = self._all, self._labels
+        key = None
+        if self.cacheable:
+            key = tuple(tuple(env[spec.slot]._p.shape) for spec in self.inputs)
+            cached = self._host_cache.get(key)
+            if cached is not None:
+                for slot, value in cached:
+                    env[slot] = value
+                steps, labels, key = self._tensor_only, self._tensor_labels, None
+        i = 0
+        try:
+            for i, (fn, ins, outs, multi, drops) in enumerate(steps):  # noqa: B007 (i names the failing step)
+                result = fn(*[env[j] for j in ins])
+                if multi:
+                    for slot, value in zip(outs, result):
+                        if slot >= 0:
+                            env[slot] = value
+                else:
+                    env[outs] = result
+                for slot in drops:
+                    env[slot] = None
+        except Exception as error:
+            if current_trace() is not None:  # ember.compile's own signals (graph breaks) pass unchanged
+                raise
+            if isinstance(error, EmberError):
+                raise type(error)(f"{error}\n  (while running ONNX {labels[i]})") from error
+            raise OnnxError(f"ember: ONNX {labels[i]} failed: {type(error).__name__}: {error}") from error
+        if key is not None:
+            self._host_cache[key] = [(slot, env[slot]) for slot in self.host_outputs]
+            if len(self._host_cache) > HOST_CACHE_SIZE:
+                self._host_cache.popitem(last=False)
+        return [self._as_tensor(env[slot], device, name) for name, slot in self.outputs]
+
+    def _bind_inputs(self, env: list[Any], args: Sequence[Any]) -> Device:
+        device = None
+        for spec, value in zip(self.inputs, args):
+            if not isinstance(value, Tensor):
+                raise DTypeError(
+                    f"ember: the ONNX model's input {spec.name!r} must be an ember Tensor, got {type(value).__name__} "
+                    "(make one with Tensor.from_data(array, device=...))"
+                )
+            shape = value._p.shape
+            if spec.dims is not None and (
+                len(shape) != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, shape))
+            ):
+                raise ShapeError(
+                    f"ember: the ONNX model's input {spec.name!r} must have shape {spec.describe_dims()}, got "
+                    f"{list(shape)}; a dim the export fixed cannot change (export with dynamic axes, e.g. "
+                    "torch.onnx.export(..., dynamic_axes={...}), to vary it)"
+                )
+            if value.dtype is not spec.dtype:
+                if value.dtype.kind != spec.dtype.kind:
+                    raise DTypeError(
+                        f"ember: the ONNX model's input {spec.name!r} must be {spec.dtype}, got {value.dtype}; "
+                        f"convert it with .cast('{spec.dtype}')"
+                    )
+                value = value.cast(spec.dtype)
+            if device is None:
+                device = value._d
+            env[spec.slot] = value
+        if device is None:
+            device = self._fallback_device
+        env[DEVICE_SLOT] = device
+        return device
+
+    _fallback_device: Device | None = None
+
+    def _constants(self, device: Device) -> list[tuple[int, Tensor]]:
+        made = self._device_consts.get(device)
+        if made is None:
+            made = [(slot, Tensor.from_data(array, device=device, dtype=dtype)) for slot, array, dtype in self.const_tensors]
+            if current_trace() is None:  # inside ember.compile they are the trace's constants
+                self._device_consts[device] = made
+        return made
+
+    @staticmethod
+    def _as_tensor(value: Any, device: Device, name: str) -> Any:
+        if isinstance(value, Tensor) or value is None:
+            return value
+        return host_to_tensor(np.asarray(value), device, f"the output {name!r}")
+
+
+def host_to_tensor(array: np.ndarray, device: Device, where: str) -> Tensor:
+    """A host (numpy) value as a tensor on ``device`` (narrow ints widened)."""
+    from ember.onnx.dtypes import dtype_of_array
+
+    return Tensor.from_data(array, device=device, dtype=dtype_of_array(array, where))
+
+
+def _slots(outs: int | tuple[int, ...]) -> list[int]:
+    if type(outs) is tuple:
+        return [s for s in outs if s >= 0]
+    return [outs]
