@@ -24,6 +24,15 @@ bool_ = DType.BOOL
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # ``ember.onnx`` is imported on first use (it reads models with the optional onnx package).
+    if name == "onnx":
+        import importlib
+
+        return importlib.import_module("ember.onnx")
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+
 __all__ = [
     "Config",
     "DType",

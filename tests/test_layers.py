@@ -18,6 +18,7 @@ LAYERS = [
     "amp",
     "func",
     "optim",
+    "onnx",  # imports ONNX graphs as modules over ember.nn's functional ops
     "nn",
     "capture",
     "module",
