@@ -418,7 +418,9 @@ class Planner:
         inputs = {v.slot for v in self.values.values() if v.kind == TENSOR} - {
             s for step in self.steps for s in ((step.outs,) if type(step.outs) is int else step.outs)
         }
-        never = self.pinned | kept | inputs
+        host = {slot for step in self.steps if step.host
+                for slot in ((step.outs,) if type(step.outs) is int else step.outs)}  # kept per input shape
+        never = self.pinned | kept | inputs | host
         drops: dict[int, list[int]] = {}
         for slot, index in last.items():
             if slot not in never and self.template[slot] is None:
