@@ -102,7 +102,10 @@ def describe(source: proto.Source) -> ModelDescription:
     implements them), opsets, inputs, outputs and the inferred shape of every node
     output. Raises :class:`~ember.errors.OnnxError` for a malformed file, never for an
     unsupported operator (those are flagged)."""
-    file = proto.read_model(source)
+    try:
+        file = proto.read_model(source)
+    except proto.UnknownOperator as error:  # reported below, node by node
+        file = error.file
     graph = file.graph
     opsets = file.opsets()
     onnx = proto.import_onnx()

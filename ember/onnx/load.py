@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ember.device import Device
 from ember.onnx.model import OnnxModel
-from ember.onnx.plan import Planner
-from ember.onnx.proto import Source, read_model
+from ember.onnx.plan import Planner, check_node, unsupported_error
+from ember.onnx.proto import Source, UnknownOperator, read_model
 
 
 def load(source: Source, device: Device | None = None, *, untie: bool = True) -> OnnxModel:
@@ -30,6 +30,13 @@ def load(source: Source, device: Device | None = None, *, untie: bool = True) ->
     >>> logits = model(images)                                           # doctest: +SKIP
     """
     device = device or Device.default()
-    file = read_model(source)
+    try:
+        file = read_model(source)
+    except UnknownOperator as error:  # name the node, the operator and the opset
+        opsets = error.file.opsets()
+        found = [p for p in (check_node(node, opsets)[2] for node in error.file.graph.node) if p is not None]
+        if found:
+            raise unsupported_error(found, error.file.label) from None
+        raise
     program, params, states = Planner(file, device, untie=untie).build()
     return OnnxModel(params=params, states=states, program=program)

@@ -50,7 +50,9 @@ class ModelFile:
 
 
 def read_model(source: Source, check: bool = True) -> ModelFile:
-    """Parse ``source`` (a path, bytes or an ``onnx.ModelProto``) and check it."""
+    """Parse ``source`` (a path, bytes or an ``onnx.ModelProto``) and check it. An
+    operator that the model's opset does not define raises :class:`UnknownOperator`
+    with the parsed model attached (``error.file``), for the caller to name the node."""
     onnx = import_onnx()
     from google.protobuf.message import DecodeError
 
@@ -84,8 +86,16 @@ def read_model(source: Source, check: bool = True) -> ModelFile:
             f"ember: expected a path, bytes or an onnx.ModelProto, got {type(source).__name__}"
         )
     if check:
-        _check(onnx, model, label)
+        try:
+            _check(onnx, model, label)
+        except UnknownOperator as error:
+            error.file = ModelFile(model, label)
+            raise
     return ModelFile(model, label)
+
+
+class UnknownOperator(OnnxError):
+    """The model check found an operator its opset does not define (the caller names it)."""
 
 
 def _check(onnx: Any, model: Any, label: str) -> None:
@@ -95,7 +105,8 @@ def _check(onnx: Any, model: Any, label: str) -> None:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise OnnxError(f"ember: {label} fails the ONNX model check (truncated or malformed): {first}") from None
+        kind = UnknownOperator if "No Op registered" in first else OnnxError
+        raise kind(f"ember: {label} fails the ONNX model check (truncated or malformed): {first}") from None
     except ValueError as error:  # models over 2 GB must be checked from their path
         if isinstance(label, str) and os.path.exists(label):
             try:
