@@ -14,8 +14,9 @@ class OnnxModel(Module):
     """An ONNX graph whose initializers are parameters.
 
     ``params`` maps each trainable initializer's ONNX name to a :class:`Param` (its
-    path is ``params.<name>``); ``states`` holds BatchNormalization running
-    statistics. ``program`` is the compiled graph, a constant shared by every copy
+    path is ``params.<name>``; :attr:`transposed_params` lists the Linear weights kept
+    in ember's ``[d_input, d_output]`` layout); ``states`` holds BatchNormalization
+    running statistics. ``program`` is the compiled graph, a constant shared by every copy
     that ``map``, ``fork`` or an optimizer step makes.
 
     Call it with one tensor per graph input (positionally, or by input name); it
@@ -53,6 +54,13 @@ class OnnxModel(Module):
             if name in kwargs:
                 raise ModuleError(f"ember: the ONNX model's input {name!r} is given twice")
         return tuple(out)
+
+    @property
+    def transposed_params(self) -> frozenset[str]:
+        """The parameters stored transposed from their ONNX layout: weights read only by
+        ``Gemm(transB=1)`` (PyTorch's Linear) are kept as ember's Linear keeps them,
+        ``[d_input, d_output]``."""
+        return self.program.transposed
 
     @property
     def input_names(self) -> list[str]:

@@ -117,6 +117,8 @@ class Planner:
         self.data_dependent = False
         self.untie = untie
         self.pinned: set[int] = {DEVICE_SLOT, NONE_SLOT}  # slots never dropped
+        self.overrides: dict[int, dict[str, Any]] = {}  # id(node) -> attributes replaced at load
+        self.transposed: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ slots
     def new_slot(self, value: Any = None) -> int:
@@ -132,6 +134,7 @@ class Planner:
             nodes = self.untie_aliases(nodes, initializers)
         checked = self.check_ops(nodes)
         uses = self.initializer_uses(nodes, checked, initializers)
+        self.transposed = self.transpose_linear_weights(nodes, initializers)
         self.shapes = proto.infer_shapes(self.file)
         inputs = self.graph_inputs(initializers)
         self.make_leaves(initializers, uses)
@@ -153,6 +156,7 @@ class Planner:
             steps, outputs, self.data_dependent,
         )
         program._fallback_device = self.device
+        program.transposed = self.transposed
         return program, self.params, self.states
 
     def read_initializers(self) -> dict[str, np.ndarray]:
@@ -175,6 +179,30 @@ class Planner:
                 continue
             kept.append(node)
         return kept
+
+    def transpose_linear_weights(self, nodes: list[Any], initializers: dict[str, np.ndarray]) -> frozenset[str]:
+        """Weights read only as ``Gemm(x, W, transB=1)`` (PyTorch's Linear) are stored as
+        ember's Linear stores them, ``[d_input, d_output]``: the layer then runs as one
+        fused ``linear`` with no transpose per call, forward and backward."""
+        readers: dict[str, list[tuple[Any, int]]] = {}
+        for node in nodes:
+            for i, name in enumerate(node.input):
+                if name in initializers:
+                    readers.setdefault(name, []).append((node, i))
+        for out in self.graph.output:
+            readers.setdefault(out.name, []).append((None, -1))
+        chosen = set()
+        for name, uses in readers.items():
+            array = initializers.get(name)
+            if array is None or array.dtype.kind != "f" or array.ndim != 2:
+                continue
+            if all(node is not None and i == 1 and node.op_type == "Gemm" and node.domain in ("", "ai.onnx")
+                   and _attr_int(node, "transB") == 1 and _attr_int(node, "transA") == 0 for node, i in uses):
+                initializers[name] = np.ascontiguousarray(array.T)
+                chosen.add(name)
+                for node, _ in uses:
+                    self.overrides[id(node)] = {"transB": 0}
+        return frozenset(chosen)
 
     def check_ops(self, nodes: list[Any]) -> list[tuple[OpDef, int]]:
         found: list[Unsupported] = []
@@ -239,6 +267,7 @@ class Planner:
     def node_view(self, node: Any, version: int, values: list[Value | None]) -> Node:
         where = f"{self.label}: {node.op_type} node {node.name!r}"
         attrs = proto.attributes(node, where)
+        attrs.update(self.overrides.get(id(node), {}))
         consts = [v.const if v is not None and v.kind == CONST else None for v in values]
         shapes = [v.shape if v is not None else None for v in values]
         return Node(node.op_type, node.name, version, node_opset(self.opsets, node.domain), attrs,
@@ -437,6 +466,13 @@ def _to_host(tensor: Tensor) -> np.ndarray:
 
 def _to_tensor(array: Any, device: Device) -> Tensor:
     return host_to_tensor(np.asarray(array), device, "a shape value")
+
+
+def _attr_int(node: Any, name: str) -> int:
+    for attr in node.attribute:
+        if attr.name == name:
+            return int(attr.i)
+    return 0
 
 
 def outputs_of(node: Any) -> list[str]:

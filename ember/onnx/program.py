@@ -170,6 +170,7 @@ class Program:
         return device
 
     _fallback_device: Device | None = None
+    transposed: frozenset[str] = frozenset()  # parameters stored as [d_input, d_output] (see Planner)
 
     def _constants(self, device: Device) -> list[tuple[int, Tensor]]:
         made = self._device_consts.get(device)

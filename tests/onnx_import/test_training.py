@@ -34,6 +34,11 @@ def cnn(torch, image: int = 28, dynamic: bool = False):
     return net, data
 
 
+def torch_layout(model, name: str, array: np.ndarray) -> np.ndarray:
+    """A parameter's array as torch lays it out (Linear weights are stored [d_in, d_out])."""
+    return array.T if name in model.transposed_params else array
+
+
 def test_gradients_match_torch(torch, rng):
     """Parameter and input gradients of a transformer encoder layer against torch."""
     net = models.encoder(torch)
@@ -52,8 +57,8 @@ def test_gradients_match_torch(torch, rng):
     compared = 0
     for name, param in model.params.items():
         if name in by_name:  # the exporter stores some weights transposed, under generated names
-            np.testing.assert_allclose(param.val().grad(grads).to_numpy(), by_name[name].grad.numpy(),
-                                       rtol=1e-4, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(torch_layout(model, name, param.val().grad(grads).to_numpy()),
+                                       by_name[name].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
             compared += 1
     assert compared >= 8
 
@@ -97,9 +102,10 @@ def test_fine_tuning_steps_match_torch(torch, rng):
     expected = torch_steps(torch, net, x, y, 0.05, 3, momentum=0.9)
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
     assert {name: p.id for name, p in model.params.items()} == ids  # the same ParamIds after each step
+    assert model.transposed_params == {"7.weight"}  # the head's Linear, stored [d_in, d_out]
     for name, param in net.named_parameters():
-        np.testing.assert_allclose(model.params[name].val().to_numpy(), param.detach().numpy(), rtol=1e-4,
-                                   atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(torch_layout(model, name, model.params[name].val().to_numpy()),
+                                   param.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic-batch"])
