@@ -28,15 +28,15 @@ class OnnxModel(Module):
     program: Program
 
     def forward(self, *args: Tensor, **kwargs: Tensor) -> Any:
-        inputs = self.program.inputs
+        program = self.program
         if kwargs:
             args = self._arrange(args, kwargs)
-        if len(args) != len(inputs):
-            names = ", ".join(spec.name for spec in inputs)
+        if len(args) != len(program.inputs):
+            names = ", ".join(spec.name for spec in program.inputs)
             raise ModuleError(
-                f"ember: this ONNX model takes {len(inputs)} input(s) ({names}), got {len(args)}"
+                f"ember: this ONNX model takes {len(program.inputs)} input(s) ({names}), got {len(args)}"
             )
-        outputs = self.program.run(args, self.params, self.states)
+        outputs = program.run(args, self.params, self.states)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _arrange(self, args: tuple[Tensor, ...], kwargs: dict[str, Tensor]) -> tuple[Tensor, ...]:

@@ -90,6 +90,9 @@ class Program:
         self._tensor_only = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps if not s.host]
         self._labels = [s.label for s in steps]
         self._tensor_labels = [s.label for s in steps if not s.host]
+        # Per input: its slot, the shape it must have when the model fixes every dim, its numpy dtype.
+        self._expected = [(spec.slot, spec.dims, spec.dims is not None and None not in spec.dims, spec.dtype.np)
+                          for spec in inputs]
         self._device_consts: dict[Device, list[tuple[int, Tensor]]] = {}
         self._host_cache: OrderedDict[tuple, list[tuple[int, Any]]] = OrderedDict()
 
@@ -97,13 +100,24 @@ class Program:
     def run(self, args: Sequence[Any], params: dict[str, Any], states: dict[str, Any]) -> list[Any]:
         """The graph's outputs for ``args`` (one tensor per graph input, in order)."""
         env = self.template.copy()
-        device = self._bind_inputs(env, args)
+        device = None
+        for (slot, dims, static, dtype), value in zip(self._expected, args):
+            if type(value) is not Tensor or value._p.dtype != dtype or (dims is not None and (
+                value._p.shape != dims if static else not _fits(value._p.shape, dims)
+            )):
+                self._bind_inputs(env, args)  # converts what it can, raises for the rest
+                break
+            env[slot] = value
+            if device is None:
+                device = value._d
+        env[DEVICE_SLOT] = device = env[DEVICE_SLOT] or device or self._fallback_device
         for slot, name in self.param_slots:
             env[slot] = params[name].val()
         for slot, name in self.state_slots:
             env[slot] = states[name]
-        for slot, tensor in self._constants(device):
-            env[slot] = tensor
+        if self.const_tensors:
+            for slot, tensor in self._constants(device):
+                env[slot] = tensor
         steps, labels = self._all, self._labels
         key = None
         if self.cacheable:
@@ -135,7 +149,11 @@ class Program:
             self._host_cache[key] = [(slot, env[slot]) for slot in self.host_outputs]
             if len(self._host_cache) > HOST_CACHE_SIZE:
                 self._host_cache.popitem(last=False)
-        return [self._as_tensor(env[slot], device, name) for name, slot in self.outputs]
+        out = [env[slot] for _, slot in self.outputs]
+        for i, value in enumerate(out):
+            if type(value) is not Tensor and value is not None:
+                out[i] = self._as_tensor(value, device, self.outputs[i][0])
+        return out
 
     def _bind_inputs(self, env: list[Any], args: Sequence[Any]) -> Device:
         device = None
@@ -145,13 +163,10 @@ class Program:
                     f"ember: the ONNX model's input {spec.name!r} must be an ember Tensor, got {type(value).__name__} "
                     "(make one with Tensor.from_data(array, device=...))"
                 )
-            shape = value._p.shape
-            if spec.dims is not None and (
-                len(shape) != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, shape))
-            ):
+            if spec.dims is not None and not _fits(value._p.shape, spec.dims):
                 raise ShapeError(
                     f"ember: the ONNX model's input {spec.name!r} must have shape {spec.describe_dims()}, got "
-                    f"{list(shape)}; a dim the export fixed cannot change (export with dynamic axes, e.g. "
+                    f"{value.dims()}; a dim the export fixed cannot change (export with dynamic axes, e.g. "
                     "torch.onnx.export(..., dynamic_axes={...}), to vary it)"
                 )
             if value.dtype is not spec.dtype:
@@ -192,6 +207,11 @@ def host_to_tensor(array: np.ndarray, device: Device, where: str) -> Tensor:
     from ember.onnx.dtypes import dtype_of_array
 
     return Tensor.from_data(array, device=device, dtype=dtype_of_array(array, where))
+
+
+def _fits(shape: tuple[int, ...], dims: tuple[int | None, ...]) -> bool:
+    """Whether ``shape`` has the declared ``dims`` (``None`` matches any size)."""
+    return len(shape) == len(dims) and all(d is None or d == s for d, s in zip(dims, shape))
 
 
 def _slots(outs: int | tuple[int, ...]) -> list[int]:
