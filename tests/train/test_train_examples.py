@@ -56,3 +56,23 @@ def test_mnist_example_says_what_is_missing(tmp_path):
         load("mnist").main([str(tmp_path / "nowhere")])
     message = str(exit_info.value.code)
     assert "cannot find train-images-idx3-ubyte" in message and "Put the MNIST IDX files in" in message
+
+
+@pytest.mark.slow
+def test_onnx_finetune_imports_checks_and_fine_tunes(tmp_path, capsys):
+    """A torch CNN trained on the digits 0-4, exported, imported, checked against
+    onnxruntime, then fine-tuned on all ten digits with the Learner."""
+    from tests.conftest import import_torch
+    from tests.onnx_import.helpers import import_onnx
+
+    pytest.importorskip("sklearn")
+    import_torch()
+    import_onnx("onnx")
+    import_onnx("onnxruntime")
+    accuracy = load("onnx_finetune").main(["--epochs", "3", "--artifact-dir", str(tmp_path), "--renderer", "none"])
+    out = capsys.readouterr().out
+    assert "ember implements every operator of this model" in out
+    assert "ember against onnxruntime: largest relative difference" in out
+    before = float(out.split("imported model: validation accuracy ")[1].split("%")[0])
+    assert before < 55.0 and accuracy > 90.0
+    assert (tmp_path / "finetuned.safetensors").is_file()
