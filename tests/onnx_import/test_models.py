@@ -123,3 +123,25 @@ def test_exporter_deduplicated_initializers_are_untied(torch, rng):
     assert tied.num_params() < model.num_params()
     x = rng.standard_normal((2, 5, 16)).astype(np.float32)
     np.testing.assert_allclose(model(Tensor.from_data(x)).to_numpy(), tied(Tensor.from_data(x)).to_numpy())
+
+
+@pytest.mark.gpu
+def test_the_cube_backend_runs_imports(torch, rng):
+    """The same imports on wgpu (with autodiff) give flex's outputs and gradients."""
+    from tests.conftest import _gpu_device
+
+    gpu = _gpu_device()
+    for net, shape, options in [(models.encoder(torch), (2, 5, 16), {}),
+                                (models.resnet(torch), (2, 3, 8, 8), {"do_constant_folding": False})]:
+        data = export(torch, net, (torch.zeros(*shape),), **options)
+        x = rng.standard_normal(shape).astype(np.float32)
+        results = []
+        for device in (Device.flex().autodiff(), gpu.autodiff()):
+            model = ember.onnx.load(data, device)
+            out = model(Tensor.from_data(x, device=device))
+            grads = out.square().mean().backward()
+            results.append((out.to_numpy(), {n: p.val().grad(grads).to_numpy() for n, p in model.params.items()}))
+        (out_flex, grads_flex), (out_gpu, grads_gpu) = results
+        np.testing.assert_allclose(out_gpu, out_flex, rtol=1e-4, atol=1e-5)
+        for name in grads_flex:
+            np.testing.assert_allclose(grads_gpu[name], grads_flex[name], rtol=1e-3, atol=1e-5, err_msg=name)
