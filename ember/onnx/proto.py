@@ -77,6 +77,8 @@ def read_model(source: Source, check: bool = True) -> ModelFile:
             raise OnnxError(f"ember: {label} is empty (0 bytes)")
         try:
             model = onnx.load(label)  # external data is read from the file's directory
+        except onnx.checker.ValidationError as error:  # external data missing or out of place
+            raise OnnxError(f"ember: {label}: cannot read its external data: {error}") from None
         except (DecodeError, ValueError, RuntimeError) as error:
             raise OnnxError(f"ember: {label} is not a valid ONNX file (truncated or corrupt protobuf): {error}") from None
         except OSError as error:
@@ -105,6 +107,11 @@ def _check(onnx: Any, model: Any, label: str) -> None:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "should be stored in" in first:
+            raise OnnxError(
+                f"ember: {label} keeps tensors in external data files: load it from its path, with the data "
+                f"beside it ({first})"
+            ) from None
         kind = UnknownOperator if "No Op registered" in first else OnnxError
         raise kind(f"ember: {label} fails the ONNX model check (truncated or malformed): {first}") from None
     except ValueError as error:  # models over 2 GB must be checked from their path

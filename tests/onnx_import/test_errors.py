@@ -141,3 +141,22 @@ def test_describe_lists_ops_opsets_and_shapes(onnx, small):
     assert report.nodes[0].outputs[0].dims == ("batch", 3)  # inferred
     text = str(report)
     assert "ai.onnx 17" in text and "x: float[batch, 4]" in text and "ember implements every operator" in text
+
+
+def test_external_data(onnx, tmp_path):
+    """Weights in a separate file load from the model's path; a missing data file, or the
+    model's bytes without their data, raise an OnnxError saying so."""
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", 1, [1, 4])], [helper.make_tensor_value_info("y", 1, [1, 4])],
+                              [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0)
+    imported = ember.onnx.load(tmp_path / "m.onnx", Device.flex())
+    np.testing.assert_array_equal(imported(Tensor.ones([1, 4])).to_numpy(), [[24.0, 28.0, 32.0, 36.0]])
+    with pytest.raises(OnnxError, match="external data"):
+        ember.onnx.load((tmp_path / "m.onnx").read_bytes())
+    (tmp_path / "m.data").unlink()
+    with pytest.raises(OnnxError, match="external data"):
+        ember.onnx.load(tmp_path / "m.onnx")
