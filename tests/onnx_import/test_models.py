@@ -9,7 +9,7 @@ import pytest
 
 import ember.onnx
 from ember import Device, Tensor
-from ember.errors import ShapeError
+from ember.errors import OnnxError, ShapeError
 from ember.module import RunningState
 from tests.onnx_import import models
 from tests.onnx_import.helpers import export, run_ort
@@ -145,3 +145,16 @@ def test_the_cube_backend_runs_imports(torch, rng):
         np.testing.assert_allclose(out_gpu, out_flex, rtol=1e-4, atol=1e-5)
         for name in grads_flex:
             np.testing.assert_allclose(grads_gpu[name], grads_flex[name], rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+def test_input_shapes_make_a_fixed_batch_dynamic(torch, ort, rng):
+    net = models.small_cnn(torch)
+    data = export(torch, net, (torch.zeros(2, 1, 28, 28),))  # the batch fixed at 2
+    model = ember.onnx.load(data, Device.flex(), input_shapes={"x": ["batch", 1, 28, 28]})
+    for batch in (1, 5):
+        x = rng.standard_normal((batch, 1, 28, 28)).astype(np.float32)
+        with torch.no_grad():
+            np.testing.assert_allclose(model(Tensor.from_data(x)).to_numpy(), net(torch.from_numpy(x)).numpy(),
+                                       rtol=RTOL, atol=1e-5)
+    with pytest.raises(OnnxError, match="has no tensor input 'images'; its inputs are x"):
+        ember.onnx.load(data, input_shapes={"images": [None, 1, 28, 28]})
