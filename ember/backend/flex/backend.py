@@ -12,6 +12,7 @@ from ember.backend import philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
+from ember.backend.flex import blas
 from ember.backend.flex.attention import attention as _attention
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
@@ -204,9 +205,13 @@ def _adam_blocked(param, grad, moment_1, moment_2, max_moment_2, lr, beta_1, bet
 
 class FlexBackend(FlexModuleOps, Backend):
     """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
-    in float32 where numpy would lose accuracy or lacks the kernel."""
+    in float32 where numpy would lose accuracy or lacks the kernel. Creating one sets
+    numpy's BLAS thread count (``EMBER_NUM_THREADS``, default 1; see ``flex.blas``)."""
 
     name = "flex"
+
+    def __init__(self) -> None:
+        blas.load()
 
     # ------------------------------------------------------------------ data boundary
     def from_numpy(self, array: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ import llvmlite.binding as llvm_binding
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.fusion.llvm import blas as blas_mod
+from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.llvm.loops import KernelEmitter, Loops
 from ember.backend.fusion.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, reg_type
 from ember.backend.fusion.llvm.ops import OpEmitter

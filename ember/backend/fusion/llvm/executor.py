@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.decompose import DECOMPOSITIONS
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph, Ref, flatten
 from ember.backend.fusion.kernels import Buffer, Call, Kernel, schedule
 from ember.backend.fusion.llvm import arrays, jit
-from ember.backend.fusion.llvm import blas as blas_mod
 from ember.backend.fusion.llvm.codegen import ModuleBuilder
 from ember.backend.fusion.llvm.loops import scratch_bytes
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget

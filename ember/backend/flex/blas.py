@@ -2,15 +2,15 @@
 thread count, which ember owns.
 
 numpy wheels bundle OpenBLAS (on Linux ``numpy.libs/libscipy_openblas64_-*.so``,
-with ILP64 symbols such as ``scipy_cblas_sgemm64_``). Compiled code calls its
-``cblas_?gemm`` through a function pointer, so no link step and no C compiler are
-needed. Where no OpenBLAS is found, large matmuls run through numpy instead.
+with ILP64 symbols such as ``scipy_cblas_sgemm64_``). The fusion layer's compiled
+code calls its ``cblas_?gemm`` through a function pointer, so no link step and no C
+compiler are needed.
 
 Threads. OpenBLAS starts as many threads as cores; on a machine with other load
 that is slower, not faster (two BLAS threads on two cores with one busy measured
-8-11x slower than one). :func:`load` sets the count once, from
-``EMBER_NUM_THREADS`` (default 1). numpy's ``matmul`` uses the same library, so the
-setting holds for eager flex too.
+8-11x slower than one). :func:`load` sets the count once per process, from
+``EMBER_NUM_THREADS`` (default 1); the flex backend calls it when it is created, so
+the setting holds for eager numpy matmuls and compiled code alike.
 """
 
 from __future__ import annotations
