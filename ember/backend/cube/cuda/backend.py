@@ -1,0 +1,462 @@
+"""``CudaBackend``: every primitive of the backend protocol as a CUDA kernel.
+
+Elementwise ops and reductions are one-node kernels of the fusion IR lowered by
+:mod:`.codegen` (one compile per expression, dtypes, rank and layout class; shapes,
+strides and scalars are parameters); the other ops are the templates of
+:mod:`.templates`; floating-point matmuls go to cuBLAS (:mod:`.blas`). Layout ops
+are free views. Module ops (convolution via im2col + GEMM, pooling, embedding) use
+the protocol's defaults over these primitives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.backend import philox
+from ember.backend.base import Backend, Slices
+from ember.backend.cube.cuda import templates
+from ember.backend.cube.cuda.codegen import BLOCK, KernelBuilder, MAX_GRID
+from ember.backend.cube.cuda.dtypes import dtype_of, scalar_param_type
+from ember.backend.cube.cuda.runtime import CudaRuntime
+from ember.backend.cube.cuda.tensor import CudaTensor
+from ember.backend.distribution import Distribution
+from ember.backend.dtype import DType
+from ember.backend.fusion.exprs import Expr, Exprs
+from ember.backend.fusion.steps import Kernel, Reduction, Store
+from ember.backend.fusion.views import View, size_of
+from ember.backend.ops import BOOL_RESULT_BINARY, ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
+from ember.errors import IndexOutOfBoundsError
+
+_BOOL = np.dtype(np.bool_)
+_I64 = np.dtype(np.int64)
+_F32 = np.dtype(np.float32)
+#: Rows longer than this are sorted on the host (the rank kernel is quadratic in the row).
+SORT_ROW_LIMIT = 16384
+
+
+def _grid(n: int) -> int:
+    return min(max(-(-n // BLOCK), 1), MAX_GRID)
+
+
+def _ptr(t: CudaTensor) -> np.uint64:
+    return np.uint64(t.ptr)
+
+
+class CudaBackend(Backend):
+    """The NVIDIA backend (see the module docstring). The device opens on the first op."""
+
+    name = "cuda"
+
+    def __init__(self, index: int = 0, runtime: CudaRuntime | None = None) -> None:
+        self.index = index
+        self._runtime = runtime
+
+    @property
+    def runtime(self) -> CudaRuntime:
+        if self._runtime is None:
+            self._runtime = CudaRuntime(self.index)
+        return self._runtime
+
+    def stats(self) -> dict[str, int]:
+        """Counters: ``compiles``, ``launches``, ``uploads``, ``readbacks``, ``bytes_up``,
+        ``bytes_down``, ``copies``, ``allocs``, ``syncs``."""
+        return dict(self.runtime.stats)
+
+    def memory_stats(self) -> dict[str, int]:
+        return self.runtime.memory_stats()
+
+    def empty_cache(self) -> None:
+        self.runtime.empty_cache()
+
+    def sync(self) -> None:
+        if self._runtime is not None:
+            self._runtime.sync()
+
+    # ------------------------------------------------------------------ helpers
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> CudaTensor:
+        shape = tuple(int(n) for n in shape)
+        return CudaTensor(self.runtime.alloc(size_of(shape) * np.dtype(dtype).itemsize), View.contiguous(shape),
+                          np.dtype(dtype))
+
+    def run(self, kernel: Kernel, tensors: dict[int, CudaTensor], scalars: dict[int, Any] | None = None,
+            scalar_types: dict[int, str] | None = None, store_views: list[View] | None = None) -> None:
+        """Launch a one-off IR kernel whose buffer ids index ``tensors`` (dynamic geometry)."""
+        if size_of(kernel.space) == 0:
+            return
+        dtypes = {b: t.dtype for b, t in tensors.items()}
+        kb = KernelBuilder(kernel, dtypes, static=False, scalar_types=scalar_types, store_views=store_views)
+        key = ("ir", kb.key())
+        fn = self.runtime.function(key, lambda: ("k", kb.build().source))
+        geo_t = np.int32 if kb.index == "int" else np.int64
+        args: list[Any] = [_ptr(tensors[b]) for b in kb.buffers()]
+        args += [geo_t(v) for v in kb.geo.args()]
+        for slot in kb.used_slots:
+            t = (scalar_types or {}).get(slot, "double")
+            args.append(np.float64(scalars[slot]) if t == "double" else np.int64(int(scalars[slot])))
+        self.runtime.launch(fn, kb.grid(), BLOCK, tuple(args))
+
+    def _map(self, build, inputs: list[CudaTensor], shape: tuple[int, ...], out_dtype: np.dtype,
+             scalars: list[tuple[Any, np.dtype]] = ()) -> CudaTensor:
+        """An elementwise kernel: ``build(x, loads, scalar_exprs)`` gives the expression."""
+        x = Exprs()
+        loads = [x.load(k, t.view.expand(shape), t.dtype) for k, t in enumerate(inputs)]
+        sc = [x.make("scalar", j, (), dt) for j, (_, dt) in enumerate(scalars)]
+        expr = build(x, loads, sc)
+        out = self.empty(shape, out_dtype)
+        n = len(inputs)
+        tensors = {k: t for k, t in enumerate(inputs)}
+        tensors[n] = out
+        kernel = Kernel(tuple(shape), None, [], [Store(n, expr, False)])
+        self.run(kernel, tensors, {j: v for j, (v, _) in enumerate(scalars)},
+                 {j: scalar_param_type(dt) for j, (_, dt) in enumerate(scalars)})
+        return out
+
+    def _template(self, key: Any, build, grid: int, args: tuple) -> None:
+        fn = self.runtime.function(key, build)
+        self.runtime.launch(fn, grid, BLOCK, args)
+
+    def contiguous(self, x: CudaTensor) -> CudaTensor:
+        if x.is_contiguous():
+            return x
+        return self._map(lambda e, ld, sc: ld[0], [x], x.shape, x.dtype)
+
+    # ------------------------------------------------------------------ data boundary
+    def from_numpy(self, array: np.ndarray) -> CudaTensor:
+        array = np.ascontiguousarray(array)
+        mem = self.runtime.upload(array)
+        return CudaTensor(mem, View.contiguous(tuple(array.shape)), array.dtype)
+
+    def to_numpy(self, x: CudaTensor) -> np.ndarray:
+        out = np.empty(x.shape, x.dtype)
+        if x.size == 0:
+            return out
+        x = self.contiguous(x)
+        return self.runtime.download(x.mem, 0, out)
+
+    # ------------------------------------------------------------------ creation
+    def full(self, shape, value, dtype: DType) -> CudaTensor:
+        np_dtype = dtype.np
+        return self._map(lambda e, ld, sc: sc[0], [], tuple(shape), np_dtype, [(value, np_dtype)])
+
+    def arange(self, start, stop, step, dtype: DType) -> CudaTensor:
+        n = len(range(start, stop, step))
+        out = self.empty((n,), dtype.np)
+        if n:
+            self._template(("arange", dtype), lambda: templates.arange(dtype), _grid(n),
+                           (_ptr(out), np.int64(n), np.int64(start), np.int64(step)))
+        return out
+
+    def random(self, shape, distribution: Distribution, dtype: DType, key: int, counter: int) -> CudaTensor:
+        shape = tuple(shape)
+        n = math.prod(shape)
+        out = self.empty(shape, dtype.np)
+        if n == 0:
+            return out
+        wide = dtype is DType.FLOAT64
+        if not wide:
+            philox.check_float32(distribution)
+        kind = {"uniform": 0, "normal": 1, "bernoulli": 2}[distribution.kind]
+        if distribution.kind == "uniform" and not wide:
+            p = [float(v) for v in philox.uniform_params(distribution.a, distribution.b)]
+        elif distribution.kind == "uniform":
+            a, b = float(distribution.a), float(distribution.b)
+            p = [a, b, float(np.nextafter(b, -np.inf))]
+        else:
+            p = [float(distribution.a), float(distribution.b), 0.0]
+        per = 2 if wide else 4
+        blocks = -(-n // per)
+        self._template(("random", dtype), lambda: templates.random(dtype), _grid(blocks),
+                       (_ptr(out), np.int64(n), np.uint64(counter & philox.MASK64), np.uint32(key & 0xFFFF_FFFF),
+                        np.uint32((key >> 32) & 0xFFFF_FFFF), np.int32(kind), np.float64(p[0]), np.float64(p[1]),
+                        np.float64(p[2])))
+        return out
+
+    # ------------------------------------------------------------------ elementwise
+    def unary(self, op: UnaryOp, x: CudaTensor) -> CudaTensor:
+        out_dtype = _BOOL if op in (UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT) else x.dtype
+        return self._map(lambda e, ld, sc: e.make("unary", op, (ld[0],), out_dtype), [x], x.shape, out_dtype)
+
+    def binary(self, op: BinaryOp, a: CudaTensor, b) -> CudaTensor:
+        out_dtype = _BOOL if op in BOOL_RESULT_BINARY else a.dtype
+        if isinstance(b, CudaTensor):
+            shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+            return self._map(lambda e, ld, sc: e.make("binary", op, (ld[0], ld[1]), out_dtype), [a, b], shape,
+                             out_dtype)
+        return self._map(lambda e, ld, sc: e.make("binary", op, (ld[0], sc[0]), out_dtype), [a], a.shape, out_dtype,
+                         [(b, a.dtype)])
+
+    def where(self, cond: CudaTensor, a, b) -> CudaTensor:
+        dtype = a.dtype if isinstance(a, CudaTensor) else b.dtype
+        inputs = [cond] + [v for v in (a, b) if isinstance(v, CudaTensor)]
+        scalars = [(v, dtype) for v in (a, b) if not isinstance(v, CudaTensor)]
+        shape = tuple(np.broadcast_shapes(*(t.shape for t in inputs)))
+
+        def build(e: Exprs, ld: list[Expr], sc: list[Expr]) -> Expr:
+            li, si = iter(ld[1:]), iter(sc)
+            left = next(li) if isinstance(a, CudaTensor) else next(si)
+            right = next(li) if isinstance(b, CudaTensor) else next(si)
+            return e.make("where", None, (ld[0], left, right), dtype)
+
+        return self._map(build, inputs, shape, dtype, scalars)
+
+    def clamp(self, x: CudaTensor, low, high) -> CudaTensor:
+        scalars = [(v, x.dtype) for v in (low, high) if v is not None]
+
+        def build(e: Exprs, ld: list[Expr], sc: list[Expr]) -> Expr:
+            it = iter(sc)
+            lo = next(it) if low is not None else None
+            hi = next(it) if high is not None else None
+            return e.make("clamp", None, (ld[0], lo, hi), x.dtype)
+
+        return self._map(build, [x], x.shape, x.dtype, scalars)
+
+    def cast(self, x: CudaTensor, dtype: DType) -> CudaTensor:
+        if x.dtype == dtype.np:
+            return x
+        return self._map(lambda e, ld, sc: e.make("cast", None, (ld[0],), dtype.np), [x], x.shape, dtype.np)
+
+    # ------------------------------------------------------------------ matmul
+    def matmul(self, a: CudaTensor, b: CudaTensor) -> CudaTensor:
+        from ember.backend.cube.cuda import blas
+
+        return blas.matmul(self, a, b)
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, op: ReduceOp, x: CudaTensor, dim: int) -> CudaTensor:
+        n = x.shape[dim]
+        out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
+        if op in (ReduceOp.ANY, ReduceOp.ALL):
+            out_dtype = _BOOL
+        elif op in (ReduceOp.SUM, ReduceOp.PROD) and x.dtype == _BOOL:
+            out_dtype = _I64
+        else:
+            out_dtype = x.dtype
+        if op == ReduceOp.MEAN and n == 0:
+            return self.full(out_shape, float("nan"), dtype_of(x.dtype))
+        if n == 0:
+            identity = {ReduceOp.SUM: 0, ReduceOp.PROD: 1, ReduceOp.ANY: False, ReduceOp.ALL: True}
+            if op not in identity:
+                from ember.errors import ShapeError
+
+                raise ShapeError(f"ember: {op} over an empty dim {dim} of shape {list(x.shape)} has no value")
+            return self.full(out_shape, identity[op], dtype_of(out_dtype))
+        e = Exprs()
+        load = e.load(0, x.view, x.dtype)
+        acc = e.make("acc", (0, 0), (), out_dtype)
+        out = self.empty(out_shape, out_dtype)
+        kernel = Kernel(tuple(x.shape), dim, [Reduction(op, load, out_dtype, n)], [Store(1, acc, True)])
+        self.run(kernel, {0: x, 1: out})
+        return out
+
+    def _lines(self, x: CudaTensor, dim: int) -> tuple[CudaTensor, int, int, int]:
+        """``x`` contiguous, as ``[outer, len, inner]`` around ``dim``."""
+        x = self.contiguous(x)
+        return x, math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+
+    def arg_reduce(self, op: ArgReduceOp, x: CudaTensor, dim: int) -> CudaTensor:
+        x, outer, length, inner = self._lines(x, dim)
+        out = self.empty(x.shape[:dim] + (1,) + x.shape[dim + 1:], _I64)
+        if out.size and length:
+            d = dtype_of(x.dtype)
+            self._template(("arg", op, d), lambda: templates.arg_reduce(op, d), _grid(outer * inner),
+                           (_ptr(x), _ptr(out), np.int64(outer), np.int64(length), np.int64(inner)))
+        return out
+
+    def cumulative(self, op: CumulativeOp, x: CudaTensor, dim: int) -> CudaTensor:
+        x, outer, length, inner = self._lines(x, dim)
+        out = self.empty(x.shape, x.dtype)
+        if out.size:
+            d = dtype_of(x.dtype)
+            self._template(("scan", op, d), lambda: templates.cumulative(op, d), _grid(outer * inner),
+                           (_ptr(x), _ptr(out), np.int64(outer), np.int64(length), np.int64(inner)))
+        return out
+
+    def argsort(self, x: CudaTensor, dim: int, descending: bool) -> CudaTensor:
+        rank = len(x.shape)
+        last = dim == rank - 1
+        moved = x if last else self.permute(x, tuple(d for d in range(rank) if d != dim) + (dim,))
+        length = x.shape[dim]
+        if length > SORT_ROW_LIMIT:  # the rank kernel is quadratic: long rows sort on the host
+            from ember.backend.flex import FlexBackend
+
+            host = FlexBackend().argsort(self.to_numpy(moved), rank - 1, descending)
+            order = self.from_numpy(host)
+        else:
+            moved = self.contiguous(moved)
+            order = self.empty(moved.shape, _I64)
+            rows = math.prod(moved.shape[:-1])
+            if order.size:
+                d = dtype_of(x.dtype)
+                self._template(("argsort", d), lambda: templates.argsort(d), _grid(order.size),
+                               (_ptr(moved), _ptr(order), np.int64(rows), np.int64(length),
+                                np.int32(int(descending))))
+        if last:
+            return order
+        axes = list(range(rank - 1))
+        axes.insert(dim, rank - 1)
+        return self.permute(order, tuple(axes))
+
+    # ------------------------------------------------------------------ layout
+    def reshape(self, x: CudaTensor, shape) -> CudaTensor:
+        shape = tuple(int(n) for n in shape)
+        if -1 in shape:
+            known = math.prod(n for n in shape if n != -1)
+            shape = tuple(x.size // known if n == -1 else n for n in shape)
+        view = x.view.reshape(shape)
+        if view is None:
+            x = self.contiguous(x)
+            view = x.view.reshape(shape)
+        return x.with_view(view)
+
+    def permute(self, x: CudaTensor, axes) -> CudaTensor:
+        return x.with_view(x.view.permute(tuple(axes)))
+
+    def flip(self, x: CudaTensor, axes) -> CudaTensor:
+        return x.with_view(x.view.flip(tuple(axes)))
+
+    def expand(self, x: CudaTensor, shape) -> CudaTensor:
+        return x.with_view(x.view.expand(tuple(shape)))
+
+    def slice(self, x: CudaTensor, slices: Slices) -> CudaTensor:
+        return x.with_view(x.view.slice(tuple(slices)))
+
+    def _write(self, out: CudaTensor, region: View, value: CudaTensor) -> None:
+        """Copy ``value`` into the ``region`` view of ``out``'s buffer."""
+        e = Exprs()
+        load = e.load(0, value.view.expand(region.shape), value.dtype)
+        kernel = Kernel(region.shape, None, [], [Store(1, load, False)])
+        self.run(kernel, {0: value, 1: out}, store_views=[region])
+
+    def slice_assign(self, x: CudaTensor, slices: Slices, value: CudaTensor) -> CudaTensor:
+        out = self.empty(x.shape, x.dtype)
+        self._write(out, View.contiguous(x.shape), x)
+        self._write(out, View.contiguous(x.shape).slice(tuple(slices)), value)
+        return out
+
+    def cat(self, xs: Sequence[CudaTensor], dim: int) -> CudaTensor:
+        shape = list(xs[0].shape)
+        shape[dim] = sum(t.shape[dim] for t in xs)
+        out = self.empty(tuple(shape), xs[0].dtype)
+        base = View.contiguous(tuple(shape))
+        start = 0
+        for t in xs:
+            n = t.shape[dim]
+            if n:
+                region = [(0, s, 1) for s in shape]
+                region[dim] = (start, start + n, 1)
+                self._write(out, base.slice(tuple(region)), t)
+            start += n
+        return out
+
+    # ------------------------------------------------------------------ indexing
+    def _check(self, op: str, indices: CudaTensor, size: int, dim: int) -> None:
+        if indices.size == 0:
+            return
+        flat = self.reshape(indices, (indices.size,))
+        lo = int(self.to_numpy(self.reduce(ReduceOp.MIN, flat, 0))[0])
+        hi = int(self.to_numpy(self.reduce(ReduceOp.MAX, flat, 0))[0])
+        if lo < 0 or hi >= size:
+            raise IndexOutOfBoundsError(
+                f"ember: {op}: index {lo if lo < 0 else hi} is out of bounds for dim {dim} of size {size} "
+                f"(indices must lie in [0, {size}))")
+
+    def gather(self, x: CudaTensor, dim: int, indices: CudaTensor) -> CudaTensor:
+        self._check("gather", indices, x.shape[dim], dim)
+        # Trim x to the index tensor's other dims, then see both as [outer, len, inner].
+        slices = tuple((0, indices.shape[d] if d != dim else x.shape[d], 1) for d in range(len(x.shape)))
+        x = self.slice(x, slices)
+        idx, outer, m, inner = self._lines(indices, dim)
+        x = self.contiguous(x)
+        out = self.empty(indices.shape, x.dtype)
+        if out.size:
+            d = dtype_of(x.dtype)
+            length = x.shape[dim]
+            self._template(("gather", d), lambda: templates.gather(d), _grid(out.size),
+                           (_ptr(x), _ptr(idx), _ptr(out), np.int64(outer), np.int64(m), np.int64(inner),
+                            np.int64(length * inner), np.int64(inner), np.int64(1), np.int64(0)))
+        return out
+
+    def _atomic_dtype(self, dtype: np.dtype) -> np.dtype:
+        d = dtype_of(dtype)
+        if d in (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64):
+            return dtype
+        return _F32 if d.is_float else _I64
+
+    def scatter_add(self, x: CudaTensor, dim: int, indices: CudaTensor, values: CudaTensor) -> CudaTensor:
+        self._check("scatter", indices, x.shape[dim], dim)
+        wide = self._atomic_dtype(x.dtype)
+        out = self.cast(x, dtype_of(wide))
+        out = self._map(lambda e, ld, sc: ld[0], [out], out.shape, wide)  # a fresh copy to add into
+        vals = self.contiguous(self.cast(self.slice(values, tuple((0, n, 1) for n in indices.shape)), dtype_of(wide)))
+        idx, outer, m, inner = self._lines(indices, dim)
+        if idx.size:
+            d = dtype_of(wide)
+            # ``out`` keeps x's full shape: its inner extent may exceed the index tensor's.
+            if tuple(indices.shape[dim + 1:]) != tuple(x.shape[dim + 1:]) or \
+                    tuple(indices.shape[:dim]) != tuple(x.shape[:dim]):
+                return self._scatter_general(x, dim, indices, values)
+            self._template(("scatter", d), lambda: templates.scatter_add(d), _grid(idx.size),
+                           (_ptr(out), _ptr(idx), _ptr(vals), np.int64(outer), np.int64(m),
+                            np.int64(x.shape[dim]), np.int64(inner)))
+        return self.cast(out, dtype_of(x.dtype))
+
+    def _scatter_general(self, x: CudaTensor, dim: int, indices: CudaTensor, values: CudaTensor) -> CudaTensor:
+        """scatter_add where the index tensor is smaller than ``x`` in other dims: into a
+        zero tensor of the index tensor's extent, then added to the matching region."""
+        region_shape = tuple(indices.shape[d] if d != dim else x.shape[d] for d in range(len(x.shape)))
+        zeros = self.full(region_shape, 0, dtype_of(x.dtype))
+        part = self.scatter_add(zeros, dim, indices, values)
+        slices = tuple((0, n, 1) for n in region_shape)
+        summed = self.binary(BinaryOp.ADD, self.slice(x, slices), part)
+        return self.slice_assign(x, slices, summed)
+
+    def select(self, x: CudaTensor, dim: int, indices: CudaTensor) -> CudaTensor:
+        self._check("select", indices, x.shape[dim], dim)
+        x = self.contiguous(x)
+        outer, length, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+        m = indices.shape[0]
+        idx = self.contiguous(indices)
+        out = self.empty(x.shape[:dim] + (m,) + x.shape[dim + 1:], x.dtype)
+        if out.size:
+            d = dtype_of(x.dtype)
+            self._template(("select", d), lambda: templates.select(d), _grid(out.size),
+                           (_ptr(x), _ptr(idx), _ptr(out), np.int64(outer), np.int64(m), np.int64(inner),
+                            np.int64(length * inner), np.int64(inner), np.int64(1), np.int64(0)))
+        return out
+
+    def select_add(self, x: CudaTensor, dim: int, indices: CudaTensor, values: CudaTensor) -> CudaTensor:
+        self._check("select_assign", indices, x.shape[dim], dim)
+        wide = self._atomic_dtype(x.dtype)
+        out = self._map(lambda e, ld, sc: e.make("cast", None, (ld[0],), wide) if wide != x.dtype else ld[0],
+                        [x], x.shape, wide)
+        vals = self.contiguous(self.cast(values, dtype_of(wide)))
+        outer, length, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+        m = indices.shape[0]
+        idx = self.contiguous(indices)
+        if vals.size:
+            d = dtype_of(wide)
+            self._template(("select_add", d), lambda: templates.select_add(d), _grid(vals.size),
+                           (_ptr(out), _ptr(idx), _ptr(vals), np.int64(outer), np.int64(m), np.int64(length),
+                            np.int64(inner)))
+        return self.cast(out, dtype_of(x.dtype))
+
+    def argwhere(self, x: CudaTensor) -> CudaTensor:
+        rank = len(x.shape)
+        n = x.size
+        if n == 0:
+            return self.empty((0, rank), _I64)
+        mask = self.contiguous(x)
+        pos = self.cumulative(CumulativeOp.CUMSUM, self.reshape(self.cast(mask, DType.INT64), (n,)), 0)
+        count = int(self.to_numpy(self.slice(pos, ((n - 1, n, 1),)))[0])
+        out = self.empty((count, rank), _I64)
+        if count and rank:
+            self._template(("argwhere", rank), lambda: templates.argwhere(rank), _grid(n),
+                           (_ptr(mask), _ptr(pos), _ptr(out), np.int64(n), *(np.int64(s) for s in x.shape)))
+        return out
+
+
+__all__ = ["CudaBackend"]
