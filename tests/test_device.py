@@ -96,9 +96,20 @@ def test_sync_returns():
     Device.flex().autodiff().sync()
 
 
-def test_cuda_is_a_clear_error():
-    with pytest.raises(BackendUnavailableError, match="vulkan"):
+def test_cuda_without_a_gpu_is_a_clear_error():
+    from ember.backend.cube.cuda.runtime import device_count
+
+    if device_count():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(BackendUnavailableError, match=r"Device.cuda\(0\).*(pip install|driver)"):
         Device.cuda(0)
+    with pytest.raises(BackendUnavailableError, match="cuda"):
+        Device.parse("cuda:0+autodiff")
+
+
+def test_cuda_index_is_checked():
+    with pytest.raises(DeviceError, match="non-negative int"):
+        Device.cuda(-1)
 
 
 def test_device_kind_repr():

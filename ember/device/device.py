@@ -102,11 +102,24 @@ class Device:
 
     @classmethod
     def cuda(cls, index: int = 0) -> Device:
-        """A CUDA device. ember reaches NVIDIA GPUs through ``Device.vulkan``."""
-        raise BackendUnavailableError(
-            f"ember: Device.cuda({index}) is not available: ember has no CUDA backend; "
-            "use Device.vulkan(DeviceKind.DISCRETE) or Device.wgpu() for NVIDIA GPUs"
-        )
+        """An NVIDIA GPU through CUDA (Burn's ``Cuda`` runtime of the cube backend):
+        generated CUDA C kernels compiled by NVRTC, cuBLAS for matmuls. Needs the
+        ``cuda12``/``cuda13`` extra and a driver; raises
+        :class:`~ember.errors.BackendUnavailableError` naming the fix otherwise.
+
+        >>> Device.cuda(0)  # doctest: +SKIP
+        Device<Cube(Cuda(CudaDevice { index: 0 }))>
+        """
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise DeviceError(f"ember: Device.cuda(index): index must be a non-negative int, got {index!r}")
+
+        def make() -> Device:
+            from ember.backend.cube.cuda.device import make_cuda_backend
+
+            backend, body = make_cuda_backend(index)
+            return Device(backend, ("cuda", index), body)
+
+        return cls._intern(("cuda", index), make)
 
     @classmethod
     def _cube(cls, api: str, kind: DeviceKind) -> Device:
@@ -127,7 +140,7 @@ class Device:
     @classmethod
     def default(cls) -> Device:
         """The default device: ``EMBER_DEVICE`` if set (``flex``, ``wgpu``, ``vulkan``,
-        ``metal``, optionally ``+autodiff``), else the first available entry of the
+        ``metal``, ``cuda``, optionally ``+autodiff``), else the first available entry of the
         priority list (see :meth:`set_default_priority`)."""
         spec = os.environ.get("EMBER_DEVICE", "").strip()
         if spec:
@@ -164,6 +177,8 @@ class Device:
         name, _, kind_text = base.partition(":")
         if name == "flex":
             device = cls.flex()
+        elif name == "cuda":
+            device = cls.cuda(int(kind_text) if kind_text else 0)
         else:
             kind = DeviceKind[kind_text.upper()] if kind_text else DeviceKind.DEFAULT
             device = getattr(cls, name)(kind)
@@ -184,14 +199,16 @@ class Device:
         kinds = {k.name.lower() for k in DeviceKind}
         if suffix == "fusion" or suffix.startswith("fusion+"):
             suffix = suffix[len("fusion+"):] if suffix.startswith("fusion+") else ""
+        if name == "cuda" and (not kind or kind.isdigit()):
+            kind = ""
         if (
-            name not in ("flex", "wgpu", "vulkan", "metal")
+            name not in ("flex", "wgpu", "vulkan", "metal", "cuda")
             or (kind and (name == "flex" or kind not in kinds))
             or suffix not in ("", "autodiff", "autodiff:balanced", "autodiff:disabled")
         ):
             raise DeviceError(
                 f"ember: cannot read the device {spec!r}; write flex, wgpu, vulkan or metal, "
-                "optionally with :default/:discrete/:integrated/:cpu, +fusion and +autodiff "
+                "optionally with :default/:discrete/:integrated/:cpu, or cuda[:index], +fusion and +autodiff "
                 "(e.g. EMBER_DEVICE=wgpu:discrete+fusion+autodiff)"
             )
 
@@ -343,6 +360,8 @@ class Device:
             return self._fused.spec() + "+fusion"
         if self._key[0] == "flex":
             return "flex"
+        if self._key[0] == "cuda":
+            return f"cuda:{self._key[1]}"
         _, api, kind = self._key
         return f"{api}:{kind.name.lower()}"
 

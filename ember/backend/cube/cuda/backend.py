@@ -10,6 +10,7 @@ the protocol's defaults over these primitives.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -90,7 +91,12 @@ class CudaBackend(Backend):
         dtypes = {b: t.dtype for b, t in tensors.items()}
         kb = KernelBuilder(kernel, dtypes, static=False, scalar_types=scalar_types, store_views=store_views)
         key = ("ir", kb.key())
-        fn = self.runtime.function(key, lambda: ("k", kb.build().source))
+
+        def build() -> tuple[str, str]:
+            kb.name = "k_" + hashlib.sha1(repr(key).encode()).hexdigest()[:16]
+            return kb.name, kb.build().source
+
+        fn = self.runtime.function(key, build)
         geo_t = np.int32 if kb.index == "int" else np.int64
         args: list[Any] = [_ptr(tensors[b]) for b in kb.buffers()]
         args += [geo_t(v) for v in kb.geo.args()]
