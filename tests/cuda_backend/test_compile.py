@@ -4,7 +4,7 @@ The catalogue (:mod:`ember.backend.cube.cuda.catalog`) runs every op of the back
 over every dtype it is defined for and each layout class the generator tells apart,
 on a recording runtime. Its kernels are compiled in batches (one compilation unit per
 batch, each kernel in its own namespace) to cubin for sm_80 and sm_90, with ptxas's
-resource report checked against a budget, and to PTX for compute_80 and compute_90.
+resource report checked against a budget; the same compile gives each batch's PTX.
 """
 
 from __future__ import annotations
@@ -59,34 +59,25 @@ def test_catalogue_covers_every_op_and_dtype():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("batch", range(BATCHES))
-def test_cubin_and_resources(arch, batch):
+def test_ptx_cubin_and_resources(arch, batch):
+    """One NVRTC compile per batch and architecture gives the PTX (``.target sm_XX``, what
+    the driver JIT-compiles on a later GPU) and the cubin (what runs on sm_XX), and
+    ptxas's resource report for each kernel."""
     require_nvrtc()
-    from ember.backend.cube.cuda.nvrtc import compile_source, resources
+    from ember.backend.cube.cuda.nvrtc import compile_ptx_and_cubin, resources
 
     sources, names = _batches()
     if batch >= len(sources):
         return
-    code, log = compile_source(sources[batch], arch, extra=("-Xptxas=-v",), use_cache=False)
-    assert code[:4] == b"\x7fELF"
+    ptx, cubin, log = compile_ptx_and_cubin(sources[batch], arch, extra=("-Xptxas=-v",))
+    assert cubin[:4] == b"\x7fELF"
+    text = ptx.decode(errors="replace")
+    assert f".target {arch}" in text
+    for name in names[batch]:
+        assert f".entry {name}(" in text
     report = resources(log)
     assert set(report) == set(names[batch])
     for name, r in report.items():
         assert r.registers <= MAX_REGISTERS, f"{name} uses {r.registers} registers on {arch}"
         assert r.spill_stores + r.spill_loads <= MAX_SPILL_BYTES, f"{name} spills on {arch}: {r}"
         assert r.stack <= MAX_STACK_BYTES, f"{name} uses a stack frame on {arch}: {r}"
-
-
-@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
-@pytest.mark.parametrize("batch", range(BATCHES))
-def test_ptx(arch, batch):
-    require_nvrtc()
-    from ember.backend.cube.cuda.nvrtc import compile_source
-
-    sources, names = _batches()
-    if batch >= len(sources):
-        return
-    code, _ = compile_source(sources[batch], arch, output="ptx", use_cache=False)
-    text = code.decode(errors="replace")
-    assert f".target sm_{arch[-2:]}" in text
-    for name in names[batch]:
-        assert f".entry {name}(" in text

@@ -121,7 +121,7 @@ def _store(path: Path, data: bytes) -> None:
         pass
 
 
-def _compile(source: str, options: tuple[str, ...], output: str, name: str) -> tuple[bytes, str]:
+def _compile(source: str, options: tuple[str, ...], output: str, name: str) -> tuple:
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
@@ -135,20 +135,33 @@ def _compile(source: str, options: tuple[str, ...], output: str, name: str) -> t
         if int(result) != 0:
             raise CompileError(f"ember: cuda: NVRTC could not compile a generated kernel ({name}); this is a bug "
                                f"in ember's code generator, please report it with this log:\n{text}")
-        if output == "cubin":
-            err, size = nvrtc.nvrtcGetCUBINSize(prog)
-            _check(nvrtc, err, "nvrtcGetCUBINSize")
-            code = b" " * size
-            (err,) = nvrtc.nvrtcGetCUBIN(prog, code)
-        else:
-            err, size = nvrtc.nvrtcGetPTXSize(prog)
-            _check(nvrtc, err, "nvrtcGetPTXSize")
-            code = b" " * size
-            (err,) = nvrtc.nvrtcGetPTX(prog, code)
-        _check(nvrtc, err, f"reading the {output}")
-        return bytes(code), text
+        if output == "both":
+            return (_read(nvrtc, prog, "ptx"), _read(nvrtc, prog, "cubin")), text
+        return _read(nvrtc, prog, output), text
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _read(nvrtc, prog, output: str) -> bytes:
+    if output == "cubin":
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        _check(nvrtc, err, "nvrtcGetCUBINSize")
+        code = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, code)
+    else:
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        _check(nvrtc, err, "nvrtcGetPTXSize")
+        code = b" " * size
+        (err,) = nvrtc.nvrtcGetPTX(prog, code)
+    _check(nvrtc, err, f"reading the {output}")
+    return bytes(code)
+
+
+def compile_ptx_and_cubin(source: str, arch: str, extra: tuple[str, ...] = ()) -> tuple[bytes, bytes, str]:
+    """One NVRTC compile of ``source`` for ``arch`` (``"sm_90"``) giving its PTX, its
+    cubin and the log (not cached: CI checks the compiler's own output)."""
+    (ptx, cubin), log = _compile(source, OPTIONS + tuple(extra) + (f"-arch={arch}",), "both", "kernels.cu")
+    return ptx, cubin, log
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
@@ -178,5 +191,6 @@ def resources(log: str) -> dict[str, Resources]:
     return out
 
 
-__all__ = ["OPTIONS", "CompileError", "Resources", "cache_dir", "compile_source", "full_source", "resources",
+__all__ = ["OPTIONS", "CompileError", "Resources", "cache_dir", "compile_ptx_and_cubin", "compile_source",
+           "full_source", "resources",
            "version"]
