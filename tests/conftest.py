@@ -3,7 +3,8 @@
 ``EMBER_REQUIRE_TORCH=1`` turns a missing PyTorch into a failure instead of a skip,
 ``EMBER_REQUIRE_GPU=1`` does the same for the cube backend's adapter, and
 ``EMBER_REQUIRE_MPI=1`` for MPI (mpi4py and ``mpiexec``) in the distributed tests
-(CI sets all three).
+(CI sets all three). The ``cuda`` devices always skip without an NVIDIA GPU (CI has
+none; ``scripts/gpu_check.sh`` runs them where one is present).
 """
 
 from __future__ import annotations
@@ -48,7 +49,16 @@ def _gpu_device():
         pytest.skip(f"no GPU adapter: {error}")
 
 
-DEVICE_NAMES = ["flex", "flex+autodiff", "flex+fusion", "flex+fusion+autodiff", "cube", "cube+autodiff"]
+def _cuda_device():
+    """``Device.cuda()``, or a skip where there is no NVIDIA GPU (never required in CI)."""
+    try:
+        return Device.cuda()
+    except Exception as error:
+        pytest.skip(f"no CUDA device: {error}")
+
+
+DEVICE_NAMES = ["flex", "flex+autodiff", "flex+fusion", "flex+fusion+autodiff", "cube", "cube+autodiff", "cuda",
+                "cuda+autodiff"]
 
 
 def make_device(name: str) -> Device:
@@ -64,6 +74,10 @@ def make_device(name: str) -> Device:
         return _gpu_device()
     if name == "cube+autodiff":
         return _gpu_device().autodiff()
+    if name == "cuda":
+        return _cuda_device()
+    if name == "cuda+autodiff":
+        return _cuda_device().autodiff()
     raise ValueError(name)
 
 

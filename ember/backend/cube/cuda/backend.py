@@ -20,9 +20,9 @@ import numpy as np
 from ember.backend import philox
 from ember.backend.base import Backend, Slices
 from ember.backend.cube.cuda import templates
-from ember.backend.cube.cuda.codegen import BLOCK, KernelBuilder, MAX_GRID
+from ember.backend.cube.cuda.codegen import BLOCK, MAX_GRID, KernelBuilder
 from ember.backend.cube.cuda.dtypes import dtype_of, scalar_param_type
-from ember.backend.cube.cuda.runtime import CudaRuntime
+from ember.backend.cube.cuda.runtime import CudaRuntime, DeviceScalar
 from ember.backend.cube.cuda.tensor import CudaTensor
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
@@ -55,6 +55,16 @@ class CudaBackend(Backend):
     def __init__(self, index: int = 0, runtime: CudaRuntime | None = None) -> None:
         self.index = index
         self._runtime = runtime
+        self._executor: Any = None
+
+    def default_executor(self) -> Any:
+        """The executor ``ember.compile`` plans this backend's steps with: CUDA Graphs
+        (:mod:`.executor`), one per backend."""
+        if self._executor is None:
+            from ember.backend.cube.cuda.executor import CudaExecutor
+
+            self._executor = CudaExecutor()
+        return self._executor
 
     @property
     def runtime(self) -> CudaRuntime:
@@ -109,16 +119,25 @@ class CudaBackend(Backend):
              scalars: list[tuple[Any, np.dtype]] = ()) -> CudaTensor:
         """An elementwise kernel: ``build(x, loads, scalar_exprs)`` gives the expression."""
         x = Exprs()
+        tensors = dict(enumerate(inputs))
         loads = [x.load(k, t.view.expand(shape), t.dtype) for k, t in enumerate(inputs)]
-        sc = [x.make("scalar", j, (), dt) for j, (_, dt) in enumerate(scalars)]
+        sc = []
+        host: dict[int, Any] = {}
+        for j, (value, dt) in enumerate(scalars):
+            if type(value) is DeviceScalar:  # a captured step's scalar: read from the device table
+                k = len(tensors)
+                tensors[k] = value.table
+                load = x.load(k, View((), (), value.slot), value.table.dtype)
+                sc.append(load if dt == value.table.dtype else x.make("cast", None, (load,), dt))
+            else:
+                sc.append(x.make("scalar", j, (), dt))
+                host[j] = value
         expr = build(x, loads, sc)
         out = self.empty(shape, out_dtype)
-        n = len(inputs)
-        tensors = {k: t for k, t in enumerate(inputs)}
+        n = len(tensors)
         tensors[n] = out
         kernel = Kernel(tuple(shape), None, [], [Store(n, expr, False)])
-        self.run(kernel, tensors, {j: v for j, (v, _) in enumerate(scalars)},
-                 {j: scalar_param_type(dt) for j, (_, dt) in enumerate(scalars)})
+        self.run(kernel, tensors, host, {j: scalar_param_type(dt) for j, (_, dt) in enumerate(scalars)})
         return out
 
     def _template(self, key: Any, build, grid: int, args: tuple) -> None:

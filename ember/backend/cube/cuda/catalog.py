@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ember.backend.cube.cuda.backend import CudaBackend
-from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY
 from ember.backend.cube.cuda.dtypes import family
+from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp

@@ -26,8 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.cube.cuda.dtypes import (UNSIGNED, compute_type, dtype_of, family, literal, load_code,
-                                            store_code, storage_type)
+from ember.backend.cube.cuda.dtypes import (
+    UNSIGNED,
+    compute_type,
+    dtype_of,
+    family,
+    literal,
+    load_code,
+    storage_type,
+    store_code,
+)
 from ember.backend.cube.cuda.lowering import CExpr, cast_code, scalar_code
 from ember.backend.dtype import DType
 from ember.backend.fusion.exprs import Expr
@@ -270,7 +278,7 @@ class KernelBuilder:
         for b in buffers:
             const = "" if b in written else "const "
             params.append((f"{const}{storage_type(self.dtypes[b])}* __restrict__", f"b{b}"))
-        I = self.index
+        ix = self.index
         sizes = [self._num(z, f"z{d}", params, geo_args) for d, z in enumerate(g.sizes)]
         strides = [[None if (self.static and st == 0) else self._num(st, f"t{a}_{d}", params, geo_args)
                     for d, st in enumerate(row)] for a, row in enumerate(g.strides)]
@@ -313,13 +321,13 @@ class KernelBuilder:
             return CExpr(load, scalar, acc if accs is not None else None, prefix)
 
         def decompose(var: str, dims: list[int], names: list[str]) -> list[str]:
-            lines = [f"{I} r_ = {var};"]
+            lines = [f"{ix} r_ = {var};"]
             for j in range(len(dims) - 1, -1, -1):
                 d = dims[j]
                 if j == 0:
-                    lines.append(f"const {I} {names[j]} = r_;")
+                    lines.append(f"const {ix} {names[j]} = r_;")
                 else:
-                    lines.append(f"const {I} {names[j]} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
+                    lines.append(f"const {ix} {names[j]} = r_ % {sizes[d]}; r_ /= {sizes[d]};")
             return lines
 
         def stores(cx: CExpr, reduced: bool, coords: list, linear: str | None) -> list[str]:
@@ -335,9 +343,9 @@ class KernelBuilder:
         if g.red is None:
             n_expr = " * ".join(sizes) if sizes else "1"
             coords = [f"c{d}" for d in range(rank)]
-            body.append(f"const {I} n_ = {n_expr};")
-            body.append(f"for ({I} i = ({I})blockIdx.x * blockDim.x + threadIdx.x; i < n_; "
-                        f"i += ({I})gridDim.x * blockDim.x) {{")
+            body.append(f"const {ix} n_ = {n_expr};")
+            body.append(f"for ({ix} i = ({ix})blockIdx.x * blockDim.x + threadIdx.x; i < n_; "
+                        f"i += ({ix})gridDim.x * blockDim.x) {{")
             if "g" in modes:
                 body += ["  " + x for x in decompose("i", list(range(rank)), coords)]
             cx = emitter(coords if rank else [], "i", "v")
@@ -370,14 +378,14 @@ class KernelBuilder:
 
     def _reduction_body(self, g: Geometry, sizes, emitter, stores, decompose) -> list[str]:
         kernel = self.kernel
-        I = self.index
+        ix = self.index
         rank = len(g.sizes)
         red = g.red
         outer_dims = list(range(red))
         inner_dims = list(range(red + 1, rank))
         reductions = kernel.reductions
         acc_types = [acc_dtype(r) for r in reductions]
-        R = sizes[red]
+        length = sizes[red]
         o_expr = " * ".join(sizes[d] for d in outer_dims) or "1"
         i_expr = " * ".join(sizes[d] for d in inner_dims) or "1"
         coords = [f"c{d}" for d in range(rank)]
@@ -398,7 +406,7 @@ class KernelBuilder:
             for j, (r, at) in enumerate(zip(reductions, acc_types)):
                 value = f"acc{j}"
                 if r.op == ReduceOp.MEAN:
-                    value = f"(acc{j} / (double){r.count if self.static else R})"
+                    value = f"(acc{j} / (double){r.count if self.static else length})"
                 code = cast_code(value, at, r.dtype)
                 if dtype_of(r.dtype) in (DType.FLOAT16, DType.BFLOAT16):
                     code = f"rn_{'f16' if dtype_of(r.dtype) is DType.FLOAT16 else 'bf16'}({code})"
@@ -410,19 +418,19 @@ class KernelBuilder:
                  for j, (r, at) in enumerate(zip(reductions, acc_types))]
         if threads:
             rows_per_block = BLOCK // threads
-            lines.append(f"const {I} rows_ = {o_expr};")
-            lines.append(f"const {I} len_ = {R};")
+            lines.append(f"const {ix} rows_ = {o_expr};")
+            lines.append(f"const {ix} len_ = {length};")
             lines.append(f"const int lane_ = threadIdx.x % {threads};")
             if threads > 32:
                 for j, at in enumerate(acc_types):
                     lines.append(f"__shared__ {_shuffle_type(at)} sm{j}[{BLOCK // 32}];")
-            lines.append(f"for ({I} row = ({I})blockIdx.x * {rows_per_block} + threadIdx.x / {threads}; row < rows_; "
-                         f"row += ({I})gridDim.x * {rows_per_block}) {{")
+            lines.append(f"for ({ix} row = ({ix})blockIdx.x * {rows_per_block} + threadIdx.x / {threads}; row < rows_; "
+                         f"row += ({ix})gridDim.x * {rows_per_block}) {{")
             inner = []
             if outer_dims:
                 inner += decompose("row", outer_dims, [coords[d] for d in outer_dims])
             inner += inits
-            inner.append(f"for ({I} {coords[red]} = lane_; {coords[red]} < len_; {coords[red]} += {threads}) {{")
+            inner.append(f"for ({ix} {coords[red]} = lane_; {coords[red]} < len_; {coords[red]} += {threads}) {{")
             cx = emitter(coords, None, "v")
             body = cx.lines  # filled below
             acc_lines = accumulate(cx)
@@ -451,7 +459,7 @@ class KernelBuilder:
                     inner.append("}")
                 inner.append("__syncthreads();")
             inner.append("if (lane_ == 0) {")
-            inner.append(f"  const {I} {coords[red]} = 0;")
+            inner.append(f"  const {ix} {coords[red]} = 0;")
             fin, names = finals()
             ecx = emitter(coords, None, "e", names)
             epi = stores(ecx, True, coords, None)
@@ -461,23 +469,23 @@ class KernelBuilder:
             lines.append("}")
             return lines
         # Columns: one thread per output position walks the reduced dim.
-        lines.append(f"const {I} outs_ = ({o_expr}) * ({i_expr});")
-        lines.append(f"const {I} len_ = {R};")
-        lines.append(f"for ({I} t_ = ({I})blockIdx.x * blockDim.x + threadIdx.x; t_ < outs_; "
-                     f"t_ += ({I})gridDim.x * blockDim.x) {{")
+        lines.append(f"const {ix} outs_ = ({o_expr}) * ({i_expr});")
+        lines.append(f"const {ix} len_ = {length};")
+        lines.append(f"for ({ix} t_ = ({ix})blockIdx.x * blockDim.x + threadIdx.x; t_ < outs_; "
+                     f"t_ += ({ix})gridDim.x * blockDim.x) {{")
         inner = []
         other = outer_dims + inner_dims
         if other:
             inner += decompose("t_", other, [coords[d] for d in other])
         inner += inits
-        inner.append(f"for ({I} {coords[red]} = 0; {coords[red]} < len_; ++{coords[red]}) {{")
+        inner.append(f"for ({ix} {coords[red]} = 0; {coords[red]} < len_; ++{coords[red]}) {{")
         cx = emitter(coords, None, "v")
         acc_lines = accumulate(cx)
         full_stores = stores(cx, False, coords, None)
         inner += ["  " + x for x in cx.lines + full_stores + acc_lines]
         inner.append("}")
         inner.append("{")
-        inner.append(f"  const {I} {coords[red]} = 0;")
+        inner.append(f"  const {ix} {coords[red]} = 0;")
         fin, names = finals()
         ecx = emitter(coords, None, "e", names)
         epi = stores(ecx, True, coords, None)

@@ -20,11 +20,34 @@ from typing import Any
 import numpy as np
 
 from ember.backend.cube.cuda import nvrtc
-from ember.errors import BackendUnavailableError, DeviceMemoryError
+from ember.errors import BackendUnavailableError, DeviceMemoryError, EmberError
 
 _FIX = ("install the CUDA extra (pip install 'ember[cuda12]' or 'ember[cuda13]', matching the driver's CUDA "
         "version: nvidia-smi shows it) on a machine with an NVIDIA GPU and driver, or use Device.flex() / "
         "Device.wgpu()")
+
+
+class CaptureUnsupported(EmberError, RuntimeError):
+    """An op cannot run inside a CUDA Graph capture (the plan replays op by op)."""
+
+
+class DeviceScalar:
+    """A run-time scalar living at ``slot`` of a float64 device array (``table``):
+    elementwise kernels read it from memory, so a captured graph sees each run's value.
+    Any other use (``float()``, ``int()``, arithmetic) cannot be captured."""
+
+    __slots__ = ("table", "slot")
+
+    def __init__(self, table: Any, slot: int) -> None:
+        self.table = table
+        self.slot = slot
+
+    def _refuse(self, *_: Any) -> Any:
+        raise CaptureUnsupported("ember: cuda: a run-time scalar is used outside an elementwise kernel")
+
+    __float__ = __int__ = __index__ = __bool__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __pow__ = __rpow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
 
 
 def import_cupy() -> Any:
@@ -73,6 +96,7 @@ class CudaRuntime:
         self.stats: Counter = Counter()
         self._functions: dict[Any, Any] = {}
         self._capture_pool: Any = None  # a graph's private pool while a step is captured
+        self.capturing = False
 
     # ------------------------------------------------------------------ memory
     def alloc(self, nbytes: int) -> Any:
@@ -123,6 +147,8 @@ class CudaRuntime:
         return mem
 
     def download(self, mem: Any, offset_bytes: int, out: np.ndarray) -> np.ndarray:
+        if self.capturing:
+            raise CaptureUnsupported("ember: cuda: a value is read back inside a captured step")
         if out.nbytes:
             with self.device:
                 (mem + offset_bytes).copy_to_host_async(out.ctypes.data, out.nbytes, self.stream)
@@ -171,4 +197,4 @@ class CudaRuntime:
         self.stats["syncs"] += 1
 
 
-__all__ = ["CudaRuntime", "device_count", "import_cupy"]
+__all__ = ["CaptureUnsupported", "CudaRuntime", "DeviceScalar", "device_count", "import_cupy"]

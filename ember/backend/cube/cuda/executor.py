@@ -1,0 +1,219 @@
+"""The cuda executor: captured steps (``ember.compile``) replayed as CUDA Graphs.
+
+``CudaExecutor().plan(graph)`` gives a :class:`CudaPlan`; ``plan.run(backend,
+inputs, scalars)`` computes the graph's outputs (the executor interface of
+:mod:`ember.backend.fusion.executors`).
+
+A plan *expands* the graph's composites (Adam, linear, softmax, ... over float
+operands) for the run's scalars (:func:`ember.backend.fusion.expand.expand`), so
+every run-time scalar (a learning rate, a bias correction computed from the step
+count) is an entry of the expansion's scalar program. Its first run replays the
+expanded graph eagerly (compiling every kernel); its second *captures* it: the
+inputs are copied to buffers the plan owns, the scalars live in a device array
+that kernels read (:class:`DeviceScalar`), every allocation comes from a private
+memory pool that outlives the capture, and the stream's work becomes one CUDA
+Graph. Later runs compute the scalars on the host (one small copy), copy the
+inputs in, launch the graph (one call, however many kernels) and copy the outputs
+out to fresh tensors.
+
+A graph that cannot be captured (an op reads a value back, such as an index
+bounds check, or takes a run-time scalar where a kernel cannot read one from
+memory) replays op by op from then on: the same results, with one launch per op.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ember.backend.cube.cuda.runtime import CaptureUnsupported, DeviceScalar
+from ember.backend.fusion.decompose import DECOMPOSITIONS
+from ember.backend.fusion.expand import expand, float_operands
+from ember.backend.fusion.graph import Graph, Ref, flatten
+from ember.backend.fusion.replay import Replay
+from ember.backend.fusion.scalars import SymScalar
+
+#: Composites a plan expands into primitives (float32/float64 operands).
+EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
+                      "adam_step", "adam_step_many"})
+
+
+def _wants(graph: Graph, node: Any) -> bool:
+    return node.op in EXPANDED and float_operands(graph, node)
+
+
+def _symbols(args: Any, out: dict[int, SymScalar]) -> None:
+    kind = type(args)
+    if kind is SymScalar:
+        out.setdefault(id(args), args)
+    elif kind is tuple or kind is list:
+        for a in args:
+            _symbols(a, out)
+
+
+class CudaExecutor:
+    """Plans for cuda devices (see the module docstring). ``graphs=False`` never
+    captures (every run replays op by op)."""
+
+    name = "cuda"
+
+    def __init__(self, graphs: bool = True) -> None:
+        self.graphs = graphs
+        self.stats = {"plans": 0, "captures": 0, "graph_launches": 0, "replays": 0, "capture_failures": 0}
+
+    def plan(self, graph: Graph) -> CudaPlan:
+        self.stats["plans"] += 1
+        return CudaPlan(graph, self)
+
+
+class _Variant:
+    """One expansion of the graph for the truth tests its scalars answered."""
+
+    def __init__(self, graph: Graph, scalars: list[Any]) -> None:
+        self.expanded = expand(graph, list(scalars), _wants)
+        found: dict[int, SymScalar] = {}
+        for node in self.expanded.graph.nodes:
+            _symbols((node.args, tuple(v for _, v in node.kwargs)), found)
+        self.symbols = list(found.values())
+        self.slot = {id(s): i for i, s in enumerate(self.symbols)}
+        self.program = self.expanded.program.compile([s.index for s in self.symbols])
+        self.graph_exec: Any = None
+        self.failed = False
+        self.runs = 0
+        self.static_inputs: list[Any] = []
+        self.static_outputs: list[Any] = []
+        self.table: Any = None
+        self.pool: Any = None
+
+    def values(self, scalars: list[Any]) -> list[Any] | None:
+        return self.program(list(scalars))
+
+    def replay(self, backend: Any, inputs: list[Any], scalar_of: Any) -> list[Any]:
+        """The expanded graph's outputs, node by node; ``scalar_of(sym)`` gives the value
+        (or :class:`DeviceScalar`) of each run-time scalar."""
+        graph = self.expanded.graph
+        values: dict[int, Any] = dict(zip(graph.inputs, inputs))
+        values.update(graph.consts)
+
+        def arg(a: Any) -> Any:
+            kind = type(a)
+            if kind is Ref:
+                return values[a]
+            if kind is SymScalar:
+                return scalar_of(a)
+            if kind is tuple:
+                return tuple(arg(x) for x in a)
+            if kind is list:
+                return [arg(x) for x in a]
+            return a
+
+        for node in graph.nodes:
+            args = arg(node.args)
+            kwargs = {k: arg(v) for k, v in node.kwargs}
+            result = getattr(backend, node.op)(*args, **kwargs)
+            if result is NotImplemented:
+                result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
+            leaves, _ = flatten(result)
+            for out, leaf in zip(node.outs, leaves):
+                values[out] = leaf
+        return [values[o] for o in graph.outputs]
+
+
+class CudaPlan:
+    """A graph for a cuda backend: its variants and their CUDA Graphs."""
+
+    MAX_VARIANTS = 8
+
+    def __init__(self, graph: Graph, executor: CudaExecutor) -> None:
+        self.graph = graph
+        self.executor = executor
+        self.variants: list[_Variant] = []
+        self.replay: Replay | None = None  # set if expansion failed
+        self._lock = threading.Lock()
+
+    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = ()) -> list[Any]:
+        with self._lock:
+            if self.replay is not None:
+                return self.replay.run(backend, inputs, scalars)
+            for variant in self.variants:
+                values = variant.values(scalars)
+                if values is not None:
+                    return self._run(variant, backend, inputs, values)
+            try:
+                variant = _Variant(self.graph, scalars)
+            except Exception:
+                self.replay = Replay(self.graph)
+                return self.replay.run(backend, inputs, scalars)
+            if len(self.variants) >= self.MAX_VARIANTS:
+                self.variants.pop(0)
+            self.variants.append(variant)
+            return self._run(variant, backend, inputs, variant.values(scalars))
+
+    def _run(self, v: _Variant, backend: Any, inputs: list[Any], values: list[Any]) -> list[Any]:
+        v.runs += 1
+        if v.graph_exec is None and (v.failed or not self.executor.graphs or v.runs < 2
+                                     or not hasattr(backend, "runtime")):
+            self.executor.stats["replays"] += 1
+            return v.replay(backend, inputs, lambda s: values[v.slot[id(s)]])
+        if v.graph_exec is None:
+            try:
+                self._capture(v, backend, inputs)
+            except Exception:
+                v.failed = True
+                self.executor.stats["capture_failures"] += 1
+                self.executor.stats["replays"] += 1
+                return v.replay(backend, inputs, lambda s: values[v.slot[id(s)]])
+        return self._launch(v, backend, inputs, values)
+
+    # ------------------------------------------------------------------ graphs
+    def _capture(self, v: _Variant, backend: Any, inputs: list[Any]) -> None:
+        rt = backend.runtime
+        cupy = rt.cupy
+        rt.sync()
+        v.pool = cupy.cuda.MemoryPool()
+        rt._capture_pool = v.pool
+        try:
+            v.table = backend.empty((max(len(v.symbols), 1),), np.dtype(np.float64))
+            v.static_inputs = [backend.empty(x.shape, x.dtype) for x in inputs]
+            for dst, src in zip(v.static_inputs, inputs):
+                backend._write(dst, dst.view, src)
+            rt.sync()
+            scalars = [DeviceScalar(v.table, i) for i in range(len(v.symbols))]
+            rt.capturing = True
+            with rt.device:
+                rt.stream.begin_capture()
+                try:
+                    outs = v.replay(backend, v.static_inputs, lambda s: scalars[v.slot[id(s)]])
+                finally:
+                    graph = rt.stream.end_capture()
+            v.static_outputs = outs
+            v.graph_exec = graph
+            self.executor.stats["captures"] += 1
+        finally:
+            rt.capturing = False
+            rt._capture_pool = None
+
+    def _launch(self, v: _Variant, backend: Any, inputs: list[Any], values: list[Any]) -> list[Any]:
+        rt = backend.runtime
+        if v.symbols:
+            host = np.asarray([float(x) for x in values], np.float64)
+            with rt.device:
+                v.table.mem.copy_from_host_async(host.ctypes.data, host.nbytes, rt.stream)
+        for dst, src in zip(v.static_inputs, inputs):
+            if src.mem is not dst.mem:
+                backend._write(dst, dst.view, src)
+        with rt.device:
+            v.graph_exec.launch(rt.stream)
+        self.executor.stats["graph_launches"] += 1
+        rt.stats["graph_launches"] += 1
+        outs = []
+        for out in v.static_outputs:
+            fresh = backend.empty(out.shape, out.dtype)
+            backend._write(fresh, fresh.view, out)
+            outs.append(fresh)
+        return outs
+
+
+__all__ = ["CaptureUnsupported", "CudaExecutor", "CudaPlan", "DeviceScalar"]
