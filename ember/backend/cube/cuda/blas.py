@@ -11,7 +11,7 @@ with batch stride 0; a partly broadcast one is copied first.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,25 +29,6 @@ _CUDA_R = {DType.FLOAT32: 0, DType.FLOAT64: 1, DType.FLOAT16: 2, DType.BFLOAT16:
 COMPUTE_32F, COMPUTE_64F, COMPUTE_32F_FAST_TF32 = 68, 70, 77
 GEMM_DEFAULT = -1
 OP_N = 0
-
-_handles: dict[int, Any] = {}
-
-
-def handle(backend: CudaBackend) -> Any:
-    """The backend's cuBLAS handle, bound to its stream (made once)."""
-    rt = backend.runtime
-    h = _handles.get(id(rt))
-    if h is None:
-        from cupy_backends.cuda.libs import cublas
-
-        with rt.device:
-            h = cublas.create()
-            cublas.setStream(h, rt.stream.ptr)
-            cublas.setPointerMode(h, 0)  # host scalars
-            cublas.setMathMode(h, 0)     # CUBLAS_DEFAULT_MATH: no TF32 for float32
-        _handles[id(rt)] = h
-    return h
-
 
 def _batched(backend: CudaBackend, x: CudaTensor, batch: tuple[int, ...]) -> tuple[CudaTensor, int]:
     """``x`` (``[..., r, c]``) as a contiguous operand and its batch stride (0 if shared)."""
@@ -80,10 +61,7 @@ def matmul(backend: CudaBackend, a: CudaTensor, b: CudaTensor) -> CudaTensor:
                           (np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(out.ptr), np.int64(count), np.int64(m),
                            np.int64(k), np.int64(n), np.int64(sa), np.int64(sb)))
         return out
-    from cupy_backends.cuda.libs import cublas
-
     rt = backend.runtime
-    h = handle(backend)
     scalar = np.float64 if d is DType.FLOAT64 else np.float32
     alpha, beta = np.array(1, scalar), np.array(0, scalar)
     compute = COMPUTE_64F if d is DType.FLOAT64 else (
@@ -91,13 +69,10 @@ def matmul(backend: CudaBackend, a: CudaTensor, b: CudaTensor) -> CudaTensor:
     t = _CUDA_R[d]
     item = a.dtype.itemsize
     # Row-major C = A @ B is column-major C^T = B^T A^T.
-    with rt.device:
-        cublas.gemmStridedBatchedEx(
-            h, OP_N, OP_N, n, m, k, alpha.ctypes.data,
+    rt.gemm(OP_N, OP_N, n, m, k, alpha.ctypes.data,
             b.ptr + b.view.offset * item, t, n, sb,
             a.ptr + a.view.offset * item, t, k, sa,
             beta.ctypes.data, out.ptr, t, n, m * n, count, compute, GEMM_DEFAULT)
-    rt.stats["launches"] += 1
     return out
 
 

@@ -97,6 +97,7 @@ class CudaRuntime:
         self._functions: dict[Any, Any] = {}
         self._capture_pool: Any = None  # a graph's private pool while a step is captured
         self.capturing = False
+        self._cublas: Any = None
 
     # ------------------------------------------------------------------ memory
     def alloc(self, nbytes: int) -> Any:
@@ -191,6 +192,22 @@ class CudaRuntime:
         with self.device:
             fn[1]((grid, 1, 1), (block, 1, 1), args, stream=self.stream)
         self.stats["launches"] += 1
+
+    def gemm(self, *args: Any) -> None:
+        """``cublasGemmStridedBatchedEx(handle, *args)`` on this device's stream, with a
+        handle made once (host scalars; default math mode, so no TF32 for float32)."""
+        from cupy_backends.cuda.libs import cublas
+
+        with self.device:
+            if self._cublas is None:
+                handle = cublas.create()
+                cublas.setStream(handle, self.stream.ptr)
+                cublas.setPointerMode(handle, 0)
+                cublas.setMathMode(handle, 0)
+                self._cublas = handle
+            cublas.gemmStridedBatchedEx(self._cublas, *args)
+        self.stats["launches"] += 1
+        self.stats["gemms"] += 1
 
     def sync(self) -> None:
         self.stream.synchronize()
