@@ -95,6 +95,13 @@ def float64_supported(device: Device) -> bool:
     return False
 
 
+def parity_device() -> Device:
+    """The autodiff device of the PyTorch-parity and optimizer trajectory tests:
+    ``EMBER_PARITY_DEVICE`` (a ``Device.parse`` spec such as ``cuda+autodiff``, which
+    ``scripts/gpu_check_cuda.sh`` sets), else ``flex+autodiff``."""
+    return Device.parse(os.environ.get("EMBER_PARITY_DEVICE", "flex+autodiff"))
+
+
 @pytest.fixture(params=DEVICE_NAMES)
 def device(request):
     """Every device the backend conformance suite runs on."""

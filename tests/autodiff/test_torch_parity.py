@@ -9,13 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ember import Device, Tensor
+from ember import Tensor
 from ember.tensor import activation as act
-from tests.conftest import import_torch
+from tests.conftest import import_torch, parity_device
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore:var.*degrees of freedom")]
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-AD = Device.flex().autodiff()
+AD = parity_device()  # flex+autodiff, or EMBER_PARITY_DEVICE (cuda+autodiff on a GPU machine)
 
 BINARY = {
     "add": (lambda a, b: a.add(b), lambda a, b: a + b),

@@ -10,12 +10,12 @@ import pytest
 from ember import Device, Tensor
 from ember.errors import ConfigError, ShapeError
 from ember.nn import GateController, Gru, GruConfig, Linear, Lstm, LstmConfig, LstmState
-from tests.conftest import assert_close, import_torch
+from tests.conftest import assert_close, import_torch, parity_device
 from tests.nn.parity import leaf, param, to_torch, weighted_backward
 
 pytestmark = pytest.mark.torch
 RNG = np.random.default_rng(5)
-AD = Device.flex().autodiff()
+AD = parity_device()  # flex+autodiff, or EMBER_PARITY_DEVICE (cuda+autodiff on a GPU machine)
 
 
 def rand(*shape):

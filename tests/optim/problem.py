@@ -17,8 +17,9 @@ from ember.module import Param
 from ember.nn import Linear, Tanh
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import GradientsParams
+from tests.conftest import parity_device
 
-AD = Device.flex().autodiff()
+AD = parity_device()  # flex+autodiff, or EMBER_PARITY_DEVICE (cuda+autodiff on a GPU machine)
 PATHS = ("l1.weight", "l1.bias", "l2.weight", "l2.bias")
 TORCH_PATHS = {"l1.weight": "0.weight", "l1.bias": "0.bias", "l2.weight": "2.weight", "l2.bias": "2.bias"}
 STEPS = 50
