@@ -2,6 +2,7 @@
 the same geometry, and against the kernels of another ember checkout ("today").
 
     python benchmarks/gpu.py [--quick] [--baseline DIR] [--only matmul,elementwise,...]
+    python benchmarks/gpu.py --cuda [--quick]   # the cuda backend's rows (benchmarks/gpu_cuda.py)
 
 Each workload's launches are captured once from the backend and then replayed (no
 Python per op), so every candidate is timed the same way: ``reps`` replays, then a
@@ -387,7 +388,13 @@ def main() -> None:
     parser.add_argument("--min-time", type=float, default=None, help="seconds per sample, at least")
     parser.add_argument("--json", help="also write the medians to this file")
     parser.add_argument("--kind", default="default", choices=[k.name.lower() for k in DeviceKind])
+    parser.add_argument("--cuda", action="store_true", help="the cuda rows against torch cuda (needs an NVIDIA GPU)")
     args = parser.parse_args()
+    if args.cuda:
+        from benchmarks.gpu_cuda import run
+
+        run(args.quick)
+        return
     args.rounds = args.rounds or (3 if args.quick else 7)
     args.min_time = args.min_time if args.min_time is not None else (0.05 if args.quick else 0.2)
     only = [s for s in args.only.split(",") if s]
