@@ -56,6 +56,7 @@ class CudaBackend(Backend):
         self.index = index
         self._runtime = runtime
         self._executor: Any = None
+        self._launches: dict[Any, tuple] = {}
 
     def default_executor(self) -> Any:
         """The executor ``ember.compile`` plans this backend's steps with: CUDA Graphs
@@ -94,10 +95,12 @@ class CudaBackend(Backend):
                           np.dtype(dtype))
 
     def run(self, kernel: Kernel, tensors: dict[int, CudaTensor], scalars: dict[int, Any] | None = None,
-            scalar_types: dict[int, str] | None = None, store_views: list[View] | None = None) -> None:
-        """Launch a one-off IR kernel whose buffer ids index ``tensors`` (dynamic geometry)."""
+            scalar_types: dict[int, str] | None = None, store_views: list[View] | None = None) -> tuple | None:
+        """Launch a one-off IR kernel whose buffer ids index ``tensors`` (dynamic geometry).
+        Returns what a repeat of the same launch needs (function, grid, buffer order,
+        typed geometry, scalar slots), for :meth:`_map`'s cache."""
         if size_of(kernel.space) == 0:
-            return
+            return (None, 0, [], [], [])
         dtypes = {b: t.dtype for b, t in tensors.items()}
         kb = KernelBuilder(kernel, dtypes, static=False, scalar_types=scalar_types, store_views=store_views)
         key = ("ir", kb.key())
@@ -108,16 +111,45 @@ class CudaBackend(Backend):
 
         fn = self.runtime.function(key, build)
         geo_t = np.int32 if kb.index == "int" else np.int64
-        args: list[Any] = [_ptr(tensors[b]) for b in kb.buffers()]
-        args += [geo_t(v) for v in kb.geo.args()]
+        order = kb.buffers()
+        geo = [geo_t(v) for v in kb.geo.args()]
+        args: list[Any] = [_ptr(tensors[b]) for b in order] + geo
+        slots = []
         for slot in kb.used_slots:
             t = (scalar_types or {}).get(slot, "double")
+            slots.append((slot, t))
             args.append(np.float64(scalars[slot]) if t == "double" else np.int64(int(scalars[slot])))
-        self.runtime.launch(fn, kb.grid(), BLOCK, tuple(args))
+        grid = kb.grid()
+        self.runtime.launch(fn, grid, BLOCK, tuple(args))
+        return fn, grid, order, geo, slots
 
     def _map(self, build, inputs: list[CudaTensor], shape: tuple[int, ...], out_dtype: np.dtype,
-             scalars: list[tuple[Any, np.dtype]] = ()) -> CudaTensor:
-        """An elementwise kernel: ``build(x, loads, scalar_exprs)`` gives the expression."""
+             scalars: list[tuple[Any, np.dtype]] = (), tag: Any = None) -> CudaTensor:
+        """An elementwise kernel: ``build(x, loads, scalar_exprs)`` gives the expression.
+
+        ``tag`` names the expression ``build`` makes (with the operands' views and dtypes
+        and the scalars' kinds it keys a launch cache: a repeated op skips code
+        generation and geometry analysis, as a training step's ops do)."""
+        sig = None
+        if tag is not None:
+            sig = (tag, shape, out_dtype, tuple((t.view, t.dtype) for t in inputs),
+                   tuple(("D", v.slot, dt) if type(v) is DeviceScalar else dt for v, dt in scalars))
+            hit = self._launches.get(sig)
+            if hit is not None:
+                fn, grid, order, geo, slots = hit
+                out = self.empty(shape, out_dtype)
+                tensors = list(inputs)
+                for v, _ in scalars:
+                    if type(v) is DeviceScalar:
+                        tensors.append(v.table)
+                tensors.append(out)
+                args = [np.uint64(tensors[k].mem.ptr) for k in order] + geo
+                for j, kind in slots:
+                    v = scalars[j][0]
+                    args.append(np.float64(v) if kind == "double" else np.int64(int(v)))
+                if grid:
+                    self.runtime.launch(fn, grid, BLOCK, tuple(args))
+                return out
         x = Exprs()
         tensors = dict(enumerate(inputs))
         loads = [x.load(k, t.view.expand(shape), t.dtype) for k, t in enumerate(inputs)]
@@ -137,8 +169,27 @@ class CudaBackend(Backend):
         n = len(tensors)
         tensors[n] = out
         kernel = Kernel(tuple(shape), None, [], [Store(n, expr, False)])
-        self.run(kernel, tensors, host, {j: scalar_param_type(dt) for j, (_, dt) in enumerate(scalars)})
+        launch = self.run(kernel, tensors, host, {j: scalar_param_type(dt) for j, (_, dt) in enumerate(scalars)})
+        if sig is not None and launch is not None:
+            if len(self._launches) > 8192:
+                self._launches.clear()
+            self._launches[sig] = launch
         return out
+
+    def _run_cached(self, sig: Any, tensors: list[CudaTensor], make) -> None:
+        """Run the IR kernel ``make()`` gives (``(kernel, store_views)``, buffer ids indexing
+        ``tensors``), or repeat its cached launch for the same ``sig``."""
+        hit = self._launches.get(sig)
+        if hit is None:
+            kernel, store_views = make()
+            hit = self.run(kernel, dict(enumerate(tensors)), store_views=store_views)
+            if len(self._launches) > 8192:
+                self._launches.clear()
+            self._launches[sig] = hit
+            return
+        fn, grid, order, geo, _ = hit
+        if grid:
+            self.runtime.launch(fn, grid, BLOCK, tuple([np.uint64(tensors[k].mem.ptr) for k in order] + geo))
 
     def _template(self, key: Any, build, grid: int, args: tuple) -> None:
         fn = self.runtime.function(key, build)
@@ -147,7 +198,7 @@ class CudaBackend(Backend):
     def contiguous(self, x: CudaTensor) -> CudaTensor:
         if x.is_contiguous():
             return x
-        return self._map(lambda e, ld, sc: ld[0], [x], x.shape, x.dtype)
+        return self._map(lambda e, ld, sc: ld[0], [x], x.shape, x.dtype, tag="copy")
 
     # ------------------------------------------------------------------ data boundary
     def from_numpy(self, array: np.ndarray) -> CudaTensor:
@@ -165,7 +216,7 @@ class CudaBackend(Backend):
     # ------------------------------------------------------------------ creation
     def full(self, shape, value, dtype: DType) -> CudaTensor:
         np_dtype = dtype.np
-        return self._map(lambda e, ld, sc: sc[0], [], tuple(shape), np_dtype, [(value, np_dtype)])
+        return self._map(lambda e, ld, sc: sc[0], [], tuple(shape), np_dtype, [(value, np_dtype)], tag="full")
 
     def arange(self, start, stop, step, dtype: DType) -> CudaTensor:
         n = len(range(start, stop, step))
@@ -203,16 +254,17 @@ class CudaBackend(Backend):
     # ------------------------------------------------------------------ elementwise
     def unary(self, op: UnaryOp, x: CudaTensor) -> CudaTensor:
         out_dtype = _BOOL if op in (UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT) else x.dtype
-        return self._map(lambda e, ld, sc: e.make("unary", op, (ld[0],), out_dtype), [x], x.shape, out_dtype)
+        return self._map(lambda e, ld, sc: e.make("unary", op, (ld[0],), out_dtype), [x], x.shape, out_dtype,
+                         tag=("unary", op))
 
     def binary(self, op: BinaryOp, a: CudaTensor, b) -> CudaTensor:
         out_dtype = _BOOL if op in BOOL_RESULT_BINARY else a.dtype
         if isinstance(b, CudaTensor):
             shape = tuple(np.broadcast_shapes(a.shape, b.shape))
             return self._map(lambda e, ld, sc: e.make("binary", op, (ld[0], ld[1]), out_dtype), [a, b], shape,
-                             out_dtype)
+                             out_dtype, tag=("binary", op))
         return self._map(lambda e, ld, sc: e.make("binary", op, (ld[0], sc[0]), out_dtype), [a], a.shape, out_dtype,
-                         [(b, a.dtype)])
+                         [(b, a.dtype)], tag=("binary_scalar", op))
 
     def where(self, cond: CudaTensor, a, b) -> CudaTensor:
         dtype = a.dtype if isinstance(a, CudaTensor) else b.dtype
@@ -226,7 +278,8 @@ class CudaBackend(Backend):
             right = next(li) if isinstance(b, CudaTensor) else next(si)
             return e.make("where", None, (ld[0], left, right), dtype)
 
-        return self._map(build, inputs, shape, dtype, scalars)
+        tag = ("where", isinstance(a, CudaTensor), isinstance(b, CudaTensor))
+        return self._map(build, inputs, shape, dtype, scalars, tag=tag)
 
     def clamp(self, x: CudaTensor, low, high) -> CudaTensor:
         scalars = [(v, x.dtype) for v in (low, high) if v is not None]
@@ -237,12 +290,13 @@ class CudaBackend(Backend):
             hi = next(it) if high is not None else None
             return e.make("clamp", None, (ld[0], lo, hi), x.dtype)
 
-        return self._map(build, [x], x.shape, x.dtype, scalars)
+        return self._map(build, [x], x.shape, x.dtype, scalars, tag=("clamp", low is not None, high is not None))
 
     def cast(self, x: CudaTensor, dtype: DType) -> CudaTensor:
         if x.dtype == dtype.np:
             return x
-        return self._map(lambda e, ld, sc: e.make("cast", None, (ld[0],), dtype.np), [x], x.shape, dtype.np)
+        return self._map(lambda e, ld, sc: e.make("cast", None, (ld[0],), dtype.np), [x], x.shape, dtype.np,
+                         tag="cast")
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a: CudaTensor, b: CudaTensor) -> CudaTensor:
@@ -269,12 +323,15 @@ class CudaBackend(Backend):
 
                 raise ShapeError(f"ember: {op} over an empty dim {dim} of shape {list(x.shape)} has no value")
             return self.full(out_shape, identity[op], dtype_of(out_dtype))
-        e = Exprs()
-        load = e.load(0, x.view, x.dtype)
-        acc = e.make("acc", (0, 0), (), out_dtype)
         out = self.empty(out_shape, out_dtype)
-        kernel = Kernel(tuple(x.shape), dim, [Reduction(op, load, out_dtype, n)], [Store(1, acc, True)])
-        self.run(kernel, {0: x, 1: out})
+
+        def make() -> tuple[Kernel, None]:
+            e = Exprs()
+            load = e.load(0, x.view, x.dtype)
+            acc = e.make("acc", (0, 0), (), out_dtype)
+            return Kernel(tuple(x.shape), dim, [Reduction(op, load, out_dtype, n)], [Store(1, acc, True)]), None
+
+        self._run_cached(("reduce", op, x.view, x.dtype, dim, out_dtype), [x, out], make)
         return out
 
     def _lines(self, x: CudaTensor, dim: int) -> tuple[CudaTensor, int, int, int]:
@@ -351,10 +408,13 @@ class CudaBackend(Backend):
 
     def _write(self, out: CudaTensor, region: View, value: CudaTensor) -> None:
         """Copy ``value`` into the ``region`` view of ``out``'s buffer."""
-        e = Exprs()
-        load = e.load(0, value.view.expand(region.shape), value.dtype)
-        kernel = Kernel(region.shape, None, [], [Store(1, load, False)])
-        self.run(kernel, {0: value, 1: out}, store_views=[region])
+
+        def make() -> tuple[Kernel, list[View]]:
+            e = Exprs()
+            load = e.load(0, value.view.expand(region.shape), value.dtype)
+            return Kernel(region.shape, None, [], [Store(1, load, False)]), [region]
+
+        self._run_cached(("write", region, value.view, value.dtype, out.dtype), [value, out], make)
 
     def slice_assign(self, x: CudaTensor, slices: Slices, value: CudaTensor) -> CudaTensor:
         out = self.empty(x.shape, x.dtype)
