@@ -15,6 +15,8 @@ import pytest
 
 from tests.cuda_backend.conftest import require_nvrtc
 
+pytestmark = pytest.mark.nvrtc
+
 BATCH = 100
 #: Most kernels a batch holds; the catalogue has about 1000.
 BATCHES = 12

@@ -5,6 +5,7 @@ eager and compiled (expanded: Adam, linear and the loss as primitives), compiles
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import ember
 from ember import Device, Distribution, Module, Tensor
@@ -14,6 +15,9 @@ from ember.nn import Linear, LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
 from tests.cuda_backend.conftest import require_nvrtc
+
+
+pytestmark = pytest.mark.nvrtc
 
 
 class Mlp(Module):

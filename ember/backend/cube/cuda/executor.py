@@ -178,7 +178,7 @@ class CudaPlan:
             v.table = backend.empty((max(len(v.symbols), 1),), np.dtype(np.float64))
             v.static_inputs = [backend.empty(x.shape, x.dtype) for x in inputs]
             for dst, src in zip(v.static_inputs, inputs):
-                backend._write(dst, dst.view, src)
+                _copy(backend, dst, src)
             rt.sync()
             scalars = [DeviceScalar(v.table, i) for i in range(len(v.symbols))]
             rt.capturing = True
@@ -203,7 +203,7 @@ class CudaPlan:
                 v.table.mem.copy_from_host_async(host.ctypes.data, host.nbytes, rt.stream)
         for dst, src in zip(v.static_inputs, inputs):
             if src.mem is not dst.mem:
-                backend._write(dst, dst.view, src)
+                _copy(backend, dst, src)
         with rt.device:
             v.graph_exec.launch(rt.stream)
         self.executor.stats["graph_launches"] += 1
@@ -211,9 +211,19 @@ class CudaPlan:
         outs = []
         for out in v.static_outputs:
             fresh = backend.empty(out.shape, out.dtype)
-            backend._write(fresh, fresh.view, out)
+            _copy(backend, fresh, out)
             outs.append(fresh)
         return outs
+
+
+def _copy(backend: Any, dst: Any, src: Any) -> None:
+    """``src`` into the contiguous ``dst``: one device-to-device copy when ``src`` is dense."""
+    view = src.view
+    if view.is_contiguous() and view.size:
+        item = src.dtype.itemsize
+        backend.runtime.copy(dst.mem, src.mem + view.offset * item, view.size * item)
+    else:
+        backend._write(dst, dst.view, src)
 
 
 __all__ = ["CaptureUnsupported", "CudaExecutor", "CudaPlan", "DeviceScalar"]

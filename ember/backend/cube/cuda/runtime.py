@@ -50,11 +50,11 @@ class DeviceScalar:
     __pow__ = __rpow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
 
 
-def import_cupy() -> Any:
+def import_cupy(what: str = "Device.cuda()") -> Any:
     try:
         import cupy
     except ImportError as error:
-        raise BackendUnavailableError(f"ember: Device.cuda() needs CuPy and NVRTC: {_FIX} ({error})") from None
+        raise BackendUnavailableError(f"ember: {what} needs CuPy and NVRTC: {_FIX} ({error})") from None
     return cupy
 
 
@@ -71,7 +71,7 @@ class CudaRuntime:
     """One CUDA device's memory pool, stream and loaded kernels (see the module docstring)."""
 
     def __init__(self, index: int) -> None:
-        cupy = import_cupy()
+        cupy = import_cupy(f"Device.cuda({index})")
         self.cupy = cupy
         try:
             count = cupy.cuda.runtime.getDeviceCount()
