@@ -16,7 +16,6 @@ from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
 from tests.cuda_backend.conftest import require_nvrtc
 
-
 pytestmark = pytest.mark.nvrtc
 
 
