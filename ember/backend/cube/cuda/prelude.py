@@ -5,18 +5,24 @@ division, out-of-range float-to-int casts, shifts past the width, NaN-propagatin
 maximum/minimum) and convert half-precision bits with no CUDA header.
 """
 
-PRELUDE = r"""
-#define EMBER_INF_F __int_as_float(0x7f800000)
-#define EMBER_INF_D __longlong_as_double(0x7ff0000000000000ll)
-typedef unsigned long long u64;
-typedef long long i64;
-
+#: float16 conversions through PTX ``cvt`` (device code only).
+HALF_PTX = r"""
 __device__ __forceinline__ float ld_f16(unsigned short h) {
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
 }
 __device__ __forceinline__ unsigned short st_f16(float f) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
+"""
+
+#: Everything else: portable C++ given CUDA's bit-cast intrinsics (the host test of
+#: these semantics compiles it with shims for them).
+COMMON = r"""
+#define EMBER_INF_F __int_as_float(0x7f800000)
+#define EMBER_INF_D __longlong_as_double(0x7ff0000000000000ll)
+typedef unsigned long long u64;
+typedef long long i64;
+
 __device__ __forceinline__ float ld_bf16(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
 __device__ __forceinline__ unsigned short st_bf16(float f) {
   unsigned u = __float_as_uint(f);
@@ -92,3 +98,5 @@ template <typename T> __device__ __forceinline__ T fsign(T x) {
   return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : (T)0);
 }
 """
+
+PRELUDE = HALF_PTX + COMMON
