@@ -19,7 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ember.backend.cube.cuda.dtypes import compute_type, load_code, storage_type, store_code
+from ember.backend.cube.cuda.dtypes import load_code, storage_type, store_code
 from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY, CExpr
 from ember.backend.cube.cuda.prelude import COMMON
 from ember.backend.dtype import DType
