@@ -89,3 +89,33 @@ def test_recorded_random_draws_match_philox_counters():
     names = [name for name, _ in runtime.sources.values()]
     assert "philox_f32" in names
     assert np.dtype(np.float32) == Tensor.random([2], device=device).to_numpy().dtype
+
+
+def test_fused_plans_run_their_schedule_and_compile():
+    from ember.backend.cube.cuda.executor import CudaExecutor
+
+    device, runtime = _device()
+    x, y = _data(device)
+    model, optim = _model(device), AdamConfig().init()
+    executor = CudaExecutor(fuse=True)
+
+    @ember.compile(executor=executor)
+    def step(model: Mlp, x: Tensor, y: Tensor) -> tuple[Mlp, Tensor]:
+        loss = MseLoss().forward(model(x), y, Reduction.MEAN)
+        return optim.step(1e-2, model, GradientsParams.from_grads(loss.backward(), model)), loss
+
+    before = runtime.stats["launches"]
+    for _ in range(3):
+        model, loss = step(model, x, y)
+        assert loss.shape == [1] or list(loss.shape) == [1]
+    assert executor.stats["replays"] == 3
+    per_step = (runtime.stats["launches"] - before) / 3
+    plans = [k for k in runtime.sources if k[0] == "plan"]
+    assert len(plans) == step.stats["traces"], (step.stats, executor.stats)  # one module per traced step
+    assert per_step < 40  # fused: far fewer launches than the eager step's ops
+    require_nvrtc()
+    from ember.backend.cube.cuda.nvrtc import compile_ptx_and_cubin
+
+    for unit in batches(sorted(runtime.sources.values()), 200):
+        _, cubin, _ = compile_ptx_and_cubin(unit, "sm_90")
+        assert cubin[:4] == b"\x7fELF"

@@ -71,6 +71,14 @@ class RecordingRuntime:
             self.sources[key] = build()
         return key
 
+    def functions(self, key: Any, build: Any) -> dict[str, Any]:
+        if key not in self.sources:
+            names, source = build()
+            self.sources[key] = (names[0] if names else "plan", source)
+            self.modules = getattr(self, "modules", {})
+            self.modules[key] = names
+        return {name: (key, name) for name in self.modules[key]}
+
     def launch(self, fn: Any, grid: int, block: int, args: tuple) -> None:
         self.stats["launches"] += 1
 

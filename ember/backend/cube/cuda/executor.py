@@ -34,6 +34,7 @@ from ember.backend.fusion.expand import expand, float_operands
 from ember.backend.fusion.graph import Graph, Ref, flatten
 from ember.backend.fusion.replay import Replay
 from ember.backend.fusion.scalars import SymScalar
+from ember.backend.fusion.steps import Call, Kernel, Matmul
 
 #: Composites a plan expands into primitives (float32/float64 operands).
 EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
@@ -55,12 +56,15 @@ def _symbols(args: Any, out: dict[int, SymScalar]) -> None:
 
 class CudaExecutor:
     """Plans for cuda devices (see the module docstring). ``graphs=False`` never
-    captures (every run replays op by op)."""
+    captures (every run replays op by op). ``fuse=True`` lowers the expanded graph
+    through the fusion analysis first (:class:`_FusedVariant`: fused CUDA C kernels,
+    cuBLAS matmuls, eager calls for the rest), captured the same way."""
 
     name = "cuda"
 
-    def __init__(self, graphs: bool = True) -> None:
+    def __init__(self, graphs: bool = True, fuse: bool = False) -> None:
         self.graphs = graphs
+        self.fuse = fuse
         self.stats = {"plans": 0, "captures": 0, "graph_launches": 0, "replays": 0, "capture_failures": 0}
 
     def plan(self, graph: Graph) -> CudaPlan:
@@ -121,6 +125,104 @@ class _Variant:
         return [values[o] for o in graph.outputs]
 
 
+class _FusedVariant(_Variant):
+    """An expansion grouped into fused kernels (:mod:`.target`): each kernel step is one
+    launch of generated CUDA C with static geometry, reading run-time scalars from the
+    plan's scalar table; matmuls and the steps the target leaves out run on the backend."""
+
+    def __init__(self, graph: Graph, scalars: list[Any]) -> None:
+        from ember.backend.cube.cuda.target import CudaTarget, schedule_kernels
+        from ember.backend.fusion.kernels import schedule
+
+        target = CudaTarget()
+        self.expanded = expand(graph, list(scalars), target.expands)
+        self.schedule = schedule(self.expanded, target)
+        self.codes = schedule_kernels(self.schedule, prefix=f"p{id(self) & 0xFFFFFFFF:x}")
+        found: dict[int, SymScalar] = {id(s): s for s in self.schedule.scalars}
+        for step in self.schedule.steps:
+            if isinstance(step, Call):
+                _symbols((step.node.args, tuple(v for _, v in step.node.kwargs)), found)
+        self.symbols = list(found.values())
+        self.slot = {id(s): i for i, s in enumerate(self.symbols)}
+        self.program = self.expanded.program.compile([s.index for s in self.symbols])
+        self.graph_exec = None
+        self.failed = False
+        self.runs = 0
+        self.static_inputs, self.static_outputs = [], []
+        self.table = self.pool = None
+        self.functions: dict[str, Any] | None = None
+
+    def replay(self, backend: Any, inputs: list[Any], scalar_of: Any) -> list[Any]:
+        from ember.backend.cube.cuda.codegen import BLOCK
+
+        sched, graph = self.schedule, self.expanded.graph
+        rt = backend.runtime
+        if self.functions is None and self.codes:
+            codes = self.codes
+            self.functions = rt.functions(("plan", id(self)), lambda: (
+                [c.name for c in codes.values()], "\n".join(c.source for c in codes.values())))
+        n_kernel_scalars = len(sched.scalars)
+        values = [scalar_of(s) for s in self.symbols]
+        table = None
+        if n_kernel_scalars:
+            if type(values[0]) is DeviceScalar:
+                table = values[0].table
+            else:
+                table = backend.from_numpy(np.asarray([float(v) for v in values[:n_kernel_scalars]], np.float64))
+        position = {v: k for k, v in enumerate(graph.inputs)}
+        buffers: list[Any] = [None] * len(sched.buffers)
+        for b in sched.buffers:
+            if b.kind == "input":
+                buffers[b.id] = backend.contiguous(inputs[position[b.value]])
+            elif b.kind == "const":
+                buffers[b.id] = backend.contiguous(graph.consts[b.value])
+        produced = {s.out for s in sched.steps if isinstance(s, Matmul)} | {
+            o for s in sched.steps if isinstance(s, Call) for o in s.outs}
+        for b in sched.buffers:
+            if b.kind == "temp" and b.id not in produced:
+                buffers[b.id] = backend.empty(b.shape, b.dtype)
+        for index, step in enumerate(sched.steps):
+            if isinstance(step, Kernel):
+                code = self.codes.get(index)
+                if code is None:
+                    continue
+                args = [np.uint64(buffers[b].mem.ptr) for b in code.buffers]
+                args.append(np.uint64(table.mem.ptr if table is not None else 0))
+                rt.launch(self.functions[code.name], code.grid, BLOCK, tuple(args))
+            elif isinstance(step, Matmul):
+                a = buffers[step.a[0]].with_view(step.a[1])
+                b = buffers[step.b[0]].with_view(step.b[1])
+                buffers[step.out] = backend.contiguous(backend.matmul(a, b))
+            else:
+                self._call(backend, step, buffers, scalar_of)
+        return [buffers[buf].with_view(view) for buf, view in sched.outputs]
+
+    @staticmethod
+    def _call(backend: Any, step: Any, buffers: list[Any], scalar_of: Any) -> None:
+        def arg(a: Any) -> Any:
+            kind = type(a)
+            if kind is Ref:
+                buf, view = step.args[a]
+                return buffers[buf].with_view(view)
+            if kind is SymScalar:
+                return scalar_of(a)
+            if kind is tuple:
+                return tuple(arg(x) for x in a)
+            if kind is list:
+                return [arg(x) for x in a]
+            return a
+
+        node = step.node
+        args = arg(node.args)
+        kwargs = {k: arg(v) for k, v in node.kwargs}
+        result = getattr(backend, node.op)(*args, **kwargs)
+        if result is NotImplemented:
+            result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
+        leaves, _ = flatten(result)
+        for buf, leaf in zip(step.outs, leaves):
+            buffers[buf] = backend.contiguous(leaf)
+
+
 class CudaPlan:
     """A graph for a cuda backend: its variants and their CUDA Graphs."""
 
@@ -142,7 +244,7 @@ class CudaPlan:
                 if values is not None:
                     return self._run(variant, backend, inputs, values)
             try:
-                variant = _Variant(self.graph, scalars)
+                variant = (_FusedVariant if self.executor.fuse else _Variant)(self.graph, scalars)
             except Exception:
                 self.replay = Replay(self.graph)
                 return self.replay.run(backend, inputs, scalars)

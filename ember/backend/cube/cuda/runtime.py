@@ -188,6 +188,22 @@ class CudaRuntime:
                 self.stats["compiles"] += 1
         return fn
 
+    def functions(self, key: Any, build: Any) -> dict[str, Any]:
+        """The kernels of one module (a fused plan's): ``build()`` gives ``(names, source)``."""
+        fns = self._functions.get(key)
+        if fns is not None:
+            return fns
+        with self.lock:
+            names, source = build()
+            cubin, _ = nvrtc.compile_source(nvrtc.full_source(source), self.arch, name="plan.cu")
+            with self.device:
+                module = self.cupy.cuda.function.Module()
+                module.load(cubin)
+                fns = {name: (module, module.get_function(name)) for name in names}
+            self._functions[key] = fns
+            self.stats["compiles"] += 1
+        return fns
+
     def launch(self, fn: Any, grid: int, block: int, args: tuple) -> None:
         with self.device:
             fn[1]((grid, 1, 1), (block, 1, 1), args, stream=self.stream)
