@@ -165,11 +165,18 @@ def _step_rows(cuda, torch, repeats, name, parts, x_np, y_np, ce) -> list[list[s
         state["model"], loss = step(state["model"], x, y)
         loss.into_scalar()
 
+    from ember.backend.cube.cuda.executor import CudaExecutor
+
     compiled_step = ember.compile(step)
-    cstate = {"model": model.fork(device)}
+    fused_step = ember.compile(step, executor=CudaExecutor(fuse=True))
+    cstate = {"model": model.fork(device), "fused": model.fork(device)}
 
     def compiled():
         cstate["model"], loss = compiled_step(cstate["model"], x, y)
+        loss.into_scalar()
+
+    def fused():
+        cstate["fused"], loss = fused_step(cstate["fused"], x, y)
         loss.into_scalar()
 
     torch_fn = tsync = None
@@ -189,6 +196,7 @@ def _step_rows(cuda, torch, repeats, name, parts, x_np, y_np, ce) -> list[list[s
     for _ in range(3):  # compile the kernels and capture the graph first
         eager()
         compiled()
+        fused()
     launches = backend.stats().get("launches", 0)
     eager()
     cuda.sync()
@@ -197,13 +205,20 @@ def _step_rows(cuda, torch, repeats, name, parts, x_np, y_np, ce) -> list[list[s
     compiled()
     cuda.sync()
     per_compiled = backend.stats().get("launches", 0) - launches
+    launches = backend.stats().get("launches", 0)
+    fused()
+    cuda.sync()
+    per_fused = backend.stats().get("launches", 0) - launches
     e, t = _pair(eager, cuda.sync, torch_fn, tsync, 5, repeats)
     c, _ = _pair(compiled, cuda.sync, None, None, 5, repeats)
+    f, _ = _pair(fused, cuda.sync, None, None, 5, repeats)
     ms = lambda s: f"{s * 1e3:.2f} ms"  # noqa: E731
     rows.append([f"{name} eager ({per_step} launches)", ms(e), "-" if t is None else ms(t),
                  "-" if t is None else f"{t / e:.2f}x"])
-    rows.append([f"{name} compiled ({per_compiled} launches + 1 graph)", ms(c), "-" if t is None else ms(t),
+    rows.append([f"{name} compiled ({per_compiled} launches outside graphs)", ms(c), "-" if t is None else ms(t),
                  "-" if t is None else f"{t / c:.2f}x"])
+    rows.append([f"{name} compiled, fused ({per_fused} launches outside graphs)", ms(f),
+                 "-" if t is None else ms(t), "-" if t is None else f"{t / f:.2f}x"])
     return rows
 
 

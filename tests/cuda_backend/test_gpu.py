@@ -125,16 +125,19 @@ def test_seed_program_matches_flex(cuda):
     np.testing.assert_allclose(losses["cuda"], losses["flex"], rtol=2e-4, atol=1e-6)
 
 
-def test_compiled_step_replays_as_a_cuda_graph(cuda):
+@pytest.mark.parametrize("fuse", [False, True])
+def test_compiled_step_replays_as_a_cuda_graph(cuda, fuse):
+    from ember.backend.cube.cuda.executor import CudaExecutor
+
     device = cuda.autodiff()
     model, x, y, step = _mlp_step(device)
     eager_model, _, _, eager_step = _mlp_step(device)
-    compiled = ember.compile(step)
+    executor = CudaExecutor(fuse=fuse)
+    compiled = ember.compile(step, executor=executor)
     for _ in range(6):
         model, loss = compiled(model, x, y)
         eager_model, eager_loss = eager_step(eager_model, x, y)
         assert_close(loss, eager_loss.to_numpy(), rtol=1e-4, atol=1e-6)
-    executor = cuda.backend.default_executor()
     assert executor.stats["captures"] >= 1 and executor.stats["graph_launches"] >= 3
     np.testing.assert_allclose(model.l1.weight.val().to_numpy(), eager_model.l1.weight.val().to_numpy(),
                                rtol=1e-4, atol=1e-6)

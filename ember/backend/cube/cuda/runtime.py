@@ -137,6 +137,8 @@ class CudaRuntime:
                 "free_device": int(free), "total_device": int(total)}
 
     def upload(self, array: np.ndarray) -> Any:
+        if self.capturing:  # a copy from pageable host memory cannot be captured
+            raise CaptureUnsupported("ember: cuda: host data is uploaded inside a captured step")
         array = np.ascontiguousarray(array)
         mem = self.alloc(array.nbytes)
         if array.nbytes:
