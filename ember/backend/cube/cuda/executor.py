@@ -23,6 +23,7 @@ memory) replays op by op from then on: the same results, with one launch per op.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
 
@@ -302,7 +303,7 @@ class CudaPlan:
         if v.symbols:
             host = np.asarray([float(x) for x in values], np.float64)
             with rt.device:
-                v.table.mem.copy_from_host_async(host.ctypes.data, host.nbytes, rt.stream)
+                v.table.mem.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), host.nbytes, rt.stream)
         for dst, src in zip(v.static_inputs, inputs):
             if src.mem is not dst.mem:
                 _copy(backend, dst, src)

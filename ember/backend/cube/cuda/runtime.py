@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import Counter
 from typing import Any
@@ -143,7 +144,7 @@ class CudaRuntime:
         mem = self.alloc(array.nbytes)
         if array.nbytes:
             with self.device:
-                mem.copy_from_host_async(array.ctypes.data, array.nbytes, self.stream)
+                mem.copy_from_host_async(ctypes.c_void_p(array.ctypes.data), array.nbytes, self.stream)
         self.stats["uploads"] += 1
         self.stats["bytes_up"] += array.nbytes
         # A copy from pageable memory returns once the data is staged: ``array`` may go now.
@@ -154,7 +155,7 @@ class CudaRuntime:
             raise CaptureUnsupported("ember: cuda: a value is read back inside a captured step")
         if out.nbytes:
             with self.device:
-                (mem + offset_bytes).copy_to_host_async(out.ctypes.data, out.nbytes, self.stream)
+                (mem + offset_bytes).copy_to_host_async(ctypes.c_void_p(out.ctypes.data), out.nbytes, self.stream)
                 self.stream.synchronize()
         self.stats["readbacks"] += 1
         self.stats["bytes_down"] += out.nbytes
