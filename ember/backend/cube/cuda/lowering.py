@@ -224,12 +224,15 @@ def cast_code(x: str, src: np.dtype | DType, dst: np.dtype | DType) -> str:
 
 def scalar_code(raw: str, param_is_float: bool, dtype: np.dtype | DType) -> str:
     """A run-time scalar held as ``double`` (or ``long long``) converted to ``dtype``'s
-    compute type, as numpy converts a Python number."""
+    compute type, as numpy converts a Python number; for float16/bfloat16 operands the
+    scalar stays a float32 (the op computes in float32 and rounds its result)."""
     d = dtype_of(dtype)
+    if d in (DType.FLOAT16, DType.BFLOAT16):  # float32, not rounded to the half type (as flex and PyTorch)
+        return f"((float){raw})"
     if param_is_float:
-        return round_code(d, cast_code(raw, DType.FLOAT64, d)) if d.is_float else cast_code(raw, DType.FLOAT64, d)
+        return cast_code(raw, DType.FLOAT64, d)
     if d.is_float:
-        return round_code(d, f"(({compute_type(d)}){raw})")
+        return f"(({compute_type(d)}){raw})"
     return cast_code(raw, DType.INT64, d)
 
 
