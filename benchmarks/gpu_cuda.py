@@ -165,7 +165,7 @@ def _step_rows(cuda, torch, repeats, name, parts, x_np, y_np, ce) -> list[list[s
         state["model"], loss = step(state["model"], x, y)
         loss.into_scalar()
 
-    from ember.backend.cube.cuda.executor import CudaExecutor
+    from ember.backend.fusion.cuda.executor import CudaExecutor
 
     compiled_step = ember.compile(step)
     fused_step = ember.compile(step, executor=CudaExecutor(fuse=True))

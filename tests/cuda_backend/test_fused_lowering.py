@@ -10,7 +10,7 @@ import pytest
 
 import ember
 from ember import Device, Module, Tensor
-from ember.backend.cube.cuda.target import CudaTarget, schedule_kernels
+from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.kernels import Kernel, Matmul, schedule
 from ember.backend.fusion.replay import Replay

@@ -127,7 +127,7 @@ def test_seed_program_matches_flex(cuda):
 
 @pytest.mark.parametrize("fuse", [False, True])
 def test_compiled_step_replays_as_a_cuda_graph(cuda, fuse):
-    from ember.backend.cube.cuda.executor import CudaExecutor
+    from ember.backend.fusion.cuda.executor import CudaExecutor
 
     device = cuda.autodiff()
     model, x, y, step = _mlp_step(device)

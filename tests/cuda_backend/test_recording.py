@@ -68,7 +68,9 @@ def test_eager_and_compiled_steps_emit_kernels_that_compile():
     for _ in range(3):
         model, loss = step(model, x, y)
     assert step.stats["traces"] == 1 and step.stats["replays"] == 2
-    executor = device.inner().backend.default_executor()
+    from ember.backend.fusion.executors import default_executor
+
+    executor = default_executor(device.inner().backend)
     assert executor.stats["plans"] == 1
     # No GPU: the capture cannot start, so the plan replays its expanded graph op by op.
     assert executor.stats["replays"] == 3 and executor.stats["captures"] == 0
@@ -92,7 +94,7 @@ def test_recorded_random_draws_match_philox_counters():
 
 
 def test_fused_plans_run_their_schedule_and_compile():
-    from ember.backend.cube.cuda.executor import CudaExecutor
+    from ember.backend.fusion.cuda.executor import CudaExecutor
 
     device, runtime = _device()
     x, y = _data(device)

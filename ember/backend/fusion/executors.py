@@ -1,8 +1,10 @@
 """Which executor a fusion device uses.
 
 A fusion device over flex compiles its streams with the LLVM executor
-(:mod:`ember.backend.fusion.llvm`) when llvmlite imports; otherwise, and over any
-other backend, it replays them call by call (:class:`ReplayExecutor`). A missing
+(:mod:`ember.backend.fusion.llvm`) when llvmlite imports; over the cuda backend the
+CUDA executor (:mod:`ember.backend.fusion.cuda`) replays them and captures repeated
+plans as CUDA Graphs; otherwise, and over any other backend, it replays them call by
+call (:class:`ReplayExecutor`). A missing
 llvmlite is reported once per process with a warning.
 
 ``EMBER_FUSION_EXECUTOR=replay`` forces replay (for comparisons and debugging);
@@ -62,6 +64,17 @@ def _llvm() -> Any:
         return executor
 
 
+def _cuda(inner: Any) -> Any:
+    """The cuda backend's executor (one per backend, so plans and graphs are shared)."""
+    with _LOCK:
+        executor = getattr(inner, "_fusion_executor", None)
+        if executor is None:
+            from ember.backend.fusion.cuda.executor import CudaExecutor
+
+            executor = inner._fusion_executor = CudaExecutor()
+        return executor
+
+
 def default_executor(inner: Any) -> Any:
     """The executor for a fusion device wrapping the backend ``inner``."""
     from ember.backend.flex import FlexBackend
@@ -71,7 +84,11 @@ def default_executor(inner: Any) -> Any:
         from ember.errors import ConfigError
 
         raise ConfigError(f"ember: {EXECUTOR_ENV}={choice!r}: expected 'llvm' or 'replay'")
-    if choice == "replay" or not isinstance(inner, FlexBackend):
+    if choice == "replay":
+        return ReplayExecutor()
+    if type(inner).__name__ == "CudaBackend":  # captured steps as CUDA Graphs (fusion.cuda)
+        return _cuda(inner)
+    if not isinstance(inner, FlexBackend):
         return ReplayExecutor()
     executor = _llvm()
     if executor is None:

@@ -55,17 +55,7 @@ class CudaBackend(Backend):
     def __init__(self, index: int = 0, runtime: CudaRuntime | None = None) -> None:
         self.index = index
         self._runtime = runtime
-        self._executor: Any = None
         self._launches: dict[Any, tuple] = {}
-
-    def default_executor(self) -> Any:
-        """The executor ``ember.compile`` plans this backend's steps with: CUDA Graphs
-        (:mod:`.executor`), one per backend."""
-        if self._executor is None:
-            from ember.backend.cube.cuda.executor import CudaExecutor
-
-            self._executor = CudaExecutor()
-        return self._executor
 
     @property
     def runtime(self) -> CudaRuntime:
@@ -363,10 +353,14 @@ class CudaBackend(Backend):
         moved = x if last else self.permute(x, tuple(d for d in range(rank) if d != dim) + (dim,))
         length = x.shape[dim]
         if length > SORT_ROW_LIMIT:  # the rank kernel is quadratic: long rows sort on the host
-            from ember.backend.flex import FlexBackend
-
-            host = FlexBackend().argsort(self.to_numpy(moved), rank - 1, descending)
-            order = self.from_numpy(host)
+            values = self.to_numpy(moved)
+            if values.dtype.kind not in "biuf":  # bfloat16: sort its float32 values (exact)
+                values = values.astype(np.float32)
+            if descending:  # stable: ascending on the reversed rows, mapped back
+                order = values.shape[-1] - 1 - np.flip(np.argsort(np.flip(values, -1), axis=-1, kind="stable"), -1)
+            else:
+                order = np.argsort(values, axis=-1, kind="stable")
+            order = self.from_numpy(order.astype(np.int64))
         else:
             moved = self.contiguous(moved)
             order = self.empty(moved.shape, _I64)

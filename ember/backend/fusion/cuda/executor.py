@@ -132,7 +132,7 @@ class _FusedVariant(_Variant):
     plan's scalar table; matmuls and the steps the target leaves out run on the backend."""
 
     def __init__(self, graph: Graph, scalars: list[Any]) -> None:
-        from ember.backend.cube.cuda.target import CudaTarget, schedule_kernels
+        from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
         from ember.backend.fusion.kernels import schedule
 
         target = CudaTarget()
