@@ -83,3 +83,15 @@ def test_ptx_cubin_and_resources(arch, batch):
         assert r.registers <= MAX_REGISTERS, f"{name} uses {r.registers} registers on {arch}"
         assert r.spill_stores + r.spill_loads <= MAX_SPILL_BYTES, f"{name} spills on {arch}: {r}"
         assert r.stack <= MAX_STACK_BYTES, f"{name} uses a stack frame on {arch}: {r}"
+
+
+def test_every_protocol_op_has_a_cuda_lowering():
+    from ember.backend.base import Backend
+    from ember.backend.cube.cuda.backend import CudaBackend
+    from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY
+    from ember.backend.ops import BinaryOp, UnaryOp
+
+    assert set().union(*LOWERED_UNARY.values()) == set(UnaryOp)
+    assert set().union(*LOWERED_BINARY.values()) == set(BinaryOp)
+    abstract = {name for name in dir(Backend) if getattr(getattr(Backend, name), "__isabstractmethod__", False)}
+    assert not CudaBackend.__abstractmethods__ and abstract <= set(vars(CudaBackend))
