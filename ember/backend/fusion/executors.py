@@ -86,7 +86,9 @@ def default_executor(inner: Any) -> Any:
         raise ConfigError(f"ember: {EXECUTOR_ENV}={choice!r}: expected 'llvm' or 'replay'")
     if choice == "replay":
         return ReplayExecutor()
-    if type(inner).__name__ == "CudaBackend":  # captured steps as CUDA Graphs (fusion.cuda)
+    from ember.backend.cube.cuda.backend import CudaBackend  # no CUDA import: the runtime opens lazily
+
+    if isinstance(inner, CudaBackend):  # captured steps as CUDA Graphs (fusion.cuda)
         return _cuda(inner)
     if not isinstance(inner, FlexBackend):
         return ReplayExecutor()
