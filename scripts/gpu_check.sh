@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Runs benchmarks/gpu.py on a real GPU through Vulkan, when this machine has one:
+# First, on a machine with an NVIDIA GPU, the cuda backend's checks (scripts/gpu_check_cuda.sh:
+# the conformance suite, parity and optimizer tests on Device.cuda() and benchmarks/gpu.py's
+# cuda rows, within 8 minutes; logs in OUT_DIR/cuda; EMBER_SKIP_CUDA=1 leaves them out).
+# Then it runs benchmarks/gpu.py on a real GPU through Vulkan, when this machine has one:
 # ember's generated kernels against the hand-written references, each matmul template
 # forced on each shape (the data behind kernels/matmul.py's thresholds), 4096^3 against
 # PyTorch's cuBLAS when torch has CUDA, and optionally the kernels of another checkout.
@@ -33,6 +36,12 @@ WHEELS=${EMBER_WHEELS:-.whl}
 DEBS=${EMBER_DEBS:-.gl}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+
+CUDA_STATUS=0
+if [ "${EMBER_SKIP_CUDA:-0}" != 1 ]; then
+    OUT="$OUT/cuda" PYTHON="$PY" bash scripts/gpu_check_cuda.sh || CUDA_STATUS=1
+fi
+trap '[ "$CUDA_STATUS" = 0 ] || exit 1' EXIT  # a failed cuda check fails the script, whatever follows
 
 if ! "$PY" -c "import wgpu" 2>/dev/null; then
     if ls "$WHEELS"/*.whl >/dev/null 2>&1; then

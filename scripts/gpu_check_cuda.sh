@@ -54,14 +54,14 @@ run() {  # run NAME SECONDS COMMAND...: a part with a time limit, its log kept
 }
 
 # 1. Conformance suite and cuda tests on Device.cuda().
-run conformance 270 "$PYTHON" -m pytest -q -n "$WORKERS" -p no:cacheprovider -k cuda \
+run conformance 240 "$PYTHON" -m pytest -q -n "$WORKERS" -p no:cacheprovider -k cuda \
     tests/tensor tests/nn tests/test_device.py tests/cuda_backend
 # 2. Parity, optimizer and RNN tests with autodiff on cuda.
-run parity 120 env EMBER_PARITY_DEVICE=cuda+autodiff "$PYTHON" -m pytest -q -n "$WORKERS" -p no:cacheprovider \
+run parity 90 env EMBER_PARITY_DEVICE=cuda+autodiff "$PYTHON" -m pytest -q -n "$WORKERS" -p no:cacheprovider \
     tests/autodiff/test_torch_parity.py tests/optim/test_optimizers_torch.py\
     tests/nn/test_rnn.py
 # 3. Benchmarks: cuda against torch cuda.
-run benchmark 150 "$PYTHON" benchmarks/gpu.py --cuda ${QUICK:+--quick}
+run benchmark 120 "$PYTHON" benchmarks/gpu.py --cuda ${QUICK:+--quick}
 
 echo "gpu_check_cuda: $([ $status -eq 0 ] && echo passed || echo FAILED) in ${SECONDS}s; logs in $LOGS"
 exit $status
