@@ -15,8 +15,9 @@ before it calls a backend, so a backend may assume:
 
 Composite ops (softmax, variance, losses, ...) are written once above this
 protocol, in ``ember.tensor`` and ``ember.nn``. A backend with a faster kernel for
-one of them implements the matching *fused* method below; its default returns
-``NotImplemented`` and the caller falls back to the composite.
+one of them implements the matching *fused* method below (named by
+:class:`ember.backend.ops.FusedOp`); its default returns ``NotImplemented`` and
+:func:`ember.tensor.fused.fused` falls back to the composite.
 
 Module ops (convolution, pooling, embedding and their backward ops) come from
 :class:`ember.backend.module_ops.ModuleOps`, whose defaults are written over the
@@ -187,8 +188,9 @@ class Backend(ModuleOps, ABC):
         """The int64 ``[n, rank]`` coordinates of the true elements of bool ``x``."""
 
     # ------------------------------------------------------------------ fused (optional)
-    # Each returns NotImplemented unless the backend has a faster kernel; the caller
-    # then runs the composite written over the primitives above.
+    # One method per ember.backend.ops.FusedOp (plus linear_backward, LINEAR's backward
+    # kernel). Each returns NotImplemented unless the backend has a faster kernel;
+    # ember.tensor.fused.fused then runs the op's composite written over the primitives.
 
     def relu(self, x: Primitive) -> Primitive:
         """``max(x, 0)``."""
@@ -216,13 +218,13 @@ class Backend(ModuleOps, ABC):
         """Gradients of :meth:`linear` for ``x``, ``weight`` and ``bias`` (``None`` where not needed)."""
         return NotImplemented
 
-    def adam_step(
+    def adam_step_many(
         self,
-        param: Primitive,
-        grad: Primitive,
-        moment_1: Primitive | None,
-        moment_2: Primitive | None,
-        max_moment_2: Primitive | None,
+        params: list[Primitive],
+        grads: list[Primitive],
+        moments_1: list[Primitive] | None,
+        moments_2: list[Primitive] | None,
+        max_moments_2: list[Primitive] | None,
         *,
         lr: float,
         beta_1: float,
@@ -232,21 +234,13 @@ class Backend(ModuleOps, ABC):
         decoupled: bool,
         amsgrad: bool,
         time: int,
-    ) -> tuple[Primitive, Primitive, Primitive, Primitive | None]:
-        """One Adam/AdamW update of one tensor (see ``ember.optim.adam``); moments are
-        ``None`` on the first step. Returns the new parameter and moments."""
-        return NotImplemented
-
-    def adam_step_many(
-        self,
-        params: list[Primitive],
-        grads: list[Primitive],
-        moments_1: list[Primitive] | None,
-        moments_2: list[Primitive] | None,
-        max_moments_2: list[Primitive] | None,
-        **options: Any,
     ) -> tuple[list[Primitive], list[Primitive], list[Primitive], list[Primitive] | None]:
-        """:meth:`adam_step` on several tensors at once (same options, same step count)."""
+        """One Adam/AdamW update of several tensors (one tensor: lists of one), all at
+        step ``time`` (from 1) with the same options; the composite, which defines the
+        math and its order of operations, is ``ember.optim.adam.adam_step_many``.
+        Moments are ``None`` on the first step; ``max_moments_2`` is ``None`` unless
+        ``amsgrad`` and a maximum was kept. Returns the new parameters and moments
+        (the maxima ``None`` unless ``amsgrad``)."""
         return NotImplemented
 
     def attention(

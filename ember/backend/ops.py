@@ -6,6 +6,7 @@ Each op family of :class:`ember.backend.base.Backend` takes a member of one enum
 :class:`CumulativeOp`. Every backend's table (flex's numpy functions, cube's WGSL
 templates, autodiff's gradient rules, the fusion lowerings) is a mapping over these
 enums, and ``tests/backend/test_protocol.py`` checks that each covers its enum.
+The optional fused kernels (one kernel for a composite op) are named by :class:`FusedOp`.
 
 Members are ``str`` instances equal to their value (``UnaryOp.EXP == "exp"``), so
 they print, hash and serialise as plain names (cache keys, error messages, records).
@@ -217,6 +218,33 @@ class CumulativeOp(OpName):
     CUMMAX = "cummax"
     CUMMIN = "cummin"
     LOGCUMSUMEXP = "logcumsumexp"
+
+
+class FusedOp(OpName):
+    """Composite ops a backend may run as one kernel: each value is the name of an
+    optional :class:`~ember.backend.base.Backend` method, which returns
+    ``NotImplemented`` where the backend has no kernel. Each op's composite (its
+    decomposition over the primitives) is written once above the protocol and
+    registered with :func:`ember.tensor.fused.composite`; :func:`ember.tensor.fused.fused`
+    is the one way to call either.
+
+    ``RELU``, ``SIGMOID``, ``SOFTMAX``, ``LOG_SOFTMAX``: ``ember.tensor.activation``;
+    ``LINEAR``: ``ember.tensor.module``; ``MSE_LOSS``: ``ember.tensor.loss``;
+    ``ATTENTION``: ``ember.tensor.attention``; ``ADAM_STEP_MANY``: ``ember.optim.adam``
+    (registered when ``ember.optim`` is imported).
+
+    ``Backend.linear_backward`` is not listed: it is ``LINEAR``'s backward kernel, called
+    by autodiff's linear rule, which holds its composite.
+    """
+
+    RELU = "relu"
+    SIGMOID = "sigmoid"
+    SOFTMAX = "softmax"
+    LOG_SOFTMAX = "log_softmax"
+    LINEAR = "linear"
+    MSE_LOSS = "mse_loss"
+    ATTENTION = "attention"
+    ADAM_STEP_MANY = "adam_step_many"
 
 
 #: Binary ops whose result is bool.

@@ -1,123 +1,38 @@
-"""Adam and AdamW (Kingma & Ba; Loshchilov & Hutter)."""
+"""Adam and AdamW (Kingma & Ba; Loshchilov & Hutter).
+
+The update is the fused op ``FusedOp.ADAM_STEP_MANY``: one backend call for all the
+tensors of a step (flex: one numpy pass over them; cube: one launch per tensor);
+:func:`adam_step_many` below is its composite, the reference the kernels follow
+operation by operation.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
-from ember.backend.fusion.scalars import scalar_sqrt
-from ember.optim.base import OptimizerConfig, OptimizerState, SimpleOptimizer, check_range
-from ember.optim.clipping import GradientClipping
+from ember.backend.ops import FusedOp
+from ember.optim.base import OptimizerConfig, OptimizerState, check_betas, check_range
+from ember.optim.momentum import AdaptiveMomentum
+from ember.optim.weight_decay import decoupled_decay, l2_penalty
 from ember.tensor import Tensor
-from ember.tensor.fused import fused
+from ember.tensor.fused import composite, fused
 
 
 @dataclasses.dataclass(slots=True)
 class AdamState(OptimizerState):
+    """The moments, the number of steps taken, and (AMSGrad) the largest second moment."""
+
     moment_1: Tensor
     moment_2: Tensor
     time: int
     max_moment_2: Tensor | None = None
 
 
-class Adam(SimpleOptimizer):
-    """Adam on one tensor. ``weight_decay`` is an L2 penalty added to the gradient
-    (Adam) or a decoupled decay of the weights (AdamW, ``decoupled=True``)."""
-
-    state_type = AdamState
-
-    def __init__(self, beta_1: float, beta_2: float, epsilon: float, weight_decay: float,
-                 amsgrad: bool, decoupled: bool):
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.weight_decay = weight_decay
-        self.amsgrad = amsgrad
-        self.decoupled = decoupled
-
-    def step(self, lr: float, tensor: Tensor, grad: Tensor, state: AdamState | None) -> tuple[Tensor, AdamState]:
-        time = 1 if state is None else state.time + 1
-        out = fused(
-            "adam_step", tensor, grad,
-            None if state is None else state.moment_1,
-            None if state is None else state.moment_2,
-            None if state is None else state.max_moment_2,
-            lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-            weight_decay=self.weight_decay, decoupled=self.decoupled, amsgrad=self.amsgrad, time=time,
-        )
-        if out is not None:
-            new_tensor, m, v, v_max = out
-            return new_tensor, AdamState(m, v, time, v_max)
-        return self._composite(lr, tensor, grad, state)
-
-    def step_many(self, lr: float, tensors: list[Tensor], grads: list[Tensor], states: list[AdamState | None]):
-        if not tensors:
-            return []
-        first = states[0]
-        if len(tensors) > 1:
-            if first is None:
-                uniform = all(s is None for s in states)
-                time = 1
-            else:
-                time = first.time
-                uniform = all(s is not None and s.time == time for s in states)
-                time += 1
-            if uniform:
-                out = self._fused_many(lr, tensors, grads, states, time)
-                if out is not None:
-                    return out
-        return super().step_many(lr, tensors, grads, states)
-
-    def _fused_many(self, lr, tensors, grads, states, time):
-        """The backend's multi-tensor kernel, or ``None`` when it has none."""
-        device = tensors[0].device
-        if states[0] is None:
-            m1 = m2 = vm = None
-        else:
-            m1 = [s.moment_1.primitive for s in states]
-            m2 = [s.moment_2.primitive for s in states]
-            vm = None if states[0].max_moment_2 is None else [s.max_moment_2.primitive for s in states]
-        out = device.backend.adam_step_many(
-            [t.primitive for t in tensors], [g.primitive for g in grads], m1, m2, vm,
-            lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-            weight_decay=self.weight_decay, decoupled=self.decoupled, amsgrad=self.amsgrad, time=time,
-        )
-        if out is NotImplemented:
-            return None
-        new, m, v, v_max = out
-        if v_max is None:
-            return [(Tensor(p, device), AdamState(Tensor(a, device), Tensor(b, device), time))
-                    for p, a, b in zip(new, m, v)]
-        return [(Tensor(p, device), AdamState(Tensor(a, device), Tensor(b, device), time, Tensor(c, device)))
-                for p, a, b, c in zip(new, m, v, v_max)]
-
-    def _composite(self, lr: float, tensor: Tensor, grad: Tensor, state: AdamState | None) -> tuple[Tensor, AdamState]:
-        b1, b2 = self.beta_1, self.beta_2
-        if self.weight_decay and not self.decoupled:
-            grad = grad.add(tensor.mul_scalar(self.weight_decay))
-        if state is None:
-            m = grad.mul_scalar(1.0 - b1)
-            v = grad.mul(grad).mul_scalar(1.0 - b2)
-            time = 1
-        else:
-            m = state.moment_1.mul_scalar(b1).add(grad.mul_scalar(1.0 - b1))
-            v = state.moment_2.mul_scalar(b2).add(grad.mul(grad).mul_scalar(1.0 - b2))
-            time = state.time + 1
-        v_max = None
-        if self.amsgrad:
-            v_max = v if state is None or state.max_moment_2 is None else state.max_moment_2.maximum(v)
-        denom_source = v_max if v_max is not None else v
-        correction_1 = 1.0 - b1**time
-        correction_2 = 1.0 - b2**time
-        denom = denom_source.sqrt().div_scalar(scalar_sqrt(correction_2)).add_scalar(self.epsilon)
-        update = m.div(denom).mul_scalar(lr / correction_1)
-        if self.weight_decay and self.decoupled:
-            tensor = tensor.mul_scalar(1.0 - lr * self.weight_decay)
-        return tensor.sub(update), AdamState(m, v, time, v_max)
-
-
 class AdamConfig(OptimizerConfig):
     """Adam, with Burn's defaults (``epsilon=1e-5``; PyTorch uses 1e-8).
+    ``weight_decay`` is an L2 penalty added to the gradient (AdamW decays the weights).
 
     >>> optim = AdamConfig().init()
     >>> model = optim.step(1e-2, model, grads)  # doctest: +SKIP
@@ -128,33 +43,85 @@ class AdamConfig(OptimizerConfig):
     epsilon: float = 1e-5
     weight_decay: float = 0.0
     amsgrad: bool = False
-    grad_clipping: GradientClipping | None = None
+
+    state_type = AdamState
+    decoupled = False  # AdamW: decay the weights instead of adding an L2 penalty
 
     def validate(self) -> None:
-        check_range("AdamConfig", "beta_1", self.beta_1, 0.0, 1.0, high_open=True)
-        check_range("AdamConfig", "beta_2", self.beta_2, 0.0, 1.0, high_open=True)
-        check_range("AdamConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True)
-        check_range("AdamConfig", "weight_decay", self.weight_decay, 0.0, math.inf)
+        check_betas(self, "beta_1", "beta_2")
+        check_range(type(self).__name__, "epsilon", self.epsilon, 0.0, math.inf, low_open=True)
+        check_range(type(self).__name__, "weight_decay", self.weight_decay, 0.0, math.inf)
 
-    def build(self) -> Adam:
-        return Adam(self.beta_1, self.beta_2, self.epsilon, self.weight_decay, self.amsgrad, decoupled=False)
+    def step_many(self, lr: float, params: list[Tensor], grads: list[Tensor],
+                  states: list[AdamState | None]) -> list[tuple[Tensor, AdamState]]:
+        if not params:
+            return []
+        # One fused call per (device, step count, AMSGrad maximum kept): usually one.
+        keys = [(id(p._d), 0, False) if s is None else (id(p._d), s.time, s.max_moment_2 is not None)
+                for p, s in zip(params, states)]
+        first = keys[0]
+        if all(key == first for key in keys):
+            batches: dict[tuple[int, int, bool], list[int]] = {first: list(range(len(params)))}
+        else:
+            batches = {}
+            for i, key in enumerate(keys):
+                batches.setdefault(key, []).append(i)
+        results: list[Any] = [None] * len(params)
+        for (_, time, has_max), indices in batches.items():
+            device = params[indices[0]]._d
+            old = [states[i] for i in indices]
+            first_step = time == 0
+            new, m, v, v_max = fused(
+                FusedOp.ADAM_STEP_MANY, device,
+                [params[i]._p for i in indices], [grads[i]._p for i in indices],
+                None if first_step else [s.moment_1._p for s in old],
+                None if first_step else [s.moment_2._p for s in old],
+                [s.max_moment_2._p for s in old] if has_max else None,
+                lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, weight_decay=self.weight_decay,
+                decoupled=self.decoupled, amsgrad=self.amsgrad, time=time + 1,
+            )
+            time += 1
+            for j, i in enumerate(indices):
+                state = AdamState(Tensor(m[j], device), Tensor(v[j], device), time,
+                                  None if v_max is None else Tensor(v_max[j], device))
+                results[i] = (Tensor(new[j], device), state)
+        return results
 
 
-class AdamWConfig(OptimizerConfig):
-    """AdamW: Adam with decoupled weight decay (Burn's default decay 1e-4)."""
+class AdamWConfig(AdamConfig):
+    """AdamW: Adam with decoupled weight decay (Burn's default decay 1e-4).
 
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-5
+    >>> optim = AdamWConfig(weight_decay=0.01).init()
+    """
+
     weight_decay: float = 1e-4
-    amsgrad: bool = False
-    grad_clipping: GradientClipping | None = None
 
-    def validate(self) -> None:
-        check_range("AdamWConfig", "beta_1", self.beta_1, 0.0, 1.0, high_open=True)
-        check_range("AdamWConfig", "beta_2", self.beta_2, 0.0, 1.0, high_open=True)
-        check_range("AdamWConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True)
-        check_range("AdamWConfig", "weight_decay", self.weight_decay, 0.0, math.inf)
+    decoupled = True
 
-    def build(self) -> Adam:
-        return Adam(self.beta_1, self.beta_2, self.epsilon, self.weight_decay, self.amsgrad, decoupled=True)
+
+@composite(FusedOp.ADAM_STEP_MANY)
+def adam_step_many(params: list[Tensor], grads: list[Tensor], moments_1: list[Tensor] | None,
+                   moments_2: list[Tensor] | None, max_moments_2: list[Tensor] | None, *, lr: float, beta_1: float,
+                   beta_2: float, epsilon: float, weight_decay: float, decoupled: bool, amsgrad: bool,
+                   time: int) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor] | None]:
+    """Adam/AdamW on each tensor (``Backend.adam_step_many``'s composite):
+    ``g += weight_decay * w`` (Adam); ``m, v`` by :class:`AdaptiveMomentum`; AMSGrad
+    keeps ``v_max = max(v_max, v)`` and uses it for ``v``; ``w *= 1 - lr * weight_decay``
+    (AdamW); ``w -= lr * m̂ / (sqrt(v̂) + epsilon)``."""
+    adaptive = AdaptiveMomentum(beta_1, beta_2, epsilon)
+    out: tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]] = ([], [], [], [])
+    for i, (param, grad) in enumerate(zip(params, grads)):
+        if not decoupled:
+            grad = l2_penalty(grad, param, weight_decay)
+        m, v = adaptive.moments(grad, None if moments_1 is None else moments_1[i],
+                                None if moments_2 is None else moments_2[i])
+        v_max = None
+        if amsgrad:
+            previous = None if max_moments_2 is None else max_moments_2[i]
+            v_max = v if previous is None else previous.maximum(v)
+        update = adaptive.direction(m, v if v_max is None else v_max, time, lr)
+        if decoupled:
+            param = decoupled_decay(param, lr, weight_decay)
+        for column, value in zip(out, (param.sub(update), m, v, v_max)):
+            column.append(value)
+    return out[0], out[1], out[2], (out[3] if amsgrad else None)

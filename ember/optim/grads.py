@@ -56,6 +56,18 @@ def _check_other_instance(grads: Any, module: Module, missed: list[tuple[int, ..
     )
 
 
+class _FindParams(ModuleVisitor):
+    """Finds the parameters (and paths) of the given ids."""
+
+    def __init__(self, ids: set[ParamId], out: dict[ParamId, tuple[Param, str]]):
+        self.ids = ids
+        self.out = out
+
+    def visit_float(self, param: Param, path: str) -> None:
+        if param.id in self.ids:
+            self.out[param.id] = (param, path)
+
+
 class GradientsParams:
     """Gradients of a model's parameters, keyed by :class:`ParamId` (Burn's
     ``GradientsParams``). Values are tensors on the inner (non-autodiff) device, or
@@ -95,6 +107,17 @@ class GradientsParams:
     @staticmethod
     def from_module(grads: Any, module: Module) -> GradientsParams:
         return GradientsParams.from_grads(grads, module)
+
+    def entries(self, module: Module) -> list[tuple[Param, str, Tensor]]:
+        """``(param, path, grad)`` for each gradient of a parameter of ``module``, in
+        gradient order. The parameters ``from_grads`` found are remembered (no walk);
+        gradients registered by id alone are matched by one walk of ``module``, and
+        ids that are not parameters of ``module`` are left out."""
+        sources = self._sources
+        if len(sources) < len(self._grads):
+            sources = dict(sources)
+            module.visit(_FindParams(set(self._grads) - set(sources), sources))
+        return [sources[pid] + (grad,) for pid, grad in self._grads.items() if pid in sources]
 
     def get(self, param_id: ParamId) -> Tensor | None:
         return self._grads.get(param_id)

@@ -7,18 +7,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.backend.fusion.trace import StateDict
+from ember.device import Device
 from ember.errors import ConfigError, RecordError
-from ember.module import Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, ParamId
-from ember.optim.base import OptimizerConfig, SimpleOptimizer
+from ember.module import Module, ModuleMapper, Param, ParamGroup, ParamId
+from ember.optim.base import OptimizerConfig, OptimizerState
 from ember.optim.clipping import GradientClipping
 from ember.optim.grads import GradientsParams
+from ember.tensor import Tensor
 from ember.tensor.dispatch import is_symbolic
 
 
 @dataclass
 class _Group:
     group: ParamGroup
-    optimizer: SimpleOptimizer
+    optimizer: OptimizerConfig
     clipping: GradientClipping | None
     lr: float | None
     lr_scale: float
@@ -34,18 +36,6 @@ class _Replace(ModuleMapper):
         return self.updates.get(param.id, param)
 
 
-class _Collect(ModuleVisitor):
-    """Finds the parameters (and paths) of the given ids."""
-
-    def __init__(self, ids: set[ParamId], out: dict[ParamId, tuple[Param, str]]):
-        self.ids = ids
-        self.out = out
-
-    def visit_float(self, param: Param, path: str) -> None:
-        if param.id in self.ids:
-            self.out[param.id] = (param, path)
-
-
 class ModuleOptimizer:
     """Steps a whole module: ``model = optim.step(lr, model, grads)``.
 
@@ -55,20 +45,23 @@ class ModuleOptimizer:
     or learning rate; the last matching group wins.
     """
 
-    def __init__(self, optimizer: SimpleOptimizer, grad_clipping: GradientClipping | None = None):
+    def __init__(self, optimizer: OptimizerConfig, grad_clipping: GradientClipping | None = None):
+        if not isinstance(optimizer, OptimizerConfig):
+            raise ConfigError(f"ember: ModuleOptimizer: expected an optimizer config, got {type(optimizer).__name__}")
         self.optimizer = optimizer
         self.grad_clipping = grad_clipping
         self.groups: list[_Group] = []
-        # Followed by ember.compile: a captured step reads and updates these states.
-        self.states: dict[ParamId, Any] = StateDict()
-        self._lookup: dict[tuple[ParamId, str], _Group | None] = {}
+        #: Each parameter's state, by id; followed by ember.compile: a captured step
+        #: reads and updates these states.
+        self.states: dict[ParamId, OptimizerState] = StateDict()
+        self._lookup: dict[tuple[ParamId, str], int | None] = {}
         # (loaded ids, where from): checked against the model of the next step (strict loads)
         self._unchecked: tuple[frozenset[ParamId], str] | None = None
 
     def with_group(
         self,
         group: ParamGroup,
-        optimizer: OptimizerConfig | SimpleOptimizer | None = None,
+        optimizer: OptimizerConfig | None = None,
         clipping: GradientClipping | None = None,
         *,
         lr: float | None = None,
@@ -77,31 +70,24 @@ class ModuleOptimizer:
         """Parameters in ``group`` use ``optimizer`` (default: the main one), their own
         ``clipping``, a fixed ``lr`` or a multiple ``lr_scale`` of the step's rate.
 
-        Given a config, only its per-tensor optimizer is used: the config's own
-        ``grad_clipping`` is ignored (as in Burn); pass ``clipping`` instead."""
-        if isinstance(optimizer, OptimizerConfig):
-            optimizer = optimizer.build()
-        if optimizer is not None and not isinstance(optimizer, SimpleOptimizer):
+        The group's optimizer config's own ``grad_clipping`` is ignored (as in Burn);
+        pass ``clipping`` instead."""
+        if optimizer is not None and not isinstance(optimizer, OptimizerConfig):
             raise ConfigError(f"ember: with_group: expected an optimizer config, got {type(optimizer).__name__}")
         self.groups.append(_Group(group, optimizer or self.optimizer, clipping, lr, float(lr_scale)))
         self._lookup.clear()
         return self
 
-    def _settings(self, param_id: ParamId, path: str, lr: float) -> tuple[SimpleOptimizer, Any, float]:
-        if not self.groups:
-            return self.optimizer, self.grad_clipping, lr
+    def _group_of(self, param_id: ParamId, path: str) -> int | None:
+        """The index of the last group that matches, or ``None``."""
         key = (param_id, path)
         if key not in self._lookup:
             chosen = None
-            for group in self.groups:
+            for index, group in enumerate(self.groups):
                 if group.group.matches(param_id, path):
-                    chosen = group
+                    chosen = index
             self._lookup[key] = chosen
-        group = self._lookup[key]
-        if group is None:
-            return self.optimizer, self.grad_clipping, lr
-        group_lr = group.lr if group.lr is not None else lr * group.lr_scale
-        return group.optimizer, group.clipping or self.grad_clipping, group_lr
+        return self._lookup[key]
 
     def step(self, lr: float, module: Module, grads: GradientsParams) -> Module:
         """One optimizer step: a new module with updated parameters (same ids)."""
@@ -116,52 +102,65 @@ class ModuleOptimizer:
                 raise ConfigError(f"ember: step: the learning rate must be a number >= 0, got {lr}")
         if self._unchecked is not None:
             self._check_ids(module)
-        sources = dict(grads._sources)
-        if len(sources) < len(grads._grads):
-            module.visit(_Collect(set(grads._grads) - set(sources), sources))
-        buckets: dict[tuple[int, float], tuple[SimpleOptimizer, float, list]] = {}
-        if not self.groups and self.grad_clipping is None:  # one bucket: no lookups
-            items = [sources[pid] + (grad,) for pid, grad in grads._grads.items() if pid in sources]
-            buckets[(id(self.optimizer), lr)] = (self.optimizer, lr, items)
-        else:
-            for pid, grad in grads._grads.items():
-                source = sources.get(pid)
-                if source is None:
-                    continue  # not a parameter of this module
-                param, path = source
-                optimizer, clipping, group_lr = self._settings(pid, path, lr)
-                if clipping is not None:
-                    grad = clipping.clip(grad)
-                key = (id(optimizer), group_lr)
-                if key not in buckets:
-                    buckets[key] = (optimizer, group_lr, [])
-                buckets[key][2].append((param, path, grad))
+        entries = grads.entries(module)
+        buckets = self._buckets(lr, entries)
         updates: dict[ParamId, Param] = {}
-        new_states: dict[ParamId, Any] = {}  # committed only when every group has stepped
-        for optimizer, group_lr, items in buckets.values():
+        new_states: dict[ParamId, OptimizerState] = {}  # committed once every bucket has stepped
+        for optimizer, group_lr, items in buckets:
             if not items:
                 continue  # no gradient: nothing to step
-            values, grads_inner = [], []
+            values, grads_inner, states = [], [], []
             device = inner = None
             for param, path, grad in items:
                 value = param.val()
-                if value.device is not device:
-                    device = value.device
+                if value._d is not device:
+                    device = value._d
                     inner = device.inner()
-                if grad.primitive.shape != value.primitive.shape:
+                if grad._p.shape != value._p.shape:
                     raise ConfigError(
                         f"ember: optimizer step: the gradient of {path!r} has shape {grad.dims()}, "
                         f"but the parameter has {value.dims()}"
                     )
                 values.append(value.to_device(inner))
-                grads_inner.append(grad if grad.device is inner else grad.to_device(inner))
-            states = [self.states.get(param.id) for param, _, _ in items]
+                grads_inner.append(grad if grad._d is inner else grad.to_device(inner))
+                states.append(self.states.get(param.id))
             results = optimizer.step_many(group_lr, values, grads_inner, states)
             for (param, _, _), (new_value, new_state) in zip(items, results):
                 new_states[param.id] = new_state
                 updates[param.id] = Param.from_inner_value(param.id, new_value, param.device, param.require_grad)
         self.states.update(new_states)
         return module.map(_Replace(updates))
+
+    def _buckets(self, lr: float, entries: list[tuple[Param, str, Tensor]]) -> list[tuple[OptimizerConfig, float, list]]:
+        """The entries (gradients clipped) grouped by optimizer and learning rate."""
+        if not self.groups and self.grad_clipping is None:  # one bucket: no lookups
+            return [(self.optimizer, lr, entries)] if entries else []
+        buckets: dict[tuple[int, float], tuple[OptimizerConfig, float, list]] = {}
+        # Clipping over all gradients of a group (global norm) needs them all first:
+        # entries are clipped per clipping owner (-1: the main optimizer's).
+        clipped: dict[int, tuple[GradientClipping, list[int]]] = {}
+        items: list[list[Any]] = []
+        for param, path, grad in entries:
+            index = self._group_of(param.id, path) if self.groups else None
+            optimizer, clipping, owner, group_lr = self.optimizer, self.grad_clipping, -1, lr
+            if index is not None:
+                group = self.groups[index]
+                optimizer = group.optimizer
+                group_lr = group.lr if group.lr is not None else lr * group.lr_scale
+                if group.clipping is not None:
+                    clipping, owner = group.clipping, index
+            if clipping is not None:
+                clipped.setdefault(owner, (clipping, []))[1].append(len(items))
+            key = (id(optimizer), group_lr)
+            if key not in buckets:
+                buckets[key] = (optimizer, group_lr, [])
+            item = [param, path, grad]
+            items.append(item)
+            buckets[key][2].append(item)
+        for clipping, indices in clipped.values():
+            for i, new_grad in zip(indices, clipping.clip_all([items[i][2] for i in indices])):
+                items[i][2] = new_grad
+        return list(buckets.values())
 
     # ------------------------------------------------------------------ records
     def to_record(self) -> dict[str, Any]:
@@ -180,10 +179,10 @@ class ModuleOptimizer:
         the next :meth:`step`) a RecordError says so; ``strict=False`` accepts them."""
         if not isinstance(record, dict):
             raise RecordError(f"ember: load_record: {source} is not a table of optimizer states")
-        states: dict[ParamId, Any] = StateDict()
         known = {self.optimizer.state_type.__name__: self.optimizer.state_type}
         for group in self.groups:
             known[group.optimizer.state_type.__name__] = group.optimizer.state_type
+        states: dict[ParamId, OptimizerState] = StateDict()
         for key, entry in record.items():
             if not isinstance(key, str) or len(key) != 16 or any(c not in "0123456789abcdef" for c in key) \
                     or not isinstance(entry, dict) or not isinstance(entry.get("fields"), dict):
@@ -228,7 +227,6 @@ class ModuleOptimizer:
         """Restore states saved by :meth:`save_file`, their tensors on ``device`` (the
         model's inner device; default: ``Device.default().inner()``). ``module`` and
         ``strict`` as in :meth:`load_record`: states of another model raise."""
-        from ember.device import Device
         from ember.module.record import load_record
 
         device = (device or Device.default()).inner()

@@ -8,8 +8,9 @@ import enum
 import math
 
 from ember.errors import ConfigError
-from ember.optim.base import OptimizerConfig, OptimizerState, SimpleOptimizer, check_range
-from ember.optim.clipping import GradientClipping
+from ember.optim.base import OptimizerConfig, OptimizerState, check_range
+from ember.optim.momentum import velocity
+from ember.optim.weight_decay import decoupled_decay
 from ember.tensor import Tensor
 
 
@@ -30,7 +31,7 @@ class AdjustLrFn(enum.Enum):
         return 0.2 * math.sqrt(max(fan_in, fan_out))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class MuonState(OptimizerState):
     """The momentum buffer."""
 
@@ -53,8 +54,14 @@ def zeropower_via_newton_schulz(g: Tensor, coefficients: tuple[float, float, flo
     return x.transpose() if tall else x
 
 
-class Muon(SimpleOptimizer):
-    """Muon on one 2-D weight: momentum (``v = g`` first, then ``v = momentum * v +
+class MuonConfig(OptimizerConfig):
+    """Muon, for the 2-D weights of hidden layers, with Burn's defaults (momentum 0.95,
+    Nesterov, Keller Jordan's quintic coefficients ``(3.4445, -4.775, 2.0315)``, 5
+    steps, ``epsilon=1e-7``, no weight decay). Other parameters (biases, norms,
+    embeddings) need another optimizer: a step on a non-2-D parameter raises a
+    ConfigError, as Burn refuses them too.
+
+    The update: momentum (``v = g`` first, then ``v = momentum * v +
     (1 - dampening) * g``; Nesterov uses ``g + momentum * v``), Newton-Schulz
     orthogonalisation of that update ``O``, then ``w = w (1 - lr weight_decay) - lr' O``
     with ``lr'`` the shape-adjusted rate (:class:`AdjustLrFn`).
@@ -67,49 +74,6 @@ class Muon(SimpleOptimizer):
     factor between this SGD-style momentum and PyTorch's exponential average cancels in
     the normalisation, so with ``dampening=0`` the trajectory is PyTorch's (in float64;
     PyTorch runs the iteration in bfloat16).
-    """
-
-    state_type = MuonState
-
-    def __init__(self, momentum: float, dampening: float, nesterov: bool, weight_decay: float,
-                 ns_coefficients: tuple[float, float, float], ns_steps: int, epsilon: float,
-                 adjust_lr_fn: AdjustLrFn):
-        self.momentum = momentum
-        self.dampening = dampening
-        self.nesterov = nesterov
-        self.weight_decay = weight_decay
-        self.ns_coefficients = ns_coefficients
-        self.ns_steps = ns_steps
-        self.epsilon = epsilon
-        self.adjust_lr_fn = adjust_lr_fn
-
-    def step(self, lr: float, tensor: Tensor, grad: Tensor, state: MuonState | None) -> tuple[Tensor, MuonState]:
-        if len(tensor.dims()) != 2:
-            raise ConfigError(
-                f"ember: Muon: optimizes 2-D weight matrices only, got a parameter of shape {tensor.dims()}; "
-                "give biases, norms and embeddings another optimizer with a group, e.g. "
-                "MuonConfig().init().with_group(ParamGroup.contains('bias'), AdamWConfig())"
-            )
-        if state is None:
-            velocity = grad
-        else:
-            fresh = grad.mul_scalar(1.0 - self.dampening) if self.dampening else grad
-            velocity = state.momentum.mul_scalar(self.momentum).add(fresh)
-        update = grad.add(velocity.mul_scalar(self.momentum)) if self.nesterov else velocity
-        update = zeropower_via_newton_schulz(update, self.ns_coefficients, self.ns_steps, self.epsilon)
-        fan_in, fan_out = tensor.dims()
-        adjusted_lr = lr * self.adjust_lr_fn.ratio(fan_in, fan_out)
-        if self.weight_decay:
-            tensor = tensor.mul_scalar(1.0 - lr * self.weight_decay)
-        return tensor.sub(update.mul_scalar(adjusted_lr)), MuonState(velocity)
-
-
-class MuonConfig(OptimizerConfig):
-    """Muon, for the 2-D weights of hidden layers, with Burn's defaults (momentum 0.95,
-    Nesterov, Keller Jordan's quintic coefficients ``(3.4445, -4.775, 2.0315)``, 5
-    steps, ``epsilon=1e-7``, no weight decay). Other parameters (biases, norms,
-    embeddings) need another optimizer: a step on a non-2-D parameter raises a
-    ConfigError, as Burn refuses them too.
 
     >>> optim = MuonConfig().init().with_group(ParamGroup.contains("bias"), AdamWConfig())  # doctest: +SKIP
     """
@@ -122,7 +86,8 @@ class MuonConfig(OptimizerConfig):
     ns_steps: int = 5
     epsilon: float = 1e-7
     adjust_lr_fn: AdjustLrFn = AdjustLrFn.ORIGINAL
-    grad_clipping: GradientClipping | None = None
+
+    state_type = MuonState
 
     def validate(self) -> None:
         check_range("MuonConfig", "momentum", self.momentum, 0.0, 1.0, high_open=True)
@@ -133,7 +98,18 @@ class MuonConfig(OptimizerConfig):
         if not all(math.isfinite(c) for c in self.ns_coefficients):
             raise ConfigError(f"ember: MuonConfig: ns_coefficients must be finite numbers, got {self.ns_coefficients}")
 
-    def build(self) -> Muon:
+    def apply_single(self, lr: float, param: Tensor, grad: Tensor, state: MuonState | None) -> tuple[Tensor, MuonState]:
+        if len(param.dims()) != 2:
+            raise ConfigError(
+                f"ember: Muon: optimizes 2-D weight matrices only, got a parameter of shape {param.dims()}; "
+                "give biases, norms and embeddings another optimizer with a group, e.g. "
+                "MuonConfig().init().with_group(ParamGroup.contains('bias'), AdamWConfig())"
+            )
+        buffer = velocity(None if state is None else state.momentum, grad, self.momentum, self.dampening)
+        update = grad.add(buffer.mul_scalar(self.momentum)) if self.nesterov else buffer
         coefficients = tuple(float(c) for c in self.ns_coefficients)
-        return Muon(self.momentum, self.dampening, self.nesterov, self.weight_decay, coefficients,  # type: ignore[arg-type]
-                    self.ns_steps, self.epsilon, self.adjust_lr_fn)
+        update = zeropower_via_newton_schulz(update, coefficients, self.ns_steps, self.epsilon)  # type: ignore[arg-type]
+        fan_in, fan_out = param.dims()
+        adjusted_lr = lr * self.adjust_lr_fn.ratio(fan_in, fan_out)
+        param = decoupled_decay(param, lr, self.weight_decay)
+        return param.sub(update.mul_scalar(adjusted_lr)), MuonState(buffer)

@@ -1,7 +1,8 @@
 """Activation functions, written once over the tensor ops.
 
-Where the device's backend has a fused kernel (``relu``, ``sigmoid``, ``softmax``,
-``log_softmax``), it is used; otherwise the composite below runs. Composites are
+``relu``, ``sigmoid``, ``softmax`` and ``log_softmax`` are fused ops: their composites
+below are registered with :mod:`ember.tensor.fused`, which runs the device's kernel
+where it has one. Composites are
 written to stay finite in both directions (no ``inf * 0`` in their gradients).
 
 At kinks and bounds the gradients follow PyTorch's conventions (tests/nn/test_kinks.py
@@ -23,11 +24,12 @@ checks each against torch):
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.dispatch import FLOAT_NP
+from ember.tensor.fused import composite, fused
 from ember.tensor.shape import normalize_dim
 from ember.tensor.tensor import Tensor
 
@@ -42,11 +44,6 @@ def _float(op: str, x: Tensor) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"ember: {op}: expected a Tensor, got {type(x).__name__}")
     return x if x._p.dtype in FLOAT_NP else x.float()
-
-
-def _fused(x: Tensor, name: str, *args: Any) -> Tensor | None:
-    out = getattr(x._d._b, name)(x._p, *args)
-    return None if out is NotImplemented else Tensor(out, x._d)
 
 
 def _split(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -67,8 +64,13 @@ def _hard_clamp(x: Tensor, low: float, high: float) -> Tensor:
 def relu(x: Tensor) -> Tensor:
     """``max(x, 0)``; the gradient at 0 is 0."""
     x = _float("relu", x)
-    fused = _fused(x, "relu")
-    return x.mask_fill(x.lower_equal_elem(0.0), 0.0) if fused is None else fused
+    d = x._d
+    return Tensor(fused(FusedOp.RELU, d, x._p), d)
+
+
+@composite(FusedOp.RELU)
+def _relu(x: Tensor) -> Tensor:
+    return x.mask_fill(x.lower_equal_elem(0.0), 0.0)
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
@@ -85,8 +87,13 @@ def relu6(x: Tensor) -> Tensor:
 def sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))``."""
     x = _float("sigmoid", x)
-    fused = _fused(x, "sigmoid")
-    return x.mul_scalar(0.5).tanh().add_scalar(1.0).mul_scalar(0.5) if fused is None else fused
+    d = x._d
+    return Tensor(fused(FusedOp.SIGMOID, d, x._p), d)
+
+
+@composite(FusedOp.SIGMOID)
+def _sigmoid(x: Tensor) -> Tensor:
+    return x.mul_scalar(0.5).tanh().add_scalar(1.0).mul_scalar(0.5)
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -224,9 +231,12 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     dim = normalize_dim("softmax", dim, x.rank)
     if x.num_elements() == 0:
         return x  # nothing to normalise (as PyTorch: an empty result, even over an empty dim)
-    fused = _fused(x, "softmax", dim)
-    if fused is not None:
-        return fused
+    d = x._d
+    return Tensor(fused(FusedOp.SOFTMAX, d, x._p, dim), d)
+
+
+@composite(FusedOp.SOFTMAX)
+def _softmax(x: Tensor, dim: int) -> Tensor:
     e = x.sub(x.max_dim(dim).detach()).exp()
     return e.div(e.sum_dim(dim))
 
@@ -239,9 +249,12 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     dim = normalize_dim("log_softmax", dim, x.rank)
     if x.num_elements() == 0:
         return x
-    fused = _fused(x, "log_softmax", dim)
-    if fused is not None:
-        return fused
+    d = x._d
+    return Tensor(fused(FusedOp.LOG_SOFTMAX, d, x._p, dim), d)
+
+
+@composite(FusedOp.LOG_SOFTMAX)
+def _log_softmax(x: Tensor, dim: int) -> Tensor:
     return x.sub(x.logsumexp(dim))
 
 

@@ -1,9 +1,10 @@
 """Scaled dot-product attention: PyTorch's ``scaled_dot_product_attention`` and the
 core that ``MultiHeadAttention`` shares with it.
 
-A backend with a fused kernel (flex: one numpy function) computes the scores, the
-mask, the softmax, dropout and the weighted sum in one call, and autodiff has one
-rule for it; other backends run the composite below. Both give the same values.
+``attention`` is a fused op (:mod:`ember.tensor.fused`): a backend with a kernel
+(flex: one numpy function) computes the scores, the mask, the softmax, dropout and
+the weighted sum in one call, and autodiff has one rule for it; other backends run
+the composite below. Both give the same values.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import math
 from typing import Any
 
 from ember.backend.distribution import Distribution
+from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.activation import softmax
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, check_device
+from ember.tensor.fused import composite, fused
 from ember.tensor.shape import broadcast_shapes
 from ember.tensor.tensor import Tensor
 
@@ -81,13 +84,19 @@ def attention(
     if training and dropout > 0.0:
         keep = Tensor.random(full, Distribution.bernoulli(1.0 - dropout), device=device, dtype=dtype)
         keep = keep.mul_scalar(1.0 / (1.0 - dropout)) if dropout < 1.0 else keep
-    fused = device._b.attention(
-        query._p, key._p, value._p, None if mask is None else mask._p, None if bias is None else bias._p,
-        float(fill), scale, bool(causal), None if keep is None else keep._p,
+    context, weights = fused(
+        FusedOp.ATTENTION, device, query._p, key._p, value._p, None if mask is None else mask._p,
+        None if bias is None else bias._p, float(fill), scale, bool(causal), None if keep is None else keep._p,
     )
-    if fused is not NotImplemented:
-        context, weights = fused
-        return Tensor(context, device), Tensor(weights, device)
+    return Tensor(context, device), Tensor(weights, device)
+
+
+@composite(FusedOp.ATTENTION)
+def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, bias: Tensor | None, fill: float,
+               scale: float, causal: bool, keep: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``Backend.attention``'s composite (operands already broadcast to ``[..., L, S]``)."""
+    device = query._d
+    n_q, n_k = query.dims()[-2], key.dims()[-2]
     scores = query.matmul(key.swap_dims(-1, -2)).mul_scalar(scale)
     if bias is not None:
         scores = scores.add(bias)

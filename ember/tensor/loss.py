@@ -1,11 +1,13 @@
-"""Functional losses written once over the tensor ops (fused kernels when the
-backend has them). ``ember.nn.loss`` wraps them as modules."""
+"""Functional losses written once over the tensor ops (``mse_loss`` is a fused op:
+see :mod:`ember.tensor.fused`). ``ember.nn.loss`` wraps them as modules."""
 
 from __future__ import annotations
 
+from ember.backend.ops import FusedOp
 from ember.errors import ShapeError
 from ember.tensor import autocast
 from ember.tensor.dispatch import FLOAT_NP, check_device
+from ember.tensor.fused import composite, fused
 from ember.tensor.tensor import Tensor
 
 
@@ -37,9 +39,12 @@ def mse_loss(pred: Tensor, target: Tensor, mean: bool = True) -> Tensor:
         pred = pred.float()
     if target._p.dtype != pred._p.dtype:
         target = target.cast(pred.dtype)
-    fused = pred._d._b.mse_loss(pred._p, target._p, mean)
-    if fused is not NotImplemented:
-        return Tensor(fused, pred._d)
+    d = pred._d
+    return Tensor(fused(FusedOp.MSE_LOSS, d, pred._p, target._p, mean), d)
+
+
+@composite(FusedOp.MSE_LOSS)
+def _mse_loss(pred: Tensor, target: Tensor, mean: bool) -> Tensor:
     values = squared_error(pred, target)
     return values.mean() if mean else values.sum()
 

@@ -25,9 +25,11 @@ from typing import Any
 
 from ember.backend.distribution import Distribution
 from ember.backend.module_ops import conv_output_size, conv_transpose_output_size, pool_output_size
+from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.dispatch import FLOAT_NP, INT_NP, check_device
+from ember.tensor.fused import composite, fused
 from ember.tensor.tensor import Tensor
 
 Pairs = tuple[tuple[int, int], ...]
@@ -61,9 +63,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             check_device("linear", x, bias)
     if x._p.dtype != weight._p.dtype:
         x = x.cast(weight.dtype)
-    fused = d._b.linear(x._p, weight._p, None if bias is None else bias._p)
-    if fused is not NotImplemented:
-        return Tensor(fused, d)
+    return Tensor(fused(FusedOp.LINEAR, d, x._p, weight._p, None if bias is None else bias._p), d)
+
+
+@composite(FusedOp.LINEAR)
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     out = x.matmul(weight)
     return out if bias is None else out.add(bias)
 

@@ -96,3 +96,47 @@ def test_op_enums_behave_like_enums():
     with pytest.raises(KeyError):
         UnaryOp["NOPE"]
     assert not isinstance(BinaryOp.ADD, UnaryOp)
+
+
+def _fused_methods(cls) -> set[str]:
+    """The optional methods of ``cls`` whose default returns NotImplemented."""
+    import dis
+
+    names = set()
+    for name, member in vars(cls).items():
+        if callable(member) and not getattr(member, "__isabstractmethod__", False):
+            loads = {i.argval for i in dis.get_instructions(member) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+            if "NotImplemented" in loads and name != "__init_subclass__":
+                names.add(name)
+    return names
+
+
+def test_fused_ops_are_the_optional_backend_methods():
+    """Every FusedOp names an optional Backend method (default NotImplemented) and each
+    such method is a FusedOp, but for linear_backward (LINEAR's backward kernel, whose
+    composite lives in autodiff's linear rule)."""
+    from ember.backend.base import Backend
+
+    assert _fused_methods(Backend) == {str(op) for op in ops.FusedOp} | {"linear_backward"}
+    for op in ops.FusedOp:
+        assert isinstance(op, str) and op.value == str(op)
+        assert inspect.getdoc(getattr(Backend, op)), f"Backend.{op} needs a docstring"
+
+
+def test_every_fused_op_has_one_composite_and_a_flex_kernel():
+    import ember.optim  # noqa: F401  (registers Adam's composite)
+    from ember.backend.base import Backend
+    from ember.backend.flex import FlexBackend
+    from ember.tensor.fused import composite_of
+
+    for op in ops.FusedOp:
+        assert callable(composite_of(op)), op
+        assert getattr(FlexBackend, op) is not getattr(Backend, op), f"flex has no kernel for {op}"
+
+
+def test_a_composite_is_registered_once():
+    from ember.errors import EmberError
+    from ember.tensor.fused import composite
+
+    with pytest.raises(EmberError, match="RELU already has a composite"):
+        composite(ops.FusedOp.RELU)(lambda x: x)

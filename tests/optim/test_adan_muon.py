@@ -157,7 +157,7 @@ def test_muon_dampening_follows_sgd_momentum(rng):
     m, d = 0.9, 0.25
     w = rng.normal(size=(3, 5))
     g1, g2 = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
-    muon = MuonConfig(momentum=m, dampening=d, nesterov=False).build()
+    muon = MuonConfig(momentum=m, dampening=d, nesterov=False)
     flex = Device.flex()
     t = Tensor.from_data(w, device=flex)
     t1, state = muon.step(0.1, t, Tensor.from_data(g1, device=flex), None)

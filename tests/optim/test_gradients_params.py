@@ -95,21 +95,21 @@ def test_step_rejects_bad_arguments(setup):
         optim.step(1e-3, model, bad)
 
 
-@pytest.mark.parametrize("options", [{}, {"weight_decay": 0.1}, {"weight_decay": 0.1, "decoupled": True}, {"amsgrad": True}])
-def test_flex_blocked_adam_is_bit_identical_to_the_whole_array_path(options):
-    """Large tensors take flex's cache-blocked Adam kernel: same bits as the composite."""
-    from ember.optim.adam import Adam
+def test_entries_give_param_path_and_grad(setup):
+    """The public (param, path, grad) view an optimizer step collects once: parameters
+    found by from_grads without another walk, ids registered alone found by one walk,
+    ids of other modules left out."""
+    from ember.module import Param, ParamId
 
-    flex = Device.flex()
-    rng = np.random.default_rng(0)
-    shape = (300, 257)  # > 2 blocks, not a multiple of the block size
-    settings = {"weight_decay": 0.0, "decoupled": False, "amsgrad": False, **options}
-    adam = Adam(0.9, 0.999, 1e-5, settings["weight_decay"], settings["amsgrad"], settings["decoupled"])
-    param = Tensor.from_data(rng.standard_normal(shape).astype(np.float32), device=flex)
-    fused_p, composite_p, fused_s, composite_s = param, param, None, None
-    for _ in range(3):
-        grad = Tensor.from_data(rng.standard_normal(shape).astype(np.float32), device=flex)
-        fused_p, fused_s = adam.step(1e-3, fused_p, grad, fused_s)
-        composite_p, composite_s = adam._composite(1e-3, composite_p, grad, composite_s)
-        assert fused_p.to_numpy().tobytes() == composite_p.to_numpy().tobytes()
-        assert fused_s.moment_2.to_numpy().tobytes() == composite_s.moment_2.to_numpy().tobytes()
+    device, model, x = setup
+    gp = GradientsParams.from_grads(model(x).sum().backward(), model)
+    entries = gp.entries(model)
+    assert [path for _, path, _ in entries] == ["l1.weight", "l1.bias", "l2.weight", "l2.bias"]
+    for param, path, grad in entries:
+        assert isinstance(param, Param) and grad is gp.get(param.id)
+        assert param is dict(model.named_params())[path]
+    manual = GradientsParams()
+    manual.register(model.l2.weight.id, gp.get(model.l2.weight.id))
+    manual.register(ParamId.new(), Tensor.ones([2], device=device.inner()))  # not in the model
+    [(param, path, grad)] = manual.entries(model)
+    assert (param.id, path) == (model.l2.weight.id, "l2.weight")

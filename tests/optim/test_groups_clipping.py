@@ -1,12 +1,14 @@
 """Parameter groups (another optimizer, learning rate or clipping per group; the last
 matching group wins) and gradient clipping, against torch's param groups and
-``clip_grad_value_`` / per-tensor ``clip_grad_norm_``; ids and untouched parameters."""
+``clip_grad_value_`` / per-tensor and global ``clip_grad_norm_``; ids and untouched
+parameters."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from ember import Device, Tensor
 from ember.module import ParamGroup
 from ember.optim import AdamConfig, AdanConfig, GradientClipping, GradientsParams, RmsPropConfig, SgdConfig
 from tests.conftest import import_torch
@@ -113,6 +115,55 @@ def test_clipping_by_norm_is_per_tensor_clip_grad_norm():
 
 
 @pytest.mark.torch
+def test_clipping_by_global_norm_matches_clip_grad_norm():
+    """All gradients of the step rescaled together (torch.nn.utils.clip_grad_norm_)."""
+    torch = import_torch()
+    threshold = 0.05
+    weights, x, y = problem()
+    model = ember_model(weights)
+    grads = GradientsParams.from_grads(ember_loss(model, x, y).backward(), model)
+    total = np.sqrt(sum(np.square(g.to_numpy()).sum() for _, g in grads.items()))
+    assert total > 5 * threshold  # clipping is active on this problem
+    expected = torch_run(torch, lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, eps=1e-5)],
+                         before_step=lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), threshold))
+    actual = ember_run(AdamConfig(grad_clipping=GradientClipping.global_norm(threshold)).init(), 0.01)
+    assert_trajectories_close(actual, expected)
+    per_tensor = ember_run(AdamConfig(grad_clipping=GradientClipping.norm(threshold)).init(), 0.01)
+    assert not np.allclose(per_tensor[1], actual[1])  # not the per-tensor clipping
+
+
+@pytest.mark.torch
+def test_global_norm_per_group():
+    """A group's own global-norm clipping covers its parameters; the others share the
+    main optimizer's."""
+    torch = import_torch()
+
+    def clip(m):
+        torch.nn.utils.clip_grad_norm_(named(m, "0.weight", "2.weight"), 0.02)
+        torch.nn.utils.clip_grad_norm_(named(m, "0.bias", "2.bias"), 0.1)
+
+    expected = torch_run(torch, lambda m: [torch.optim.SGD(m.parameters(), lr=0.3, momentum=0.5)], before_step=clip)
+    optim = (SgdConfig(momentum=0.5, grad_clipping=GradientClipping.global_norm(0.1)).init()
+             .with_group(ParamGroup.contains("weight"), clipping=GradientClipping.global_norm(0.02)))
+    assert_trajectories_close(ember_run(optim, 0.3), expected)
+
+
+def test_global_norm_clip_all(rng):
+    flex = Device.flex()
+    arrays = [rng.normal(size=(3, 4)), rng.normal(size=(5,))]
+    grads = [Tensor.from_data(a, device=flex) for a in arrays]
+    total = np.sqrt(sum(np.square(a).sum() for a in arrays))
+    clipped = GradientClipping.global_norm(1.0).clip_all(grads)
+    for a, c in zip(arrays, clipped):
+        np.testing.assert_allclose(c.to_numpy(), a / (total + 1e-6), rtol=1e-12)
+    untouched = GradientClipping.global_norm(2 * total).clip_all(grads)
+    for a, c in zip(arrays, untouched):
+        np.testing.assert_array_equal(c.to_numpy(), a)
+    single = GradientClipping.global_norm(1.0).clip(grads[0])
+    np.testing.assert_allclose(single.to_numpy(), arrays[0] / (np.linalg.norm(arrays[0]) + 1e-6), rtol=1e-12)
+
+
+@pytest.mark.torch
 def test_group_clipping_overrides_the_main_one():
     """Weights clipped by value in their group; biases keep the optimizer's norm clipping."""
     torch = import_torch()
@@ -169,6 +220,8 @@ def test_step_with_no_gradients_returns_the_same_values():
     weights, _, _ = problem()
     model = ember_model(weights)
     before = snapshot(model)
-    after = SgdConfig(momentum=0.9).init().step(0.1, model, GradientsParams())
-    for path, value in snapshot(after).items():
-        np.testing.assert_array_equal(value, before[path])
+    for config in (SgdConfig(momentum=0.9), AdamConfig()):
+        after = config.init().step(0.1, model, GradientsParams())
+        for path, value in snapshot(after).items():
+            np.testing.assert_array_equal(value, before[path])
+    assert AdamConfig().step_many(0.1, [], [], []) == []

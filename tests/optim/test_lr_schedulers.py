@@ -22,6 +22,7 @@ from ember.optim.lr_scheduler import (
     SchedulerReduction,
     SequentialLrSchedulerConfig,
     StepLrSchedulerConfig,
+    WarmupLrSchedulerConfig,
 )
 from tests.conftest import import_torch
 
@@ -71,6 +72,17 @@ TORCH_CASES = {
                              t.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
                              t.optim.lr_scheduler.ConstantLR(o, factor=1.0, total_iters=0),
                              t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=6)], milestones=[3, 6]), 14),
+    "warmup_cosine": (WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 10, min_lr=0.001), 5, start_lr=0.01),
+                      0.1, lambda t, o: t.optim.lr_scheduler.SequentialLR(o, [
+                          t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=5),
+                          t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10, eta_min=0.001)], milestones=[5]), 25),
+    # torch's LinearLR refuses start_factor=0: a warm-up from 0 is a LambdaLR there.
+    "warmup_from_zero_cosine": (WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 10), 4), 0.1,
+                                lambda t, o: t.optim.lr_scheduler.LambdaLR(o, lambda s: s / 4 if s < 4 else
+                                                                           0.5 * (1 + math.cos(math.pi * (s - 4) / 10))),
+                                18),
+    "warmup_constant": (WarmupLrSchedulerConfig(0.03, 3, start_lr=0.003), 0.03,
+                        lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=3), 8),
 }
 
 
@@ -87,6 +99,13 @@ def test_sequence_matches_torch(name):
 def test_linear_hits_both_ends_exactly():
     rates = run(LinearLrSchedulerConfig(0.01, 0.1, 3), 6)
     assert rates[0] == 0.01 and rates[3:] == [0.1, 0.1, 0.1]
+
+
+def test_linear_warm_up_from_zero():
+    assert run(LinearLrSchedulerConfig(0.0, 0.01, 4), 6) == [0.0, 0.0025, 0.005, 0.0075, 0.01, 0.01]
+    rates = run(WarmupLrSchedulerConfig(ExponentialLrSchedulerConfig(0.1, 0.5), 2), 5)
+    assert rates == [0.0, 0.05, 0.1, 0.05, 0.025]  # the warm-up ends at the scheduler's first rate
+    assert type(WarmupLrSchedulerConfig(0.1, 2).init()).__name__ == "SequentialLrScheduler"
 
 
 def test_noam_by_hand():
@@ -136,6 +155,7 @@ RESUME = {
     "noam": NoamLrSchedulerConfig(1.0, warmup_steps=4, model_size=16),
     "sequential": SequentialLrSchedulerConfig(
         [LinearLrSchedulerConfig(0.001, 0.1, 3), CosineAnnealingLrSchedulerConfig(0.1, 5)], [4]),
+    "warmup": WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 6), 3),
     "composed_nested": ComposedLrSchedulerConfig([
         0.5, ExponentialLrSchedulerConfig(1.0, 0.9),
         SequentialLrSchedulerConfig([ConstantLrSchedulerConfig(1.0), StepLrSchedulerConfig(1.0, 2)], [3]),
@@ -178,8 +198,11 @@ def test_load_record_rejects_another_schedulers_record():
 
 
 INVALID = [
-    (lambda: LinearLrSchedulerConfig(0.0, 0.1, 10), "initial_lr must lie in \\(0, 1\\], got 0.0"),
-    (lambda: LinearLrSchedulerConfig(1.5, 0.1, 10), "initial_lr must lie in \\(0, 1\\], got 1.5"),
+    (lambda: LinearLrSchedulerConfig(-0.1, 0.1, 10), "initial_lr must lie in \\[0, 1\\], got -0.1"),
+    (lambda: LinearLrSchedulerConfig(1.5, 0.1, 10), "initial_lr must lie in \\[0, 1\\], got 1.5"),
+    (lambda: WarmupLrSchedulerConfig(0.1, 0), "warmup_iters must be an integer >= 1, got 0"),
+    (lambda: WarmupLrSchedulerConfig(0.1, 5, start_lr=0.2), "start_lr must lie in \\[0, 0.1\\]"),
+    (lambda: WarmupLrSchedulerConfig("cosine", 5), "scheduler must be .*LrSchedulerConfig \\| float, got 'cosine'"),
     (lambda: LinearLrSchedulerConfig(0.1, -0.1, 10), "final_lr must lie in \\[0, 1\\]"),
     (lambda: LinearLrSchedulerConfig(0.1, 0.01, 0), "num_iters must be an integer >= 1, got 0"),
     (lambda: LinearLrSchedulerConfig(0.1, 0.01, 2.5), "num_iters must be int"),
@@ -216,7 +239,7 @@ def test_step_scheduler_warns_on_odd_values_like_burn():
         StepLrSchedulerConfig(-0.1, 2)
 
 
-@pytest.mark.parametrize("module", ["linear", "cosine", "exponential", "step", "noam", "sequential", "composed"])
+@pytest.mark.parametrize("module", ["linear", "cosine", "exponential", "step", "noam", "sequential", "composed", "warmup"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -12,14 +12,20 @@ from ember import Device, Tensor
 from ember.errors import ConfigError
 from ember.module import ParamGroup
 from ember.optim import (
+    AdadeltaConfig,
     AdaGradConfig,
+    AdamaxConfig,
     AdamConfig,
     AdamWConfig,
     AdanConfig,
     AdjustLrFn,
     GradientClipping,
     GradientsParams,
+    LambConfig,
+    LionConfig,
     MuonConfig,
+    NAdamConfig,
+    RAdamConfig,
     RmsPropConfig,
     SgdConfig,
 )
@@ -33,6 +39,12 @@ CONFIGS = {
     "adam": AdamConfig(amsgrad=True),
     "adamw": AdamWConfig(),
     "muon": MuonConfig(weight_decay=0.01, grad_clipping=GradientClipping.norm(1.0)),
+    "adadelta": AdadeltaConfig(weight_decay=1e-3),
+    "adamax": AdamaxConfig(weight_decay=1e-3),
+    "nadam": NAdamConfig(weight_decay=1e-3, decoupled_weight_decay=True),
+    "radam": RAdamConfig(weight_decay=1e-3, grad_clipping=GradientClipping.global_norm(1.0)),
+    "lion": LionConfig(weight_decay=0.1),
+    "lamb": LambConfig(weight_decay=0.01),
 }
 
 
@@ -101,14 +113,39 @@ def test_float32_parameters_stay_float32(name):
         assert param.val().device == Device.flex().autodiff()
 
 
+def test_new_optimizer_defaults():
+    """PyTorch's defaults for the optimizers Burn lacks; the papers' for Lion and LAMB."""
+    assert (AdadeltaConfig().rho, AdadeltaConfig().epsilon) == (0.9, 1e-6)
+    assert (AdamaxConfig().beta_1, AdamaxConfig().beta_2, AdamaxConfig().epsilon) == (0.9, 0.999, 1e-8)
+    nadam = NAdamConfig()
+    assert (nadam.epsilon, nadam.momentum_decay, nadam.decoupled_weight_decay) == (1e-8, 4e-3, False)
+    assert (RAdamConfig().epsilon, RAdamConfig().decoupled_weight_decay) == (1e-8, False)
+    assert (LionConfig().beta_1, LionConfig().beta_2, LionConfig().weight_decay) == (0.9, 0.99, 0.0)
+    assert (LambConfig().epsilon, LambConfig().weight_decay) == (1e-6, 0.0)
+
+
+def test_an_optimizer_is_one_class():
+    """The config is the optimizer: its fields are the hyper-parameters, it steps a
+    tensor, and its state is a small record."""
+    config = AdamWConfig(weight_decay=0.1)
+    assert AdamWConfig.state_type.__name__ == "AdamState" and config.decoupled and not AdamConfig().decoupled
+    flex = Device.flex()
+    w = Tensor.from_data(np.array([1.0, -2.0]), device=flex)
+    g = Tensor.from_data(np.array([0.5, 0.25]), device=flex)
+    new, state = config.step(0.1, w, g)
+    assert isinstance(state.moment_1, Tensor) and state.time == 1
+    # AdamW's first step: w (1 - lr wd) - lr sign(g) (up to epsilon)
+    np.testing.assert_allclose(new.to_numpy(), [0.99 - 0.1, -1.98 - 0.1], rtol=1e-4)
+
+
 def test_per_tensor_step_without_a_module():
     """The per-tensor optimizers work on any tensor of the inner device."""
     flex = Device.flex()
     w = Tensor.from_data(np.array([1.0, -2.0]), device=flex)
     g = Tensor.from_data(np.array([0.5, 0.25]), device=flex)
-    new, state = SgdConfig(momentum=0.5).build().step(0.1, w, g, None)
+    new, state = SgdConfig(momentum=0.5).step(0.1, w, g)
     np.testing.assert_allclose(new.to_numpy(), [0.95, -2.025])
-    new, _ = SgdConfig(momentum=0.5).build().step(0.1, new, g, state)
+    new, _ = SgdConfig(momentum=0.5).step(0.1, new, g, state)
     np.testing.assert_allclose(new.to_numpy(), [0.95 - 0.1 * 0.75, -2.025 - 0.1 * 0.375])
 
 
@@ -140,6 +177,15 @@ INVALID = [
     (lambda: MuonConfig(ns_coefficients=[3.0, -4.0, 2.0]), r"MuonConfig.ns_coefficients must be tuple"),
     (lambda: MuonConfig(adjust_lr_fn="original"), r"MuonConfig.adjust_lr_fn must be AdjustLrFn"),
     (lambda: MuonConfig(weight_decay=-1.0), r"MuonConfig: weight_decay must lie"),
+    (lambda: AdamWConfig(beta_2=1.0), r"AdamWConfig: beta_2 must lie in \[0.0, 1.0\)"),
+    (lambda: AdadeltaConfig(rho=1.5), r"AdadeltaConfig: rho must lie in \[0.0, 1.0\]"),
+    (lambda: AdadeltaConfig(epsilon=0.0), r"AdadeltaConfig: epsilon must lie in \(0.0, inf\)"),
+    (lambda: AdamaxConfig(beta_1=-0.1), r"AdamaxConfig: beta_1 must lie in \[0.0, 1.0\)"),
+    (lambda: NAdamConfig(momentum_decay=-1.0), r"NAdamConfig: momentum_decay must lie in \[0.0, inf\)"),
+    (lambda: NAdamConfig(decoupled_weight_decay=1), r"NAdamConfig.decoupled_weight_decay must be bool"),
+    (lambda: RAdamConfig(weight_decay=math.inf), r"RAdamConfig: weight_decay must lie"),
+    (lambda: GradientClipping("global", 1.0), r"GradientClipping: kind must be one of 'value', 'norm', 'global_norm'"),
+    (lambda: GradientClipping.global_norm(0.0), r"GradientClipping: the threshold must be > 0, got 0.0"),
 ]
 
 
@@ -147,3 +193,14 @@ INVALID = [
 def test_invalid_configs(make, message):
     with pytest.raises(ConfigError, match=r"^ember: " + message):
         make()
+
+
+@pytest.mark.parametrize("module", ["ember.optim.adam", "ember.optim.sgd", "ember.optim.adadelta", "ember.optim.adamax",
+                                    "ember.optim.nadam", "ember.optim.radam", "ember.optim.lion", "ember.optim.lamb",
+                                    "ember.optim.clipping", "ember.tensor.fused"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0

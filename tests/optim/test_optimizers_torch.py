@@ -1,11 +1,22 @@
 """Each optimizer's 50-step trajectory against ``torch.optim`` on the same float64
-problem with matching hyperparameters (relative error at most 1e-5)."""
+problem with matching hyperparameters (relative error at most 1e-5). Lion and LAMB,
+which torch lacks, are in test_lion_lamb.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from ember.optim import AdaGradConfig, AdamConfig, AdamWConfig, RmsPropConfig, SgdConfig
+from ember.optim import (
+    AdadeltaConfig,
+    AdaGradConfig,
+    AdamaxConfig,
+    AdamConfig,
+    AdamWConfig,
+    NAdamConfig,
+    RAdamConfig,
+    RmsPropConfig,
+    SgdConfig,
+)
 from tests.conftest import import_torch
 from tests.optim.problem import assert_moved, assert_trajectories_close, ember_run, torch_run
 
@@ -41,6 +52,22 @@ CASES = {
     "rmsprop_centered_momentum": (RmsPropConfig(alpha=0.95, momentum=0.5, centered=True, weight_decay=0.01), 5e-3,
                                   "RMSprop", {"alpha": 0.95, "momentum": 0.5, "centered": True,
                                               "weight_decay": 0.01, "eps": 1e-5}),
+    "adadelta": (AdadeltaConfig(), 1.0, "Adadelta", {}),
+    "adadelta_everything": (AdadeltaConfig(rho=0.95, epsilon=1e-5, weight_decay=0.05), 0.5, "Adadelta",
+                            {"rho": 0.95, "eps": 1e-5, "weight_decay": 0.05}),
+    "adamax": (AdamaxConfig(), 2e-2, "Adamax", {}),
+    "adamax_everything": (AdamaxConfig(beta_1=0.8, beta_2=0.99, epsilon=1e-6, weight_decay=0.05), 2e-2, "Adamax",
+                          {"betas": (0.8, 0.99), "eps": 1e-6, "weight_decay": 0.05}),
+    "nadam": (NAdamConfig(), 1e-2, "NAdam", {}),
+    "nadam_l2": (NAdamConfig(weight_decay=0.05, momentum_decay=0.01), 1e-2, "NAdam",
+                 {"weight_decay": 0.05, "momentum_decay": 0.01}),
+    "nadamw": (NAdamConfig(beta_1=0.8, weight_decay=0.1, decoupled_weight_decay=True), 2e-2, "NAdam",
+               {"betas": (0.8, 0.999), "weight_decay": 0.1, "decoupled_weight_decay": True}),
+    "radam": (RAdamConfig(), 1e-2, "RAdam", {}),
+    "radam_l2": (RAdamConfig(beta_2=0.99, epsilon=1e-6, weight_decay=0.05), 1e-2, "RAdam",
+                 {"betas": (0.9, 0.99), "eps": 1e-6, "weight_decay": 0.05}),
+    "radamw": (RAdamConfig(weight_decay=0.1, decoupled_weight_decay=True), 2e-2, "RAdam",
+               {"weight_decay": 0.1, "decoupled_weight_decay": True}),
 }
 
 

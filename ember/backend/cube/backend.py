@@ -293,9 +293,6 @@ class CubeBackend(Backend):
     def linear(self, x: CubeTensor, weight: CubeTensor, bias: CubeTensor | None) -> CubeTensor:
         return matmul.matmul(self, x, weight, bias)
 
-    def adam_step(self, param, grad, moment_1, moment_2, max_moment_2, **options):
-        return optim.adam_step(self, param, grad, moment_1, moment_2, max_moment_2, **options)
-
     def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options):
         return optim.adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options)
 

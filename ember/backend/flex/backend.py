@@ -138,69 +138,79 @@ def _bitwise_select(cond: np.ndarray, a, b, dtype: np.dtype) -> np.ndarray:
 _ADAM_BLOCK = 32768
 
 
-def _adam_blocked(param, grad, moment_1, moment_2, max_moment_2, lr, beta_1, beta_2, epsilon, weight_decay,
-                  decoupled, amsgrad, time):
-    """Adam over cache-sized blocks: the same operations in the same order as the
-    whole-array path (bit-identical results), but each block stays in cache through
-    all of them instead of streaming the arrays from memory a dozen times."""
-    shape, dtype = param.shape, param.dtype
-    p_flat, g_flat = param.reshape(-1), grad.reshape(-1)
-    m1 = None if moment_1 is None else moment_1.reshape(-1)
-    m2 = None if moment_2 is None else moment_2.reshape(-1)
-    vm_old = None if max_moment_2 is None else max_moment_2.reshape(-1)
-    n = p_flat.size
-    out, m, v = np.empty(n, dtype), np.empty(n, dtype), np.empty(n, dtype)
-    v_max = np.empty(n, dtype) if amsgrad else None
-    a_buf, b_buf, g_buf = np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype)
-    correction_2 = math.sqrt(1.0 - beta_2**time)
-    step_size = lr / (1.0 - beta_1**time)
+def _adam(p, g, m1, m2, vm_old, lr, beta_1, beta_2, epsilon, weight_decay, decoupled, amsgrad, time):
+    """Adam on flat arrays: :func:`_adam_block` on the whole arrays (its results
+    allocated by numpy), or, for arrays longer than two blocks, on cache-sized blocks
+    written into preallocated results (each block then stays in cache through all the
+    operations instead of streaming the arrays from memory a dozen times)."""
+    n, dtype = p.size, p.dtype
+    l2 = weight_decay if weight_decay and not decoupled else 0.0
+    scalars = (1.0 - beta_1, 1.0 - beta_2, beta_1, beta_2, math.sqrt(1.0 - beta_2**time), epsilon,
+               lr / (1.0 - beta_1**time), l2, 1.0 - lr * weight_decay if weight_decay and decoupled else None)
     token = quiet_set()
     try:
+        if n <= 2 * _ADAM_BLOCK:
+            return _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars)
+        out, m, v = np.empty(n, dtype), np.empty(n, dtype), np.empty(n, dtype)
+        v_max = np.empty(n, dtype) if amsgrad else None
+        a, b = np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype)
+        gd = np.empty(_ADAM_BLOCK, dtype) if l2 else None
         for start in range(0, n, _ADAM_BLOCK):
-            end = min(start + _ADAM_BLOCK, n)
-            k = end - start
-            a, b = a_buf[:k], b_buf[:k]
-            g = g_flat[start:end]
-            if weight_decay and not decoupled:
-                gd = g_buf[:k]
-                np.multiply(p_flat[start:end], weight_decay, out=gd)
-                np.add(g, gd, out=gd)
-                g = gd
-            mm, vv = m[start:end], v[start:end]
-            if m1 is None:
-                np.multiply(g, 1.0 - beta_1, out=mm)
-                np.multiply(g, g, out=vv)
-                vv *= 1.0 - beta_2
-            else:
-                np.multiply(m1[start:end], beta_1, out=mm)
-                np.multiply(g, 1.0 - beta_1, out=a)
-                mm += a
-                np.multiply(m2[start:end], beta_2, out=vv)
-                np.multiply(g, g, out=a)
-                a *= 1.0 - beta_2
-                vv += a
-            source = vv
-            if amsgrad:
-                source = v_max[start:end]
-                if vm_old is None:
-                    source[...] = vv
-                else:
-                    np.maximum(vm_old[start:end], vv, out=source)
-            np.sqrt(source, out=a)
-            a /= correction_2
-            a += epsilon
-            np.divide(mm, a, out=b)
-            b *= step_size
-            target = out[start:end]
-            if weight_decay and decoupled:
-                np.multiply(p_flat[start:end], 1.0 - lr * weight_decay, out=target)
-                target -= b
-            else:
-                np.subtract(p_flat[start:end], b, out=target)
+            s = slice(start, start + _ADAM_BLOCK)
+            if n - start < _ADAM_BLOCK:  # the last, shorter block
+                k = n - start
+                a, b, gd = a[:k], b[:k], None if gd is None else gd[:k]
+            _adam_block(p[s], g[s], None if m1 is None else m1[s], None if m2 is None else m2[s],
+                        None if vm_old is None else vm_old[s], amsgrad, scalars,
+                        out[s], m[s], v[s], None if v_max is None else v_max[s], a, b, gd)
     finally:
         quiet_reset(token)
-    return (out.reshape(shape), m.reshape(shape), v.reshape(shape),
-            None if v_max is None else v_max.reshape(shape))
+    return out, m, v, v_max
+
+
+def _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars, out=None, m=None, v=None, v_max=None, a=None, b=None,
+                gd=None):
+    """One Adam update, returning ``(param, m, v, v_max)``: the operations of the
+    composite (``ember.optim.adam.adam_step_many``), in its order, so both give the same
+    bits. Results go into ``out, m, v, v_max`` and temporaries into ``a, b`` (and ``gd``
+    with an L2 penalty) when given; numpy allocates them otherwise."""
+    one_b1, one_b2, beta_1, beta_2, sqrt_c2, epsilon, step_size, l2, keep = scalars
+    if l2:  # g + p * weight_decay
+        gd = np.multiply(p, l2, gd)
+        g = np.add(g, gd, gd)
+    if m1 is None:
+        m = np.multiply(g, one_b1, m)
+        v = np.multiply(g, g, v)
+        np.multiply(v, one_b2, v)
+    else:
+        m = np.multiply(m1, beta_1, m)
+        a = np.multiply(g, one_b1, a)
+        np.add(m, a, m)
+        v = np.multiply(m2, beta_2, v)
+        np.multiply(g, g, a)
+        np.multiply(a, one_b2, a)
+        np.add(v, a, v)
+    source = v
+    if amsgrad:
+        if vm_old is None:
+            if v_max is None:
+                v_max = v.copy()
+            else:
+                np.copyto(v_max, v)
+        else:
+            v_max = np.maximum(vm_old, v, out=v_max)
+        source = v_max
+    a = np.sqrt(source, a)
+    np.divide(a, sqrt_c2, a)
+    np.add(a, epsilon, a)
+    b = np.divide(m, a, b)
+    np.multiply(b, step_size, b)
+    if keep is not None:  # decoupled decay: p * (1 - lr * weight_decay)
+        out = np.multiply(p, keep, out)
+        np.subtract(out, b, out)
+    else:
+        out = np.subtract(p, b, out)
+    return out, m, v, v_max
 
 
 class FlexBackend(FlexModuleOps, Backend):
@@ -450,86 +460,46 @@ class FlexBackend(FlexModuleOps, Backend):
         finally:
             quiet_reset(token)
 
-    def adam_step(self, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2, epsilon,
-                  weight_decay, decoupled, amsgrad, time):
-        if param.dtype in _HALF:
-            return NotImplemented
-        if param.size > 2 * _ADAM_BLOCK:
-            return _adam_blocked(param, grad, moment_1, moment_2, max_moment_2, lr, beta_1, beta_2, epsilon,
-                                 weight_decay, decoupled, amsgrad, time)
-        # The same operations, in the same order, as the composite in ember.optim.adam,
-        # so both paths give bit-identical results; in place where the array is ours.
-        token = quiet_set()
-        try:
-            g = grad
-            if weight_decay and not decoupled:
-                g = g + param * weight_decay
-            if moment_1 is None:
-                m = g * (1.0 - beta_1)
-                v = g * g
-                v *= 1.0 - beta_2
-            else:
-                m = moment_1 * beta_1
-                m += g * (1.0 - beta_1)
-                v = moment_2 * beta_2
-                sq = g * g
-                sq *= 1.0 - beta_2
-                v += sq
-            v_max = None
-            if amsgrad:
-                v_max = v if max_moment_2 is None else np.maximum(max_moment_2, v)
-            denom = np.sqrt(v_max if v_max is not None else v)
-            denom /= math.sqrt(1.0 - beta_2**time)
-            denom += epsilon
-            update = m / denom
-            update *= lr / (1.0 - beta_1**time)
-            if weight_decay and decoupled:
-                out = param * (1.0 - lr * weight_decay)
-                out -= update
-            else:
-                out = param - update
-            return out, m, v, v_max
-        finally:
-            quiet_reset(token)
-
-    def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options):
+    def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, *, lr, beta_1, beta_2, epsilon,
+                       weight_decay, decoupled, amsgrad, time):
         dtype = params[0].dtype
-        if dtype in _HALF or any(p.dtype != dtype for p in params):
+        if dtype in _HALF:
             return NotImplemented
-        if sum(p.size for p in params) > 2 * _ADAM_BLOCK:
-            # Large tensors: concatenating would cost extra passes; step each one.
-            results = [
-                self.adam_step(
-                    p, g,
-                    None if moments_1 is None else moments_1[i],
-                    None if moments_2 is None else moments_2[i],
-                    None if max_moments_2 is None else max_moments_2[i],
-                    **options,
-                )
-                for i, (p, g) in enumerate(zip(params, grads))
-            ]
-            outs, ms, vs, vms = (list(column) for column in zip(*results))
-            return outs, ms, vs, (vms if vms[0] is not None else None)
-        # One update over all tensors concatenated; results are views into it.
+        for p in params:
+            if p.dtype != dtype:
+                return NotImplemented
+        options = (lr, beta_1, beta_2, epsilon, weight_decay, decoupled, amsgrad, time)
         sizes = [p.size for p in params]
-
-        def flat(arrays):
-            return None if arrays is None else np.concatenate(arrays, axis=None)
-
-        out, m, v, v_max = self.adam_step(
-            flat(params), flat(grads), flat(moments_1), flat(moments_2), flat(max_moments_2), **options
-        )
+        if len(params) > 1 and sum(sizes) > 2 * _ADAM_BLOCK:
+            # Large tensors: concatenating would cost extra passes; step each one.
+            outs, ms, vs = [], [], []
+            vms = [] if amsgrad else None
+            for i, p in enumerate(params):
+                shape = p.shape
+                out, m, v, v_max = _adam(
+                    p.reshape(-1), grads[i].reshape(-1),
+                    None if moments_1 is None else moments_1[i].reshape(-1),
+                    None if moments_2 is None else moments_2[i].reshape(-1),
+                    None if max_moments_2 is None else max_moments_2[i].reshape(-1), *options)
+                outs.append(out.reshape(shape))
+                ms.append(m.reshape(shape))
+                vs.append(v.reshape(shape))
+                if vms is not None:
+                    vms.append(v_max.reshape(shape))
+            return outs, ms, vs, vms
+        # Small tensors: one update over all of them concatenated; results are views into it.
+        one = len(params) == 1
+        flat_in = [None if arrays is None else arrays[0].reshape(-1) if one else np.concatenate(arrays, axis=None)
+                   for arrays in (params, grads, moments_1, moments_2, max_moments_2)]
+        results = _adam(*flat_in, *options)
+        if one:
+            shape = params[0].shape
+            return tuple(None if x is None else [x.reshape(shape)] for x in results)
         bounds = [0]
         for size in sizes:
             bounds.append(bounds[-1] + size)
-        shapes = [p.shape for p in params]
-
-        def split(array):
-            if array is None:
-                return None
-            return [array[a:b].reshape(shape) for a, b, shape in zip(bounds, bounds[1:], shapes)]
-
-        return split(out), split(m), split(v), split(v_max)
+        spans = [(a, b, p.shape) for a, b, p in zip(bounds, bounds[1:], params)]
+        return tuple(None if x is None else [x[a:b].reshape(shape) for a, b, shape in spans] for x in results)
 
     def attention(self, query, key, value, mask, bias, fill, scale, causal, keep):
         return _attention(query, key, value, mask, bias, fill, scale, causal, keep)

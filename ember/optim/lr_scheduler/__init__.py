@@ -10,6 +10,7 @@ from ember.optim.lr_scheduler.linear import LinearLrScheduler, LinearLrScheduler
 from ember.optim.lr_scheduler.noam import NoamLrScheduler, NoamLrSchedulerConfig
 from ember.optim.lr_scheduler.sequential import SequentialLrScheduler, SequentialLrSchedulerConfig
 from ember.optim.lr_scheduler.step import StepLrScheduler, StepLrSchedulerConfig
+from ember.optim.lr_scheduler.warmup import WarmupLrSchedulerConfig
 
 __all__ = [
     "ComposedLrScheduler", "ComposedLrSchedulerConfig", "ConstantLr", "ConstantLrSchedulerConfig",
@@ -17,4 +18,5 @@ __all__ = [
     "ExponentialLrSchedulerConfig", "LinearLrScheduler", "LinearLrSchedulerConfig", "LrScheduler",
     "LrSchedulerConfig", "NoamLrScheduler", "NoamLrSchedulerConfig", "SchedulerReduction",
     "SequentialLrScheduler", "SequentialLrSchedulerConfig", "StepLrScheduler", "StepLrSchedulerConfig",
+    "WarmupLrSchedulerConfig",
 ]

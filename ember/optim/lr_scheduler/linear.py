@@ -33,7 +33,9 @@ class LinearLrScheduler(LrScheduler):
 
 class LinearLrSchedulerConfig(LrSchedulerConfig):
     """Linear warm-up or decay (Burn's ``LinearLrSchedulerConfig``; PyTorch's
-    ``LinearLR`` with factors relative to the initial rate).
+    ``LinearLR`` with factors relative to the initial rate). Unlike Burn (and
+    ``LinearLR``'s ``start_factor``), ``initial_lr`` may be 0: a warm-up from 0 (see
+    also :class:`~ember.optim.lr_scheduler.WarmupLrSchedulerConfig`).
 
     >>> scheduler = LinearLrSchedulerConfig(1e-2, 1e-3, 3).init()
     >>> [round(scheduler.step(), 6) for _ in range(5)]
@@ -45,7 +47,7 @@ class LinearLrSchedulerConfig(LrSchedulerConfig):
     num_iters: int
 
     def validate(self) -> None:
-        check_lr("LinearLrSchedulerConfig", "initial_lr", self.initial_lr, allow_zero=False)
+        check_lr("LinearLrSchedulerConfig", "initial_lr", self.initial_lr, allow_zero=True)
         check_lr("LinearLrSchedulerConfig", "final_lr", self.final_lr, allow_zero=True)
         check_count("LinearLrSchedulerConfig", "num_iters", self.num_iters)
 

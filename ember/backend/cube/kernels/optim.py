@@ -1,5 +1,6 @@
 """Fused optimizer and loss kernels: one Adam/AdamW update per tensor in a single
-launch (instead of a dozen elementwise ones), and the mean squared error as one
+launch (instead of a dozen elementwise ones; the math is the composite's, in
+``ember.optim.adam``), and the mean squared error as one
 elementwise pass plus one reduction."""
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def _adam_source(st: Storage, first: bool, amsgrad: bool, decay: str) -> KernelS
     return KernelSource("adam_step", source, n_in, len(outs))
 
 
-def adam_step(backend: CubeBackend, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2,
+def _adam_one(backend: CubeBackend, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2,
               epsilon, weight_decay, decoupled, amsgrad, time):
+    """One launch of :func:`_adam_source` on one tensor, or ``NotImplemented``."""
     st = param.storage
     if st.compute != "f32" or grad.storage != st:
         return NotImplemented
@@ -88,17 +90,19 @@ def adam_step(backend: CubeBackend, param, grad, moment_1, moment_2, max_moment_
 
 
 def adam_step_many(backend: CubeBackend, params, grads, moments_1, moments_2, max_moments_2, **options):
-    results = []
+    """``Backend.adam_step_many``: one launch per tensor (the composite's math, in f32)."""
     def pick(xs, i):
         return None if xs is None else xs[i]
 
+    results = []
     for i, p in enumerate(params):
-        out = adam_step(backend, p, grads[i], pick(moments_1, i), pick(moments_2, i), pick(max_moments_2, i), **options)
+        out = _adam_one(backend, p, grads[i], pick(moments_1, i), pick(moments_2, i), pick(max_moments_2, i),
+                        **options)
         if out is NotImplemented:
             return NotImplemented
         results.append(out)
     new, m, v, vm = (list(col) for col in zip(*results))
-    return new, m, v, (vm if options.get("amsgrad") else None)
+    return new, m, v, (vm if options["amsgrad"] else None)
 
 
 def mse_loss(backend: CubeBackend, pred: CubeTensor, target: CubeTensor, mean: bool) -> CubeTensor:
