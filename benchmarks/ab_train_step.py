@@ -1,0 +1,110 @@
+"""Before/after: ember's W1/W2 training steps (benchmarks/train_step.py) from two
+source trees, run in alternating rounds (drifting machine load hits both alike).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/ab_train_step.py --base main --rounds 8
+
+``--base`` is a git revision (exported to a temporary directory) or a directory;
+the "after" tree is this checkout. Each round runs one fresh process per tree and
+takes the median us per step over its repeats; the table gives the medians over
+rounds and the median of the per-round after/before ratios. ``--clock cpu`` times
+with the process's CPU time (less sensitive to other processes on a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Runs inside the tree under test: only names both old and new trees have.
+WORKER = r"""
+import os, sys, statistics, time
+root, clock, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+sys.path.insert(0, root)
+os.chdir(root)
+import numpy as np
+import ember
+assert os.path.realpath(ember.__file__).startswith(os.path.realpath(root)), ember.__file__
+from benchmarks.train_step import ember_step_fn, mlp
+from ember import Device, Tensor
+from ember.nn.loss import CrossEntropyLoss, MseLoss, Reduction
+now = time.process_time if clock == "cpu" else time.perf_counter
+
+def timed(step, steps, repeats, warmup):
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(repeats):
+        start = now()
+        for _ in range(steps):
+            step()
+        samples.append((now() - start) / steps * 1e6)
+    return statistics.median(samples)
+
+rng = np.random.default_rng(0)
+device = Device.flex().autodiff()
+out = []
+if "w1" in names:
+    x_np = rng.uniform(-1, 1, (64, 4)).astype(np.float32)
+    y_np = (x_np @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32) + 0.5).astype(np.float32)
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    mse = MseLoss()
+    step = ember_step_fn(mlp([4, 16, 1], device), x, y, lambda p, t: mse.forward(p, t, Reduction.MEAN))
+    out.append(timed(step, 200, 5, 20))
+if "w2" in names:
+    x = Tensor.from_data(rng.standard_normal((128, 784)).astype(np.float32), device=device)
+    y = Tensor.from_data(rng.integers(0, 10, 128), device=device)
+    ce = CrossEntropyLoss()
+    step = ember_step_fn(mlp([784, 256, 10], device), x, y, lambda p, t: ce.forward(p, t))
+    out.append(timed(step, 30, 5, 5))
+print(" ".join(f"{v:.2f}" for v in out))
+"""
+
+
+def run(root: str, clock: str, names: list[str]) -> list[float]:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+    result = subprocess.run([sys.executable, "-c", WORKER, root, clock, ",".join(names)], capture_output=True,
+                            text=True, env=env, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"the run in {root} failed:\n{result.stderr}")
+    return [float(v) for v in result.stdout.split()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="main", help="git revision or directory of the 'before' tree")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    parser.add_argument("--workloads", default="w1,w2")
+    args = parser.parse_args()
+    names = args.workloads.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        base = args.base
+        if not os.path.isdir(base):
+            archive = subprocess.run(["git", "-C", ROOT, "archive", base], capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            base = tmp
+        before: list[list[float]] = []
+        after: list[list[float]] = []
+        for i in range(args.rounds):
+            first, second = (base, ROOT) if i % 2 == 0 else (ROOT, base)  # alternate which goes first
+            results = {first: run(first, args.clock, names), second: run(second, args.clock, names)}
+            before.append(results[base])
+            after.append(results[ROOT])
+            print(f"round {i + 1}: before " + " ".join(f"{v:9.1f}" for v in results[base])
+                  + "   after " + " ".join(f"{v:9.1f}" for v in results[ROOT]), flush=True)
+    print(f"\n{args.clock} clock, us per step, medians over {args.rounds} alternating rounds (before: {args.base})")
+    for j, name in enumerate(names):
+        b = statistics.median(r[j] for r in before)
+        a = statistics.median(r[j] for r in after)
+        ratio = statistics.median(x[j] / y[j] for x, y in zip(after, before))
+        print(f"{name}: before {b:9.1f}   after {a:9.1f}   after/before (median of rounds) {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()
