@@ -39,7 +39,7 @@ class ModuleBuilder:
 
     def __init__(self, schedule: Schedule, prefix: str, arena: dict[int, int], ext: dict[int, int],
                  scratch: dict[int, int], blas: blas_mod.Blas | None, data_offset: int | None = None,
-                 blas_threshold: int = 0):
+                 blas_threshold: int = 0, aliases: dict[int, int] | None = None):
         from ember.backend.fusion.llvm import jit
 
         self.schedule = schedule
@@ -48,6 +48,7 @@ class ModuleBuilder:
         self.ext = ext              # buffer -> slot in the ext pointer table
         self.data_offset = data_offset  # ext holds array objects: their data pointer is at this offset
         self.scratch = scratch      # step index -> scratch buffer id
+        self.aliases = aliases or {}  # buffer -> the buffer whose storage it shares (a donated input)
         self.blas = blas
         self.blas_threshold = blas_threshold
         self.module = ir.Module(name=prefix)
@@ -74,6 +75,7 @@ class ModuleBuilder:
         pointers: dict[int, ir.Value] = {}
 
         def pointer(buf: int) -> ir.Value:
+            buf = self.aliases.get(buf, buf)
             if buf not in pointers:
                 if buf in self.arena:
                     pointers[buf] = b.gep(arena, [ir.Constant(I64, self.arena[buf])], source_etype=I8)
@@ -92,16 +94,27 @@ class ModuleBuilder:
                 if size_of(step.space) == 0:
                     continue
                 buffers = sorted(step.reads() | step.writes())
+                storage = sorted({self.aliases.get(buf, buf) for buf in buffers})
                 scratch = self.scratch.get(index)
-                args = [pointer(buf) for buf in buffers]
+                args = [pointer(buf) for buf in storage]
                 if scratch is not None:
                     args.append(pointer(scratch))
-                kernel = self.kernel(f"{name}_k{index}", step, buffers, scratch is not None)
+                kernel = self.kernel(f"{name}_k{index}", step, buffers, storage, scratch is not None)
                 b.call(kernel, args + [scalars])
             else:
                 kernel = self.matmul(f"{name}_m{index}", step)
                 if kernel is not None:
                     b.call(kernel, [pointer(step.a[0]), pointer(step.b[0]), pointer(step.out)])
+        b.ret_void()
+
+    def entry(self, name: str, segment: str, arena: int, ext: int, scalars: int) -> None:
+        """``void name(void)``: the segment ``segment`` with its three tables at fixed
+        addresses (a ctypes call without arguments costs about half as much)."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, []), name=name)
+        self._tune(fn)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        target = self.module.get_global(segment)
+        b.call(target, [b.inttoptr(ir.Constant(I64, address), PTR) for address in (arena, ext, scalars)])
         b.ret_void()
 
     def _function(self, name: str, n_pointers: int, extra: list[ir.Type]) -> ir.Function:
@@ -113,10 +126,14 @@ class ModuleBuilder:
         return fn
 
     # ------------------------------------------------------------------ kernels
-    def kernel(self, name: str, kernel: Kernel, buffers: list[int], has_scratch: bool) -> ir.Function:
-        fn = self._function(name, len(buffers) + int(has_scratch), [PTR])
-        base = dict(zip(buffers, fn.args))
-        scratch = fn.args[len(buffers)] if has_scratch else None
+    def kernel(self, name: str, kernel: Kernel, buffers: list[int], storage: list[int], has_scratch: bool
+               ) -> ir.Function:
+        """A kernel's function: one ``noalias`` pointer per distinct storage (a donated
+        output and the input it is written into share one)."""
+        fn = self._function(name, len(storage) + int(has_scratch), [PTR])
+        by_storage = dict(zip(storage, fn.args))
+        base = {buf: by_storage[self.aliases.get(buf, buf)] for buf in buffers}
+        scratch = fn.args[len(storage)] if has_scratch else None
         scalars = fn.args[-1]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         KernelEmitter(self.math, self.ops, b, kernel, base, scratch, scalars).emit()

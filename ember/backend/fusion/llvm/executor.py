@@ -1,7 +1,9 @@
 """The LLVM executor: plans that run a graph as compiled code plus eager calls.
 
 ``LLVMExecutor().plan(graph)`` takes a graph whose run-time scalars are
-:class:`~ember.backend.fusion.graph.Sc` placeholders (``Graph.abstract_scalars``).
+:class:`~ember.backend.fusion.graph.Sc` placeholders (``Graph.abstract_scalars``);
+``fixed_scalars`` names placeholders whose values never change (a captured step's
+literals: betas, epsilon), which compile as constants.
 On its first run a plan compiles a *variant*: it expands the graph's composites
 for the scalars given (:mod:`~ember.backend.fusion.expand`), groups it into kernels
 (:mod:`~ember.backend.fusion.kernels`), places its buffers in an arena
@@ -11,10 +13,24 @@ compiled steps (:mod:`~ember.backend.fusion.llvm.codegen`) and JIT-compiles them
 run's (a decomposition's truth test on one, such as ``if weight_decay:``, is a
 guard: other answers compile another variant), makes each compiled segment one
 ctypes call, and runs the nodes left to flex between segments, as replay does.
+
+``plan.run(..., donated=((k, i), ...))`` offers output ``k`` the buffer of input
+``i`` (:func:`~ember.backend.fusion.memory.donate` accepts the safe pairs): the
+returned array of an accepted pair *is* ``inputs[i]``, updated in place. The caller
+gives up ``inputs[i]``: it must not be read as the old value afterwards, and must
+not share memory with another input.
+
+A variant's run is one generated Python function (:meth:`Variant._generate`): it
+computes the scalars straight into the buffer compiled code reads, binds each
+input to the pointer table only when it is not the array bound last time (a
+training loop passes the same arrays), allocates the returned buffers that are
+not donated, and calls each compiled segment without arguments (the tables' addresses
+are constants of the code).
 """
 
 from __future__ import annotations
 
+import array
 import ctypes
 import itertools
 import sys
@@ -40,9 +56,13 @@ from ember.backend.fusion.replay import PartialRun, Replay, ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.views import View, size_of
 
-_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_ENTRY = ctypes.CFUNCTYPE(None)
 _PLAN_IDS = itertools.count()
 _HANDLE = arrays.handle
+
+#: Returned buffers of at most this many bytes are allocated fresh on each run;
+#: larger ones are recycled (see :func:`_recycle`).
+SMALL_OUTPUT = 4096
 
 
 def _symbols(args: Any) -> list[SymScalar]:
@@ -53,6 +73,10 @@ def _symbols(args: Any) -> list[SymScalar]:
     if kind is tuple or kind is list:
         return [s for a in args for s in _symbols(a)]
     return []
+
+
+def _fixed_key(fixed: dict[int, Any] | None) -> tuple:
+    return tuple(sorted((k, type(v).__name__, repr(v)) for k, v in (fixed or {}).items()))
 
 
 class LLVMExecutor:
@@ -69,16 +93,18 @@ class LLVMExecutor:
         self._lock = threading.Lock()
         self.stats = {"plans": 0, "compile_s": 0.0, "compile_cpu_s": 0.0}
 
-    def plan(self, graph: Graph) -> LLVMPlan:
+    def plan(self, graph: Graph, fixed_scalars: dict[int, Any] | None = None) -> LLVMPlan:
+        """The plan of ``graph`` (cached by structure). ``fixed_scalars`` maps
+        placeholders that keep one value to it; runs need not pass them."""
         # A structure leaves out constant values: graphs with other constants (another
         # trace's) get their own plan. The plan keeps its constants alive, so ids stay unique.
-        key = (graph.structure(), tuple(id(v) for v in graph.consts.values()))
+        key = (graph.structure(), tuple(id(v) for v in graph.consts.values()), _fixed_key(fixed_scalars))
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:
                 self._plans.move_to_end(key)
                 return plan
-        plan = LLVMPlan(graph, self)
+        plan = LLVMPlan(graph, self, fixed_scalars)
         with self._lock:
             self._plans[key] = plan
             while len(self._plans) > self.MAX_PLANS:
@@ -96,42 +122,36 @@ class LLVMExecutor:
         return len(self._plans)
 
 
-class _Segment:
-    """A compiled function (one ctypes call) or the eager calls between two of them."""
-
-    __slots__ = ("calls", "entry")
-
-    def __init__(self, entry: Any = None, calls: list[Call] | None = None):
-        self.entry = entry
-        self.calls = calls
-
-
 class LLVMPlan:
     """A graph structure for the CPU: its compiled variants, one per answer to the
-    truth tests its decompositions make on run-time scalars (usually one)."""
+    truth tests its decompositions make on run-time scalars (usually one) and per
+    set of donations offered."""
 
     #: Variants kept per plan (a graph whose scalars keep flipping zero-ness).
     MAX_VARIANTS = 8
 
-    def __init__(self, graph: Graph, executor: LLVMExecutor):
+    def __init__(self, graph: Graph, executor: LLVMExecutor, fixed_scalars: dict[int, Any] | None = None):
         self.graph = graph
         self.executor = executor
+        self.fixed = dict(fixed_scalars or {})
         self.variants: list[Variant] = []
         self.replay: Replay | None = None  # set if compiling failed
         self._lock = threading.Lock()
 
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = ()) -> list[Any]:
+    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = (), donated: tuple = ()) -> list[Any]:
         """The outputs of the graph for its ``inputs`` (flex arrays) and run-time
-        ``scalars``. One run at a time: a variant's arena and pointer table are its own."""
+        ``scalars``; ``donated`` offers (output, input) pairs (see the module
+        docstring). One run at a time: a variant's arena and pointer table are its own."""
         with self._lock:
             if self.replay is not None:
                 return self.replay.run(backend, inputs, scalars)
             for variant in self.variants:
-                values = variant.scalars(scalars)
-                if values is not None:
-                    return variant.run(backend, inputs, values)
+                if variant.offered == donated:
+                    out = variant.run(backend, inputs, scalars)
+                    if out is not None:
+                        return out
             try:
-                variant = Variant(self.graph, scalars, self.executor)
+                variant = Variant(self.graph, scalars, self.executor, self.fixed, tuple(donated))
             except Exception as error:  # a lowering bug must not lose the user's computation
                 warnings.warn(
                     f"ember: fusion: the LLVM executor could not compile a graph of {len(self.graph.nodes)} "
@@ -140,13 +160,24 @@ class LLVMPlan:
                     RuntimeWarning,
                     stacklevel=4,
                 )
-                self.replay = Replay(self.graph)
+                self.replay = Replay(self.graph, fixed=self.fixed)
                 return self.replay.run(backend, inputs, scalars)
             self.executor._compiled(variant)
             if len(self.variants) >= self.MAX_VARIANTS:
                 self.variants.pop(0)
             self.variants.append(variant)
-            return variant.run(backend, inputs, variant.scalars(scalars))
+            out = variant.run(backend, inputs, scalars)
+            if out is None:  # pragma: no cover - a fresh variant answers its own guards
+                raise ReplayError("ember: fusion: a fresh variant failed its own scalar guards")
+            return out
+
+    def donated(self, donated: tuple) -> tuple[tuple[int, int], ...]:
+        """The pairs of ``donated`` the latest variant compiled for them accepted
+        (empty before the first such run, or when the plan replays)."""
+        for variant in reversed(self.variants):
+            if variant.offered == donated:
+                return variant.donated
+        return ()
 
     # The latest variant's parts, for inspection (tests, benchmarks).
     @property
@@ -161,10 +192,13 @@ class LLVMPlan:
 class Variant:
     """One compiled expansion of a plan's graph (see the module docstring)."""
 
-    def __init__(self, graph: Graph, scalars: list[Any], executor: LLVMExecutor):
+    def __init__(self, graph: Graph, scalars: list[Any], executor: LLVMExecutor,
+                 fixed: dict[int, Any] | None = None, donated: tuple = ()):
         start, start_cpu = time.perf_counter(), time.process_time()
         target = executor.target
-        self.expanded = expand(graph, list(scalars), target.expands)
+        fixed = fixed or {}
+        self.offered = donated
+        self.expanded = expand(graph, list(scalars), target.expands, fixed)
         sched = self.schedule = schedule(self.expanded, target)
         buffers = sched.buffers
         # Scratch rows of reductions along outer dims: private buffers of their step.
@@ -177,7 +211,9 @@ class Variant:
                     buffers.append(Buffer(len(buffers), (nbytes,), np.dtype(np.uint8), "temp", scratch=True))
                     extra[len(buffers) - 1] = index
                     scratch[index] = len(buffers) - 1
-        memory = self.memory = plan_memory(sched, extra)
+        memory = self.memory = plan_memory(sched, extra, donated)
+        self.donated = memory.donated
+        aliases = memory.aliases
         self.arena = np.zeros(memory.arena_bytes + ALIGN, np.uint8)
         base = self.arena.ctypes.data
         self._arena_shift = (-base) % ALIGN
@@ -191,41 +227,21 @@ class Variant:
                 groups[-1][1].append(index)
             else:
                 groups.append((compiled, [index]))
-        # Buffers compiled code reaches through the ext table: all but the arena's.
+        self._groups = groups
+        # Buffers compiled code reaches through the ext table: all but the arena's
+        # (a donated output is reached through its input's entry).
         ext: dict[int, int] = {}
         for compiled, steps in groups:
             if compiled:
                 for index in steps:
                     step = sched.steps[index]
                     for buf in sorted(step.reads() | step.writes()):
+                        buf = aliases.get(buf, buf)
                         if buf not in memory.offsets and buf not in ext:
                             ext[buf] = len(ext)
         self._ext = ext
-        self._ptrs = np.zeros(max(len(ext), 1), np.uint64)
-        self._ptrs_addr = self._ptrs.ctypes.data
-        prefix = f"ember_p{next(_PLAN_IDS)}"
-        names: list[str] = []
-        self.optimize_s = self.codegen_s = 0.0
-        self._compiled = None
-        if any(compiled for compiled, _ in groups):
-            builder = ModuleBuilder(sched, prefix, memory.offsets, ext, scratch, executor.blas, arrays.DATA_OFFSET,
-                                    target.blas_threshold)
-            for n, (compiled, steps) in enumerate(groups):
-                if compiled:
-                    names.append(f"{prefix}_s{n}")
-                    builder.segment(names[-1], steps)
-            self.ir = builder.build()
-            self._compiled = jit.compile_module(self.ir, names)
-            self.optimize_s, self.codegen_s = self._compiled.optimize_s, self._compiled.codegen_s
-        self._segments: list[_Segment] = []
-        self._segment_steps: list[list[int]] = []
-        names_iter = iter(names)
-        for compiled, steps in groups:
-            if compiled:
-                self._segments.append(_Segment(entry=_ENTRY(self._compiled.addresses[next(names_iter)])))
-            else:
-                self._segments.append(_Segment(calls=[sched.steps[i] for i in steps]))
-            self._segment_steps.append(steps)
+        self._ptrs = array.array("Q", [0] * max(len(ext), 1))
+        self._ptrs_addr = self._ptrs.buffer_info()[0]
 
         # Run-time scalars: the kernels' slots, then those the eager calls take.
         self._n_slots = len(sched.scalars)
@@ -235,99 +251,170 @@ class Variant:
             if isinstance(step, Call):
                 for sym in _symbols((step.node.args, step.node.kwargs)):
                     if id(sym) not in self._call_scalars:
-                        self._call_scalars[id(sym)] = len(wanted)
+                        self._call_scalars[id(sym)] = len(wanted) - self._n_slots
                         wanted.append(sym.index)
-        self.scalars = self.expanded.program.compile(wanted)
-        self._scalar_values = np.zeros(max(self._n_slots, 1), np.float64)
-        self._scalars_addr = self._scalar_values.ctypes.data
+        self._scalar_values = array.array("d", [0.0] * max(self._n_slots, 1))
+        self._scalars_addr = self._scalar_values.buffer_info()[0]
+        self._program = self.expanded.program.compile(wanted, pack=(self._scalar_values, self._n_slots))
+        free = [i for i in range(len(scalars)) if i not in fixed]
+        self._free = None if free == list(range(len(free))) else free
+
+        prefix = f"ember_p{next(_PLAN_IDS)}"
+        entries: list[str] = []
+        self.optimize_s = self.codegen_s = 0.0
+        self._compiled = None
+        if any(compiled for compiled, _ in groups):
+            builder = ModuleBuilder(sched, prefix, memory.offsets, ext, scratch, executor.blas, arrays.DATA_OFFSET,
+                                    target.blas_threshold, aliases)
+            for n, (compiled, steps) in enumerate(groups):
+                if compiled:
+                    builder.segment(f"{prefix}_s{n}", steps)
+                    entries.append(f"{prefix}_e{n}")
+                    builder.entry(entries[-1], f"{prefix}_s{n}", self._arena_addr, self._ptrs_addr,
+                                  self._scalars_addr)
+            self.ir = builder.build()
+            self._compiled = jit.compile_module(self.ir, entries)
+            self.optimize_s, self.codegen_s = self._compiled.optimize_s, self._compiled.codegen_s
+        self._entries = [_ENTRY(self._compiled.addresses[name]) for name in entries]
         self._source_outputs = list(graph.outputs)
-        graph_inputs = {v: k for k, v in enumerate(self.expanded.graph.inputs)}
-        self._inputs = [(b.id, graph_inputs[b.value], ext.get(b.id, -1)) for b in buffers if b.kind == "input"]
-        self._consts = [(b.id, b.value, ext.get(b.id, -1)) for b in buffers if b.kind == "const"]
+        self._views: dict[tuple[int, View], np.ndarray] = {}
+        self.code, self.run = self._generate(buffers, memory, aliases)
+        self.compile_s = time.perf_counter() - start
+        self.compile_cpu_s = time.process_time() - start_cpu
+
+    # ------------------------------------------------------------------ the runner
+    def _generate(self, buffers: list[Buffer], memory: Any, aliases: dict[int, int]) -> tuple[str, Any]:
+        """The run function of this variant, as straight-line Python (see the module
+        docstring): ``run(backend, inputs, scalars) -> outputs``, or ``None`` when the
+        scalars fail this variant's guards."""
+        sched = self.schedule
+        graph = self.expanded.graph
+        env: dict[str, Any] = {"V": self, "P": self._ptrs, "program": self._program, "empty": np.empty,
+                               "recycle": _recycle, "PartialRun": PartialRun, "ident": _HANDLE}
+        lines = ["def run(backend, inputs, scalars):"]
+        add = lines.append
+        if self._free is None:
+            add("    rest = program(scalars)")
+        else:
+            env["FREE"] = self._free
+            add("    rest = program([scalars[i] for i in FREE])")
+        add("    if rest is None: return None")
+        names: dict[int, str] = {}
+        position = {v: k for k, v in enumerate(graph.inputs)}
+        mixed = any(not compiled for compiled, _ in self._groups)
+        self._last: list[Any] = []
+        if graph.inputs:
+            add(f"    {''.join(f'i{k}, ' for k in range(len(graph.inputs)))}= inputs")
+        sources = {source for source in aliases.values()}
+        for b in buffers:
+            if b.kind != "input":
+                continue
+            k = position[b.value]
+            name = names[b.id] = f"i{k}"
+            slot = self._ext.get(b.id, -1)
+            if slot < 0 and b.id not in sources:
+                continue
+            self._last.append(None)
+            n = len(self._last) - 1
+            add(f"    if {name} is not V._last[{n}]:")
+            add(f"        {name} = V._bind({n}, {name}, {slot}, {b.id in sources})")
+        for b in buffers:
+            if b.kind == "const":
+                array_ = np.ascontiguousarray(self.expanded.graph.consts[b.value])
+                names[b.id] = f"c{b.id}"
+                env[f"c{b.id}"] = array_
+                slot = self._ext.get(b.id, -1)
+                if slot >= 0:
+                    self._ptrs[slot] = _HANDLE(array_)
+        for buf, source in aliases.items():
+            names[buf] = names[source]
         # Fresh buffers take the shape of the (first) output they hold, sparing a reshape.
         fresh_shape = {b.id: b.shape for b in buffers if b.id in memory.outputs}
         for buf, view in reversed(sched.outputs):
             if buf in fresh_shape and view.offset == 0 and view.size == size_of(buffers[buf].shape) \
                     and view.is_contiguous():
                 fresh_shape[buf] = view.shape
-        self._fresh = [(b, shape, buffers[b].dtype, ext.get(b, -1), []) for b, shape in fresh_shape.items()]
-        self._n_buffers = len(buffers)
-        self._views: dict[tuple[int, View], np.ndarray] = {}
-        # How each output is read from its buffer: the array itself, a reshape, or a view.
-        self._outputs = []
-        for buf, view in sched.outputs:
+        for buf, shape in fresh_shape.items():
+            name = names[buf] = f"f{buf}"
+            dtype = buffers[buf].dtype
+            env[f"s{buf}"], env[f"d{buf}"] = shape, dtype
+            if buffers[buf].nbytes <= SMALL_OUTPUT:
+                add(f"    {name} = empty(s{buf}, d{buf})")
+            else:
+                env[f"pool{buf}"] = []
+                add(f"    {name} = recycle(pool{buf}, s{buf}, d{buf})")
+            slot = self._ext.get(buf, -1)
+            if slot >= 0:
+                add(f"    P[{slot}] = ident({name})")
+        if mixed:
+            add(f"    values = [None] * {len(buffers)}")
+            for buf, name in names.items():
+                add(f"    values[{buf}] = {name}")
+            add("    keep = []")
+        entry = 0
+        for n, (compiled, steps) in enumerate(self._groups):
+            if compiled:
+                env[f"e{entry}"] = self._entries[entry]
+                add(f"    e{entry}()")
+                entry += 1
+                continue
+            add("    try:")
+            for index in steps:
+                add(f"        V._call(backend, V.schedule.steps[{index}], values, rest, keep)")
+            add("    except Exception as error:")
+            add(f"        raise PartialRun(error, V._computed(values, {n})) from error")
+            for index in steps:
+                for buf in sched.steps[index].outs:
+                    names[buf] = f"values[{buf}]"
+        outs = []
+        for k, (buf, view) in enumerate(sched.outputs):
+            base = names.get(buf)
+            if base is None:  # an arena buffer cannot be returned: the memory plan makes outputs fresh
+                raise AssertionError(f"output {k} lives in the arena")
             shape = fresh_shape.get(buf, buffers[buf].shape)
             dense = view.offset == 0 and view.size == size_of(shape) and view.is_contiguous()
-            if dense and view.shape == shape:
-                self._outputs.append(("same", buf, None))
-            elif dense:
-                self._outputs.append(("reshape", buf, view.shape))
+            if dense and view.shape == shape and buffers[buf].kind not in ("input", "call", "const"):
+                outs.append(base)
             else:
-                self._outputs.append(("view", buf, view))
-        self.compile_s = time.perf_counter() - start
-        self.compile_cpu_s = time.process_time() - start_cpu
+                env[f"view{k}"] = view
+                outs.append(f"V._view({base}, view{k})")
+        add(f"    return [{', '.join(outs)}]")
+        code = "\n".join(lines)
+        exec(code, env)  # code generated above from this variant's tables
+        return code, env["run"]
 
-    # ------------------------------------------------------------------ running
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any]) -> list[Any]:
-        """The outputs for ``inputs`` and this variant's ``scalars`` (the values
-        :attr:`scalars` computed from the run's). The plan runs one at a time."""
-        n = self._n_slots
-        if n:
-            self._scalar_values[:] = scalars[:n] if len(scalars) > n else scalars
-        values: list[Any] = [None] * self._n_buffers
-        ptrs = self._ptrs
-        handle = _HANDLE
-        keep = []  # contiguous copies the table points to
-        for buf, k, slot in self._inputs:
-            a = inputs[k]
-            values[buf] = a
-            if slot >= 0:
-                if not a.flags.c_contiguous:
-                    a = np.ascontiguousarray(a)
-                    keep.append(a)
-                ptrs[slot] = handle(a)
-        for buf, value, slot in self._consts:
-            a = self.expanded.graph.consts[value]
-            values[buf] = a
-            if slot >= 0:
-                a = np.ascontiguousarray(a)
-                keep.append(a)
-                ptrs[slot] = handle(a)
-        for buf, shape, dtype, slot, pool in self._fresh:
-            a = values[buf] = _recycle(pool, shape, dtype)
-            if slot >= 0:
-                ptrs[slot] = handle(a)
-        done = 0
-        try:
-            for segment in self._segments:
-                if segment.entry is not None:
-                    segment.entry(self._arena_addr, self._ptrs_addr, self._scalars_addr)
-                else:
-                    for call in segment.calls:
-                        self._call(backend, call, values, scalars, keep)
-                done += 1
-        except Exception as error:
-            raise PartialRun(error, self._computed(values, done)) from error
-        return [self._output(values, recipe) for recipe in self._outputs]
+    def _bind(self, n: int, a: np.ndarray, slot: int, donated: bool) -> np.ndarray:
+        """Binds input array ``a`` to its pointer-table ``slot``: a dense array as it
+        is (remembered, so the next run with it binds nothing), anything else through
+        a dense copy (made again each run). A donated input must also be writable."""
+        direct = a.flags.c_contiguous and (not donated or a.flags.writeable)
+        if not direct:
+            a = np.array(a, order="C", copy=True)
+        if slot >= 0:
+            self._ptrs[slot] = _HANDLE(a)
+        self._last[n] = a if direct else None
+        return a
 
-    def _output(self, values: list[Any], recipe: tuple) -> np.ndarray:
-        kind, buf, arg = recipe
-        if kind == "same":
-            return values[buf]
-        if kind == "reshape":
-            return values[buf].reshape(arg)
-        return self._array(values, buf, arg)
+    def _view(self, base: np.ndarray, view: View) -> np.ndarray:
+        """``view`` of a (non-arena) buffer's array, without a copy where possible."""
+        if view.shape == base.shape and view.offset == 0 and base.flags.c_contiguous and view.is_contiguous():
+            return base
+        if view.offset == 0 and view.size == base.size and view.is_contiguous() and base.flags.c_contiguous:
+            return base.reshape(view.shape)
+        return _strided(np.ascontiguousarray(base).reshape(-1), view)
 
     def _computed(self, arrays: list[Any], done: int) -> dict[int, Any]:
-        """The outputs whose values exist after ``done`` whole segments (and the calls
-        of the failing segment before the failing one)."""
-        finished = {i for steps in self._segment_steps[:done] for i in steps}
+        """The outputs whose values exist after the first ``done`` segments (and the
+        calls of the failing segment before the failing one)."""
+        finished = {i for _, steps in self._groups[:done] for i in steps}
         producer = self.schedule.producer
         out = {}
         for ref, (buf, view) in zip(self._source_outputs, self.schedule.outputs):
             kind = self.schedule.buffers[buf].kind
             if kind in ("input", "const") or producer.get(buf) in finished or (kind == "call" and arrays[buf] is not None):
-                out[ref] = self._array(arrays, buf, view)
+                source = self.memory.aliases.get(buf, buf)
+                if arrays[source] is not None:
+                    out[ref] = self._array(arrays, source, view)
         return out
 
     def _call(self, backend: Any, call: Call, arrays: list[Any], scalars: list[Any], keep: list) -> None:
@@ -338,7 +425,7 @@ class Variant:
             kind = type(a)
             if kind is Ref:
                 buf, view = call.args[a]
-                return self._array(arrays, buf, view)
+                return self._array(arrays, self.memory.aliases.get(buf, buf), view)
             if kind is SymScalar:
                 return scalars[positions[id(a)]]
             if kind is tuple:
@@ -384,11 +471,7 @@ class Variant:
                 region = self.arena[offset:offset + b.nbytes].view(b.dtype)
                 cached = self._views[key] = _strided(region, view)
             return cached
-        if view.shape == base.shape and view.offset == 0 and (base.flags.c_contiguous and view.is_contiguous()):
-            return base
-        if view.offset == 0 and view.size == base.size and view.is_contiguous() and base.flags.c_contiguous:
-            return base.reshape(view.shape)
-        return _strided(np.ascontiguousarray(base).reshape(-1), view)
+        return self._view(base, view)
 
 
 #: Arrays kept per returned buffer for reuse (see :func:`_recycle`).
@@ -404,12 +487,12 @@ def _recycle(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) ->
     for i in range(len(pool)):
         if sys.getrefcount(pool[i]) == 2:
             return pool[i]
-    array = np.empty(shape, dtype)
+    array_ = np.empty(shape, dtype)
     if len(pool) < POOL:
-        pool.append(array)
+        pool.append(array_)
     else:
-        pool[len(pool) - 1] = array
-    return array
+        pool[len(pool) - 1] = array_
+    return array_
 
 
 def _strided(flat: np.ndarray, view: View) -> np.ndarray:

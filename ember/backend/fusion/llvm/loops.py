@@ -254,9 +254,11 @@ class KernelEmitter:
             value = b.zext(value, I8)
         b.store(value, b.gep(self.base[buffer], [offset], source_etype=t), align=dtype.itemsize)
 
-    def store(self, position: int, indices: list[ir.Value], memo: dict, accs: list | None = None) -> None:
+    def store(self, position: int, indices: list[ir.Value], memo: dict, accs: list | None = None,
+              value: ir.Value | None = None) -> None:
         s = self.kernel.stores[position]
-        value = self.value(s.expr, indices, memo, accs)
+        if value is None:
+            value = self.value(s.expr, indices, memo, accs)
         self._store(s.buffer, self.address(self.n_loads + position, indices), value, s.expr.dtype)
 
     # -------------------------------------------------------------- loop nests
@@ -272,9 +274,12 @@ class KernelEmitter:
             stores = range(len(kernel.stores))
 
             def body(indices: list[ir.Value]) -> None:
+                # Every value first, then the stores: a store may write a buffer the
+                # kernel also reads (a donated input, see fusion.memory.donate).
                 m: dict[int, ir.Value] = {}
-                for s in stores:
-                    self.store(s, indices, m)
+                values = [self.value(self.kernel.stores[s].expr, indices, m) for s in stores]
+                for s, value in zip(stores, values):
+                    self.store(s, indices, m, value=value)
 
             self.loops.nest(self.space.sizes, body)
             return
