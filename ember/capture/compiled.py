@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ember.backend.fusion.backend import LazyTensor
 from ember.backend.fusion.replay import Replay
 from ember.backend.fusion.scalars import GraphBreak, SymScalar
@@ -36,6 +38,24 @@ from ember.module.visitor import ParamCollector
 from ember.tensor import Tensor, autocast
 
 _RETRACE = object()
+_NOT_OWNED = object()
+
+
+def _same_static(read: Any, value: Any) -> bool:
+    """Whether a state field read with template kind ``read`` already holds ``value``."""
+    if read == "none":
+        return value is None
+    return type(read) is tuple and read[0] == "static" and read[1] is value
+
+
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` accepts the keyword argument ``name``."""
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class CompileWarning(UserWarning):
@@ -126,7 +146,7 @@ class _Entry:
     how its outputs go back into tensors, modules and optimizer states."""
 
     def __init__(self, compiled: CompiledFunction, trace: Trace, spec: Any, result_spec: Any,
-                 result_leaves: list[Any], backend: Any) -> None:
+                 result_leaves: list[Any], backend: Any, leaves: list[Any]) -> None:
         self.backend = backend
         graph = trace.graph
         self.sources = trace.input_sources
@@ -174,15 +194,78 @@ class _Entry:
         graph = graph.prune()
         n_sym = len(trace.scalar_wanted)
         abstract, literals = graph.abstract_scalars(offset=n_sym)
-        self.literals = literals
         self.scalar_program = trace.scalars.compile(trace.scalar_wanted)
         self.graph = abstract
-        self.plan = compiled.executor_for(backend).plan(abstract)
+        executor = compiled.executor_for(backend)
+        # The trace's literals (betas, epsilon, a loss's scale) never change: constants.
+        fixed = {n_sym + i: value for i, value in enumerate(literals)}
+        if _takes(executor.plan, "fixed_scalars"):
+            self.plan = executor.plan(abstract, fixed_scalars=fixed)
+            self.literals: list[Any] = []
+        else:  # an executor without fixed scalars gets them on every run
+            self.plan = executor.plan(abstract)
+            self.literals = literals
+        self.donated = self._donations(leaves, result_leaves) if hasattr(self.plan, "donated") else ()
+        self.owned: list[Any] = []  # per state read: the object a replay may update in place
         self.model_out: Module | None = None  # the module this entry returns, kept across calls
         self.model_out_key: Any = None
         self.model_slots: list[Any] = []
         self._runner: Callable[[list[Any]], Any] | None = None
         self.code = ""
+
+    def _donations(self, leaves: list[Any], result_leaves: list[Any]) -> tuple[tuple[int, int], ...]:
+        """(output, input) pairs where an output replaces an input: the returned
+        module's parameters (by id) and running states, and each written-back field of
+        an optimizer state that was read. The plan writes the new values into the old
+        arrays where its schedule allows (``LLVMPlan.run(donated=...)``)."""
+        index: dict[Any, int] = {}
+        n = 0
+        params_of: dict[int, list[Param]] = {}
+        for source in self.sources:
+            kind = source[0]
+            if kind == "scalar":
+                continue
+            if kind == "param":
+                params = params_of.get(source[1])
+                if params is None:
+                    params = params_of[source[1]] = _module_leaves(leaves[source[1]])[0]
+                index[("param", params[source[2]].id)] = n
+            elif kind == "running":
+                index[("running", source[1], source[2])] = n
+            elif kind == "state":
+                index[("state", id(source[1]), source[2], source[3])] = n
+            n += 1
+        pairs: list[tuple[int, int]] = []
+        for item, leaf in zip(self.result_plan, result_leaves):
+            if item[0] == "module":
+                for j, p in enumerate(_module_leaves(leaf)[0]):
+                    i = index.get(("param", p.id))
+                    if i is not None:
+                        pairs.append((item[1] + j, i))
+        for i, j, out, _device in self.running_plan:
+            if ("running", i, j) in index:
+                pairs.append((out, index[("running", i, j)]))
+        for owner, key, _cls, layout in self.state_plan:
+            for name, kind, *rest in layout:
+                if kind == "tensor" and ("state", id(owner), key, name) in index:
+                    pairs.append((rest[0], index[("state", id(owner), key, name)]))
+        taken: set[int] = set()
+        unique = []
+        for k, i in sorted(pairs):
+            if i not in taken:
+                taken.add(i)
+                unique.append((k, i))
+        return tuple(unique)
+
+    def _own_states(self) -> None:
+        """Remembers the state objects a specialized replay may update in place: each
+        read state as it is now when it has the structure the trace read, else a
+        marker no state is (the replay then takes the generic path and its checks)."""
+        owned = []
+        for owner, key, template in self.state_reads:
+            state = dict.get(owner, key)
+            owned.append(state if _state_template(state) == template else _NOT_OWNED)
+        self.owned[:] = owned  # the list generated code reads
 
     def _specialize(self, leaves: list[Any]) -> Callable[[list[Any]], Any]:
         """Straight-line Python for the steady state (the module argument is the module
@@ -222,20 +305,14 @@ class _Entry:
                 add(f"    {name} = dget({const(owner, 'O')}, {const(key, 'K')})")
             return name
 
-        for owner, key, template in self.state_reads:
+        # Each state read must be the object the last run left there (with the structure
+        # the trace read, see _own_states); anything else takes the generic path.
+        env["OWNED"] = self.owned
+        read_templates: dict[tuple[int, Any], Any] = {}
+        for k, (owner, key, template) in enumerate(self.state_reads):
             var = state_var(owner, key)
-            if template is None:
-                add(f"    if {var} is not None: return RETRACE")
-                continue
-            cls, fields = template
-            add(f"    if type({var}) is not {const(cls, 'C')}: return RETRACE")
-            for name, kind in fields:
-                if kind == "none":
-                    add(f"    if {var}.{name} is not None: return RETRACE")
-                elif type(kind) is tuple and kind[0] == "tensor":
-                    add(f"    if {var}.{name} is None: return RETRACE")
-                elif type(kind) is tuple and kind[0] == "static":
-                    add(f"    if {var}.{name} != {const(kind[1], 'V')}: return RETRACE")
+            read_templates[(id(owner), key)] = template
+            add(f"    if {var} is not OWNED[{k}]: return generic(leaves)")
         inputs, scalars = [], []
         for source in self.sources:
             kind = source[0]
@@ -267,8 +344,33 @@ class _Entry:
             add("        return RETRACE")
         else:
             add("    if sc is None: return RETRACE")
-        add(f"    outs = plan_run(backend, [{', '.join(inputs)}], sc + literals)")
+        scalar_vars: dict[tuple[type, int], str] = {}
+
+        def scalar_var(kind: type, slot: int) -> str:
+            """A run-time scalar as a Python number of ``kind``, converted once."""
+            name = scalar_vars.get((kind, slot))
+            if name is None:
+                name = scalar_vars[(kind, slot)] = f"n{len(scalar_vars)}"
+                add(f"    {name} = {const(kind, 'T')}(sc[{slot}])")
+            return name
+
+        env["DONATED"] = self.donated
+        add(f"    outs = plan_run(backend, [{', '.join(inputs)}], {'sc + literals' if self.literals else 'sc'}, DONATED)")
         for owner, key, cls, layout in self.state_plan:
+            template = read_templates.get((id(owner), key))
+            if template is not None and template[0] is cls and cls is not Tensor and self._in_place(template, layout):
+                # The owned state object read above: its tensors take the new arrays
+                # (the same arrays where the plan accepted the donation).
+                var = states[(id(owner), key)]
+                for name, kind, *rest in layout:
+                    if kind == "tensor":
+                        inner = "._p.inner" if rest[1].is_autodiff() else "._p"
+                        add(f"    {var}.{name}{inner} = outs[{rest[0]}]")
+                    elif kind == "scalar":
+                        add(f"    {var}.{name} = {scalar_var(rest[1], int(rest[0]))}")
+                    elif not _same_static(dict(template[1]).get(name), rest[0]):
+                        add(f"    {var}.{name} = {const(rest[0], 'V')}")
+                continue
             values = []
             for name, kind, *rest in layout:
                 if kind == "tensor":
@@ -320,6 +422,20 @@ class _Entry:
         self.code = "\n".join(lines)
         exec(self.code, env)  # code generated above from this entry's tables
         return env["run"]
+
+    @staticmethod
+    def _in_place(template: Any, layout: list[Any]) -> bool:
+        """Whether a state written with ``layout`` can update the state object read
+        with ``template`` in place: each tensor field was read as a tensor, and no
+        field of another kind is written (static fields may be rewritten)."""
+        read = dict(template[1])
+        for name, kind, *_ in layout:
+            was = read.get(name)
+            if kind == "tensor" and not (type(was) is tuple and was[0] == "tensor"):
+                return False
+            if kind == "scalar" and was != "number":
+                return False
+        return set(read) == {name for name, *_ in layout}
 
     @staticmethod
     def _tensor_expr(value: str, device: Device, const: Callable[[Any, str], str]) -> str:
@@ -374,7 +490,11 @@ class _Entry:
         if scalars is None:
             self._release(drawn)
             return _RETRACE
-        values = self.plan.run(self.backend, inputs, scalars + self.literals)
+        # Donated inputs are copied first: the arrays passed in are read, not changed
+        # (a model that is not the one this entry returned, states written elsewhere).
+        for _, i in self.donated:
+            inputs[i] = np.array(inputs[i], order="C", copy=True)
+        values = self.plan.run(self.backend, inputs, scalars + self.literals, self.donated)
         for owner, key, cls, layout in self.state_plan:
             current = dict.get(owner, key)
             fields = {}
@@ -393,6 +513,7 @@ class _Entry:
         for i, j, index, device in self.running_plan:
             found = module_cache.get(i) or _module_leaves(leaves[i])
             found[1][j]._value = _tensor_on(values[index], device)
+        self._own_states()
         out_leaves = []
         for item in self.result_plan:
             kind = item[0]
@@ -629,7 +750,7 @@ class CompiledFunction:
                 result = self.fn(*t_args, **t_kwargs)
                 result_leaves: list[Any] = []
                 result_spec = _flatten_result(result, result_leaves)
-                entry = _Entry(self, trace, spec, result_spec, result_leaves, trace.backends[0].inner)
+                entry = _Entry(self, trace, spec, result_spec, result_leaves, trace.backends[0].inner, leaves)
         except GraphBreak as error:
             return self._fall_back(key, args, kwargs, str(error))
         self.stats["traces"] += 1

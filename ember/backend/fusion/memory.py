@@ -73,7 +73,7 @@ def donate(schedule: Schedule, pairs: Iterable[tuple[int, int]]) -> dict[int, tu
             continue
         writer = schedule.producer.get(buf)
         step = schedule.steps[writer] if writer is not None else None
-        if not isinstance(step, Kernel) or step.dim is not None or not _reads_in_place(step, source):
+        if not isinstance(step, Kernel) or not _reads_in_place(step, source, buf):
             continue
         if any(r > writer for r in readers.get(source, ())):
             continue
@@ -82,15 +82,29 @@ def donate(schedule: Schedule, pairs: Iterable[tuple[int, int]]) -> dict[int, tu
     return accepted
 
 
-def _reads_in_place(kernel: Kernel, buf: int) -> bool:
-    """Whether every load of ``buf`` in an elementwise kernel reads the element the
-    kernel stores at the same point (a dense row-major view of its space)."""
-    if size_of(kernel.space) <= 1:
+def _reads_in_place(kernel: Kernel, source: int, out: int) -> bool:
+    """Whether a kernel that stores ``out`` may store it into ``source``: every load
+    of ``source`` in the kernel reads the element the store writes at the same point
+    of the loop nest. That is a dense view of the kernel's space for a store over the
+    full space; for a store of a reduction's epilogue (over the reduced space), a
+    dense view of the reduced space, read in the epilogue or broadcast along the
+    reduced dim in the prologue (a row's reads come before its epilogue's store)."""
+    reduced = [s.reduced for s in kernel.stores if s.buffer == out]
+    if len(reduced) != 1:
+        return False
+    if kernel.dim is not None and not reduced[0]:
+        allowed = {View.contiguous(kernel.space).normalized()}
+    elif kernel.dim is not None:
+        dense = View.contiguous(kernel.reduced_space).normalized()
+        allowed = {dense, View(kernel.space, dense.strides, 0)}
+    elif size_of(kernel.space) <= 1:
         return True
-    dense = View.contiguous(kernel.space).normalized()
-    for store in kernel.stores:
-        for e in store.expr.walk():
-            if e.kind == "load" and e.op == buf and e.args[0] != dense:
+    else:
+        allowed = {View.contiguous(kernel.space).normalized()}
+    exprs = [s.expr for s in kernel.stores] + [r.expr for r in kernel.reductions]
+    for expr in exprs:
+        for e in expr.walk():
+            if e.kind == "load" and e.op == source and e.args[0] not in allowed:
                 return False
     return True
 
