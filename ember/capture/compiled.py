@@ -207,6 +207,8 @@ class _Entry:
             self.literals = literals
         self.donated = self._donations(leaves, result_leaves) if hasattr(self.plan, "donated") else ()
         self.owned: list[Any] = []  # per state read: the object a replay may update in place
+        self.binding: Any = None    # the plan's Binding of the donated inputs (see _specialize)
+        self.bind_failed = False
         self.model_out: Module | None = None  # the module this entry returns, kept across calls
         self.model_out_key: Any = None
         self.model_slots: list[Any] = []
@@ -269,13 +271,20 @@ class _Entry:
 
     def _specialize(self, leaves: list[Any]) -> Callable[[list[Any]], Any]:
         """Straight-line Python for the steady state (the module argument is the module
-        this entry returned): read the inputs, run the plan, write the outputs back.
-        Anything else (another module, a state of another shape) takes the generic path."""
+        this entry returned, each state read is the object the last run left): read
+        the inputs, run the plan, write the outputs back. Anything else (another
+        module, a state replaced or of another shape) takes the generic path.
+
+        Where the plan accepted donations, the runner holds those inputs in a
+        :class:`~ember.backend.fusion.llvm.executor.Binding` (the parameters and
+        moments are updated in place, so nothing is read or written back for them);
+        a generic run, which may replace them, drops the binding."""
         env: dict[str, Any] = {
             "RETRACE": _RETRACE, "Tensor": Tensor, "dget": dict.get, "dset": dict.__setitem__,
             "generic": self._run_generic, "plan_run": self.plan.run, "backend": self.backend,
             "program": self.scalar_program, "literals": self.literals, "unflatten": _unflatten,
             "spec": self.result_spec, "E": self, "reserve": self._reserve, "release": self._release,
+            "OWNED": self.owned, "DONATED": self.donated,
         }
         lines = ["def run(leaves):"]
         add = lines.append
@@ -306,8 +315,7 @@ class _Entry:
             return name
 
         # Each state read must be the object the last run left there (with the structure
-        # the trace read, see _own_states); anything else takes the generic path.
-        env["OWNED"] = self.owned
+        # the trace read, see _own_states).
         read_templates: dict[tuple[int, Any], Any] = {}
         for k, (owner, key, template) in enumerate(self.state_reads):
             var = state_var(owner, key)
@@ -335,6 +343,33 @@ class _Entry:
                     scalars.append(f"drawn[{inner[1]}][{inner[2]}]")
                 else:
                     scalars.append(f"{state_var(inner[1], inner[2])}.{inner[3]}")
+        # The inputs the plan holds, if it binds them (see the docstring).
+        accepted = self.plan.donated(self.donated) if hasattr(self.plan, "bind") and not self.bind_failed else ()
+        binding = bool(accepted)
+        written: dict[int, int | None] = {}  # output index -> position in the plan's result (None: held)
+        if binding:
+            env["bind"] = self.plan.bind
+            held = sorted(i for _, i in accepted)
+            held_exprs = f"[{', '.join(inputs[i] for i in held)}]"
+            held_set = set(held)
+            held_outputs = {k for k, _ in accepted}
+            n_outputs = len(self.graph.outputs)
+            position = 0
+            held_of = {k: held.index(i) for k, i in accepted}
+            for k in range(n_outputs):
+                if k in held_outputs:
+                    written[k] = -1 - held_of[k]
+                else:
+                    written[k] = position
+                    position += 1
+            free = [expr for i, expr in enumerate(inputs) if i not in held_set]
+            add("    B = E.binding")
+            add("    if B is None:")
+            add(f"        B = E.binding = bind(DONATED, {held_exprs})")
+            add("        if B is None:")
+            add("            E.bind_failed = True")
+            add("            E._runner = None")
+            add("            return generic(leaves)")
         if self.draws:
             add("    drawn = reserve()")
         add(f"    sc = program([{', '.join(scalars)}])")
@@ -344,6 +379,27 @@ class _Entry:
             add("        return RETRACE")
         else:
             add("    if sc is None: return RETRACE")
+        run_scalars = "sc + literals" if self.literals else "sc"
+        if binding:
+            add(f"    outs = B.run(backend, [{', '.join(free)}], {run_scalars})")
+            add("    if outs is None:")
+            if self.draws:
+                add("        release(drawn)")
+            add("        E.binding = E._runner = None")
+            add("        return generic(leaves)")
+        else:
+            add(f"    outs = plan_run(backend, [{', '.join(inputs)}], {run_scalars}, DONATED)")
+
+        def out(k: int, need: bool = False) -> str | None:
+            """The expression of output ``k``; for a held one (updated in place), ``None``
+            unless ``need``: then the held array."""
+            if not binding:
+                return f"outs[{k}]"
+            index = written[k]
+            if index >= 0:
+                return f"outs[{index}]"
+            return f"B.arrays[{-1 - index}]" if need else None
+
         scalar_vars: dict[tuple[type, int], str] = {}
 
         def scalar_var(kind: type, slot: int) -> str:
@@ -354,18 +410,18 @@ class _Entry:
                 add(f"    {name} = {const(kind, 'T')}(sc[{slot}])")
             return name
 
-        env["DONATED"] = self.donated
-        add(f"    outs = plan_run(backend, [{', '.join(inputs)}], {'sc + literals' if self.literals else 'sc'}, DONATED)")
         for owner, key, cls, layout in self.state_plan:
             template = read_templates.get((id(owner), key))
             if template is not None and template[0] is cls and cls is not Tensor and self._in_place(template, layout):
                 # The owned state object read above: its tensors take the new arrays
-                # (the same arrays where the plan accepted the donation).
+                # (nothing to do for the held ones: updated in place).
                 var = states[(id(owner), key)]
                 for name, kind, *rest in layout:
                     if kind == "tensor":
-                        inner = "._p.inner" if rest[1].is_autodiff() else "._p"
-                        add(f"    {var}.{name}{inner} = outs[{rest[0]}]")
+                        value = out(rest[0])
+                        if value is not None:
+                            inner = "._p.inner" if rest[1].is_autodiff() else "._p"
+                            add(f"    {var}.{name}{inner} = {value}")
                     elif kind == "scalar":
                         add(f"    {var}.{name} = {scalar_var(rest[1], int(rest[0]))}")
                     elif not _same_static(dict(template[1]).get(name), rest[0]):
@@ -374,7 +430,7 @@ class _Entry:
             values = []
             for name, kind, *rest in layout:
                 if kind == "tensor":
-                    values.append((name, self._tensor_expr(f"outs[{rest[0]}]", rest[1], const)))
+                    values.append((name, self._tensor_expr(out(rest[0], True), rest[1], const)))
                 elif kind == "scalar":
                     values.append((name, f"{const(rest[1], 'T')}(sc[{int(rest[0])}])"))
                 else:
@@ -396,23 +452,27 @@ class _Entry:
             for name, kind, *rest in layout:
                 if kind == "tensor":
                     inner = "._p.inner" if rest[1].is_autodiff() else "._p"
-                    add(f"        cur.{name}{inner} = outs[{rest[0]}]")
+                    add(f"        cur.{name}{inner} = {out(rest[0], True)}")
                 elif kind == "scalar":
                     add(f"        cur.{name} = {dict(values)[name]}")
             add("    else:")
             add(f"        dset({o}, {k}, {env_name(env, cls)}({', '.join(f'{n}={e}' for n, e in values)}))")
         for _i, j, index, _device in self.running_plan:
             slot = n_params + j  # the module argument is the returned module (checked above)
-            add(f"    {slot_names[slot]}.{slot_attr[slot]} = outs[{index}]")
+            value = out(index)
+            if value is not None:
+                add(f"    {slot_names[slot]}.{slot_attr[slot]} = {value}")
         out_exprs = []
         for item in self.result_plan:
             kind = item[0]
             if kind == "tensor":
-                out_exprs.append(self._tensor_expr(f"outs[{item[1]}]", item[2], const))
+                out_exprs.append(self._tensor_expr(out(item[1], True), item[2], const))
             elif kind == "module":
                 first = item[1]
                 for j, (name, attr) in enumerate(zip(slot_names, slot_attr)):
-                    add(f"    {name}.{attr} = outs[{first + j}]")
+                    value = out(first + j)
+                    if value is not None:
+                        add(f"    {name}.{attr} = {value}")
                 out_exprs.append("E.model_out")
             elif kind == "scalar":
                 out_exprs.append(f"{const(item[2], 'T')}(sc[{int(item[1])}])")
@@ -464,6 +524,7 @@ class _Entry:
             rng.current().release(key, counter, blocks)
 
     def _run_generic(self, leaves: list[Any]) -> Any:
+        self.binding = None  # this run may replace the arrays a binding holds
         inputs: list[Any] = []
         scalar_inputs: list[Any] = []
         module_cache: dict[int, tuple[list[Param], list[RunningState]]] = {}

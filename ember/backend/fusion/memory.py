@@ -88,7 +88,8 @@ def _reads_in_place(kernel: Kernel, source: int, out: int) -> bool:
     of the loop nest. That is a dense view of the kernel's space for a store over the
     full space; for a store of a reduction's epilogue (over the reduced space), a
     dense view of the reduced space, read in the epilogue or broadcast along the
-    reduced dim in the prologue (a row's reads come before its epilogue's store)."""
+    reduced dim in the prologue (a row's reads come before its epilogue's store).
+    Any load of one element is read before the loops (it is loop-invariant)."""
     reduced = [s.reduced for s in kernel.stores if s.buffer == out]
     if len(reduced) != 1:
         return False
@@ -104,7 +105,8 @@ def _reads_in_place(kernel: Kernel, source: int, out: int) -> bool:
     exprs = [s.expr for s in kernel.stores] + [r.expr for r in kernel.reductions]
     for expr in exprs:
         for e in expr.walk():
-            if e.kind == "load" and e.op == source and e.args[0] not in allowed:
+            # A one-element load is loop-invariant: read once, before the loops.
+            if e.kind == "load" and e.op == source and e.args[0] not in allowed and e.args[0].size != 1:
                 return False
     return True
 
@@ -145,4 +147,4 @@ def plan_memory(schedule: Schedule, extra: dict[int, int] | None = None,
         placed.append((offset, offset + size, first, last))
         top = max(top, offset + size)
     return MemoryPlan(top, offsets, outputs, {b: (f, la) for b, (f, la) in lives.items()}, aliases,
-                      tuple(pair for _, pair in sorted(accepted.items(), key=lambda item: item[1][1])))
+                      tuple(sorted(pair for _, pair in accepted.values())))

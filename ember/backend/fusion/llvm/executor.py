@@ -150,26 +150,49 @@ class LLVMPlan:
                     out = variant.run(backend, inputs, scalars)
                     if out is not None:
                         return out
-            try:
-                variant = Variant(self.graph, scalars, self.executor, self.fixed, tuple(donated))
-            except Exception as error:  # a lowering bug must not lose the user's computation
-                warnings.warn(
-                    f"ember: fusion: the LLVM executor could not compile a graph of {len(self.graph.nodes)} "
-                    f"nodes ({type(error).__name__}: {error}); it runs op by op instead. Please report this "
-                    "with the graph (str(graph)).",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-                self.replay = Replay(self.graph, fixed=self.fixed)
+            variant = self._compile(scalars, donated)
+            if variant is None:
                 return self.replay.run(backend, inputs, scalars)
-            self.executor._compiled(variant)
-            if len(self.variants) >= self.MAX_VARIANTS:
-                self.variants.pop(0)
-            self.variants.append(variant)
             out = variant.run(backend, inputs, scalars)
             if out is None:  # pragma: no cover - a fresh variant answers its own guards
                 raise ReplayError("ember: fusion: a fresh variant failed its own scalar guards")
             return out
+
+    def bind(self, donated: tuple, arrays: list[np.ndarray]) -> Binding | None:
+        """A :class:`Binding` that holds the inputs of the pairs of ``donated`` this
+        plan accepted (:meth:`donated`; ``arrays`` are those inputs' arrays, by input
+        position), or ``None`` when there are none or an array cannot be written in
+        place (not dense or not writable)."""
+        accepted = self.donated(donated)
+        positions = tuple(sorted(i for _, i in accepted))
+        if not positions or len(arrays) != len(positions):
+            return None
+        for a in arrays:
+            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable):
+                return None
+        if len({id(a) for a in arrays}) != len(arrays):
+            return None
+        return Binding(self, donated, accepted, positions, list(arrays))
+
+    def _compile(self, scalars: list[Any], donated: tuple) -> Variant | None:
+        """A new variant for ``scalars`` (``None`` if compiling failed: the plan replays)."""
+        try:
+            variant = Variant(self.graph, scalars, self.executor, self.fixed, tuple(donated))
+        except Exception as error:  # a lowering bug must not lose the user's computation
+            warnings.warn(
+                f"ember: fusion: the LLVM executor could not compile a graph of {len(self.graph.nodes)} "
+                f"nodes ({type(error).__name__}: {error}); it runs op by op instead. Please report this "
+                "with the graph (str(graph)).",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+            self.replay = Replay(self.graph, fixed=self.fixed)
+            return None
+        self.executor._compiled(variant)
+        if len(self.variants) >= self.MAX_VARIANTS:
+            self.variants.pop(0)
+        self.variants.append(variant)
+        return variant
 
     def donated(self, donated: tuple) -> tuple[tuple[int, int], ...]:
         """The pairs of ``donated`` the latest variant compiled for them accepted
@@ -187,6 +210,52 @@ class LLVMPlan:
     @property
     def memory(self) -> Any:
         return self.variants[-1].memory
+
+
+class Binding:
+    """A plan with the inputs of its accepted donations held across runs.
+
+    ``LLVMPlan.bind(donated, arrays)`` hands the plan the arrays of those inputs (a
+    training step's parameters and optimizer moments); each :meth:`run` takes only
+    the other inputs and updates the held arrays in place, returning the outputs
+    that were not written into them. Nothing about the held arrays is checked or
+    rebound per run: the caller must not replace or resize them while it uses the
+    binding (to change them, bind again).
+    """
+
+    def __init__(self, plan: LLVMPlan, offered: tuple, accepted: tuple, positions: tuple[int, ...],
+                 arrays: list[np.ndarray]):
+        self.plan = plan
+        self.offered = offered
+        self.accepted = accepted
+        self.positions = positions  # held input positions, ascending
+        self.arrays = arrays
+        self._variant: Variant | None = None
+
+    def run(self, backend: Any, inputs: list[Any], scalars: list[Any]) -> list[Any] | None:
+        """The outputs not written into held arrays, for the other ``inputs`` (in
+        input order) and ``scalars``; ``None`` when the variant these scalars need
+        does not accept the same donations (bind again then)."""
+        plan = self.plan
+        with plan._lock:
+            variant = self._variant
+            if variant is not None:
+                out = variant.run_held(backend, inputs, scalars, self)
+                if out is not None:
+                    return out
+            if plan.replay is not None:
+                return None
+            for variant in plan.variants:
+                if variant.offered == self.offered and variant.donated == self.accepted:
+                    out = variant.run_held(backend, inputs, scalars, self)
+                    if out is not None:
+                        self._variant = variant
+                        return out
+            variant = plan._compile(scalars, self.offered)
+            if variant is None or variant.donated != self.accepted:
+                return None
+            self._variant = variant
+            return variant.run_held(backend, inputs, scalars, self)
 
 
 class Variant:
@@ -278,6 +347,7 @@ class Variant:
         self._entries = [_ENTRY(self._compiled.addresses[name]) for name in entries]
         self._source_outputs = list(graph.outputs)
         self._views: dict[tuple[int, View], np.ndarray] = {}
+        self._held_runners: dict[tuple[int, ...], Any] = {}
         self.code, self.run = self._generate(buffers, memory, aliases)
         self.compile_s = time.perf_counter() - start
         self.compile_cpu_s = time.process_time() - start_cpu
@@ -287,53 +357,82 @@ class Variant:
         """The run function of this variant, as straight-line Python (see the module
         docstring): ``run(backend, inputs, scalars) -> outputs``, or ``None`` when the
         scalars fail this variant's guards."""
+        self._env: dict[str, Any] = {
+            "V": self, "P": self._ptrs, "program": self._program, "empty": np.empty, "recycle": _recycle,
+            "PartialRun": PartialRun, "ident": _HANDLE, "HOLDER": None,
+        }
+        self._fresh_shape = fresh_shape = {b.id: b.shape for b in buffers if b.id in memory.outputs}
+        # Fresh buffers take the shape of the (first) output they hold, sparing a reshape.
+        for buf, view in reversed(self.schedule.outputs):
+            if buf in fresh_shape and view.offset == 0 and view.size == size_of(buffers[buf].shape) \
+                    and view.is_contiguous():
+                fresh_shape[buf] = view.shape
+        for b in buffers:
+            if b.kind == "const":
+                array_ = np.ascontiguousarray(self.expanded.graph.consts[b.value])
+                self._env[f"c{b.id}"] = array_
+                slot = self._ext.get(b.id, -1)
+                if slot >= 0:
+                    self._ptrs[slot] = _HANDLE(array_)
+        # Per input position: its buffer's pointer-table slot (-1: none) and whether a
+        # donated output is written into it.
+        graph = self.expanded.graph
+        position = {v: k for k, v in enumerate(graph.inputs)}
+        sources = set(aliases.values())
+        self._input_slots: dict[int, tuple[int, bool]] = {}
+        for b in buffers:
+            if b.kind == "input":
+                self._input_slots[position[b.value]] = (self._ext.get(b.id, -1), b.id in sources)
+        return self._runner_code("run", None)
+
+    def _runner_code(self, fn_name: str, held: dict[int, int] | None) -> tuple[str, Any]:
+        """Generates ``fn_name``: the plain runner (``held is None``) or the runner of a
+        :class:`Binding` (``held``: input position -> index in the binding's arrays),
+        which takes the other inputs and returns the outputs not written into held
+        arrays."""
         sched = self.schedule
         graph = self.expanded.graph
-        env: dict[str, Any] = {"V": self, "P": self._ptrs, "program": self._program, "empty": np.empty,
-                               "recycle": _recycle, "PartialRun": PartialRun, "ident": _HANDLE}
-        lines = ["def run(backend, inputs, scalars):"]
+        buffers = sched.buffers
+        aliases = self.memory.aliases
+        env = self._env
+        fresh_shape = self._fresh_shape
+        positions = [k for k in range(len(graph.inputs)) if held is None or k not in held]
+        args = "backend, inputs, scalars" if held is None else "backend, inputs, scalars, B"
+        lines = [f"def {fn_name}({args}):"]
         add = lines.append
+        if held is None:
+            add("    global HOLDER")
         if self._free is None:
             add("    rest = program(scalars)")
         else:
             env["FREE"] = self._free
             add("    rest = program([scalars[i] for i in FREE])")
         add("    if rest is None: return None")
+        if held is None:
+            add("    HOLDER = None")  # a plain run may rebind any slot a binding held
+        else:
+            add("    if B is not HOLDER: V._hold(B)")
         names: dict[int, str] = {}
-        position = {v: k for k, v in enumerate(graph.inputs)}
-        mixed = any(not compiled for compiled, _ in self._groups)
-        self._last: list[Any] = []
-        if graph.inputs:
-            add(f"    {''.join(f'i{k}, ' for k in range(len(graph.inputs)))}= inputs")
-        sources = {source for source in aliases.values()}
-        for b in buffers:
-            if b.kind != "input":
-                continue
-            k = position[b.value]
-            name = names[b.id] = f"i{k}"
-            slot = self._ext.get(b.id, -1)
-            if slot < 0 and b.id not in sources:
-                continue
-            self._last.append(None)
-            n = len(self._last) - 1
-            add(f"    if {name} is not V._last[{n}]:")
-            add(f"        {name} = V._bind({n}, {name}, {slot}, {b.id in sources})")
+        if positions:
+            add(f"    {''.join(f'i{k}, ' for k in positions)}= inputs")
         for b in buffers:
             if b.kind == "const":
-                array_ = np.ascontiguousarray(self.expanded.graph.consts[b.value])
                 names[b.id] = f"c{b.id}"
-                env[f"c{b.id}"] = array_
-                slot = self._ext.get(b.id, -1)
-                if slot >= 0:
-                    self._ptrs[slot] = _HANDLE(array_)
+            if b.kind != "input":
+                continue
+            k = graph.inputs.index(b.value)
+            if held is not None and k in held:
+                names[b.id] = f"B.arrays[{held[k]}]"
+                continue
+            name = names[b.id] = f"i{k}"
+            slot, donated = self._input_slots[k]
+            if slot < 0 and not donated:
+                continue
+            env.setdefault(f"l{k}", None)
+            add(f"    if {name} is not l{k}:")
+            add(f"        {name} = V._bind({k}, {name}, {slot}, {donated})")
         for buf, source in aliases.items():
             names[buf] = names[source]
-        # Fresh buffers take the shape of the (first) output they hold, sparing a reshape.
-        fresh_shape = {b.id: b.shape for b in buffers if b.id in memory.outputs}
-        for buf, view in reversed(sched.outputs):
-            if buf in fresh_shape and view.offset == 0 and view.size == size_of(buffers[buf].shape) \
-                    and view.is_contiguous():
-                fresh_shape[buf] = view.shape
         for buf, shape in fresh_shape.items():
             name = names[buf] = f"f{buf}"
             dtype = buffers[buf].dtype
@@ -341,11 +440,12 @@ class Variant:
             if buffers[buf].nbytes <= SMALL_OUTPUT:
                 add(f"    {name} = empty(s{buf}, d{buf})")
             else:
-                env[f"pool{buf}"] = []
+                env.setdefault(f"pool{buf}", [])
                 add(f"    {name} = recycle(pool{buf}, s{buf}, d{buf})")
             slot = self._ext.get(buf, -1)
             if slot >= 0:
                 add(f"    P[{slot}] = ident({name})")
+        mixed = any(not compiled for compiled, _ in self._groups)
         if mixed:
             add(f"    values = [None] * {len(buffers)}")
             for buf, name in names.items():
@@ -366,8 +466,11 @@ class Variant:
             for index in steps:
                 for buf in sched.steps[index].outs:
                     names[buf] = f"values[{buf}]"
+        skipped = {k for k, i in self.donated if held is not None and i in held}
         outs = []
         for k, (buf, view) in enumerate(sched.outputs):
+            if k in skipped:
+                continue  # written into a held array: the caller holds it
             base = names.get(buf)
             if base is None:  # an arena buffer cannot be returned: the memory plan makes outputs fresh
                 raise AssertionError(f"output {k} lives in the arena")
@@ -381,18 +484,39 @@ class Variant:
         add(f"    return [{', '.join(outs)}]")
         code = "\n".join(lines)
         exec(code, env)  # code generated above from this variant's tables
-        return code, env["run"]
+        return code, env[fn_name]
 
-    def _bind(self, n: int, a: np.ndarray, slot: int, donated: bool) -> np.ndarray:
-        """Binds input array ``a`` to its pointer-table ``slot``: a dense array as it
-        is (remembered, so the next run with it binds nothing), anything else through
-        a dense copy (made again each run). A donated input must also be writable."""
+    def run_held(self, backend: Any, inputs: list[Any], scalars: list[Any], binding: Binding) -> list[Any] | None:
+        """A run of ``binding`` (see :meth:`LLVMPlan.bind`); its runner is generated
+        on first use."""
+        runner = self._held_runners.get(binding.positions)
+        if runner is None:
+            held = {k: n for n, k in enumerate(binding.positions)}
+            runner = self._held_runners[binding.positions] = self._runner_code(f"run_held{len(self._held_runners)}",
+                                                                               held)[1]
+        return runner(backend, inputs, scalars, binding)
+
+    def _hold(self, binding: Binding) -> None:
+        """Installs a binding's arrays in the pointer table (and forgets what the plain
+        runner bound there)."""
+        for k, array_ in zip(binding.positions, binding.arrays):
+            slot, _ = self._input_slots[k]
+            if slot >= 0:
+                self._ptrs[slot] = _HANDLE(array_)
+            self._env[f"l{k}"] = None
+        self._env["HOLDER"] = binding
+
+    def _bind(self, k: int, a: np.ndarray, slot: int, donated: bool) -> np.ndarray:
+        """Binds the array ``a`` of input ``k`` to its pointer-table ``slot``: a dense
+        array as it is (remembered, so the next run with it binds nothing), anything
+        else through a dense copy (made again each run). A donated input must also be
+        writable."""
         direct = a.flags.c_contiguous and (not donated or a.flags.writeable)
         if not direct:
             a = np.array(a, order="C", copy=True)
         if slot >= 0:
             self._ptrs[slot] = _HANDLE(a)
-        self._last[n] = a if direct else None
+        self._env[f"l{k}"] = a if direct else None
         return a
 
     def _view(self, base: np.ndarray, view: View) -> np.ndarray:
