@@ -745,11 +745,11 @@ class CompiledFunction:
                 if a is not b and not (type(a) is float and type(b) is float):
                     break
             else:
-                entry = last[2]
-                result = entry.run(list(args))
+                result = last[2].run(list(args))
                 if result is not _RETRACE:
+                    # The arguments are last call's (floats aside), and so is the module
+                    # the next call will pass: the fast path stays armed as it is.
                     stats["replays"] += 1
-                    self._last = (_fast_args(args, result, entry), last[1], entry, last[3])
                     return result
                 self._last = None
         leaves: list[Any] = []

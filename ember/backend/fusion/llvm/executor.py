@@ -230,7 +230,7 @@ class Binding:
         self.accepted = accepted
         self.positions = positions  # held input positions, ascending
         self.arrays = arrays
-        self._variant: Variant | None = None
+        self._runner: Any = None  # the held runner of the variant that ran last
 
     def run(self, backend: Any, inputs: list[Any], scalars: list[Any]) -> list[Any] | None:
         """The outputs not written into held arrays, for the other ``inputs`` (in
@@ -238,9 +238,9 @@ class Binding:
         does not accept the same donations (bind again then)."""
         plan = self.plan
         with plan._lock:
-            variant = self._variant
-            if variant is not None:
-                out = variant.run_held(backend, inputs, scalars, self)
+            runner = self._runner
+            if runner is not None:
+                out = runner(backend, inputs, scalars, self)
                 if out is not None:
                     return out
             if plan.replay is not None:
@@ -249,13 +249,13 @@ class Binding:
                 if variant.offered == self.offered and variant.donated == self.accepted:
                     out = variant.run_held(backend, inputs, scalars, self)
                     if out is not None:
-                        self._variant = variant
+                        self._runner = variant.held_runner(self)
                         return out
             variant = plan._compile(scalars, self.offered)
             if variant is None or variant.donated != self.accepted:
                 return None
-            self._variant = variant
-            return variant.run_held(backend, inputs, scalars, self)
+            self._runner = variant.held_runner(self)
+            return self._runner(backend, inputs, scalars, self)
 
 
 class Variant:
@@ -486,15 +486,19 @@ class Variant:
         exec(code, env)  # code generated above from this variant's tables
         return code, env[fn_name]
 
-    def run_held(self, backend: Any, inputs: list[Any], scalars: list[Any], binding: Binding) -> list[Any] | None:
-        """A run of ``binding`` (see :meth:`LLVMPlan.bind`); its runner is generated
-        on first use."""
+    def held_runner(self, binding: Binding) -> Any:
+        """The runner of ``binding``'s runs (see :meth:`LLVMPlan.bind`), generated on
+        first use: ``runner(backend, inputs, scalars, binding)``."""
         runner = self._held_runners.get(binding.positions)
         if runner is None:
             held = {k: n for n, k in enumerate(binding.positions)}
             runner = self._held_runners[binding.positions] = self._runner_code(f"run_held{len(self._held_runners)}",
                                                                                held)[1]
-        return runner(backend, inputs, scalars, binding)
+        return runner
+
+    def run_held(self, backend: Any, inputs: list[Any], scalars: list[Any], binding: Binding) -> list[Any] | None:
+        """A run of ``binding``."""
+        return self.held_runner(binding)(backend, inputs, scalars, binding)
 
     def _hold(self, binding: Binding) -> None:
         """Installs a binding's arrays in the pointer table (and forgets what the plain
