@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.fusion.backend import LazyTensor
-from ember.backend.fusion.replay import Replay
+from ember.backend.fusion.replay import PartialRun, Replay
 from ember.backend.fusion.scalars import GraphBreak, SymScalar
 from ember.backend.fusion.trace import Trace, capture
 from ember.device import Device
@@ -505,10 +505,13 @@ class _Entry:
 
     # ------------------------------------------------------------------ replay
     def run(self, leaves: list[Any]) -> Any:
-        runner = self._runner
-        if runner is not None:
-            return runner(leaves)
-        out = self._run_generic(leaves)
+        try:
+            runner = self._runner
+            if runner is not None:
+                return runner(leaves)
+            out = self._run_generic(leaves)
+        except PartialRun as partial:  # an executor's error, with what it computed: the error itself
+            raise partial.error from None
         if out is not _RETRACE:
             self._runner = self._specialize(leaves)
         return out

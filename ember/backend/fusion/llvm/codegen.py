@@ -23,11 +23,12 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.flex import blas as blas_mod
+from ember.backend.fusion.llvm.library import LIBRARY, Emitter
 from ember.backend.fusion.llvm.loops import KernelEmitter, Loops
-from ember.backend.fusion.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, reg_type
+from ember.backend.fusion.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.fusion.llvm.ops import OpEmitter
 from ember.backend.fusion.llvm.support import blas_layout
-from ember.backend.fusion.steps import Kernel, Matmul, Schedule
+from ember.backend.fusion.steps import Kernel, Library, Matmul, Schedule
 from ember.backend.fusion.views import View, size_of
 
 PTR = ir.PointerType()
@@ -39,7 +40,8 @@ class ModuleBuilder:
 
     def __init__(self, schedule: Schedule, prefix: str, arena: dict[int, int], ext: dict[int, int],
                  scratch: dict[int, int], blas: blas_mod.Blas | None, data_offset: int | None = None,
-                 blas_threshold: int = 0, aliases: dict[int, int] | None = None):
+                 blas_threshold: int = 0, aliases: dict[int, int] | None = None, status: int = 0,
+                 stop_on_failure: bool = False):
         from ember.backend.fusion.llvm import jit
 
         self.schedule = schedule
@@ -49,6 +51,8 @@ class ModuleBuilder:
         self.data_offset = data_offset  # ext holds array objects: their data pointer is at this offset
         self.scratch = scratch      # step index -> scratch buffer id
         self.aliases = aliases or {}  # buffer -> the buffer whose storage it shares (a donated input)
+        self.status = status        # address of the plan's status words (a failed index check)
+        self.stop_on_failure = stop_on_failure  # a failed check ends the segment (else it runs on, clamped)
         self.blas = blas
         self.blas_threshold = blas_threshold
         self.module = ir.Module(name=prefix)
@@ -101,6 +105,16 @@ class ModuleBuilder:
                     args.append(pointer(scratch))
                 kernel = self.kernel(f"{name}_k{index}", step, buffers, storage, scratch is not None)
                 b.call(kernel, args + [scalars])
+            elif isinstance(step, Library):
+                buffers = sorted(step.reads() | step.writes())
+                scratch = self.scratch.get(index)
+                args = [pointer(buf) for buf in buffers] + ([pointer(scratch)] if scratch is not None else [])
+                b.call(self.library(f"{name}_l{index}", step, index, buffers, scratch is not None), args)
+                if LIBRARY[step.node.op].checks and self.stop_on_failure:
+                    # A failed index check stops the segment (see library.py).
+                    status = b.inttoptr(ir.Constant(I64, self.status), PTR)
+                    with b.if_then(b.icmp_signed("!=", b.load(status, typ=I64), ir.Constant(I64, 0)), likely=False):
+                        b.ret_void()
             else:
                 kernel = self.matmul(f"{name}_m{index}", step)
                 if kernel is not None:
@@ -137,6 +151,28 @@ class ModuleBuilder:
         scalars = fn.args[-1]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         KernelEmitter(self.math, self.ops, b, kernel, base, scratch, scalars).emit()
+        b.ret_void()
+        return fn
+
+    # ------------------------------------------------------------------ library steps
+    def library(self, name: str, step: Library, index: int, buffers: list[int], has_scratch: bool) -> ir.Function:
+        """A hand-written lowering's function (see :mod:`.library`): one pointer per
+        buffer, then the scratch."""
+        fn = self._function(name, len(buffers) + int(has_scratch), [])
+        base = dict(zip(buffers, fn.args))
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = {}
+        for ref, (buf, view) in step.args.items():
+            dtype = self.schedule.graph.avals[ref].dtype
+            pointer = base[buf]
+            if view.offset:
+                pointer = b.gep(pointer, [ir.Constant(I64, view.offset)], source_etype=mem_type(dtype))
+            args[ref] = pointer
+        outs = [base[buf] for buf in step.outs]
+        scratch = fn.args[len(buffers)] if has_scratch else None
+        op = LIBRARY[step.node.op]
+        status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
+        op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1))
         b.ret_void()
         return fn
 

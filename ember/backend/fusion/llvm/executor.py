@@ -46,9 +46,10 @@ from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.decompose import DECOMPOSITIONS
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph, Ref, flatten
-from ember.backend.fusion.kernels import Buffer, Call, Kernel, schedule
+from ember.backend.fusion.kernels import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.llvm import arrays, jit
 from ember.backend.fusion.llvm.codegen import ModuleBuilder
+from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.loops import scratch_bytes
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
@@ -270,16 +271,20 @@ class Variant:
         self.expanded = expand(graph, list(scalars), target.expands, fixed)
         sched = self.schedule = schedule(self.expanded, target)
         buffers = sched.buffers
-        # Scratch rows of reductions along outer dims: private buffers of their step.
+        # Scratch (rows of reductions along outer dims, im2col columns): private
+        # buffers of their step.
         extra: dict[int, int] = {}
         scratch: dict[int, int] = {}
         for index, step in enumerate(sched.steps):
+            nbytes = 0
             if isinstance(step, Kernel):
                 nbytes = scratch_bytes(step)
-                if nbytes:
-                    buffers.append(Buffer(len(buffers), (nbytes,), np.dtype(np.uint8), "temp", scratch=True))
-                    extra[len(buffers) - 1] = index
-                    scratch[index] = len(buffers) - 1
+            elif isinstance(step, Library):
+                nbytes = LIBRARY[step.node.op].scratch(sched.graph, step.node)
+            if nbytes:
+                buffers.append(Buffer(len(buffers), (nbytes,), np.dtype(np.uint8), "temp", scratch=True))
+                extra[len(buffers) - 1] = index
+                scratch[index] = len(buffers) - 1
         memory = self.memory = plan_memory(sched, extra, donated)
         self.donated = memory.donated
         aliases = memory.aliases
@@ -322,6 +327,10 @@ class Variant:
                     if id(sym) not in self._call_scalars:
                         self._call_scalars[id(sym)] = len(wanted) - self._n_slots
                         wanted.append(sym.index)
+        # Status words: a failed index check of a library step (see library.py).
+        self._status = array.array("q", [0, 0])
+        self._checks = [any(isinstance(sched.steps[i], Library) and LIBRARY[sched.steps[i].node.op].checks
+                            for i in steps) for compiled, steps in groups]
         self._scalar_values = array.array("d", [0.0] * max(self._n_slots, 1))
         self._scalars_addr = self._scalar_values.buffer_info()[0]
         self._program = self.expanded.program.compile(wanted, pack=(self._scalar_values, self._n_slots))
@@ -334,7 +343,8 @@ class Variant:
         self._compiled = None
         if any(compiled for compiled, _ in groups):
             builder = ModuleBuilder(sched, prefix, memory.offsets, ext, scratch, executor.blas, arrays.DATA_OFFSET,
-                                    target.blas_threshold, aliases)
+                                    target.blas_threshold, aliases, self._status.buffer_info()[0],
+                                    stop_on_failure=bool(self.donated))
             for n, (compiled, steps) in enumerate(groups):
                 if compiled:
                     builder.segment(f"{prefix}_s{n}", steps)
@@ -359,7 +369,7 @@ class Variant:
         scalars fail this variant's guards."""
         self._env: dict[str, Any] = {
             "V": self, "P": self._ptrs, "program": self._program, "empty": np.empty, "recycle": _recycle,
-            "PartialRun": PartialRun, "ident": _HANDLE, "HOLDER": None,
+            "PartialRun": PartialRun, "ident": _HANDLE, "HOLDER": None, "STATUS": self._status,
         }
         self._fresh_shape = fresh_shape = {b.id: b.shape for b in buffers if b.id in memory.outputs}
         # Fresh buffers take the shape of the (first) output they hold, sparing a reshape.
@@ -456,6 +466,10 @@ class Variant:
             if compiled:
                 env[f"e{entry}"] = self._entries[entry]
                 add(f"    e{entry}()")
+                if self._checks[n]:
+                    known = ", ".join(f"{buf}: {name}" for buf, name in names.items()
+                                      if not name.startswith(("values", "B.")))
+                    add(f"    if STATUS[0]: raise V._failure({{{known}}}, {steps[-1]})")
                 entry += 1
                 continue
             add("    try:")
@@ -509,6 +523,42 @@ class Variant:
                 self._ptrs[slot] = _HANDLE(array_)
             self._env[f"l{k}"] = None
         self._env["HOLDER"] = binding
+
+    def _failure(self, arrays: dict[int, Any], last: int) -> PartialRun:
+        """The error of a failed index check (the status words name the step and the
+        index), with the outputs that are valid: those of the steps that ran up to
+        ``last`` and do not depend on the failing one (a plan with donations stops
+        at the failing step, so that nothing is written in place after it)."""
+        code, bad = self._status
+        self._status[0] = self._status[1] = 0
+        index = code - 1
+        node = self.schedule.steps[index].node
+        avals = self.schedule.graph.avals
+        if node.op == "max_pool_backward":
+            size = size_of(tuple(node.args[2][2:]))
+            what = f"ember: max_pool_backward: index {bad} is out of bounds for a plane of size {size}"
+        else:
+            dim = node.args[1]
+            size = avals[node.args[0]].shape[dim]
+            op = "scatter" if node.op == "scatter_add" else node.op
+            what = f"ember: {op}: index {bad} is out of bounds for dim {dim} of size {size}"
+        from ember.errors import IndexOutOfBoundsError
+
+        error = IndexOutOfBoundsError(f"{what} (indices must lie in [0, {size}))")
+        steps = self.schedule.steps
+        ran = index if self.donated else last + 1
+        tainted = set(steps[index].writes())
+        for step in steps[index + 1:ran]:
+            if step.reads() & tainted:
+                tainted |= step.writes()
+        producer = self.schedule.producer
+        computed = {}
+        for ref, (buf, view) in zip(self._source_outputs, self.schedule.outputs):
+            source = self.memory.aliases.get(buf, buf)
+            kind = self.schedule.buffers[buf].kind
+            if source in arrays and buf not in tainted and (kind in ("input", "const") or producer[buf] < ran):
+                computed[ref] = self._view(arrays[source], view)
+        return PartialRun(error, computed)
 
     def _bind(self, k: int, a: np.ndarray, slot: int, donated: bool) -> np.ndarray:
         """Binds the array ``a`` of input ``k`` to its pointer-table ``slot``: a dense
