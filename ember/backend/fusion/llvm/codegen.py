@@ -107,9 +107,12 @@ class ModuleBuilder:
                 b.call(kernel, args + [scalars])
             elif isinstance(step, Library):
                 buffers = sorted(step.reads() | step.writes())
-                scratch = self.scratch.get(index)
-                args = [pointer(buf) for buf in buffers] + ([pointer(scratch)] if scratch is not None else [])
-                b.call(self.library(f"{name}_l{index}", step, index, buffers, scratch is not None), args)
+                regions = self._regions(step)
+                args = [pointer(buf) for buf in buffers]
+                if regions:
+                    base = pointer(self.scratch[index])
+                    args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
+                b.call(self.library(f"{name}_l{index}", step, index, buffers, sorted(regions)), args)
                 if LIBRARY[step.node.op].checks and self.stop_on_failure:
                     # A failed index check stops the segment (see library.py).
                     status = b.inttoptr(ir.Constant(I64, self.status), PTR)
@@ -155,10 +158,16 @@ class ModuleBuilder:
         return fn
 
     # ------------------------------------------------------------------ library steps
-    def library(self, name: str, step: Library, index: int, buffers: list[int], has_scratch: bool) -> ir.Function:
-        """A hand-written lowering's function (see :mod:`.library`): one pointer per
-        buffer, then the scratch."""
-        fn = self._function(name, len(buffers) + int(has_scratch), [])
+    def _regions(self, step: Library) -> dict[str, int]:
+        """A library step's scratch regions: name -> byte offset."""
+        regions = dict(LIBRARY[step.node.op].scratch(self.schedule.graph, step.node))
+        regions.pop("size", None)
+        return regions
+
+    def library(self, name: str, step: Library, index: int, buffers: list[int], regions: list[str]) -> ir.Function:
+        """A hand-written lowering's function (see :mod:`.library`): one ``noalias``
+        pointer per buffer and per scratch region."""
+        fn = self._function(name, len(buffers) + len(regions), [])
         base = dict(zip(buffers, fn.args))
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         args = {}
@@ -169,7 +178,7 @@ class ModuleBuilder:
                 pointer = b.gep(pointer, [ir.Constant(I64, view.offset)], source_etype=mem_type(dtype))
             args[ref] = pointer
         outs = [base[buf] for buf in step.outs]
-        scratch = fn.args[len(buffers)] if has_scratch else None
+        scratch = dict(zip(regions, fn.args[len(buffers):]))
         op = LIBRARY[step.node.op]
         status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
         op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1))

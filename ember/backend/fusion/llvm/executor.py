@@ -280,11 +280,12 @@ class Variant:
             if isinstance(step, Kernel):
                 nbytes = scratch_bytes(step)
             elif isinstance(step, Library):
-                nbytes = LIBRARY[step.node.op].scratch(sched.graph, step.node)
+                nbytes = LIBRARY[step.node.op].scratch(sched.graph, step.node).get("size", 0)
             if nbytes:
                 buffers.append(Buffer(len(buffers), (nbytes,), np.dtype(np.uint8), "temp", scratch=True))
                 extra[len(buffers) - 1] = index
                 scratch[index] = len(buffers) - 1
+        self.scratch = scratch  # step index -> its scratch buffer
         memory = self.memory = plan_memory(sched, extra, donated)
         self.donated = memory.donated
         aliases = memory.aliases
