@@ -20,6 +20,7 @@ naming the cause; results are the same either way.
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -299,7 +300,8 @@ class _Entry:
         for i in model_leaves:
             if not returns_model:
                 return self._run_generic
-            add(f"    if leaves[{i}] is not E.model_out:")
+            env["MODEL"] = self.model_out  # built once, kept for the entry's life
+            add(f"    if leaves[{i}] is not MODEL:")
             add("        return generic(leaves)")
         n_params = len(_module_leaves(self.model_out)[0]) if returns_model else 0
         slot_names = [const(holder, "slot") for _, holder in self.model_slots]
@@ -473,7 +475,7 @@ class _Entry:
                     value = out(first + j)
                     if value is not None:
                         add(f"    {name}.{attr} = {value}")
-                out_exprs.append("E.model_out")
+                out_exprs.append("MODEL")
             elif kind == "scalar":
                 out_exprs.append(f"{const(item[2], 'T')}(sc[{int(item[1])}])")
             else:
@@ -744,10 +746,10 @@ class CompiledFunction:
         # anywhere: the key is the last call's.
         last = self._last
         if not kwargs and last is not None and len(args) == len(last[0]) and last[3] == autocast.state_key():
-            for a, b in zip(args, last[0]):
-                if a is not b and not (type(a) is float and type(b) is float):
-                    break
-            else:
+            prev = last[0]
+            # Identical arguments (checked in C), or identical but for floats.
+            if all(map(_is, args, prev)) or all(
+                    a is b or (type(a) is float and type(b) is float) for a, b in zip(args, prev)):
                 result = last[2].run(list(args))
                 if result is not _RETRACE:
                     # The arguments are last call's (floats aside), and so is the module
@@ -858,6 +860,7 @@ class CompiledFunction:
 
 
 _FLAT_KINDS = frozenset({float, int, bool, str, type(None)})
+_is = operator.is_
 
 
 def _fast_args(args: tuple, result: Any, entry: _Entry) -> tuple:
