@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.flex import blas as blas_mod
+from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.loops import Loops
 from ember.backend.fusion.llvm.mathlib import I64, const, mem_type, reg_type
 from ember.backend.fusion.views import contiguous_strides, size_of
