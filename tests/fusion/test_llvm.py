@@ -585,3 +585,28 @@ def test_the_blas_thread_count_is_ours_and_never_exceeds_the_cores(monkeypatch):
         monkeypatch.setenv(blas.THREADS_ENV, bad)
         with pytest.raises(ConfigError, match="EMBER_NUM_THREADS"):
             blas.thread_count()
+
+
+def test_short_segments_are_called_as_builtins_and_long_ones_through_ctypes(executor, rng):
+    import ctypes
+
+    from ember.backend.fusion.llvm import executor as module
+
+    if module._NATIVE is None:
+        pytest.skip("no CPython API")
+    flex = FlexBackend()
+    for n, native in ((64, True), (1 << 18, False)):
+        case = Case()
+        x = case.input(rng.standard_normal(n).astype(np.float32))
+        graph, scalars = case.abstract([case.ops.unary(UnaryOp.EXP, case.ops.binary(BinaryOp.MUL, x, 0.5))])
+        plan = executor.plan(graph)
+        plan.run(flex, list(case.values), scalars)
+        variant = plan.variants[-1]
+        (entry,) = variant._entries
+        assert isinstance(entry, ctypes._CFuncPtr) != native
+        owner = variant._native_defs
+        before = sys.getrefcount(owner)
+        for _ in range(200):
+            out = plan.run(flex, list(case.values), scalars)
+        assert sys.getrefcount(owner) == before  # the builtin's result (its owner) is released
+        np.testing.assert_allclose(out[0], np.exp(case.values[0] * np.float32(0.5)), rtol=1e-6)

@@ -124,15 +124,29 @@ class ModuleBuilder:
                     b.call(kernel, [pointer(step.a[0]), pointer(step.b[0]), pointer(step.out)])
         b.ret_void()
 
-    def entry(self, name: str, segment: str, arena: int, ext: int, scalars: int) -> None:
-        """``void name(void)``: the segment ``segment`` with its three tables at fixed
-        addresses (a ctypes call without arguments costs about half as much)."""
-        fn = ir.Function(self.module, ir.FunctionType(VOID, []), name=name)
+    def entry(self, name: str, segment: str, arena: int, ext: int, scalars: int, incref: int = 0) -> None:
+        """The segment ``segment`` with its three tables at fixed addresses: ``void
+        name(void)`` (a ctypes call without arguments costs about half as much), or,
+        given the address of CPython's ``Py_IncRef``, a C function of Python's
+        ``METH_NOARGS`` convention, ``PyObject *name(PyObject *self, PyObject *)``,
+        which returns ``self`` (a new reference)."""
+        native = bool(incref)
+        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR]) if native else ir.FunctionType(VOID, []),
+                         name=name)
         self._tune(fn)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         target = self.module.get_global(segment)
         b.call(target, [b.inttoptr(ir.Constant(I64, address), PTR) for address in (arena, ext, scalars)])
-        b.ret_void()
+        if not native:
+            b.ret_void()
+            return
+        symbol = "ember_py_incref"
+        inc = self.module.globals.get(symbol)
+        if inc is None:
+            llvm_binding.add_symbol(symbol, incref)
+            inc = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name=symbol)
+        b.call(inc, [fn.args[0]])
+        b.ret(fn.args[0])
 
     def _function(self, name: str, n_pointers: int, extra: list[ir.Type]) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_pointers + extra), name=name)

@@ -65,6 +65,55 @@ _HANDLE = arrays.handle
 #: larger ones are recycled (see :func:`_recycle`).
 SMALL_OUTPUT = 4096
 
+#: Compiled segments of at most this much work (about one unit per element a kernel
+#: writes or multiply-add a matmul or convolution does) are called as Python
+#: builtins (tens of nanoseconds, holding the GIL for the few microseconds they run)
+#: rather than through ctypes (several hundred nanoseconds, releasing the GIL).
+NATIVE_WORK = 100_000
+
+
+class _NativeCalls:
+    """CPython's API for builtin functions made from compiled code (``None`` where
+    it is missing, e.g. on another Python implementation: ctypes is used then)."""
+
+    METH_NOARGS = 0x0004
+
+    class MethodDef(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
+                    ("doc", ctypes.c_char_p)]
+
+    def __init__(self) -> None:
+        api = ctypes.pythonapi
+        self.incref = ctypes.cast(api.Py_IncRef, ctypes.c_void_p).value
+        self.new = api.PyCFunction_NewEx
+        self.new.restype = ctypes.py_object
+        self.new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+
+
+def _native_calls() -> _NativeCalls | None:
+    try:
+        return _NativeCalls() if sys.implementation.name == "cpython" else None
+    except (AttributeError, OSError):  # pragma: no cover - no CPython API
+        return None
+
+
+_NATIVE = _native_calls()
+
+
+def _work(schedule: Any, steps: list[int]) -> int:
+    """A segment's work, roughly (see :data:`NATIVE_WORK`)."""
+    total = 0
+    for index in steps:
+        step = schedule.steps[index]
+        if isinstance(step, Kernel):
+            total += size_of(step.space)
+        elif isinstance(step, Library):
+            total += sum(schedule.buffers[b].nbytes for b in step.writes()) * 64  # convolutions: a bound
+        else:
+            out = schedule.buffers[step.out].shape
+            total += size_of(out) * step.a[1].shape[-1]
+    return total
+
 
 def _symbols(args: Any) -> list[SymScalar]:
     """The run-time scalars in a nested argument structure."""
@@ -346,22 +395,35 @@ class Variant:
             builder = ModuleBuilder(sched, prefix, memory.offsets, ext, scratch, executor.blas, arrays.DATA_OFFSET,
                                     target.blas_threshold, aliases, self._status.buffer_info()[0],
                                     stop_on_failure=bool(self.donated))
+            native = []
             for n, (compiled, steps) in enumerate(groups):
                 if compiled:
                     builder.segment(f"{prefix}_s{n}", steps)
                     entries.append(f"{prefix}_e{n}")
+                    # Short segments are called as Python builtins; long ones through
+                    # ctypes, which lets other threads run meanwhile (see NATIVE_WORK).
+                    native.append(_NATIVE is not None and _work(sched, steps) <= NATIVE_WORK)
                     builder.entry(entries[-1], f"{prefix}_s{n}", self._arena_addr, self._ptrs_addr,
-                                  self._scalars_addr)
+                                  self._scalars_addr, _NATIVE.incref if native[-1] else 0)
             self.ir = builder.build()
             self._compiled = jit.compile_module(self.ir, entries)
             self.optimize_s, self.codegen_s = self._compiled.optimize_s, self._compiled.codegen_s
-        self._entries = [_ENTRY(self._compiled.addresses[name]) for name in entries]
+        self._native_defs: list[Any] = []  # method definitions of native entries (alive as long as they)
+        self._entries = [self._native(self._compiled.addresses[name], name) if is_native else
+                         _ENTRY(self._compiled.addresses[name]) for name, is_native in zip(entries, native)] \
+            if entries else []
         self._source_outputs = list(graph.outputs)
         self._views: dict[tuple[int, View], np.ndarray] = {}
         self._held_runners: dict[tuple[int, ...], Any] = {}
         self.code, self.run = self._generate(buffers, memory, aliases)
         self.compile_s = time.perf_counter() - start
         self.compile_cpu_s = time.process_time() - start_cpu
+
+    def _native(self, address: int, name: str) -> Any:
+        """A builtin function object calling the native entry at ``address``."""
+        definition = _NATIVE.MethodDef(name.encode(), address, _NATIVE.METH_NOARGS, None)
+        self._native_defs.append(definition)
+        return _NATIVE.new(ctypes.addressof(definition), self._native_defs, None)
 
     # ------------------------------------------------------------------ the runner
     def _generate(self, buffers: list[Buffer], memory: Any, aliases: dict[int, int]) -> tuple[str, Any]:
