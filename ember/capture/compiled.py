@@ -11,7 +11,13 @@ scalars; a comparison on one becomes a guard, checked per call.
 Parameters are *donated*: the model a compiled step returns holds its parameters
 in buffers the next call updates in place (as ``jax.jit(donate_argnums=...)`` and
 PyTorch's in-place ``optimizer.step()`` do); the model passed in is read, not
-changed. Keep a copy (``model.fork(device)``) of a model you want to keep.
+changed. Keep a copy (``model.fork(device)``) of a model you want to keep. The
+optimizer's states are updated in place too: the moments a step writes back are
+written into the arrays it read. Where the executor can (the LLVM executor over
+flex, see ``LLVMPlan.run(donated=...)``), the new values are computed straight into
+those arrays; the steady state holds them in a ``Binding`` and passes only the
+other inputs per call. A call with a model this entry did not return, or with
+states it did not write, first copies them (the caller's arrays stay untouched).
 
 When the function cannot be traced (it reads a tensor's value, calls an op with no
 graph rule, ...), that guard key runs eagerly from then on, with a one-time warning

@@ -23,9 +23,12 @@ not share memory with another input.
 A variant's run is one generated Python function (:meth:`Variant._generate`): it
 computes the scalars straight into the buffer compiled code reads, binds each
 input to the pointer table only when it is not the array bound last time (a
-training loop passes the same arrays), allocates the returned buffers that are
-not donated, and calls each compiled segment without arguments (the tables' addresses
-are constants of the code).
+training loop passes the same arrays; the arrays of the last run stay referenced
+until the next), allocates the returned buffers that are not donated, and calls
+each compiled segment without arguments (the tables' addresses are constants of
+the code): a short segment as a Python builtin, a long one through ctypes (see
+:data:`NATIVE_WORK`). ``plan.bind(donated, arrays)`` (a :class:`Binding`) goes
+further for a training loop: the donated inputs stay bound across runs.
 """
 
 from __future__ import annotations
