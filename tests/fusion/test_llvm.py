@@ -610,3 +610,24 @@ def test_short_segments_are_called_as_builtins_and_long_ones_through_ctypes(exec
             out = plan.run(flex, list(case.values), scalars)
         assert sys.getrefcount(owner) == before  # the builtin's result (its owner) is released
         np.testing.assert_allclose(out[0], np.exp(case.values[0] * np.float32(0.5)), rtol=1e-6)
+
+
+def test_a_plan_keeps_no_input_alive(executor, rng):
+    import gc
+    import weakref
+
+    case = Case()
+    x = case.input(rng.standard_normal(32).astype(np.float32))
+    graph, scalars = case.abstract([case.ops.unary(UnaryOp.EXP, x)])
+    plan = executor.plan(graph)
+    flex = FlexBackend()
+    array = rng.standard_normal(32).astype(np.float32)
+    first = plan.run(flex, [array], scalars)[0]
+    again = plan.run(flex, [array], scalars)[0]  # bound once, remembered weakly
+    np.testing.assert_array_equal(first, again)
+    ref = weakref.ref(array)
+    del array
+    gc.collect()
+    assert ref() is None
+    other = np.zeros(32, np.float32)  # may take the freed array's place: bound anew
+    np.testing.assert_array_equal(plan.run(flex, [other], scalars)[0], np.ones(32, np.float32))

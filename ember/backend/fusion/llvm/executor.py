@@ -23,8 +23,7 @@ not share memory with another input.
 A variant's run is one generated Python function (:meth:`Variant._generate`): it
 computes the scalars straight into the buffer compiled code reads, binds each
 input to the pointer table only when it is not the array bound last time (a
-training loop passes the same arrays; the arrays of the last run stay referenced
-until the next), allocates the returned buffers that are not donated, and calls
+training loop passes the same arrays), allocates the returned buffers that are not donated, and calls
 each compiled segment without arguments (the tables' addresses are constants of
 the code): a short segment as a Python builtin, a long one through ctypes (see
 :data:`NATIVE_WORK`). ``plan.bind(donated, arrays)`` (a :class:`Binding`) goes
@@ -40,6 +39,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -63,6 +63,12 @@ from ember.backend.fusion.views import View, size_of
 _ENTRY = ctypes.CFUNCTYPE(None)
 _PLAN_IDS = itertools.count()
 _HANDLE = arrays.handle
+
+
+def _unbound() -> None:
+    """A weak reference to nothing: no array is bound yet."""
+    return None
+
 
 #: Returned buffers of at most this many bytes are allocated fresh on each run;
 #: larger ones are recycled (see :func:`_recycle`).
@@ -504,8 +510,8 @@ class Variant:
             slot, donated = self._input_slots[k]
             if slot < 0 and not donated:
                 continue
-            env.setdefault(f"l{k}", None)
-            add(f"    if {name} is not l{k}:")
+            env.setdefault(f"l{k}", _unbound)
+            add(f"    if {name} is not l{k}():")
             add(f"        {name} = V._bind({k}, {name}, {slot}, {donated})")
         for buf, source in aliases.items():
             names[buf] = names[source]
@@ -587,7 +593,7 @@ class Variant:
             slot, _ = self._input_slots[k]
             if slot >= 0:
                 self._ptrs[slot] = _HANDLE(array_)
-            self._env[f"l{k}"] = None
+            self._env[f"l{k}"] = _unbound
         self._env["HOLDER"] = binding
 
     def _failure(self, arrays: dict[int, Any], last: int) -> PartialRun:
@@ -628,15 +634,15 @@ class Variant:
 
     def _bind(self, k: int, a: np.ndarray, slot: int, donated: bool) -> np.ndarray:
         """Binds the array ``a`` of input ``k`` to its pointer-table ``slot``: a dense
-        array as it is (remembered, so the next run with it binds nothing), anything
-        else through a dense copy (made again each run). A donated input must also be
-        writable."""
+        array as it is (remembered by a weak reference, so the next run with it binds
+        nothing and the plan keeps no array alive), anything else through a dense copy
+        (made again each run). A donated input must also be writable."""
         direct = a.flags.c_contiguous and (not donated or a.flags.writeable)
         if not direct:
             a = np.array(a, order="C", copy=True)
         if slot >= 0:
             self._ptrs[slot] = _HANDLE(a)
-        self._env[f"l{k}"] = a if direct else None
+        self._env[f"l{k}"] = weakref.ref(a) if direct else _unbound
         return a
 
     def _view(self, base: np.ndarray, view: View) -> np.ndarray:
