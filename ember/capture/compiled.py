@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.fusion.backend import LazyTensor
+from ember.backend.fusion.executors import ReplayExecutor
 from ember.backend.fusion.replay import PartialRun, Replay
 from ember.backend.fusion.scalars import GraphBreak, SymScalar
 from ember.backend.fusion.trace import Trace, capture
@@ -206,13 +207,21 @@ class _Entry:
         executor = compiled.executor_for(backend)
         # The trace's literals (betas, epsilon, a loss's scale) never change: constants.
         fixed = {n_sym + i: value for i, value in enumerate(literals)}
-        if _takes(executor.plan, "fixed_scalars"):
-            self.plan = executor.plan(abstract, fixed_scalars=fixed)
-            self.literals: list[Any] = []
-        else:  # an executor without fixed scalars gets them on every run
+        self.literals: list[Any] = []
+        self._donations_offered = self._donations(leaves, result_leaves)
+        self._deferred: Callable[[], Any] | None = None
+        if not _takes(executor.plan, "fixed_scalars"):  # such an executor gets them on every run
             self.plan = executor.plan(abstract)
             self.literals = literals
-        self.donated = self._donations(leaves, result_leaves) if hasattr(self.plan, "donated") else ()
+        elif isinstance(executor, (_ReplayExecutor, ReplayExecutor)):
+            self.plan = executor.plan(abstract, fixed_scalars=fixed)
+        else:
+            # A compiling executor plans from the second run on: the first one replays
+            # the recorded calls (an entry that runs once, such as the first step of an
+            # optimizer whose states do not exist yet, is never compiled).
+            self.plan = Replay(abstract, fixed=fixed)
+            self._deferred = lambda: executor.plan(abstract, fixed_scalars=fixed)
+        self.donated = self._donations_offered if hasattr(self.plan, "donated") else ()
         self.owned: list[Any] = []  # per state read: the object a replay may update in place
         self.binding: Any = None    # the plan's Binding of the donated inputs (see _specialize)
         self.bind_failed = False
@@ -521,7 +530,12 @@ class _Entry:
         except PartialRun as partial:  # an executor's error, with what it computed: the error itself
             raise partial.error from None
         if out is not _RETRACE:
-            self._runner = self._specialize(leaves)
+            if self._deferred is not None:  # the first run replayed: compile for the next ones
+                self.plan = self._deferred()
+                self._deferred = None
+                self.donated = self._donations_offered if hasattr(self.plan, "donated") else ()
+            else:
+                self._runner = self._specialize(leaves)
         return out
 
     def _reserve(self) -> list[tuple[int, int]]:
@@ -735,7 +749,7 @@ class CompiledFunction:
         elsewhere)."""
         if self.executor is not None:
             return self.executor
-        from ember.backend.fusion.executors import ReplayExecutor, default_executor
+        from ember.backend.fusion.executors import default_executor
 
         executor = default_executor(backend)
         return _ReplayExecutor() if isinstance(executor, ReplayExecutor) else executor
