@@ -21,7 +21,8 @@ processes on a shared machine, but it counts every thread a library starts).
 Ratios are medians of per-round ratios. ember sets its BLAS to one thread
 (``EMBER_NUM_THREADS``, default 1) and torch runs on one thread; JAX keeps its
 defaults. Compile times: for compiled ember, the traces and plans of the first
-steps (from a cold executor); for torch.compile and JAX, the first steps.
+three steps (from a cold executor: ``ember.compile`` replays a trace's first run
+and compiles it from its second); for torch.compile and JAX, the first steps.
 
 Targets (issue "compile"): compiled W1 at most 10 us per step and at most 0.1x JAX
 jit; compiled W2 at most 0.75x JAX jit; compiled W3 at most 0.8x PyTorch eager;
@@ -263,7 +264,8 @@ def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables
     compiled_start = timed_start(fns["compiled"])
     notes.append(f"{workload} ember.compile: {executor.stats['plans']} plans compiled in "
                  f"{executor.stats['compile_s']:.2f} s ({executor.stats['compile_cpu_s']:.2f} s of CPU); first 3 "
-                 f"steps (2 traces: Adam's first step has no moments) {compiled_start:.2f} s")
+                 f"steps {compiled_start:.2f} s (2 traces: Adam's first step, without moments, is replayed; "
+                 "the next trace compiles on its second run)")
     notes.append(f"{workload} fused: {fused_executor.stats['plans']} plans compiled in "
                  f"{fused_executor.stats['compile_s']:.2f} s; first 3 steps {fused_start:.2f} s")
     if torch is not None:
