@@ -41,6 +41,7 @@ import time
 import warnings
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -195,7 +196,7 @@ class LLVMPlan:
         self.fixed = dict(fixed_scalars or {})
         self.variants: list[Variant] = []
         self.replay: Replay | None = None  # set if compiling failed
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a binding's runner may run while its miss handler holds it
 
     def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = (), donated: tuple = ()) -> list[Any]:
         """The outputs of the graph for its ``inputs`` (flex arrays) and run-time
@@ -289,32 +290,39 @@ class Binding:
         self.accepted = accepted
         self.positions = positions  # held input positions, ascending
         self.arrays = arrays
-        self._runner: Any = None  # the held runner of the variant that ran last
+        self._runners: dict[Variant, Any] = {}  # per variant: its runner of this binding
+        #: ``run(backend, inputs, scalars)``: the outputs not written into held arrays,
+        #: for the other ``inputs`` (in input order) and ``scalars``; ``None`` when the
+        #: variant these scalars need does not accept the same donations (bind again
+        #: then). It is the generated runner of the variant that ran last.
+        self.run: Callable[..., list[Any] | None] = self._miss
 
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any]) -> list[Any] | None:
-        """The outputs not written into held arrays, for the other ``inputs`` (in
-        input order) and ``scalars``; ``None`` when the variant these scalars need
-        does not accept the same donations (bind again then)."""
+    def runner(self, variant: Variant) -> Any:
+        """``variant``'s runner of this binding (generated on first use)."""
+        runner = self._runners.get(variant)
+        if runner is None:
+            runner = self._runners[variant] = variant.held_runner(self)
+        return runner
+
+    def _miss(self, backend: Any, inputs: list[Any], scalars: list[Any]) -> list[Any] | None:
+        """A run whose scalars the last variant's guards refused (or the first run):
+        another variant's, compiled if needed."""
         plan = self.plan
         with plan._lock:
-            runner = self._runner
-            if runner is not None:
-                out = runner(backend, inputs, scalars, self)
-                if out is not None:
-                    return out
             if plan.replay is not None:
                 return None
             for variant in plan.variants:
                 if variant.offered == self.offered and variant.donated == self.accepted:
-                    out = variant.run_held(backend, inputs, scalars, self)
+                    runner = self.runner(variant)
+                    out = runner(backend, inputs, scalars, False)
                     if out is not None:
-                        self._runner = variant.held_runner(self)
+                        self.run = runner
                         return out
             variant = plan._compile(scalars, self.offered)
             if variant is None or variant.donated != self.accepted:
                 return None
-            self._runner = variant.held_runner(self)
-            return self._runner(backend, inputs, scalars, self)
+            self.run = self.runner(variant)
+            return self.run(backend, inputs, scalars, False)
 
 
 class Variant:
@@ -467,7 +475,8 @@ class Variant:
                 self._input_slots[position[b.value]] = (self._ext.get(b.id, -1), b.id in sources)
         return self._runner_code("run", None)
 
-    def _runner_code(self, fn_name: str, held: dict[int, int] | None) -> tuple[str, Any]:
+    def _runner_code(self, fn_name: str, held: dict[int, int] | None, binding: Binding | None = None
+                     ) -> tuple[str, Any]:
         """Generates ``fn_name``: the plain runner (``held is None``) or the runner of a
         :class:`Binding` (``held``: input position -> index in the binding's arrays),
         which takes the other inputs and returns the outputs not written into held
@@ -477,23 +486,31 @@ class Variant:
         buffers = sched.buffers
         aliases = self.memory.aliases
         env = self._env
+        tag = ""
+        if binding is not None:  # a binding's names, apart from other bindings' in the same globals
+            tag = str(next(_PLAN_IDS))
+            env.update({f"B{tag}": binding, "LOCK": binding.plan._lock, f"MISS{tag}": binding._miss})
         fresh_shape = self._fresh_shape
         positions = [k for k in range(len(graph.inputs)) if held is None or k not in held]
-        args = "backend, inputs, scalars" if held is None else "backend, inputs, scalars, B"
+        args = "backend, inputs, scalars" if held is None else "backend, inputs, scalars, miss=True"
         lines = [f"def {fn_name}({args}):"]
         add = lines.append
-        if held is None:
-            add("    global HOLDER")
+        add("    global HOLDER")
+        if held is not None:
+            add("    LOCK.acquire()")
+            add("    try:")
+        start = len(lines)
         if self._free is None:
             add("    rest = program(scalars)")
         else:
             env["FREE"] = self._free
             add("    rest = program([scalars[i] for i in FREE])")
-        add("    if rest is None: return None")
         if held is None:
+            add("    if rest is None: return None")
             add("    HOLDER = None")  # a plain run may rebind any slot a binding held
         else:
-            add("    if B is not HOLDER: V._hold(B)")
+            add(f"    if rest is None: return MISS{tag}(backend, inputs, scalars) if miss else None")
+            add(f"    if B{tag} is not HOLDER: V._hold(B{tag})")
         names: dict[int, str] = {}
         if positions:
             add(f"    {''.join(f'i{k}, ' for k in positions)}= inputs")
@@ -504,7 +521,7 @@ class Variant:
                 continue
             k = graph.inputs.index(b.value)
             if held is not None and k in held:
-                names[b.id] = f"B.arrays[{held[k]}]"
+                names[b.id] = f"B{tag}.arrays[{held[k]}]"
                 continue
             name = names[b.id] = f"i{k}"
             slot, donated = self._input_slots[k]
@@ -540,7 +557,7 @@ class Variant:
                 add(f"    e{entry}()")
                 if self._checks[n]:
                     known = ", ".join(f"{buf}: {name}" for buf, name in names.items()
-                                      if not name.startswith(("values", "B.")))
+                                      if not name.startswith(("values", "B")))
                     add(f"    if STATUS[0]: raise V._failure({{{known}}}, {steps[-1]})")
                 entry += 1
                 continue
@@ -568,23 +585,21 @@ class Variant:
                 env[f"view{k}"] = view
                 outs.append(f"V._view({base}, view{k})")
         add(f"    return [{', '.join(outs)}]")
+        if held is not None:  # the body inside the lock's try
+            lines[start:] = ["    " + line for line in lines[start:]]
+            add("    finally:")
+            add("        LOCK.release()")
         code = "\n".join(lines)
         exec(code, env)  # code generated above from this variant's tables
         return code, env[fn_name]
 
     def held_runner(self, binding: Binding) -> Any:
-        """The runner of ``binding``'s runs (see :meth:`LLVMPlan.bind`), generated on
-        first use: ``runner(backend, inputs, scalars, binding)``."""
-        runner = self._held_runners.get(binding.positions)
-        if runner is None:
-            held = {k: n for n, k in enumerate(binding.positions)}
-            runner = self._held_runners[binding.positions] = self._runner_code(f"run_held{len(self._held_runners)}",
-                                                                               held)[1]
-        return runner
-
-    def run_held(self, backend: Any, inputs: list[Any], scalars: list[Any], binding: Binding) -> list[Any] | None:
-        """A run of ``binding``."""
-        return self.held_runner(binding)(backend, inputs, scalars, binding)
+        """The runner of ``binding``'s runs (see :meth:`LLVMPlan.bind`):
+        ``runner(backend, inputs, scalars, miss=True)``, which holds the plan's lock and,
+        when the scalars fail this variant's guards, hands the run to ``binding``
+        (``miss``) or returns ``None``."""
+        held = {k: n for n, k in enumerate(binding.positions)}
+        return self._runner_code(f"run_held{next(_PLAN_IDS)}", held, binding)[1]
 
     def _hold(self, binding: Binding) -> None:
         """Installs a binding's arrays in the pointer table (and forgets what the plain
