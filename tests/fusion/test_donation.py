@@ -168,3 +168,42 @@ def test_a_binding_holds_the_donated_inputs_across_runs(executor, rng):
         other = rng.standard_normal((4, 4)).astype(np.float32)
         plan.run(flex, [other, x], scalars, donated)
     assert plan.bind(donated, [held.T]) is None  # not dense: cannot be written in place
+
+
+def test_a_binding_follows_the_variants_its_scalars_need(executor, rng):
+    """Weight decay's zero-ness is a guard of Adam's graph: a binding switches between
+    the two variants as it changes and keeps updating its held arrays like a fresh run."""
+    shapes = [(6, 4), (4,)]
+    params = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    case = Case()
+    p = [case.input(a.copy()) for a in params]
+    g = [case.input(a) for a in grads]
+    m1 = [case.input(np.zeros(s, np.float32)) for s in shapes]
+    m2 = [case.input(np.zeros(s, np.float32)) for s in shapes]
+    outs, ms, vs, _ = case.ops.adam_step_many(p, g, m1, m2, None, lr=1e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-5,
+                                              weight_decay=0.5, decoupled=False, amsgrad=False, time=1)
+    graph, traced = case.abstract(outs + ms + vs)
+    where = {value: n for n, value in enumerate(traced)}  # the traced values are distinct
+    plan = executor.plan(graph)
+    flex = FlexBackend()
+    donated = ((0, 0), (1, 1), (2, 4), (3, 5), (4, 6), (5, 7))  # parameters, then both moments
+
+    def scalars(weight_decay: float, time: int) -> list:
+        values = list(traced)
+        values[where[0.5]], values[where[1]] = weight_decay, time
+        return values
+
+    held = [a.copy() for a in params] + [np.zeros(s, np.float32) for _ in range(2) for s in shapes]  # p, m1, m2
+    plan.run(flex, [a.copy() for a in held[:2]] + grads + [a.copy() for a in held[2:]], scalars(0.5, 1), donated)
+    binding = plan.bind(donated, held)
+    assert binding is not None
+    reference = [a.copy() for a in held]
+    for step, weight_decay in enumerate([0.5, 0.0, 0.0, 0.5, 0.0], start=1):
+        binding.run(flex, grads, scalars(weight_decay, step))
+        fresh = plan.run(flex, reference[:2] + grads + reference[2:], scalars(weight_decay, step))
+        reference = [np.array(a) for a in fresh]
+        for array, expected in zip(held, reference):
+            np.testing.assert_array_equal(array, expected)
+    assert len(plan.variants) >= 2
+    assert len({v.donated for v in plan.variants if v.offered == donated}) == 1

@@ -222,11 +222,19 @@ class ScalarProgram:
         lines = ["def scalar_program(inputs):"]
         names = {**_BINARY, **_UNARY, **_COMPARE}
         env: dict[str, Any] = {}
+        guards = dict(self.guards)  # checked as soon as computed: a later entry may rely on the answer
+
+        def check(entry: int) -> None:
+            if entry in guards:
+                lines.append(f"    if {'not ' if guards[entry] else ''}v{entry}:")
+                lines.append("        return None")
+
         for i, (op, operands) in enumerate(self.entries):
             if i not in needed:
                 continue
             if op == "input":
                 lines.append(f"    v{i} = inputs[{operands[0]}]")
+                check(i)
                 continue
             args = []
             for kind, value in operands:
@@ -241,9 +249,7 @@ class ScalarProgram:
             else:
                 env[f"f_{op}"] = names[op]
                 lines.append(f"    v{i} = f_{op}({', '.join(args)})")
-        for entry, answer in self.guards:
-            lines.append(f"    if {'not ' if answer else ''}v{entry}:")
-            lines.append("        return None")
+            check(i)
         if pack is not None:
             buffer, count = pack
             if count:
