@@ -79,6 +79,32 @@ def mlp(sizes: list[int], device: Device) -> Mlp:
     return Mlp(l1=LinearConfig(d_in, d_hidden).init(device), act=Relu(), l2=LinearConfig(d_hidden, d_out).init(device))
 
 
+class Cnn(Module):
+    """W3's small CNN: conv 1->16 3x3 pad 1, relu, max pool 2, conv 16->32 3x3 pad 1,
+    relu, max pool 2, linear 1568->10 (inputs 1x28x28)."""
+
+    conv1: Module
+    conv2: Module
+    pool: Module
+    head: Linear
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.pool(Relu()(self.conv1(x)))
+        x = self.pool(Relu()(self.conv2(x)))
+        return self.head(x.flatten(1))
+
+
+def cnn(device: Device) -> Cnn:
+    from ember.nn import Conv2dConfig, MaxPool2dConfig
+
+    return Cnn(
+        conv1=Conv2dConfig((1, 16), (3, 3), padding=(1, 1)).init(device),
+        conv2=Conv2dConfig((16, 32), (3, 3), padding=(1, 1)).init(device),
+        pool=MaxPool2dConfig((2, 2)).init(),
+        head=LinearConfig(1568, 10).init(device),
+    )
+
+
 def ember_step_fn(model, x, y, loss_fn):
     optim = AdamConfig().init()
     state = {"model": model}
@@ -204,34 +230,13 @@ def workload_w2(torch, rows):
 
 
 def workload_w3(torch, rows):
-    try:
-        from ember.nn import Conv2dConfig, MaxPool2dConfig
-        from ember.nn.loss import CrossEntropyLoss
-    except ImportError:
-        rows.append(["W3 small CNN, CE, Adam, 64", "(needs Conv2d)", "-", "-", "-", "-"])
-        return
-
-    class Cnn(Module):
-        conv1: Module
-        conv2: Module
-        pool: Module
-        head: Linear
-
-        def forward(self, x):
-            x = self.pool(Relu()(self.conv1(x)))
-            x = self.pool(Relu()(self.conv2(x)))
-            return self.head(x.flatten(1))
+    from ember.nn.loss import CrossEntropyLoss
 
     rng = np.random.default_rng(0)
     x_np = rng.standard_normal((64, 1, 28, 28)).astype(np.float32)
     y_np = rng.integers(0, 10, 64)
     device = Device.flex().autodiff()
-    model = Cnn(
-        conv1=Conv2dConfig((1, 16), (3, 3), padding=(1, 1)).init(device),
-        conv2=Conv2dConfig((16, 32), (3, 3), padding=(1, 1)).init(device),
-        pool=MaxPool2dConfig((2, 2)).init(),
-        head=LinearConfig(1568, 10).init(device),
-    )
+    model = cnn(device)
     x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
     ce = CrossEntropyLoss()
     ember_step = ember_step_fn(model, x, y, lambda p, t: ce.forward(p, t))

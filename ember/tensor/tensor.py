@@ -46,6 +46,9 @@ def _dtype(dtype: DType | str | None, default: DType) -> DType:
     return default if dtype is None else DType.parse(dtype)
 
 
+_FLOAT16 = np.dtype(np.float16)
+
+
 class Tensor(
     CreationOps, ArithmeticOps, MathOps, CompareOps, LayoutOps, PadOps, RearrangeOps, SubscriptOps, IndexingOps, ScatterOps, ReduceOps, LinalgOps,
     AutodiffOps,
@@ -256,10 +259,11 @@ class Tensor(
                 f"ember: into_scalar needs a tensor with exactly one element, got shape "
                 f"{list(self._p.shape)}; reduce it first (e.g. .sum() or .mean())"
             )
-        value = self._d._b.to_numpy(self._p).reshape(-1)[0]
-        if value.dtype.kind == "V" or value.dtype == np.float16:
-            return float(value)
-        return value.item()
+        array = self._d._b.to_numpy(self._p)
+        dtype = array.dtype
+        if dtype.kind == "V" or dtype == _FLOAT16:  # ml_dtypes' bfloat16 (and float16) as a Python float
+            return float(array.reshape(-1)[0])
+        return array.item()  # a training loop reads its loss this way every step: kept lean
 
     item = into_scalar
 

@@ -9,8 +9,9 @@ compiler are needed.
 Threads. OpenBLAS starts as many threads as cores; on a machine with other load
 that is slower, not faster (two BLAS threads on two cores with one busy measured
 8-11x slower than one). :func:`load` sets the count once per process, from
-``EMBER_NUM_THREADS`` (default 1); the flex backend calls it when it is created, so
-the setting holds for eager numpy matmuls and compiled code alike.
+``EMBER_NUM_THREADS`` (default 1, at most the cores the process may use); the flex
+backend calls it when it is created, so the setting holds for eager numpy matmuls
+and compiled code alike.
 """
 
 from __future__ import annotations
@@ -105,16 +106,28 @@ def _config_bits(lib: ctypes.CDLL, prefix: str, suffix: str) -> int:
     return 64 if b"USE64BITINT" in (get() or b"") else 32
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def thread_count() -> int:
-    """The BLAS thread count from ``EMBER_NUM_THREADS`` (default 1)."""
+    """The BLAS thread count from ``EMBER_NUM_THREADS`` (default 1), never more than
+    the cores this process may use (more threads than cores only wait for each other)."""
     raw = os.environ.get(THREADS_ENV, "1")
     try:
-        return max(1, int(raw))
+        requested = int(raw)
     except ValueError:
+        requested = 0
+    if requested < 1:
         from ember.errors import ConfigError
 
         raise ConfigError(f"ember: {THREADS_ENV}={raw!r} is not a positive integer; set it to a thread count "
-                          "such as 1") from None
+                          "such as 1")
+    return min(requested, available_cores())
 
 
 def load() -> Blas | None:

@@ -38,8 +38,8 @@ class ReplayExecutor:
     def __init__(self, check: bool = True):
         self.check = check
 
-    def plan(self, graph: Graph) -> Replay:
-        return Replay(graph, self.check)
+    def plan(self, graph: Graph, fixed_scalars: dict[int, Any] | None = None) -> Replay:
+        return Replay(graph, self.check, fixed_scalars)
 
 
 def _llvm() -> Any:

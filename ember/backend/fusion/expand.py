@@ -93,17 +93,22 @@ def float_operands(graph: Graph, node: Node) -> bool:
     return len(dtypes) == 1 and dtypes <= _FLOATS
 
 
-def expand(source: Graph, scalars: list[Any], wants: Callable[[Graph, Node], bool]) -> Expanded:
+def expand(source: Graph, scalars: list[Any], wants: Callable[[Graph, Node], bool],
+           fixed: dict[int, Any] | None = None) -> Expanded:
     """Expands the composite nodes of ``source`` for which ``wants(source, node)`` holds,
     for the run-time ``scalars`` given (they decide the truth tests a decomposition
     makes; the program's guards say when other values need another expansion).
+    Placeholders in ``fixed`` (slot -> value) are constants, not run-time scalars: the
+    program's inputs are the other slots, in order.
 
     ``relu`` on an integer tensor becomes ``maximum(x, 0)`` (its decomposition clamps
     with a float bound, which is for float tensors).
     """
     graph = Graph(list(source.avals), [], list(source.inputs), dict(source.consts), [])
     program = ScalarProgram()
-    syms = [program.input(value) for value in scalars]
+    fixed = fixed or {}
+    syms = [fixed[i] if i in fixed else program.input(value) for i, value in enumerate(scalars)]
+    syms += [fixed[i] for i in range(len(syms), max(fixed, default=-1) + 1)]
     out = Expanded(graph, program)
     builder = GraphBuilder(graph)
     resolve = out.resolve

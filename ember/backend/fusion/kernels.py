@@ -40,7 +40,18 @@ from ember.backend.fusion.expand import Expanded
 from ember.backend.fusion.exprs import Expr, Exprs
 from ember.backend.fusion.graph import Node, Ref
 from ember.backend.fusion.scalars import SymScalar
-from ember.backend.fusion.steps import Buffer, Call, Kernel, Matmul, Reduction, Schedule, Step, Store, Target
+from ember.backend.fusion.steps import (
+    Buffer,
+    Call,
+    Kernel,
+    Library,
+    Matmul,
+    Reduction,
+    Schedule,
+    Step,
+    Store,
+    Target,
+)
 from ember.backend.fusion.views import View, size_of
 
 #: Deepest expression a kernel inlines; a longer chain of ops is stored and read back
@@ -250,7 +261,9 @@ class _Scheduler:
             self.loc[v] = ("buf", buf, View.contiguous(self.shape(v)))
         for i, node in enumerate(graph.nodes):
             op = node.op
-            if not self.target.lowers(graph, node):
+            if self.target.library(graph, node):
+                self.library(i, node)
+            elif not self.target.lowers(graph, node):
                 self.call(i, node)
             elif op in LAYOUT_OPS:
                 self.layout(i, node)
@@ -277,6 +290,22 @@ class _Scheduler:
             args[r] = self.materialize(r)
         outs = [self.new_buffer(self.shape(o), self.dtype(o), "call", o) for o in node.outs]
         self.emit(Call(node, self.expanded.origin[i], args, outs))
+        for o, buf in zip(node.outs, outs):
+            self.loc[o] = ("buf", buf, View.contiguous(self.shape(o)))
+
+    def library(self, i: int, node: Node) -> None:
+        """A node with a hand-written lowering: its operands stored densely (a view
+        that is not contiguous is copied first), its outputs fresh buffers."""
+        args = {}
+        for r in dict.fromkeys(node.refs()):
+            buf, view = self.materialize(r)
+            if not view.is_contiguous():
+                dense = self.new_buffer(view.shape, self.dtype(r), "temp")
+                self.emit(Kernel(view.shape, None, [], [Store(dense, self.x.load(buf, view, self.dtype(r)), False)]))
+                buf, view = dense, View.contiguous(view.shape)
+            args[r] = (buf, view)
+        outs = [self.new_buffer(self.shape(o), self.dtype(o), "temp") for o in node.outs]
+        self.emit(Library(node, args, outs))
         for o, buf in zip(node.outs, outs):
             self.loc[o] = ("buf", buf, View.contiguous(self.shape(o)))
 
@@ -494,5 +523,5 @@ def schedule(expanded: Expanded, target: Target) -> Schedule:
     return _Scheduler(expanded, target).run()
 
 
-__all__ = ["ELEMENTWISE_OPS", "LAYOUT_OPS", "MAX_DEPTH", "Buffer", "Call", "Expr", "Kernel", "Matmul", "Reduction",
-           "Schedule", "Step", "Store", "Target", "schedule"]
+__all__ = ["ELEMENTWISE_OPS", "LAYOUT_OPS", "MAX_DEPTH", "Buffer", "Call", "Expr", "Kernel", "Library", "Matmul",
+           "Reduction", "Schedule", "Step", "Store", "Target", "schedule"]

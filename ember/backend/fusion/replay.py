@@ -35,20 +35,22 @@ class Replay:
     """A graph prepared for replay. Its run-time scalars are
     :class:`~ember.backend.fusion.graph.Sc` placeholders (see
     ``Graph.abstract_scalars``), given per run; ``check`` compares every result with
-    the inferred shape and dtype (tests use it; a mismatch is a bug in the rules)."""
+    the inferred shape and dtype (tests use it; a mismatch is a bug in the rules);
+    placeholders in ``fixed`` (slot -> value) are constants."""
 
-    def __init__(self, graph: Graph, check: bool = False):
+    def __init__(self, graph: Graph, check: bool = False, fixed: dict[int, Any] | None = None):
         self.graph = graph
         self.check = check
-        self.code, self._fn = _generate(graph, check)
+        self.code, self._fn = _generate(graph, check, fixed or {})
 
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = ()) -> list[Any]:
+    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = (), donated: tuple = ()) -> list[Any]:
         """The graph's outputs, given its inputs (primitives of ``backend``) and
-        run-time scalars."""
+        run-time scalars. A replay takes no donations (``donated`` is ignored): its
+        outputs are the backend's fresh results."""
         return self._fn(backend, inputs, scalars)
 
 
-def _generate(graph: Graph, check: bool) -> tuple[str, Any]:
+def _generate(graph: Graph, check: bool, fixed: dict[int, Any]) -> tuple[str, Any]:
     env: dict[str, Any] = {"NotImplemented": NotImplemented, "PartialRun": PartialRun, "_check": _check_result}
     consts = {ref: f"k{int(ref)}" for ref in graph.consts}
     for ref, value in graph.consts.items():
@@ -62,6 +64,10 @@ def _generate(graph: Graph, check: bool) -> tuple[str, Any]:
         if kind is Ref:
             return name(arg)
         if kind is Sc:
+            if int(arg) in fixed:
+                key = f"c{len(env)}"
+                env[key] = fixed[int(arg)]
+                return key
             return f"sc[{int(arg)}]"
         if kind is tuple:
             return "(" + "".join(expr(a) + ", " for a in arg) + ")"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import operator
+import struct
 from typing import Any
 
 from ember.errors import GraphError
@@ -29,6 +30,10 @@ _BINARY = {
     "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
 }
 _UNARY = {"neg": operator.neg, "abs": abs, "sqrt": math.sqrt, "truth": bool}
+#: Python's operator for each binary op and comparison (generated code writes ``a + b``,
+#: which is ``operator.add(a, b)`` without the call).
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
+          "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
             "eq": operator.eq, "ne": operator.ne}
 
@@ -170,6 +175,7 @@ class ScalarProgram:
         self.entries: list[tuple[str, tuple]] = []
         self.n_inputs = 0
         self.guards: list[tuple[int, bool]] = []  # (entry, the answer the trace took)
+        self._interned: dict[tuple, tuple[int, Any]] = {}  # (op, operands) -> (entry, value)
 
     def input(self, value: Any) -> SymScalar:
         """Input number ``n_inputs`` (inputs may be declared between operations)."""
@@ -178,28 +184,57 @@ class ScalarProgram:
         return SymScalar(self, len(self.entries) - 1, value)
 
     def apply(self, op: str, *args: Any) -> SymScalar:
-        operands = tuple(("$", a.index) if type(a) is SymScalar else ("k", a) for a in args)
+        """One recorded operation; the same operation on the same operands is recorded
+        once (an optimizer computes its bias corrections once per parameter)."""
+        operands = tuple(("$", a.index) if type(a) is SymScalar else ("k", type(a), repr(a), a) for a in args)
+        key = (op, operands)
+        hit = self._interned.get(key)
+        if hit is not None:
+            return SymScalar(self, hit[0], hit[1])
         values = [a.value if type(a) is SymScalar else a for a in args]
         fn = _BINARY.get(op) or _UNARY.get(op) or _COMPARE[op]
-        self.entries.append((op, operands))
-        return SymScalar(self, len(self.entries) - 1, fn(*values))
+        value = fn(*values)
+        self.entries.append((op, tuple(o if o[0] == "$" else ("k", o[3]) for o in operands)))
+        self._interned[key] = (len(self.entries) - 1, value)
+        return SymScalar(self, len(self.entries) - 1, value)
 
     def guard(self, op: str, *args: Any) -> bool:
         """The traced answer of a comparison (or truth test), kept as a guard."""
         result = self.apply(op, *args)
         answer = bool(result.value)
-        self.guards.append((result.index, answer))
+        if (result.index, answer) not in self.guards:
+            self.guards.append((result.index, answer))
         return answer
 
-    def compile(self, wanted: list[int]) -> Any:
+    def compile(self, wanted: list[int], pack: tuple[Any, int] | None = None) -> Any:
         """``f(inputs)`` computing the entries ``wanted`` (in order), as Python code; it
-        returns ``None`` when a guard answers differently than while tracing."""
+        returns ``None`` when a guard answers differently than while tracing. Entries
+        neither wanted nor guarded are left out.
+
+        With ``pack=(buffer, count)`` the first ``count`` wanted values are written into
+        ``buffer`` as native doubles (``struct.pack_into``: compiled code reads them
+        there) and ``f`` returns the others."""
+        needed = set(wanted) | {entry for entry, _ in self.guards}
+        for i in range(len(self.entries) - 1, -1, -1):
+            op, operands = self.entries[i]
+            if i in needed and op != "input":
+                needed.update(value for kind, value in operands if kind == "$")
         lines = ["def scalar_program(inputs):"]
         names = {**_BINARY, **_UNARY, **_COMPARE}
         env: dict[str, Any] = {}
+        guards = dict(self.guards)  # checked as soon as computed: a later entry may rely on the answer
+
+        def check(entry: int) -> None:
+            if entry in guards:
+                lines.append(f"    if {'not ' if guards[entry] else ''}v{entry}:")
+                lines.append("        return None")
+
         for i, (op, operands) in enumerate(self.entries):
+            if i not in needed:
+                continue
             if op == "input":
                 lines.append(f"    v{i} = inputs[{operands[0]}]")
+                check(i)
                 continue
             args = []
             for kind, value in operands:
@@ -208,11 +243,21 @@ class ScalarProgram:
                 else:
                     env[f"k{i}_{len(args)}"] = value
                     args.append(f"k{i}_{len(args)}")
-            env[f"f_{op}"] = names[op]
-            lines.append(f"    v{i} = f_{op}({', '.join(args)})")
-        for entry, answer in self.guards:
-            lines.append(f"    if {'not ' if answer else ''}v{entry}:")
-            lines.append("        return None")
+            infix = _INFIX.get(op)
+            if infix is not None and len(args) == 2:
+                lines.append(f"    v{i} = {args[0]} {infix} {args[1]}")
+            else:
+                env[f"f_{op}"] = names[op]
+                lines.append(f"    v{i} = f_{op}({', '.join(args)})")
+            check(i)
+        if pack is not None:
+            buffer, count = pack
+            if count:
+                env["pack_into"], env["PACKED"] = struct.pack_into, buffer
+                values = ", ".join(f"v{w}" for w in wanted[:count])
+                lines.append(f"    pack_into('={count}d', PACKED, 0, {values})")
+            wanted = wanted[count:]
         lines.append(f"    return [{', '.join(f'v{w}' for w in wanted)}]")
-        exec("\n".join(lines), env)
+        self.source = "\n".join(lines)
+        exec(self.source, env)  # code generated above from the recorded entries
         return env["scalar_program"]

@@ -1,8 +1,9 @@
 """Steps: what a schedule runs, in order, and the buffers they read and write.
 
 A :class:`Kernel` is one loop nest (elementwise, or with reductions along one dim);
-a :class:`Matmul` a (batched) matrix product; a :class:`Call` a node left to the
-eager backend. A :class:`Schedule` lists them with their :class:`Buffer` s, where
+a :class:`Matmul` a (batched) matrix product; a :class:`Library` a node with a
+hand-written lowering (convolution, pooling, gather/scatter); a :class:`Call` a node
+left to the eager backend. A :class:`Schedule` lists them with their :class:`Buffer` s, where
 each returned value lives and the run-time scalars; a lowering compiles it and a
 :class:`Target` tells the analysis what that lowering can compile.
 """
@@ -109,7 +110,25 @@ class Call:
         return set(self.outs)
 
 
-Step = Kernel | Matmul | Call
+@dataclass
+class Library:
+    """A node the target lowers with a hand-written loop nest (a convolution, a pooling,
+    a gather or scatter): ``node`` of the lowered graph, its tensor arguments in dense
+    row-major buffers (``args``: value -> (buffer, view), each view contiguous, maybe
+    at an offset), one fresh buffer per output."""
+
+    node: Node
+    args: dict[int, tuple[int, View]]
+    outs: list[int]
+
+    def reads(self) -> set[int]:
+        return {b for b, _ in self.args.values()}
+
+    def writes(self) -> set[int]:
+        return set(self.outs)
+
+
+Step = Kernel | Matmul | Call | Library
 
 
 @dataclass
@@ -135,6 +154,9 @@ class Schedule:
                     lines.append(f"        B{s.buffer}{' (reduced)' if s.reduced else ''} = {s.expr!r}")
             elif isinstance(step, Matmul):
                 lines.append(f"  [{i}] matmul B{step.out} = B{step.a[0]} {step.a[1]} @ B{step.b[0]} {step.b[1]}")
+            elif isinstance(step, Library):
+                args = ", ".join(f"B{b}" for b, _ in step.args.values())
+                lines.append(f"  [{i}] {step.node.op}({args}) -> {[f'B{b}' for b in step.outs]}")
             else:
                 lines.append(f"  [{i}] call {step.node.op} -> {[f'B{b}' for b in step.outs]}")
         return "\n".join(lines)
@@ -149,4 +171,8 @@ class Target:
 
     def matmul_needs_packing(self, view: View, dtype: np.dtype, work: int) -> bool:
         """Whether a matmul operand must be copied to a dense buffer first."""
+        return False
+
+    def library(self, graph: Graph, node: Node) -> bool:
+        """Whether ``node`` (of the expanded graph) runs as a :class:`Library` step."""
         return False

@@ -23,11 +23,12 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.flex import blas as blas_mod
+from ember.backend.fusion.llvm.library import LIBRARY, Emitter
 from ember.backend.fusion.llvm.loops import KernelEmitter, Loops
-from ember.backend.fusion.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, reg_type
+from ember.backend.fusion.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.fusion.llvm.ops import OpEmitter
 from ember.backend.fusion.llvm.support import blas_layout
-from ember.backend.fusion.steps import Kernel, Matmul, Schedule
+from ember.backend.fusion.steps import Kernel, Library, Matmul, Schedule
 from ember.backend.fusion.views import View, size_of
 
 PTR = ir.PointerType()
@@ -39,7 +40,8 @@ class ModuleBuilder:
 
     def __init__(self, schedule: Schedule, prefix: str, arena: dict[int, int], ext: dict[int, int],
                  scratch: dict[int, int], blas: blas_mod.Blas | None, data_offset: int | None = None,
-                 blas_threshold: int = 0):
+                 blas_threshold: int = 0, aliases: dict[int, int] | None = None, status: int = 0,
+                 stop_on_failure: bool = False):
         from ember.backend.fusion.llvm import jit
 
         self.schedule = schedule
@@ -48,6 +50,9 @@ class ModuleBuilder:
         self.ext = ext              # buffer -> slot in the ext pointer table
         self.data_offset = data_offset  # ext holds array objects: their data pointer is at this offset
         self.scratch = scratch      # step index -> scratch buffer id
+        self.aliases = aliases or {}  # buffer -> the buffer whose storage it shares (a donated input)
+        self.status = status        # address of the plan's status words (a failed index check)
+        self.stop_on_failure = stop_on_failure  # a failed check ends the segment (else it runs on, clamped)
         self.blas = blas
         self.blas_threshold = blas_threshold
         self.module = ir.Module(name=prefix)
@@ -74,6 +79,7 @@ class ModuleBuilder:
         pointers: dict[int, ir.Value] = {}
 
         def pointer(buf: int) -> ir.Value:
+            buf = self.aliases.get(buf, buf)
             if buf not in pointers:
                 if buf in self.arena:
                     pointers[buf] = b.gep(arena, [ir.Constant(I64, self.arena[buf])], source_etype=I8)
@@ -92,17 +98,55 @@ class ModuleBuilder:
                 if size_of(step.space) == 0:
                     continue
                 buffers = sorted(step.reads() | step.writes())
+                storage = sorted({self.aliases.get(buf, buf) for buf in buffers})
                 scratch = self.scratch.get(index)
-                args = [pointer(buf) for buf in buffers]
+                args = [pointer(buf) for buf in storage]
                 if scratch is not None:
                     args.append(pointer(scratch))
-                kernel = self.kernel(f"{name}_k{index}", step, buffers, scratch is not None)
+                kernel = self.kernel(f"{name}_k{index}", step, buffers, storage, scratch is not None)
                 b.call(kernel, args + [scalars])
+            elif isinstance(step, Library):
+                buffers = sorted(step.reads() | step.writes())
+                regions = self._regions(step)
+                args = [pointer(buf) for buf in buffers]
+                if regions:
+                    base = pointer(self.scratch[index])
+                    args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
+                b.call(self.library(f"{name}_l{index}", step, index, buffers, sorted(regions)), args)
+                if LIBRARY[step.node.op].checks and self.stop_on_failure:
+                    # A failed index check stops the segment (see library.py).
+                    status = b.inttoptr(ir.Constant(I64, self.status), PTR)
+                    with b.if_then(b.icmp_signed("!=", b.load(status, typ=I64), ir.Constant(I64, 0)), likely=False):
+                        b.ret_void()
             else:
                 kernel = self.matmul(f"{name}_m{index}", step)
                 if kernel is not None:
                     b.call(kernel, [pointer(step.a[0]), pointer(step.b[0]), pointer(step.out)])
         b.ret_void()
+
+    def entry(self, name: str, segment: str, arena: int, ext: int, scalars: int, incref: int = 0) -> None:
+        """The segment ``segment`` with its three tables at fixed addresses: ``void
+        name(void)`` (a ctypes call without arguments costs about half as much), or,
+        given the address of CPython's ``Py_IncRef``, a C function of Python's
+        ``METH_NOARGS`` convention, ``PyObject *name(PyObject *self, PyObject *)``,
+        which returns ``self`` (a new reference)."""
+        native = bool(incref)
+        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR]) if native else ir.FunctionType(VOID, []),
+                         name=name)
+        self._tune(fn)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        target = self.module.get_global(segment)
+        b.call(target, [b.inttoptr(ir.Constant(I64, address), PTR) for address in (arena, ext, scalars)])
+        if not native:
+            b.ret_void()
+            return
+        symbol = "ember_py_incref"
+        inc = self.module.globals.get(symbol)
+        if inc is None:
+            llvm_binding.add_symbol(symbol, incref)
+            inc = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name=symbol)
+        b.call(inc, [fn.args[0]])
+        b.ret(fn.args[0])
 
     def _function(self, name: str, n_pointers: int, extra: list[ir.Type]) -> ir.Function:
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n_pointers + extra), name=name)
@@ -113,13 +157,45 @@ class ModuleBuilder:
         return fn
 
     # ------------------------------------------------------------------ kernels
-    def kernel(self, name: str, kernel: Kernel, buffers: list[int], has_scratch: bool) -> ir.Function:
-        fn = self._function(name, len(buffers) + int(has_scratch), [PTR])
-        base = dict(zip(buffers, fn.args))
-        scratch = fn.args[len(buffers)] if has_scratch else None
+    def kernel(self, name: str, kernel: Kernel, buffers: list[int], storage: list[int], has_scratch: bool
+               ) -> ir.Function:
+        """A kernel's function: one ``noalias`` pointer per distinct storage (a donated
+        output and the input it is written into share one)."""
+        fn = self._function(name, len(storage) + int(has_scratch), [PTR])
+        by_storage = dict(zip(storage, fn.args))
+        base = {buf: by_storage[self.aliases.get(buf, buf)] for buf in buffers}
+        scratch = fn.args[len(storage)] if has_scratch else None
         scalars = fn.args[-1]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         KernelEmitter(self.math, self.ops, b, kernel, base, scratch, scalars).emit()
+        b.ret_void()
+        return fn
+
+    # ------------------------------------------------------------------ library steps
+    def _regions(self, step: Library) -> dict[str, int]:
+        """A library step's scratch regions: name -> byte offset."""
+        regions = dict(LIBRARY[step.node.op].scratch(self.schedule.graph, step.node))
+        regions.pop("size", None)
+        return regions
+
+    def library(self, name: str, step: Library, index: int, buffers: list[int], regions: list[str]) -> ir.Function:
+        """A hand-written lowering's function (see :mod:`.library`): one ``noalias``
+        pointer per buffer and per scratch region."""
+        fn = self._function(name, len(buffers) + len(regions), [])
+        base = dict(zip(buffers, fn.args))
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = {}
+        for ref, (buf, view) in step.args.items():
+            dtype = self.schedule.graph.avals[ref].dtype
+            pointer = base[buf]
+            if view.offset:
+                pointer = b.gep(pointer, [ir.Constant(I64, view.offset)], source_etype=mem_type(dtype))
+            args[ref] = pointer
+        outs = [base[buf] for buf in step.outs]
+        scratch = dict(zip(regions, fn.args[len(buffers):]))
+        op = LIBRARY[step.node.op]
+        status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
+        op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1))
         b.ret_void()
         return fn
 

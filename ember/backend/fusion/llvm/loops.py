@@ -254,10 +254,20 @@ class KernelEmitter:
             value = b.zext(value, I8)
         b.store(value, b.gep(self.base[buffer], [offset], source_etype=t), align=dtype.itemsize)
 
-    def store(self, position: int, indices: list[ir.Value], memo: dict, accs: list | None = None) -> None:
+    def store(self, position: int, indices: list[ir.Value], memo: dict, accs: list | None = None,
+              value: ir.Value | None = None) -> None:
         s = self.kernel.stores[position]
-        value = self.value(s.expr, indices, memo, accs)
+        if value is None:
+            value = self.value(s.expr, indices, memo, accs)
         self._store(s.buffer, self.address(self.n_loads + position, indices), value, s.expr.dtype)
+
+    def store_all(self, positions: Any, indices: list[ir.Value], memo: dict, accs: list | None = None) -> None:
+        """Stores ``positions``: every value first, then the stores, since a store may
+        write a buffer the kernel also reads (a donated input, see
+        :func:`ember.backend.fusion.memory.donate`)."""
+        values = [self.value(self.kernel.stores[s].expr, indices, memo, accs) for s in positions]
+        for s, value in zip(positions, values):
+            self.store(s, indices, memo, value=value)
 
     # -------------------------------------------------------------- loop nests
     def emit(self) -> None:
@@ -272,9 +282,9 @@ class KernelEmitter:
             stores = range(len(kernel.stores))
 
             def body(indices: list[ir.Value]) -> None:
-                m: dict[int, ir.Value] = {}
-                for s in stores:
-                    self.store(s, indices, m)
+                # Every value first, then the stores: a store may write a buffer the
+                # kernel also reads (a donated input, see fusion.memory.donate).
+                self.store_all(stores, indices, {})
 
             self.loops.nest(self.space.sizes, body)
             return
@@ -349,8 +359,7 @@ class KernelEmitter:
                     r = reductions[j]
                     x = self.value(r.expr, point, m)
                     new.append(self.combine(r.op, acc, x, r.expr.dtype, _acc_dtype(r.op, r.expr.dtype, r.dtype)))
-                for s in full:
-                    self.store(s, point, m)
+                self.store_all(full, point, m)
                 return new
 
             finals = self.loops.run(sizes[-1], inner, inits)
@@ -359,8 +368,7 @@ class KernelEmitter:
                 values[j] = self.finish(j, acc)
             point = indices + [None]
             m: dict[int, ir.Value] = {}
-            for s in reduced:
-                self.store(s, point, m, values)
+            self.store_all(reduced, point, m, values)
 
         self.loops.nest(sizes[:-1], outer)
 
@@ -412,8 +420,7 @@ class KernelEmitter:
                         if acc_types[j].kind == "b":
                             new = b.zext(new, I8)
                         b.store(new, ptr)
-                    for s in full:
-                        self.store(s, point, m)
+                    self.store_all(full, point, m)
 
                 self.loops.nest(inner_sizes, update)
                 return []
@@ -428,8 +435,7 @@ class KernelEmitter:
                         acc = b.icmp_unsigned("!=", acc, ir.Constant(I8, 0))
                     values[j] = self.finish(j, acc)
                 m: dict[int, ir.Value] = {}
-                for s in reduced:
-                    self.store(s, o + [None] + k, m, values)
+                self.store_all(reduced, o + [None] + k, m, values)
 
             self.loops.nest(inner_sizes, epilogue)
 

@@ -3,8 +3,11 @@ answers of the CPU backend.
 
 Compiled: elementwise ops (per dtype, see :mod:`ember.backend.fusion.llvm.ops`),
 ``full``, layout ops, reductions, and matmuls of float32/float64, over the dtypes
-float64, float32, int64, int32, uint8 and bool. Everything else (module ops,
-indexing, sorting, scans, ``cat``, random draws, float16/bfloat16) runs on flex.
+float64, float32, int64, int32, uint8 and bool; convolutions (``conv_transpose``
+with stride 1), max pooling with its backward, ``gather`` and ``scatter_add`` as
+hand-written loops (:mod:`ember.backend.fusion.llvm.library`). Everything else
+(other module ops, indexing, sorting, scans, ``cat``, random draws,
+float16/bfloat16) runs on flex.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from ember.backend.flex.memory import physical_memory
 from ember.backend.fusion.expand import float_operands
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.kernels import ELEMENTWISE_OPS, LAYOUT_OPS, Target
+from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
 from ember.backend.fusion.views import View
 from ember.backend.ops import ReduceOp
@@ -99,6 +103,17 @@ class LLVMTarget(Target):
             out = avals[node.outs[0]].dtype
             return all(avals[a].dtype == out for a in args[1:] if type(a) is Ref)
         return op == "clamp"
+
+    def library(self, graph: Graph, node: Node) -> bool:
+        """Convolutions, max pooling and gather/scatter-add run as hand-written loops
+        (:mod:`ember.backend.fusion.llvm.library`) where their arguments allow."""
+        op = LIBRARY.get(node.op)
+        if op is None:
+            return False
+        avals = graph.avals
+        if _MEMORY is not None and any(avals[o].nbytes > _MEMORY for o in node.outs):
+            return False
+        return op.supports(graph, node, self)
 
     def matmul_needs_packing(self, view: View, dtype: np.dtype, work: int) -> bool:
         if self.blas is None or work < self.blas_threshold:
