@@ -1,0 +1,303 @@
+"""A schedule's steps as cube launches.
+
+:func:`lower` turns each step of a :class:`~ember.backend.fusion.steps.Schedule`
+into an object whose ``run(backend, values, scalars)`` makes its launches:
+
+* :class:`Elementwise`: a kernel without reductions, all its stores from one
+  generated kernel (:func:`ember.backend.cube.kernels.elementwise.run_many`);
+* :class:`Reduction`: a kernel with reductions, prologue, full-space stores and
+  epilogue in one generated kernel (:mod:`ember.backend.cube.kernels.fused_reduce`);
+* :class:`Product`: a matmul through cube's templates. An elementwise kernel that is
+  the product's only reader, with one store, becomes the template's *epilogue*
+  (``linear``'s bias and activation, the gradient mask of a ReLU) when everything
+  else it reads exists when the product runs;
+* :class:`Eager`: a call of the cube backend (a conv, a gather, a random draw).
+
+``values`` maps each schedule buffer to the :class:`~ember.backend.cube.buffer.CubeTensor`
+holding it (its shape the buffer's); a step reads a buffer through a schedule view
+by re-viewing that tensor (:func:`view`), and stores fresh tensors. ``scalars``
+holds the variant's run-time scalar values by slot, then those of eager calls.
+A launch that would bind more buffers or parameter words than the adapter allows
+is split into one kernel per store (:func:`_split`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.backend.cube.buffer import CubeTensor
+from ember.backend.cube.dtypes import storage_for
+from ember.backend.cube.kernels import elementwise, fused_reduce, layout
+from ember.backend.cube.kernels import gemm_common as gc
+from ember.backend.cube.kernels import matmul as cube_matmul
+from ember.backend.cube.runtime import INFO_WORDS
+from ember.backend.dtype import DType
+from ember.backend.fusion.decompose import DECOMPOSITIONS
+from ember.backend.fusion.exprs import Expr, Exprs
+from ember.backend.fusion.graph import Ref, flatten
+from ember.backend.fusion.replay import ReplayError
+from ember.backend.fusion.scalars import SymScalar
+from ember.backend.fusion.steps import Call, Kernel, Matmul, Schedule, Store
+from ember.backend.fusion.views import View
+from ember.backend.fusion.wgsl.translate import Translation
+
+#: Info words of an elementwise launch: numel, rank, shape, then per operand a block.
+_EW_HEAD = 2 + 8
+_EW_BLOCK = 9
+
+
+def storage(dtype: np.dtype, native_f16: bool = False) -> Any:
+    return storage_for(DType.from_numpy(dtype), native_f16)
+
+
+def view(backend: Any, values: list[Any], buf: int, v: View) -> CubeTensor:
+    """Buffer ``buf``'s tensor read through the schedule view ``v`` (positions in the
+    row-major order of the buffer's shape). A tensor that is not dense is copied
+    first (once: the copy replaces it in ``values``)."""
+    base = values[buf]
+    if not layout.is_dense(base):
+        base = values[buf] = layout.copy(backend, base)
+    return CubeTensor(base.buffer, v.shape, base.storage, v.strides, v.offset + base.offset)
+
+
+def _scalar_values(scalars: list[Any], wanted: list[tuple[int, str]]) -> tuple[list[Any], list[str]]:
+    return [scalars[slot] for slot, _ in wanted], [ct for _, ct in wanted]
+
+
+class Elementwise:
+    """Stores of a kernel without reductions, from one launch."""
+
+    def __init__(self, space: tuple[int, ...], stores: list[Store], buffers: list[Any]):
+        self.space = space
+        tr = Translation()
+        self.exprs = tuple(tr(s.expr) for s in stores)
+        self.operands = tr.operands
+        self.scalars = tr.scalars
+        self.outs = [s.buffer for s in stores]
+        self.storages = tuple(storage(buffers[b].dtype) for b in self.outs)
+
+    def run(self, backend: Any, values: list[Any], scalars: list[Any]) -> None:
+        inputs = [view(backend, values, b, v) for b, v in self.operands]
+        words, types = _scalar_values(scalars, self.scalars)
+        outs = elementwise.run_many(backend, self.exprs, inputs, self.storages, self.space, words, types)
+        for b, t in zip(self.outs, outs):
+            values[b] = t
+
+
+class Reduction:
+    """A kernel with reductions along one dim, from one launch."""
+
+    def __init__(self, kernel: Kernel, buffers: list[Any]):
+        self.space, self.dim = kernel.space, kernel.dim
+        tr = Translation()
+        reductions = tuple((r.op, tr(r.expr)) for r in kernel.reductions)
+        stores = tuple((tr(s.expr), storage(buffers[s.buffer].dtype), s.reduced) for s in kernel.stores)
+        self.operands = tr.operands
+        self.scalars = tr.scalars
+        self.spec = fused_reduce.FusedReduction(reductions, stores, tuple(storage(buffers[b].dtype)
+                                                                          for b, _ in tr.operands))
+        self.outs = [s.buffer for s in kernel.stores]
+
+    def run(self, backend: Any, values: list[Any], scalars: list[Any]) -> None:
+        inputs = [view(backend, values, b, v) for b, v in self.operands]
+        words, types = _scalar_values(scalars, self.scalars)
+        outs = fused_reduce.run(backend, self.spec, inputs, self.space, self.dim, words, types)
+        for b, t in zip(self.outs, outs):
+            values[b] = t
+
+
+class Product:
+    """A matmul, maybe with an elementwise kernel as its epilogue."""
+
+    def __init__(self, step: Matmul, buffers: list[Any], epilogue: tuple[Store, Expr, tuple[int, ...]] | None = None):
+        self.a, self.b = step.a, step.b
+        self.out = step.out
+        self.epilogue = None
+        if epilogue is not None:
+            store, expr, shape = epilogue
+            tr = Translation()
+            tr.operand(step.out, View.contiguous(shape).normalized())
+            self.epilogue = tr(expr)
+            self.operands = tr.operands[1:]
+            self.scalars = tr.scalars
+            self.out = store.buffer
+            self.out_storage = storage(buffers[store.buffer].dtype)
+
+    def run(self, backend: Any, values: list[Any], scalars: list[Any]) -> None:
+        a = view(backend, values, *self.a)
+        b = view(backend, values, *self.b)
+        if self.epilogue is None:
+            values[self.out] = cube_matmul.matmul(backend, a, b)
+            return
+        extra = tuple(view(backend, values, buf, v) for buf, v in self.operands)
+        words, types = _scalar_values(scalars, self.scalars)
+        epilogue = cube_matmul.Epilogue(self.epilogue, extra, tuple(words), tuple(types))
+        values[self.out] = cube_matmul.matmul(backend, a, b, epilogue=epilogue, out_storage=self.out_storage)
+
+
+class Eager:
+    """A node run by the cube backend (as the replay executor runs it)."""
+
+    def __init__(self, call: Call, avals: list[Any], positions: dict[int, int]):
+        self.call = call
+        self.avals = avals
+        self.positions = positions   # id(SymScalar) -> index in the run's scalars
+
+    def run(self, backend: Any, values: list[Any], scalars: list[Any]) -> None:
+        call = self.call
+        node = call.node
+        positions = self.positions
+
+        def arg(a: Any) -> Any:
+            kind = type(a)
+            if kind is Ref:
+                buf, v = call.args[a]
+                return view(backend, values, buf, v)
+            if kind is SymScalar:
+                return scalars[positions[id(a)]]
+            if kind is tuple:
+                return tuple(arg(x) for x in a)
+            if kind is list:
+                return [arg(x) for x in a]
+            return a
+
+        args = arg(node.args)
+        kwargs = {k: arg(v) for k, v in node.kwargs}
+        result = getattr(backend, node.op)(*args, **kwargs)
+        if result is NotImplemented:
+            result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
+        leaves, _ = flatten(result)
+        for value, buf, leaf in zip(node.outs, call.outs, leaves):
+            aval = self.avals[value]
+            if tuple(leaf.shape) != aval.shape or leaf.dtype != aval.dtype:
+                raise ReplayError(
+                    f"ember: fusion: {node.op} gave {list(leaf.shape)} {leaf.dtype}, but the graph inferred "
+                    f"{list(aval.shape)} {aval.dtype}; this is a bug in ember's shape rules"
+                )
+            values[buf] = leaf
+
+
+def symbols(args: Any) -> list[SymScalar]:
+    """The run-time scalars in a nested argument structure."""
+    kind = type(args)
+    if kind is SymScalar:
+        return [args]
+    if kind is tuple or kind is list:
+        return [s for a in args for s in symbols(a)]
+    return []
+
+
+# ---------------------------------------------------------------------- lowering
+def lower(schedule: Schedule, max_bindings: int, positions: dict[int, int]) -> list[tuple[Any, list[int]]]:
+    """The launches of ``schedule`` in order, each with the schedule steps it runs."""
+    steps = schedule.steps
+    buffers = schedule.buffers
+    avals = schedule.graph.avals
+    epilogues = _epilogues(schedule, max_bindings)
+    absorbed = {k for k, _, _ in epilogues.values()}
+    out: list[tuple[Any, list[int]]] = []
+    for index, step in enumerate(steps):
+        if index in absorbed:
+            continue
+        if isinstance(step, Matmul):
+            fused = epilogues.get(index)
+            if fused is None:
+                out.append((Product(step, buffers), [index]))
+            else:
+                k, expr, shape = fused
+                out.append((Product(step, buffers, (steps[k].stores[0], expr, shape)), [index, k]))
+        elif isinstance(step, Kernel):
+            for kernel in _split(step, max_bindings):
+                if kernel.reductions:
+                    out.append((Reduction(kernel, buffers), [index]))
+                else:
+                    out.append((Elementwise(kernel.space, kernel.stores, buffers), [index]))
+        else:
+            out.append((Eager(step, avals, positions), [index]))
+    return out
+
+
+def _epilogues(schedule: Schedule, max_bindings: int) -> dict[int, tuple[int, Expr, tuple[int, ...]]]:
+    """Matmul step -> (the elementwise kernel that becomes its epilogue, its store's
+    expression over the product's shape, that shape). The kernel is the product's only reader, has one store, reads every other
+    buffer from steps before the matmul, and its loads re-view over the product's shape
+    (the product itself densely, as the epilogue reads it)."""
+    steps = schedule.steps
+    returned = {buf for buf, _ in schedule.outputs}
+    readers: dict[int, list[int]] = {}
+    for index, step in enumerate(steps):
+        for buf in step.reads():
+            readers.setdefault(buf, []).append(index)
+    out: dict[int, tuple[int, Expr, tuple[int, ...]]] = {}
+    x = Exprs()
+    for index, step in enumerate(steps):
+        if not isinstance(step, Matmul) or step.out in returned:
+            continue
+        users = readers.get(step.out, [])
+        if len(users) != 1 or not isinstance(steps[users[0]], Kernel):
+            continue
+        k = users[0]
+        kernel = steps[k]
+        if kernel.reductions or len(kernel.stores) != 1:
+            continue
+        if any(schedule.producer.get(b, -1) >= index for b in kernel.reads() if b != step.out):
+            continue
+        shape = schedule.buffers[step.out].shape
+        dense = View.contiguous(shape).normalized()
+
+        def respace(load: Expr, out: int = step.out, shape: tuple[int, ...] = shape, dense: View = dense) -> Expr | None:
+            v = load.args[0]
+            if v.shape == ():
+                return load if load.op != out else None
+            new = v if v.shape == shape else v.reshape(shape)
+            if new is None or (load.op == out and new.normalized() != dense):
+                return None
+            return x.load(load.op, new, load.dtype)
+
+        store = kernel.stores[0]
+        expr = x.map_loads(store.expr, respace, {})
+        if expr is None:
+            continue
+        n_extra = len(kernel.reads()) - 1
+        n_scalars = len({e.op for e in expr.walk() if e.kind == "scalar"})
+        if n_extra + 3 > max_bindings or gc.HEAD + (2 + n_extra) * gc.BLOCK + 2 * n_scalars > INFO_WORDS:
+            continue
+        out[index] = (k, expr, shape)
+    return out
+
+
+def _split(kernel: Kernel, max_bindings: int) -> list[Kernel]:
+    """``kernel`` as launches within the adapter's bindings and parameter words: whole,
+    else one per store. A kernel still too wide (a reduction's, or one store reading
+    more buffers than a kernel may bind) raises :class:`TooWide`: the plan then
+    replays its graph call by call."""
+    if _fits(kernel, max_bindings):
+        return [kernel]
+    if not kernel.reductions and len(kernel.stores) > 1:
+        parts = [Kernel(kernel.space, None, [], [s]) for s in kernel.stores]
+        if all(_fits(p, max_bindings) for p in parts):
+            return parts
+    raise TooWide(f"ember: fusion: a kernel over {list(kernel.space)} reads or writes more buffers than a WGSL "
+                  f"kernel may bind here ({max_bindings}) or passes more than {INFO_WORDS} parameter words")
+
+
+class TooWide(Exception):
+    """A kernel the adapter cannot bind in one launch."""
+
+
+def _fits(kernel: Kernel, max_bindings: int) -> bool:
+    exprs = [s.expr for s in kernel.stores] + [r.expr for r in kernel.reductions]
+    nodes = [e for expr in exprs for e in expr.walk()]
+    loads = len({(e.op, e.args[0]) for e in nodes if e.kind == "load"})
+    scalars = len({e.op for e in nodes if e.kind == "scalar"})
+    if kernel.reductions:
+        full = sum(1 for s in kernel.stores if not s.reduced)
+        words = fused_reduce.info_words(loads, full, scalars)
+    else:
+        words = _EW_HEAD + (loads + 1) * _EW_BLOCK + 2 * scalars
+    return loads + len(kernel.stores) <= max_bindings and words <= INFO_WORDS
+
+
+__all__ = ["Eager", "Elementwise", "Product", "Reduction", "TooWide", "lower", "symbols", "view"]
