@@ -30,6 +30,7 @@ from ember.backend.fusion.kernels import Call, schedule
 from ember.backend.fusion.replay import PartialRun, Replay
 from ember.backend.fusion.wgsl.launches import Eager, lower, symbols, view
 from ember.backend.fusion.wgsl.support import CubeTarget
+from ember.backend.fusion.wgsl.tape import Recording, Tape
 
 
 class CubeExecutor:
@@ -47,7 +48,10 @@ class CubeExecutor:
         self.tape = tape
         self._plans: OrderedDict[tuple, CubePlan] = OrderedDict()
         self._lock = threading.Lock()
-        self.stats = {"plans": 0, "compile_s": 0.0, "tapes": 0, "replays": 0, "tape_fallbacks": 0}
+        #: ``plans`` (variants) made and their ``compile_s``; ``tapes`` recorded, ``untaped``
+        #: recordings that gave none (a read-back inside), tape ``replays``, and
+        #: ``tape_fallbacks`` (runs whose inputs did not fit their tape)
+        self.stats = {"plans": 0, "compile_s": 0.0, "tapes": 0, "untaped": 0, "replays": 0, "tape_fallbacks": 0}
 
     def plan(self, graph: Graph, fixed_scalars: dict[int, Any] | None = None) -> CubePlan:
         key = (graph.structure(), tuple(id(v) for v in graph.consts.values()),
@@ -66,6 +70,10 @@ class CubeExecutor:
 
     def cache_size(self) -> int:
         return len(self._plans)
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.stats[name] += 1
 
 
 class CubePlan:
@@ -185,7 +193,22 @@ class Variant:
 
     # ------------------------------------------------------------------ running
     def run(self, backend: Any, inputs: list[Any], scalars: list[Any]) -> list[Any]:
-        """The outputs for ``inputs`` and this variant's ``scalars``."""
+        """The outputs for ``inputs`` and this variant's ``scalars``: the tape's replay
+        when there is one and these inputs fit it, else the launches one by one (the
+        second run records the tape)."""
+        tape = self.tape
+        if tape:
+            out = tape.replay(backend, inputs, scalars)
+            if out is not None:
+                self.executor._count("replays")
+                return out
+            self.executor._count("tape_fallbacks")
+        elif tape is None and self.runs == 1 and self.executor.tape and backend.runtime.tapes:
+            return self._record(backend, inputs, scalars)
+        return self._run(backend, inputs, scalars)
+
+    def _run(self, backend: Any, inputs: list[Any], scalars: list[Any], recording: Any = None,
+             capture: Any = None) -> list[Any]:
         values: list[Any] = [None] * self._n_buffers
         for buf, k in self._inputs:
             values[buf] = inputs[k]
@@ -194,7 +217,10 @@ class Variant:
         done = 0
         try:
             for (launch, _), frees in zip(self.launches, self._frees):
-                launch.run(backend, values, scalars)
+                if recording is None:
+                    launch.run(backend, values, scalars)
+                else:
+                    self._run_recorded(backend, launch, values, scalars, recording, capture)
                 for buf in frees:
                     values[buf] = None
                 done += 1
@@ -202,6 +228,36 @@ class Variant:
             raise PartialRun(error, self._computed(backend, values, done)) from error
         self.runs += 1
         return [view(backend, values, buf, v) for buf, v in self._outputs]
+
+    def _record(self, backend: Any, inputs: list[Any], scalars: list[Any]) -> list[Any]:
+        """A run whose launches are captured into a :class:`~.tape.Tape`."""
+        runtime = backend.runtime
+        recording = Recording()
+        with runtime.capture() as capture:
+            outs = self._run(backend, inputs, scalars, recording, capture)
+        consts = [value for _, value in self._consts]
+        self.tape = Tape.build(runtime, capture, recording, inputs, consts, outs, scalars) or False
+        self.executor._count("tapes" if self.tape else "untaped")
+        return outs
+
+    @staticmethod
+    def _run_recorded(backend: Any, launch: Any, values: list[Any], scalars: list[Any], recording: Any,
+                      capture: Any) -> None:
+        """Runs ``launch`` and notes where its scalars went in the captured launches."""
+        start = len(capture.launches)
+        dynamic = isinstance(launch, Eager) and launch.dynamic
+        if dynamic:
+            snapshot = {buf: values[buf] for buf in launch.reads}
+        launch.run(backend, values, scalars)
+        end = len(capture.launches)
+        if dynamic:
+            recording.dynamic.append((start, end, launch, snapshot))
+            return
+        wanted = launch.scalars
+        for j in range(start, end):
+            base = len(capture.launches[j][2]) - 2 * len(wanted)
+            for k, (slot, ctype) in enumerate(wanted):
+                recording.patches.append((j, base + 2 * k, slot, ctype))
 
     def _computed(self, backend: Any, values: list[Any], done: int) -> dict[int, Any]:
         """The outputs whose values exist after ``done`` launches."""

@@ -115,6 +115,7 @@ class Product:
         self.a, self.b = step.a, step.b
         self.out = step.out
         self.epilogue = None
+        self.scalars: list[tuple[int, str]] = []
         if epilogue is not None:
             store, expr, shape = epilogue
             tr = Translation()
@@ -140,10 +141,15 @@ class Product:
 class Eager:
     """A node run by the cube backend (as the replay executor runs it)."""
 
+    scalars: list[tuple[int, str]] = []   # none of its parameter words are patched (see .tape)
+
     def __init__(self, call: Call, avals: list[Any], positions: dict[int, int]):
         self.call = call
         self.avals = avals
         self.positions = positions   # id(SymScalar) -> index in the run's scalars
+        #: whether run-time scalars reach its parameter words (a tape reruns it dry)
+        self.dynamic = bool(symbols((call.node.args, call.node.kwargs)))
+        self.reads = sorted({buf for buf, _ in call.args.values()})
 
     def run(self, backend: Any, values: list[Any], scalars: list[Any]) -> None:
         call = self.call
