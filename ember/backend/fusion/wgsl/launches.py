@@ -18,7 +18,8 @@ holding it (its shape the buffer's); a step reads a buffer through a schedule vi
 by re-viewing that tensor (:func:`view`), and stores fresh tensors. ``scalars``
 holds the variant's run-time scalar values by slot, then those of eager calls.
 A launch that would bind more buffers or parameter words than the adapter allows
-is split into one kernel per store (:func:`_split`).
+is split into one kernel per store, and a store still too wide has parts of its
+expression stored first (:func:`_split`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ember.backend.fusion.exprs import Expr, Exprs
 from ember.backend.fusion.graph import Ref, flatten
 from ember.backend.fusion.replay import ReplayError
 from ember.backend.fusion.scalars import SymScalar
-from ember.backend.fusion.steps import Call, Kernel, Matmul, Schedule, Store
+from ember.backend.fusion.steps import Buffer, Call, Kernel, Matmul, Schedule, Store
 from ember.backend.fusion.views import View
 from ember.backend.fusion.wgsl.translate import Translation
 
@@ -59,7 +60,7 @@ def view(backend: Any, values: list[Any], buf: int, v: View) -> CubeTensor:
     base = values[buf]
     if not layout.is_dense(base):
         base = values[buf] = layout.copy(backend, base)
-    return CubeTensor(base.buffer, v.shape, base.storage, v.strides, v.offset + base.offset)
+    return CubeTensor(base.buffer, v.shape, base.storage, v.strides, v.offset + base.offset, base.bounds)
 
 
 def _scalar_values(scalars: list[Any], wanted: list[tuple[int, str]]) -> tuple[list[Any], list[str]]:
@@ -215,7 +216,7 @@ def lower(schedule: Schedule, max_bindings: int, positions: dict[int, int]) -> l
                 k, expr, shape = fused
                 out.append((Product(step, buffers, (steps[k].stores[0], expr, shape)), [index, k]))
         elif isinstance(step, Kernel):
-            for kernel in _split(step, max_bindings):
+            for kernel in _split(step, max_bindings, buffers):
                 if kernel.reductions:
                     out.append((Reduction(kernel, buffers), [index]))
                 else:
@@ -274,19 +275,71 @@ def _epilogues(schedule: Schedule, max_bindings: int) -> dict[int, tuple[int, Ex
     return out
 
 
-def _split(kernel: Kernel, max_bindings: int) -> list[Kernel]:
+def _split(kernel: Kernel, max_bindings: int, buffers: list[Buffer]) -> list[Kernel]:
     """``kernel`` as launches within the adapter's bindings and parameter words: whole,
-    else one per store. A kernel still too wide (a reduction's, or one store reading
-    more buffers than a kernel may bind) raises :class:`TooWide`: the plan then
-    replays its graph call by call."""
+    else one per store; a store (or a reduction's prologue) still too wide has its
+    widest part that fits stored first, by a kernel of its own, until it fits
+    (:func:`_narrow`). A reduction's epilogue too wide raises :class:`TooWide` (the
+    plan then replays its graph call by call)."""
     if _fits(kernel, max_bindings):
         return [kernel]
+    parts = [kernel]
     if not kernel.reductions and len(kernel.stores) > 1:
         parts = [Kernel(kernel.space, None, [], [s]) for s in kernel.stores]
-        if all(_fits(p, max_bindings) for p in parts):
-            return parts
-    raise TooWide(f"ember: fusion: a kernel over {list(kernel.space)} reads or writes more buffers than a WGSL "
-                  f"kernel may bind here ({max_bindings}) or passes more than {INFO_WORDS} parameter words")
+    out: list[Kernel] = []
+    for part in parts:
+        out += _narrow(part, max_bindings, buffers) if not _fits(part, max_bindings) else [part]
+    return out
+
+
+def _narrow(kernel: Kernel, max_bindings: int, buffers: list[Buffer]) -> list[Kernel]:
+    """Kernels storing subexpressions of ``kernel``'s full-space expressions, then
+    ``kernel`` reading them, each within the limits."""
+    x = Exprs()
+    before: list[Kernel] = []
+    space = kernel.space
+    while not _fits(kernel, max_bindings):
+        exprs = [r.expr for r in kernel.reductions] + [s.expr for s in kernel.stores if not s.reduced]
+        best, best_loads = None, 0
+        for root in exprs:
+            loads_of: dict[int, frozenset] = {}
+            for e in root.walk():
+                if e.kind == "load":
+                    loads_of[id(e)] = frozenset([(e.op, e.args[0])])
+                else:
+                    loads_of[id(e)] = frozenset().union(*(loads_of[id(a)] for a in e.args if type(a) is Expr))
+                n = len(loads_of[id(e)])
+                if e is not root and e.kind not in ("load", "acc") and 1 < n < max_bindings and n > best_loads:
+                    part = Kernel(space, None, [], [Store(-1, e, False)])
+                    if _fits(part, max_bindings):
+                        best, best_loads = e, n
+        if best is None:
+            raise TooWide(f"ember: fusion: a kernel over {list(space)} reads more buffers than a WGSL kernel may "
+                          f"bind here ({max_bindings}) or passes more than {INFO_WORDS} parameter words")
+        buf = len(buffers)
+        buffers.append(Buffer(buf, space, best.dtype, "temp"))
+        before.append(Kernel(space, None, [], [Store(buf, best, False)]))
+        load = x.load(buf, View.contiguous(space), best.dtype)
+        memo: dict[int, Expr] = {}
+        kernel = Kernel(space, kernel.dim,
+                        [type(r)(r.op, _replace(x, r.expr, best, load, memo), r.dtype, r.count) for r in kernel.reductions],
+                        [Store(s.buffer, _replace(x, s.expr, best, load, memo), s.reduced) for s in kernel.stores])
+    return before + [kernel]
+
+
+def _replace(x: Exprs, expr: Expr, target: Expr, new: Expr, memo: dict[int, Expr]) -> Expr:
+    """``expr`` with the subexpression ``target`` replaced by ``new``."""
+    for e in expr.walk():
+        if id(e) in memo:
+            continue
+        if e is target:
+            memo[id(e)] = new
+        elif not e.args:
+            memo[id(e)] = e
+        else:
+            args = tuple(memo[id(a)] if type(a) is Expr else a for a in e.args)
+            memo[id(e)] = x.make(e.kind, e.op, args, e.dtype)
+    return memo[id(expr)]
 
 
 class TooWide(Exception):
