@@ -198,31 +198,42 @@ def symbols(args: Any) -> list[SymScalar]:
 
 # ---------------------------------------------------------------------- lowering
 def lower(schedule: Schedule, max_bindings: int, positions: dict[int, int]) -> list[tuple[Any, list[int]]]:
-    """The launches of ``schedule`` in order, each with the schedule steps it runs."""
+    """The launches of ``schedule`` in order, each with the schedule steps it runs.
+    Consecutive elementwise kernels over one space where the second reads nothing the
+    first writes (independent chains over the same elements) become one launch."""
     steps = schedule.steps
     buffers = schedule.buffers
     avals = schedule.graph.avals
     epilogues = _epilogues(schedule, max_bindings)
     absorbed = {k for k, _, _ in epilogues.values()}
-    out: list[tuple[Any, list[int]]] = []
+    planned: list[list[Any]] = []   # [launch or kernel, steps]
     for index, step in enumerate(steps):
         if index in absorbed:
             continue
         if isinstance(step, Matmul):
             fused = epilogues.get(index)
             if fused is None:
-                out.append((Product(step, buffers), [index]))
+                planned.append([Product(step, buffers), [index]])
             else:
                 k, expr, shape = fused
-                out.append((Product(step, buffers, (steps[k].stores[0], expr, shape)), [index, k]))
+                planned.append([Product(step, buffers, (steps[k].stores[0], expr, shape)), [index, k]])
         elif isinstance(step, Kernel):
             for kernel in _split(step, max_bindings, buffers):
-                if kernel.reductions:
-                    out.append((Reduction(kernel, buffers), [index]))
-                else:
-                    out.append((Elementwise(kernel.space, kernel.stores, buffers), [index]))
+                last = planned[-1][0] if planned else None
+                if not kernel.reductions and isinstance(last, Kernel) and not last.reductions \
+                        and last.space == kernel.space and not kernel.reads() & last.writes():
+                    merged = Kernel(kernel.space, None, [], last.stores + kernel.stores)
+                    if _fits(merged, max_bindings):
+                        planned[-1] = [merged, planned[-1][1] + [index]]
+                        continue
+                planned.append([kernel, [index]])
         else:
-            out.append((Eager(step, avals, positions), [index]))
+            planned.append([Eager(step, avals, positions), [index]])
+    out: list[tuple[Any, list[int]]] = []
+    for item, indices in planned:
+        if isinstance(item, Kernel):
+            item = Reduction(item, buffers) if item.reductions else Elementwise(item.space, item.stores, buffers)
+        out.append((item, sorted(set(indices))))
     return out
 
 

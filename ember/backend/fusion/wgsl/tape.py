@@ -102,7 +102,6 @@ class Tape:
         self._shared: list[tuple[int, int]] = []          # (input, the earlier input sharing its buffer)
         self._outputs: list[tuple[str, Any, tuple]] = []  # per output: where it lives, its layout
         self._output_slots: list[_Output] = []
-        self._owned_flags: list[bool] = []
         self._owner: dict[int, _Output] = {}              # id(owned buffer) -> its slot
         self._fixed: list[Any] = []
         self._pipelines: list[Any] = []
@@ -232,14 +231,12 @@ class Tape:
                     words[at + 1] = np.array([b >> 32 for b in bits], np.uint32)
             if self._dynamic and not self._rerun(backend, scalars):
                 return None
-            chosen = self._choose()
+            handed = self._choose()
             buffers = {("input", k): inputs[k].buffer.gpu for k, _, _ in self._checks}
-            for o, gpu in enumerate(chosen):
-                buffers[("output", o)] = gpu
+            for o, block in enumerate(handed):
+                buffers[("output", o)] = block.gpu
             groups = self._groups(buffers)
             self.runtime.replay(self._info, words, self._pipelines, groups, self._offsets, self._grids)
-            handed = [Block(gpu, self._returns if owned else self.runtime.pool)
-                      for gpu, owned in zip(chosen, self._owned_flags)]
         out = []
         for kind, where, (shape, storage, strides, offset) in self._outputs:
             if kind == "output":
@@ -265,32 +262,30 @@ class Tape:
                 words[at:at + n] = info
         return True
 
-    def _choose(self) -> list[Any]:
-        """A buffer per output slot that nobody holds (see the module docstring)."""
+    def _choose(self) -> list[Block]:
+        """A block per output slot over a buffer nobody holds (see the module
+        docstring): an owned buffer given back, a new one the tape keeps, or (past
+        :data:`MAX_OWNED`) a plain pool block."""
         queue = self._returns.queue
         owner = self._owner
         while queue:
             gpu = queue.popleft()
             owner[id(gpu)].free.append(gpu)
-        chosen, flags = [], []
-        runtime = self.runtime
+        handed = []
+        returns = self._returns
         for slot in self._output_slots:
             if slot.free:
-                chosen.append(slot.free.pop())
-                flags.append(True)
+                handed.append(Block(slot.free.pop(), returns))
                 continue
-            block = runtime.alloc(slot.size)
-            gpu = block.gpu
+            block = self.runtime.alloc(slot.size)
             if len(slot.owned) < MAX_OWNED:
+                gpu = block.gpu
                 block._pool = None  # the tape's from now on
                 slot.owned.append(gpu)
-                self._owner[id(gpu)] = slot
-                flags.append(True)
-            else:
-                flags.append(False)
-            chosen.append(gpu)
-        self._owned_flags = flags
-        return chosen
+                owner[id(gpu)] = slot
+                block = Block(gpu, returns)
+            handed.append(block)
+        return handed
 
     def _groups(self, buffers: dict[Any, Any]) -> list[Any]:
         """The bind group of each launch for these buffers (cached per combination)."""
