@@ -117,6 +117,15 @@ class BufferPool:
         self.held = 0
 
 
+class _RawPass:
+    """A compute pass opened with a raw call (its handle, as wgpu's objects hold it)."""
+
+    __slots__ = ("_internal",)
+
+    def __init__(self, handle: Any) -> None:
+        self._internal = handle
+
+
 class _RawCalls:
     """The four calls of a launch made straight through wgpu-native's C API.
 
@@ -127,11 +136,26 @@ class _RawCalls:
     """
 
     def __init__(self, device: Any) -> None:
+        from wgpu.backends.wgpu_native._api import GPUCommandEncoder
         from wgpu.backends.wgpu_native._ffi import ffi, lib
 
         self.ffi, self.lib = ffi, lib
+        self.device = device
         self.device_id = device._internal
         self.pending: list[Any] = []
+        self._encoder_class = GPUCommandEncoder
+
+    def begin(self) -> tuple[Any, Any]:
+        """A command encoder (wgpu's object: its ``finish`` reports validation errors)
+        and an open compute pass on it (a raw handle), made with two raw calls (the
+        public API's pair costs about 20 us)."""
+        lib, ffi = self.lib, self.ffi
+        encoder = self._encoder_class("", lib.wgpuDeviceCreateCommandEncoder(self.device_id, ffi.NULL), self.device)
+        return encoder, _RawPass(lib.wgpuCommandEncoderBeginComputePass(encoder._internal, ffi.NULL))
+
+    def end(self, cpass: Any) -> None:
+        self.lib.wgpuComputePassEncoderEnd(cpass._internal)
+        self.lib.wgpuComputePassEncoderRelease(cpass._internal)
 
     def bind_group(self, layout: Any, buffers: list[Any]) -> Any:
         ffi = self.ffi
@@ -405,8 +429,7 @@ class Runtime:
             self._host_arena[start:start + len(info)] = info
             self._arena_pos = offset + (-(-max(len(info) * 4, 4) // self.info_align)) * self.info_align
             if self._pass is None:
-                self._encoder = self.device.create_command_encoder()
-                self._pass = self._encoder.begin_compute_pass()
+                self._begin()
             cpass = self._pass
             raw = self._raw
             if raw is not None:
@@ -422,6 +445,14 @@ class Runtime:
             self._batch += 1
             self.stats["launches"] += 1
 
+    def _begin(self) -> None:
+        """Opens the encoder and its compute pass (under the lock)."""
+        if self._raw is not None:
+            self._encoder, self._pass = self._raw.begin()
+        else:
+            self._encoder = self.device.create_command_encoder()
+            self._pass = self._encoder.begin_compute_pass()
+
     def flush(self) -> None:
         """Submit the recorded launches."""
         if self._pass is None:
@@ -429,7 +460,10 @@ class Runtime:
         with self.lock:
             if self._pass is None:
                 return
-            self._pass.end()
+            if self._raw is not None:
+                self._raw.end(self._pass)
+            else:
+                self._pass.end()
             if self._arena_pos:
                 self.queue.write_buffer(self._arena, 0, self._host_arena, 0, self._arena_pos)
             self.queue.submit([self._encoder.finish()])
@@ -523,8 +557,7 @@ class Runtime:
             lib.wgpuQueueWriteBuffer(self.queue._internal, info.buffer._internal, 0, ffi.from_buffer(words),
                                      words.nbytes)
             if self._pass is None:
-                self._encoder = self.device.create_command_encoder()
-                self._pass = self._encoder.begin_compute_pass()
+                self._begin()
             pass_id = self._pass._internal
             set_pipeline = lib.wgpuComputePassEncoderSetPipeline
             set_group = lib.wgpuComputePassEncoderSetBindGroup

@@ -110,8 +110,7 @@ class Tape:
         self._patches: list[tuple[str, np.ndarray, list[int]]] = []
         self._dynamic: list[tuple[Any, dict[int, Any], list[tuple]]] = []
         self._static_groups: dict[int, Any] = {}
-        self._configs: OrderedDict[tuple, tuple[list[Any], list[Any], tuple]] = OrderedDict()
-        self._variable: list[tuple[str, int]] = []
+        self._configs: OrderedDict[tuple, tuple[list[Any], list[Any]]] = OrderedDict()
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -198,8 +197,6 @@ class Tape:
                          for buf, t in values.items()}
             tape._dynamic.append((eager, stand_ins, spans))
         tape._fixed.append(dummy)
-        tape._variable = sorted({kind for _, _, bindings in tape._bindings for kind in bindings
-                                 if type(kind) is tuple} | {("output", o) for o in range(len(tape._output_slots))})
         return tape
 
     # ------------------------------------------------------------------ replaying
@@ -232,10 +229,7 @@ class Tape:
             if self._dynamic and not self._rerun(backend, scalars):
                 return None
             handed = self._choose()
-            buffers = {("input", k): inputs[k].buffer.gpu for k, _, _ in self._checks}
-            for o, block in enumerate(handed):
-                buffers[("output", o)] = block.gpu
-            groups = self._groups(buffers)
+            groups = self._groups(tuple([x.buffer.gpu for x in inputs] + [b.gpu for b in handed]))
             self.runtime.replay(self._info, words, self._pipelines, groups, self._offsets, self._grids)
         out = []
         for kind, where, (shape, storage, strides, offset) in self._outputs:
@@ -287,13 +281,14 @@ class Tape:
             handed.append(block)
         return handed
 
-    def _groups(self, buffers: dict[Any, Any]) -> list[Any]:
-        """The bind group of each launch for these buffers (cached per combination)."""
-        key = tuple(id(buffers[v]) for v in self._variable)
-        entry = self._configs.get(key)
+    def _groups(self, buffers: tuple[Any, ...]) -> list[Any]:
+        """The bind group of each launch for these buffers (the inputs', then the
+        outputs'), cached per combination."""
+        entry = self._configs.get(buffers)
         if entry is not None:
-            self._configs.move_to_end(key)
+            self._configs.move_to_end(buffers)
             return entry[0]
+        n_inputs = len(self._checks)
         groups, made = [], []
         runtime = self.runtime
         for i, (n_in, n_out, bindings) in enumerate(self._bindings):
@@ -302,20 +297,22 @@ class Tape:
                 if group is None:
                     group = self._static_groups[i] = runtime.bind_group(n_in, n_out, bindings)
             else:
-                group = runtime.bind_group(n_in, n_out, [buffers[b] if type(b) is tuple else b for b in bindings])
+                bound = [b if type(b) is not tuple else buffers[b[1] if b[0] == "input" else n_inputs + b[1]]
+                         for b in bindings]
+                group = runtime.bind_group(n_in, n_out, bound)
                 made.append(group)
             groups.append(group)
-        # The entry keeps the buffers it binds alive, so their ids stay theirs.
-        self._configs[key] = (groups, made, tuple(buffers[v] for v in self._variable))
+        # The key holds the buffers it binds: they outlive the entry.
+        self._configs[buffers] = (groups, made)
         while len(self._configs) > MAX_CONFIGS:
-            _, (_, old, _) = self._configs.popitem(last=False)
+            _, (_, old) = self._configs.popitem(last=False)
             runtime.release(old)
         return groups
 
     def __del__(self) -> None:
         try:
             runtime = self.runtime
-            for _, made, _ in self._configs.values():
+            for _, made in self._configs.values():
                 runtime.release(made)
             runtime.release(list(self._static_groups.values()))
             self._returns.forward = runtime.pool
