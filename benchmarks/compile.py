@@ -13,6 +13,9 @@ ratios. Compile times are the plans each workload builds, from a cold executor.
 All of ember, numpy's BLAS (ember sets it to ``EMBER_NUM_THREADS``, default 1)
 and torch run on one thread.
 
+On wgpu, ``benchmarks/compile_wgpu.py`` (run at the end, ``--no-wgpu`` skips it)
+prints compiled W1 and W2 steps' Python time, dispatches and submits per step.
+
 Targets (issue "compile"): eager fusion on flex: W2 no slower than unfused eager,
 exact GELU within 2x of torch. ``ember.compile`` rows come with that issue's
 whole-step capture.
@@ -176,6 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--matmul-threshold", action="store_true", help="time BLAS against generated loops")
+    parser.add_argument("--no-wgpu", action="store_true", help="skip the wgpu table (benchmarks/compile_wgpu.py)")
     args = parser.parse_args()
     repeats = 5 if args.quick else 11
     torch = try_import_torch()
@@ -194,6 +198,10 @@ def main() -> None:
     print()
     for note in notes:
         print(note)
+    if not args.no_wgpu:
+        from benchmarks.compile_wgpu import wgpu_table
+
+        wgpu_table(3 if args.quick else 9, 20)
 
 
 if __name__ == "__main__":
