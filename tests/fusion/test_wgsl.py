@@ -108,6 +108,19 @@ def test_matmul_with_bias_and_relu_is_one_launch(fused, rng):
     assert n == 1
 
 
+def test_matmul_with_several_results_in_its_epilogue(fused, rng):
+    """Two independent uses of a product share one kernel, which becomes the matmul's
+    epilogue with two outputs."""
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 12)).astype(np.float32)
+    x, wt = data(fused, a), data(fused, w)
+    (p, q), n = launches(fused, lambda: (lambda h: (h.mul_scalar(2.0), h.tanh()))(x.matmul(wt)))
+    h = a.astype(np.float64) @ w
+    np.testing.assert_allclose(numpy(p), 2 * h, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(numpy(q), np.tanh(h), rtol=1e-5, atol=1e-5)
+    assert n == 1
+
+
 def test_integer_and_bool_chains_match_eager_cube(fused, rng):
     eager = _gpu_device()
     u8 = rng.integers(0, 256, (5, 7)).astype(np.uint8)

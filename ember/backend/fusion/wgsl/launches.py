@@ -8,8 +8,9 @@ into an object whose ``run(backend, values, scalars)`` makes its launches:
 * :class:`Reduction`: a kernel with reductions, prologue, full-space stores and
   epilogue in one generated kernel (:mod:`ember.backend.cube.kernels.fused_reduce`);
 * :class:`Product`: a matmul through cube's templates. An elementwise kernel that is
-  the product's only reader, with one store, becomes the template's *epilogue*
-  (``linear``'s bias and activation, the gradient mask of a ReLU) when everything
+  the product's only reader becomes the template's *epilogue* (``linear``'s bias and
+  activation, the gradient mask of a ReLU, an optimizer's update of a weight from its
+  gradient: every store of the kernel is an output of the template) when everything
   else it reads exists when the product runs;
 * :class:`Eager`: a call of the cube backend (a conv, a gather, a random draw).
 
@@ -44,6 +45,7 @@ from ember.backend.fusion.steps import Buffer, Call, Kernel, Matmul, Schedule, S
 from ember.backend.fusion.views import View
 from ember.backend.fusion.wgsl.translate import Translation
 
+_F32 = np.dtype(np.float32)
 #: Info words of an elementwise launch: numel, rank, shape, then per operand a block.
 _EW_HEAD = 2 + 8
 _EW_BLOCK = 9
@@ -110,33 +112,39 @@ class Reduction:
 
 
 class Product:
-    """A matmul, maybe with an elementwise kernel as its epilogue."""
+    """A matmul, maybe with an elementwise kernel as its epilogue (its stores: the
+    first is the template's output, the others its further outputs)."""
 
-    def __init__(self, step: Matmul, buffers: list[Any], epilogue: tuple[Store, Expr, tuple[int, ...]] | None = None):
+    def __init__(self, step: Matmul, buffers: list[Any],
+                 epilogue: tuple[list[Store], list[Expr], tuple[int, ...]] | None = None):
         self.a, self.b = step.a, step.b
-        self.out = step.out
+        self.outs = [step.out]
         self.epilogue = None
         self.scalars: list[tuple[int, str]] = []
         if epilogue is not None:
-            store, expr, shape = epilogue
+            stores, exprs, shape = epilogue
             tr = Translation()
             tr.operand(step.out, View.contiguous(shape).normalized())
-            self.epilogue = tr(expr)
+            translated = [tr(e) for e in exprs]
+            self.epilogue = translated[0]
             self.operands = tr.operands[1:]
             self.scalars = tr.scalars
-            self.out = store.buffer
-            self.out_storage = storage(buffers[store.buffer].dtype)
+            self.outs = [s.buffer for s in stores]
+            self.out_storage = storage(buffers[stores[0].buffer].dtype)
+            self.more = tuple((e, storage(buffers[s.buffer].dtype)) for e, s in zip(translated[1:], stores[1:]))
 
     def run(self, backend: Any, values: list[Any], scalars: list[Any]) -> None:
         a = view(backend, values, *self.a)
         b = view(backend, values, *self.b)
         if self.epilogue is None:
-            values[self.out] = cube_matmul.matmul(backend, a, b)
+            values[self.outs[0]] = cube_matmul.matmul(backend, a, b)
             return
         extra = tuple(view(backend, values, buf, v) for buf, v in self.operands)
         words, types = _scalar_values(scalars, self.scalars)
-        epilogue = cube_matmul.Epilogue(self.epilogue, extra, tuple(words), tuple(types))
-        values[self.out] = cube_matmul.matmul(backend, a, b, epilogue=epilogue, out_storage=self.out_storage)
+        epilogue = cube_matmul.Epilogue(self.epilogue, extra, tuple(words), tuple(types), self.more)
+        outs = cube_matmul.matmul_many(backend, a, b, epilogue=epilogue, out_storage=self.out_storage)
+        for buf, t in zip(self.outs, outs):
+            values[buf] = t
 
 
 class Eager:
@@ -199,91 +207,93 @@ def symbols(args: Any) -> list[SymScalar]:
 # ---------------------------------------------------------------------- lowering
 def lower(schedule: Schedule, max_bindings: int, positions: dict[int, int]) -> list[tuple[Any, list[int]]]:
     """The launches of ``schedule`` in order, each with the schedule steps it runs.
-    Consecutive elementwise kernels over one space where the second reads nothing the
-    first writes (independent chains over the same elements) become one launch."""
-    steps = schedule.steps
+
+    Kernels too wide for the adapter are split first (:func:`_split`). Consecutive
+    elementwise kernels over one space where the second reads nothing the first writes
+    (independent chains over the same elements) become one kernel. Then each matmul
+    whose only reader is an elementwise kernel takes it as its epilogue
+    (:func:`_epilogue`)."""
     buffers = schedule.buffers
     avals = schedule.graph.avals
-    epilogues = _epilogues(schedule, max_bindings)
-    absorbed = {k for k, _, _ in epilogues.values()}
-    planned: list[list[Any]] = []   # [launch or kernel, steps]
-    for index, step in enumerate(steps):
-        if index in absorbed:
+    items: list[list[Any]] = []   # [step, schedule step indices]
+    for index, step in enumerate(schedule.steps):
+        if not isinstance(step, Kernel):
+            items.append([step, [index]])
             continue
-        if isinstance(step, Matmul):
-            fused = epilogues.get(index)
-            if fused is None:
-                planned.append([Product(step, buffers), [index]])
-            else:
-                k, expr, shape = fused
-                planned.append([Product(step, buffers, (steps[k].stores[0], expr, shape)), [index, k]])
-        elif isinstance(step, Kernel):
-            for kernel in _split(step, max_bindings, buffers):
-                last = planned[-1][0] if planned else None
-                if not kernel.reductions and isinstance(last, Kernel) and not last.reductions \
-                        and last.space == kernel.space and not kernel.reads() & last.writes():
-                    merged = Kernel(kernel.space, None, [], last.stores + kernel.stores)
-                    if _fits(merged, max_bindings):
-                        planned[-1] = [merged, planned[-1][1] + [index]]
-                        continue
-                planned.append([kernel, [index]])
-        else:
-            planned.append([Eager(step, avals, positions), [index]])
-    out: list[tuple[Any, list[int]]] = []
-    for item, indices in planned:
-        if isinstance(item, Kernel):
-            item = Reduction(item, buffers) if item.reductions else Elementwise(item.space, item.stores, buffers)
-        out.append((item, sorted(set(indices))))
-    return out
-
-
-def _epilogues(schedule: Schedule, max_bindings: int) -> dict[int, tuple[int, Expr, tuple[int, ...]]]:
-    """Matmul step -> (the elementwise kernel that becomes its epilogue, its store's
-    expression over the product's shape, that shape). The kernel is the product's only reader, has one store, reads every other
-    buffer from steps before the matmul, and its loads re-view over the product's shape
-    (the product itself densely, as the epilogue reads it)."""
-    steps = schedule.steps
+        for kernel in _split(step, max_bindings, buffers):
+            last = items[-1][0] if items else None
+            if not kernel.reductions and isinstance(last, Kernel) and not last.reductions \
+                    and last.space == kernel.space and not kernel.reads() & last.writes():
+                merged = Kernel(kernel.space, None, [], last.stores + kernel.stores)
+                if _fits(merged, max_bindings):
+                    items[-1] = [merged, items[-1][1] + [index]]
+                    continue
+            items.append([kernel, [index]])
     returned = {buf for buf, _ in schedule.outputs}
     readers: dict[int, list[int]] = {}
-    for index, step in enumerate(steps):
+    made: dict[int, int] = {}
+    for i, (step, _) in enumerate(items):
         for buf in step.reads():
-            readers.setdefault(buf, []).append(index)
-    out: dict[int, tuple[int, Expr, tuple[int, ...]]] = {}
-    x = Exprs()
-    for index, step in enumerate(steps):
-        if not isinstance(step, Matmul) or step.out in returned:
+            readers.setdefault(buf, []).append(i)
+        for buf in step.writes():
+            made[buf] = i
+    absorbed: set[int] = set()
+    out: list[tuple[Any, list[int]]] = []
+    for i, (step, indices) in enumerate(items):
+        if i in absorbed:
             continue
-        users = readers.get(step.out, [])
-        if len(users) != 1 or not isinstance(steps[users[0]], Kernel):
-            continue
-        k = users[0]
-        kernel = steps[k]
-        if kernel.reductions or len(kernel.stores) != 1:
-            continue
-        if any(schedule.producer.get(b, -1) >= index for b in kernel.reads() if b != step.out):
-            continue
-        shape = schedule.buffers[step.out].shape
-        dense = View.contiguous(shape).normalized()
-
-        def respace(load: Expr, out: int = step.out, shape: tuple[int, ...] = shape, dense: View = dense) -> Expr | None:
-            v = load.args[0]
-            if v.shape == ():
-                return load if load.op != out else None
-            new = v if v.shape == shape else v.reshape(shape)
-            if new is None or (load.op == out and new.normalized() != dense):
-                return None
-            return x.load(load.op, new, load.dtype)
-
-        store = kernel.stores[0]
-        expr = x.map_loads(store.expr, respace, {})
-        if expr is None:
-            continue
-        n_extra = len(kernel.reads()) - 1
-        n_scalars = len({e.op for e in expr.walk() if e.kind == "scalar"})
-        if n_extra + 3 > max_bindings or gc.HEAD + (2 + n_extra) * gc.BLOCK + 2 * n_scalars > INFO_WORDS:
-            continue
-        out[index] = (k, expr, shape)
+        if isinstance(step, Matmul):
+            fused = None
+            users = readers.get(step.out, [])
+            if step.out not in returned and len(users) == 1 and isinstance(items[users[0]][0], Kernel):
+                kernel = items[users[0]][0]
+                early = all(made.get(b, -1) < i for b in kernel.reads() if b != step.out)
+                fused = _epilogue(step, kernel, buffers, max_bindings) if early else None
+            if fused is None:
+                out.append((Product(step, buffers), indices))
+            else:
+                absorbed.add(users[0])
+                out.append((Product(step, buffers, fused), sorted(indices + items[users[0]][1])))
+        elif isinstance(step, Kernel):
+            launch = Reduction(step, buffers) if step.reductions else Elementwise(step.space, step.stores, buffers)
+            out.append((launch, sorted(set(indices))))
+        else:
+            out.append((Eager(step, avals, positions), indices))
     return out
+
+
+def _epilogue(step: Matmul, kernel: Kernel, buffers: list[Buffer],
+              max_bindings: int) -> tuple[list[Store], list[Expr], tuple[int, ...]] | None:
+    """``kernel`` (the product's only reader, reading nothing made after the product)
+    as the matmul's epilogue: its stores, their expressions over the product's shape
+    and that shape; ``None`` where it cannot be one (reductions, a load that does not
+    re-view over the product's shape, the product read other than densely, more
+    bindings or parameter words than a launch may have)."""
+    if kernel.reductions or buffers[step.out].dtype != _F32:
+        return None
+    shape = buffers[step.out].shape
+    dense = View.contiguous(shape).normalized()
+    x = Exprs()
+
+    def respace(load: Expr) -> Expr | None:
+        v = load.args[0]
+        if v.shape == ():
+            return load if load.op != step.out else None
+        new = v if v.shape == shape else v.reshape(shape)
+        if new is None or (load.op == step.out and new.normalized() != dense):
+            return None
+        return x.load(load.op, new, load.dtype)
+
+    memo: dict[int, Expr | None] = {}
+    exprs = [x.map_loads(s.expr, respace, memo) for s in kernel.stores]
+    if any(e is None for e in exprs):
+        return None
+    nodes = [e for expr in exprs for e in expr.walk()]
+    n_extra = len({(e.op, e.args[0]) for e in nodes if e.kind == "load"}) - 1
+    n_scalars = len({e.op for e in nodes if e.kind == "scalar"})
+    if n_extra + 2 + len(exprs) > max_bindings or gc.HEAD + (2 + n_extra) * gc.BLOCK + 2 * n_scalars > INFO_WORDS:
+        return None
+    return kernel.stores, exprs, shape
 
 
 def _split(kernel: Kernel, max_bindings: int, buffers: list[Buffer]) -> list[Kernel]:
