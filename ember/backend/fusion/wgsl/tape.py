@@ -161,6 +161,11 @@ class Tape:
                 kinds[slot] = ("output", len(tape._output_slots))
                 tape._output_slots.append(_Output(b.size))
             tape._outputs.append(("output", kinds[slot][1], layout))
+        # An output no launch writes (data from the host inside a call) cannot be replayed.
+        written = {id(b) for kernel, bufs, _, _ in launches for b in bufs[kernel.n_in:]}
+        for t in outputs:
+            if t.size and not (id(t.buffer) in written or id(t.buffer) in input_slot or id(t.buffer) in const_blocks):
+                return None
         tape._fixed = [b for b, kind in zip(blocks, kinds) if kind == "fixed"]  # kept alive: persistent
         # Per launch: pipeline, bindings (a fixed block, or a variable slot), grid, words.
         align = runtime.info_align
