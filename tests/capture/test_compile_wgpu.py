@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember import Device, Distribution, Tensor
+from ember import Distribution, Tensor
 from ember.backend.fusion.wgsl import CubeExecutor
 from ember.nn import BatchNormConfig, Conv2dConfig, DropoutConfig, LinearConfig, MaxPool2dConfig, Relu
 from ember.nn.loss import CrossEntropyLossConfig

@@ -128,9 +128,9 @@ def test_integer_and_bool_chains_match_eager_cube(fused, rng):
     i32 = rng.integers(-1000, 1000, (5, 7)).astype(np.int32)
 
     def chain(d: Device) -> list[np.ndarray]:
-        u, l, i = (Tensor.from_data(v, device=d) for v in (u8, i64, i32))
+        u, w, i = (Tensor.from_data(v, device=d) for v in (u8, i64, i32))
         wrapped = u.add_scalar(200).mul_scalar(3).sub(u)          # uint8 wraps at every op
-        big = l.mul_scalar(3).add(l).remainder_scalar(1_000_003)
+        big = w.mul_scalar(3).add(w).remainder_scalar(1_000_003)
         logic = i.greater_elem(0).bool_and(u.lower_elem(100)).int()
         return [numpy(t) for t in (wrapped, big, logic, i.div_scalar(7), wrapped.cast("int32").sum_dim(1))]
 
