@@ -122,21 +122,45 @@ def test_matmul_with_several_results_in_its_epilogue(fused, rng):
 
 
 def test_integer_and_bool_chains_match_eager_cube(fused, rng):
+    """Three rounds with new data: the first two run the launches (the second records
+    them), the third replays the tape."""
     eager = _gpu_device()
-    u8 = rng.integers(0, 256, (5, 7)).astype(np.uint8)
-    i64 = rng.integers(-(2**40), 2**40, (5, 7))
-    i32 = rng.integers(-1000, 1000, (5, 7)).astype(np.int32)
+    for _ in range(3):
+        u8 = rng.integers(0, 256, (5, 7)).astype(np.uint8)
+        i64 = rng.integers(-(2**40), 2**40, (5, 7))
+        i32 = rng.integers(-1000, 1000, (5, 7)).astype(np.int32)
 
-    def chain(d: Device) -> list[np.ndarray]:
-        u, w, i = (Tensor.from_data(v, device=d) for v in (u8, i64, i32))
-        wrapped = u.add_scalar(200).mul_scalar(3).sub(u)          # uint8 wraps at every op
-        big = w.mul_scalar(3).add(w).remainder_scalar(1_000_003)
-        logic = i.greater_elem(0).bool_and(u.lower_elem(100)).int()
-        return [numpy(t) for t in (wrapped, big, logic, i.div_scalar(7), wrapped.cast("int32").sum_dim(1))]
+        def chain(d: Device, u8=u8, i64=i64, i32=i32) -> list[np.ndarray]:
+            u, w, i = (Tensor.from_data(v, device=d) for v in (u8, i64, i32))
+            wrapped = u.add_scalar(200).mul_scalar(3).sub(u)          # uint8 wraps at every op
+            big = w.mul_scalar(3).add(w).remainder_scalar(1_000_003)
+            logic = i.greater_elem(0).bool_and(u.lower_elem(100)).int()
+            return [numpy(t) for t in (wrapped, big, logic, i.div_scalar(7), wrapped.cast("int32").sum_dim(1))]
 
-    for got, want in zip(chain(fused), chain(eager)):
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+        for got, want in zip(chain(fused), chain(eager)):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+    assert fused.backend.executor.stats["replays"] >= 1
+
+
+def test_fixed_scalars_are_constants_of_the_plan():
+    """The compile layer may fix the trace's literals (``fixed_scalars``): a run passes
+    the other scalars only."""
+    from ember.backend.fusion.expand import GraphBuilder, Value
+    from ember.backend.fusion.graph import Aval, Graph, Sc
+    from ember.backend.ops import BinaryOp
+
+    cube = _gpu_device().backend
+    graph = Graph()
+    ops = GraphBuilder(graph)
+    x = graph.add_input(Aval((4, 4), np.dtype(np.float32)))
+    scaled = ops.binary(BinaryOp.MUL, Value(x, graph.avals[x]), Sc(0))
+    graph.outputs = [ops.binary(BinaryOp.ADD, scaled, Sc(1)).ref]
+    plan = CubeExecutor().plan(graph, fixed_scalars={1: 3.0})
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    for s in (2.0, -1.0, 0.5):
+        (out,) = plan.run(cube, [cube.from_numpy(a)], [s])
+        np.testing.assert_allclose(cube.to_numpy(out), a * s + 3.0)
 
 
 def test_kernels_wider_than_the_bindings_are_split(fused, rng, monkeypatch):

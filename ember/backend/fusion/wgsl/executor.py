@@ -236,7 +236,7 @@ class Variant:
         with runtime.capture() as capture:
             outs = self._run(backend, inputs, scalars, recording, capture)
         consts = [value for _, value in self._consts]
-        self.tape = Tape.build(runtime, capture, recording, inputs, consts, outs, scalars) or False
+        self.tape = Tape.build(runtime, capture, recording, inputs, consts, outs, scalars, self.eager) or False
         self.executor._count("tapes" if self.tape else "untaped")
         return outs
 

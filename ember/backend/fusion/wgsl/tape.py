@@ -7,8 +7,8 @@ the buffers into *slots*:
 * **input** slots: the buffers of the graph's inputs. A replay binds the caller's
   tensors' buffers directly (nothing is copied; a tape never writes an input), after
   checking that each input has the recorded layout (shape, strides, offset, dtype)
-  and, for integer inputs, bounds within the recorded ones (an index check that the
-  recording could skip must stay skippable);
+  and, where the tape holds cube calls, that integer inputs have bounds within the
+  recorded ones (an index check that the recording could skip must stay skippable);
 * **output** slots: the buffers of returned values. The tape owns a few buffers per
   slot and hands one out per replay, wrapped in a fresh block whose finaliser gives
   it back to the tape: a replay writes only buffers nobody holds. A training loop
@@ -115,10 +115,11 @@ class Tape:
     # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, runtime: Any, capture: Any, recording: Recording, inputs: list[Any], consts: list[Any],
-              outputs: list[Any], scalars: list[Any]) -> Tape | None:
+              outputs: list[Any], scalars: list[Any], calls: bool = True) -> Tape | None:
         """A tape of ``capture`` (the launches of one run with these ``inputs``,
         constants, returned ``outputs`` and scalar values), or ``None`` where the run
-        cannot be replayed."""
+        cannot be replayed. ``calls``: whether the run made cube calls (only they
+        consult the known bounds of integer inputs)."""
         if capture.read_back or not capture.launches or not runtime.tapes:
             return None
         tape = cls(runtime)
@@ -134,7 +135,7 @@ class Tape:
         kinds: list[Any] = ["fixed"] * len(blocks)
         input_slot: dict[int, int] = {}   # id(block) -> the first input holding it
         for k, x in enumerate(inputs):
-            bounds = x.bounds if x.storage.compute in _INT else None
+            bounds = x.bounds if calls and x.storage.compute in _INT else None
             tape._checks.append((k, (x.shape, x.strides, x.offset, x.storage), bounds))
             first = input_slot.setdefault(id(x.buffer), k)
             if first != k:
