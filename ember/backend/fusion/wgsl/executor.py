@@ -198,7 +198,10 @@ class Variant:
         second run records the tape)."""
         tape = self.tape
         if tape:
-            out = tape.replay(backend, inputs, scalars)
+            try:
+                out = tape.replay(backend, inputs, scalars)
+            except Exception as error:  # nothing of it was computed
+                raise PartialRun(error, {}) from error
             if out is not None:
                 self.executor._count("replays")
                 return out

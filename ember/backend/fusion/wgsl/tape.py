@@ -195,14 +195,13 @@ class Tape:
                 return None  # the words are not where the kernel's layout says: do not guess
             patches.setdefault(ctype, []).append((at, index))
         tape._patches = [(ctype, np.array([a for a, _ in p], np.intp), [i for _, i in p]) for ctype, p in patches.items()]
-        dummy = runtime.alloc(16)
+        dummy = runtime.alloc(16) if recording.dynamic else None
         for first, end, eager, values in recording.dynamic:
             spans = [(offsets[j] // 4, launches[j][0], launches[j][3], len(launches[j][2])) for j in range(first, end)]
             # Stand-ins of the call's operands (a dry rerun reads layouts, never data).
             stand_ins = {buf: CubeTensor(dummy, t.shape, t.storage, t.strides, t.offset, t.bounds)
                          for buf, t in values.items()}
             tape._dynamic.append((eager, stand_ins, spans))
-        tape._fixed.append(dummy)
         return tape
 
     # ------------------------------------------------------------------ replaying
