@@ -98,6 +98,28 @@ def test_values_of_both_spaces_from_one_reduction_kernel(fused, rng):
     assert n == 1
 
 
+@pytest.mark.parametrize("shape, dim", [((5, 7), 1), ((3, 200), 1), ((200, 3), 0)])
+def test_reductions_of_every_dtype_match_eager_cube(fused, rng, shape, dim):
+    eager = _gpu_device()
+    i64 = rng.integers(-(2**40), 2**40, shape)
+    i32 = rng.integers(-100, 100, shape).astype(np.int32)
+    f32 = rng.standard_normal(shape).astype(np.float32)
+
+    def run(d: Device) -> list[np.ndarray]:
+        a, b, c = (Tensor.from_data(v, device=d) for v in (i64, i32, f32))
+        outs = [a.mul_scalar(2).amax(dim, keepdim=True), a.sum_dim(dim), b.greater_elem(0).any_dim(dim),
+                b.greater_elem(-99).all_dim(dim), b.mul_scalar(3).sum_dim(dim), c.mul_scalar(0.5).prod_dim(dim),
+                c.amin(dim, keepdim=True)]
+        return [numpy(o) for o in outs]
+
+    for got, want in zip(run(fused), run(eager)):
+        assert got.dtype == want.dtype
+        if got.dtype.kind == "f":
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
 def test_matmul_with_bias_and_relu_is_one_launch(fused, rng):
     a = rng.standard_normal((32, 24)).astype(np.float32)
     w = rng.standard_normal((24, 16)).astype(np.float32)
