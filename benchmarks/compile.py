@@ -28,6 +28,9 @@ Targets (issue "compile"): compiled W1 at most 10 us per step and at most 0.1x J
 jit; compiled W2 at most 0.75x JAX jit; compiled W3 at most 0.8x PyTorch eager;
 compile time for W1 and W2 under 1 s each. Eager fusion on flex: W2 no slower
 than unfused eager, exact GELU within 2x of torch.
+
+On wgpu, ``benchmarks/compile_wgpu.py`` (run at the end, ``--no-wgpu`` skips it)
+prints compiled W1 and W2 steps' Python time, dispatches and submits per step.
 """
 
 from __future__ import annotations
@@ -372,6 +375,7 @@ def main() -> None:
     parser.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (it compiles for minutes)")
     parser.add_argument("--no-gelu", action="store_true", help="skip the fusion device's GELU row")
     parser.add_argument("--matmul-threshold", action="store_true", help="time BLAS against generated loops")
+    parser.add_argument("--no-wgpu", action="store_true", help="skip the wgpu table (benchmarks/compile_wgpu.py)")
     args = parser.parse_args()
     repeats = 5 if args.quick else 11
     torch = try_import_torch()
@@ -396,6 +400,10 @@ def main() -> None:
     print()
     for note in notes:
         print(note)
+    if not args.no_wgpu:
+        from benchmarks.compile_wgpu import wgpu_table
+
+        wgpu_table(3 if args.quick else 9, 20)
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ def _cuda_device():
         pytest.skip(f"no CUDA device: {error}")
 
 
-DEVICE_NAMES = ["flex", "flex+autodiff", "flex+fusion", "flex+fusion+autodiff", "cube", "cube+autodiff", "cuda",
-                "cuda+autodiff"]
+DEVICE_NAMES = ["flex", "flex+autodiff", "flex+fusion", "flex+fusion+autodiff", "cube", "cube+autodiff", "cube+fusion",
+                "cuda", "cuda+autodiff"]
 
 
 def make_device(name: str) -> Device:
@@ -74,6 +74,8 @@ def make_device(name: str) -> Device:
         return _gpu_device()
     if name == "cube+autodiff":
         return _gpu_device().autodiff()
+    if name == "cube+fusion":
+        return _gpu_device().fusion()
     if name == "cuda":
         return _cuda_device()
     if name == "cuda+autodiff":

@@ -50,6 +50,11 @@ class Backend(ModuleOps, ABC):
     #: A short name, such as ``"flex"``.
     name: str = "backend"
 
+    def check_dtype(self, dtype: np.dtype) -> None:
+        """Raises :class:`~ember.errors.DTypeError` (naming the fix) if this backend
+        cannot hold tensors of ``dtype``. A lazy decorator asks it when an op is
+        recorded, so the error comes where eager execution would raise it."""
+
     # ------------------------------------------------------------------ data boundary
     @abstractmethod
     def from_numpy(self, array: np.ndarray) -> Primitive:

@@ -745,8 +745,8 @@ class CompiledFunction:
 
     def executor_for(self, backend: Any) -> Any:
         """The executor of this function's plans: the one given, else the fusion
-        layer's default for the backend (LLVM over flex, CUDA Graphs over cuda, replay
-        elsewhere)."""
+        layer's default for the backend (LLVM over flex, WGSL tapes over wgpu, CUDA
+        Graphs over cuda, replay elsewhere)."""
         if self.executor is not None:
             return self.executor
         from ember.backend.fusion.executors import default_executor

@@ -97,6 +97,9 @@ class CubeBackend(Backend):
         """Release the free GPU buffers kept for reuse (``torch.cuda.empty_cache``)."""
         self.runtime.empty_cache()
 
+    def check_dtype(self, dtype: np.dtype) -> None:
+        storage_for(DType.from_numpy(dtype), False)  # raises for float64, naming the fix
+
     def storage(self, dtype: DType) -> Storage:
         return storage_for(dtype, self.runtime.native_f16)
 

@@ -3,8 +3,9 @@
 An :class:`Expr` is a hashable tree whose nodes carry their compute type (``f32``,
 ``i32`` or ``bool``); it is part of a kernel's cache key, and :func:`emit` turns it
 into WGSL statements. Leaves read input ``i`` at the current element (through its
-broadcasting strides), scalar ``k`` from the launch's parameter block, or the
-element's linear index.
+broadcasting strides), scalar ``k`` from the launch's parameter block, a constant
+(exact: written into the kernel's source by its bits), the element's linear index,
+or accumulator ``k`` of a fused reduction (in its epilogue).
 
 >>> x = load(0, "f32")
 >>> expr = binary("mul", unary("exp", x), scalar(0, "f32"))
@@ -46,6 +47,24 @@ def load(i: int, ctype: str) -> Expr:
 def scalar(k: int, ctype: str) -> Expr:
     """Scalar parameter ``k`` of the launch, as ``ctype``."""
     return Expr("scalar", (k,), ctype)
+
+
+@lru_cache(maxsize=4096)
+def const(value: int | float | bool, ctype: str) -> Expr:
+    """A constant of compute type ``ctype`` (part of the kernel's source and key)."""
+    if ctype == "bool":
+        value = bool(value)
+    elif ctype in ("i32", "i64"):
+        value = int(value)
+    else:
+        value = float(value)
+    return Expr("const", (value,), ctype)
+
+
+@lru_cache(maxsize=4096)
+def acc(k: int, ctype: str) -> Expr:
+    """The result of reduction ``k`` of a fused reduction kernel (read in its epilogue)."""
+    return Expr("acc", (k,), ctype)
 
 
 @lru_cache(maxsize=4096)
@@ -91,9 +110,11 @@ def num_inputs(expr: Expr) -> int:
 class Emitter:
     """Turns expressions into ``let`` statements, each node once."""
 
-    def __init__(self, loads: dict[int, str], scalars: dict[int, int], index: str = "i32(gi)", prefix: str = "v") -> None:
+    def __init__(self, loads: dict[int, str], scalars: dict[int, int], index: str = "i32(gi)", prefix: str = "v",
+                 accs: dict[int, str] | None = None) -> None:
         self.loads = loads          # input index -> WGSL expression of its value
         self.scalars = scalars      # scalar index -> info position
+        self.accs = accs or {}      # accumulator index -> WGSL expression of its value
         self.index = index          # WGSL expression of the element's linear index (i32)
         self.prefix = prefix        # of the names of the emitted values
         self.lines: list[str] = []
@@ -110,6 +131,10 @@ class Emitter:
             code = wgsl.info_scalar(self.scalars[args[0]], expr.type)
         elif op == "index":
             code = self.index
+        elif op == "const":
+            code = wgsl.literal(args[0], expr.type)
+        elif op == "acc":
+            code = self.accs[args[0]]
         elif op == "unary":
             code = wgsl.UNARY[args[0]][args[1].type].format(a=self.emit(args[1]))
         elif op == "binary":

@@ -6,6 +6,13 @@ when something must wait for them (a read-back, :meth:`Runtime.sync`) or when th
 batch is full. Each launch's small parameter block ("info") goes into one arena
 buffer bound with a dynamic offset, uploaded once per batch.
 
+A *tape* (:meth:`Runtime.capture`, :meth:`Runtime.replay`) is the fast path of a
+repeated sequence of launches (a compiled training step): :meth:`capture` records
+the launches one thread makes (and whether it read anything back);
+:meth:`replay` records prebuilt bind groups and dispatches into the open pass
+with raw calls, its parameter words written once per replay into the tape's own
+buffer (:meth:`info_buffer`).
+
 Threads may share a runtime: one lock orders every use of the encoder, the queue,
 the arena and the buffer pool, so launches from several threads go into the one
 command stream in the order they took the lock (each thread's own launches stay in
@@ -110,6 +117,15 @@ class BufferPool:
         self.held = 0
 
 
+class _RawPass:
+    """A compute pass opened with a raw call (its handle, as wgpu's objects hold it)."""
+
+    __slots__ = ("_internal",)
+
+    def __init__(self, handle: Any) -> None:
+        self._internal = handle
+
+
 class _RawCalls:
     """The four calls of a launch made straight through wgpu-native's C API.
 
@@ -120,11 +136,26 @@ class _RawCalls:
     """
 
     def __init__(self, device: Any) -> None:
+        from wgpu.backends.wgpu_native._api import GPUCommandEncoder
         from wgpu.backends.wgpu_native._ffi import ffi, lib
 
         self.ffi, self.lib = ffi, lib
+        self.device = device
         self.device_id = device._internal
         self.pending: list[Any] = []
+        self._encoder_class = GPUCommandEncoder
+
+    def begin(self) -> tuple[Any, Any]:
+        """A command encoder (wgpu's object: its ``finish`` reports validation errors)
+        and an open compute pass on it (a raw handle), made with two raw calls (the
+        public API's pair costs about 20 us)."""
+        lib, ffi = self.lib, self.ffi
+        encoder = self._encoder_class("", lib.wgpuDeviceCreateCommandEncoder(self.device_id, ffi.NULL), self.device)
+        return encoder, _RawPass(lib.wgpuCommandEncoderBeginComputePass(encoder._internal, ffi.NULL))
+
+    def end(self, cpass: Any) -> None:
+        self.lib.wgpuComputePassEncoderEnd(cpass._internal)
+        self.lib.wgpuComputePassEncoderRelease(cpass._internal)
 
     def bind_group(self, layout: Any, buffers: list[Any]) -> Any:
         ffi = self.ffi
@@ -157,6 +188,31 @@ class _RawCalls:
         for group in self.pending:
             release(group)
         self.pending.clear()
+
+
+class Capture:
+    """The launches one thread made while capturing: ``(kernel, blocks, info, grid)``
+    each; ``read_back`` tells whether it waited for the GPU (read or synced) meanwhile.
+    A *dry* capture only records: nothing is dispatched."""
+
+    __slots__ = ("launches", "read_back", "dry")
+
+    def __init__(self, dry: bool) -> None:
+        self.launches: list[tuple[Any, list[Any], list[int], tuple[int, int, int]]] = []
+        self.read_back = False
+        self.dry = dry
+
+
+class TapeInfo:
+    """A tape's parameter words on the device: one buffer, bound with a dynamic offset
+    per dispatch like the runtime's own arena."""
+
+    __slots__ = ("buffer", "group", "encoded_at")
+
+    def __init__(self, buffer: Any, group: Any) -> None:
+        self.buffer = buffer
+        self.group = group
+        self.encoded_at = -1   # the submit the tape's last replay went into (see Runtime.replay)
 
 
 class Runtime:
@@ -204,6 +260,10 @@ class Runtime:
         self._pass: Any = None
         self._batch = 0
         self._fence = self.device.create_buffer(size=4, usage=self._usage)
+        self._captures: dict[int, Capture] = {}
+        self._released: deque[Any] = deque()   # tapes' bind groups, released after the next submit
+        #: submits so far (never reset, unlike ``stats``)
+        self.submit_count = 0
         self.pool = BufferPool(_POOL_LIMIT)
         try:
             self._raw: _RawCalls | None = _RawCalls(self.device)
@@ -279,6 +339,7 @@ class Runtime:
     def read(self, block: Block, nbytes: int) -> memoryview:
         """The first ``nbytes`` of ``block``, after every queued launch has run."""
         size = max(4, (nbytes + 3) & ~3)
+        self._note_read_back()
         with self.lock:
             self.flush()
             data = self.queue.read_buffer(block.gpu, 0, size)
@@ -354,6 +415,12 @@ class Runtime:
         if len(info) > INFO_WORDS:
             raise RuntimeError(f"ember: cube: kernel {kernel.name} passes {len(info)} parameters (at most {INFO_WORDS})")
         group, _ = self.layout(kernel.n_in, kernel.n_out)
+        if self._captures:
+            capture = self._captures.get(threading.get_ident())
+            if capture is not None:
+                capture.launches.append((kernel, list(buffers), list(info), tuple(groups)))
+                if capture.dry:
+                    return
         with self.lock:
             if self._arena_pos + _INFO_BYTES > _ARENA_BYTES + _INFO_BYTES or self._batch >= _MAX_BATCH:
                 self.flush()
@@ -362,8 +429,7 @@ class Runtime:
             self._host_arena[start:start + len(info)] = info
             self._arena_pos = offset + (-(-max(len(info) * 4, 4) // self.info_align)) * self.info_align
             if self._pass is None:
-                self._encoder = self.device.create_command_encoder()
-                self._pass = self._encoder.begin_compute_pass()
+                self._begin()
             cpass = self._pass
             raw = self._raw
             if raw is not None:
@@ -379,6 +445,14 @@ class Runtime:
             self._batch += 1
             self.stats["launches"] += 1
 
+    def _begin(self) -> None:
+        """Opens the encoder and its compute pass (under the lock)."""
+        if self._raw is not None:
+            self._encoder, self._pass = self._raw.begin()
+        else:
+            self._encoder = self.device.create_command_encoder()
+            self._pass = self._encoder.begin_compute_pass()
+
     def flush(self) -> None:
         """Submit the recorded launches."""
         if self._pass is None:
@@ -386,22 +460,118 @@ class Runtime:
         with self.lock:
             if self._pass is None:
                 return
-            self._pass.end()
+            if self._raw is not None:
+                self._raw.end(self._pass)
+            else:
+                self._pass.end()
             if self._arena_pos:
                 self.queue.write_buffer(self._arena, 0, self._host_arena, 0, self._arena_pos)
             self.queue.submit([self._encoder.finish()])
             if self._raw is not None:
+                while self._released:
+                    self._raw.pending.append(self._released.popleft())
                 self._raw.release()
             self._pass = self._encoder = None
             self._arena_pos = 0
             self._batch = 0
+            self.submit_count += 1
             self.stats["submits"] += 1
 
     def sync(self) -> None:
         """Submit and wait until the GPU has finished every launch."""
+        self._note_read_back()
         with self.lock:
             self.flush()
             # wgpu 0.32's queue.on_submitted_work_done_sync raises TypeError; a read-back
             # of a 4-byte buffer waits for the queue just as well.
             self.queue.read_buffer(self._fence, 0, 4)
             self.stats["syncs"] += 1
+
+    # ------------------------------------------------------------------ tapes
+    @contextlib.contextmanager
+    def capture(self, dry: bool = False) -> Any:
+        """Records the launches the calling thread makes inside the ``with`` block (other
+        threads' launches run as usual); a ``dry`` capture dispatches nothing. Yields
+        the :class:`Capture`."""
+        thread = threading.get_ident()
+        if thread in self._captures:
+            raise RuntimeError("ember: cube: a capture is already open on this thread")
+        capture = Capture(dry)
+        with self.lock:
+            self._captures = {**self._captures, thread: capture}
+        try:
+            yield capture
+        finally:
+            with self.lock:
+                self._captures = {k: v for k, v in self._captures.items() if k != thread}
+
+    def _note_read_back(self) -> None:
+        if self._captures:
+            capture = self._captures.get(threading.get_ident())
+            if capture is not None:
+                capture.read_back = True
+
+    @property
+    def tapes(self) -> bool:
+        """Whether :meth:`replay` is available (wgpu-native's C API is reachable)."""
+        return self._raw is not None
+
+    def info_buffer(self, nbytes: int) -> TapeInfo:
+        """A tape's parameter buffer of ``nbytes`` (plus room for one launch's block
+        past the last offset) and its bind group."""
+        size = -(-(nbytes + _INFO_BYTES) // 16) * 16
+        with self.lock:
+            buffer = self.device.create_buffer(size=size, usage=self._usage)
+            group = self.device.create_bind_group(
+                layout=self._info_layout,
+                entries=[{"binding": 0, "resource": {"buffer": buffer, "offset": 0, "size": _INFO_BYTES}}],
+            )
+        return TapeInfo(buffer, group)
+
+    def bind_group(self, n_in: int, n_out: int, buffers: list[Any]) -> Any:
+        """A bind group of ``buffers`` (wgpu buffers or blocks) for kernels with ``n_in``
+        inputs and ``n_out`` outputs, kept until :meth:`release` (a raw handle)."""
+        group_layout, _ = self.layout(n_in, n_out)
+        with self.lock:
+            group = self._raw.bind_group(group_layout, buffers)
+            self._raw.pending.pop()  # a tape's: not released with the batch
+        return group
+
+    def release(self, groups: list[Any]) -> None:
+        """Hands bind groups made by :meth:`bind_group` back; they are released after the
+        next submit. Takes no lock (a finaliser may call it)."""
+        self._released.extend(groups)
+
+    def replay(self, info: TapeInfo, words: np.ndarray, pipelines: list[Any], groups: list[Any],
+               offsets: Any, grids: list[tuple[int, int, int]]) -> None:
+        """Records a tape's dispatches into the open pass: dispatch ``i`` runs pipeline
+        ``pipelines[i]`` (a raw handle) with bind group ``groups[i]`` and parameter
+        words at ``offsets[i]`` (a C array of byte offsets) in ``info``, whose contents
+        become ``words``. A replay whose previous one is still in the open batch submits
+        that batch first (its words would be overwritten before it ran)."""
+        raw = self._raw
+        lib, ffi = raw.lib, raw.ffi
+        with self.lock:
+            if info.encoded_at == self.submit_count and self._pass is not None:
+                self.flush()
+            lib.wgpuQueueWriteBuffer(self.queue._internal, info.buffer._internal, 0, ffi.from_buffer(words),
+                                     words.nbytes)
+            if self._pass is None:
+                self._begin()
+            pass_id = self._pass._internal
+            set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+            set_group = lib.wgpuComputePassEncoderSetBindGroup
+            dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+            info_group = info.group._internal
+            last = None
+            for i, pipeline in enumerate(pipelines):
+                if pipeline is not last:
+                    set_pipeline(pass_id, pipeline)
+                    last = pipeline
+                set_group(pass_id, 0, groups[i], 0, ffi.NULL)
+                set_group(pass_id, 1, info_group, 1, offsets + i)
+                x, y, z = grids[i]
+                dispatch(pass_id, x, y, z)
+            info.encoded_at = self.submit_count
+            self.stats["launches"] += len(pipelines)
+            self.stats["replayed"] += len(pipelines)

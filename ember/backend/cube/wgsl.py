@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from ember.backend.cube import int64
 from ember.backend.cube.dtypes import Storage
 from ember.backend.ops import BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, BinaryOp, UnaryOp
@@ -443,6 +445,20 @@ def info_scalar(pos: int, ctype: str) -> str:
     if ctype == _L:
         return f"i64(info[{pos}u], info[{pos + 1}u])"
     return f"(info[{pos}u] != 0u)"
+
+
+def literal(value: int | float | bool, ctype: str) -> str:
+    """An exact WGSL constant of compute type ``ctype`` (floats and ints by their bits)."""
+    if ctype == _B:
+        return "true" if value else "false"
+    if ctype == _F:
+        with np.errstate(over="ignore"):
+            bits = int(np.array(value, np.float32).view(np.uint32))
+        return f"bitcast<f32>({bits:#010x}u)"
+    if ctype == _I:
+        return f"bitcast<i32>({int(value) & 0xFFFF_FFFF:#010x}u)"
+    bits = int(value) & 0xFFFF_FFFF_FFFF_FFFF
+    return f"i64({bits & 0xFFFF_FFFF:#010x}u, {bits >> 32:#010x}u)"
 
 
 def index_value(storage: Storage, array: str, index: str) -> str:

@@ -97,6 +97,7 @@ class FusionBackend(Backend):
         self._plans: dict[tuple, Any] = {}
         self.executor = executor if executor is not None else default_executor(inner)
         self.stats = {"flushes": 0, "nodes": 0, "plans_built": 0}
+        self._dtypes: set[np.dtype] = set()   # result dtypes the wrapped backend holds
 
     @property
     def executor(self) -> Any:
@@ -128,6 +129,10 @@ class FusionBackend(Backend):
 
     def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         result = infer(op, args, kwargs)
+        for aval in _avals(result):
+            if aval.dtype not in self._dtypes:  # the wrapped backend's dtype errors, raised now
+                self.inner.check_dtype(aval.dtype)
+                self._dtypes.add(aval.dtype)
         stream = self._stream
         # Recorded abstract: tensors by Ref, floats (and an optimizer's step count) as
         # run-time scalars, so streams of one structure share a plan without a rewrite.
@@ -271,6 +276,15 @@ def _abstract(args: tuple | list, ref: Any, scalars: list[Any], key: list[Any]) 
             out.append(a)
             key.append(a)
     return tuple(out) if type(args) is tuple else out
+
+
+def _avals(result: Any) -> list[Aval]:
+    """The abstract values of an inferred result (an Aval, or tuples/lists of them)."""
+    if isinstance(result, Aval):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [a for r in result for a in _avals(r)]
+    return []
 
 
 def _map_lazy(args: Any, fn: Any) -> Any:

@@ -1,14 +1,17 @@
 """Which executor a fusion device uses.
 
 A fusion device over flex compiles its streams with the LLVM executor
-(:mod:`ember.backend.fusion.llvm`) when llvmlite imports; over the cuda backend the
-CUDA executor (:mod:`ember.backend.fusion.cuda`) replays them and captures repeated
-plans as CUDA Graphs; otherwise, and over any other backend, it replays them call by
-call (:class:`ReplayExecutor`). A missing
-llvmlite is reported once per process with a warning.
+(:mod:`ember.backend.fusion.llvm`) when llvmlite imports; over cube (wgpu) the WGSL
+executor (:mod:`ember.backend.fusion.wgsl`) lowers them to fused kernels and replays
+repeated plans from tapes; over the cuda backend the CUDA executor
+(:mod:`ember.backend.fusion.cuda`) replays them and captures repeated plans as CUDA
+Graphs; over any other backend, they are replayed call by call
+(:class:`ReplayExecutor`). A missing llvmlite is reported once per process with a
+warning.
 
 ``EMBER_FUSION_EXECUTOR=replay`` forces replay (for comparisons and debugging);
-``=llvm`` requires the LLVM executor and fails if it cannot load.
+``=llvm`` requires the LLVM executor over flex and fails if it cannot load;
+``=wgsl`` names the WGSL executor over cube (the default there).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from ember.backend.fusion.graph import Graph
 from ember.backend.fusion.replay import Replay
 
-#: Environment variable choosing the executor of flex fusion devices: llvm | replay.
+#: Environment variable choosing the executor of fusion devices: llvm | wgsl | replay.
 EXECUTOR_ENV = "EMBER_FUSION_EXECUTOR"
 
 _LOCK = threading.Lock()
@@ -75,21 +78,35 @@ def _cuda(inner: Any) -> Any:
         return executor
 
 
+def _wgsl() -> Any:
+    """The process's WGSL executor (one, so lowered plans are shared)."""
+    with _LOCK:
+        executor = _SHARED.get("wgsl")
+        if executor is None:
+            from ember.backend.fusion.wgsl import CubeExecutor
+
+            executor = _SHARED["wgsl"] = CubeExecutor()
+        return executor
+
+
 def default_executor(inner: Any) -> Any:
     """The executor for a fusion device wrapping the backend ``inner``."""
+    from ember.backend.cube.backend import CubeBackend
     from ember.backend.flex import FlexBackend
 
     choice = os.environ.get(EXECUTOR_ENV, "").strip().lower()
-    if choice not in ("", "llvm", "replay"):
+    if choice not in ("", "llvm", "wgsl", "replay"):
         from ember.errors import ConfigError
 
-        raise ConfigError(f"ember: {EXECUTOR_ENV}={choice!r}: expected 'llvm' or 'replay'")
+        raise ConfigError(f"ember: {EXECUTOR_ENV}={choice!r}: expected 'llvm', 'wgsl' or 'replay'")
     if choice == "replay":
         return ReplayExecutor()
     from ember.backend.cube.cuda.backend import CudaBackend  # no CUDA import: the runtime opens lazily
 
     if isinstance(inner, CudaBackend):  # captured steps as CUDA Graphs (fusion.cuda)
         return _cuda(inner)
+    if isinstance(inner, CubeBackend):  # fused WGSL kernels, tapes of repeated plans (fusion.wgsl)
+        return _wgsl()
     if not isinstance(inner, FlexBackend):
         return ReplayExecutor()
     executor = _llvm()
@@ -104,6 +121,6 @@ def default_executor(inner: Any) -> Any:
 
 
 def reset() -> None:
-    """Forgets the shared LLVM executor (tests simulate a missing llvmlite with it)."""
+    """Forgets the shared executors (tests simulate a missing llvmlite with it)."""
     with _LOCK:
         _SHARED.clear()

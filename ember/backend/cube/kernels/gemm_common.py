@@ -61,21 +61,29 @@ def operand_mode(storage: Storage, outer: int, kdim: int, outer_stride: int, k_s
 
 @dataclass(frozen=True)
 class EpilogueSpec:
-    """The generation-time part of an epilogue: its expression and operand storages."""
+    """The generation-time part of an epilogue: its expression and operand storages,
+    and the expressions (with storages) of any further outputs (``out1``, ...), stored
+    at the same element from the same values (a fused optimizer update of a gradient)."""
 
     expr: Expr
     storages: tuple[Storage, ...]
     scalar_types: tuple[str, ...]
+    outputs: tuple[tuple[Expr, Storage], ...] = ()
+
+    def output_types(self) -> list[Storage]:
+        return [st for _, st in self.outputs]
 
 
 def binding_types(a: Storage, a_mode: str, b: Storage, b_mode: str, extra: tuple[Storage, ...],
-                  out: Storage, out_vec: bool) -> tuple[list[str], list[str]]:
-    """WGSL element types of the inputs and the output."""
+                  out: Storage, out_vec: bool, spec: EpilogueSpec | None = None) -> tuple[list[str], list[str]]:
+    """WGSL element types of the inputs and the outputs (the product's, then the
+    epilogue's further outputs, one element each)."""
     def elem(st: Storage, vec: bool) -> str:
         return f"vec4<{st.wgsl}>" if vec else st.wgsl
 
     ins = [elem(a, a_mode in "ko"), elem(b, b_mode in "ko")] + [s.wgsl for s in extra]
-    return ins, [elem(out, out_vec)]
+    more = [st.wgsl for st in spec.output_types()] if spec is not None else []
+    return ins, [elem(out, out_vec)] + more
 
 
 def batch_offsets(n_operands: int, batch: str = "batch") -> list[str]:
@@ -98,8 +106,9 @@ def batch_offsets(n_operands: int, batch: str = "batch") -> list[str]:
 
 def epilogue_function(spec: EpilogueSpec | None, ctype: str, out: Storage) -> str:
     """``fn epi(v, batch, r, c) -> word``: the epilogue applied to product ``v`` at row
-    ``r``, column ``c``, converted to the output's storage word. Extra operands are read
-    through private offsets ``eo{j}`` set per batch in ``main``."""
+    ``r``, column ``c``, converted to the output's storage word (further outputs are
+    stored there too). Extra operands are read through private offsets ``eo{j}`` set per
+    batch in ``main``."""
     n_extra = len(spec.storages) if spec is not None else 0
     lines = [f"var<private> eo{j}: i32;" for j in range(n_extra)]
     lines.append(f"fn epi(v: {ctype}, batch: u32, r: u32, c: u32) -> {out.wgsl} {{")
@@ -116,7 +125,11 @@ def epilogue_function(spec: EpilogueSpec | None, ctype: str, out: Storage) -> st
     first = scalars_at(2 + n_extra)
     emitter = Emitter(loads, {k: first + 2 * k for k in range(len(spec.scalar_types))})
     value = emitter.emit(spec.expr)
-    lines += emitter.lines
+    stores = []
+    for j, (expr, st) in enumerate(spec.outputs):
+        more = emitter.emit(expr)
+        stores.append(f"    out{1 + j}[gi] = {wgsl.store(st, wgsl.convert(more, expr.type, st.compute))};")
+    lines += emitter.lines + stores
     lines.append(f"    return {wgsl.store(out, wgsl.convert(value, spec.expr.type, out.compute))};")
     lines.append("}")
     return "\n".join(lines)

@@ -138,8 +138,9 @@ def source(blk: Blocking, a: Storage, a_mode: str, b: Storage, b_mode: str, out:
         f"{body}\n}}\n"
     )
     epi = gc.epilogue_function(epilogue, ctype, out)
-    ins, outs = gc.binding_types(a, a_mode, b, b_mode, extra, out, out_vec)
+    ins, outs = gc.binding_types(a, a_mode, b, b_mode, extra, out, out_vec, epilogue)
     code = "\n".join([epi, main])
-    helpers = wgsl.helpers_for(code + "".join(s.store for s in (a, b, out, *extra)))
+    more = epilogue.output_types() if epilogue is not None else []
+    helpers = wgsl.helpers_for(code + "".join(s.store for s in (a, b, out, *extra, *more)))
     name = f"matmul_regs_{blk.tm}x4_w{blk.wx}_{a_mode}{b_mode}{'v' if out_vec else 's'}"
-    return KernelSource(name, "\n".join([wgsl.bindings(ins, outs), helpers, code]), len(ins), 1)
+    return KernelSource(name, "\n".join([wgsl.bindings(ins, outs), helpers, code]), len(ins), len(outs))

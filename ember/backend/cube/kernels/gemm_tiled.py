@@ -144,8 +144,9 @@ def source(t: Tiling, a: Storage, a_mode: str, b: Storage, b_mode: str, out: Sto
     decl = (f"var<workgroup> sa: array<vec4<{ctype}>, {t.bk * qm}>;\n"
             f"var<workgroup> sb: array<vec4<{ctype}>, {t.bk * qn}>;")
     epi = gc.epilogue_function(epilogue, ctype, out)
-    ins, outs = gc.binding_types(a, a_mode, b, b_mode, extra, out, out_vec)
+    ins, outs = gc.binding_types(a, a_mode, b, b_mode, extra, out, out_vec, epilogue)
     code = "\n".join([decl, epi, main])
-    helpers = wgsl.helpers_for(code + "".join(s.store for s in (a, b, out, *extra)))
+    more = epilogue.output_types() if epilogue is not None else []
+    helpers = wgsl.helpers_for(code + "".join(s.store for s in (a, b, out, *extra, *more)))
     name = f"matmul_{t.bm}x{t.bn}x{t.bk}_{t.tm}x4_{a_mode}{b_mode}{'v' if out_vec else 's'}"
-    return KernelSource(name, "\n".join([wgsl.bindings(ins, outs), helpers, code]), len(ins), 1)
+    return KernelSource(name, "\n".join([wgsl.bindings(ins, outs), helpers, code]), len(ins), len(outs))

@@ -44,12 +44,15 @@ MEDIUM = gemm_tiled.Tiling(64, 64, 16, 4)
 @dataclass(frozen=True)
 class Epilogue:
     """``expr`` over the product (``load(0)``), ``operands`` (``load(1)``, ... each
-    broadcastable to the output's shape) and ``scalars`` (``scalar(0)``, ...)."""
+    broadcastable to the output's shape) and ``scalars`` (``scalar(0)``, ...).
+    ``outputs``: further results of the output's shape, each an expression over the
+    same leaves and its storage (:func:`matmul_many` returns them after the product's)."""
 
     expr: ir.Expr
     operands: tuple[CubeTensor, ...] = ()
     scalars: tuple[int | float | bool, ...] = ()
     scalar_types: tuple[str, ...] = ()
+    outputs: tuple[tuple[ir.Expr, Storage], ...] = ()
 
 
 def bias_epilogue(bias: CubeTensor, ctype: str, activation: str | None = None) -> Epilogue:
@@ -119,6 +122,19 @@ def matmul(
     """``a @ b`` (+ ``bias`` along the last dim, or through ``epilogue``) for rank >= 2
     operands; the result has ``out_storage`` (default: ``a``'s). ``plan`` forces a
     template (tests and benchmarks); by default :func:`choose` picks one."""
+    return matmul_many(backend, a, b, bias, epilogue, out_storage, plan)[0]
+
+
+def matmul_many(
+    backend: CubeBackend,
+    a: CubeTensor,
+    b: CubeTensor,
+    bias: CubeTensor | None = None,
+    epilogue: Epilogue | None = None,
+    out_storage: Storage | None = None,
+    plan: gemm_tiled.Tiling | gemm_small.Blocking | None = None,
+) -> list[CubeTensor]:
+    """:func:`matmul`, with the epilogue's further outputs after the product's."""
     if a.storage.compute == "bool":
         raise DTypeError("ember: matmul: not defined on bool tensors; cast to float first")
     if bias is not None:
@@ -131,11 +147,14 @@ def matmul(
     batch_shape = tuple(int(d) for d in _broadcast(a.shape[:-2], b.shape[:-2]))
     out_shape = batch_shape + (m, n)
     out = backend.empty(out_shape, out_storage)
+    more = [backend.empty(out_shape, st) for _, st in (epilogue.outputs if epilogue is not None else ())]
+    if more and a.storage.compute == "i64":
+        raise DTypeError("ember: cube: int64 matmuls take one output")
     count = 1
     for d in batch_shape:
         count *= d
     if count == 0 or m == 0 or n == 0:
-        return out
+        return [out, *more]
     extra = epilogue.operands if epilogue is not None else ()
     for e in extra:
         if not _broadcasts_to(e.shape, out_shape):
@@ -158,7 +177,8 @@ def matmul(
     ctype = a.storage.compute
     spec = None
     if epilogue is not None:
-        spec = gc.EpilogueSpec(epilogue.expr, tuple(e.storage for e in extra), tuple(epilogue.scalar_types))
+        spec = gc.EpilogueSpec(epilogue.expr, tuple(e.storage for e in extra), tuple(epilogue.scalar_types),
+                               tuple(epilogue.outputs))
     if ctype == "i64":
         plan = None
         key = ("matmul_i64", a.storage, b.storage, out_storage, spec)
@@ -183,9 +203,9 @@ def matmul(
     if epilogue is not None:
         for v, t in zip(epilogue.scalars, epilogue.scalar_types):
             scalars += list(scalar_words(v, t))
-    buffers = [a.buffer, b.buffer] + [e.buffer for e in extra] + [out.buffer]
+    buffers = [a.buffer, b.buffer] + [e.buffer for e in extra] + [out.buffer] + [x.buffer for x in more]
     launch(backend, kernel, tiles, (m, n, k), cshape, blocks, count, buffers, scalars)
-    return out
+    return [out, *more]
 
 
 def launch(backend: CubeBackend, kernel, tiles: tuple[int, int], mnk: tuple[int, int, int],
