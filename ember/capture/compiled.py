@@ -597,6 +597,8 @@ class _Entry:
             else:
                 dict.__setitem__(owner, key, fields[""] if cls is Tensor else cls(**fields))
         for i, j, index, device in self.running_plan:
+            if leaves[i] is self.model_out and self.model_out is not None:
+                continue  # the module this entry returned: _module_out updates its states' tensors
             found = module_cache.get(i) or _module_leaves(leaves[i])
             found[1][j]._value = _tensor_on(values[index], device)
         self._own_states()
