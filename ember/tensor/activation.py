@@ -1,7 +1,7 @@
 """Activation functions, written once over the tensor ops.
 
-Where the device's backend has a fused kernel (``relu``, ``sigmoid``, ``softmax``,
-``log_softmax``), it is used; otherwise the composite below runs. Composites are
+Where the device's backend has a fused kernel (``relu``, ``sigmoid``, ``gelu``,
+``softmax``, ``log_softmax``), it is used; otherwise the composite below runs. Composites are
 written to stay finite in both directions (no ``inf * 0`` in their gradients).
 
 At kinks and bounds the gradients follow PyTorch's conventions (tests/nn/test_kinks.py
@@ -133,6 +133,9 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         return gelu_tanh(x)
     if approximate != "none":
         raise ValueRangeError(f"ember: gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    fused = _fused(x, "gelu")
+    if fused is not None:
+        return fused
     return x.mul(x.mul_scalar(_SQRT_HALF).erf().add_scalar(1.0)).mul_scalar(0.5)
 
 

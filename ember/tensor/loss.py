@@ -49,3 +49,12 @@ def margin_ranking_loss(x1: Tensor, x2: Tensor, target: Tensor, margin: float = 
     (``torch.nn.functional.margin_ranking_loss``); ``target`` holds 1 or -1."""
     losses = target.float().neg().mul(x1.float().sub(x2)).add_scalar(margin).clamp_min(0.0)
     return losses.mean() if mean else losses.sum()
+
+
+def cross_entropy_indices(logits: Tensor, targets: Tensor) -> Tensor | None:
+    """``-log_softmax(logits)[i, targets[i]]`` per row of float ``logits`` ``[N, C]``
+    with int ``targets`` ``[N]`` on the same device, through the backend's fused kernel;
+    ``None`` when the backend has none (the caller runs the composite)."""
+    t = targets if targets._p.dtype.itemsize == 8 else targets.int()
+    fused = logits._d._b.cross_entropy(logits._p, t._p)
+    return None if fused is NotImplemented else Tensor(fused[0], logits._d)

@@ -13,6 +13,9 @@ from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.flex import blas
+from ember.backend.flex import cross_entropy as _cross_entropy
+from ember.backend.flex import gelu as _gelu
+from ember.backend.flex import layer_norm as _layer_norm
 from ember.backend.flex.attention import attention as _attention
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
@@ -427,7 +430,10 @@ class FlexBackend(FlexModuleOps, Backend):
             return NotImplemented
         token = quiet_set()
         try:
-            out = np.matmul(x, weight)
+            if x.ndim > 2:  # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
+                out = np.matmul(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + weight.shape[-1:])
+            else:
+                out = np.matmul(x, weight)
             if bias is not None:
                 out += bias
             return out
@@ -439,8 +445,8 @@ class FlexBackend(FlexModuleOps, Backend):
             return NotImplemented
         token = quiet_set()
         try:
-            gx = np.matmul(grad, weight.T) if need_x else None
             g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
+            gx = np.matmul(g2, weight.T).reshape(grad.shape[:-1] + weight.shape[:1]) if need_x else None
             gw = None
             if need_weight:
                 x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
@@ -546,3 +552,21 @@ class FlexBackend(FlexModuleOps, Backend):
             return np.array([total], dtype=pred.dtype)
         finally:
             quiet_reset(token)
+
+    def gelu(self, x):
+        return _gelu.gelu(x)
+
+    def gelu_backward(self, x, grad):
+        return _gelu.gelu_backward(x, grad)
+
+    def layer_norm(self, x, gamma, beta, epsilon):
+        return _layer_norm.layer_norm(x, gamma, beta, epsilon)
+
+    def layer_norm_backward(self, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
+        return _layer_norm.layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta)
+
+    def cross_entropy(self, logits, targets):
+        return _cross_entropy.cross_entropy(logits, targets)
+
+    def cross_entropy_backward(self, log_probs, targets, grad):
+        return _cross_entropy.cross_entropy_backward(log_probs, targets, grad)

@@ -10,6 +10,7 @@ from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
 from ember.tensor import Tensor, autocast
 from ember.tensor import activation as F
+from ember.tensor.loss import cross_entropy_indices
 
 
 class CrossEntropyLossConfig(Config):
@@ -90,10 +91,10 @@ class CrossEntropyLoss(Module):
         if x.rank > 2:
             x = x.movedim(1, -1)
         x = x.reshape([-1, classes])
-        logp = F.log_softmax(x, 1) if self.logits else x.log()
         weights = None if self.weights is None else Tensor.from_floats(list(self.weights), device=x.device, dtype=x.dtype)
         eps = self.smoothing or 0.0
         if targets.is_float():
+            logp = F.log_softmax(x, 1) if self.logits else x.log()
             return self._soft(logp, targets, weights, eps, logits.dims(), sample_shape), None
         if targets.dims() != sample_shape:
             raise ShapeError(
@@ -103,6 +104,11 @@ class CrossEntropyLoss(Module):
         t = targets.reshape([-1])
         if t.device is not x.device:
             t = t.to_device(x.device)
+        if self.logits and weights is None and not eps and not self.pad_tokens:
+            fused = cross_entropy_indices(x, t)
+            if fused is not None:
+                return fused.reshape(sample_shape), None
+        logp = F.log_softmax(x, 1) if self.logits else x.log()
         ignored = None
         for pad in self.pad_tokens or ():
             hit = t.equal_elem(pad)
