@@ -271,6 +271,28 @@ class Backend(ModuleOps, ABC):
         ``[..., L, S]`` or ``None``. All floats share one dtype."""
         return NotImplemented
 
+    def attention_backward(
+        self,
+        query: Primitive,
+        key: Primitive,
+        value: Primitive,
+        probs: Primitive,
+        mask: Primitive | None,
+        keep: Primitive | None,
+        grad: Primitive,
+        scale: float,
+        causal: bool,
+        need_query: bool,
+        need_key: bool,
+        need_value: bool,
+        need_scores: bool,
+    ) -> tuple[Primitive | None, Primitive | None, Primitive | None, Primitive | None]:
+        """Gradients of :meth:`attention`'s context (given its gradient ``grad``) for the
+        query, key and value, and for the scores (``scale * q @ k^T + bias``, zero at
+        hidden keys; the bias's gradient before unbroadcasting), ``None`` where not
+        needed. ``probs`` is the forward's weights."""
+        return NotImplemented
+
     def mse_loss(self, pred: Primitive, target: Primitive, mean: bool) -> Primitive:
         """``sum((pred - target)^2)``, divided by the element count when ``mean``; shape ``[1]``.
         ``pred`` and ``target`` have one shape."""

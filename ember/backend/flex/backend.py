@@ -17,6 +17,8 @@ from ember.backend.flex import cross_entropy as _cross_entropy
 from ember.backend.flex import gelu as _gelu
 from ember.backend.flex import layer_norm as _layer_norm
 from ember.backend.flex.attention import attention as _attention
+from ember.backend.flex.attention import attention_backward as _attention_backward
+from ember.backend.flex.attention import softmax_last_dim
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quiet import quiet_reset, quiet_set
@@ -406,6 +408,10 @@ class FlexBackend(FlexModuleOps, Backend):
     def softmax(self, x, dim: int):
         if x.dtype in _HALF:
             return self.softmax(x.astype(_F32), dim).astype(x.dtype)
+        if x.dtype == _F32 and dim == x.ndim - 1 and x.size:
+            out = softmax_last_dim(x)
+            if out is not None:
+                return out
         token = quiet_set()
         try:
             e = np.exp(x - x.max(axis=dim, keepdims=True))
@@ -539,6 +545,11 @@ class FlexBackend(FlexModuleOps, Backend):
 
     def attention(self, query, key, value, mask, bias, fill, scale, causal, keep):
         return _attention(query, key, value, mask, bias, fill, scale, causal, keep)
+
+    def attention_backward(self, query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key,
+                           need_value, need_scores):
+        return _attention_backward(query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key,
+                                   need_value, need_scores)
 
     def mse_loss(self, pred, target, mean: bool):
         if pred.dtype in _HALF:

@@ -4,7 +4,8 @@
 tail (``Phi(x) = 1 - Q(x)`` for ``x >= 0``, ``Q(-x)`` otherwise), so one formula
 serves both signs and the negative tail keeps its relative accuracy. The gradient is
 ``Phi(x) + x phi(x)`` with ``phi(x) = exp(-x^2 / 2) / sqrt(2 pi)``, the exponential that
-``Q`` computes anyway. Both run block by block in cache (see
+``Q`` computes anyway. Both run as native loops (:mod:`ember.backend.flex.native`)
+or, without them, block by block in cache with numpy (see
 :mod:`ember.backend.flex.special`); other dtypes take the composite.
 """
 
@@ -14,6 +15,7 @@ import math
 
 import numpy as np
 
+from ember.backend.flex import native
 from ember.backend.flex.quiet import quiet_reset, quiet_set
 from ember.backend.flex.special import blocks, normal_tail, scratch
 
@@ -30,6 +32,10 @@ def gelu(x: np.ndarray):
         return NotImplemented
     flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty(flat.size, _F32)
+    kernels = native.kernels()
+    if kernels is not None:
+        kernels.gelu(native.address(flat), native.address(out), flat.size)
+        return out.reshape(x.shape)
     z, t = scratch(flat.size, 2)
     token = quiet_set()
     try:
@@ -54,6 +60,10 @@ def gelu_backward(x: np.ndarray, grad: np.ndarray):
     flat = np.ascontiguousarray(x).reshape(-1)
     g = np.ascontiguousarray(grad).reshape(-1)
     out = np.empty(flat.size, _F32)
+    kernels = native.kernels()
+    if kernels is not None:
+        kernels.gelu_backward(native.address(flat), native.address(g), native.address(out), flat.size)
+        return out.reshape(x.shape)
     z, t = scratch(flat.size, 2)
     token = quiet_set()
     try:

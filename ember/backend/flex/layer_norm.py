@@ -10,9 +10,43 @@ from __future__ import annotations
 
 import numpy as np
 
+from ember.backend.flex import native
 from ember.backend.flex.quiet import quiet_reset, quiet_set
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_F32 = np.dtype(np.float32)
+
+
+def _param(p, d: int, value: float, dtype) -> np.ndarray:
+    """``p`` contiguous, or ``value`` repeated when it is ``None``."""
+    return np.full(d, value, dtype) if p is None else np.ascontiguousarray(p)
+
+
+def _native_forward(kernels, x, gamma, beta, epsilon):
+    rows = _rows(x)
+    n, d = rows.shape
+    out = np.empty_like(rows)
+    mean, rstd = np.empty((n, 1), _F32), np.empty((n, 1), _F32)
+    g, b = _param(gamma, d, 1.0, _F32), _param(beta, d, 0.0, _F32)
+    kernels.layer_norm(*map(native.address, (rows, g, b, out, mean, rstd)), n, d, float(epsilon))
+    stats = x.shape[:-1] + (1,)
+    return out.reshape(x.shape), mean.reshape(stats), rstd.reshape(stats)
+
+
+def _native_backward(kernels, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
+    rows, g = _rows(x), _rows(grad)
+    n, d = rows.shape
+    gamma_c = _param(gamma, d, 1.0, _F32)
+    m, r = np.ascontiguousarray(mean, _F32).reshape(-1), np.ascontiguousarray(rstd, _F32).reshape(-1)
+    unused = np.empty(1, _F32)  # what the kernel gets for an output it does not write
+    dx = np.empty_like(rows) if need_x else unused
+    want_params = need_gamma or need_beta
+    dgamma = np.zeros(d, _F32) if want_params else unused
+    dbeta = np.zeros(d, _F32) if want_params else unused
+    need = (1 if need_x else 0) | (2 if want_params else 0)
+    kernels.layer_norm_backward(*map(native.address, (rows, gamma_c, m, r, g, dx, dgamma, dbeta)), n, d, need)
+    return (dx.reshape(x.shape) if need_x else None, dgamma if need_gamma and gamma is not None else None,
+            dbeta if need_beta else None)
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -31,6 +65,9 @@ def layer_norm(x, gamma, beta, epsilon):
         return NotImplemented
     if any(p is not None and p.dtype != x.dtype for p in (gamma, beta)):
         return NotImplemented
+    kernels = native.kernels() if x.dtype == _F32 else None
+    if kernels is not None:
+        return _native_forward(kernels, x, gamma, beta, epsilon)
     token = quiet_set()
     try:
         rows = _rows(x)
@@ -60,6 +97,9 @@ def layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_bet
     ``dgamma = sum(grad xhat)``, ``dbeta = sum(grad)`` over the rows."""
     if x.dtype not in _FLOATS or grad.dtype != x.dtype:
         return NotImplemented
+    kernels = native.kernels() if x.dtype == _F32 else None
+    if kernels is not None:
+        return _native_backward(kernels, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta)
     token = quiet_set()
     try:
         rows, g = _rows(x), _rows(grad)
