@@ -203,6 +203,14 @@ class Tensor(
     def random_like(self, distribution: Distribution | None = None) -> Tensor:
         return Tensor.random(self._p.shape, distribution, self._d, self.dtype)
 
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Category indices drawn from this tensor of weights ``[C]`` or ``[R, C]`` with
+        the device's generator: ``[num_samples]`` or ``[R, num_samples]`` (int64), as
+        ``torch.multinomial`` (see :func:`ember.tensor.sampling.multinomial`)."""
+        from ember.tensor.sampling import multinomial
+
+        return multinomial(self, num_samples, replacement)
+
     # ------------------------------------------------------------------ read-out
     @property
     def shape(self) -> Shape:
