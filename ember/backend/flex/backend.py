@@ -12,7 +12,7 @@ from ember.backend import philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
-from ember.backend.flex import blas
+from ember.backend.flex import blas, malloc
 from ember.backend.flex import cross_entropy as _cross_entropy
 from ember.backend.flex import gelu as _gelu
 from ember.backend.flex import layer_norm as _layer_norm
@@ -211,12 +211,15 @@ def _adam_blocked(param, grad, moment_1, moment_2, max_moment_2, lr, beta_1, bet
 class FlexBackend(FlexModuleOps, Backend):
     """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
     in float32 where numpy would lose accuracy or lacks the kernel. Creating one sets
-    numpy's BLAS thread count (``EMBER_NUM_THREADS``, default 1; see ``flex.blas``)."""
+    numpy's BLAS thread count (``EMBER_NUM_THREADS``, default 1; see ``flex.blas``) and
+    lets the C heap keep freed activation-sized blocks (``EMBER_MALLOC_TUNE``; see
+    ``flex.malloc``)."""
 
     name = "flex"
 
     def __init__(self) -> None:
         blas.load()
+        malloc.tune()
 
     # ------------------------------------------------------------------ data boundary
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
