@@ -29,6 +29,8 @@ def path(request, monkeypatch):
         monkeypatch.setitem(native._STATE, "kernels", None)
     elif kernels is None:
         pytest.skip("native kernels are unavailable on this machine")
+    else:
+        monkeypatch.setattr(native, "MIN_ELEMENTS", 0)  # the tests' small arrays take the native path too
     return request.param
 
 
@@ -45,6 +47,12 @@ def values_and_grads(fn, arrays, seed=0, dtype=np.float32):
     weights = np.random.default_rng(seed).standard_normal(out.dims()).astype(dtype)
     grads = out.mul(Tensor.from_data(weights, device=device)).sum().backward()
     return out.to_numpy(), [t.grad(grads).to_numpy() for t in tensors], weights
+
+
+def test_small_arrays_skip_the_native_kernels():
+    """Below MIN_ELEMENTS the numpy versions run (no compilation for small tensors)."""
+    assert native.kernels(native.MIN_ELEMENTS - 1) is None
+    assert native.kernels(native.MIN_ELEMENTS) is native.kernels()
 
 
 def test_erf_float32_accuracy():

@@ -80,7 +80,7 @@ def softmax_last_dim(x: np.ndarray, empty_zero: bool = False) -> np.ndarray | No
     """The softmax of the last dim of float32 ``x`` with the native row kernel (a row
     of only ``-inf`` gives zeros when ``empty_zero``, else NaN as numpy); ``None``
     without native kernels."""
-    kernels = native.kernels()
+    kernels = native.kernels(x.size)
     if kernels is None:
         return None
     flat = np.ascontiguousarray(x).reshape(-1, x.shape[-1])

@@ -32,7 +32,7 @@ def gelu(x: np.ndarray):
         return NotImplemented
     flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty(flat.size, _F32)
-    kernels = native.kernels()
+    kernels = native.kernels(flat.size)
     if kernels is not None:
         kernels.gelu(native.address(flat), native.address(out), flat.size)
         return out.reshape(x.shape)
@@ -60,7 +60,7 @@ def gelu_backward(x: np.ndarray, grad: np.ndarray):
     flat = np.ascontiguousarray(x).reshape(-1)
     g = np.ascontiguousarray(grad).reshape(-1)
     out = np.empty(flat.size, _F32)
-    kernels = native.kernels()
+    kernels = native.kernels(flat.size)
     if kernels is not None:
         kernels.gelu_backward(native.address(flat), native.address(g), native.address(out), flat.size)
         return out.reshape(x.shape)

@@ -65,7 +65,7 @@ def layer_norm(x, gamma, beta, epsilon):
         return NotImplemented
     if any(p is not None and p.dtype != x.dtype for p in (gamma, beta)):
         return NotImplemented
-    kernels = native.kernels() if x.dtype == _F32 else None
+    kernels = native.kernels(x.size) if x.dtype == _F32 else None
     if kernels is not None:
         return _native_forward(kernels, x, gamma, beta, epsilon)
     token = quiet_set()
@@ -97,7 +97,7 @@ def layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_bet
     ``dgamma = sum(grad xhat)``, ``dbeta = sum(grad)`` over the rows."""
     if x.dtype not in _FLOATS or grad.dtype != x.dtype:
         return NotImplemented
-    kernels = native.kernels() if x.dtype == _F32 else None
+    kernels = native.kernels(x.size) if x.dtype == _F32 else None
     if kernels is not None:
         return _native_backward(kernels, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta)
     token = quiet_set()

@@ -4,8 +4,9 @@ compiled once per process with llvmlite (a runtime dependency) for the host CPU,
 that the loop vectoriser widens them to its SIMD width.
 
 Each kernel takes contiguous float32 arrays. :func:`kernels` returns ``None`` when
-llvmlite cannot compile for this machine (or ``EMBER_FLEX_NATIVE=0``); flex then
-runs its numpy versions of the same formulas. The math matches those versions:
+llvmlite cannot compile for this machine (or ``EMBER_FLEX_NATIVE=0``), and for arrays
+too small to repay the compilation (:data:`MIN_ELEMENTS`); flex then runs its numpy
+versions of the same formulas. The math matches those versions:
 GELU through Abramowitz & Stegun 7.1.26 for the normal tail, ``exp`` by range
 reduction ``x = n ln 2 + r`` (two-part ``ln 2``), a degree-7 Taylor polynomial in
 ``r`` and ``2^n`` built in the exponent bits as two halves; within about one float32
@@ -48,8 +49,16 @@ class Kernels:
     layer_norm_backward: Any
 
 
-def kernels() -> Kernels | None:
-    """The compiled kernels, built on first use; ``None`` where they cannot be."""
+#: Arrays with fewer elements run the numpy versions: compiling the kernels costs about
+#: half a second once per process, which small tensors would not win back.
+MIN_ELEMENTS = 16384
+
+
+def kernels(size: int | None = None) -> Kernels | None:
+    """The compiled kernels, built on first use; ``None`` where they cannot be, or for
+    an array of ``size`` elements below :data:`MIN_ELEMENTS`."""
+    if size is not None and size < MIN_ELEMENTS:
+        return None
     if "kernels" in _STATE:
         return _STATE["kernels"]
     with _LOCK:
