@@ -1,15 +1,21 @@
 """Training-step time: ember/flex against PyTorch eager (and JAX ``jit`` when JAX is
 installed), in one run. Median microseconds per step over several repeats.
 
-    python benchmarks/train_step.py            # W1 (and W2/W3 when their layers exist)
+    python benchmarks/train_step.py            # W1 to W4
+    python benchmarks/train_step.py W4         # only the workloads named
     python benchmarks/train_step.py amp        # W2 under autocast (bf16-mixed, 16-mixed) vs float32
 
 W1: the seed (MLP 4-16-1, MSE, Adam, 64 samples).
 W2: MLP 784-256-10, cross-entropy, Adam, batch 128.
 W3: the small CNN of the nn issue, cross-entropy, Adam, batch 64 of 1x28x28.
+W4: a character-level GPT (3 pre-norm blocks, d_model 128, 4 heads, exact GELU,
+    block 64, vocabulary 65), cross-entropy, Adam, batch 16: the training step and
+    the eval forward (``model.valid()``; torch under ``no_grad``), from the same
+    weights, with one BLAS thread on both sides.
 
 Targets (issue "optim"): W1 at most 150 us per step and at most half of PyTorch
-eager's time; W2 at most 1.0x PyTorch eager.
+eager's time; W2 at most 1.0x PyTorch eager. Issue 14: W4 at most 1.2x PyTorch
+eager per training step and 1.3x per eval forward, in the same run.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import fmt, print_table, try_import_torch
+from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
 from ember import Device, Module, Tensor
 from ember.nn import Linear, LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
@@ -323,6 +329,59 @@ def amp_table(torch) -> None:
     )
 
 
+def workload_w4(torch, rows):
+    from benchmarks.gpt import ember_gpt, torch_twin
+    from ember.nn.loss import CrossEntropyLoss
+
+    batch, block, vocab = 16, 64, 65
+    rng = np.random.default_rng(0)
+    x_np = rng.integers(0, vocab, (batch, block))
+    y_np = rng.integers(0, vocab, (batch, block))
+    device = Device.flex().autodiff()
+    device.seed(0)
+    model = ember_gpt(device, vocab=vocab, block=block)
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    x_eval = Tensor.from_data(x_np, device=device.inner())
+    ce = CrossEntropyLoss()
+    ember_step = ember_step_fn(model, x, y, lambda p, t: ce.forward(p.reshape([-1, vocab]), t.reshape([-1])))
+    state = {}
+
+    def ember_eval():
+        if "valid" not in state:
+            state["valid"] = model.valid()
+        state["valid"](x_eval).to_data()
+
+    if torch is None:
+        rows.append(row("W4 GPT 3x128, block 64, Adam, 16", time_steps(ember_step, steps=5, repeats=5, warmup=2),
+                        None, None))
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        net = torch_twin(torch, model)
+        tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
+
+        def loss_fn(logits, targets):
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+
+        torch_step = torch_step_fn(torch, net, tx, ty, loss_fn)
+
+        def torch_eval():
+            with torch.no_grad():
+                net(tx).numpy()
+
+        medians, ratios = alternating_us(
+            {"ember step": ember_step, "torch step": torch_step, "ember eval": ember_eval, "torch eval": torch_eval},
+            repeats=REPEATS, min_time=0.3,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    rows.append(row("W4 GPT 3x128, block 64, Adam, 16: step", medians["ember step"], medians["torch step"], None,
+                    ratios[("ember step", "torch step")]))
+    rows.append(row("W4 GPT: eval forward", medians["ember eval"], medians["torch eval"], None,
+                    ratios[("ember eval", "torch eval")]))
+
+
 def row(name, t_ember, t_torch, t_jax, ratio=None):
     return [
         name,
@@ -340,14 +399,17 @@ def main() -> None:
         amp_table(torch)
         return
     rows: list[list[str]] = []
-    for workload in (workload_w1, workload_w2, workload_w3):
+    chosen = {name.upper() for name in sys.argv[1:]}
+    for workload in (workload_w1, workload_w2, workload_w3, workload_w4):
+        if chosen and workload.__name__.split("_")[1].upper() not in chosen:
+            continue
         try:
             workload(torch, rows)
         except Exception as error:
             rows.append([workload.__name__, f"failed: {type(error).__name__}: {error}"[:70], "-", "-", "-", "-"])
     print_table(
         "training step, median us per step; ember/torch is the median ratio of alternating rounds "
-        "(torch eager: 1 thread for W1, default threads otherwise; jax.jit when installed)",
+        "(torch eager: 1 thread for W1 and W4, default threads otherwise; jax.jit when installed)",
         ["workload", "ember", "torch", "ember/torch", "jax", "ember/jax"],
         rows,
     )

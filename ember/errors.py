@@ -45,6 +45,11 @@ class ConfigError(EmberError, ValueError):
     """A configuration has an invalid field."""
 
 
+class UsageError(EmberError, TypeError):
+    """A call in another library's form (PyTorch's ``x.sum(dim)``) that ember spells
+    otherwise; the message gives ember's (Burn's) spelling and the equivalent."""
+
+
 class ModuleError(EmberError, TypeError):
     """A module is declared or built incorrectly."""
 

@@ -270,7 +270,64 @@ class Backend(ModuleOps, ABC):
         ``[..., L, S]`` or ``None``. All floats share one dtype."""
         return NotImplemented
 
+    def attention_backward(
+        self,
+        query: Primitive,
+        key: Primitive,
+        value: Primitive,
+        probs: Primitive,
+        mask: Primitive | None,
+        keep: Primitive | None,
+        grad: Primitive,
+        scale: float,
+        causal: bool,
+        need_query: bool,
+        need_key: bool,
+        need_value: bool,
+        need_scores: bool,
+    ) -> tuple[Primitive | None, Primitive | None, Primitive | None, Primitive | None]:
+        """Gradients of :meth:`attention`'s context (given its gradient ``grad``) for the
+        query, key and value, and for the scores (``scale * q @ k^T + bias``, zero at
+        hidden keys; the bias's gradient before unbroadcasting), ``None`` where not
+        needed. ``probs`` is the forward's weights."""
+        return NotImplemented
+
     def mse_loss(self, pred: Primitive, target: Primitive, mean: bool) -> Primitive:
         """``sum((pred - target)^2)``, divided by the element count when ``mean``; shape ``[1]``.
         ``pred`` and ``target`` have one shape."""
+        return NotImplemented
+
+    def gelu(self, x: Primitive) -> Primitive:
+        """The exact GELU ``x * Phi(x)`` (``Phi`` the standard normal CDF)."""
+        return NotImplemented
+
+    def gelu_backward(self, x: Primitive, grad: Primitive) -> Primitive:
+        """``grad * (Phi(x) + x * phi(x))``: the gradient of :meth:`gelu` at ``x``."""
+        return NotImplemented
+
+    def layer_norm(
+        self, x: Primitive, gamma: Primitive | None, beta: Primitive | None, epsilon: float
+    ) -> tuple[Primitive, Primitive, Primitive]:
+        """Normalisation over the last dim: ``(x - mean) * rstd * gamma + beta`` with
+        ``rstd = 1 / sqrt(var + epsilon)`` (biased variance); ``gamma``/``beta`` ``[D]`` or
+        ``None``. Returns ``(out, mean, rstd)``, the last two ``[..., 1]``."""
+        return NotImplemented
+
+    def layer_norm_backward(
+        self, x: Primitive, gamma: Primitive | None, mean: Primitive, rstd: Primitive, grad: Primitive,
+        need_x: bool, need_gamma: bool, need_beta: bool,
+    ) -> tuple[Primitive | None, Primitive | None, Primitive | None]:
+        """Gradients of :meth:`layer_norm` for ``x``, ``gamma`` and ``beta`` (``None`` where
+        not needed), from the forward's ``mean`` and ``rstd``."""
+        return NotImplemented
+
+    def cross_entropy(self, logits: Primitive, targets: Primitive) -> tuple[Primitive, Primitive]:
+        """Cross entropy of float ``logits`` ``[N, C]`` against int64 class ``targets``
+        ``[N]`` (each in ``[0, C)``): ``(losses [N], log_probs [N, C])`` with
+        ``losses[i] = -log_softmax(logits)[i, targets[i]]``."""
+        return NotImplemented
+
+    def cross_entropy_backward(self, log_probs: Primitive, targets: Primitive, grad: Primitive) -> Primitive:
+        """The gradient for the logits of :meth:`cross_entropy` given the gradient
+        ``grad`` ``[N]`` of the losses: ``(softmax - one_hot(targets)) * grad[:, None]``."""
         return NotImplemented

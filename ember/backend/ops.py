@@ -228,23 +228,39 @@ class FusedOp(OpName):
     registered with :func:`ember.tensor.fused.composite`; :func:`ember.tensor.fused.fused`
     is the one way to call either.
 
-    ``RELU``, ``SIGMOID``, ``SOFTMAX``, ``LOG_SOFTMAX``: ``ember.tensor.activation``;
-    ``LINEAR``: ``ember.tensor.module``; ``MSE_LOSS``: ``ember.tensor.loss``;
+    ``RELU``, ``SIGMOID``, ``GELU``, ``SOFTMAX``, ``LOG_SOFTMAX``: ``ember.tensor.activation``;
+    ``LAYER_NORM``: ``ember.tensor.norm``; ``LINEAR``: ``ember.tensor.module``;
+    ``MSE_LOSS``, ``CROSS_ENTROPY``: ``ember.tensor.loss``;
     ``ATTENTION``: ``ember.tensor.attention``; ``ADAM_STEP_MANY``: ``ember.optim.adam``
     (registered when ``ember.optim`` is imported).
 
-    ``Backend.linear_backward`` is not listed: it is ``LINEAR``'s backward kernel, called
-    by autodiff's linear rule, which holds its composite.
+    The backward kernels (``Backend.linear_backward``, ``gelu_backward``,
+    ``layer_norm_backward``, ``cross_entropy_backward``, ``attention_backward``) are not
+    listed: each is called by its op's autodiff rule, which holds its composite.
     """
 
     RELU = "relu"
     SIGMOID = "sigmoid"
+    GELU = "gelu"
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
     LINEAR = "linear"
     MSE_LOSS = "mse_loss"
+    CROSS_ENTROPY = "cross_entropy"
+    LAYER_NORM = "layer_norm"
     ATTENTION = "attention"
     ADAM_STEP_MANY = "adam_step_many"
+
+
+#: The backward kernels of fused ops: optional Backend methods (default
+#: ``NotImplemented``) called by each op's autodiff rule, which holds the composite.
+FUSED_BACKWARD_KERNELS = {
+    "linear_backward": FusedOp.LINEAR,
+    "gelu_backward": FusedOp.GELU,
+    "layer_norm_backward": FusedOp.LAYER_NORM,
+    "cross_entropy_backward": FusedOp.CROSS_ENTROPY,
+    "attention_backward": FusedOp.ATTENTION,
+}
 
 
 #: Binary ops whose result is bool.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import ModuleError
+from ember.module.field_check import check_fields
 from ember.module.group import ParamGroup
 from ember.module.param import Param, RunningState
 from ember.module.visitor import FnMapper, ModuleMapper, ModuleVisitor, ParamCollector
@@ -101,6 +102,7 @@ class Module:
                     raise ModuleError(f"ember: {name}() is missing the field {field!r}")
                 values[field] = default
         object.__setattr__(self, "__dict__", values)
+        check_fields(self, Module)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if not name.startswith("_") and name not in type(self)._fields:
@@ -399,6 +401,7 @@ def _checked_init(init: Any) -> Any:
                     object.__setattr__(self, field, cls._defaults[field])
                 else:
                     raise ModuleError(f"ember: {cls.__name__}.__init__ did not set the declared field {field!r}")
+        check_fields(self, Module)
 
     checked_init.__wrapped__ = init  # type: ignore[attr-defined]
     checked_init.__doc__ = init.__doc__

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ember.device import Device
-from ember.errors import ConfigError
+from ember.errors import ConfigError, DTypeError
 from ember.module import Config, Module
 from ember.nn.attention.mha import MhaInput, MultiHeadAttention, MultiHeadAttentionConfig
 from ember.nn.dropout import Dropout
@@ -95,9 +95,11 @@ class TransformerEncoderLayer(Module):
     dropout: Dropout
     norm_first: bool = False
 
-    def forward(self, x: Tensor, mask_pad: Tensor | None = None, mask_attn: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask_pad: Tensor | None = None, mask_attn: Tensor | None = None, causal: bool = False
+    ) -> Tensor:
         def attend(h: Tensor) -> Tensor:
-            context = self.mha(MhaInput(h, h, h, mask_pad, mask_attn)).context
+            context = self.mha(MhaInput(h, h, h, mask_pad, mask_attn), causal=causal).context
             return self.dropout(context)
 
         def feed(h: Tensor) -> Tensor:
@@ -112,14 +114,25 @@ class TransformerEncoderLayer(Module):
 
 class TransformerEncoder(Module):
     """A stack of :class:`TransformerEncoderLayer`; ``forward`` takes a
-    :class:`TransformerEncoderInput` and returns ``[batch, seq, d_model]``."""
+    :class:`TransformerEncoderInput`, or a tensor with optional masks
+    (``encoder(x, mask=..., mask_pad=...)``; ``causal=True`` lets each position see
+    only itself and earlier ones, as a decoder-only model needs), and returns
+    ``[batch, seq, d_model]``."""
 
     layers: list[TransformerEncoderLayer]
 
-    def forward(self, input: TransformerEncoderInput) -> Tensor:
+    def forward(
+        self, input: TransformerEncoderInput | Tensor, mask: Tensor | None = None, *,
+        mask_pad: Tensor | None = None, causal: bool = False,
+    ) -> Tensor:
         if isinstance(input, Tensor):
-            input = TransformerEncoderInput(input)
+            input = TransformerEncoderInput(input, mask_pad, mask)
+        elif mask is not None or mask_pad is not None:
+            raise DTypeError(
+                "ember: TransformerEncoder: give masks inside the TransformerEncoderInput, or call encoder(x, mask=...) "
+                "with a tensor"
+            )
         x = input.tensor
         for layer in self.layers:
-            x = layer(x, input.mask_pad, input.mask_attn)
+            x = layer(x, input.mask_pad, input.mask_attn, causal)
         return x

@@ -1,8 +1,8 @@
 """Activation functions, written once over the tensor ops.
 
-``relu``, ``sigmoid``, ``softmax`` and ``log_softmax`` are fused ops: their composites
-below are registered with :mod:`ember.tensor.fused`, which runs the device's kernel
-where it has one. Composites are
+``relu``, ``sigmoid``, ``gelu``, ``softmax`` and ``log_softmax`` are fused ops: their
+composites below are registered with :mod:`ember.tensor.fused`, which runs the device's
+kernel where it has one. Composites are
 written to stay finite in both directions (no ``inf * 0`` in their gradients).
 
 At kinks and bounds the gradients follow PyTorch's conventions (tests/nn/test_kinks.py
@@ -140,6 +140,12 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         return gelu_tanh(x)
     if approximate != "none":
         raise ValueRangeError(f"ember: gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    d = x._d
+    return Tensor(fused(FusedOp.GELU, d, x._p), d)
+
+
+@composite(FusedOp.GELU)
+def _gelu(x: Tensor) -> Tensor:
     return x.mul(x.mul_scalar(_SQRT_HALF).erf().add_scalar(1.0)).mul_scalar(0.5)
 
 

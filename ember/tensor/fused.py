@@ -53,7 +53,8 @@ def composite_of(op: FusedOp) -> Callable[..., Any]:
         import ember.tensor.activation
         import ember.tensor.attention
         import ember.tensor.loss
-        import ember.tensor.module  # noqa: F401
+        import ember.tensor.module
+        import ember.tensor.norm  # noqa: F401
 
         fn = _COMPOSITES.get(op)
     if fn is None:

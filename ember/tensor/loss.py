@@ -54,3 +54,21 @@ def margin_ranking_loss(x1: Tensor, x2: Tensor, target: Tensor, margin: float = 
     (``torch.nn.functional.margin_ranking_loss``); ``target`` holds 1 or -1."""
     losses = target.float().neg().mul(x1.float().sub(x2)).add_scalar(margin).clamp_min(0.0)
     return losses.mean() if mean else losses.sum()
+
+
+def cross_entropy_indices(logits: Tensor, targets: Tensor) -> Tensor:
+    """``-log_softmax(logits)[i, targets[i]]`` per row of float ``logits`` ``[N, C]``
+    with int ``targets`` ``[N]`` (each in ``[0, C)``) on the same device: the fused op
+    ``CROSS_ENTROPY`` (one kernel where the backend has one)."""
+    t = targets if targets._p.dtype.itemsize == 8 else targets.int()
+    d = logits._d
+    return Tensor(fused(FusedOp.CROSS_ENTROPY, d, logits._p, t._p)[0], d)
+
+
+@composite(FusedOp.CROSS_ENTROPY)
+def _cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    from ember.tensor.activation import log_softmax
+
+    n = logits.dims()[0]
+    log_probs = log_softmax(logits, 1)
+    return log_probs.gather(1, targets.reshape([n, 1])).reshape([n]).neg(), log_probs

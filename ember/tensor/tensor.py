@@ -27,11 +27,12 @@ from ember.tensor.ops.layout import LayoutOps
 from ember.tensor.ops.linalg import LinalgOps
 from ember.tensor.ops.math import MathOps
 from ember.tensor.ops.pad import PadOps
+from ember.tensor.ops.pytorch_hints import attribute_error
 from ember.tensor.ops.rearrange import RearrangeOps
 from ember.tensor.ops.reduce import ReduceOps
 from ember.tensor.ops.scatter import ScatterOps
 from ember.tensor.ops.subscript import SubscriptOps
-from ember.tensor.shape import Shape, as_shape, numel
+from ember.tensor.shape import Shape, as_shape, normalize_dim, numel
 
 
 def _device(device: Device | None) -> Device:
@@ -67,6 +68,10 @@ class Tensor(
     def __init__(self, primitive: Any, device: Device):
         self._p = primitive
         self._d = device
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for a missing attribute: name ember's spelling of PyTorch's.
+        raise attribute_error(name)
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -201,6 +206,14 @@ class Tensor(
     def random_like(self, distribution: Distribution | None = None) -> Tensor:
         return Tensor.random(self._p.shape, distribution, self._d, self.dtype)
 
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Category indices drawn from this tensor of weights ``[C]`` or ``[R, C]`` with
+        the device's generator: ``[num_samples]`` or ``[R, num_samples]`` (int64), as
+        ``torch.multinomial`` (see :func:`ember.tensor.sampling.multinomial`)."""
+        from ember.tensor.sampling import multinomial
+
+        return multinomial(self, num_samples, replacement)
+
     # ------------------------------------------------------------------ read-out
     @property
     def shape(self) -> Shape:
@@ -208,6 +221,12 @@ class Tensor(
 
     def dims(self) -> list[int]:
         return list(self._p.shape)
+
+    def size(self, dim: int | None = None) -> Shape | int:
+        """PyTorch's ``size()``: the shape (as :attr:`shape`), or the size of ``dim``."""
+        if dim is None:
+            return Shape(self._p.shape)
+        return self._p.shape[normalize_dim("size", dim, len(self._p.shape))]
 
     @property
     def rank(self) -> int:

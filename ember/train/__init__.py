@@ -41,6 +41,7 @@ from ember.train.output import ClassificationOutput, MultiLabelClassificationOut
 from ember.train.parallel import SingleDevice
 from ember.train.renderer import EpochReport, MetricsRenderer, PlainRenderer, TrainingInfo, TrainingProgress
 from ember.train.result import TrainingResult
+from ember.train.state import TrainingState
 from ember.train.step import TrainStep, ValidStep
 from ember.train.summary import LearnerSummary
 from ember.train.training import SupervisedTraining
@@ -53,5 +54,5 @@ __all__ = [
     "MetricCheckpointingStrategy", "MetricEarlyStoppingStrategy", "MetricHistory", "MetricsRenderer",
     "MultiLabelClassificationOutput", "PlainRenderer", "PrecisionMetric", "RecallMetric", "RegressionOutput",
     "SingleDevice", "Split", "SupervisedTraining", "TopKAccuracyMetric", "TrainOutput", "TrainStep", "TrainingInfo",
-    "TrainingProgress", "TrainingResult", "ValidStep",
+    "TrainingProgress", "TrainingResult", "TrainingState", "ValidStep",
 ]

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from ember.train.training import SupervisedTraining
 
 
+#: When the learning-rate scheduler steps: each training iteration, or each epoch.
+LR_STEPS = ("iteration", "epoch")
+
+
 def as_scheduler(value: Any) -> Any:
     """A float becomes a constant schedule; a scheduler needs ``step``, ``to_record``
     and ``load_record``."""
@@ -41,7 +45,10 @@ class Learner:
     The model defines ``train_step(batch)`` and ``valid_step(batch)`` (see
     :mod:`ember.train.step`), or functions ``train_step(model, batch)`` and
     ``valid_step(model, batch)`` are passed here. ``lr_scheduler`` is a float
-    (a constant rate) or a scheduler from ``ember.optim.lr_scheduler``.
+    (a constant rate) or a scheduler from ``ember.optim.lr_scheduler``; it steps once
+    per training iteration (Burn's), or once at the start of each epoch with
+    ``lr_step="epoch"`` (PyTorch's ``scheduler.step()`` after each epoch: a
+    ``StepLrSchedulerConfig(0.1, step_size=30)`` then counts epochs).
     ``strategy=ember.distributed.DataParallel()`` trains data parallel over the ranks
     of an ``mpiexec`` launch (see :mod:`ember.train.parallel`); the default is one device.
 
@@ -69,6 +76,7 @@ class Learner:
         strategy: Any = None,
         precision: str | Precision = "32-true",
         grad_scaler: GradScaler | None = None,
+        lr_step: str = "iteration",
     ):
         if not isinstance(model, Module):
             raise ConfigError(f"ember: Learner: the model must be a Module, got {type(model).__name__}")
@@ -76,12 +84,18 @@ class Learner:
             raise ConfigError(
                 f"ember: Learner: optim must be a module optimizer (e.g. AdamConfig().init()), got {type(optim).__name__}"
             )
+        if lr_step not in LR_STEPS:
+            raise ConfigError(
+                f"ember: Learner: lr_step must be one of {', '.join(map(repr, LR_STEPS))} (when the scheduler steps), "
+                f"got {lr_step!r}"
+            )
         for name, fn in (("train_step", train_step), ("valid_step", valid_step)):
             if fn is not None and not callable(fn):
                 raise ConfigError(f"ember: Learner: {name} must be a function (model, batch) -> output")
         self.model = model
         self.optim = optim
         self.lr_scheduler = as_scheduler(lr_scheduler)
+        self.lr_step = lr_step
         self.train_step_fn = train_step
         self.valid_step_fn = valid_step
         self.training = training

@@ -92,6 +92,8 @@ class TrainingRun:
         self.elapsed_before = 0.0
         self.last_checkpoint = None
         self._verified: CheckpointPosition | None = None  # the checkpoint _newest_intact just verified
+        self._resume_state: dict | None = None
+        self._lr_of_epoch = 0.0  # the current epoch's rate under lr_step="epoch"
         self.interrupted = False
         self.stopped = ""
         self._seconds = {Split.TRAIN: [], Split.VALID: []}
@@ -394,7 +396,8 @@ class TrainingRun:
         pending = 0
         model = self.model
         iteration = start
-        lr = 0.0
+        per_epoch = getattr(learner, "lr_step", "iteration") == "epoch"
+        lr = self._epoch_lr(epoch, start) if per_epoch else 0.0
         batches = self.train_loader.iter(epoch - 1, start)
         items_before = batches.progress().items_processed
         try:
@@ -405,7 +408,8 @@ class TrainingRun:
                 except StopIteration:
                     break
                 iteration += 1
-                lr = scheduler.step()
+                if not per_epoch:
+                    lr = scheduler.step()
                 if accumulator is not None:
                     out = learner.train_step(model, batch)
                     accumulator.accumulate(model, out.grads)
@@ -438,6 +442,15 @@ class TrainingRun:
             batches.close()
         self.model = model
         return parallel.epoch_values(group), iteration
+
+    def _epoch_lr(self, epoch: int, start: int) -> float:
+        """The rate of ``epoch`` under ``lr_step="epoch"``: the scheduler steps at the
+        epoch's first batch; an epoch resumed mid-way takes the rate its checkpoint kept."""
+        if start == 0 or self._resume_state is None or self._resume_state.get("epoch_lr") is None:
+            self._lr_of_epoch = float(self.learner.lr_scheduler.step())
+        else:
+            self._lr_of_epoch = float(self._resume_state["epoch_lr"])
+        return self._lr_of_epoch
 
     def _valid_epoch(self, epoch: int) -> dict[str, float] | None:
         if self.valid_loader is None:
@@ -525,6 +538,7 @@ class TrainingRun:
             "model": type(self.model).__name__,
             "elapsed": self.elapsed_before + time.perf_counter() - self._run_started,
             "world_size": self.parallel.world_size,
+            "epoch_lr": self._lr_of_epoch if getattr(self.learner, "lr_step", "iteration") == "epoch" else None,
         }
         records = {"scheduler": self.learner.lr_scheduler.to_record(), "rng": self.device.rng_state()}
         if self.learner.grad_scaler.is_enabled():

@@ -113,11 +113,11 @@ def _fused_methods(cls) -> set[str]:
 
 def test_fused_ops_are_the_optional_backend_methods():
     """Every FusedOp names an optional Backend method (default NotImplemented) and each
-    such method is a FusedOp, but for linear_backward (LINEAR's backward kernel, whose
-    composite lives in autodiff's linear rule)."""
+    such method is a FusedOp, but for the backward kernels (FUSED_BACKWARD_KERNELS, whose
+    composites live in the ops' autodiff rules)."""
     from ember.backend.base import Backend
 
-    assert _fused_methods(Backend) == {str(op) for op in ops.FusedOp} | {"linear_backward"}
+    assert _fused_methods(Backend) == {str(op) for op in ops.FusedOp} | set(ops.FUSED_BACKWARD_KERNELS)
     for op in ops.FusedOp:
         assert isinstance(op, str) and op.value == str(op)
         assert inspect.getdoc(getattr(Backend, op)), f"Backend.{op} needs a docstring"

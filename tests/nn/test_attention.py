@@ -118,7 +118,7 @@ def test_mha_config_and_errors():
     assert mha.query.bias is None and mha.d_k == 4
     with pytest.raises(ShapeError, match="d_model=8"):
         mha(MhaInput.self_attn(Tensor.zeros([1, 2, 6])))
-    with pytest.raises(ShapeError, match=r"mask_pad must have shape \[1, 2\]"):
+    with pytest.raises(ShapeError, match=r"mask_pad must be \[batch=1, seq_k=2\]"):
         mha(MhaInput.self_attn(Tensor.zeros([1, 2, 8])).with_mask_pad(Tensor.from_bools([[True, False, False]])))
 
 

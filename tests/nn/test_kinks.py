@@ -32,6 +32,7 @@ from ember.nn.loss import (
     KLDivLossConfig,
     L1Loss,
     MseLoss,
+    NllLossConfig,
     Reduction,
     SmoothL1LossConfig,
 )
@@ -257,6 +258,11 @@ LOSSES: dict[str, Case] = {
     "smooth_l1(beta=0)": Case(_residual_loss(SmoothL1LossConfig(beta=0.0).init()),
                               lambda x, y: _tf().smooth_l1_loss(x, y, reduction="none", beta=0.0), (RESIDUALS, ZERO9)),
     "cross_entropy": Case(_ce(), _ce_torch(), (CE_LOGITS, CE_TARGETS), covers=("CrossEntropyLoss",)),
+    "nll(weights, pad)": Case(
+        lambda x, y: NllLossConfig(weights=[1.0, 2.0, 0.5], pad_tokens=[0]).init()(x, y),
+        lambda x, y: _tf().nll_loss(x, y, weight=_torch().tensor([1.0, 2.0, 0.5]), ignore_index=0).reshape(1),
+        (CE_LOGITS, CE_TARGETS), covers=("NllLoss",),
+    ),
     "cross_entropy(weights,smoothing,pad)": Case(
         _ce(weights=[1.0, 2.0, 0.5], smoothing=0.1, pad_tokens=[2]),
         _ce_torch(weight=[1.0, 2.0, 0.5], label_smoothing=0.1, ignore_index=2),

@@ -19,6 +19,7 @@ from ember.backend.autodiff.rules.layout import LayoutRules
 from ember.backend.autodiff.rules.linalg import LinalgRules
 from ember.backend.autodiff.rules.loss import LossRules
 from ember.backend.autodiff.rules.module import ModuleRules
+from ember.backend.autodiff.rules.norm import NormRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
 from ember.backend.base import Backend
 from ember.backend.dtype import NUMPY_TO_DTYPE
@@ -28,7 +29,7 @@ from ember.errors import GraphError
 
 class AutodiffBackend(
     ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, AttentionRules, LossRules,
-    ModuleRules, Backend,
+    NormRules, ModuleRules, Backend,
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is
     tracked, records a node whose step computes the inputs' gradients."""

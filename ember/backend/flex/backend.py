@@ -12,8 +12,13 @@ from ember.backend import philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
-from ember.backend.flex import blas
+from ember.backend.flex import blas, malloc
+from ember.backend.flex import cross_entropy as _cross_entropy
+from ember.backend.flex import gelu as _gelu
+from ember.backend.flex import layer_norm as _layer_norm
 from ember.backend.flex.attention import attention as _attention
+from ember.backend.flex.attention import attention_backward as _attention_backward
+from ember.backend.flex.attention import softmax_last_dim
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quiet import quiet_reset, quiet_set
@@ -216,12 +221,15 @@ def _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars, out=None, m=None, v=None
 class FlexBackend(FlexModuleOps, Backend):
     """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
     in float32 where numpy would lose accuracy or lacks the kernel. Creating one sets
-    numpy's BLAS thread count (``EMBER_NUM_THREADS``, default 1; see ``flex.blas``)."""
+    numpy's BLAS thread count (``EMBER_NUM_THREADS``, default 1; see ``flex.blas``) and
+    lets the C heap keep freed activation-sized blocks (``EMBER_MALLOC_TUNE``; see
+    ``flex.malloc``)."""
 
     name = "flex"
 
     def __init__(self) -> None:
         blas.load()
+        malloc.tune()
 
     # ------------------------------------------------------------------ data boundary
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
@@ -413,6 +421,10 @@ class FlexBackend(FlexModuleOps, Backend):
     def softmax(self, x, dim: int):
         if x.dtype in _HALF:
             return self.softmax(x.astype(_F32), dim).astype(x.dtype)
+        if x.dtype == _F32 and dim == x.ndim - 1 and x.size:
+            out = softmax_last_dim(x)
+            if out is not None:
+                return out
         token = quiet_set()
         try:
             e = np.exp(x - x.max(axis=dim, keepdims=True))
@@ -437,7 +449,10 @@ class FlexBackend(FlexModuleOps, Backend):
             return NotImplemented
         token = quiet_set()
         try:
-            out = np.matmul(x, weight)
+            if x.ndim > 2:  # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
+                out = np.matmul(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + weight.shape[-1:])
+            else:
+                out = np.matmul(x, weight)
             if bias is not None:
                 out += bias
             return out
@@ -449,8 +464,8 @@ class FlexBackend(FlexModuleOps, Backend):
             return NotImplemented
         token = quiet_set()
         try:
-            gx = np.matmul(grad, weight.T) if need_x else None
             g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
+            gx = np.matmul(g2, weight.T).reshape(grad.shape[:-1] + weight.shape[:1]) if need_x else None
             gw = None
             if need_weight:
                 x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
@@ -504,6 +519,11 @@ class FlexBackend(FlexModuleOps, Backend):
     def attention(self, query, key, value, mask, bias, fill, scale, causal, keep):
         return _attention(query, key, value, mask, bias, fill, scale, causal, keep)
 
+    def attention_backward(self, query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key,
+                           need_value, need_scores):
+        return _attention_backward(query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key,
+                                   need_value, need_scores)
+
     def mse_loss(self, pred, target, mean: bool):
         if pred.dtype in _HALF:
             return NotImplemented
@@ -516,3 +536,21 @@ class FlexBackend(FlexModuleOps, Backend):
             return np.array([total], dtype=pred.dtype)
         finally:
             quiet_reset(token)
+
+    def gelu(self, x):
+        return _gelu.gelu(x)
+
+    def gelu_backward(self, x, grad):
+        return _gelu.gelu_backward(x, grad)
+
+    def layer_norm(self, x, gamma, beta, epsilon):
+        return _layer_norm.layer_norm(x, gamma, beta, epsilon)
+
+    def layer_norm_backward(self, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
+        return _layer_norm.layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta)
+
+    def cross_entropy(self, logits, targets):
+        return _cross_entropy.cross_entropy(logits, targets)
+
+    def cross_entropy_backward(self, log_probs, targets, grad):
+        return _cross_entropy.cross_entropy_backward(log_probs, targets, grad)

@@ -21,7 +21,8 @@ class MhaInput:
     """The input of :class:`MultiHeadAttention`: ``query`` ``[batch, seq_q, d_model]``,
     ``key`` and ``value`` ``[batch, seq_k, d_model]``, and optional bool masks where
     ``True`` hides a key: ``mask_pad`` ``[batch, seq_k]`` (padding) and ``mask_attn``
-    ``[batch, seq_q, seq_k]`` or ``[seq_q, seq_k]`` (e.g. causal)."""
+    ``[batch, seq_q, seq_k]``, ``[seq_q, seq_k]``, or ``[batch, n_heads, seq_q, seq_k]``
+    (batch and heads may be 1: broadcast)."""
 
     query: Tensor
     key: Tensor
@@ -50,10 +51,14 @@ class MhaInput:
 @dataclass(frozen=True)
 class MhaOutput:
     """``context`` ``[batch, seq_q, d_model]`` and the attention ``weights``
-    ``[batch, n_heads, seq_q, seq_k]`` (after softmax, before dropout)."""
+    ``[batch, n_heads, seq_q, seq_k]`` (after softmax, before dropout). Unpacks as
+    PyTorch's pair: ``context, weights = mha(x)``."""
 
     weights: Tensor
     context: Tensor
+
+    def __iter__(self):
+        return iter((self.context, self.weights))
 
 
 class MultiHeadAttentionConfig(Config):
@@ -102,7 +107,8 @@ class MultiHeadAttentionConfig(Config):
 
 class MultiHeadAttention(Module):
     """Multi-head scaled dot-product attention with learned projections (each a
-    :class:`Linear` ``[d_model, d_model]``). ``forward`` takes an :class:`MhaInput` and
+    :class:`Linear` ``[d_model, d_model]``). ``forward`` takes an :class:`MhaInput`, or
+    a tensor for self-attention (``mha(x, mask=...)``, ``mha(x, causal=True)``), and
     returns an :class:`MhaOutput`."""
 
     query: Linear
@@ -122,7 +128,27 @@ class MultiHeadAttention(Module):
     def d_k(self) -> int:
         return self.d_model // self.n_heads
 
-    def forward(self, input: MhaInput) -> MhaOutput:
+    def forward(
+        self, input: MhaInput | Tensor, mask: Tensor | None = None, *, mask_pad: Tensor | None = None,
+        causal: bool = False,
+    ) -> MhaOutput:
+        """Attention of ``input``'s query over its keys and values; a tensor ``x``
+        ``[batch, seq, d_model]`` is self-attention (``MhaInput.self_attn(x)``), with
+        ``mask`` its attention mask (``True`` hides a key, as ``mask_attn``),
+        ``mask_pad`` its padding mask, and ``causal=True`` hiding each query's later
+        keys (without building a mask). Masks may leave out the batch and head dims
+        (``[seq_q, seq_k]``) or give them as 1."""
+        if isinstance(input, Tensor):
+            input = MhaInput(input, input, input, mask_pad, mask)
+        elif not isinstance(input, MhaInput):
+            raise DTypeError(
+                f"ember: MultiHeadAttention: expected an MhaInput or a Tensor (self-attention), got {type(input).__name__}"
+            )
+        elif mask is not None or mask_pad is not None:
+            raise DTypeError(
+                "ember: MultiHeadAttention: give masks inside the MhaInput (with_mask_attn, with_mask_pad), "
+                "or call mha(x, mask=...) with a tensor"
+            )
         q, k, v = input.query, input.key, input.value
         d_model = self.d_model
         for name, t in (("query", q), ("key", k), ("value", v)):
@@ -142,16 +168,25 @@ class MultiHeadAttention(Module):
         query, key, value = self._heads(self.query(q)), self._heads(self.key(k)), self._heads(self.value(v))
         hidden = None
         if input.mask_pad is not None:
-            hidden = _mask("mask_pad", input.mask_pad, [batch, seq_k], query).reshape([batch, 1, 1, seq_k])
+            pad = _mask("mask_pad", input.mask_pad, query)
+            if pad.rank != 2 or pad.dims()[0] not in (1, batch) or pad.dims()[1] != seq_k:
+                raise ShapeError(
+                    f"ember: MultiHeadAttention: mask_pad must be [batch={batch}, seq_k={seq_k}] (or [1, {seq_k}]), "
+                    f"got {pad.dims()}"
+                )
+            hidden = pad.reshape([pad.dims()[0], 1, 1, seq_k])
         if input.mask_attn is not None:
-            mask = input.mask_attn
-            if isinstance(mask, Tensor) and mask.rank == 2:
-                mask = mask.unsqueeze_dim(0).expand([batch, seq_q, seq_k])
-            mask = _mask("mask_attn", mask, [batch, seq_q, seq_k], query).reshape([batch, 1, seq_q, seq_k])
+            mask = _attn_mask(input.mask_attn, batch, self.n_heads, seq_q, seq_k, query)
             hidden = mask if hidden is None else hidden.bool_or(mask)
+        if hidden is not None and hidden.dims()[0] != batch:
+            hidden = hidden.expand([batch] + hidden.dims()[1:])
         training = query.device.is_autodiff()  # Dropout's rule: active on an autodiff device
         if self.quiet_softmax:
             scores = query.matmul(key.swap_dims(2, 3)).mul_scalar(1.0 / math.sqrt(self.d_k))
+            if causal:
+                later = Tensor.arange(seq_k, device=scores.device).unsqueeze_dim(0).greater(
+                    Tensor.arange(seq_q, device=scores.device).unsqueeze_dim(1))
+                hidden = later if hidden is None else hidden.bool_or(later)
             if hidden is not None:
                 scores = scores.mask_fill(hidden, self.min_float)
             weights = F.quiet_softmax(scores, 3)
@@ -161,7 +196,7 @@ class MultiHeadAttention(Module):
             # hidden attends evenly instead of to nothing.
             context, weights = attention(
                 query, key, value, mask=hidden, fill=self.min_float, scale=1.0 / math.sqrt(self.d_k),
-                dropout=self.dropout.prob, training=training,
+                causal=causal, dropout=self.dropout.prob, training=training,
             )
         context = context.swap_dims(1, 2).reshape([batch, seq_q, d_model])
         return MhaOutput(weights=weights, context=self.output(context))
@@ -178,9 +213,24 @@ class MultiHeadAttention(Module):
         )
 
 
-def _mask(name: str, mask: Tensor, shape: list[int], scores: Tensor) -> Tensor:
+def _mask(name: str, mask: Tensor, scores: Tensor) -> Tensor:
     if not isinstance(mask, Tensor) or not mask.dtype.is_bool:
         raise DTypeError(f"ember: MultiHeadAttention: {name} must be a bool Tensor (True hides a key), got {mask!r:.80}")
-    if mask.dims() != shape:
-        raise ShapeError(f"ember: MultiHeadAttention: {name} must have shape {shape}, got {mask.dims()}")
     return mask if mask.device is scores.device else mask.to_device(scores.device)
+
+
+def _attn_mask(mask: Tensor, batch: int, heads: int, seq_q: int, seq_k: int, scores: Tensor) -> Tensor:
+    """The attention mask as ``[batch or 1, heads or 1, seq_q, seq_k]``."""
+    mask = _mask("mask_attn", mask, scores)
+    dims = mask.dims()
+    expected = f"[seq_q={seq_q}, seq_k={seq_k}], [batch={batch} or 1, {seq_q}, {seq_k}] or [batch, heads={heads} or 1, {seq_q}, {seq_k}]"
+    if mask.rank == 2:
+        mask = mask.reshape([1, 1] + dims)
+    elif mask.rank == 3:
+        mask = mask.unsqueeze_dim(1)
+    elif mask.rank != 4:
+        raise ShapeError(f"ember: MultiHeadAttention: mask_attn must be {expected}, got {dims}")
+    b, h, q, k = mask.dims()
+    if b not in (1, batch) or h not in (1, heads) or (q, k) != (seq_q, seq_k):
+        raise ShapeError(f"ember: MultiHeadAttention: mask_attn must be {expected}, got {dims}")
+    return mask

@@ -10,6 +10,7 @@ from ember.module import Config, Module
 from ember.nn.loss.reduction import Reduction
 from ember.tensor import Tensor, autocast
 from ember.tensor import activation as F
+from ember.tensor.loss import cross_entropy_indices
 
 
 class CrossEntropyLossConfig(Config):
@@ -77,51 +78,18 @@ class CrossEntropyLoss(Module):
     def _losses(self, logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor | None]:
         if not isinstance(logits, Tensor) or not isinstance(targets, Tensor):
             raise DTypeError("ember: CrossEntropyLoss: logits and targets must be Tensors")
-        if logits.rank < 2:
-            raise ShapeError(f"ember: CrossEntropyLoss: logits must be [batch, classes, ...], got shape {logits.dims()}")
-        classes = logits.dims()[1]
-        if self.weights is not None and len(self.weights) != classes:
-            raise ShapeError(f"ember: CrossEntropyLoss: {len(self.weights)} class weights for {classes} classes")
-        # Classes last: [M, C] rows, targets [M] or [M, C].
-        x = logits.float()
         if autocast.ACTIVE:
-            x, targets = autocast.cast_inputs("cross_entropy", x, targets)
-        sample_shape = [x.dims()[0]] + x.dims()[2:]
-        if x.rank > 2:
-            x = x.movedim(1, -1)
-        x = x.reshape([-1, classes])
-        logp = F.log_softmax(x, 1) if self.logits else x.log()
-        weights = None if self.weights is None else Tensor.from_floats(list(self.weights), device=x.device, dtype=x.dtype)
+            logits, targets = autocast.cast_inputs("cross_entropy", logits.float(), targets)
+        x, weights, sample_shape = class_rows("CrossEntropyLoss", "logits", logits, self.weights)
         eps = self.smoothing or 0.0
         if targets.is_float():
+            logp = F.log_softmax(x, 1) if self.logits else x.log()
             return self._soft(logp, targets, weights, eps, logits.dims(), sample_shape), None
-        if targets.dims() != sample_shape:
-            raise ShapeError(
-                f"ember: CrossEntropyLoss: class-index targets must have shape {sample_shape} for logits "
-                f"{logits.dims()}, got {targets.dims()}"
-            )
-        t = targets.reshape([-1])
-        if t.device is not x.device:
-            t = t.to_device(x.device)
-        ignored = None
-        for pad in self.pad_tokens or ():
-            hit = t.equal_elem(pad)
-            ignored = hit if ignored is None else ignored.bool_or(hit)
-        safe = t if ignored is None else t.mask_fill(ignored, 0)
-        nll = logp.gather(1, safe.unsqueeze_dim(1)).squeeze_dim(1).neg()
-        target_w = None if weights is None else weights.select(0, safe)
-        if target_w is not None:
-            nll = nll.mul(target_w)
-        if eps:
-            smooth = logp.mul(weights.unsqueeze_dim(0)) if weights is not None else logp
-            nll = nll.mul_scalar(1.0 - eps).sub(smooth.sum_dim(1).squeeze_dim(1).mul_scalar(eps / classes))
-        # The mean's divisor: the summed weights of the targets that are not ignored.
-        norm = target_w
-        if ignored is not None:
-            keep = ignored.bool_not().cast(x.dtype)
-            nll = nll.mul(keep)
-            norm = keep if norm is None else norm.mul(keep)
-        return nll.reshape(sample_shape), None if norm is None else norm.sum()
+        t = index_targets("CrossEntropyLoss", "logits", logits, targets, sample_shape, x)
+        if self.logits and weights is None and not eps and not self.pad_tokens:
+            return cross_entropy_indices(x, t).reshape(sample_shape), None
+        logp = F.log_softmax(x, 1) if self.logits else x.log()
+        return class_index_losses(logp, t, weights, eps, self.pad_tokens, sample_shape)
 
     def _soft(
         self, logp: Tensor, targets: Tensor, weights: Tensor | None, eps: float, shape: list[int], sample_shape: list[int]
@@ -143,3 +111,63 @@ class CrossEntropyLoss(Module):
         if weights is not None:
             terms = terms.mul(weights.unsqueeze_dim(0))
         return terms.sum_dim(1).neg().reshape(sample_shape)
+
+
+def class_rows(loss: str, what: str, inputs: Tensor, weights: tuple[float, ...] | None) -> tuple[Tensor, Tensor | None, list[int]]:
+    """``inputs`` ``[batch, classes, d1, ...]`` as float rows ``[M, classes]``, the class
+    weights as a tensor (or ``None``) and the per-sample shape ``[batch, d1, ...]``."""
+    if not isinstance(inputs, Tensor):
+        raise DTypeError(f"ember: {loss}: {what} must be a Tensor, got {type(inputs).__name__}")
+    if inputs.rank < 2:
+        raise ShapeError(f"ember: {loss}: {what} must be [batch, classes, ...], got shape {inputs.dims()}")
+    classes = inputs.dims()[1]
+    if weights is not None and len(weights) != classes:
+        raise ShapeError(f"ember: {loss}: {len(weights)} class weights for {classes} classes")
+    x = inputs.float()
+    sample_shape = [x.dims()[0]] + x.dims()[2:]
+    if x.rank > 2:
+        x = x.movedim(1, -1)  # classes last
+    x = x.reshape([-1, classes])
+    w = None if weights is None else Tensor.from_floats(list(weights), device=x.device, dtype=x.dtype)
+    return x, w, sample_shape
+
+
+def index_targets(loss: str, what: str, inputs: Tensor, targets: Tensor, sample_shape: list[int], rows: Tensor) -> Tensor:
+    """Class-index ``targets`` checked against the samples' shape, flat ``[M]``, on the rows' device."""
+    if not isinstance(targets, Tensor):
+        raise DTypeError(f"ember: {loss}: targets must be a Tensor, got {type(targets).__name__}")
+    if targets.dims() != sample_shape:
+        raise ShapeError(
+            f"ember: {loss}: class-index targets must have shape {sample_shape} for {what} "
+            f"{inputs.dims()}, got {targets.dims()}"
+        )
+    t = targets.reshape([-1])
+    return t if t.device is rows.device else t.to_device(rows.device)
+
+
+def class_index_losses(
+    logp: Tensor, t: Tensor, weights: Tensor | None, eps: float, pad_tokens: tuple[int, ...] | None,
+    sample_shape: list[int],
+) -> tuple[Tensor, Tensor | None]:
+    """``-w[t] logp[t]`` per row (smoothed by ``eps``; 0 at ignored ``pad_tokens``) and
+    the weighted mean's divisor (``None`` for a plain mean)."""
+    classes = logp.dims()[1]
+    ignored = None
+    for pad in pad_tokens or ():
+        hit = t.equal_elem(pad)
+        ignored = hit if ignored is None else ignored.bool_or(hit)
+    safe = t if ignored is None else t.mask_fill(ignored, 0)
+    nll = logp.gather(1, safe.unsqueeze_dim(1)).squeeze_dim(1).neg()
+    target_w = None if weights is None else weights.select(0, safe)
+    if target_w is not None:
+        nll = nll.mul(target_w)
+    if eps:
+        smooth = logp.mul(weights.unsqueeze_dim(0)) if weights is not None else logp
+        nll = nll.mul_scalar(1.0 - eps).sub(smooth.sum_dim(1).squeeze_dim(1).mul_scalar(eps / classes))
+    # The mean's divisor: the summed weights of the targets that are not ignored.
+    norm = target_w
+    if ignored is not None:
+        keep = ignored.bool_not().cast(logp.dtype)
+        nll = nll.mul(keep)
+        norm = keep if norm is None else norm.mul(keep)
+    return nll.reshape(sample_shape), None if norm is None else norm.sum()

@@ -7,6 +7,7 @@ from ember.errors import ConfigError, ShapeError
 from ember.module import Config, Module, Param
 from ember.nn.init import Ones, Zeros
 from ember.tensor import Tensor, autocast
+from ember.tensor.norm import layer_norm
 
 
 class LayerNormConfig(Config):
@@ -49,11 +50,7 @@ class LayerNorm(Module):
         x = x.float()
         if autocast.ACTIVE:
             x = autocast.cast_input("layer_norm", x)
-        mean = x.mean_dim(-1)
-        centered = x.sub(mean)
-        var = centered.mul(centered).mean_dim(-1)
-        out = centered.mul(var.add_scalar(self.epsilon).rsqrt()).mul(self.gamma.val())
-        return out if self.beta is None else out.add(self.beta.val())
+        return layer_norm(x, self.gamma.val(), None if self.beta is None else self.beta.val(), self.epsilon)
 
     def extra_repr(self) -> str:
         return f"d_model: {self.gamma.lazy_shape()[0]}, epsilon: {self.epsilon}, bias: {self.beta is not None}"

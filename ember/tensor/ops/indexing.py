@@ -109,6 +109,18 @@ class IndexingOps:
             raise DTypeError(f"ember: mask_fill: a bool tensor takes a bool fill value, got {value!r}")
         return self.__class__(self._d._b.where(mask._p, value, p), self._d)
 
+    def masked_fill(self, mask: Any, value: Any) -> Any:
+        """PyTorch's name for :meth:`mask_fill`: ``value`` (a scalar or a one-element
+        tensor) where ``mask`` is true, else ``self``."""
+        if isinstance(value, self.__class__):
+            if value.num_elements() != 1:
+                raise DTypeError(
+                    f"ember: masked_fill: the value must be a scalar or a one-element tensor, got shape {value.dims()}; "
+                    "for a tensor of values use x.mask_where(mask, values)"
+                )
+            return self.mask_where(mask, value.reshape(()).cast(self.dtype) if value.dtype != self.dtype else value.reshape(()))
+        return self.mask_fill(mask, value)
+
     def where(self, mask: Any, other: Any) -> Any:
         """``self`` where ``mask`` is true, else ``other`` (as ``torch.where(mask, self, other)``)."""
         if isinstance(other, self.__class__):

@@ -28,6 +28,18 @@ class MathOps:
 
     __slots__ = ()
 
+    def softmax(self, dim: int) -> Any:
+        """``exp(x) / sum(exp(x))`` along ``dim`` (``ember.tensor.activation.softmax``)."""
+        from ember.tensor.activation import softmax
+
+        return softmax(self, dim)
+
+    def log_softmax(self, dim: int) -> Any:
+        """``log(softmax(x))`` along ``dim``, computed stably."""
+        from ember.tensor.activation import log_softmax
+
+        return log_softmax(self, dim)
+
     # ------------------------------------------------------------------ primitives
     def log2(self) -> Any:
         """The base-2 logarithm (exact at powers of two)."""

@@ -14,6 +14,7 @@ from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp
 from ember.errors import ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
+from ember.tensor.ops.pytorch_hints import reduction_error
 from ember.tensor.shape import normalize_dim, normalize_dims
 
 # Sums and products of bools and narrow ints are computed and returned in int64, as
@@ -60,8 +61,10 @@ class ReduceOps:
             raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(self._p.shape)})")
         return self.__class__(backend.reduce(op, p, dim), self._d)
 
-    def sum(self) -> Any:
+    def sum(self, *args: Any, **kwargs: Any) -> Any:
         """The sum of all elements, shape ``[1]``."""
+        if args or kwargs:  # PyTorch's x.sum(dim): ember's spelling is in the error
+            raise reduction_error(self, "sum", args, kwargs)
         return self._reduce(ReduceOp.SUM, "sum", None)
 
     def sum_dim(self, dim: int) -> Any:
@@ -80,7 +83,9 @@ class ReduceOps:
         out = self.sum_dims(dims)
         return out.reshape(tuple(n for i, n in enumerate(out._p.shape) if i not in dims)) if dims else out
 
-    def mean(self) -> Any:
+    def mean(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # PyTorch's x.mean(dim): ember's spelling is in the error
+            raise reduction_error(self, "mean", args, kwargs)
         return self._reduce(ReduceOp.MEAN, "mean", None)
 
     def mean_dim(self, dim: int) -> Any:
@@ -179,20 +184,26 @@ class ReduceOps:
             return self
         return self.mask_fill(self.is_nan(), 0.0)
 
-    def prod(self) -> Any:
+    def prod(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # PyTorch's x.prod(dim): ember's spelling is in the error
+            raise reduction_error(self, "prod", args, kwargs)
         return self._reduce(ReduceOp.PROD, "prod", None)
 
     def prod_dim(self, dim: int) -> Any:
         return self._reduce(ReduceOp.PROD, "prod_dim", dim)
 
-    def max(self) -> Any:
+    def max(self, *args: Any, **kwargs: Any) -> Any:
         """The largest element, shape ``[1]`` (NaN propagates)."""
+        if args or kwargs:  # PyTorch's x.max(dim): ember's spelling is in the error
+            raise reduction_error(self, "max", args, kwargs)
         return self._reduce(ReduceOp.MAX, "max", None)
 
     def max_dim(self, dim: int) -> Any:
         return self.max_dim_with_indices(dim)[0]
 
-    def min(self) -> Any:
+    def min(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # PyTorch's x.min(dim): ember's spelling is in the error
+            raise reduction_error(self, "min", args, kwargs)
         return self._reduce(ReduceOp.MIN, "min", None)
 
     def min_dim(self, dim: int) -> Any:
@@ -219,26 +230,33 @@ class ReduceOps:
             p = self._d._b.cast(p, DType.INT64)
         return self.__class__(self._d._b.arg_reduce(op, p, dim), self._d)
 
-    def argmax(self, dim: int | None = None) -> Any:
-        """Indices (int64) of the maxima along ``dim`` (kept); the first on ties. Without
-        ``dim``, the flat index of the maximum, shape ``[1]``."""
-        if dim is None:
-            return self.reshape((-1,))._arg_reduce(ArgReduceOp.ARGMAX, "argmax", 0)
-        return self._arg_reduce(ArgReduceOp.ARGMAX, "argmax", dim)
+    def argmax(self, dim: int | None = None, keepdim: bool | None = None) -> Any:
+        """Indices (int64) of the maxima along ``dim``, kept with size 1 (Burn's form)
+        unless ``keepdim=False`` (PyTorch's default, which must be asked for here);
+        the first on ties. Without ``dim``, the flat index of the maximum, shape ``[1]``."""
+        return self._arg_extreme(ArgReduceOp.ARGMAX, "argmax", dim, keepdim)
 
-    def argmin(self, dim: int | None = None) -> Any:
-        if dim is None:
-            return self.reshape((-1,))._arg_reduce(ArgReduceOp.ARGMIN, "argmin", 0)
-        return self._arg_reduce(ArgReduceOp.ARGMIN, "argmin", dim)
+    def argmin(self, dim: int | None = None, keepdim: bool | None = None) -> Any:
+        return self._arg_extreme(ArgReduceOp.ARGMIN, "argmin", dim, keepdim)
 
-    def any(self) -> Any:
+    def _arg_extreme(self, op: Any, name: str, dim: int | None, keepdim: bool | None) -> Any:
+        if dim is None:
+            return self.reshape((-1,))._arg_reduce(op, name, 0)
+        out = self._arg_reduce(op, name, dim)
+        return out.squeeze_dim(dim) if keepdim is False else out
+
+    def any(self, *args: Any, **kwargs: Any) -> Any:
         """Whether any element is nonzero, as a bool tensor of shape ``[1]``."""
+        if args or kwargs:  # PyTorch's x.any(dim): ember's spelling is in the error
+            raise reduction_error(self, "any", args, kwargs)
         return self._reduce(ReduceOp.ANY, "any", None)
 
     def any_dim(self, dim: int) -> Any:
         return self._reduce(ReduceOp.ANY, "any_dim", dim)
 
-    def all(self) -> Any:
+    def all(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # PyTorch's x.all(dim): ember's spelling is in the error
+            raise reduction_error(self, "all", args, kwargs)
         return self._reduce(ReduceOp.ALL, "all", None)
 
     def all_dim(self, dim: int) -> Any:

@@ -6,12 +6,16 @@ rule returns ``NotImplemented`` and the tensor layer differentiates the composit
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _relu_step(ops, g, saved, ctx):
@@ -37,8 +41,18 @@ def _log_softmax_step(ops, g, saved, dim):
     return (ops.binary(BinaryOp.SUB, g, ops.binary(BinaryOp.MUL, ops.unary(UnaryOp.EXP, out), total)),)
 
 
+def _gelu_step(ops, g, saved, ctx):
+    (x,) = saved
+    out = ops.gelu_backward(x, g)
+    if out is NotImplemented:  # Phi(x) + x phi(x) from the primitives
+        half = ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.ADD, ops.unary(UnaryOp.ERF, ops.binary(BinaryOp.MUL, x, _SQRT_HALF)), 1.0), 0.5)
+        pdf = ops.binary(BinaryOp.MUL, ops.unary(UnaryOp.EXP, ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.MUL, x, x), -0.5)), _INV_SQRT_2PI)
+        out = ops.binary(BinaryOp.MUL, g, ops.binary(BinaryOp.ADD, half, ops.binary(BinaryOp.MUL, x, pdf)))
+    return (out,)
+
+
 class ActivationRules(RecordMixin):
-    """Recording of fused activations (relu and sigmoid memory-bound; softmax kept)."""
+    """Recording of fused activations (relu, sigmoid and gelu memory-bound; softmax kept)."""
 
     def _fused(self, name: str, x: AutodiffTensor, step: Any, memory_bound: bool, *args: Any) -> Any:
         kernel = getattr(self.inner, name)
@@ -56,6 +70,18 @@ class ActivationRules(RecordMixin):
 
     def sigmoid(self, x: AutodiffTensor) -> Any:
         return self._fused("sigmoid", x, _sigmoid_step, True)
+
+    def gelu(self, x: AutodiffTensor) -> Any:
+        kernel = self.inner.gelu
+        out = kernel(x.inner)
+        if out is NotImplemented:
+            return NotImplemented
+        if x.node is None:
+            return AutodiffTensor(out, None)
+        # The backward needs the input only: under balanced checkpointing the output is
+        # recomputable and nothing of it is kept.
+        recompute = (partial(_call, kernel, ()), (self._keep(x),)) if self._balanced else None
+        return self._record(out, (x.node,), _gelu_step, (self._keep(x),), None, recompute)
 
     def softmax(self, x: AutodiffTensor, dim: int) -> Any:
         return self._fused("softmax", x, _softmax_step, False, dim)

@@ -9,6 +9,9 @@ attention loss). With ``P`` the weights, ``D = P * keep`` the dropped weights an
 * ``dS = P * (dP - sum(dP * P))`` (softmax), zero where a key was hidden;
 * ``dQ = scale * dS K``, ``dK = scale * dS^T Q``, ``dBias = dS``.
 
+A backend with a fused ``attention_backward`` (flex) computes the context's step in
+one call; the steps below are the composite over the primitives.
+
 Compute-bound: the inputs and the weights are kept.
 """
 
@@ -56,6 +59,11 @@ def _query_key_grads(ops, ds, q, k, scale, ctx):
 def _context_step(ops, g, saved, ctx):
     q, k, v, probs, mask, keep = saved
     scale, causal, track_q, track_k, track_v, bias_shape = ctx
+    fused = ops.attention_backward(q, k, v, probs, mask, keep, g, scale, causal, track_q, track_k, track_v,
+                                   bias_shape is not None)
+    if fused is not NotImplemented:
+        gq, gk, gv, gs = fused
+        return (gq, gk, gv, None if gs is None else unbroadcast(ops, gs, bias_shape))
     dropped = probs if keep is None else ops.binary(BinaryOp.MUL, probs, keep)
     gv = ops.matmul(_t(ops, dropped), g) if track_v else None
     gq = gk = gb = None

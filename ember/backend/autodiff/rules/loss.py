@@ -19,6 +19,17 @@ def _mse_step(ops, g, saved, ctx):
     return (grad if track_pred else None, ops.unary(UnaryOp.NEG, grad) if track_target else None)
 
 
+def _cross_entropy_step(ops, g, saved, ctx):
+    log_probs, targets = saved
+    out = ops.cross_entropy_backward(log_probs, targets, g)
+    if out is NotImplemented:  # softmax * g, with g taken off at the targets
+        n = log_probs.shape[0]
+        column = ops.reshape(g, (n, 1))
+        out = ops.binary(BinaryOp.MUL, ops.unary(UnaryOp.EXP, log_probs), column)
+        out = ops.scatter_add(out, 1, ops.reshape(targets, (n, 1)), ops.unary(UnaryOp.NEG, column))
+    return (out,)
+
+
 class LossRules(RecordMixin):
     """Recording of fused losses (compute-bound: inputs kept)."""
 
@@ -31,3 +42,13 @@ class LossRules(RecordMixin):
             return AutodiffTensor(out, None)
         saved = (self._keep(pred), self._keep(target))
         return self._record(out, (np_, nt), _mse_step, saved, (mean, np_ is not None, nt is not None))
+
+    def cross_entropy(self, logits: AutodiffTensor, targets: AutodiffTensor):
+        result = self.inner.cross_entropy(logits.inner, targets.inner)
+        if result is NotImplemented:
+            return NotImplemented
+        losses, log_probs = result
+        if logits.node is None:
+            return AutodiffTensor(losses, None), AutodiffTensor(log_probs, None)
+        node = self._record(losses, (logits.node,), _cross_entropy_step, (log_probs, targets.inner), None)
+        return node, AutodiffTensor(log_probs, None)

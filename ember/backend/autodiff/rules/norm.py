@@ -1,0 +1,39 @@
+"""Fused layer norm: forward recording and backward step side by side.
+
+The forward's row statistics (mean and ``1 / std``, ``[..., 1]``) are kept with the
+input, so the backward is one call of the inner backend's ``layer_norm_backward``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.backend.autodiff.graph import AutodiffTensor
+from ember.backend.autodiff.rules.common import RecordMixin
+
+
+def _layer_norm_step(ops, g, saved, ctx):
+    x, gamma, mean, rstd = saved
+    need_x, need_gamma, need_beta = ctx
+    return ops.layer_norm_backward(x, gamma, mean, rstd, g, need_x, need_gamma, need_beta)
+
+
+class NormRules(RecordMixin):
+    """Recording of the fused layer norm (compute-bound: the input is kept)."""
+
+    def layer_norm(self, x: AutodiffTensor, gamma: Any, beta: Any, epsilon: float) -> Any:
+        result = self.inner.layer_norm(
+            x.inner, None if gamma is None else gamma.inner, None if beta is None else beta.inner, epsilon
+        )
+        if result is NotImplemented:
+            return NotImplemented
+        out, mean, rstd = result
+        nx = x.node
+        ng = None if gamma is None else gamma.node
+        nb = None if beta is None else beta.node
+        stats = (AutodiffTensor(mean, None), AutodiffTensor(rstd, None))
+        if nx is None and ng is None and nb is None:
+            return (AutodiffTensor(out, None), *stats)
+        saved = (self._keep(x), None if gamma is None else self._keep(gamma), mean, rstd)
+        node = self._record(out, (nx, ng, nb), _layer_norm_step, saved, (nx is not None, ng is not None, nb is not None))
+        return (node, *stats)

@@ -1,0 +1,186 @@
+"""``TrainingState``: a hand-written training loop's model, optimizer, learning-rate
+scheduler, random generator and step, saved and restored in one call.
+
+The Learner checkpoints itself; a loop of one's own (``for step in ...: model =
+optim.step(...)``) saves a ``TrainingState``. ``save(path)`` writes a folder,
+``model.safetensors`` (``Module.load_file`` reads it), ``optimizer.safetensors``
+(``ModuleOptimizer.load_file``), ``state.json`` (the step, the scheduler's position,
+the generator's state and the user's ``extra`` values) and ``manifest.json`` with the
+SHA-256 of each, built in a hidden folder and renamed into place: a crash mid-save
+leaves the previous state whole. ``load`` checks the checksums first and restores
+everything, so a resumed run continues bit for bit.
+
+>>> state = TrainingState(model, optim, scheduler, step=step)        # doctest: +SKIP
+>>> state.save("runs/lm/state")                                      # doctest: +SKIP
+>>> state = TrainingState.load("runs/lm/state", model, optim, scheduler, device=device)  # doctest: +SKIP
+>>> model, step = state.model, state.step                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ember.device import Device
+from ember.errors import ConfigError, RecordError
+from ember.module import Module
+from ember.train.checkpoint.checkpointer import _fsync_dir, _sha256
+
+FORMAT = "ember-training-state"
+VERSION = 1
+_FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
+
+
+@dataclass
+class TrainingState:
+    """What a training loop needs to resume: ``model``, ``optim`` (a
+    ``ModuleOptimizer``), ``scheduler`` (an ``LrScheduler`` or ``None``), ``step`` and
+    ``extra`` (JSON values of the user's: the epoch, the best loss, ...). The random
+    generator's state is read from the device at :meth:`save` and restored by
+    :meth:`load`."""
+
+    model: Module
+    optim: Any
+    scheduler: Any = None
+    step: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ save
+    def save(self, path: str | os.PathLike, device: Device | None = None) -> Path:
+        """Writes the state to the folder ``path`` atomically (replacing an older state
+        there), with ``device``'s generator state (default: ``Device.default()``)."""
+        if not isinstance(self.model, Module):
+            raise ConfigError(f"ember: TrainingState.save: model must be a Module, got {type(self.model).__name__}")
+        if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
+            raise ConfigError(f"ember: TrainingState.save: step must be an int >= 0, got {self.step!r}")
+        device = device or Device.default()
+        state = {
+            "format": FORMAT, "version": VERSION, "step": self.step, "rng": device.rng_state(),
+            "scheduler": None if self.scheduler is None else {
+                "type": type(self.scheduler).__name__, "record": self.scheduler.to_record(),
+            },
+            "extra": self.extra,
+        }
+        try:
+            text = json.dumps(state, allow_nan=True)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(
+                f"ember: TrainingState.save: extra must hold JSON values (numbers, strings, lists, dicts): {error}"
+            ) from None
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".tmp-{target.name}-"))
+        try:
+            self.model.save_file(tmp / "model.safetensors")
+            self.optim.save_file(tmp / "optimizer.safetensors")
+            _write(tmp / "state.json", text)
+            manifest = {"format": FORMAT, "version": VERSION, "files": {name: _sha256(tmp / name) for name in _FILES}}
+            _write(tmp / "manifest.json", json.dumps(manifest, indent=2))
+            _fsync_dir(tmp)
+            old = None
+            if target.exists():
+                if not (target / "manifest.json").is_file():
+                    raise RecordError(
+                        f"ember: TrainingState.save: {target} exists and is not a training state; "
+                        "choose another path (nothing was overwritten)"
+                    )
+                old = target.parent / f".old-{target.name}-{os.getpid()}"
+                os.replace(target, old)
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            return target
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    # ------------------------------------------------------------------ load
+    @staticmethod
+    def exists(path: str | os.PathLike) -> bool:
+        """Whether ``path`` holds a saved training state (to decide between resuming
+        and starting fresh)."""
+        return (Path(path) / "manifest.json").is_file()
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike,
+        model: Module,
+        optim: Any,
+        scheduler: Any = None,
+        device: Device | None = None,
+    ) -> TrainingState:
+        """The state saved at ``path``: ``model`` (a module of the same structure, e.g.
+        freshly built) with the saved values, ``optim`` and ``scheduler`` restored in
+        place, ``device``'s generator restored (default: ``Device.default()``)."""
+        folder = Path(path)
+        device = device or Device.default()
+        state = _verified(folder)
+        try:
+            loaded = model.load_file(folder / "model.safetensors")
+        except RecordError as error:
+            raise RecordError(f"ember: cannot restore the model from {folder}: {error}") from None
+        try:
+            optim.load_file(folder / "optimizer.safetensors", device=device.inner())
+        except (RecordError, ConfigError) as error:
+            raise RecordError(
+                f"ember: cannot restore the optimizer from {folder} (was it saved with another optimizer?): {error}"
+            ) from None
+        saved = state.get("scheduler")
+        if (saved is None) != (scheduler is None):
+            raise RecordError(
+                f"ember: {folder} was saved {'without' if saved is None else 'with'} a learning-rate scheduler; "
+                f"pass {'scheduler=None' if saved is None else 'the scheduler (a fresh one of type ' + str(saved.get('type')) + ')'}"
+            )
+        if scheduler is not None:
+            if saved.get("type") != type(scheduler).__name__:
+                raise RecordError(
+                    f"ember: {folder} holds the position of a {saved.get('type')}, not of a {type(scheduler).__name__}; "
+                    "pass the scheduler the run was saved with"
+                )
+            scheduler.load_record(saved.get("record"))
+        device.set_rng_state(state["rng"])
+        return cls(loaded, optim, scheduler, int(state["step"]), dict(state.get("extra") or {}))
+
+
+def _write(path: Path, text: str) -> None:
+    with path.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _verified(folder: Path) -> dict[str, Any]:
+    """``state.json`` of ``folder`` after checking the manifest and the checksums."""
+    if not folder.exists():
+        raise RecordError(f"ember: no training state at {folder} (TrainingState.exists(path) tells before loading)")
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except FileNotFoundError:
+        raise RecordError(f"ember: {folder} is not a training state (it has no manifest.json)") from None
+    except (OSError, ValueError) as error:
+        raise RecordError(f"ember: training state {folder} is corrupt: manifest.json is unreadable ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise RecordError(f"ember: {folder} is not a training state saved by TrainingState.save")
+    if manifest.get("version") != VERSION:
+        raise RecordError(f"ember: training state {folder} has format version {manifest.get('version')!r}; "
+                          f"this ember reads {VERSION}")
+    for name in _FILES:
+        file = folder / name
+        if not file.is_file():
+            raise RecordError(f"ember: training state {folder} is corrupt: {name} is missing")
+        if _sha256(file) != manifest.get("files", {}).get(name):
+            raise RecordError(
+                f"ember: training state {folder} is corrupt: {name} does not match its checksum "
+                "(changed or truncated after it was written)"
+            )
+    try:
+        return json.loads((folder / "state.json").read_text())
+    except (OSError, ValueError) as error:
+        raise RecordError(f"ember: training state {folder} is corrupt: state.json is unreadable ({error})") from None
