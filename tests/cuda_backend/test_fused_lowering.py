@@ -35,7 +35,7 @@ class _Recorder:
         recorder = self
 
         class Plan:
-            def run(self, backend, inputs, scalars=()):
+            def run(self, backend, inputs, scalars=(), donated=()):
                 recorder.scalars.append(list(scalars))
                 return replay.run(backend, inputs, scalars)
 

@@ -117,11 +117,6 @@ def _linear_backward(x, weight, grad, need_x, need_weight, need_bias):
     )
 
 
-def _adam_step(param, grad, moment_1, moment_2, max_moment_2, **options):
-    aval = Aval(tuple(param.shape), param.dtype)
-    return (aval, aval, aval, aval if options["amsgrad"] else None)
-
-
 def _adam_step_many(params, grads, moments_1, moments_2, max_moments_2, **options):
     avals = [Aval(tuple(p.shape), p.dtype) for p in params]
     return (avals, list(avals), list(avals), list(avals) if options["amsgrad"] else None)
@@ -199,7 +194,6 @@ _RULES: dict[str, Callable[..., Any]] = {
     "log_softmax": _same,
     "linear": _linear,
     "linear_backward": _linear_backward,
-    "adam_step": _adam_step,
     "adam_step_many": _adam_step_many,
     "mse_loss": lambda pred, target, mean: Aval((1,), pred.dtype),
     "conv": _conv,

@@ -120,6 +120,5 @@ DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "linear": linear,
     "linear_backward": linear_backward,
     "mse_loss": mse_loss,
-    "adam_step": adam_step,
     "adam_step_many": adam_step_many,
 }

@@ -39,7 +39,7 @@ from ember.backend.fusion.steps import Call, Kernel, Matmul
 
 #: Composites a plan expands into primitives (float32/float64 operands).
 EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
-                      "adam_step", "adam_step_many"})
+                      "adam_step_many"})
 
 
 def _wants(graph: Graph, node: Any) -> bool:
@@ -236,7 +236,9 @@ class CudaPlan:
         self.replay: Replay | None = None  # set if expansion failed
         self._lock = threading.Lock()
 
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = ()) -> list[Any]:
+    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = (), donated: tuple = ()) -> list[Any]:
+        """The graph's outputs for ``inputs`` and run-time ``scalars``; ``donated``
+        (offered by ``ember.compile``) is ignored: every output is a fresh buffer."""
         with self._lock:
             if self.replay is not None:
                 return self.replay.run(backend, inputs, scalars)

@@ -23,7 +23,7 @@ from ember.backend.fusion.views import size_of
 
 #: Composites the CUDA lowering expands into primitives (float32/float64 operands).
 EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
-                      "adam_step", "adam_step_many"})
+                      "adam_step_many"})
 
 
 class CudaTarget(Target):

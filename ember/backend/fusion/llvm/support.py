@@ -36,7 +36,7 @@ BLAS_THRESHOLD = 2048
 
 #: Composite calls the LLVM path expands into primitives (float32/float64 only).
 EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
-                      "adam_step", "adam_step_many"})
+                      "adam_step_many"})
 
 _REDUCE_INT = frozenset(ReduceOp) - {ReduceOp.MEAN}
 #: A value larger than the machine's memory is left to flex, which names the problem.
