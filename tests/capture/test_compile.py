@@ -26,12 +26,18 @@ from ember.nn import (
 )
 from ember.nn.loss import CrossEntropyLossConfig, MseLoss, Reduction
 from ember.optim import (
+    AdadeltaConfig,
     AdaGradConfig,
+    AdamaxConfig,
     AdamConfig,
     AdamWConfig,
     AdanConfig,
     GradientsParams,
+    LambConfig,
+    LionConfig,
     MuonConfig,
+    NAdamConfig,
+    RAdamConfig,
     RmsPropConfig,
     SgdConfig,
 )
@@ -129,14 +135,32 @@ def test_the_returned_model_is_not_rebuilt_per_step():
         AdaGradConfig(),
         RmsPropConfig(momentum=0.5, centered=True),
         AdanConfig(),
+        AdadeltaConfig(),
+        AdamaxConfig(weight_decay=1e-3),
+        NAdamConfig(),
+        RAdamConfig(),
+        LionConfig(),
+        LambConfig(weight_decay=1e-2),
     ],
     ids=lambda c: type(c).__name__,
 )
 def test_every_optimizer_matches_eager(config):
-    compiled, _, _, step = train(config, 25, True)
-    eager = train(config, 25, False)[0]
+    """200 steps (RAdam's rectification switches on at step 6; warm-ups pass): the loss
+    curve, the parameters and two compiled runs."""
+    lrs = [1e-3 * min(1.0, (i + 1) / 20) for i in range(200)]
+    compiled, model_c, _, step = train(config, 200, True, lrs)
+    eager, model_e, _, _ = train(config, 200, False, lrs)
     assert_close(compiled, eager)
+    for a, b in zip(params_of(model_c), params_of(model_e)):
+        assert_close(a, b)
     assert step.stats["eager"] == 0
+    np.testing.assert_array_equal(compiled, train(config, 200, True, lrs)[0])
+
+
+def test_every_optimizer_config_is_covered():
+    tested = {type(c) for c in test_every_optimizer_matches_eager.pytestmark[0].args[1]} | {MuonConfig}
+    configs = {getattr(ember.optim, n) for n in dir(ember.optim) if n.endswith("Config") and n != "OptimizerConfig"}
+    assert configs <= tested, sorted(c.__name__ for c in configs - tested)
 
 
 def test_muon_with_a_group_matches_eager():
