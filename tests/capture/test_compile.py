@@ -95,18 +95,18 @@ def assert_close(a, b, rel=REL):
 
 
 def test_seed_step_matches_eager():
-    compiled, model_c, optim_c, step = train(AdamConfig(), 60, True)
-    eager, model_e, optim_e, _ = train(AdamConfig(), 60, False)
+    compiled, model_c, optim_c, step = train(AdamConfig(), 200, True)
+    eager, model_e, optim_e, _ = train(AdamConfig(), 200, False)
     assert_close(compiled, eager)
     for a, b in zip(params_of(model_c), params_of(model_e)):
         assert_close(a, b)
     for pc, pe in zip(model_c.params(), model_e.params()):  # ids differ between the two runs
         state, other = optim_e.states[pe.id], optim_c.states[pc.id]
-        assert other.time == state.time == 60
+        assert other.time == state.time == 200
         assert_close(other.moment_1.to_data().to_numpy(), state.moment_1.to_data().to_numpy())
         assert_close(other.moment_2.to_data().to_numpy(), state.moment_2.to_data().to_numpy())
     # One trace for the first step (no optimizer state yet), one for the rest.
-    assert step.stats["traces"] == 2 and step.stats["replays"] == 58 and step.cache_size() == 1
+    assert step.stats["traces"] == 2 and step.stats["replays"] == 198 and step.cache_size() == 1
 
 
 def test_two_compiled_runs_are_bit_identical():
@@ -352,7 +352,7 @@ def test_transformer_encoder_step_matches_eager():
 
         step = ember.compile(train_step) if compiled else train_step
         losses = []
-        for _ in range(6):
+        for _ in range(200):
             model, loss = step(model, x, target)
             losses.append(loss.into_scalar())
         return np.array(losses), getattr(step, "stats", None)
