@@ -11,6 +11,12 @@ from ember import Device, Param, Tensor
 from tests.conftest import assert_close
 
 
+def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Standard-normal float32 values of ``shape`` drawn from ``rng`` (the test's seeded
+    ``rng`` fixture)."""
+    return rng.standard_normal(shape).astype(np.float32)
+
+
 def autodiff_of(device: Device) -> Device:
     """``device`` itself when it tracks gradients, else its autodiff wrapper."""
     return device if device.is_autodiff() else device.autodiff()
