@@ -11,7 +11,6 @@ from ember import Device, Tensor
 from ember.errors import ConfigError, ShapeError
 from ember.nn import (
     LayerNorm,
-    Linear,
     MhaInput,
     MultiHeadAttention,
     MultiHeadAttentionConfig,
@@ -24,12 +23,17 @@ from ember.nn import (
     generate_padding_mask,
 )
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, rand, to_torch, weighted_backward
-
-
-def _linear(weight, bias, device):
-    """An ember Linear from torch's ``[out, in]`` weight."""
-    return Linear(weight=param(weight.detach().numpy().T, device), bias=param(bias.detach().numpy(), device))
+from tests.nn.parity import (
+    assert_grad,
+    autodiff_of,
+    check_layer,
+    leaf,
+    param,
+    rand,
+    to_torch,
+    torch_linear,
+    weighted_backward,
+)
 
 
 def _mha_grads(mha, t_mha):
@@ -57,8 +61,8 @@ def _mha_from_torch(t_mha, device, n_heads, dropout=0.0):
     w, b = t_mha.in_proj_weight, t_mha.in_proj_bias
     template = MultiHeadAttentionConfig(d, n_heads, dropout=dropout).init(device)
     return MultiHeadAttention(
-        query=_linear(w[:d], b[:d], device), key=_linear(w[d:2 * d], b[d:2 * d], device),
-        value=_linear(w[2 * d:], b[2 * d:], device), output=_linear(t_mha.out_proj.weight, t_mha.out_proj.bias, device),
+        query=torch_linear(w[:d], b[:d], device), key=torch_linear(w[d:2 * d], b[d:2 * d], device),
+        value=torch_linear(w[2 * d:], b[2 * d:], device), output=torch_linear(t_mha.out_proj.weight, t_mha.out_proj.bias, device),
         dropout=template.dropout, n_heads=n_heads,
     )
 
@@ -139,8 +143,8 @@ def _encoder_from_torch(t_encoder, config, device):
     for t_layer, layer in zip(t_encoder.layers, template.layers):
         mha = _mha_from_torch(t_layer.self_attn, device, config.n_heads)
         pwff = layer.pwff.__class__(
-            linear_inner=_linear(t_layer.linear1.weight, t_layer.linear1.bias, device),
-            linear_outer=_linear(t_layer.linear2.weight, t_layer.linear2.bias, device),
+            linear_inner=torch_linear(t_layer.linear1.weight, t_layer.linear1.bias, device),
+            linear_outer=torch_linear(t_layer.linear2.weight, t_layer.linear2.bias, device),
             dropout=layer.pwff.dropout, activation=layer.pwff.activation,
         )
         norms = [
@@ -205,16 +209,11 @@ def test_pwff_matches_torch(rng):
     lin1, lin2 = torch.nn.Linear(6, 10), torch.nn.Linear(10, 6)
     ad = Device.flex().autodiff()
     block = PositionWiseFeedForwardConfig(6, 10, dropout=0.0, activation="relu").init(ad)
-    block = block.__class__(linear_inner=_linear(lin1.weight, lin1.bias, ad), linear_outer=_linear(lin2.weight, lin2.bias, ad),
+    block = block.__class__(linear_inner=torch_linear(lin1.weight, lin1.bias, ad), linear_outer=torch_linear(lin2.weight, lin2.bias, ad),
                             dropout=block.dropout, activation=block.activation)
     x = rand(rng, 2, 3, 6)
-    tx = to_torch(x, True)
-    ref = lin2(torch.relu(lin1(tx)))
-    ex = leaf(x, ad)
-    out = block(ex)
-    assert_close(out, ref.detach().numpy(), rtol=1e-5, atol=1e-5)
-    grads = weighted_backward(out, ref)
-    assert_grad(ex, grads, tx)
+    grads = check_layer(block, lambda tx: lin2(torch.relu(lin1(tx))), x, ad, rtol=1e-5, atol=1e-5, grad_rtol=1e-4,
+                        grad_atol=1e-5)
     assert_close(block.linear_inner.weight.val().grad(grads), lin1.weight.grad.numpy().T, rtol=1e-4, atol=1e-5)
 
 

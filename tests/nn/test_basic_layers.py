@@ -35,7 +35,7 @@ from ember.nn import (
 from ember.nn.linear import Linear
 from ember.optim import AdamConfig, GradientsParams
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, rand, to_torch, weighted_backward
+from tests.nn.parity import assert_grad, autodiff_of, check_layer, leaf, param, rand, to_torch, weighted_backward
 
 
 def test_dropout_is_identity_off_autodiff_and_seeded_on_it():
@@ -101,14 +101,8 @@ def test_activation_modules_match_torch(device, rng):
         (HardSigmoid(alpha=1 / 6, beta=0.5), nn.Hardsigmoid()), (HardSwish(), nn.Hardswish()),
         (Glu(dim=1), nn.GLU(dim=1)),
     ]
-    ad = autodiff_of(device)
     for ours, theirs in cases:
-        tx = to_torch(x, True)
-        ref = theirs(tx)
-        assert_close(ours(Tensor.from_data(x, device=device)), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
-        ex = leaf(x, ad)
-        grads = weighted_backward(ours(ex), ref)
-        assert_grad(ex, grads, tx, rtol=1e-4, atol=1e-5)
+        check_layer(ours, theirs, x, device, rtol=1e-5, atol=1e-5, grad_rtol=1e-4, grad_atol=1e-5, plain=True)
 
 
 @pytest.mark.torch

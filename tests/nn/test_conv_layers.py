@@ -26,7 +26,7 @@ from ember.nn import (
     MaxPool2dConfig,
 )
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, rand, to_torch, weighted_backward
+from tests.nn.parity import assert_grad, autodiff_of, check_layer, leaf, param, rand, to_torch, weighted_backward
 
 
 def _copy_params(torch_layer, ember_layer, device):
@@ -154,15 +154,8 @@ def test_pool_layers_match_torch(device, rng):
         (AdaptiveAvgPool2dConfig((4, 3)), nn.AdaptiveAvgPool2d((4, 3)), x2),
         (AdaptiveAvgPool1dConfig(5), nn.AdaptiveAvgPool1d(5), x1),
     ]
-    ad = autodiff_of(device)
     for config, t_layer, x in cases:
-        layer = config.init()
-        tx = to_torch(x, True)
-        ref = t_layer(tx)
-        assert_close(layer(Tensor.from_data(x, device=device)), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
-        ex = leaf(x, ad)
-        grads = weighted_backward(layer(ex), ref)
-        assert_grad(ex, grads, tx, rtol=1e-5, atol=1e-6)
+        check_layer(config.init(), t_layer, x, device, rtol=1e-5, atol=1e-6, grad_rtol=1e-5, grad_atol=1e-6, plain=True)
 
 
 def test_pool_with_indices_and_same_padding(rng):

@@ -11,7 +11,7 @@ from ember.errors import ConfigError, ShapeError
 from ember.module import RunningState
 from ember.nn import BatchNorm, BatchNormConfig, GroupNormConfig, LayerNorm, LayerNormConfig, RmsNormConfig
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, rand, to_torch, weighted_backward
+from tests.nn.parity import assert_grad, autodiff_of, check_layer, leaf, param, rand, to_torch, weighted_backward
 
 pytestmark = pytest.mark.torch
 
@@ -101,13 +101,7 @@ def test_group_norm(device, rng):
     layer = layer.__class__(gamma=param(t_layer.weight.detach().numpy(), ad), beta=param(t_layer.bias.detach().numpy(), ad),
                             num_groups=3, num_channels=6, epsilon=1e-4)
     x = rand(rng, 2, 6, 5, 3)
-    tx = to_torch(x, True)
-    ref = t_layer(tx)
-    ex = leaf(x, ad)
-    out = layer(ex)
-    assert_close(out, ref.detach().numpy(), rtol=1e-4, atol=1e-4)
-    grads = weighted_backward(out, ref)
-    assert_grad(ex, grads, tx, rtol=1e-3, atol=1e-4)
+    grads = check_layer(layer, t_layer, x, device, atol=1e-4)
     assert_grad(layer.gamma.val(), grads, t_layer.weight)
     assert_grad(layer.beta.val(), grads, t_layer.bias)
     plain = GroupNormConfig(2, 6, affine=False).init(device)
@@ -126,12 +120,5 @@ def test_rms_norm(device, rng):
     ad = autodiff_of(device)
     layer = RmsNormConfig(6).init(ad)
     layer = layer.__class__(gamma=param(t_layer.weight.detach().numpy(), ad), epsilon=1e-5)
-    x = rand(rng, 3, 4, 6)
-    tx = to_torch(x, True)
-    ref = t_layer(tx)
-    ex = leaf(x, ad)
-    out = layer(ex)
-    assert_close(out, ref.detach().numpy(), rtol=1e-4, atol=1e-5)
-    grads = weighted_backward(out, ref)
-    assert_grad(ex, grads, tx, rtol=1e-3, atol=1e-4)
+    grads = check_layer(layer, t_layer, rand(rng, 3, 4, 6), device)
     assert_grad(layer.gamma.val(), grads, t_layer.weight)

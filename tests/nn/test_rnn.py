@@ -9,9 +9,9 @@ import pytest
 
 from ember import Device, Tensor
 from ember.errors import ConfigError, ShapeError
-from ember.nn import GateController, Gru, GruConfig, Linear, Lstm, LstmConfig, LstmState
+from ember.nn import GateController, Gru, GruConfig, Lstm, LstmConfig, LstmState
 from tests.conftest import assert_close, import_torch, parity_device
-from tests.nn.parity import leaf, param, rand, to_torch, weighted_backward
+from tests.nn.parity import leaf, rand, to_torch, torch_linear, weighted_backward
 
 pytestmark = pytest.mark.torch
 AD = parity_device()  # flex+autodiff, or EMBER_PARITY_DEVICE (cuda+autodiff on a GPU machine)
@@ -22,9 +22,7 @@ def _gate(t_rnn, k, size, device):
     rows = slice(k * size, (k + 1) * size)
 
     def linear(kind):
-        weight = getattr(t_rnn, f"weight_{kind}_l0")[rows].detach().numpy().T
-        bias = getattr(t_rnn, f"bias_{kind}_l0")[rows].detach().numpy()
-        return Linear(weight=param(weight, device), bias=param(bias, device))
+        return torch_linear(getattr(t_rnn, f"weight_{kind}_l0")[rows], getattr(t_rnn, f"bias_{kind}_l0")[rows], device)
 
     return GateController(input_transform=linear("ih"), hidden_transform=linear("hh"))
 
