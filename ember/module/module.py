@@ -50,7 +50,6 @@ class Module:
 
     _fields: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[dict[str, Any]] = {}
-    _initializing: bool = False
     #: PyTorch's names for this layer's own fields, ``{pytorch name: field}`` (the norm
     #: layers declare ``{"weight": "gamma", "bias": "beta"}``); read by :meth:`load_pytorch`.
     pytorch_names: ClassVar[dict[str, str]] = {}
