@@ -6,6 +6,7 @@
 [[2.0, 3.0]]
 """
 
+from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
 from ember.capture import compile
 from ember.device import Device, DeviceKind
@@ -34,11 +35,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'ember' has no attribute {name!r}")
 
 __all__ = [
+    "Checkpointing",
     "Config",
     "DType",
     "Device",
     "DeviceKind",
     "Distribution",
+    "Gradients",
     "Module",
     "Param",
     "ParamId",

@@ -66,19 +66,6 @@ class BackendUnavailableError(EmberError, RuntimeError):
     """A backend cannot run on this machine (no adapter, missing package, ...)."""
 
 
-def describe(value: object) -> str:
-    """A short description of an operand for error messages."""
-    shape = getattr(value, "shape", None)
-    dtype = getattr(value, "dtype", None)
-    device = getattr(value, "device", None)
-    if shape is not None and dtype is not None:
-        text = f"Tensor(shape={list(shape)}, dtype={dtype}"
-        if device is not None:
-            text += f", device={device!r}"
-        return text + ")"
-    return repr(value)
-
-
 class DistributedError(EmberError, RuntimeError):
     """A distributed run cannot go on: ranks disagree (model structure, shapes, dtypes),
     a collective was misused, or another rank failed or stopped responding."""

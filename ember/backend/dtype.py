@@ -76,7 +76,7 @@ class DType(Enum):
     def from_numpy(dtype: np.dtype | type) -> DType:
         """The ember dtype for a numpy dtype; raises for types ember does not hold."""
         try:
-            return _FROM_NUMPY[np.dtype(dtype)]
+            return NUMPY_TO_DTYPE[np.dtype(dtype)]
         except (KeyError, TypeError):
             supported = ", ".join(d.value for d in DType)
             raise DTypeError(
@@ -117,9 +117,9 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.UINT8: np.dtype(np.uint8),
     DType.BOOL: np.dtype(np.bool_),
 }
-_FROM_NUMPY: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
-#: numpy dtype -> DType, for hot paths that hold a numpy dtype already (a plain dict lookup).
-NUMPY_TO_DTYPE = _FROM_NUMPY
+#: numpy dtype -> DType, for hot paths that hold a numpy dtype already (a plain dict
+#: lookup); the one such map (``ember.tensor.dispatch.NP_TO_DTYPE`` is this object).
+NUMPY_TO_DTYPE: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
 
 _ALIASES: dict[str, DType] = {d.value: d for d in DType}
 _ALIASES.update(

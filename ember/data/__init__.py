@@ -4,7 +4,7 @@
 >>> import numpy as np
 >>> from ember import Device
 >>> from ember.data import ArrayDataset, DataLoaderBuilder, DefaultBatcher, ShuffledDataset
->>> ds = ShuffledDataset(ArrayDataset(np.random.rand(10, 3), np.arange(10)), seed=0)
+>>> ds = ShuffledDataset(ArrayDataset(np.random.default_rng(0).random((10, 3)), np.arange(10)), seed=0)
 >>> loader = DataLoaderBuilder(DefaultBatcher()).batch_size(4).shuffle(1).set_device(Device.flex()).build(ds)
 >>> [x.dims() for x, y in loader]
 [[4, 3], [4, 3], [2, 3]]

@@ -49,7 +49,6 @@ class Device:
 
     _interned: dict[tuple, Device] = {}
     _intern_lock = threading.RLock()
-    _factories: dict[str, Callable[[str], Device]] = {}
     _priority: list[str] = ["flex"]
 
     def __init__(self, backend: Backend, key: tuple, body: str, inner: Device | None = None,

@@ -169,8 +169,11 @@ def grad(
     """``fn`` returning the gradient of its one-element output (see :func:`value_and_grad`);
     with ``has_aux``, ``(gradient, aux)``. ``grad(grad(f))`` is the second derivative.
 
-    >>> df = grad(lambda x: x.powi_scalar(3).sum())          # doctest: +SKIP
-    >>> grad(lambda x: df(x).sum())(x)                       # 6 x  # doctest: +SKIP
+    >>> from ember import Device, Tensor
+    >>> x = Tensor.from_floats([1.0, 2.0], device=Device.flex().autodiff())
+    >>> df = grad(lambda x: x.powi_scalar(3).sum())
+    >>> grad(lambda x: df(x).sum())(x).tolist()  # 6 x
+    [6.0, 12.0]
     """
     inner = value_and_grad(fn, argnums, has_aux, create_graph)
 

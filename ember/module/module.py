@@ -50,7 +50,6 @@ class Module:
 
     _fields: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[dict[str, Any]] = {}
-    _initializing: bool = False
     #: PyTorch's names for this layer's own fields, ``{pytorch name: field}`` (the norm
     #: layers declare ``{"weight": "gamma", "bias": "beta"}``); read by :meth:`load_pytorch`.
     pytorch_names: ClassVar[dict[str, str]] = {}
@@ -227,8 +226,12 @@ class Module:
         )
 
     def clone(self) -> Module:
-        """A copy of the module tree sharing parameter values (values are immutable)."""
-        return self.map(FnMapper(lambda p, path: Param(p.id, p.val(), p.require_grad) if p.is_initialized() else p))
+        """A copy of the module tree, as ``copy.deepcopy`` of a PyTorch module: parameter
+        values are shared (they are immutable) and running states (batch-norm statistics)
+        are new objects holding the same values, so updating one module's statistics
+        leaves the other's as they were. Ids are kept."""
+        return self.map(FnMapper(lambda p, path: Param(p.id, p.val(), p.require_grad) if p.is_initialized() else p,
+                                 lambda s, path: RunningState(s.value(), s.id)))
 
     # ------------------------------------------------------------------ records
     def save_file(self, path: Any, **kwargs: Any) -> None:

@@ -101,11 +101,14 @@ class GradientsParams:
 
     @staticmethod
     def from_params(grads: Any, module: Module, params: Iterable[ParamId]) -> GradientsParams:
-        """Only the gradients of ``params``."""
+        """Only the gradients of ``params`` (Burn's ``GradientsParams::from_params``: the
+        same as ``from_grads(grads, module, filter=params)``)."""
         return GradientsParams.from_grads(grads, module, filter=params)
 
     @staticmethod
     def from_module(grads: Any, module: Module) -> GradientsParams:
+        """The gradients of ``module``'s parameters: Burn's ``from_module``, kept for code
+        ported from Burn; :meth:`from_grads` is the same call."""
         return GradientsParams.from_grads(grads, module)
 
     def entries(self, module: Module) -> list[tuple[Param, str, Tensor]]:
@@ -134,6 +137,7 @@ class GradientsParams:
         self._sources.pop(param_id, None)
 
     def len(self) -> int:
+        """The number of gradients (Burn's ``len``; ``len(grads)`` is the same)."""
         return len(self._grads)
 
     def __len__(self) -> int:

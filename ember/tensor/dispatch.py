@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ember.backend.dtype import NUMPY_TO_DTYPE as NP_TO_DTYPE
 from ember.backend.dtype import DType, check_int_fits, promote
 from ember.errors import DeviceError, DTypeError, ValueRangeError
 
 if TYPE_CHECKING:
     from ember.tensor.tensor import Tensor
 
-NP_TO_DTYPE: dict[np.dtype, DType] = {d.np: d for d in DType}
 FLOAT_NP = frozenset(d.np for d in DType if d.is_float)
 INT_NP = frozenset(d.np for d in DType if d.is_int)
 BOOL_NP = np.dtype(np.bool_)

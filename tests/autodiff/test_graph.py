@@ -196,3 +196,14 @@ def test_balanced_checkpointing_holds_less_memory_measured_by_tracemalloc():
         return current
 
     assert kept(Checkpointing.BALANCED) < kept(Checkpointing.DISABLED) / 3
+
+
+def test_checkpointing_and_gradients_are_importable_from_ember():
+    import ember
+    from ember.backend.autodiff import Checkpointing, Gradients
+
+    assert ember.Checkpointing is Checkpointing and ember.Gradients is Gradients
+    device = ember.Device.flex().autodiff(ember.Checkpointing.BALANCED)
+    x = ember.Tensor.from_floats([1.0, 2.0], device=device).require_grad()
+    grads = x.mul(x).sum().backward()
+    assert isinstance(grads, ember.Gradients) and x.grad(grads).tolist() == [2.0, 4.0]

@@ -225,3 +225,16 @@ def test_valid_moves_to_inner_device_and_to_device(ad):
 def test_repr_prints_the_tree(ad):
     text = repr(Mlp.new(ad))
     assert text.startswith("Mlp {") and "l1: Linear {d_input: 4, d_output: 16" in text and "params: 97" in text
+
+
+def test_clone_copies_running_states_and_shares_parameter_values(ad, rng):
+    from ember.nn import BatchNormConfig
+
+    norm = BatchNormConfig(3).init(ad)
+    copy = norm.clone()
+    assert copy.running_mean is not norm.running_mean and copy.running_mean.id == norm.running_mean.id
+    assert copy.gamma.val() is norm.gamma.val() and copy.gamma.id == norm.gamma.id
+    before = copy.running_mean.value().to_numpy()
+    norm(Tensor.from_data(rng.normal(5.0, 1.0, (8, 3)).astype(np.float32), device=ad))  # training: updates statistics
+    assert not np.allclose(norm.running_mean.value().to_numpy(), before)
+    np.testing.assert_array_equal(copy.running_mean.value().to_numpy(), before)

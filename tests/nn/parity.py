@@ -1,5 +1,5 @@
-"""Helpers for the torch parity tests of the layers: the same weighted-sum loss on
-both sides, and gradient comparison."""
+"""Helpers shared by the tests of ``tests/nn``: seeded inputs, ember and torch twins of
+one array, the same weighted-sum loss on both sides, and gradient comparison."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 
 from ember import Device, Param, Tensor
+from ember.nn import Linear
 from tests.conftest import assert_close
+
+
+def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Standard-normal float32 values of ``shape`` drawn from ``rng`` (the test's seeded
+    ``rng`` fixture)."""
+    return rng.standard_normal(shape).astype(np.float32)
 
 
 def autodiff_of(device: Device) -> Device:
@@ -18,6 +25,12 @@ def autodiff_of(device: Device) -> Device:
 
 def param(array: np.ndarray, device: Device) -> Param:
     return Param.from_tensor(Tensor.from_data(np.ascontiguousarray(array), device=device))
+
+
+def torch_linear(weight: Any, bias: Any, device: Device) -> Linear:
+    """An ember ``Linear`` holding a torch weight (``[out, in]``, transposed to ember's
+    ``[in, out]``) and bias."""
+    return Linear(weight=param(weight.detach().numpy().T, device), bias=param(bias.detach().numpy(), device))
 
 
 def leaf(array: np.ndarray, device: Device) -> Tensor:
@@ -42,7 +55,28 @@ def assert_grad(tensor: Tensor, grads: Any, torch_tensor: Any, rtol: float = 1e-
     assert_close(g, torch_tensor.grad.detach().numpy(), rtol=rtol, atol=atol)
 
 
+def check_layer(ours: Any, theirs: Any, x: np.ndarray, device: Device, *, rtol: float = 1e-4, atol: float = 1e-5,
+                grad_rtol: float = 1e-3, grad_atol: float = 1e-4, plain: bool = False, seed: int = 0) -> Any:
+    """``ours`` (an ember layer or function) against ``theirs`` (its torch twin) on ``x``:
+    the output on ``device``'s autodiff form (and on ``device`` itself with ``plain``, for
+    layers without parameters), then the input's gradient of one weighted sum
+    (:func:`weighted_backward`). Returns ember's gradients, for the parameters' checks
+    (torch's are in ``.grad``)."""
+    tx = to_torch(x, True)
+    ref = theirs(tx)
+    expected = ref.detach().numpy()
+    if plain:
+        assert_close(ours(Tensor.from_data(x, device=device)), expected, rtol=rtol, atol=atol)
+    ex = leaf(x, autodiff_of(device))
+    out = ours(ex)
+    assert_close(out, expected, rtol=rtol, atol=atol)
+    grads = weighted_backward(out, ref, seed)
+    assert_grad(ex, grads, tx, rtol=grad_rtol, atol=grad_atol)
+    return grads
+
+
 def to_torch(array: np.ndarray, grad: bool = False) -> Any:
+    """A torch tensor sharing ``array``'s memory, optionally requiring grad."""
     torch = __import__("torch")
     t = torch.from_numpy(np.ascontiguousarray(array))
     return t.requires_grad_(grad)

@@ -11,7 +11,6 @@ from ember import Device, Tensor
 from ember.errors import ConfigError, ShapeError
 from ember.nn import (
     LayerNorm,
-    Linear,
     MhaInput,
     MultiHeadAttention,
     MultiHeadAttentionConfig,
@@ -24,18 +23,17 @@ from ember.nn import (
     generate_padding_mask,
 )
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, to_torch, weighted_backward
-
-RNG = np.random.default_rng(4)
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _linear(weight, bias, device):
-    """An ember Linear from torch's ``[out, in]`` weight."""
-    return Linear(weight=param(weight.detach().numpy().T, device), bias=param(bias.detach().numpy(), device))
+from tests.nn.parity import (
+    assert_grad,
+    autodiff_of,
+    check_layer,
+    leaf,
+    param,
+    rand,
+    to_torch,
+    torch_linear,
+    weighted_backward,
+)
 
 
 def _mha_grads(mha, t_mha):
@@ -63,22 +61,22 @@ def _mha_from_torch(t_mha, device, n_heads, dropout=0.0):
     w, b = t_mha.in_proj_weight, t_mha.in_proj_bias
     template = MultiHeadAttentionConfig(d, n_heads, dropout=dropout).init(device)
     return MultiHeadAttention(
-        query=_linear(w[:d], b[:d], device), key=_linear(w[d:2 * d], b[d:2 * d], device),
-        value=_linear(w[2 * d:], b[2 * d:], device), output=_linear(t_mha.out_proj.weight, t_mha.out_proj.bias, device),
+        query=torch_linear(w[:d], b[:d], device), key=torch_linear(w[d:2 * d], b[d:2 * d], device),
+        value=torch_linear(w[2 * d:], b[2 * d:], device), output=torch_linear(t_mha.out_proj.weight, t_mha.out_proj.bias, device),
         dropout=template.dropout, n_heads=n_heads,
     )
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize("masks", ["none", "pad", "causal", "both"])
-def test_mha_matches_torch(device, masks):
+def test_mha_matches_torch(device, masks, rng):
     torch = import_torch()
     torch.manual_seed(0)
     batch, seq_q, seq_k, d, heads = 2, 3, 5, 8, 2
     t_mha = torch.nn.MultiheadAttention(d, heads, batch_first=True)
     ad = autodiff_of(device)
     mha = _mha_from_torch(t_mha, ad, heads)
-    q, kv = rand(batch, seq_q, d), rand(batch, seq_k, d)
+    q, kv = rand(rng, batch, seq_q, d), rand(rng, batch, seq_k, d)
     pad = np.array([[False] * 5, [False, False, False, True, True]])
     causal = np.triu(np.ones((seq_q, seq_k), dtype=bool), 1)
     tq, tkv = to_torch(q, True), to_torch(kv, True)
@@ -145,8 +143,8 @@ def _encoder_from_torch(t_encoder, config, device):
     for t_layer, layer in zip(t_encoder.layers, template.layers):
         mha = _mha_from_torch(t_layer.self_attn, device, config.n_heads)
         pwff = layer.pwff.__class__(
-            linear_inner=_linear(t_layer.linear1.weight, t_layer.linear1.bias, device),
-            linear_outer=_linear(t_layer.linear2.weight, t_layer.linear2.bias, device),
+            linear_inner=torch_linear(t_layer.linear1.weight, t_layer.linear1.bias, device),
+            linear_outer=torch_linear(t_layer.linear2.weight, t_layer.linear2.bias, device),
             dropout=layer.pwff.dropout, activation=layer.pwff.activation,
         )
         norms = [
@@ -161,7 +159,7 @@ def _encoder_from_torch(t_encoder, config, device):
 
 @pytest.mark.torch
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
-def test_transformer_encoder_matches_torch(norm_first):
+def test_transformer_encoder_matches_torch(norm_first, rng):
     torch = import_torch()
     torch.manual_seed(1)
     d, heads, d_ff = 8, 2, 12
@@ -174,7 +172,7 @@ def test_transformer_encoder_matches_torch(norm_first):
     config = TransformerEncoderConfig(d, d_ff, heads, 2, dropout=0.0, norm_first=norm_first)
     ad = Device.flex().autodiff()
     encoder = _encoder_from_torch(t_encoder, config, ad)
-    x = rand(2, 4, d)
+    x = rand(rng, 2, 4, d)
     pad = np.array([[False] * 4, [False, False, False, True]])
     causal = np.triu(np.ones((4, 4), dtype=bool), 1)
     tx = to_torch(x, True)
@@ -196,9 +194,9 @@ def test_transformer_encoder_matches_torch(norm_first):
                  rtol=1e-4, atol=1e-4)
 
 
-def test_encoder_dropout_only_while_training():
+def test_encoder_dropout_only_while_training(rng):
     encoder = TransformerEncoderConfig(8, 16, 2, 1, dropout=0.5).init(Device.flex().autodiff())
-    x = Tensor.from_data(rand(1, 3, 8))
+    x = Tensor.from_data(rand(rng, 1, 3, 8))
     evaluated = encoder.valid()
     np.testing.assert_array_equal(evaluated(TransformerEncoderInput(x)).to_numpy(), evaluated(TransformerEncoderInput(x)).to_numpy())
     with pytest.raises(ConfigError, match="activation must be one of"):
@@ -206,27 +204,22 @@ def test_encoder_dropout_only_while_training():
 
 
 @pytest.mark.torch
-def test_pwff_matches_torch():
+def test_pwff_matches_torch(rng):
     torch = import_torch()
     lin1, lin2 = torch.nn.Linear(6, 10), torch.nn.Linear(10, 6)
     ad = Device.flex().autodiff()
     block = PositionWiseFeedForwardConfig(6, 10, dropout=0.0, activation="relu").init(ad)
-    block = block.__class__(linear_inner=_linear(lin1.weight, lin1.bias, ad), linear_outer=_linear(lin2.weight, lin2.bias, ad),
+    block = block.__class__(linear_inner=torch_linear(lin1.weight, lin1.bias, ad), linear_outer=torch_linear(lin2.weight, lin2.bias, ad),
                             dropout=block.dropout, activation=block.activation)
-    x = rand(2, 3, 6)
-    tx = to_torch(x, True)
-    ref = lin2(torch.relu(lin1(tx)))
-    ex = leaf(x, ad)
-    out = block(ex)
-    assert_close(out, ref.detach().numpy(), rtol=1e-5, atol=1e-5)
-    grads = weighted_backward(out, ref)
-    assert_grad(ex, grads, tx)
+    x = rand(rng, 2, 3, 6)
+    grads = check_layer(block, lambda tx: lin2(torch.relu(lin1(tx))), x, ad, rtol=1e-5, atol=1e-5, grad_rtol=1e-4,
+                        grad_atol=1e-5)
     assert_close(block.linear_inner.weight.val().grad(grads), lin1.weight.grad.numpy().T, rtol=1e-4, atol=1e-5)
 
 
-def test_positional_encoding_is_the_sinusoid_table(device):
+def test_positional_encoding_is_the_sinusoid_table(device, rng):
     layer = PositionalEncodingConfig(6, max_sequence_size=10).init(device)
-    x = rand(2, 7, 6)
+    x = rand(rng, 2, 7, 6)
     pos = np.arange(7)[:, None]
     i = np.arange(0, 6, 2)
     table = np.zeros((7, 6))
@@ -239,10 +232,10 @@ def test_positional_encoding_is_the_sinusoid_table(device):
         PositionalEncodingConfig(5)
 
 
-def test_rotary_encoding_rotates_pairs(device):
+def test_rotary_encoding_rotates_pairs(device, rng):
     d, seq = 8, 5
     layer = RotaryEncodingConfig(16, d, theta=100.0).init(device)
-    x = rand(2, 3, seq, d)
+    x = rand(rng, 2, 3, seq, d)
     z = x[..., 0::2] + 1j * x[..., 1::2]
     start = 4
     angles = (np.arange(seq) + start)[:, None] * (100.0 ** (-np.arange(0, d, 2) / d))
@@ -254,11 +247,11 @@ def test_rotary_encoding_rotates_pairs(device):
         layer.apply(Tensor.zeros([1, seq, d], device=device), 12)
 
 
-def test_rotary_encoding_gradient_is_the_inverse_rotation():
+def test_rotary_encoding_gradient_is_the_inverse_rotation(rng):
     ad = Device.flex().autodiff()
     layer = RotaryEncodingConfig(8, 4).init(ad)
-    x = leaf(rand(2, 6, 4), ad)
-    g = rand(2, 6, 4)
+    x = leaf(rand(rng, 2, 6, 4), ad)
+    g = rand(rng, 2, 6, 4)
     grads = layer(x).mul(Tensor.from_data(g, device=ad)).sum().backward()
     # The rotation is orthogonal: its transpose turns each pair back by the same angle.
     angles = np.arange(6)[:, None] * (10000.0 ** (-np.arange(0, 4, 2) / 4))

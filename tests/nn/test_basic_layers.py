@@ -35,13 +35,7 @@ from ember.nn import (
 from ember.nn.linear import Linear
 from ember.optim import AdamConfig, GradientsParams
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, to_torch, weighted_backward
-
-RNG = np.random.default_rng(3)
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
+from tests.nn.parity import assert_grad, autodiff_of, check_layer, leaf, param, rand, to_torch, weighted_backward
 
 
 def test_dropout_is_identity_off_autodiff_and_seeded_on_it():
@@ -95,10 +89,10 @@ def test_identity():
 
 
 @pytest.mark.torch
-def test_activation_modules_match_torch(device):
+def test_activation_modules_match_torch(device, rng):
     torch = import_torch()
     nn = torch.nn
-    x = rand(4, 6) * 3
+    x = rand(rng, 4, 6) * 3
     cases = [
         (Relu(), nn.ReLU()), (LeakyReluConfig(negative_slope=0.2).init(), nn.LeakyReLU(0.2)), (Gelu(), nn.GELU()),
         (Gelu(approximate="tanh"), nn.GELU(approximate="tanh")), (Sigmoid(), nn.Sigmoid()), (Tanh(), nn.Tanh()),
@@ -107,23 +101,17 @@ def test_activation_modules_match_torch(device):
         (HardSigmoid(alpha=1 / 6, beta=0.5), nn.Hardsigmoid()), (HardSwish(), nn.Hardswish()),
         (Glu(dim=1), nn.GLU(dim=1)),
     ]
-    ad = autodiff_of(device)
     for ours, theirs in cases:
-        tx = to_torch(x, True)
-        ref = theirs(tx)
-        assert_close(ours(Tensor.from_data(x, device=device)), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
-        ex = leaf(x, ad)
-        grads = weighted_backward(ours(ex), ref)
-        assert_grad(ex, grads, tx, rtol=1e-4, atol=1e-5)
+        check_layer(ours, theirs, x, device, rtol=1e-5, atol=1e-5, grad_rtol=1e-4, grad_atol=1e-5, plain=True)
 
 
 @pytest.mark.torch
-def test_prelu_matches_torch_and_learns():
+def test_prelu_matches_torch_and_learns(rng):
     torch = import_torch()
     ad = Device.flex().autodiff()
     layer = PReluConfig(num_parameters=3, alpha=0.1).init(ad)
     t_layer = torch.nn.PReLU(3, init=0.1)
-    x = rand(5, 3, 2)
+    x = rand(rng, 5, 3, 2)
     tx = to_torch(x, True)
     ref = t_layer(tx)
     ex = leaf(x, ad)
@@ -131,7 +119,7 @@ def test_prelu_matches_torch_and_learns():
     assert_grad(ex, grads, tx)
     assert_grad(layer.alpha.val(), grads, t_layer.weight)
     # Learning: fit PReLU's slope to data made with slope -0.7.
-    data = Tensor.from_data(rand(64, 3), device=ad)
+    data = Tensor.from_data(rand(rng, 64, 3), device=ad)
     target = data.clamp_min(0.0).add(data.clamp_max(0.0).mul_scalar(-0.7))
     model, optim = PReluConfig(num_parameters=1).init(ad), AdamConfig().init()
     for _ in range(150):
@@ -143,15 +131,15 @@ def test_prelu_matches_torch_and_learns():
 
 
 @pytest.mark.torch
-def test_swiglu_matches_the_formula():
+def test_swiglu_matches_the_formula(rng):
     torch = import_torch()
     ad = Device.flex().autodiff()
-    w1, w2, b1, b2 = rand(4, 6), rand(4, 6), rand(6), rand(6)
+    w1, w2, b1, b2 = rand(rng, 4, 6), rand(rng, 4, 6), rand(rng, 6), rand(rng, 6)
     layer = SwiGlu(
         linear_inner=Linear(weight=param(w1, ad), bias=param(b1, ad)),
         linear_outer=Linear(weight=param(w2, ad), bias=param(b2, ad)),
     )
-    x = rand(3, 4)
+    x = rand(rng, 3, 4)
     tx, tw1, tw2, tb1, tb2 = (to_torch(a, True) for a in (x, w1, w2, b1, b2))
     ref = torch.nn.functional.silu(tx @ tw1 + tb1) * (tx @ tw2 + tb2)
     ex = leaf(x, ad)

@@ -26,13 +26,7 @@ from ember.nn import (
     MaxPool2dConfig,
 )
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, to_torch, weighted_backward
-
-RNG = np.random.default_rng(1)
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
+from tests.nn.parity import assert_grad, autodiff_of, check_layer, leaf, param, rand, to_torch, weighted_backward
 
 
 def _copy_params(torch_layer, ember_layer, device):
@@ -58,35 +52,35 @@ def _check_layer(torch, ember_layer, torch_layer, x, device):
 
 
 @pytest.mark.torch
-def test_conv2d_layer(device):
+def test_conv2d_layer(device, rng):
     torch = import_torch()
     torch.manual_seed(0)
     config = Conv2dConfig((4, 6), (3, 2), stride=(2, 1), dilation=(1, 2), groups=2, padding=(1, 2))
     layer = config.init(device)
     t_layer = torch.nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
-    _check_layer(torch, layer, t_layer, rand(2, 4, 7, 9), device)
+    _check_layer(torch, layer, t_layer, rand(rng, 2, 4, 7, 9), device)
     same = Conv2dConfig((4, 3), 3, padding="same", bias=False).init(device)
-    _check_layer(torch, same, torch.nn.Conv2d(4, 3, 3, padding="same", bias=False), rand(1, 4, 5, 6), device)
+    _check_layer(torch, same, torch.nn.Conv2d(4, 3, 3, padding="same", bias=False), rand(rng, 1, 4, 5, 6), device)
 
 
 @pytest.mark.torch
-def test_conv1d_layer(device):
+def test_conv1d_layer(device, rng):
     torch = import_torch()
     torch.manual_seed(1)
     layer = Conv1dConfig(3, 6, 4, stride=2, dilation=2, groups=3, padding=3).init(device)
-    _check_layer(torch, layer, torch.nn.Conv1d(3, 6, 4, stride=2, padding=3, dilation=2, groups=3), rand(2, 3, 13), device)
+    _check_layer(torch, layer, torch.nn.Conv1d(3, 6, 4, stride=2, padding=3, dilation=2, groups=3), rand(rng, 2, 3, 13), device)
 
 
 @pytest.mark.torch
-def test_conv_transpose_layers(device):
+def test_conv_transpose_layers(device, rng):
     torch = import_torch()
     torch.manual_seed(2)
     layer = ConvTranspose2dConfig((4, 6), (3, 2), stride=(2, 3), padding=(1, 0), padding_out=(1, 2), groups=2).init(device)
     t_layer = torch.nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2), groups=2)
-    _check_layer(torch, layer, t_layer, rand(2, 4, 5, 4), device)
+    _check_layer(torch, layer, t_layer, rand(rng, 2, 4, 5, 4), device)
     layer = ConvTranspose1dConfig((2, 4), 3, stride=2, dilation=2, padding=1, padding_out=1).init(device)
     t_layer = torch.nn.ConvTranspose1d(2, 4, 3, stride=2, padding=1, output_padding=1, dilation=2)
-    _check_layer(torch, layer, t_layer, rand(3, 2, 6), device)
+    _check_layer(torch, layer, t_layer, rand(rng, 3, 2, 6), device)
 
 
 def test_default_init_matches_pytorch_bounds():
@@ -146,9 +140,9 @@ def test_kernel_larger_than_padded_input_is_a_clear_error_at_the_call():
 
 
 @pytest.mark.torch
-def test_pool_layers_match_torch(device):
+def test_pool_layers_match_torch(device, rng):
     torch = import_torch()
-    x2, x1 = rand(2, 3, 9, 8), rand(2, 3, 11)
+    x2, x1 = rand(rng, 2, 3, 9, 8), rand(rng, 2, 3, 11)
     nn = torch.nn
     cases = [
         (MaxPool2dConfig(3, strides=(2, 1), padding=1, dilation=(1, 2), ceil_mode=True), nn.MaxPool2d(3, (2, 1), 1, (1, 2), ceil_mode=True), x2),
@@ -160,19 +154,12 @@ def test_pool_layers_match_torch(device):
         (AdaptiveAvgPool2dConfig((4, 3)), nn.AdaptiveAvgPool2d((4, 3)), x2),
         (AdaptiveAvgPool1dConfig(5), nn.AdaptiveAvgPool1d(5), x1),
     ]
-    ad = autodiff_of(device)
     for config, t_layer, x in cases:
-        layer = config.init()
-        tx = to_torch(x, True)
-        ref = t_layer(tx)
-        assert_close(layer(Tensor.from_data(x, device=device)), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
-        ex = leaf(x, ad)
-        grads = weighted_backward(layer(ex), ref)
-        assert_grad(ex, grads, tx, rtol=1e-5, atol=1e-6)
+        check_layer(config.init(), t_layer, x, device, rtol=1e-5, atol=1e-6, grad_rtol=1e-5, grad_atol=1e-6, plain=True)
 
 
-def test_pool_with_indices_and_same_padding():
-    x = Tensor.from_data(rand(1, 2, 5, 5))
+def test_pool_with_indices_and_same_padding(rng):
+    x = Tensor.from_data(rand(rng, 1, 2, 5, 5))
     pool = MaxPool2dConfig(2, strides=1, padding="same").init()
     assert pool(x).dims() == [1, 2, 5, 5]
     values, indices = pool.forward_with_indices(x)

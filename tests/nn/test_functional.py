@@ -12,13 +12,7 @@ from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
 from ember.tensor import module as F
 from tests.autodiff.gradcheck import check_grad
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import autodiff_of, leaf, to_torch, weighted_backward
-
-RNG = np.random.default_rng(0)
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
+from tests.nn.parity import autodiff_of, leaf, rand, to_torch, weighted_backward
 
 
 def _torch_padded(torch, x, padding):
@@ -42,9 +36,9 @@ CONV2D = [
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
 @pytest.mark.parametrize("kwargs", CONV2D, ids=["plain", "stride-pad-dilation-groups", "asymmetric", "same"])
-def test_conv2d_matches_torch_with_gradients(device, kwargs):
+def test_conv2d_matches_torch_with_gradients(device, kwargs, rng):
     torch = import_torch()
-    x, w, b = rand(2, 4, 7, 9), rand(6, 4 // kwargs["groups"], 3, 2), rand(6)
+    x, w, b = rand(rng, 2, 4, 7, 9), rand(rng, 6, 4 // kwargs["groups"], 3, 2), rand(rng, 6)
     tx, tin, tpad = _torch_padded(torch, x, kwargs["padding"])
     tw, tb = to_torch(w, True), to_torch(b, True)
     ref = torch.nn.functional.conv2d(tin, tw, tb, kwargs["stride"], tpad, kwargs["dilation"], kwargs["groups"])
@@ -64,9 +58,9 @@ def test_conv2d_matches_torch_with_gradients(device, kwargs):
      dict(stride=2, padding=((2, 1),), dilation=1, groups=1)],
     ids=["plain", "stride-pad-dilation-groups", "asymmetric"],
 )
-def test_conv1d_matches_torch_with_gradients(device, kwargs):
+def test_conv1d_matches_torch_with_gradients(device, kwargs, rng):
     torch = import_torch()
-    x, w, b = rand(2, 3, 11), rand(6, 3 // kwargs["groups"], 4), rand(6)
+    x, w, b = rand(rng, 2, 3, 11), rand(rng, 6, 3 // kwargs["groups"], 4), rand(rng, 6)
     tx, tin, tpad = _torch_padded(torch, x, kwargs["padding"])
     tw, tb = to_torch(w, True), to_torch(b, True)
     ref = torch.nn.functional.conv1d(tin, tw, tb, kwargs["stride"], tpad, kwargs["dilation"], kwargs["groups"])
@@ -89,12 +83,12 @@ CONV_T = [
 
 @pytest.mark.torch
 @pytest.mark.parametrize("rank,kwargs", CONV_T, ids=["2d-groups", "2d-dilation", "2d-mixed", "1d"])
-def test_conv_transpose_matches_torch_with_gradients(device, rank, kwargs):
+def test_conv_transpose_matches_torch_with_gradients(device, rank, kwargs, rng):
     torch = import_torch()
     groups = kwargs["groups"]
     spatial = (5, 6) if rank == 2 else (7,)
     kernel = (3, 2) if rank == 2 else (3,)
-    x, w, b = rand(2, 4, *spatial), rand(4, 6 // groups, *kernel), rand(6)
+    x, w, b = rand(rng, 2, 4, *spatial), rand(rng, 4, 6 // groups, *kernel), rand(rng, 6)
     tx, tw, tb = to_torch(x, True), to_torch(w, True), to_torch(b, True)
     t_fn = torch.nn.functional.conv_transpose2d if rank == 2 else torch.nn.functional.conv_transpose1d
     ref = t_fn(tx, tw, tb, kwargs["stride"], kwargs["padding"], kwargs["output_padding"], groups, kwargs["dilation"])
@@ -115,9 +109,9 @@ def test_conv_transpose_matches_torch_with_gradients(device, rank, kwargs):
      dict(kernel_size=3, stride=2, padding=(1, 0), ceil_mode=False)],
     ids=["2x2", "mixed-ceil", "padded"],
 )
-def test_max_pool2d_matches_torch_with_gradients(device, kwargs):
+def test_max_pool2d_matches_torch_with_gradients(device, kwargs, rng):
     torch = import_torch()
-    x = rand(2, 3, 7, 8)
+    x = rand(rng, 2, 3, 7, 8)
     tx = to_torch(x, True)
     ref, ref_idx = torch.nn.functional.max_pool2d(tx, return_indices=True, **kwargs)
     out, idx = F.max_pool2d_with_indices(Tensor.from_data(x, device=device), **kwargs)
@@ -136,9 +130,9 @@ def test_max_pool2d_matches_torch_with_gradients(device, kwargs):
      dict(kernel_size=(2, 3), stride=1, padding=(1, 1), count_include_pad=True)],
     ids=["exclude-pad-ceil", "include-pad"],
 )
-def test_avg_pool2d_matches_torch_with_gradients(device, kwargs):
+def test_avg_pool2d_matches_torch_with_gradients(device, kwargs, rng):
     torch = import_torch()
-    x = rand(2, 3, 7, 6)
+    x = rand(rng, 2, 3, 7, 6)
     tx = to_torch(x, True)
     ref = torch.nn.functional.avg_pool2d(tx, **kwargs)
     assert_close(F.avg_pool2d(Tensor.from_data(x, device=device), **kwargs), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -148,9 +142,9 @@ def test_avg_pool2d_matches_torch_with_gradients(device, kwargs):
 
 
 @pytest.mark.torch
-def test_pool1d_and_adaptive_pools_match_torch(device):
+def test_pool1d_and_adaptive_pools_match_torch(device, rng):
     torch = import_torch()
-    x1, x2 = rand(2, 3, 11), rand(2, 3, 7, 9)
+    x1, x2 = rand(rng, 2, 3, 11), rand(rng, 2, 3, 7, 9)
     nnf = torch.nn.functional
     cases = [
         (F.max_pool1d(Tensor.from_data(x1, device=device), 3, 2, 1, 2, True), nnf.max_pool1d(to_torch(x1), 3, 2, 1, 2, True)),
@@ -163,9 +157,9 @@ def test_pool1d_and_adaptive_pools_match_torch(device):
         assert_close(ours, theirs.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_unbatched_input_and_same_padding_keep_the_size(device):
-    x = Tensor.from_data(rand(3, 9, 10), device=device)
-    w = Tensor.from_data(rand(5, 3, 4, 3), device=device)
+def test_unbatched_input_and_same_padding_keep_the_size(device, rng):
+    x = Tensor.from_data(rand(rng, 3, 9, 10), device=device)
+    w = Tensor.from_data(rand(rng, 5, 3, 4, 3), device=device)
     assert F.conv2d(x, w, padding="same").dims() == [5, 9, 10]
     assert F.conv2d(x, w, stride=2, padding="same").dims() == [5, 5, 5]  # ceil(size / stride)
     assert F.max_pool2d(x, 2, 1, padding="same").dims() == [3, 9, 10]
@@ -174,9 +168,9 @@ def test_unbatched_input_and_same_padding_keep_the_size(device):
 
 @pytest.mark.torch
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
-def test_same_padding_matches_torch_even_kernel():
+def test_same_padding_matches_torch_even_kernel(rng):
     torch = import_torch()
-    x, w = rand(1, 2, 6, 7), rand(3, 2, 4, 2)
+    x, w = rand(rng, 1, 2, 6, 7), rand(rng, 3, 2, 4, 2)
     ref = torch.nn.functional.conv2d(to_torch(x), to_torch(w), padding="same", dilation=(1, 2))
     assert_close(F.conv2d(Tensor.from_data(x), Tensor.from_data(w), padding="same", dilation=(1, 2)), ref.numpy(), rtol=1e-4, atol=1e-5)
 
@@ -232,10 +226,10 @@ def test_dropout_scales_kept_values_and_is_seeded():
     assert F.dropout(x, 1.0).to_numpy().sum() == 0.0
 
 
-def test_dropout_gradient_is_the_mask():
+def test_dropout_gradient_is_the_mask(rng):
     device = AD
     device.seed(0)
-    x = Tensor.from_data(rand(30, 20), device=device).require_grad()
+    x = Tensor.from_data(rand(rng, 30, 20), device=device).require_grad()
     out = F.dropout(x, 0.5)
     grads = out.sum().backward()
     kept = out.to_numpy() != 0

@@ -18,15 +18,10 @@ from ember.nn.loss import (
     SmoothL1LossConfig,
 )
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import autodiff_of, leaf, to_torch
+from tests.nn.parity import autodiff_of, leaf, rand, to_torch
 
 pytestmark = pytest.mark.torch
-RNG = np.random.default_rng(6)
 REDUCTIONS = [(Reduction.MEAN, "mean"), (Reduction.SUM, "sum"), (Reduction.AUTO, "mean")]
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
 
 
 def _check(device, ember_fn, torch_fn, arrays, grad_index=0, rtol=1e-5, atol=1e-6):
@@ -44,18 +39,18 @@ def _check(device, ember_fn, torch_fn, arrays, grad_index=0, rtol=1e-5, atol=1e-
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
-def test_cross_entropy_plain(device, reduction, name):
+def test_cross_entropy_plain(device, reduction, name, rng):
     torch = import_torch()
-    logits, targets = rand(6, 5), RNG.integers(0, 5, 6)
+    logits, targets = rand(rng, 6, 5), rng.integers(0, 5, 6)
     loss = CrossEntropyLossConfig().init()
     _check(device, lambda x, t: loss(x, t, reduction), lambda x, t: torch.nn.functional.cross_entropy(x, t, reduction=name),
            [logits, targets])
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
-def test_cross_entropy_weights_smoothing_and_ignored_targets(device, reduction, name):
+def test_cross_entropy_weights_smoothing_and_ignored_targets(device, reduction, name, rng):
     torch = import_torch()
-    logits, targets = rand(8, 4), np.array([0, 3, 1, 1, 2, 3, 0, 2])
+    logits, targets = rand(rng, 8, 4), np.array([0, 3, 1, 1, 2, 3, 0, 2])
     weights = [0.5, 2.0, 1.0, 1.5]
     loss = CrossEntropyLossConfig(pad_tokens=[3], weights=weights, smoothing=0.2).init()
 
@@ -69,9 +64,9 @@ def test_cross_entropy_weights_smoothing_and_ignored_targets(device, reduction, 
     assert_close(per_sample, expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_cross_entropy_spatial_and_probability_targets(device):
+def test_cross_entropy_spatial_and_probability_targets(device, rng):
     torch = import_torch()
-    logits, targets = rand(2, 4, 3, 5), RNG.integers(0, 4, (2, 3, 5))
+    logits, targets = rand(rng, 2, 4, 3, 5), rng.integers(0, 4, (2, 3, 5))
     loss = CrossEntropyLossConfig(smoothing=0.1).init()
     _check(device, lambda x, t: loss(x, t), lambda x, t: torch.nn.functional.cross_entropy(x, t, label_smoothing=0.1),
            [logits, targets])
@@ -80,7 +75,7 @@ def test_cross_entropy_spatial_and_probability_targets(device):
     loss = CrossEntropyLossConfig(weights=weights, smoothing=0.3).init()
     _check(device, lambda x, t: loss(x, t),
            lambda x, t: torch.nn.functional.cross_entropy(x, t, torch.tensor(weights), label_smoothing=0.3),
-           [rand(6, 4), probs])
+           [rand(rng, 6, 4), probs])
 
 
 def test_cross_entropy_from_probabilities_and_errors():
@@ -99,9 +94,9 @@ def test_cross_entropy_from_probabilities_and_errors():
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
-def test_binary_cross_entropy(device, reduction, name):
+def test_binary_cross_entropy(device, reduction, name, rng):
     torch = import_torch()
-    x, y = rand(5, 3) * 3, RNG.integers(0, 2, (5, 3)).astype(np.float32)
+    x, y = rand(rng, 5, 3) * 3, rng.integers(0, 2, (5, 3)).astype(np.float32)
     weights = [0.5, 1.0, 2.0]
     with_logits = BinaryCrossEntropyLossConfig(logits=True, weights=weights).init()
     _check(device, lambda a, b: with_logits(a, b, reduction),
@@ -126,9 +121,9 @@ def test_binary_cross_entropy_smoothing_int_targets_and_saturated_probabilities(
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
-def test_regression_losses(device, reduction, name):
+def test_regression_losses(device, reduction, name, rng):
     torch = import_torch()
-    p, t = rand(4, 5) * 2, rand(4, 5) * 2
+    p, t = rand(rng, 4, 5) * 2, rand(rng, 4, 5) * 2
     nnf = torch.nn.functional
     cases = [
         (HuberLossConfig(0.7).init(), lambda a, b: nnf.huber_loss(a, b, reduction=name, delta=0.7)),
@@ -156,9 +151,9 @@ def test_kl_div(device, reduction, name, log_target):
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
-def test_cosine_embedding(device, reduction, name):
+def test_cosine_embedding(device, reduction, name, rng):
     torch = import_torch()
-    a, b = rand(6, 4), rand(6, 4)
+    a, b = rand(rng, 6, 4), rand(rng, 6, 4)
     y = np.array([1, -1, 1, -1, -1, 1])
     loss = CosineEmbeddingLossConfig(margin=0.2).init()
 

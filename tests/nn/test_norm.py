@@ -4,7 +4,6 @@ parameters and inputs."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from ember import Device, Tensor
@@ -12,14 +11,9 @@ from ember.errors import ConfigError, ShapeError
 from ember.module import RunningState
 from ember.nn import BatchNorm, BatchNormConfig, GroupNormConfig, LayerNorm, LayerNormConfig, RmsNormConfig
 from tests.conftest import assert_close, import_torch
-from tests.nn.parity import assert_grad, autodiff_of, leaf, param, to_torch, weighted_backward
+from tests.nn.parity import assert_grad, autodiff_of, check_layer, leaf, param, rand, to_torch, weighted_backward
 
 pytestmark = pytest.mark.torch
-RNG = np.random.default_rng(2)
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
 
 
 def _with_affine(torch_layer, device, cls, **fields):
@@ -28,7 +22,7 @@ def _with_affine(torch_layer, device, cls, **fields):
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (4, 3, 7), (2, 3, 5, 4)])
-def test_batch_norm_training_and_running_statistics(device, shape):
+def test_batch_norm_training_and_running_statistics(device, shape, rng):
     torch = import_torch()
     ad = autodiff_of(device)
     t_layer = torch.nn.BatchNorm1d(3, momentum=0.2) if len(shape) < 4 else torch.nn.BatchNorm2d(3, momentum=0.2)
@@ -39,7 +33,7 @@ def test_batch_norm_training_and_running_statistics(device, shape):
     layer = _with_affine(t_layer, ad, BatchNorm, running_mean=layer.running_mean, running_var=layer.running_var,
                          momentum=0.2, epsilon=1e-5)
     for step in range(2):
-        x = rand(*shape) * 2 + 1
+        x = rand(rng, *shape) * 2 + 1
         tx = to_torch(x, True)
         ref = t_layer.train()(tx)
         ex = leaf(x, ad)
@@ -54,7 +48,7 @@ def test_batch_norm_training_and_running_statistics(device, shape):
         assert_close(layer.running_var.value(), t_layer.running_var.numpy(), rtol=1e-5, atol=1e-6)
     # Evaluation: model.valid() moves to the inner device and uses the running statistics.
     evaluated = layer.valid()
-    x = rand(*shape)
+    x = rand(rng, *shape)
     out = evaluated(Tensor.from_data(x, device=ad.inner()))
     assert not out.device.is_autodiff()
     assert_close(out, t_layer.eval()(to_torch(x)).detach().numpy(), rtol=1e-4, atol=1e-4)
@@ -72,7 +66,7 @@ def test_batch_norm_errors():
     assert [path for path, _ in layer.named_states()] == ["running_mean", "running_var"]
 
 
-def test_layer_norm(device):
+def test_layer_norm(device, rng):
     torch = import_torch()
     t_layer = torch.nn.LayerNorm(6, eps=1e-3)
     with torch.no_grad():
@@ -80,7 +74,7 @@ def test_layer_norm(device):
         t_layer.bias.uniform_(-0.5, 0.5)
     ad = autodiff_of(device)
     layer = _with_affine(t_layer, ad, LayerNorm, epsilon=1e-3)
-    x = rand(2, 3, 6)
+    x = rand(rng, 2, 3, 6)
     tx = to_torch(x, True)
     ref = t_layer(tx)
     assert_close(_with_affine(t_layer, device, LayerNorm, epsilon=1e-3)(Tensor.from_data(x, device=device)),
@@ -96,7 +90,7 @@ def test_layer_norm(device):
         no_bias(Tensor.zeros([2, 5], device=device))
 
 
-def test_group_norm(device):
+def test_group_norm(device, rng):
     torch = import_torch()
     t_layer = torch.nn.GroupNorm(3, 6, eps=1e-4)
     with torch.no_grad():
@@ -106,14 +100,8 @@ def test_group_norm(device):
     layer = GroupNormConfig(3, 6, epsilon=1e-4).init(ad)
     layer = layer.__class__(gamma=param(t_layer.weight.detach().numpy(), ad), beta=param(t_layer.bias.detach().numpy(), ad),
                             num_groups=3, num_channels=6, epsilon=1e-4)
-    x = rand(2, 6, 5, 3)
-    tx = to_torch(x, True)
-    ref = t_layer(tx)
-    ex = leaf(x, ad)
-    out = layer(ex)
-    assert_close(out, ref.detach().numpy(), rtol=1e-4, atol=1e-4)
-    grads = weighted_backward(out, ref)
-    assert_grad(ex, grads, tx, rtol=1e-3, atol=1e-4)
+    x = rand(rng, 2, 6, 5, 3)
+    grads = check_layer(layer, t_layer, x, device, atol=1e-4)
     assert_grad(layer.gamma.val(), grads, t_layer.weight)
     assert_grad(layer.beta.val(), grads, t_layer.bias)
     plain = GroupNormConfig(2, 6, affine=False).init(device)
@@ -124,7 +112,7 @@ def test_group_norm(device):
         GroupNormConfig(4, 6)
 
 
-def test_rms_norm(device):
+def test_rms_norm(device, rng):
     torch = import_torch()
     t_layer = torch.nn.RMSNorm(6, eps=1e-5)
     with torch.no_grad():
@@ -132,12 +120,5 @@ def test_rms_norm(device):
     ad = autodiff_of(device)
     layer = RmsNormConfig(6).init(ad)
     layer = layer.__class__(gamma=param(t_layer.weight.detach().numpy(), ad), epsilon=1e-5)
-    x = rand(3, 4, 6)
-    tx = to_torch(x, True)
-    ref = t_layer(tx)
-    ex = leaf(x, ad)
-    out = layer(ex)
-    assert_close(out, ref.detach().numpy(), rtol=1e-4, atol=1e-5)
-    grads = weighted_backward(out, ref)
-    assert_grad(ex, grads, tx, rtol=1e-3, atol=1e-4)
+    grads = check_layer(layer, t_layer, rand(rng, 3, 4, 6), device)
     assert_grad(layer.gamma.val(), grads, t_layer.weight)

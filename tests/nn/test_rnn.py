@@ -9,17 +9,12 @@ import pytest
 
 from ember import Device, Tensor
 from ember.errors import ConfigError, ShapeError
-from ember.nn import GateController, Gru, GruConfig, Linear, Lstm, LstmConfig, LstmState
+from ember.nn import GateController, Gru, GruConfig, Lstm, LstmConfig, LstmState
 from tests.conftest import assert_close, import_torch, parity_device
-from tests.nn.parity import leaf, param, to_torch, weighted_backward
+from tests.nn.parity import leaf, rand, to_torch, torch_linear, weighted_backward
 
 pytestmark = pytest.mark.torch
-RNG = np.random.default_rng(5)
 AD = parity_device()  # flex+autodiff, or EMBER_PARITY_DEVICE (cuda+autodiff on a GPU machine)
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
 
 
 def _gate(t_rnn, k, size, device):
@@ -27,9 +22,7 @@ def _gate(t_rnn, k, size, device):
     rows = slice(k * size, (k + 1) * size)
 
     def linear(kind):
-        weight = getattr(t_rnn, f"weight_{kind}_l0")[rows].detach().numpy().T
-        bias = getattr(t_rnn, f"bias_{kind}_l0")[rows].detach().numpy()
-        return Linear(weight=param(weight, device), bias=param(bias, device))
+        return torch_linear(getattr(t_rnn, f"weight_{kind}_l0")[rows], getattr(t_rnn, f"bias_{kind}_l0")[rows], device)
 
     return GateController(input_transform=linear("ih"), hidden_transform=linear("hh"))
 
@@ -44,7 +37,7 @@ def _gate_grad(gate, grads, t_rnn, k, size):
 
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("with_state", [False, True])
-def test_lstm_matches_torch(batch_first, with_state):
+def test_lstm_matches_torch(batch_first, with_state, rng):
     torch = import_torch()
     torch.manual_seed(0)
     d_in, size, batch, seq = 3, 5, 2, 4
@@ -54,8 +47,8 @@ def test_lstm_matches_torch(batch_first, with_state):
         input_gate=_gate(t_lstm, 0, size, AD), forget_gate=_gate(t_lstm, 1, size, AD), cell_gate=_gate(t_lstm, 2, size, AD),
         output_gate=_gate(t_lstm, 3, size, AD), batch_first=batch_first,
     )
-    x = rand(batch, seq, d_in) if batch_first else rand(seq, batch, d_in)
-    h0, c0 = rand(batch, size), rand(batch, size)
+    x = rand(rng, batch, seq, d_in) if batch_first else rand(rng, seq, batch, d_in)
+    h0, c0 = rand(rng, batch, size), rand(rng, batch, size)
     tx = to_torch(x, True)
     ex = leaf(x, AD)
     if with_state:
@@ -80,7 +73,7 @@ def test_lstm_matches_torch(batch_first, with_state):
 
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("with_state", [False, True])
-def test_gru_matches_torch(batch_first, with_state):
+def test_gru_matches_torch(batch_first, with_state, rng):
     torch = import_torch()
     torch.manual_seed(1)
     d_in, size, batch, seq = 4, 3, 2, 5
@@ -90,8 +83,8 @@ def test_gru_matches_torch(batch_first, with_state):
         reset_gate=_gate(t_gru, 0, size, AD), update_gate=_gate(t_gru, 1, size, AD), new_gate=_gate(t_gru, 2, size, AD),
         batch_first=batch_first,
     )
-    x = rand(batch, seq, d_in) if batch_first else rand(seq, batch, d_in)
-    h0 = rand(batch, size)
+    x = rand(rng, batch, seq, d_in) if batch_first else rand(rng, seq, batch, d_in)
+    h0 = rand(rng, batch, size)
     tx = to_torch(x, True)
     ex = leaf(x, AD)
     if with_state:
@@ -111,9 +104,9 @@ def test_gru_matches_torch(batch_first, with_state):
         assert_close(eh0.grad(grads), th0.grad.numpy(), rtol=1e-3, atol=1e-5)
 
 
-def test_gru_reset_before_the_hidden_product():
+def test_gru_reset_before_the_hidden_product(rng):
     gru = GruConfig(3, 4, reset_after=False).init(Device.flex())
-    x = rand(2, 3, 3)
+    x = rand(rng, 2, 3, 3)
     out = gru(Tensor.from_data(x)).to_numpy()
     # One step by hand: n = tanh(x W_n + b_n + (r * h) U_n + c_n).
     h = np.zeros((2, 4), np.float32)

@@ -15,12 +15,7 @@ from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.nn import MhaInput, MultiHeadAttentionConfig
 from ember.tensor.attention import attention, scaled_dot_product_attention
 from tests.conftest import assert_close
-
-RNG = np.random.default_rng(11)
-
-
-def rand(*shape):
-    return RNG.standard_normal(shape).astype(np.float32)
+from tests.nn.parity import rand
 
 
 def _run(device, arrays, **options):
@@ -48,15 +43,15 @@ OPTIONS = {
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
-def test_fused_kernel_matches_the_composite(name, monkeypatch):
-    arrays = [rand(2, 3, 4, 8), rand(2, 3, 5, 8), rand(2, 3, 5, 6)]
-    mask = RNG.random((4, 5)) > 0.6
+def test_fused_kernel_matches_the_composite(name, monkeypatch, rng):
+    arrays = [rand(rng, 2, 3, 4, 8), rand(rng, 2, 3, 5, 8), rand(rng, 2, 3, 5, 6)]
+    mask = rng.random((4, 5)) > 0.6
     mask[2] = True  # a row with every key hidden
     options = dict(OPTIONS[name])
     if options.get("mask") == "mask":
         options["mask"] = Tensor.from_data(mask, device=Device.flex().autodiff())
     if options.get("bias") == "bias":
-        options["bias"] = rand(3, 4, 5)
+        options["bias"] = rand(rng, 3, 4, 5)
     device = Device.flex().autodiff()
     fused = _run(device, arrays, **dict(options))
     from ember.backend.flex.backend import FlexBackend
@@ -68,8 +63,8 @@ def test_fused_kernel_matches_the_composite(name, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_row_with_every_key_hidden_attends_to_nothing(device, torch):
-    q, k, v = rand(1, 3, 4), rand(1, 5, 4), rand(1, 5, 2)
+def test_a_row_with_every_key_hidden_attends_to_nothing(device, torch, rng):
+    q, k, v = rand(rng, 1, 3, 4), rand(rng, 1, 5, 4), rand(rng, 1, 5, 2)
     keep = np.ones((3, 5), dtype=bool)
     keep[1] = False
     out = scaled_dot_product_attention(*(Tensor.from_data(a, device=device) for a in (q, k, v)),
@@ -81,13 +76,13 @@ def test_a_row_with_every_key_hidden_attends_to_nothing(device, torch):
 
 
 @pytest.mark.parametrize("fused", [True, False])
-def test_dropout_draws_the_same_mask_on_both_paths(fused, monkeypatch):
+def test_dropout_draws_the_same_mask_on_both_paths(fused, monkeypatch, rng):
     device = Device.flex().autodiff()
     if not fused:
         from ember.backend.flex.backend import FlexBackend
 
         monkeypatch.setattr(FlexBackend, "attention", lambda self, *args: NotImplemented)
-    q, k, v = (Tensor.from_data(a, device=device) for a in (rand(2, 4, 8), rand(2, 6, 8), rand(2, 6, 3)))
+    q, k, v = (Tensor.from_data(a, device=device) for a in (rand(rng, 2, 4, 8), rand(rng, 2, 6, 8), rand(rng, 2, 6, 3)))
     device.seed(5)
     out = scaled_dot_product_attention(q, k, v, dropout_p=0.4)
     device.seed(5)
@@ -96,8 +91,8 @@ def test_dropout_draws_the_same_mask_on_both_paths(fused, monkeypatch):
     assert_close(out, weights.mul(keep).matmul(v).to_numpy(), atol=1e-6)
 
 
-def test_balanced_checkpointing_gives_the_same_gradients():
-    arrays = [rand(2, 4, 8), rand(2, 5, 8), rand(2, 5, 3)]
+def test_balanced_checkpointing_gives_the_same_gradients(rng):
+    arrays = [rand(rng, 2, 4, 8), rand(rng, 2, 5, 8), rand(rng, 2, 5, 3)]
     plain = _run(Device.flex().autodiff(), arrays, causal=True)
     balanced = _run(Device.flex().autodiff(Checkpointing.BALANCED), arrays, causal=True)
     for a, b in zip(plain[2], balanced[2]):
@@ -105,19 +100,19 @@ def test_balanced_checkpointing_gives_the_same_gradients():
 
 
 @pytest.mark.parametrize("quiet", [False, True])
-def test_mha_weights_carry_gradients(quiet):
+def test_mha_weights_carry_gradients(quiet, rng):
     device = Device.flex().autodiff()
     device.seed(0)
     mha = MultiHeadAttentionConfig(8, 2, dropout=0.0, quiet_softmax=quiet).init(device)
-    x = Tensor.from_data(rand(2, 3, 8), device=device).require_grad()
+    x = Tensor.from_data(rand(rng, 2, 3, 8), device=device).require_grad()
     out = mha(MhaInput.self_attn(x))
     grads = out.weights.mul(out.weights).sum().backward()
     g = x.grad(grads)
     assert g is not None and np.abs(g.to_numpy()).sum() > 0
 
 
-def test_bad_calls_raise_clear_errors(flex):
-    q, k = Tensor.from_data(rand(2, 4, 8), device=flex), Tensor.from_data(rand(2, 5, 7), device=flex)
+def test_bad_calls_raise_clear_errors(flex, rng):
+    q, k = Tensor.from_data(rand(rng, 2, 4, 8), device=flex), Tensor.from_data(rand(rng, 2, 5, 7), device=flex)
     with pytest.raises(ShapeError, match="L, E"):
         scaled_dot_product_attention(q, k, k)
     with pytest.raises(ValueRangeError, match="not both"):

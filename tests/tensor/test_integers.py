@@ -141,9 +141,8 @@ WIDE = np.array([
     123456789012345, -98765432109876,
 ], np.int64)
 NONZERO = np.where(WIDE == 0, 5, WIDE)
-RNG = np.random.default_rng(13)
-LONG = RNG.integers(-(2**45), 2**45, size=20000)  # long enough for split and tiled kernels
-DUPS = RNG.integers(-(2**40), 2**40, size=12).repeat(250)  # 3000 values, argsort by bitonic network
+LONG = np.random.default_rng(13).integers(-(2**45), 2**45, size=20000)  # long enough for split and tiled kernels
+DUPS = np.random.default_rng(14).integers(-(2**40), 2**40, size=12).repeat(250)  # 3000 values, bitonic argsort
 
 
 INT64_CASES = {

@@ -17,48 +17,51 @@ from ember.tensor.interpolate import interpolate
 from tests.autodiff.gradcheck import check_grad
 from tests.conftest import assert_close, float64_supported
 
-RNG = np.random.default_rng(19)
+
+def _cases():
+    r = np.random.default_rng(19)
+
+    def rand(*shape, lo=-2.0, hi=2.0):
+        return r.uniform(lo, hi, size=shape)
+
+    # ---------------------------------------------------------------------------------- gradients (float64)
+    return {
+        "log2": (lambda x: x.log2(), [rand(3, 4, lo=0.2, hi=4)]),
+        "log10": (lambda x: x.log10(), [rand(3, 4, lo=0.2, hi=4)]),
+        "exp2": (lambda x: x.exp2(), [rand(3, 4)]),
+        "asinh": (lambda x: x.asinh(), [rand(3, 4, lo=-4, hi=4)]),
+        "acosh": (lambda x: x.acosh(), [rand(3, 4, lo=1.2, hi=4)]),
+        "atanh": (lambda x: x.atanh(), [rand(3, 4, lo=-0.9, hi=0.9)]),
+        "copysign": (lambda x, y: x.copysign(y), [rand(3, 4), rand(3, 4)]),
+        "hypot": (lambda x, y: x.hypot(y), [rand(3, 4), rand(3, 4)]),
+        "fmod": (lambda x, y: x.fmod(y), [rand(3, 4, lo=-5, hi=5), rand(3, 4, lo=0.7, hi=1.3)]),
+        "logaddexp": (lambda x, y: x.logaddexp(y), [rand(3, 4), rand(3, 4)]),
+        "lerp": (lambda x, y, w: x.lerp(y, w), [rand(3, 4), rand(3, 4), rand(3, 4, lo=0, hi=1)]),
+        "xlogy": (lambda x, y: x.xlogy(y), [rand(3, 4), rand(3, 4, lo=0.2, hi=3)]),
+        "logcumsumexp": (lambda x: x.logcumsumexp(1), [rand(3, 5, lo=-30, hi=3)]),
+        "median": (lambda x: x.median(1), [rand(3, 5)]),
+        "var_correction": (lambda x: x.var(1, correction=2.5), [rand(3, 6)]),
+        "cummax_values": (lambda x: x.cummax_with_indices(1)[0], [rand(3, 6)]),
+        "diagonal": (lambda x: x.diagonal(1, 0, 2), [rand(3, 2, 4)]),
+        "diag": (lambda x: x.diag(-1), [rand(4)]),
+        "unfold": (lambda x: x.unfold(1, 3, 2), [rand(2, 7)]),
+        "roll": (lambda x: x.roll((2, -1), (0, 1)), [rand(3, 4)]),
+        "repeat_interleave": (lambda x: x.repeat_interleave(Tensor.from_ints([2, 0, 3], device=x.device), 0), [rand(3, 2)]),
+        "pad_reflect": (lambda x: x.pad((2, 1), mode="reflect"), [rand(2, 5)]),
+        "pad_circular": (lambda x: x.pad((3, -1), mode="circular"), [rand(2, 5)]),
+        "advanced_getitem": (lambda x: x[[0, 2, 2], :, [1, 0, 1]], [rand(3, 2, 4)]),
+        "mask_getitem": (lambda x: x[Tensor.from_data(np.array([[True, False, True], [False, True, True]]), device=x.device)], [rand(2, 3)]),
+        "scatter_assign": (lambda x, v: x.scatter(1, Tensor.from_ints([[2, 0], [1, 1]], device=x.device), v, "assign"), [rand(2, 3), rand(2, 2)]),
+        "scatter_prod": (lambda x, v: x.scatter_reduce(1, Tensor.from_ints([[2, 0, 2], [1, 1, 0]], device=x.device), v, "prod"), [rand(2, 3), rand(2, 3)]),
+        "scatter_mean": (lambda x, v: x.scatter_reduce(0, Tensor.from_ints([[1, 0], [1, 1]], device=x.device), v, "mean", include_self=False), [rand(2, 2), rand(2, 2)]),
+        "einsum": (lambda a, b: Tensor.einsum("bij,jk->bki", a, b), [rand(2, 3, 4), rand(4, 5)]),
+        "einsum_trace": (lambda a: Tensor.einsum("ii", a), [rand(3, 3)]),
+        "bicubic": (lambda x: interpolate(x, size=(5, 4), mode="bicubic"), [rand(1, 1, 3, 3)]),
+        "bilinear_align": (lambda x: interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=True), [rand(1, 2, 3, 2)]),
+    }
 
 
-def rand(*shape, lo=-2.0, hi=2.0):
-    return RNG.uniform(lo, hi, size=shape)
-
-
-# ---------------------------------------------------------------------------------- gradients (float64)
-GRADIENTS = {
-    "log2": (lambda x: x.log2(), [rand(3, 4, lo=0.2, hi=4)]),
-    "log10": (lambda x: x.log10(), [rand(3, 4, lo=0.2, hi=4)]),
-    "exp2": (lambda x: x.exp2(), [rand(3, 4)]),
-    "asinh": (lambda x: x.asinh(), [rand(3, 4, lo=-4, hi=4)]),
-    "acosh": (lambda x: x.acosh(), [rand(3, 4, lo=1.2, hi=4)]),
-    "atanh": (lambda x: x.atanh(), [rand(3, 4, lo=-0.9, hi=0.9)]),
-    "copysign": (lambda x, y: x.copysign(y), [rand(3, 4), rand(3, 4)]),
-    "hypot": (lambda x, y: x.hypot(y), [rand(3, 4), rand(3, 4)]),
-    "fmod": (lambda x, y: x.fmod(y), [rand(3, 4, lo=-5, hi=5), rand(3, 4, lo=0.7, hi=1.3)]),
-    "logaddexp": (lambda x, y: x.logaddexp(y), [rand(3, 4), rand(3, 4)]),
-    "lerp": (lambda x, y, w: x.lerp(y, w), [rand(3, 4), rand(3, 4), rand(3, 4, lo=0, hi=1)]),
-    "xlogy": (lambda x, y: x.xlogy(y), [rand(3, 4), rand(3, 4, lo=0.2, hi=3)]),
-    "logcumsumexp": (lambda x: x.logcumsumexp(1), [rand(3, 5, lo=-30, hi=3)]),
-    "median": (lambda x: x.median(1), [rand(3, 5)]),
-    "var_correction": (lambda x: x.var(1, correction=2.5), [rand(3, 6)]),
-    "cummax_values": (lambda x: x.cummax_with_indices(1)[0], [rand(3, 6)]),
-    "diagonal": (lambda x: x.diagonal(1, 0, 2), [rand(3, 2, 4)]),
-    "diag": (lambda x: x.diag(-1), [rand(4)]),
-    "unfold": (lambda x: x.unfold(1, 3, 2), [rand(2, 7)]),
-    "roll": (lambda x: x.roll((2, -1), (0, 1)), [rand(3, 4)]),
-    "repeat_interleave": (lambda x: x.repeat_interleave(Tensor.from_ints([2, 0, 3], device=x.device), 0), [rand(3, 2)]),
-    "pad_reflect": (lambda x: x.pad((2, 1), mode="reflect"), [rand(2, 5)]),
-    "pad_circular": (lambda x: x.pad((3, -1), mode="circular"), [rand(2, 5)]),
-    "advanced_getitem": (lambda x: x[[0, 2, 2], :, [1, 0, 1]], [rand(3, 2, 4)]),
-    "mask_getitem": (lambda x: x[Tensor.from_data(np.array([[True, False, True], [False, True, True]]), device=x.device)], [rand(2, 3)]),
-    "scatter_assign": (lambda x, v: x.scatter(1, Tensor.from_ints([[2, 0], [1, 1]], device=x.device), v, "assign"), [rand(2, 3), rand(2, 2)]),
-    "scatter_prod": (lambda x, v: x.scatter_reduce(1, Tensor.from_ints([[2, 0, 2], [1, 1, 0]], device=x.device), v, "prod"), [rand(2, 3), rand(2, 3)]),
-    "scatter_mean": (lambda x, v: x.scatter_reduce(0, Tensor.from_ints([[1, 0], [1, 1]], device=x.device), v, "mean", include_self=False), [rand(2, 2), rand(2, 2)]),
-    "einsum": (lambda a, b: Tensor.einsum("bij,jk->bki", a, b), [rand(2, 3, 4), rand(4, 5)]),
-    "einsum_trace": (lambda a: Tensor.einsum("ii", a), [rand(3, 3)]),
-    "bicubic": (lambda x: interpolate(x, size=(5, 4), mode="bicubic"), [rand(1, 1, 3, 3)]),
-    "bilinear_align": (lambda x: interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=True), [rand(1, 2, 3, 2)]),
-}
+GRADIENTS = _cases()
 
 
 @pytest.mark.parametrize("name", sorted(GRADIENTS))
@@ -68,11 +71,11 @@ def test_gradients_match_finite_differences(name):
 
 
 @pytest.mark.parametrize("checkpointing", ["DISABLED", "BALANCED"])
-def test_new_primitives_differentiate_under_both_checkpointing_modes(checkpointing):
+def test_new_primitives_differentiate_under_both_checkpointing_modes(checkpointing, rng):
     from ember.backend.autodiff.checkpoint import Checkpointing
 
     device = Device.flex().autodiff(getattr(Checkpointing, checkpointing))
-    check_grad(lambda x: x.asinh().mul(x.exp2()).log10().logcumsumexp(0), [rand(4, 3, lo=0.5, hi=2)], device=device)
+    check_grad(lambda x: x.asinh().mul(x.exp2()).log10().logcumsumexp(0), [rng.uniform(0.5, 2.0, size=(4, 3))], device=device)
 
 
 # ---------------------------------------------------------------------------------- edge values

@@ -56,10 +56,6 @@ class Node:
         self.recompute = None
         self.consumed = False
 
-    @property
-    def is_leaf(self) -> bool:
-        return self.step is None and not self.consumed
-
     def release(self) -> None:
         """Drop what backward needed; the node stays as a marker of a consumed graph."""
         self.step = None

@@ -105,7 +105,11 @@ def _contract(a: Any, la: list[str], b: Any, lb: list[str], keep: set[str]) -> t
 def einsum(equation: str, *operands: Any) -> Any:
     """Einstein summation over ``operands`` as ``equation`` says (``torch.einsum``).
 
-    >>> einsum("ij,jk->ik", a, b)  # a @ b  # doctest: +SKIP
+    >>> from ember import Tensor
+    >>> a = Tensor.from_floats([[1.0, 2.0], [3.0, 4.0]])
+    >>> b = Tensor.from_floats([[1.0, 0.0], [0.0, 2.0]])
+    >>> einsum("ij,jk->ik", a, b).tolist()  # a @ b
+    [[1.0, 4.0], [3.0, 8.0]]
     """
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
