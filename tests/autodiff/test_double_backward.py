@@ -276,3 +276,20 @@ def test_wgan_gp_critic_steps_match_torch(ad, torch):
         np.testing.assert_allclose(value, t_loss.item(), rtol=1e-5, err_msg=f"loss at step {step}")
     for path, a in _numpy_params(critic).items():
         np.testing.assert_allclose(a, tp[path].detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=path)
+
+
+def test_a_rule_without_a_second_derivative_raises_naming_the_op():
+    """The one backward step that cannot be differentiated again (a move between
+    devices) says so when create_graph asks for it; a plain backward still works."""
+    from tests.conftest import _gpu_device
+
+    flex, gpu = Device.flex().autodiff(), _gpu_device().autodiff()
+    x = Tensor.from_floats([1.0, 2.0], device=flex).require_grad()
+    moved = x.to_device(gpu)
+    loss = moved.mul(moved).sum()
+    with pytest.raises(GraphError, match=r"create_graph=True.*move between devices \(to_device\)"):
+        loss.backward(create_graph=True)
+    x = Tensor.from_floats([1.0, 2.0], device=flex).require_grad()
+    moved = x.to_device(gpu)
+    grads = moved.mul(moved).sum().backward()
+    np.testing.assert_allclose(x.grad(grads).to_data().to_numpy(), [2.0, 4.0])

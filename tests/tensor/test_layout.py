@@ -30,6 +30,17 @@ def test_reshape(device, data):
         t.reshape([-1, 5])
 
 
+def test_reshape_with_a_zero_is_a_dim_of_size_zero(device):
+    """README's differences table: a 0 in a shape is a dim of size 0 (PyTorch's meaning),
+    not ONNX's "copy this dim"; on a non-empty tensor it raises, never differs silently."""
+    empty = Tensor.zeros([0, 3], device=device)
+    assert empty.reshape([0, 5, 0]).dims() == [0, 5, 0]
+    assert empty.reshape([3, 0]).dims() == [3, 0]
+    assert empty.reshape([-1, 6]).dims() == [0, 6]
+    with pytest.raises(ShapeError, match=r"cannot become \[0, 3\]"):
+        Tensor.ones([2, 3], device=device).reshape([0, 3])
+
+
 def test_permute_transpose_swap(device, data):
     t = Tensor.from_data(data, device=device)
     assert_close(t.permute([2, 0, 1]), data.transpose(2, 0, 1))
