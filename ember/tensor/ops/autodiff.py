@@ -6,22 +6,26 @@ plain device ``require_grad`` and ``detach`` return the tensor unchanged, as in 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.errors import DTypeError, GraphError, ShapeError
 from ember.tensor.dispatch import FLOAT_NP
+from ember.tensor.ops.base import TensorOpsBase
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
-class AutodiffOps:
+class AutodiffOps(TensorOpsBase):
     """Tracking, ``backward`` and gradient access."""
 
     __slots__ = ()
 
-    def require_grad(self) -> Any:
+    def require_grad(self) -> Self:
         """This tensor as a leaf whose gradient ``backward`` computes (float tensors)."""
         return self.set_require_grad(True)
 
-    def set_require_grad(self, require_grad: bool) -> Any:
+    def set_require_grad(self, require_grad: bool) -> Self:
         d = self._d
         if not d.is_autodiff():
             return self.__class__(self._p, self._d)
@@ -36,7 +40,7 @@ class AutodiffOps:
         d = self._d
         return d.is_autodiff() and d._b.is_tracked(self._p)
 
-    def detach(self) -> Any:
+    def detach(self) -> Self:
         """The same values, cut from the graph (no gradient flows through)."""
         d = self._d
         if not d.is_autodiff() or not d._b.is_tracked(self._p):
@@ -107,7 +111,7 @@ class AutodiffOps:
     def _grad_device(self, grads: Any) -> Any:
         return self._d if getattr(grads, "create_graph", False) else self._d.inner()
 
-    def grad(self, grads: Any) -> Any:
+    def grad(self, grads: Any) -> Self | None:
         """This tensor's gradient in ``grads`` or ``None``: a tensor on the inner device,
         or a tracked tensor on this autodiff device when ``grads`` came from
         ``backward(create_graph=True)``."""
@@ -115,7 +119,7 @@ class AutodiffOps:
         g = backend.grad(self._p, grads)
         return None if g is None else self.__class__(g, self._grad_device(grads))
 
-    def grad_remove(self, grads: Any) -> Any:
+    def grad_remove(self, grads: Any) -> Self | None:
         """Like :meth:`grad`, and removes the gradient from ``grads``."""
         d = self._d
         backend = d._b if d._inner is not None else self._autodiff_backend("grad_remove")
