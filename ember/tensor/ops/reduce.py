@@ -38,7 +38,7 @@ class ReduceOps(TensorOpsBase):
 
     __slots__ = ()
 
-    def _reduce(self, op: str, name: str, dim: int | None) -> Self:
+    def _reduce(self, op: ReduceOp, name: str, dim: int | None) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
         p = self._p
@@ -225,7 +225,7 @@ class ReduceOps(TensorOpsBase):
     def min_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._extreme_with_indices(ArgReduceOp.ARGMIN, "min_dim_with_indices", dim)
 
-    def _arg_reduce(self, op: str, name: str, dim: int) -> Self:
+    def _arg_reduce(self, op: ArgReduceOp, name: str, dim: int) -> Self:
         p = self._p
         dim = normalize_dim(name, dim, len(p.shape))
         if p.shape[dim] == 0:
@@ -338,7 +338,7 @@ class ReduceOps(TensorOpsBase):
         return _root(powered.sum() if dim is None else powered.sum_dim(dim), p)
 
     # ------------------------------------------------------------------ scans
-    def _scan(self, op: str, dim: int) -> Self:
+    def _scan(self, op: CumulativeOp, dim: int) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
         p = self._p
@@ -375,7 +375,7 @@ class ReduceOps(TensorOpsBase):
     def cummin_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._scan_with_indices(CumulativeOp.CUMMIN, dim)
 
-    def _scan_with_indices(self, op: str, dim: int) -> tuple[Any, Any]:
+    def _scan_with_indices(self, op: CumulativeOp, dim: int) -> tuple[Any, Any]:
         values = self._scan(op, dim)
         dim = normalize_dim(op, dim, len(self._p.shape))
         x = self if self._p.dtype != BOOL_NP else self.int()
