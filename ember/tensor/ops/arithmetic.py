@@ -194,23 +194,23 @@ class ArithmeticOps(TensorOpsBase):
     def erf(self) -> Self:
         return unary(self, UnaryOp.ERF, "erf", "float")
 
-    def _integral_or(self, op: str) -> Self:
+    def _integral_or(self, op: UnaryOp) -> Self:
         if self._p.dtype not in FLOAT_NP:
             return self.__class__(self._p, self._d)
-        return unary(self, op, op, "float")
+        return unary(self, op, str(op), "float")
 
     def round(self) -> Self:
         """Round half to even (as PyTorch and numpy)."""
-        return self._integral_or("round")
+        return self._integral_or(UnaryOp.ROUND)
 
     def floor(self) -> Self:
-        return self._integral_or("floor")
+        return self._integral_or(UnaryOp.FLOOR)
 
     def ceil(self) -> Self:
-        return self._integral_or("ceil")
+        return self._integral_or(UnaryOp.CEIL)
 
     def trunc(self) -> Self:
-        return self._integral_or("trunc")
+        return self._integral_or(UnaryOp.TRUNC)
 
     def is_nan(self) -> Self:
         """A bool tensor, true where ``self`` is NaN."""
@@ -359,5 +359,5 @@ class ArithmeticOps(TensorOpsBase):
         return self.matmul(other)
 
 
-def _is_bool(value: Any, cls: type) -> bool:
+def _is_bool(value: Any, cls: type[Any]) -> bool:
     return isinstance(value, bool) or (isinstance(value, cls) and value._p.dtype == BOOL_NP)

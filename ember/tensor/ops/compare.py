@@ -126,10 +126,10 @@ class CompareOps(TensorOpsBase):
         return self.dims() == other.dims() and bool(self.equal(other).all().into_scalar())
 
     # ------------------------------------------------------------------ operators
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:
         return self.equal(other)
 
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+    def __ne__(self, other: Any) -> Any:
         return self.not_equal(other)
 
     def __gt__(self, other: Any) -> Self:

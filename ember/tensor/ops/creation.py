@@ -54,7 +54,7 @@ class CreationOps(TensorOpsBase):
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
             raise ValueRangeError(f"ember: Tensor.linspace: steps must be an int >= 0, got {steps!r}")
         dtype = DType.FLOAT32 if dtype is None else DType.parse(dtype)
-        work = np.float64 if dtype is DType.FLOAT64 else np.float32
+        work: Any = np.float64 if dtype is DType.FLOAT64 else np.float32
         if not dtype.is_float:
             work = np.float64
         index = np.arange(steps, dtype=work)

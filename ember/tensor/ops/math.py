@@ -10,7 +10,7 @@ are written here once over exact ops, so every backend and autodiff run them.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ml_dtypes
 
@@ -23,6 +23,8 @@ from ember.tensor.ops.elementwise import binary, is_integral, unary
 if TYPE_CHECKING:
     from typing import Self
 
+    from ember.tensor.tensor import Tensor
+
 _LN2 = math.log(2.0)
 _DEG = math.pi / 180.0
 
@@ -32,17 +34,18 @@ class MathOps(TensorOpsBase):
 
     __slots__ = ()
 
-    def softmax(self, dim: int) -> Self:
+    # These two run functions of ember.tensor.activation, typed over Tensor (what self is).
+    def softmax(self, dim: int) -> Tensor:
         """``exp(x) / sum(exp(x))`` along ``dim`` (``ember.tensor.activation.softmax``)."""
         from ember.tensor.activation import softmax
 
-        return softmax(self, dim)
+        return softmax(cast("Tensor", self), dim)
 
-    def log_softmax(self, dim: int) -> Self:
+    def log_softmax(self, dim: int) -> Tensor:
         """``log(softmax(x))`` along ``dim``, computed stably."""
         from ember.tensor.activation import log_softmax
 
-        return log_softmax(self, dim)
+        return log_softmax(cast("Tensor", self), dim)
 
     # ------------------------------------------------------------------ primitives
     def log2(self) -> Self:
@@ -95,7 +98,7 @@ class MathOps(TensorOpsBase):
         ratio = small.div(big.mask_fill(big.equal_elem(0.0), 1.0))
         out = big.mul(ratio.mul(ratio).add_scalar(1.0).sqrt())
         infinite = a.is_inf()
-        if isinstance(b, self.__class__):
+        if not isinstance(b, float):
             infinite = infinite.bool_or(b.is_inf())
         elif math.isinf(b):
             return out.full_like(math.inf)

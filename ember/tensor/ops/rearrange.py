@@ -133,8 +133,9 @@ class RearrangeOps(TensorOpsBase):
     def pixel_shuffle(self, upscale_factor: int) -> Self:
         """``[..., C * r^2, H, W]`` to ``[..., C, H * r, W * r]`` (``torch.pixel_shuffle``)."""
         r = _int("pixel_shuffle", "upscale_factor", upscale_factor)
-        *batch, c, h, w = self._p.shape if len(self._p.shape) >= 3 else (None, None, None)
-        if c is None or r < 1 or c % (r * r):
+        rank = len(self._p.shape)
+        *batch, c, h, w = self._p.shape if rank >= 3 else (0, 0, 0)
+        if rank < 3 or r < 1 or c % (r * r):
             raise ShapeError(f"ember: pixel_shuffle: needs [..., C * {r}^2, H, W], got shape {list(self._p.shape)}")
         n = len(batch)
         x = self.reshape(tuple(batch) + (c // (r * r), r, r, h, w))
@@ -144,8 +145,9 @@ class RearrangeOps(TensorOpsBase):
     def pixel_unshuffle(self, downscale_factor: int) -> Self:
         """The inverse of :meth:`pixel_shuffle`: ``[..., C, H * r, W * r]`` to ``[..., C * r^2, H, W]``."""
         r = _int("pixel_unshuffle", "downscale_factor", downscale_factor)
-        *batch, c, h, w = self._p.shape if len(self._p.shape) >= 3 else (None, None, None)
-        if c is None or r < 1 or h % r or w % r:
+        rank = len(self._p.shape)
+        *batch, c, h, w = self._p.shape if rank >= 3 else (0, 0, 0)
+        if rank < 3 or r < 1 or h % r or w % r:
             raise ShapeError(f"ember: pixel_unshuffle: needs [..., C, H * {r}, W * {r}], got shape {list(self._p.shape)}")
         n = len(batch)
         x = self.reshape(tuple(batch) + (c, h // r, r, w // r, r))

@@ -213,7 +213,7 @@ class ReduceOps(TensorOpsBase):
     def min_dim(self, dim: int) -> Self:
         return self.min_dim_with_indices(dim)[0]
 
-    def _extreme_with_indices(self, arg: str, name: str, dim: int) -> tuple[Any, Any]:
+    def _extreme_with_indices(self, arg: ArgReduceOp, name: str, dim: int) -> tuple[Any, Any]:
         indices = self._arg_reduce(arg, name, dim)
         return self.gather(normalize_dim(name, dim, len(self._p.shape)), indices), indices
 

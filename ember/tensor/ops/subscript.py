@@ -303,7 +303,8 @@ class SubscriptOps(TensorOpsBase):
         cls = self.__class__
         basic = self._basic_key(key)
         if basic is not None and not basic[2]:
-            self._p = self._set_ranges(basic[0], value)._p
+            updated: Any = self._set_ranges(basic[0], value)
+            self._p = updated._p
             return
         resolved = self._resolve(key)
         if not resolved.advanced:
