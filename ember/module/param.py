@@ -14,7 +14,7 @@ from ember.tensor import Shape, Tensor
 from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE
 
 if TYPE_CHECKING:
-    from ember.backend.autodiff_protocol import AutodiffProtocol
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
 class ParamId(int):

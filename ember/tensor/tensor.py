@@ -36,7 +36,7 @@ from ember.tensor.ops.subscript import SubscriptOps
 from ember.tensor.shape import Shape, as_shape, normalize_dim, numel
 
 if TYPE_CHECKING:
-    from ember.backend.autodiff_protocol import AutodiffProtocol
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
 def _device(device: Device | None) -> Device:

@@ -320,7 +320,7 @@ def _resolve(node: Node, handle: Any, cache: dict[int, Any]) -> Any:
 
 
 if TYPE_CHECKING:
-    from ember.backend.autodiff_protocol import AutodiffProtocol
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
     def _satisfies_protocol(backend: AutodiffBackend) -> AutodiffProtocol:
         return backend  # mypy: AutodiffBackend implements every entry point of the protocol

@@ -15,7 +15,7 @@ from ember.tensor.ops.base import TensorOpsBase
 if TYPE_CHECKING:
     from typing import Self
 
-    from ember.backend.autodiff_protocol import AutodiffProtocol
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
 class AutodiffOps(TensorOpsBase):
