@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
 
 from ember.errors import DTypeError, ValueRangeError
+
+if TYPE_CHECKING:
+    import numpy  # the class has a member named np: annotations in its body spell numpy
 
 
 class DType(Enum):
@@ -73,7 +77,7 @@ class DType(Enum):
         return self.value
 
     @staticmethod
-    def from_numpy(dtype: np.dtype | type) -> DType:
+    def from_numpy(dtype: numpy.dtype | type) -> DType:
         """The ember dtype for a numpy dtype; raises for types ember does not hold."""
         try:
             return NUMPY_TO_DTYPE[np.dtype(dtype)]
@@ -85,7 +89,7 @@ class DType(Enum):
             ) from None
 
     @staticmethod
-    def parse(value: DType | str | np.dtype | type) -> DType:
+    def parse(value: DType | str | numpy.dtype | type) -> DType:
         """Accepts a DType, a name such as ``"float32"`` or ``"f32"``, or a numpy dtype."""
         if isinstance(value, DType):
             return value

@@ -47,7 +47,7 @@ already exact, and autodiff differentiates them for free.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class _OpNameType(type):
@@ -94,30 +94,38 @@ class _OpNameType(type):
         return value in cls._members
 
 
-class OpName(str, metaclass=_OpNameType):
-    """Base of the op enums: a ``str`` equal to its value, with ``name`` and ``value``."""
+if TYPE_CHECKING:
+    from enum import StrEnum
 
-    _name: str
+    class OpName(StrEnum):
+        """For the checker: the op enums keep ``StrEnum``'s interface (see ``_OpNameType``)."""
 
-    @property
-    def name(self) -> str:
-        return self._name
+else:
 
-    @property
-    def value(self) -> str:
-        return str.__str__(self)
+    class OpName(str, metaclass=_OpNameType):
+        """Base of the op enums: a ``str`` equal to its value, with ``name`` and ``value``."""
 
-    def __str__(self) -> str:
-        return str.__str__(self)
+        _name: str
 
-    def __format__(self, spec: str) -> str:
-        return format(str.__str__(self), spec)
+        @property
+        def name(self) -> str:
+            return self._name
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__}.{self._name}: {str.__repr__(self)}>"
+        @property
+        def value(self) -> str:
+            return str.__str__(self)
 
-    def __reduce__(self) -> tuple:
-        return (type(self), (str.__str__(self),))
+        def __str__(self) -> str:
+            return str.__str__(self)
+
+        def __format__(self, spec: str) -> str:
+            return format(str.__str__(self), spec)
+
+        def __repr__(self) -> str:
+            return f"<{type(self).__name__}.{self._name}: {str.__repr__(self)}>"
+
+        def __reduce__(self) -> tuple:
+            return (type(self), (str.__str__(self),))
 
 
 class UnaryOp(OpName):

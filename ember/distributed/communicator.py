@@ -66,8 +66,9 @@ class Communicator(Protocol):
     def all_reduce(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
         """The element-wise reduction over ranks, as a new array."""
 
-    def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp) -> Request:
-        """Starts reducing ``buffer`` in place; ``wait()`` before reading it."""
+    def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp, detail: str = "") -> Request:
+        """Starts reducing ``buffer`` in place; ``wait()`` before reading it. ``detail``
+        names what is reduced (e.g. a gradient bucket) in errors and timeouts."""
 
     def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
         """``root``'s array on every rank (``array`` gives the shape and dtype elsewhere)."""

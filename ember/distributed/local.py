@@ -36,7 +36,7 @@ class LocalCommunicator:
     def all_reduce(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
         return np.array(array, copy=True)
 
-    def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp) -> _Done:
+    def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp, detail: str = "") -> _Done:
         return _Done()
 
     def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:

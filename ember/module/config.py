@@ -22,15 +22,37 @@ import inspect
 import json
 import os
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ember.errors import ConfigError
 from ember.module.atomic import atomic_write_text
+from ember.module.dataclass_transform import dataclass_transform
+
+if TYPE_CHECKING:
+    from typing import Self
 
 _REGISTRY: dict[str, type[Config]] = {}
 
 
+def _copier(default: Any) -> Callable[[], Any]:
+    """A default factory: a fresh copy of a mutable default (list, dict, set) per instance."""
+    return lambda: type(default)(default)
+
+
+def _with_method(name: str) -> Callable[[Config, Any], Config]:
+    def with_field(self: Config, value: Any) -> Config:
+        return dataclasses.replace(self, **{name: value})
+
+    with_field.__name__ = with_field.__qualname__ = f"with_{name}"
+    with_field.__doc__ = f"A copy with ``{name}`` changed."
+    return with_field
+
+
+# For the checker: fields with a default are keyword-only at run time (required ones
+# stay positional), which PEP 681 cannot say per kind; it sees them all as positional.
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 class Config:
     """Base class of configurations (see the module docstring)."""
 
@@ -47,10 +69,14 @@ class Config:
                 if isinstance(default, dataclasses.Field):
                     continue
                 if isinstance(default, (list, dict, set)):
-                    setattr(cls, name, dataclasses.field(default_factory=lambda d=default: type(d)(d), kw_only=True))
+                    setattr(cls, name, dataclasses.field(default_factory=_copier(default), kw_only=True))
                 else:
                     setattr(cls, name, dataclasses.field(default=default, kw_only=True))
         dataclasses.dataclass(frozen=True, eq=True, repr=True)(cls)
+        for field in dataclasses.fields(cls):
+            method = f"with_{field.name}"
+            if not hasattr(cls, method):  # a class may write its own (a base's generated one is shared)
+                setattr(cls, method, _with_method(field.name))
         cls._registry_name = f"{cls.__module__}.{cls.__qualname__}"
         _REGISTRY[cls._registry_name] = cls
         _REGISTRY.setdefault(cls.__qualname__, cls)
@@ -75,14 +101,14 @@ class Config:
                     f"ember: {type(self).__name__}.{field.name} must be {_hint_name(hint)}, got {value!r}"
                 )
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("with_"):
-            field = name[5:]
-            if field in {f.name for f in dataclasses.fields(self)}:
-                return lambda value: dataclasses.replace(self, **{field: value})
-        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+    if TYPE_CHECKING:
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
-    def replace(self, **changes: Any) -> Any:
+        # ``with_<field>(value)`` is generated for every field at class creation; the
+        # checker cannot see generated methods, so it reads them through this.
+        def __getattr__(self, name: str) -> Callable[[Any], Self]: ...
+
+    def replace(self, **changes: Any) -> Self:
         """A copy with several fields changed."""
         return dataclasses.replace(self, **changes)
 
@@ -94,7 +120,7 @@ class Config:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Any:
+    def from_dict(cls, data: dict[str, Any]) -> Self:
         if not isinstance(data, dict):
             raise ConfigError(f"ember: {cls.__name__}.from_dict needs a dict, got {type(data).__name__}")
         try:
@@ -112,7 +138,7 @@ class Config:
             raise ConfigError(f"ember: {cls.__name__}: cannot build from the saved config: {error}") from None
 
     @classmethod
-    def from_json(cls, text: str) -> Any:
+    def from_json(cls, text: str) -> Self:
         try:
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as error:
@@ -123,7 +149,7 @@ class Config:
         atomic_write_text(Path(path), self.to_json())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Any:
+    def load(cls, path: str | os.PathLike) -> Self:
         try:
             text = Path(path).read_text()
         except OSError as error:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import ModuleError
+from ember.module.dataclass_transform import dataclass_transform
 from ember.module.field_check import check_fields
 from ember.module.group import ParamGroup
 from ember.module.param import Param, RunningState
@@ -33,6 +34,9 @@ def _is_class_var(hint: Any) -> bool:
     return "ClassVar" in (hint if isinstance(hint, str) else repr(hint))
 
 
+# For the checker: the generated ``__init__`` takes every field by position or keyword,
+# in declaration order (base classes' fields first), as a dataclass's does.
+@dataclass_transform()
 class Module:
     """Base class of every module. Declare fields with annotations; ember
     generates ``__init__`` (keyword and positional), ``__repr__`` and the traversals.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.backend.dtype import DType
 from ember.backend.fusion.trace import current_trace
@@ -12,6 +12,9 @@ from ember.device import Device
 from ember.errors import ModuleError
 from ember.tensor import Shape, Tensor
 from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE
+
+if TYPE_CHECKING:
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
 class ParamId(int):
@@ -52,7 +55,7 @@ def _prepare(tensor: Tensor, require_grad: bool) -> Tensor:
         raise ModuleError(f"ember: Param: expected a Tensor, got {type(tensor).__name__}")
     device = tensor._d
     if device._inner is not None:  # an autodiff device: a fresh leaf (or untracked)
-        backend = device._b
+        backend = cast("AutodiffProtocol", device._b)
         prim = tensor._p
         if require_grad and prim.dtype in FLOAT_NP:
             return Tensor(backend.leaf(backend.unwrap(prim)), device)
@@ -109,7 +112,7 @@ class Param:
         if device._inner is None or value._d is not device._inner:
             return Param(param_id, value.to_device(device), require_grad)
         prim = value._p
-        backend = device._b
+        backend = cast("AutodiffProtocol", device._b)
         leaf = backend.leaf(prim) if require_grad and prim.dtype in FLOAT_NP else backend.wrap(prim)
         param = Param.__new__(Param)
         param.id = param_id

@@ -15,7 +15,7 @@ from ember.backend.dtype import DType, check_int_fits, promote
 from ember.errors import DeviceError, DTypeError, ValueRangeError
 
 if TYPE_CHECKING:
-    from ember.tensor.tensor import Tensor
+    from ember.tensor.ops.base import TensorLike
 
 FLOAT_NP = frozenset(d.np for d in DType if d.is_float)
 INT_NP = frozenset(d.np for d in DType if d.is_int)
@@ -25,7 +25,7 @@ I64 = DType.INT64
 _INT_RANGE = {d.np: d.int_range for d in DType if d.is_int}
 
 
-def check_device(op: str, a: Tensor, b: Tensor) -> None:
+def check_device(op: str, a: TensorLike, b: TensorLike) -> None:
     """Raise unless ``a`` and ``b`` live on the same device."""
     if a._d != b._d:
         raise DeviceError(
@@ -53,7 +53,7 @@ def as_scalar(op: str, value: Any) -> int | float | bool:
     )
 
 
-def promote_pair(op: str, a: Tensor, b: Tensor) -> tuple[Any, Any]:
+def promote_pair(op: str, a: TensorLike, b: TensorLike) -> tuple[Any, Any]:
     """Both primitives cast to their common dtype (PyTorch's promotion rules)."""
     pa, pb = a._p, b._p
     da, db = NP_TO_DTYPE[pa.dtype], NP_TO_DTYPE[pb.dtype]

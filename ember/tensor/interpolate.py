@@ -88,6 +88,7 @@ def _apply(x: Tensor, axis: int, taps: list[tuple]) -> Tensor:
         picked = x.select(axis, Tensor.from_data(index, device=x.device))
         term = picked.mul(Tensor.from_data(weight.astype(x.dtype.np), device=x.device).reshape(shape))
         out = term if out is None else out.add(term)
+    assert out is not None, "interpolate: no taps"  # every output position has at least one
     return out
 
 
@@ -124,10 +125,11 @@ def interpolate(
         n_out = _per_dim("size", size, spatial, int)
         scales = [None] * spatial
     else:
-        scales = _per_dim("scale_factor", scale_factor, spatial, float)
-        if any(s <= 0 for s in scales):
+        factors = _per_dim("scale_factor", scale_factor, spatial, float)
+        if any(s <= 0 for s in factors):
             raise ValueRangeError(f"ember: interpolate: scale_factor must be > 0, got {scale_factor!r}")
-        n_out = [math.floor(n * s) for n, s in zip(n_in, scales)]
+        n_out = [math.floor(n * s) for n, s in zip(n_in, factors)]
+        scales = list(factors)
     if any(n < 1 for n in n_out):
         raise ShapeError(f"ember: interpolate: the output size {n_out} must be >= 1 in every dim")
     if mode == "area":

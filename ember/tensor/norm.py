@@ -31,10 +31,10 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
             check_device("layer_norm", x, p)
     if any(p is not None and p._p.dtype != x._p.dtype for p in (gamma, beta)):
         return _layer_norm(x, gamma, beta, epsilon)[0]  # the composite promotes
-    d = x._d
-    out = fused(FusedOp.LAYER_NORM, d, x._p, None if gamma is None else gamma._p, None if beta is None else beta._p,
-                epsilon)
-    return Tensor(out[0], d)
+    device = x._d
+    out = fused(FusedOp.LAYER_NORM, device, x._p, None if gamma is None else gamma._p,
+                None if beta is None else beta._p, epsilon)
+    return Tensor(out[0], device)
 
 
 @composite(FusedOp.LAYER_NORM)

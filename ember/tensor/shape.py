@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from typing import Any
 
 from ember.errors import IndexOutOfBoundsError, ShapeError
 
@@ -45,12 +46,12 @@ class Shape(tuple):
         return f"Shape({list(self)})"
 
 
-def as_shape(op: str, shape: object) -> tuple[int, ...]:
+def as_shape(op: str, shape: Any) -> tuple[int, ...]:
     """Validate a user-given shape (an int, or a sequence of ints >= 0)."""
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     try:
-        dims = tuple(shape)  # type: ignore[arg-type]
+        dims = tuple(shape)
     except TypeError:
         raise ShapeError(f"ember: {op}: a shape is a list of ints, got {shape!r}") from None
     for d in dims:
@@ -59,7 +60,7 @@ def as_shape(op: str, shape: object) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
-def numel(shape: Sequence[int]) -> int:
+def numel(shape: Iterable[int]) -> int:
     n = 1
     for d in shape:
         n *= d

@@ -6,8 +6,9 @@ mixins by family (``ember/tensor/ops``); this file holds creation and read-out.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from ember.tensor.ops.reduce import ReduceOps
 from ember.tensor.ops.scatter import ScatterOps
 from ember.tensor.ops.subscript import SubscriptOps
 from ember.tensor.shape import Shape, as_shape, normalize_dim, numel
+
+if TYPE_CHECKING:
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
 def _device(device: Device | None) -> Device:
@@ -69,9 +73,11 @@ class Tensor(
         self._p = primitive
         self._d = device
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for a missing attribute: name ember's spelling of PyTorch's.
-        raise attribute_error(name)
+    if not TYPE_CHECKING:  # the checker reports a missing attribute itself
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached for a missing attribute: name ember's spelling of PyTorch's.
+            raise attribute_error(name)
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -146,9 +152,9 @@ class Tensor(
     @classmethod
     def arange(
         cls,
-        start: int,
-        end: int | None = None,
-        step: int = 1,
+        start: builtins.int,
+        end: builtins.int | None = None,
+        step: builtins.int = 1,
         device: Device | None = None,
         dtype: DType | str | None = None,
     ) -> Tensor:
@@ -174,7 +180,7 @@ class Tensor(
         return cls(device._b.arange(start, end, step, dtype), device)
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+    def eye(cls, n: builtins.int, m: builtins.int | None = None, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
         """The ``n x m`` identity matrix."""
         m = n if m is None else m
         as_shape("Tensor.eye", (n, m))
@@ -206,7 +212,7 @@ class Tensor(
     def random_like(self, distribution: Distribution | None = None) -> Tensor:
         return Tensor.random(self._p.shape, distribution, self._d, self.dtype)
 
-    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    def multinomial(self, num_samples: builtins.int = 1, replacement: builtins.bool = False) -> Tensor:
         """Category indices drawn from this tensor of weights ``[C]`` or ``[R, C]`` with
         the device's generator: ``[num_samples]`` or ``[R, num_samples]`` (int64), as
         ``torch.multinomial`` (see :func:`ember.tensor.sampling.multinomial`)."""
@@ -219,22 +225,22 @@ class Tensor(
     def shape(self) -> Shape:
         return Shape(self._p.shape)
 
-    def dims(self) -> list[int]:
+    def dims(self) -> list[builtins.int]:
         return list(self._p.shape)
 
-    def size(self, dim: int | None = None) -> Shape | int:
+    def size(self, dim: builtins.int | None = None) -> Shape | builtins.int:
         """PyTorch's ``size()``: the shape (as :attr:`shape`), or the size of ``dim``."""
         if dim is None:
             return Shape(self._p.shape)
         return self._p.shape[normalize_dim("size", dim, len(self._p.shape))]
 
     @property
-    def rank(self) -> int:
+    def rank(self) -> builtins.int:
         return len(self._p.shape)
 
     ndim = rank
 
-    def num_elements(self) -> int:
+    def num_elements(self) -> builtins.int:
         return numel(self._p.shape)
 
     numel = num_elements
@@ -252,7 +258,7 @@ class Tensor(
         """The backend primitive (for backend authors)."""
         return self._p
 
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self._p.dtype in FLOAT_NP
 
     def to_data(self) -> TensorData:
@@ -270,7 +276,7 @@ class Tensor(
     def tolist(self) -> Any:
         return self.to_data().tolist()
 
-    def into_scalar(self) -> int | float | bool:
+    def into_scalar(self) -> builtins.int | builtins.float | builtins.bool:
         """The value of a one-element tensor as a Python number (a sync point)."""
         n = numel(self._p.shape)
         if n != 1:
@@ -286,18 +292,18 @@ class Tensor(
 
     item = into_scalar
 
-    def __float__(self) -> float:
+    def __float__(self) -> builtins.float:
         return float(self.into_scalar())
 
-    def __int__(self) -> int:
+    def __int__(self) -> builtins.int:
         return int(self.into_scalar())
 
-    def __index__(self) -> int:
+    def __index__(self) -> builtins.int:
         if self._p.dtype not in FLOAT_NP and self._p.dtype != np.bool_:
             return int(self.into_scalar())
         raise TypeError("ember: only an int tensor with one element can be used as an index")
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> builtins.bool:
         if numel(self._p.shape) != 1:
             raise ValueError(
                 f"ember: the truth value of a tensor with shape {list(self._p.shape)} is ambiguous; "
@@ -305,7 +311,7 @@ class Tensor(
             )
         return bool(self.into_scalar())
 
-    def __len__(self) -> int:
+    def __len__(self) -> builtins.int:
         if not self._p.shape:
             raise TypeError("ember: len() of a rank-0 tensor")
         return self._p.shape[0]
@@ -337,27 +343,28 @@ class Tensor(
         src = self._d
         if device is src:
             return self.__class__(self._p, self._d)
+        # The wrap/unwrap/move_from calls below run on autodiff devices' backends only.
         if device is src._inner:  # fast path: autodiff device -> its inner device
-            return Tensor(src._b.unwrap(self._p), device)
+            return Tensor(cast("AutodiffProtocol", src._b).unwrap(self._p), device)
         device = _device(device)
         if src is device._inner:  # fast path: device -> its autodiff wrapper
-            return Tensor(device._b.wrap(self._p), device)
+            return Tensor(cast("AutodiffProtocol", device._b).wrap(self._p), device)
         if device.inner() is src.inner() or device.inner() == src.inner():
             prim = self._p
             if src.is_autodiff():
-                prim = src._b.unwrap(prim)
+                prim = cast("AutodiffProtocol", src._b).unwrap(prim)
             if device.is_autodiff():
-                prim = device._b.wrap(prim)
+                prim = cast("AutodiffProtocol", device._b).wrap(prim)
             return Tensor(prim, device)
         prim = self._p
         if src.is_autodiff() and device.is_autodiff():
-            return Tensor(device._b.move_from(prim, src._b), device)
+            return Tensor(cast("AutodiffProtocol", device._b).move_from(prim, src._b), device)
         if src.is_autodiff():
-            prim = src._b.unwrap(prim)
+            prim = cast("AutodiffProtocol", src._b).unwrap(prim)
         array = src.inner()._b.to_numpy(prim)
         prim = device.inner()._b.from_numpy(np.ascontiguousarray(array))
         if device.is_autodiff():
-            prim = device._b.wrap(prim)
+            prim = cast("AutodiffProtocol", device._b).wrap(prim)
         return Tensor(prim, device)
 
     def cast(self, dtype: DType | str) -> Tensor:
@@ -385,12 +392,12 @@ class Tensor(
         return self.__class__(self._p, self._d)
 
     @staticmethod
-    def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    def stack(tensors: Sequence[Tensor], dim: builtins.int = 0) -> Tensor:
         """Tensors of equal shape joined along a new dim."""
         return LayoutOps._stack(tensors, dim)
 
     @staticmethod
-    def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    def cat(tensors: Sequence[Tensor], dim: builtins.int = 0) -> Tensor:
         """Tensors joined along an existing dim."""
         return LayoutOps._cat(tensors, dim)
 

@@ -265,10 +265,12 @@ class TrainingRun:
             return position
         if not failures:
             return None
-        error = failures[0][1]
+        newest_failure = failures[0][1]
         if len(failures) > 1:
-            raise RecordError(f"{error} (the {len(failures) - 1} older checkpoints are damaged too)") from None
-        raise error
+            raise RecordError(
+                f"{newest_failure} (the {len(failures) - 1} older checkpoints are damaged too)"
+            ) from None
+        raise newest_failure
 
     def _load_checkpoint(self, ckpt: FileCheckpointer, target: CheckpointPosition) -> CheckpointPosition:
         verified = self._verified == target  # checked just now while choosing it

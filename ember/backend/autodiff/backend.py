@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -317,3 +317,10 @@ def _resolve(node: Node, handle: Any, cache: dict[int, Any]) -> Any:
         cache[current.id] = fn(*(cache[h.id] if type(h) is Node else _plain(h) for h in inputs))
         stack.pop()
     return cache[handle.id]
+
+
+if TYPE_CHECKING:
+    from ember.backend.autodiff.protocol import AutodiffProtocol
+
+    def _satisfies_protocol(backend: AutodiffBackend) -> AutodiffProtocol:
+        return backend  # mypy: AutodiffBackend implements every entry point of the protocol

@@ -26,11 +26,15 @@ int64 indices. (Burn's wgpu backend holds int64 in 32 bits instead.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ember.backend.dtype import DType
 from ember.errors import DTypeError, ValueRangeError
+
+if TYPE_CHECKING:
+    import numpy  # the class has a member named np: annotations in its body spell numpy
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
@@ -56,13 +60,13 @@ class Storage:
         """The numpy dtype the tensor layer sees."""
         return self.dtype.np
 
-    def to_words(self, array: np.ndarray) -> np.ndarray:
+    def to_words(self, array: numpy.ndarray) -> numpy.ndarray:
         """Host values as the device words (a C-contiguous array)."""
         if self.wgsl == "u32" and self.dtype in (DType.FLOAT16, DType.BFLOAT16):
             return np.ascontiguousarray(array).view(np.uint16).astype(np.uint32)
         return np.ascontiguousarray(array, dtype=self.host)
 
-    def from_words(self, words: np.ndarray) -> np.ndarray:
+    def from_words(self, words: numpy.ndarray) -> numpy.ndarray:
         """Device words back as host values of :attr:`np`."""
         if self.wgsl == "u32" and self.dtype in (DType.FLOAT16, DType.BFLOAT16):
             return words.astype(np.uint16).view(self.np)

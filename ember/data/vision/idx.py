@@ -11,7 +11,7 @@ import numpy as np
 
 from ember.errors import RecordError
 
-_CODES = {
+_CODES: dict[int, np.dtype] = {
     0x08: np.dtype(np.uint8),
     0x09: np.dtype(np.int8),
     0x0B: np.dtype(">i2"),

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar, check_device, promote_pair
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.elementwise import binary, is_integral, reverse_scalar, unary
 from ember.tensor.ops.math import div_rounded
 from ember.tensor.shape import broadcast_shapes
 
+if TYPE_CHECKING:
+    from typing import Self
 
-class ArithmeticOps:
+
+class ArithmeticOps(TensorOpsBase):
     """Elementwise arithmetic with numpy broadcasting, math functions, matmul.
 
     Binary ops take a tensor or a Python number; dtypes promote as in PyTorch (an
@@ -24,56 +28,56 @@ class ArithmeticOps:
     __slots__ = ()
 
     # ------------------------------------------------------------------ binary
-    def add(self, other: Any) -> Any:
+    def add(self, other: Any) -> Self:
         """``self + other``."""
         return binary(self, other, BinaryOp.ADD, "add", "arith")
 
-    def add_scalar(self, value: Any) -> Any:
+    def add_scalar(self, value: Any) -> Self:
         return binary(self, as_scalar("add_scalar", value), BinaryOp.ADD, "add_scalar", "arith")
 
-    def sub(self, other: Any) -> Any:
+    def sub(self, other: Any) -> Self:
         """``self - other``."""
         return binary(self, other, BinaryOp.SUB, "sub", "arith")
 
-    def sub_scalar(self, value: Any) -> Any:
+    def sub_scalar(self, value: Any) -> Self:
         return binary(self, as_scalar("sub_scalar", value), BinaryOp.SUB, "sub_scalar", "arith")
 
-    def mul(self, other: Any) -> Any:
+    def mul(self, other: Any) -> Self:
         """``self * other``."""
         return binary(self, other, BinaryOp.MUL, "mul", "arith")
 
-    def mul_scalar(self, value: Any) -> Any:
+    def mul_scalar(self, value: Any) -> Self:
         return binary(self, as_scalar("mul_scalar", value), BinaryOp.MUL, "mul_scalar", "arith")
 
-    def div(self, other: Any, rounding_mode: str | None = None) -> Any:
+    def div(self, other: Any, rounding_mode: str | None = None) -> Self:
         """True division ``self / other`` (ints give float32); ``rounding_mode="trunc"``
         or ``"floor"`` rounds the quotient and keeps int dtypes (as PyTorch)."""
         if rounding_mode is not None:
             return div_rounded(self, other, rounding_mode)
         return binary(self, other, BinaryOp.DIV, "div", "float")
 
-    def div_scalar(self, value: Any) -> Any:
+    def div_scalar(self, value: Any) -> Self:
         return binary(self, as_scalar("div_scalar", value), BinaryOp.DIV, "div_scalar", "float")
 
-    def floor_div(self, other: Any) -> Any:
+    def floor_div(self, other: Any) -> Self:
         """``self // other``: division rounded toward minus infinity."""
         return binary(self, other, BinaryOp.FLOOR_DIV, "floor_div", "arith")
 
-    def remainder(self, other: Any) -> Any:
+    def remainder(self, other: Any) -> Self:
         """``self % other`` with the sign of the divisor, as Python's ``%``."""
         return binary(self, other, BinaryOp.REMAINDER, "remainder", "arith")
 
-    def remainder_scalar(self, value: Any) -> Any:
+    def remainder_scalar(self, value: Any) -> Self:
         return binary(self, as_scalar("remainder_scalar", value), BinaryOp.REMAINDER, "remainder_scalar", "arith")
 
-    def powf(self, other: Any) -> Any:
+    def powf(self, other: Any) -> Self:
         """``self ** other`` in floating point (ints give float32)."""
         return binary(self, other, BinaryOp.POW, "powf", "float")
 
-    def powf_scalar(self, value: Any) -> Any:
+    def powf_scalar(self, value: Any) -> Self:
         return binary(self, as_scalar("powf_scalar", value), BinaryOp.POW, "powf_scalar", "float")
 
-    def powi(self, other: Any) -> Any:
+    def powi(self, other: Any) -> Self:
         """``self ** other`` with an int exponent; int tensors stay int (exponent >= 0)."""
         if isinstance(other, self.__class__):
             if other._p.dtype in FLOAT_NP or other._p.dtype == BOOL_NP:
@@ -83,7 +87,7 @@ class ArithmeticOps:
             return binary(self, other, BinaryOp.POW, "powi", "arith")
         return self.powi_scalar(other)
 
-    def powi_scalar(self, value: Any) -> Any:
+    def powi_scalar(self, value: Any) -> Self:
         if not is_integral(value):
             raise DTypeError(f"ember: powi_scalar: the exponent must be an int, got {value!r}; use powf_scalar")
         value = int(value)
@@ -95,7 +99,7 @@ class ArithmeticOps:
             return unary(self, UnaryOp.SQUARE, "powi_scalar", "float")
         return binary(self, float(value), BinaryOp.POW, "powi_scalar", "float")
 
-    def pow(self, other: Any) -> Any:
+    def pow(self, other: Any) -> Self:
         """``self ** other``: ``powi`` for int exponents on int tensors, else ``powf``."""
         if self._p.dtype not in FLOAT_NP and (
             is_integral(other) or (isinstance(other, self.__class__) and other._p.dtype not in FLOAT_NP)
@@ -105,17 +109,17 @@ class ArithmeticOps:
             return self.powi_scalar(other)
         return self.powf(other)
 
-    def atan2(self, other: Any) -> Any:
+    def atan2(self, other: Any) -> Self:
         """The angle of the point ``(other, self)``, elementwise."""
         return binary(self, other, BinaryOp.ATAN2, "atan2", "float")
 
-    def maximum(self, other: Any) -> Any:
+    def maximum(self, other: Any) -> Self:
         """The elementwise maximum (NaN propagates; bools stay bool). Burn's ``max_pair``."""
         if self._p.dtype == BOOL_NP and _is_bool(other, self.__class__):
             return binary(self, other, BinaryOp.LOGICAL_OR, "maximum", "bool")
         return binary(self, other, BinaryOp.MAXIMUM, "maximum", "arith")
 
-    def minimum(self, other: Any) -> Any:
+    def minimum(self, other: Any) -> Self:
         """The elementwise minimum (NaN propagates; bools stay bool). Burn's ``min_pair``."""
         if self._p.dtype == BOOL_NP and _is_bool(other, self.__class__):
             return binary(self, other, BinaryOp.LOGICAL_AND, "minimum", "bool")
@@ -125,106 +129,106 @@ class ArithmeticOps:
     min_pair = minimum
 
     # ------------------------------------------------------------------ unary
-    def neg(self) -> Any:
+    def neg(self) -> Self:
         return unary(self, UnaryOp.NEG, "neg", "numeric")
 
-    def abs(self) -> Any:
+    def abs(self) -> Self:
         return unary(self, UnaryOp.ABS, "abs", "numeric")
 
-    def sign(self) -> Any:
+    def sign(self) -> Self:
         return unary(self, UnaryOp.SIGN, "sign", "numeric")
 
-    def square(self) -> Any:
+    def square(self) -> Self:
         return unary(self, UnaryOp.SQUARE, "square", "numeric")
 
-    def recip(self) -> Any:
+    def recip(self) -> Self:
         """``1 / self`` (float)."""
         return unary(self, UnaryOp.RECIP, "recip", "float")
 
-    def exp(self) -> Any:
+    def exp(self) -> Self:
         return unary(self, UnaryOp.EXP, "exp", "float")
 
-    def log(self) -> Any:
+    def log(self) -> Self:
         """The natural logarithm."""
         return unary(self, UnaryOp.LOG, "log", "float")
 
-    def log1p(self) -> Any:
+    def log1p(self) -> Self:
         return unary(self, UnaryOp.LOG1P, "log1p", "float")
 
-    def expm1(self) -> Any:
+    def expm1(self) -> Self:
         return unary(self, UnaryOp.EXPM1, "expm1", "float")
 
-    def sqrt(self) -> Any:
+    def sqrt(self) -> Self:
         return unary(self, UnaryOp.SQRT, "sqrt", "float")
 
-    def rsqrt(self) -> Any:
+    def rsqrt(self) -> Self:
         return unary(self, UnaryOp.RSQRT, "rsqrt", "float")
 
-    def sin(self) -> Any:
+    def sin(self) -> Self:
         return unary(self, UnaryOp.SIN, "sin", "float")
 
-    def cos(self) -> Any:
+    def cos(self) -> Self:
         return unary(self, UnaryOp.COS, "cos", "float")
 
-    def tan(self) -> Any:
+    def tan(self) -> Self:
         return unary(self, UnaryOp.TAN, "tan", "float")
 
-    def tanh(self) -> Any:
+    def tanh(self) -> Self:
         return unary(self, UnaryOp.TANH, "tanh", "float")
 
-    def sinh(self) -> Any:
+    def sinh(self) -> Self:
         return unary(self, UnaryOp.SINH, "sinh", "float")
 
-    def cosh(self) -> Any:
+    def cosh(self) -> Self:
         return unary(self, UnaryOp.COSH, "cosh", "float")
 
-    def asin(self) -> Any:
+    def asin(self) -> Self:
         return unary(self, UnaryOp.ASIN, "asin", "float")
 
-    def acos(self) -> Any:
+    def acos(self) -> Self:
         return unary(self, UnaryOp.ACOS, "acos", "float")
 
-    def atan(self) -> Any:
+    def atan(self) -> Self:
         return unary(self, UnaryOp.ATAN, "atan", "float")
 
-    def erf(self) -> Any:
+    def erf(self) -> Self:
         return unary(self, UnaryOp.ERF, "erf", "float")
 
-    def _integral_or(self, op: str) -> Any:
+    def _integral_or(self, op: UnaryOp) -> Self:
         if self._p.dtype not in FLOAT_NP:
             return self.__class__(self._p, self._d)
-        return unary(self, op, op, "float")
+        return unary(self, op, str(op), "float")
 
-    def round(self) -> Any:
+    def round(self) -> Self:
         """Round half to even (as PyTorch and numpy)."""
-        return self._integral_or("round")
+        return self._integral_or(UnaryOp.ROUND)
 
-    def floor(self) -> Any:
-        return self._integral_or("floor")
+    def floor(self) -> Self:
+        return self._integral_or(UnaryOp.FLOOR)
 
-    def ceil(self) -> Any:
-        return self._integral_or("ceil")
+    def ceil(self) -> Self:
+        return self._integral_or(UnaryOp.CEIL)
 
-    def trunc(self) -> Any:
-        return self._integral_or("trunc")
+    def trunc(self) -> Self:
+        return self._integral_or(UnaryOp.TRUNC)
 
-    def is_nan(self) -> Any:
+    def is_nan(self) -> Self:
         """A bool tensor, true where ``self`` is NaN."""
         if self._p.dtype not in FLOAT_NP:
             return self.full_like(False).cast("bool")
         return unary(self, UnaryOp.IS_NAN, "is_nan", "any")
 
-    def is_inf(self) -> Any:
+    def is_inf(self) -> Self:
         if self._p.dtype not in FLOAT_NP:
             return self.full_like(False).cast("bool")
         return unary(self, UnaryOp.IS_INF, "is_inf", "any")
 
-    def is_finite(self) -> Any:
+    def is_finite(self) -> Self:
         if self._p.dtype not in FLOAT_NP:
             return self.full_like(True).cast("bool")
         return unary(self, UnaryOp.IS_FINITE, "is_finite", "any")
 
-    def clamp(self, min: Any = None, max: Any = None) -> Any:
+    def clamp(self, min: Any = None, max: Any = None) -> Self:
         """Values limited to ``[min, max]``; either bound may be ``None``."""
         if min is None and max is None:
             raise ValueRangeError("ember: clamp: give min, max or both")
@@ -240,14 +244,14 @@ class ArithmeticOps:
             p = self._d._b.cast(p, DType.FLOAT32)
         return self.__class__(self._d._b.clamp(p, lo, hi), self._d)
 
-    def clamp_min(self, min: Any) -> Any:
+    def clamp_min(self, min: Any) -> Self:
         return self.clamp(min, None)
 
-    def clamp_max(self, max: Any) -> Any:
+    def clamp_max(self, max: Any) -> Self:
         return self.clamp(None, max)
 
     # ------------------------------------------------------------------ matmul
-    def matmul(self, other: Any) -> Any:
+    def matmul(self, other: Any) -> Self:
         """Matrix product; batch dims broadcast; rank-1 operands act as a row/column
         vector whose dim is dropped from the result, as in numpy."""
         if not isinstance(other, self.__class__):
@@ -293,67 +297,67 @@ class ArithmeticOps:
             out = backend.reshape(out, tuple(shape))
         return self.__class__(out, d)
 
-    def dot(self, other: Any) -> Any:
+    def dot(self, other: Any) -> Self:
         """The inner product of two rank-1 tensors, as a one-element rank-1 tensor."""
         if self.rank != 1 or getattr(other, "rank", None) != 1:
             raise ShapeError("ember: dot: needs two rank-1 tensors")
         return self.mul(other).sum()
 
     # ------------------------------------------------------------------ operators
-    def __add__(self, other: Any) -> Any:
+    def __add__(self, other: Any) -> Self:
         return self.add(other)
 
-    def __radd__(self, other: Any) -> Any:
+    def __radd__(self, other: Any) -> Self:
         return self.add(other)
 
-    def __sub__(self, other: Any) -> Any:
+    def __sub__(self, other: Any) -> Self:
         return self.sub(other)
 
-    def __rsub__(self, other: Any) -> Any:
+    def __rsub__(self, other: Any) -> Self:
         return reverse_scalar(self, other, BinaryOp.SUB, "rsub", "arith")
 
-    def __mul__(self, other: Any) -> Any:
+    def __mul__(self, other: Any) -> Self:
         return self.mul(other)
 
-    def __rmul__(self, other: Any) -> Any:
+    def __rmul__(self, other: Any) -> Self:
         return self.mul(other)
 
-    def __truediv__(self, other: Any) -> Any:
+    def __truediv__(self, other: Any) -> Self:
         return self.div(other)
 
-    def __rtruediv__(self, other: Any) -> Any:
+    def __rtruediv__(self, other: Any) -> Self:
         return reverse_scalar(self, other, BinaryOp.DIV, "rdiv", "float")
 
-    def __floordiv__(self, other: Any) -> Any:
+    def __floordiv__(self, other: Any) -> Self:
         return self.floor_div(other)
 
-    def __rfloordiv__(self, other: Any) -> Any:
+    def __rfloordiv__(self, other: Any) -> Self:
         return reverse_scalar(self, other, BinaryOp.FLOOR_DIV, "rfloordiv", "arith")
 
-    def __mod__(self, other: Any) -> Any:
+    def __mod__(self, other: Any) -> Self:
         return self.remainder(other)
 
-    def __rmod__(self, other: Any) -> Any:
+    def __rmod__(self, other: Any) -> Self:
         return reverse_scalar(self, other, BinaryOp.REMAINDER, "rmod", "arith")
 
-    def __pow__(self, other: Any) -> Any:
+    def __pow__(self, other: Any) -> Self:
         return self.pow(other)
 
-    def __rpow__(self, other: Any) -> Any:
+    def __rpow__(self, other: Any) -> Self:
         return reverse_scalar(self, other, BinaryOp.POW, "rpow", "float")
 
-    def __neg__(self) -> Any:
+    def __neg__(self) -> Self:
         return self.neg()
 
-    def __pos__(self) -> Any:
+    def __pos__(self) -> Self:
         return self.__class__(self._p, self._d)
 
-    def __abs__(self) -> Any:
+    def __abs__(self) -> Self:
         return self.abs()
 
-    def __matmul__(self, other: Any) -> Any:
+    def __matmul__(self, other: Any) -> Self:
         return self.matmul(other)
 
 
-def _is_bool(value: Any, cls: type) -> bool:
+def _is_bool(value: Any, cls: type[Any]) -> bool:
     return isinstance(value, bool) or (isinstance(value, cls) and value._p.dtype == BOOL_NP)

@@ -6,22 +6,28 @@ plain device ``require_grad`` and ``detach`` return the tensor unchanged, as in 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.errors import DTypeError, GraphError, ShapeError
 from ember.tensor.dispatch import FLOAT_NP
+from ember.tensor.ops.base import TensorOpsBase
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
-class AutodiffOps:
+class AutodiffOps(TensorOpsBase):
     """Tracking, ``backward`` and gradient access."""
 
     __slots__ = ()
 
-    def require_grad(self) -> Any:
+    def require_grad(self) -> Self:
         """This tensor as a leaf whose gradient ``backward`` computes (float tensors)."""
         return self.set_require_grad(True)
 
-    def set_require_grad(self, require_grad: bool) -> Any:
+    def set_require_grad(self, require_grad: bool) -> Self:
         d = self._d
         if not d.is_autodiff():
             return self.__class__(self._p, self._d)
@@ -29,28 +35,31 @@ class AutodiffOps:
             raise DTypeError(
                 f"ember: require_grad: only float tensors have gradients, got {self.dtype}; cast first"
             )
-        return self.__class__(d._b.set_require_grad(self._p, bool(require_grad)), d)
+        return self.__class__(cast("AutodiffProtocol", d._b).set_require_grad(self._p, bool(require_grad)), d)
 
     def is_require_grad(self) -> bool:
         """Whether this tensor is tracked (a leaf requiring grad or computed from one)."""
         d = self._d
-        return d.is_autodiff() and d._b.is_tracked(self._p)
+        return d.is_autodiff() and cast("AutodiffProtocol", d._b).is_tracked(self._p)
 
-    def detach(self) -> Any:
+    def detach(self) -> Self:
         """The same values, cut from the graph (no gradient flows through)."""
         d = self._d
-        if not d.is_autodiff() or not d._b.is_tracked(self._p):
+        if not d.is_autodiff():
             return self.__class__(self._p, self._d)
-        return self.__class__(d._b.detach(self._p), d)
+        backend = cast("AutodiffProtocol", d._b)
+        if not backend.is_tracked(self._p):
+            return self.__class__(self._p, self._d)
+        return self.__class__(backend.detach(self._p), d)
 
-    def _autodiff_backend(self, op: str) -> Any:
+    def _autodiff_backend(self, op: str) -> AutodiffProtocol:
         d = self._d
         if not d.is_autodiff():
             raise GraphError(
                 f"ember: {op}: the tensor lives on {d!r}, which has no autodiff; create the model "
                 f"and data on {d!r}.autodiff() (e.g. Device.flex().autodiff())"
             )
-        return d._b
+        return cast("AutodiffProtocol", d._b)
 
     def backward(
         self,
@@ -107,7 +116,7 @@ class AutodiffOps:
     def _grad_device(self, grads: Any) -> Any:
         return self._d if getattr(grads, "create_graph", False) else self._d.inner()
 
-    def grad(self, grads: Any) -> Any:
+    def grad(self, grads: Any) -> Self | None:
         """This tensor's gradient in ``grads`` or ``None``: a tensor on the inner device,
         or a tracked tensor on this autodiff device when ``grads`` came from
         ``backward(create_graph=True)``."""
@@ -115,14 +124,15 @@ class AutodiffOps:
         g = backend.grad(self._p, grads)
         return None if g is None else self.__class__(g, self._grad_device(grads))
 
-    def grad_remove(self, grads: Any) -> Any:
+    def grad_remove(self, grads: Any) -> Self | None:
         """Like :meth:`grad`, and removes the gradient from ``grads``."""
         d = self._d
-        backend = d._b if d._inner is not None else self._autodiff_backend("grad_remove")
-        g = backend.grad_remove(self._p, grads)
+        if d._inner is None:
+            self._autodiff_backend("grad_remove")  # raises: no autodiff here
+        g = cast("AutodiffProtocol", d._b).grad_remove(self._p, grads)
         if g is None:
             return None
-        return self.__class__(g, d if grads.create_graph else d._inner)
+        return self.__class__(g, d if grads.create_graph else d.inner())
 
     def grad_replace(self, grads: Any, grad: Any) -> None:
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner

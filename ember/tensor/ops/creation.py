@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import as_shape
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 def _number(op: str, name: str, value: Any) -> float:
@@ -22,13 +26,13 @@ def _number(op: str, name: str, value: Any) -> float:
     return float(value)
 
 
-class CreationOps:
+class CreationOps(TensorOpsBase):
     """Class-level constructors (mixed into ``Tensor``)."""
 
     __slots__ = ()
 
     @classmethod
-    def _float_arange(cls, start: Any, end: Any, step: Any, device: Device | None, dtype: Any) -> Any:
+    def _float_arange(cls, start: Any, end: Any, step: Any, device: Device | None, dtype: Any) -> Self:
         """``arange`` with float bounds or step: ``ceil((end - start) / step)`` values
         ``start + i * step``, computed in float64, then cast."""
         start, end, step = (_number("arange", n, v) for n, v in (("start", start), ("end", end), ("step", step)))
@@ -42,7 +46,7 @@ class CreationOps:
     @classmethod
     def linspace(
         cls, start: float, end: float, steps: int, device: Device | None = None, dtype: DType | str | None = None
-    ) -> Any:
+    ) -> Self:
         """``steps`` evenly spaced values from ``start`` to ``end`` inclusive (float32
         unless ``dtype`` says otherwise): the first half stepped from ``start``, the
         second from ``end``, so both ends are exact (PyTorch's formula)."""
@@ -50,7 +54,7 @@ class CreationOps:
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
             raise ValueRangeError(f"ember: Tensor.linspace: steps must be an int >= 0, got {steps!r}")
         dtype = DType.FLOAT32 if dtype is None else DType.parse(dtype)
-        work = np.float64 if dtype is DType.FLOAT64 else np.float32
+        work: Any = np.float64 if dtype is DType.FLOAT64 else np.float32
         if not dtype.is_float:
             work = np.float64
         index = np.arange(steps, dtype=work)
@@ -94,7 +98,7 @@ class CreationOps:
         return out
 
     @classmethod
-    def diag_mask(cls, shape: Sequence[int], offset: int = 0, device: Device | None = None) -> Any:
+    def diag_mask(cls, shape: Sequence[int], offset: int = 0, device: Device | None = None) -> Self:
         """Burn's ``diag_mask``: a bool ``[rows, cols]`` tensor, false on the diagonal
         ``offset`` (above the main one when positive) and true elsewhere."""
         dims = as_shape("diag_mask", shape)

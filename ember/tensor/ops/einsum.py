@@ -57,8 +57,8 @@ def _parse(equation: str, ranks: Sequence[int]) -> tuple[list[list[str]], list[s
             parsed.append(list(term))
     if rhs is None:
         counts: dict[str, int] = {}
-        for term in parsed:
-            for c in term:
+        for letters in parsed:
+            for c in letters:
                 counts[c] = counts.get(c, 0) + 1
         output = symbols + sorted(c for c, k in counts.items() if k == 1 and c not in symbols)
     else:

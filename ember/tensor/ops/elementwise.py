@@ -11,12 +11,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ember.backend.dtype import DType
-from ember.backend.ops import BinaryOp, ReduceOp
+from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 from ember.errors import DivisionByZeroError, DTypeError
 from ember.tensor import autocast
 from ember.tensor.dispatch import (
@@ -33,7 +33,9 @@ from ember.tensor.dispatch import (
 from ember.tensor.shape import broadcast_shapes
 
 if TYPE_CHECKING:
-    from ember.tensor.tensor import Tensor
+    from ember.tensor.ops.base import TensorLike
+
+T = TypeVar("T", bound="TensorLike")
 
 _I64 = DType.INT64
 _F32 = DType.FLOAT32
@@ -61,7 +63,7 @@ def _fit(op: str, mode: str, prim: Any, backend: Any) -> Any:
     return prim
 
 
-def binary(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
+def binary(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
     """``self <op> other`` for a tensor or a Python scalar ``other``."""
     if autocast.ACTIVE:
         self, other = autocast.cast_inputs(name, self, other)
@@ -117,7 +119,7 @@ _BOOL_ARITH = {
 _INT_DIVISION = frozenset({BinaryOp.FLOOR_DIV, BinaryOp.REMAINDER})
 
 
-def _bool_arith(name: str, op: str) -> str:
+def _bool_arith(name: str, op: BinaryOp) -> BinaryOp:
     logical = _BOOL_ARITH.get(op)
     if logical is not None:
         return logical
@@ -150,7 +152,7 @@ def _check_no_zero(name: str, divisor: Any, backend: Any) -> None:
         raise _division_by_zero(name, NP_TO_DTYPE[divisor.dtype])
 
 
-def reverse_scalar(self: Tensor, other: Any, op: str, name: str, mode: str) -> Tensor:
+def reverse_scalar(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
     """``other <op> self`` for a Python scalar ``other``: the scalar becomes a tensor."""
     value = as_scalar(name, other)
     p = self._p
@@ -163,7 +165,7 @@ def reverse_scalar(self: Tensor, other: Any, op: str, name: str, mode: str) -> T
     return binary(lhs, self, op, name, mode)
 
 
-def unary(self: Tensor, op: str, name: str, mode: str) -> Tensor:
+def unary(self: T, op: UnaryOp, name: str, mode: str) -> T:
     """``op(self)`` elementwise. Modes as for :func:`binary`, plus ``"numeric"``
     (ints and floats, bools rejected) and ``"any"``."""
     if autocast.ACTIVE:

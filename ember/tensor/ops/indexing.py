@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, INT_NP, as_scalar, check_device, promote_pair
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import broadcast_shapes, normalize_dim
 
+if TYPE_CHECKING:
+    from typing import Self
 
-class IndexingOps:
+
+class IndexingOps(TensorOpsBase):
     """Ops that read or write values at positions given by index or mask tensors."""
 
     __slots__ = ()
 
-    def _index_tensor(self, op: str, indices: Any) -> Any:
+    def _index_tensor(self, op: str, indices: Any) -> Self:
         if not isinstance(indices, self.__class__):
             indices = self.__class__.from_data(indices, device=self._d, dtype=DType.INT64)
         if indices._d is not self._d:
@@ -27,7 +31,7 @@ class IndexingOps:
             indices = indices.cast(DType.INT64)
         return indices
 
-    def gather(self, dim: int, indices: Any) -> Any:
+    def gather(self, dim: int, indices: Any) -> Self:
         """``out[i][j] = self[i][indices[i][j]]`` along ``dim`` (``torch.gather``)."""
         shape = self._p.shape
         dim = normalize_dim("gather", dim, len(shape))
@@ -42,7 +46,7 @@ class IndexingOps:
             )
         return self.__class__(self._d._b.gather(self._p, dim, indices._p), self._d)
 
-    def select(self, dim: int, indices: Any) -> Any:
+    def select(self, dim: int, indices: Any) -> Self:
         """The slices at ``indices`` (rank 1) along ``dim`` (``torch.index_select``)."""
         shape = self._p.shape
         dim = normalize_dim("select", dim, len(shape))
@@ -53,7 +57,7 @@ class IndexingOps:
 
     index_select = select
 
-    def select_assign(self, dim: int, indices: Any, values: Any) -> Any:
+    def select_assign(self, dim: int, indices: Any, values: Any) -> Self:
         """A copy with ``values`` added to the slices at ``indices`` along ``dim``
         (``torch.index_add``); repeated indices accumulate."""
         shape = self._p.shape
@@ -67,7 +71,7 @@ class IndexingOps:
             raise ShapeError(f"ember: select_assign: values must have shape {list(expected)}, got {list(values._p.shape)}")
         return self.__class__(self._d._b.select_add(self._p, dim, indices._p, values._p), self._d)
 
-    def _like(self, values: Any, op: str) -> Any:
+    def _like(self, values: Any, op: str) -> Self:
         """``values`` as a tensor of this tensor's dtype and device."""
         if not isinstance(values, self.__class__):
             raise DTypeError(f"ember: {op}: values must be a Tensor, got {type(values).__name__}")
@@ -77,7 +81,7 @@ class IndexingOps:
             values = values.cast(self.dtype)
         return values
 
-    def _mask(self, op: str, mask: Any) -> Any:
+    def _mask(self, op: str, mask: Any) -> Self:
         if not isinstance(mask, self.__class__) or mask._p.dtype != BOOL_NP:
             raise DTypeError(f"ember: {op}: the mask must be a bool Tensor, got {mask!r:.80}")
         if mask._d is not self._d:
@@ -85,7 +89,7 @@ class IndexingOps:
         broadcast_shapes(op, self._p.shape, mask._p.shape)
         return mask
 
-    def mask_where(self, mask: Any, value: Any) -> Any:
+    def mask_where(self, mask: Any, value: Any) -> Self:
         """``value`` where ``mask`` is true, else ``self`` (shapes broadcast)."""
         mask = self._mask("mask_where", mask)
         if not isinstance(value, self.__class__):
@@ -98,7 +102,7 @@ class IndexingOps:
         broadcast_shapes("mask_where", broadcast_shapes("mask_where", a.shape, b.shape), mask._p.shape)
         return self.__class__(self._d._b.where(mask._p, b, a), self._d)
 
-    def mask_fill(self, mask: Any, value: Any) -> Any:
+    def mask_fill(self, mask: Any, value: Any) -> Self:
         """``value`` (a scalar) where ``mask`` is true, else ``self``."""
         mask = self._mask("mask_fill", mask)
         value = as_scalar("mask_fill", value)
@@ -109,7 +113,7 @@ class IndexingOps:
             raise DTypeError(f"ember: mask_fill: a bool tensor takes a bool fill value, got {value!r}")
         return self.__class__(self._d._b.where(mask._p, value, p), self._d)
 
-    def masked_fill(self, mask: Any, value: Any) -> Any:
+    def masked_fill(self, mask: Any, value: Any) -> Self:
         """PyTorch's name for :meth:`mask_fill`: ``value`` (a scalar or a one-element
         tensor) where ``mask`` is true, else ``self``."""
         if isinstance(value, self.__class__):
@@ -121,14 +125,14 @@ class IndexingOps:
             return self.mask_where(mask, value.reshape(()).cast(self.dtype) if value.dtype != self.dtype else value.reshape(()))
         return self.mask_fill(mask, value)
 
-    def where(self, mask: Any, other: Any) -> Any:
+    def where(self, mask: Any, other: Any) -> Self:
         """``self`` where ``mask`` is true, else ``other`` (as ``torch.where(mask, self, other)``)."""
         if isinstance(other, self.__class__):
             return other.mask_where(mask, self)
         mask = self._mask("where", mask)
         return self.mask_fill(mask.bool_not(), other)
 
-    def argwhere(self) -> Any:
+    def argwhere(self) -> Self:
         """The ``[n, rank]`` int64 coordinates of nonzero (true) elements."""
         p = self._p
         mask = p if p.dtype == BOOL_NP else self._d._b.binary(BinaryOp.NE, p, 0)
@@ -142,7 +146,7 @@ class IndexingOps:
             return []
         return [coords[:, d] for d in range(len(self._p.shape))]
 
-    def masked_select(self, mask: Any) -> Any:
+    def masked_select(self, mask: Any) -> Self:
         """The elements where ``mask`` (broadcasting with this tensor) is true, in order,
         as a rank-1 tensor (``torch.masked_select``, Burn's ``mask_select``; one sync)."""
         mask = self._mask("masked_select", mask)
@@ -153,7 +157,7 @@ class IndexingOps:
 
     mask_select = masked_select
 
-    def take(self, dim_or_indices: Any, indices: Any = None) -> Any:
+    def take(self, dim_or_indices: Any, indices: Any = None) -> Self:
         """Burn's ``take(dim, indices)``: the slices at ``indices`` (any shape) along
         ``dim``, whose place the indices' dims take (``numpy.take`` with an axis). With
         one argument, ``torch.take(indices)``: elements of the flattened tensor, in the
@@ -171,11 +175,11 @@ class IndexingOps:
         picked = self.select(dim, index.reshape((-1,)))
         return picked.reshape(shape[:dim] + index._p.shape + shape[dim + 1:])
 
-    def one_hot(self, num_classes: int) -> Any:
+    def one_hot(self, num_classes: int) -> Self:
         """Class indices (an int tensor) as one-hot vectors in a new last dim (int64)."""
         return self.one_hot_fill(num_classes, 1, 0)
 
-    def one_hot_fill(self, num_classes: int, on_value: Any = 1, off_value: Any = 0, dtype: Any = None) -> Any:
+    def one_hot_fill(self, num_classes: int, on_value: Any = 1, off_value: Any = 0, dtype: Any = None) -> Self:
         """One-hot with chosen values; float ``on``/``off`` values give float32."""
         if self._p.dtype not in INT_NP:
             raise DTypeError(f"ember: one_hot: needs an int tensor of class indices, got {self.dtype}")

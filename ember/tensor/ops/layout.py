@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.backend.dtype import DType, promote
 from ember.errors import DTypeError, IndexOutOfBoundsError, ShapeError, ValueRangeError
 from ember.tensor.dispatch import NP_TO_DTYPE, as_scalar, check_device
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import broadcast_shapes, normalize_dim, normalize_dims, numel
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 def _index_value(op: str, value: Any) -> int:
@@ -17,13 +21,13 @@ def _index_value(op: str, value: Any) -> int:
     return int(value)
 
 
-class LayoutOps:
+class LayoutOps(TensorOpsBase):
     """Ops that move or select values without arithmetic."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------------ shape changes
-    def reshape(self, shape: Any) -> Any:
+    def reshape(self, shape: Any) -> Self:
         """The same values with a new shape; one dim may be -1 (inferred)."""
         if isinstance(shape, int) and not isinstance(shape, bool):
             shape = (shape,)
@@ -51,7 +55,7 @@ class LayoutOps:
 
     view = reshape
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Dims ``start_dim..=end_dim`` merged into one."""
         shape = self._p.shape
         if not shape:
@@ -62,20 +66,20 @@ class LayoutOps:
             raise ShapeError(f"ember: flatten: start_dim {start_dim} is after end_dim {end_dim}")
         return self.reshape(shape[:s] + (numel(shape[s:e + 1]),) + shape[e + 1:])
 
-    def squeeze(self, dim: int | None = None) -> Any:
+    def squeeze(self, dim: int | None = None) -> Self:
         """Without size-1 dims: all of them, or only ``dim``."""
         if dim is not None:
             return self.squeeze_dim(dim)
         return self.reshape(tuple(d for d in self._p.shape if d != 1))
 
-    def squeeze_dim(self, dim: int) -> Any:
+    def squeeze_dim(self, dim: int) -> Self:
         shape = self._p.shape
         dim = normalize_dim("squeeze_dim", dim, len(shape))
         if shape[dim] != 1:
             raise ShapeError(f"ember: squeeze_dim: dim {dim} of shape {list(shape)} has size {shape[dim]}, not 1")
         return self.reshape(shape[:dim] + shape[dim + 1:])
 
-    def squeeze_dims(self, dims: Sequence[int]) -> Any:
+    def squeeze_dims(self, dims: Sequence[int]) -> Self:
         """Without the size-1 dims ``dims``; an empty ``dims`` squeezes every size-1 dim
         (Burn's rule; PyTorch's ``squeeze(x, ())`` squeezes none)."""
         if not len(dims):
@@ -87,24 +91,24 @@ class LayoutOps:
                 raise ShapeError(f"ember: squeeze_dims: dim {d} of shape {list(shape)} has size {shape[d]}, not 1")
         return self.reshape(tuple(n for i, n in enumerate(shape) if i not in ds))
 
-    def unsqueeze_dim(self, dim: int) -> Any:
+    def unsqueeze_dim(self, dim: int) -> Self:
         """A new size-1 dim at ``dim`` (negative counts from the end of the result)."""
         shape = self._p.shape
         dim = normalize_dim("unsqueeze_dim", dim, len(shape), extra=1)
         return self.reshape(shape[:dim] + (1,) + shape[dim:])
 
-    def unsqueeze(self, dim: int = 0) -> Any:
+    def unsqueeze(self, dim: int = 0) -> Self:
         """A new size-1 dim at ``dim`` (default: in front)."""
         return self.unsqueeze_dim(dim)
 
-    def unsqueeze_dims(self, dims: Sequence[int]) -> Any:
+    def unsqueeze_dims(self, dims: Sequence[int]) -> Self:
         rank = len(self._p.shape) + len(dims)
         ds = normalize_dims("unsqueeze_dims", dims, rank)
         it = iter(self._p.shape)
         return self.reshape(tuple(1 if i in ds else next(it) for i in range(rank)))
 
     # ------------------------------------------------------------------ dim order
-    def permute(self, *axes: Any) -> Any:
+    def permute(self, *axes: Any) -> Self:
         """Dims reordered: result dim ``i`` is dim ``axes[i]`` of this tensor."""
         if len(axes) == 1 and not isinstance(axes[0], int):
             axes = tuple(axes[0])
@@ -116,7 +120,7 @@ class LayoutOps:
             return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.permute(self._p, axes), self._d)
 
-    def swap_dims(self, dim1: int, dim2: int) -> Any:
+    def swap_dims(self, dim1: int, dim2: int) -> Self:
         rank = len(self._p.shape)
         a = normalize_dim("swap_dims", dim1, rank)
         b = normalize_dim("swap_dims", dim2, rank)
@@ -124,7 +128,7 @@ class LayoutOps:
         axes[a], axes[b] = axes[b], axes[a]
         return self.permute(axes)
 
-    def transpose(self, dim1: int | None = None, dim2: int | None = None) -> Any:
+    def transpose(self, dim1: int | None = None, dim2: int | None = None) -> Self:
         """The last two dims swapped (or ``dim1`` and ``dim2``); rank < 2 is unchanged."""
         if dim1 is not None or dim2 is not None:
             return self.swap_dims(dim1 if dim1 is not None else -2, dim2 if dim2 is not None else -1)
@@ -133,10 +137,10 @@ class LayoutOps:
         return self.swap_dims(-2, -1)
 
     @property
-    def T(self) -> Any:  # noqa: N802 - numpy's name
+    def T(self) -> Self:  # noqa: N802 - numpy's name
         return self.transpose()
 
-    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Any:
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Dims ``source`` moved to positions ``destination`` (ints or equal-length lists);
         the other dims keep their order (``torch.movedim``)."""
         rank = len(self._p.shape)
@@ -154,7 +158,7 @@ class LayoutOps:
 
     moveaxis = movedim
 
-    def flip(self, dims: Sequence[int] | int) -> Any:
+    def flip(self, dims: Sequence[int] | int) -> Self:
         """Elements reversed along ``dims``."""
         if isinstance(dims, int):
             dims = (dims,)
@@ -164,7 +168,7 @@ class LayoutOps:
         return self.__class__(self._d._b.flip(self._p, axes), self._d)
 
     # ------------------------------------------------------------------ broadcast and repeat
-    def expand(self, shape: Any) -> Any:
+    def expand(self, shape: Any) -> Self:
         """Broadcast to ``shape`` (size-1 dims stretch; -1 keeps a dim; new dims go in front)."""
         dims = [_index_value("expand", d) for d in (shape if not isinstance(shape, int) else (shape,))]
         old = self._p.shape
@@ -183,10 +187,10 @@ class LayoutOps:
             return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.expand(self._p, new), self._d)
 
-    def broadcast_to(self, shape: Any) -> Any:
+    def broadcast_to(self, shape: Any) -> Self:
         return self.expand(shape)
 
-    def repeat_dim(self, dim: int, times: int) -> Any:
+    def repeat_dim(self, dim: int, times: int) -> Self:
         """The tensor repeated ``times`` times along ``dim`` (``[a, b]`` -> ``[a, b, a, b]``)."""
         shape = self._p.shape
         dim = normalize_dim("repeat_dim", dim, len(shape))
@@ -198,7 +202,7 @@ class LayoutOps:
         expanded = self.unsqueeze_dim(dim).expand(shape[:dim] + (times,) + shape[dim:])
         return expanded.reshape(shape[:dim] + (shape[dim] * times,) + shape[dim + 1:])
 
-    def repeat(self, sizes: Sequence[int]) -> Any:
+    def repeat(self, sizes: Sequence[int]) -> Self:
         """The tensor tiled ``sizes[i]`` times along each dim (as ``torch.Tensor.repeat``)."""
         sizes = list(sizes)
         if len(sizes) < len(self._p.shape):
@@ -262,7 +266,7 @@ class LayoutOps:
         # Canonical form: an empty range is (0, 0, 1); a non-empty one starts in bounds.
         return tuple(r if len(range(*r)) else (0, 0, 1) for r in out)
 
-    def slice(self, ranges: Sequence[Any]) -> Any:
+    def slice(self, ranges: Sequence[Any]) -> Self:
         """A region: one ``(start, end[, step])``, ``slice`` or ``None`` per leading dim.
 
         A ``(start, end, step)`` tuple has Burn's meaning: the elements of
@@ -281,7 +285,7 @@ class LayoutOps:
             return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.slice(self._p, slices), self._d)
 
-    def slice_assign(self, ranges: Sequence[Any], value: Any) -> Any:
+    def slice_assign(self, ranges: Sequence[Any], value: Any) -> Self:
         """A copy with the region ``ranges`` replaced by ``value`` (a tensor of the region's
         shape, or one that broadcasts to it, or a scalar)."""
         slices = self._normalize_slices("slice_assign", list(ranges))
@@ -305,11 +309,11 @@ class LayoutOps:
             value = value.cast(self.dtype)
         return self.__class__(self._d._b.slice_assign(self._p, slices, value._p), self._d)
 
-    def slice_fill(self, ranges: Sequence[Any], value: Any) -> Any:
+    def slice_fill(self, ranges: Sequence[Any], value: Any) -> Self:
         """A copy with the region ``ranges`` set to the scalar ``value``."""
         return self.slice_assign(ranges, value)
 
-    def narrow(self, dim: int, start: int, length: int) -> Any:
+    def narrow(self, dim: int, start: int, length: int) -> Self:
         """``length`` elements of ``dim`` from ``start``."""
         shape = self._p.shape
         dim = normalize_dim("narrow", dim, len(shape))
@@ -400,7 +404,7 @@ class LayoutOps:
         return LayoutOps._cat([t.unsqueeze_dim(dim) for t in tensors], dim)
 
     # ------------------------------------------------------------------ triangles
-    def _triangle_mask(self, op: str, diagonal: int, upper: bool) -> Any:
+    def _triangle_mask(self, op: str, diagonal: int, upper: bool) -> Self:
         shape = self._p.shape
         if len(shape) < 2:
             raise ShapeError(f"ember: {op}: needs rank >= 2, got shape {list(shape)}")
@@ -409,19 +413,19 @@ class LayoutOps:
         diff = cols.sub(rows)
         return diff.lower_elem(diagonal) if upper else diff.greater_elem(diagonal)
 
-    def tril(self, diagonal: int = 0) -> Any:
+    def tril(self, diagonal: int = 0) -> Self:
         """The lower triangle of the last two dims (above ``diagonal`` set to zero)."""
         return self.mask_fill(self._triangle_mask("tril", diagonal, False), False if self.dtype is DType.BOOL else 0)
 
-    def triu(self, diagonal: int = 0) -> Any:
+    def triu(self, diagonal: int = 0) -> Self:
         """The upper triangle of the last two dims (below ``diagonal`` set to zero)."""
         return self.mask_fill(self._triangle_mask("triu", diagonal, True), False if self.dtype is DType.BOOL else 0)
 
-    def tril_mask(self, diagonal: int = 0) -> Any:
+    def tril_mask(self, diagonal: int = 0) -> Self:
         """Bool mask, true strictly above ``diagonal`` (the positions ``tril`` zeroes)."""
         return self._triangle_mask("tril_mask", diagonal, False)
 
-    def triu_mask(self, diagonal: int = 0) -> Any:
+    def triu_mask(self, diagonal: int = 0) -> Self:
         """Bool mask, true strictly below ``diagonal`` (the positions ``triu`` zeroes)."""
         return self._triangle_mask("triu_mask", diagonal, True)
 

@@ -4,14 +4,18 @@ reach for (``outer``, ``tensordot``, ``cross``, ``trace``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.errors import ShapeError
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.einsum import einsum
 from ember.tensor.shape import normalize_dim, normalize_dims, numel
 
+if TYPE_CHECKING:
+    from typing import Self
 
-class LinalgOps:
+
+class LinalgOps(TensorOpsBase):
     """``einsum`` and named products (mixed into ``Tensor``)."""
 
     __slots__ = ()
@@ -21,19 +25,19 @@ class LinalgOps:
         """Einstein summation (see :func:`ember.tensor.ops.einsum.einsum`)."""
         return einsum(equation, *operands)
 
-    def outer(self, other: Any) -> Any:
+    def outer(self, other: Any) -> Self:
         """The outer product of two rank-1 tensors, ``[n, m]``."""
         if len(self._p.shape) != 1 or not hasattr(other, "_p") or len(other._p.shape) != 1:
             raise ShapeError("ember: outer: needs two rank-1 tensors")
         return self.unsqueeze_dim(1).mul(other.unsqueeze_dim(0))
 
-    def trace(self) -> Any:
+    def trace(self) -> Self:
         """The sum of the main diagonal of a matrix, shape ``[1]``."""
         if len(self._p.shape) != 2:
             raise ShapeError(f"ember: trace: needs a matrix, got shape {list(self._p.shape)}")
         return self.diagonal().sum()
 
-    def cross(self, other: Any, dim: int = -1) -> Any:
+    def cross(self, other: Any, dim: int = -1) -> Self:
         """The cross product of 3-vectors along ``dim`` (shapes broadcast)."""
         dim = normalize_dim("cross", dim, len(self._p.shape))
         if self._p.shape[dim] != 3 or other._p.shape[dim - len(self._p.shape)] != 3:
@@ -43,7 +47,7 @@ class LinalgOps:
         parts = [a[1].mul(b[2]).sub(a[2].mul(b[1])), a[2].mul(b[0]).sub(a[0].mul(b[2])), a[0].mul(b[1]).sub(a[1].mul(b[0]))]
         return self.__class__.cat(parts, dim)
 
-    def tensordot(self, other: Any, dims: int | Sequence[Sequence[int]] = 2) -> Any:
+    def tensordot(self, other: Any, dims: int | Sequence[Sequence[int]] = 2) -> Self:
         """The sum of products over the last ``dims`` dims of ``self`` and the first of
         ``other`` (or the given pairs of dims), as ``torch.tensordot``."""
         ra, rb = len(self._p.shape), len(other._p.shape)

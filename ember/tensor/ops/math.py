@@ -10,57 +10,64 @@ are written here once over exact ops, so every backend and autodiff run them.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ml_dtypes
 
 from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import DTypeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.elementwise import binary, is_integral, unary
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from ember.tensor.tensor import Tensor
 
 _LN2 = math.log(2.0)
 _DEG = math.pi / 180.0
 
 
-class MathOps:
+class MathOps(TensorOpsBase):
     """Elementwise math beyond the arithmetic basics (float results unless noted)."""
 
     __slots__ = ()
 
-    def softmax(self, dim: int) -> Any:
+    # These two run functions of ember.tensor.activation, typed over Tensor (what self is).
+    def softmax(self, dim: int) -> Tensor:
         """``exp(x) / sum(exp(x))`` along ``dim`` (``ember.tensor.activation.softmax``)."""
         from ember.tensor.activation import softmax
 
-        return softmax(self, dim)
+        return softmax(cast("Tensor", self), dim)
 
-    def log_softmax(self, dim: int) -> Any:
+    def log_softmax(self, dim: int) -> Tensor:
         """``log(softmax(x))`` along ``dim``, computed stably."""
         from ember.tensor.activation import log_softmax
 
-        return log_softmax(self, dim)
+        return log_softmax(cast("Tensor", self), dim)
 
     # ------------------------------------------------------------------ primitives
-    def log2(self) -> Any:
+    def log2(self) -> Self:
         """The base-2 logarithm (exact at powers of two)."""
         return unary(self, UnaryOp.LOG2, "log2", "float")
 
-    def log10(self) -> Any:
+    def log10(self) -> Self:
         """The base-10 logarithm (exact at powers of ten)."""
         return unary(self, UnaryOp.LOG10, "log10", "float")
 
-    def exp2(self) -> Any:
+    def exp2(self) -> Self:
         """``2 ** self``."""
         return unary(self, UnaryOp.EXP2, "exp2", "float")
 
-    def asinh(self) -> Any:
+    def asinh(self) -> Self:
         return unary(self, UnaryOp.ASINH, "asinh", "float")
 
-    def acosh(self) -> Any:
+    def acosh(self) -> Self:
         """The inverse hyperbolic cosine (NaN below 1)."""
         return unary(self, UnaryOp.ACOSH, "acosh", "float")
 
-    def atanh(self) -> Any:
+    def atanh(self) -> Self:
         """The inverse hyperbolic tangent (NaN outside [-1, 1], infinite at +-1)."""
         return unary(self, UnaryOp.ATANH, "atanh", "float")
 
@@ -68,20 +75,20 @@ class MathOps:
     arccosh = acosh
     arctanh = atanh
 
-    def copysign(self, other: Any) -> Any:
+    def copysign(self, other: Any) -> Self:
         """``|self|`` with the sign (bit) of ``other``, ``-0.0`` and NaNs included."""
         return binary(self, other, BinaryOp.COPYSIGN, "copysign", "float")
 
     # ------------------------------------------------------------------ composites
-    def deg2rad(self) -> Any:
+    def deg2rad(self) -> Self:
         """Degrees to radians."""
         return self.float().mul_scalar(_DEG)
 
-    def rad2deg(self) -> Any:
+    def rad2deg(self) -> Self:
         """Radians to degrees."""
         return self.float().mul_scalar(1.0 / _DEG)
 
-    def hypot(self, other: Any) -> Any:
+    def hypot(self, other: Any) -> Self:
         """``sqrt(self^2 + other^2)`` without overflow or underflow: the larger
         magnitude times ``sqrt(1 + r^2)``, ``r`` the ratio of the smaller to it;
         infinite where either operand is (even against NaN, as C's ``hypot``)."""
@@ -91,13 +98,13 @@ class MathOps:
         ratio = small.div(big.mask_fill(big.equal_elem(0.0), 1.0))
         out = big.mul(ratio.mul(ratio).add_scalar(1.0).sqrt())
         infinite = a.is_inf()
-        if isinstance(b, self.__class__):
+        if not isinstance(b, float):
             infinite = infinite.bool_or(b.is_inf())
         elif math.isinf(b):
             return out.full_like(math.inf)
         return out.mask_fill(infinite, math.inf)
 
-    def fmod(self, other: Any) -> Any:
+    def fmod(self, other: Any) -> Self:
         """The C remainder: ``self - trunc(self / other) * other``, with the sign of
         ``self`` (``remainder`` takes the divisor's). Exact, computed as
         ``copysign(remainder(|self|, |other|), self)``; ints stay ints."""
@@ -109,10 +116,10 @@ class MathOps:
             return magnitude.copysign(self if self._p.dtype in FLOAT_NP else self.float())
         return magnitude.mul(self.sign())
 
-    def fmod_scalar(self, value: Any) -> Any:
+    def fmod_scalar(self, value: Any) -> Self:
         return self.fmod(as_scalar("fmod_scalar", value))
 
-    def logaddexp(self, other: Any) -> Any:
+    def logaddexp(self, other: Any) -> Self:
         """``log(exp(self) + exp(other))``, computed stably (infinities included)."""
         a = self.float()
         b = other.float() if isinstance(other, self.__class__) else float(as_scalar("logaddexp", other))
@@ -122,12 +129,12 @@ class MathOps:
         peak = a.maximum(b) if isinstance(b, self.__class__) else a.clamp_min(b)
         return peak.add(diff.abs().neg().exp().log1p())
 
-    def logaddexp2(self, other: Any) -> Any:
+    def logaddexp2(self, other: Any) -> Self:
         """``log2(2^self + 2^other)``, computed stably."""
         scaled = other.float().mul_scalar(_LN2) if isinstance(other, self.__class__) else float(other) * _LN2
         return self.float().mul_scalar(_LN2).logaddexp(scaled).div_scalar(_LN2)
 
-    def lerp(self, end: Any, weight: Any) -> Any:
+    def lerp(self, end: Any, weight: Any) -> Self:
         """``self + weight * (end - self)`` (PyTorch's two-sided form: exact at both ends)."""
         start = self.float()
         if not isinstance(end, self.__class__):
@@ -140,22 +147,22 @@ class MathOps:
         high = end.sub(span.mul(weight.float().neg().add_scalar(1.0)))
         return high.mask_where(weight.abs().lower_elem(0.5), low)
 
-    def xlogy(self, other: Any) -> Any:
+    def xlogy(self, other: Any) -> Self:
         """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN)."""
         x = self.float()
         y = other.float() if isinstance(other, self.__class__) else x.full_like(float(as_scalar("xlogy", other)))
         zero = x.equal_elem(0.0).bool_and(y.is_nan().bool_not())
         return x.mul(y.mask_fill(zero, 1.0).log())
 
-    def fmax(self, other: Any) -> Any:
+    def fmax(self, other: Any) -> Self:
         """The elementwise maximum ignoring NaN: NaN only where both are NaN."""
         return self._nan_ignoring(other, "fmax")
 
-    def fmin(self, other: Any) -> Any:
+    def fmin(self, other: Any) -> Self:
         """The elementwise minimum ignoring NaN: NaN only where both are NaN."""
         return self._nan_ignoring(other, "fmin")
 
-    def _nan_ignoring(self, other: Any, op: str) -> Any:
+    def _nan_ignoring(self, other: Any, op: str) -> Self:
         both = self.maximum(other) if op == "fmax" else self.minimum(other)
         if both._p.dtype not in FLOAT_NP:
             return both
@@ -163,25 +170,25 @@ class MathOps:
         b = other.cast(both.dtype) if isinstance(other, self.__class__) else both.full_like(float(other))
         return both.mask_where(a.is_nan(), b).mask_where(b.is_nan(), a)
 
-    def ldexp(self, other: Any) -> Any:
+    def ldexp(self, other: Any) -> Self:
         """``self * 2 ** other``."""
         exponent = other.float().exp2() if isinstance(other, self.__class__) else 2.0 ** float(as_scalar("ldexp", other))
         return self.float().mul(exponent)
 
-    def frac(self) -> Any:
+    def frac(self) -> Self:
         """The fractional part, ``self - trunc(self)`` (sign of ``self``)."""
         if self._p.dtype not in FLOAT_NP:
             return self.zeros_like() if self._p.dtype != BOOL_NP else self.int().zeros_like()
         return self.sub(self.trunc())
 
-    def sinc(self) -> Any:
+    def sinc(self) -> Self:
         """The normalised sinc, ``sin(pi x) / (pi x)``, 1 at 0."""
         x = self.float()
         zero = x.equal_elem(0.0)
         px = x.mask_fill(zero, 1.0).mul_scalar(math.pi)
         return px.sin().div(px).mask_fill(zero, 1.0)
 
-    def logit(self, eps: float | None = None) -> Any:
+    def logit(self, eps: float | None = None) -> Self:
         """``log(p / (1 - p))``; with ``eps`` the input is first clamped to ``[eps, 1 - eps]``."""
         p = self.float()
         if eps is not None:
@@ -190,7 +197,7 @@ class MathOps:
             p = p.clamp(eps, 1.0 - eps)
         return p.div(p.neg().add_scalar(1.0)).log()
 
-    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Any:
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Self:
         """NaN, +inf and -inf replaced (infinities by the dtype's largest finite values
         unless given)."""
         if self._p.dtype not in FLOAT_NP:

@@ -4,20 +4,24 @@ modes, and negative widths (which crop)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.errors import IndexOutOfBoundsError, ShapeError, ValueRangeError
 from ember.tensor.dispatch import as_scalar
+from ember.tensor.ops.base import TensorOpsBase
+
+if TYPE_CHECKING:
+    from typing import Self
 
 _MODES = ("constant", "reflect", "replicate", "edge", "circular")
 
 
-class PadOps:
+class PadOps(TensorOpsBase):
     """``pad`` (mixed into ``Tensor``)."""
 
     __slots__ = ()
 
-    def pad(self, padding: Sequence[int], value: Any = 0, mode: str = "constant") -> Any:
+    def pad(self, padding: Sequence[int], value: Any = 0, mode: str = "constant") -> Self:
         """Padding as ``torch.nn.functional.pad``: ``(left, right, top, bottom, ...)``
         pairs from the last dim backward. ``mode`` is ``"constant"`` (with ``value``),
         ``"reflect"`` (mirror, edge not repeated), ``"replicate"`` (or ``"edge"``: the edge
@@ -48,7 +52,7 @@ class PadOps:
                 out = out._pad_dim(dim, before, after, value, mode)
         return out
 
-    def _pad_dim(self, dim: int, before: int, after: int, value: Any, mode: str) -> Any:
+    def _pad_dim(self, dim: int, before: int, after: int, value: Any, mode: str) -> Self:
         n = self._p.shape[dim]
         cls = self.__class__
         if mode == "constant":

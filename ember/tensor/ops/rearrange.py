@@ -8,13 +8,17 @@ differentiates them and every backend runs them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ember.backend.dtype import DType
 from ember.errors import IndexOutOfBoundsError, ShapeError, ValueRangeError
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import normalize_dim, normalize_dims, numel
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 def _int(op: str, name: str, value: Any) -> int:
@@ -23,13 +27,13 @@ def _int(op: str, name: str, value: Any) -> int:
     return int(value)
 
 
-class RearrangeOps:
+class RearrangeOps(TensorOpsBase):
     """Rolls, repeats, diagonals, windows and dim walks (mixed into ``Tensor``)."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------------ rolls and rotations
-    def roll_dim(self, shift: int, dim: int) -> Any:
+    def roll_dim(self, shift: int, dim: int) -> Self:
         """Elements shifted by ``shift`` along ``dim``, wrapping around (Burn's ``roll_dim``)."""
         shape = self._p.shape
         dim = normalize_dim("roll_dim", dim, len(shape))
@@ -40,7 +44,7 @@ class RearrangeOps:
         s = shift % n
         return self.__class__.cat([self.narrow(dim, n - s, s), self.narrow(dim, 0, n - s)], dim)
 
-    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Any:
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
         """Elements shifted along ``dims`` by ``shifts`` (one per dim), wrapping around;
         without ``dims`` the flattened tensor is rolled and reshaped back (``torch.roll``)."""
         if dims is None:
@@ -58,7 +62,7 @@ class RearrangeOps:
             out = out.roll_dim(shift, dim)
         return out
 
-    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
         """Rotated by ``k`` quarter turns in the plane of ``dims`` (from the first toward
         the second, as ``torch.rot90``)."""
         if len(dims) != 2:
@@ -74,7 +78,7 @@ class RearrangeOps:
         return self.flip(d0).swap_dims(d0, d1)
 
     # ------------------------------------------------------------------ repeats and shapes
-    def unflatten(self, dim: int, sizes: Sequence[int]) -> Any:
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
         """Dim ``dim`` split into ``sizes`` (one may be -1), as ``torch.unflatten``."""
         shape = self._p.shape
         dim = normalize_dim("unflatten", dim, len(shape))
@@ -90,7 +94,7 @@ class RearrangeOps:
             raise ShapeError(f"ember: unflatten: sizes {sizes} do not multiply to dim {dim}'s size {shape[dim]}")
         return self.reshape(shape[:dim] + tuple(sizes) + shape[dim + 1:])
 
-    def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Any:
+    def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Self:
         """Each element (slice) repeated ``repeats`` times in place along ``dim``
         (``[a, b]`` -> ``[a, a, b, b]``); ``repeats`` an int or one count per element;
         without ``dim`` the flattened tensor (``torch.repeat_interleave``)."""
@@ -119,29 +123,31 @@ class RearrangeOps:
         index = self.__class__.from_data(np.repeat(np.arange(n, dtype=np.int64), counts), device=self._d)
         return x.select(dim, index)
 
-    def tile(self, reps: Sequence[int]) -> Any:
+    def tile(self, reps: Sequence[int]) -> Self:
         """The tensor tiled ``reps[i]`` times along each dim; fewer reps than dims apply
         to the last dims (``torch.tile``)."""
         reps = [reps] if isinstance(reps, int) else list(reps)
         rank = len(self._p.shape)
         return self.repeat([1] * (rank - len(reps)) + reps)
 
-    def pixel_shuffle(self, upscale_factor: int) -> Any:
+    def pixel_shuffle(self, upscale_factor: int) -> Self:
         """``[..., C * r^2, H, W]`` to ``[..., C, H * r, W * r]`` (``torch.pixel_shuffle``)."""
         r = _int("pixel_shuffle", "upscale_factor", upscale_factor)
-        *batch, c, h, w = self._p.shape if len(self._p.shape) >= 3 else (None, None, None)
-        if c is None or r < 1 or c % (r * r):
+        rank = len(self._p.shape)
+        *batch, c, h, w = self._p.shape if rank >= 3 else (0, 0, 0)
+        if rank < 3 or r < 1 or c % (r * r):
             raise ShapeError(f"ember: pixel_shuffle: needs [..., C * {r}^2, H, W], got shape {list(self._p.shape)}")
         n = len(batch)
         x = self.reshape(tuple(batch) + (c // (r * r), r, r, h, w))
         x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
         return x.reshape(tuple(batch) + (c // (r * r), h * r, w * r))
 
-    def pixel_unshuffle(self, downscale_factor: int) -> Any:
+    def pixel_unshuffle(self, downscale_factor: int) -> Self:
         """The inverse of :meth:`pixel_shuffle`: ``[..., C, H * r, W * r]`` to ``[..., C * r^2, H, W]``."""
         r = _int("pixel_unshuffle", "downscale_factor", downscale_factor)
-        *batch, c, h, w = self._p.shape if len(self._p.shape) >= 3 else (None, None, None)
-        if c is None or r < 1 or h % r or w % r:
+        rank = len(self._p.shape)
+        *batch, c, h, w = self._p.shape if rank >= 3 else (0, 0, 0)
+        if rank < 3 or r < 1 or h % r or w % r:
             raise ShapeError(f"ember: pixel_unshuffle: needs [..., C, H * {r}, W * {r}], got shape {list(self._p.shape)}")
         n = len(batch)
         x = self.reshape(tuple(batch) + (c, h // r, r, w // r, r))
@@ -149,7 +155,7 @@ class RearrangeOps:
         return x.reshape(tuple(batch) + (c * r * r, h // r, w // r))
 
     # ------------------------------------------------------------------ diagonals
-    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
         """The diagonal ``offset`` (above the main one when positive) of the planes
         spanned by ``dim1`` and ``dim2``, as a new last dim (``torch.diagonal``)."""
         rank = len(self._p.shape)
@@ -168,7 +174,7 @@ class RearrangeOps:
         ranges: list[Any] = [None] * len(batch) + [(start, start + (length - 1) * (cols + 1) + 1, cols + 1)]
         return flat.slice(ranges)
 
-    def diag(self, diagonal: int = 0) -> Any:
+    def diag(self, diagonal: int = 0) -> Self:
         """``torch.diag``: a rank-1 tensor becomes the square matrix with it on diagonal
         ``diagonal``; a matrix gives its diagonal ``diagonal`` as a rank-1 tensor."""
         rank = len(self._p.shape)
@@ -186,7 +192,7 @@ class RearrangeOps:
         return out.reshape((size, size))
 
     # ------------------------------------------------------------------ windows
-    def unfold(self, dim: int, size: int, step: int) -> Any:
+    def unfold(self, dim: int, size: int, step: int) -> Self:
         """Sliding windows of ``size`` elements every ``step`` along ``dim``: that dim
         becomes the window count and a new last dim holds each window
         (``torch.Tensor.unfold``, Burn's ``unfold``)."""
@@ -208,7 +214,7 @@ class RearrangeOps:
         return out if shape else out.reshape((size,))
 
     # ------------------------------------------------------------------ walking a dim
-    def select_dim(self, dim: int, index: int) -> Any:
+    def select_dim(self, dim: int, index: int) -> Self:
         """The slice at ``index`` along ``dim``, that dim removed (Burn's ``select_dim``,
         PyTorch's ``Tensor.select``); a negative index counts from the end."""
         shape = self._p.shape

@@ -7,15 +7,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp
 from ember.errors import ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.pytorch_hints import reduction_error
 from ember.tensor.shape import normalize_dim, normalize_dims
+
+if TYPE_CHECKING:
+    from typing import Self
 
 # Sums and products of bools and narrow ints are computed and returned in int64, as
 # in PyTorch (a uint8 sum of 200 + 200 is 400, not 144); max/min keep the dtype.
@@ -24,7 +28,7 @@ _BOOL_EXTREME = {ReduceOp.MAX: ReduceOp.ANY, ReduceOp.MIN: ReduceOp.ALL}
 _I64_NP = DType.INT64.np
 
 
-class ReduceOps:
+class ReduceOps(TensorOpsBase):
     """Reductions along one dim or all dims, scans, sort and top-k.
 
     Dtypes as PyTorch: ``sum``/``prod``/``cumsum``/``cumprod`` of bool, uint8 and int32
@@ -34,7 +38,7 @@ class ReduceOps:
 
     __slots__ = ()
 
-    def _reduce(self, op: str, name: str, dim: int | None) -> Any:
+    def _reduce(self, op: ReduceOp, name: str, dim: int | None) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
         p = self._p
@@ -61,65 +65,65 @@ class ReduceOps:
             raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(self._p.shape)})")
         return self.__class__(backend.reduce(op, p, dim), self._d)
 
-    def sum(self, *args: Any, **kwargs: Any) -> Any:
+    def sum(self, *args: Any, **kwargs: Any) -> Self:
         """The sum of all elements, shape ``[1]``."""
         if args or kwargs:  # PyTorch's x.sum(dim): ember's spelling is in the error
             raise reduction_error(self, "sum", args, kwargs)
         return self._reduce(ReduceOp.SUM, "sum", None)
 
-    def sum_dim(self, dim: int) -> Any:
+    def sum_dim(self, dim: int) -> Self:
         """The sum along ``dim``, kept with size 1."""
         return self._reduce(ReduceOp.SUM, "sum_dim", dim)
 
-    def sum_dims(self, dims: Sequence[int]) -> Any:
+    def sum_dims(self, dims: Sequence[int]) -> Self:
         out = self
         for d in normalize_dims("sum_dims", dims, len(self._p.shape)):
             out = out.sum_dim(d)
         return out
 
-    def sum_dims_squeeze(self, dims: Sequence[int]) -> Any:
+    def sum_dims_squeeze(self, dims: Sequence[int]) -> Self:
         """The sum along ``dims``, which are removed (Burn's ``sum_dims_squeeze``)."""
         dims = normalize_dims("sum_dims_squeeze", dims, len(self._p.shape))
         out = self.sum_dims(dims)
         return out.reshape(tuple(n for i, n in enumerate(out._p.shape) if i not in dims)) if dims else out
 
-    def mean(self, *args: Any, **kwargs: Any) -> Any:
+    def mean(self, *args: Any, **kwargs: Any) -> Self:
         if args or kwargs:  # PyTorch's x.mean(dim): ember's spelling is in the error
             raise reduction_error(self, "mean", args, kwargs)
         return self._reduce(ReduceOp.MEAN, "mean", None)
 
-    def mean_dim(self, dim: int) -> Any:
+    def mean_dim(self, dim: int) -> Self:
         return self._reduce(ReduceOp.MEAN, "mean_dim", dim)
 
-    def mean_dims(self, dims: Sequence[int]) -> Any:
+    def mean_dims(self, dims: Sequence[int]) -> Self:
         out = self
         for d in normalize_dims("mean_dims", dims, len(self._p.shape)):
             out = out.mean_dim(d)
         return out
 
-    def max_dims(self, dims: Sequence[int]) -> Any:
+    def max_dims(self, dims: Sequence[int]) -> Self:
         """The maxima along each of ``dims`` (all kept with size 1)."""
         return self._fold_dims("max_dims", dims, "max_dim")
 
-    def min_dims(self, dims: Sequence[int]) -> Any:
+    def min_dims(self, dims: Sequence[int]) -> Self:
         return self._fold_dims("min_dims", dims, "min_dim")
 
-    def prod_dims(self, dims: Sequence[int]) -> Any:
+    def prod_dims(self, dims: Sequence[int]) -> Self:
         return self._fold_dims("prod_dims", dims, "prod_dim")
 
-    def any_dims(self, dims: Sequence[int]) -> Any:
+    def any_dims(self, dims: Sequence[int]) -> Self:
         return self._fold_dims("any_dims", dims, "any_dim")
 
-    def all_dims(self, dims: Sequence[int]) -> Any:
+    def all_dims(self, dims: Sequence[int]) -> Self:
         return self._fold_dims("all_dims", dims, "all_dim")
 
-    def _fold_dims(self, name: str, dims: Sequence[int], method: str) -> Any:
+    def _fold_dims(self, name: str, dims: Sequence[int], method: str) -> Self:
         out = self
         for d in normalize_dims(name, [dims] if isinstance(dims, int) else dims, len(self._p.shape)):
             out = getattr(out, method)(d)
         return out
 
-    def _torch_reduce(self, name: str, dim: Any, keepdim: bool, method: str, full: str) -> Any:
+    def _torch_reduce(self, name: str, dim: Any, keepdim: bool, method: str, full: str) -> Self:
         """PyTorch's form of a reduction: all dims (``dim=None``) or some, squeezed
         unless ``keepdim``."""
         rank = len(self._p.shape)
@@ -130,86 +134,86 @@ class ReduceOps:
         out = self._fold_dims(name, dims, method)
         return out if keepdim else out.squeeze_dims(list(dims)) if dims else out
 
-    def amax(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Any:
+    def amax(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """``torch.amax``: the maximum over ``dim`` (all dims when ``None``), squeezed
         unless ``keepdim``; ties share the gradient evenly."""
         return self._torch_reduce("amax", dim, keepdim, "_max_dim_even", "max")
 
-    def amin(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Any:
+    def amin(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         return self._torch_reduce("amin", dim, keepdim, "_min_dim_even", "min")
 
-    def _max_dim_even(self, dim: int) -> Any:
+    def _max_dim_even(self, dim: int) -> Self:
         return self._reduce(ReduceOp.MAX, "amax", dim)
 
-    def _min_dim_even(self, dim: int) -> Any:
+    def _min_dim_even(self, dim: int) -> Self:
         return self._reduce(ReduceOp.MIN, "amin", dim)
 
     def aminmax(self, dim: int | None = None, keepdim: bool = False) -> tuple[Any, Any]:
         """``(amin, amax)`` (``torch.aminmax``)."""
         return self.amin(dim, keepdim), self.amax(dim, keepdim)
 
-    def max_abs(self) -> Any:
+    def max_abs(self) -> Self:
         """The largest absolute value, shape ``[1]`` (Burn's)."""
         return self.abs().max() if self._p.dtype != BOOL_NP else self.max()
 
-    def max_abs_dim(self, dim: int) -> Any:
+    def max_abs_dim(self, dim: int) -> Self:
         return (self.abs() if self._p.dtype != BOOL_NP else self).max_dim(dim)
 
-    def max_abs_dims(self, dims: Sequence[int]) -> Any:
+    def max_abs_dims(self, dims: Sequence[int]) -> Self:
         return (self.abs() if self._p.dtype != BOOL_NP else self).max_dims(dims)
 
-    def count_nonzero(self, dim: int | None = None) -> Any:
+    def count_nonzero(self, dim: int | None = None) -> Self:
         """The number of nonzero elements (int64): all (shape ``[1]``) or along ``dim`` (kept)."""
         nonzero = self.not_equal_elem(False if self._p.dtype == BOOL_NP else 0).int()
         return nonzero.sum() if dim is None else nonzero.sum_dim(dim)
 
-    def nansum(self) -> Any:
+    def nansum(self) -> Self:
         """The sum ignoring NaNs, shape ``[1]``."""
         return self._without_nan().sum()
 
-    def nansum_dim(self, dim: int) -> Any:
+    def nansum_dim(self, dim: int) -> Self:
         return self._without_nan().sum_dim(dim)
 
-    def nanmean(self) -> Any:
+    def nanmean(self) -> Self:
         """The mean of the non-NaN elements, shape ``[1]``."""
         kept = self.float().is_nan().bool_not().float()
         return self._without_nan().float().sum().div(kept.sum())
 
-    def nanmean_dim(self, dim: int) -> Any:
+    def nanmean_dim(self, dim: int) -> Self:
         kept = self.float().is_nan().bool_not().float()
         return self._without_nan().float().sum_dim(dim).div(kept.sum_dim(dim))
 
-    def _without_nan(self) -> Any:
+    def _without_nan(self) -> Self:
         if self._p.dtype not in FLOAT_NP:
             return self
         return self.mask_fill(self.is_nan(), 0.0)
 
-    def prod(self, *args: Any, **kwargs: Any) -> Any:
+    def prod(self, *args: Any, **kwargs: Any) -> Self:
         if args or kwargs:  # PyTorch's x.prod(dim): ember's spelling is in the error
             raise reduction_error(self, "prod", args, kwargs)
         return self._reduce(ReduceOp.PROD, "prod", None)
 
-    def prod_dim(self, dim: int) -> Any:
+    def prod_dim(self, dim: int) -> Self:
         return self._reduce(ReduceOp.PROD, "prod_dim", dim)
 
-    def max(self, *args: Any, **kwargs: Any) -> Any:
+    def max(self, *args: Any, **kwargs: Any) -> Self:
         """The largest element, shape ``[1]`` (NaN propagates)."""
         if args or kwargs:  # PyTorch's x.max(dim): ember's spelling is in the error
             raise reduction_error(self, "max", args, kwargs)
         return self._reduce(ReduceOp.MAX, "max", None)
 
-    def max_dim(self, dim: int) -> Any:
+    def max_dim(self, dim: int) -> Self:
         return self.max_dim_with_indices(dim)[0]
 
-    def min(self, *args: Any, **kwargs: Any) -> Any:
+    def min(self, *args: Any, **kwargs: Any) -> Self:
         if args or kwargs:  # PyTorch's x.min(dim): ember's spelling is in the error
             raise reduction_error(self, "min", args, kwargs)
         return self._reduce(ReduceOp.MIN, "min", None)
 
-    def min_dim(self, dim: int) -> Any:
+    def min_dim(self, dim: int) -> Self:
         return self.min_dim_with_indices(dim)[0]
 
-    def _extreme_with_indices(self, arg: str, name: str, dim: int) -> tuple[Any, Any]:
+    def _extreme_with_indices(self, arg: ArgReduceOp, name: str, dim: int) -> tuple[Any, Any]:
         indices = self._arg_reduce(arg, name, dim)
         return self.gather(normalize_dim(name, dim, len(self._p.shape)), indices), indices
 
@@ -221,7 +225,7 @@ class ReduceOps:
     def min_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._extreme_with_indices(ArgReduceOp.ARGMIN, "min_dim_with_indices", dim)
 
-    def _arg_reduce(self, op: str, name: str, dim: int) -> Any:
+    def _arg_reduce(self, op: ArgReduceOp, name: str, dim: int) -> Self:
         p = self._p
         dim = normalize_dim(name, dim, len(p.shape))
         if p.shape[dim] == 0:
@@ -230,45 +234,45 @@ class ReduceOps:
             p = self._d._b.cast(p, DType.INT64)
         return self.__class__(self._d._b.arg_reduce(op, p, dim), self._d)
 
-    def argmax(self, dim: int | None = None, keepdim: bool | None = None) -> Any:
+    def argmax(self, dim: int | None = None, keepdim: bool | None = None) -> Self:
         """Indices (int64) of the maxima along ``dim``, kept with size 1 (Burn's form)
         unless ``keepdim=False`` (PyTorch's default, which must be asked for here);
         the first on ties. Without ``dim``, the flat index of the maximum, shape ``[1]``."""
         return self._arg_extreme(ArgReduceOp.ARGMAX, "argmax", dim, keepdim)
 
-    def argmin(self, dim: int | None = None, keepdim: bool | None = None) -> Any:
+    def argmin(self, dim: int | None = None, keepdim: bool | None = None) -> Self:
         return self._arg_extreme(ArgReduceOp.ARGMIN, "argmin", dim, keepdim)
 
-    def _arg_extreme(self, op: Any, name: str, dim: int | None, keepdim: bool | None) -> Any:
+    def _arg_extreme(self, op: Any, name: str, dim: int | None, keepdim: bool | None) -> Self:
         if dim is None:
             return self.reshape((-1,))._arg_reduce(op, name, 0)
         out = self._arg_reduce(op, name, dim)
         return out.squeeze_dim(dim) if keepdim is False else out
 
-    def any(self, *args: Any, **kwargs: Any) -> Any:
+    def any(self, *args: Any, **kwargs: Any) -> Self:
         """Whether any element is nonzero, as a bool tensor of shape ``[1]``."""
         if args or kwargs:  # PyTorch's x.any(dim): ember's spelling is in the error
             raise reduction_error(self, "any", args, kwargs)
         return self._reduce(ReduceOp.ANY, "any", None)
 
-    def any_dim(self, dim: int) -> Any:
+    def any_dim(self, dim: int) -> Self:
         return self._reduce(ReduceOp.ANY, "any_dim", dim)
 
-    def all(self, *args: Any, **kwargs: Any) -> Any:
+    def all(self, *args: Any, **kwargs: Any) -> Self:
         if args or kwargs:  # PyTorch's x.all(dim): ember's spelling is in the error
             raise reduction_error(self, "all", args, kwargs)
         return self._reduce(ReduceOp.ALL, "all", None)
 
-    def all_dim(self, dim: int) -> Any:
+    def all_dim(self, dim: int) -> Self:
         return self._reduce(ReduceOp.ALL, "all_dim", dim)
 
     # ------------------------------------------------------------------ statistics
-    def var(self, dim: int | None = None, correction: float = 1) -> Any:
+    def var(self, dim: int | None = None, correction: float = 1) -> Self:
         """The variance along ``dim`` (kept; all elements, shape ``[1]``, when ``None``),
         dividing by ``n - correction`` (1: unbiased, 0: biased; as PyTorch's)."""
         return self._var(dim, correction, "var")
 
-    def var_bias(self, dim: int) -> Any:
+    def var_bias(self, dim: int) -> Self:
         """The biased variance (divides by ``n``) along ``dim``, kept."""
         return self._var(dim, 0, "var_bias")
 
@@ -280,7 +284,7 @@ class ReduceOps:
     def var_mean_bias(self, dim: int) -> tuple[Any, Any]:
         return self.var_bias(dim), self.float().mean_dim(dim)
 
-    def std(self, dim: int | None = None, correction: float = 1) -> Any:
+    def std(self, dim: int | None = None, correction: float = 1) -> Self:
         """The standard deviation: the square root of :meth:`var`; its gradient is 0
         where it is 0 (a constant row), as in PyTorch."""
         return _root(self._var(dim, correction, "std"), 2.0)
@@ -289,7 +293,7 @@ class ReduceOps:
         var, mean = self.var_mean(dim, correction)
         return _root(var, 2.0), mean
 
-    def _var(self, dim: int | None, correction: float, name: str) -> Any:
+    def _var(self, dim: int | None, correction: float, name: str) -> Self:
         x = self.float()
         if dim is None:
             x, dim = x.reshape((-1,)), 0
@@ -300,7 +304,7 @@ class ReduceOps:
         diff = x.sub(x.mean_dim(dim))
         return diff.mul(diff).sum_dim(dim).div_scalar(float(max(n - correction, 0)))
 
-    def logsumexp(self, dim: int) -> Any:
+    def logsumexp(self, dim: int) -> Self:
         """``log(sum(exp(x)))`` along ``dim`` (kept), computed stably."""
         x = self.float()
         if autocast.ACTIVE:
@@ -312,7 +316,7 @@ class ReduceOps:
         peak = peak.mask_fill(peak.is_inf(), 0.0)
         return x.sub(peak).exp().sum_dim(dim).log().add(peak)
 
-    def norm(self, p: float = 2.0, dim: int | None = None) -> Any:
+    def norm(self, p: float = 2.0, dim: int | None = None) -> Self:
         """The ``p``-norm of all elements (shape ``[1]``) or along ``dim`` (kept):
         ``(sum |x|^p)^(1/p)``; ``p=inf`` the largest and ``p=-inf`` the smallest
         magnitude, ``p=0`` the number of nonzero elements (as PyTorch's ``vector_norm``).
@@ -334,7 +338,7 @@ class ReduceOps:
         return _root(powered.sum() if dim is None else powered.sum_dim(dim), p)
 
     # ------------------------------------------------------------------ scans
-    def _scan(self, op: str, dim: int) -> Any:
+    def _scan(self, op: CumulativeOp, dim: int) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
         p = self._p
@@ -347,19 +351,19 @@ class ReduceOps:
             return self.__class__(backend.cast(out, DType.BOOL), self._d)
         return self.__class__(backend.cumulative(op, p, dim), self._d)
 
-    def cumsum(self, dim: int) -> Any:
+    def cumsum(self, dim: int) -> Self:
         """Running sums along ``dim``."""
         return self._scan(CumulativeOp.CUMSUM, dim)
 
-    def cumprod(self, dim: int) -> Any:
+    def cumprod(self, dim: int) -> Self:
         """Running products along ``dim``."""
         return self._scan(CumulativeOp.CUMPROD, dim)
 
-    def cummax(self, dim: int) -> Any:
+    def cummax(self, dim: int) -> Self:
         """Running maxima along ``dim`` (Burn's; PyTorch's is :meth:`cummax_with_indices`)."""
         return self._scan(CumulativeOp.CUMMAX, dim)
 
-    def cummin(self, dim: int) -> Any:
+    def cummin(self, dim: int) -> Self:
         """Running minima along ``dim``."""
         return self._scan(CumulativeOp.CUMMIN, dim)
 
@@ -371,7 +375,7 @@ class ReduceOps:
     def cummin_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._scan_with_indices(CumulativeOp.CUMMIN, dim)
 
-    def _scan_with_indices(self, op: str, dim: int) -> tuple[Any, Any]:
+    def _scan_with_indices(self, op: CumulativeOp, dim: int) -> tuple[Any, Any]:
         values = self._scan(op, dim)
         dim = normalize_dim(op, dim, len(self._p.shape))
         x = self if self._p.dtype != BOOL_NP else self.int()
@@ -385,14 +389,14 @@ class ReduceOps:
         indices = positions.expand(self._p.shape).mask_fill(source.bool_not(), 0).cummax(dim)
         return values, indices
 
-    def logcumsumexp(self, dim: int) -> Any:
+    def logcumsumexp(self, dim: int) -> Self:
         """``log(cumsum(exp(x)))`` along ``dim``, computed stably (a scan of ``logaddexp``)."""
         x = self.float()
         dim = normalize_dim("logcumsumexp", dim, len(x._p.shape))
         return self.__class__(self._d._b.cumulative(CumulativeOp.LOGCUMSUMEXP, x._p, dim), self._d)
 
     # ------------------------------------------------------------------ order statistics
-    def median(self, dim: int | None = None) -> Any:
+    def median(self, dim: int | None = None) -> Self:
         """The median along ``dim`` (kept; all elements, shape ``[1]``, when ``None``):
         the lower of the two middle values for an even count; NaN if the slice holds one
         (as PyTorch's)."""
@@ -429,7 +433,7 @@ class ReduceOps:
         return values.mask_fill(has_nan, float("nan")), order.mask_where(has_nan, first_nan)
 
     # ------------------------------------------------------------------ sorting
-    def argsort(self, dim: int = -1, descending: bool = False) -> Any:
+    def argsort(self, dim: int = -1, descending: bool = False) -> Self:
         """Indices (int64) that sort along ``dim``; stable; NaN sorts as the largest."""
         p = self._p
         dim = normalize_dim("argsort", dim, len(p.shape))
@@ -442,7 +446,7 @@ class ReduceOps:
         indices = self.argsort(dim, descending)
         return self.gather(normalize_dim("sort", dim, len(self._p.shape)), indices), indices
 
-    def sort(self, dim: int = -1, descending: bool = False) -> Any:
+    def sort(self, dim: int = -1, descending: bool = False) -> Self:
         return self.sort_with_indices(dim, descending)[0]
 
     def topk_with_indices(self, k: int, dim: int = -1, largest: bool = True) -> tuple[Any, Any]:
@@ -455,7 +459,7 @@ class ReduceOps:
         indices = self.argsort(dim, descending=bool(largest)).narrow(dim, 0, k)
         return self.gather(dim, indices), indices
 
-    def topk(self, k: int, dim: int = -1, largest: bool = True) -> Any:
+    def topk(self, k: int, dim: int = -1, largest: bool = True) -> Self:
         return self.topk_with_indices(k, dim, largest)[0]
 
 

@@ -12,11 +12,15 @@ Repeated targets under ``"assign"`` keep the last value along ``dim`` (numpy's r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.errors import ShapeError, ValueRangeError
 from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import normalize_dim
+
+if TYPE_CHECKING:
+    from typing import Self
 
 _UPDATES = ("add", "assign", "mul", "min", "max")
 _REDUCES = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min", "mean": "mean"}
@@ -39,7 +43,7 @@ def _shift(x: Any, dim: int, k: int, fill: Any) -> Any:
     return x.__class__.cat([front, x.narrow(dim, 0, n - k)], dim)
 
 
-class ScatterOps:
+class ScatterOps(TensorOpsBase):
     """Scatter with update rules and ``scatter_reduce`` (mixed into ``Tensor``)."""
 
     __slots__ = ()
@@ -65,7 +69,7 @@ class ScatterOps:
             values = values.slice([(0, n) for n in ishape])
         return dim, indices, values
 
-    def scatter(self, dim: int, indices: Any, values: Any, update: str = "add") -> Any:
+    def scatter(self, dim: int, indices: Any, values: Any, update: str = "add") -> Self:
         """A copy with ``values`` written at ``indices`` along ``dim``:
         ``out[..., indices[..., i, ...], ...] <update>= values[..., i, ...]``.
 
@@ -81,11 +85,11 @@ class ScatterOps:
             return self.__class__(self._d._b.scatter_add(self._p, dim, indices._p, values._p), self._d)
         return self._scatter_rule(dim, indices, values, update, True)
 
-    def scatter_add(self, dim: int, indices: Any, values: Any) -> Any:
+    def scatter_add(self, dim: int, indices: Any, values: Any) -> Self:
         """``scatter(dim, indices, values, "add")``."""
         return self.scatter(dim, indices, values, "add")
 
-    def scatter_reduce(self, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Any:
+    def scatter_reduce(self, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Self:
         """``torch.scatter_reduce``: the values of ``src`` at ``index`` along ``dim``
         reduced into a copy with ``reduce`` (``"sum"``, ``"prod"``, ``"mean"``,
         ``"amax"``, ``"amin"``), together with the original value when
@@ -101,7 +105,7 @@ class ScatterOps:
             return base.scatter(dim, indices, values, "add")
         return self._scatter_rule(dim, indices, values, rule, include_self)
 
-    def _scatter_mean(self, dim: int, indices: Any, values: Any, include_self: bool) -> Any:
+    def _scatter_mean(self, dim: int, indices: Any, values: Any, include_self: bool) -> Self:
         counts = self.int().zeros_like().scatter(dim, indices, indices.ones_like())
         hit = counts.greater_elem(0)
         total = self.zeros_like().scatter(dim, indices, values)
@@ -136,7 +140,7 @@ class ScatterOps:
         ends = targets.not_equal(targets.__class__.cat([following, sentinel], dim))
         return targets, scanned, ends
 
-    def _scatter_rule(self, dim: int, indices: Any, values: Any, op: str, include_self: bool) -> Any:
+    def _scatter_rule(self, dim: int, indices: Any, values: Any, op: str, include_self: bool) -> Self:
         """``assign`` / ``mul`` / ``min`` / ``max`` scatter, exact (see the module docstring)."""
         if self._p.dtype == BOOL_NP:
             out = self.int()._scatter_rule(dim, indices, values.int(), op, include_self)
@@ -152,7 +156,7 @@ class ScatterOps:
             placed = _combine(op, self, placed)
         return self.mask_where(hit, placed)
 
-    def _scatter_extreme_tracked(self, dim: int, indices: Any, values: Any, op: str, include_self: bool) -> Any:
+    def _scatter_extreme_tracked(self, dim: int, indices: Any, values: Any, op: str, include_self: bool) -> Self:
         """min/max with PyTorch's gradient: shared evenly by every element equal to the
         result (``self`` counted too, as PyTorch does even without ``include_self``).
         The value is the exact reduction; the gradient comes from a weighted sum whose

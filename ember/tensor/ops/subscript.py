@@ -16,14 +16,18 @@ element's slice) is a plain ``mask_where`` instead.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ember.backend.dtype import DType
 from ember.errors import IndexOutOfBoundsError, ShapeError
 from ember.tensor.dispatch import BOOL_NP, INT_NP
+from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import broadcast_shapes, numel
+
+if TYPE_CHECKING:
+    from typing import Self
 
 _FULL = slice(None)
 
@@ -44,7 +48,7 @@ class _Key:
         self.advanced = advanced
 
 
-class SubscriptOps:
+class SubscriptOps(TensorOpsBase):
     """``__getitem__`` and ``__setitem__`` (mixed into ``Tensor``)."""
 
     __slots__ = ()
@@ -141,7 +145,7 @@ class SubscriptOps:
             dim += 1
         return _Key(entries, advanced)
 
-    def _wrap_index(self, index: Any, n: int) -> Any:
+    def _wrap_index(self, index: Any, n: int) -> Self:
         """Negative indices counted from the end (bounds are checked by ``select``)."""
         if index._d is not self._d:
             index = index.to_device(self._d)
@@ -150,7 +154,7 @@ class SubscriptOps:
         return index.mask_where(index.lower_elem(0), index.add_scalar(n))
 
     # ------------------------------------------------------------------ plans
-    def _basic(self, key: _Key) -> Any:
+    def _basic(self, key: _Key) -> Self:
         ranges = [None] * len(self._p.shape)
         drop, insert, out_dim = [], [], 0
         for entry in key.entries:
@@ -218,7 +222,7 @@ class SubscriptOps:
             "linear": linear, "b_shape": b_shape, "inserts": inserts,
         }
 
-    def _merged(self, plan: dict) -> Any:
+    def _merged(self, plan: dict) -> Self:
         region = plan["region"].permute(plan["order"])
         shape = region._p.shape
         pos, k = plan["pos"], len(plan["sizes"])
@@ -265,7 +269,7 @@ class SubscriptOps:
         return ranges, drop, insert
 
     # ------------------------------------------------------------------ get and set
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: Any) -> Self:
         """numpy-style indexing: ints, slices with steps, ``...``, ``None``, int tensors
         and lists (several, broadcast together) and bool masks (see the module docstring)."""
         basic = self._basic_key(key)
@@ -299,7 +303,8 @@ class SubscriptOps:
         cls = self.__class__
         basic = self._basic_key(key)
         if basic is not None and not basic[2]:
-            self._p = self._set_ranges(basic[0], value)._p
+            updated: Any = self._set_ranges(basic[0], value)
+            self._p = updated._p
             return
         resolved = self._resolve(key)
         if not resolved.advanced:
@@ -362,7 +367,7 @@ class SubscriptOps:
             )
         return value.expand(target)
 
-    def _set_basic(self, key: _Key, value: Any) -> Any:
+    def _set_basic(self, key: _Key, value: Any) -> Self:
         ranges: list[Any] = [None] * len(self._p.shape)
         for entry in key.entries:
             if entry[0] == "new":
@@ -370,14 +375,14 @@ class SubscriptOps:
             ranges[entry[2]] = entry[1]
         return self._set_ranges(ranges, value)
 
-    def _set_ranges(self, ranges: list[Any], value: Any) -> Any:
+    def _set_ranges(self, ranges: list[Any], value: Any) -> Self:
         if isinstance(value, self.__class__):
             slices = self._normalize_slices("__setitem__", ranges)
             region = tuple(len(range(*s)) for s in slices)
             value = self._fit_value(value, region) if value._p.shape != region else value
         return self.slice_assign(ranges, value)
 
-    def _mask_fast_path(self, key: Any, value: Any) -> Any:
+    def _mask_fast_path(self, key: Any, value: Any) -> Self | None:
         """``t[mask] = v`` for a mask over the leading dims and a value that is a scalar
         or broadcasts to the rest of the shape: one ``mask_where``, no sync."""
         cls = self.__class__
