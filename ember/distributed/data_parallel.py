@@ -211,7 +211,7 @@ class DataParallel:
             return
         digest = 0
         for _, p in model.named_params():
-            digest = zlib.crc32(np.ascontiguousarray(to_host(p.val())).view(np.uint8), digest)
+            digest = zlib.crc32(np.ascontiguousarray(to_host(p.val())).view(np.uint8).data, digest)
         digests = comm.all_gather(np.array([digest], dtype=np.int64)).reshape(-1)
         if not np.all(digests == digests[0]):
             listed = ", ".join(f"rank {r}: {int(d):08x}" for r, d in enumerate(digests))
