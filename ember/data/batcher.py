@@ -13,7 +13,7 @@ from ember.device import Device
 from ember.errors import ConfigError, DTypeError, ShapeError
 from ember.tensor import Tensor
 
-I = TypeVar("I", contravariant=True)  # noqa: E741
+I = TypeVar("I")  # noqa: E741
 O = TypeVar("O", covariant=True)  # noqa: E741
 
 

@@ -60,7 +60,7 @@ class Device:
         self._fused = fused  # the device a fusion device wraps
         # One generator for a device and the autodiff and fusion devices stacked on it.
         wrapped = inner if inner is not None else fused
-        self._rng = wrapped._rng if wrapped is not None else DeviceGenerator()
+        self._rng: DeviceGenerator = wrapped._rng if wrapped is not None else DeviceGenerator()
 
     @classmethod
     def _intern(cls, key: tuple, make: Callable[[], Device]) -> Device:
@@ -353,7 +353,9 @@ class Device:
     def spec(self) -> str:
         """Text that :meth:`parse` turns back into this device, e.g. ``flex+autodiff``."""
         if self._inner is not None:
-            suffix = "+autodiff" + (":balanced" if self.checkpointing.label == "Balanced" else "")
+            checkpointing = self.checkpointing
+            assert checkpointing is not None  # an autodiff device's backend has a strategy
+            suffix = "+autodiff" + (":balanced" if checkpointing.label == "Balanced" else "")
             return self._inner.spec() + suffix
         if self._fused is not None:
             return self._fused.spec() + "+fusion"

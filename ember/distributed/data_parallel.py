@@ -211,7 +211,7 @@ class DataParallel:
             return
         digest = 0
         for _, p in model.named_params():
-            digest = zlib.crc32(np.ascontiguousarray(to_host(p.val())).view(np.uint8), digest)
+            digest = zlib.crc32(np.ascontiguousarray(to_host(p.val())).view(np.uint8).data, digest)
         digests = comm.all_gather(np.array([digest], dtype=np.int64)).reshape(-1)
         if not np.all(digests == digests[0]):
             listed = ", ".join(f"rank {r}: {int(d):08x}" for r, d in enumerate(digests))
@@ -270,10 +270,11 @@ class GradSession:
                 out._grads[param_id] = grad
                 if param_id in grads._sources:
                     out._sources[param_id] = grads._sources[param_id]
-        for param_id, array in reduced.items():
-            param, path = self.params.get(param_id, (None, None))
-            if param is None:
+        for key, array in reduced.items():
+            entry = self.params.get(key)
+            if entry is None:
                 continue
+            param, path = entry
             pid = param.id
             out._grads[pid] = host_to_device(array, param.device.inner(), param.dtype.np)
             out._sources[pid] = (param, path)
@@ -300,14 +301,16 @@ def broadcast_module(model: Module, comm: Communicator, root: int = 0) -> Module
             n = arrays[i].size
             received[i] = flat[offset: offset + n].reshape(arrays[i].shape)
             offset += n
+    values = [a for a in received if a is not None]
+    assert len(values) == len(arrays)  # every array is in one dtype group
     new_params: dict[int, Param] = {}
     for k, (_, p) in enumerate(params):
-        value = host_to_device(received[k], p.device.inner(), p.dtype.np)
+        value = host_to_device(values[k], p.device.inner(), p.dtype.np)
         new_params[id(p)] = Param.from_inner_value(type(p.id)(ids[k]), value, p.device, p.require_grad)
     new_states: dict[int, RunningState] = {}
     for k, (_, s) in enumerate(states):
         value = s.value()
-        array = received[len(params) + k]
+        array = values[len(params) + k]
         new_states[id(s)] = RunningState(host_to_device(array, value.device, value.primitive.dtype),
                                          type(s.id)(ids[len(params) + k]))
     from ember.module.visitor import FnMapper

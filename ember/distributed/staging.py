@@ -9,12 +9,17 @@ as float32 (MPI has no reduction for them); bools as uint8.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
 
 from ember.device import Device
 from ember.tensor import Tensor
 
-_WIRE = {np.dtype(np.float16): np.dtype(np.float32), np.dtype(np.bool_): np.dtype(np.uint8)}
+if TYPE_CHECKING:
+    from ember.backend.autodiff.protocol import AutodiffProtocol
+
+_WIRE: dict[np.dtype, np.dtype] = {np.dtype(np.float16): np.dtype(np.float32), np.dtype(np.bool_): np.dtype(np.uint8)}
 
 
 def wire_dtype(dtype: np.dtype) -> np.dtype:
@@ -34,7 +39,7 @@ def to_host(tensor: Tensor) -> np.ndarray:
     inner = device.inner()
     prim = tensor.primitive
     if device.is_autodiff():
-        prim = device._b.unwrap(prim)
+        prim = cast("AutodiffProtocol", device._b).unwrap(prim)
     array = inner._b.to_numpy(prim)
     wire = wire_dtype(array.dtype)
     if wire != array.dtype:
@@ -59,5 +64,5 @@ def host_to_device(array: np.ndarray, device: Device, dtype: np.dtype) -> Tensor
     else:
         prim = inner._b.from_numpy(np.ascontiguousarray(array))
     if device.is_autodiff():
-        prim = device._b.wrap(prim)
+        prim = cast("AutodiffProtocol", device._b).wrap(prim)
     return Tensor(prim, device)

@@ -14,11 +14,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.errors import ConfigError, GraphError, ShapeError
 from ember.func.tree import Lifted, cotangent_like, follow, value_of
 from ember.tensor import Tensor
+
+if TYPE_CHECKING:
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 _local = threading.local()
 
@@ -38,10 +41,10 @@ def _entered():
 
 def _argnums(argnums: int | Sequence[int], n_args: int, op: str) -> tuple[tuple[int, ...], bool]:
     single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    nums: tuple[Any, ...] = (argnums,) if isinstance(argnums, int) else tuple(argnums)  # checked below
     if not nums or not all(isinstance(i, int) and not isinstance(i, bool) for i in nums):
         raise ConfigError(f"ember: {op}: argnums must be an int or a non-empty tuple of ints, got {argnums!r}")
-    out = []
+    out: list[int] = []
     for i in nums:
         j = i + n_args if i < 0 else i
         if not 0 <= j < n_args:
@@ -225,8 +228,8 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
     value = _returned(out, lifted, keep)
     if not out._d.is_autodiff() or not out.is_require_grad():
         return value, Tensor.zeros(out._p.shape, value._d, out.dtype)
-    backend = out._d._b
-    dummy = Tensor(backend.leaf(backend.unwrap(backend.full(out._p.shape, 0, out.dtype))), out._d)
+    backend = cast("AutodiffProtocol", out._d._b)
+    dummy = Tensor(backend.leaf(backend.unwrap(out._d._b.full(out._p.shape, 0, out.dtype))), out._d)
     grads = out.backward(True, gradient=dummy, inputs=lifted.tensors())
     total = None
     for spec, tangent in zip(specs, tangents):
@@ -257,10 +260,10 @@ def hessian_vector_product(fn: Callable[..., Any], primals: Any, vectors: Any, a
     keep = _wants_graph(create_graph)
     first = grad(fn, argnums, create_graph=True)
 
-    def inner_product(*xs: Any) -> Tensor:
+    def inner_product(*xs: Any) -> Tensor | None:  # None (no pairs) is reported by grad
         g = first(*xs)
         gs = (g,) if single else g
-        total = None
+        total: Tensor | None = None
         for gi, vi in zip(gs, vectors):
             for a, b in _pairs(gi, vi, "hessian_vector_product"):
                 term = a.mul(b.to_device(a._d) if b._d is not a._d else b).sum()

@@ -9,13 +9,16 @@ and assembles the gradients in the argument's shape: a tensor for a tensor, a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.errors import DTypeError, GraphError
 from ember.module import Module, ModuleMapper, Param
 from ember.optim import GradientsParams
 from ember.tensor import Tensor
 from ember.tensor.dispatch import FLOAT_NP
+
+if TYPE_CHECKING:
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
 class _Slot:
@@ -68,7 +71,7 @@ class Lifted:
             )
         home = x._d
         device = home if home.is_autodiff() else home.autodiff()
-        backend = device._b
+        backend = cast("AutodiffProtocol", device._b)
         if home is not device:
             prim = backend.leaf(x._p)
         else:
@@ -77,7 +80,7 @@ class Lifted:
             if node is None or node.consumed:
                 prim = backend.leaf(backend.unwrap(prim))
             elif node.id in self._seen:  # the same tensor twice: each position gets its own gradient
-                prim = backend.reshape(prim, prim.shape)
+                prim = device._b.reshape(prim, prim.shape)
         self._seen.add(prim.node.id)
         slot = _Slot(Tensor(prim, device), home)
         self.slots.append(slot)
@@ -92,11 +95,11 @@ class Lifted:
             mapper = _LiftParams(self, where)
             return value.map(mapper), ("module", mapper.slots)
         if type(value) in (tuple, list):
-            pairs = [self.lift(v, f"{where}[{i}]") for i, v in enumerate(value)]
-            return type(value)(p[0] for p in pairs), (type(value), [p[1] for p in pairs])
+            items = [self.lift(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return type(value)(p[0] for p in items), (type(value), [p[1] for p in items])
         if type(value) is dict:
-            pairs = {k: self.lift(v, f"{where}[{k!r}]") for k, v in value.items()}
-            return {k: p[0] for k, p in pairs.items()}, (dict, {k: p[1] for k, p in pairs.items()})
+            entries = {k: self.lift(v, f"{where}[{k!r}]") for k, v in value.items()}
+            return {k: p[0] for k, p in entries.items()}, (dict, {k: p[1] for k, p in entries.items()})
         raise GraphError(
             f"ember: {self.op}: {where} is a {type(value).__name__}; differentiated arguments must be "
             "Tensors, Modules or tuples/lists/dicts of them (leave other arguments out of argnums)"
@@ -155,7 +158,7 @@ def _grad_of(slot: _Slot, grads: Any, module: bool = False) -> Tensor:
     as ``GradientsParams.from_grads`` gives them)."""
     t = slot.tensor
     device = t._d
-    g = device._b.grad(t._p, grads)
+    g = cast("AutodiffProtocol", device._b).grad(t._p, grads)
     if grads.create_graph:
         if g is None:
             return Tensor.zeros(t._p.shape, device, t.dtype)

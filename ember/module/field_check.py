@@ -15,10 +15,13 @@ import inspect
 import sys
 import types
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.errors import ModuleError
 from ember.module.config import Config
+
+if TYPE_CHECKING:
+    from ember.module.module import Module
 
 _CACHE_ATTR = "_ember_field_checks"
 _CONTAINERS = (list, tuple, dict)
@@ -80,7 +83,7 @@ def _spec(hint: Any, module_cls: type) -> tuple[str, tuple[type, ...], bool] | N
     return None
 
 
-def _checks(cls: type, module_cls: type) -> dict[str, tuple[str, tuple[type, ...], bool]]:
+def _checks(cls: type[Module], module_cls: type) -> dict[str, tuple[str, tuple[type, ...], bool]]:
     cached = cls.__dict__.get(_CACHE_ATTR)
     if cached is None:
         cached = {}
@@ -112,7 +115,7 @@ def _check_value(owner: str, field: str, value: Any, expected: tuple[type, ...],
         )
 
 
-def check_fields(module: Any, module_cls: type) -> None:
+def check_fields(module: Module, module_cls: type) -> None:
     """Raises a :class:`ModuleError` for a config or a module of the wrong type in a
     field annotated with a module type."""
     cls = type(module)

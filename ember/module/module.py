@@ -78,7 +78,9 @@ class Module:
         if "__init__" in cls.__dict__:
             cls.__init__ = _checked_init(cls.__dict__["__init__"])  # type: ignore[method-assign]
         elif cls.__init__ in (object.__init__, Module._generated_init):
-            cls.__init__ = Module._generated_init  # type: ignore[method-assign]
+            # Installs the generated __init__ (mypy refuses assigning a method, and narrows
+            # cls.__init__ to object.__init__'s type here).
+            cls.__init__ = Module._generated_init  # type: ignore[method-assign, assignment]
 
     def _generated_init(self, *args: Any, **kwargs: Any) -> None:
         cls = type(self)

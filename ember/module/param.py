@@ -81,6 +81,14 @@ class Param:
     """
 
     __slots__ = ("id", "require_grad", "_value", "_init", "_shape", "_device", "_dtype", "_key")
+    id: ParamId
+    require_grad: bool
+    _value: Tensor | None  # None until a lazy parameter's first val()
+    _init: Callable[[Device, bool], Tensor] | None  # set exactly while _value is None
+    _shape: tuple[int, ...]
+    _device: Device
+    _dtype: DType
+    _key: int | None
 
     def __init__(self, param_id: ParamId, value: Tensor, require_grad: bool = True):
         self.id = param_id
@@ -174,9 +182,10 @@ class Param:
         """The value (initialising a lazy parameter on first use)."""
         value = self._value
         if value is None:
-            device = self._device
+            device, init = self._device, self._init
+            assert init is not None  # a lazy parameter keeps its initializer until it runs
             with device._rng.fork(self._key):
-                value = self._init(device, self.require_grad)
+                value = init(device, self.require_grad)
             if tuple(value.dims()) != self._shape:
                 raise ModuleError(
                     f"ember: Param {self.id}: the initializer made shape {value.dims()}, "
@@ -229,7 +238,7 @@ class Param:
     def set_require_grad(self, require_grad: bool) -> Param:
         """The same parameter (same id) with the flag changed."""
         if self._value is None:
-            return Param.uninitialized(self.id, self._init, self._device, require_grad, self._shape, self._dtype, self._key)
+            return self._still_lazy(self._device, require_grad)
         return Param(self.id, self._value, require_grad)
 
     def map(self, fn: Callable[[Tensor], Tensor]) -> Param:
@@ -240,8 +249,13 @@ class Param:
         """The parameter on ``device``. A lazy parameter stays lazy and keeps its key, so
         it initialises to the same values on ``device`` as it would have here."""
         if self._value is None:
-            return Param.uninitialized(self.id, self._init, device, self.require_grad, self._shape, self._dtype, self._key)
+            return self._still_lazy(device, self.require_grad)
         return Param(self.id, self._value.to_device(device), self.require_grad)
+
+    def _still_lazy(self, device: Device, require_grad: bool) -> Param:
+        """This lazy parameter (same id, initializer and key) on ``device`` with ``require_grad``."""
+        assert self._init is not None  # a lazy parameter keeps its initializer until it runs
+        return Param.uninitialized(self.id, self._init, device, require_grad, self._shape, self._dtype, self._key)
 
     def __repr__(self) -> str:
         state = "" if self._value is not None else ", uninitialized"

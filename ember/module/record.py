@@ -267,7 +267,7 @@ def _unflatten(node: Any, tensors: dict[str, np.ndarray], device: Device) -> Any
             try:
                 return Tensor.from_data(tensors[key], device=device, dtype=dtype)
             except (DTypeError, ValueError):
-                raise RecordError(f"ember: load_record: tensor {key!r} has an invalid dtype {dtype[:40]!r}") from None
+                raise RecordError(f"ember: load_record: tensor {key!r} has an invalid dtype {str(dtype)[:40]!r}") from None
         if "__array__" in node:
             key = node["__array__"]
             if not isinstance(key, str) or key not in tensors:

@@ -87,7 +87,7 @@ def _checksum(data: memoryview | bytes) -> str:
 
 
 def _bytes(array: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
 
 
 def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:

@@ -87,6 +87,8 @@ class _Sealed:
 
 class _StorageType(_Sealed):
     __slots__ = ("name", "dtype")
+    name: str
+    dtype: np.dtype
 
     def __init__(self, name: str):
         self._init(name=name, dtype=np.dtype(_STORAGE_DTYPES[name]))
@@ -97,6 +99,10 @@ class _Storage(_Sealed):
     file's byte order (the element dtype is applied after the view is cut)."""
 
     __slots__ = ("key", "type", "raw", "big_endian")
+    key: str
+    type: _StorageType
+    raw: np.ndarray
+    big_endian: bool
 
     def __init__(self, key: str, storage_type: _StorageType, data: bytes, big_endian: bool):
         itemsize = storage_type.dtype.itemsize
@@ -106,6 +112,7 @@ class _Storage(_Sealed):
 
 class _Tensor(_Sealed):
     __slots__ = ("array",)
+    array: np.ndarray
 
     def __init__(self, array: np.ndarray):
         self._init(array=array)

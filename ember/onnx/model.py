@@ -23,7 +23,10 @@ class OnnxModel(Module):
     returns a Tensor, or a tuple of them when the graph has several outputs.
     """
 
-    params: dict[str, Param]
+    # This field shadows Module.params() on OnnxModel (model.params() fails; use
+    # model.named_params()). Its name is the ``params.<name>`` record path, so renaming it
+    # would change saved records: kept, and reported.
+    params: dict[str, Param]  # type: ignore[assignment]
     states: dict[str, RunningState]
     program: Program
 

@@ -82,6 +82,13 @@ def check_node(node: Any, opsets: dict[str, int]) -> tuple[OpDef | None, int, Un
     return opdef, version, None
 
 
+def _known_shape(shape: tuple[int | None, ...] | None) -> tuple[int, ...] | None:
+    """``shape`` when every dim is known, else ``None``."""
+    if shape is None or None in shape:
+        return None
+    return tuple(d for d in shape if d is not None)
+
+
 def unsupported_error(found: list[Unsupported], label: str) -> OnnxError:
     first = found[0]
     more = ""
@@ -206,12 +213,14 @@ class Planner:
 
     def check_ops(self, nodes: list[Any]) -> list[tuple[OpDef, int]]:
         found: list[Unsupported] = []
-        checked = []
+        checked: list[tuple[OpDef, int]] = []
         for node in nodes:
             opdef, version, problem = check_node(node, self.opsets)
             if problem is not None:
                 found.append(problem)
-            checked.append((opdef, version))
+            else:
+                assert opdef is not None  # check_node finds no problem only with an OpDef
+                checked.append((opdef, version))
         if found:
             raise unsupported_error(found, self.label)
         return checked
@@ -274,7 +283,7 @@ class Planner:
                     list(node.input), outputs_of(node), consts, shapes)
 
     def add_node(self, node: Any, opdef: OpDef, version: int) -> None:
-        values = []
+        values: list[Value | None] = []
         for name in node.input:
             if name == "":
                 values.append(None)
@@ -287,9 +296,12 @@ class Planner:
         view = self.node_view(node, version, values)
         present = [v for v in values if v is not None]
         if opdef.shape_of:
-            x = values[0]
-            if x.kind == TENSOR and x.shape is not None and None not in x.shape:
-                self.fold(node, opdef, view, [np.broadcast_to(np.empty((), np.bool_), x.shape)])
+            x = values[0] if values else None
+            if x is None:
+                raise OnnxError(f"ember: {self.label}: {node.op_type} node {node.name!r} has no input")
+            known = _known_shape(x.shape)
+            if x.kind == TENSOR and known is not None:
+                self.fold(node, opdef, view, [np.broadcast_to(np.empty((), np.bool_), known)])
             elif x.kind == TENSOR:
                 self.emit_host(node, opdef, view, values, shape_of=True)
             elif x.kind == CONST:
@@ -412,6 +424,7 @@ class Planner:
             slot = self.const_slot_of.get(id(value))
             if slot is None:
                 array = value.const
+                assert array is not None  # a CONST value holds its array
                 slot = self.new_slot()
                 self.const_tensors.append((slot, array, dtype_of_array(array, f"{self.label}: constant {name!r}")))
                 self.const_slot_of[id(value)] = slot
@@ -430,6 +443,7 @@ class Planner:
         while name in self.states:
             name += "_"
         array = value.const
+        assert array is not None  # make_leaves keeps the array of an initializer a state reads
         dtype = dtype_of_array(array, f"{self.label}: initializer {init!r}")
         self.states[name] = RunningState(Tensor.from_data(array, device=self.device, dtype=dtype))
         slot = self.new_slot()
@@ -445,10 +459,10 @@ class Planner:
             for slot in step.ins:
                 last[slot] = index
         inputs = {v.slot for v in self.values.values() if v.kind == TENSOR} - {
-            s for step in self.steps for s in ((step.outs,) if type(step.outs) is int else step.outs)
+            s for step in self.steps for s in ((step.outs,) if isinstance(step.outs, int) else step.outs)
         }
         host = {slot for step in self.steps if step.host
-                for slot in ((step.outs,) if type(step.outs) is int else step.outs)}  # kept per input shape
+                for slot in ((step.outs,) if isinstance(step.outs, int) else step.outs)}  # kept per input shape
         never = self.pinned | kept | inputs | host
         drops: dict[int, list[int]] = {}
         for slot, index in last.items():

@@ -60,6 +60,9 @@ class Step:
     drops: tuple[int, ...] = ()
 
 
+_RunStep = tuple[Callable[..., Any], tuple[int, ...], Any, bool, tuple[int, ...]]
+
+
 class Program:
     """The steps and slot tables of one imported graph."""
 
@@ -86,8 +89,9 @@ class Program:
         self.data_dependent = data_dependent
         self.host_outputs = [s for step in steps if step.host for s in _slots(step.outs)]
         self.cacheable = bool(self.host_outputs) and not data_dependent
-        self._all = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps]
-        self._tensor_only = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps if not s.host]
+        # (fn, ins, outs, multi, drops): ``outs`` is a tuple of slots when ``multi``, else one slot.
+        self._all: list[_RunStep] = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps]
+        self._tensor_only: list[_RunStep] = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps if not s.host]
         self._labels = [s.label for s in steps]
         self._tensor_labels = [s.label for s in steps if not s.host]
         # Per input: its slot, the shape it must have when the model fixes every dim, its numpy dtype.
@@ -100,7 +104,7 @@ class Program:
     def run(self, args: Sequence[Any], params: dict[str, Any], states: dict[str, Any]) -> list[Any]:
         """The graph's outputs for ``args`` (one tensor per graph input, in order)."""
         env = self.template.copy()
-        device = None
+        device: Device | None = None
         for (slot, dims, static, dtype), value in zip(self._expected, args):
             if type(value) is not Tensor or value._p.dtype != dtype or (dims is not None and (
                 value._p.shape != dims if static else not _fits(value._p.shape, dims)
@@ -156,7 +160,7 @@ class Program:
         return out
 
     def _bind_inputs(self, env: list[Any], args: Sequence[Any]) -> Device:
-        device = None
+        device: Device | None = None
         for spec, value in zip(self.inputs, args):
             if not isinstance(value, Tensor):
                 raise DTypeError(
@@ -184,7 +188,7 @@ class Program:
         env[DEVICE_SLOT] = device
         return device
 
-    _fallback_device: Device | None = None
+    _fallback_device: Device  # the device the model was loaded on, set by the Planner that builds the program
     transposed: frozenset[str] = frozenset()  # parameters stored as [d_input, d_output] (see Planner)
 
     def _constants(self, device: Device) -> list[tuple[int, Tensor]]:
@@ -215,6 +219,6 @@ def _fits(shape: tuple[int, ...], dims: tuple[int | None, ...]) -> bool:
 
 
 def _slots(outs: int | tuple[int, ...]) -> list[int]:
-    if type(outs) is tuple:
+    if isinstance(outs, tuple):
         return [s for s in outs if s >= 0]
     return [outs]

@@ -99,6 +99,8 @@ def read_model(source: Source, check: bool = True) -> ModelFile:
 class UnknownOperator(OnnxError):
     """The model check found an operator its opset does not define (the caller names it)."""
 
+    file: ModelFile  # the model, set by read_model before the error leaves it
+
 
 def _check(onnx: Any, model: Any, label: str) -> None:
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):

@@ -69,14 +69,16 @@ class AdamConfig(OptimizerConfig):
         results: list[Any] = [None] * len(params)
         for (_, time, has_max), indices in batches.items():
             device = params[indices[0]]._d
-            old = [states[i] for i in indices]
+            # The batch key says it: past the first step every parameter has a state, and
+            # with has_max every state keeps a maximum (so nothing is filtered out here).
+            old = [s for s in (states[i] for i in indices) if s is not None]
             first_step = time == 0
             new, m, v, v_max = fused(
                 FusedOp.ADAM_STEP_MANY, device,
                 [params[i]._p for i in indices], [grads[i]._p for i in indices],
                 None if first_step else [s.moment_1._p for s in old],
                 None if first_step else [s.moment_2._p for s in old],
-                [s.max_moment_2._p for s in old] if has_max else None,
+                [s.max_moment_2._p for s in old if s.max_moment_2 is not None] if has_max else None,
                 lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, weight_decay=self.weight_decay,
                 decoupled=self.decoupled, amsgrad=self.amsgrad, time=time + 1,
             )
@@ -109,7 +111,10 @@ def adam_step_many(params: list[Tensor], grads: list[Tensor], moments_1: list[Te
     keeps ``v_max = max(v_max, v)`` and uses it for ``v``; ``w *= 1 - lr * weight_decay``
     (AdamW); ``w -= lr * m̂ / (sqrt(v̂) + epsilon)``."""
     adaptive = AdaptiveMomentum(beta_1, beta_2, epsilon)
-    out: tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]] = ([], [], [], [])
+    news: list[Tensor] = []
+    ms: list[Tensor] = []
+    vs: list[Tensor] = []
+    v_maxes: list[Tensor] = []
     for i, (param, grad) in enumerate(zip(params, grads)):
         if not decoupled:
             grad = l2_penalty(grad, param, weight_decay)
@@ -122,6 +127,9 @@ def adam_step_many(params: list[Tensor], grads: list[Tensor], moments_1: list[Te
         update = adaptive.direction(m, v if v_max is None else v_max, time, lr)
         if decoupled:
             param = decoupled_decay(param, lr, weight_decay)
-        for column, value in zip(out, (param.sub(update), m, v, v_max)):
-            column.append(value)
-    return out[0], out[1], out[2], (out[3] if amsgrad else None)
+        news.append(param.sub(update))
+        ms.append(m)
+        vs.append(v)
+        if v_max is not None:  # every tensor's with amsgrad
+            v_maxes.append(v_max)
+    return news, ms, vs, (v_maxes if amsgrad else None)

@@ -55,12 +55,13 @@ class GradientClipping(Config):
         if self.kind != "global_norm" or len(grads) < 2:
             return [self.clip(g) for g in grads]
         first = grads[0]
-        total = None
+        total: Tensor | None = None
         for grad in grads:
             squares = grad.square().sum()
             if squares.device != first.device or squares.dtype != first.dtype:
                 squares = squares.to_device(first.device).cast(first.dtype)
             total = squares if total is None else total.add(squares)
+        assert total is not None  # at least two grads
         scale = self._scale(total.sqrt())
         return [g.mul(scale if g.device == scale.device and g.dtype == scale.dtype
                       else scale.to_device(g.device).cast(g.dtype)) for g in grads]

@@ -187,7 +187,8 @@ class ModuleOptimizer:
             if not isinstance(key, str) or len(key) != 16 or any(c not in "0123456789abcdef" for c in key) \
                     or not isinstance(entry, dict) or not isinstance(entry.get("fields"), dict):
                 raise RecordError(f"ember: load_record: {source} is corrupt: the state {str(key)[:40]!r} is malformed")
-            state_type = known.get(entry.get("type"))
+            type_name = entry.get("type")
+            state_type = known.get(type_name) if isinstance(type_name, str) else None
             if state_type is None:
                 raise ConfigError(
                     f"ember: load_record: a state of type {str(entry.get('type'))[:40]!r} does not match this optimizer "

@@ -35,6 +35,7 @@ from ember.tensor.tensor import Tensor
 Pairs = tuple[tuple[int, int], ...]
 IntOrTuple = int | Sequence[int]
 Padding = str | int | Sequence[int] | Sequence[Sequence[int]]
+Pads = int | Sequence[int] | Sequence[Sequence[int]]  # Padding without the "same"/"valid" names
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -292,7 +293,7 @@ def _conv_transpose(
 
 
 def conv_transpose1d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: IntOrTuple = 0,
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Pads = 0,
     output_padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
 ) -> Tensor:
     """1-d transposed convolution: ``weight`` ``[channels_in, channels_out / groups, kernel]``;
@@ -301,7 +302,7 @@ def conv_transpose1d(
 
 
 def conv_transpose2d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: IntOrTuple = 0,
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Pads = 0,
     output_padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
 ) -> Tensor:
     """2-d transposed convolution: ``weight`` ``[channels_in, channels_out / groups, kernel_h, kernel_w]``."""
@@ -309,7 +310,7 @@ def conv_transpose2d(
 
 
 def conv_transpose3d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: IntOrTuple = 0,
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Pads = 0,
     output_padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
 ) -> Tensor:
     """3-d transposed convolution."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ember.amp import GradScaler, Precision, autocast
 from ember.errors import ConfigError, GraphError
@@ -13,6 +13,7 @@ from ember.module import Module
 from ember.optim import GradientsParams
 from ember.optim.lr_scheduler import ConstantLr
 from ember.train.output import TrainOutput
+from ember.train.step import TrainStep, ValidStep
 
 if TYPE_CHECKING:
     from ember.data import DataLoader
@@ -136,7 +137,7 @@ class Learner:
                 "valid_step on the model (see ember.train.step) or pass train_step=fn(model, batch)"
             )
         with self._autocast(model):
-            out = self.train_step_fn(model, batch) if self.train_step_fn is not None else model.train_step(batch)
+            out = self.train_step_fn(model, batch) if self.train_step_fn is not None else cast(TrainStep, model).train_step(batch)  # checked callable above
         if isinstance(out, TrainOutput):
             return out
         loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
@@ -160,7 +161,7 @@ class Learner:
                 return self.valid_step_fn(model, batch)
         if callable(getattr(model, "valid_step", None)):
             with self._autocast(model):
-                return model.valid_step(batch)
+                return cast(ValidStep, model).valid_step(batch)
         raise ConfigError(
             f"ember: Learner: {type(model).__name__} has no valid_step(batch); define it on the model or pass "
             "valid_step=fn(model, batch) (or fit without a valid loader)"

@@ -8,6 +8,7 @@ import json
 import logging
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 from ember.data import DataLoader
@@ -82,7 +83,7 @@ class TrainingRun:
         self.valid_group = self._group(training.valid_metrics, Split.VALID) if self.valid_loader is not None else MetricGroup(Split.VALID)
         self.interrupter = training._interrupter
         self.artifact_dir = training.artifact_dir
-        self.checkpointer = None
+        self.checkpointer: FileCheckpointer | None = None
         if self.artifact_dir is not None and training._checkpointing:
             self.checkpointer = FileCheckpointer(self.artifact_dir / "checkpoint")
         self.strategy = training.checkpointing_strategy(validates=self.valid_loader is not None)
@@ -90,13 +91,13 @@ class TrainingRun:
         self._check_metric_references()
         self.history = MetricHistory()
         self.elapsed_before = 0.0
-        self.last_checkpoint = None
+        self.last_checkpoint: Path | None = None
         self._verified: CheckpointPosition | None = None  # the checkpoint _newest_intact just verified
         self._resume_state: dict | None = None
         self._lr_of_epoch = 0.0  # the current epoch's rate under lr_step="epoch"
         self.interrupted = False
         self.stopped = ""
-        self._seconds = {Split.TRAIN: [], Split.VALID: []}
+        self._seconds: dict[Split, list[float]] = {Split.TRAIN: [], Split.VALID: []}
         self._plot_note = False
         self._interrupt_noted = False
 
@@ -231,6 +232,7 @@ class TrainingRun:
         ckpt.clean_temporary()
         positions = ckpt.list()
         wanted = self.training._checkpoint
+        target: CheckpointPosition | None
         if wanted is not None:
             target = CheckpointPosition.of(wanted, "done")
             if target not in positions:
@@ -319,6 +321,7 @@ class TrainingRun:
         epoch = self._start_epoch(position)
         if position is not None and position.phase != "done":
             state = self._resume_state
+            assert state is not None  # _load_checkpoint keeps the state it resumed
             phase, batch = position.phase, position.batch
             metric_state = state.get("metrics") if self.main else None  # rank 0 holds the merged state
             train_values = state.get("train_values")
@@ -341,6 +344,7 @@ class TrainingRun:
                 self._checkpoint(CheckpointPosition.of(epoch, "valid"), train_values=train_values)
                 self.interrupted = True
                 break
+            assert train_values is not None  # from this epoch's training, or restored with a valid-phase checkpoint
             self._end_epoch(epoch, train_values, valid_values, time.perf_counter() - started)
             if self.early_stopping is not None and self.early_stopping.should_stop(epoch, self.history):
                 self.stopped = self.early_stopping.reason()
@@ -439,6 +443,7 @@ class TrainingRun:
                         self.model = model
                         return None, iteration
             if pending:
+                assert accumulator is not None  # pending counts accumulated steps
                 model = learner.optimizer_step(lr, model, parallel.sync_grads(accumulator.grads(), model))
         finally:
             batches.close()
@@ -551,6 +556,7 @@ class TrainingRun:
 
     def _apply_strategy(self, epoch: int) -> None:
         ckpt = self.checkpointer
+        assert ckpt is not None  # called only when checkpointing
         for position in ckpt.list():
             if position.phase != "done" and position.epoch <= epoch:
                 ckpt.delete(position)

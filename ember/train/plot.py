@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ember.module.atomic import atomic_write
 from ember.train.history import MetricHistory
@@ -23,12 +25,17 @@ def file_name(metric: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric).strip("_") or "metric"
 
 
+def _save_png(figure: Any, path: str) -> None:
+    figure.savefig(path, format="png")
+
+
 def plot_history(history: MetricHistory, directory: str | os.PathLike, names: list[str], units: dict[str, str]) -> list[Path]:
     """Writes ``<directory>/<metric>.png`` with the train and valid curves over the
     epochs for each of ``names``; returns the files written. Uses matplotlib's
     object API (no pyplot, no global backend change)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -52,9 +59,11 @@ def plot_history(history: MetricHistory, directory: str | os.PathLike, names: li
         axes.set_ylabel(f"{name} ({unit})" if unit else name)
         axes.grid(True, alpha=0.3)
         axes.legend()
-        axes.xaxis.get_major_locator().set_params(integer=True)
+        locator = axes.xaxis.get_major_locator()
+        if isinstance(locator, MaxNLocator):  # the default AutoLocator is one
+            locator.set_params(integer=True)
         figure.subplots_adjust(left=0.13, right=0.97, top=0.92, bottom=0.12)
         path = directory / f"{file_name(name)}.png"
-        atomic_write(path, lambda tmp, figure=figure: figure.savefig(tmp, format="png"))
+        atomic_write(path, functools.partial(_save_png, figure))
         written.append(path)
     return written

@@ -139,6 +139,7 @@ class TrainingState:
                 f"pass {'scheduler=None' if saved is None else 'the scheduler (a fresh one of type ' + str(saved.get('type')) + ')'}"
             )
         if scheduler is not None:
+            assert saved is not None  # checked above: both or neither
             if saved.get("type") != type(scheduler).__name__:
                 raise RecordError(
                     f"ember: {folder} holds the position of a {saved.get('type')}, not of a {type(scheduler).__name__}; "

@@ -42,12 +42,12 @@ class ArrayDataset(Dataset[tuple]):
         return self.arrays[0].shape[0]
 
     def get(self, index: int) -> Any:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self):
             return None
         if len(self.arrays) == 1:
-            return self.arrays[0][index]
-        return tuple(a[index] for a in self.arrays)
+            return self.arrays[0][position]
+        return tuple(a[position] for a in self.arrays)
 
     @classmethod
     def from_csv(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -67,11 +67,11 @@ class Dataset(abc.ABC, Generic[T]):
             raise IndexOutOfBoundsError(
                 f"ember: {type(self).__name__}[{index}]: index out of range for a dataset of {n} items"
             )
-        return self.get(position)
+        return item_at(self, position)
 
     def __iter__(self) -> Iterator[T]:
         for index in range(len(self)):
-            yield self.get(index)
+            yield item_at(self, index)
 
     def iter(self) -> Iterator[T]:
         """Every item in order (Burn's ``iter``)."""
@@ -79,6 +79,13 @@ class Dataset(abc.ABC, Generic[T]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(len={len(self)})"
+
+
+def item_at(dataset: Dataset[T], index: int) -> T:
+    """``dataset.get(index)`` for an ``index`` already known to be in ``[0, len)``: there
+    ``get`` returns an item (its ``None`` only marks an index out of range), so the
+    result is typed as the item (not checked, as ``dataset[index]`` never checked it)."""
+    return cast(T, dataset.get(index))
 
 
 def check_index(index: Any) -> int | None:

@@ -31,9 +31,9 @@ class ComposedDataset(Dataset[T]):
         return self._ends[-1] if self._ends else 0
 
     def get(self, index: int) -> T | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self):
             return None
-        part = bisect.bisect_right(self._ends, index)
+        part = bisect.bisect_right(self._ends, position)
         start = self._ends[part - 1] if part else 0
-        return self.datasets[part].get(index - start)
+        return self.datasets[part].get(position - start)

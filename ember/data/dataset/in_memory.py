@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ember.data.dataset.base import Dataset, check_index
+from ember.data.dataset.base import Dataset, check_index, item_at
 from ember.errors import RecordError
 
 T = TypeVar("T")
@@ -29,10 +29,10 @@ class InMemDataset(Dataset[T]):
         return len(self._items)
 
     def get(self, index: int) -> T | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self._items):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self._items):
             return None
-        return self._items[index]
+        return self._items[position]
 
     @property
     def items(self) -> list[T]:
@@ -41,7 +41,7 @@ class InMemDataset(Dataset[T]):
     @classmethod
     def from_dataset(cls, dataset: Dataset[T]) -> InMemDataset[T]:
         """Reads every item of ``dataset`` into memory (e.g. to cache a slow source)."""
-        return cls(dataset.get(i) for i in range(len(dataset)))
+        return cls(item_at(dataset, i) for i in range(len(dataset)))
 
     @classmethod
     def from_csv(

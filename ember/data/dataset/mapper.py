@@ -10,13 +10,15 @@ from ember.errors import ConfigError
 
 I = TypeVar("I")  # noqa: E741
 O = TypeVar("O")  # noqa: E741
+I_contra = TypeVar("I_contra", contravariant=True)
+O_co = TypeVar("O_co", covariant=True)
 
 
 @runtime_checkable
-class Mapper(Protocol[I, O]):
+class Mapper(Protocol[I_contra, O_co]):
     """Burn's ``Mapper``: an object whose ``map(item)`` returns the new item."""
 
-    def map(self, item: I) -> O: ...
+    def map(self, item: I_contra) -> O_co: ...
 
 
 class MapperDataset(Dataset[O]):

@@ -34,10 +34,10 @@ class PartialDataset(Dataset[T]):
         return self.end - self.start
 
     def get(self, index: int) -> T | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self):
             return None
-        return self.dataset.get(self.start + index)
+        return self.dataset.get(self.start + position)
 
     @staticmethod
     def split(dataset: Dataset[T], num: int) -> list[PartialDataset[T]]:

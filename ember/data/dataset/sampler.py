@@ -46,7 +46,7 @@ class SamplerDataset(Dataset[T]):
         return self.size
 
     def get(self, index: int) -> T | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < self.size:
+        position = check_index(index)
+        if position is None or not 0 <= position < self.size:
             return None
-        return self.dataset.get(int(self.indices[index]))
+        return self.dataset.get(int(self.indices[position]))

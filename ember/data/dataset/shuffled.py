@@ -41,7 +41,7 @@ class ShuffledDataset(Dataset[T]):
         return len(self.indices)
 
     def get(self, index: int) -> T | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self.indices):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self.indices):
             return None
-        return self.dataset.get(int(self.indices[index]))
+        return self.dataset.get(int(self.indices[position]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from ember.data.dataset.base import Dataset, as_dataset, check_index
+from ember.data.dataset.base import Dataset, as_dataset, check_index, item_at
 from ember.errors import ConfigError
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ class WindowsDataset(Dataset[list[T]]):
         return max(len(self.dataset) - self.size + 1, 0)
 
     def get(self, index: int) -> list[T] | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self):
             return None
-        return [self.dataset.get(index + k) for k in range(self.size)]
+        return [item_at(self.dataset, position + k) for k in range(self.size)]

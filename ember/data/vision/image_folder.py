@@ -84,10 +84,10 @@ class ImageFolderDataset(Dataset[ImageItem]):
         return len(self.samples)
 
     def get(self, index: int) -> ImageItem | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self.samples):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self.samples):
             return None
-        path, label = self.samples[index]
+        path, label = self.samples[position]
         image_module = _pillow()
         try:
             with image_module.open(path) as image:

@@ -89,7 +89,7 @@ class MnistDataset(Dataset[MnistItem]):
         return self.images.shape[0]
 
     def get(self, index: int) -> MnistItem | None:
-        index = check_index(index)
-        if index is None or not 0 <= index < len(self):
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self):
             return None
-        return MnistItem(self.images[index].astype(np.float32), int(self.labels[index]))
+        return MnistItem(self.images[position].astype(np.float32), int(self.labels[position]))

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 from ember.errors import ConfigError
 
 #: What a layer's ``padding`` accepts: ``"valid"``, ``"same"``, an int, one int per
 #: spatial dim (symmetric) or one ``(before, after)`` pair per spatial dim.
 PaddingSpec = str | int | tuple[int, ...] | tuple[tuple[int, int], ...]
+
+
+@overload
+def as_tuple(name: str, field: str, value: Any, rank: Literal[1], minimum: int = 1) -> tuple[int]: ...
+
+
+@overload
+def as_tuple(name: str, field: str, value: Any, rank: Literal[2], minimum: int = 1) -> tuple[int, int]: ...
+
+
+@overload
+def as_tuple(name: str, field: str, value: Any, rank: Literal[3], minimum: int = 1) -> tuple[int, int, int]: ...
+
+
+@overload
+def as_tuple(name: str, field: str, value: Any, rank: int, minimum: int = 1) -> tuple[int, ...]: ...
 
 
 def as_tuple(name: str, field: str, value: Any, rank: int, minimum: int = 1) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ from ember.onnx.ops.registry import Node, numpy_op, op
 from ember.tensor import Tensor
 
 # ---------------------------------------------------------------------- unary math
-_UNARY: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray], np.ndarray]]] = {
+_UNARY: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray], np.ndarray] | None]] = {
     "Abs": (Tensor.abs, np.abs),
     "Neg": (Tensor.neg, np.negative),
     "Exp": (Tensor.exp, np.exp),
@@ -131,7 +131,7 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
 
 # ``x op scalar`` and ``scalar op x`` for a one-element constant operand: one fewer tensor,
 # and a scalar op the fusion backends fold into their kernels.
-_WITH_SCALAR: dict[str, tuple[Callable[[Tensor, Any], Tensor], Callable[[Any, Tensor], Tensor]]] = {
+_WITH_SCALAR: dict[str, tuple[Callable[[Tensor, Any], Tensor], Callable[[Any, Tensor], Tensor] | None]] = {
     "Add": (lambda x, s: x + s, lambda s, x: x + s),
     "Sub": (lambda x, s: x - s, lambda s, x: s - x),
     "Mul": (lambda x, s: x * s, lambda s, x: x * s),
@@ -263,7 +263,10 @@ def where(node: Node) -> Callable[..., Any]:
 
 @numpy_op("Where")
 def _np_where(node: Node) -> Callable[..., Any]:
-    return lambda cond, x, y: np.where(cond, x, y).astype(x.dtype)
+    def run(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.where(cond, x, y).astype(x.dtype)
+
+    return run
 
 
 @op("Clip", host=(1, 2))

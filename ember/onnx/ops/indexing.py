@@ -53,13 +53,16 @@ def gather_elements(node: Node) -> Callable[..., Any]:
     return run
 
 
-def _linear_index(indices: Tensor, shape: list[int], k: int) -> Tensor:
+def _linear_index(node: Node, indices: Tensor, shape: list[int], k: int) -> Tensor:
     """``indices [..., k]`` into the first ``k`` dims of ``shape`` as flat positions ``[...]``."""
+    if not 1 <= k <= len(shape):
+        raise node.error(f"the indices' last dim ({k}) must be between 1 and the data's rank ({len(shape)})")
     last = indices.rank - 1
-    flat = None
+    flat: Tensor | None = None
     for j in range(k):
         part = _wrap(indices.narrow(last, j, 1), shape[j]) * math.prod(shape[j + 1: k])
         flat = part if flat is None else flat + part
+    assert flat is not None  # k >= 1
     return flat.reshape(indices.dims()[:-1])
 
 
@@ -71,7 +74,7 @@ def gather_nd(node: Node) -> Callable[..., Any]:
     def run(x: Tensor, indices: Tensor) -> Tensor:
         shape = x.dims()
         k = indices.dims()[-1]
-        flat = _linear_index(indices.cast("int64"), shape, k)
+        flat = _linear_index(node, indices.cast("int64"), shape, k)
         rows = x.reshape([math.prod(shape[:k])] + shape[k:])
         return rows.take(0, flat)
 
@@ -105,7 +108,7 @@ def scatter_nd(node: Node) -> Callable[..., Any]:
         shape = x.dims()
         k = indices.dims()[-1]
         rest = shape[k:]
-        flat = _linear_index(indices.cast("int64"), shape, k).reshape([-1])
+        flat = _linear_index(node, indices.cast("int64"), shape, k).reshape([-1])
         m = flat.dims()[0]
         rows = x.reshape([math.prod(shape[:k])] + rest)
         values = updates.reshape([m] + rest)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -263,6 +263,8 @@ def slice_(node: Node) -> Callable[..., Any]:
     def run(x: Any, starts: Any = None, ends: Any = None, chosen: Any = None, steps: Any = None) -> Any:
         if node.version < 10:  # attributes before opset 10
             starts_, ends_, axes_, steps_ = node.ints("starts"), node.ints("ends"), node.ints("axes"), None
+            if starts_ is None or ends_ is None:
+                raise node.error("the starts and ends attributes are required before opset 10")
         else:
             starts_, ends_ = ints(starts), ints(ends)
             axes_ = None if chosen is None else ints(chosen)
@@ -309,6 +311,7 @@ numpy_op("Tile")(tile)
 
 # ---------------------------------------------------------------------- Pad
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+_NP_PAD_MODES: dict[str, Literal["reflect", "edge", "wrap"]] = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
 @op("Pad", host=(1, 2, 3))
@@ -331,9 +334,9 @@ def pad(node: Node) -> Callable[..., Any]:
             spec = [(before.get(d, 0), after.get(d, 0)) for d in range(rank)]
             if any(a < 0 or b < 0 for a, b in spec):
                 raise node.error("negative pads of host values")
-            np_mode = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode]
-            kwargs = {"constant_values": fill} if mode == "constant" else {}
-            return np.pad(x, spec, mode=np_mode, **kwargs)
+            if mode == "constant":
+                return np.pad(x, spec, mode="constant", constant_values=fill)
+            return np.pad(x, spec, mode=_NP_PAD_MODES[mode])
         torch_order: list[int] = []
         for d in range(rank - 1, -1, -1):
             torch_order += [before.get(d, 0), after.get(d, 0)]

@@ -23,7 +23,8 @@ def gemm(node: Node) -> Callable[..., Any]:
     trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
     has_c = node.has(2)
     c_shape = node.shape(2)
-    n = None if node.shape(1) is None else node.shape(1)[0 if trans_b else 1]
+    b_shape = node.shape(1)
+    n = None if b_shape is None else b_shape[0 if trans_b else 1]
     # The common layer: x @ W.T + b with a bias of one value per output (a fused linear).
     linear = alpha == 1.0 and beta == 1.0 and not trans_a and (
         not has_c or (c_shape is not None and n is not None and tuple(c_shape) in ((n,), (1, n)))

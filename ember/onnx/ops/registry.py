@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -140,7 +140,17 @@ class Node:
     def error(self, message: str) -> OnnxError:
         return OnnxError(f"ember: ONNX {self.label} (opset {self.opset}): {message}")
 
+    @overload
+    def ints(self, key: str) -> list[int] | None: ...
+
+    @overload
+    def ints(self, key: str, default: Sequence[int]) -> list[int]: ...
+
+    @overload
+    def ints(self, key: str, default: Sequence[int] | None) -> list[int] | None: ...
+
     def ints(self, key: str, default: Sequence[int] | None = None) -> list[int] | None:
+        """Attribute ``key`` as a list of ints, else ``default`` (a list when given)."""
         value = self.attrs.get(key)
         if value is None:
             return None if default is None else list(default)

@@ -19,7 +19,7 @@ from ember.tensor import Tensor
 
 _MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
           "tf_crop_and_resize")
-_NEAREST = {
+_NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "round_prefer_floor": lambda x: np.ceil(x - 0.5),
     "round_prefer_ceil": lambda x: np.floor(x + 0.5),
     "floor": np.floor,
@@ -106,7 +106,8 @@ def resize(node: Node) -> Callable[..., Any]:
 
     def plan(shape: list[int], roi: Any, scales: Any, sizes: Any) -> list[tuple[int, int, Any]]:
         rank = len(shape)
-        chosen = axes(node, node.ints("axes"), rank) if node.attr("axes") is not None else list(range(rank))
+        axes_attr = node.ints("axes")
+        chosen = axes(node, axes_attr, rank) if axes_attr is not None else list(range(rank))
         roi_values = [float(v) for v in np.asarray(roi).reshape(-1)] if roi is not None and np.size(roi) else []
         if sizes is not None and np.size(sizes):
             targets = ints(sizes)
@@ -155,6 +156,7 @@ def resize(node: Node) -> Callable[..., Any]:
                 if not np.all(weight == 1.0):
                     picked = picked * Tensor.from_data(weight.astype(x.dtype.np).reshape(view), device=x.device)
                 total = picked if total is None else total + picked
+            assert total is not None  # _taps gives every axis at least one tap
             if outside is not None and outside.any():
                 mask = Tensor.from_data(outside.reshape(view), device=x.device)
                 total = total.mask_fill(mask, extrapolation)

@@ -14,6 +14,7 @@ and renamed into place, so a crash never leaves a half-written checkpoint.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
@@ -123,7 +124,7 @@ class FileCheckpointer:
         positions = self.list()
         return positions[-1] if positions else None
 
-    def epochs(self) -> list[int]:
+    def epochs(self) -> builtins.list[int]:  # `list` is the method above in this class
         """The finished epochs that have a checkpoint."""
         return [p.epoch for p in self.list() if p.phase == "done"]
 

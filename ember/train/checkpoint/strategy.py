@@ -46,9 +46,9 @@ class MetricCheckpointingStrategy(CheckpointingStrategy):
         self.direction = metric_direction("MetricCheckpointingStrategy", metric, direction)
 
     def keep(self, epochs: list[int], history: MetricHistory) -> set[int]:
-        candidates = [(e, history.find(self.name, e, self.split)) for e in epochs]
-        candidates = [(e, v) for e, v in candidates if v is not None and v == v]
-        best = None
+        found = [(e, history.find(self.name, e, self.split)) for e in epochs]
+        candidates = [(e, v) for e, v in found if v is not None and v == v]
+        best: tuple[int, float] | None = None
         for e, v in sorted(candidates):
             if best is None or self.direction.better(v, best[1]):
                 best = (e, v)

@@ -59,6 +59,9 @@ class ConfusionMetric(Metric):
 
     unit = "%"
     direction = Direction.HIGHEST
+    tp: np.ndarray  # per-class counts over the epoch (set by clear)
+    fp: np.ndarray
+    fn: np.ndarray
 
     def __init__(
         self,

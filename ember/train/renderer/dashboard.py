@@ -22,7 +22,7 @@ class DashboardRenderer(MetricsRenderer):
             raise ImportError("ember: the dashboard needs rich: pip install rich (or ember[train])") from None
         self.console = console if console is not None else Console()
         self.refresh_per_second = refresh_per_second
-        self.live = None
+        self.live: Any = None  # a rich.live.Live while running (rich is imported lazily)
         self.values: dict[str, dict[str, str]] = {"train": {}, "valid": {}}
         self.names: list[str] = []
 
