@@ -57,7 +57,7 @@ def load(
     if input_shapes:
         file = with_input_shapes(file, input_shapes)
     program, params, states = Planner(file, device, untie=untie).build()
-    return OnnxModel(params=params, states=states, program=program)
+    return OnnxModel(weights=params, states=states, program=program)
 
 
 def with_input_shapes(file: ModelFile, input_shapes: Mapping[str, Dims]) -> ModelFile:

@@ -13,8 +13,9 @@ from ember.tensor import Tensor
 class OnnxModel(Module):
     """An ONNX graph whose initializers are parameters.
 
-    ``params`` maps each trainable initializer's ONNX name to a :class:`Param` (its
-    path is ``params.<name>``; :attr:`transposed_params` lists the Linear weights kept
+    ``weights`` maps each trainable initializer's ONNX name to a :class:`Param` (its
+    path is ``weights.<name>``; ``model.params()`` lists them as for any module;
+    :attr:`transposed_params` lists the Linear weights kept
     in ember's ``[d_input, d_output]`` layout); ``states`` holds BatchNormalization
     running statistics. ``program`` is the compiled graph, a constant shared by every copy
     that ``map``, ``fork`` or an optimizer step makes.
@@ -23,10 +24,7 @@ class OnnxModel(Module):
     returns a Tensor, or a tuple of them when the graph has several outputs.
     """
 
-    # This field shadows Module.params() on OnnxModel (model.params() fails; use
-    # model.named_params()). Its name is the ``params.<name>`` record path, so renaming it
-    # would change saved records: kept, and reported.
-    params: dict[str, Param]  # type: ignore[assignment]
+    weights: dict[str, Param]
     states: dict[str, RunningState]
     program: Program
 
@@ -39,7 +37,7 @@ class OnnxModel(Module):
             raise ModuleError(
                 f"ember: this ONNX model takes {len(program.inputs)} input(s) ({names}), got {len(args)}"
             )
-        outputs = program.run(args, self.params, self.states)
+        outputs = program.run(args, self.weights, self.states)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _arrange(self, args: tuple[Tensor, ...], kwargs: dict[str, Tensor]) -> tuple[Tensor, ...]:

@@ -30,7 +30,7 @@ def small(onnx) -> bytes:
 def test_a_valid_model_loads(small):
     model = ember.onnx.load(small, Device.flex())
     assert model(Tensor.zeros([2, 4])).dims() == [2, 3]
-    assert set(model.params) == {"w", "b"}
+    assert set(model.weights) == {"w", "b"}
 
 
 @pytest.mark.parametrize("data", [b"", b"not an onnx file at all \xff\xfe\x00", b"\x08" * 7],

@@ -34,7 +34,7 @@ def test_mlp(torch, ort, rng):
     net = models.mlp(torch)
     data = export(torch, net, (torch.zeros(5, 4),))
     model = check(torch, ort, data, net, rng.standard_normal((5, 4)).astype(np.float32))
-    assert sorted(model.params) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert sorted(model.weights) == ["0.bias", "0.weight", "2.bias", "2.weight"]
     assert model.num_params() == sum(p.numel() for p in net.parameters())
 
 
@@ -117,7 +117,7 @@ def test_exporter_deduplicated_initializers_are_untied(torch, rng):
     net = models.encoder(torch, randomize=False)
     data = export(torch, net, (torch.zeros(2, 5, 16),))
     model = ember.onnx.load(data, Device.flex())
-    assert {"layer.norm1.weight", "layer.norm2.weight", "layer.norm2.bias"} <= set(model.params)
+    assert {"layer.norm1.weight", "layer.norm2.weight", "layer.norm2.bias"} <= set(model.weights)
     assert model.num_params() == sum(p.numel() for p in net.parameters())
     tied = ember.onnx.load(data, Device.flex(), untie=False)
     assert tied.num_params() < model.num_params()
@@ -140,7 +140,7 @@ def test_the_cube_backend_runs_imports(torch, rng):
             model = ember.onnx.load(data, device)
             out = model(Tensor.from_data(x, device=device))
             grads = out.square().mean().backward()
-            results.append((out.to_numpy(), {n: p.val().grad(grads).to_numpy() for n, p in model.params.items()}))
+            results.append((out.to_numpy(), {n: p.val().grad(grads).to_numpy() for n, p in model.weights.items()}))
         (out_flex, grads_flex), (out_gpu, grads_gpu) = results
         np.testing.assert_allclose(out_gpu, out_flex, rtol=1e-4, atol=1e-5)
         for name in grads_flex:

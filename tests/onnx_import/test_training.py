@@ -55,7 +55,7 @@ def test_gradients_match_torch(torch, rng):
     np.testing.assert_allclose(xe.grad(grads).to_numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
     by_name = dict(net.named_parameters())
     compared = 0
-    for name, param in model.params.items():
+    for name, param in model.weights.items():
         if name in by_name:  # the exporter stores some weights transposed, under generated names
             np.testing.assert_allclose(torch_layout(model, name, param.val().grad(grads).to_numpy()),
                                        by_name[name].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
@@ -92,7 +92,7 @@ def test_fine_tuning_steps_match_torch(torch, rng):
     x, y = digits_like(rng, 8, image=8)
     device = Device.flex().autodiff()
     model = ember.onnx.load(data, device)
-    ids = {name: p.id for name, p in model.params.items()}
+    ids = {name: p.id for name, p in model.weights.items()}
     step = make_step(SgdConfig(momentum=0.9).init())
     xe, ye = Tensor.from_data(x, device=device), Tensor.from_data(y, device=device)
     losses = []
@@ -101,10 +101,10 @@ def test_fine_tuning_steps_match_torch(torch, rng):
         losses.append(loss.into_scalar())
     expected = torch_steps(torch, net, x, y, 0.05, 3, momentum=0.9)
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
-    assert {name: p.id for name, p in model.params.items()} == ids  # the same ParamIds after each step
+    assert {name: p.id for name, p in model.weights.items()} == ids  # the same ParamIds after each step
     assert model.transposed_params == {"7.weight"}  # the head's Linear, stored [d_in, d_out]
     for name, param in net.named_parameters():
-        np.testing.assert_allclose(torch_layout(model, name, model.params[name].val().to_numpy()),
+        np.testing.assert_allclose(torch_layout(model, name, model.weights[name].val().to_numpy()),
                                    param.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
@@ -117,8 +117,8 @@ def test_compiled_fine_tuning_step_matches_eager(torch, rng, dynamic):
 
     def run(compiled: bool):
         model = ember.onnx.load(data, device)
-        for name, p in model.params.items():  # the same start for both runs
-            model.params[name] = ember.Param(p.id, Tensor.from_data(start[name], device=device))
+        for name, p in model.weights.items():  # the same start for both runs
+            model.weights[name] = ember.Param(p.id, Tensor.from_data(start[name], device=device))
         step_fn = make_step(AdamConfig(epsilon=1e-8).init())
         step = ember.compile(step_fn) if compiled else step_fn
         losses = []
@@ -127,7 +127,7 @@ def test_compiled_fine_tuning_step_matches_eager(torch, rng, dynamic):
             losses.append(loss.into_scalar())
         return losses, model, step
 
-    start = {n: p.val().to_numpy() for n, p in ember.onnx.load(data, Device.flex()).params.items()}
+    start = {n: p.val().to_numpy() for n, p in ember.onnx.load(data, Device.flex()).weights.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileWarning)  # no fallback to eager
         compiled, model_c, step = run(True)
@@ -135,8 +135,8 @@ def test_compiled_fine_tuning_step_matches_eager(torch, rng, dynamic):
     np.testing.assert_allclose(compiled, eager, rtol=1e-5)
     # One trace for the first step (no optimizer state yet), one for the rest.
     assert step.stats["traces"] == 2 and step.stats["replays"] == 2 and step.stats["eager"] == 0
-    for name in model_e.params:
-        np.testing.assert_allclose(model_c.params[name].val().to_numpy(), model_e.params[name].val().to_numpy(),
+    for name in model_e.weights:
+        np.testing.assert_allclose(model_c.weights[name].val().to_numpy(), model_e.weights[name].val().to_numpy(),
                                    rtol=1e-4, atol=1e-6)
 
 
@@ -149,7 +149,7 @@ def test_fusion_device_matches_flex(torch, rng):
         model = ember.onnx.load(data, device)
         out = model(Tensor.from_data(tokens, device=device))
         grads = out.square().mean().backward()
-        results.append((out.to_numpy(), {n: p.val().grad(grads).to_numpy() for n, p in model.params.items()}))
+        results.append((out.to_numpy(), {n: p.val().grad(grads).to_numpy() for n, p in model.weights.items()}))
     (out_a, grads_a), (out_b, grads_b) = results
     np.testing.assert_allclose(out_b, out_a, rtol=1e-5, atol=1e-6)
     for name in grads_a:
@@ -171,6 +171,9 @@ def test_save_file_and_load_file_keep_values_and_ids(torch, rng, tmp_path):
     for (name, a), (_, b) in zip(model.to_record().items(), fresh.to_record().items()):
         np.testing.assert_array_equal(a.to_numpy(), b.to_numpy(), err_msg=name)
     assert any(name.startswith("states.") for name in fresh.to_record())
+    assert all(name.startswith("weights.") for name, _ in fresh.named_params())
+    assert [p.id for p in fresh.params()] == [p.id for _, p in fresh.named_params()]  # the Module API works
+    assert fresh.num_params() == sum(int(np.prod(p.val().dims())) for p in fresh.params())
     valid_x = x.to_device(device.inner())
     np.testing.assert_array_equal(fresh.valid()(valid_x).to_numpy(), model.valid()(valid_x).to_numpy())
 
