@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
 from ember.backend.cube.dtypes import Storage, check_scalar, storage_for
 from ember.backend.cube.kernels import elementwise, index, layout, matmul, module, optim, random, reduce, scan, sort
+from ember.backend.cube.kernels.context import KernelContext
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
@@ -46,19 +47,21 @@ class CubeBackend(Backend):
         self.kind = kind
         self._runtime: Runtime | None = None
         self._cache: KernelCache | None = None
-        self.plans: dict = {}
+        self.plans: dict[Any, Any] = {}
         self._ready_lock = threading.Lock()
 
     # ------------------------------------------------------------------ device
     def ensure_ready(self) -> Runtime:
         """Create the wgpu device (once); raises :class:`BackendUnavailableError` on failure."""
-        if self._runtime is None:
+        runtime = self._runtime
+        if runtime is None:
             with self._ready_lock:
-                if self._runtime is None:
-                    self._open()
-        return self._runtime
+                runtime = self._runtime
+                if runtime is None:
+                    runtime = self._open()
+        return runtime
 
-    def _open(self) -> None:
+    def _open(self) -> Runtime:
         try:
             runtime = Runtime(self.adapter)
         except BackendUnavailableError:
@@ -69,6 +72,7 @@ class CubeBackend(Backend):
             ) from None
         self._cache = KernelCache(runtime)
         self._runtime = runtime
+        return runtime
 
     @property
     def runtime(self) -> Runtime:
@@ -76,9 +80,12 @@ class CubeBackend(Backend):
 
     @property
     def cache(self) -> KernelCache:
-        if self._cache is None:
+        cache = self._cache
+        if cache is None:
             self.ensure_ready()
-        return self._cache
+            cache = self._cache
+            assert cache is not None  # opened with the runtime
+        return cache
 
     def stats(self) -> dict[str, int]:
         """Counters: ``compiles``, ``cache_hits``, ``launches``, ``submits``, ``uploads``,
@@ -336,3 +343,9 @@ class CubeBackend(Backend):
 
     def embedding(self, weights, indices):
         return module.embedding(self, weights, indices)
+
+
+if TYPE_CHECKING:
+
+    def _gives_kernels_their_context(backend: CubeBackend) -> KernelContext:
+        return backend  # the checker verifies that CubeBackend has what the kernels use

@@ -22,7 +22,7 @@ from ember.backend.cube.dtypes import Storage
 from ember.backend.distribution import Distribution
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 ZERO_AT = 9  # info word holding 0, for keep()
 
@@ -147,7 +147,7 @@ def _params(distribution: Distribution) -> tuple[float, float, float]:
 
 
 def sample(
-    backend: CubeBackend, shape: tuple[int, ...], distribution: Distribution, storage: Storage, key: int, counter: int
+    backend: KernelContext, shape: tuple[int, ...], distribution: Distribution, storage: Storage, key: int, counter: int
 ) -> CubeTensor:
     """The draw at ``(key, counter)`` (see :mod:`ember.backend.philox`)."""
     out = backend.empty(shape, storage)

@@ -18,7 +18,7 @@ from ember.backend.ops import ArgReduceOp, BinaryOp, ReduceOp
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
@@ -202,7 +202,7 @@ def _numel(shape) -> int:
     return total
 
 
-def reduce(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+def reduce(backend: KernelContext, op: str, x: CubeTensor, dim: int) -> CubeTensor:
     out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
     out_storage = backend.storage(DType.BOOL) if op in (ReduceOp.ANY, ReduceOp.ALL) else x.storage
     return _launch_reduce(backend, op, x, dim, out_storage, x.shape[dim], out_shape)
@@ -262,7 +262,7 @@ def _arg_source(op: str, mode: str, src: Storage, dst: Storage) -> KernelSource:
     return KernelSource(f"{op}_{mode}", source, 1, 1)
 
 
-def arg_reduce(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+def arg_reduce(backend: KernelContext, op: str, x: CubeTensor, dim: int) -> CubeTensor:
     n = x.shape[dim]
     out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
     out_storage = backend.storage(DType.INT64)
@@ -337,7 +337,7 @@ def _softmax_source(log: bool, mode: str, src: Storage) -> KernelSource:
     return KernelSource(f"{'log_' if log else ''}softmax_{mode}", source, 1, 1)
 
 
-def softmax(backend: CubeBackend, x: CubeTensor, dim: int, log: bool) -> CubeTensor:
+def softmax(backend: KernelContext, x: CubeTensor, dim: int, log: bool) -> CubeTensor:
     if x.storage.compute != "f32":
         return NotImplemented
     out = backend.empty(x.shape, x.storage)
