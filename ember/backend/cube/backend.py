@@ -209,7 +209,9 @@ class CubeBackend(Backend):
         return elementwise.run(self, expr, inputs, storage, shape, scalars, types)
 
     def clamp(self, x: CubeTensor, low, high) -> CubeTensor:
-        inputs, scalars, types = [x], [], []
+        inputs: list[CubeTensor] = [x]
+        scalars: list = []
+        types: list[str] = []
         expr = ir.load(0, x.storage.compute)
         if low is not None:
             expr = ir.binary(BinaryOp.MAXIMUM, expr, self._operand("clamp", low, x.storage, 1, inputs, scalars, types))
@@ -286,13 +288,18 @@ class CubeBackend(Backend):
         return index.argwhere(self, x)
 
     # ------------------------------------------------------------------ fused
+    def _fused_unary(self, op: str, x: CubeTensor) -> CubeTensor:
+        """A one-operand kernel of cube's unary table that is no ``UnaryOp`` (``relu``,
+        ``sigmoid``): ``unary``'s launch, with the output in ``x``'s storage."""
+        return elementwise.run(self, ir.unary(op, ir.load(0, x.storage.compute)), [x], x.storage, x.shape)
+
     def relu(self, x: CubeTensor) -> CubeTensor:
-        return self.unary("relu", x)
+        return self._fused_unary("relu", x)
 
     def sigmoid(self, x: CubeTensor) -> CubeTensor:
         if x.storage.compute != "f32":
             return NotImplemented
-        return self.unary("sigmoid", x)
+        return self._fused_unary("sigmoid", x)
 
     def softmax(self, x: CubeTensor, dim: int) -> CubeTensor:
         return reduce.softmax(self, x, dim, log=False)

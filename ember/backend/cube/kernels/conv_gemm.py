@@ -120,7 +120,9 @@ def conv(backend: KernelContext, x: CubeTensor, weight: CubeTensor, bias: CubeTe
     batch_shape = (n_img, groups)
     w_b = (0, cog * kdim)
     x_b = (x.strides[0], cg * x.strides[1])
-    extra, e_b, e_rows = (), [], []
+    extra: tuple[CubeTensor, ...] = ()
+    e_b: list[tuple[int, int]] = []
+    e_rows: list[int] = []
     if bias is not None:
         extra = (bias,)
         e_b = [(0, cog * bias.strides[0])]

@@ -47,7 +47,7 @@ _LANE_WG = wgsl.WORKGROUP
 class FusedReduction:
     """The generation-time description of a fused reduction kernel."""
 
-    reductions: tuple[tuple[str, Expr], ...]          # (ReduceOp, prologue expression)
+    reductions: tuple[tuple[ReduceOp, Expr], ...]     # (op, prologue expression)
     stores: tuple[tuple[Expr, Storage, bool], ...]    # (expression, storage, over the reduced space)
     ins: tuple[Storage, ...]
 

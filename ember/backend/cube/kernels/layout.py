@@ -99,6 +99,7 @@ def cat(backend: KernelContext, xs: Sequence[CubeTensor], dim: int) -> CubeTenso
             region[dim] = (start, start + n, 1)
             write(backend, slice_view(out, region), x)
         start += n
-    if all(x.bounds is not None for x in xs) and xs:
-        out.bounds = (min(x.bounds[0] for x in xs), max(x.bounds[1] for x in xs))
+    known = [x.bounds for x in xs if x.bounds is not None]
+    if xs and len(known) == len(xs):  # every part's value range is known
+        out.bounds = (min(b[0] for b in known), max(b[1] for b in known))
     return out

@@ -21,7 +21,7 @@ invocation kernel (WGSL has no ``vec4`` of two-word integers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ember.backend.cube import ir, wgsl
 from ember.backend.cube.buffer import CubeTensor, broadcast_strides, coalesce
@@ -181,7 +181,7 @@ def matmul_many(
                                tuple(epilogue.outputs))
     if ctype == "i64":
         plan = None
-        key = ("matmul_i64", a.storage, b.storage, out_storage, spec)
+        key: tuple[Any, ...] = ("matmul_i64", a.storage, b.storage, out_storage, spec)
         kernel = backend.cache.get(key, lambda: _source_i64(a.storage, out_storage, spec))
         tiles = (ceil_div(n, _S), ceil_div(m, _S))
     else:

@@ -13,7 +13,7 @@ from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage, scalar_word
 from ember.backend.cube.kernels import elementwise, layout, reduce
-from ember.backend.ops import BinaryOp
+from ember.backend.ops import BinaryOp, ReduceOp
 
 if TYPE_CHECKING:
     from ember.backend.cube.kernels.context import KernelContext
@@ -112,7 +112,7 @@ def mse_loss(backend: KernelContext, pred: CubeTensor, target: CubeTensor, mean:
     diff = ir.binary(BinaryOp.SUB, ir.load(0, "f32"), ir.load(1, "f32"))
     squares = elementwise.run(backend, ir.binary(BinaryOp.MUL, diff, diff), [pred, target], backend.storage_f32(), pred.shape)
     flat = squares.view((squares.size,), (1,), 0)
-    total = reduce.reduce(backend, "mean" if mean else "sum", flat, 0)
+    total = reduce.reduce(backend, ReduceOp.MEAN if mean else ReduceOp.SUM, flat, 0)
     if pred.storage != total.storage:
         total = backend.cast(total, pred.storage.dtype)
     return total

@@ -140,7 +140,8 @@ def _source(out: Storage) -> KernelSource:
 
 def _params(distribution: Distribution) -> tuple[float, float, float]:
     if distribution.kind == "uniform":
-        return tuple(float(v) for v in philox.uniform_params(distribution.a, distribution.b))
+        lo, scale, cap = philox.uniform_params(distribution.a, distribution.b)
+        return float(lo), float(scale), float(cap)
     if distribution.kind == "normal":
         return distribution.a, distribution.b, 0.0
     return distribution.a, 0.0, 0.0
