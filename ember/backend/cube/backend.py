@@ -22,12 +22,14 @@ from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
 from ember.backend.cube.dtypes import Storage, check_scalar, storage_for
 from ember.backend.cube.kernels import elementwise, index, layout, matmul, module, optim, random, reduce, scan, sort
-from ember.backend.cube.kernels.context import KernelContext
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from ember.backend.cube.kernels.context import KernelContext
 
 _INT = ("i32", "i64")
 
