@@ -82,6 +82,8 @@ def _violations() -> list[str]:
                     bad.append(f"{path}:{line}: ember.backend.{own} imports {module}")
                 if own in BACKEND_PROTOCOL and target[2] not in BACKEND_PROTOCOL:
                     bad.append(f"{path}:{line}: the backend protocol imports {module}")
+                if parts[1:3] == ("cube", "kernels") and module == "ember.backend.cube.backend":
+                    bad.append(f"{path}:{line}: a cube kernel imports the whole backend; take a KernelContext")
     return bad
 
 

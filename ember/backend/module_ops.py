@@ -139,10 +139,10 @@ def _spread(b: Any, cols: Primitive, shape: Ints, kernel: Ints, stride: Ints, di
     n, c = shape[:2]
     total = b.full(shape, 0, _dtype(cols))
     for k, offset in enumerate(_offsets(kernel)):
-        region = _full_slices(shape[:2])
+        spans = _full_slices(shape[:2])
         for o, s, d, m in zip(offset, stride, dilation, out):
-            region.append((o * d, o * d + (m - 1) * s + 1, s))
-        region = tuple(region)
+            spans.append((o * d, o * d + (m - 1) * s + 1, s))
+        region = tuple(spans)
         piece = b.slice(cols, ((0, n, 1), (0, c, 1), (k, k + 1, 1)) + tuple((0, m, 1) for m in out))
         piece = b.reshape(piece, (n, c) + out)
         total = b.slice_assign(total, region, b.binary(BinaryOp.ADD, b.slice(total, region), piece))

@@ -47,7 +47,7 @@ already exact, and autodiff differentiates them for free.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 
 class _OpNameType(type):
@@ -60,12 +60,15 @@ class _OpNameType(type):
     ``name``/``value``, identity of members) without the hook.
     """
 
-    def __new__(mcls, name: str, bases: tuple, namespace: dict[str, Any]):
+    _members: dict[str, Any]  # value -> member, set on each class built by ``__new__``
+
+    def __new__(mcls, name: str, bases: tuple, namespace: dict[str, Any]) -> _OpNameType:
         cls = super().__new__(mcls, name, bases, namespace)
         members: dict[str, Any] = {}
         for key, value in namespace.items():
             if key.isupper() and isinstance(value, str):
-                member = str.__new__(cls, value)
+                # ``cls`` is a ``str`` subclass (``OpName``'s); the checker sees only the metaclass.
+                member: Any = str.__new__(cast("type[str]", cls), value)
                 member._name = key
                 type.__setattr__(cls, key, member)
                 members[value] = member

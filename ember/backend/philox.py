@@ -71,7 +71,8 @@ _S32 = np.uint64(32)
 
 
 def _f32(bits: int) -> np.float32:
-    return np.array(bits, _U32).view(_F32)[()]
+    # numpy's stubs type ``[()]`` as an array; on a 0-d array it gives the scalar
+    return np.array(bits, _U32).view(_F32)[()]  # type: ignore[return-value]
 
 
 def blocks_for(n: int, dtype: DType) -> int:

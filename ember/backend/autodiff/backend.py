@@ -122,7 +122,13 @@ class AutodiffBackend(
         order = topological_order(node)
         if hook is not None:
             return self._backward_hooked(node, order, seed, grads, hook)
-        reaches = None if wanted is None else _reaching(order, wanted)
+        # ``reaches`` is set exactly when ``wanted`` is; the loop reads ``wanted_ids`` only
+        # after a ``reaches is not None`` check.
+        reaches: set[int] | None = None
+        wanted_ids: set[int] = set()
+        if wanted is not None:
+            wanted_ids = wanted
+            reaches = _reaching(order, wanted)
         pending: dict[int, Any] = {node.id: seed}
         balanced = self._balanced
         recomputed: dict[int, Any] = {}
@@ -131,7 +137,7 @@ class AutodiffBackend(
             nid = n.id
             g = pop(nid, None)
             if g is not None:
-                if reaches is not None and nid in wanted:
+                if reaches is not None and nid in wanted_ids:
                     leaf_grads[nid] = g  # a wanted tensor inside the graph: its gradient is complete
                 if reaches is None or nid in reaches:
                     parent_grads = n.step(ops, g, _saved(n, recomputed, balanced, create_graph), n.ctx)
@@ -149,7 +155,7 @@ class AutodiffBackend(
                                 continue
                             target = leaf_grads
                         else:
-                            if reaches is not None and pid not in reaches and pid not in wanted:
+                            if reaches is not None and pid not in reaches and pid not in wanted_ids:
                                 continue
                             target = pending
                         prev = target.get(pid)
@@ -268,7 +274,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _saved(n: Node, cache: dict[int, Any], balanced: bool, create_graph: bool) -> tuple:
+def _saved(n: Node, cache: dict[int, Any], balanced: bool, create_graph: bool) -> tuple | None:
     """The values a node's step reads: plain inner primitives for a first-order pass;
     autodiff tensors that remember their nodes for a ``create_graph`` pass."""
     saved = n.saved

@@ -51,9 +51,9 @@ class Node:
         self.id = node_id
         self.parents = parents
         self.step = step
-        self.saved = saved
+        self.saved: tuple | None = saved  # None once released
         self.ctx = ctx
-        self.recompute = None
+        self.recompute: tuple[Any, tuple] | None = None
         self.consumed = False
 
     def release(self) -> None:
@@ -163,7 +163,7 @@ def retained_bytes(root: Node | None) -> int:
         nbytes = getattr(value, "nbytes", None)
         if nbytes is None or isinstance(value, Node):
             return
-        base = getattr(value, "base", None)
+        base: Any = getattr(value, "base", None)
         while getattr(base, "base", None) is not None:
             base = base.base
         owner = base if base is not None else value

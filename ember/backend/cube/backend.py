@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from ember.backend.cube.kernels.context import KernelContext
 
 _INT = ("i32", "i64")
 
@@ -46,19 +49,21 @@ class CubeBackend(Backend):
         self.kind = kind
         self._runtime: Runtime | None = None
         self._cache: KernelCache | None = None
-        self.plans: dict = {}
+        self.plans: dict[Any, Any] = {}
         self._ready_lock = threading.Lock()
 
     # ------------------------------------------------------------------ device
     def ensure_ready(self) -> Runtime:
         """Create the wgpu device (once); raises :class:`BackendUnavailableError` on failure."""
-        if self._runtime is None:
+        runtime = self._runtime
+        if runtime is None:
             with self._ready_lock:
-                if self._runtime is None:
-                    self._open()
-        return self._runtime
+                runtime = self._runtime
+                if runtime is None:
+                    runtime = self._open()
+        return runtime
 
-    def _open(self) -> None:
+    def _open(self) -> Runtime:
         try:
             runtime = Runtime(self.adapter)
         except BackendUnavailableError:
@@ -69,6 +74,7 @@ class CubeBackend(Backend):
             ) from None
         self._cache = KernelCache(runtime)
         self._runtime = runtime
+        return runtime
 
     @property
     def runtime(self) -> Runtime:
@@ -76,9 +82,12 @@ class CubeBackend(Backend):
 
     @property
     def cache(self) -> KernelCache:
-        if self._cache is None:
+        cache = self._cache
+        if cache is None:
             self.ensure_ready()
-        return self._cache
+            cache = self._cache
+            assert cache is not None  # opened with the runtime
+        return cache
 
     def stats(self) -> dict[str, int]:
         """Counters: ``compiles``, ``cache_hits``, ``launches``, ``submits``, ``uploads``,
@@ -202,7 +211,9 @@ class CubeBackend(Backend):
         return elementwise.run(self, expr, inputs, storage, shape, scalars, types)
 
     def clamp(self, x: CubeTensor, low, high) -> CubeTensor:
-        inputs, scalars, types = [x], [], []
+        inputs: list[CubeTensor] = [x]
+        scalars: list = []
+        types: list[str] = []
         expr = ir.load(0, x.storage.compute)
         if low is not None:
             expr = ir.binary(BinaryOp.MAXIMUM, expr, self._operand("clamp", low, x.storage, 1, inputs, scalars, types))
@@ -279,13 +290,18 @@ class CubeBackend(Backend):
         return index.argwhere(self, x)
 
     # ------------------------------------------------------------------ fused
+    def _fused_unary(self, op: str, x: CubeTensor) -> CubeTensor:
+        """A one-operand kernel of cube's unary table that is no ``UnaryOp`` (``relu``,
+        ``sigmoid``): ``unary``'s launch, with the output in ``x``'s storage."""
+        return elementwise.run(self, ir.unary(op, ir.load(0, x.storage.compute)), [x], x.storage, x.shape)
+
     def relu(self, x: CubeTensor) -> CubeTensor:
-        return self.unary("relu", x)
+        return self._fused_unary("relu", x)
 
     def sigmoid(self, x: CubeTensor) -> CubeTensor:
         if x.storage.compute != "f32":
             return NotImplemented
-        return self.unary("sigmoid", x)
+        return self._fused_unary("sigmoid", x)
 
     def softmax(self, x: CubeTensor, dim: int) -> CubeTensor:
         return reduce.softmax(self, x, dim, log=False)
@@ -336,3 +352,9 @@ class CubeBackend(Backend):
 
     def embedding(self, weights, indices):
         return module.embedding(self, weights, indices)
+
+
+if TYPE_CHECKING:
+
+    def _gives_kernels_their_context(backend: CubeBackend) -> KernelContext:
+        return backend  # the checker verifies that CubeBackend has what the kernels use

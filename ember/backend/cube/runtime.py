@@ -418,7 +418,7 @@ class Runtime:
         if self._captures:
             capture = self._captures.get(threading.get_ident())
             if capture is not None:
-                capture.launches.append((kernel, list(buffers), list(info), tuple(groups)))
+                capture.launches.append((kernel, list(buffers), list(info), groups))  # a tuple: immutable, no copy
                 if capture.dry:
                     return
         with self.lock:
@@ -531,10 +531,12 @@ class Runtime:
     def bind_group(self, n_in: int, n_out: int, buffers: list[Any]) -> Any:
         """A bind group of ``buffers`` (wgpu buffers or blocks) for kernels with ``n_in``
         inputs and ``n_out`` outputs, kept until :meth:`release` (a raw handle)."""
+        raw = self._raw
+        assert raw is not None, "tapes need wgpu-native's C API (check Runtime.tapes first)"
         group_layout, _ = self.layout(n_in, n_out)
         with self.lock:
-            group = self._raw.bind_group(group_layout, buffers)
-            self._raw.pending.pop()  # a tape's: not released with the batch
+            group = raw.bind_group(group_layout, buffers)
+            raw.pending.pop()  # a tape's: not released with the batch
         return group
 
     def release(self, groups: list[Any]) -> None:
@@ -550,6 +552,7 @@ class Runtime:
         become ``words``. A replay whose previous one is still in the open batch submits
         that batch first (its words would be overwritten before it ran)."""
         raw = self._raw
+        assert raw is not None, "tapes need wgpu-native's C API (check Runtime.tapes first)"
         lib, ffi = raw.lib, raw.ffi
         with self.lock:
             if info.encoded_at == self.submit_count and self._pass is not None:

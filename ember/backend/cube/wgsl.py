@@ -16,6 +16,7 @@ Compute types: ``f32``, ``i32``, ``bool`` and ``i64`` (int64 on two 32-bit words
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -372,11 +373,11 @@ def helpers_for(code: str) -> str:
     return "\n".join(HELPERS[n] for n in seen)
 
 
-def bindings(inputs: list[Storage | str], outputs: list[Storage | str]) -> str:
+def bindings(inputs: Sequence[Storage | str], outputs: Sequence[Storage | str]) -> str:
     """Declarations of ``in0..``, ``out0..`` (storages or raw WGSL element types) and
     ``info``, with the ``i64`` alias (unused aliases cost nothing)."""
     lines = []
-    elems = [s if isinstance(s, str) else s.wgsl for s in inputs + outputs]
+    elems = [s if isinstance(s, str) else s.wgsl for s in (*inputs, *outputs)]
     if any("f16" in e for e in elems):
         lines.append("enable f16;")
     lines.append(int64.ALIAS)

@@ -26,7 +26,7 @@ from ember.backend.flex import native
 from ember.backend.flex.quiet import quiet_reset, quiet_set
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
-_BITS = {4: np.uint32, 8: np.uint64}
+_BITS: dict[int, type[np.uint32] | type[np.uint64]] = {4: np.uint32, 8: np.uint64}
 _F32 = np.dtype(np.float32)
 _TINY_SUM = 1e-20  # exp(-46): below it a row is recomputed with its own maximum
 

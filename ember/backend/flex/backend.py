@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -54,7 +55,7 @@ def _sign(x):
     return out
 
 
-_UNARY = {
+_UNARY: dict[UnaryOp, Callable[..., Any]] = {
     UnaryOp.NEG: np.negative, UnaryOp.ABS: np.abs, UnaryOp.EXP: np.exp, UnaryOp.LOG: np.log, UnaryOp.LOG1P: np.log1p,
     UnaryOp.EXPM1: np.expm1, UnaryOp.SQRT: np.sqrt, UnaryOp.RSQRT: _rsqrt, UnaryOp.RECIP: _recip,
     UnaryOp.SIN: np.sin, UnaryOp.COS: np.cos, UnaryOp.TAN: np.tan, UnaryOp.TANH: np.tanh, UnaryOp.SINH: np.sinh,
@@ -89,7 +90,7 @@ _REDUCE_UFUNC = {
     ReduceOp.SUM: np.add, ReduceOp.MEAN: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum,
     ReduceOp.ANY: np.logical_or, ReduceOp.ALL: np.logical_and,
 }
-_CUMULATIVE = {
+_CUMULATIVE: dict[CumulativeOp, Callable[..., Any]] = {
     CumulativeOp.CUMSUM: np.cumsum, CumulativeOp.CUMPROD: np.cumprod,
     CumulativeOp.CUMMAX: np.maximum.accumulate, CumulativeOp.CUMMIN: np.minimum.accumulate,
     CumulativeOp.LOGCUMSUMEXP: np.logaddexp.accumulate,

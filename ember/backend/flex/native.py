@@ -19,6 +19,7 @@ import ctypes
 import math
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +127,7 @@ class _Emitter:
         self.ptr = ir.PointerType()
         self.void = ir.VoidType()
         self._intrinsics: dict[str, Any] = {}
+        self.width: int | None
         if "+avx512f" in _host_features():
             self.width = 512
         else:
@@ -151,7 +153,7 @@ class _Emitter:
             set.add(fn.attributes, f'"prefer-vector-width"="{self.width}"')  # a string attribute llvmlite does not list
         return fn, self.ir.IRBuilder(fn.append_basic_block("entry"))
 
-    def loop(self, b: Any, count: Any, body: Any, carried: list[tuple[Any, Any]] = ()) -> list[Any]:
+    def loop(self, b: Any, count: Any, body: Any, carried: Sequence[tuple[Any, Any]] = ()) -> list[Any]:
         """``for i in range(count): carried = body(b, i, *carried)``; returns the final
         carried values (reductions). ``carried`` is ``[(type, initial value)]``."""
         ir = self.ir

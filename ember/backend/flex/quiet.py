@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 try:  # numpy >= 2: the error state is a context variable
-    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+    # private names, absent from numpy's stubs; the except below covers their absence
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj  # type: ignore[attr-defined]
 
     _IGNORE = _make_extobj(all="ignore")
     _set = _extobj_contextvar.set

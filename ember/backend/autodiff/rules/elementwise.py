@@ -209,7 +209,9 @@ class ElementwiseRules(RecordMixin):
                 self._out(out, True) if needs & RES else None,
             )
             ctx = (op, None if na is None else a.shape, None if nb is None else b.shape)
-            recompute = (partial(inner.binary, op), (self._keep(a), self._keep(b))) if self._balanced else None
+            recompute: tuple[Any, tuple] | None = (
+                (partial(inner.binary, op), (self._keep(a), self._keep(b))) if self._balanced else None
+            )
             return self._record(out, (na, nb), _binary_step, saved, ctx, recompute)
         out = inner.binary(op, a.inner, b)
         na = a.node

@@ -85,7 +85,7 @@ class CudaBackend(Backend):
                           np.dtype(dtype))
 
     def run(self, kernel: Kernel, tensors: dict[int, CudaTensor], scalars: dict[int, Any] | None = None,
-            scalar_types: dict[int, str] | None = None, store_views: list[View] | None = None) -> tuple | None:
+            scalar_types: dict[int, str] | None = None, store_views: list[View] | None = None) -> tuple:
         """Launch a one-off IR kernel whose buffer ids index ``tensors`` (dynamic geometry).
         Returns what a repeat of the same launch needs (function, grid, buffer order,
         typed geometry, scalar slots), for :meth:`_map`'s cache."""
@@ -106,6 +106,7 @@ class CudaBackend(Backend):
         args: list[Any] = [_ptr(tensors[b]) for b in order] + geo
         slots = []
         for slot in kb.used_slots:
+            assert scalars is not None, "a kernel that reads scalars needs their values"
             t = (scalar_types or {}).get(slot, "double")
             slots.append((slot, t))
             args.append(np.float64(scalars[slot]) if t == "double" else np.int64(int(scalars[slot])))
@@ -114,7 +115,7 @@ class CudaBackend(Backend):
         return fn, grid, order, geo, slots
 
     def _map(self, build, inputs: list[CudaTensor], shape: tuple[int, ...], out_dtype: np.dtype,
-             scalars: list[tuple[Any, np.dtype]] = (), tag: Any = None) -> CudaTensor:
+             scalars: Sequence[tuple[Any, np.dtype]] = (), tag: Any = None) -> CudaTensor:
         """An elementwise kernel: ``build(x, loads, scalar_exprs)`` gives the expression.
 
         ``tag`` names the expression ``build`` makes (with the operands' views and dtypes
@@ -128,12 +129,12 @@ class CudaBackend(Backend):
             if hit is not None:
                 fn, grid, order, geo, slots = hit
                 out = self.empty(shape, out_dtype)
-                tensors = list(inputs)
+                operands = list(inputs)
                 for v, _ in scalars:
                     if type(v) is DeviceScalar:
-                        tensors.append(v.table)
-                tensors.append(out)
-                args = [np.uint64(tensors[k].mem.ptr) for k in order] + geo
+                        operands.append(v.table)
+                operands.append(out)
+                args = [np.uint64(operands[k].mem.ptr) for k in order] + geo
                 for j, kind in slots:
                     v = scalars[j][0]
                     args.append(np.float64(v) if kind == "double" else np.int64(int(v)))
@@ -298,6 +299,7 @@ class CudaBackend(Backend):
     def reduce(self, op: ReduceOp, x: CudaTensor, dim: int) -> CudaTensor:
         n = x.shape[dim]
         out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
+        out_dtype: np.dtype
         if op in (ReduceOp.ANY, ReduceOp.ALL):
             out_dtype = _BOOL
         elif op in (ReduceOp.SUM, ReduceOp.PROD) and x.dtype == _BOOL:
@@ -386,6 +388,7 @@ class CudaBackend(Backend):
         if view is None:
             x = self.contiguous(x)
             view = x.view.reshape(shape)
+            assert view is not None  # a contiguous view reshapes without a copy
         return x.with_view(view)
 
     def permute(self, x: CudaTensor, axes) -> CudaTensor:

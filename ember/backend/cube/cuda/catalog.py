@@ -121,14 +121,14 @@ def _record(b: CudaBackend) -> None:
                     "bernoulli": Distribution.bernoulli(0.5)}[kind]
             b.random((9,), dist, dtype, 1, 2)
         x = e((4, 6), d)
-        for op in UnaryOp:
-            if op in LOWERED_UNARY[fam]:
-                b.unary(op, x)
+        for uop in UnaryOp:
+            if uop in LOWERED_UNARY[fam]:
+                b.unary(uop, x)
         scalar = 2.5 if dtype.is_float else (True if dtype.is_bool else 3)
-        for op in BinaryOp:
-            if op in LOWERED_BINARY[fam]:
-                b.binary(op, x, x)
-                b.binary(op, x, scalar)
+        for bop in BinaryOp:
+            if bop in LOWERED_BINARY[fam]:
+                b.binary(bop, x, x)
+                b.binary(bop, x, scalar)
         for layout in _layouts(b, dtype):
             b.binary(BinaryOp.ADD if fam != "b" else BinaryOp.LOGICAL_OR, layout, b.expand(e((1,), d), layout.shape))
             b.unary(UnaryOp.NEG if fam in "fi" else UnaryOp.LOGICAL_NOT, layout)
@@ -144,19 +144,19 @@ def _record(b: CudaBackend) -> None:
         for other in DTYPES:
             b.cast(x, other)
         # Reductions: short rows, long rows, columns, and middle dims.
-        for op in ReduceOp:
-            if op == ReduceOp.MEAN and not dtype.is_float:
+        for rop in ReduceOp:
+            if rop == ReduceOp.MEAN and not dtype.is_float:
                 continue
-            b.reduce(op, e((5, 7), d), 1)
-            b.reduce(op, e((3, 4096), d), 1)
-            b.reduce(op, e((9, 6), d), 0)
-            b.reduce(op, b.permute(e((3, 4, 5), d), (2, 0, 1)), 1)
-        for op in ArgReduceOp:
-            b.arg_reduce(op, e((4, 5), d), 1)
-        for op in CumulativeOp:
-            if op == CumulativeOp.LOGCUMSUMEXP and not dtype.is_float:
+            b.reduce(rop, e((5, 7), d), 1)
+            b.reduce(rop, e((3, 4096), d), 1)
+            b.reduce(rop, e((9, 6), d), 0)
+            b.reduce(rop, b.permute(e((3, 4, 5), d), (2, 0, 1)), 1)
+        for aop in ArgReduceOp:
+            b.arg_reduce(aop, e((4, 5), d), 1)
+        for cop in CumulativeOp:
+            if cop == CumulativeOp.LOGCUMSUMEXP and not dtype.is_float:
                 continue
-            b.cumulative(op, e((4, 5), d), 0)
+            b.cumulative(cop, e((4, 5), d), 0)
         b.argsort(e((3, 8), d), 1, False)
         b.argsort(e((3, 8), d), 0, True)
         idx = e((4, 3), np.dtype(np.int64))

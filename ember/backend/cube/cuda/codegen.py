@@ -21,6 +21,7 @@ neighbouring elements). Float sums accumulate in double, as the CPU lowering doe
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,7 +299,7 @@ class KernelBuilder:
         body: list[str] = []
         rank = len(g.sizes)
 
-        def address(access: int, coords: list[str | None], linear: str | None) -> str:
+        def address(access: int, coords: Sequence[str | None], linear: str | None) -> str:
             if modes[access] == "z":
                 return offsets[access]
             if linear is not None and modes[access] == "f":
@@ -310,15 +311,18 @@ class KernelBuilder:
                     terms.append(f"{coords[d]} * {st}")
             return "(" + " + ".join(terms) + ")"
 
-        def emitter(coords: list[str | None], linear: str | None, prefix: str, accs: dict | None = None) -> CExpr:
+        def emitter(coords: Sequence[str | None], linear: str | None, prefix: str, accs: dict | None = None) -> CExpr:
             def load(e: Expr) -> str:
                 a = self.load_index[id(e)]
                 return load_code(self.dtypes[e.op], f"b{e.op}[{address(a, coords, linear)}]")
 
+            if accs is None:
+                return CExpr(load, scalar, None, prefix)
+
             def acc(e: Expr) -> str:
                 return accs[e.op[1]]
 
-            return CExpr(load, scalar, acc if accs is not None else None, prefix)
+            return CExpr(load, scalar, acc, prefix)
 
         def decompose(var: str, dims: list[int], names: list[str]) -> list[str]:
             lines = [f"{ix} r_ = {var};"]
@@ -381,6 +385,7 @@ class KernelBuilder:
         ix = self.index
         rank = len(g.sizes)
         red = g.red
+        assert red is not None  # called for kernels with a reduced dim only
         outer_dims = list(range(red))
         inner_dims = list(range(red + 1, rank))
         reductions = kernel.reductions

@@ -279,20 +279,24 @@ class CExpr:
             code = self.acc(e)
         else:
             args = [self.names[id(a)] if type(a) is Expr else None for a in e.args]
+            x = args[0]
+            assert x is not None  # every kind's first operand is an expression (only clamp's bounds may be None)
             if kind == "unary":
-                code = unary_code(e.op, args[0], e.args[0].dtype)
+                code = unary_code(e.op, x, e.args[0].dtype)
             elif kind == "binary":
-                code = binary_code(e.op, args[0], args[1], e.args[0].dtype)
+                y = args[1]
+                assert y is not None  # scalar operands are ``scalar`` expressions
+                code = binary_code(e.op, x, y, e.args[0].dtype)
             elif kind == "where":
-                code = f"({args[0]} ? {args[1]} : {args[2]})"
+                code = f"({x} ? {args[1]} : {args[2]})"
             elif kind == "clamp":
-                code = args[0]
+                code = x
                 if args[1] is not None:
                     code = binary_code(BinaryOp.MAXIMUM, code, args[1], dtype)
                 if args[2] is not None:
                     code = binary_code(BinaryOp.MINIMUM, code, args[2], dtype)
             elif kind == "cast":
-                code = cast_code(args[0], e.args[0].dtype, dtype)
+                code = cast_code(x, e.args[0].dtype, dtype)
             else:
                 raise LoweringError(f"ember: cuda: unknown expression kind {kind!r}")
             if kind in ("unary", "binary", "cast") and dtype_of(dtype) in (DType.FLOAT16, DType.BFLOAT16):

@@ -25,7 +25,7 @@ from ember.backend.cube.kernels import gemm_small, layout
 from ember.backend.cube.kernels import matmul as mm
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 MAX_FUSED_RANK = 3
 #: Geometry tables after the epilogue's scalars: input size, output size, kernel,
@@ -92,7 +92,7 @@ class Im2col:
         return []
 
 
-def conv(backend: CubeBackend, x: CubeTensor, weight: CubeTensor, bias: CubeTensor | None, stride, padding,
+def conv(backend: KernelContext, x: CubeTensor, weight: CubeTensor, bias: CubeTensor | None, stride, padding,
          dilation, groups: int) -> CubeTensor | None:
     """The conv by the fused kernel, or None where it does not apply (the caller then
     materialises the columns)."""
@@ -120,7 +120,9 @@ def conv(backend: CubeBackend, x: CubeTensor, weight: CubeTensor, bias: CubeTens
     batch_shape = (n_img, groups)
     w_b = (0, cog * kdim)
     x_b = (x.strides[0], cg * x.strides[1])
-    extra, e_b, e_rows = (), [], []
+    extra: tuple[CubeTensor, ...] = ()
+    e_b: list[tuple[int, int]] = []
+    e_rows: list[int] = []
     if bias is not None:
         extra = (bias,)
         e_b = [(0, cog * bias.strides[0])]

@@ -29,7 +29,7 @@ from ember.backend.cube.ir import Emitter, Expr
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _HEAD = 2 + wgsl.MAX_RANK  # numel, rank, shape
 
@@ -157,7 +157,7 @@ def _vectorisable(classes: tuple[str, ...], ins: tuple[Storage, ...], outs: tupl
 
 
 def run(
-    backend: CubeBackend,
+    backend: KernelContext,
     expr: Expr,
     inputs: Sequence[CubeTensor],
     out_storage: Storage,
@@ -181,7 +181,7 @@ def run(
 
 
 def run_many(
-    backend: CubeBackend,
+    backend: KernelContext,
     exprs: tuple[Expr, ...],
     inputs: Sequence[CubeTensor],
     out_storages: tuple[Storage, ...],

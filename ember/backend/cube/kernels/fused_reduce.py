@@ -35,7 +35,7 @@ from ember.backend.ops import ReduceOp
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _MR = wgsl.MAX_RANK
 _HEAD = 2 + _MR          # n_out, rank, outer shape
@@ -47,7 +47,7 @@ _LANE_WG = wgsl.WORKGROUP
 class FusedReduction:
     """The generation-time description of a fused reduction kernel."""
 
-    reductions: tuple[tuple[str, Expr], ...]          # (ReduceOp, prologue expression)
+    reductions: tuple[tuple[ReduceOp, Expr], ...]     # (op, prologue expression)
     stores: tuple[tuple[Expr, Storage, bool], ...]    # (expression, storage, over the reduced space)
     ins: tuple[Storage, ...]
 
@@ -138,7 +138,7 @@ def source(spec: FusedReduction, mode: str, wg: int, subgroups: bool) -> KernelS
 
 
 def run(
-    backend: CubeBackend,
+    backend: KernelContext,
     spec: FusedReduction,
     inputs: Sequence[CubeTensor],
     space: tuple[int, ...],

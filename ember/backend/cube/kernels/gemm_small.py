@@ -107,8 +107,8 @@ def source(blk: Blocking, a: Storage, a_mode: str, b: Storage, b_mode: str, out:
     # B: bv{s} is the column quad at k + s.
     if gather is not None:
         for s in range(step):
-            code, value = gather.step(s)
-            lines += code
+            step_lines, value = gather.step(s)
+            lines += step_lines
             lines.append(f"        let bv{s} = {value};")
     elif b_mode == "k":
         for j in range(4):

@@ -44,7 +44,8 @@ def _operand_loads(j: int, name: str, mode: str, st: Storage, tile_o: int, bk: i
     origin = "row0" if j == 0 else "col0"
     qo = tile_o // 4
     setup = [f"    let {name}_os = bitcast<i32>(info[{os_}u]); let {name}_ks = bitcast<i32>(info[{ks}u]);"]
-    full, tail = [], []
+    full: list[str] = []
+    tail: list[str] = []
     arr = f"in{j}"
     zero = wgsl.ZERO[ctype]
     if mode == "k":  # vec4 along K: quad (oo, kq) -> 4 scalars of s[k][oo / 4]

@@ -24,7 +24,7 @@ from ember.backend.ops import BinaryOp, CumulativeOp
 from ember.errors import IndexOutOfBoundsError, ShapeError
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _MR = wgsl.MAX_RANK
 _WG = wgsl.WORKGROUP
@@ -69,7 +69,7 @@ def _minmax_source(st: Storage) -> KernelSource:
     return KernelSource("index_bounds", "\n".join([wgsl.bindings([st], [ct]), wgsl.helpers_for(code), code]), 1, 1)
 
 
-def bounds(backend: CubeBackend, indices: CubeTensor) -> tuple[int, int]:
+def bounds(backend: KernelContext, indices: CubeTensor) -> tuple[int, int]:
     """The smallest and largest value of an int tensor (remembered on the tensor)."""
     if indices.bounds is None:
         st = indices.storage
@@ -83,7 +83,7 @@ def bounds(backend: CubeBackend, indices: CubeTensor) -> tuple[int, int]:
     return indices.bounds
 
 
-def check(backend: CubeBackend, op: str, indices: CubeTensor, size: int, dim: int) -> None:
+def check(backend: KernelContext, op: str, indices: CubeTensor, size: int, dim: int) -> None:
     if indices.size == 0:
         return
     lo, hi = bounds(backend, indices)
@@ -123,12 +123,12 @@ def _gather(backend, x: CubeTensor, dim: int, indices: CubeTensor, out_shape, id
     return out
 
 
-def gather(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
+def gather(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
     check(backend, "gather", indices, x.shape[dim], dim)
     return _gather(backend, x, dim, indices, indices.shape, indices.strides)
 
 
-def select(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
+def select(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
     check(backend, "select", indices, x.shape[dim], dim)
     out_shape = x.shape[:dim] + indices.shape + x.shape[dim + 1:]
     idx_strides = tuple(indices.strides[0] if d == dim else 0 for d in range(len(x.shape)))
@@ -181,7 +181,7 @@ def _scatter_source(x: Storage, idx: Storage) -> KernelSource:
     return KernelSource("scatter_add", source, 3, 1)
 
 
-def scatter_add(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+def scatter_add(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
     check(backend, "scatter", indices, x.shape[dim], dim)
     _check_rank("scatter", x.shape)
     out = backend.empty(x.shape, x.storage)
@@ -252,7 +252,7 @@ def _select_add_sorted_source(x: Storage, idx: Storage, order: Storage) -> Kerne
 _SORT_FROM = 64  # index counts above this are sorted first: O(log n) per output, not O(n)
 
 
-def select_add(backend: CubeBackend, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+def select_add(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
     check(backend, "select_assign", indices, x.shape[dim], dim)
     out = backend.empty(x.shape, x.storage)
     if out.size == 0:
@@ -302,7 +302,7 @@ def _argwhere_source(out: Storage) -> KernelSource:
     return KernelSource("argwhere", source, 2, 1)
 
 
-def argwhere(backend: CubeBackend, x: CubeTensor) -> CubeTensor:
+def argwhere(backend: KernelContext, x: CubeTensor) -> CubeTensor:
     rank = len(x.shape)
     out_storage = backend.storage(DType.INT64)
     if x.size == 0:

@@ -12,7 +12,7 @@ from ember.backend.cube.buffer import CubeTensor, broadcast_strides, contiguous_
 from ember.backend.cube.kernels import elementwise
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 
 def is_dense(x: CubeTensor) -> bool:
@@ -25,18 +25,18 @@ def is_dense(x: CubeTensor) -> bool:
     return True
 
 
-def copy(backend: CubeBackend, x: CubeTensor) -> CubeTensor:
+def copy(backend: KernelContext, x: CubeTensor) -> CubeTensor:
     """A new contiguous tensor with the values of the view ``x``."""
     out = elementwise.run(backend, ir.load(0, x.storage.compute), [x], x.storage, x.shape)
     out.bounds = x.bounds
     return out
 
 
-def contiguous(backend: CubeBackend, x: CubeTensor) -> CubeTensor:
+def contiguous(backend: KernelContext, x: CubeTensor) -> CubeTensor:
     return x if x.is_contiguous() else copy(backend, x)
 
 
-def reshape(backend: CubeBackend, x: CubeTensor, shape: tuple[int, ...]) -> CubeTensor:
+def reshape(backend: KernelContext, x: CubeTensor, shape: tuple[int, ...]) -> CubeTensor:
     shape = tuple(int(n) for n in shape)
     if -1 in shape:
         known = math.prod(n for n in shape if n != -1)
@@ -74,19 +74,19 @@ def slice_view(x: CubeTensor, slices: Sequence[tuple[int, int, int]]) -> CubeTen
     return x.view(tuple(shape), tuple(strides), offset)
 
 
-def write(backend: CubeBackend, dest: CubeTensor, value: CubeTensor) -> None:
+def write(backend: KernelContext, dest: CubeTensor, value: CubeTensor) -> None:
     """Copy ``value`` (broadcast to ``dest``'s shape) into the region view ``dest``."""
     elementwise.run(backend, ir.load(0, value.storage.compute), [value], dest.storage, dest.shape, dest=dest)
 
 
-def slice_assign(backend: CubeBackend, x: CubeTensor, slices, value: CubeTensor) -> CubeTensor:
+def slice_assign(backend: KernelContext, x: CubeTensor, slices, value: CubeTensor) -> CubeTensor:
     out = copy(backend, x)
     out.bounds = None
     write(backend, slice_view(out, slices), value)
     return out
 
 
-def cat(backend: CubeBackend, xs: Sequence[CubeTensor], dim: int) -> CubeTensor:
+def cat(backend: KernelContext, xs: Sequence[CubeTensor], dim: int) -> CubeTensor:
     first = xs[0]
     shape = list(first.shape)
     shape[dim] = sum(x.shape[dim] for x in xs)
@@ -99,6 +99,7 @@ def cat(backend: CubeBackend, xs: Sequence[CubeTensor], dim: int) -> CubeTensor:
             region[dim] = (start, start + n, 1)
             write(backend, slice_view(out, region), x)
         start += n
-    if all(x.bounds is not None for x in xs) and xs:
-        out.bounds = (min(x.bounds[0] for x in xs), max(x.bounds[1] for x in xs))
+    known = [x.bounds for x in xs if x.bounds is not None]
+    if xs and len(known) == len(xs):  # every part's value range is known
+        out.bounds = (min(b[0] for b in known), max(b[1] for b in known))
     return out

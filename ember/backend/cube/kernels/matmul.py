@@ -21,7 +21,7 @@ invocation kernel (WGSL has no ``vec4`` of two-word integers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ember.backend.cube import ir, wgsl
 from ember.backend.cube.buffer import CubeTensor, broadcast_strides, coalesce
@@ -33,7 +33,7 @@ from ember.backend.ops import BinaryOp
 from ember.errors import DTypeError, ShapeError
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _MR = wgsl.MAX_RANK
 
@@ -111,7 +111,7 @@ def registers(m: int, n: int) -> gemm_small.Blocking:
 
 
 def matmul(
-    backend: CubeBackend,
+    backend: KernelContext,
     a: CubeTensor,
     b: CubeTensor,
     bias: CubeTensor | None = None,
@@ -126,7 +126,7 @@ def matmul(
 
 
 def matmul_many(
-    backend: CubeBackend,
+    backend: KernelContext,
     a: CubeTensor,
     b: CubeTensor,
     bias: CubeTensor | None = None,
@@ -181,7 +181,7 @@ def matmul_many(
                                tuple(epilogue.outputs))
     if ctype == "i64":
         plan = None
-        key = ("matmul_i64", a.storage, b.storage, out_storage, spec)
+        key: tuple[Any, ...] = ("matmul_i64", a.storage, b.storage, out_storage, spec)
         kernel = backend.cache.get(key, lambda: _source_i64(a.storage, out_storage, spec))
         tiles = (ceil_div(n, _S), ceil_div(m, _S))
     else:
@@ -208,7 +208,7 @@ def matmul_many(
     return [out, *more]
 
 
-def launch(backend: CubeBackend, kernel, tiles: tuple[int, int], mnk: tuple[int, int, int],
+def launch(backend: KernelContext, kernel, tiles: tuple[int, int], mnk: tuple[int, int, int],
            batch_shape: tuple[int, ...], blocks: list, count: int, buffers: list, tail: list[int]) -> None:
     """Launch a matmul-template kernel over ``tiles`` (column tiles, row tiles) and
     ``count`` batches, split where a grid dim would pass the adapter's limit.

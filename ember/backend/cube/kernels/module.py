@@ -26,7 +26,7 @@ from ember.backend.ops import BinaryOp, ReduceOp
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 MAX_SPATIAL = 6
 _WG = wgsl.WORKGROUP
@@ -97,7 +97,7 @@ def _zero_word(st: Storage) -> str:
     return {"f32": "0.0", "f16": "f16(0.0)", "i32": "0", "u32": "0u", "vec2<u32>": "vec2<u32>(0u, 0u)"}[st.wgsl]
 
 
-def im2col(backend: CubeBackend, x: CubeTensor, kernel, stride, padding, dilation, out) -> CubeTensor:
+def im2col(backend: KernelContext, x: CubeTensor, kernel, stride, padding, dilation, out) -> CubeTensor:
     """``[N, C, K, P]`` columns of ``x`` ``[N, C, *spatial]`` (zeros where windows hang
     over the padding)."""
     n, c = x.shape[:2]

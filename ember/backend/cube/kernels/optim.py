@@ -13,10 +13,10 @@ from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage, scalar_word
 from ember.backend.cube.kernels import elementwise, layout, reduce
-from ember.backend.ops import BinaryOp
+from ember.backend.ops import BinaryOp, ReduceOp
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 
 def _adam_source(st: Storage, first: bool, amsgrad: bool, decay: str) -> KernelSource:
@@ -59,7 +59,7 @@ def _adam_source(st: Storage, first: bool, amsgrad: bool, decay: str) -> KernelS
     return KernelSource("adam_step", source, n_in, len(outs))
 
 
-def _adam_one(backend: CubeBackend, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2,
+def _adam_one(backend: KernelContext, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2,
               epsilon, weight_decay, decoupled, amsgrad, time):
     """One launch of :func:`_adam_source` on one tensor, or ``NotImplemented``."""
     st = param.storage
@@ -89,7 +89,7 @@ def _adam_one(backend: CubeBackend, param, grad, moment_1, moment_2, max_moment_
     return outs[0], outs[1], outs[2], outs[3] if ams else None
 
 
-def adam_step_many(backend: CubeBackend, params, grads, moments_1, moments_2, max_moments_2, **options):
+def adam_step_many(backend: KernelContext, params, grads, moments_1, moments_2, max_moments_2, **options):
     """``Backend.adam_step_many``: one launch per tensor (the composite's math, in f32)."""
     def pick(xs, i):
         return None if xs is None else xs[i]
@@ -105,14 +105,14 @@ def adam_step_many(backend: CubeBackend, params, grads, moments_1, moments_2, ma
     return new, m, v, (vm if options["amsgrad"] else None)
 
 
-def mse_loss(backend: CubeBackend, pred: CubeTensor, target: CubeTensor, mean: bool) -> CubeTensor:
+def mse_loss(backend: KernelContext, pred: CubeTensor, target: CubeTensor, mean: bool) -> CubeTensor:
     """``sum((pred - target)^2)`` (``/ n`` when ``mean``) with shape ``[1]``."""
     if pred.storage.compute != "f32":
         return NotImplemented
     diff = ir.binary(BinaryOp.SUB, ir.load(0, "f32"), ir.load(1, "f32"))
     squares = elementwise.run(backend, ir.binary(BinaryOp.MUL, diff, diff), [pred, target], backend.storage_f32(), pred.shape)
     flat = squares.view((squares.size,), (1,), 0)
-    total = reduce.reduce(backend, "mean" if mean else "sum", flat, 0)
+    total = reduce.reduce(backend, ReduceOp.MEAN if mean else ReduceOp.SUM, flat, 0)
     if pred.storage != total.storage:
         total = backend.cast(total, pred.storage.dtype)
     return total

@@ -22,7 +22,7 @@ from ember.backend.cube.dtypes import Storage
 from ember.backend.distribution import Distribution
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 ZERO_AT = 9  # info word holding 0, for keep()
 
@@ -140,14 +140,15 @@ def _source(out: Storage) -> KernelSource:
 
 def _params(distribution: Distribution) -> tuple[float, float, float]:
     if distribution.kind == "uniform":
-        return tuple(float(v) for v in philox.uniform_params(distribution.a, distribution.b))
+        lo, scale, cap = philox.uniform_params(distribution.a, distribution.b)
+        return float(lo), float(scale), float(cap)
     if distribution.kind == "normal":
         return distribution.a, distribution.b, 0.0
     return distribution.a, 0.0, 0.0
 
 
 def sample(
-    backend: CubeBackend, shape: tuple[int, ...], distribution: Distribution, storage: Storage, key: int, counter: int
+    backend: KernelContext, shape: tuple[int, ...], distribution: Distribution, storage: Storage, key: int, counter: int
 ) -> CubeTensor:
     """The draw at ``(key, counter)`` (see :mod:`ember.backend.philox`)."""
     out = backend.empty(shape, storage)

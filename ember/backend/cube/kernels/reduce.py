@@ -6,6 +6,7 @@ finished by a second pass. Also argmax/argmin and the fused softmax/log_softmax.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ember.backend.cube import wgsl
@@ -18,7 +19,7 @@ from ember.backend.ops import ArgReduceOp, BinaryOp, ReduceOp
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
@@ -43,7 +44,7 @@ _INIT = {
 _INIT[ReduceOp.MEAN] = _INIT[ReduceOp.SUM]
 
 
-def _geometry(x: CubeTensor, dim: int, extra: list[tuple[int, ...]] = ()) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+def _geometry(x: CubeTensor, dim: int, extra: Sequence[tuple[int, ...]] = ()) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """The outer shape (every dim but ``dim``) with x's and ``extra`` strides, coalesced."""
     shape = x.shape[:dim] + x.shape[dim + 1:]
     strides = [x.strides[:dim] + x.strides[dim + 1:]] + [s[:dim] + s[dim + 1:] for s in extra]
@@ -70,7 +71,7 @@ def _tail_at(n_blocks: int) -> int:
     return _OFF + n_blocks * (1 + _MR)
 
 
-def _reduce_source(op: str, mode: str, src: Storage, dst: Storage, ctype: str) -> KernelSource:
+def _reduce_source(op: ReduceOp, mode: str, src: Storage, dst: Storage, ctype: str) -> KernelSource:
     p = _tail_at(1)  # n, rstride, count, chunk, groups per output
     combine = _COMBINE[op][ctype]
     init = _INIT[op][ctype]
@@ -202,14 +203,14 @@ def _numel(shape) -> int:
     return total
 
 
-def reduce(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+def reduce(backend: KernelContext, op: ReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
     out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
     out_storage = backend.storage(DType.BOOL) if op in (ReduceOp.ANY, ReduceOp.ALL) else x.storage
     return _launch_reduce(backend, op, x, dim, out_storage, x.shape[dim], out_shape)
 
 
 # ---------------------------------------------------------------------- arg reductions
-def _arg_source(op: str, mode: str, src: Storage, dst: Storage) -> KernelSource:
+def _arg_source(op: ArgReduceOp, mode: str, src: Storage, dst: Storage) -> KernelSource:
     ctype = src.compute
     p = _tail_at(1)
     cmp = wgsl.BINARY[BinaryOp.GT if op == ArgReduceOp.ARGMAX else BinaryOp.LT][ctype].format(a="va", b="vb")
@@ -262,7 +263,7 @@ def _arg_source(op: str, mode: str, src: Storage, dst: Storage) -> KernelSource:
     return KernelSource(f"{op}_{mode}", source, 1, 1)
 
 
-def arg_reduce(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+def arg_reduce(backend: KernelContext, op: ArgReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
     n = x.shape[dim]
     out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
     out_storage = backend.storage(DType.INT64)
@@ -337,7 +338,7 @@ def _softmax_source(log: bool, mode: str, src: Storage) -> KernelSource:
     return KernelSource(f"{'log_' if log else ''}softmax_{mode}", source, 1, 1)
 
 
-def softmax(backend: CubeBackend, x: CubeTensor, dim: int, log: bool) -> CubeTensor:
+def softmax(backend: KernelContext, x: CubeTensor, dim: int, log: bool) -> CubeTensor:
     if x.storage.compute != "f32":
         return NotImplemented
     out = backend.empty(x.shape, x.storage)

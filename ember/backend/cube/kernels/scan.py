@@ -16,7 +16,7 @@ from ember.backend.cube.kernels.reduce import _geometry, _info_head, _tail_at
 from ember.backend.ops import CumulativeOp
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
@@ -37,7 +37,7 @@ _IDENTITY = {
 }
 
 
-def _source(op: str, mode: str, st: Storage) -> KernelSource:
+def _source(op: CumulativeOp, mode: str, st: Storage) -> KernelSource:
     ct = st.compute
     combine, identity = _COMBINE[op][ct], _IDENTITY[op][ct]
     p = _tail_at(2)
@@ -85,7 +85,7 @@ def _source(op: str, mode: str, st: Storage) -> KernelSource:
     return KernelSource(f"{op}_{mode}", source, 1, 1)
 
 
-def cumulative(backend: CubeBackend, op: str, x: CubeTensor, dim: int) -> CubeTensor:
+def cumulative(backend: KernelContext, op: CumulativeOp, x: CubeTensor, dim: int) -> CubeTensor:
     out = backend.empty(x.shape, x.storage)
     n = x.shape[dim]
     if x.size == 0:

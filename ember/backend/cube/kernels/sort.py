@@ -18,7 +18,7 @@ from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp
 
 if TYPE_CHECKING:
-    from ember.backend.cube.backend import CubeBackend
+    from ember.backend.cube.kernels.context import KernelContext
 
 _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
@@ -128,7 +128,7 @@ def _bitonic_out_source(out: Storage) -> KernelSource:
     return KernelSource("argsort_out", "\n".join([wgsl.bindings(["i32"], [out]), wgsl.helpers_for(code), code]), 1, 1)
 
 
-def argsort(backend: CubeBackend, x: CubeTensor, dim: int, descending: bool) -> CubeTensor:
+def argsort(backend: KernelContext, x: CubeTensor, dim: int, descending: bool) -> CubeTensor:
     out_storage = backend.storage(DType.INT64)
     out = backend.empty(x.shape, out_storage)
     n = x.shape[dim]
