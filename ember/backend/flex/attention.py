@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.backend.flex import native
-from ember.backend.flex.quiet import quiet_reset, quiet_set
+from ember.backend.flex.quiet import quietly
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _BITS: dict[int, type[np.uint32] | type[np.uint64]] = {4: np.uint32, 8: np.uint64}
@@ -117,54 +117,48 @@ def _softmax(scores: np.ndarray) -> np.ndarray:
     return out.reshape(scores.shape)
 
 
+@quietly
 def attention(query, key, value, mask, bias, fill, scale, causal, keep):
     """See :meth:`ember.backend.base.Backend.attention`."""
     if query.dtype not in _FLOATS:
         return NotImplemented
-    token = quiet_set()
-    try:
-        scores = np.matmul(query, np.swapaxes(key, -1, -2))
-        scores *= query.dtype.type(scale)
-        if bias is not None:
-            scores += bias
-        hidden = _hidden(mask, causal, *scores.shape[-2:])
-        if hidden is not None:
-            _fill_hidden(scores, hidden, fill)
-        probs = _softmax(scores)
-        weights = probs if keep is None else probs * keep
-        return np.matmul(weights, value), probs
-    finally:
-        quiet_reset(token)
+    scores = np.matmul(query, np.swapaxes(key, -1, -2))
+    scores *= query.dtype.type(scale)
+    if bias is not None:
+        scores += bias
+    hidden = _hidden(mask, causal, *scores.shape[-2:])
+    if hidden is not None:
+        _fill_hidden(scores, hidden, fill)
+    probs = _softmax(scores)
+    weights = probs if keep is None else probs * keep
+    return np.matmul(weights, value), probs
 
 
+@quietly
 def attention_backward(query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key, need_value,
                        need_scores):
     """See :meth:`ember.backend.base.Backend.attention_backward`."""
     if query.dtype not in _FLOATS or grad.dtype != query.dtype:
         return NotImplemented
-    token = quiet_set()
-    try:
-        dropped = probs if keep is None else probs * keep
-        g_value = np.matmul(np.swapaxes(dropped, -1, -2), grad) if need_value else None
-        g_query = g_key = g_scores = None
-        if need_query or need_key or need_scores:
-            ds = np.matmul(grad, np.swapaxes(value, -1, -2))  # the gradient of the weights
-            if keep is not None:
-                ds *= keep
-            dot = np.einsum("...i,...i->...", ds, probs)
-            ds -= dot[..., None]
-            ds *= probs
-            hidden = _hidden(mask, causal, *ds.shape[-2:])
-            if hidden is not None:
-                _zero_hidden(ds, hidden)
-            s = query.dtype.type(scale)
-            if need_query:
-                g_query = np.matmul(ds, key)
-                g_query *= s
-            if need_key:
-                g_key = np.matmul(np.swapaxes(ds, -1, -2), query)
-                g_key *= s
-            g_scores = ds if need_scores else None
-        return g_query, g_key, g_value, g_scores
-    finally:
-        quiet_reset(token)
+    dropped = probs if keep is None else probs * keep
+    g_value = np.matmul(np.swapaxes(dropped, -1, -2), grad) if need_value else None
+    g_query = g_key = g_scores = None
+    if need_query or need_key or need_scores:
+        ds = np.matmul(grad, np.swapaxes(value, -1, -2))  # the gradient of the weights
+        if keep is not None:
+            ds *= keep
+        dot = np.einsum("...i,...i->...", ds, probs)
+        ds -= dot[..., None]
+        ds *= probs
+        hidden = _hidden(mask, causal, *ds.shape[-2:])
+        if hidden is not None:
+            _zero_hidden(ds, hidden)
+        s = query.dtype.type(scale)
+        if need_query:
+            g_query = np.matmul(ds, key)
+            g_query *= s
+        if need_key:
+            g_key = np.matmul(np.swapaxes(ds, -1, -2), query)
+            g_key *= s
+        g_scores = ds if need_scores else None
+    return g_query, g_key, g_value, g_scores

@@ -22,7 +22,7 @@ from ember.backend.flex.attention import attention_backward as _attention_backwa
 from ember.backend.flex.attention import softmax_last_dim
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
-from ember.backend.flex.quiet import quiet_reset, quiet_set
+from ember.backend.flex.quiet import quiet_reset, quiet_set, quietly
 from ember.backend.flex.special import erf
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import IndexOutOfBoundsError
@@ -144,6 +144,7 @@ def _bitwise_select(cond: np.ndarray, a, b, dtype: np.dtype) -> np.ndarray:
 _ADAM_BLOCK = 32768
 
 
+@quietly
 def _adam(p, g, m1, m2, vm_old, lr, beta_1, beta_2, epsilon, weight_decay, decoupled, amsgrad, time):
     """Adam on flat arrays: :func:`_adam_block` on the whole arrays (its results
     allocated by numpy), or, for arrays longer than two blocks, on cache-sized blocks
@@ -153,24 +154,20 @@ def _adam(p, g, m1, m2, vm_old, lr, beta_1, beta_2, epsilon, weight_decay, decou
     l2 = weight_decay if weight_decay and not decoupled else 0.0
     scalars = (1.0 - beta_1, 1.0 - beta_2, beta_1, beta_2, math.sqrt(1.0 - beta_2**time), epsilon,
                lr / (1.0 - beta_1**time), l2, 1.0 - lr * weight_decay if weight_decay and decoupled else None)
-    token = quiet_set()
-    try:
-        if n <= 2 * _ADAM_BLOCK:
-            return _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars)
-        out, m, v = np.empty(n, dtype), np.empty(n, dtype), np.empty(n, dtype)
-        v_max = np.empty(n, dtype) if amsgrad else None
-        a, b = np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype)
-        gd = np.empty(_ADAM_BLOCK, dtype) if l2 else None
-        for start in range(0, n, _ADAM_BLOCK):
-            s = slice(start, start + _ADAM_BLOCK)
-            if n - start < _ADAM_BLOCK:  # the last, shorter block
-                k = n - start
-                a, b, gd = a[:k], b[:k], None if gd is None else gd[:k]
-            _adam_block(p[s], g[s], None if m1 is None else m1[s], None if m2 is None else m2[s],
-                        None if vm_old is None else vm_old[s], amsgrad, scalars,
-                        out[s], m[s], v[s], None if v_max is None else v_max[s], a, b, gd)
-    finally:
-        quiet_reset(token)
+    if n <= 2 * _ADAM_BLOCK:
+        return _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars)
+    out, m, v = np.empty(n, dtype), np.empty(n, dtype), np.empty(n, dtype)
+    v_max = np.empty(n, dtype) if amsgrad else None
+    a, b = np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype)
+    gd = np.empty(_ADAM_BLOCK, dtype) if l2 else None
+    for start in range(0, n, _ADAM_BLOCK):
+        s = slice(start, start + _ADAM_BLOCK)
+        if n - start < _ADAM_BLOCK:  # the last, shorter block
+            k = n - start
+            a, b, gd = a[:k], b[:k], None if gd is None else gd[:k]
+        _adam_block(p[s], g[s], None if m1 is None else m1[s], None if m2 is None else m2[s],
+                    None if vm_old is None else vm_old[s], amsgrad, scalars,
+                    out[s], m[s], v[s], None if v_max is None else v_max[s], a, b, gd)
     return out, m, v, v_max
 
 
@@ -333,16 +330,13 @@ class FlexBackend(FlexModuleOps, Backend):
         fn = np.argmax if op == ArgReduceOp.ARGMAX else np.argmin
         return _arr(fn(x, axis=dim, keepdims=True)).astype(np.int64, copy=False)
 
+    @quietly
     def cumulative(self, op: CumulativeOp, x, dim: int) -> np.ndarray:
-        token = quiet_set()
-        try:
-            if x.dtype in _HALF and op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD, CumulativeOp.LOGCUMSUMEXP):
-                return _CUMULATIVE[op](x.astype(_F32), axis=dim).astype(x.dtype)
-            if op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD):
-                return _CUMULATIVE[op](x, axis=dim, dtype=x.dtype)
-            return _CUMULATIVE[op](x, axis=dim)
-        finally:
-            quiet_reset(token)
+        if x.dtype in _HALF and op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD, CumulativeOp.LOGCUMSUMEXP):
+            return _CUMULATIVE[op](x.astype(_F32), axis=dim).astype(x.dtype)
+        if op in (CumulativeOp.CUMSUM, CumulativeOp.CUMPROD):
+            return _CUMULATIVE[op](x, axis=dim, dtype=x.dtype)
+        return _CUMULATIVE[op](x, axis=dim)
 
     def argsort(self, x, dim: int, descending: bool) -> np.ndarray:
         if x.dtype in _HALF:
@@ -419,6 +413,7 @@ class FlexBackend(FlexModuleOps, Backend):
         positive, negative = 1.0 / (1.0 + e), e / (1.0 + e)
         return _arr(self.where(x >= 0, positive, negative).astype(x.dtype, copy=False))
 
+    @quietly
     def softmax(self, x, dim: int):
         if x.dtype in _HALF:
             return self.softmax(x.astype(_F32), dim).astype(x.dtype)
@@ -426,55 +421,42 @@ class FlexBackend(FlexModuleOps, Backend):
             out = softmax_last_dim(x)
             if out is not None:
                 return out
-        token = quiet_set()
-        try:
-            e = np.exp(x - x.max(axis=dim, keepdims=True))
-            e /= e.sum(axis=dim, keepdims=True)
-            return e
-        finally:
-            quiet_reset(token)
+        e = np.exp(x - x.max(axis=dim, keepdims=True))
+        e /= e.sum(axis=dim, keepdims=True)
+        return e
 
+    @quietly
     def log_softmax(self, x, dim: int):
         if x.dtype in _HALF:
             return self.log_softmax(x.astype(_F32), dim).astype(x.dtype)
-        token = quiet_set()
-        try:
-            shifted = x - x.max(axis=dim, keepdims=True)
-            shifted -= np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
-            return shifted
-        finally:
-            quiet_reset(token)
+        shifted = x - x.max(axis=dim, keepdims=True)
+        shifted -= np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
+        return shifted
 
+    @quietly
     def linear(self, x, weight, bias):
         if x.dtype in _HALF:
             return NotImplemented
-        token = quiet_set()
-        try:
-            if x.ndim > 2:  # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
-                out = np.matmul(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + weight.shape[-1:])
-            else:
-                out = np.matmul(x, weight)
-            if bias is not None:
-                out += bias
-            return out
-        finally:
-            quiet_reset(token)
+        if x.ndim > 2:  # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
+            out = np.matmul(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + weight.shape[-1:])
+        else:
+            out = np.matmul(x, weight)
+        if bias is not None:
+            out += bias
+        return out
 
+    @quietly
     def linear_backward(self, x, weight, grad, need_x, need_weight, need_bias):
         if grad.dtype in _HALF:
             return NotImplemented
-        token = quiet_set()
-        try:
-            g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
-            gx = np.matmul(g2, weight.T).reshape(grad.shape[:-1] + weight.shape[:1]) if need_x else None
-            gw = None
-            if need_weight:
-                x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
-                gw = np.matmul(x2.T, g2)
-            gb = np.add.reduce(g2, axis=0) if need_bias else None
-            return gx, gw, gb
-        finally:
-            quiet_reset(token)
+        g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
+        gx = np.matmul(g2, weight.T).reshape(grad.shape[:-1] + weight.shape[:1]) if need_x else None
+        gw = None
+        if need_weight:
+            x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+            gw = np.matmul(x2.T, g2)
+        gb = np.add.reduce(g2, axis=0) if need_bias else None
+        return gx, gw, gb
 
     def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, *, lr, beta_1, beta_2, epsilon,
                        weight_decay, decoupled, amsgrad, time):
@@ -525,18 +507,15 @@ class FlexBackend(FlexModuleOps, Backend):
         return _attention_backward(query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key,
                                    need_value, need_scores)
 
+    @quietly
     def mse_loss(self, pred, target, mean: bool):
         if pred.dtype in _HALF:
             return NotImplemented
-        token = quiet_set()
-        try:
-            diff = (pred - target).reshape(-1)
-            total = np.dot(diff, diff)
-            if mean:
-                total = total / diff.size if diff.size else np.nan
-            return np.array([total], dtype=pred.dtype)
-        finally:
-            quiet_reset(token)
+        diff = (pred - target).reshape(-1)
+        total = np.dot(diff, diff)
+        if mean:
+            total = total / diff.size if diff.size else np.nan
+        return np.array([total], dtype=pred.dtype)
 
     def gelu(self, x):
         return _gelu.gelu(x)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.backend.flex.quiet import quiet_reset, quiet_set
+from ember.backend.flex.quiet import quietly
 from ember.errors import IndexOutOfBoundsError
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -25,6 +25,7 @@ def _check_targets(targets: np.ndarray, classes: int) -> None:
         )
 
 
+@quietly
 def cross_entropy(logits, targets):
     """See :meth:`ember.backend.base.Backend.cross_entropy`."""
     if logits.dtype not in _FLOATS or logits.ndim != 2 or targets.ndim != 1 or targets.dtype.kind not in "iu":
@@ -33,28 +34,21 @@ def cross_entropy(logits, targets):
     if classes == 0 or targets.shape[0] != n:
         return NotImplemented
     _check_targets(targets, classes)
-    token = quiet_set()
-    try:
-        log_probs = np.subtract(logits, logits.max(axis=1, keepdims=True))
-        e = np.exp(log_probs)
-        log_probs -= np.log(np.add.reduce(e, axis=1, keepdims=True))
-        losses = log_probs[np.arange(n), targets]
-        np.negative(losses, out=losses)
-        return losses, log_probs
-    finally:
-        quiet_reset(token)
+    log_probs = np.subtract(logits, logits.max(axis=1, keepdims=True))
+    e = np.exp(log_probs)
+    log_probs -= np.log(np.add.reduce(e, axis=1, keepdims=True))
+    losses = log_probs[np.arange(n), targets]
+    np.negative(losses, out=losses)
+    return losses, log_probs
 
 
+@quietly
 def cross_entropy_backward(log_probs, targets, grad):
     """See :meth:`ember.backend.base.Backend.cross_entropy_backward`."""
     if log_probs.dtype not in _FLOATS or grad.dtype != log_probs.dtype:
         return NotImplemented
-    token = quiet_set()
-    try:
-        out = np.exp(log_probs)
-        g = grad.reshape(-1, 1)
-        out *= g
-        out[np.arange(out.shape[0]), targets] -= g[:, 0]
-        return out
-    finally:
-        quiet_reset(token)
+    out = np.exp(log_probs)
+    g = grad.reshape(-1, 1)
+    out *= g
+    out[np.arange(out.shape[0]), targets] -= g[:, 0]
+    return out

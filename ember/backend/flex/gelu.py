@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ember.backend.flex import native
-from ember.backend.flex.quiet import quiet_reset, quiet_set
+from ember.backend.flex.quiet import quietly
 from ember.backend.flex.special import blocks, normal_tail, scratch
 
 _F32 = np.dtype(np.float32)
@@ -26,6 +26,7 @@ _ZERO = np.float32(0.0)
 _HALF = np.float32(0.5)
 
 
+@quietly
 def gelu(x: np.ndarray):
     """``x Phi(x)`` for float32 ``x``; ``NotImplemented`` for other dtypes."""
     if x.dtype != _F32:
@@ -37,22 +38,19 @@ def gelu(x: np.ndarray):
         kernels.gelu(native.address(flat), native.address(out), flat.size)
         return out.reshape(x.shape)
     z, t = scratch(flat.size, 2)
-    token = quiet_set()
-    try:
-        for block in blocks(flat.size):
-            xb, ob = flat[block], out[block]
-            k = xb.size
-            zb, tb = z[:k], t[:k]
-            np.abs(xb, out=zb)
-            normal_tail(zb, ob, tb)
-            ob *= zb                       # |x| Q(|x|)
-            np.maximum(xb, _ZERO, out=tb)
-            np.subtract(tb, ob, out=ob)
-    finally:
-        quiet_reset(token)
+    for block in blocks(flat.size):
+        xb, ob = flat[block], out[block]
+        k = xb.size
+        zb, tb = z[:k], t[:k]
+        np.abs(xb, out=zb)
+        normal_tail(zb, ob, tb)
+        ob *= zb                       # |x| Q(|x|)
+        np.maximum(xb, _ZERO, out=tb)
+        np.subtract(tb, ob, out=ob)
     return out.reshape(x.shape)
 
 
+@quietly
 def gelu_backward(x: np.ndarray, grad: np.ndarray):
     """``grad (Phi(x) + x phi(x))`` for float32 ``x`` and ``grad`` of one shape."""
     if x.dtype != _F32 or grad.dtype != _F32 or x.shape != grad.shape:
@@ -65,23 +63,19 @@ def gelu_backward(x: np.ndarray, grad: np.ndarray):
         kernels.gelu_backward(native.address(flat), native.address(g), native.address(out), flat.size)
         return out.reshape(x.shape)
     z, t = scratch(flat.size, 2)
-    token = quiet_set()
-    try:
-        for block in blocks(flat.size):
-            xb, ob = flat[block], out[block]
-            k = xb.size
-            zb, tb = z[:k], t[:k]
-            np.abs(xb, out=zb)
-            normal_tail(zb, ob, tb)        # ob = Q(|x|), tb = exp(-x^2 / 2)
-            # Phi(x) = 1/2 + sign(x) (1/2 - Q(|x|)), the sign set bitwise.
-            np.subtract(_HALF, ob, out=ob)
-            bits = ob.view(np.uint32)
-            np.bitwise_or(bits, np.bitwise_and(xb.view(np.uint32), _SIGN), out=bits)
-            ob += _HALF
-            tb *= xb
-            tb *= _INV_SQRT_2PI            # x phi(x)
-            ob += tb
-            ob *= g[block]
-    finally:
-        quiet_reset(token)
+    for block in blocks(flat.size):
+        xb, ob = flat[block], out[block]
+        k = xb.size
+        zb, tb = z[:k], t[:k]
+        np.abs(xb, out=zb)
+        normal_tail(zb, ob, tb)        # ob = Q(|x|), tb = exp(-x^2 / 2)
+        # Phi(x) = 1/2 + sign(x) (1/2 - Q(|x|)), the sign set bitwise.
+        np.subtract(_HALF, ob, out=ob)
+        bits = ob.view(np.uint32)
+        np.bitwise_or(bits, np.bitwise_and(xb.view(np.uint32), _SIGN), out=bits)
+        ob += _HALF
+        tb *= xb
+        tb *= _INV_SQRT_2PI            # x phi(x)
+        ob += tb
+        ob *= g[block]
     return out.reshape(x.shape)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.backend.flex import native
-from ember.backend.flex.quiet import quiet_reset, quiet_set
+from ember.backend.flex.quiet import quietly
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _F32 = np.dtype(np.float32)
@@ -59,6 +59,7 @@ def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", a, b)[:, None]
 
 
+@quietly
 def layer_norm(x, gamma, beta, epsilon):
     """See :meth:`ember.backend.base.Backend.layer_norm`."""
     if x.dtype not in _FLOATS or x.ndim == 0 or x.shape[-1] == 0:
@@ -68,29 +69,26 @@ def layer_norm(x, gamma, beta, epsilon):
     kernels = native.kernels(x.size) if x.dtype == _F32 else None
     if kernels is not None:
         return _native_forward(kernels, x, gamma, beta, epsilon)
-    token = quiet_set()
-    try:
-        rows = _rows(x)
-        d = rows.shape[1]
-        mean = np.add.reduce(rows, axis=1, keepdims=True)
-        mean /= d
-        out = np.subtract(rows, mean)
-        var = _row_dot(out, out)
-        var /= d
-        var += x.dtype.type(epsilon)
-        rstd = np.sqrt(var, out=var)
-        np.reciprocal(rstd, out=rstd)
-        out *= rstd
-        if gamma is not None:
-            out *= gamma
-        if beta is not None:
-            out += beta
-        stats = x.shape[:-1] + (1,)
-        return out.reshape(x.shape), mean.reshape(stats), rstd.reshape(stats)
-    finally:
-        quiet_reset(token)
+    rows = _rows(x)
+    d = rows.shape[1]
+    mean = np.add.reduce(rows, axis=1, keepdims=True)
+    mean /= d
+    out = np.subtract(rows, mean)
+    var = _row_dot(out, out)
+    var /= d
+    var += x.dtype.type(epsilon)
+    rstd = np.sqrt(var, out=var)
+    np.reciprocal(rstd, out=rstd)
+    out *= rstd
+    if gamma is not None:
+        out *= gamma
+    if beta is not None:
+        out += beta
+    stats = x.shape[:-1] + (1,)
+    return out.reshape(x.shape), mean.reshape(stats), rstd.reshape(stats)
 
 
+@quietly
 def layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
     """See :meth:`ember.backend.base.Backend.layer_norm_backward`. With ``xhat = (x - mean)
     rstd`` and ``h = grad * gamma``: ``dx = rstd (h - mean(h) - xhat mean(h xhat))``,
@@ -100,27 +98,23 @@ def layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_bet
     kernels = native.kernels(x.size) if x.dtype == _F32 else None
     if kernels is not None:
         return _native_backward(kernels, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta)
-    token = quiet_set()
-    try:
-        rows, g = _rows(x), _rows(grad)
-        d = rows.shape[1]
-        m, r = mean.reshape(-1, 1), rstd.reshape(-1, 1)
-        xhat = np.subtract(rows, m)
-        xhat *= r
-        g_gamma = np.einsum("ij,ij->j", g, xhat) if need_gamma and gamma is not None else None
-        g_beta = np.add.reduce(g, axis=0) if need_beta else None
-        gx = None
-        if need_x:
-            h = g * gamma if gamma is not None else g.copy()
-            a = np.add.reduce(h, axis=1, keepdims=True)
-            a /= d
-            b = _row_dot(h, xhat)
-            b /= d
-            xhat *= b
-            h -= a
-            h -= xhat
-            h *= r
-            gx = h.reshape(x.shape)
-        return gx, g_gamma, g_beta
-    finally:
-        quiet_reset(token)
+    rows, g = _rows(x), _rows(grad)
+    d = rows.shape[1]
+    m, r = mean.reshape(-1, 1), rstd.reshape(-1, 1)
+    xhat = np.subtract(rows, m)
+    xhat *= r
+    g_gamma = np.einsum("ij,ij->j", g, xhat) if need_gamma and gamma is not None else None
+    g_beta = np.add.reduce(g, axis=0) if need_beta else None
+    gx = None
+    if need_x:
+        h = g * gamma if gamma is not None else g.copy()
+        a = np.add.reduce(h, axis=1, keepdims=True)
+        a /= d
+        b = _row_dot(h, xhat)
+        b /= d
+        xhat *= b
+        h -= a
+        h -= xhat
+        h *= r
+        gx = h.reshape(x.shape)
+    return gx, g_gamma, g_beta

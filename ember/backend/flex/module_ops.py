@@ -23,7 +23,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ember.backend.flex.quiet import quiet_reset, quiet_set
+from ember.backend.flex.quiet import quietly
 from ember.backend.module_ops import (
     Ints,
     ModuleOps,
@@ -172,47 +172,36 @@ class FlexModuleOps(ModuleOps):
     """numpy kernels for the module ops (see the module docstring)."""
 
     # ------------------------------------------------------------------ convolution
+    @quietly
     def conv(self, x, weight, bias, stride, padding, dilation, groups):
         dtype = x.dtype
-        token = quiet_set()
-        try:
-            y = _conv(_work(x), _work(weight), None if bias is None else _work(bias), stride, padding, dilation, groups)
-        finally:
-            quiet_reset(token)
+        y = _conv(_work(x), _work(weight), None if bias is None else _work(bias), stride, padding, dilation, groups)
         return y if y.dtype == dtype else y.astype(dtype)
 
+    @quietly
     def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
         dtype = x.dtype
-        token = quiet_set()
-        try:
-            y = _conv_transpose(
-                _work(x), _work(weight), None if bias is None else _work(bias),
-                stride, padding, output_padding, dilation, groups,
-            )
-        finally:
-            quiet_reset(token)
+        y = _conv_transpose(
+            _work(x), _work(weight), None if bias is None else _work(bias),
+            stride, padding, output_padding, dilation, groups,
+        )
         return y if y.dtype == dtype else y.astype(dtype)
 
+    @quietly
     def conv_weight_grad(self, x, grad, weight_shape, stride, padding, dilation, groups):
         dtype = grad.dtype
-        token = quiet_set()
-        try:
-            gw = _conv_weight_grad(_work(x), _work(grad), tuple(weight_shape), stride, padding, dilation, groups)
-        finally:
-            quiet_reset(token)
+        gw = _conv_weight_grad(_work(x), _work(grad), tuple(weight_shape), stride, padding, dilation, groups)
         return gw if gw.dtype == dtype else gw.astype(dtype)
 
     # ------------------------------------------------------------------ max pooling
+    @quietly
     def max_pool(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
         cols, out = _pool_columns(_work(x), kernel, stride, padding, dilation, ceil_mode)
-        token = quiet_set()
-        try:
-            y = np.maximum.reduce(cols, axis=0).reshape(x.shape[:2] + out)  # NaN propagates, as in PyTorch
-        finally:
-            quiet_reset(token)
+        y = np.maximum.reduce(cols, axis=0).reshape(x.shape[:2] + out)  # NaN propagates, as in PyTorch
         return y if y.dtype == dtype else y.astype(dtype)
 
+    @quietly
     def max_pool_with_indices(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
         spatial = x.shape[2:]
@@ -223,17 +212,13 @@ class FlexModuleOps(ModuleOps):
         local = _scratch("pool_local", best.shape, np.int16 if k_total < 2**15 else np.int64, 0)
         take = _scratch("pool_take", best.shape, bool)
         step = _scratch("pool_step", best.shape, local.dtype)
-        token = quiet_set()
-        try:
-            for k in range(1, k_total):
-                value = cols[k]
-                np.greater(value, best, out=take)
-                take |= np.isnan(value)
-                np.maximum(best, value, out=best)
-                np.multiply(take, local.dtype.type(k), out=step)
-                np.maximum(local, step, out=local)
-        finally:
-            quiet_reset(token)
+        for k in range(1, k_total):
+            value = cols[k]
+            np.greater(value, best, out=take)
+            take |= np.isnan(value)
+            np.maximum(best, value, out=best)
+            np.multiply(take, local.dtype.type(k), out=step)
+            np.maximum(local, step, out=local)
         flat = _flat_positions(local, spatial, kernel, stride, padding, dilation, out, clip=bool(np.isneginf(best).any()))
         flat = flat.reshape(x.shape[:2] + out)
         best = best.reshape(x.shape[:2] + out)
@@ -250,6 +235,7 @@ class FlexModuleOps(ModuleOps):
         return total.astype(grad.dtype, copy=False).reshape(input_shape)
 
     # ------------------------------------------------------------------ average pooling
+    @quietly
     def avg_pool(self, x, kernel, stride, padding, count_include_pad, ceil_mode):
         dtype = x.dtype
         xw = _work(x)
@@ -258,15 +244,11 @@ class FlexModuleOps(ModuleOps):
         out = tuple(pool_output_size(s, k, st, p, 1, ceil_mode) for s, k, st, p in zip(spatial, kernel, stride, padding))
         xp = _padded(xw, _ceil_pads(spatial, kernel, stride, padding, ones, out), 0.0)
         view = _windows(xp, kernel, stride, ones, out, kernel_first=True)
-        token = quiet_set()
-        try:
-            total = None
-            for offset in itertools.product(*(range(k) for k in kernel)):
-                piece = view[(slice(None), slice(None)) + offset]
-                total = piece.copy() if total is None else np.add(total, piece, out=total)
-            total /= _divisor(spatial, kernel, stride, padding, out, count_include_pad, total.dtype)
-        finally:
-            quiet_reset(token)
+        total = None
+        for offset in itertools.product(*(range(k) for k in kernel)):
+            piece = view[(slice(None), slice(None)) + offset]
+            total = piece.copy() if total is None else np.add(total, piece, out=total)
+        total /= _divisor(spatial, kernel, stride, padding, out, count_include_pad, total.dtype)
         return total if total.dtype == dtype else total.astype(dtype)
 
     def avg_pool_backward(self, grad, input_shape, kernel, stride, padding, count_include_pad, ceil_mode):

@@ -9,9 +9,13 @@ it is used directly where numpy exposes it.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 try:  # numpy >= 2: the error state is a context variable
     # private names, absent from numpy's stubs; the except below covers their absence
@@ -34,3 +38,20 @@ except (ImportError, AttributeError, TypeError):  # pragma: no cover - older num
 
     def quiet_reset(state: Any) -> None:
         state.__exit__(None, None, None)
+
+
+def quietly(fn: F) -> F:
+    """Runs ``fn`` in the quiet error state (a decorator for flex's kernels). The
+    per-op paths (unary, binary, cast, matmul, reduce) inline :func:`quiet_set` /
+    :func:`quiet_reset` instead: a wrapper's extra call is a measurable share of a
+    small op's cost there."""
+
+    @functools.wraps(fn)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        token = quiet_set()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            quiet_reset(token)
+
+    return quiet  # type: ignore[return-value]  # same signature as fn (functools.wraps)
