@@ -18,7 +18,7 @@ steps (the bias is one addition either way), so the results are bit-identical.
 
 The pattern, exactly (anything else keeps the steps as they are):
 
-* a ``conv`` library step whose output is not returned;
+* a ``conv`` library step;
 * directly after it, a kernel without reductions over as many elements, that reads
   the convolution's output only densely (element for element), whose other reads
   can be split by sample (a view over the convolution's output shape, with one
@@ -28,6 +28,8 @@ The pattern, exactly (anything else keeps the steps as they are):
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ember.backend.fusion.exprs import Expr, Exprs
 from ember.backend.fusion.steps import ConvChain, Kernel, Library, Schedule, Step, Store
@@ -69,7 +71,7 @@ def _match(schedule: Schedule, index: int, readers: dict[int, list[int]], return
     (out,) = conv.outs
     avals = schedule.graph.avals
     shape = avals[conv.node.outs[0]].shape
-    if (out in returned or not isinstance(epilogue, Kernel) or epilogue.dim is not None or epilogue.reductions
+    if (not isinstance(epilogue, Kernel) or epilogue.dim is not None or epilogue.reductions
             or size_of(epilogue.space) != size_of(shape) or size_of(shape) == 0 or out not in epilogue.reads()
             or any(s.reduced for s in epilogue.stores)):
         return None
@@ -84,8 +86,10 @@ def _match(schedule: Schedule, index: int, readers: dict[int, list[int]], return
         stores.append(Store(s.buffer, expr, False))
     sample = Kernel(shape[1:], None, [], stores)
     local = set()
-    if all(r == index + 1 for r in readers.get(out, ())):
+    if out not in returned and all(r == index + 1 for r in readers.get(out, ())):
         local.add(out)
+    elif bias is not None:  # later steps read the convolution's output: stored with its bias
+        sample.stores.append(Store(out, split.value(), False))
     pool = steps[index + 2] if index + 2 < len(steps) else None
     if not _pools(pool, epilogue, shape, avals):
         pool = None
@@ -110,7 +114,7 @@ def _pools(step: Step | None, epilogue: Kernel, shape: tuple[int, ...], avals: l
 class _Split:
     """The epilogue's expressions re-expressed over one sample (see :class:`ConvChain`)."""
 
-    def __init__(self, shape: tuple[int, ...], out: int, bias: tuple[int, View] | None, dtype) -> None:
+    def __init__(self, shape: tuple[int, ...], out: int, bias: tuple[int, View] | None, dtype: np.dtype) -> None:
         self.shape = shape
         self.out = out
         self.bias = bias
@@ -132,25 +136,31 @@ class _Split:
     def load(self, load: Expr) -> Expr | None:
         x = self.x
         view = load.args[0]
-        if view.shape == ():  # one element (loop-invariant)
-            return load if self.shift(load.op, 0) else None
+        if view.shape == ():  # one element (loop-invariant): not of the convolution's output
+            return load if load.op != self.out and self.shift(load.op, 0) else None
         view = view.reshape(self.shape)
         if view is None:
             return None
         inner = View(self.shape[1:], view.strides[1:], view.offset)
         if load.op != self.out:
             return x.load(load.op, inner, load.dtype) if self.shift(load.op, view.strides[0]) else None
-        if view.normalized() != self.dense or not self.shift(self.out, size_of(self.shape[1:])):
+        if (view.normalized() != self.dense or load.dtype != self.dtype
+                or not self.shift(self.out, size_of(self.shape[1:]))
+                or (self.bias is not None and not self.shift(self.bias[0], 0))):
             return None
-        raw = x.load(self.out, inner, load.dtype)
+        return self.value()
+
+    def value(self) -> Expr:
+        """The convolution's output at a point of the sample: the ``?gemm``'s result
+        plus the bias (in the order the convolution adds them)."""
+        x = self.x
+        raw = x.load(self.out, View.contiguous(self.shape[1:]), self.dtype)
         if self.bias is None:
             return raw
-        buf, bias_view = self.bias
-        strides = (bias_view.strides[0],) + (0,) * (len(self.shape) - 2)
-        if not self.shift(buf, 0):
-            return None
-        return x.make("binary", BinaryOp.ADD, (raw, x.load(buf, View(self.shape[1:], strides, bias_view.offset),
-                                                                load.dtype)), load.dtype)
+        buf, view = self.bias
+        strides = (view.strides[0],) + (0,) * (len(self.shape) - 2)
+        bias = x.load(buf, View(self.shape[1:], strides, view.offset), self.dtype)
+        return x.make("binary", BinaryOp.ADD, (raw, bias), self.dtype)
 
 
 __all__ = ["fuse_conv_chains"]
