@@ -3,7 +3,8 @@
 A :class:`Kernel` is one loop nest (elementwise, or with reductions along one dim);
 a :class:`Matmul` a (batched) matrix product; a :class:`Library` a node with a
 hand-written lowering (convolution, pooling, gather/scatter); a :class:`Call` a node
-left to the eager backend. A :class:`Schedule` lists them with their :class:`Buffer` s, where
+left to the eager backend; a :class:`ConvChain` a convolution with the elementwise kernel
+and the max pooling after it, run per sample (built by :mod:`ember.backend.fusion.chains`). A :class:`Schedule` lists them with their :class:`Buffer` s, where
 each returned value lives and the run-time scalars; a lowering compiles it and a
 :class:`Target` tells the analysis what that lowering can compile.
 """

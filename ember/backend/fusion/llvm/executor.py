@@ -6,7 +6,8 @@
 literals: betas, epsilon), which compile as constants.
 On its first run a plan compiles a *variant*: it expands the graph's composites
 for the scalars given (:mod:`~ember.backend.fusion.expand`), groups it into kernels
-(:mod:`~ember.backend.fusion.kernels`), places its buffers in an arena
+(:mod:`~ember.backend.fusion.kernels`), runs each convolution chain per sample
+(:mod:`~ember.backend.fusion.chains`, unless ``LLVMExecutor(conv_chains=False)``), places its buffers in an arena
 (:mod:`~ember.backend.fusion.memory`), generates one LLVM function per run of
 compiled steps (:mod:`~ember.backend.fusion.llvm.codegen`) and JIT-compiles them.
 ``plan.run(flex, inputs, scalars)`` then computes the variant's scalars from the
