@@ -102,6 +102,25 @@ def test_conv_relu_pool_runs_as_one_step_bit_for_bit(chained, unchained, config,
     assert not [s for s in plan.schedule.steps if isinstance(s, Call)]
 
 
+def test_nan_and_infinities_through_a_chain_as_without_it(chained, unchained, rng):
+    """NaN and infinities spread through the conv; relu and the pool treat them as the
+    unfused steps do (a NaN wins its window)."""
+    case = Case()
+    values = rng.standard_normal((2, 2, 9, 9)).astype(np.float32)
+    values[0, 0, 2, 3], values[1, 1, 5, 5], values[1, 0, 7, 1] = np.nan, np.inf, -np.inf
+    x = case.input(values)
+    w = case.input(rng.standard_normal((3, 2, 3, 3)).astype(np.float32))
+    bias = case.input(rng.standard_normal(3).astype(np.float32))
+    y = case.ops.conv(x, w, bias, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    r = case.ops.relu(y)
+    pooled, indices = case.ops.max_pool_with_indices(r, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False)
+    compiled, plain, _, plan = _run_both(case, [r, pooled, indices], chained, unchained)
+    assert np.isnan(compiled[1]).any()
+    for a, p, what in zip(compiled, plain, ["relu", "pooled", "indices"]):
+        assert_same(a, p, what)
+    assert _chains(plan)
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_values_only_the_chain_reads_live_per_sample(chained, unchained, dtype, rng):
     case = Case()
