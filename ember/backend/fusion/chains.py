@@ -90,19 +90,18 @@ def _match(schedule: Schedule, index: int, readers: dict[int, list[int]], return
         local.add(out)
     elif bias is not None:  # later steps read the convolution's output: stored with its bias
         sample.stores.append(Store(out, split.value(), False))
-    pool = steps[index + 2] if index + 2 < len(steps) else None
-    if not _pools(pool, epilogue, shape, avals):
-        pool = None
-    else:
+    after = steps[index + 2] if index + 2 < len(steps) else None
+    pool = after if isinstance(after, Library) and _pools(after, epilogue, shape, avals) else None
+    if pool is not None:
         (source,) = pool.reads()
         if source not in returned and all(r == index + 2 for r in readers.get(source, ())):
             local.add(source)
     return ConvChain(conv, epilogue, sample, split.shifts, pool, frozenset(local))
 
 
-def _pools(step: Step | None, epilogue: Kernel, shape: tuple[int, ...], avals: list) -> bool:
+def _pools(step: Library, epilogue: Kernel, shape: tuple[int, ...], avals: list) -> bool:
     """Whether ``step`` max-pools a value the epilogue stores, with the same samples."""
-    if not (isinstance(step, Library) and step.node.op == "max_pool_with_indices"):
+    if step.node.op != "max_pool_with_indices":
         return False
     x = step.node.args[0]
     (buf, view), = step.args.values()
