@@ -7,6 +7,7 @@ device.
     python benchmarks/compile.py --quick              # fewer rounds, no torch.compile
     python benchmarks/compile.py --workloads W1 W2    # a subset
     python benchmarks/compile.py --matmul-threshold   # BLAS against generated loops
+    python benchmarks/compile.py --workloads W3 --conv-chains  # also ember.compile without conv chains
 
 W1: the seed (MLP 4-16-1, MSE, Adam, 64 samples). W2: MLP 784-256-10,
 cross-entropy, Adam, batch 128. W3: small CNN (conv 1->16 3x3, relu, max pool 2,
@@ -253,7 +254,8 @@ NAMES = {"eager": "ember eager", "fused": "ember fused", "compiled": "ember.comp
          "torch.compile": "torch.compile", "jax": "jax.jit"}
 
 
-def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables: dict, notes: list) -> None:
+def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables: dict, notes: list,
+             conv_chains: bool = False) -> None:
     from ember.backend.fusion.llvm import LLVMExecutor
 
     fns: dict[str, Callable[[], None]] = {}
@@ -280,6 +282,9 @@ def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables
             except Exception as error:  # no C compiler, an unsupported platform...
                 fns.pop("torch.compile", None)
                 notes.append(f"{workload} torch.compile failed: {type(error).__name__}: {str(error)[:80]}")
+    if conv_chains:  # the same compiled step with each conv, relu and pool as separate passes
+        fns["unchained"] = ember_step(workload, "compiled", LLVMExecutor(conv_chains=False))
+        timed_start(fns["unchained"])
     jax_fn = jax_step(workload)
     if jax_fn is not None:
         fns["jax"] = jax_fn
@@ -292,6 +297,12 @@ def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables
         if other in fns:
             tables["ratios"].append([workload, f"ember.compile / {NAMES[other]}", f"{wall_ratios[('compiled', other)]:.3f}x",
                                      f"{cpu_ratios[('compiled', other)]:.3f}x"])
+    if conv_chains:
+        tables["ratios"].append([workload, "ember.compile / without conv chains",
+                                 f"{wall_ratios[('compiled', 'unchained')]:.3f}x",
+                                 f"{cpu_ratios[('compiled', 'unchained')]:.3f}x"])
+        notes.append(f"{workload} ember.compile without conv chains: {fmt(wall['unchained'])} us wall, "
+                     f"{fmt(cpu['unchained'])} us CPU per step")
 
 
 def fresh_executor(device: Device):
@@ -376,6 +387,8 @@ def main() -> None:
     parser.add_argument("--no-gelu", action="store_true", help="skip the fusion device's GELU row")
     parser.add_argument("--matmul-threshold", action="store_true", help="time BLAS against generated loops")
     parser.add_argument("--no-wgpu", action="store_true", help="skip the wgpu table (benchmarks/compile_wgpu.py)")
+    parser.add_argument("--conv-chains", action="store_true",
+                        help="also time ember.compile without conv chains (LLVMExecutor(conv_chains=False))")
     args = parser.parse_args()
     repeats = 5 if args.quick else 11
     torch = try_import_torch()
@@ -387,7 +400,7 @@ def main() -> None:
     tables: dict[str, list] = {"wall": [], "cpu": [], "ratios": []}
     notes: list[str] = []
     for workload in args.workloads:
-        training(torch, workload, repeats, not (args.quick or args.no_torch_compile), tables, notes)
+        training(torch, workload, repeats, not (args.quick or args.no_torch_compile), tables, notes, args.conv_chains)
     header = ["workload"] + list(NAMES.values())
     print_table("training step, median wall us per step (alternating rounds)", header, tables["wall"])
     print_table("training step, median CPU us per step (this process, all its threads)", header, tables["cpu"])

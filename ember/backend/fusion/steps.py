@@ -3,7 +3,8 @@
 A :class:`Kernel` is one loop nest (elementwise, or with reductions along one dim);
 a :class:`Matmul` a (batched) matrix product; a :class:`Library` a node with a
 hand-written lowering (convolution, pooling, gather/scatter); a :class:`Call` a node
-left to the eager backend. A :class:`Schedule` lists them with their :class:`Buffer` s, where
+left to the eager backend; a :class:`ConvChain` a convolution with the elementwise kernel
+and the max pooling after it, run per sample (built by :mod:`ember.backend.fusion.chains`). A :class:`Schedule` lists them with their :class:`Buffer` s, where
 each returned value lives and the run-time scalars; a lowering compiles it and a
 :class:`Target` tells the analysis what that lowering can compile.
 """
@@ -128,7 +129,39 @@ class Library:
         return set(self.outs)
 
 
-Step = Kernel | Matmul | Call | Library
+@dataclass
+class ConvChain:
+    """A convolution, the elementwise kernel that reads its output and maybe a max
+    pooling of that kernel's output, run per sample while the sample's values are in
+    cache (see :mod:`ember.backend.fusion.chains`): for each sample, the convolution
+    (its bias left to the epilogue), ``sample`` (the epilogue kernel over one
+    sample, with the bias added to each read of the convolution's output), then the
+    pooling of that sample.
+
+    ``shifts`` gives, per buffer ``sample`` reads or writes, its elements per sample
+    (its stride along the sample dim: 0 for a value every sample reads). Buffers in
+    ``local`` hold one sample at a time in the step's scratch: the convolution's
+    output when no other step reads it, the pooled value when only the pooling does.
+    """
+
+    conv: Library
+    epilogue: Kernel
+    sample: Kernel
+    shifts: dict[int, int]
+    pool: Library | None
+    local: frozenset[int]
+
+    def reads(self) -> set[int]:
+        inner = self.conv.writes() | self.epilogue.writes()
+        reads = self.conv.reads() | self.epilogue.reads() | (self.pool.reads() if self.pool else set())
+        return reads - inner
+
+    def writes(self) -> set[int]:
+        writes = self.conv.writes() | self.epilogue.writes() | (self.pool.writes() if self.pool else set())
+        return writes - self.local
+
+
+Step = Kernel | Matmul | Call | Library | ConvChain
 
 
 @dataclass
@@ -157,6 +190,14 @@ class Schedule:
             elif isinstance(step, Library):
                 args = ", ".join(f"B{b}" for b, _ in step.args.values())
                 lines.append(f"  [{i}] {step.node.op}({args}) -> {[f'B{b}' for b in step.outs]}")
+            elif isinstance(step, ConvChain):
+                args = ", ".join(f"B{b}" for b, _ in step.conv.args.values())
+                local = f" (per sample: {', '.join(f'B{b}' for b in sorted(step.local))})" if step.local else ""
+                lines.append(f"  [{i}] conv chain: conv({args}) -> B{step.conv.outs[0]}{local}")
+                for s in step.sample.stores:
+                    lines.append(f"        B{s.buffer} = {s.expr!r}")
+                if step.pool is not None:
+                    lines.append(f"        {step.pool.node.op} -> {[f'B{b}' for b in step.pool.outs]}")
             else:
                 lines.append(f"  [{i}] call {step.node.op} -> {[f'B{b}' for b in step.outs]}")
         return "\n".join(lines)

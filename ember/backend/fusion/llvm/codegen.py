@@ -23,12 +23,13 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.flex import blas as blas_mod
+from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
 from ember.backend.fusion.llvm.loops import KernelEmitter, Loops
 from ember.backend.fusion.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.fusion.llvm.ops import OpEmitter
 from ember.backend.fusion.llvm.support import blas_layout
-from ember.backend.fusion.steps import Kernel, Library, Matmul, Schedule
+from ember.backend.fusion.steps import ConvChain, Kernel, Library, Matmul, Schedule
 from ember.backend.fusion.views import View, size_of
 
 PTR = ir.PointerType()
@@ -118,6 +119,13 @@ class ModuleBuilder:
                     status = b.inttoptr(ir.Constant(I64, self.status), PTR)
                     with b.if_then(b.icmp_signed("!=", b.load(status, typ=I64), ir.Constant(I64, 0)), likely=False):
                         b.ret_void()
+            elif isinstance(step, ConvChain):
+                buffers = sorted(step.reads() | step.writes())
+                regions = self._chain_regions(step)
+                args = [pointer(buf) for buf in buffers]
+                base = pointer(self.scratch[index])
+                args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
+                b.call(self.chain(f"{name}_c{index}", step, buffers, sorted(regions)), args + [scalars])
             else:
                 kernel = self.matmul(f"{name}_m{index}", step)
                 if kernel is not None:
@@ -196,6 +204,23 @@ class ModuleBuilder:
         op = LIBRARY[step.node.op]
         status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
         op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1))
+        b.ret_void()
+        return fn
+
+    # ------------------------------------------------------------------ convolution chains
+    def _chain_regions(self, step: ConvChain) -> dict[str, int]:
+        regions = chain_scratch(self.schedule.graph, step, self.schedule.buffers)
+        regions.pop("size", None)
+        return regions
+
+    def chain(self, name: str, step: ConvChain, buffers: list[int], regions: list[str]) -> ir.Function:
+        """A convolution chain's function (see :mod:`.chains`): one ``noalias`` pointer
+        per buffer and per scratch region, and the run-time scalars."""
+        fn = self._function(name, len(buffers) + len(regions), [PTR])
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        pointers = dict(zip(buffers, fn.args))
+        scratch = dict(zip(regions, fn.args[len(buffers):]))
+        emit_chain(self, b, self.schedule.graph, step, self.schedule.buffers, pointers, scratch, fn.args[-1])
         b.ret_void()
         return fn
 

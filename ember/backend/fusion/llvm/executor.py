@@ -6,7 +6,8 @@
 literals: betas, epsilon), which compile as constants.
 On its first run a plan compiles a *variant*: it expands the graph's composites
 for the scalars given (:mod:`~ember.backend.fusion.expand`), groups it into kernels
-(:mod:`~ember.backend.fusion.kernels`), places its buffers in an arena
+(:mod:`~ember.backend.fusion.kernels`), runs each convolution chain per sample
+(:mod:`~ember.backend.fusion.chains`, unless ``LLVMExecutor(conv_chains=False)``), places its buffers in an arena
 (:mod:`~ember.backend.fusion.memory`), generates one LLVM function per run of
 compiled steps (:mod:`~ember.backend.fusion.llvm.codegen`) and JIT-compiles them.
 ``plan.run(flex, inputs, scalars)`` then computes the variant's scalars from the
@@ -47,11 +48,13 @@ from typing import Any
 import numpy as np
 
 from ember.backend.flex import blas as blas_mod
+from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.decompose import DECOMPOSITIONS
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph, Ref, flatten
 from ember.backend.fusion.kernels import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.llvm import arrays, jit
+from ember.backend.fusion.llvm.chains import chain_scratch
 from ember.backend.fusion.llvm.codegen import ModuleBuilder
 from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.loops import scratch_bytes
@@ -59,6 +62,7 @@ from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
 from ember.backend.fusion.replay import PartialRun, Replay, ReplayError
 from ember.backend.fusion.scalars import SymScalar
+from ember.backend.fusion.steps import ConvChain
 from ember.backend.fusion.views import View, size_of
 
 _ENTRY = ctypes.CFUNCTYPE(None)
@@ -117,7 +121,7 @@ def _work(schedule: Any, steps: list[int]) -> int:
         step = schedule.steps[index]
         if isinstance(step, Kernel):
             total += size_of(step.space)
-        elif isinstance(step, Library):
+        elif isinstance(step, (Library, ConvChain)):
             total += sum(schedule.buffers[b].nbytes for b in step.writes()) * 64  # convolutions: a bound
         else:
             out = schedule.buffers[step.out].shape
@@ -146,9 +150,12 @@ class LLVMExecutor:
     #: Plans kept (least recently used are dropped first).
     MAX_PLANS = 512
 
-    def __init__(self, blas_threshold: int = BLAS_THRESHOLD) -> None:
+    def __init__(self, blas_threshold: int = BLAS_THRESHOLD, conv_chains: bool = True) -> None:
         self.blas = blas_mod.load()
         self.target = LLVMTarget(self.blas, blas_threshold)
+        #: Whether a convolution, its elementwise epilogue and a max pooling run per
+        #: sample as one step (:mod:`ember.backend.fusion.chains`).
+        self.conv_chains = conv_chains
         self._plans: OrderedDict[tuple, LLVMPlan] = OrderedDict()
         self._lock = threading.Lock()
         self.stats = {"plans": 0, "compile_s": 0.0, "compile_cpu_s": 0.0}
@@ -336,6 +343,8 @@ class Variant:
         self.offered = donated
         self.expanded = expand(graph, list(scalars), target.expands, fixed)
         sched = self.schedule = schedule(self.expanded, target)
+        if executor.conv_chains:
+            fuse_conv_chains(sched)
         buffers = sched.buffers
         # Scratch (rows of reductions along outer dims, im2col columns): private
         # buffers of their step.
@@ -347,6 +356,8 @@ class Variant:
                 nbytes = scratch_bytes(step)
             elif isinstance(step, Library):
                 nbytes = LIBRARY[step.node.op].scratch(sched.graph, step.node).get("size", 0)
+            elif isinstance(step, ConvChain):
+                nbytes = chain_scratch(sched.graph, step, buffers)["size"]
             if nbytes:
                 buffers.append(Buffer(len(buffers), (nbytes,), np.dtype(np.uint8), "temp", scratch=True))
                 extra[len(buffers) - 1] = index

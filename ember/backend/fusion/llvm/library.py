@@ -214,12 +214,19 @@ def _pool_supports(graph: Graph, node: Node, target: Any) -> bool:
 
 
 def _max_pool(e: Emitter) -> None:
-    x, kernel, stride, padding, dilation, _ceil = e.node.args
-    x_shape = e.shape(x)
-    dtype = e.dtype(x)
+    x_shape = e.shape(e.node.args[0])
+    max_pool_rows(e, e.args[e.node.args[0]], e.outs[0], e.outs[1], x_shape[0] * x_shape[1])
+
+
+def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value, rows: int) -> None:
+    """The max pooling of ``e.node`` over ``rows`` planes: ``x`` (the first plane's
+    first element), ``values`` and ``indices`` (their first output's); a convolution
+    chain pools one sample's planes at a time."""
+    x_ref, kernel, stride, padding, dilation, _ceil = e.node.args
+    x_shape = e.shape(x_ref)
+    dtype = e.dtype(x_ref)
     spatial = x_shape[2:]
     out = e.graph.avals[e.node.outs[0]].shape[2:]
-    rows = x_shape[0] * x_shape[1]
     plane, out_plane = size_of(spatial), size_of(out)
     if rows * out_plane == 0:
         return
@@ -245,7 +252,7 @@ def _max_pool(e: Emitter) -> None:
                 clipped = b.select(b.icmp_signed(">=", low, ir.Constant(I64, spatial[d])),
                                    ir.Constant(I64, spatial[d] - 1), low)
                 flat = b.add(flat, b.mul(clipped, ir.Constant(I64, s_strides[d])))
-            value = b.select(inside, e.load(e.args[x], b.add(base, flat), dtype), neg_inf)
+            value = b.select(inside, e.load(x, b.add(base, flat), dtype), neg_inf)
             if best is None:
                 best, best_index = value, flat
                 continue
@@ -253,8 +260,8 @@ def _max_pool(e: Emitter) -> None:
             best = b.select(take, value, best)
             best_index = b.select(take, flat, best_index)
         target = b.add(b.mul(row, ir.Constant(I64, out_plane)), e.linear(opos, o_strides))
-        e.store(best, e.outs[0], target, dtype)
-        e.store(best_index, e.outs[1], target, _INDEX)
+        e.store(best, values, target, dtype)
+        e.store(best_index, indices, target, _INDEX)
 
     e.loops.nest([rows, *out], body)
 
@@ -292,7 +299,7 @@ def _align(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
-class _Scratch:
+class Scratch:
     """Regions of a step's scratch, each 64-byte aligned: ``add`` returns a region's
     byte offset; ``size`` is the total."""
 
@@ -307,7 +314,7 @@ class _Scratch:
 
 @dataclass(frozen=True)
 class _Conv:
-    """A convolution's geometry (stride-1 ones run "on the grid", see :func:`_conv_core`)."""
+    """A convolution's geometry (stride-1 ones run "on the grid", see :func:`conv_core`)."""
 
     n: int
     c_in: int
@@ -351,7 +358,7 @@ class _Conv:
         """Scratch offsets: the flipped kernel (``flipped`` bytes), the padded input
         (stride 1), the columns, and the transposed weight-gradient accumulator
         (``weight_grad``)."""
-        scratch = _Scratch()
+        scratch = Scratch()
         regions = {}
         if flipped:
             regions["flipped"] = scratch.add(flipped)
@@ -491,27 +498,37 @@ def _sample_columns(e: Emitter, c: _Conv, x: ir.Value, i: ir.Value, g: int, dtyp
     return cols
 
 
-def _conv_core(e: Emitter, c: _Conv, x: ir.Value, w: ir.Value, bias: ir.Value | None, out: ir.Value,
-               dtype: np.dtype) -> None:
+def conv_core(e: Emitter, c: _Conv, x: ir.Value, w: ir.Value, bias: ir.Value | None, out: ir.Value | None,
+              dtype: np.dtype, block: Callable[[ir.Value], ir.Value] | None = None,
+              epilogue: Callable[[ir.Value, ir.Value], None] | None = None) -> None:
     """``out = conv(x, w) + bias``: per sample and group, the columns, one ``?gemm``
     into the output (``M * N * K`` stays small for a sample, where OpenBLAS runs
-    without packing), and the bias added while the sample's output is in cache."""
+    without packing), and the bias added while the sample's output is in cache.
+
+    A convolution chain passes ``block(i)``, where sample ``i``'s output goes (instead
+    of its place in ``out``), and ``epilogue(i, block)``, which runs after the
+    sample's ``?gemm`` instead of the bias pass."""
     b = e.b
     og, ck, positions = c.og, c.ck, c.positions
     t = reg_type(dtype)
 
     def sample(i: ir.Value, _: list) -> list:
+        if block is not None:
+            dst = block(i)
+        else:
+            dst = e.at(out, b.mul(i, ir.Constant(I64, c.c_out * positions)), dtype)
         for g in range(c.groups):
             cols = _sample_columns(e, c, x, i, g, dtype)
-            first = b.mul(b.add(b.mul(i, ir.Constant(I64, c.c_out)), ir.Constant(I64, g * og)),
-                          ir.Constant(I64, positions))
             e.gemm(dtype, False, False, og, positions, ck, e.at(w, ir.Constant(I64, g * og * ck), dtype), ck,
-                   cols, positions, ir.Constant(t, 0.0), e.at(out, first, dtype), positions)
-        if bias is not None:
+                   cols, positions, ir.Constant(t, 0.0), e.at(dst, ir.Constant(I64, g * og * positions), dtype),
+                   positions)
+        if epilogue is not None:
+            epilogue(i, dst)
+        elif bias is not None:
             def channel(o: ir.Value, _: list) -> list:
-                row = b.mul(b.add(b.mul(i, ir.Constant(I64, c.c_out)), o), ir.Constant(I64, positions))
+                row = b.mul(o, ir.Constant(I64, positions))
                 value = e.load(bias, o, dtype)
-                e.span(0, positions, lambda p: e.store(b.fadd(e.load(out, b.add(row, p), dtype), value), out,
+                e.span(0, positions, lambda p: e.store(b.fadd(e.load(dst, b.add(row, p), dtype), value), dst,
                                                        b.add(row, p), dtype))
                 return []
 
@@ -538,7 +555,7 @@ def _conv_supports(graph: Graph, node: Node, target: Any) -> bool:
             and size_of(out) > 0 and avals[weight].shape[1] * groups == avals[x].shape[1])
 
 
-def _conv_geometry(graph: Graph, node: Node) -> _Conv:
+def conv_geometry(graph: Graph, node: Node) -> _Conv:
     x, weight, _bias, stride, padding, dilation, groups = node.args
     avals = graph.avals
     w_shape = avals[weight].shape
@@ -547,13 +564,13 @@ def _conv_geometry(graph: Graph, node: Node) -> _Conv:
 
 
 def _conv_scratch(graph: Graph, node: Node) -> dict[str, int]:
-    return _conv_geometry(graph, node).regions()
+    return conv_geometry(graph, node).regions()
 
 
 def _conv(e: Emitter) -> None:
     x, weight, bias = e.node.args[:3]
-    c = _conv_geometry(e.graph, e.node)
-    _conv_core(e, c, e.args[x], e.args[weight], None if bias is None else e.args[bias], e.outs[0], e.dtype(x))
+    c = conv_geometry(e.graph, e.node)
+    conv_core(e, c, e.args[x], e.args[weight], None if bias is None else e.args[bias], e.outs[0], e.dtype(x))
 
 
 def _transpose_pads(graph: Graph, node: Node) -> tuple[int, ...] | None:
@@ -632,7 +649,7 @@ def _conv_transpose(e: Emitter) -> None:
             return []
 
         e.loops.run(og, over_o)
-    _conv_core(e, c, e.args[x], flipped, None if bias is None else e.args[bias], e.outs[0], dtype)
+    conv_core(e, c, e.args[x], flipped, None if bias is None else e.args[bias], e.outs[0], dtype)
 
 
 def _weight_grad_supports(graph: Graph, node: Node, target: Any) -> bool:
@@ -710,4 +727,4 @@ LIBRARY: dict[str, LibraryOp] = {
     "conv_weight_grad": LibraryOp(_weight_grad_supports, _weight_grad_scratch, _conv_weight_grad),
 }
 
-__all__ = ["LIBRARY", "Emitter", "LibraryOp"]
+__all__ = ["LIBRARY", "Emitter", "LibraryOp", "Scratch", "conv_core", "conv_geometry", "max_pool_rows"]
