@@ -30,7 +30,7 @@ import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from ember.errors import GraphError
 from ember.module import Module, Param, RunningState
 from ember.module.visitor import ParamCollector
 from ember.tensor import Tensor, autocast
+
+if TYPE_CHECKING:
+    from ember.backend.autodiff.protocol import AutodiffProtocol
 
 _RETRACE = object()
 _NOT_OWNED = object()
@@ -129,13 +132,15 @@ def _module_leaves(module: Module) -> tuple[list[Param], list[RunningState]]:
 
 def _innermost(tensor: Tensor) -> Any:
     device = tensor._d
-    return device._b.unwrap(tensor._p) if device.is_autodiff() else tensor._p
+    # An autodiff device's backend is an AutodiffProtocol (cast() would be a call per input).
+    return device._b.unwrap(tensor._p) if device.is_autodiff() else tensor._p  # type: ignore[attr-defined]
 
 
 def _tensor_key(t: Tensor) -> tuple:
     p = t._p
     d = t._d
-    tracked = d.is_autodiff() and d._b.is_tracked(p)
+    # An autodiff device's backend is an AutodiffProtocol (cast() would be a call per argument).
+    tracked = d.is_autodiff() and d._b.is_tracked(p)  # type: ignore[attr-defined]
     return (tuple(p.shape), p.dtype.str, d, tracked)
 
 
@@ -183,7 +188,7 @@ class _Entry:
         self.state_plan: list[Any] = []
         for owner, key, value in trace.state_writes.values():
             fields = _writable_fields(value)
-            layout = []
+            layout: list[tuple] = []  # (name, "tensor", output, device) | (name, "scalar", slot, type) | (name, "static", value)
             for name, item in fields:
                 if isinstance(item, Tensor):
                     layout.append((name, "tensor", len(outputs), item._d))
@@ -213,7 +218,7 @@ class _Entry:
         if not _takes(executor.plan, "fixed_scalars"):  # such an executor gets them on every run
             self.plan = executor.plan(abstract)
             self.literals = literals
-        elif isinstance(executor, (_ReplayExecutor, ReplayExecutor)):
+        elif isinstance(executor, ReplayExecutor):
             self.plan = executor.plan(abstract, fixed_scalars=fixed)
         else:
             # A compiling executor plans from the second run on: the first one replays
@@ -318,7 +323,7 @@ class _Entry:
             env["MODEL"] = self.model_out  # built once, kept for the entry's life
             add(f"    if leaves[{i}] is not MODEL:")
             add("        return generic(leaves)")
-        n_params = len(_module_leaves(self.model_out)[0]) if returns_model else 0
+        n_params = len(_module_leaves(self.model_out)[0]) if self.model_out is not None else 0
         slot_names = [const(holder, "slot") for _, holder in self.model_slots]
         slot_attr = ["inner" if kind == "autodiff" else "_p" for kind, _ in self.model_slots]
         states: dict[tuple[int, Any], str] = {}
@@ -363,7 +368,7 @@ class _Entry:
         # The inputs the plan holds, if it binds them (see the docstring).
         accepted = self.plan.donated(self.donated) if hasattr(self.plan, "bind") and not self.bind_failed else ()
         binding = bool(accepted)
-        written: dict[int, int | None] = {}  # output index -> position in the plan's result (None: held)
+        written: dict[int, int] = {}  # output index -> position in the plan's result (-1 - i: held array i)
         if binding:
             env["bind"] = self.plan.bind
             held = sorted(i for _, i in accepted)
@@ -407,15 +412,18 @@ class _Entry:
         else:
             add(f"    outs = plan_run(backend, [{', '.join(inputs)}], {run_scalars}, DONATED)")
 
-        def out(k: int, need: bool = False) -> str | None:
-            """The expression of output ``k``; for a held one (updated in place), ``None``
-            unless ``need``: then the held array."""
+        def out_array(k: int) -> str:
+            """The expression of output ``k``: for a held one, the held array."""
             if not binding:
                 return f"outs[{k}]"
             index = written[k]
             if index >= 0:
                 return f"outs[{index}]"
-            return f"B.arrays[{-1 - index}]" if need else None
+            return f"B.arrays[{-1 - index}]"
+
+        def out(k: int) -> str | None:
+            """The expression of output ``k``; ``None`` for a held one (updated in place)."""
+            return None if binding and written[k] < 0 else out_array(k)
 
         scalar_vars: dict[tuple[type, int], str] = {}
 
@@ -447,16 +455,16 @@ class _Entry:
             values = []
             for name, kind, *rest in layout:
                 if kind == "tensor":
-                    values.append((name, self._tensor_expr(out(rest[0], True), rest[1], const)))
+                    values.append((name, self._tensor_expr(out_array(rest[0]), rest[1], const)))
                 elif kind == "scalar":
                     values.append((name, f"{const(rest[1], 'T')}(sc[{int(rest[0])}])"))
                 else:
                     values.append((name, const(rest[0], "V")))
-            o, k = const(owner, "O"), const(key, "K")
+            o, kk = const(owner, "O"), const(key, "K")
             if cls is Tensor:
-                add(f"    dset({o}, {k}, {values[0][1]})")
+                add(f"    dset({o}, {kk}, {values[0][1]})")
                 continue
-            add(f"    cur = dget({o}, {k})")
+            add(f"    cur = dget({o}, {kk})")
             # The state object this entry wrote last time is updated in place: its
             # tensors get the new values (when no two fields share one tensor object).
             tensors = [(name, rest[0]) for name, kind, *rest in layout if kind == "tensor"]
@@ -469,11 +477,11 @@ class _Entry:
             for name, kind, *rest in layout:
                 if kind == "tensor":
                     inner = "._p.inner" if rest[1].is_autodiff() else "._p"
-                    add(f"        cur.{name}{inner} = {out(rest[0], True)}")
+                    add(f"        cur.{name}{inner} = {out_array(rest[0])}")
                 elif kind == "scalar":
                     add(f"        cur.{name} = {dict(values)[name]}")
             add("    else:")
-            add(f"        dset({o}, {k}, {env_name(env, cls)}({', '.join(f'{n}={e}' for n, e in values)}))")
+            add(f"        dset({o}, {kk}, {env_name(env, cls)}({', '.join(f'{n}={e}' for n, e in values)}))")
         for _i, j, index, _device in self.running_plan:
             slot = n_params + j  # the module argument is the returned module (checked above)
             value = out(index)
@@ -483,7 +491,7 @@ class _Entry:
         for item in self.result_plan:
             kind = item[0]
             if kind == "tensor":
-                out_exprs.append(self._tensor_expr(out(item[1], True), item[2], const))
+                out_exprs.append(self._tensor_expr(out_array(item[1]), item[2], const))
             elif kind == "module":
                 first = item[1]
                 for j, (name, attr) in enumerate(zip(slot_names, slot_attr)):
@@ -517,7 +525,7 @@ class _Entry:
     @staticmethod
     def _tensor_expr(value: str, device: Device, const: Callable[[Any, str], str]) -> str:
         if device.is_autodiff():
-            return f"Tensor({const(device._b.wrap, 'W')}({value}), {const(device, 'D')})"
+            return f"Tensor({const(cast('AutodiffProtocol', device._b).wrap, 'W')}({value}), {const(device, 'D')})"
         return f"Tensor({value}, {const(device, 'D')})"
 
     # ------------------------------------------------------------------ replay
@@ -602,7 +610,7 @@ class _Entry:
             found = module_cache.get(i) or _module_leaves(leaves[i])
             found[1][j]._value = _tensor_on(values[index], device)
         self._own_states()
-        out_leaves = []
+        out_leaves: list[Any] = []
         for item in self.result_plan:
             kind = item[0]
             if kind == "tensor":
@@ -670,7 +678,9 @@ def env_name(env: dict[str, Any], value: Any) -> str:
 def _output_ref(trace: Trace, primitive: Any) -> int:
     if type(primitive) is LazyTensor:
         if primitive.value is None:
-            return primitive.ref
+            ref = primitive.ref
+            assert ref is not None, "a LazyTensor without a value is pending in a stream"
+            return ref
         primitive = primitive.value
     return trace.lift(primitive)
 
@@ -695,7 +705,8 @@ def _state_template(value: Any) -> Any:
 
 def _tensor_on(array: Any, device: Device) -> Tensor:
     if device.is_autodiff():
-        return Tensor(device._b.wrap(array), device)
+        # An autodiff device's backend is an AutodiffProtocol (cast() would be a call per output).
+        return Tensor(device._b.wrap(array), device)  # type: ignore[attr-defined]
     return Tensor(array, device)
 
 
@@ -853,7 +864,7 @@ class CompiledFunction:
         return out
 
     def _trace_inputs(self, trace: Trace, leaves: list[Any]) -> list[Any]:
-        traced = []
+        traced: list[Any] = []
         for i, leaf in enumerate(leaves):
             if isinstance(leaf, Tensor):
                 trace.add_input(_innermost(leaf), ("arg", i))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -89,6 +89,33 @@ class FusionBackend(Backend):
     MAX_STREAM = 20_000
     #: Plans kept per backend (least recently built are dropped first).
     MAX_PLANS = 256
+
+    if TYPE_CHECKING:
+        # The traceable ops are recorders installed below (``_recorder``); to a type
+        # checker they are the protocol's abstract methods, implemented with its signatures.
+        arange = Backend.arange
+        arg_reduce = Backend.arg_reduce
+        argsort = Backend.argsort
+        binary = Backend.binary
+        cast = Backend.cast
+        cat = Backend.cat
+        clamp = Backend.clamp
+        cumulative = Backend.cumulative
+        expand = Backend.expand
+        flip = Backend.flip
+        full = Backend.full
+        gather = Backend.gather
+        matmul = Backend.matmul
+        permute = Backend.permute
+        reduce = Backend.reduce
+        reshape = Backend.reshape
+        scatter_add = Backend.scatter_add
+        select = Backend.select
+        select_add = Backend.select_add
+        slice = Backend.slice
+        slice_assign = Backend.slice_assign
+        unary = Backend.unary
+        where = Backend.where
 
     def __init__(self, inner: Backend, executor: Any = None):
         self.inner = inner
@@ -220,8 +247,8 @@ class FusionBackend(Backend):
             # The stream is gone: the handles it could not compute keep the error and
             # raise it again when read; those computed before the failing op keep values.
             failed = FailedValue(partial.error)
-            for handle, ref in zip(alive, outputs):
-                handle.value = partial.computed.get(ref, failed)
+            for handle, out in zip(alive, outputs):
+                handle.value = partial.computed.get(out, failed)
                 handle.ref = None
             raise partial.error from None
         for handle, value in zip(alive, values):

@@ -27,7 +27,7 @@ class Expr:
         self.op = op        # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
         self.args = args    # load: (View,); clamp: (x, low, high) with None for a missing bound
         self.dtype = dtype  # the value's numpy dtype
-        self.depth = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
+        self.depth: int = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
 
     def __repr__(self) -> str:
         if self.kind == "load":
@@ -78,9 +78,8 @@ class Exprs:
 
     def map_loads(self, expr: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr | None]) -> Expr | None:
         """``expr`` with each load replaced by ``fn(load)``; ``None`` if ``fn`` fails on one."""
-        hit = memo.get(id(expr), memo)
-        if hit is not memo:
-            return hit
+        if id(expr) in memo:
+            return memo[id(expr)]
         if expr.kind == "load":
             out = fn(expr)
         elif not expr.args:

@@ -285,7 +285,7 @@ class _Scheduler:
         return Schedule(graph, self.expanded, self.steps, self.buffers, outputs, scalars, self.producer)
 
     def call(self, i: int, node: Node) -> None:
-        args = {}
+        args: dict[int, tuple[int, View]] = {}
         for r in set(node.refs()):
             args[r] = self.materialize(r)
         outs = [self.new_buffer(self.shape(o), self.dtype(o), "call", o) for o in node.outs]
@@ -296,7 +296,7 @@ class _Scheduler:
     def library(self, i: int, node: Node) -> None:
         """A node with a hand-written lowering: its operands stored densely (a view
         that is not contiguous is copied first), its outputs fresh buffers."""
-        args = {}
+        args: dict[int, tuple[int, View]] = {}
         for r in dict.fromkeys(node.refs()):
             buf, view = self.materialize(r)
             if not view.is_contiguous():
@@ -378,7 +378,7 @@ class _Scheduler:
         (out,) = node.outs
         shape = self.shape(out)
         count = size_of(shape)
-        refs = list(dict.fromkeys(node.refs()))
+        refs: list[int] = list(dict.fromkeys(node.refs()))
         # Operands from open kernels of another element count are stored first.
         locs: dict[int, Loc] = {}
         for r in refs:
@@ -413,7 +413,7 @@ class _Scheduler:
         space = target.space_of(reduced)
         # Merged kernels were re-expressed over the target's space: read them anew.
         locs = {r: self.loc[r] if loc[0] == "virt" else loc for r, loc in locs.items()}
-        operands = {}
+        operands: dict[int, Expr] = {}
         for r, loc in locs.items():
             e = self.read(loc, shape, space, self.dtype(r))
             if e is None:  # a load that cannot follow the kernel's space: start over

@@ -46,7 +46,7 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def donate(schedule: Schedule, pairs: Iterable[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+def donate(schedule: Schedule, pairs: Iterable[tuple[int, int]]) -> dict[int, tuple[int, tuple[int, int]]]:
     """The donations of ``pairs`` (graph output index, graph input index) that are
     safe (see the module docstring): output buffer -> (its input buffer, the pair)."""
     graph = schedule.graph
@@ -57,7 +57,7 @@ def donate(schedule: Schedule, pairs: Iterable[tuple[int, int]]) -> dict[int, tu
     for index, step in enumerate(schedule.steps):
         for buf in step.reads():
             readers.setdefault(buf, []).append(index)
-    accepted: dict[int, tuple[int, int]] = {}
+    accepted: dict[int, tuple[int, tuple[int, int]]] = {}
     taken: set[int] = set()
     for k, i in pairs:
         if not (0 <= k < len(schedule.outputs) and 0 <= i < len(graph.inputs)):
@@ -72,8 +72,10 @@ def donate(schedule: Schedule, pairs: Iterable[tuple[int, int]]) -> dict[int, tu
         if view.offset != 0 or view.size != size_of(out.shape) or not view.is_contiguous():
             continue
         writer = schedule.producer.get(buf)
-        step = schedule.steps[writer] if writer is not None else None
-        if not isinstance(step, Kernel) or not _reads_in_place(step, source, buf):
+        if writer is None:
+            continue
+        kernel = schedule.steps[writer]
+        if not isinstance(kernel, Kernel) or not _reads_in_place(kernel, source, buf):
             continue
         if any(r > writer for r in readers.get(source, ())):
             continue

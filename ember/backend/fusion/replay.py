@@ -11,6 +11,7 @@ use), so a replay costs one Python call per node and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ember.backend.fusion.decompose import DECOMPOSITIONS
@@ -43,7 +44,7 @@ class Replay:
         self.check = check
         self.code, self._fn = _generate(graph, check, fixed or {})
 
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = (), donated: tuple = ()) -> list[Any]:
+    def run(self, backend: Any, inputs: list[Any], scalars: Sequence[Any] = (), donated: tuple = ()) -> list[Any]:
         """The graph's outputs, given its inputs (primitives of ``backend``) and
         run-time scalars. A replay takes no donations (``donated`` is ignored): its
         outputs are the backend's fresh results."""

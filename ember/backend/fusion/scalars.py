@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from ember.errors import GraphError
@@ -25,17 +26,18 @@ class GraphBreak(GraphError):
     branch on a run-time scalar, call an op without a graph rule)."""
 
 
-_BINARY = {
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
     "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
 }
-_UNARY = {"neg": operator.neg, "abs": abs, "sqrt": math.sqrt, "truth": bool}
+_UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "abs": abs, "sqrt": math.sqrt, "truth": bool}
 #: Python's operator for each binary op and comparison (generated code writes ``a + b``,
 #: which is ``operator.add(a, b)`` without the call).
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_COMPARE = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
-            "eq": operator.eq, "ne": operator.ne}
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
+}
 
 
 class SymScalar:
@@ -186,13 +188,13 @@ class ScalarProgram:
     def apply(self, op: str, *args: Any) -> SymScalar:
         """One recorded operation; the same operation on the same operands is recorded
         once (an optimizer computes its bias corrections once per parameter)."""
-        operands = tuple(("$", a.index) if type(a) is SymScalar else ("k", type(a), repr(a), a) for a in args)
+        operands: tuple[tuple, ...] = tuple(("$", a.index) if type(a) is SymScalar else ("k", type(a), repr(a), a) for a in args)
         key = (op, operands)
         hit = self._interned.get(key)
         if hit is not None:
             return SymScalar(self, hit[0], hit[1])
         values = [a.value if type(a) is SymScalar else a for a in args]
-        fn = _BINARY.get(op) or _UNARY.get(op) or _COMPARE[op]
+        fn: Callable[..., Any] = _BINARY.get(op) or _UNARY.get(op) or _COMPARE[op]
         value = fn(*values)
         self.entries.append((op, tuple(o if o[0] == "$" else ("k", o[3]) for o in operands)))
         self._interned[key] = (len(self.entries) - 1, value)

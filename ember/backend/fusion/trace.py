@@ -165,7 +165,7 @@ class StateDict(dict):
         else:  # held by the trace; the replay writes the real values
             trace.write_state(self, key, value)
 
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def update(self, *args: Any, **kwargs: Any) -> None:
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,7 @@ class CudaExecutor:
 class _Variant:
     """One expansion of the graph for the truth tests its scalars answered."""
 
-    def __init__(self, graph: Graph, scalars: list[Any]) -> None:
+    def __init__(self, graph: Graph, scalars: Sequence[Any]) -> None:
         self.expanded = expand(graph, list(scalars), _wants)
         found: dict[int, SymScalar] = {}
         for node in self.expanded.graph.nodes:
@@ -92,7 +93,7 @@ class _Variant:
         self.table: Any = None
         self.pool: Any = None
 
-    def values(self, scalars: list[Any]) -> list[Any] | None:
+    def values(self, scalars: Sequence[Any]) -> list[Any] | None:
         return self.program(list(scalars))
 
     def replay(self, backend: Any, inputs: list[Any], scalar_of: Any) -> list[Any]:
@@ -131,7 +132,7 @@ class _FusedVariant(_Variant):
     launch of generated CUDA C with static geometry, reading run-time scalars from the
     plan's scalar table; matmuls and the steps the target leaves out run on the backend."""
 
-    def __init__(self, graph: Graph, scalars: list[Any]) -> None:
+    def __init__(self, graph: Graph, scalars: Sequence[Any]) -> None:
         from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
         from ember.backend.fusion.kernels import schedule
 
@@ -162,6 +163,7 @@ class _FusedVariant(_Variant):
             codes = self.codes
             self.functions = rt.functions(("plan", id(self)), lambda: (
                 [c.name for c in codes.values()], "\n".join(c.source for c in codes.values())))
+        functions = self.functions or {}  # None only when there is no kernel to launch
         n_kernel_scalars = len(sched.scalars)
         values = [scalar_of(s) for s in self.symbols]
         table = None
@@ -189,7 +191,7 @@ class _FusedVariant(_Variant):
                     continue
                 args = [np.uint64(buffers[b].mem.ptr) for b in code.buffers]
                 args.append(np.uint64(table.mem.ptr if table is not None else 0))
-                rt.launch(self.functions[code.name], code.grid, BLOCK, tuple(args))
+                rt.launch(functions[code.name], code.grid, BLOCK, tuple(args))
             elif isinstance(step, Matmul):
                 a = buffers[step.a[0]].with_view(step.a[1])
                 b = buffers[step.b[0]].with_view(step.b[1])
@@ -236,7 +238,7 @@ class CudaPlan:
         self.replay: Replay | None = None  # set if expansion failed
         self._lock = threading.Lock()
 
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = (), donated: tuple = ()) -> list[Any]:
+    def run(self, backend: Any, inputs: list[Any], scalars: Sequence[Any] = (), donated: tuple = ()) -> list[Any]:
         """The graph's outputs for ``inputs`` and run-time ``scalars``; ``donated``
         (offered by ``ember.compile``) is ignored: every output is a fresh buffer."""
         with self._lock:
@@ -254,7 +256,9 @@ class CudaPlan:
             if len(self.variants) >= self.MAX_VARIANTS:
                 self.variants.pop(0)
             self.variants.append(variant)
-            return self._run(variant, backend, inputs, variant.values(scalars))
+            values = variant.values(scalars)
+            assert values is not None, "a variant's guards hold for the scalars it was built from"
+            return self._run(variant, backend, inputs, values)
 
     def _run(self, v: _Variant, backend: Any, inputs: list[Any], values: list[Any]) -> list[Any]:
         v.runs += 1

@@ -127,6 +127,7 @@ class ModuleBuilder:
                 args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
                 b.call(self.chain(f"{name}_c{index}", step, buffers, sorted(regions)), args + [scalars])
             else:
+                assert isinstance(step, Matmul), f"an unknown step {type(step).__name__}"
                 kernel = self.matmul(f"{name}_m{index}", step)
                 if kernel is not None:
                     b.call(kernel, [pointer(step.a[0]), pointer(step.b[0]), pointer(step.out)])
@@ -229,10 +230,12 @@ class ModuleBuilder:
         """The BLAS routine for ``dtype`` (declared; its address is registered)."""
         kind = "s" if dtype == np.float32 else "d"
         if kind not in self._gemm:
+            blas = self.blas
+            assert blas is not None, "a matmul calls BLAS only where it is loaded"
             t = F32 if kind == "s" else F64
-            n = I64 if self.blas.int_bits == 64 else I32
+            n = I64 if blas.int_bits == 64 else I32
             symbol = f"ember_cblas_{kind}gemm"
-            llvm_binding.add_symbol(symbol, self.blas.sgemm if kind == "s" else self.blas.dgemm)
+            llvm_binding.add_symbol(symbol, blas.sgemm if kind == "s" else blas.dgemm)
             fnty = ir.FunctionType(VOID, [I32, I32, I32, n, n, n, t, PTR, n, PTR, n, t, PTR, n])
             fn = ir.Function(self.module, fnty, name=symbol)
             self._gemm[kind] = fn
@@ -263,6 +266,7 @@ class ModuleBuilder:
             b_ptr = b.gep(pb, [b_off], source_etype=t)
             c_ptr = b.gep(pc, [c_off], source_etype=t)
             if use_blas:
+                assert self.blas is not None and la is not None and lb is not None  # use_blas says so
                 nt = I64 if self.blas.int_bits == 64 else I32
                 trans = lambda flag: ir.Constant(I32, blas_mod.TRANS if flag else blas_mod.NO_TRANS)  # noqa: E731
                 b.call(self.gemm(step.dtype), [

@@ -42,7 +42,7 @@ import time
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,7 +98,9 @@ class _NativeCalls:
 
     def __init__(self) -> None:
         api = ctypes.pythonapi
-        self.incref = ctypes.cast(api.Py_IncRef, ctypes.c_void_p).value
+        incref = ctypes.cast(api.Py_IncRef, ctypes.c_void_p).value
+        assert incref is not None, "Py_IncRef has an address"
+        self.incref: int = incref
         self.new = api.PyCFunction_NewEx
         self.new.restype = ctypes.py_object
         self.new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
@@ -205,7 +207,7 @@ class LLVMPlan:
         self.replay: Replay | None = None  # set if compiling failed
         self._lock = threading.RLock()  # a binding's runner may run while its miss handler holds it
 
-    def run(self, backend: Any, inputs: list[Any], scalars: list[Any] = (), donated: tuple = ()) -> list[Any]:
+    def run(self, backend: Any, inputs: list[Any], scalars: Sequence[Any] = (), donated: tuple = ()) -> list[Any]:
         """The outputs of the graph for its ``inputs`` (flex arrays) and run-time
         ``scalars``; ``donated`` offers (output, input) pairs (see the module
         docstring). One run at a time: a variant's arena and pointer table are its own."""
@@ -217,10 +219,12 @@ class LLVMPlan:
                     out = variant.run(backend, inputs, scalars)
                     if out is not None:
                         return out
-            variant = self._compile(scalars, donated)
-            if variant is None:
-                return self.replay.run(backend, inputs, scalars)
-            out = variant.run(backend, inputs, scalars)
+            fresh = self._compile(scalars, donated)
+            if fresh is None:
+                replay = self.replay
+                assert replay is not None, "a plan whose compiling failed replays"
+                return replay.run(backend, inputs, scalars)
+            out = fresh.run(backend, inputs, scalars)
             if out is None:  # pragma: no cover - a fresh variant answers its own guards
                 raise ReplayError("ember: fusion: a fresh variant failed its own scalar guards")
             return out
@@ -241,7 +245,7 @@ class LLVMPlan:
             return None
         return Binding(self, donated, accepted, positions, list(arrays))
 
-    def _compile(self, scalars: list[Any], donated: tuple) -> Variant | None:
+    def _compile(self, scalars: Sequence[Any], donated: tuple) -> Variant | None:
         """A new variant for ``scalars`` (``None`` if compiling failed: the plan replays)."""
         try:
             variant = Variant(self.graph, scalars, self.executor, self.fixed, tuple(donated))
@@ -325,17 +329,17 @@ class Binding:
                     if out is not None:
                         self.run = runner
                         return out
-            variant = plan._compile(scalars, self.offered)
-            if variant is None or variant.donated != self.accepted:
+            fresh = plan._compile(scalars, self.offered)
+            if fresh is None or fresh.donated != self.accepted:
                 return None
-            self.run = self.runner(variant)
+            self.run = self.runner(fresh)
             return self.run(backend, inputs, scalars, False)
 
 
 class Variant:
     """One compiled expansion of a plan's graph (see the module docstring)."""
 
-    def __init__(self, graph: Graph, scalars: list[Any], executor: LLVMExecutor,
+    def __init__(self, graph: Graph, scalars: Sequence[Any], executor: LLVMExecutor,
                  fixed: dict[int, Any] | None = None, donated: tuple = ()):
         start, start_cpu = time.perf_counter(), time.process_time()
         target = executor.target
@@ -407,7 +411,7 @@ class Variant:
                         wanted.append(sym.index)
         # Status words: a failed index check of a library step (see library.py).
         self._status = array.array("q", [0, 0])
-        self._checks = [any(isinstance(sched.steps[i], Library) and LIBRARY[sched.steps[i].node.op].checks
+        self._checks = [any(isinstance(s := sched.steps[i], Library) and LIBRARY[s.node.op].checks
                             for i in steps) for compiled, steps in groups]
         self._scalar_values = array.array("d", [0.0] * max(self._n_slots, 1))
         self._scalars_addr = self._scalar_values.buffer_info()[0]
@@ -432,14 +436,14 @@ class Variant:
                     # ctypes, which lets other threads run meanwhile (see NATIVE_WORK).
                     native.append(_NATIVE is not None and _work(sched, steps) <= NATIVE_WORK)
                     builder.entry(entries[-1], f"{prefix}_s{n}", self._arena_addr, self._ptrs_addr,
-                                  self._scalars_addr, _NATIVE.incref if native[-1] else 0)
+                                  self._scalars_addr, _NATIVE.incref if _NATIVE is not None and native[-1] else 0)
             self.ir = builder.build()
             self._compiled = jit.compile_module(self.ir, entries)
             self.optimize_s, self.codegen_s = self._compiled.optimize_s, self._compiled.codegen_s
         self._native_defs: list[Any] = []  # method definitions of native entries (alive as long as they)
-        self._entries = [self._native(self._compiled.addresses[name], name) if is_native else
-                         _ENTRY(self._compiled.addresses[name]) for name, is_native in zip(entries, native)] \
-            if entries else []
+        addresses = self._compiled.addresses if self._compiled is not None else {}  # None: no entries
+        self._entries = [self._native(addresses[name], name) if is_native else _ENTRY(addresses[name])
+                         for name, is_native in zip(entries, native)] if entries else []
         self._source_outputs = list(graph.outputs)
         self._views: dict[tuple[int, View], np.ndarray] = {}
         self._held_runners: dict[tuple[int, ...], Any] = {}
@@ -449,9 +453,11 @@ class Variant:
 
     def _native(self, address: int, name: str) -> Any:
         """A builtin function object calling the native entry at ``address``."""
-        definition = _NATIVE.MethodDef(name.encode(), address, _NATIVE.METH_NOARGS, None)
+        calls = _NATIVE
+        assert calls is not None, "an entry is native only where CPython's API is"
+        definition = calls.MethodDef(name.encode(), address, calls.METH_NOARGS, None)
         self._native_defs.append(definition)
-        return _NATIVE.new(ctypes.addressof(definition), self._native_defs, None)
+        return calls.new(ctypes.addressof(definition), self._native_defs, None)
 
     # ------------------------------------------------------------------ the runner
     def _generate(self, buffers: list[Buffer], memory: Any, aliases: dict[int, int]) -> tuple[str, Any]:
@@ -578,7 +584,9 @@ class Variant:
             add("    except Exception as error:")
             add(f"        raise PartialRun(error, V._computed(values, {n})) from error")
             for index in steps:
-                for buf in sched.steps[index].outs:
+                call = sched.steps[index]
+                assert isinstance(call, Call), "a group that is not compiled holds eager calls"
+                for buf in call.outs:
                     names[buf] = f"values[{buf}]"
         skipped = {k for k, i in self.donated if held is not None and i in held}
         outs = []
@@ -630,7 +638,9 @@ class Variant:
         code, bad = self._status
         self._status[0] = self._status[1] = 0
         index = code - 1
-        node = self.schedule.steps[index].node
+        step = self.schedule.steps[index]
+        assert isinstance(step, Library), "index checks are library steps'"
+        node = step.node
         avals = self.schedule.graph.avals
         if node.op == "max_pool_backward":
             size = size_of(tuple(node.args[2][2:]))

@@ -605,8 +605,10 @@ def _transpose_geometry(graph: Graph, node: Node) -> tuple[_Conv, int]:
     x, weight, _bias, _stride, _padding, _output_padding, dilation, groups = node.args
     avals = graph.avals
     w_shape = avals[weight].shape
+    pads = _transpose_pads(graph, node)
+    assert pads is not None, "_transpose_supports checked the padding"
     c = _geometry(avals[x].shape, groups * w_shape[1], w_shape[2:], avals[node.outs[0]].shape[2:],
-                  (1,) * (len(w_shape) - 2), _transpose_pads(graph, node), dilation, groups, avals[x].dtype.itemsize)
+                  (1,) * (len(w_shape) - 2), pads, dilation, groups, avals[x].dtype.itemsize)
     return c, size_of(w_shape) * avals[x].dtype.itemsize
 
 

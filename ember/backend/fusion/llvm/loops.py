@@ -218,6 +218,7 @@ class KernelEmitter:
             slot = b.gep(self.scalars, [ir.Constant(I64, e.op)], source_etype=F64)
             out = self.ops.from_double(b, b.load(slot, typ=F64, align=8), e.dtype)
         elif kind == "acc":
+            assert accs is not None, "an epilogue reads a reduction's result: the caller gives the accumulators"
             out = accs[e.op[1]]
         else:
             args = [self.value(a, indices, memo, accs) if type(a) is Expr else None for a in e.args]
@@ -376,6 +377,7 @@ class KernelEmitter:
         """Reduction along an outer dim: a row of accumulators per reduction in scratch."""
         b = self.b
         sizes, red = self.space.sizes, self.space.red
+        assert red is not None, "the kernel reduces along a dim, which Space keeps"
         outer_sizes, inner_sizes = sizes[:red], sizes[red + 1:]
         row = size_of(tuple(inner_sizes))
         used = self._reductions()
@@ -451,9 +453,11 @@ def scratch_bytes(kernel: Kernel) -> int:
     views += [e.args[0] for r in kernel.reductions for e in r.expr.walk() if e.kind == "load"]
     views += [View.contiguous(kernel.reduced_space if s.reduced else kernel.space) for s in kernel.stores]
     space = Space(kernel, views)
-    if space.red == len(space.sizes) - 1:
+    red = space.red
+    assert red is not None, "the kernel reduces along a dim, which Space keeps"
+    if red == len(space.sizes) - 1:
         return 0
-    row = size_of(tuple(space.sizes[space.red + 1:]))
+    row = size_of(tuple(space.sizes[red + 1:]))
     return row * 8 * len(kernel.reductions)
 
 

@@ -93,6 +93,7 @@ class Reduction:
     """A kernel with reductions along one dim, from one launch."""
 
     def __init__(self, kernel: Kernel, buffers: list[Any]):
+        assert kernel.dim is not None, "a kernel with reductions reduces along a dim"
         self.space, self.dim = kernel.space, kernel.dim
         tr = Translation()
         reductions = tuple((r.op, tr(r.expr)) for r in kernel.reductions)
@@ -285,9 +286,12 @@ def _epilogue(step: Matmul, kernel: Kernel, buffers: list[Buffer],
         return x.load(load.op, new, load.dtype)
 
     memo: dict[int, Expr | None] = {}
-    exprs = [x.map_loads(s.expr, respace, memo) for s in kernel.stores]
-    if any(e is None for e in exprs):
-        return None
+    exprs: list[Expr] = []
+    for s in kernel.stores:
+        e = x.map_loads(s.expr, respace, memo)
+        if e is None:
+            return None
+        exprs.append(e)
     nodes = [e for expr in exprs for e in expr.walk()]
     n_extra = len({(e.op, e.args[0]) for e in nodes if e.kind == "load"}) - 1
     n_scalars = len({e.op for e in nodes if e.kind == "scalar"})

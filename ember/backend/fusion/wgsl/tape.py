@@ -94,6 +94,11 @@ class Recording:
 class Tape:
     """A recorded run of a variant (see the module docstring)."""
 
+    # Set by :meth:`build` once the launches' layout is known.
+    _words: np.ndarray    # every launch's info words, patched per run
+    _offsets: Any         # cffi uint32_t[]: each launch's byte offset into the info buffer
+    _info: Any            # the GPU buffer the words are written to
+
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
