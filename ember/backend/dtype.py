@@ -122,7 +122,7 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.BOOL: np.dtype(np.bool_),
 }
 #: numpy dtype -> DType, for hot paths that hold a numpy dtype already (a plain dict
-#: lookup); the one such map (``ember.tensor.dispatch.NP_TO_DTYPE`` is this object).
+#: lookup); the one such map (``ember.tensor.checks.NP_TO_DTYPE`` is this object).
 NUMPY_TO_DTYPE: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
 
 _ALIASES: dict[str, DType] = {d.value: d for d in DType}

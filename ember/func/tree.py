@@ -15,7 +15,7 @@ from ember.errors import DTypeError, GraphError
 from ember.module import Module, ModuleMapper, Param
 from ember.optim import GradientsParams
 from ember.tensor import Tensor
-from ember.tensor.dispatch import FLOAT_NP
+from ember.tensor.checks import FLOAT_NP
 
 if TYPE_CHECKING:
     from ember.backend.autodiff.protocol import AutodiffProtocol

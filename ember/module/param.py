@@ -11,7 +11,7 @@ from ember.backend.fusion.trace import current_trace
 from ember.device import Device
 from ember.errors import ModuleError
 from ember.tensor import Shape, Tensor
-from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE
+from ember.tensor.checks import FLOAT_NP, NP_TO_DTYPE
 
 if TYPE_CHECKING:
     from ember.backend.autodiff.protocol import AutodiffProtocol

@@ -14,7 +14,7 @@ from ember.optim.base import OptimizerConfig, OptimizerState
 from ember.optim.clipping import GradientClipping
 from ember.optim.grads import GradientsParams
 from ember.tensor import Tensor
-from ember.tensor.dispatch import is_symbolic
+from ember.tensor.checks import is_symbolic
 
 
 @dataclass

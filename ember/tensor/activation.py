@@ -28,7 +28,7 @@ import math
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
-from ember.tensor.dispatch import FLOAT_NP
+from ember.tensor.checks import FLOAT_NP
 from ember.tensor.fused import composite, fused
 from ember.tensor.shape import normalize_dim
 from ember.tensor.tensor import Tensor

@@ -16,7 +16,7 @@ from ember.backend.distribution import Distribution
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.activation import softmax
-from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, check_device
+from ember.tensor.checks import BOOL_NP, FLOAT_NP, check_device
 from ember.tensor.fused import composite, fused
 from ember.tensor.shape import broadcast_shapes
 from ember.tensor.tensor import Tensor

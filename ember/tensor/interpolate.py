@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import DTypeError, ShapeError, ValueRangeError
-from ember.tensor.dispatch import FLOAT_NP
+from ember.tensor.checks import FLOAT_NP
 from ember.tensor.tensor import Tensor
 
 _MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3, "area": None}

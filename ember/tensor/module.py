@@ -28,7 +28,7 @@ from ember.backend.module_ops import conv_output_size, conv_transpose_output_siz
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
-from ember.tensor.dispatch import FLOAT_NP, INT_NP, check_device
+from ember.tensor.checks import FLOAT_NP, INT_NP, check_device
 from ember.tensor.fused import composite, fused
 from ember.tensor.tensor import Tensor
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError
-from ember.tensor.dispatch import FLOAT_NP, check_device
+from ember.tensor.checks import FLOAT_NP, check_device
 from ember.tensor.fused import composite, fused
 from ember.tensor.tensor import Tensor
 

@@ -17,8 +17,8 @@ from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType, check_int_fits
 from ember.device import Device
 from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
+from ember.tensor.checks import FLOAT_NP, NP_TO_DTYPE, as_scalar, check_value_fits
 from ember.tensor.data import TensorData, to_array
-from ember.tensor.dispatch import FLOAT_NP, NP_TO_DTYPE, as_scalar, check_value_fits
 from ember.tensor.ops.arithmetic import ArithmeticOps
 from ember.tensor.ops.autodiff import AutodiffOps
 from ember.tensor.ops.compare import CompareOps

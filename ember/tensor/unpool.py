@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ember.errors import DTypeError, ShapeError, ValueRangeError
-from ember.tensor.dispatch import INT_NP
+from ember.tensor.checks import INT_NP
 from ember.tensor.shape import numel
 from ember.tensor.tensor import Tensor
 

@@ -46,7 +46,7 @@ class SymScalar:
 
     __slots__ = ("program", "index", "value")
 
-    #: Read by the tensor layer (``ember.tensor.dispatch.is_symbolic``): a float-like scalar.
+    #: Read by the tensor layer (``ember.tensor.checks.is_symbolic``): a float-like scalar.
     symbolic_scalar = True
 
     def __init__(self, program: ScalarProgram, index: int, value: Any):

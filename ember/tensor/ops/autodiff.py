@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from ember.errors import DTypeError, GraphError, ShapeError
-from ember.tensor.dispatch import FLOAT_NP
+from ember.tensor.checks import FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import ValueRangeError
-from ember.tensor.dispatch import BOOL_NP, as_scalar
+from ember.tensor.checks import BOOL_NP, as_scalar
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.elementwise import binary, unary
 

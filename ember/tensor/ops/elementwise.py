@@ -19,7 +19,7 @@ from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 from ember.errors import DivisionByZeroError, DTypeError
 from ember.tensor import autocast
-from ember.tensor.dispatch import (
+from ember.tensor.checks import (
     BOOL_NP,
     FLOAT_NP,
     INT_NP,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
-from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, INT_NP, as_scalar, check_device, promote_pair
+from ember.tensor.checks import BOOL_NP, FLOAT_NP, INT_NP, as_scalar, check_device, promote_pair
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import broadcast_shapes, normalize_dim
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.backend.dtype import DType, promote
 from ember.errors import DTypeError, IndexOutOfBoundsError, ShapeError, ValueRangeError
-from ember.tensor.dispatch import NP_TO_DTYPE, as_scalar, check_device
+from ember.tensor.checks import NP_TO_DTYPE, as_scalar, check_device
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import broadcast_shapes, normalize_dim, normalize_dims, numel
 

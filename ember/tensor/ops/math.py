@@ -16,7 +16,7 @@ import ml_dtypes
 
 from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import DTypeError, ValueRangeError
-from ember.tensor.dispatch import BOOL_NP, FLOAT_NP, as_scalar
+from ember.tensor.checks import BOOL_NP, FLOAT_NP, as_scalar
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.elementwise import binary, is_integral, unary
 

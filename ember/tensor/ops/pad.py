@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ember.errors import IndexOutOfBoundsError, ShapeError, ValueRangeError
-from ember.tensor.dispatch import as_scalar
+from ember.tensor.checks import as_scalar
 from ember.tensor.ops.base import TensorOpsBase
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp
 from ember.errors import ShapeError, ValueRangeError
 from ember.tensor import autocast
-from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
+from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.pytorch_hints import reduction_error
 from ember.tensor.shape import normalize_dim, normalize_dims

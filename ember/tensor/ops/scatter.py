@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ember.errors import ShapeError, ValueRangeError
-from ember.tensor.dispatch import BOOL_NP, FLOAT_NP
+from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import normalize_dim
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ember.backend.dtype import DType
 from ember.errors import IndexOutOfBoundsError, ShapeError
-from ember.tensor.dispatch import BOOL_NP, INT_NP
+from ember.tensor.checks import BOOL_NP, INT_NP
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import broadcast_shapes, numel
 
