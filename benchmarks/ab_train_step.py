@@ -68,8 +68,13 @@ print(" ".join(f"{v:.2f}" for v in out))
 
 def run(root: str, clock: str, names: list[str]) -> list[float]:
     env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
-    result = subprocess.run([sys.executable, "-c", WORKER, root, clock, ",".join(names)], capture_output=True,
-                            text=True, env=env, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", WORKER, root, clock, ",".join(names)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if result.returncode != 0:
         raise SystemExit(f"the run in {root} failed:\n{result.stderr}")
     return [float(v) for v in result.stdout.split()]
@@ -96,8 +101,13 @@ def main() -> None:
             results = {first: run(first, args.clock, names), second: run(second, args.clock, names)}
             before.append(results[base])
             after.append(results[ROOT])
-            print(f"round {i + 1}: before " + " ".join(f"{v:9.1f}" for v in results[base])
-                  + "   after " + " ".join(f"{v:9.1f}" for v in results[ROOT]), flush=True)
+            print(
+                f"round {i + 1}: before "
+                + " ".join(f"{v:9.1f}" for v in results[base])
+                + "   after "
+                + " ".join(f"{v:9.1f}" for v in results[ROOT]),
+                flush=True,
+            )
     print(f"\n{args.clock} clock, us per step, medians over {args.rounds} alternating rounds (before: {args.base})")
     for j, name in enumerate(names):
         b = statistics.median(r[j] for r in before)

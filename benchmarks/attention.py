@@ -24,6 +24,7 @@ SHAPES = [(8, 4, 64, 32), (4, 8, 128, 64), (1, 4, 256, 64)]
 
 def _composite(fn):
     """Run ``fn`` with flex's fused attention switched off."""
+
     def run():
         saved = FlexBackend.attention
         FlexBackend.attention = lambda self, *args: NotImplemented
@@ -31,6 +32,7 @@ def _composite(fn):
             return fn()
         finally:
             FlexBackend.attention = saved
+
     return run
 
 
@@ -66,11 +68,21 @@ def main() -> None:
                         out.sum().backward()
 
                 theirs = median_us(torch_step)
-            rows.append([f"{batch}x{heads}x{seq}x{dim}", label, fmt(fused), fmt(composite), f"{1 / ratio:.2f}x",
-                         fmt(theirs), "-" if theirs is None else f"{fused / theirs:.2f}x"])
+            rows.append(
+                [
+                    f"{batch}x{heads}x{seq}x{dim}",
+                    label,
+                    fmt(fused),
+                    fmt(composite),
+                    f"{1 / ratio:.2f}x",
+                    fmt(theirs),
+                    "-" if theirs is None else f"{fused / theirs:.2f}x",
+                ]
+            )
     print_table(
         "scaled_dot_product_attention on flex, causal (us per call; speedup = composite / fused)",
-        ["shape [B,H,L,E]", "pass", "fused", "composite", "speedup", "torch", "fused/torch"], rows,
+        ["shape [B,H,L,E]", "pass", "fused", "composite", "speedup", "torch", "fused/torch"],
+        rows,
     )
 
 

@@ -55,8 +55,9 @@ def fmt(x: float | None, unit: str = "") -> str:
     return f"{x:.2f}{unit}"
 
 
-def paired_us(fn_a: Callable[[], object], fn_b: Callable[[], object], *, repeats: int = 9,
-              min_time: float = 0.05) -> tuple[float, float, float]:
+def paired_us(
+    fn_a: Callable[[], object], fn_b: Callable[[], object], *, repeats: int = 9, min_time: float = 0.05
+) -> tuple[float, float, float]:
     """Time two workloads in alternating rounds (so that drifting machine load hits
     both alike): median us per call of each, and the median of the per-round ratios a/b."""
     fn_a()
@@ -84,8 +85,9 @@ def paired_us(fn_a: Callable[[], object], fn_b: Callable[[], object], *, repeats
     return statistics.median(samples_a), statistics.median(samples_b), statistics.median(ratios)
 
 
-def alternating_us(fns: dict[str, Callable[[], object]], *, repeats: int = 9,
-                   min_time: float = 0.05) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+def alternating_us(
+    fns: dict[str, Callable[[], object]], *, repeats: int = 9, min_time: float = 0.05
+) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
     """Several workloads timed in alternating rounds (each round runs every one of
     them): the median us per call of each, and for each ordered pair the median of
     the per-round ratios."""
@@ -110,6 +112,7 @@ def alternating_us(fns: dict[str, Callable[[], object]], *, repeats: int = 9,
                 fn()
             samples[name].append((time.perf_counter() - start) / number * 1e6)
     medians = {name: statistics.median(s) for name, s in samples.items()}
-    ratios = {(a, b): statistics.median(x / y for x, y in zip(samples[a], samples[b]))
-              for a in fns for b in fns if a != b}
+    ratios = {
+        (a, b): statistics.median(x / y for x, y in zip(samples[a], samples[b])) for a in fns for b in fns if a != b
+    }
     return medians, ratios

@@ -117,8 +117,16 @@ def torch_step(torch, workload: str, compiled: bool = False) -> Callable[[], Non
     elif workload == "W2":
         net, loss_fn = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)), nn.functional.cross_entropy
     else:
-        net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
-                            nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1568, 10))
+        net = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(1568, 10),
+        )
         loss_fn = nn.functional.cross_entropy
     x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
     opt = torch.optim.Adam(net.parameters(), lr=LR, eps=EPS)
@@ -161,8 +169,11 @@ def jax_step(workload: str) -> Callable[[], None] | None:
                     x = jax.nn.relu(x)
             return x
     else:
-        params = [(uniform(keys[0], (16, 1, 3, 3), 9), jnp.zeros(16)), (uniform(keys[1], (32, 16, 3, 3), 144),
-                  jnp.zeros(32)), (uniform(keys[2], (1568, 10), 1568), jnp.zeros(10))]
+        params = [
+            (uniform(keys[0], (16, 1, 3, 3), 9), jnp.zeros(16)),
+            (uniform(keys[1], (32, 16, 3, 3), 144), jnp.zeros(32)),
+            (uniform(keys[2], (1568, 10), 1568), jnp.zeros(10)),
+        ]
 
         def conv(x, w, b):
             y = jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)))
@@ -235,11 +246,16 @@ def alternating(fns: dict[str, Callable[[], None]], repeats: int, min_time: floa
             wall[name].append((time.perf_counter() - start) / number * 1e6)
 
     def ratios(samples):
-        return {(a, b): statistics.median(x / y for x, y in zip(samples[a], samples[b])) for a in fns for b in fns
-                if a != b}
+        return {
+            (a, b): statistics.median(x / y for x, y in zip(samples[a], samples[b])) for a in fns for b in fns if a != b
+        }
 
-    return ({n: statistics.median(s) for n, s in wall.items()}, {n: statistics.median(s) for n, s in cpu.items()},
-            ratios(wall), ratios(cpu))
+    return (
+        {n: statistics.median(s) for n, s in wall.items()},
+        {n: statistics.median(s) for n, s in cpu.items()},
+        ratios(wall),
+        ratios(cpu),
+    )
 
 
 def timed_start(step: Callable[[], None], calls: int = 3) -> float:
@@ -250,12 +266,19 @@ def timed_start(step: Callable[[], None], calls: int = 3) -> float:
     return time.perf_counter() - start
 
 
-NAMES = {"eager": "ember eager", "fused": "ember fused", "compiled": "ember.compile", "torch": "torch eager",
-         "torch.compile": "torch.compile", "jax": "jax.jit"}
+NAMES = {
+    "eager": "ember eager",
+    "fused": "ember fused",
+    "compiled": "ember.compile",
+    "torch": "torch eager",
+    "torch.compile": "torch.compile",
+    "jax": "jax.jit",
+}
 
 
-def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables: dict, notes: list,
-             conv_chains: bool = False) -> None:
+def training(
+    torch, workload: str, repeats: int, use_torch_compile: bool, tables: dict, notes: list, conv_chains: bool = False
+) -> None:
     from ember.backend.fusion.llvm import LLVMExecutor
 
     fns: dict[str, Callable[[], None]] = {}
@@ -267,12 +290,16 @@ def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables
     executor = LLVMExecutor()
     fns["compiled"] = ember_step(workload, "compiled", executor)
     compiled_start = timed_start(fns["compiled"])
-    notes.append(f"{workload} ember.compile: {executor.stats['plans']} plans compiled in "
-                 f"{executor.stats['compile_s']:.2f} s ({executor.stats['compile_cpu_s']:.2f} s of CPU); first 3 "
-                 f"steps {compiled_start:.2f} s (2 traces: Adam's first step, without moments, is replayed; "
-                 "the next trace compiles on its second run)")
-    notes.append(f"{workload} fused: {fused_executor.stats['plans']} plans compiled in "
-                 f"{fused_executor.stats['compile_s']:.2f} s; first 3 steps {fused_start:.2f} s")
+    notes.append(
+        f"{workload} ember.compile: {executor.stats['plans']} plans compiled in "
+        f"{executor.stats['compile_s']:.2f} s ({executor.stats['compile_cpu_s']:.2f} s of CPU); first 3 "
+        f"steps {compiled_start:.2f} s (2 traces: Adam's first step, without moments, is replayed; "
+        "the next trace compiles on its second run)"
+    )
+    notes.append(
+        f"{workload} fused: {fused_executor.stats['plans']} plans compiled in "
+        f"{fused_executor.stats['compile_s']:.2f} s; first 3 steps {fused_start:.2f} s"
+    )
     if torch is not None:
         fns["torch"] = torch_step(torch, workload)
         if use_torch_compile:
@@ -295,14 +322,27 @@ def training(torch, workload: str, repeats: int, use_torch_compile: bool, tables
     tables["cpu"].append([workload] + [fmt(cpu.get(k)) for k in NAMES])
     for other in ("eager", "fused", "torch", "torch.compile", "jax"):
         if other in fns:
-            tables["ratios"].append([workload, f"ember.compile / {NAMES[other]}", f"{wall_ratios[('compiled', other)]:.3f}x",
-                                     f"{cpu_ratios[('compiled', other)]:.3f}x"])
+            tables["ratios"].append(
+                [
+                    workload,
+                    f"ember.compile / {NAMES[other]}",
+                    f"{wall_ratios[('compiled', other)]:.3f}x",
+                    f"{cpu_ratios[('compiled', other)]:.3f}x",
+                ]
+            )
     if conv_chains:
-        tables["ratios"].append([workload, "ember.compile / without conv chains",
-                                 f"{wall_ratios[('compiled', 'unchained')]:.3f}x",
-                                 f"{cpu_ratios[('compiled', 'unchained')]:.3f}x"])
-        notes.append(f"{workload} ember.compile without conv chains: {fmt(wall['unchained'])} us wall, "
-                     f"{fmt(cpu['unchained'])} us CPU per step")
+        tables["ratios"].append(
+            [
+                workload,
+                "ember.compile / without conv chains",
+                f"{wall_ratios[('compiled', 'unchained')]:.3f}x",
+                f"{cpu_ratios[('compiled', 'unchained')]:.3f}x",
+            ]
+        )
+        notes.append(
+            f"{workload} ember.compile without conv chains: {fmt(wall['unchained'])} us wall, "
+            f"{fmt(cpu['unchained'])} us CPU per step"
+        )
 
 
 def fresh_executor(device: Device):
@@ -342,11 +382,20 @@ def gelu_forward(torch, repeats: int, rows: list, notes: list) -> None:
     fused()
     np.testing.assert_allclose(kept["f"].to_data().to_numpy(), gelu(eager_x).to_data().to_numpy(), atol=1e-6)
     medians, ratios = alternating_us(fns, repeats=repeats, min_time=0.2)
-    rows.append(["exact GELU [64,128,512]", fmt(medians["eager"]), fmt(medians["fused"]), fmt(medians.get("torch")),
-                 f"{ratios[('fused', 'eager')]:.2f}x",
-                 "-" if torch is None else f"{ratios[('fused', 'torch')]:.2f}x"])
-    notes.append(f"GELU: {executor.stats['plans']} plan compiled in {executor.stats['compile_s']:.2f} s "
-                 f"({executor.stats['compile_cpu_s']:.2f} s of CPU)")
+    rows.append(
+        [
+            "exact GELU [64,128,512]",
+            fmt(medians["eager"]),
+            fmt(medians["fused"]),
+            fmt(medians.get("torch")),
+            f"{ratios[('fused', 'eager')]:.2f}x",
+            "-" if torch is None else f"{ratios[('fused', 'torch')]:.2f}x",
+        ]
+    )
+    notes.append(
+        f"GELU: {executor.stats['plans']} plan compiled in {executor.stats['compile_s']:.2f} s "
+        f"({executor.stats['compile_cpu_s']:.2f} s of CPU)"
+    )
 
 
 def matmul_threshold(repeats: int) -> None:
@@ -359,8 +408,18 @@ def matmul_threshold(repeats: int) -> None:
 
     flex = FlexBackend()
     rows = []
-    for m, k, n in [(8, 8, 8), (16, 16, 16), (64, 4, 16), (64, 16, 1), (32, 32, 32), (64, 16, 16), (64, 32, 32),
-                    (64, 64, 64), (128, 64, 64), (128, 128, 128)]:
+    for m, k, n in [
+        (8, 8, 8),
+        (16, 16, 16),
+        (64, 4, 16),
+        (64, 16, 1),
+        (32, 32, 32),
+        (64, 16, 16),
+        (64, 32, 32),
+        (64, 64, 64),
+        (128, 64, 64),
+        (128, 128, 128),
+    ]:
         timings = {}
         for label, threshold in (("blas", 1), ("loops", 1 << 62)):
             graph = Graph()
@@ -373,10 +432,20 @@ def matmul_threshold(repeats: int) -> None:
             inputs = [np.random.rand(m, k).astype(np.float32), np.random.rand(k, n).astype(np.float32)]
             timings[label] = lambda plan=plan, inputs=inputs: plan.run(flex, inputs, [])
         medians, ratios = alternating_us(timings, repeats=repeats)
-        rows.append([f"{m}x{k}x{n}", str(m * k * n), fmt(medians["blas"]), fmt(medians["loops"]),
-                     f"{ratios[('loops', 'blas')]:.2f}x"])
-    print_table("matmul through a plan, us per run (generated loops / BLAS < 1: loops win)",
-                ["m x k x n", "mult-adds", "blas", "loops", "loops/blas"], rows)
+        rows.append(
+            [
+                f"{m}x{k}x{n}",
+                str(m * k * n),
+                fmt(medians["blas"]),
+                fmt(medians["loops"]),
+                f"{ratios[('loops', 'blas')]:.2f}x",
+            ]
+        )
+    print_table(
+        "matmul through a plan, us per run (generated loops / BLAS < 1: loops win)",
+        ["m x k x n", "mult-adds", "blas", "loops", "loops/blas"],
+        rows,
+    )
 
 
 def main() -> None:
@@ -387,8 +456,11 @@ def main() -> None:
     parser.add_argument("--no-gelu", action="store_true", help="skip the fusion device's GELU row")
     parser.add_argument("--matmul-threshold", action="store_true", help="time BLAS against generated loops")
     parser.add_argument("--no-wgpu", action="store_true", help="skip the wgpu table (benchmarks/compile_wgpu.py)")
-    parser.add_argument("--conv-chains", action="store_true",
-                        help="also time ember.compile without conv chains (LLVMExecutor(conv_chains=False))")
+    parser.add_argument(
+        "--conv-chains",
+        action="store_true",
+        help="also time ember.compile without conv chains (LLVMExecutor(conv_chains=False))",
+    )
     args = parser.parse_args()
     repeats = 5 if args.quick else 11
     torch = try_import_torch()
@@ -408,8 +480,11 @@ def main() -> None:
     if not args.no_gelu:
         rows: list[list[str]] = []
         gelu_forward(torch, repeats, rows, notes)
-        print_table("fusion device, median us per call; ratios are medians of per-round ratios",
-                    ["workload", "eager", "fused", "torch", "fused/eager", "fused/torch"], rows)
+        print_table(
+            "fusion device, median us per call; ratios are medians of per-round ratios",
+            ["workload", "eager", "fused", "torch", "fused/eager", "fused/torch"],
+            rows,
+        )
     print()
     for note in notes:
         print(note)

@@ -125,8 +125,12 @@ def wgpu_table(repeats: int, steps: int, workloads: tuple[str, ...] = ("W1", "W2
     rows = [measure(w, repeats, steps)[0] for w in workloads]
     header = ["workload"] + [f"{name} us" for name in MODES.values()] + ["compiled/eager"]
     header += [f"{name} dispatches/submits" for name in MODES.values()]
-    print_table("wgpu training step: Python us per step (wall time of the step call, without the read-back; "
-                "medians of alternating rounds), and dispatches/submits per step", header, rows)
+    print_table(
+        "wgpu training step: Python us per step (wall time of the step call, without the read-back; "
+        "medians of alternating rounds), and dispatches/submits per step",
+        header,
+        rows,
+    )
 
 
 def main() -> None:

@@ -89,9 +89,15 @@ def worker_allreduce(rounds: int) -> None:
         ratios = [r / e for r, e in zip(samples["raw"], samples["ember"])]
         bucket_ratios = [r / e for r, e in zip(samples["raw"], samples["bucket"])]
         unchecked_ratios = [r / e for r, e in zip(samples["raw"], samples["unchecked"])]
-        results.append({"bytes": size, **{k: statistics.median(v) for k, v in samples.items()},
-                        "ratio": statistics.median(ratios), "bucket_ratio": statistics.median(bucket_ratios),
-                        "unchecked_ratio": statistics.median(unchecked_ratios)})
+        results.append(
+            {
+                "bytes": size,
+                **{k: statistics.median(v) for k, v in samples.items()},
+                "ratio": statistics.median(ratios),
+                "bucket_ratio": statistics.median(bucket_ratios),
+                "unchecked_ratio": statistics.median(unchecked_ratios),
+            }
+        )
     if comm.rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
 
@@ -146,7 +152,7 @@ def launch(n: int, *args: str) -> object:
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{out.stdout}\n{out.stderr}")
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def fit_ring(results: list[dict]) -> tuple[float, float]:
@@ -183,17 +189,40 @@ def main() -> None:
     rounds = 5 if args.quick else 9
     print(f"mpiexec: {mpiexec()}; 1 BLAS thread per rank; {os.cpu_count()} CPUs")
     ar = launch(2, "allreduce", str(rounds))
-    table("All-reduce, 2 ranks, float32 sum (median us per call; ratio = raw time / ember time)",
-          ["bytes", "raw mpi4py", "ember all_reduce", "ratio", "check=False", "ratio", "ember bucket", "ratio",
-           "raw GB/s"],
-          [[f"{r['bytes'] >> 10} KiB", f"{r['raw'] * 1e6:.1f}", f"{r['ember'] * 1e6:.1f}", f"{r['ratio']:.2f}",
-            f"{r['unchecked'] * 1e6:.1f}", f"{r['unchecked_ratio']:.2f}",
-            f"{r['bucket'] * 1e6:.1f}", f"{r['bucket_ratio']:.2f}", f"{r['bytes'] / r['raw'] / 1e9:.2f}"]
-           for r in ar])
+    table(
+        "All-reduce, 2 ranks, float32 sum (median us per call; ratio = raw time / ember time)",
+        [
+            "bytes",
+            "raw mpi4py",
+            "ember all_reduce",
+            "ratio",
+            "check=False",
+            "ratio",
+            "ember bucket",
+            "ratio",
+            "raw GB/s",
+        ],
+        [
+            [
+                f"{r['bytes'] >> 10} KiB",
+                f"{r['raw'] * 1e6:.1f}",
+                f"{r['ember'] * 1e6:.1f}",
+                f"{r['ratio']:.2f}",
+                f"{r['unchecked'] * 1e6:.1f}",
+                f"{r['unchecked_ratio']:.2f}",
+                f"{r['bucket'] * 1e6:.1f}",
+                f"{r['bucket_ratio']:.2f}",
+                f"{r['bytes'] / r['raw'] / 1e9:.2f}",
+            ]
+            for r in ar
+        ],
+    )
     big = [r for r in ar if r["bytes"] >= 1 << 20]
-    print(f"ember all_reduce >= 1 MB: min ratio {min(r['ratio'] for r in big):.2f} (target >= 0.9); "
-          f"check=False {min(r['unchecked_ratio'] for r in big):.2f}; "
-          f"bucket path {min(r['bucket_ratio'] for r in big):.2f}")
+    print(
+        f"ember all_reduce >= 1 MB: min ratio {min(r['ratio'] for r in big):.2f} (target >= 0.9); "
+        f"check=False {min(r['unchecked_ratio'] for r in big):.2f}; "
+        f"bucket path {min(r['bucket_ratio'] for r in big):.2f}"
+    )
 
     steps = 30 if args.quick else 60
     w2_rounds = 3 if args.quick else 5
@@ -205,13 +234,27 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in runs.items()}
     strong = med["2x64"] / med["1x128"]
     weak = 2 * med["2x128"] / med["1x128"]
-    table("W2 (MLP 784-256-10, CE, Adam) with DataParallel, median steps/s",
-          ["setup", "steps/s", "samples/s", "speed-up", "efficiency"],
-          [["1 rank, batch 128", f"{med['1x128']:.1f}", f"{128 * med['1x128']:.0f}", "1.00", "-"],
-           ["2 ranks x 64 (global 128)", f"{med['2x64']:.1f}", f"{128 * med['2x64']:.0f}", f"{strong:.2f}",
-            f"{strong / 2:.0%}"],
-           ["2 ranks x 128 (global 256)", f"{med['2x128']:.1f}", f"{256 * med['2x128']:.0f}", f"{weak:.2f}",
-            f"{weak / 2:.0%}"]])
+    table(
+        "W2 (MLP 784-256-10, CE, Adam) with DataParallel, median steps/s",
+        ["setup", "steps/s", "samples/s", "speed-up", "efficiency"],
+        [
+            ["1 rank, batch 128", f"{med['1x128']:.1f}", f"{128 * med['1x128']:.0f}", "1.00", "-"],
+            [
+                "2 ranks x 64 (global 128)",
+                f"{med['2x64']:.1f}",
+                f"{128 * med['2x64']:.0f}",
+                f"{strong:.2f}",
+                f"{strong / 2:.0%}",
+            ],
+            [
+                "2 ranks x 128 (global 256)",
+                f"{med['2x128']:.1f}",
+                f"{256 * med['2x128']:.0f}",
+                f"{weak:.2f}",
+                f"{weak / 2:.0%}",
+            ],
+        ],
+    )
     print(f"W2 strong scaling 1 -> 2 ranks: {strong:.2f}x steps/s (target >= 1.6x); weak: {weak:.2f}x samples/s")
 
     bw, alpha = fit_ring(ar)
@@ -228,15 +271,23 @@ def main() -> None:
             nbytes = 4 * params
             effs = [t_c / (t_c + ring_time(n, nbytes, b, a)) for n in (8, 64, 512)]
             rows.append([label, name, f"{t_c * 1e3:.1f} ms", *[f"{e:.0%}" for e in effs]])
-    table("Projected data-parallel efficiency (weak scaling, batch 128 per rank, no overlap)",
-          ["interconnect", "model", "compute/step", "8 ranks", "64 ranks", "512 ranks"], rows)
+    table(
+        "Projected data-parallel efficiency (weak scaling, batch 128 per rank, no overlap)",
+        ["interconnect", "model", "compute/step", "8 ranks", "64 ranks", "512 ranks"],
+        rows,
+    )
     rows = []
     for label, b, a in networks:
         rows.append([label, *[f"{10 * n * a * b / 1e6:.1f} MB" for n in (8, 64, 512)]])
-    table("Recommended bucket size: latency term <= 10% of bandwidth term (B* = 10 * N * alpha * BW)",
-          ["interconnect", "8 ranks", "64 ranks", "512 ranks"], rows)
-    print("The default bucket (25 MB) is within the recommendation up to ~64 ranks on a fast network; larger worlds "
-          "gain from larger buckets (DataParallel(bucket_cap_mb=...)).")
+    table(
+        "Recommended bucket size: latency term <= 10% of bandwidth term (B* = 10 * N * alpha * BW)",
+        ["interconnect", "8 ranks", "64 ranks", "512 ranks"],
+        rows,
+    )
+    print(
+        "The default bucket (25 MB) is within the recommendation up to ~64 ranks on a fast network; larger worlds "
+        "gain from larger buckets (DataParallel(bucket_cap_mb=...))."
+    )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,9 @@ def ember_gpt(device: Device, *, vocab: int, block: int, dropout: float = 0.0) -
     return Gpt(
         tok=EmbeddingConfig(vocab, D_MODEL).init(device),
         pos=EmbeddingConfig(block, D_MODEL).init(device),
-        blocks=TransformerEncoderConfig(
-            D_MODEL, 4 * D_MODEL, N_HEADS, N_LAYERS, dropout=dropout, norm_first=True
-        ).init(device),
+        blocks=TransformerEncoderConfig(D_MODEL, 4 * D_MODEL, N_HEADS, N_LAYERS, dropout=dropout, norm_first=True).init(
+            device
+        ),
         norm=LayerNormConfig(D_MODEL).init(device),
         head=LinearConfig(D_MODEL, vocab).init(device),
     )

@@ -109,7 +109,9 @@ def ember_replay(backend, case) -> tuple[Replay, float]:
     want = cases.reference(case, cases.inputs(case))
     error = float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
     blocks = [b for b, _, _ in buffers]
-    return Replay(backend.runtime, [(k, [blocks[i] for i in ids], info, g) for k, ids, info, g in launches], keep), error
+    return Replay(
+        backend.runtime, [(k, [blocks[i] for i in ids], info, g) for k, ids, info, g in launches], keep
+    ), error
 
 
 def ember_forced(backend, case, plan) -> Replay:
@@ -128,16 +130,26 @@ def variants(case) -> dict:
     """Each matmul template forced (``--variants``): data for the thresholds of ``choose``."""
     from ember.backend.cube.kernels import matmul
 
-    return {"ember 8x4 tile": matmul.LARGE, "ember 4x4 tile": matmul.MEDIUM,
-            "ember registers": matmul.registers(case["m"], case["n"])}
+    return {
+        "ember 8x4 tile": matmul.LARGE,
+        "ember 4x4 tile": matmul.MEDIUM,
+        "ember registers": matmul.registers(case["m"], case["n"]),
+    }
 
 
 def baseline_replays(runtime, baseline: str, todo: list[dict]) -> dict[str, tuple[Replay, float]]:
     """The baseline checkout's launches for each case, compiled on ``runtime``."""
     env = dict(os.environ, PYTHONPATH=os.path.abspath(baseline))
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_cases.py")
-    proc = subprocess.run([sys.executable, script], input=json.dumps(todo), env=env, cwd=baseline,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, script],
+        input=json.dumps(todo),
+        env=env,
+        cwd=baseline,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"the baseline capture failed:\n{proc.stderr[-4000:]}")
     out = {}
@@ -235,8 +247,14 @@ def alternate(candidates: dict, sync, rounds: int, min_time: float) -> dict[str,
     return samples
 
 
-def report(title: str, unit: str, work: dict[str, float], results: dict[str, dict[str, list[float]]],
-           errors: dict[str, float], record: dict) -> None:
+def report(
+    title: str,
+    unit: str,
+    work: dict[str, float],
+    results: dict[str, dict[str, list[float]]],
+    errors: dict[str, float],
+    record: dict,
+) -> None:
     """One table: per case and candidate, the median rate and the ratio to ember."""
     rows = []
     for case_name, samples in results.items():
@@ -249,9 +267,15 @@ def report(title: str, unit: str, work: dict[str, float], results: dict[str, dic
             note = f"err {errors[case_name]:.1e}" if name == "ember" else ""
             rows.append([label, name, fmt(rate), f"{ratio:.2f}x", f"{spread:.0%}", note])
             record.setdefault(title, {}).setdefault(case_name, {})[name] = {
-                "median_s": statistics.median(times), unit: rate, "time_vs_ember": ratio}
-    print_table(f"{title}: {unit} (higher is better); 'time/ember' > 1 means ember is faster",
-                ["case", "kernel", unit, "time/ember", "spread", ""], rows)
+                "median_s": statistics.median(times),
+                unit: rate,
+                "time_vs_ember": ratio,
+            }
+    print_table(
+        f"{title}: {unit} (higher is better); 'time/ember' > 1 means ember is faster",
+        ["case", "kernel", unit, "time/ember", "spread", ""],
+        rows,
+    )
 
 
 def run_section(section, todo, backend, args, record, torch) -> None:
@@ -373,8 +397,11 @@ def bench_seed_step(gpu, steps, repeats):
         step()
     launches = (inner.stats()["launches"] - before) / steps
     t = timed(step, device.sync, steps, repeats)
-    print_table("the seed program on cube: one training step (median)", ["time/step", "kernels/step"],
-                [[fmt(t * 1e3, " ms"), f"{launches:.0f}"]])
+    print_table(
+        "the seed program on cube: one training step (median)",
+        ["time/step", "kernels/step"],
+        [[fmt(t * 1e3, " ms"), f"{launches:.0f}"]],
+    )
 
 
 def main() -> None:
@@ -405,9 +432,11 @@ def main() -> None:
     backend = gpu.backend
     runtime = backend.ensure_ready()
     torch = try_import_torch()
-    print(f"cube: {gpu!r} on {runtime.name}; subgroups {'yes' if runtime.subgroups else 'no'}; "
-          f"{args.rounds} alternating rounds, samples of >= {args.min_time} s"
-          + (f"; today = {args.baseline}" if args.baseline else ""))
+    print(
+        f"cube: {gpu!r} on {runtime.name}; subgroups {'yes' if runtime.subgroups else 'no'}; "
+        f"{args.rounds} alternating rounds, samples of >= {args.min_time} s"
+        + (f"; today = {args.baseline}" if args.baseline else "")
+    )
     if hasattr(os, "getloadavg"):
         print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     record: dict = {"adapter": runtime.name, "rounds": args.rounds}

@@ -19,8 +19,17 @@ import numpy as np
 def matmul_case(name: str, m: int, k: int, n: int, batch_a=(), batch_b=(), ta=False, tb=False) -> dict:
     """``a @ b`` with ``a`` [*batch_a, m, k], ``b`` [*batch_b, k, n]; ``ta``/``tb`` store
     an operand transposed (a view with swapped strides, as autodiff's backward makes)."""
-    return {"kind": "matmul", "name": name, "m": m, "k": k, "n": n, "batch_a": list(batch_a),
-            "batch_b": list(batch_b), "ta": ta, "tb": tb}
+    return {
+        "kind": "matmul",
+        "name": name,
+        "m": m,
+        "k": k,
+        "n": n,
+        "batch_a": list(batch_a),
+        "batch_b": list(batch_b),
+        "ta": ta,
+        "tb": tb,
+    }
 
 
 def flops(case: dict) -> float:
@@ -128,7 +137,7 @@ def reference(case: dict, arrays: list[np.ndarray]) -> np.ndarray:
         out = np.zeros((n, co, h, wd))
         for i in range(kh):
             for j in range(kw):
-                out += np.einsum("nchw,oc->nohw", padded[:, :, i:i + h, j:j + wd], w[:, :, i, j])
+                out += np.einsum("nchw,oc->nohw", padded[:, :, i : i + h, j : j + wd], w[:, :, i, j])
         return out + bias[None, :, None, None]
     raise ValueError(kind)
 
@@ -183,16 +192,25 @@ def _child(baseline_cases: list[dict]) -> None:
         got = backend.to_numpy(result)
         want = reference(case, inputs(case))
         error = float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
-        out.append({
-            "name": case["name"],
-            "launches": [
-                {"name": k.name, "source": k.source, "n_in": k.n_in, "n_out": k.n_out,
-                 "buffers": ids, "info": info, "groups": list(groups)}
-                for k, ids, info, groups in launches
-            ],
-            "buffers": [{"size": size, "input": inp} for _, size, inp in buffers],
-            "error": error,
-        })
+        out.append(
+            {
+                "name": case["name"],
+                "launches": [
+                    {
+                        "name": k.name,
+                        "source": k.source,
+                        "n_in": k.n_in,
+                        "n_out": k.n_out,
+                        "buffers": ids,
+                        "info": info,
+                        "groups": list(groups),
+                    }
+                    for k, ids, info, groups in launches
+                ],
+                "buffers": [{"size": size, "input": inp} for _, size, inp in buffers],
+                "error": error,
+            }
+        )
         del keep
     json.dump(out, sys.stdout)
 

@@ -73,8 +73,12 @@ def bench_matmul(cuda, torch, repeats: int, n: int) -> list[list[str]]:
             torch_fn, tsync = (lambda: ta @ tb), torch.cuda.synchronize
         e, t = _pair(lambda: a.matmul(b), cuda.sync, torch_fn, tsync, 5, repeats)
         flops = 2 * n**3
-        return [f"matmul {n}^3 {dtype}", f"{flops / e / 1e12:.1f} TFLOP/s",
-                "-" if t is None else f"{flops / t / 1e12:.1f} TFLOP/s", "-" if t is None else f"{t / e:.2f}x"]
+        return [
+            f"matmul {n}^3 {dtype}",
+            f"{flops / e / 1e12:.1f} TFLOP/s",
+            "-" if t is None else f"{flops / t / 1e12:.1f} TFLOP/s",
+            "-" if t is None else f"{t / e:.2f}x",
+        ]
 
     return [one("float32"), one("bfloat16")]
 
@@ -94,10 +98,20 @@ def bench_elementwise(cuda, torch, repeats: int, n: int) -> list[list[str]]:
         ty = torch.empty_like(tx)
         copy = _median_s(lambda: ty.copy_(tx), torch.cuda.synchronize, 20, repeats)
     gbs = lambda s, passes: 8 * n * passes / s / 1e9  # noqa: E731
-    rows = [["x * a + b (two ops), GB/s", f"{gbs(e, 2):.0f}", "-" if t is None else f"{gbs(t, 2):.0f}",
-             "-" if t is None else f"{t / e:.2f}x"],
-            ["one-op kernel, GB/s", f"{gbs(fused, 1):.0f}", "-" if copy is None else f"copy {gbs(copy, 1):.0f}",
-             "-" if copy is None else f"{copy / fused:.2f} of copy"]]
+    rows = [
+        [
+            "x * a + b (two ops), GB/s",
+            f"{gbs(e, 2):.0f}",
+            "-" if t is None else f"{gbs(t, 2):.0f}",
+            "-" if t is None else f"{t / e:.2f}x",
+        ],
+        [
+            "one-op kernel, GB/s",
+            f"{gbs(fused, 1):.0f}",
+            "-" if copy is None else f"copy {gbs(copy, 1):.0f}",
+            "-" if copy is None else f"{copy / fused:.2f} of copy",
+        ],
+    ]
     return rows
 
 
@@ -123,10 +137,16 @@ def _workloads(device):
     x2, y2 = rng.standard_normal((128, 784)).astype(np.float32), rng.integers(0, 10, 128)
     x3, y3 = rng.standard_normal((64, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 64)
     w2 = (mlp([784, 256, 10], device), Tensor.from_data(x2, device=device), Tensor.from_data(y2, device=device))
-    w3 = (Cnn(conv1=Conv2dConfig((1, 16), (3, 3), padding=(1, 1)).init(device),
-              conv2=Conv2dConfig((16, 32), (3, 3), padding=(1, 1)).init(device),
-              pool=MaxPool2dConfig((2, 2)).init(), head=LinearConfig(1568, 10).init(device)),
-          Tensor.from_data(x3, device=device), Tensor.from_data(y3, device=device))
+    w3 = (
+        Cnn(
+            conv1=Conv2dConfig((1, 16), (3, 3), padding=(1, 1)).init(device),
+            conv2=Conv2dConfig((16, 32), (3, 3), padding=(1, 1)).init(device),
+            pool=MaxPool2dConfig((2, 2)).init(),
+            head=LinearConfig(1568, 10).init(device),
+        ),
+        Tensor.from_data(x3, device=device),
+        Tensor.from_data(y3, device=device),
+    )
     return {"W2 MLP 784-256-10, CE, Adam, 128": (w2, x2, y2, ce), "W3 small CNN, CE, Adam, 64": (w3, x3, y3, ce)}
 
 
@@ -134,8 +154,16 @@ def _torch_net(torch, name):
     nn = torch.nn
     if name.startswith("W2"):
         return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
-    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
-                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1568, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(1568, 10),
+    )
 
 
 def bench_steps(cuda, torch, repeats: int) -> list[list[str]]:
@@ -213,12 +241,30 @@ def _step_rows(cuda, torch, repeats, name, parts, x_np, y_np, ce) -> list[list[s
     c, _ = _pair(compiled, cuda.sync, None, None, 5, repeats)
     f, _ = _pair(fused, cuda.sync, None, None, 5, repeats)
     ms = lambda s: f"{s * 1e3:.2f} ms"  # noqa: E731
-    rows.append([f"{name} eager ({per_step} launches)", ms(e), "-" if t is None else ms(t),
-                 "-" if t is None else f"{t / e:.2f}x"])
-    rows.append([f"{name} compiled ({per_compiled} launches outside graphs)", ms(c), "-" if t is None else ms(t),
-                 "-" if t is None else f"{t / c:.2f}x"])
-    rows.append([f"{name} compiled, fused ({per_fused} launches outside graphs)", ms(f),
-                 "-" if t is None else ms(t), "-" if t is None else f"{t / f:.2f}x"])
+    rows.append(
+        [
+            f"{name} eager ({per_step} launches)",
+            ms(e),
+            "-" if t is None else ms(t),
+            "-" if t is None else f"{t / e:.2f}x",
+        ]
+    )
+    rows.append(
+        [
+            f"{name} compiled ({per_compiled} launches outside graphs)",
+            ms(c),
+            "-" if t is None else ms(t),
+            "-" if t is None else f"{t / c:.2f}x",
+        ]
+    )
+    rows.append(
+        [
+            f"{name} compiled, fused ({per_fused} launches outside graphs)",
+            ms(f),
+            "-" if t is None else ms(t),
+            "-" if t is None else f"{t / f:.2f}x",
+        ]
+    )
     return rows
 
 
@@ -234,13 +280,18 @@ def run(quick: bool = False) -> int:
     if torch is not None and not torch.cuda.is_available():
         torch = None
     repeats = 3 if quick else 7
-    print(f"cuda: {cuda!r} on {cuda.backend.runtime.name} ({cuda.backend.runtime.arch}); torch: "
-          f"{'none' if torch is None else torch.__version__}")
+    print(
+        f"cuda: {cuda!r} on {cuda.backend.runtime.name} ({cuda.backend.runtime.arch}); torch: "
+        f"{'none' if torch is None else torch.__version__}"
+    )
     rows = bench_matmul(cuda, torch, repeats, 2048 if quick else 4096)
     rows += bench_elementwise(cuda, torch, repeats, (1 << 24) if quick else (1 << 26))
     rows += bench_steps(cuda, torch, repeats)
-    print_table("cuda against torch cuda (medians of alternating rounds)",
-                ["row", "ember cuda", "torch cuda", "torch time / ember time"], rows)
+    print_table(
+        "cuda against torch cuda (medians of alternating rounds)",
+        ["row", "ember cuda", "torch cuda", "torch time / ember time"],
+        rows,
+    )
     return 0
 
 

@@ -18,7 +18,9 @@ _HEAD = """@group(0) @binding(0) var<storage, read> in0: array<{t}>;
 """
 
 #: info: M, N, K, A batch stride, B batch stride. Grid: (ceil(N/16), ceil(M/16), batch).
-NAIVE = _HEAD.format(t="f32") + """
+NAIVE = (
+    _HEAD.format(t="f32")
+    + """
 @compute @workgroup_size(16, 16)
 fn main(@builtin(global_invocation_id) g: vec3<u32>) {
     let m = info[0]; let n = info[1]; let kdim = info[2];
@@ -33,6 +35,7 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
     out0[(g.z * m + r) * n + c] = acc;
 }
 """
+)
 
 
 def tiled(rows: int) -> str:
@@ -58,7 +61,9 @@ def tiled(rows: int) -> str:
     }}"""
         for i in range(rows)
     )
-    return _HEAD.format(t="f32") + f"""
+    return (
+        _HEAD.format(t="f32")
+        + f"""
 var<workgroup> sa: array<vec4<f32>, {16 * bm // 4}>;
 var<workgroup> sb: array<vec4<f32>, 256>;
 
@@ -95,6 +100,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
 {stores}
 }}
 """
+    )
 
 
 TILED_4X4 = tiled(4)

@@ -63,9 +63,14 @@ class SmallCnn(Module):
 def _torch_cnn(torch, model: SmallCnn):
     """The same network in torch, with ember's weights (Linear transposed)."""
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(1568, 10),
+        torch.nn.Conv2d(1, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(1568, 10),
     )
     with torch.no_grad():
         for t_layer, layer in ((net[0], model.conv1), (net[3], model.conv2)):
@@ -136,8 +141,11 @@ def main() -> None:
             with torch.no_grad():
                 return torch.nn.functional.cross_entropy(net(timages), tlabels)
 
-        cases = [(cases[0][0], ember_conv, torch_conv), (cases[1][0], ember_cnn, torch_cnn),
-                 (cases[2][0], ember_cnn_forward, torch_cnn_forward)]
+        cases = [
+            (cases[0][0], ember_conv, torch_conv),
+            (cases[1][0], ember_cnn, torch_cnn),
+            (cases[2][0], ember_cnn_forward, torch_cnn_forward),
+        ]
 
     for name, ember_fn, torch_fn in cases:
         if torch_fn is None:

@@ -112,30 +112,62 @@ def main() -> None:
     x = Tensor.from_data(x_np, device=device)
     xt = torch.from_numpy(x_np)
     with torch.no_grad():
-        medians, ratios = alternating_us({"native": lambda: native(x), "onnx": lambda: imported(x),
-                                          "torch": lambda: net(xt)})
-    rows.append(["seed MLP forward, 64", fmt(medians["native"]), fmt(medians["onnx"]), fmt(medians["torch"]),
-                 f"{ratios[('onnx', 'native')]:.2f}x", f"{ratios[('onnx', 'torch')]:.2f}x"])
+        medians, ratios = alternating_us(
+            {"native": lambda: native(x), "onnx": lambda: imported(x), "torch": lambda: net(xt)}
+        )
+    rows.append(
+        [
+            "seed MLP forward, 64",
+            fmt(medians["native"]),
+            fmt(medians["onnx"]),
+            fmt(medians["torch"]),
+            f"{ratios[('onnx', 'native')]:.2f}x",
+            f"{ratios[('onnx', 'torch')]:.2f}x",
+        ]
+    )
 
     # W3: a training step of the small CNN.
     device = Device.flex().autodiff()
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(1568, 10),
+        torch.nn.Conv2d(1, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(1568, 10),
     )
     x_np = rng.standard_normal((64, 1, 28, 28)).astype(np.float32)
     y_np = rng.integers(0, 10, 64)
     imported = ember.onnx.load(export(torch, net, (torch.from_numpy(x_np),)), device)
-    native = Cnn(conv1=Conv2dConfig((1, 16), (3, 3), padding=(1, 1)).init(device),
-                 conv2=Conv2dConfig((16, 32), (3, 3), padding=(1, 1)).init(device),
-                 pool=MaxPool2dConfig((2, 2)).init(), head=LinearConfig(1568, 10).init(device))
+    native = Cnn(
+        conv1=Conv2dConfig((1, 16), (3, 3), padding=(1, 1)).init(device),
+        conv2=Conv2dConfig((16, 32), (3, 3), padding=(1, 1)).init(device),
+        pool=MaxPool2dConfig((2, 2)).init(),
+        head=LinearConfig(1568, 10).init(device),
+    )
     x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
     xt, yt = torch.from_numpy(x_np), torch.from_numpy(y_np)
-    medians, ratios = alternating_us({"native": ember_train_step(native, x, y), "onnx": ember_train_step(imported, x, y),
-                                      "torch": torch_train_step(torch, net.train(), xt, yt)}, repeats=5, min_time=0.2)
-    rows.append(["W3 CNN train step, 64", fmt(medians["native"]), fmt(medians["onnx"]), fmt(medians["torch"]),
-                 f"{ratios[('onnx', 'native')]:.2f}x", f"{ratios[('onnx', 'torch')]:.2f}x"])
+    medians, ratios = alternating_us(
+        {
+            "native": ember_train_step(native, x, y),
+            "onnx": ember_train_step(imported, x, y),
+            "torch": torch_train_step(torch, net.train(), xt, yt),
+        },
+        repeats=5,
+        min_time=0.2,
+    )
+    rows.append(
+        [
+            "W3 CNN train step, 64",
+            fmt(medians["native"]),
+            fmt(medians["onnx"]),
+            fmt(medians["torch"]),
+            f"{ratios[('onnx', 'native')]:.2f}x",
+            f"{ratios[('onnx', 'torch')]:.2f}x",
+        ]
+    )
 
     # A transformer encoder layer, forward.
     class Encoder(torch.nn.Module):
@@ -155,14 +187,34 @@ def main() -> None:
     x = Tensor.from_data(x_np, device=device)
     torch.backends.mha.set_fastpath_enabled(False)  # the same math as the export
     with torch.no_grad():
-        medians, ratios = alternating_us({"static": lambda: static(x), "dynamic": lambda: dynamic(x),
-                                          "torch": lambda: net(xt)})
-    rows.append(["encoder layer forward, 8x32x64 (static)", "-", fmt(medians["static"]), fmt(medians["torch"]), "-",
-                 f"{ratios[('static', 'torch')]:.2f}x"])
-    rows.append(["encoder layer forward, 8x32x64 (dynamic batch)", "-", fmt(medians["dynamic"]),
-                 fmt(medians["torch"]), "-", f"{ratios[('dynamic', 'torch')]:.2f}x"])
-    print_table("ONNX imports (us per call, medians of alternating rounds)",
-                ["workload", "ember native", "ember onnx", "torch", "onnx/native", "onnx/torch"], rows)
+        medians, ratios = alternating_us(
+            {"static": lambda: static(x), "dynamic": lambda: dynamic(x), "torch": lambda: net(xt)}
+        )
+    rows.append(
+        [
+            "encoder layer forward, 8x32x64 (static)",
+            "-",
+            fmt(medians["static"]),
+            fmt(medians["torch"]),
+            "-",
+            f"{ratios[('static', 'torch')]:.2f}x",
+        ]
+    )
+    rows.append(
+        [
+            "encoder layer forward, 8x32x64 (dynamic batch)",
+            "-",
+            fmt(medians["dynamic"]),
+            fmt(medians["torch"]),
+            "-",
+            f"{ratios[('dynamic', 'torch')]:.2f}x",
+        ]
+    )
+    print_table(
+        "ONNX imports (us per call, medians of alternating rounds)",
+        ["workload", "ember native", "ember onnx", "torch", "onnx/native", "onnx/torch"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

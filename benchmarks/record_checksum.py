@@ -54,8 +54,11 @@ def main() -> None:
             rows.append([name, fmt(megabytes / (us / 1e6), " MB/s"), fmt(ratio, "x")])
     finally:
         os.unlink(path)
-    print_table(f"Checksums of {megabytes} MB (throughput; time relative to a memory copy)",
-                ["checksum", "throughput", "vs copy"], rows)
+    print_table(
+        f"Checksums of {megabytes} MB (throughput; time relative to a memory copy)",
+        ["checksum", "throughput", "vs copy"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

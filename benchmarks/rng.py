@@ -27,23 +27,39 @@ from ember.backend import philox
 def bench_generators(n: int, repeats: int) -> None:
     pcg = np.random.default_rng(0)
     cases = [
-        ("uniform float32", lambda: philox.sample((n,), Distribution.default(), DType.FLOAT32, 5, 0),
-         lambda: pcg.random(n, dtype=np.float32)),
-        ("normal float32", lambda: philox.sample((n,), Distribution.normal(0.0, 1.0), DType.FLOAT32, 5, 0),
-         lambda: pcg.standard_normal(n, dtype=np.float32)),
-        ("bernoulli(0.5) float32", lambda: philox.sample((n,), Distribution.bernoulli(0.5), DType.FLOAT32, 5, 0),
-         lambda: (pcg.random(n, dtype=np.float32) < 0.5).astype(np.float32)),
-        ("uniform float64", lambda: philox.sample((n,), Distribution.default(), DType.FLOAT64, 5, 0),
-         lambda: pcg.random(n)),
-        ("normal float64", lambda: philox.sample((n,), Distribution.normal(0.0, 1.0), DType.FLOAT64, 5, 0),
-         lambda: pcg.standard_normal(n)),
+        (
+            "uniform float32",
+            lambda: philox.sample((n,), Distribution.default(), DType.FLOAT32, 5, 0),
+            lambda: pcg.random(n, dtype=np.float32),
+        ),
+        (
+            "normal float32",
+            lambda: philox.sample((n,), Distribution.normal(0.0, 1.0), DType.FLOAT32, 5, 0),
+            lambda: pcg.standard_normal(n, dtype=np.float32),
+        ),
+        (
+            "bernoulli(0.5) float32",
+            lambda: philox.sample((n,), Distribution.bernoulli(0.5), DType.FLOAT32, 5, 0),
+            lambda: (pcg.random(n, dtype=np.float32) < 0.5).astype(np.float32),
+        ),
+        (
+            "uniform float64",
+            lambda: philox.sample((n,), Distribution.default(), DType.FLOAT64, 5, 0),
+            lambda: pcg.random(n),
+        ),
+        (
+            "normal float64",
+            lambda: philox.sample((n,), Distribution.normal(0.0, 1.0), DType.FLOAT64, 5, 0),
+            lambda: pcg.standard_normal(n),
+        ),
     ]
     rows = []
     for name, ours, theirs in cases:
         a, b, ratio = paired_us(ours, theirs, repeats=repeats)
         rows.append([name, fmt(a / 1e3, " ms"), fmt(b / 1e3, " ms"), f"{ratio:.2f}x"])
-    print_table(f"{n:,} values: flex Philox4x32-10 (numpy) vs numpy PCG64",
-                ["draw", "philox", "pcg64", "philox/pcg64"], rows)
+    print_table(
+        f"{n:,} values: flex Philox4x32-10 (numpy) vs numpy PCG64", ["draw", "philox", "pcg64", "philox/pcg64"], rows
+    )
 
 
 def bench_lock(repeats: int) -> None:
@@ -72,11 +88,15 @@ def bench_lock(repeats: int) -> None:
 
     per_lock = median_us(acquire, repeats=repeats) / 1000
     assert runtime.lock is not None
-    print_table("cube: the runtime lock on the single-thread launch path", ["", "us"], [
-        ["one launch (+1.0 on 256 floats, synced)", fmt(per_launch)],
-        ["one uncontended `with lock:`", fmt(per_lock)],
-        ["lock / launch", f"{100 * per_lock / per_launch:.2f}%"],
-    ])
+    print_table(
+        "cube: the runtime lock on the single-thread launch path",
+        ["", "us"],
+        [
+            ["one launch (+1.0 on 256 floats, synced)", fmt(per_launch)],
+            ["one uncontended `with lock:`", fmt(per_lock)],
+            ["lock / launch", f"{100 * per_lock / per_launch:.2f}%"],
+        ],
+    )
 
 
 def main() -> None:

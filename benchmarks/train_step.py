@@ -198,7 +198,9 @@ def workload_w1(torch, rows):
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-        torch_step = torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.mse_loss)
+        torch_step = torch_step_fn(
+            torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.mse_loss
+        )
         t_ember, t_torch, ratio = time_pair(ember_step, torch_step)
         torch.set_num_threads(threads)
     else:
@@ -225,7 +227,9 @@ def workload_w2(torch, rows):
     t_torch = t_jax = ratio = None
     if torch is not None:
         net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-        torch_step = torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy)
+        torch_step = torch_step_fn(
+            torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy
+        )
         t_ember, t_torch, ratio = time_pair(ember_step, torch_step, steps=30)
     else:
         t_ember = time_steps(ember_step, steps=30)
@@ -249,11 +253,18 @@ def workload_w3(torch, rows):
     t_torch = ratio = None
     if torch is not None:
         net = torch.nn.Sequential(
-            torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Flatten(), torch.nn.Linear(1568, 10),
+            torch.nn.Conv2d(1, 16, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(16, 32, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(),
+            torch.nn.Linear(1568, 10),
         )
-        torch_step = torch_step_fn(torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy)
+        torch_step = torch_step_fn(
+            torch, net, torch.from_numpy(x_np), torch.from_numpy(y_np), torch.nn.functional.cross_entropy
+        )
         t_ember, t_torch, ratio = time_pair(ember_step, torch_step, steps=10, repeats=5, warmup=3)
     else:
         t_ember = time_steps(ember_step, steps=10, repeats=5, warmup=3)
@@ -352,8 +363,9 @@ def workload_w4(torch, rows):
         state["valid"](x_eval).to_data()
 
     if torch is None:
-        rows.append(row("W4 GPT 3x128, block 64, Adam, 16", time_steps(ember_step, steps=5, repeats=5, warmup=2),
-                        None, None))
+        rows.append(
+            row("W4 GPT 3x128, block 64, Adam, 16", time_steps(ember_step, steps=5, repeats=5, warmup=2), None, None)
+        )
         return
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -372,14 +384,29 @@ def workload_w4(torch, rows):
 
         medians, ratios = alternating_us(
             {"ember step": ember_step, "torch step": torch_step, "ember eval": ember_eval, "torch eval": torch_eval},
-            repeats=REPEATS, min_time=0.3,
+            repeats=REPEATS,
+            min_time=0.3,
         )
     finally:
         torch.set_num_threads(threads)
-    rows.append(row("W4 GPT 3x128, block 64, Adam, 16: step", medians["ember step"], medians["torch step"], None,
-                    ratios[("ember step", "torch step")]))
-    rows.append(row("W4 GPT: eval forward", medians["ember eval"], medians["torch eval"], None,
-                    ratios[("ember eval", "torch eval")]))
+    rows.append(
+        row(
+            "W4 GPT 3x128, block 64, Adam, 16: step",
+            medians["ember step"],
+            medians["torch step"],
+            None,
+            ratios[("ember step", "torch step")],
+        )
+    )
+    rows.append(
+        row(
+            "W4 GPT: eval forward",
+            medians["ember eval"],
+            medians["torch eval"],
+            None,
+            ratios[("ember eval", "torch eval")],
+        )
+    )
 
 
 def row(name, t_ember, t_torch, t_jax, ratio=None):

@@ -34,6 +34,7 @@ def __getattr__(name: str):
         return importlib.import_module("ember.onnx")
     raise AttributeError(f"module 'ember' has no attribute {name!r}")
 
+
 __all__ = [
     "Checkpointing",
     "Config",

@@ -46,12 +46,63 @@ BLOCK, BATCH, D_MODEL, HEADS, LAYERS = 64, 16, 128, 4, 3
 
 #: Modules whose docstrings form the default corpus (present in every CPython 3.10+).
 STDLIB_MODULES = (
-    "argparse", "ast", "base64", "bisect", "calendar", "collections", "contextlib", "copy", "csv", "dataclasses",
-    "datetime", "decimal", "difflib", "email.message", "enum", "fnmatch", "fractions", "functools", "glob",
-    "gzip", "hashlib", "heapq", "hmac", "html", "http.client", "inspect", "io", "ipaddress", "itertools",
-    "json", "logging", "os", "pathlib", "pickle", "pprint", "queue", "random", "re", "secrets", "shlex",
-    "shutil", "socket", "statistics", "string", "subprocess", "tarfile", "tempfile", "textwrap", "threading",
-    "timeit", "typing", "unittest", "urllib.parse", "uuid", "warnings", "weakref", "zipfile",
+    "argparse",
+    "ast",
+    "base64",
+    "bisect",
+    "calendar",
+    "collections",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "email.message",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "glob",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html",
+    "http.client",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "logging",
+    "os",
+    "pathlib",
+    "pickle",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "secrets",
+    "shlex",
+    "shutil",
+    "socket",
+    "statistics",
+    "string",
+    "subprocess",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "timeit",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "uuid",
+    "warnings",
+    "weakref",
+    "zipfile",
 )
 
 
@@ -64,8 +115,9 @@ def stdlib_text() -> str:
             module = importlib.import_module(name)
         except ImportError:  # a Python built without the module
             continue
-        for obj in [module] + [value for _, value in sorted(vars(module).items())
-                               if inspect.isclass(value) or inspect.isfunction(value)]:
+        for obj in [module] + [
+            value for _, value in sorted(vars(module).items()) if inspect.isclass(value) or inspect.isfunction(value)
+        ]:
             if getattr(obj, "__module__", name) not in (name, None) and obj is not module:
                 continue  # documented where it is defined, not where it is imported
             doc = inspect.getdoc(obj)
@@ -99,8 +151,8 @@ class Corpus:
         """``BATCH`` random windows: inputs ``[BATCH, BLOCK]`` and the next characters."""
         data = self.train if split == "train" else self.valid
         starts = rng.integers(0, len(data) - BLOCK - 1, BATCH)
-        x = np.stack([data[s:s + BLOCK] for s in starts])
-        y = np.stack([data[s + 1:s + BLOCK + 1] for s in starts])
+        x = np.stack([data[s : s + BLOCK] for s in starts])
+        y = np.stack([data[s + 1 : s + BLOCK + 1] for s in starts])
         return Tensor.from_data(x, device=device), Tensor.from_data(y, device=device)
 
 
@@ -122,8 +174,9 @@ class Gpt(Module):
             tok=EmbeddingConfig(vocab, D_MODEL).init(device),
             pos=EmbeddingConfig(BLOCK, D_MODEL).init(device),
             drop=Dropout(dropout),
-            blocks=TransformerEncoderConfig(D_MODEL, 4 * D_MODEL, HEADS, LAYERS, dropout=dropout,
-                                           norm_first=True).init(device),
+            blocks=TransformerEncoderConfig(D_MODEL, 4 * D_MODEL, HEADS, LAYERS, dropout=dropout, norm_first=True).init(
+                device
+            ),
             norm=LayerNormConfig(D_MODEL).init(device),
             head=LinearConfig(D_MODEL, vocab).init(device),
         )
@@ -149,7 +202,7 @@ def generate(model: Gpt, corpus: Corpus, prompt: str, chars: int, temperature: f
     ids = corpus.encode(prompt) or [0]
     for _ in range(chars):
         context = Tensor.from_data(np.array([ids[-BLOCK:]], dtype=np.int64), device=inner)
-        logits = model(context)[:, -1, :]                        # [1, vocab]
+        logits = model(context)[:, -1, :]  # [1, vocab]
         probs = logits.div_scalar(temperature).softmax(-1)
         ids.append(int(probs.multinomial(1).into_scalar()))
     return corpus.decode(ids)
@@ -159,8 +212,11 @@ def generate(model: Gpt, corpus: Corpus, prompt: str, chars: int, temperature: f
 def build(corpus: Corpus, device: Device, steps: int, lr: float, warmup: int, dropout: float):
     model = Gpt.new(corpus.vocab, device, dropout)
     no_decay = ParamGroup.regex(r"(\.bias|\.gamma|\.beta)$") | ParamGroup.prefix("tok.") | ParamGroup.prefix("pos.")
-    optim = (AdamWConfig(weight_decay=0.1, grad_clipping=GradientClipping.global_norm(1.0)).init()
-             .with_group(no_decay, AdamWConfig(weight_decay=0.0)))
+    optim = (
+        AdamWConfig(weight_decay=0.1, grad_clipping=GradientClipping.global_norm(1.0))
+        .init()
+        .with_group(no_decay, AdamWConfig(weight_decay=0.0))
+    )
     cosine = CosineAnnealingLrSchedulerConfig(lr, max(steps - warmup - 1, 1), min_lr=lr / 10)
     scheduler = WarmupLrSchedulerConfig(cosine, warmup_iters=warmup).init()
     return model, optim, scheduler
@@ -179,9 +235,15 @@ def valid_loss(model: Gpt, corpus: Corpus, device: Device, batches: int = 4) -> 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("text", nargs="?", help="a UTF-8 text file (default: the standard library's docstrings)")
-    parser.add_argument("--steps", type=int, default=500, help="total training steps, the schedule's length (default 500)")
-    parser.add_argument("--stop-at", type=int, default=None,
-                        help="stop (and save) after this step, as an interrupted run would; run again to resume")
+    parser.add_argument(
+        "--steps", type=int, default=500, help="total training steps, the schedule's length (default 500)"
+    )
+    parser.add_argument(
+        "--stop-at",
+        type=int,
+        default=None,
+        help="stop (and save) after this step, as an interrupted run would; run again to resume",
+    )
     parser.add_argument("--out", default="runs/char_lm", help="where the training state is saved")
     parser.add_argument("--fresh", action="store_true", help="delete a saved state and start over")
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
@@ -228,8 +290,10 @@ def main(argv: list[str] | None = None) -> None:
         step += 1
         if step % args.eval_every == 0 or step == args.steps:
             rate = (step - first) / (time.perf_counter() - started)
-            print(f"step {step:5d}  loss {value:.4f}  valid {valid_loss(model, corpus, device):.4f}  "
-                  f"lr {lr:.2e}  {rate:.1f} steps/s")
+            print(
+                f"step {step:5d}  loss {value:.4f}  valid {valid_loss(model, corpus, device):.4f}  "
+                f"lr {lr:.2e}  {rate:.1f} steps/s"
+            )
         if step % args.save_every == 0 or step == stop:
             TrainingState(model, optim, scheduler, step=step).save(out, device)
     if step > first:

@@ -135,25 +135,35 @@ def main(argv: list[str] | None = None) -> float:
     train_set = MapperDataset(train_set, shift)
 
     batcher = DigitsBatcher()
-    train_loader = (DataLoaderBuilder(batcher).batch_size(args.batch_size).shuffle(1).num_workers(args.workers)
-                    .build(train_set))
+    train_loader = (
+        DataLoaderBuilder(batcher).batch_size(args.batch_size).shuffle(1).num_workers(args.workers).build(train_set)
+    )
     valid_loader = DataLoaderBuilder(batcher).batch_size(256).build(valid_set)
 
     steps = args.epochs * len(train_loader)
-    training = (SupervisedTraining(args.artifact_dir)
-                .metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
-                .metric_train_numeric(AccuracyMetric()).metric_valid_numeric(AccuracyMetric())
-                .metric_train(LearningRateMetric())
-                .num_epochs(args.epochs)
-                .renderer(args.renderer)
-                .summary())
-    learner = Learner(DigitsCnn.new(device), AdamWConfig(weight_decay=1e-4).init(),
-                      CosineAnnealingLrSchedulerConfig(args.lr, steps).init())
+    training = (
+        SupervisedTraining(args.artifact_dir)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_train_numeric(AccuracyMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .metric_train(LearningRateMetric())
+        .num_epochs(args.epochs)
+        .renderer(args.renderer)
+        .summary()
+    )
+    learner = Learner(
+        DigitsCnn.new(device),
+        AdamWConfig(weight_decay=1e-4).init(),
+        CosineAnnealingLrSchedulerConfig(args.lr, steps).init(),
+    )
     start = time.perf_counter()
     result = training.launch(learner, train_loader, valid_loader)
     accuracy = result.history.find("Accuracy", result.epochs, "valid") or float("nan")
-    print(f"validation accuracy {accuracy:.2f}% after {result.epochs} epochs "
-          f"({time.perf_counter() - start:.1f}s, {result.model.num_params()} parameters)")
+    print(
+        f"validation accuracy {accuracy:.2f}% after {result.epochs} epochs "
+        f"({time.perf_counter() - start:.1f}s, {result.model.num_params()} parameters)"
+    )
     return accuracy
 
 

@@ -64,28 +64,46 @@ def main(argv: list[str] | None = None) -> float:
 
     batcher = DigitsBatcher()
     per_rank = args.batch_size // world.size
-    train_loader = (DataLoaderBuilder(batcher).batch_size(per_rank)
-                    .sampler(DistributedSampler(shuffle=True, seed=1)).build(train_set))
+    train_loader = (
+        DataLoaderBuilder(batcher)
+        .batch_size(per_rank)
+        .sampler(DistributedSampler(shuffle=True, seed=1))
+        .build(train_set)
+    )
     # Validation: uneven shards, so that every image counts once in the merged metrics.
-    valid_loader = (DataLoaderBuilder(batcher).batch_size(256)
-                    .sampler(DistributedSampler(shuffle=False, pad=False)).build(valid_set))
+    valid_loader = (
+        DataLoaderBuilder(batcher)
+        .batch_size(256)
+        .sampler(DistributedSampler(shuffle=False, pad=False))
+        .build(valid_set)
+    )
 
     steps = args.epochs * len(train_loader)
-    training = (SupervisedTraining(args.artifact_dir)
-                .metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
-                .metric_train_numeric(AccuracyMetric()).metric_valid_numeric(AccuracyMetric())
-                .metric_train(LearningRateMetric())
-                .num_epochs(args.epochs)
-                .renderer(args.renderer)
-                .summary())
-    learner = Learner(DigitsCnn.new(device), AdamWConfig(weight_decay=1e-4).init(),
-                      CosineAnnealingLrSchedulerConfig(args.lr, steps).init(), strategy=DataParallel())
+    training = (
+        SupervisedTraining(args.artifact_dir)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_train_numeric(AccuracyMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .metric_train(LearningRateMetric())
+        .num_epochs(args.epochs)
+        .renderer(args.renderer)
+        .summary()
+    )
+    learner = Learner(
+        DigitsCnn.new(device),
+        AdamWConfig(weight_decay=1e-4).init(),
+        CosineAnnealingLrSchedulerConfig(args.lr, steps).init(),
+        strategy=DataParallel(),
+    )
     start = time.perf_counter()
     result = training.launch(learner, train_loader, valid_loader)
     accuracy = result.history.find("Accuracy", result.epochs, "valid") or float("nan")
     if world.rank == 0:
-        print(f"validation accuracy {accuracy:.2f}% after {result.epochs} epochs on {world.size} rank(s) "
-              f"({time.perf_counter() - start:.1f}s, {result.model.num_params()} parameters)")
+        print(
+            f"validation accuracy {accuracy:.2f}% after {result.epochs} epochs on {world.size} rank(s) "
+            f"({time.perf_counter() - start:.1f}s, {result.model.num_params()} parameters)"
+        )
     return accuracy
 
 

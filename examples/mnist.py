@@ -66,11 +66,16 @@ class MnistCnn(Module):
     @classmethod
     def new(cls, device: Device) -> MnistCnn:
         return cls(
-            conv1=Conv2dConfig((1, 16), 3, padding="same").init(device), norm1=BatchNormConfig(16).init(device),
-            conv2=Conv2dConfig((16, 32), 3, padding="same").init(device), norm2=BatchNormConfig(32).init(device),
-            pool=MaxPool2dConfig(2).init(), dropout=DropoutConfig(0.3).init(),
-            fc1=LinearConfig(32 * 7 * 7, 128).init(device), fc2=LinearConfig(128, 10).init(device),
-            act=Relu(), loss=CrossEntropyLossConfig().init(),
+            conv1=Conv2dConfig((1, 16), 3, padding="same").init(device),
+            norm1=BatchNormConfig(16).init(device),
+            conv2=Conv2dConfig((16, 32), 3, padding="same").init(device),
+            norm2=BatchNormConfig(32).init(device),
+            pool=MaxPool2dConfig(2).init(),
+            dropout=DropoutConfig(0.3).init(),
+            fc1=LinearConfig(32 * 7 * 7, 128).init(device),
+            fc2=LinearConfig(128, 10).init(device),
+            act=Relu(),
+            loss=CrossEntropyLossConfig().init(),
         )
 
     def forward(self, images: Tensor) -> Tensor:
@@ -124,18 +129,24 @@ def main(argv: list[str] | None = None) -> None:
     device = Device.parse(args.device).autodiff()
     device.seed(0)
     batcher = MnistBatcher()
-    train_loader = (DataLoaderBuilder(batcher).batch_size(args.batch_size).shuffle(1).num_workers(args.workers)
-                    .build(train_set))
+    train_loader = (
+        DataLoaderBuilder(batcher).batch_size(args.batch_size).shuffle(1).num_workers(args.workers).build(train_set)
+    )
     test_loader = DataLoaderBuilder(batcher).batch_size(500).num_workers(args.workers).build(test_set)
 
-    training = (SupervisedTraining(args.artifact_dir)
-                .metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
-                .metric_train_numeric(AccuracyMetric()).metric_valid_numeric(AccuracyMetric())
-                .metric_valid_numeric(TopKAccuracyMetric(2))
-                .metric_train(IterationSpeedMetric(items=True)).metric_train(CpuMemory())
-                .num_epochs(args.epochs)
-                .early_stopping(LossMetric(), patience=2)
-                .summary())
+    training = (
+        SupervisedTraining(args.artifact_dir)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_train_numeric(AccuracyMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .metric_valid_numeric(TopKAccuracyMetric(2))
+        .metric_train(IterationSpeedMetric(items=True))
+        .metric_train(CpuMemory())
+        .num_epochs(args.epochs)
+        .early_stopping(LossMetric(), patience=2)
+        .summary()
+    )
     scheduler = CosineAnnealingLrSchedulerConfig(args.lr, args.epochs * len(train_loader)).init()
     result = training.launch(Learner(MnistCnn.new(device), AdamConfig().init(), scheduler), train_loader, test_loader)
     accuracy = result.history.find("Accuracy", result.epochs, "valid")

@@ -50,9 +50,15 @@ def pretrain_in_torch(images: np.ndarray, labels: np.ndarray, epochs: int) -> by
     torch.manual_seed(0)
     nn = torch.nn
     net = nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, 10),
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
     )
     keep = labels < 5
     x = torch.from_numpy(images[keep].astype(np.float32)[:, None] / 16.0)
@@ -69,8 +75,15 @@ def pretrain_in_torch(images: np.ndarray, labels: np.ndarray, epochs: int) -> by
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(net.eval(), (x[:2],), buffer, dynamo=False, input_names=["images"],
-                          output_names=["logits"], dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+        torch.onnx.export(
+            net.eval(),
+            (x[:2],),
+            buffer,
+            dynamo=False,
+            input_names=["images"],
+            output_names=["logits"],
+            dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+        )
     return buffer.getvalue()
 
 
@@ -145,17 +158,25 @@ def main(argv: list[str] | None = None) -> float:
     batcher = DigitsBatcher()
     train_loader = DataLoaderBuilder(batcher).batch_size(32).shuffle(1).build(train_set)
     valid_loader = DataLoaderBuilder(batcher).batch_size(256).build(valid_set)
-    training = (SupervisedTraining(args.artifact_dir)
-                .metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
-                .metric_valid_numeric(AccuracyMetric())
-                .num_epochs(args.epochs).renderer(args.renderer).summary())
+    training = (
+        SupervisedTraining(args.artifact_dir)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(args.epochs)
+        .renderer(args.renderer)
+        .summary()
+    )
     start = time.perf_counter()
-    result = training.launch(Learner(model, AdamConfig().init(), args.lr, train_step=step, valid_step=step),
-                             train_loader, valid_loader)
+    result = training.launch(
+        Learner(model, AdamConfig().init(), args.lr, train_step=step, valid_step=step), train_loader, valid_loader
+    )
     after = accuracy(result.model, valid_images, valid_labels)
     result.model.save_file(f"{args.artifact_dir}/finetuned.safetensors")
-    print(f"fine-tuned: validation accuracy {before:.1f}% -> {after:.1f}% after {result.epochs} epochs "
-          f"({time.perf_counter() - start:.1f}s); weights in {args.artifact_dir}/finetuned.safetensors")
+    print(
+        f"fine-tuned: validation accuracy {before:.1f}% -> {after:.1f}% after {result.epochs} epochs "
+        f"({time.perf_counter() - start:.1f}s); weights in {args.artifact_dir}/finetuned.safetensors"
+    )
     return after
 
 

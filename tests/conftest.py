@@ -57,8 +57,17 @@ def _cuda_device():
         pytest.skip(f"no CUDA device: {error}")
 
 
-DEVICE_NAMES = ["flex", "flex+autodiff", "flex+fusion", "flex+fusion+autodiff", "cube", "cube+autodiff", "cube+fusion",
-                "cuda", "cuda+autodiff"]
+DEVICE_NAMES = [
+    "flex",
+    "flex+autodiff",
+    "flex+fusion",
+    "flex+fusion+autodiff",
+    "cube",
+    "cube+autodiff",
+    "cube+fusion",
+    "cuda",
+    "cuda+autodiff",
+]
 
 
 def make_device(name: str) -> Device:

@@ -29,7 +29,11 @@ def run(*args: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "char_lm.py"), *args],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout

@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def _run_one_step(steps: int) -> str:
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "one_step.py"), str(steps)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=True,
     )
     return result.stdout
 

@@ -30,15 +30,18 @@ def test_state_is_json_and_names_the_algorithm():
     assert json.loads(json.dumps(state)) == state
 
 
-@pytest.mark.parametrize("state, match", [
-    ({"bit_generator": "PCG64", "state": {"state": 7, "inc": 9}}, "PCG64"),
-    ({"algorithm": "mt19937", "seed": 1, "offset": 0}, "rng_state"),
-    ({"algorithm": "philox4x32-10", "seed": -1, "offset": 0}, "'seed'"),
-    ({"algorithm": "philox4x32-10", "seed": 1, "offset": 2**64}, "'offset'"),
-    ({"algorithm": "philox4x32-10", "seed": 1}, "'offset'"),
-    ({"algorithm": "philox4x32-10", "seed": 1.5, "offset": 0}, "'seed'"),
-    ("not a state", "rng_state"),
-])
+@pytest.mark.parametrize(
+    "state, match",
+    [
+        ({"bit_generator": "PCG64", "state": {"state": 7, "inc": 9}}, "PCG64"),
+        ({"algorithm": "mt19937", "seed": 1, "offset": 0}, "rng_state"),
+        ({"algorithm": "philox4x32-10", "seed": -1, "offset": 0}, "'seed'"),
+        ({"algorithm": "philox4x32-10", "seed": 1, "offset": 2**64}, "'offset'"),
+        ({"algorithm": "philox4x32-10", "seed": 1}, "'offset'"),
+        ({"algorithm": "philox4x32-10", "seed": 1.5, "offset": 0}, "'seed'"),
+        ("not a state", "rng_state"),
+    ],
+)
 def test_bad_states_are_clear_errors_and_change_nothing(state, match):
     flex = Device.flex()
     flex.seed(1)
@@ -182,7 +185,9 @@ def test_a_range_beyond_float32_is_a_clear_error_that_draws_nothing():
         with pytest.raises(ValueRangeError, match="float32"):
             Tensor.random([3], dist, device=flex)
     assert flex.rng_state()["offset"] == 0
-    assert np.isfinite(Tensor.random([3], Distribution.uniform(-3e38, 3e38), device=flex, dtype="float64").to_numpy()).all()
+    assert np.isfinite(
+        Tensor.random([3], Distribution.uniform(-3e38, 3e38), device=flex, dtype="float64").to_numpy()
+    ).all()
 
 
 def test_fusion_and_autodiff_devices_share_the_generator_of_the_device_they_wrap():

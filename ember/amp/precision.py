@@ -25,9 +25,7 @@ class Precision:
         key = str(value).strip().lower()
         found = _PRECISIONS.get(key)
         if found is None:
-            raise ConfigError(
-                f"ember: precision must be one of '32-true', 'bf16-mixed', '16-mixed', got {value!r}"
-            )
+            raise ConfigError(f"ember: precision must be one of '32-true', 'bf16-mixed', '16-mixed', got {value!r}")
         return found
 
     @property

@@ -314,8 +314,15 @@ class Backend(ModuleOps, ABC):
         return NotImplemented
 
     def layer_norm_backward(
-        self, x: Primitive, gamma: Primitive | None, mean: Primitive, rstd: Primitive, grad: Primitive,
-        need_x: bool, need_gamma: bool, need_beta: bool,
+        self,
+        x: Primitive,
+        gamma: Primitive | None,
+        mean: Primitive,
+        rstd: Primitive,
+        grad: Primitive,
+        need_x: bool,
+        need_gamma: bool,
+        need_beta: bool,
     ) -> tuple[Primitive | None, Primitive | None, Primitive | None]:
         """Gradients of :meth:`layer_norm` for ``x``, ``gamma`` and ``beta`` (``None`` where
         not needed), from the forward's ``mean`` and ``rstd``."""

@@ -29,18 +29,14 @@ class Distribution:
     def uniform(low: float, high: float) -> Distribution:
         low, high = float(low), float(high)
         if not (math.isfinite(low) and math.isfinite(high)) or low > high:
-            raise ValueRangeError(
-                f"ember: Distribution.uniform({low}, {high}): need finite bounds with low <= high"
-            )
+            raise ValueRangeError(f"ember: Distribution.uniform({low}, {high}): need finite bounds with low <= high")
         return Distribution("uniform", low, high)
 
     @staticmethod
     def normal(mean: float, std: float) -> Distribution:
         mean, std = float(mean), float(std)
         if not (math.isfinite(mean) and math.isfinite(std)) or std < 0:
-            raise ValueRangeError(
-                f"ember: Distribution.normal({mean}, {std}): need a finite mean and std >= 0"
-            )
+            raise ValueRangeError(f"ember: Distribution.normal({mean}, {std}): need a finite mean and std >= 0")
         return Distribution("normal", mean, std)
 
     @staticmethod

@@ -84,8 +84,7 @@ class DType(Enum):
         except (KeyError, TypeError):
             supported = ", ".join(d.value for d in DType)
             raise DTypeError(
-                f"ember: numpy dtype {dtype!r} has no ember counterpart; "
-                f"convert the data to one of: {supported}"
+                f"ember: numpy dtype {dtype!r} has no ember counterpart; convert the data to one of: {supported}"
             ) from None
 
     @staticmethod
@@ -128,20 +127,32 @@ NUMPY_TO_DTYPE: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
 _ALIASES: dict[str, DType] = {d.value: d for d in DType}
 _ALIASES.update(
     {
-        "f64": DType.FLOAT64, "double": DType.FLOAT64,
-        "f32": DType.FLOAT32, "float": DType.FLOAT32,
-        "f16": DType.FLOAT16, "half": DType.FLOAT16,
+        "f64": DType.FLOAT64,
+        "double": DType.FLOAT64,
+        "f32": DType.FLOAT32,
+        "float": DType.FLOAT32,
+        "f16": DType.FLOAT16,
+        "half": DType.FLOAT16,
         "bf16": DType.BFLOAT16,
-        "i64": DType.INT64, "long": DType.INT64, "int": DType.INT64,
-        "i32": DType.INT32, "u8": DType.UINT8, "bool_": DType.BOOL,
+        "i64": DType.INT64,
+        "long": DType.INT64,
+        "int": DType.INT64,
+        "i32": DType.INT32,
+        "u8": DType.UINT8,
+        "bool_": DType.BOOL,
     }
 )
 
 # Rank used by promotion: within a kind the wider type wins.
 _RANK = {
     DType.BOOL: 0,
-    DType.UINT8: 1, DType.INT32: 2, DType.INT64: 3,
-    DType.BFLOAT16: 4, DType.FLOAT16: 4, DType.FLOAT32: 5, DType.FLOAT64: 6,
+    DType.UINT8: 1,
+    DType.INT32: 2,
+    DType.INT64: 3,
+    DType.BFLOAT16: 4,
+    DType.FLOAT16: 4,
+    DType.FLOAT32: 5,
+    DType.FLOAT64: 6,
 }
 
 

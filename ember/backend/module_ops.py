@@ -44,9 +44,7 @@ def conv_transpose_output_size(
     return (size - 1) * stride - pad[0] - pad[1] + dilation * (kernel - 1) + 1 + output_padding
 
 
-def pool_output_size(
-    size: int, kernel: int, stride: int, pad: tuple[int, int], dilation: int, ceil_mode: bool
-) -> int:
+def pool_output_size(size: int, kernel: int, stride: int, pad: tuple[int, int], dilation: int, ceil_mode: bool) -> int:
     """The length of a pooling output along one dim. With ``ceil_mode`` a last, partial
     window is kept if it starts inside the input or its leading padding (PyTorch's rule)."""
     span = size + pad[0] + pad[1] - dilation * (kernel - 1) - 1
@@ -308,7 +306,9 @@ class ModuleOps:
         b: Any = self
         spatial = tuple(x.shape[2:])
         ones = (1,) * len(kernel)
-        out = tuple(pool_output_size(s, k, st, p, 1, ceil_mode) for s, k, st, p in zip(spatial, kernel, stride, padding))
+        out = tuple(
+            pool_output_size(s, k, st, p, 1, ceil_mode) for s, k, st, p in zip(spatial, kernel, stride, padding)
+        )
         xp = _pad(b, x, _ceil_padding(spatial, kernel, stride, padding, ones, out), 0)
         total = None
         for offset in _offsets(kernel):
@@ -359,7 +359,9 @@ class ModuleOps:
         b: Any = self
         for i, size in enumerate(input_shape[2:]):
             dim = 2 + i
-            matrix = b.from_numpy(np.ascontiguousarray(adaptive_pool_matrix(size, grad.shape[dim]).T).astype(grad.dtype))
+            matrix = b.from_numpy(
+                np.ascontiguousarray(adaptive_pool_matrix(size, grad.shape[dim]).T).astype(grad.dtype)
+            )
             moved, axes = _move_last(b, grad, dim)
             grad = b.permute(b.matmul(moved, matrix), _inverse(axes))
         return grad
@@ -406,7 +408,9 @@ def _flat_positions(spatial: Ints, offset: Ints, stride: Ints, padding: Pairs, d
     return flat
 
 
-def _divisor(spatial: Ints, kernel: Ints, stride: Ints, padding: Pairs, out: Ints, include_pad: bool, dtype: Any) -> np.ndarray:
+def _divisor(
+    spatial: Ints, kernel: Ints, stride: Ints, padding: Pairs, out: Ints, include_pad: bool, dtype: Any
+) -> np.ndarray:
     """The ``[*out]`` element counts of the average-pooling windows."""
     total = np.ones((), dtype=np.float64)
     for axis, (s, k, st, p, o) in enumerate(zip(spatial, kernel, stride, padding, out)):

@@ -50,13 +50,19 @@ ROUNDS = 10
 # ln(1 + t) / t on [sqrt(1/2) - 1, sqrt(2) - 1], lowest degree first: a least-squares fit of
 # degree 9 on 2000 Chebyshev nodes, rounded to float32 (error 3e-8, the float32 rounding).
 LOG_COEFFS = (
-    0x3F800000, 0xBEFFFFFC, 0x3EAAAAA8, 0xBE800214, 0x3E4CD23B,
-    0xBE2A13D4, 0x3E11343A, 0xBE079613, 0x3E043DB9, 0xBD9C7039,
+    0x3F800000,
+    0xBEFFFFFC,
+    0x3EAAAAA8,
+    0xBE800214,
+    0x3E4CD23B,
+    0xBE2A13D4,
+    0x3E11343A,
+    0xBE079613,
+    0x3E043DB9,
+    0xBD9C7039,
 )
 SIN_COEFFS = tuple(int(np.float32(c).view(np.uint32)) for c in (1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880))
-COS_COEFFS = tuple(
-    int(np.float32(c).view(np.uint32)) for c in (1.0, -1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800)
-)
+COS_COEFFS = tuple(int(np.float32(c).view(np.uint32)) for c in (1.0, -1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800))
 LN2 = int(np.float32(math.log(2.0)).view(np.uint32))
 ANGLE_STEP = int(np.float32(2.0 * math.pi / 2**24).view(np.uint32))  # radians per unit of the 24-bit angle
 SQRT2_BITS = 0x3FB504F3  # float32(sqrt(2))
@@ -98,7 +104,7 @@ def words(key: int, counter: int, blocks: int) -> np.ndarray:
     out = np.empty((blocks, 4), _U32)
     for start in range(0, blocks, _CHUNK):
         n = min(_CHUNK, blocks - start)
-        _words_into(out[start:start + n], key, (counter + start) & MASK64)
+        _words_into(out[start : start + n], key, (counter + start) & MASK64)
     return out
 
 
@@ -299,5 +305,5 @@ def sample(shape: tuple[int, ...], distribution: Distribution, dtype: DType, key
         w = np.empty((blocks, 4), _U32)
         _words_into(w, key, (counter + start) & MASK64)
         first = start * per_block
-        fill(values[first:first + blocks * per_block], w, distribution)
+        fill(values[first : first + blocks * per_block], w, distribution)
     return values.reshape(shape).astype(dtype.np, copy=False)

@@ -158,8 +158,16 @@ class _Entry:
     """A traced function for one guard key: the plan, where its inputs come from, and
     how its outputs go back into tensors, modules and optimizer states."""
 
-    def __init__(self, compiled: CompiledFunction, trace: Trace, spec: Any, result_spec: Any,
-                 result_leaves: list[Any], backend: Any, leaves: list[Any]) -> None:
+    def __init__(
+        self,
+        compiled: CompiledFunction,
+        trace: Trace,
+        spec: Any,
+        result_spec: Any,
+        result_leaves: list[Any],
+        backend: Any,
+        leaves: list[Any],
+    ) -> None:
         self.backend = backend
         graph = trace.graph
         self.sources = trace.input_sources
@@ -188,7 +196,9 @@ class _Entry:
         self.state_plan: list[Any] = []
         for owner, key, value in trace.state_writes.values():
             fields = _writable_fields(value)
-            layout: list[tuple] = []  # (name, "tensor", output, device) | (name, "scalar", slot, type) | (name, "static", value)
+            layout: list[
+                tuple
+            ] = []  # (name, "tensor", output, device) | (name, "scalar", slot, type) | (name, "static", value)
             for name, item in fields:
                 if isinstance(item, Tensor):
                     layout.append((name, "tensor", len(outputs), item._d))
@@ -228,7 +238,7 @@ class _Entry:
             self._deferred = lambda: executor.plan(abstract, fixed_scalars=fixed)
         self.donated = self._donations_offered if hasattr(self.plan, "donated") else ()
         self.owned: list[Any] = []  # per state read: the object a replay may update in place
-        self.binding: Any = None    # the plan's Binding of the donated inputs (see _specialize)
+        self.binding: Any = None  # the plan's Binding of the donated inputs (see _specialize)
         self.bind_failed = False
         self.model_out: Module | None = None  # the module this entry returns, kept across calls
         self.model_out_key: Any = None
@@ -301,11 +311,22 @@ class _Entry:
         moments are updated in place, so nothing is read or written back for them);
         a generic run, which may replace them, drops the binding."""
         env: dict[str, Any] = {
-            "RETRACE": _RETRACE, "Tensor": Tensor, "dget": dict.get, "dset": dict.__setitem__,
-            "generic": self._run_generic, "plan_run": self.plan.run, "backend": self.backend,
-            "program": self.scalar_program, "literals": self.literals, "unflatten": _unflatten,
-            "spec": self.result_spec, "E": self, "reserve": self._reserve, "release": self._release,
-            "OWNED": self.owned, "DONATED": self.donated,
+            "RETRACE": _RETRACE,
+            "Tensor": Tensor,
+            "dget": dict.get,
+            "dset": dict.__setitem__,
+            "generic": self._run_generic,
+            "plan_run": self.plan.run,
+            "backend": self.backend,
+            "program": self.scalar_program,
+            "literals": self.literals,
+            "unflatten": _unflatten,
+            "spec": self.result_spec,
+            "E": self,
+            "reserve": self._reserve,
+            "release": self._release,
+            "OWNED": self.owned,
+            "DONATED": self.donated,
         }
         lines = ["def run(leaves):"]
         add = lines.append
@@ -469,9 +490,11 @@ class _Entry:
             # tensors get the new values (when no two fields share one tensor object).
             tensors = [(name, rest[0]) for name, kind, *rest in layout if kind == "tensor"]
             distinct = " and ".join(
-                f"cur.{a} is not cur.{b}" for i, (a, _) in enumerate(tensors) for b, _ in tensors[i + 1:]
+                f"cur.{a} is not cur.{b}" for i, (a, _) in enumerate(tensors) for b, _ in tensors[i + 1 :]
             )
-            fields_ok = " and ".join([f"type(cur.{name}) is Tensor" for name, _ in tensors] + ([distinct] if distinct else []))
+            fields_ok = " and ".join(
+                [f"type(cur.{name}) is Tensor" for name, _ in tensors] + ([distinct] if distinct else [])
+            )
             add(f"    if type(cur) is {const(cls, 'C')}{' and ' + fields_ok if fields_ok else ''}:")
             add("        pass")
             for name, kind, *rest in layout:
@@ -578,8 +601,7 @@ class _Entry:
         drawn: list[tuple[int, int]] = []
         if self.draws:
             drawn = self._reserve()
-            scalar_inputs = [drawn[v[1]][v[2]] if type(v) is tuple and v[:1] == ("rng",) else v
-                             for v in scalar_inputs]
+            scalar_inputs = [drawn[v[1]][v[2]] if type(v) is tuple and v[:1] == ("rng",) else v for v in scalar_inputs]
         scalars = self.scalar_program(scalar_inputs)
         if scalars is None:
             self._release(drawn)
@@ -637,11 +659,9 @@ class _Entry:
             # What a replay updates in place: each value's autodiff wrapper or tensor.
             out_params, out_states = _module_leaves(self.model_out)
             values_out = [p.val() for p in out_params] + [s.value() for s in out_states]
-            self.model_slots = [
-                ("autodiff", t._p) if t._d.is_autodiff() else ("plain", t) for t in values_out
-            ]
+            self.model_slots = [("autodiff", t._p) if t._d.is_autodiff() else ("plain", t) for t in values_out]
             return self.model_out
-        for (kind, holder), array in zip(self.model_slots, values[first:first + len(self.model_slots)]):
+        for (kind, holder), array in zip(self.model_slots, values[first : first + len(self.model_slots)]):
             if kind == "autodiff":
                 holder.inner = array
             else:
@@ -782,7 +802,8 @@ class CompiledFunction:
             prev = last[0]
             # Identical arguments (checked in C), or identical but for floats.
             if all(map(_is, args, prev)) or all(
-                    a is b or (type(a) is float and type(b) is float) for a, b in zip(args, prev)):
+                a is b or (type(a) is float and type(b) is float) for a, b in zip(args, prev)
+            ):
                 result = last[2].run(list(args))
                 if result is not _RETRACE:
                     # The arguments are last call's (floats aside), and so is the module

@@ -87,14 +87,20 @@ class DefaultBatcher:
         if isinstance(first, (np.ndarray, np.generic, int, float, bool)) and not isinstance(first, (str, bytes)):
             return self._stack(items, device, where)
         if dataclasses.is_dataclass(first) and not isinstance(first, type):
-            fields = {f.name: self._collate([getattr(i, f.name) for i in items], device, f"{where}.{f.name}")
-                      for f in dataclasses.fields(first)}
+            fields = {
+                f.name: self._collate([getattr(i, f.name) for i in items], device, f"{where}.{f.name}")
+                for f in dataclasses.fields(first)
+            }
             return type(first)(**fields)
         if isinstance(first, Mapping):
             return {key: self._collate([i[key] for i in items], device, f"{where}[{key!r}]") for key in first}
         if isinstance(first, tuple) and hasattr(first, "_fields"):
-            return type(first)(*(self._collate([i[k] for i in items], device, f"{where}.{name}")
-                                 for k, name in enumerate(first._fields)))
+            return type(first)(
+                *(
+                    self._collate([i[k] for i in items], device, f"{where}.{name}")
+                    for k, name in enumerate(first._fields)
+                )
+            )
         if isinstance(first, Sequence) and not isinstance(first, (str, bytes)):
             lengths = {len(i) for i in items}
             if len(lengths) != 1:
@@ -116,5 +122,7 @@ class DefaultBatcher:
         elif array.dtype.kind in "iu" and array.dtype != np.uint8:
             array = array.astype(np.int64)
         elif array.dtype.kind not in "biuf":
-            raise DTypeError(f"ember: DefaultBatcher: cannot make a tensor from the items' {where} of dtype {array.dtype}")
+            raise DTypeError(
+                f"ember: DefaultBatcher: cannot make a tensor from the items' {where} of dtype {array.dtype}"
+            )
         return Tensor.from_data(array, device=device)

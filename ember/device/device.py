@@ -51,8 +51,9 @@ class Device:
     _intern_lock = threading.RLock()
     _priority: list[str] = ["flex"]
 
-    def __init__(self, backend: Backend, key: tuple, body: str, inner: Device | None = None,
-                 fused: Device | None = None):
+    def __init__(
+        self, backend: Backend, key: tuple, body: str, inner: Device | None = None, fused: Device | None = None
+    ):
         self._b = backend
         self._key = key
         self._body = body
@@ -130,6 +131,7 @@ class Device:
             raise BackendUnavailableError(
                 f"ember: Device.{api}() needs the GPU backend's dependency: pip install wgpu ({error})"
             ) from None
+
         def make() -> Device:
             backend, body = make_cube_backend(api, kind.value)
             return Device(backend, ("cube", api, kind), body)
@@ -150,9 +152,7 @@ class Device:
                 return cls.parse(name)
             except BackendUnavailableError as error:
                 errors.append(str(error))
-        raise BackendUnavailableError(
-            "ember: no device of the priority list is available: " + "; ".join(errors)
-        )
+        raise BackendUnavailableError("ember: no device of the priority list is available: " + "; ".join(errors))
 
     @classmethod
     def set_default_priority(cls, names: Sequence[str]) -> None:
@@ -183,7 +183,7 @@ class Device:
             device = getattr(cls, name)(kind)
         if suffix == "fusion" or suffix.startswith("fusion+"):
             device = device.fusion()
-            suffix = suffix[len("fusion+"):] if suffix.startswith("fusion+") else ""
+            suffix = suffix[len("fusion+") :] if suffix.startswith("fusion+") else ""
         if not suffix:
             return device
         from ember.backend.autodiff.checkpoint import Checkpointing
@@ -197,7 +197,7 @@ class Device:
         name, _, kind = base.partition(":")
         kinds = {k.name.lower() for k in DeviceKind}
         if suffix == "fusion" or suffix.startswith("fusion+"):
-            suffix = suffix[len("fusion+"):] if suffix.startswith("fusion+") else ""
+            suffix = suffix[len("fusion+") :] if suffix.startswith("fusion+") else ""
         if name == "cuda" and (not kind or kind.isdigit()):
             kind = ""
         if (
@@ -219,9 +219,7 @@ class Device:
         if checkpointing is None:
             checkpointing = Checkpointing.DISABLED
         if not isinstance(checkpointing, Checkpointing):
-            raise DeviceError(
-                f"ember: Device.autodiff(checkpointing=...) takes a Checkpointing, got {checkpointing!r}"
-            )
+            raise DeviceError(f"ember: Device.autodiff(checkpointing=...) takes a Checkpointing, got {checkpointing!r}")
         if self._inner is not None:
             raise DeviceError(
                 f"ember: {self!r} is already an autodiff device; call .autodiff() once "
@@ -256,8 +254,9 @@ class Device:
         def make() -> Device:
             from ember.backend.fusion import FusionBackend
 
-            return Device(FusionBackend(self._b), self._key + ("fusion",), f"Fusion {{ device: {self._body} }}",
-                          fused=self)
+            return Device(
+                FusionBackend(self._b), self._key + ("fusion",), f"Fusion {{ device: {self._body} }}", fused=self
+            )
 
         return self._intern(self._key + ("fusion",), make)
 

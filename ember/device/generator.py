@@ -107,9 +107,7 @@ def _parse_state(state: Any) -> tuple[int, int]:
     for name in ("seed", "offset"):
         value = state.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= philox.MASK64:
-            raise ValueRangeError(
-                f"ember: set_rng_state: {name!r} must be an int in [0, 2**64), got {value!r:.40}"
-            )
+            raise ValueRangeError(f"ember: set_rng_state: {name!r} must be an int in [0, 2**64), got {value!r:.40}")
         values.append(value)
     return values[0], values[1]
 

@@ -114,7 +114,7 @@ class GradSync:
         if self.present[b][slot.index]:
             return True
         buffer = self.buffers[b]
-        np.copyto(buffer[slot.offset: slot.offset + slot.size], array.reshape(-1), casting="unsafe")
+        np.copyto(buffer[slot.offset : slot.offset + slot.size], array.reshape(-1), casting="unsafe")
         self.present[b][slot.index] = True
         self.remaining[b] -= 1
         if self.remaining[b] == 0:
@@ -127,8 +127,8 @@ class GradSync:
         present = self.present[b]
         for slot in bucket.slots:
             if not present[slot.index]:
-                buffer[slot.offset: slot.offset + slot.size] = 0
-        buffer[bucket.numel:] = present
+                buffer[slot.offset : slot.offset + slot.size] = 0
+        buffer[bucket.numel :] = present
         self.requests[b] = self.comm.all_reduce_start(buffer, ReduceOp.SUM, f"gradient bucket {b}")
 
     def _start_ready(self) -> None:
@@ -152,8 +152,8 @@ class GradSync:
             data = buffer[: bucket.numel]
             if self.mean and size > 1:
                 np.divide(data, size, out=data)
-            flags = buffer[bucket.numel:]
+            flags = buffer[bucket.numel :]
             for slot in bucket.slots:
                 if flags[slot.index] > 0:
-                    out[slot.param_id] = data[slot.offset: slot.offset + slot.size].reshape(slot.shape)
+                    out[slot.param_id] = data[slot.offset : slot.offset + slot.size].reshape(slot.shape)
         return out

@@ -54,7 +54,9 @@ def check_same(op: str, tensor: Tensor, comm: Communicator) -> None:
 def _axis(op: str, tensor: Tensor, dim: int) -> int:
     rank = len(tensor.dims())
     if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
-        raise ConfigError(f"ember.distributed.{op}: dim must be in [{-rank}, {rank}) for shape {tensor.dims()}, got {dim!r}")
+        raise ConfigError(
+            f"ember.distributed.{op}: dim must be in [{-rank}, {rank}) for shape {tensor.dims()}, got {dim!r}"
+        )
     return dim % rank
 
 

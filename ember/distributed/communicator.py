@@ -34,7 +34,9 @@ class ReduceOp(Enum):
         try:
             return ReduceOp(str(value).lower())
         except ValueError:
-            raise ConfigError(f"ember.distributed: unknown reduce op {value!r}; use 'sum', 'mean', 'max' or 'min'") from None
+            raise ConfigError(
+                f"ember.distributed: unknown reduce op {value!r}; use 'sum', 'mean', 'max' or 'min'"
+            ) from None
 
 
 @runtime_checkable

@@ -78,14 +78,18 @@ def _mismatch_message(everyone: list[tuple[str, list]]) -> str:
                 problems.append(f"rank {r} has a parameter {path!r} that rank 0 lacks")
             elif paths0[path] != [shape, dtype, grad]:
                 s0, d0, g0 = paths0[path]
-                problems.append(f"{path!r} is {dtype} {shape}{'' if grad else ' (frozen)'} on rank {r} but "
-                                f"{d0} {s0}{'' if g0 else ' (frozen)'} on rank 0")
+                problems.append(
+                    f"{path!r} is {dtype} {shape}{'' if grad else ' (frozen)'} on rank {r} but "
+                    f"{d0} {s0}{'' if g0 else ' (frozen)'} on rank 0"
+                )
         missing = [p for p in paths0 if p not in {q for q, *_ in sig}]
         if missing:
             problems.append(f"rank {r} lacks {', '.join(map(repr, missing[:3]))}{' ...' if len(missing) > 3 else ''}")
     listed = "; ".join(problems[:6]) + (" ..." if len(problems) > 6 else "")
-    return (f"ember.distributed: the ranks' models differ: {listed}. Every rank must build the same model "
-            "(same structure, parameter count, shapes and dtypes) before data-parallel training")
+    return (
+        f"ember.distributed: the ranks' models differ: {listed}. Every rank must build the same model "
+        "(same structure, parameter count, shapes and dtypes) before data-parallel training"
+    )
 
 
 class DataParallel:
@@ -105,10 +109,19 @@ class DataParallel:
     logs, dashboards and checkpoints.
     """
 
-    def __init__(self, model: Module | None = None, *, bucket_cap_mb: float = DEFAULT_BUCKET_MB,
-                 reduce: str = "mean", overlap: bool = True, communicator: Communicator | None = None):
+    def __init__(
+        self,
+        model: Module | None = None,
+        *,
+        bucket_cap_mb: float = DEFAULT_BUCKET_MB,
+        reduce: str = "mean",
+        overlap: bool = True,
+        communicator: Communicator | None = None,
+    ):
         if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or not bucket_cap_mb > 0:
-            raise ConfigError(f"ember.distributed.DataParallel: bucket_cap_mb must be a number > 0, got {bucket_cap_mb!r}")
+            raise ConfigError(
+                f"ember.distributed.DataParallel: bucket_cap_mb must be a number > 0, got {bucket_cap_mb!r}"
+            )
         if reduce not in ("mean", "sum"):
             raise ConfigError(f"ember.distributed.DataParallel: reduce must be 'mean' or 'sum', got {reduce!r}")
         self.bucket_cap_mb = float(bucket_cap_mb)
@@ -218,8 +231,10 @@ class DataParallel:
             raise DistributedError(f"ember.distributed: the ranks' parameters are no longer identical ({listed})")
 
     def __repr__(self) -> str:
-        return (f"DataParallel(rank={self.rank}, world_size={self.world_size}, bucket_cap_mb={self.bucket_cap_mb:g}, "
-                f"reduce={self.reduce!r}, overlap={self.overlap})")
+        return (
+            f"DataParallel(rank={self.rank}, world_size={self.world_size}, bucket_cap_mb={self.bucket_cap_mb:g}, "
+            f"reduce={self.reduce!r}, overlap={self.overlap})"
+        )
 
 
 class GradSession:
@@ -299,7 +314,7 @@ def broadcast_module(model: Module, comm: Communicator, root: int = 0) -> Module
         offset = 0
         for i in members:
             n = arrays[i].size
-            received[i] = flat[offset: offset + n].reshape(arrays[i].shape)
+            received[i] = flat[offset : offset + n].reshape(arrays[i].shape)
             offset += n
     values = [a for a in received if a is not None]
     assert len(values) == len(arrays)  # every array is in one dtype group
@@ -311,8 +326,9 @@ def broadcast_module(model: Module, comm: Communicator, root: int = 0) -> Module
     for k, (_, s) in enumerate(states):
         value = s.value()
         array = values[len(params) + k]
-        new_states[id(s)] = RunningState(host_to_device(array, value.device, value.primitive.dtype),
-                                         type(s.id)(ids[len(params) + k]))
+        new_states[id(s)] = RunningState(
+            host_to_device(array, value.device, value.primitive.dtype), type(s.id)(ids[len(params) + k])
+        )
     from ember.module.visitor import FnMapper
 
     return model.map(FnMapper(lambda p, path: new_params.get(id(p), p), lambda s, path: new_states.get(id(s), s)))

@@ -77,7 +77,7 @@ class _ResultPool:
             if buffer.nbytes == nbytes and sys.getrefcount(buffer) <= 3:
                 return buffer.view(dtype).reshape(shape)
         buffer = np.empty(nbytes, np.uint8)
-        self.buffers = [*self.buffers[-(self.slots - 1):], buffer]
+        self.buffers = [*self.buffers[-(self.slots - 1) :], buffer]
         return buffer.view(dtype).reshape(shape)
 
 

@@ -32,8 +32,16 @@ class DistributedSampler:
     [1, 3, 0]
     """
 
-    def __init__(self, num_replicas: int | None = None, rank: int | None = None, *, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = False, pad: bool = True):
+    def __init__(
+        self,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        pad: bool = True,
+    ):
         if num_replicas is None or rank is None:
             from ember.distributed.world import communicator
 
@@ -72,8 +80,10 @@ class DistributedSampler:
         total = self._total(n)
         if total > n:
             base = np.resize(base, total)  # repeats from the start
-        return base[self.rank:total:self.num_replicas]
+        return base[self.rank : total : self.num_replicas]
 
     def __repr__(self) -> str:
-        return (f"DistributedSampler(num_replicas={self.num_replicas}, rank={self.rank}, shuffle={self.shuffle}, "
-                f"seed={self.seed}, drop_last={self.drop_last}, pad={self.pad})")
+        return (
+            f"DistributedSampler(num_replicas={self.num_replicas}, rank={self.rank}, shuffle={self.shuffle}, "
+            f"seed={self.seed}, drop_last={self.drop_last}, pad={self.pad})"
+        )

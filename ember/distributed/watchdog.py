@@ -79,8 +79,14 @@ class Watchdog:
     # ------------------------------------------------------------------ messages
     def status(self) -> dict[str, Any]:
         op = self.op
-        return {"rank": self.rank, "op": op, "detail": self.detail, "seq": self.seq,
-                "seconds": time.monotonic() - self.since, "last_op": self.last_op}
+        return {
+            "rank": self.rank,
+            "op": op,
+            "detail": self.detail,
+            "seq": self.seq,
+            "seconds": time.monotonic() - self.since,
+            "last_op": self.last_op,
+        }
 
     def _send(self, obj: Any, dest: int, tag: int) -> None:
         with self._lock:
@@ -133,8 +139,10 @@ class Watchdog:
             self._drain(replies)
             time.sleep(0.01)
         where = f"{op} #{seq}" + (f" ({detail})" if detail else "")
-        lines = [f"ember.distributed: rank {self.rank} waited {waited:.1f} s in {where}, longer than the "
-                 f"timeout of {self.timeout:g} s."]
+        lines = [
+            f"ember.distributed: rank {self.rank} waited {waited:.1f} s in {where}, longer than the "
+            f"timeout of {self.timeout:g} s."
+        ]
         silent = [r for r in others if r not in replies]
         if silent:
             names = ", ".join(f"rank {r}" for r in silent)
@@ -144,10 +152,13 @@ class Watchdog:
             if s["op"] is not None:
                 lines.append(f"  rank {r}: waiting {s['seconds']:.1f} s in {s['op']} #{s['seq']}")
             else:
-                lines.append(f"  rank {r}: alive, {s['seconds']:.1f} s since its last collective "
-                             f"({s['last_op']} #{s['seq']})")
-        lines.append("  Aborting every rank. If a rank legitimately works longer between collectives, raise the "
-                     "timeout: ember.distributed.init(timeout=...) or EMBER_DIST_TIMEOUT=seconds.")
+                lines.append(
+                    f"  rank {r}: alive, {s['seconds']:.1f} s since its last collective ({s['last_op']} #{s['seq']})"
+                )
+        lines.append(
+            "  Aborting every rank. If a rank legitimately works longer between collectives, raise the "
+            "timeout: ember.distributed.init(timeout=...) or EMBER_DIST_TIMEOUT=seconds."
+        )
         self._abort("\n".join(lines))
 
     # ------------------------------------------------------------------ failure
@@ -193,8 +204,9 @@ def install_excepthook(watchdog: Watchdog) -> None:
         except Exception:
             traceback.print_exception(kind, value, tb)
         text = "".join(traceback.format_exception_only(kind, value)).strip()
-        print(f"ember.distributed: rank {watchdog.rank} raised {text}; stopping every rank.",
-              file=sys.stderr, flush=True)
+        print(
+            f"ember.distributed: rank {watchdog.rank} raised {text}; stopping every rank.", file=sys.stderr, flush=True
+        )
         watchdog.notify_failure(text)
         watchdog._mpi_abort(f"ember.distributed: rank {watchdog.rank} aborts the run.")
 

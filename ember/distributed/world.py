@@ -50,8 +50,9 @@ def _check_timeout(value: Any) -> float:
     return float(value)
 
 
-def init(communicator: Communicator | None = None, *, backend: str | None = None,
-         timeout: float | None = None) -> Communicator:
+def init(
+    communicator: Communicator | None = None, *, backend: str | None = None, timeout: float | None = None
+) -> Communicator:
     """Joins the world (once; later calls return the same communicator).
 
     ``backend`` is ``"mpi"`` or ``"local"`` (default: ``EMBER_DIST_BACKEND``, else MPI

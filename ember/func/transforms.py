@@ -90,8 +90,9 @@ def _run(fn: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...], op: str
     return lifted, specs, result
 
 
-def _backward(out: Tensor, lifted: Lifted, create_graph: bool, seed: Tensor | None = None,
-              retain_graph: bool | None = None) -> Any:
+def _backward(
+    out: Tensor, lifted: Lifted, create_graph: bool, seed: Tensor | None = None, retain_graph: bool | None = None
+) -> Any:
     if not out._d.is_autodiff() or not out.is_require_grad():
         return _NoGrads(create_graph)
     for t in lifted.tensors():
@@ -209,8 +210,9 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False, create_gra
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
 
 
-def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
-        create_graph: bool | None = None) -> tuple[Tensor, Tensor]:
+def jvp(
+    fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], create_graph: bool | None = None
+) -> tuple[Tensor, Tensor]:
     """``(fn(*primals), J t)``: the Jacobian-vector product in the direction ``tangents``
     (one per primal, each in the primal's shape: a Tensor for a Tensor, a
     ``GradientsParams`` for a Module).
@@ -220,7 +222,9 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
     op = "jvp"
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
-        raise ConfigError(f"ember: {op}: got {len(primals)} primals and {len(tangents)} tangents; give one tangent each")
+        raise ConfigError(
+            f"ember: {op}: got {len(primals)} primals and {len(tangents)} tangents; give one tangent each"
+        )
     keep = _wants_graph(create_graph)
     lifted, specs, out = _run(fn, primals, {}, tuple(range(len(primals))), op)
     if not isinstance(out, Tensor):
@@ -246,8 +250,13 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
     return value, product
 
 
-def hessian_vector_product(fn: Callable[..., Any], primals: Any, vectors: Any, argnums: int | Sequence[int] = 0,
-                           create_graph: bool | None = None) -> Any:
+def hessian_vector_product(
+    fn: Callable[..., Any],
+    primals: Any,
+    vectors: Any,
+    argnums: int | Sequence[int] = 0,
+    create_graph: bool | None = None,
+) -> Any:
     """``H v``: the Hessian of ``fn``'s one-element output with respect to
     argument(s) ``argnums`` of ``primals`` (a tuple of arguments, or one argument),
     times ``vectors`` (shaped like those arguments' gradients), without forming ``H``.

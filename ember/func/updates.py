@@ -25,7 +25,9 @@ class _Apply(ModuleMapper):
         return Param.from_tracked_value(param.id, self.fn(value, update), param.require_grad)
 
 
-def apply_updates(module: Module, updates: GradientsParams, fn: Callable[[Tensor, Tensor], Tensor] | None = None) -> Module:
+def apply_updates(
+    module: Module, updates: GradientsParams, fn: Callable[[Tensor, Tensor], Tensor] | None = None
+) -> Module:
     """``module`` with each parameter ``p`` that has an entry ``u`` in ``updates``
     replaced by ``fn(p, u)`` (default ``p + u``), ids kept and the graph kept: a loss of
     the new module is differentiable with respect to the old parameters and, when

@@ -99,8 +99,9 @@ def _names(types_: tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in types_)
 
 
-def _check_value(owner: str, field: str, value: Any, expected: tuple[type, ...], configs_ok: bool,
-                 module_cls: type) -> None:
+def _check_value(
+    owner: str, field: str, value: Any, expected: tuple[type, ...], configs_ok: bool, module_cls: type
+) -> None:
     if isinstance(value, Config) and not configs_ok:
         kind = type(value).__name__
         raise ModuleError(

@@ -52,12 +52,16 @@ class ParamGroup:
         return bool(self._predicate(param_id, path))
 
     def __or__(self, other: ParamGroup) -> ParamGroup:
-        return ParamGroup(lambda pid, path: self.matches(pid, path) or other.matches(pid, path),
-                          f"{self.description} | {other.description}")
+        return ParamGroup(
+            lambda pid, path: self.matches(pid, path) or other.matches(pid, path),
+            f"{self.description} | {other.description}",
+        )
 
     def __and__(self, other: ParamGroup) -> ParamGroup:
-        return ParamGroup(lambda pid, path: self.matches(pid, path) and other.matches(pid, path),
-                          f"{self.description} & {other.description}")
+        return ParamGroup(
+            lambda pid, path: self.matches(pid, path) and other.matches(pid, path),
+            f"{self.description} & {other.description}",
+        )
 
     def __invert__(self) -> ParamGroup:
         return ParamGroup(lambda pid, path: not self.matches(pid, path), f"~{self.description}")

@@ -201,8 +201,11 @@ class Module:
         """The module on ``device`` as fresh leaves (detached from any graph)."""
         return self.map(
             FnMapper(
-                lambda p, path: p.to_device(device) if not p.is_initialized()
-                else Param(p.id, p.val().detach().to_device(device), p.require_grad),
+                lambda p, path: (
+                    p.to_device(device)
+                    if not p.is_initialized()
+                    else Param(p.id, p.val().detach().to_device(device), p.require_grad)
+                ),
                 lambda s, path: s.to_device(device),
             )
         )
@@ -214,6 +217,7 @@ class Module:
     def valid(self) -> Module:
         """The same module on the inner (non-autodiff) device: for evaluation, where
         layers such as Dropout and BatchNorm switch to inference behaviour."""
+
         def move(p: Param, path: str) -> Param:
             return p.to_device(p.device.inner())
 
@@ -236,8 +240,12 @@ class Module:
         values are shared (they are immutable) and running states (batch-norm statistics)
         are new objects holding the same values, so updating one module's statistics
         leaves the other's as they were. Ids are kept."""
-        return self.map(FnMapper(lambda p, path: Param(p.id, p.val(), p.require_grad) if p.is_initialized() else p,
-                                 lambda s, path: RunningState(s.value(), s.id)))
+        return self.map(
+            FnMapper(
+                lambda p, path: Param(p.id, p.val(), p.require_grad) if p.is_initialized() else p,
+                lambda s, path: RunningState(s.value(), s.id),
+            )
+        )
 
     # ------------------------------------------------------------------ records
     def save_file(self, path: Any, **kwargs: Any) -> None:

@@ -188,8 +188,7 @@ class Param:
                 value = init(device, self.require_grad)
             if tuple(value.dims()) != self._shape:
                 raise ModuleError(
-                    f"ember: Param {self.id}: the initializer made shape {value.dims()}, "
-                    f"expected {list(self._shape)}"
+                    f"ember: Param {self.id}: the initializer made shape {value.dims()}, expected {list(self._shape)}"
                 )
             value = self._value = _prepare(value, self.require_grad)
             self._init = None

@@ -32,7 +32,9 @@ def remap_keys(arrays: dict[str, np.ndarray], rules: Sequence[tuple[str, str]]) 
     try:
         compiled = [(re.compile(p), r) for p, r in rules]
     except (re.error, TypeError, ValueError) as error:
-        raise RecordError(f"ember: load_pytorch: key_remap must be (pattern, replacement) regex pairs: {error}") from None
+        raise RecordError(
+            f"ember: load_pytorch: key_remap must be (pattern, replacement) regex pairs: {error}"
+        ) from None
     out: dict[str, np.ndarray] = {}
     for key, value in arrays.items():
         for pattern, replacement in compiled:
@@ -43,8 +45,9 @@ def remap_keys(arrays: dict[str, np.ndarray], rules: Sequence[tuple[str, str]]) 
     return out
 
 
-def adapt_to_module(module: Module, arrays: dict[str, np.ndarray], *, names: bool = True,
-                    layouts: bool = True) -> dict[str, np.ndarray]:
+def adapt_to_module(
+    module: Module, arrays: dict[str, np.ndarray], *, names: bool = True, layouts: bool = True
+) -> dict[str, np.ndarray]:
     """``arrays`` with each layer's PyTorch names and layouts turned into ember's (see
     ``Module.pytorch_names`` and ``Module.adapt_pytorch``)."""
     out = dict(arrays)
@@ -148,8 +151,12 @@ def suggest_remap(module: Module, missing: list[str], unexpected: list[str]) -> 
         by_signature.setdefault(signature, ([], []))[0].append(head)
     for head, signature in ours.items():
         by_signature.setdefault(signature, ([], []))[1].append(head)
-    pairs = [(a, b) for heads_a, heads_b in by_signature.values() if len(heads_a) == len(heads_b)
-             for a, b in zip(heads_a, heads_b)]
+    pairs = [
+        (a, b)
+        for heads_a, heads_b in by_signature.values()
+        if len(heads_a) == len(heads_b)
+        for a, b in zip(heads_a, heads_b)
+    ]
     if not pairs:
         return []
     order = {head: i for i, head in enumerate(theirs)}
@@ -190,10 +197,13 @@ def _mismatch_message(module: Module, path: object, missing: list[str], unexpect
         shown = ", ".join(f"({_raw(p)}, {r!r})" for p, r in rules[:8])
         lines.append(f"  The names differ: rename the file's keys with key_remap=[{shown}]")
     elif missing and unexpected:
-        lines.append("  If the names differ, rename the file's keys with key_remap=[(pattern, replacement), ...] "
-                     "(regexes applied in order)")
+        lines.append(
+            "  If the names differ, rename the file's keys with key_remap=[(pattern, replacement), ...] "
+            "(regexes applied in order)"
+        )
     if unexpected and not missing:
-        lines.append("  Drop the extra keys with skip=[pattern, ...] (regexes), or pick a sub-dict with "
-                     "top_level_key=...")
+        lines.append(
+            "  Drop the extra keys with skip=[pattern, ...] (regexes), or pick a sub-dict with top_level_key=..."
+        )
     lines.append("  (strict=False loads only the keys that match and leaves the rest of the module as it is)")
     return "\n".join(lines)

@@ -28,8 +28,18 @@ from ember.module.safetensors_file import parse_json, read_safetensors, write_sa
 from ember.module.visitor import FnMapper
 from ember.tensor import Tensor
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "load_arrays", "load_file", "load_record", "module_entries",
-           "read_safetensors", "save_file", "save_record", "write_safetensors"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "load_arrays",
+    "load_file",
+    "load_record",
+    "module_entries",
+    "read_safetensors",
+    "save_file",
+    "save_record",
+    "write_safetensors",
+]
 
 FORMAT = "ember-record"
 FORMAT_VERSION = 1
@@ -47,7 +57,9 @@ def _check_format(path: Any, metadata: dict[str, str], kind: str) -> None:
     except ValueError:
         version = -1
     if version != FORMAT_VERSION:
-        raise RecordError(f"ember: {path} has record format version {metadata.get('version')!r}; this ember reads {FORMAT_VERSION}")
+        raise RecordError(
+            f"ember: {path} has record format version {metadata.get('version')!r}; this ember reads {FORMAT_VERSION}"
+        )
     if metadata.get("kind") != kind:
         raise RecordError(f"ember: {path} holds a {metadata.get('kind')!r} record, expected a {kind!r} record")
 
@@ -120,8 +132,10 @@ def _check_entries(path: Any, entries: Any, tensors: dict[str, np.ndarray]) -> d
     if set(entries) != set(tensors):
         extra = sorted(set(entries) - set(tensors))[:5]
         absent = sorted(set(tensors) - set(entries))[:5]
-        raise RecordError(f"{where} does not list exactly the file's tensors (entries without a tensor: {extra}; "
-                          f"tensors without an entry: {absent})")
+        raise RecordError(
+            f"{where} does not list exactly the file's tensors (entries without a tensor: {extra}; "
+            f"tensors without an entry: {absent})"
+        )
     for key, entry in entries.items():
         if not isinstance(entry, dict):
             raise RecordError(f"{where}: {key!r} is not an object")
@@ -132,8 +146,9 @@ def _check_entries(path: Any, entries: Any, tensors: dict[str, np.ndarray]) -> d
             raise RecordError(f"{where}: {key!r} has ParamId {str(pid)[:40]!r}, not 16 hex digits")
         shape = entry.get("shape")
         if shape != list(tensors[key].shape):
-            raise RecordError(f"{where}: {key!r} has shape {str(shape)[:60]} in the table but "
-                              f"{list(tensors[key].shape)} in the data")
+            raise RecordError(
+                f"{where}: {key!r} has shape {str(shape)[:60]} in the table but {list(tensors[key].shape)} in the data"
+            )
         if "require_grad" in entry and not isinstance(entry["require_grad"], bool):
             raise RecordError(f"{where}: {key!r} has a require_grad that is not true/false")
     return entries
@@ -187,7 +202,8 @@ def _load_entries(
         if unexpected:
             parts.append(f"unexpected in the record: {', '.join(unexpected)}")
         raise RecordError(
-            f"ember: {source} does not match {type(module).__name__}: " + "; ".join(parts)
+            f"ember: {source} does not match {type(module).__name__}: "
+            + "; ".join(parts)
             + " (pass strict=False to load the matching paths only)"
         )
     # Validate and convert everything before building the new module: never half-loaded.
@@ -267,7 +283,9 @@ def _unflatten(node: Any, tensors: dict[str, np.ndarray], device: Device) -> Any
             try:
                 return Tensor.from_data(tensors[key], device=device, dtype=dtype)
             except (DTypeError, ValueError):
-                raise RecordError(f"ember: load_record: tensor {key!r} has an invalid dtype {str(dtype)[:40]!r}") from None
+                raise RecordError(
+                    f"ember: load_record: tensor {key!r} has an invalid dtype {str(dtype)[:40]!r}"
+                ) from None
         if "__array__" in node:
             key = node["__array__"]
             if not isinstance(key, str) or key not in tensors:

@@ -35,10 +35,21 @@ MAX_HEADER_BYTES = 100_000_000  # safetensors' limit
 CHECKSUM_KEY = "crc32"
 
 DTYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_), "U8": np.dtype("u1"), "I8": np.dtype("i1"), "U16": np.dtype("<u2"),
-    "I16": np.dtype("<i2"), "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16), "U32": np.dtype("<u4"),
-    "I32": np.dtype("<i4"), "F32": np.dtype("<f4"), "U64": np.dtype("<u8"), "I64": np.dtype("<i8"),
-    "F64": np.dtype("<f8"), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "BOOL": np.dtype(np.bool_),
+    "U8": np.dtype("u1"),
+    "I8": np.dtype("i1"),
+    "U16": np.dtype("<u2"),
+    "I16": np.dtype("<i2"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "U32": np.dtype("<u4"),
+    "I32": np.dtype("<i4"),
+    "F32": np.dtype("<f4"),
+    "U64": np.dtype("<u8"),
+    "I64": np.dtype("<i8"),
+    "F64": np.dtype("<f8"),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
 }
 _FIELDS = {"dtype", "shape", "data_offsets"}
 
@@ -119,8 +130,12 @@ def _entry(path: Any, name: str, info: Any) -> tuple[np.dtype, tuple[int, ...], 
         raise RecordError(f"{where} has unknown dtype {_short(dtype_name)} (known: {', '.join(DTYPES)})")
     if not isinstance(shape, list) or len(shape) > 64 or not all(_is_index(n) for n in shape):
         raise RecordError(f"{where} has shape {_short(shape)}; a shape is a list of non-negative ints")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_index(n) for n in offsets) \
-            or offsets[0] > offsets[1]:
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_index(n) for n in offsets)
+        or offsets[0] > offsets[1]
+    ):
         raise RecordError(f"{where} has data_offsets {_short(offsets)}; expected [begin, end] with 0 <= begin <= end")
     dtype = DTYPES[dtype_name]
     count = 1
@@ -166,7 +181,9 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, str]
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise RecordError(f"ember: {target} is corrupt: __metadata__ must map strings to strings, got {_short(metadata)}")
+        raise RecordError(
+            f"ember: {target} is corrupt: __metadata__ must map strings to strings, got {_short(metadata)}"
+        )
     entries = {name: _entry(target, name, info) for name, info in header.items()}
     data_len = size - 8 - header_len
     end = 0
@@ -192,8 +209,11 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], di
     expected = None
     if CHECKSUM_KEY in metadata:
         expected = parse_json(metadata[CHECKSUM_KEY], "its checksum table", path)
-        if not isinstance(expected, dict) or set(expected) != set(entries) \
-                or not all(isinstance(v, str) for v in expected.values()):
+        if (
+            not isinstance(expected, dict)
+            or set(expected) != set(entries)
+            or not all(isinstance(v, str) for v in expected.values())
+        ):
             raise RecordError(f"ember: {path} is corrupt: its checksum table does not list exactly its tensors")
     with open(path, "rb") as handle:
         handle.seek(start)

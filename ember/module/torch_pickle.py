@@ -54,17 +54,41 @@ _STORAGE_DTYPES: dict[str, Any] = {
 
 # Opcodes that build objects of arbitrary classes or read outside the pickle stream;
 # a state dict never uses them.
-_FORBIDDEN_OPCODES = frozenset({"INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4",
-                                "NEXT_BUFFER", "READONLY_BUFFER"})
+_FORBIDDEN_OPCODES = frozenset(
+    {"INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER"}
+)
 _STORAGE_KEY = re.compile(r"[A-Za-z0-9_]{1,64}")
 _MAX_DEPTH = 64  # nesting of dicts; state dicts use one or two levels
 _MAX_DIM = sys.maxsize // 2
 _MAX_DEFLATE_RATIO = 1100  # deflate cannot expand more than ~1032 times
 # What the pickle machine may raise on a malformed stream (and numpy on a refused view).
-_PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-                  KeyError, LookupError, MemoryError, RecursionError, OverflowError, struct.error)
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, NotImplementedError,
-               RuntimeError, struct.error, OverflowError, MemoryError, OSError)
+_PICKLE_ERRORS = (
+    pickle.UnpicklingError,
+    EOFError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    LookupError,
+    MemoryError,
+    RecursionError,
+    OverflowError,
+    struct.error,
+)
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    EOFError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+    struct.error,
+    OverflowError,
+    MemoryError,
+    OSError,
+)
 
 
 def _fault(text: str) -> RecordError:
@@ -136,8 +160,15 @@ def _dims(what: str, values: Any) -> tuple[int, ...]:
     return tuple(_index(what, v) for v in values)
 
 
-def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = False,
-                       backward_hooks: Any = None, metadata: Any = None) -> _Tensor:
+def _rebuild_tensor_v2(
+    storage: Any,
+    offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any = False,
+    backward_hooks: Any = None,
+    metadata: Any = None,
+) -> _Tensor:
     """PyTorch's tensor rebuilder, checked: the view must lie inside its storage."""
     if not isinstance(storage, _Storage):
         raise _fault(f"a tensor's storage is a {type(storage).__name__}, not a storage; the file is corrupt")
@@ -154,8 +185,10 @@ def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, requir
         raise _fault(f"a tensor of size {list(size)} is too large to exist (size overflow); the file is corrupt")
     if numel == 0:
         if offset > length:
-            raise _fault(f"a tensor's storage offset {offset} lies past the end of storage {storage.key} "
-                         f"({length} elements); the file is corrupt")
+            raise _fault(
+                f"a tensor's storage offset {offset} lies past the end of storage {storage.key} "
+                f"({length} elements); the file is corrupt"
+            )
         empty = np.zeros(size, dtype=dtype)
         empty.flags.writeable = False
         return _Tensor(empty)
@@ -166,8 +199,9 @@ def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, requir
             f"{last}, but storage {storage.key} holds {length} elements; the file is corrupt or crafted"
         )
     # numpy checks the extent again against the buffer it is given.
-    view = np.ndarray(size, dtype=raw.dtype, buffer=raw, offset=offset * raw.itemsize,
-                      strides=tuple(s * raw.itemsize for s in stride))
+    view = np.ndarray(
+        size, dtype=raw.dtype, buffer=raw, offset=offset * raw.itemsize, strides=tuple(s * raw.itemsize for s in stride)
+    )
     if storage.big_endian:
         view = view.astype(view.dtype.newbyteorder("="))
     if dtype == np.bool_:
@@ -196,8 +230,11 @@ def _refuse_global(path: Any, module: str, name: str) -> RecordError:
     if module == "torch" and name.endswith("Storage"):
         supported = ", ".join(sorted(_STORAGE_DTYPES))
         return _fault(f"{path} holds tensors of type torch.{name}, which ember cannot read (it reads {supported})")
-    if module.startswith("torch.nn.") or (name[:1].isupper() and module.split(".")[0] not in (
-            "torch", "collections", "builtins", "__builtin__", "numpy", "_codecs", "copyreg")):
+    if module.startswith("torch.nn.") or (
+        name[:1].isupper()
+        and module.split(".")[0]
+        not in ("torch", "collections", "builtins", "__builtin__", "numpy", "_codecs", "copyreg")
+    ):
         return _fault(
             f"{path} holds a pickled Python object of class {qualified} (a whole model saved with "
             "torch.save(model)?), not a state dict. ember reads state dicts and never runs code from a file: in "
@@ -236,7 +273,7 @@ class _Depths:
         if _MARK not in self.stack:
             raise ValueError("no mark on the stack")
         at = len(self.stack) - 1 - self.stack[::-1].index(_MARK)
-        items = self.stack[at + 1:]
+        items = self.stack[at + 1 :]
         del self.stack[at:]
         return items
 
@@ -326,8 +363,10 @@ class _Archive:
         if info.flag_bits & 0x1:
             raise _fault(f"{self.path}: member {name[:100]!r} is encrypted; torch.save never encrypts")
         if info.compress_size > self.size:
-            raise _fault(f"{self.path} is truncated: member {name[:100]!r} claims {info.compress_size} bytes, the file has "
-                         f"{self.size}")
+            raise _fault(
+                f"{self.path} is truncated: member {name[:100]!r} claims {info.compress_size} bytes, the file has "
+                f"{self.size}"
+            )
         if info.compress_type == zipfile.ZIP_DEFLATED:
             if info.file_size > _MAX_DEFLATE_RATIO * info.compress_size + 1024:
                 raise _fault(f"{self.path} is corrupt: member {name[:100]!r} claims an impossible compression ratio")
@@ -342,8 +381,10 @@ class _Archive:
         with self.handle.open(info) as member:
             data = member.read(info.file_size + 1)
         if len(data) != info.file_size:
-            raise _fault(f"{self.path} is corrupt: member {name[:100]!r} holds {len(data)} bytes, its header says "
-                         f"{info.file_size}")
+            raise _fault(
+                f"{self.path} is corrupt: member {name[:100]!r} holds {len(data)} bytes, its header says "
+                f"{info.file_size}"
+            )
         return data
 
 
@@ -360,11 +401,15 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         if type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage":
-            raise _fault(f"{self.archive.path}: unsupported persistent id (a {type(pid).__name__}); torch.save "
-                         "writes ('storage', type, key, location, numel)")
+            raise _fault(
+                f"{self.archive.path}: unsupported persistent id (a {type(pid).__name__}); torch.save "
+                "writes ('storage', type, key, location, numel)"
+            )
         _, storage_type, key, _, numel = pid
         if not isinstance(storage_type, _StorageType):
-            raise _fault(f"{self.archive.path}: a storage's type is a {type(storage_type).__name__}, not a storage type")
+            raise _fault(
+                f"{self.archive.path}: a storage's type is a {type(storage_type).__name__}, not a storage type"
+            )
         if type(key) is not str or not _STORAGE_KEY.fullmatch(key):
             raise _fault(f"{self.archive.path}: invalid storage key {str(key)[:70]!r}")
         if type(numel) is not int or numel < 0:
@@ -372,8 +417,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
         cached = self.storages.get(key)
         if cached is not None:
             if cached.type.name != storage_type.name or cached.raw.shape[0] != numel:
-                raise _fault(f"{self.archive.path} is corrupt: storage {key} is declared twice, as "
-                             f"{cached.type.name} and as {storage_type.name}[{numel}]")
+                raise _fault(
+                    f"{self.archive.path} is corrupt: storage {key} is declared twice, as "
+                    f"{cached.type.name} and as {storage_type.name}[{numel}]"
+                )
             return cached
         name = f"{self.prefix}data/{key}"
         info = self.archive.members.get(name)
@@ -418,7 +465,9 @@ def _unpickle(path: Any) -> Any:
         except RecordError:
             raise
         except _PICKLE_ERRORS as error:
-            raise _fault(f"{path} is corrupt: its pickle is malformed ({type(error).__name__}: {_short(error)})") from None
+            raise _fault(
+                f"{path} is corrupt: its pickle is malformed ({type(error).__name__}: {_short(error)})"
+            ) from None
 
 
 def _collect(obj: Any, out: dict[str, np.ndarray]) -> None:
@@ -444,8 +493,10 @@ def _collect(obj: Any, out: dict[str, np.ndarray]) -> None:
                 elif type(key) is int:
                     text = str(key)
                 else:
-                    raise _fault(f"a dict in the file has a key of type {type(key).__name__}; state dict keys are "
-                                 "strings (pick the state dict with top_level_key=...)")
+                    raise _fault(
+                        f"a dict in the file has a key of type {type(key).__name__}; state dict keys are "
+                        "strings (pick the state dict with top_level_key=...)"
+                    )
                 children.append((f"{prefix}.{text}" if prefix else text, value, depth + 1))
             stack.extend(reversed(children))
 
@@ -472,8 +523,11 @@ def read_pytorch(path: str | os.PathLike, top_level_key: str | None = None) -> d
         raise _fault(f"{path} is corrupt: {type(error).__name__}: {_short(error)}") from None
     if top_level_key is not None:
         if not isinstance(obj, dict) or top_level_key not in dict.keys(obj):
-            found = [k[:50] if isinstance(k, str) else type(k).__name__ for k in list(dict.keys(obj))[:20]] \
-                if isinstance(obj, dict) else type(obj).__name__
+            found = (
+                [k[:50] if isinstance(k, str) else type(k).__name__ for k in list(dict.keys(obj))[:20]]
+                if isinstance(obj, dict)
+                else type(obj).__name__
+            )
             raise _fault(f"no top-level key {top_level_key!r} in {path} (found {found})")
         obj = dict.__getitem__(obj, top_level_key)
     if isinstance(obj, _Tensor):

@@ -29,7 +29,9 @@ class LinearConfig(Config):
 
     def validate(self) -> None:
         if self.d_input <= 0 or self.d_output <= 0:
-            raise ConfigError(f"ember: LinearConfig: d_input and d_output must be > 0, got {self.d_input}, {self.d_output}")
+            raise ConfigError(
+                f"ember: LinearConfig: d_input and d_output must be > 0, got {self.d_input}, {self.d_output}"
+            )
 
     def init(self, device: Device | None = None) -> Linear:
         """A Linear layer with lazily initialised parameters on ``device``."""

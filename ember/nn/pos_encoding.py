@@ -41,7 +41,9 @@ class PositionalEncodingConfig(Config):
         if self.d_model <= 0 or self.d_model % 2:
             raise ConfigError(f"ember: PositionalEncodingConfig: d_model must be even and > 0, got {self.d_model}")
         if self.max_sequence_size <= 0:
-            raise ConfigError(f"ember: PositionalEncodingConfig: max_sequence_size must be > 0, got {self.max_sequence_size}")
+            raise ConfigError(
+                f"ember: PositionalEncodingConfig: max_sequence_size must be > 0, got {self.max_sequence_size}"
+            )
         if self.max_timescale < self.max_sequence_size:
             raise ConfigError(
                 f"ember: PositionalEncodingConfig: max_timescale ({self.max_timescale}) must be >= "
@@ -63,7 +65,9 @@ class PositionalEncoding(Module):
     def forward(self, x: Tensor) -> Tensor:
         _, max_size, d_model = self.sinusoids.shape
         if x.rank != 3 or x.dims()[2] != d_model:
-            raise ShapeError(f"ember: PositionalEncoding: the input must be [batch, seq, d_model={d_model}], got {x.dims()}")
+            raise ShapeError(
+                f"ember: PositionalEncoding: the input must be [batch, seq, d_model={d_model}], got {x.dims()}"
+            )
         seq = x.dims()[1]
         if seq > max_size:
             raise ShapeError(

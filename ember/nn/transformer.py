@@ -70,7 +70,10 @@ class TransformerEncoderConfig(Config):
 
     def _layer(self, device: Device) -> TransformerEncoderLayer:
         mha = MultiHeadAttentionConfig(
-            self.d_model, self.n_heads, dropout=self.dropout, quiet_softmax=self.quiet_softmax,
+            self.d_model,
+            self.n_heads,
+            dropout=self.dropout,
+            quiet_softmax=self.quiet_softmax,
             initializer=self.initializer,
         ).init(device)
         pwff = PositionWiseFeedForwardConfig(
@@ -78,7 +81,11 @@ class TransformerEncoderConfig(Config):
         ).init(device)
         norm = LayerNormConfig(self.d_model, epsilon=self.layer_norm_eps)
         return TransformerEncoderLayer(
-            mha=mha, pwff=pwff, norm_1=norm.init(device), norm_2=norm.init(device), dropout=Dropout(self.dropout),
+            mha=mha,
+            pwff=pwff,
+            norm_1=norm.init(device),
+            norm_2=norm.init(device),
+            dropout=Dropout(self.dropout),
             norm_first=self.norm_first,
         )
 
@@ -122,8 +129,12 @@ class TransformerEncoder(Module):
     layers: list[TransformerEncoderLayer]
 
     def forward(
-        self, input: TransformerEncoderInput | Tensor, mask: Tensor | None = None, *,
-        mask_pad: Tensor | None = None, causal: bool = False,
+        self,
+        input: TransformerEncoderInput | Tensor,
+        mask: Tensor | None = None,
+        *,
+        mask_pad: Tensor | None = None,
+        causal: bool = False,
     ) -> Tensor:
         if isinstance(input, Tensor):
             input = TransformerEncoderInput(input, mask_pad, mask)

@@ -28,8 +28,10 @@ class Unfold4dConfig(Config):
     def init(self, device: Any = None) -> Unfold4d:
         """The layer (it has no parameters, so ``device`` is ignored)."""
         return Unfold4d(
-            as_tuple("Unfold4dConfig", "kernel_size", self.kernel_size, 2), as_tuple("Unfold4dConfig", "stride", self.stride, 2),
-            as_tuple("Unfold4dConfig", "dilation", self.dilation, 2), as_tuple("Unfold4dConfig", "padding", self.padding, 2, 0),
+            as_tuple("Unfold4dConfig", "kernel_size", self.kernel_size, 2),
+            as_tuple("Unfold4dConfig", "stride", self.stride, 2),
+            as_tuple("Unfold4dConfig", "dilation", self.dilation, 2),
+            as_tuple("Unfold4dConfig", "padding", self.padding, 2, 0),
         )
 
 

@@ -74,8 +74,10 @@ class ModelDescription:
         lines = [
             f"ONNX model {self.source}: IR version {self.ir_version}, producer {self.producer or '?'}, opsets {opsets}",
             f"initializers: {self.initializers} ({self.initializer_values:,} values)",
-            "inputs:", *[f"  {t}" for t in self.inputs],
-            "outputs:", *[f"  {t}" for t in self.outputs],
+            "inputs:",
+            *[f"  {t}" for t in self.inputs],
+            "outputs:",
+            *[f"  {t}" for t in self.outputs],
             f"operators ({len(self.nodes)} nodes):",
         ]
         width = max((len(o.op_type) + (len(o.domain) + 1 if o.domain else 0) for o in self.ops), default=0)
@@ -128,13 +130,14 @@ def describe(source: proto.Source) -> ModelDescription:
             if problem is None:
                 status[key] = (version, True, "")
             else:
-                status[key] = (version or proto.schema_version(node.op_type, domain, node_opset(opsets, domain)),
-                               False, problem.reason)
+                status[key] = (
+                    version or proto.schema_version(node.op_type, domain, node_opset(opsets, domain)),
+                    False,
+                    problem.reason,
+                )
         if problem is not None:
             unsupported.append(problem.describe())
-        outputs = tuple(
-            _tensor_info(known[o]) if o in known else TensorInfo(o, "?", None) for o in node.output if o
-        )
+        outputs = tuple(_tensor_info(known[o]) if o in known else TensorInfo(o, "?", None) for o in node.output if o)
         nodes.append(NodeInfo(node.name, node.op_type, tuple(node.input), outputs, problem is None))
     ops = [OpInfo(op_type, domain, n, *status[(domain, op_type)]) for (domain, op_type), n in counts.most_common()]
     values = 0

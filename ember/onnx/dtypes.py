@@ -15,27 +15,71 @@ from ember.errors import OnnxError
 
 #: ONNX element type number -> name (as TensorProto spells it).
 ONNX_NAMES = {
-    0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64",
-    8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
-    15: "COMPLEX128", 16: "BFLOAT16", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2",
-    20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1",
+    0: "UNDEFINED",
+    1: "FLOAT",
+    2: "UINT8",
+    3: "INT8",
+    4: "UINT16",
+    5: "INT16",
+    6: "INT32",
+    7: "INT64",
+    8: "STRING",
+    9: "BOOL",
+    10: "FLOAT16",
+    11: "DOUBLE",
+    12: "UINT32",
+    13: "UINT64",
+    14: "COMPLEX64",
+    15: "COMPLEX128",
+    16: "BFLOAT16",
+    17: "FLOAT8E4M3FN",
+    18: "FLOAT8E4M3FNUZ",
+    19: "FLOAT8E5M2",
+    20: "FLOAT8E5M2FNUZ",
+    21: "UINT4",
+    22: "INT4",
+    23: "FLOAT4E2M1",
 }
 
 _NUMPY = {
-    1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8), 4: np.dtype(np.uint16),
-    5: np.dtype(np.int16), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
-    10: np.dtype(np.float16), 11: np.dtype(np.float64), 12: np.dtype(np.uint32), 13: np.dtype(np.uint64),
+    1: np.dtype(np.float32),
+    2: np.dtype(np.uint8),
+    3: np.dtype(np.int8),
+    4: np.dtype(np.uint16),
+    5: np.dtype(np.int16),
+    6: np.dtype(np.int32),
+    7: np.dtype(np.int64),
+    9: np.dtype(np.bool_),
+    10: np.dtype(np.float16),
+    11: np.dtype(np.float64),
+    12: np.dtype(np.uint32),
+    13: np.dtype(np.uint64),
     16: np.dtype(ml_dtypes.bfloat16),
 }
 
 _EMBER = {
-    1: DType.FLOAT32, 2: DType.UINT8, 3: DType.INT32, 4: DType.INT32, 5: DType.INT32, 6: DType.INT32,
-    7: DType.INT64, 9: DType.BOOL, 10: DType.FLOAT16, 11: DType.FLOAT64, 12: DType.INT64, 13: DType.INT64,
+    1: DType.FLOAT32,
+    2: DType.UINT8,
+    3: DType.INT32,
+    4: DType.INT32,
+    5: DType.INT32,
+    6: DType.INT32,
+    7: DType.INT64,
+    9: DType.BOOL,
+    10: DType.FLOAT16,
+    11: DType.FLOAT64,
+    12: DType.INT64,
+    13: DType.INT64,
     16: DType.BFLOAT16,
 }
 
-_WIDEN = {np.dtype(np.int8): DType.INT32, np.dtype(np.int16): DType.INT32, np.dtype(np.uint16): DType.INT32,
-          np.dtype(np.uint32): DType.INT64, np.dtype(np.uint64): DType.INT64}
+_WIDEN = {
+    np.dtype(np.int8): DType.INT32,
+    np.dtype(np.int16): DType.INT32,
+    np.dtype(np.uint16): DType.INT32,
+    np.dtype(np.uint32): DType.INT64,
+    np.dtype(np.uint64): DType.INT64,
+}
 
 
 def onnx_name(elem_type: int) -> str:

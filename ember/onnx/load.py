@@ -76,7 +76,9 @@ def with_input_shapes(file: ModelFile, input_shapes: Mapping[str, Dims]) -> Mode
         for i, d in enumerate(dims):
             dim = shape.dim.add()
             if isinstance(d, bool) or not (d is None or isinstance(d, (int, str))) or (isinstance(d, int) and d < 0):
-                raise OnnxError(f"ember: input_shapes[{name!r}]: dim {i} must be an int >= 0, a name or None, got {d!r}")
+                raise OnnxError(
+                    f"ember: input_shapes[{name!r}]: dim {i} must be an int >= 0, a name or None, got {d!r}"
+                )
             if isinstance(d, int):
                 dim.dim_value = d
             else:

@@ -34,9 +34,7 @@ class OnnxModel(Module):
             args = self._arrange(args, kwargs)
         if len(args) != len(program.inputs):
             names = ", ".join(spec.name for spec in program.inputs)
-            raise ModuleError(
-                f"ember: this ONNX model takes {len(program.inputs)} input(s) ({names}), got {len(args)}"
-            )
+            raise ModuleError(f"ember: this ONNX model takes {len(program.inputs)} input(s) ({names}), got {len(args)}")
         outputs = program.run(args, self.weights, self.states)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -47,7 +45,7 @@ class OnnxModel(Module):
         if unknown:
             raise ModuleError(f"ember: this ONNX model has no input {unknown[0]!r}; its inputs are {', '.join(names)}")
         out = list(args)
-        for name in names[len(args):]:
+        for name in names[len(args) :]:
             if name not in kwargs:
                 raise ModuleError(f"ember: the ONNX model's input {name!r} is missing")
             out.append(kwargs[name])

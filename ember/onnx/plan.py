@@ -76,8 +76,10 @@ def check_node(node: Any, opsets: dict[str, int]) -> tuple[OpDef | None, int, Un
         reason = f"ONNX defines no {node.op_type} in opset {opset}"
         return None, 0, Unsupported(node.op_type, domain, node.name, opset, reason)
     if version < opdef.since:
-        reason = (f"ember implements {node.op_type} from its version {opdef.since}, the model uses version {version}; "
-                  f"re-export with a newer opset (e.g. opset_version=17)")
+        reason = (
+            f"ember implements {node.op_type} from its version {opdef.since}, the model uses version {version}; "
+            f"re-export with a newer opset (e.g. opset_version=17)"
+        )
         return None, version, Unsupported(node.op_type, domain, node.name, opset, reason)
     return opdef, version, None
 
@@ -159,8 +161,15 @@ class Planner:
             outputs.append((out.name, slot))
         steps = self.with_drops({slot for _, slot in outputs})
         program = Program(
-            len(self.template), self.template, inputs, self.param_slots, self.state_slots, self.const_tensors,
-            steps, outputs, self.data_dependent,
+            len(self.template),
+            self.template,
+            inputs,
+            self.param_slots,
+            self.state_slots,
+            self.const_tensors,
+            steps,
+            outputs,
+            self.data_dependent,
         )
         program._fallback_device = self.device
         program.transposed = self.transposed
@@ -180,8 +189,13 @@ class Planner:
         its own, named by its output, so that layers that happened to be equal are not tied."""
         kept = []
         for node in nodes:
-            if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and len(node.input) == 1 \
-                    and node.input[0] in initializers and node.output[0] not in initializers:
+            if (
+                node.op_type == "Identity"
+                and node.domain in ("", "ai.onnx")
+                and len(node.input) == 1
+                and node.input[0] in initializers
+                and node.output[0] not in initializers
+            ):
                 initializers[node.output[0]] = initializers[node.input[0]].copy()
                 continue
             kept.append(node)
@@ -203,8 +217,15 @@ class Planner:
             array = initializers.get(name)
             if array is None or array.dtype.kind != "f" or array.ndim != 2:
                 continue
-            if all(node is not None and i == 1 and node.op_type == "Gemm" and node.domain in ("", "ai.onnx")
-                   and _attr_int(node, "transB") == 1 and _attr_int(node, "transA") == 0 for node, i in uses):
+            if all(
+                node is not None
+                and i == 1
+                and node.op_type == "Gemm"
+                and node.domain in ("", "ai.onnx")
+                and _attr_int(node, "transB") == 1
+                and _attr_int(node, "transA") == 0
+                for node, i in uses
+            ):
                 initializers[name] = np.ascontiguousarray(array.T)
                 chosen.add(name)
                 for node, _ in uses:
@@ -225,8 +246,9 @@ class Planner:
             raise unsupported_error(found, self.label)
         return checked
 
-    def initializer_uses(self, nodes: list[Any], checked: list[tuple[OpDef, int]],
-                         initializers: dict[str, np.ndarray]) -> dict[str, set[str]]:
+    def initializer_uses(
+        self, nodes: list[Any], checked: list[tuple[OpDef, int]], initializers: dict[str, np.ndarray]
+    ) -> dict[str, set[str]]:
         """``{initializer: {"host", "tensor", "state"}}``: how the nodes read it."""
         uses: dict[str, set[str]] = {name: set() for name in initializers}
         for node, (opdef, _) in zip(nodes, checked):
@@ -279,8 +301,17 @@ class Planner:
         attrs.update(self.overrides.get(id(node), {}))
         consts = [v.const if v is not None and v.kind == CONST else None for v in values]
         shapes = [v.shape if v is not None else None for v in values]
-        return Node(node.op_type, node.name, version, node_opset(self.opsets, node.domain), attrs,
-                    list(node.input), outputs_of(node), consts, shapes)
+        return Node(
+            node.op_type,
+            node.name,
+            version,
+            node_opset(self.opsets, node.domain),
+            attrs,
+            list(node.input),
+            outputs_of(node),
+            consts,
+            shapes,
+        )
 
     def add_node(self, node: Any, opdef: OpDef, version: int) -> None:
         values: list[Value | None] = []
@@ -290,8 +321,10 @@ class Planner:
                 continue
             value = self.values.get(name)
             if value is None:
-                raise OnnxError(f"ember: {self.label}: {node.op_type} node {node.name!r} reads {name!r}, "
-                                "which no earlier node, input or initializer defines")
+                raise OnnxError(
+                    f"ember: {self.label}: {node.op_type} node {node.name!r} reads {name!r}, "
+                    "which no earlier node, input or initializer defines"
+                )
             values.append(value)
         view = self.node_view(node, version, values)
         present = [v for v in values if v is not None]
@@ -326,8 +359,10 @@ class Planner:
         host_inputs = opdef.host
 
         def via_flex(*args: Any) -> Any:
-            moved = [a if a is None or i in host_inputs else host_to_tensor(np.asarray(a), flex, view.label)
-                     for i, a in enumerate(args)]
+            moved = [
+                a if a is None or i in host_inputs else host_to_tensor(np.asarray(a), flex, view.label)
+                for i, a in enumerate(args)
+            ]
             out = fn(*moved)
             if isinstance(out, (tuple, list)):
                 return tuple(o.to_numpy() if isinstance(o, Tensor) else o for o in out)
@@ -339,8 +374,10 @@ class Planner:
         names = outputs_of(node)
         out = list(out) if len(names) > 1 or node.op_type in MULTI_RESULT else [out]
         if len(out) < len(names):
-            raise OnnxError(f"ember: {self.label}: {node.op_type} node {node.name!r} made {len(out)} outputs, "
-                            f"the graph reads {len(names)}")
+            raise OnnxError(
+                f"ember: {self.label}: {node.op_type} node {node.name!r} made {len(out)} outputs, "
+                f"the graph reads {len(names)}"
+            )
         return out
 
     def fold(self, node: Any, opdef: OpDef, view: Node, args: list[Any]) -> None:
@@ -349,18 +386,22 @@ class Planner:
         except OnnxError:
             raise
         except Exception as error:
-            raise OnnxError(f"ember: {self.label}: folding the constant {view.label} failed: "
-                            f"{type(error).__name__}: {error}") from error
+            raise OnnxError(
+                f"ember: {self.label}: folding the constant {view.label} failed: {type(error).__name__}: {error}"
+            ) from error
         for name, value in zip(outputs_of(node), self.results(node, out)):
             if name:
                 array = np.asarray(value)
                 self.values[name] = Value(CONST, -1, array, array.shape)
 
-    def emit_host(self, node: Any, opdef: OpDef, view: Node, values: list[Value | None],
-                  shape_of: bool = False) -> None:
+    def emit_host(
+        self, node: Any, opdef: OpDef, view: Node, values: list[Value | None], shape_of: bool = False
+    ) -> None:
         fn = opdef.build(view) if shape_of else self.host_function(opdef, view)
-        ins = tuple(self.host_input(v, i in opdef.host or not shape_of) if v is not None else NONE_SLOT
-                    for i, v in enumerate(values))
+        ins = tuple(
+            self.host_input(v, i in opdef.host or not shape_of) if v is not None else NONE_SLOT
+            for i, v in enumerate(values)
+        )
         outs = self.output_slots(node, HOST)
         self.steps.append(Step(fn, ins, outs, True, view.label))
         if opdef.data_dependent:
@@ -433,7 +474,9 @@ class Planner:
         slot = self.to_tensor_slot.get(name)
         if slot is None:
             slot = self.new_slot()
-            self.steps.append(Step(_to_tensor, (value.slot, DEVICE_SLOT), slot, False, f"conversion of {name!r} to a tensor"))
+            self.steps.append(
+                Step(_to_tensor, (value.slot, DEVICE_SLOT), slot, False, f"conversion of {name!r} to a tensor")
+            )
             self.to_tensor_slot[name] = slot
         return slot
 
@@ -461,8 +504,12 @@ class Planner:
         inputs = {v.slot for v in self.values.values() if v.kind == TENSOR} - {
             s for step in self.steps for s in ((step.outs,) if isinstance(step.outs, int) else step.outs)
         }
-        host = {slot for step in self.steps if step.host
-                for slot in ((step.outs,) if isinstance(step.outs, int) else step.outs)}  # kept per input shape
+        host = {
+            slot
+            for step in self.steps
+            if step.host
+            for slot in ((step.outs,) if isinstance(step.outs, int) else step.outs)
+        }  # kept per input shape
         never = self.pinned | kept | inputs | host
         drops: dict[int, list[int]] = {}
         for slot, index in last.items():

@@ -91,12 +91,15 @@ class Program:
         self.cacheable = bool(self.host_outputs) and not data_dependent
         # (fn, ins, outs, multi, drops): ``outs`` is a tuple of slots when ``multi``, else one slot.
         self._all: list[_RunStep] = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps]
-        self._tensor_only: list[_RunStep] = [(s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps if not s.host]
+        self._tensor_only: list[_RunStep] = [
+            (s.fn, s.ins, s.outs, type(s.outs) is tuple, s.drops) for s in steps if not s.host
+        ]
         self._labels = [s.label for s in steps]
         self._tensor_labels = [s.label for s in steps if not s.host]
         # Per input: its slot, the shape it must have when the model fixes every dim, its numpy dtype.
-        self._expected = [(spec.slot, spec.dims, spec.dims is not None and None not in spec.dims, spec.dtype.np)
-                          for spec in inputs]
+        self._expected = [
+            (spec.slot, spec.dims, spec.dims is not None and None not in spec.dims, spec.dtype.np) for spec in inputs
+        ]
         self._device_consts: dict[Device, list[tuple[int, Tensor]]] = {}
         self._host_cache: OrderedDict[tuple, list[tuple[int, Any]]] = OrderedDict()
 
@@ -106,9 +109,11 @@ class Program:
         env = self.template.copy()
         device: Device | None = None
         for (slot, dims, static, dtype), value in zip(self._expected, args):
-            if type(value) is not Tensor or value._p.dtype != dtype or (dims is not None and (
-                value._p.shape != dims if static else not _fits(value._p.shape, dims)
-            )):
+            if (
+                type(value) is not Tensor
+                or value._p.dtype != dtype
+                or (dims is not None and (value._p.shape != dims if static else not _fits(value._p.shape, dims)))
+            ):
                 self._bind_inputs(env, args)  # converts what it can, raises for the rest
                 break
             env[slot] = value
@@ -194,7 +199,9 @@ class Program:
     def _constants(self, device: Device) -> list[tuple[int, Tensor]]:
         made = self._device_consts.get(device)
         if made is None:
-            made = [(slot, Tensor.from_data(array, device=device, dtype=dtype)) for slot, array, dtype in self.const_tensors]
+            made = [
+                (slot, Tensor.from_data(array, device=device, dtype=dtype)) for slot, array, dtype in self.const_tensors
+            ]
             if current_trace() is None:  # inside ember.compile they are the trace's constants
                 self._device_consts[device] = made
         return made

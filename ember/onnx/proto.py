@@ -66,7 +66,9 @@ def read_model(source: Source, check: bool = True) -> ModelFile:
         try:
             model = onnx.load_model_from_string(data)
         except (DecodeError, ValueError, RuntimeError) as error:
-            raise OnnxError(f"ember: {label} is not a valid ONNX model (truncated or corrupt protobuf): {error}") from None
+            raise OnnxError(
+                f"ember: {label} is not a valid ONNX model (truncated or corrupt protobuf): {error}"
+            ) from None
     elif isinstance(source, (str, os.PathLike)):
         label = os.fspath(source)
         if not os.path.exists(label):
@@ -80,13 +82,13 @@ def read_model(source: Source, check: bool = True) -> ModelFile:
         except onnx.checker.ValidationError as error:  # external data missing or out of place
             raise OnnxError(f"ember: {label}: cannot read its external data: {error}") from None
         except (DecodeError, ValueError, RuntimeError) as error:
-            raise OnnxError(f"ember: {label} is not a valid ONNX file (truncated or corrupt protobuf): {error}") from None
+            raise OnnxError(
+                f"ember: {label} is not a valid ONNX file (truncated or corrupt protobuf): {error}"
+            ) from None
         except OSError as error:
             raise OnnxError(f"ember: {label}: cannot read the model or its external data: {error}") from None
     else:
-        raise OnnxError(
-            f"ember: expected a path, bytes or an onnx.ModelProto, got {type(source).__name__}"
-        )
+        raise OnnxError(f"ember: expected a path, bytes or an onnx.ModelProto, got {type(source).__name__}")
     if check:
         try:
             _check(onnx, model, label)
@@ -176,7 +178,9 @@ def to_array(tensor: Any, where: str) -> np.ndarray:
         raise OnnxError(f"ember: {where}: the tensor {tensor.name!r} cannot be read ({error})") from None
     expected = tuple(int(d) for d in tensor.dims)
     if array.shape != expected:
-        raise OnnxError(f"ember: {where}: the tensor {tensor.name!r} holds {array.size} values for dims {list(expected)}")
+        raise OnnxError(
+            f"ember: {where}: the tensor {tensor.name!r} holds {array.size} values for dims {list(expected)}"
+        )
     return np.array(array, copy=True)
 
 

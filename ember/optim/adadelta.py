@@ -41,8 +41,9 @@ class AdadeltaConfig(OptimizerConfig):
         check_range("AdadeltaConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True, high_open=True)
         check_range("AdadeltaConfig", "weight_decay", self.weight_decay, 0.0, math.inf, high_open=True)
 
-    def apply_single(self, lr: float, param: Tensor, grad: Tensor,
-                     state: AdadeltaState | None) -> tuple[Tensor, AdadeltaState]:
+    def apply_single(
+        self, lr: float, param: Tensor, grad: Tensor, state: AdadeltaState | None
+    ) -> tuple[Tensor, AdadeltaState]:
         grad = l2_penalty(grad, param, self.weight_decay)
         square_avg = ema(None if state is None else state.square_avg, grad.square(), self.rho)
         std = square_avg.add_scalar(self.epsilon).sqrt()

@@ -39,11 +39,13 @@ class AdaGradConfig(OptimizerConfig):
         check_range("AdaGradConfig", "lr_decay", self.lr_decay, 0.0, math.inf, high_open=True)
         check_range("AdaGradConfig", "weight_decay", self.weight_decay, 0.0, math.inf, high_open=True)
         check_range("AdaGradConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True, high_open=True)
-        check_range("AdaGradConfig", "initial_accumulator_value", self.initial_accumulator_value, 0.0, math.inf,
-                    high_open=True)
+        check_range(
+            "AdaGradConfig", "initial_accumulator_value", self.initial_accumulator_value, 0.0, math.inf, high_open=True
+        )
 
-    def apply_single(self, lr: float, param: Tensor, grad: Tensor,
-                     state: AdaGradState | None) -> tuple[Tensor, AdaGradState]:
+    def apply_single(
+        self, lr: float, param: Tensor, grad: Tensor, state: AdaGradState | None
+    ) -> tuple[Tensor, AdaGradState]:
         grad = l2_penalty(grad, param, self.weight_decay)
         square = grad.square()
         if state is None:

@@ -52,13 +52,16 @@ class AdamConfig(OptimizerConfig):
         check_range(type(self).__name__, "epsilon", self.epsilon, 0.0, math.inf, low_open=True)
         check_range(type(self).__name__, "weight_decay", self.weight_decay, 0.0, math.inf)
 
-    def step_many(self, lr: float, params: list[Tensor], grads: list[Tensor],
-                  states: list[AdamState | None]) -> list[tuple[Tensor, AdamState]]:
+    def step_many(
+        self, lr: float, params: list[Tensor], grads: list[Tensor], states: list[AdamState | None]
+    ) -> list[tuple[Tensor, AdamState]]:
         if not params:
             return []
         # One fused call per (device, step count, AMSGrad maximum kept): usually one.
-        keys = [(id(p._d), 0, False) if s is None else (id(p._d), s.time, s.max_moment_2 is not None)
-                for p, s in zip(params, states)]
+        keys = [
+            (id(p._d), 0, False) if s is None else (id(p._d), s.time, s.max_moment_2 is not None)
+            for p, s in zip(params, states)
+        ]
         first = keys[0]
         if all(key == first for key in keys):
             batches: dict[tuple[int, int, bool], list[int]] = {first: list(range(len(params)))}
@@ -74,18 +77,30 @@ class AdamConfig(OptimizerConfig):
             old = [s for s in (states[i] for i in indices) if s is not None]
             first_step = time == 0
             new, m, v, v_max = fused(
-                FusedOp.ADAM_STEP_MANY, device,
-                [params[i]._p for i in indices], [grads[i]._p for i in indices],
+                FusedOp.ADAM_STEP_MANY,
+                device,
+                [params[i]._p for i in indices],
+                [grads[i]._p for i in indices],
                 None if first_step else [s.moment_1._p for s in old],
                 None if first_step else [s.moment_2._p for s in old],
                 [s.max_moment_2._p for s in old if s.max_moment_2 is not None] if has_max else None,
-                lr=lr, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, weight_decay=self.weight_decay,
-                decoupled=self.decoupled, amsgrad=self.amsgrad, time=time + 1,
+                lr=lr,
+                beta_1=self.beta_1,
+                beta_2=self.beta_2,
+                epsilon=self.epsilon,
+                weight_decay=self.weight_decay,
+                decoupled=self.decoupled,
+                amsgrad=self.amsgrad,
+                time=time + 1,
             )
             time += 1
             for j, i in enumerate(indices):
-                state = AdamState(Tensor(m[j], device), Tensor(v[j], device), time,
-                                  None if v_max is None else Tensor(v_max[j], device))
+                state = AdamState(
+                    Tensor(m[j], device),
+                    Tensor(v[j], device),
+                    time,
+                    None if v_max is None else Tensor(v_max[j], device),
+                )
                 results[i] = (Tensor(new[j], device), state)
         return results
 
@@ -102,10 +117,22 @@ class AdamWConfig(AdamConfig):
 
 
 @composite(FusedOp.ADAM_STEP_MANY)
-def adam_step_many(params: list[Tensor], grads: list[Tensor], moments_1: list[Tensor] | None,
-                   moments_2: list[Tensor] | None, max_moments_2: list[Tensor] | None, *, lr: float, beta_1: float,
-                   beta_2: float, epsilon: float, weight_decay: float, decoupled: bool, amsgrad: bool,
-                   time: int) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor] | None]:
+def adam_step_many(
+    params: list[Tensor],
+    grads: list[Tensor],
+    moments_1: list[Tensor] | None,
+    moments_2: list[Tensor] | None,
+    max_moments_2: list[Tensor] | None,
+    *,
+    lr: float,
+    beta_1: float,
+    beta_2: float,
+    epsilon: float,
+    weight_decay: float,
+    decoupled: bool,
+    amsgrad: bool,
+    time: int,
+) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor] | None]:
     """Adam/AdamW on each tensor (``Backend.adam_step_many``'s composite):
     ``g += weight_decay * w`` (Adam); ``m, v`` by :class:`AdaptiveMomentum`; AMSGrad
     keeps ``v_max = max(v_max, v)`` and uses it for ``v``; ``w *= 1 - lr * weight_decay``
@@ -118,8 +145,9 @@ def adam_step_many(params: list[Tensor], grads: list[Tensor], moments_1: list[Te
     for i, (param, grad) in enumerate(zip(params, grads)):
         if not decoupled:
             grad = l2_penalty(grad, param, weight_decay)
-        m, v = adaptive.moments(grad, None if moments_1 is None else moments_1[i],
-                                None if moments_2 is None else moments_2[i])
+        m, v = adaptive.moments(
+            grad, None if moments_1 is None else moments_1[i], None if moments_2 is None else moments_2[i]
+        )
         v_max = None
         if amsgrad:
             previous = None if max_moments_2 is None else max_moments_2[i]

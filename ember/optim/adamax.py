@@ -41,8 +41,9 @@ class AdamaxConfig(OptimizerConfig):
         check_range("AdamaxConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True, high_open=True)
         check_range("AdamaxConfig", "weight_decay", self.weight_decay, 0.0, math.inf, high_open=True)
 
-    def apply_single(self, lr: float, param: Tensor, grad: Tensor,
-                     state: AdamaxState | None) -> tuple[Tensor, AdamaxState]:
+    def apply_single(
+        self, lr: float, param: Tensor, grad: Tensor, state: AdamaxState | None
+    ) -> tuple[Tensor, AdamaxState]:
         grad = l2_penalty(grad, param, self.weight_decay)
         m = ema(None if state is None else state.exp_avg, grad, self.beta_1)
         fresh = grad.abs().add_scalar(self.epsilon)

@@ -31,7 +31,9 @@ class OptimizerState:
 
     def to_device(self, device: Device) -> Any:
         """The same record with its tensors on ``device``."""
-        return type(self)(**{k: v.to_device(device) if isinstance(v, Tensor) else v for k, v in self.to_record().items()})
+        return type(self)(
+            **{k: v.to_device(device) if isinstance(v, Tensor) else v for k, v in self.to_record().items()}
+        )
 
     def to_record(self) -> dict[str, Any]:
         """The fields by name."""
@@ -86,14 +88,17 @@ class OptimizerConfig(Config):
         (pass the state back on the next step)."""
         return self.step_many(lr, [param], [grad], [state])[0]
 
-    def step_many(self, lr: float, params: list[Tensor], grads: list[Tensor], states: list[Any]) -> list[tuple[Tensor, Any]]:
+    def step_many(
+        self, lr: float, params: list[Tensor], grads: list[Tensor], states: list[Any]
+    ) -> list[tuple[Tensor, Any]]:
         """:meth:`step` on several tensors with one learning rate. Optimizers with a fused
         kernel override it (Adam); the others run :meth:`apply_single` on each."""
         return [self.apply_single(lr, param, grad, state) for param, grad, state in zip(params, grads, states)]
 
 
-def check_range(name: str, field: str, value: float, low: float, high: float, *, low_open: bool = False,
-                high_open: bool = False) -> None:
+def check_range(
+    name: str, field: str, value: float, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> None:
     """Raise a ConfigError unless ``low <= value <= high`` (ends optionally open)."""
     below = value <= low if low_open else value < low
     above = value >= high if high_open else value > high

@@ -26,8 +26,9 @@ class GradientClipping(Config):
 
     def validate(self) -> None:
         if self.kind not in _KINDS:
-            raise ConfigError(f"ember: GradientClipping: kind must be one of {', '.join(map(repr, _KINDS))}, "
-                              f"got {self.kind!r}")
+            raise ConfigError(
+                f"ember: GradientClipping: kind must be one of {', '.join(map(repr, _KINDS))}, got {self.kind!r}"
+            )
         if not self.threshold > 0:
             raise ConfigError(f"ember: GradientClipping: the threshold must be > 0, got {self.threshold}")
 
@@ -63,8 +64,14 @@ class GradientClipping(Config):
             total = squares if total is None else total.add(squares)
         assert total is not None  # at least two grads
         scale = self._scale(total.sqrt())
-        return [g.mul(scale if g.device == scale.device and g.dtype == scale.dtype
-                      else scale.to_device(g.device).cast(g.dtype)) for g in grads]
+        return [
+            g.mul(
+                scale
+                if g.device == scale.device and g.dtype == scale.dtype
+                else scale.to_device(g.device).cast(g.dtype)
+            )
+            for g in grads
+        ]
 
     def _scale(self, norm: Tensor) -> Tensor:
         """``min(1, threshold / (norm + 1e-6))``, as PyTorch's ``clip_grad_norm_``."""

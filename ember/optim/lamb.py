@@ -47,7 +47,9 @@ class LambConfig(OptimizerConfig):
     def apply_single(self, lr: float, param: Tensor, grad: Tensor, state: LambState | None) -> tuple[Tensor, LambState]:
         adaptive = AdaptiveMomentum(self.beta_1, self.beta_2, self.epsilon)
         time = 1 if state is None else state.time + 1
-        m, v = adaptive.moments(grad, None if state is None else state.moment_1, None if state is None else state.moment_2)
+        m, v = adaptive.moments(
+            grad, None if state is None else state.moment_1, None if state is None else state.moment_2
+        )
         update = l2_penalty(adaptive.direction(m, v, time), param, self.weight_decay)
         param_norm, update_norm = param.norm(), update.norm()
         degenerate = param_norm.equal_elem(0.0).bool_or(update_norm.equal_elem(0.0))

@@ -131,7 +131,9 @@ class ModuleOptimizer:
         self.states.update(new_states)
         return module.map(_Replace(updates))
 
-    def _buckets(self, lr: float, entries: list[tuple[Param, str, Tensor]]) -> list[tuple[OptimizerConfig, float, list]]:
+    def _buckets(
+        self, lr: float, entries: list[tuple[Param, str, Tensor]]
+    ) -> list[tuple[OptimizerConfig, float, list]]:
         """The entries (gradients clipped) grouped by optimizer and learning rate."""
         if not self.groups and self.grad_clipping is None:  # one bucket: no lookups
             return [(self.optimizer, lr, entries)] if entries else []
@@ -170,8 +172,14 @@ class ModuleOptimizer:
             for pid, state in self.states.items()
         }
 
-    def load_record(self, record: dict[str, Any], module: Module | None = None, *, strict: bool = True,
-                    source: str = "the optimizer record") -> ModuleOptimizer:
+    def load_record(
+        self,
+        record: dict[str, Any],
+        module: Module | None = None,
+        *,
+        strict: bool = True,
+        source: str = "the optimizer record",
+    ) -> ModuleOptimizer:
         """Restores states saved by :meth:`to_record` (replacing the current ones).
 
         With ``strict=True`` the states must belong to the model they will step: when
@@ -184,8 +192,13 @@ class ModuleOptimizer:
             known[group.optimizer.state_type.__name__] = group.optimizer.state_type
         states: dict[ParamId, OptimizerState] = StateDict()
         for key, entry in record.items():
-            if not isinstance(key, str) or len(key) != 16 or any(c not in "0123456789abcdef" for c in key) \
-                    or not isinstance(entry, dict) or not isinstance(entry.get("fields"), dict):
+            if (
+                not isinstance(key, str)
+                or len(key) != 16
+                or any(c not in "0123456789abcdef" for c in key)
+                or not isinstance(entry, dict)
+                or not isinstance(entry.get("fields"), dict)
+            ):
                 raise RecordError(f"ember: load_record: {source} is corrupt: the state {str(key)[:40]!r} is malformed")
             type_name = entry.get("type")
             state_type = known.get(type_name) if isinstance(type_name, str) else None
@@ -223,8 +236,9 @@ class ModuleOptimizer:
 
         save_record(path, {"states": self.to_record()}, metadata={"content": "optimizer"})
 
-    def load_file(self, path: Any, device: Any = None, *, module: Module | None = None,
-                  strict: bool = True) -> ModuleOptimizer:
+    def load_file(
+        self, path: Any, device: Any = None, *, module: Module | None = None, strict: bool = True
+    ) -> ModuleOptimizer:
         """Restore states saved by :meth:`save_file`, their tensors on ``device`` (the
         model's inner device; default: ``Device.default().inner()``). ``module`` and
         ``strict`` as in :meth:`load_record`: states of another model raise."""

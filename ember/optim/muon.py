@@ -38,8 +38,9 @@ class MuonState(OptimizerState):
     momentum: Tensor
 
 
-def zeropower_via_newton_schulz(g: Tensor, coefficients: tuple[float, float, float], steps: int,
-                                epsilon: float) -> Tensor:
+def zeropower_via_newton_schulz(
+    g: Tensor, coefficients: tuple[float, float, float], steps: int, epsilon: float
+) -> Tensor:
     """An approximately orthogonal matrix with ``g``'s singular vectors (``U S' Vᵀ``,
     ``S'`` near 1): ``X = g / max(‖g‖_F, epsilon)``, then ``steps`` times
     ``A = X Xᵀ``, ``X = a X + (b A + c A²) X`` on the wide orientation of ``g``."""

@@ -48,7 +48,9 @@ class NAdamConfig(OptimizerConfig):
         check_range("NAdamConfig", "weight_decay", self.weight_decay, 0.0, math.inf, high_open=True)
         check_range("NAdamConfig", "momentum_decay", self.momentum_decay, 0.0, math.inf, high_open=True)
 
-    def apply_single(self, lr: float, param: Tensor, grad: Tensor, state: NAdamState | None) -> tuple[Tensor, NAdamState]:
+    def apply_single(
+        self, lr: float, param: Tensor, grad: Tensor, state: NAdamState | None
+    ) -> tuple[Tensor, NAdamState]:
         if self.decoupled_weight_decay:
             param = decoupled_decay(param, lr, self.weight_decay)
         else:
@@ -58,7 +60,8 @@ class NAdamConfig(OptimizerConfig):
         mu_next = self._mu(time + 1)
         mu_product = (1.0 if state is None else state.mu_product) * mu
         m, v = AdaptiveMomentum(self.beta_1, self.beta_2, self.epsilon).moments(
-            grad, None if state is None else state.exp_avg, None if state is None else state.exp_avg_sq)
+            grad, None if state is None else state.exp_avg, None if state is None else state.exp_avg_sq
+        )
         denom = v.div_scalar(1.0 - self.beta_2**time).sqrt().add_scalar(self.epsilon)
         param = param.sub(grad.div(denom).mul_scalar(lr * (1.0 - mu) / (1.0 - mu_product)))
         param = param.sub(m.div(denom).mul_scalar(lr * mu_next / (1.0 - mu_product * mu_next)))

@@ -46,7 +46,9 @@ class RAdamConfig(OptimizerConfig):
         check_range("RAdamConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True, high_open=True)
         check_range("RAdamConfig", "weight_decay", self.weight_decay, 0.0, math.inf, high_open=True)
 
-    def apply_single(self, lr: float, param: Tensor, grad: Tensor, state: RAdamState | None) -> tuple[Tensor, RAdamState]:
+    def apply_single(
+        self, lr: float, param: Tensor, grad: Tensor, state: RAdamState | None
+    ) -> tuple[Tensor, RAdamState]:
         if self.decoupled_weight_decay:
             param = decoupled_decay(param, lr, self.weight_decay)
         else:
@@ -54,14 +56,16 @@ class RAdamConfig(OptimizerConfig):
         b1, b2 = self.beta_1, self.beta_2
         time = 1 if state is None else state.time + 1
         m, v = AdaptiveMomentum(b1, b2, self.epsilon).moments(
-            grad, None if state is None else state.exp_avg, None if state is None else state.exp_avg_sq)
+            grad, None if state is None else state.exp_avg, None if state is None else state.exp_avg_sq
+        )
         correction_1, correction_2 = 1.0 - b1**time, 1.0 - b2**time
         rho_inf = 2.0 / (1.0 - b2) - 1.0
         rho_t = rho_inf - 2.0 * time * b2**time / correction_2
         if rho_t > 5.0:
             rect = scalar_sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
             update = m.div(v.sqrt().add_scalar(self.epsilon)).mul_scalar(
-                lr * rect * scalar_sqrt(correction_2) / correction_1)
+                lr * rect * scalar_sqrt(correction_2) / correction_1
+            )
         else:
             update = m.mul_scalar(lr / correction_1)
         return param.sub(update), RAdamState(m, v, time)

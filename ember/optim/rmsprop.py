@@ -47,8 +47,9 @@ class RmsPropConfig(OptimizerConfig):
         check_range("RmsPropConfig", "epsilon", self.epsilon, 0.0, math.inf, low_open=True, high_open=True)
         check_range("RmsPropConfig", "weight_decay", self.weight_decay, 0.0, math.inf, high_open=True)
 
-    def apply_single(self, lr: float, param: Tensor, grad: Tensor,
-                     state: RmsPropState | None) -> tuple[Tensor, RmsPropState]:
+    def apply_single(
+        self, lr: float, param: Tensor, grad: Tensor, state: RmsPropState | None
+    ) -> tuple[Tensor, RmsPropState]:
         grad = l2_penalty(grad, param, self.weight_decay)
         square_avg = ema(None if state is None else state.square_avg, grad.square(), self.alpha)
         variance = square_avg

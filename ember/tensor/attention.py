@@ -26,7 +26,9 @@ def _operand(name: str, t: Any, query: Any) -> Tensor:
     if not isinstance(t, Tensor):
         raise DTypeError(f"ember: scaled_dot_product_attention: {name} must be a Tensor, got {type(t).__name__}")
     if t.rank < 2:
-        raise ShapeError(f"ember: scaled_dot_product_attention: {name} must have rank >= 2 [..., seq, dim], got {t.dims()}")
+        raise ShapeError(
+            f"ember: scaled_dot_product_attention: {name} must have rank >= 2 [..., seq, dim], got {t.dims()}"
+        )
     if isinstance(query, Tensor) and t._d is not query._d:
         check_device("scaled_dot_product_attention", query, t)
     return t
@@ -65,7 +67,11 @@ def attention(
             f"ember: scaled_dot_product_attention: query {query.dims()}, key {key.dims()} and value {value.dims()} "
             "must be [..., L, E], [..., S, E] and [..., S, Ev]"
         )
-    batch = broadcast_shapes("scaled_dot_product_attention", broadcast_shapes("scaled_dot_product_attention", tuple(bq), tuple(bk)), tuple(bv))
+    batch = broadcast_shapes(
+        "scaled_dot_product_attention",
+        broadcast_shapes("scaled_dot_product_attention", tuple(bq), tuple(bk)),
+        tuple(bv),
+    )
     query = query.expand(batch + (n_q, dim))
     key = key.expand(batch + (n_k, dim))
     value = value.expand(batch + tuple(value.dims()[-2:]))
@@ -85,15 +91,33 @@ def attention(
         keep = Tensor.random(full, Distribution.bernoulli(1.0 - dropout), device=device, dtype=dtype)
         keep = keep.mul_scalar(1.0 / (1.0 - dropout)) if dropout < 1.0 else keep
     context, weights = fused(
-        FusedOp.ATTENTION, device, query._p, key._p, value._p, None if mask is None else mask._p,
-        None if bias is None else bias._p, float(fill), scale, bool(causal), None if keep is None else keep._p,
+        FusedOp.ATTENTION,
+        device,
+        query._p,
+        key._p,
+        value._p,
+        None if mask is None else mask._p,
+        None if bias is None else bias._p,
+        float(fill),
+        scale,
+        bool(causal),
+        None if keep is None else keep._p,
     )
     return Tensor(context, device), Tensor(weights, device)
 
 
 @composite(FusedOp.ATTENTION)
-def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, bias: Tensor | None, fill: float,
-               scale: float, causal: bool, keep: Tensor | None) -> tuple[Tensor, Tensor]:
+def _attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    bias: Tensor | None,
+    fill: float,
+    scale: float,
+    causal: bool,
+    keep: Tensor | None,
+) -> tuple[Tensor, Tensor]:
     """``Backend.attention``'s composite (operands already broadcast to ``[..., L, S]``)."""
     device = query._d
     n_q, n_k = query.dims()[-2], key.dims()[-2]
@@ -102,7 +126,11 @@ def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, b
         scores = scores.add(bias)
     hidden = mask
     if causal:
-        later = Tensor.arange(n_k, device=device).unsqueeze_dim(0).greater(Tensor.arange(n_q, device=device).unsqueeze_dim(1))
+        later = (
+            Tensor.arange(n_k, device=device)
+            .unsqueeze_dim(0)
+            .greater(Tensor.arange(n_q, device=device).unsqueeze_dim(1))
+        )
         hidden = later if hidden is None else hidden.bool_or(later)
     if hidden is not None:
         scores = scores.mask_fill(hidden, fill)
@@ -116,7 +144,9 @@ def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, b
 
 def _broadcast(name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
     if broadcast_shapes(f"scaled_dot_product_attention ({name})", t._p.shape, shape) != shape:
-        raise ShapeError(f"ember: scaled_dot_product_attention: the {name} {t.dims()} does not broadcast to {list(shape)}")
+        raise ShapeError(
+            f"ember: scaled_dot_product_attention: the {name} {t.dims()} does not broadcast to {list(shape)}"
+        )
     return t.expand(shape) if t._p.shape != shape else t
 
 
@@ -136,7 +166,9 @@ def scaled_dot_product_attention(
     mask = bias = None
     if attn_mask is not None:
         if not isinstance(attn_mask, Tensor):
-            raise DTypeError(f"ember: scaled_dot_product_attention: attn_mask must be a Tensor, got {type(attn_mask).__name__}")
+            raise DTypeError(
+                f"ember: scaled_dot_product_attention: attn_mask must be a Tensor, got {type(attn_mask).__name__}"
+            )
         if attn_mask._p.dtype == BOOL_NP:
             mask = attn_mask.bool_not()
         else:

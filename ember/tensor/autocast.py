@@ -49,16 +49,48 @@ _count_lock = threading.Lock()
 _local = threading.local()
 
 _LOWER = frozenset({"matmul", "linear", "conv", "conv_transpose", "prelu"})
-_LOSSES = frozenset({
-    "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "cross_entropy",
-    "kl_div", "cosine_embedding_loss",
-})
-_CUDA_FLOAT32 = _LOSSES | frozenset({
-    "prod", "sum", "cumsum", "cumprod", "softmax", "log_softmax", "logsumexp", "norm",
-    "layer_norm", "group_norm", "rms_norm", "softplus",
-    "exp", "expm1", "log", "log1p", "recip", "rsqrt", "sinh", "cosh", "tan", "asin", "acos",
-    "powf", "powf_scalar", "powi_scalar",
-})
+_LOSSES = frozenset(
+    {
+        "mse_loss",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "binary_cross_entropy",
+        "cross_entropy",
+        "kl_div",
+        "cosine_embedding_loss",
+    }
+)
+_CUDA_FLOAT32 = _LOSSES | frozenset(
+    {
+        "prod",
+        "sum",
+        "cumsum",
+        "cumprod",
+        "softmax",
+        "log_softmax",
+        "logsumexp",
+        "norm",
+        "layer_norm",
+        "group_norm",
+        "rms_norm",
+        "softplus",
+        "exp",
+        "expm1",
+        "log",
+        "log1p",
+        "recip",
+        "rsqrt",
+        "sinh",
+        "cosh",
+        "tan",
+        "asin",
+        "acos",
+        "powf",
+        "powf_scalar",
+        "powi_scalar",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -112,8 +144,9 @@ def state_key() -> tuple:
 
 
 @contextmanager
-def autocast(device: Any, dtype: DType | str = DType.BFLOAT16, enabled: bool = True,
-             policy: AutocastPolicy | None = None) -> Iterator[None]:
+def autocast(
+    device: Any, dtype: DType | str = DType.BFLOAT16, enabled: bool = True, policy: AutocastPolicy | None = None
+) -> Iterator[None]:
     """Mixed precision for the ops on ``device`` (and on its autodiff and fusion
     wrappers) inside the block; ``enabled=False`` turns it off inside an outer block.
     ``policy`` replaces the dtype's default op lists."""

@@ -96,6 +96,8 @@ def check_value_fits(op: str, value: int | float | bool, dtype: DType) -> None:
         return
     if isinstance(value, float):
         if not value.is_integer():
-            raise DTypeError(f"ember: {op}: the value {value} is not an integer, so it does not fit the int dtype {dtype}")
+            raise DTypeError(
+                f"ember: {op}: the value {value} is not an integer, so it does not fit the int dtype {dtype}"
+            )
         value = int(value)
     check_int_fits(op, value, value, dtype)

@@ -25,9 +25,7 @@ class TensorData:
         if shape is not None:
             shape = tuple(shape)
             if int(np.prod(shape)) != self._array.size:
-                raise ShapeError(
-                    f"ember: TensorData: {self._array.size} values cannot take shape {list(shape)}"
-                )
+                raise ShapeError(f"ember: TensorData: {self._array.size} values cannot take shape {list(shape)}")
             self._array = self._array.reshape(shape)
 
     @classmethod
@@ -110,10 +108,7 @@ def _infer_python_dtype(array: np.ndarray) -> DType:
         return DType.INT64
     if kind == "f":
         return DType.FLOAT32
-    raise DTypeError(
-        f"ember: cannot make a tensor from values of numpy kind {array.dtype!r}; "
-        "give numbers or bools"
-    )
+    raise DTypeError(f"ember: cannot make a tensor from values of numpy kind {array.dtype!r}; give numbers or bools")
 
 
 def to_array(op: str, values: Any, dtype: DType | None) -> np.ndarray:
@@ -140,9 +135,7 @@ def to_array(op: str, values: Any, dtype: DType | None) -> np.ndarray:
         try:
             array = np.array(values)
         except ValueError as error:
-            raise ShapeError(
-                f"ember: {op}: the nested sequence is ragged (rows of unequal length): {error}"
-            ) from None
+            raise ShapeError(f"ember: {op}: the nested sequence is ragged (rows of unequal length): {error}") from None
         if array.dtype == object:
             _check_python_ints(op, array, dtype)
             raise ShapeError(
@@ -171,8 +164,7 @@ def _check_fits(op: str, array: np.ndarray, dtype: DType) -> None:
     array = array.astype(np.float64)
     if not np.all(np.isfinite(array)):
         raise DTypeError(
-            f"ember: {op}: cannot convert NaN or infinite values to {dtype}; "
-            "replace them first or keep a float dtype"
+            f"ember: {op}: cannot convert NaN or infinite values to {dtype}; replace them first or keep a float dtype"
         )
     check_int_fits(op, float(array.min()), float(array.max()), dtype)
 

@@ -22,7 +22,15 @@ from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.checks import FLOAT_NP
 from ember.tensor.tensor import Tensor
 
-_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3, "area": None}
+_MODES = {
+    "nearest": None,
+    "nearest-exact": None,
+    "linear": 1,
+    "bilinear": 2,
+    "bicubic": 2,
+    "trilinear": 3,
+    "area": None,
+}
 _CUBIC_A = -0.75
 
 
@@ -110,13 +118,19 @@ def interpolate(
         raise ValueRangeError(f"ember: interpolate: mode must be one of {', '.join(_MODES)}, got {mode!r}")
     spatial = x.rank - 2
     if not 1 <= spatial <= 3:
-        raise ShapeError(f"ember: interpolate: the input must be [batch, channels, *spatial] with 1-3 spatial dims, got {x.dims()}")
+        raise ShapeError(
+            f"ember: interpolate: the input must be [batch, channels, *spatial] with 1-3 spatial dims, got {x.dims()}"
+        )
     wanted = _MODES[mode]
     if wanted is not None and wanted != spatial:
-        raise ShapeError(f"ember: interpolate: mode {mode!r} needs {wanted} spatial dims, the input {x.dims()} has {spatial}")
+        raise ShapeError(
+            f"ember: interpolate: mode {mode!r} needs {wanted} spatial dims, the input {x.dims()} has {spatial}"
+        )
     linear = mode in ("linear", "bilinear", "bicubic", "trilinear")
     if align_corners is not None and not linear:
-        raise ValueRangeError(f"ember: interpolate: align_corners is only for the linear modes and bicubic, not {mode!r}")
+        raise ValueRangeError(
+            f"ember: interpolate: align_corners is only for the linear modes and bicubic, not {mode!r}"
+        )
     if (size is None) == (scale_factor is None):
         raise ValueRangeError("ember: interpolate: give exactly one of size and scale_factor")
     n_in = x.dims()[2:]

@@ -81,8 +81,11 @@ def _is_int(value: Any) -> bool:
 def _per_dim(op: str, name: str, value: Any, rank: int, minimum: int) -> tuple[int, ...]:
     """An int or a sequence of ``rank`` ints, each ``>= minimum``, as a tuple."""
     values = (value,) * rank if _is_int(value) else value
-    if isinstance(values, str) or not isinstance(values, Sequence) or len(values) != rank or not all(
-        _is_int(v) for v in values
+    if (
+        isinstance(values, str)
+        or not isinstance(values, Sequence)
+        or len(values) != rank
+        or not all(_is_int(v) for v in values)
     ):
         raise ValueRangeError(f"ember: {op}: {name} must be an int or {rank} ints, got {value!r}")
     values = tuple(int(v) for v in values)
@@ -100,7 +103,11 @@ def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[in
 
 
 def _padding(
-    op: str, padding: Any, spatial: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+    op: str,
+    padding: Any,
+    spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
     dilation: tuple[int, ...],
 ) -> Pairs:
     rank = len(spatial)
@@ -188,7 +195,9 @@ def _groups(op: str, groups: Any) -> int:
 
 def _check_bias(op: str, bias: Tensor | None, channels: int) -> None:
     if bias is not None and bias._p.shape != (channels,):
-        raise ShapeError(f"ember: {op}: the bias must have shape [{channels}] (one per output channel), got {bias.dims()}")
+        raise ShapeError(
+            f"ember: {op}: the bias must have shape [{channels}] (one per output channel), got {bias.dims()}"
+        )
 
 
 def _check_output(op: str, x: Tensor, out: tuple[int, ...], what: str) -> None:
@@ -200,7 +209,9 @@ def _check_output(op: str, x: Tensor, out: tuple[int, ...], what: str) -> None:
 
 
 # ---------------------------------------------------------------------- convolution
-def _conv(op: str, rank: int, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any) -> Tensor:
+def _conv(
+    op: str, rank: int, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any
+) -> Tensor:
     x, unbatched = _input(op, x, rank)
     x, weight, bias = _weight(op, x, weight, bias, rank)
     groups = _groups(op, groups)
@@ -229,8 +240,13 @@ def _conv(op: str, rank: int, x: Any, weight: Any, bias: Any, stride: Any, paddi
 
 
 def conv1d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Padding = 0,
-    dilation: IntOrTuple = 1, groups: int = 1,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
 ) -> Tensor:
     """1-d convolution: ``x`` ``[batch, channels_in, length]``, ``weight``
     ``[channels_out, channels_in / groups, kernel]``, ``bias`` ``[channels_out]``."""
@@ -238,8 +254,13 @@ def conv1d(
 
 
 def conv2d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Padding = 0,
-    dilation: IntOrTuple = 1, groups: int = 1,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
 ) -> Tensor:
     """2-d convolution: ``x`` ``[batch, channels_in, height, width]``, ``weight``
     ``[channels_out, channels_in / groups, kernel_h, kernel_w]``, ``bias`` ``[channels_out]``."""
@@ -247,16 +268,29 @@ def conv2d(
 
 
 def conv3d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Padding = 0,
-    dilation: IntOrTuple = 1, groups: int = 1,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
 ) -> Tensor:
     """3-d convolution: ``x`` ``[batch, channels_in, depth, height, width]``."""
     return _conv("conv3d", 3, x, weight, bias, stride, padding, dilation, groups)
 
 
 def _conv_transpose(
-    op: str, rank: int, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, output_padding: Any,
-    dilation: Any, groups: Any,
+    op: str,
+    rank: int,
+    x: Any,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    output_padding: Any,
+    dilation: Any,
+    groups: Any,
 ) -> Tensor:
     x, unbatched = _input(op, x, rank)
     x, weight, bias = _weight(op, x, weight, bias, rank)
@@ -284,7 +318,9 @@ def _conv_transpose(
                 f"{list(stride)} or the dilation {list(dilation)} in each dim"
             )
     _check_bias(op, bias, c_per_group * groups)
-    out = tuple(conv_transpose_output_size(*a) for a in zip(x._p.shape[2:], kernel, stride, pads, output_padding, dilation))
+    out = tuple(
+        conv_transpose_output_size(*a) for a in zip(x._p.shape[2:], kernel, stride, pads, output_padding, dilation)
+    )
     _check_output(op, x, out, f"the padding {list(pads)} removes the whole output")
     y = x._d._b.conv_transpose(
         x._p, weight._p, None if bias is None else bias._p, stride, pads, output_padding, dilation, groups
@@ -293,8 +329,14 @@ def _conv_transpose(
 
 
 def conv_transpose1d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Pads = 0,
-    output_padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: Pads = 0,
+    output_padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
 ) -> Tensor:
     """1-d transposed convolution: ``weight`` ``[channels_in, channels_out / groups, kernel]``;
     output length ``(length - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1 + output_padding``."""
@@ -302,16 +344,28 @@ def conv_transpose1d(
 
 
 def conv_transpose2d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Pads = 0,
-    output_padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: Pads = 0,
+    output_padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
 ) -> Tensor:
     """2-d transposed convolution: ``weight`` ``[channels_in, channels_out / groups, kernel_h, kernel_w]``."""
     return _conv_transpose("conv_transpose2d", 2, x, weight, bias, stride, padding, output_padding, dilation, groups)
 
 
 def conv_transpose3d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1, padding: Pads = 0,
-    output_padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntOrTuple = 1,
+    padding: Pads = 0,
+    output_padding: IntOrTuple = 0,
+    dilation: IntOrTuple = 1,
+    groups: int = 1,
 ) -> Tensor:
     """3-d transposed convolution."""
     return _conv_transpose("conv_transpose3d", 3, x, weight, bias, stride, padding, output_padding, dilation, groups)
@@ -351,8 +405,12 @@ def _max_pool(op: str, rank: int, x, kernel_size, stride, padding, dilation, cei
 
 
 def max_pool1d(
-    x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Padding = 0,
-    dilation: IntOrTuple = 1, ceil_mode: bool = False,
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
 ) -> Tensor:
     """The maximum over windows of ``x`` ``[batch, channels, length]``; ``stride``
     defaults to the kernel size; padding never wins."""
@@ -360,24 +418,36 @@ def max_pool1d(
 
 
 def max_pool1d_with_indices(
-    x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Padding = 0,
-    dilation: IntOrTuple = 1, ceil_mode: bool = False,
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """:func:`max_pool1d` and the int64 input position of each maximum."""
     return _max_pool("max_pool1d", 1, x, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
 def max_pool2d(
-    x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Padding = 0,
-    dilation: IntOrTuple = 1, ceil_mode: bool = False,
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
 ) -> Tensor:
     """The maximum over windows of ``x`` ``[batch, channels, height, width]``."""
     return _max_pool("max_pool2d", 2, x, kernel_size, stride, padding, dilation, ceil_mode, False)
 
 
 def max_pool2d_with_indices(
-    x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Padding = 0,
-    dilation: IntOrTuple = 1, ceil_mode: bool = False,
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: Padding = 0,
+    dilation: IntOrTuple = 1,
+    ceil_mode: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """:func:`max_pool2d` and the int64 flat position (``row * width + col``) of each maximum."""
     return _max_pool("max_pool2d", 2, x, kernel_size, stride, padding, dilation, ceil_mode, True)
@@ -390,8 +460,12 @@ def _avg_pool(op: str, rank: int, x, kernel_size, stride, padding, count_include
 
 
 def avg_pool1d(
-    x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Padding = 0,
-    count_include_pad: bool = True, ceil_mode: bool = False,
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: Padding = 0,
+    count_include_pad: bool = True,
+    ceil_mode: bool = False,
 ) -> Tensor:
     """The mean over windows of ``x`` ``[batch, channels, length]``; the divisor counts
     padded positions when ``count_include_pad``."""
@@ -399,8 +473,12 @@ def avg_pool1d(
 
 
 def avg_pool2d(
-    x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Padding = 0,
-    count_include_pad: bool = True, ceil_mode: bool = False,
+    x: Tensor,
+    kernel_size: IntOrTuple,
+    stride: IntOrTuple | None = None,
+    padding: Padding = 0,
+    count_include_pad: bool = True,
+    ceil_mode: bool = False,
 ) -> Tensor:
     """The mean over windows of ``x`` ``[batch, channels, height, width]``."""
     return _avg_pool("avg_pool2d", 2, x, kernel_size, stride, padding, count_include_pad, ceil_mode)

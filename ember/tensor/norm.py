@@ -26,14 +26,22 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
             continue
         if not isinstance(p, Tensor) or p.dims() != [d]:
             shape = p.dims() if isinstance(p, Tensor) else type(p).__name__
-            raise ShapeError(f"ember: layer_norm: {name} must be a Tensor of shape [{d}] (the input's last dim), got {shape}")
+            raise ShapeError(
+                f"ember: layer_norm: {name} must be a Tensor of shape [{d}] (the input's last dim), got {shape}"
+            )
         if p._d is not x._d:
             check_device("layer_norm", x, p)
     if any(p is not None and p._p.dtype != x._p.dtype for p in (gamma, beta)):
         return _layer_norm(x, gamma, beta, epsilon)[0]  # the composite promotes
     device = x._d
-    out = fused(FusedOp.LAYER_NORM, device, x._p, None if gamma is None else gamma._p,
-                None if beta is None else beta._p, epsilon)
+    out = fused(
+        FusedOp.LAYER_NORM,
+        device,
+        x._p,
+        None if gamma is None else gamma._p,
+        None if beta is None else beta._p,
+        epsilon,
+    )
     return Tensor(out[0], device)
 
 

@@ -77,15 +77,15 @@ def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) 
     n_rows, categories = rows.dims()
     device = rows.device
     if replacement or num_samples == 1:
-        cdf = rows.cumsum(1)                                            # [R, C]
+        cdf = rows.cumsum(1)  # [R, C]
         total = cdf.slice([(0, n_rows), (categories - 1, categories)])  # [R, 1]
         u = Tensor.random([n_rows, num_samples], Distribution.uniform(0.0, 1.0), device=device, dtype=rows.dtype)
-        target = u.mul(total)                                           # [R, n]
+        target = u.mul(total)  # [R, n]
         below = cdf.unsqueeze_dim(1).lower_equal(target.unsqueeze_dim(2))  # [R, n, C]
-        index = below.int().sum_dim(2).squeeze_dim(2)                   # [R, n]
+        index = below.int().sum_dim(2).squeeze_dim(2)  # [R, n]
         # Rounding can put u * total at the total: fall back to the last category of weight > 0.
         positions = Tensor.arange(categories, device=device).unsqueeze_dim(0)
-        last = rows.greater_elem(0.0).int().mul(positions).max_dim(1)   # [R, 1]
+        last = rows.greater_elem(0.0).int().mul(positions).max_dim(1)  # [R, 1]
         last = last.expand([n_rows, num_samples])
         index = index.mask_where(index.greater(last), last)
     else:

@@ -97,8 +97,7 @@ def normalize_dim(op: str, dim: int, rank: int, *, extra: int = 0) -> int:
     size = rank + extra
     if not -size <= dim < size:
         raise IndexOutOfBoundsError(
-            f"ember: {op}: dim {dim} is out of range for a rank-{rank} tensor "
-            f"(valid: {-size} to {size - 1})"
+            f"ember: {op}: dim {dim} is out of range for a rank-{rank} tensor (valid: {-size} to {size - 1})"
         )
     return dim + size if dim < 0 else dim
 

@@ -55,7 +55,18 @@ _FLOAT16 = np.dtype(np.float16)
 
 
 class Tensor(
-    CreationOps, ArithmeticOps, MathOps, CompareOps, LayoutOps, PadOps, RearrangeOps, SubscriptOps, IndexingOps, ScatterOps, ReduceOps, LinalgOps,
+    CreationOps,
+    ArithmeticOps,
+    MathOps,
+    CompareOps,
+    LayoutOps,
+    PadOps,
+    RearrangeOps,
+    SubscriptOps,
+    IndexingOps,
+    ScatterOps,
+    ReduceOps,
+    LinalgOps,
     AutodiffOps,
 ):
     """An n-dimensional array on a device; float, int or bool by its dtype.
@@ -180,7 +191,13 @@ class Tensor(
         return cls(device._b.arange(start, end, step, dtype), device)
 
     @classmethod
-    def eye(cls, n: builtins.int, m: builtins.int | None = None, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
+    def eye(
+        cls,
+        n: builtins.int,
+        m: builtins.int | None = None,
+        device: Device | None = None,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
         """The ``n x m`` identity matrix."""
         m = n if m is None else m
         as_shape("Tensor.eye", (n, m))

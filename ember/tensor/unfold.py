@@ -30,7 +30,10 @@ def _grid(size: int, kernel: int, stride: int, padding: int, dilation: int) -> i
 
 
 def unfold4d(
-    x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
     dilation: int | Sequence[int] = 1,
 ) -> Tensor:
     """The sliding ``kernel_size`` blocks of ``x`` ``[batch, channels, height, width]`` as
@@ -47,7 +50,9 @@ def unfold4d(
     n, c, h, w = x.dims()
     oh, ow = _grid(h, kh, sh, ph, dh), _grid(w, kw, sw, pw, dw)
     if oh < 1 or ow < 1:
-        raise ShapeError(f"ember: unfold4d: the kernel ({kh}, {kw}) (dilation ({dh}, {dw})) does not fit the padded input {x.dims()}")
+        raise ShapeError(
+            f"ember: unfold4d: the kernel ({kh}, {kw}) (dilation ({dh}, {dw})) does not fit the padded input {x.dims()}"
+        )
     padded = x.pad((pw, pw, ph, ph)) if ph or pw else x
     blocks = []
     for i in range(kh):
@@ -60,8 +65,12 @@ def unfold4d(
 
 
 def fold(
-    x: Tensor, output_size: int | Sequence[int], kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1,
+    x: Tensor,
+    output_size: int | Sequence[int],
+    kernel_size: int | Sequence[int],
+    dilation: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    stride: int | Sequence[int] = 1,
 ) -> Tensor:
     """The adjoint of :func:`unfold4d` (``torch.nn.functional.fold``): columns
     ``[batch, channels * kh * kw, blocks]`` summed back into ``[batch, channels, *output_size]``."""
@@ -71,7 +80,11 @@ def fold(
     if unbatched:
         x = x.unsqueeze_dim(0)
     (h, w), (kh, kw) = _pair("output_size", output_size, 1), _pair("kernel_size", kernel_size, 1)
-    (sh, sw), (ph, pw), (dh, dw) = _pair("stride", stride, 1), _pair("padding", padding, 0), _pair("dilation", dilation, 1)
+    (sh, sw), (ph, pw), (dh, dw) = (
+        _pair("stride", stride, 1),
+        _pair("padding", padding, 0),
+        _pair("dilation", dilation, 1),
+    )
     oh, ow = _grid(h, kh, sh, ph, dh), _grid(w, kw, sw, pw, dw)
     if x.rank != 3 or x.dims()[1] % (kh * kw) or x.dims()[2] != oh * ow:
         raise ShapeError(

@@ -23,7 +23,9 @@ def _ints(name: str, value: Any, rank: int, minimum: int) -> tuple[int, ...]:
     return values
 
 
-def _max_unpool(rank: int, x: Tensor, indices: Tensor, kernel_size: Any, stride: Any, padding: Any, output_size: Any) -> Tensor:
+def _max_unpool(
+    rank: int, x: Tensor, indices: Tensor, kernel_size: Any, stride: Any, padding: Any, output_size: Any
+) -> Tensor:
     op = f"max_unpool{rank}d"
     if not isinstance(x, Tensor) or not isinstance(indices, Tensor):
         raise DTypeError(f"ember: {op}: the input and the indices must be Tensors")
@@ -60,8 +62,12 @@ def _max_unpool(rank: int, x: Tensor, indices: Tensor, kernel_size: Any, stride:
 
 
 def max_unpool1d(
-    x: Tensor, indices: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-    padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None,
+    x: Tensor,
+    indices: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    output_size: Sequence[int] | None = None,
 ) -> Tensor:
     """The values of ``x`` ``[batch, channels, length]`` put back at ``indices``, zeros
     elsewhere; the output length is ``(length - 1) * stride - 2 * padding + kernel_size``
@@ -70,8 +76,12 @@ def max_unpool1d(
 
 
 def max_unpool2d(
-    x: Tensor, indices: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-    padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None,
+    x: Tensor,
+    indices: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    output_size: Sequence[int] | None = None,
 ) -> Tensor:
     """The values of ``x`` ``[batch, channels, height, width]`` put back at ``indices``
     (flat positions ``row * width + col`` in the output plane), zeros elsewhere."""

@@ -23,8 +23,10 @@ def metric_direction(op: str, metric: Metric | str, direction: Direction | str |
         return Direction.parse(direction)
     found = getattr(metric, "direction", None)
     if found is None:
-        raise ConfigError(f"ember: {op}: say whether {metric_name(op, metric)!r} improves upward or downward: "
-                          "direction='lowest' or 'highest'")
+        raise ConfigError(
+            f"ember: {op}: say whether {metric_name(op, metric)!r} improves upward or downward: "
+            "direction='lowest' or 'highest'"
+        )
     return found
 
 
@@ -91,5 +93,7 @@ class MetricEarlyStoppingStrategy(EarlyStoppingStrategy):
         return epoch - best_epoch >= self.patience
 
     def reason(self) -> str:
-        return (f"early stopping: {self.split.value} {self.name} has not improved for {self.patience} epochs "
-                f"(best {self.best_value:.4g} at epoch {self.best_epoch})")
+        return (
+            f"early stopping: {self.split.value} {self.name} has not improved for {self.patience} epochs "
+            f"(best {self.best_value:.4g} at epoch {self.best_epoch})"
+        )

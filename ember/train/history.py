@@ -57,7 +57,9 @@ class MetricHistory:
                     del series[epoch]
 
     def to_dict(self) -> dict[str, Any]:
-        return {s: {n: {str(e): v for e, v in series.items()} for n, series in d.items()} for s, d in self.values.items()}
+        return {
+            s: {n: {str(e): v for e, v in series.items()} for n, series in d.items()} for s, d in self.values.items()
+        }
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> MetricHistory:

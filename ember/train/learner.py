@@ -137,7 +137,11 @@ class Learner:
                 "valid_step on the model (see ember.train.step) or pass train_step=fn(model, batch)"
             )
         with self._autocast(model):
-            out = self.train_step_fn(model, batch) if self.train_step_fn is not None else cast(TrainStep, model).train_step(batch)  # checked callable above
+            out = (
+                self.train_step_fn(model, batch)
+                if self.train_step_fn is not None
+                else cast(TrainStep, model).train_step(batch)
+            )  # checked callable above
         if isinstance(out, TrainOutput):
             return out
         loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
@@ -149,9 +153,7 @@ class Learner:
         try:
             grads = self.grad_scaler.scale(loss).backward()
         except GraphError as error:
-            raise GraphError(
-                f"{error} (in the learner's training step: is the model on an autodiff device?)"
-            ) from None
+            raise GraphError(f"{error} (in the learner's training step: is the model on an autodiff device?)") from None
         return TrainOutput(GradientsParams.from_grads(grads, model), out)
 
     def valid_step(self, model: Module, batch: Any) -> Any:

@@ -43,8 +43,11 @@ class FileMetricLogger:
         with it, rows written before the resumed position are kept (see
         :meth:`rewind`) and new rows are appended."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        fixed = {"train": ["epoch", "iteration", "items"], "valid": ["epoch", "iteration", "items"],
-                 "epochs": ["epoch", "split"]}
+        fixed = {
+            "train": ["epoch", "iteration", "items"],
+            "valid": ["epoch", "iteration", "items"],
+            "epochs": ["epoch", "split"],
+        }
         self.columns = {s: fixed[s] + list(names) for s, names in columns.items()}
         for stream, header in self.columns.items():
             path = self.path(stream)

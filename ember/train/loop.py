@@ -62,7 +62,9 @@ def _check_loader(name: str, loader: Any) -> None:
 class TrainingRun:
     def __init__(self, training: Any, learner: Learner, train_loader: DataLoader, valid_loader: DataLoader | None):
         if not isinstance(learner, Learner):
-            raise ConfigError(f"ember: launch: expected a Learner(model, optim, lr_scheduler), got {type(learner).__name__}")
+            raise ConfigError(
+                f"ember: launch: expected a Learner(model, optim, lr_scheduler), got {type(learner).__name__}"
+            )
         _check_loader("train_loader", train_loader)
         if valid_loader is not None:
             _check_loader("valid_loader", valid_loader)
@@ -76,11 +78,18 @@ class TrainingRun:
         self.parallel = make_strategy(strategy)
         self.main = self.parallel.is_main
         self.train_loader = self.parallel.shard(train_loader.to_device(self.device), train=True)
-        self.valid_loader = None if valid_loader is None else self.parallel.shard(
-            valid_loader.to_device(self.device.inner()), train=False)
+        self.valid_loader = (
+            None
+            if valid_loader is None
+            else self.parallel.shard(valid_loader.to_device(self.device.inner()), train=False)
+        )
         self.num_epochs = training._num_epochs
         self.train_group = self._group(training.train_metrics, Split.TRAIN)
-        self.valid_group = self._group(training.valid_metrics, Split.VALID) if self.valid_loader is not None else MetricGroup(Split.VALID)
+        self.valid_group = (
+            self._group(training.valid_metrics, Split.VALID)
+            if self.valid_loader is not None
+            else MetricGroup(Split.VALID)
+        )
         self.interrupter = training._interrupter
         self.artifact_dir = training.artifact_dir
         self.checkpointer: FileCheckpointer | None = None
@@ -116,8 +125,11 @@ class TrainingRun:
         for name, split in refs:
             group = self.train_group if split is Split.TRAIN else self.valid_group
             if name not in group.names():
-                where = "no valid loader was given" if split is Split.VALID and self.valid_loader is None else (
-                    f"the {split.value} metrics are {', '.join(group.names()) or 'none'}")
+                where = (
+                    "no valid loader was given"
+                    if split is Split.VALID and self.valid_loader is None
+                    else (f"the {split.value} metrics are {', '.join(group.names()) or 'none'}")
+                )
                 raise ConfigError(
                     f"ember: SupervisedTraining: early stopping or checkpointing reads the {split.value} metric "
                     f"{name!r}, but {where}; register it with metric_{split.value}_numeric(...)"
@@ -161,20 +173,29 @@ class TrainingRun:
             position = self._resume()
             self.model = self.parallel.prepare_model(self.model)
             self._start_logger(position)
-            self.renderer.start(TrainingInfo(
-                num_epochs=self.num_epochs, start_epoch=self._start_epoch(position),
-                train_iterations=len(self.train_loader),
-                valid_iterations=0 if self.valid_loader is None else len(self.valid_loader),
-                model=type(self.model).__name__, num_params=self.model.num_params(),
-                device=repr(self.device) + (f" x {self.parallel.world_size} ranks" if self.parallel.world_size > 1 else ""),
-                artifact_dir=None if self.artifact_dir is None else str(self.artifact_dir),
-            ))
+            self.renderer.start(
+                TrainingInfo(
+                    num_epochs=self.num_epochs,
+                    start_epoch=self._start_epoch(position),
+                    train_iterations=len(self.train_loader),
+                    valid_iterations=0 if self.valid_loader is None else len(self.valid_loader),
+                    model=type(self.model).__name__,
+                    num_params=self.model.num_params(),
+                    device=repr(self.device)
+                    + (f" x {self.parallel.world_size} ranks" if self.parallel.world_size > 1 else ""),
+                    artifact_dir=None if self.artifact_dir is None else str(self.artifact_dir),
+                )
+            )
             self.interrupter.reset()
             with self.interrupter.catch_sigint():
                 self._loop(position)
             duration = self.elapsed_before + time.perf_counter() - started
             summary = LearnerSummary.from_history(
-                self.history, self._numeric_names(), duration, model=type(self.model).__name__, stopped=self.stopped,
+                self.history,
+                self._numeric_names(),
+                duration,
+                model=type(self.model).__name__,
+                stopped=self.stopped,
             )
             if self.artifact_dir is not None and self.main:
                 atomic_write_text(self.artifact_dir / "summary.json", json.dumps(summary.to_dict(), indent=2))
@@ -188,9 +209,15 @@ class TrainingRun:
                 handler.close()
         self.learner.model = self.model
         epochs = self.history.epochs()
-        return TrainingResult(self.model, summary, self.history, epochs[-1] if epochs else 0,
-                              interrupted=self.interrupted, stopped_early=bool(self.stopped) and not self.interrupted,
-                              checkpoint=self.last_checkpoint)
+        return TrainingResult(
+            self.model,
+            summary,
+            self.history,
+            epochs[-1] if epochs else 0,
+            interrupted=self.interrupted,
+            stopped_early=bool(self.stopped) and not self.interrupted,
+            checkpoint=self.last_checkpoint,
+        )
 
     def _numeric_names(self) -> list[str]:
         names = self.train_group.numeric_names()
@@ -206,15 +233,23 @@ class TrainingRun:
         if self.artifact_dir is None or not self.main:
             return
         choice = self.training._logger
-        self.logger = choice if isinstance(choice, FileMetricLogger) else FileMetricLogger(self.artifact_dir / "logs", choice)
+        self.logger = (
+            choice if isinstance(choice, FileMetricLogger) else FileMetricLogger(self.artifact_dir / "logs", choice)
+        )
         keep = None
         if position is not None:
             n_train = len(self.train_loader)
-            keep = {"epoch": position.epoch, "train_batches": position.batch if position.phase == "train" else n_train,
-                    "valid_done": position.phase == "done"}
-        epochs_columns = self.train_group.names() + [n for n in self.valid_group.names() if n not in self.train_group.names()]
-        self.logger.start({"train": self.train_group.names(), "valid": self.valid_group.names(), "epochs": epochs_columns},
-                          keep=keep)
+            keep = {
+                "epoch": position.epoch,
+                "train_batches": position.batch if position.phase == "train" else n_train,
+                "valid_done": position.phase == "done",
+            }
+        epochs_columns = self.train_group.names() + [
+            n for n in self.valid_group.names() if n not in self.train_group.names()
+        ]
+        self.logger.start(
+            {"train": self.train_group.names(), "valid": self.valid_group.names(), "epochs": epochs_columns}, keep=keep
+        )
 
     # ------------------------------------------------------------------ resume
     def _resume(self) -> CheckpointPosition | None:
@@ -259,8 +294,10 @@ class TrainingRun:
                 continue
             if failures:
                 skipped = ", ".join(p.name for p, _ in failures)
-                text = (f"Skipped checkpoint {skipped}: it is damaged ({failures[0][1]}). Resuming from the newest "
-                        f"intact checkpoint, {position.name}")
+                text = (
+                    f"Skipped checkpoint {skipped}: it is damaged ({failures[0][1]}). Resuming from the newest "
+                    f"intact checkpoint, {position.name}"
+                )
                 warnings.warn(f"ember: {text}", RuntimeWarning, stacklevel=5)
                 self.note(text)
             self._verified = position
@@ -269,15 +306,14 @@ class TrainingRun:
             return None
         newest_failure = failures[0][1]
         if len(failures) > 1:
-            raise RecordError(
-                f"{newest_failure} (the {len(failures) - 1} older checkpoints are damaged too)"
-            ) from None
+            raise RecordError(f"{newest_failure} (the {len(failures) - 1} older checkpoints are damaged too)") from None
         raise newest_failure
 
     def _load_checkpoint(self, ckpt: FileCheckpointer, target: CheckpointPosition) -> CheckpointPosition:
         verified = self._verified == target  # checked just now while choosing it
-        model, records, state = ckpt.load(target, self.model, self.learner.optim, self.device.inner(),
-                                          check=not verified)
+        model, records, state = ckpt.load(
+            target, self.model, self.learner.optim, self.device.inner(), check=not verified
+        )
         try:
             self.learner.lr_scheduler.load_record(records["scheduler"])
             if self.learner.grad_scaler.is_enabled() and "grad_scaler" in records:
@@ -330,8 +366,10 @@ class TrainingRun:
             if phase == "train":
                 train_values, done = self._train_epoch(epoch, batch, metric_state)
                 if train_values is None:
-                    self._checkpoint(CheckpointPosition.of(epoch, "train", done),
-                                     metrics=self.parallel.merged_states(self.train_group))
+                    self._checkpoint(
+                        CheckpointPosition.of(epoch, "train", done),
+                        metrics=self.parallel.merged_states(self.train_group),
+                    )
                     self.interrupted = True
                     break
             if self._should_stop():
@@ -369,8 +407,10 @@ class TrainingRun:
     def _note_interrupt(self) -> None:
         if not self._interrupt_noted:
             self._interrupt_noted = True
-            self.note(f"Training {self.interrupter.reason or 'stopped'}: finishing the current step and saving a "
-                      "checkpoint (Ctrl-C again aborts at once)")
+            self.note(
+                f"Training {self.interrupter.reason or 'stopped'}: finishing the current step and saving a "
+                "checkpoint (Ctrl-C again aborts at once)"
+            )
 
     def _eta(self, split: Split, epoch: int, iteration: int) -> float | None:
         n_train = len(self.train_loader)
@@ -427,16 +467,34 @@ class TrainingRun:
                     out = parallel.train_step(learner, model, batch)  # gradients averaged over ranks
                     model = learner.optimizer_step(lr, model, out.grads)
                 progress = batches.progress()
-                metadata = MetricMetadata(Split.TRAIN, epoch, self.num_epochs, iteration, n,
-                                          progress.items_processed - items_before, progress.items_processed,
-                                          progress.items_total, lr)
+                metadata = MetricMetadata(
+                    Split.TRAIN,
+                    epoch,
+                    self.num_epochs,
+                    iteration,
+                    n,
+                    progress.items_processed - items_before,
+                    progress.items_processed,
+                    progress.items_total,
+                    lr,
+                )
                 items_before = progress.items_processed
                 entries = group.update(out.item, metadata)
                 self._log_iteration("train", metadata, entries)
                 self._seconds[Split.TRAIN].append(time.perf_counter() - tick)
-                self.renderer.update(TrainingProgress(Split.TRAIN, epoch, self.num_epochs, iteration, n,
-                                                      progress.items_processed, progress.items_total,
-                                                      self._eta(Split.TRAIN, epoch, iteration)), entries)
+                self.renderer.update(
+                    TrainingProgress(
+                        Split.TRAIN,
+                        epoch,
+                        self.num_epochs,
+                        iteration,
+                        n,
+                        progress.items_processed,
+                        progress.items_total,
+                        self._eta(Split.TRAIN, epoch, iteration),
+                    ),
+                    entries,
+                )
                 if self._should_stop():
                     self._note_interrupt()
                     if pending == 0 and iteration < n:
@@ -473,16 +531,33 @@ class TrainingRun:
                 tick = time.perf_counter()
                 item = self.learner.valid_step(model, batch)
                 progress = batches.progress()
-                metadata = MetricMetadata(Split.VALID, epoch, self.num_epochs, iteration, n,
-                                          progress.items_processed - items_before, progress.items_processed,
-                                          progress.items_total)
+                metadata = MetricMetadata(
+                    Split.VALID,
+                    epoch,
+                    self.num_epochs,
+                    iteration,
+                    n,
+                    progress.items_processed - items_before,
+                    progress.items_processed,
+                    progress.items_total,
+                )
                 items_before = progress.items_processed
                 entries = group.update(item, metadata)
                 self._log_iteration("valid", metadata, entries)
                 self._seconds[Split.VALID].append(time.perf_counter() - tick)
-                self.renderer.update(TrainingProgress(Split.VALID, epoch, self.num_epochs, iteration, n,
-                                                      progress.items_processed, progress.items_total,
-                                                      self._eta(Split.VALID, epoch, iteration)), entries)
+                self.renderer.update(
+                    TrainingProgress(
+                        Split.VALID,
+                        epoch,
+                        self.num_epochs,
+                        iteration,
+                        n,
+                        progress.items_processed,
+                        progress.items_total,
+                        self._eta(Split.VALID, epoch, iteration),
+                    ),
+                    entries,
+                )
                 # Ranks may hold different numbers of validation batches: a parallel run
                 # finishes validation and agrees on stopping afterwards.
                 if self.parallel.world_size == 1 and self.interrupter.should_stop() and iteration < n:
@@ -505,8 +580,13 @@ class TrainingRun:
             self.logger.log("epochs", {"epoch": epoch, "split": "train", **train_values})
             if self.valid_loader is not None:
                 self.logger.log("epochs", {"epoch": epoch, "split": "valid", **valid_values})
-        report = EpochReport(epoch, self.num_epochs, duration, self.train_group.epoch_entries(train_values),
-                             self.valid_group.epoch_entries(valid_values))
+        report = EpochReport(
+            epoch,
+            self.num_epochs,
+            duration,
+            self.train_group.epoch_entries(train_values),
+            self.valid_group.epoch_entries(valid_values),
+        )
         log.info(epoch_line(report))
         self.renderer.epoch_end(report)
         self._plot()
@@ -527,8 +607,9 @@ class TrainingRun:
         plot_history(self.history, self.artifact_dir / "plots", self._numeric_names(), units)
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoint(self, position: CheckpointPosition, metrics: dict | None = None,
-                    train_values: dict | None = None) -> None:
+    def _checkpoint(
+        self, position: CheckpointPosition, metrics: dict | None = None, train_values: dict | None = None
+    ) -> None:
         if self.checkpointer is None:
             if position.phase != "done":
                 reason = "no artifact directory" if self.artifact_dir is None else "checkpointing is off"
@@ -565,4 +646,3 @@ class TrainingRun:
         for e in epochs:
             if e not in keep:
                 ckpt.delete(CheckpointPosition.of(e, "done"))
-

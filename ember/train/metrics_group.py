@@ -23,7 +23,9 @@ class MetricGroup:
                 f"got {type(metric).__name__}"
             )
         if self.split is Split.VALID and metric.train_only:
-            raise ConfigError(f"ember: metric_valid: {metric.name} exists only in training; register it with metric_train")
+            raise ConfigError(
+                f"ember: metric_valid: {metric.name} exists only in training; register it with metric_train"
+            )
         if metric.name in self.names():
             raise ConfigError(
                 f"ember: metric_{self.split.value}: a metric named {metric.name!r} is already registered; "
@@ -50,8 +52,11 @@ class MetricGroup:
         return {m.name: float(m.value()) for m in self.metrics}
 
     def epoch_entries(self, values: dict[str, float]) -> list[MetricEntry]:
-        return [MetricEntry(m.name, values[m.name], values[m.name], f"{m.name} {m.format(values[m.name])}")
-                for m in self.metrics if m.name in values]
+        return [
+            MetricEntry(m.name, values[m.name], values[m.name], f"{m.name} {m.format(values[m.name])}")
+            for m in self.metrics
+            if m.name in values
+        ]
 
     def state_dict(self) -> dict[str, Any]:
         return {m.name: m.state_dict() for m in self.metrics}

@@ -80,8 +80,9 @@ class DataParallelRun:
 
         if loader.sampler is None and self.world_size > 1:
             seed = loader.shuffle_seed
-            sampler = DistributedSampler(self.world_size, self.rank, shuffle=seed is not None, seed=seed or 0,
-                                         pad=train)
+            sampler = DistributedSampler(
+                self.world_size, self.rank, shuffle=seed is not None, seed=seed or 0, pad=train
+            )
             loader = loader.with_sampler(sampler)
         if train and self.world_size > 1:
             counts = self.comm.all_gather(np.array([len(loader)], dtype=np.int64)).reshape(-1)

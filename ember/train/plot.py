@@ -29,7 +29,9 @@ def _save_png(figure: Any, path: str) -> None:
     figure.savefig(path, format="png")
 
 
-def plot_history(history: MetricHistory, directory: str | os.PathLike, names: list[str], units: dict[str, str]) -> list[Path]:
+def plot_history(
+    history: MetricHistory, directory: str | os.PathLike, names: list[str], units: dict[str, str]
+) -> list[Path]:
     """Writes ``<directory>/<metric>.png`` with the train and valid curves over the
     epochs for each of ``names``; returns the files written. Uses matplotlib's
     object API (no pyplot, no global backend change)."""

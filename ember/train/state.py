@@ -60,9 +60,15 @@ class TrainingState:
             raise ConfigError(f"ember: TrainingState.save: step must be an int >= 0, got {self.step!r}")
         device = device or Device.default()
         state = {
-            "format": FORMAT, "version": VERSION, "step": self.step, "rng": device.rng_state(),
-            "scheduler": None if self.scheduler is None else {
-                "type": type(self.scheduler).__name__, "record": self.scheduler.to_record(),
+            "format": FORMAT,
+            "version": VERSION,
+            "step": self.step,
+            "rng": device.rng_state(),
+            "scheduler": None
+            if self.scheduler is None
+            else {
+                "type": type(self.scheduler).__name__,
+                "record": self.scheduler.to_record(),
             },
             "extra": self.extra,
         }
@@ -170,8 +176,9 @@ def _verified(folder: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise RecordError(f"ember: {folder} is not a training state saved by TrainingState.save")
     if manifest.get("version") != VERSION:
-        raise RecordError(f"ember: training state {folder} has format version {manifest.get('version')!r}; "
-                          f"this ember reads {VERSION}")
+        raise RecordError(
+            f"ember: training state {folder} has format version {manifest.get('version')!r}; this ember reads {VERSION}"
+        )
     for name in _FILES:
         file = folder / name
         if not file.is_file():

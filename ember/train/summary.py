@@ -32,8 +32,9 @@ class LearnerSummary:
     stopped: str = ""
 
     @staticmethod
-    def from_history(history: MetricHistory, names: list[str], duration: float, model: str = "",
-                     stopped: str = "") -> LearnerSummary:
+    def from_history(
+        history: MetricHistory, names: list[str], duration: float, model: str = "", stopped: str = ""
+    ) -> LearnerSummary:
         epochs = history.epochs()
         summary = LearnerSummary(epochs[-1] if epochs else 0, duration, model=model, stopped=stopped)
         for split in ("train", "valid"):
@@ -54,7 +55,10 @@ class LearnerSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "epochs": self.epochs, "duration": self.duration, "model": self.model, "stopped": self.stopped,
+            "epochs": self.epochs,
+            "duration": self.duration,
+            "model": self.model,
+            "stopped": self.stopped,
             "metrics": [m.__dict__ for m in self.metrics],
         }
 
@@ -64,8 +68,18 @@ class LearnerSummary:
         if self.stopped:
             lines.append(f"Stopped: {self.stopped}")
         header = ("Split", "Metric", "Final", "Min.", "Epoch", "Max.", "Epoch")
-        rows = [(m.split.capitalize(), m.name, f"{m.final:.4f}", f"{m.min:.4f}", str(m.min_epoch), f"{m.max:.4f}",
-                 str(m.max_epoch)) for m in self.metrics]
+        rows = [
+            (
+                m.split.capitalize(),
+                m.name,
+                f"{m.final:.4f}",
+                f"{m.min:.4f}",
+                str(m.min_epoch),
+                f"{m.max:.4f}",
+                str(m.max_epoch),
+            )
+            for m in self.metrics
+        ]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
         def line(cells):

@@ -133,20 +133,25 @@ class SupervisedTraining:
         self._strategy = strategy
         return self
 
-    def early_stopping(self, strategy: EarlyStoppingStrategy | Metric | str, patience: int | None = None,
-                       **options: Any) -> SupervisedTraining:
+    def early_stopping(
+        self, strategy: EarlyStoppingStrategy | Metric | str, patience: int | None = None, **options: Any
+    ) -> SupervisedTraining:
         """Stop when a metric stops improving: ``early_stopping(LossMetric(), patience=3)``
         (validation split, the metric's direction; see
         :class:`~ember.train.MetricEarlyStoppingStrategy` for the options), or any
         :class:`~ember.train.EarlyStoppingStrategy`."""
         if isinstance(strategy, EarlyStoppingStrategy):
             if patience is not None or options:
-                raise ConfigError("ember: early_stopping: give either a strategy or a metric with patience=..., not both")
+                raise ConfigError(
+                    "ember: early_stopping: give either a strategy or a metric with patience=..., not both"
+                )
             self._early_stopping = strategy
         else:
             if patience is None:
-                raise ConfigError("ember: early_stopping(metric, patience): say after how many epochs without "
-                                  "improvement to stop, e.g. early_stopping(LossMetric(), patience=3)")
+                raise ConfigError(
+                    "ember: early_stopping(metric, patience): say after how many epochs without "
+                    "improvement to stop, e.g. early_stopping(LossMetric(), patience=3)"
+                )
             self._early_stopping = MetricEarlyStoppingStrategy(strategy, patience, **options)
         return self
 
@@ -164,9 +169,13 @@ class SupervisedTraining:
     def with_metric_logger(self, logger: FileMetricLogger | str) -> SupervisedTraining:
         """``"csv"`` (the default), ``"jsonl"``, or a :class:`FileMetricLogger`."""
         if isinstance(logger, str) and logger not in ("csv", "jsonl"):
-            raise ConfigError(f"ember: with_metric_logger: expected 'csv', 'jsonl' or a FileMetricLogger, got {logger!r}")
+            raise ConfigError(
+                f"ember: with_metric_logger: expected 'csv', 'jsonl' or a FileMetricLogger, got {logger!r}"
+            )
         if not isinstance(logger, (str, FileMetricLogger)):
-            raise ConfigError(f"ember: with_metric_logger: expected 'csv', 'jsonl' or a FileMetricLogger, got {logger!r}")
+            raise ConfigError(
+                f"ember: with_metric_logger: expected 'csv', 'jsonl' or a FileMetricLogger, got {logger!r}"
+            )
         self._logger = logger
         return self
 
@@ -216,7 +225,9 @@ class SupervisedTraining:
 
         return Learner(model, optim, lr_scheduler, training=self, **steps)
 
-    def launch(self, learner: Learner, train_loader: DataLoader, valid_loader: DataLoader | None = None) -> TrainingResult:
+    def launch(
+        self, learner: Learner, train_loader: DataLoader, valid_loader: DataLoader | None = None
+    ) -> TrainingResult:
         """Trains ``learner`` (Burn's ``launch``); ``learner.model`` is updated too."""
         from ember.train.loop import TrainingRun
 

@@ -39,10 +39,25 @@ def _ops():
 
     return {
         "matmul": (lambda a, b: a.matmul(b), lambda t, a, b: a @ b, [(3, 4), (4, 5)], "lower"),
-        "linear": (lambda x, w, b: fm.linear(x, w, b), lambda t, x, w, b: t_f(t).linear(x, w.T, b), [(3, 4), (4, 5), (5,)], "lower"),
+        "linear": (
+            lambda x, w, b: fm.linear(x, w, b),
+            lambda t, x, w, b: t_f(t).linear(x, w.T, b),
+            [(3, 4), (4, 5), (5,)],
+            "lower",
+        ),
         "conv1d": (lambda x, w: fm.conv1d(x, w), lambda t, x, w: t_f(t).conv1d(x, w), [(1, 2, 8), (3, 2, 3)], "lower"),
-        "conv2d": (lambda x, w, b: fm.conv2d(x, w, b), lambda t, x, w, b: t_f(t).conv2d(x, w, b), [(1, 2, 5, 5), (3, 2, 3, 3), (3,)], "lower"),
-        "conv_transpose2d": (lambda x, w: fm.conv_transpose2d(x, w), lambda t, x, w: t_f(t).conv_transpose2d(x, w), [(1, 2, 4, 4), (2, 3, 3, 3)], "lower"),
+        "conv2d": (
+            lambda x, w, b: fm.conv2d(x, w, b),
+            lambda t, x, w, b: t_f(t).conv2d(x, w, b),
+            [(1, 2, 5, 5), (3, 2, 3, 3), (3,)],
+            "lower",
+        ),
+        "conv_transpose2d": (
+            lambda x, w: fm.conv_transpose2d(x, w),
+            lambda t, x, w: t_f(t).conv_transpose2d(x, w),
+            [(1, 2, 4, 4), (2, 3, 3, 3)],
+            "lower",
+        ),
         "prelu": (lambda x, a: act.prelu(x, a), lambda t, x, a: t_f(t).prelu(x, a), [(2, 3), (3,)], "lower"),
         "softmax": (lambda x: act.softmax(x, 1), lambda t, x: x.softmax(1), [(3, 4)], "float32"),
         "log_softmax": (lambda x: act.log_softmax(x, 1), lambda t, x: x.log_softmax(1), [(3, 4)], "float32"),
@@ -69,30 +84,61 @@ def _ops():
         "add": (lambda a, b: a.add(b), lambda t, a, b: a + b, [(3, 4), (3, 4)], "follow"),
         "max_pool2d": (lambda x: fm.max_pool2d(x, 2), lambda t, x: t_f(t).max_pool2d(x, 2), [(1, 2, 4, 4)], "follow"),
         "avg_pool2d": (lambda x: fm.avg_pool2d(x, 2), lambda t, x: t_f(t).avg_pool2d(x, 2), [(1, 2, 4, 4)], "follow"),
-        "adaptive_avg_pool2d": (lambda x: fm.adaptive_avg_pool2d(x, 2), lambda t, x: t_f(t).adaptive_avg_pool2d(x, 2), [(1, 2, 4, 4)], "follow"),
-        "mse_loss": (lambda a, b: MseLoss().forward(a, b), lambda t, a, b: t_f(t).mse_loss(a, b), [(3, 4), (3, 4)], "float32"),
-        "l1_loss": (lambda a, b: L1Loss().forward(a, b), lambda t, a, b: t_f(t).l1_loss(a, b), [(3, 4), (3, 4)], "float32"),
-        "smooth_l1_loss": (lambda a, b: SmoothL1LossConfig().init().forward(a, b), lambda t, a, b: t_f(t).smooth_l1_loss(a, b), [(3, 4), (3, 4)], "float32"),
-        "huber_loss": (lambda a, b: HuberLossConfig(1.0).init().forward(a, b), lambda t, a, b: t_f(t).huber_loss(a, b), [(3, 4), (3, 4)], "float32"),
+        "adaptive_avg_pool2d": (
+            lambda x: fm.adaptive_avg_pool2d(x, 2),
+            lambda t, x: t_f(t).adaptive_avg_pool2d(x, 2),
+            [(1, 2, 4, 4)],
+            "follow",
+        ),
+        "mse_loss": (
+            lambda a, b: MseLoss().forward(a, b),
+            lambda t, a, b: t_f(t).mse_loss(a, b),
+            [(3, 4), (3, 4)],
+            "float32",
+        ),
+        "l1_loss": (
+            lambda a, b: L1Loss().forward(a, b),
+            lambda t, a, b: t_f(t).l1_loss(a, b),
+            [(3, 4), (3, 4)],
+            "float32",
+        ),
+        "smooth_l1_loss": (
+            lambda a, b: SmoothL1LossConfig().init().forward(a, b),
+            lambda t, a, b: t_f(t).smooth_l1_loss(a, b),
+            [(3, 4), (3, 4)],
+            "float32",
+        ),
+        "huber_loss": (
+            lambda a, b: HuberLossConfig(1.0).init().forward(a, b),
+            lambda t, a, b: t_f(t).huber_loss(a, b),
+            [(3, 4), (3, 4)],
+            "float32",
+        ),
         "bce_with_logits": (
             lambda a, b: BinaryCrossEntropyLossConfig(logits=True).init().forward(a, act.sigmoid(b)),
             lambda t, a, b: t_f(t).binary_cross_entropy_with_logits(a, b.sigmoid()),
-            [(3, 4), (3, 4)], "float32",
+            [(3, 4), (3, 4)],
+            "float32",
         ),
         "cross_entropy": (
             lambda a: CrossEntropyLossConfig().init().forward(a, Tensor.from_ints([0, 3, 1], device=a.device)),
             lambda t, a: t_f(t).cross_entropy(a, t.tensor([0, 3, 1])),
-            [(3, 4)], "float32",
+            [(3, 4)],
+            "float32",
         ),
         "kl_div": (
             lambda a, b: KLDivLossConfig().init().forward(a, b.abs()),
             lambda t, a, b: t_f(t).kl_div(a, b.abs(), reduction="batchmean"),
-            [(3, 4), (3, 4)], "float32",
+            [(3, 4), (3, 4)],
+            "float32",
         ),
         "cosine_embedding_loss": (
-            lambda a, b: CosineEmbeddingLossConfig().init().forward(a, b, Tensor.from_ints([1, -1, 1], device=a.device)),
+            lambda a, b: (
+                CosineEmbeddingLossConfig().init().forward(a, b, Tensor.from_ints([1, -1, 1], device=a.device))
+            ),
             lambda t, a, b: t_f(t).cosine_embedding_loss(a, b, t.tensor([1, -1, 1])),
-            [(3, 4), (3, 4)], "float32",
+            [(3, 4), (3, 4)],
+            "float32",
         ),
     }
 

@@ -72,7 +72,13 @@ def test_state_dict_round_trip_and_errors(flex):
     scaler.unscale(_grads(1.0, flex))
     scaler.update()
     state = scaler.state_dict()
-    assert state == {"scale": 64.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 3, "growth_tracker": 1}
+    assert state == {
+        "scale": 64.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 3,
+        "growth_tracker": 1,
+    }
     restored = GradScaler().load_state_dict(state)
     assert restored.state_dict() == state
     with pytest.raises(ConfigError, match="no step"):

@@ -44,8 +44,13 @@ def _digits(seed: int = 0):
     x, y = x[order], y[order]
     cut = 1437  # 80% to train, 360 images to validate
     flex = Device.flex()
-    train = DataLoaderBuilder(DefaultBatcher()).batch_size(32).shuffle(seed).set_device(flex).build(
-        ArrayDataset(x[:cut], y[:cut]))
+    train = (
+        DataLoaderBuilder(DefaultBatcher())
+        .batch_size(32)
+        .shuffle(seed)
+        .set_device(flex)
+        .build(ArrayDataset(x[:cut], y[:cut]))
+    )
     valid = DataLoaderBuilder(DefaultBatcher()).batch_size(360).set_device(flex).build(ArrayDataset(x[cut:], y[cut:]))
     return train, valid
 
@@ -56,7 +61,9 @@ def _fit(precision: str, epochs: int = 8, artifact_dir=None, learner_kwargs=None
     device.seed(0)
     model = Mlp(LinearConfig(64, 256).init(device), Relu(), LinearConfig(256, 10).init(device))
     learner = Learner(model, AdamConfig().init(), 1e-3, precision=precision, **(learner_kwargs or {}))
-    training = SupervisedTraining(artifact_dir).renderer("none").metric_valid_numeric(AccuracyMetric()).num_epochs(epochs)
+    training = (
+        SupervisedTraining(artifact_dir).renderer("none").metric_valid_numeric(AccuracyMetric()).num_epochs(epochs)
+    )
     result = training.launch(learner, train, valid)
     return result, learner
 
@@ -74,8 +81,12 @@ def test_bf16_mixed_reaches_the_float32_accuracy_on_digits():
 
 
 def test_16_mixed_trains_and_checkpoints_its_scaler(tmp_path):
-    result, learner = _fit("16-mixed", epochs=3, artifact_dir=tmp_path,
-                           learner_kwargs={"grad_scaler": GradScaler(init_scale=2.0**24, growth_interval=50)})
+    result, learner = _fit(
+        "16-mixed",
+        epochs=3,
+        artifact_dir=tmp_path,
+        learner_kwargs={"grad_scaler": GradScaler(init_scale=2.0**24, growth_interval=50)},
+    )
     assert result.summary.get("Accuracy", "valid").final > 85.0
     scaler = learner.grad_scaler
     assert scaler.skipped_steps >= 1  # 2^24 overflows float16 at first, then backs off

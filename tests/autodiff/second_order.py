@@ -98,8 +98,10 @@ def numeric_hvp(fn: Callable, arrays, wrt, seed: int = 0, eps: float = 1e-6) -> 
 def torch_hvp(torch, fn: Callable, arrays, wrt, out_shape, seed: int = 0) -> dict[int, np.ndarray]:
     """``H v`` per input with ``torch.autograd.grad(..., create_graph=True)``."""
     v = _directions(arrays, wrt, seed)
-    tensors = [torch.tensor(a, requires_grad=(i in wrt)) if np.asarray(a).dtype.kind == "f" else torch.tensor(a)
-               for i, a in enumerate(arrays)]
+    tensors = [
+        torch.tensor(a, requires_grad=(i in wrt)) if np.asarray(a).dtype.kind == "f" else torch.tensor(a)
+        for i, a in enumerate(arrays)
+    ]
     out = fn(torch, *tensors).reshape(tuple(out_shape))
     w = torch.tensor(_weights(out_shape, seed))
     xs = [tensors[i] for i in wrt]

@@ -163,7 +163,8 @@ def test_gradient_matches_finite_differences(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["exp", "mul", "matmul", "gelu", "softmax", "pad_reflect", "slice", "sigmoid", "relu", "linear", "mse_loss_mean"]
+    "name",
+    ["exp", "mul", "matmul", "gelu", "softmax", "pad_reflect", "slice", "sigmoid", "relu", "linear", "mse_loss_mean"],
 )
 def test_gradient_with_balanced_checkpointing(name, flex):
     fn, arrays = CASES[name]
@@ -186,7 +187,12 @@ def test_fused_and_composite_paths_agree(flex):
     """The fused linear/mse kernels and their composite fallbacks give the same values
     and gradients (float16 inputs take the composite path on flex)."""
     rng = np.random.default_rng(5)
-    x, w, b, t = rng.standard_normal((6, 3)), rng.standard_normal((3, 2)), rng.standard_normal(2), rng.standard_normal((6, 2))
+    x, w, b, t = (
+        rng.standard_normal((6, 3)),
+        rng.standard_normal((3, 2)),
+        rng.standard_normal(2),
+        rng.standard_normal((6, 2)),
+    )
     ad = flex.autodiff()
 
     def run(dtype):

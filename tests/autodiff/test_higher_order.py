@@ -71,8 +71,12 @@ def _cases():
         "clamp": (lambda x: x.clamp(-0.5, 0.7).mul(x), lambda t, x: x.clamp(-0.5, 0.7) * x, [u(4, 5)]),
         "clamp_min": (lambda x: x.clamp_min(0.1).square(), lambda t, x: x.clamp_min(0.1).square(), [u(4, 5)]),
         # float32 in the middle: finite differences need a step far above its rounding
-        "cast": (lambda x: x.cast("float32").cast("float64").mul(x), lambda t, x: x.float().double() * x, [u(3)],
-                 {"eps": 1e-3, "rtol": 1e-3, "torch_rtol": 1e-6}),
+        "cast": (
+            lambda x: x.cast("float32").cast("float64").mul(x),
+            lambda t, x: x.float().double() * x,
+            [u(3)],
+            {"eps": 1e-3, "rtol": 1e-3, "torch_rtol": 1e-6},
+        ),
         # ---- elementwise binary (BinaryOp), with broadcasting
         "add": (lambda a, b: a.add(b).square(), lambda t, a, b: (a + b).square(), [u(3, 4), u(4)]),
         "sub": (lambda a, b: a.sub(b).exp(), lambda t, a, b: (a - b).exp(), [u(2, 1, 4), u(3, 1)]),
@@ -103,20 +107,40 @@ def _cases():
             lambda t, a, b: t.where(a > 0, b, a) * a,
             [away(3, 4), u(4)],
         ),
-        "mask_fill": (lambda a: a.mask_fill(a.lower_elem(0), 3.0).square(), lambda t, a: t.where(a < 0, 3.0, a).square(), [away(3, 4)]),
+        "mask_fill": (
+            lambda a: a.mask_fill(a.lower_elem(0), 3.0).square(),
+            lambda t, a: t.where(a < 0, 3.0, a).square(),
+            [away(3, 4)],
+        ),
         # ---- matmul and the fused linear layer
         "matmul": (lambda a, b: a.matmul(b), lambda t, a, b: a @ b, [u(3, 4), u(4, 5)]),
         "matmul_self": (lambda a: a.matmul(a.transpose()).square(), lambda t, a: (a @ a.T).square(), [u(3, 4)]),
         "matmul_batched": (lambda a, b: a.matmul(b).tanh(), lambda t, a, b: (a @ b).tanh(), [u(2, 3, 4), u(2, 4, 5)]),
         "matmul_broadcast": (lambda a, b: a.matmul(b), lambda t, a, b: a @ b, [u(2, 1, 3, 4), u(3, 4, 2)]),
-        "linear": (lambda x, w, b: fm.linear(x, w, b).tanh(), lambda t, x, w, b: (x @ w + b).tanh(), [u(5, 3), u(3, 4), u(4)]),
-        "linear_batched": (lambda x, w, b: fm.linear(x, w, b).square(), lambda t, x, w, b: (x @ w + b).square(), [u(2, 5, 3), u(3, 4), u(4)]),
+        "linear": (
+            lambda x, w, b: fm.linear(x, w, b).tanh(),
+            lambda t, x, w, b: (x @ w + b).tanh(),
+            [u(5, 3), u(3, 4), u(4)],
+        ),
+        "linear_batched": (
+            lambda x, w, b: fm.linear(x, w, b).square(),
+            lambda t, x, w, b: (x @ w + b).square(),
+            [u(2, 5, 3), u(3, 4), u(4)],
+        ),
         "linear_no_bias": (lambda x, w: fm.linear(x, w).exp(), lambda t, x, w: (x @ w).exp(), [u(5, 3), u(3, 2)]),
         "mse_loss": (lambda p, t: mse_loss(p, t), lambda t, p, y: fn(t).mse_loss(p, y), [u(4, 3), u(4, 3)]),
-        "mse_loss_sum": (lambda p, t: mse_loss(p.tanh(), t, mean=False), lambda t, p, y: fn(t).mse_loss(p.tanh(), y, reduction="sum"), [u(6), u(6)]),
+        "mse_loss_sum": (
+            lambda p, t: mse_loss(p.tanh(), t, mean=False),
+            lambda t, p, y: fn(t).mse_loss(p.tanh(), y, reduction="sum"),
+            [u(6), u(6)],
+        ),
         # ---- reductions and scans
         "sum": (lambda x: x.sum().square(), lambda t, x: x.sum().square(), [u(3, 4)]),
-        "sum_dim": (lambda x: x.sum_dim(1).exp(), lambda t, x: x.sum(1, keepdim=True).exp(), [u(3, 4, 2, lo=-0.5, hi=0.5)]),
+        "sum_dim": (
+            lambda x: x.sum_dim(1).exp(),
+            lambda t, x: x.sum(1, keepdim=True).exp(),
+            [u(3, 4, 2, lo=-0.5, hi=0.5)],
+        ),
         "mean": (lambda x: x.mean().square(), lambda t, x: x.mean().square(), [u(3, 4)]),
         "mean_dim": (lambda x: x.mean_dim(0).sin(), lambda t, x: x.mean(0, keepdim=True).sin(), [u(3, 4)]),
         "prod": (lambda x: x.prod_dim(1), lambda t, x: x.prod(1, keepdim=True), [u(3, 4)]),
@@ -142,7 +166,11 @@ def _cases():
         "sort": (lambda x: x.sort(1).square(), lambda t, x: x.sort(1).values.square(), [u(3, 5)]),
         "topk": (lambda x: x.topk(2, 1).exp(), lambda t, x: x.topk(2, 1).values.exp(), [u(3, 5)]),
         # ---- layout
-        "reshape": (lambda x: x.reshape([4, 3]).mul(x.reshape([4, 3])), lambda t, x: x.reshape(4, 3) * x.reshape(4, 3), [u(3, 4)]),
+        "reshape": (
+            lambda x: x.reshape([4, 3]).mul(x.reshape([4, 3])),
+            lambda t, x: x.reshape(4, 3) * x.reshape(4, 3),
+            [u(3, 4)],
+        ),
         "permute": (lambda x: x.permute([2, 0, 1]).square(), lambda t, x: x.permute(2, 0, 1).square(), [u(2, 3, 4)]),
         "flip": (lambda x: x.flip([0, 1]).mul(x), lambda t, x: x.flip(0, 1) * x, [u(3, 4)]),
         "expand": (lambda x: x.expand([2, 3, 4]).sin(), lambda t, x: x.expand(2, 3, 4).sin(), [u(3, 1)]),
@@ -151,14 +179,26 @@ def _cases():
             lambda t, x: x[0:2, 1:4:2].square(),
             [u(3, 5)],
         ),
-        "getitem_negative_step": (lambda x: x[1:, ::-2].square(), lambda t, x: x[1:].flip(1)[:, ::2].square(), [u(3, 5)]),
+        "getitem_negative_step": (
+            lambda x: x[1:, ::-2].square(),
+            lambda t, x: x[1:].flip(1)[:, ::2].square(),
+            [u(3, 5)],
+        ),
         "slice_assign": (
             lambda x, v: x.slice_assign([(1, 3), None], v).square(),
             lambda t, x, v: t.cat([x[:1], v, x[3:]], 0).square(),
             [u(4, 3), u(2, 3)],
         ),
-        "cat": (lambda a, b: Tensor.cat([a, b, a], 1).square(), lambda t, a, b: t.cat([a, b, a], 1).square(), [u(2, 3), u(2, 1)]),
-        "pad_reflect": (lambda x: x.pad((2, 1), mode="reflect").square(), lambda t, x: fn(t).pad(x[None], (2, 1), mode="reflect")[0].square(), [u(2, 4)]),
+        "cat": (
+            lambda a, b: Tensor.cat([a, b, a], 1).square(),
+            lambda t, a, b: t.cat([a, b, a], 1).square(),
+            [u(2, 3), u(2, 1)],
+        ),
+        "pad_reflect": (
+            lambda x: x.pad((2, 1), mode="reflect").square(),
+            lambda t, x: fn(t).pad(x[None], (2, 1), mode="reflect")[0].square(),
+            [u(2, 4)],
+        ),
         "tril": (lambda x: x.tril().exp(), lambda t, x: x.tril().exp(), [u(3, 3)]),
         # ---- indexing
         "gather": (
@@ -186,7 +226,11 @@ def _cases():
         "sigmoid": (act.sigmoid, lambda t, x: x.sigmoid(), [u(3, 4)]),
         "softmax": (lambda x: act.softmax(x, 1), lambda t, x: x.softmax(1), [u(3, 5)]),
         "log_softmax": (lambda x: act.log_softmax(x, 0), lambda t, x: x.log_softmax(0), [u(3, 5)]),
-        "leaky_relu": (lambda x: act.leaky_relu(x, 0.2).square(), lambda t, x: fn(t).leaky_relu(x, 0.2).square(), [away(3, 4)]),
+        "leaky_relu": (
+            lambda x: act.leaky_relu(x, 0.2).square(),
+            lambda t, x: fn(t).leaky_relu(x, 0.2).square(),
+            [away(3, 4)],
+        ),
         "softplus": (act.softplus, lambda t, x: fn(t).softplus(x), [u(3, 4, lo=-5, hi=5)]),
         "silu": (act.silu, lambda t, x: fn(t).silu(x), [u(3, 4)]),
         "gelu": (act.gelu, lambda t, x: fn(t).gelu(x), [u(3, 4)]),
@@ -235,16 +279,46 @@ def _cases():
 CASES = _cases()
 # The ops of the elementwise gradient tables each case exercises (checked to cover them all).
 COVERS = {
-    UnaryOp.NEG: "neg", UnaryOp.ABS: "abs", UnaryOp.EXP: "exp", UnaryOp.LOG: "log", UnaryOp.LOG1P: "log1p",
-    UnaryOp.EXPM1: "expm1", UnaryOp.SQRT: "sqrt", UnaryOp.RSQRT: "rsqrt", UnaryOp.RECIP: "recip",
-    UnaryOp.SQUARE: "square", UnaryOp.SIN: "sin", UnaryOp.COS: "cos", UnaryOp.TAN: "tan", UnaryOp.TANH: "tanh",
-    UnaryOp.SINH: "sinh", UnaryOp.COSH: "cosh", UnaryOp.ASIN: "asin", UnaryOp.ACOS: "acos", UnaryOp.ATAN: "atan",
-    UnaryOp.ERF: "erf", UnaryOp.SIGN: "sign", UnaryOp.ROUND: "round", UnaryOp.FLOOR: "floor_ceil_trunc",
-    UnaryOp.CEIL: "floor_ceil_trunc", UnaryOp.TRUNC: "floor_ceil_trunc", UnaryOp.LOG2: "log2",
-    UnaryOp.LOG10: "log10", UnaryOp.EXP2: "exp2", UnaryOp.ASINH: "asinh", UnaryOp.ACOSH: "acosh",
-    UnaryOp.ATANH: "atanh", BinaryOp.COPYSIGN: "copysign",
-    BinaryOp.ADD: "add", BinaryOp.SUB: "sub", BinaryOp.MUL: "mul", BinaryOp.DIV: "div", BinaryOp.POW: "powf",
-    BinaryOp.REMAINDER: "remainder", BinaryOp.ATAN2: "atan2", BinaryOp.MAXIMUM: "maximum",
+    UnaryOp.NEG: "neg",
+    UnaryOp.ABS: "abs",
+    UnaryOp.EXP: "exp",
+    UnaryOp.LOG: "log",
+    UnaryOp.LOG1P: "log1p",
+    UnaryOp.EXPM1: "expm1",
+    UnaryOp.SQRT: "sqrt",
+    UnaryOp.RSQRT: "rsqrt",
+    UnaryOp.RECIP: "recip",
+    UnaryOp.SQUARE: "square",
+    UnaryOp.SIN: "sin",
+    UnaryOp.COS: "cos",
+    UnaryOp.TAN: "tan",
+    UnaryOp.TANH: "tanh",
+    UnaryOp.SINH: "sinh",
+    UnaryOp.COSH: "cosh",
+    UnaryOp.ASIN: "asin",
+    UnaryOp.ACOS: "acos",
+    UnaryOp.ATAN: "atan",
+    UnaryOp.ERF: "erf",
+    UnaryOp.SIGN: "sign",
+    UnaryOp.ROUND: "round",
+    UnaryOp.FLOOR: "floor_ceil_trunc",
+    UnaryOp.CEIL: "floor_ceil_trunc",
+    UnaryOp.TRUNC: "floor_ceil_trunc",
+    UnaryOp.LOG2: "log2",
+    UnaryOp.LOG10: "log10",
+    UnaryOp.EXP2: "exp2",
+    UnaryOp.ASINH: "asinh",
+    UnaryOp.ACOSH: "acosh",
+    UnaryOp.ATANH: "atanh",
+    BinaryOp.COPYSIGN: "copysign",
+    BinaryOp.ADD: "add",
+    BinaryOp.SUB: "sub",
+    BinaryOp.MUL: "mul",
+    BinaryOp.DIV: "div",
+    BinaryOp.POW: "powf",
+    BinaryOp.REMAINDER: "remainder",
+    BinaryOp.ATAN2: "atan2",
+    BinaryOp.MAXIMUM: "maximum",
     BinaryOp.MINIMUM: "minimum",
 }
 
@@ -267,8 +341,9 @@ def test_second_derivative_matches_finite_differences(name):
     ours = ember_hvp(fn, arrays, wrt)
     numeric = numeric_hvp(fn, arrays, wrt, eps=options.get("eps", 1e-6))
     for i in wrt:
-        np.testing.assert_allclose(ours[i], numeric[i], rtol=options.get("rtol", 1e-5), atol=1e-6,
-                                   err_msg=f"{name}: input {i}")
+        np.testing.assert_allclose(
+            ours[i], numeric[i], rtol=options.get("rtol", 1e-5), atol=1e-6, err_msg=f"{name}: input {i}"
+        )
 
 
 @pytest.mark.torch
@@ -281,11 +356,14 @@ def test_second_derivative_matches_torch(name, torch):
     out_shape = fn(*[Tensor.from_data(a, device=Device.flex()) for a in arrays]).dims()
     theirs = torch_hvp(torch, torch_fn, arrays, wrt, out_shape)
     for i in wrt:
-        np.testing.assert_allclose(ours[i], theirs[i], rtol=options.get("torch_rtol", 1e-9), atol=1e-11,
-                                   err_msg=f"{name}: input {i}")
+        np.testing.assert_allclose(
+            ours[i], theirs[i], rtol=options.get("torch_rtol", 1e-9), atol=1e-11, err_msg=f"{name}: input {i}"
+        )
 
 
-@pytest.mark.parametrize("name", ["exp", "mul_self", "tanh", "softmax", "sigmoid", "relu", "linear", "slice", "mse_loss", "conv1d"])
+@pytest.mark.parametrize(
+    "name", ["exp", "mul_self", "tanh", "softmax", "sigmoid", "relu", "linear", "slice", "mse_loss", "conv1d"]
+)
 def test_second_derivative_with_balanced_checkpointing(name):
     """Balanced checkpointing recomputes memory-bound outputs during the first backward;
     the recomputed values enter the gradient graph as outputs of their own nodes."""

@@ -74,7 +74,13 @@ def test_binary_gradients_match_torch(name, shapes, data):
 
 @pytest.mark.parametrize("name", sorted(UNARY))
 @SETTINGS
-@given(x=hnp.arrays(np.float64, hnp.array_shapes(min_dims=2, max_dims=3, max_side=5), elements=st.floats(-3, 3, allow_nan=False, allow_subnormal=False)))
+@given(
+    x=hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=2, max_dims=3, max_side=5),
+        elements=st.floats(-3, 3, allow_nan=False, allow_subnormal=False),
+    )
+)
 def test_unary_gradients_match_torch(name, x):
     torch = import_torch()
     if name == "sort":
@@ -83,9 +89,7 @@ def test_unary_gradients_match_torch(name, x):
 
 
 @SETTINGS
-@given(
-    b=st.integers(1, 3), m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5), batch_left=st.booleans()
-)
+@given(b=st.integers(1, 3), m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5), batch_left=st.booleans())
 def test_matmul_gradients_match_torch(b, m, k, n, batch_left):
     torch = import_torch()
     rng = np.random.default_rng(b * 100 + m * 10 + k)
@@ -102,7 +106,14 @@ def test_indexing_gradients_match_torch():
     sel = np.array([3, 0, 3, 1])
     _run_both(
         torch,
-        lambda t: t.gather(1, Tensor.from_data(idx, device=AD)).sum_dim(1).add(t.select(1, Tensor.from_data(sel, device=AD)).sum_dim(1)),
-        lambda t: t.gather(1, torch.tensor(idx)).sum(1, keepdim=True) + t.index_select(1, torch.tensor(sel)).sum(1, keepdim=True),
+        lambda t: (
+            t.gather(1, Tensor.from_data(idx, device=AD))
+            .sum_dim(1)
+            .add(t.select(1, Tensor.from_data(sel, device=AD)).sum_dim(1))
+        ),
+        lambda t: (
+            t.gather(1, torch.tensor(idx)).sum(1, keepdim=True)
+            + t.index_select(1, torch.tensor(sel)).sum(1, keepdim=True)
+        ),
         [x],
     )

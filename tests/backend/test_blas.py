@@ -17,4 +17,3 @@ def test_the_blas_thread_count_is_ours_and_never_exceeds_the_cores(monkeypatch):
         monkeypatch.setenv(blas.THREADS_ENV, bad)
         with pytest.raises(ConfigError, match="EMBER_NUM_THREADS"):
             blas.thread_count()
-

@@ -60,7 +60,9 @@ def test_conv_and_its_gradients(impl, case):
     assert_close(y, ref.detach().numpy(), rtol=1e-10, atol=1e-10)
     g = rng.standard_normal(ref.shape)
     gx, gw = torch.autograd.grad(ref, (xt, wt), torch.from_numpy(g))
-    assert_close(b_.conv_weight_grad(x, g, w.shape, stride, padding, dilation, groups), gw.numpy(), rtol=1e-10, atol=1e-10)
+    assert_close(
+        b_.conv_weight_grad(x, g, w.shape, stride, padding, dilation, groups), gw.numpy(), rtol=1e-10, atol=1e-10
+    )
     output_padding = tuple(
         size - conv_transpose_output_size(out, k, s, p, 0, d)
         for size, out, k, s, p, d in zip(spatial, g.shape[2:], kernel, stride, padding, dilation)
@@ -94,7 +96,16 @@ def conv_transpose_with_bias_case(case):
     w = rng.standard_normal((c, o // groups) + kernel)
     bias = rng.standard_normal(o)
     fn = torch.nn.functional.conv_transpose1d if len(spatial) == 1 else torch.nn.functional.conv_transpose2d
-    ref = fn(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias), stride, padding, output_padding, groups, dilation)
+    ref = fn(
+        torch.from_numpy(x),
+        torch.from_numpy(w),
+        torch.from_numpy(bias),
+        stride,
+        padding,
+        output_padding,
+        groups,
+        dilation,
+    )
     pairs = tuple((p, p) for p in padding)
     return (x, w, bias, stride, pairs, output_padding, dilation, groups), ref.numpy()
 
@@ -169,7 +180,9 @@ def test_avg_pool_and_backward(impl, count_include_pad, case):
 
 
 @pytest.mark.parametrize("impl", sorted(IMPLS))
-@pytest.mark.parametrize("sizes", [((7, 9), (3, 4)), ((8, 8), (4, 2)), ((5, 3), (5, 3)), ((4, 6), (1, 1)), ((5,), (3,))])
+@pytest.mark.parametrize(
+    "sizes", [((7, 9), (3, 4)), ((8, 8), (4, 2)), ((5, 3), (5, 3)), ((4, 6), (1, 1)), ((5,), (3,))]
+)
 def test_adaptive_avg_pool(impl, sizes):
     torch = import_torch()
     b_ = IMPLS[impl]
@@ -213,12 +226,16 @@ def test_half_precision_computes_in_float32(dtype):
     assert got_w.dtype == np.dtype(dtype)
     assert_close(got_w.astype(np.float32), ref_w, rtol=3e-2, atol=3e-1)
     pooled, idx = FLEX.max_pool_with_indices(x.astype(dtype), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False)
-    ref_pooled, ref_idx = FLEX.max_pool_with_indices(x.astype(dtype).astype(np.float32), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False)
+    ref_pooled, ref_idx = FLEX.max_pool_with_indices(
+        x.astype(dtype).astype(np.float32), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False
+    )
     assert pooled.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(idx, ref_idx)
     avg = FLEX.avg_pool(x.astype(dtype), (3, 2), (1, 2), ((1, 1), (0, 0)), False, True)
     assert avg.dtype == np.dtype(dtype)
-    assert_close(avg.astype(np.float32), FLEX.avg_pool(x, (3, 2), (1, 2), ((1, 1), (0, 0)), False, True), rtol=2e-2, atol=2e-2)
+    assert_close(
+        avg.astype(np.float32), FLEX.avg_pool(x, (3, 2), (1, 2), ((1, 1), (0, 0)), False, True), rtol=2e-2, atol=2e-2
+    )
 
 
 def test_flex_results_never_alias_its_scratch_buffers():

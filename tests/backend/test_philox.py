@@ -83,7 +83,12 @@ def test_normal_moments_and_tails():
     assert np.abs(z).max() <= 5.78  # sqrt(-2 ln 2**-24), the float32 Box-Muller bound
     # Every sign and quadrant appears: the cos/sin pair of one draw lies on a circle.
     pairs = z.reshape(-1, 2)
-    assert {(bool(c > 0), bool(s > 0)) for c, s in pairs[:100]} == {(True, True), (True, False), (False, True), (False, False)}
+    assert {(bool(c > 0), bool(s > 0)) for c, s in pairs[:100]} == {
+        (True, True),
+        (True, False),
+        (False, True),
+        (False, False),
+    }
 
 
 def test_bernoulli_compares_a_uniform_with_p():

@@ -307,9 +307,12 @@ def test_cnn_with_batch_norm_and_dropout_matches_eager():
         x = Tensor.random([16, 1, 12, 12], Distribution.normal(0.0, 1.0), device=device)
         y = Tensor.from_ints([i % 10 for i in range(16)], device=device)
         model = Cnn(
-            conv1=Conv2dConfig((1, 8), (3, 3), padding=(1, 1)).init(device), bn=BatchNormConfig(8).init(device),
-            conv2=Conv2dConfig((8, 8), (3, 3), padding=(1, 1)).init(device), pool=MaxPool2dConfig((2, 2)).init(),
-            drop=DropoutConfig(0.2).init(), fc=LinearConfig(72, 10).init(device),
+            conv1=Conv2dConfig((1, 8), (3, 3), padding=(1, 1)).init(device),
+            bn=BatchNormConfig(8).init(device),
+            conv2=Conv2dConfig((8, 8), (3, 3), padding=(1, 1)).init(device),
+            pool=MaxPool2dConfig((2, 2)).init(),
+            drop=DropoutConfig(0.2).init(),
+            fc=LinearConfig(72, 10).init(device),
         )
         for p in model.params():
             p.val()

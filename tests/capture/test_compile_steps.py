@@ -49,9 +49,12 @@ def cnn_problem(device: Device):
     device.seed(12)
     x = Tensor.random([8, 1, 12, 12], Distribution.normal(0.0, 1.0), device=device)
     y = Tensor.from_ints([i % 10 for i in range(8)], device=device)
-    model = Cnn(conv1=Conv2dConfig((1, 4), (3, 3), padding=(1, 1)).init(device),
-                conv2=Conv2dConfig((4, 8), (3, 3), padding=(1, 1)).init(device), pool=MaxPool2dConfig((2, 2)).init(),
-                head=LinearConfig(72, 10).init(device))
+    model = Cnn(
+        conv1=Conv2dConfig((1, 4), (3, 3), padding=(1, 1)).init(device),
+        conv2=Conv2dConfig((4, 8), (3, 3), padding=(1, 1)).init(device),
+        pool=MaxPool2dConfig((2, 2)).init(),
+        head=LinearConfig(72, 10).init(device),
+    )
     return model, x, y
 
 
@@ -68,8 +71,12 @@ def w3_problem(device: Device):
     device.seed(14)
     x = Tensor.random([64, 1, 28, 28], Distribution.normal(0.0, 1.0), device=device)
     y = Tensor.from_ints([i % 10 for i in range(64)], device=device)
-    model = Cnn(conv1=Conv2dConfig((1, 16), (3, 3)).init(device), conv2=Conv2dConfig((16, 32), (3, 3)).init(device),
-                pool=MaxPool2dConfig((2, 2)).init(), head=LinearConfig(32 * 5 * 5, 10).init(device))
+    model = Cnn(
+        conv1=Conv2dConfig((1, 16), (3, 3)).init(device),
+        conv2=Conv2dConfig((16, 32), (3, 3)).init(device),
+        pool=MaxPool2dConfig((2, 2)).init(),
+        head=LinearConfig(32 * 5 * 5, 10).init(device),
+    )
     return model, x, y
 
 
@@ -99,8 +106,7 @@ def test_compiled_steps_match_eager_and_run_fully_compiled(problem, steps):
     eager, model_e, _ = train(problem, steps, False)
     np.testing.assert_allclose(compiled, eager, rtol=REL)
     for pc, pe in zip(model_c.params(), model_e.params()):
-        np.testing.assert_allclose(pc.val().to_data().to_numpy(), pe.val().to_data().to_numpy(), rtol=1e-4,
-                                   atol=1e-6)
+        np.testing.assert_allclose(pc.val().to_data().to_numpy(), pe.val().to_data().to_numpy(), rtol=1e-4, atol=1e-6)
     entry = next(iter(step._entries.values()))
     plan = entry.plan
     if hasattr(plan, "variants"):  # the LLVM executor (the default over flex)

@@ -128,15 +128,19 @@ def test_cnn_with_batch_norm_and_dropout(gpu):
     """Convolutions, pooling, gathers and scatters are cube calls inside the tape; the
     dropout masks are drawn at each replay from the device's generator (the random
     call reruns dry for its parameter words)."""
+
     def run(compiled: bool):
         executor = CubeExecutor()
         gpu.seed(1)
         x = Tensor.random([8, 1, 12, 12], Distribution.normal(0.0, 1.0), device=gpu)
         y = Tensor.from_ints([i % 10 for i in range(8)], device=gpu)
         model = Cnn(
-            conv1=Conv2dConfig((1, 4), (3, 3), padding=(1, 1)).init(gpu), bn=BatchNormConfig(4).init(gpu),
-            conv2=Conv2dConfig((4, 8), (3, 3), padding=(1, 1)).init(gpu), pool=MaxPool2dConfig((2, 2)).init(),
-            drop=DropoutConfig(0.3).init(), fc=LinearConfig(72, 10).init(gpu),
+            conv1=Conv2dConfig((1, 4), (3, 3), padding=(1, 1)).init(gpu),
+            bn=BatchNormConfig(4).init(gpu),
+            conv2=Conv2dConfig((4, 8), (3, 3), padding=(1, 1)).init(gpu),
+            pool=MaxPool2dConfig((2, 2)).init(),
+            drop=DropoutConfig(0.3).init(),
+            fc=LinearConfig(72, 10).init(gpu),
         )
         for p in model.params():
             p.val()

@@ -24,8 +24,8 @@ def _conv_ref(x, w, bias, stride, pad, groups=1):
     out = np.zeros((n, o, oh, ow))
     og = o // groups
     for g, i, j in itertools.product(range(groups), range(kh), range(kw)):
-        patch = x[:, g * cg:(g + 1) * cg, i:i + stride * oh:stride, j:j + stride * ow:stride]
-        out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+        patch = x[:, g * cg : (g + 1) * cg, i : i + stride * oh : stride, j : j + stride * ow : stride]
+        out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
     return out if bias is None else out + bias[None, :, None, None]
 
 
@@ -57,8 +57,15 @@ def test_small_convs_gather_im2col_in_the_gemm(backend, rng, monkeypatch, case, 
     w = rng.standard_normal(ws).astype(np.float32)
     b = rng.standard_normal(ws[0]).astype(np.float32) if bias else None
     names = _names(backend, monkeypatch)
-    out = backend.conv(backend.from_numpy(x), backend.from_numpy(w), None if b is None else backend.from_numpy(b),
-                       (stride, stride), ((pad, pad), (pad, pad)), (1, 1), groups)
+    out = backend.conv(
+        backend.from_numpy(x),
+        backend.from_numpy(w),
+        None if b is None else backend.from_numpy(b),
+        (stride, stride),
+        ((pad, pad), (pad, pad)),
+        (1, 1),
+        groups,
+    )
     np.testing.assert_allclose(backend.to_numpy(out), _conv_ref(x, w, b, stride, pad, groups), rtol=1e-4, atol=1e-4)
     assert names == [n for n in names if n.startswith("matmul_regs")] and len(names) == 1  # one launch, no im2col
 
@@ -75,8 +82,11 @@ def test_fused_conv_dtypes(backend, rng, dtype):
         x = rng.standard_normal((2, 3, 7, 6)).astype(dtype)
         w = rng.standard_normal((5, 3, 3, 3)).astype(dtype)
         b = rng.standard_normal(5).astype(dtype)
-    out = backend.to_numpy(backend.conv(backend.from_numpy(x), backend.from_numpy(w), backend.from_numpy(b),
-                                        (1, 1), ((1, 1), (1, 1)), (1, 1), 1))
+    out = backend.to_numpy(
+        backend.conv(
+            backend.from_numpy(x), backend.from_numpy(w), backend.from_numpy(b), (1, 1), ((1, 1), (1, 1)), (1, 1), 1
+        )
+    )
     want = _conv_ref(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), 1, 1)
     assert out.dtype == x.dtype
     if dtype == "int32":
@@ -93,7 +103,8 @@ def test_large_convs_on_a_gpu_materialise_columns_for_a_tile(backend, rng, monke
     w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
     b = rng.standard_normal(64).astype(np.float32)
     names = _names(backend, monkeypatch)
-    out = backend.conv(backend.from_numpy(x), backend.from_numpy(w), backend.from_numpy(b),
-                       (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    out = backend.conv(
+        backend.from_numpy(x), backend.from_numpy(w), backend.from_numpy(b), (1, 1), ((1, 1), (1, 1)), (1, 1), 1
+    )
     np.testing.assert_allclose(backend.to_numpy(out), _conv_ref(x, w, b, 1, 1), rtol=1e-4, atol=1e-3)
     assert names[0] == "im2col" and names[1].startswith("matmul_128x64") and len(names) == 2

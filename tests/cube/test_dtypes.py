@@ -59,13 +59,23 @@ def test_int_arithmetic_matches_numpy(gpu, dtype):
     ta, tb = Tensor.from_data(a, device=gpu), Tensor.from_data(b, device=gpu)
     with np.errstate(all="ignore"):
         for ours, theirs in [
-            (ta + tb, a + b), (ta - tb, a - b), (ta * tb, a * b), (ta // tb, a // b), (ta % tb, a % b),
-            (ta.maximum(tb), np.maximum(a, b)), (ta.bitwise_xor(tb), a ^ b), (ta << 2, a << 2),
-            (ta.powi_scalar(2), a**2), (ta.abs(), np.abs(a)) if dtype != "uint8" else (ta, a),
+            (ta + tb, a + b),
+            (ta - tb, a - b),
+            (ta * tb, a * b),
+            (ta // tb, a // b),
+            (ta % tb, a % b),
+            (ta.maximum(tb), np.maximum(a, b)),
+            (ta.bitwise_xor(tb), a ^ b),
+            (ta << 2, a << 2),
+            (ta.powi_scalar(2), a**2),
+            (ta.abs(), np.abs(a)) if dtype != "uint8" else (ta, a),
         ]:
             assert ours.dtype is DType.parse(dtype)
             assert ours.to_numpy().tolist() == theirs.tolist()
-    for ours, theirs in [(ta.sum_dim(0), a.sum(0, keepdims=True, dtype=np.int64)), (ta.cumsum(1), np.cumsum(a, 1, dtype=np.int64))]:
+    for ours, theirs in [
+        (ta.sum_dim(0), a.sum(0, keepdims=True, dtype=np.int64)),
+        (ta.cumsum(1), np.cumsum(a, 1, dtype=np.int64)),
+    ]:
         assert ours.dtype is DType.INT64  # sums widen to int64, as in PyTorch
         assert ours.to_numpy().tolist() == theirs.tolist()
 

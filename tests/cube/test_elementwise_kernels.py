@@ -48,8 +48,9 @@ def launches(backend, monkeypatch):
 @pytest.mark.parametrize("shape", [(64,), (6, 10), (3, 5, 7), (1,), (4096,)])
 def test_fused_tree_vec4_and_scalar(backend, rng, launches, shape):
     xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
-    out = elementwise.run(backend, _fused(), [backend.from_numpy(x) for x in xs], backend.storage(DType.FLOAT32),
-                          shape, [0.5], ["f32"])
+    out = elementwise.run(
+        backend, _fused(), [backend.from_numpy(x) for x in xs], backend.storage(DType.FLOAT32), shape, [0.5], ["f32"]
+    )
     np.testing.assert_allclose(backend.to_numpy(out), _fused_ref(*xs, 0.5), rtol=1e-5, atol=1e-5)
     quads = int(np.prod(shape)) % 4 == 0
     assert launches[-1][0].name.startswith("elementwise4_" if quads else "elementwise_")
@@ -60,15 +61,16 @@ def test_vec4_with_uniform_operand_and_offsets(backend, rng, launches):
     big = backend.from_numpy(x)
     one = backend.from_numpy(np.array([3.0], np.float32))
     cases = {
-        "aligned view": (backend.slice(big, [(4, 36, 1)]), True),   # offset 4: vec4 with its offset
+        "aligned view": (backend.slice(big, [(4, 36, 1)]), True),  # offset 4: vec4 with its offset
         "unaligned view": (backend.slice(big, [(2, 34, 1)]), False),  # offset 2: scalar loads
     }
     for name, (view, vec) in cases.items():
         start = view.offset
         expr = ir.binary(BinaryOp.MUL, ir.load(0, "f32"), ir.load(1, "f32"))
-        got = backend.to_numpy(elementwise.run(backend, expr, [view, backend.expand(one, (32,))],
-                                               backend.storage(DType.FLOAT32), (32,)))
-        np.testing.assert_allclose(got, x[start:start + 32] * 3.0, rtol=1e-6, err_msg=name)
+        got = backend.to_numpy(
+            elementwise.run(backend, expr, [view, backend.expand(one, (32,))], backend.storage(DType.FLOAT32), (32,))
+        )
+        np.testing.assert_allclose(got, x[start : start + 32] * 3.0, rtol=1e-6, err_msg=name)
         assert launches[-1][0].name.startswith("elementwise4_") == vec, name
         if vec:
             assert "array<vec4<f32>>" in launches[-1][0].source and "in1: array<f32>" in launches[-1][0].source

@@ -36,11 +36,11 @@ def _check(got, want, tol=1e-5):
 
 # Shapes that select each template (see matmul.choose), with edges in M, N and K.
 SHAPES = {
-    "large": (260, 70, 132),     # 128x64 tile, 8x4 per invocation; ragged M, N, K
-    "medium": (100, 44, 72),     # 64x64 tile, 4x4
-    "small_k": (40, 9, 30),      # register-blocked, K < 32
-    "small_m": (16, 144, 52),    # register-blocked, M <= 32
-    "narrow": (70, 40, 10),      # register-blocked, N <= 16
+    "large": (260, 70, 132),  # 128x64 tile, 8x4 per invocation; ragged M, N, K
+    "medium": (100, 44, 72),  # 64x64 tile, 4x4
+    "small_k": (40, 9, 30),  # register-blocked, K < 32
+    "small_m": (16, 144, 52),  # register-blocked, M <= 32
+    "narrow": (70, 40, 10),  # register-blocked, N <= 16
     "tiny": (1, 1, 1),
     "row": (1, 64, 96),
     "column": (96, 64, 1),
@@ -167,7 +167,9 @@ def test_epilogue_bias_activation_residual(backend, rng, shape, plan):
     scaled = mm.Epilogue(expr, (gres,), (0.5,), ("f32",))
     _check(backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=scaled, plan=force)), 0.5 * want + res)
     cmp = mm.Epilogue(ir.binary(BinaryOp.GT, f(0, "f32"), f(1, "f32")), (gbias,))
-    got = backend.to_numpy(mm.matmul(backend, ga, gb, epilogue=cmp, out_storage=backend.storage(DType.BOOL), plan=force))
+    got = backend.to_numpy(
+        mm.matmul(backend, ga, gb, epilogue=cmp, out_storage=backend.storage(DType.BOOL), plan=force)
+    )
     assert got.dtype == np.bool_ and (got == ((a @ b) > bias)).mean() > 0.999  # ties at rounding aside
 
 
@@ -183,7 +185,11 @@ def test_epilogue_operand_must_broadcast(backend):
 def test_grids_over_the_per_dimension_limit_are_split(backend, rng, monkeypatch):
     """Tiles and batches beyond the per-dimension workgroup limit go in several launches."""
     monkeypatch.setattr(backend.runtime, "max_groups", 2)
-    for m, k, n, plan in [(300, 40, 200, mm.LARGE), (20, 8, 50, mm.registers(20, 50)), (33, 8, 300, mm.registers(4, 300))]:
+    for m, k, n, plan in [
+        (300, 40, 200, mm.LARGE),
+        (20, 8, 50, mm.registers(20, 50)),
+        (33, 8, 300, mm.registers(4, 300)),
+    ]:
         a = rng.standard_normal((5, m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         before = backend.stats()["launches"]

@@ -130,7 +130,9 @@ def test_avg_pool_and_backward(cube, count_include_pad, case):
     assert_close(cube.avg_pool(x, kernel, stride, pairs, count_include_pad, ceil_mode), ref.detach().numpy(), **TOL)
     g = rng.standard_normal(ref.shape)
     (gx,) = torch.autograd.grad(ref, xt, torch.from_numpy(g))
-    assert_close(cube.avg_pool_backward(g, x.shape, kernel, stride, pairs, count_include_pad, ceil_mode), gx.numpy(), **TOL)
+    assert_close(
+        cube.avg_pool_backward(g, x.shape, kernel, stride, pairs, count_include_pad, ceil_mode), gx.numpy(), **TOL
+    )
 
 
 def test_adaptive_pool_and_embedding(cube):
@@ -169,4 +171,6 @@ def test_conv_layer_trains_on_the_gpu(gpu):
     y_flex = F.avg_pool2d(F.max_pool2d(conv_flex(x.to_device(flex)), 2, 2), 2)
     grads_flex = y_flex.mul(y_flex).mean().backward()
     assert_close(loss, y_flex.mul(y_flex).mean().to_numpy(), rtol=1e-5)
-    assert_close(conv.weight.val().grad(grads), conv_flex.weight.val().grad(grads_flex).to_numpy(), rtol=1e-4, atol=1e-6)
+    assert_close(
+        conv.weight.val().grad(grads), conv_flex.weight.val().grad(grads_flex).to_numpy(), rtol=1e-4, atol=1e-6
+    )

@@ -30,7 +30,11 @@ LAYERS = {
     "linear": (lambda: nn.LinearConfig(6, 3).init(), lambda: _input((4, 6)), None),
     "conv2d": (lambda: nn.Conv2dConfig((3, 4), 3, padding="same").init(), lambda: _input((2, 3, 7, 6)), None),
     "conv1d_stride": (lambda: nn.Conv1dConfig(2, 3, 3, stride=2).init(), lambda: _input((2, 2, 9)), None),
-    "conv_transpose2d": (lambda: nn.ConvTranspose2dConfig((3, 2), (3, 3), stride=(2, 2)).init(), lambda: _input((1, 3, 4, 5)), None),
+    "conv_transpose2d": (
+        lambda: nn.ConvTranspose2dConfig((3, 2), (3, 3), stride=(2, 2)).init(),
+        lambda: _input((1, 3, 4, 5)),
+        None,
+    ),
     "max_pool2d": (lambda: nn.MaxPool2dConfig((2, 2)).init(), lambda: _input((2, 3, 6, 6)), None),
     "avg_pool2d": (lambda: nn.AvgPool2dConfig((3, 3), strides=(2, 2)).init(), lambda: _input((2, 3, 7, 7)), None),
     "adaptive_avg_pool2d": (lambda: nn.AdaptiveAvgPool2dConfig((3, 2)).init(), lambda: _input((2, 3, 7, 5)), None),
@@ -42,7 +46,11 @@ LAYERS = {
     "lstm": (lambda: nn.LstmConfig(4, 6).init(), lambda: _input((2, 5, 4)), lambda m, x: m(x)[0]),
     "gru": (lambda: nn.GruConfig(4, 6).init(), lambda: _input((2, 5, 4)), None),
     "mha": (lambda: nn.MultiHeadAttentionConfig(8, 2, dropout=0.0).init(), lambda: _input((2, 5, 8)), _mha),
-    "transformer": (lambda: nn.TransformerEncoderConfig(8, 16, 2, 1, dropout=0.0).init(), lambda: _input((2, 5, 8)), _encoder),
+    "transformer": (
+        lambda: nn.TransformerEncoderConfig(8, 16, 2, 1, dropout=0.0).init(),
+        lambda: _input((2, 5, 8)),
+        _encoder,
+    ),
 }
 
 

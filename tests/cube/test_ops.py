@@ -45,20 +45,33 @@ def test_strided_operands(gpu, rng, view):
         [(1, 1 + ref.shape[0]), (2, 2 + ref.shape[1])], v(t).reshape(ref.shape[:2] + (-1,)).slice([None, None, (0, 1)])
     )
     expected = np.zeros((7, 8, 4))
-    expected[1:1 + ref.shape[0], 2:2 + ref.shape[1], :] = ref.reshape(ref.shape[:2] + (-1,))[:, :, :1]  # broadcast
+    expected[1 : 1 + ref.shape[0], 2 : 2 + ref.shape[1], :] = ref.reshape(ref.shape[:2] + (-1,))[:, :, :1]  # broadcast
     assert_close(region, expected)
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "prod", "max", "min"])
 @pytest.mark.parametrize(
     "shape,dim",
-    [((100_003,), 0), ((3, 20_000), 1), ((9000, 3), 0), ((40, 300), 1), ((300, 40), 0), ((9000, 70), 1), ((70, 9000), 0)],
+    [
+        ((100_003,), 0),
+        ((3, 20_000), 1),
+        ((9000, 3), 0),
+        ((40, 300), 1),
+        ((300, 40), 0),
+        ((9000, 70), 1),
+        ((70, 9000), 0),
+    ],
 )
 def test_reductions_on_every_path(gpu, rng, op, shape, dim):
-    x = rng.uniform(0.9, 1.1, size=shape).astype(np.float32) if op == "prod" else rng.standard_normal(shape).astype(np.float32)
+    x = (
+        rng.uniform(0.9, 1.1, size=shape).astype(np.float32)
+        if op == "prod"
+        else rng.standard_normal(shape).astype(np.float32)
+    )
     out = getattr(Tensor.from_data(x, device=gpu), f"{op}_dim")(dim)
     expected = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}[op](
-        x.astype(np.float64), axis=dim, keepdims=True)
+        x.astype(np.float64), axis=dim, keepdims=True
+    )
     assert_close(out, expected, rtol=2e-4 if op == "prod" else 1e-4, atol=1e-3)
 
 
@@ -86,10 +99,15 @@ def test_argmax_first_index_on_ties(gpu, rng, shape, dim):
 @pytest.mark.parametrize("op", ["cumsum", "cumprod", "cummax", "cummin"])
 @pytest.mark.parametrize("shape,dim", [((3, 1000), 1), ((700, 2), 0), ((300, 20), 1)])
 def test_scans_on_every_path(gpu, rng, op, shape, dim):
-    x = rng.uniform(0.995, 1.005, size=shape).astype(np.float32) if op == "cumprod" else rng.standard_normal(shape).astype(np.float32)
+    x = (
+        rng.uniform(0.995, 1.005, size=shape).astype(np.float32)
+        if op == "cumprod"
+        else rng.standard_normal(shape).astype(np.float32)
+    )
     out = getattr(Tensor.from_data(x, device=gpu), op)(dim)
-    fn = {"cumsum": np.cumsum, "cumprod": np.cumprod,
-          "cummax": np.maximum.accumulate, "cummin": np.minimum.accumulate}[op]
+    fn = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate, "cummin": np.minimum.accumulate}[
+        op
+    ]
     assert_close(out, fn(x.astype(np.float64), axis=dim), rtol=1e-4, atol=1e-4)
 
 
@@ -127,7 +145,13 @@ def test_indexing_ops(gpu, rng):
 
 @pytest.mark.parametrize(
     ("sa", "sb"),
-    [((1, 1), (1, 1)), ((65, 17), (17, 130)), ((2, 3, 70, 33), (33, 5)), ((4, 1, 6, 8), (3, 8, 2)), ((129, 1), (1, 64))],
+    [
+        ((1, 1), (1, 1)),
+        ((65, 17), (17, 130)),
+        ((2, 3, 70, 33), (33, 5)),
+        ((4, 1, 6, 8), (3, 8, 2)),
+        ((129, 1), (1, 64)),
+    ],
     ids=str,
 )
 def test_matmul_tiles_edges_and_batches(gpu, rng, sa, sb):
@@ -147,7 +171,9 @@ def test_matmul_transposed_int_and_linear(gpu, rng):
     w = rng.standard_normal((30, 3)).astype(np.float32)
     bias = rng.standard_normal(3).astype(np.float32)
     backend = gpu.backend
-    out = backend.linear(ta.primitive, Tensor.from_data(w, device=gpu).primitive, Tensor.from_data(bias, device=gpu).primitive)
+    out = backend.linear(
+        ta.primitive, Tensor.from_data(w, device=gpu).primitive, Tensor.from_data(bias, device=gpu).primitive
+    )
     assert_close(backend.to_numpy(out), a.astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)
 
 
@@ -162,8 +188,14 @@ def test_fused_softmax(gpu, rng, shape, dim):
     assert_close(A.log_softmax(t, dim), np.log(expected), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("options", [{"weight_decay": 0.01}, {"weight_decay": 0.01, "decoupled": True, "amsgrad": True},
-                                     {"weight_decay": 0.01, "amsgrad": True}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"weight_decay": 0.01},
+        {"weight_decay": 0.01, "decoupled": True, "amsgrad": True},
+        {"weight_decay": 0.01, "amsgrad": True},
+    ],
+)
 def test_fused_adam_matches_the_composite(gpu, rng, options):
     """The WGSL kernel against ``ember.optim.adam``'s composite on the same device, three
     steps over two tensors (f32; the GPU may contract a * b + c, so not bit for bit)."""
@@ -200,4 +232,6 @@ def test_select_add_many_repeated_indices(gpu, rng, n):
     t = Tensor.from_data(x.T.copy(), device=gpu)
     expected_t = x.T.astype(np.float64).copy()
     np.add.at(expected_t, (slice(None), idx), values.T)
-    assert_close(t.select_assign(1, idx, Tensor.from_data(values.T.copy(), device=gpu)), expected_t, rtol=1e-4, atol=1e-4)
+    assert_close(
+        t.select_assign(1, idx, Tensor.from_data(values.T.copy(), device=gpu)), expected_t, rtol=1e-4, atol=1e-4
+    )

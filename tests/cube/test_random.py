@@ -106,5 +106,5 @@ def test_the_kernel_keeps_products_out_of_fused_multiply_adds(gpu):
     # them (llvmpipe does) would round differently from numpy.
     from ember.backend.cube.kernels.random import PHILOX_WGSL
 
-    body = PHILOX_WGSL[PHILOX_WGSL.index("fn ln_unit"):]
+    body = PHILOX_WGSL[PHILOX_WGSL.index("fn ln_unit") :]
     assert "keep(" in body and body.count("keep(") >= len(philox.LOG_COEFFS) + len(philox.SIN_COEFFS)

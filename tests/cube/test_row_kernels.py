@@ -10,7 +10,11 @@ import pytest
 from ember.backend.ops import ReduceOp
 
 REDUCE = {
-    ReduceOp.SUM: np.sum, ReduceOp.MEAN: np.mean, ReduceOp.MAX: np.max, ReduceOp.MIN: np.min, ReduceOp.PROD: np.prod,
+    ReduceOp.SUM: np.sum,
+    ReduceOp.MEAN: np.mean,
+    ReduceOp.MAX: np.max,
+    ReduceOp.MIN: np.min,
+    ReduceOp.PROD: np.prod,
 }
 
 
@@ -104,9 +108,9 @@ def test_offset_and_strided_views(backend, rng, flavour):
     x = rng.standard_normal((9, 136)).astype(np.float32)
     g = backend.from_numpy(x)
     for view, ref in [
-        (backend.slice(g, [(1, 9, 1), (4, 136, 1)]), x[1:, 4:]),    # aligned rows: vec4
+        (backend.slice(g, [(1, 9, 1), (4, 136, 1)]), x[1:, 4:]),  # aligned rows: vec4
         (backend.slice(g, [(1, 9, 1), (1, 133, 1)]), x[1:, 1:133]),  # unaligned: scalar loads
-        (backend.slice(g, [(0, 9, 2), (0, 136, 1)]), x[::2]),       # every other row
+        (backend.slice(g, [(0, 9, 2), (0, 136, 1)]), x[::2]),  # every other row
     ]:
         got = backend.to_numpy(backend.reduce(ReduceOp.SUM, view, 1))
         np.testing.assert_allclose(got, ref.astype(np.float64).sum(1, keepdims=True), rtol=1e-5, atol=1e-5)

@@ -33,7 +33,7 @@ def _batches() -> tuple[list[str], list[list[str]]]:
     from ember.backend.cube.cuda.catalog import batches, kernels
 
     found = sorted(kernels().values())
-    names = [[name for name, _ in found[i:i + BATCH]] for i in range(0, len(found), BATCH)]
+    names = [[name for name, _ in found[i : i + BATCH]] for i in range(0, len(found), BATCH)]
     return batches(found, BATCH), names
 
 
@@ -49,8 +49,18 @@ def test_catalogue_covers_every_op_and_dtype():
         assert any(n.startswith(f"{op}_") for n in names)
     for op in CumulativeOp:
         assert any(n.startswith(f"{op}_") for n in names)
-    for prefix in ("philox_f32", "philox_f64", "philox_bf16", "argsort_f16", "gather_i64", "scatter_add_f64",
-                   "select_add_i32", "argwhere_r3", "matmul_i64", "arange_u8"):
+    for prefix in (
+        "philox_f32",
+        "philox_f64",
+        "philox_bf16",
+        "argsort_f16",
+        "gather_i64",
+        "scatter_add_f64",
+        "select_add_i32",
+        "argwhere_r3",
+        "matmul_i64",
+        "arange_u8",
+    ):
         assert prefix in names
     ir = [k for k in keys if k[0] == "ir"]
     assert len(ir) > 600  # unary, binary, where, clamp, cast, full, copies and reductions

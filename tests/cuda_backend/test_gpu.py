@@ -24,15 +24,25 @@ def cuda():
 
 def test_repr_and_stacking(cuda):
     assert repr(cuda) == "Device<Cube(Cuda(CudaDevice { index: 0 }))>"
-    assert repr(cuda.autodiff()) == "Device<Autodiff { device: Cube(Cuda(CudaDevice { index: 0 })), checkpointing: Disabled }>"
+    assert (
+        repr(cuda.autodiff())
+        == "Device<Autodiff { device: Cube(Cuda(CudaDevice { index: 0 })), checkpointing: Disabled }>"
+    )
     assert repr(cuda.fusion()) == "Device<Fusion { device: Cube(Cuda(CudaDevice { index: 0 })) }>"
     assert Device.parse("cuda:0+autodiff") is cuda.autodiff()
     assert Device.parse(cuda.autodiff().spec()) is cuda.autodiff()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "float64"])
-@pytest.mark.parametrize("dist", [Distribution.uniform(-2.0, 3.0), Distribution.normal(1.0, 2.0),
-                                  Distribution.bernoulli(0.3), Distribution.default()])
+@pytest.mark.parametrize(
+    "dist",
+    [
+        Distribution.uniform(-2.0, 3.0),
+        Distribution.normal(1.0, 2.0),
+        Distribution.bernoulli(0.3),
+        Distribution.default(),
+    ],
+)
 def test_philox_draws_match_flex(cuda, dtype, dist):
     if dtype == "int32" and dist.kind == "normal":
         return
@@ -139,5 +149,6 @@ def test_compiled_step_replays_as_a_cuda_graph(cuda, fuse):
         eager_model, eager_loss = eager_step(eager_model, x, y)
         assert_close(loss, eager_loss.to_numpy(), rtol=1e-4, atol=1e-6)
     assert executor.stats["captures"] >= 1 and executor.stats["graph_launches"] >= 3
-    np.testing.assert_allclose(model.l1.weight.val().to_numpy(), eager_model.l1.weight.val().to_numpy(),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        model.l1.weight.val().to_numpy(), eager_model.l1.weight.val().to_numpy(), rtol=1e-4, atol=1e-6
+    )

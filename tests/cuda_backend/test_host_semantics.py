@@ -44,19 +44,50 @@ static inline unsigned short st_f16(float f) { _Float16 x = (_Float16)f; unsigne
 """
 
 # Library functions: the host's libm against numpy (CUDA's own are within 2 ulp of both).
-_LIBM = {UnaryOp.EXP, UnaryOp.LOG, UnaryOp.LOG1P, UnaryOp.EXPM1, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN,
-         UnaryOp.TANH, UnaryOp.SINH, UnaryOp.COSH, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN, UnaryOp.ERF,
-         UnaryOp.LOG2, UnaryOp.EXP2, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH, UnaryOp.LOG10, UnaryOp.RSQRT,
-         BinaryOp.POW, BinaryOp.ATAN2}
-DTYPES = [DType.FLOAT64, DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.INT64, DType.INT32, DType.UINT8,
-          DType.BOOL]
+_LIBM = {
+    UnaryOp.EXP,
+    UnaryOp.LOG,
+    UnaryOp.LOG1P,
+    UnaryOp.EXPM1,
+    UnaryOp.SIN,
+    UnaryOp.COS,
+    UnaryOp.TAN,
+    UnaryOp.TANH,
+    UnaryOp.SINH,
+    UnaryOp.COSH,
+    UnaryOp.ASIN,
+    UnaryOp.ACOS,
+    UnaryOp.ATAN,
+    UnaryOp.ERF,
+    UnaryOp.LOG2,
+    UnaryOp.EXP2,
+    UnaryOp.ASINH,
+    UnaryOp.ACOSH,
+    UnaryOp.ATANH,
+    UnaryOp.LOG10,
+    UnaryOp.RSQRT,
+    BinaryOp.POW,
+    BinaryOp.ATAN2,
+}
+DTYPES = [
+    DType.FLOAT64,
+    DType.FLOAT32,
+    DType.FLOAT16,
+    DType.BFLOAT16,
+    DType.INT64,
+    DType.INT32,
+    DType.UINT8,
+    DType.BOOL,
+]
 
 
 def _values(dtype: DType) -> tuple[np.ndarray, np.ndarray]:
     """Operand pairs: every combination of the dtype's special values."""
     if dtype.is_float:
-        v = np.array([-np.inf, -1e30, -7.25, -3.5, -2.5, -1.0, -0.5, -0.0, 0.0, 0.3, 0.5, 1.0, 2.5, 3.0, 1e30,
-                      np.inf, np.nan], np.float64)
+        v = np.array(
+            [-np.inf, -1e30, -7.25, -3.5, -2.5, -1.0, -0.5, -0.0, 0.0, 0.3, 0.5, 1.0, 2.5, 3.0, 1e30, np.inf, np.nan],
+            np.float64,
+        )
     elif dtype is DType.BOOL:
         v = np.array([False, True])
     elif dtype is DType.UINT8:
@@ -74,8 +105,10 @@ def _function(name: str, expr, dtypes: list[np.dtype]) -> str:
     v = cx.value(expr)
     params = ", ".join(f"const {storage_type(d)}* in{k}" for k, d in enumerate(dtypes))
     body = "\n    ".join(cx.lines)
-    return (f'extern "C" void {name}({params}, {storage_type(expr.dtype)}* out, long long n) {{\n'
-            f"  for (long long i = 0; i < n; ++i) {{\n    {body}\n    out[i] = {store_code(expr.dtype, v)};\n  }}\n}}\n")
+    return (
+        f'extern "C" void {name}({params}, {storage_type(expr.dtype)}* out, long long n) {{\n'
+        f"  for (long long i = 0; i < n; ++i) {{\n    {body}\n    out[i] = {store_code(expr.dtype, v)};\n  }}\n}}\n"
+    )
 
 
 def _cases():
@@ -97,14 +130,18 @@ def _cases():
                 continue
             out = flex.binary(op, a, b)
             x = Exprs()
-            e = x.make("binary", op, (x.load(0, View.contiguous((1,)), d), x.load(1, View.contiguous((1,)), d)),
-                       out.dtype)
+            e = x.make(
+                "binary", op, (x.load(0, View.contiguous((1,)), d), x.load(1, View.contiguous((1,)), d)), out.dtype
+            )
             cases.append((f"b_{op}_{dtype.value}", e, [a, b], out, op not in _LIBM))
         for other in DTYPES:
             if other is dtype or (dtype.is_float and other is DType.UINT8):
                 continue  # float -> uint8 wraps through a wider int in numpy: not a contract
-            src = a[np.isfinite(a.astype(np.float64)) & (np.abs(a.astype(np.float64)) < 1e9)] if dtype.is_float and not other.is_float and \
-                other is not DType.BOOL else a
+            src = (
+                a[np.isfinite(a.astype(np.float64)) & (np.abs(a.astype(np.float64)) < 1e9)]
+                if dtype.is_float and not other.is_float and other is not DType.BOOL
+                else a
+            )
             out = flex.cast(src, other)
             x = Exprs()
             e = x.make("cast", None, (x.load(0, View.contiguous((1,)), d),), other.np)
@@ -117,12 +154,29 @@ def compiled(tmp_path_factory):
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
     cases = _cases()
-    source = SHIMS + COMMON + "\n".join(_function(f"f{i}", e, [t.dtype for t in inputs])
-                                        for i, (_, e, inputs, _, _) in enumerate(cases))
+    source = (
+        SHIMS
+        + COMMON
+        + "\n".join(_function(f"f{i}", e, [t.dtype for t in inputs]) for i, (_, e, inputs, _, _) in enumerate(cases))
+    )
     folder = tmp_path_factory.mktemp("host")
     (folder / "k.cpp").write_text(source)
-    subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
-                    "-o", str(folder / "k.so"), str(folder / "k.cpp")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O1",
+            "-ffp-contract=off",
+            "-fno-fast-math",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(folder / "k.so"),
+            str(folder / "k.cpp"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return ctypes.CDLL(str(folder / "k.so")), cases
 
 
@@ -149,12 +203,16 @@ def test_lowered_ops_match_flex(compiled):
                 same &= (np.signbit(o64) == np.signbit(e64)) | np.isnan(e64)
             if not np.all(same):
                 bad = np.flatnonzero(~same.reshape(-1))[:3]
-                failures.append(f"{name}: at {[tuple(x[j] for x in inputs) for j in bad]} got "
-                                f"{out.reshape(-1)[bad]} expected {expected.reshape(-1)[bad]}")
+                failures.append(
+                    f"{name}: at {[tuple(x[j] for x in inputs) for j in bad]} got "
+                    f"{out.reshape(-1)[bad]} expected {expected.reshape(-1)[bad]}"
+                )
         else:
             e64, o64 = expected.astype(np.float64), out.astype(np.float64)
             nan_ok = np.isnan(e64) == np.isnan(o64)
             ulps = _ulps(o64[~np.isnan(e64)], e64[~np.isnan(e64)])
             if not np.all(nan_ok) or (ulps.size and np.nanmax(ulps) > 8):
-                failures.append(f"{name}: NaN agreement {np.all(nan_ok)}, max ulps {np.nanmax(ulps) if ulps.size else 0}")
+                failures.append(
+                    f"{name}: NaN agreement {np.all(nan_ok)}, max ulps {np.nanmax(ulps) if ulps.size else 0}"
+                )
     assert not failures, f"{len(failures)} of {len(cases)} cases differ:\n" + "\n".join(failures[:40])

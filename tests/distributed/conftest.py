@@ -53,14 +53,23 @@ def worker_env(**extra: str) -> dict[str, str]:
 def mpirun():
     mpiexec = _require_mpi()
 
-    def run(n: int, *args: str, timeout: float = 120, launcher_args: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        n: int,
+        *args: str,
+        timeout: float = 120,
+        launcher_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
         command = [mpiexec, *launcher_args, "-n", str(n), sys.executable, str(WORKER), *args]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                                env=worker_env(**(env or {})))
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=worker_env(**(env or {}))
+        )
         if check and result.returncode != 0:
-            raise AssertionError(f"{' '.join(command)} exited with {result.returncode}:\n"
-                                 f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+            raise AssertionError(
+                f"{' '.join(command)} exited with {result.returncode}:\n"
+                f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+            )
         return result
 
     return run

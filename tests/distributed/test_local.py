@@ -73,8 +73,17 @@ def test_collective_errors_name_the_problem():
 
 
 def test_launcher_detection(monkeypatch):
-    for name in ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "HYDI_CONTROL_FD",
-                 "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS"):
+    for name in (
+        "PMI_RANK",
+        "PMI_SIZE",
+        "PMIX_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "MPI_LOCALNRANKS",
+        "HYDI_CONTROL_FD",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_NPROCS",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert not dist.launched_by_mpi()
     monkeypatch.setenv("PMI_RANK", "0")
@@ -126,8 +135,13 @@ def test_sampler_arguments_are_checked():
 def test_a_loader_reads_its_shard():
     x, y = np.arange(10, dtype=np.float32)[:, None], np.arange(10)
     sampler = DistributedSampler(3, 1, shuffle=False)
-    loader = (DataLoaderBuilder(DefaultBatcher()).batch_size(3).sampler(sampler).set_device(Device.flex())
-              .build(ArrayDataset(x, y)))
+    loader = (
+        DataLoaderBuilder(DefaultBatcher())
+        .batch_size(3)
+        .sampler(sampler)
+        .set_device(Device.flex())
+        .build(ArrayDataset(x, y))
+    )
     assert len(loader) == 2 and loader.num_items() == 4
     assert [b[1].tolist() for b in loader] == [[1, 4, 7], [0]]
     plain = DataLoaderBuilder(DefaultBatcher()).batch_size(3).shuffle(4).build(ArrayDataset(x, y))
@@ -228,8 +242,13 @@ def _fit(strategy):
     device = Device.flex().autodiff()
     device.seed(0)
     train, valid = loaders()
-    training = (SupervisedTraining().renderer("none").metric_valid_numeric(LossMetric())
-                .metric_valid_numeric(AccuracyMetric()).num_epochs(2))
+    training = (
+        SupervisedTraining()
+        .renderer("none")
+        .metric_valid_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(2)
+    )
     if strategy is not None:
         training.learning_strategy(strategy)
     return training.launch(Learner(Classifier.new(device), AdamConfig().init(), 5e-2), train, valid)
@@ -251,8 +270,7 @@ def _update(metric, outputs, targets, loss=0.5):
     metric.update(ItemView(item), MetricMetadata(Split.VALID, 1, 1, 1, 1, len(targets), len(targets), len(targets)))
 
 
-@pytest.mark.parametrize("make", [LossMetric, AccuracyMetric, lambda: AurocMetric(multiclass=True),
-                                  PrecisionMetric])
+@pytest.mark.parametrize("make", [LossMetric, AccuracyMetric, lambda: AurocMetric(multiclass=True), PrecisionMetric])
 def test_merged_states_give_the_value_of_all_items(make, rng):
     outputs = rng.normal(size=(30, 3))
     targets = rng.integers(0, 3, 30)

@@ -49,8 +49,15 @@ def test_learner_rank0_checkpoints_and_resume_on_another_world_size(mpirun, tmp_
     """Two epochs on 2 ranks, a third resumed on 3 ranks (global batch 12 throughout)
     equal three epochs in one process."""
     reference = tmp_path / "reference.json"
-    subprocess.run([sys.executable, str(WORKER), "learner", str(tmp_path / "single"), "3", "12", str(reference)],
-                   check=True, capture_output=True, text=True, timeout=120, cwd=ROOT, env=worker_env())
+    subprocess.run(
+        [sys.executable, str(WORKER), "learner", str(tmp_path / "single"), "3", "12", str(reference)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=worker_env(),
+    )
     run_dir = tmp_path / "parallel"
     first = mpirun(2, "learner", str(run_dir), "2", "12")
     assert "ok learner rank 1" in first.stdout
@@ -73,8 +80,13 @@ def test_learner_rank0_checkpoints_and_resume_on_another_world_size(mpirun, tmp_
     for split in ("train", "valid"):
         for name, series in ref["history"][split].items():
             assert sorted(got["history"][split][name]) == sorted(series) == ["1", "2", "3"]
-            np.testing.assert_allclose([got["history"][split][name][e] for e in series], list(series.values()),
-                                       rtol=1e-4, atol=1e-4, err_msg=f"{split} {name}")
+            np.testing.assert_allclose(
+                [got["history"][split][name][e] for e in series],
+                list(series.values()),
+                rtol=1e-4,
+                atol=1e-4,
+                err_msg=f"{split} {name}",
+            )
     assert sorted(p.name for p in (run_dir / "checkpoint").iterdir()) == ["epoch-0002", "epoch-0003"]
 
 
@@ -113,8 +125,19 @@ def test_the_distributed_example_trains_on_two_ranks(mpirun, tmp_path):
     pytest.importorskip("sklearn")
     from tests.distributed.conftest import find_mpiexec
 
-    command = [find_mpiexec(), "-n", "2", sys.executable, str(ROOT / "examples" / "distributed.py"), "--epochs", "2",
-               "--artifact-dir", str(tmp_path / "run"), "--renderer", "plain"]
+    command = [
+        find_mpiexec(),
+        "-n",
+        "2",
+        sys.executable,
+        str(ROOT / "examples" / "distributed.py"),
+        "--epochs",
+        "2",
+        "--artifact-dir",
+        str(tmp_path / "run"),
+        "--renderer",
+        "plain",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=worker_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     line = next(x for x in result.stdout.splitlines() if x.startswith("validation accuracy"))

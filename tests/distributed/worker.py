@@ -67,8 +67,13 @@ def check_collectives() -> None:
             for op, want in expected.items():
                 got = dist.all_reduce(mine, op)
                 assert got.device is device and got.dtype == mine.dtype, (op, got.device, got.dtype)
-                np.testing.assert_allclose(got.to_numpy().astype(np.float64), want, rtol=tol, atol=tol,
-                                           err_msg=f"all_reduce {op} {dtype} on {device!r}")
+                np.testing.assert_allclose(
+                    got.to_numpy().astype(np.float64),
+                    want,
+                    rtol=tol,
+                    atol=tol,
+                    err_msg=f"all_reduce {op} {dtype} on {device!r}",
+                )
             unchecked = dist.all_reduce(mine, "max", check=False).to_numpy().astype(np.float64)
             np.testing.assert_allclose(unchecked, expected["max"], rtol=tol, atol=tol)
             got = dist.broadcast(mine, root=n - 1).to_numpy()
@@ -77,7 +82,7 @@ def check_collectives() -> None:
             np.testing.assert_array_equal(dist.all_gather(mine, dim=1).to_numpy(), np.concatenate(everyone, 1))
             got = dist.reduce_scatter(mine, "sum", dim=1).to_numpy().astype(np.float64)
             block = 2
-            np.testing.assert_allclose(got, wide.sum(0)[:, r * block:(r + 1) * block], rtol=tol, atol=tol)
+            np.testing.assert_allclose(got, wide.sum(0)[:, r * block : (r + 1) * block], rtol=tol, atol=tol)
     # Large results reuse buffers only once nothing refers to them.
     big = [dist.all_reduce(Tensor.full([64, 1024], float(k))) for k in range(6)]
     assert [float(t.to_numpy()[0, 0]) for t in big] == [float(k * n) for k in range(6)]
@@ -112,8 +117,13 @@ def check_sampler() -> None:
                 total = -(-items // n) * n
                 assert dealt == np.resize(perm, total).tolist()
         # The loader reads this rank's shard.
-        loader = (DataLoaderBuilder(DefaultBatcher()).batch_size(4).sampler(sampler).set_device(Device.flex())
-                  .build(ArrayDataset(np.arange(items, dtype=np.float32)[:, None], np.arange(items))))
+        loader = (
+            DataLoaderBuilder(DefaultBatcher())
+            .batch_size(4)
+            .sampler(sampler)
+            .set_device(Device.flex())
+            .build(ArrayDataset(np.arange(items, dtype=np.float32)[:, None], np.arange(items)))
+        )
         seen = [int(v) for _, y in loader.iter(1) for v in y.to_numpy()]
         assert seen == sampler.order(items, 1).tolist()
     print(f"ok sampler rank {r}", flush=True)
@@ -127,8 +137,12 @@ class Mlp(Module):
 
     @classmethod
     def new(cls, device: Device, hidden: int = 16) -> Mlp:
-        return cls(LinearConfig(6, hidden).init(device), Relu(), LinearConfig(hidden, 3).init(device),
-                   LinearConfig(6, 3).init(device))
+        return cls(
+            LinearConfig(6, hidden).init(device),
+            Relu(),
+            LinearConfig(hidden, 3).init(device),
+            LinearConfig(6, 3).init(device),
+        )
 
     def forward(self, x: Tensor, use_extra: bool = False) -> Tensor:
         out = self.l2(self.act(self.l1(x)))
@@ -164,7 +178,7 @@ def check_ddp() -> None:
     x = rng.normal(size=(48, 6)).astype(np.float32)
     y = rng.integers(0, 3, 48)
     global_batch = 12
-    steps = [permutation(48, 3, e)[k * global_batch:(k + 1) * global_batch] for e in range(2) for k in range(4)]
+    steps = [permutation(48, 3, e)[k * global_batch : (k + 1) * global_batch] for e in range(2) for k in range(4)]
     mine = [s[r::n] for s in steps]  # what a DistributedSampler deals this rank
     for make_optim, tol in ((SgdConfig().init, 2e-6), (AdamConfig().init, 5e-5)):
         dp = dist.DataParallel(Mlp.new(device), bucket_cap_mb=0.0004)  # several buckets
@@ -176,8 +190,9 @@ def check_ddp() -> None:
         for mode, model in runs.items():
             dp.assert_in_sync(model)
             for path, value in _params(model).items():
-                np.testing.assert_allclose(value, _params(ref)[path], rtol=tol, atol=tol,
-                                           err_msg=f"{mode} {path} (world size {n})")
+                np.testing.assert_allclose(
+                    value, _params(ref)[path], rtol=tol, atol=tol, err_msg=f"{mode} {path} (world size {n})"
+                )
         a, b, c = _params(runs["backward"]), _params(runs["sync"]), _params(again)
         for path in a:
             assert a[path].tobytes() == c[path].tobytes(), f"not bit-identical run to run: {path}"
@@ -189,9 +204,12 @@ def check_ddp() -> None:
     model = _train(dp.model, SgdConfig().init(), x, y, mine[:2], dp, use_extra=lambda step: r == 0)
     dp.assert_in_sync(model)
     # Models that differ between ranks are refused at the start, on every rank.
-    for bad in (lambda: Mlp.new(device, hidden=16 + r),
-                lambda: Mlp.new(device).map_params(lambda p, path: p if r == 0 or path != "l2.bias"
-                                                   else p.map(lambda t: t.cast("float64")))):
+    for bad in (
+        lambda: Mlp.new(device, hidden=16 + r),
+        lambda: Mlp.new(device).map_params(
+            lambda p, path: p if r == 0 or path != "l2.bias" else p.map(lambda t: t.cast("float64"))
+        ),
+    ):
         try:
             dist.DataParallel(bad())
         except DistributedError as error:
@@ -208,20 +226,37 @@ def check_learner(artifact_dir: str, epochs: int, global_batch: int, out: str | 
     device.seed(7)
     x, y = blobs(96, seed=0)
     flex = Device.flex()
-    train = (DataLoaderBuilder(DefaultBatcher()).batch_size(global_batch // n).shuffle(11).set_device(flex)
-             .build(ArrayDataset(x[:72], y[:72])))
+    train = (
+        DataLoaderBuilder(DefaultBatcher())
+        .batch_size(global_batch // n)
+        .shuffle(11)
+        .set_device(flex)
+        .build(ArrayDataset(x[:72], y[:72]))
+    )
     valid = DataLoaderBuilder(DefaultBatcher()).batch_size(5).set_device(flex).build(ArrayDataset(x[72:], y[72:]))
-    training = (SupervisedTraining(artifact_dir).metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
-                .metric_valid_numeric(AccuracyMetric()).num_epochs(epochs).renderer("plain").plots(False))
-    learner = Learner(Classifier.new(device), AdamConfig().init(), 2e-2,
-                      strategy=dist.DataParallel() if dist.launched_by_mpi() else None)
+    training = (
+        SupervisedTraining(artifact_dir)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(epochs)
+        .renderer("plain")
+        .plots(False)
+    )
+    learner = Learner(
+        Classifier.new(device),
+        AdamConfig().init(),
+        2e-2,
+        strategy=dist.DataParallel() if dist.launched_by_mpi() else None,
+    )
     result = training.launch(learner, train, valid)
     params = {k: v.tolist() for k, v in _params(result.model).items()}
     everyone = dist.all_gather_object(params)
     assert all(e == everyone[0] for e in everyone), "ranks' parameters differ after fit"
     if r == 0 and out:
-        Path(out).write_text(json.dumps({"params": params, "history": result.history.to_dict(),
-                                         "epochs": result.epochs}))
+        Path(out).write_text(
+            json.dumps({"params": params, "history": result.history.to_dict(), "epochs": result.epochs})
+        )
     print(f"ok learner rank {r}", flush=True)
 
 

@@ -214,8 +214,9 @@ def test_vjp_and_jvp_match_torch(flex, torch):
     np.testing.assert_array_equal(gx.to_numpy(), gx2.to_numpy())
 
     value, tangent_out = jvp(f, (x, w), (Tensor.from_data(tx_np, device=flex), Tensor.from_data(tw_np, device=flex)))
-    t_value, t_tangent = torch.func.jvp(tf, (torch.tensor(x_np), torch.tensor(w_np)),
-                                        (torch.tensor(tx_np), torch.tensor(tw_np)))
+    t_value, t_tangent = torch.func.jvp(
+        tf, (torch.tensor(x_np), torch.tensor(w_np)), (torch.tensor(tx_np), torch.tensor(tw_np))
+    )
     assert value.device == flex and tangent_out.device == flex
     np.testing.assert_allclose(value.to_numpy(), t_value.numpy(), rtol=1e-12)
     np.testing.assert_allclose(tangent_out.to_numpy(), t_tangent.numpy(), rtol=1e-10, atol=1e-12)

@@ -46,8 +46,38 @@ class Case:
 
 def special_floats(dtype: np.dtype, rng: np.random.Generator, n: int = 96) -> np.ndarray:
     """Random values with NaN, infinities, signed zeros, subnormals, halves and extremes."""
-    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1.0, -1.0, 3.0, -3.0, 1e-40, -1e-40,
-               1e30, -1e30, 88.0, -88.0, 100.0, -104.0, 0.25, 7.0, 1e-3, -1e-6, 2.0**31, -(2.0**31), 2.0**63, 1e20]
+    special = [
+        np.nan,
+        np.inf,
+        -np.inf,
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        1.5,
+        2.5,
+        -2.5,
+        1.0,
+        -1.0,
+        3.0,
+        -3.0,
+        1e-40,
+        -1e-40,
+        1e30,
+        -1e30,
+        88.0,
+        -88.0,
+        100.0,
+        -104.0,
+        0.25,
+        7.0,
+        1e-3,
+        -1e-6,
+        2.0**31,
+        -(2.0**31),
+        2.0**63,
+        1e20,
+    ]
     values = np.concatenate([np.array(special), rng.standard_normal(n - len(special)) * 4])
     with np.errstate(all="ignore"):
         return values.astype(dtype)
@@ -74,7 +104,8 @@ def assert_same(actual: np.ndarray, expected: np.ndarray, what: str, rtol: float
     """Equal shapes and dtypes; values equal (NaN where NaN, and the sign of zeros) or,
     with tolerances, close."""
     assert actual.shape == expected.shape and actual.dtype == expected.dtype, (
-        f"{what}: {actual.shape} {actual.dtype} != {expected.shape} {expected.dtype}")
+        f"{what}: {actual.shape} {actual.dtype} != {expected.shape} {expected.dtype}"
+    )
     if actual.dtype.kind != "f":
         np.testing.assert_array_equal(actual, expected, err_msg=what)
         return

@@ -60,16 +60,47 @@ def _check_indices(x: np.ndarray, pooled: np.ndarray, indices: np.ndarray) -> No
 
 # (x shape, weight shape, stride, padding, dilation, groups, bias, pool (kernel, stride, padding, dilation, ceil))
 _CHAINS = [
-    ((3, 1, 12, 12), (4, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, True,
-     ((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False)),                       # W3's layer
-    ((2, 3, 11, 9), (6, 3, 3, 3), (2, 1), ((1, 0), (2, 1)), (1, 1), 1, False,
-     ((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), True)),                        # strided conv, 3x3 pool with padding
-    ((2, 4, 10, 10), (6, 2, 3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), 2, True,
-     ((2, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), False)),                       # groups, dilation, overlapping pool
-    ((3, 2, 13), (4, 2, 3), (2,), ((1, 1),), (1,), 1, True,
-     ((3,), (2,), ((1, 1),), (1,), False)),                                    # 1-d
-    ((1, 2, 7, 7), (3, 2, 3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1, True,
-     ((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), True)),                        # one sample, ceil mode
+    (
+        (3, 1, 12, 12),
+        (4, 1, 3, 3),
+        (1, 1),
+        ((1, 1), (1, 1)),
+        (1, 1),
+        1,
+        True,
+        ((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False),
+    ),  # W3's layer
+    (
+        (2, 3, 11, 9),
+        (6, 3, 3, 3),
+        (2, 1),
+        ((1, 0), (2, 1)),
+        (1, 1),
+        1,
+        False,
+        ((3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), True),
+    ),  # strided conv, 3x3 pool with padding
+    (
+        (2, 4, 10, 10),
+        (6, 2, 3, 3),
+        (1, 1),
+        ((2, 2), (2, 2)),
+        (2, 2),
+        2,
+        True,
+        ((2, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), False),
+    ),  # groups, dilation, overlapping pool
+    ((3, 2, 13), (4, 2, 3), (2,), ((1, 1),), (1,), 1, True, ((3,), (2,), ((1, 1),), (1,), False)),  # 1-d
+    (
+        (1, 2, 7, 7),
+        (3, 2, 3, 3),
+        (1, 1),
+        ((0, 0), (0, 0)),
+        (1, 1),
+        1,
+        True,
+        ((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), True),
+    ),  # one sample, ceil mode
 ]
 
 
@@ -201,8 +232,14 @@ def _fallback_graphs(case: Case, rng):
         # The conv output read transposed: not element for element.
         ("transposed", [case.ops.relu(case.ops.permute(y, (0, 1, 3, 2)))]),
         # The kernel after the conv runs over more elements (broadcast against a new leading dim).
-        ("broadcast", [case.ops.binary(BinaryOp.MUL, case.ops.relu(y),
-                                       case.input(rng.standard_normal((2, 1, 1, 1, 1)).astype(f32)))]),
+        (
+            "broadcast",
+            [
+                case.ops.binary(
+                    BinaryOp.MUL, case.ops.relu(y), case.input(rng.standard_normal((2, 1, 1, 1, 1)).astype(f32))
+                )
+            ],
+        ),
     ]
 
 
@@ -262,9 +299,12 @@ def _train(net_config, executor, steps: int = 4):
     n = side
     for _ in range(2):
         n = _out(_out(n, 3, stride, padding), pk, ps, 0)
-    model = _Net(conv1=Conv2dConfig((2, 4), (3, 3), stride=(stride, stride), padding=(padding, padding)).init(device),
-                 conv2=Conv2dConfig((4, 5), (3, 3), stride=(stride, stride), padding=(padding, padding)).init(device),
-                 pool=MaxPool2dConfig((pk, pk), strides=(ps, ps)).init(), head=LinearConfig(5 * n * n, 5).init(device))
+    model = _Net(
+        conv1=Conv2dConfig((2, 4), (3, 3), stride=(stride, stride), padding=(padding, padding)).init(device),
+        conv2=Conv2dConfig((4, 5), (3, 3), stride=(stride, stride), padding=(padding, padding)).init(device),
+        pool=MaxPool2dConfig((pk, pk), strides=(ps, ps)).init(),
+        head=LinearConfig(5 * n * n, 5).init(device),
+    )
     optim = AdamConfig().init()
     ce = CrossEntropyLoss()
 

@@ -63,9 +63,21 @@ def test_adam_updates_in_place_match_fresh_outputs_bit_for_bit(executor, rng):
 
     def build(ops, *refs):
         p, g, m1, m2 = refs[:4], refs[4:8], refs[8:12], refs[12:]
-        outs, ms, vs, _ = ops.adam_step_many(list(p), list(g), list(m1), list(m2), None, lr=1e-2, beta_1=0.9,
-                                             beta_2=0.999, epsilon=1e-5, weight_decay=0.0, decoupled=False,
-                                             amsgrad=False, time=3)
+        outs, ms, vs, _ = ops.adam_step_many(
+            list(p),
+            list(g),
+            list(m1),
+            list(m2),
+            None,
+            lr=1e-2,
+            beta_1=0.9,
+            beta_2=0.999,
+            epsilon=1e-5,
+            weight_decay=0.0,
+            decoupled=False,
+            amsgrad=False,
+            time=3,
+        )
         return outs + ms + vs
 
     donated = tuple((k, k) for k in range(4)) + tuple((4 + k, 8 + k) for k in range(8))
@@ -181,8 +193,21 @@ def test_a_binding_follows_the_variants_its_scalars_need(executor, rng):
     g = [case.input(a) for a in grads]
     m1 = [case.input(np.zeros(s, np.float32)) for s in shapes]
     m2 = [case.input(np.zeros(s, np.float32)) for s in shapes]
-    outs, ms, vs, _ = case.ops.adam_step_many(p, g, m1, m2, None, lr=1e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-5,
-                                              weight_decay=0.5, decoupled=False, amsgrad=False, time=1)
+    outs, ms, vs, _ = case.ops.adam_step_many(
+        p,
+        g,
+        m1,
+        m2,
+        None,
+        lr=1e-2,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-5,
+        weight_decay=0.5,
+        decoupled=False,
+        amsgrad=False,
+        time=1,
+    )
     graph, traced = case.abstract(outs + ms + vs)
     where = {value: n for n, value in enumerate(traced)}  # the traced values are distinct
     plan = executor.plan(graph)

@@ -14,7 +14,9 @@ def test_reprs_specs_and_stacking():
     flex = Device.flex()
     fused = flex.fusion()
     assert repr(fused) == "Device<Fusion { device: Flex(Cpu) }>"
-    assert repr(fused.autodiff()) == "Device<Autodiff { device: Fusion { device: Flex(Cpu) }, checkpointing: Disabled }>"
+    assert (
+        repr(fused.autodiff()) == "Device<Autodiff { device: Fusion { device: Flex(Cpu) }, checkpointing: Disabled }>"
+    )
     assert fused is Device.flex().fusion() and fused.autodiff().inner() is fused
     assert fused.base() is flex and fused.autodiff().base() is flex
     assert fused.is_fusion() and fused.autodiff().is_fusion() and not flex.is_fusion()

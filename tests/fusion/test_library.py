@@ -30,9 +30,16 @@ def _calls(plan) -> list[str]:
 
 # ---------------------------------------------------------------------- gather / scatter
 @pytest.mark.parametrize("dtype", [*FLOATS, np.dtype(np.int64)], ids=str)
-@pytest.mark.parametrize(("shape", "dim", "index_shape"), [
-    ((6, 5), 1, (6, 1)), ((6, 5), 0, (3, 5)), ((4, 5, 3), 1, (2, 7, 3)), ((4, 5, 3), 2, (4, 5, 6)), ((7,), 0, (9,)),
-])
+@pytest.mark.parametrize(
+    ("shape", "dim", "index_shape"),
+    [
+        ((6, 5), 1, (6, 1)),
+        ((6, 5), 0, (3, 5)),
+        ((4, 5, 3), 1, (2, 7, 3)),
+        ((4, 5, 3), 2, (4, 5, 6)),
+        ((7,), 0, (9,)),
+    ],
+)
 def test_gather_and_scatter_add_match_flex_bit_for_bit(executor, dtype, shape, dim, index_shape, rng):
     case = Case()
     x = case.input((rng.standard_normal(shape) * 10).astype(dtype))
@@ -52,8 +59,11 @@ def test_an_index_out_of_range_raises_as_on_flex(executor, bad, rng):
         case = Case()
         x = case.input(rng.standard_normal((3, 5)).astype(np.float32))
         idx = case.input(np.array([[0], [bad], [2]], np.int64))
-        out = (case.ops.gather(x, 1, idx) if op == "gather" else
-               case.ops.scatter_add(x, 1, idx, case.input(np.ones((3, 1), np.float32))))
+        out = (
+            case.ops.gather(x, 1, idx)
+            if op == "gather"
+            else case.ops.scatter_add(x, 1, idx, case.input(np.ones((3, 1), np.float32)))
+        )
         graph, scalars = case.abstract([out])
         plan = executor.plan(graph)
         with pytest.raises(PartialRun) as caught:  # what a fusion device raises again at its sync point
@@ -95,7 +105,7 @@ _POOLS = [
 def test_max_pool_and_its_backward_match_flex_bit_for_bit(executor, config, dtype, rng):
     shape, kernel, stride, padding, dilation, ceil_mode = config
     values = rng.standard_normal(shape)
-    values.flat[::7] = np.round(values.flat[::7])       # ties
+    values.flat[::7] = np.round(values.flat[::7])  # ties
     values.flat[3] = np.nan
     values.flat[10] = -np.inf
     values.reshape(shape[0] * shape[1], -1)[-1] = -np.inf  # a plane of -inf: padding ties

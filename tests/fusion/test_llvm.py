@@ -23,9 +23,24 @@ from tests.fusion.oracle import DTYPES, FLOATS, Case, assert_same, sample
 
 # Ops whose results match flex bit for bit; the others (libm or polynomial
 # transcendentals) within a few ulps.
-_EXACT_UNARY = {UnaryOp.NEG, UnaryOp.ABS, UnaryOp.SQRT, UnaryOp.RSQRT, UnaryOp.RECIP, UnaryOp.SIGN, UnaryOp.ROUND,
-                UnaryOp.FLOOR, UnaryOp.CEIL, UnaryOp.TRUNC, UnaryOp.SQUARE, UnaryOp.IS_NAN, UnaryOp.IS_INF,
-                UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT, UnaryOp.BITWISE_NOT}
+_EXACT_UNARY = {
+    UnaryOp.NEG,
+    UnaryOp.ABS,
+    UnaryOp.SQRT,
+    UnaryOp.RSQRT,
+    UnaryOp.RECIP,
+    UnaryOp.SIGN,
+    UnaryOp.ROUND,
+    UnaryOp.FLOOR,
+    UnaryOp.CEIL,
+    UnaryOp.TRUNC,
+    UnaryOp.SQUARE,
+    UnaryOp.IS_NAN,
+    UnaryOp.IS_INF,
+    UnaryOp.IS_FINITE,
+    UnaryOp.LOGICAL_NOT,
+    UnaryOp.BITWISE_NOT,
+}
 _INEXACT_BINARY = {BinaryOp.POW, BinaryOp.ATAN2}
 _ULPS = {np.dtype(np.float32): 3e-7, np.dtype(np.float64): 1e-15}
 
@@ -66,7 +81,7 @@ def test_every_binary_op_matches_flex_on_all_pairs_of_special_values(executor, d
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_broadcasting_operands(executor, dtype, rng):
     def values(shape):
-        return sample(dtype, rng, int(np.prod(shape)) + 40)[:int(np.prod(shape))].reshape(shape)
+        return sample(dtype, rng, int(np.prod(shape)) + 40)[: int(np.prod(shape))].reshape(shape)
 
     case = Case()
     col, row, cube = case.input(values((3, 1))), case.input(values((1, 4))), case.input(values((2, 3, 4)))
@@ -74,11 +89,11 @@ def test_broadcasting_operands(executor, dtype, rng):
     cond = case.input(rng.random((3, 1)) < 0.5)
     op = BinaryOp.ADD if dtype.kind != "b" else BinaryOp.LOGICAL_XOR
     outs = [
-        case.ops.binary(op, col, row),            # [3,1] x [1,4] -> [3,4]
-        case.ops.binary(op, cube, vec),           # [2,3,4] x [4]
-        case.ops.binary(op, cube, col),           # [2,3,4] x [3,1]
+        case.ops.binary(op, col, row),  # [3,1] x [1,4] -> [3,4]
+        case.ops.binary(op, cube, vec),  # [2,3,4] x [4]
+        case.ops.binary(op, cube, col),  # [2,3,4] x [3,1]
         case.ops.binary(BinaryOp.MAXIMUM, vec, one),
-        case.ops.where(cond, cube, row),          # three shapes
+        case.ops.where(cond, cube, row),  # three shapes
         case.ops.binary(BinaryOp.GE, case.ops.expand(row, (3, 4)), col),
     ]
     compiled, replayed, _ = case.run(executor, outs)
@@ -123,8 +138,8 @@ def test_where_clamp_full_and_chains(executor, dtype, rng):
 
 def test_scalars_empty_tensors_and_integer_relu(executor, rng):
     case = Case()
-    s = case.input(np.array(2.5, np.float32))                     # rank 0
-    e = case.input(np.zeros((0, 3), np.float32))                  # empty
+    s = case.input(np.array(2.5, np.float32))  # rank 0
+    e = case.input(np.zeros((0, 3), np.float32))  # empty
     i = case.input(np.array([-3, 0, 4, -(2**31)], np.int32))
     outs = [
         case.ops.unary(UnaryOp.EXP, case.ops.binary(BinaryOp.MUL, s, s)),
@@ -143,9 +158,9 @@ def test_elementwise_chain_is_one_kernel_and_dead_values_are_not_stored(executor
     case = Case()
     x = case.input(rng.standard_normal((8, 32)).astype(np.float32))
     b = case.input(rng.standard_normal(32).astype(np.float32))
-    h = case.ops.binary(BinaryOp.ADD, x, b)                 # broadcast operand
+    h = case.ops.binary(BinaryOp.ADD, x, b)  # broadcast operand
     h = case.ops.unary(UnaryOp.TANH, h)
-    h = case.ops.reshape(h, (256,))                         # free inside a kernel
+    h = case.ops.reshape(h, (256,))  # free inside a kernel
     h = case.ops.binary(BinaryOp.MUL, h, 0.5)
     out = case.ops.unary(UnaryOp.EXP, h)
     compiled, replayed, plan = case.run(executor, [out])
@@ -232,8 +247,9 @@ def test_reshape_of_strided_views_agrees_with_numpy(seed):
             assert got is None, (arr.shape, arr.strides, new)
             continue
         assert got is not None, (arr.shape, arr.strides, new)
-        rebuilt = np.lib.stride_tricks.as_strided(base.reshape(-1)[got.offset:], new,
-                                                  tuple(s * item for s in got.strides))
+        rebuilt = np.lib.stride_tricks.as_strided(
+            base.reshape(-1)[got.offset :], new, tuple(s * item for s in got.strides)
+        )
         np.testing.assert_array_equal(rebuilt, expected)
 
 
@@ -243,8 +259,11 @@ def test_reshape_of_strided_views_agrees_with_numpy(seed):
 def test_reductions_over_every_dim(executor, rank, dtype, rng):
     shape = (5, 3, 4, 6)[:rank]
     n = int(np.prod(shape))
-    values = sample(dtype, rng, max(n, 40))[:n].reshape(shape) if dtype.kind != "f" else \
-        rng.standard_normal(shape).astype(dtype)
+    values = (
+        sample(dtype, rng, max(n, 40))[:n].reshape(shape)
+        if dtype.kind != "f"
+        else rng.standard_normal(shape).astype(dtype)
+    )
     if dtype.kind == "f":
         values.flat[3] = np.nan if rank > 1 else values.flat[3]
     case = Case()
@@ -265,8 +284,8 @@ def test_reduction_prologues_and_epilogues_fuse(executor, rng):
     x_np = rng.standard_normal((16, 50)).astype(np.float32)
     case = Case()
     x = case.input(x_np)
-    sq = case.ops.reduce(ReduceOp.SUM, case.ops.binary(BinaryOp.MUL, x, x), 1)   # sum(x * x)
-    rms = case.ops.unary(UnaryOp.SQRT, case.ops.binary(BinaryOp.DIV, sq, 50.0))   # epilogue
+    sq = case.ops.reduce(ReduceOp.SUM, case.ops.binary(BinaryOp.MUL, x, x), 1)  # sum(x * x)
+    rms = case.ops.unary(UnaryOp.SQRT, case.ops.binary(BinaryOp.DIV, sq, 50.0))  # epilogue
     soft = case.ops.softmax(x, 1)
     logsoft = case.ops.log_softmax(x, 0)
     compiled, replayed, plan = case.run(executor, [rms, soft, logsoft])
@@ -276,24 +295,34 @@ def test_reduction_prologues_and_epilogues_fuse(executor, rng):
     # rms: one kernel; softmax: max, sum(exp(x - max)) with exp stored, divide;
     # log_softmax along dim 0: max, sum with its log in the epilogue, subtract.
     assert len(kernels) == 7
-    assert any(k.reductions and any(s.reduced for s in k.stores) and any(not s.reduced for s in k.stores)
-               for k in kernels)
+    assert any(
+        k.reductions and any(s.reduced for s in k.stores) and any(not s.reduced for s in k.stores) for k in kernels
+    )
 
 
 def test_mean_of_an_empty_dim_runs_on_flex(executor):
     case = Case()
     x = case.input(np.zeros((3, 0), np.float32))
-    compiled, replayed, _ = case.run(executor, [case.ops.reduce(ReduceOp.MEAN, x, 1),
-                                                case.ops.reduce(ReduceOp.SUM, x, 1)])
+    compiled, replayed, _ = case.run(
+        executor, [case.ops.reduce(ReduceOp.MEAN, x, 1), case.ops.reduce(ReduceOp.SUM, x, 1)]
+    )
     for a, e in zip(compiled, replayed):
         assert_same(a, e, "empty")
 
 
 # ---------------------------------------------------------------------- matmul
 _MATMULS = [
-    ((1, 1), (1, 1)), ((3, 1), (1, 4)), ((1, 7), (7, 1)), ((5, 7), (7, 3)), ((64, 4), (4, 16)),
-    ((64, 16), (16, 1)), ((128, 96), (96, 64)), ((2, 3, 4, 5), (5, 6)), ((1, 3, 4, 5), (2, 1, 5, 6)),
-    ((2, 40, 50), (2, 50, 30)), ((3, 0), (0, 4)),
+    ((1, 1), (1, 1)),
+    ((3, 1), (1, 4)),
+    ((1, 7), (7, 1)),
+    ((5, 7), (7, 3)),
+    ((64, 4), (4, 16)),
+    ((64, 16), (16, 1)),
+    ((128, 96), (96, 64)),
+    ((2, 3, 4, 5), (5, 6)),
+    ((1, 3, 4, 5), (2, 1, 5, 6)),
+    ((2, 40, 50), (2, 50, 30)),
+    ((3, 0), (0, 4)),
 ]
 
 
@@ -313,10 +342,14 @@ def test_matmul_shapes_and_layouts(matmul_executor, shapes, dtype, transpose, rn
     executor = matmul_executor
     case = Case()
     if transpose:  # operands arrive transposed (strided views): BLAS flags or generated loops
-        a = case.ops.permute(case.input(rng.standard_normal(sa[:-2] + sa[-2:][::-1]).astype(dtype)),
-                             tuple(range(len(sa) - 2)) + (len(sa) - 1, len(sa) - 2))
-        b = case.ops.permute(case.input(rng.standard_normal(sb[:-2] + sb[-2:][::-1]).astype(dtype)),
-                             tuple(range(len(sb) - 2)) + (len(sb) - 1, len(sb) - 2))
+        a = case.ops.permute(
+            case.input(rng.standard_normal(sa[:-2] + sa[-2:][::-1]).astype(dtype)),
+            tuple(range(len(sa) - 2)) + (len(sa) - 1, len(sa) - 2),
+        )
+        b = case.ops.permute(
+            case.input(rng.standard_normal(sb[:-2] + sb[-2:][::-1]).astype(dtype)),
+            tuple(range(len(sb) - 2)) + (len(sb) - 1, len(sb) - 2),
+        )
     else:
         a = case.input(rng.standard_normal(sa).astype(dtype))
         b = case.input(rng.standard_normal(sb).astype(dtype))
@@ -334,8 +367,9 @@ def test_linear_backward_and_sliced_operands(executor, rng):
     g = case.input(rng.standard_normal((3, 20, 6)).astype(np.float32))
     gx, gw, gb = case.ops.linear_backward(x, w, g, True, True, True)
     sliced = case.ops.matmul(case.ops.slice(x, ((0, 3, 2), (1, 20, 3))), w)  # steps: packed or looped
-    compiled, replayed, _ = case.run(executor, [gx, gw, gb, sliced, case.ops.linear(x, w, case.input(
-        rng.standard_normal(6).astype(np.float32)))])
+    compiled, replayed, _ = case.run(
+        executor, [gx, gw, gb, sliced, case.ops.linear(x, w, case.input(rng.standard_normal(6).astype(np.float32)))]
+    )
     for i, (a, e) in enumerate(zip(compiled, replayed)):
         np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5, err_msg=str(i))
 
@@ -390,9 +424,21 @@ def test_adam_runtime_scalars_follow_lr_and_time(executor, rng):
         g = [case.input(a) for a in grads]
         m1 = [case.input(a) for a in moments]
         m2 = [case.input(a * a) for a in moments]
-        outs, ms, vs, _ = case.ops.adam_step_many(p, g, m1, m2, None, lr=lr, beta_1=0.9, beta_2=0.999, epsilon=1e-5,
-                                                  weight_decay=weight_decay, decoupled=False, amsgrad=False,
-                                                  time=time)
+        outs, ms, vs, _ = case.ops.adam_step_many(
+            p,
+            g,
+            m1,
+            m2,
+            None,
+            lr=lr,
+            beta_1=0.9,
+            beta_2=0.999,
+            epsilon=1e-5,
+            weight_decay=weight_decay,
+            decoupled=False,
+            amsgrad=False,
+            time=time,
+        )
         graph, scalars = case.abstract(outs + ms + vs)
         return graph, scalars, case.values
 
@@ -401,9 +447,21 @@ def test_adam_runtime_scalars_follow_lr_and_time(executor, rng):
         g, scalars, values = graph(lr, time, weight_decay)
         assert executor.plan(g) is plan  # one structure, one plan
         got = plan.run(flex, values, scalars)
-        expected = flex.adam_step_many(params, grads, moments, [m * m for m in moments], None, lr=lr, beta_1=0.9,
-                                       beta_2=0.999, epsilon=1e-5, weight_decay=weight_decay, decoupled=False,
-                                       amsgrad=False, time=time)
+        expected = flex.adam_step_many(
+            params,
+            grads,
+            moments,
+            [m * m for m in moments],
+            None,
+            lr=lr,
+            beta_1=0.9,
+            beta_2=0.999,
+            epsilon=1e-5,
+            weight_decay=weight_decay,
+            decoupled=False,
+            amsgrad=False,
+            time=time,
+        )
         for a, e in zip(got, expected[0] + expected[1] + expected[2]):
             np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
     # weight_decay=0 skips a term: its zero-ness is a guard, so two variants were compiled.
@@ -419,10 +477,10 @@ def test_outputs_are_not_overwritten_by_later_runs(executor, rng):
     plan = executor.plan(graph)
     flex = FlexBackend()
     first = plan.run(flex, case.values, scalars)
-    view = first[0][::2]              # a view keeps its base alive
+    view = first[0][::2]  # a view keeps its base alive
     kept = [a.copy() for a in first]
     del first
-    for k in range(6):                # more runs than a buffer's pool holds
+    for k in range(6):  # more runs than a buffer's pool holds
         plan.run(flex, [np.full(64, float(k), np.float32)], scalars)
     np.testing.assert_array_equal(view, kept[0][::2])
     assert plan.memory.outputs and not any(b in plan.memory.offsets for b in plan.memory.outputs)
@@ -447,10 +505,10 @@ def test_unlowered_nodes_run_on_flex_between_segments(executor, rng):
     x = case.input(rng.standard_normal((6, 5)).astype(np.float32))
     idx = case.input(np.array([0, 2, 4], np.int64))
     e = case.ops.unary(UnaryOp.EXP, x)
-    g = case.ops.select(e, 1, idx)                                   # flex
+    g = case.ops.select(e, 1, idx)  # flex
     s = case.ops.cumulative(CumulativeOp.CUMSUM, e, 1)  # flex
     out = case.ops.binary(BinaryOp.ADD, case.ops.cat([g, g], 1), 1.0)
-    h = case.ops.cast(case.ops.binary(BinaryOp.MUL, x, 3.0), DType.FLOAT16)       # float16: flex
+    h = case.ops.cast(case.ops.binary(BinaryOp.MUL, x, 3.0), DType.FLOAT16)  # float16: flex
     compiled, replayed, plan = case.run(executor, [out, s, h])
     for a, e_ in zip(compiled, replayed):
         np.testing.assert_allclose(a.astype(np.float64), e_.astype(np.float64), rtol=1e-6)

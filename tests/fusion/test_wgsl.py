@@ -82,16 +82,16 @@ def test_a_reduction_with_its_prologue_and_epilogue_is_one_kernel(fused, rng, sh
     a = rng.standard_normal(shape).astype(np.float32)
     x = data(fused, a)
     out, n = launches(fused, lambda: x.mul(x).mean_dim(dim).add_scalar(1.0).sqrt())
-    np.testing.assert_allclose(numpy(out), np.sqrt((a.astype(np.float64) ** 2).mean(dim, keepdims=True) + 1),
-                               rtol=1e-5)
+    np.testing.assert_allclose(numpy(out), np.sqrt((a.astype(np.float64) ** 2).mean(dim, keepdims=True) + 1), rtol=1e-5)
     assert n == 1
 
 
 def test_values_of_both_spaces_from_one_reduction_kernel(fused, rng):
     a = rng.standard_normal((9, 33)).astype(np.float32)
     x = data(fused, a)
-    (e, total, top), n = launches(fused, lambda: (lambda e: (e, e.sum_dim(1).log(), e.amax(1, keepdim=True)))(
-        x.sub_scalar(0.5).exp()))
+    (e, total, top), n = launches(
+        fused, lambda: (lambda e: (e, e.sum_dim(1).log(), e.amax(1, keepdim=True)))(x.sub_scalar(0.5).exp())
+    )
     np.testing.assert_allclose(numpy(e), np.exp(a - 0.5), rtol=1e-5)
     np.testing.assert_allclose(numpy(total), np.log(np.exp(a - 0.5).sum(1, keepdims=True)), rtol=1e-5)
     np.testing.assert_allclose(numpy(top), np.exp(a - 0.5).max(1, keepdims=True), rtol=1e-6)
@@ -107,9 +107,15 @@ def test_reductions_of_every_dtype_match_eager_cube(fused, rng, shape, dim):
 
     def run(d: Device) -> list[np.ndarray]:
         a, b, c = (Tensor.from_data(v, device=d) for v in (i64, i32, f32))
-        outs = [a.mul_scalar(2).amax(dim, keepdim=True), a.sum_dim(dim), b.greater_elem(0).any_dim(dim),
-                b.greater_elem(-99).all_dim(dim), b.mul_scalar(3).sum_dim(dim), c.mul_scalar(0.5).prod_dim(dim),
-                c.amin(dim, keepdim=True)]
+        outs = [
+            a.mul_scalar(2).amax(dim, keepdim=True),
+            a.sum_dim(dim),
+            b.greater_elem(0).any_dim(dim),
+            b.greater_elem(-99).all_dim(dim),
+            b.mul_scalar(3).sum_dim(dim),
+            c.mul_scalar(0.5).prod_dim(dim),
+            c.amin(dim, keepdim=True),
+        ]
         return [numpy(o) for o in outs]
 
     for got, want in zip(run(fused), run(eager)):
@@ -154,7 +160,7 @@ def test_integer_and_bool_chains_match_eager_cube(fused, rng):
 
         def chain(d: Device, u8=u8, i64=i64, i32=i32) -> list[np.ndarray]:
             u, w, i = (Tensor.from_data(v, device=d) for v in (u8, i64, i32))
-            wrapped = u.add_scalar(200).mul_scalar(3).sub(u)          # uint8 wraps at every op
+            wrapped = u.add_scalar(200).mul_scalar(3).sub(u)  # uint8 wraps at every op
             big = w.mul_scalar(3).add(w).remainder_scalar(1_000_003)
             logic = i.greater_elem(0).bool_and(u.lower_elem(100)).int()
             return [numpy(t) for t in (wrapped, big, logic, i.div_scalar(7), wrapped.cast("int32").sum_dim(1))]

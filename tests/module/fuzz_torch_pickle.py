@@ -31,12 +31,26 @@ from ember.nn import LayerNorm, LayerNormConfig, Linear, LinearConfig
 from tests.module.torch_archive import ITEMSIZE, Archive, Spec, op_global, op_tensor, op_value
 
 EXAMPLES = int(os.environ.get("EMBER_FUZZ_EXAMPLES", "150"))
-SETTINGS = settings(max_examples=EXAMPLES, derandomize=os.environ.get("EMBER_FUZZ_RANDOM") != "1", database=None, deadline=None,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    derandomize=os.environ.get("EMBER_FUZZ_RANDOM") != "1",
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 TMP = Path(tempfile.mkdtemp(prefix="ember-fuzz-"))
-DTYPES = {"FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
-          "BFloat16Storage": ml_dtypes.bfloat16, "LongStorage": np.int64, "IntStorage": np.int32,
-          "ShortStorage": np.int16, "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_}
+DTYPES = {
+    "FloatStorage": np.float32,
+    "DoubleStorage": np.float64,
+    "HalfStorage": np.float16,
+    "BFloat16Storage": ml_dtypes.bfloat16,
+    "LongStorage": np.int64,
+    "IntStorage": np.int32,
+    "ShortStorage": np.int16,
+    "CharStorage": np.int8,
+    "ByteStorage": np.uint8,
+    "BoolStorage": np.bool_,
+}
 
 
 class Small(Module):
@@ -105,10 +119,15 @@ def specs(draw: st.DrawFn) -> Spec:
     extent = sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
     offset = draw(st.integers(0, 8))
     numel = offset + extent + draw(st.integers(0, 3)) + (1 if all(size) else 0)
-    fields = {"name": draw(st.sampled_from(["weight", "ln.gamma", "ln.beta", "other"])),
-              "storage_type": draw(st.sampled_from(["FloatStorage", *ITEMSIZE])),
-              "key": draw(st.sampled_from(["0", "1", "2"])), "numel": numel, "offset": offset, "size": size,
-              "stride": stride}
+    fields = {
+        "name": draw(st.sampled_from(["weight", "ln.gamma", "ln.beta", "other"])),
+        "storage_type": draw(st.sampled_from(["FloatStorage", *ITEMSIZE])),
+        "key": draw(st.sampled_from(["0", "1", "2"])),
+        "numel": numel,
+        "offset": offset,
+        "size": size,
+        "stride": stride,
+    }
     for name in draw(st.lists(st.sampled_from(sorted(hostile)), max_size=2, unique=True)):
         fields[name] = draw(hostile[name])
     return Spec(**fields)
@@ -122,8 +141,11 @@ def expected(spec: Spec, storages: dict[str, bytes]) -> np.ndarray | None:
     if numel > 4096 or any(n > 10**6 for n in spec.size):
         return None
     flat = np.frombuffer(storages[spec.key], dtype=np.dtype(DTYPES[spec.storage_type]).newbyteorder("<"))
-    index = spec.offset + sum(i * s for i, s in zip(np.indices(spec.size, dtype=np.int64), spec.stride)) \
-        if spec.size else np.array(spec.offset)
+    index = (
+        spec.offset + sum(i * s for i, s in zip(np.indices(spec.size, dtype=np.int64), spec.stride))
+        if spec.size
+        else np.array(spec.offset)
+    )
     out = flat.take(index, mode="raise")
     return out.view(np.uint8) != 0 if out.dtype == np.bool_ else out
 
@@ -150,8 +172,12 @@ def fuzz_forged_views(tensors: list[Spec]) -> None:
 OPCODES = [op.code.encode("latin-1") for op in pickletools.opcodes]
 SEEDS = [
     Archive([Spec("weight", numel=4, size=(2, 2), stride=(2, 1)), Spec("ln.gamma", key="1", numel=4)]),
-    Archive([Spec("weight", numel=6, offset=1, size=(2, 2), stride=(1, 3)), Spec("bias", key="0", numel=6,
-                                                                               size=(3,), stride=(2,))]),
+    Archive(
+        [
+            Spec("weight", numel=6, offset=1, size=(2, 2), stride=(1, 3)),
+            Spec("bias", key="0", numel=6, size=(3,), stride=(2,)),
+        ]
+    ),
 ]
 
 
@@ -166,7 +192,7 @@ def mutated(draw: st.DrawFn, blob: bytes) -> bytes:
         elif kind == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=9))
         elif kind == "delete":
-            del data[at:at + draw(st.integers(1, 8))]
+            del data[at : at + draw(st.integers(1, 8))]
         elif kind == "opcode":
             data[at:at] = draw(st.sampled_from(OPCODES)) + draw(st.binary(max_size=9))
         elif kind == "duplicate":
@@ -187,10 +213,36 @@ def fuzz_mutated_pickles(data: st.DataObject) -> None:
 
 pieces = st.one_of(
     st.sampled_from(OPCODES).flatmap(lambda code: st.binary(max_size=9).map(lambda arg: code + arg)),
-    st.sampled_from([op_global("collections", "OrderedDict"), op_global("torch._utils", "_rebuild_tensor_v2"),
-                     op_global("torch._utils", "_rebuild_parameter"), op_global("torch", "FloatStorage"),
-                     op_value("storage"), op_value("0"), op_value("cpu"), b"(", b"t", b"R", b"Q", b"b", b"s", b"u",
-                     b"}", b")", b"]", b"e", b"a", b"\x85", b"\x86", b"q\x00", b"h\x00", b"2", b"1", b"0"]),
+    st.sampled_from(
+        [
+            op_global("collections", "OrderedDict"),
+            op_global("torch._utils", "_rebuild_tensor_v2"),
+            op_global("torch._utils", "_rebuild_parameter"),
+            op_global("torch", "FloatStorage"),
+            op_value("storage"),
+            op_value("0"),
+            op_value("cpu"),
+            b"(",
+            b"t",
+            b"R",
+            b"Q",
+            b"b",
+            b"s",
+            b"u",
+            b"}",
+            b")",
+            b"]",
+            b"e",
+            b"a",
+            b"\x85",
+            b"\x86",
+            b"q\x00",
+            b"h\x00",
+            b"2",
+            b"1",
+            b"0",
+        ]
+    ),
     st.integers(-(2**40), 2**40).map(op_value),
     st.just(op_tensor("FloatStorage", "0", 4, 0, (4,), (1,))),
     st.integers(1, 40).map(lambda n: b"N" + b"\x85" * n),  # nested tuples
@@ -217,8 +269,13 @@ def fuzz_mutated_zips(data: st.DataObject) -> None:
     names = sorted(members)
     name = data.draw(st.sampled_from(names))
     if action == "rename":
-        members[data.draw(st.sampled_from(["data.pkl", "x/data.pkl", "archive/data/9", "archive/data/0",
-                                           "archive/byteorder", name + "/"]))] = members.pop(name)
+        members[
+            data.draw(
+                st.sampled_from(
+                    ["data.pkl", "x/data.pkl", "archive/data/9", "archive/data/0", "archive/byteorder", name + "/"]
+                )
+            )
+        ] = members.pop(name)
     elif action == "drop":
         del members[name]
     elif action == "byteorder":

@@ -52,8 +52,9 @@ def test_a_module_of_another_type_names_the_declared_one():
 
 
 def test_right_values_and_unchecked_fields_pass():
-    head = Head(proj=linear(), act=Relu(), extra=None, blocks=[linear()], named={"a": linear()}, anything=Gelu(),
-                note="x")
+    head = Head(
+        proj=linear(), act=Relu(), extra=None, blocks=[linear()], named={"a": linear()}, anything=Gelu(), note="x"
+    )
     assert head.num_params() == 18
     TransformerEncoderConfig(8, 16, 2, 2).init(Device.flex())  # the library's own modules build
 

@@ -51,10 +51,18 @@ def test_uniform_normal(flex):
 def test_kaiming(flex, fan_out_only):
     fan_in, fan_out = 400, 100
     fan = fan_out if fan_out_only else fan_in
-    u = KaimingUniform(gain=2.0, fan_out_only=fan_out_only).init_with([fan_in, fan_out], fan_in, fan_out, flex).to_numpy()
+    u = (
+        KaimingUniform(gain=2.0, fan_out_only=fan_out_only)
+        .init_with([fan_in, fan_out], fan_in, fan_out, flex)
+        .to_numpy()
+    )
     bound = 2.0 * math.sqrt(3.0 / fan)
     assert np.abs(u).max() <= bound and np.abs(u).max() > 0.95 * bound
-    n = KaimingNormal(gain=2.0, fan_out_only=fan_out_only).init_with([fan_in, fan_out], fan_in, fan_out, flex).to_numpy()
+    n = (
+        KaimingNormal(gain=2.0, fan_out_only=fan_out_only)
+        .init_with([fan_in, fan_out], fan_in, fan_out, flex)
+        .to_numpy()
+    )
     assert abs(n.std() - 2.0 / math.sqrt(fan)) < 0.02 * 2.0 / math.sqrt(fan) * 5
 
 

@@ -125,8 +125,14 @@ def test_flex_and_cube_initialise_the_design_mlp_identically():
 
 
 INITIALIZERS = [
-    Uniform(-0.3, 0.7), Normal(0.5, 2.0), KaimingUniform(), KaimingNormal(gain=2.0, fan_out_only=True),
-    XavierUniform(), XavierNormal(gain=0.5), Orthogonal(gain=1.5), Constant(0.25),
+    Uniform(-0.3, 0.7),
+    Normal(0.5, 2.0),
+    KaimingUniform(),
+    KaimingNormal(gain=2.0, fan_out_only=True),
+    XavierUniform(),
+    XavierNormal(gain=0.5),
+    Orthogonal(gain=1.5),
+    Constant(0.25),
 ]
 
 

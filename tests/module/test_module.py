@@ -96,7 +96,14 @@ def test_containers_constants_and_paths(flex):
         stats=RunningState(Tensor.zeros([2], device=flex)),
     )
     paths = [p for p, _ in stack.named_params()]
-    assert paths == ["layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias", "named.head.weight", "named.head.bias"]
+    assert paths == [
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.2.weight",
+        "layers.2.bias",
+        "named.head.weight",
+        "named.head.bias",
+    ]
     assert [p for p, _ in stack.named_states()] == ["stats"]
     assert stack.num_params() == 6 + 3 + 6 + 2 + 2 + 1
     out = stack(Tensor.ones([1, 2], device=flex))

@@ -45,12 +45,16 @@ def test_a_negative_stride_is_refused(tmp_path):
         read(path)
 
 
-@pytest.mark.parametrize(("archive", "fault"), [
-    # a stride of -2**28 used to read 1 GB before the storage: SIGSEGV
-    (Archive([Spec("weight", offset=0, size=(2,), stride=(-(2**28),))]), "negative stride (-268435456)"),
-    # a dict key a million tuples deep: Python's tuple hash recurses without a limit
-    (Archive([], pickle_bytes=b"\x80\x02}N" + b"\x85" * 1_000_000 + b"Ns."), "tuples nested more than 32 deep"),
-], ids=["huge negative stride", "deep tuple key"])
+@pytest.mark.parametrize(
+    ("archive", "fault"),
+    [
+        # a stride of -2**28 used to read 1 GB before the storage: SIGSEGV
+        (Archive([Spec("weight", offset=0, size=(2,), stride=(-(2**28),))]), "negative stride (-268435456)"),
+        # a dict key a million tuples deep: Python's tuple hash recurses without a limit
+        (Archive([], pickle_bytes=b"\x80\x02}N" + b"\x85" * 1_000_000 + b"Ns."), "tuples nested more than 32 deep"),
+    ],
+    ids=["huge negative stride", "deep tuple key"],
+)
 def test_files_that_crashed_the_interpreter_are_refused(tmp_path, archive, fault):
     """Run in a child process, so that a regression fails this test instead of killing
     the test worker."""
@@ -74,11 +78,14 @@ def test_a_negative_offset_is_refused(tmp_path):
         read(write_tensor_file(tmp_path / "o.pt", offset=-2, size=(2,), stride=(1,)))
 
 
-@pytest.mark.parametrize(("offset", "size", "stride", "last"), [
-    (4, (1,), (1,), 4),          # the first element is past the end
-    (2, (2, 2), (2, 1), 5),      # the last row is
-    (0, (3,), (2,), 4),          # the stride walks out
-])
+@pytest.mark.parametrize(
+    ("offset", "size", "stride", "last"),
+    [
+        (4, (1,), (1,), 4),  # the first element is past the end
+        (2, (2, 2), (2, 1), 5),  # the last row is
+        (0, (3,), (2,), 4),  # the stride walks out
+    ],
+)
 def test_a_view_past_the_end_is_refused_and_named(tmp_path, offset, size, stride, last):
     path = write_tensor_file(tmp_path / "o.pt", offset=offset, size=size, stride=stride)
     with pytest.raises(RecordError, match=rf"storage offset {offset} reaches element {last}, but storage 0 holds 4"):
@@ -105,13 +112,16 @@ def test_a_huge_broadcast_tensor_costs_no_memory_and_loads_as_a_record_error(tmp
         LinearConfig(1, 2).init(Device.flex()).load_pytorch(path, strict=False)
 
 
-@pytest.mark.parametrize(("field", "value", "fault"), [
-    ("size", (4.0,), "size has type float, not int"),
-    ("size", 4, "size has type int, not tuple"),
-    ("stride", (True,), "stride has type bool, not int"),
-    ("offset", "0", "storage offset has type str, not int"),
-    ("stride", (1, 1), r"size \[4\] but 2 strides"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "fault"),
+    [
+        ("size", (4.0,), "size has type float, not int"),
+        ("size", 4, "size has type int, not tuple"),
+        ("stride", (True,), "stride has type bool, not int"),
+        ("offset", "0", "storage offset has type str, not int"),
+        ("stride", (1, 1), r"size \[4\] but 2 strides"),
+    ],
+)
 def test_malformed_view_arguments(tmp_path, field, value, fault):
     with pytest.raises(RecordError, match=fault):
         read(write_tensor_file(tmp_path / "m.pt", **{field: value}))
@@ -120,10 +130,17 @@ def test_malformed_view_arguments(tmp_path, field, value, fault):
 def test_strided_views_equal_an_index_oracle(tmp_path, rng):
     """Every accepted view reads exactly storage[offset + sum(i_k * stride_k)]."""
     storage = rng.standard_normal(40).astype(np.float32)
-    for offset, size, stride in [(0, (4, 10), (10, 1)), (3, (5, 3), (1, 5)), (7, (2, 3, 2), (0, 4, 11)),
-                                 (39, (), ()), (0, (6,), (7,)), (5, (3, 1, 2), (2, 100, 1))]:
-        path = write_tensor_file(tmp_path / "v.pt", numel=40, offset=offset, size=size, stride=stride,
-                                 data=storage.tobytes())
+    for offset, size, stride in [
+        (0, (4, 10), (10, 1)),
+        (3, (5, 3), (1, 5)),
+        (7, (2, 3, 2), (0, 4, 11)),
+        (39, (), ()),
+        (0, (6,), (7,)),
+        (5, (3, 1, 2), (2, 100, 1)),
+    ]:
+        path = write_tensor_file(
+            tmp_path / "v.pt", numel=40, offset=offset, size=size, stride=stride, data=storage.tobytes()
+        )
         got = read(path)
         index = offset + sum(i * s for i, s in zip(np.indices(size), stride)) if size else np.array(offset)
         np.testing.assert_array_equal(got, storage.take(index, mode="raise"))
@@ -145,14 +162,22 @@ def test_one_storage_declared_with_two_types_is_refused(tmp_path):
 
 def test_shared_storages_are_read_once(tmp_path):
     """Tied weights: two tensors on one storage."""
-    path = Archive([Spec("a", numel=6, size=(2, 3), stride=(3, 1)),
-                    Spec("b", numel=6, size=(3, 2), stride=(1, 3))]).write(tmp_path / "t.pt")
+    path = Archive(
+        [Spec("a", numel=6, size=(2, 3), stride=(3, 1)), Spec("b", numel=6, size=(3, 2), stride=(1, 3))]
+    ).write(tmp_path / "t.pt")
     arrays = read_pytorch(path)
     np.testing.assert_array_equal(arrays["b"], arrays["a"].T)
 
 
-@pytest.mark.parametrize(("key", "fault"), [("../data.pkl", "invalid storage key"), ("", "invalid storage key"),
-                                            (3, "invalid storage key"), ("9", "storage 9 is missing")])
+@pytest.mark.parametrize(
+    ("key", "fault"),
+    [
+        ("../data.pkl", "invalid storage key"),
+        ("", "invalid storage key"),
+        (3, "invalid storage key"),
+        ("9", "storage 9 is missing"),
+    ],
+)
 def test_storage_keys(tmp_path, key, fault):
     pickled = b"\x80\x02" + op_ordered_dict([("weight", op_tensor("FloatStorage", key, 4, 0, (4,), (1,)))]) + b"."
     path = Archive([Spec("weight")], pickle_bytes=pickled).write(tmp_path / "k.pt")
@@ -160,9 +185,15 @@ def test_storage_keys(tmp_path, key, fault):
         read(path)
 
 
-@pytest.mark.parametrize("pid", [b"X\x03\x00\x00\x00abcQ", b"(X\x07\x00\x00\x00storagetQ", b"(tQ",
-                                 b"(X\x07\x00\x00\x00storageJ\x01\x00\x00\x00X\x01\x00\x00\x000X\x03\x00\x00\x00cpuJ"
-                                 b"\x04\x00\x00\x00tQ"])
+@pytest.mark.parametrize(
+    "pid",
+    [
+        b"X\x03\x00\x00\x00abcQ",
+        b"(X\x07\x00\x00\x00storagetQ",
+        b"(tQ",
+        b"(X\x07\x00\x00\x00storageJ\x01\x00\x00\x00X\x01\x00\x00\x000X\x03\x00\x00\x00cpuJ\x04\x00\x00\x00tQ",
+    ],
+)
 def test_persistent_ids_of_other_shapes_are_refused(tmp_path, pid):
     pickled = b"\x80\x02" + op_ordered_dict([("weight", pid)]) + b"."
     with pytest.raises(RecordError, match="persistent id|not a storage type"):
@@ -175,13 +206,16 @@ def test_unknown_storage_types_name_the_supported_ones(tmp_path):
         read(path)
 
 
-@pytest.mark.parametrize(("global_", "fault"), [
-    (("os", "system"), "references os.system, which a state dict of tensors does not use"),
-    (("__main__", "Net"), "pickled Python object of class __main__.Net"),
-    (("torch.nn.modules.linear", "Linear"), r"torch.save\(model.state_dict\(\), path\)"),
-    (("builtins", "eval"), "references builtins.eval, which a state dict of tensors does not use"),
-    (("torch._utils", "_rebuild_qtensor"), "references torch._utils._rebuild_qtensor"),
-])
+@pytest.mark.parametrize(
+    ("global_", "fault"),
+    [
+        (("os", "system"), "references os.system, which a state dict of tensors does not use"),
+        (("__main__", "Net"), "pickled Python object of class __main__.Net"),
+        (("torch.nn.modules.linear", "Linear"), r"torch.save\(model.state_dict\(\), path\)"),
+        (("builtins", "eval"), "references builtins.eval, which a state dict of tensors does not use"),
+        (("torch._utils", "_rebuild_qtensor"), "references torch._utils._rebuild_qtensor"),
+    ],
+)
 def test_globals_outside_a_state_dict_are_refused(tmp_path, global_, fault):
     pickled = b"\x80\x02" + op_global(*global_) + op_value(("echo pwned",)) + b"R."
     with pytest.raises(RecordError, match=fault):
@@ -195,12 +229,15 @@ def test_opcodes_that_build_arbitrary_objects_are_refused(tmp_path, opcode):
         read_pytorch(Archive([], pickle_bytes=pickled).write(tmp_path / "o.pt"))
 
 
-@pytest.mark.parametrize(("state", "fault"), [
-    (b"(N}X\x05\x00\x00\x00arrayJ\x05\x00\x00\x00st", "tries to set attribute 'array' of a Tensor"),
-    (b"(N}X\t\x00\x00\x00__class__N\x85st", "tries to set attribute '__class__'"),
-    (b"}X\x01\x00\x00\x00aNs", "pickle is malformed"),  # no __dict__ to update
-    (b"(N}t", None),  # an empty state changes nothing
-])
+@pytest.mark.parametrize(
+    ("state", "fault"),
+    [
+        (b"(N}X\x05\x00\x00\x00arrayJ\x05\x00\x00\x00st", "tries to set attribute 'array' of a Tensor"),
+        (b"(N}X\t\x00\x00\x00__class__N\x85st", "tries to set attribute '__class__'"),
+        (b"}X\x01\x00\x00\x00aNs", "pickle is malformed"),  # no __dict__ to update
+        (b"(N}t", None),  # an empty state changes nothing
+    ],
+)
 def test_build_cannot_change_the_readers_objects(tmp_path, state, fault):
     """BUILD would set attributes on a rebuilt tensor (e.g. swap its array)."""
     tensor = op_tensor("FloatStorage", "0", 4, 0, (4,), (1,))
@@ -219,8 +256,9 @@ def test_byte_order(tmp_path, order):
     data = values.astype(">f4" if order == b"big" else "<f4").tobytes()
     path = Archive([Spec("weight", numel=3, size=(3,), data=data)], byteorder=order).write(tmp_path / "b.pt")
     np.testing.assert_array_equal(read(path), values)
-    halves = Archive([Spec("weight", storage_type="BFloat16Storage", numel=2, size=(2,), data=b"\x3f\x80\x40\x00")],
-                     byteorder=b"big").write(tmp_path / "h.pt")
+    halves = Archive(
+        [Spec("weight", storage_type="BFloat16Storage", numel=2, size=(2,), data=b"\x3f\x80\x40\x00")], byteorder=b"big"
+    ).write(tmp_path / "h.pt")
     assert read(halves).astype(np.float32).tolist() == [1.0, 2.0]
 
 
@@ -264,8 +302,10 @@ def test_structure_faults(tmp_path):
         "cycle": (b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s.", "shared or cyclic"),
         "deep": (b"\x80\x02" + b"}X\x01\x00\x00\x00a" * 100 + tensor + b"s" * 100 + b".", "more than 64 deep"),
         "key": (b"\x80\x02}" + op_value((1, 2)) + tensor + b"s.", "key of type tuple"),
-        "clash": (b"\x80\x02}X\x03\x00\x00\x00a.b" + tensor + b"sX\x01\x00\x00\x00a}X\x01\x00\x00\x00b" + tensor
-                  + b"ss.", "two entries of the file flatten to the key 'a.b'"),
+        "clash": (
+            b"\x80\x02}X\x03\x00\x00\x00a.b" + tensor + b"sX\x01\x00\x00\x00a}X\x01\x00\x00\x00b" + tensor + b"ss.",
+            "two entries of the file flatten to the key 'a.b'",
+        ),
         "single": (b"\x80\x02" + tensor + b".", "a single tensor"),
         "empty": (b"\x80\x02}.", "holds no tensors"),
         "truncated": (b"\x80\x02}X\x05\x00\x00\x00ab", "pickle is malformed"),
@@ -286,8 +326,13 @@ def test_the_legacy_pickle_shape_is_refused_as_not_a_zip(tmp_path):
 def test_the_fuzzer_finds_only_record_errors():
     """Hypothesis fuzz of the pickle opcodes, view arguments and zip bytes, in a child
     process so that a crash fails the test instead of killing the worker."""
-    done = subprocess.run([sys.executable, "-X", "faulthandler", "-m", "tests.module.fuzz_torch_pickle"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-m", "tests.module.fuzz_torch_pickle"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, f"rc {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     assert "fuzzed" in done.stdout
 
@@ -302,9 +347,13 @@ class Net(Module):
 
     @classmethod
     def new(cls, device):
-        return cls(fc=LinearConfig(4, 6).init(device), ln=LayerNormConfig(6).init(device),
-                   bn=BatchNormConfig(6).init(device), gn=GroupNormConfig(2, 6).init(device),
-                   rms=RmsNormConfig(6, epsilon=1e-6).init(device))
+        return cls(
+            fc=LinearConfig(4, 6).init(device),
+            ln=LayerNormConfig(6).init(device),
+            bn=BatchNormConfig(6).init(device),
+            gn=GroupNormConfig(2, 6).init(device),
+            rms=RmsNormConfig(6, epsilon=1e-6).init(device),
+        )
 
     def forward(self, x):
         return self.rms(self.gn(self.bn(self.ln(self.fc(x)))))
@@ -364,8 +413,13 @@ def test_skip_adds_to_the_default_skips(torch, tmp_path):
 
 @pytest.mark.torch
 def test_a_name_mismatch_suggests_the_remap(torch, tmp_path):
-    net = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.BatchNorm1d(6),
-                              torch.nn.GroupNorm(2, 6), torch.nn.RMSNorm(6, eps=1e-6))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 6),
+        torch.nn.LayerNorm(6),
+        torch.nn.BatchNorm1d(6),
+        torch.nn.GroupNorm(2, 6),
+        torch.nn.RMSNorm(6, eps=1e-6),
+    )
     path = tmp_path / "seq.pt"
     torch.save({"model": net.state_dict()}, path)
     with pytest.raises(RecordError) as info:
@@ -404,9 +458,16 @@ def test_a_pickled_whole_module_is_refused_with_the_fix(torch, tmp_path):
 def test_torch_views_and_dtypes_round_trip(torch, tmp_path):
     base = torch.arange(24, dtype=torch.float32)
     tensors = {
-        "transposed": base.reshape(4, 6).t(), "sliced": base[5:17:3], "expanded": torch.arange(3.0).expand(4, 3),
-        "scalar": torch.tensor(2.5, dtype=torch.float64), "empty": torch.zeros(0, 3), "half": base.half(),
-        "bf16": base.bfloat16().reshape(2, 12), "long": torch.arange(5), "bool": base > 10, "int8": base.to(torch.int8),
+        "transposed": base.reshape(4, 6).t(),
+        "sliced": base[5:17:3],
+        "expanded": torch.arange(3.0).expand(4, 3),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.zeros(0, 3),
+        "half": base.half(),
+        "bf16": base.bfloat16().reshape(2, 12),
+        "long": torch.arange(5),
+        "bool": base > 10,
+        "int8": base.to(torch.int8),
     }
     path = tmp_path / "views.pt"
     torch.save(tensors, path)
@@ -424,6 +485,11 @@ def test_ember_module_imports_no_layer_above_it():
     above = ("ember.nn", "ember.optim", "ember.data", "ember.train")
     for path in sorted((ROOT / "ember" / "module").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             assert not [n for n in names if n.startswith(above)], f"{path.name} imports {names}"

@@ -55,7 +55,9 @@ def test_file_metadata_maps_paths_to_ids(ad, tmp_path):
 
 def test_states_are_saved_and_loaded(flex, tmp_path):
     def make(value):
-        return Stack(layers=[LinearConfig(2, 2).init(flex)], named={}, stats=RunningState(Tensor.full([2], value, device=flex)))
+        return Stack(
+            layers=[LinearConfig(2, 2).init(flex)], named={}, stats=RunningState(Tensor.full([2], value, device=flex))
+        )
 
     make(3.0).save_file(tmp_path / "s.safetensors")
     loaded = make(0.0).load_file(tmp_path / "s.safetensors")
@@ -80,7 +82,9 @@ def test_partial_loading(ad, tmp_path):
     class Bigger(Mlp):
         l3: Linear
 
-    target = Bigger(l1=LinearConfig(4, 16).init(ad), act=Relu(), l2=LinearConfig(16, 1).init(ad), l3=LinearConfig(1, 1).init(ad))
+    target = Bigger(
+        l1=LinearConfig(4, 16).init(ad), act=Relu(), l2=LinearConfig(16, 1).init(ad), l3=LinearConfig(1, 1).init(ad)
+    )
     l3_before = target.l3.weight.val().to_numpy()
     loaded = target.load_file(tmp_path / "m.safetensors", strict=False)
     assert loaded.l1.weight.val().to_numpy().tobytes() == source.l1.weight.val().to_numpy().tobytes()
@@ -147,8 +151,16 @@ def test_save_is_atomic_when_writing_fails(ad, tmp_path, monkeypatch):
 
 
 def test_tree_records(tmp_path):
-    tree = {"step": 7, "lr": 0.5, "name": "x", "none": None, "t": Tensor.from_floats([1.0, 2.0]), "l": [1, (2, 3)],
-            "arr": np.arange(3), "nested": {"i": Tensor.from_ints([4])}}
+    tree = {
+        "step": 7,
+        "lr": 0.5,
+        "name": "x",
+        "none": None,
+        "t": Tensor.from_floats([1.0, 2.0]),
+        "l": [1, (2, 3)],
+        "arr": np.arange(3),
+        "nested": {"i": Tensor.from_ints([4])},
+    }
     save_record(tmp_path / "r.safetensors", tree)
     back = load_record(tmp_path / "r.safetensors", device=Device.flex())
     assert back["step"] == 7 and back["lr"] == 0.5 and back["name"] == "x" and back["none"] is None
@@ -173,7 +185,7 @@ def test_pytorch_state_dict_import_matches_torch_forward(tmp_path, ad):
     np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
     with pytest.raises(RecordError, match=r"in Mlp, not in the file: l1.weight") as info:
         Mlp.new(ad).load_pytorch(path, top_level_key="model")
-    assert 'key_remap=[(r"^0\\.", \'l1.\'), (r"^2\\.", \'l2.\')]' in str(info.value)
+    assert "key_remap=[(r\"^0\\.\", 'l1.'), (r\"^2\\.\", 'l2.')]" in str(info.value)
 
 
 @pytest.mark.torch

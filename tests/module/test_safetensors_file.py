@@ -37,7 +37,7 @@ def saved(tmp_path):
     Mlp.new(Device.flex()).save_file(path)
     blob = path.read_bytes()
     n = struct.unpack("<Q", blob[:8])[0]
-    return path, json.loads(blob[8:8 + n]), blob[8 + n:]
+    return path, json.loads(blob[8 : 8 + n]), blob[8 + n :]
 
 
 def with_metadata(header, **changes):
@@ -61,7 +61,7 @@ MALFORMED = {
     "entry not an object": (lambda h, d: forge({"w": 5}), r"tensor 'w' is described by 5"),
     "missing field": (lambda h, d: forge({"w": {"dtype": "F32", "shape": [2]}}, b"\0" * 8), r"has fields"),
     "extra field": (lambda h, d: forge({"w": {**tensor(), "x": 1}}, b"\0" * 8), r"has fields"),
-    "unknown dtype": (lambda h, d: forge({"w": tensor("F99")}, b"\0" * 8), "unknown dtype \"F99\""),
+    "unknown dtype": (lambda h, d: forge({"w": tensor("F99")}, b"\0" * 8), 'unknown dtype "F99"'),
     "dtype not a string": (lambda h, d: forge({"w": tensor(["F32"])}, b"\0" * 8), "unknown dtype"),
     "negative dim": (lambda h, d: forge({"w": tensor(shape=(-2,))}, b"\0" * 8), r"shape \[-2\]"),
     "bool dim": (lambda h, d: forge({"w": {**tensor(), "shape": [True, 2]}}, b"\0" * 8), "has shape"),
@@ -69,7 +69,10 @@ MALFORMED = {
     "offsets not a pair": (lambda h, d: forge({"w": {**tensor(), "data_offsets": [0]}}, b"\0" * 8), "data_offsets"),
     "offsets reversed": (lambda h, d: forge({"w": tensor(begin=8, end=0)}, b"\0" * 8), "data_offsets"),
     "offsets as text": (lambda h, d: forge({"w": {**tensor(), "data_offsets": "0:8"}}, b"\0" * 8), "data_offsets"),
-    "shape/bytes mismatch": (lambda h, d: forge({"w": tensor(shape=(3,))}, b"\0" * 8), r"\(12 bytes\) but data_offsets"),
+    "shape/bytes mismatch": (
+        lambda h, d: forge({"w": tensor(shape=(3,))}, b"\0" * 8),
+        r"\(12 bytes\) but data_offsets",
+    ),
     "overlap": (lambda h, d: forge({"a": tensor(), "b": tensor(begin=4, end=12)}, b"\0" * 12), "overlaps"),
     "gap": (lambda h, d: forge({"a": tensor(), "b": tensor(begin=12, end=20)}, b"\0" * 20), "gap of 4 bytes"),
     "out of range": (lambda h, d: forge({"a": tensor(begin=0, end=8)}, b"\0" * 4), "is truncated"),
@@ -77,22 +80,34 @@ MALFORMED = {
     "metadata not an object": (lambda h, d: forge({"__metadata__": [1]}), "__metadata__ must map strings"),
     "metadata value not a string": (lambda h, d: forge({"__metadata__": {"a": 1}}), "__metadata__ must map strings"),
     # ember's metadata
-    "entries missing": (lambda h, d: forge({**h, "__metadata__": {k: v for k, v in h["__metadata__"].items()
-                                                                   if k != "entries"}}, d), "entry table is missing"),
+    "entries missing": (
+        lambda h, d: forge({**h, "__metadata__": {k: v for k, v in h["__metadata__"].items() if k != "entries"}}, d),
+        "entry table is missing",
+    ),
     "entries not JSON": (lambda h, d: forge(with_metadata(h, entries="{"), d), "entry table is not valid JSON"),
     "entries garbage": (lambda h, d: forge(with_metadata(h, entries="[[[]]]"), d), "entry table is not an object"),
     "entries deep": (lambda h, d: forge(with_metadata(h, entries="[" * 50_000 + "]" * 50_000), d), "nests too deeply"),
-    "ember entry not an object": (lambda h, d: forge(with_metadata(h, entries=json.dumps(
-        dict.fromkeys(json.loads(h["__metadata__"]["entries"]), 1))), d), "is not an object"),
+    "ember entry not an object": (
+        lambda h, d: forge(
+            with_metadata(h, entries=json.dumps(dict.fromkeys(json.loads(h["__metadata__"]["entries"]), 1))), d
+        ),
+        "is not an object",
+    ),
     "entry kind": (lambda h, d: forge(with_metadata(h, entries=_edit(h, "l1.bias", kind="weight")), d), "has kind"),
     "entry id": (lambda h, d: forge(with_metadata(h, entries=_edit(h, "l1.bias", id="xyz")), d), "not 16 hex digits"),
     "entry shape": (lambda h, d: forge(with_metadata(h, entries=_edit(h, "l1.bias", shape=[3])), d), "in the table"),
-    "entry for no tensor": (lambda h, d: forge(with_metadata(h, entries=_edit(h, "l9.x", kind="param")), d),
-                            "does not list exactly"),
-    "shared ParamId": (lambda h, d: forge(with_metadata(h, entries=_share(h, "l1.weight", "l2.weight")), d),
-                       "entries l1.weight, l2.weight share one ParamId"),
-    "checksum table garbage": (lambda h, d: forge(with_metadata(h, crc32='{"l1.weight": 5}'), d),
-                               "checksum table does not list exactly its tensors"),
+    "entry for no tensor": (
+        lambda h, d: forge(with_metadata(h, entries=_edit(h, "l9.x", kind="param")), d),
+        "does not list exactly",
+    ),
+    "shared ParamId": (
+        lambda h, d: forge(with_metadata(h, entries=_share(h, "l1.weight", "l2.weight")), d),
+        "entries l1.weight, l2.weight share one ParamId",
+    ),
+    "checksum table garbage": (
+        lambda h, d: forge(with_metadata(h, crc32='{"l1.weight": 5}'), d),
+        "checksum table does not list exactly its tensors",
+    ),
     "tensor bytes damaged": (lambda h, d: forge(h, d[:-1] + bytes([d[-1] ^ 1])), "does not match its checksum"),
     "version": (lambda h, d: forge(with_metadata(h, version="x"), d), "record format version 'x'"),
 }
@@ -173,11 +188,18 @@ def test_every_dtype_round_trips_through_the_safetensors_package(tmp_path):
 
     rng = np.random.default_rng(5)
     arrays = {
-        "f64": rng.standard_normal((2, 3)), "f32": rng.standard_normal(4).astype(np.float32),
-        "f16": rng.standard_normal(3).astype(np.float16), "bf16": rng.standard_normal(3).astype(ml_dtypes.bfloat16),
-        "i64": rng.integers(-9, 9, 5), "i32": rng.integers(-9, 9, 2).astype(np.int32),
-        "i16": np.array([-3, 4], np.int16), "i8": np.array([-1], np.int8), "u8": np.array([200], np.uint8),
-        "bool": np.array([True, False, True]), "empty": np.zeros((0, 3), np.float32), "scalar": np.array(2.5),
+        "f64": rng.standard_normal((2, 3)),
+        "f32": rng.standard_normal(4).astype(np.float32),
+        "f16": rng.standard_normal(3).astype(np.float16),
+        "bf16": rng.standard_normal(3).astype(ml_dtypes.bfloat16),
+        "i64": rng.integers(-9, 9, 5),
+        "i32": rng.integers(-9, 9, 2).astype(np.int32),
+        "i16": np.array([-3, 4], np.int16),
+        "i8": np.array([-1], np.int8),
+        "u8": np.array([200], np.uint8),
+        "bool": np.array([True, False, True]),
+        "empty": np.zeros((0, 3), np.float32),
+        "scalar": np.array(2.5),
     }
     theirs = tmp_path / "theirs.safetensors"
     safetensors.numpy.save_file(arrays, str(theirs))
@@ -207,23 +229,26 @@ def test_tied_parameters_may_share_an_id(tmp_path):
         untied.load_file(tmp_path / "tied.safetensors")
 
 
-@pytest.mark.parametrize(("tree", "fault"), [
-    ('{"__tensor__": "t9"}', "names no tensor"),
-    ('{"__tensor__": "t0", "dtype": "float99"}', "invalid dtype"),
-    ('{"__array__": 3}', "names no tensor"),
-    ('{"x": 1}', "corrupt tree node"),
-    ('{"__dict__": [1]}', "corrupt tree node"),
-    ('[1, 2]', "a bare list"),
-    ("[" * 50_000 + "]" * 50_000, "nests too deeply"),
-])
+@pytest.mark.parametrize(
+    ("tree", "fault"),
+    [
+        ('{"__tensor__": "t9"}', "names no tensor"),
+        ('{"__tensor__": "t0", "dtype": "float99"}', "invalid dtype"),
+        ('{"__array__": 3}', "names no tensor"),
+        ('{"x": 1}', "corrupt tree node"),
+        ('{"__dict__": [1]}', "corrupt tree node"),
+        ("[1, 2]", "a bare list"),
+        ("[" * 50_000 + "]" * 50_000, "nests too deeply"),
+    ],
+)
 def test_malformed_trees(tmp_path, tree, fault):
     path = tmp_path / "r.safetensors"
     save_record(path, {"t": Tensor.from_floats([1.0])})
     blob = path.read_bytes()
     n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
+    header = json.loads(blob[8 : 8 + n])
     header["__metadata__"]["tree"] = tree
-    path.write_bytes(forge(header, blob[8 + n:]))
+    path.write_bytes(forge(header, blob[8 + n :]))
     with pytest.raises(RecordError, match=fault):
         load_record(path, device=Device.flex())
 
@@ -231,16 +256,23 @@ def test_malformed_trees(tmp_path, tree, fault):
 # ---------------------------------------------------------------------- fuzz
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=6)),
-    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=6), children, max_size=4)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
     max_leaves=12,
 )
-entries = st.fixed_dictionaries({
-    "dtype": st.one_of(st.sampled_from(["F32", "F64", "I8", "BOOL", "BF16", "U16", "X"]), json_values),
-    "shape": st.one_of(st.lists(st.integers(0, 3), max_size=3), json_values),
-    "data_offsets": st.one_of(st.lists(st.integers(0, 40), min_size=2, max_size=2).map(sorted), json_values),
-}, optional={"extra": json_values})
+entries = st.fixed_dictionaries(
+    {
+        "dtype": st.one_of(st.sampled_from(["F32", "F64", "I8", "BOOL", "BF16", "U16", "X"]), json_values),
+        "shape": st.one_of(st.lists(st.integers(0, 3), max_size=3), json_values),
+        "data_offsets": st.one_of(st.lists(st.integers(0, 40), min_size=2, max_size=2).map(sorted), json_values),
+    },
+    optional={"extra": json_values},
+)
 headers = st.dictionaries(st.sampled_from(["a", "b", "c", "__metadata__"]), st.one_of(entries, json_values), max_size=4)
-FUZZ = settings(max_examples=300, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=300, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+)
 
 
 @FUZZ
@@ -277,7 +309,7 @@ def test_fuzzed_bytes_of_a_record_load_or_raise_record_error(tmp_path_factory, d
         if kind == "flip":
             blob[at] ^= data.draw(st.integers(1, 255))
         elif kind == "cut":
-            del blob[at:at + data.draw(st.integers(1, 16))]
+            del blob[at : at + data.draw(st.integers(1, 16))]
         else:
             blob[at:at] = data.draw(st.binary(min_size=1, max_size=8))
     path = tmp_path_factory.getbasetemp() / "damaged.safetensors"

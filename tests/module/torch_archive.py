@@ -14,8 +14,18 @@ from typing import Any
 
 import numpy as np
 
-ITEMSIZE = {"FloatStorage": 4, "DoubleStorage": 8, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
-            "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1}
+ITEMSIZE = {
+    "FloatStorage": 4,
+    "DoubleStorage": 8,
+    "HalfStorage": 2,
+    "BFloat16Storage": 2,
+    "LongStorage": 8,
+    "IntStorage": 4,
+    "ShortStorage": 2,
+    "CharStorage": 1,
+    "ByteStorage": 1,
+    "BoolStorage": 1,
+}
 
 
 def op_global(module: str, name: str) -> bytes:
@@ -57,14 +67,31 @@ def op_ordered_dict(items: list[tuple[Any, bytes]]) -> bytes:
     return out
 
 
-def op_tensor(storage_type: str, key: Any, numel: Any, offset: Any, size: Any, stride: Any,
-              rebuild: str = "_rebuild_tensor_v2") -> bytes:
+def op_tensor(
+    storage_type: str, key: Any, numel: Any, offset: Any, size: Any, stride: Any, rebuild: str = "_rebuild_tensor_v2"
+) -> bytes:
     """``_rebuild_tensor_v2(persistent storage, offset, size, stride, False, OrderedDict())``."""
-    pid = b"(" + op_value("storage") + op_global("torch", storage_type) + op_value(key) + op_value("cpu") \
-        + op_value(numel) + b"tQ"
+    pid = (
+        b"("
+        + op_value("storage")
+        + op_global("torch", storage_type)
+        + op_value(key)
+        + op_value("cpu")
+        + op_value(numel)
+        + b"tQ"
+    )
     hooks = op_global("collections", "OrderedDict") + b")R"
-    return op_global("torch._utils", rebuild) + b"(" + pid + op_value(offset) + op_value(size) \
-        + op_value(stride) + b"\x89" + hooks + b"tR"
+    return (
+        op_global("torch._utils", rebuild)
+        + b"("
+        + pid
+        + op_value(offset)
+        + op_value(size)
+        + op_value(stride)
+        + b"\x89"
+        + hooks
+        + b"tR"
+    )
 
 
 @dataclass

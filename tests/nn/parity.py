@@ -55,8 +55,19 @@ def assert_grad(tensor: Tensor, grads: Any, torch_tensor: Any, rtol: float = 1e-
     assert_close(g, torch_tensor.grad.detach().numpy(), rtol=rtol, atol=atol)
 
 
-def check_layer(ours: Any, theirs: Any, x: np.ndarray, device: Device, *, rtol: float = 1e-4, atol: float = 1e-5,
-                grad_rtol: float = 1e-3, grad_atol: float = 1e-4, plain: bool = False, seed: int = 0) -> Any:
+def check_layer(
+    ours: Any,
+    theirs: Any,
+    x: np.ndarray,
+    device: Device,
+    *,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    grad_rtol: float = 1e-3,
+    grad_atol: float = 1e-4,
+    plain: bool = False,
+    seed: int = 0,
+) -> Any:
     """``ours`` (an ember layer or function) against ``theirs`` (its torch twin) on ``x``:
     the output on ``device``'s autodiff form (and on ``device`` itself with ``plain``, for
     layers without parameters), then the input's gradient of one weighted sum

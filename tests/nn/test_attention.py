@@ -42,8 +42,11 @@ def _mha_grads(mha, t_mha):
     g_w, g_b = t_mha.in_proj_weight.grad.numpy(), t_mha.in_proj_bias.grad.numpy()
     pairs = []
     for i, linear in enumerate((mha.query, mha.key, mha.value)):
-        pairs += [(linear.weight, g_w[i * d:(i + 1) * d].T), (linear.bias, g_b[i * d:(i + 1) * d])]
-    pairs += [(mha.output.weight, t_mha.out_proj.weight.grad.numpy().T), (mha.output.bias, t_mha.out_proj.bias.grad.numpy())]
+        pairs += [(linear.weight, g_w[i * d : (i + 1) * d].T), (linear.bias, g_b[i * d : (i + 1) * d])]
+    pairs += [
+        (mha.output.weight, t_mha.out_proj.weight.grad.numpy().T),
+        (mha.output.bias, t_mha.out_proj.bias.grad.numpy()),
+    ]
     return pairs
 
 
@@ -61,9 +64,12 @@ def _mha_from_torch(t_mha, device, n_heads, dropout=0.0):
     w, b = t_mha.in_proj_weight, t_mha.in_proj_bias
     template = MultiHeadAttentionConfig(d, n_heads, dropout=dropout).init(device)
     return MultiHeadAttention(
-        query=torch_linear(w[:d], b[:d], device), key=torch_linear(w[d:2 * d], b[d:2 * d], device),
-        value=torch_linear(w[2 * d:], b[2 * d:], device), output=torch_linear(t_mha.out_proj.weight, t_mha.out_proj.bias, device),
-        dropout=template.dropout, n_heads=n_heads,
+        query=torch_linear(w[:d], b[:d], device),
+        key=torch_linear(w[d : 2 * d], b[d : 2 * d], device),
+        value=torch_linear(w[2 * d :], b[2 * d :], device),
+        output=torch_linear(t_mha.out_proj.weight, t_mha.out_proj.bias, device),
+        dropout=template.dropout,
+        n_heads=n_heads,
     )
 
 
@@ -145,15 +151,27 @@ def _encoder_from_torch(t_encoder, config, device):
         pwff = layer.pwff.__class__(
             linear_inner=torch_linear(t_layer.linear1.weight, t_layer.linear1.bias, device),
             linear_outer=torch_linear(t_layer.linear2.weight, t_layer.linear2.bias, device),
-            dropout=layer.pwff.dropout, activation=layer.pwff.activation,
+            dropout=layer.pwff.dropout,
+            activation=layer.pwff.activation,
         )
         norms = [
-            LayerNorm(gamma=param(n.weight.detach().numpy(), device), beta=param(n.bias.detach().numpy(), device),
-                      epsilon=config.layer_norm_eps)
+            LayerNorm(
+                gamma=param(n.weight.detach().numpy(), device),
+                beta=param(n.bias.detach().numpy(), device),
+                epsilon=config.layer_norm_eps,
+            )
             for n in (t_layer.norm1, t_layer.norm2)
         ]
-        layers.append(layer.__class__(mha=mha, pwff=pwff, norm_1=norms[0], norm_2=norms[1], dropout=layer.dropout,
-                                      norm_first=config.norm_first))
+        layers.append(
+            layer.__class__(
+                mha=mha,
+                pwff=pwff,
+                norm_1=norms[0],
+                norm_2=norms[1],
+                dropout=layer.dropout,
+                norm_first=config.norm_first,
+            )
+        )
     return template.__class__(layers=layers)
 
 
@@ -163,8 +181,9 @@ def test_transformer_encoder_matches_torch(norm_first, rng):
     torch = import_torch()
     torch.manual_seed(1)
     d, heads, d_ff = 8, 2, 12
-    t_layer = torch.nn.TransformerEncoderLayer(d, heads, d_ff, dropout=0.0, activation="gelu", batch_first=True,
-                                               norm_first=norm_first, layer_norm_eps=1e-5)
+    t_layer = torch.nn.TransformerEncoderLayer(
+        d, heads, d_ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=norm_first, layer_norm_eps=1e-5
+    )
     t_encoder = torch.nn.TransformerEncoder(t_layer, 2, enable_nested_tensor=False)
     with torch.no_grad():
         for p in t_encoder.parameters():
@@ -178,8 +197,10 @@ def test_transformer_encoder_matches_torch(norm_first, rng):
     tx = to_torch(x, True)
     ref = t_encoder.train()(tx, mask=torch.from_numpy(causal), src_key_padding_mask=torch.from_numpy(pad))
     ex = leaf(x, ad)
-    inp = TransformerEncoderInput(ex).with_mask_pad(Tensor.from_data(pad, device=ad)).with_mask_attn(
-        generate_autoregressive_mask(2, 4, device=ad)
+    inp = (
+        TransformerEncoderInput(ex)
+        .with_mask_pad(Tensor.from_data(pad, device=ad))
+        .with_mask_attn(generate_autoregressive_mask(2, 4, device=ad))
     )
     out = encoder(inp)
     assert_close(out, ref.detach().numpy(), rtol=1e-4, atol=1e-4)
@@ -190,15 +211,21 @@ def test_transformer_encoder_matches_torch(norm_first, rng):
         assert len(pairs) == len(layer.params())
         for ours, expected in pairs:
             assert_close(ours.val().grad(grads), expected, rtol=2e-3, atol=1e-4)
-    assert_close(encoder.valid()(TransformerEncoderInput(Tensor.from_data(x))), t_encoder(to_torch(x)).detach().numpy(),
-                 rtol=1e-4, atol=1e-4)
+    assert_close(
+        encoder.valid()(TransformerEncoderInput(Tensor.from_data(x))),
+        t_encoder(to_torch(x)).detach().numpy(),
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 def test_encoder_dropout_only_while_training(rng):
     encoder = TransformerEncoderConfig(8, 16, 2, 1, dropout=0.5).init(Device.flex().autodiff())
     x = Tensor.from_data(rand(rng, 1, 3, 8))
     evaluated = encoder.valid()
-    np.testing.assert_array_equal(evaluated(TransformerEncoderInput(x)).to_numpy(), evaluated(TransformerEncoderInput(x)).to_numpy())
+    np.testing.assert_array_equal(
+        evaluated(TransformerEncoderInput(x)).to_numpy(), evaluated(TransformerEncoderInput(x)).to_numpy()
+    )
     with pytest.raises(ConfigError, match="activation must be one of"):
         TransformerEncoderConfig(8, 16, 2, 1, activation="swishy")
 
@@ -209,11 +236,16 @@ def test_pwff_matches_torch(rng):
     lin1, lin2 = torch.nn.Linear(6, 10), torch.nn.Linear(10, 6)
     ad = Device.flex().autodiff()
     block = PositionWiseFeedForwardConfig(6, 10, dropout=0.0, activation="relu").init(ad)
-    block = block.__class__(linear_inner=torch_linear(lin1.weight, lin1.bias, ad), linear_outer=torch_linear(lin2.weight, lin2.bias, ad),
-                            dropout=block.dropout, activation=block.activation)
+    block = block.__class__(
+        linear_inner=torch_linear(lin1.weight, lin1.bias, ad),
+        linear_outer=torch_linear(lin2.weight, lin2.bias, ad),
+        dropout=block.dropout,
+        activation=block.activation,
+    )
     x = rand(rng, 2, 3, 6)
-    grads = check_layer(block, lambda tx: lin2(torch.relu(lin1(tx))), x, ad, rtol=1e-5, atol=1e-5, grad_rtol=1e-4,
-                        grad_atol=1e-5)
+    grads = check_layer(
+        block, lambda tx: lin2(torch.relu(lin1(tx))), x, ad, rtol=1e-5, atol=1e-5, grad_rtol=1e-4, grad_atol=1e-5
+    )
     assert_close(block.linear_inner.weight.val().grad(grads), lin1.weight.grad.numpy().T, rtol=1e-4, atol=1e-5)
 
 

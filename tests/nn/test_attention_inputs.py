@@ -23,8 +23,13 @@ def _x(device, batch=3, seq=5, d=8):
 def _run(fn, device):
     x = _x(device)
     out = fn(x)
-    grads = out.mul(Tensor.from_data(np.random.default_rng(16).standard_normal(out.dims()).astype(np.float32),
-                                     device=device)).sum().backward()
+    grads = (
+        out.mul(
+            Tensor.from_data(np.random.default_rng(16).standard_normal(out.dims()).astype(np.float32), device=device)
+        )
+        .sum()
+        .backward()
+    )
     return out.to_numpy(), x.grad(grads).to_numpy()
 
 
@@ -38,11 +43,14 @@ def test_tensor_masks_and_causal_agree_with_mha_input(quiet):
     variants = {
         "tensor, [B, T, T]": lambda x: mha(x, mask=full).context,
         "tensor, [1, T, T]": lambda x: mha(x, mask=generate_autoregressive_mask(1, 5, device=device)).context,
-        "tensor, [T, T]": lambda x: mha(x, mask=generate_autoregressive_mask(1, 5, device=device).reshape([5, 5])).context,
+        "tensor, [T, T]": lambda x: (
+            mha(x, mask=generate_autoregressive_mask(1, 5, device=device).reshape([5, 5])).context
+        ),
         "tensor, [B, 1, T, T]": lambda x: mha(x, mask=full.unsqueeze_dim(1)).context,
         "causal": lambda x: mha(x, causal=True).context,
-        "MhaInput with [1, T, T]": lambda x: mha(
-            MhaInput.self_attn(x).with_mask_attn(generate_autoregressive_mask(1, 5, device=device))).context,
+        "MhaInput with [1, T, T]": lambda x: (
+            mha(MhaInput.self_attn(x).with_mask_attn(generate_autoregressive_mask(1, 5, device=device))).context
+        ),
     }
     for name, fn in variants.items():
         out, grad = _run(fn, device)

@@ -94,11 +94,20 @@ def test_activation_modules_match_torch(device, rng):
     nn = torch.nn
     x = rand(rng, 4, 6) * 3
     cases = [
-        (Relu(), nn.ReLU()), (LeakyReluConfig(negative_slope=0.2).init(), nn.LeakyReLU(0.2)), (Gelu(), nn.GELU()),
-        (Gelu(approximate="tanh"), nn.GELU(approximate="tanh")), (Sigmoid(), nn.Sigmoid()), (Tanh(), nn.Tanh()),
-        (SiLU(), nn.SiLU()), (Softplus(beta=2.0, threshold=5.0), nn.Softplus(2.0, 5.0)), (Elu(alpha=0.5), nn.ELU(0.5)),
-        (Selu(), nn.SELU()), (Celu(alpha=1.5), nn.CELU(1.5)), (Mish(), nn.Mish()),
-        (HardSigmoid(alpha=1 / 6, beta=0.5), nn.Hardsigmoid()), (HardSwish(), nn.Hardswish()),
+        (Relu(), nn.ReLU()),
+        (LeakyReluConfig(negative_slope=0.2).init(), nn.LeakyReLU(0.2)),
+        (Gelu(), nn.GELU()),
+        (Gelu(approximate="tanh"), nn.GELU(approximate="tanh")),
+        (Sigmoid(), nn.Sigmoid()),
+        (Tanh(), nn.Tanh()),
+        (SiLU(), nn.SiLU()),
+        (Softplus(beta=2.0, threshold=5.0), nn.Softplus(2.0, 5.0)),
+        (Elu(alpha=0.5), nn.ELU(0.5)),
+        (Selu(), nn.SELU()),
+        (Celu(alpha=1.5), nn.CELU(1.5)),
+        (Mish(), nn.Mish()),
+        (HardSigmoid(alpha=1 / 6, beta=0.5), nn.Hardsigmoid()),
+        (HardSwish(), nn.Hardswish()),
         (Glu(dim=1), nn.GLU(dim=1)),
     ]
     for ours, theirs in cases:

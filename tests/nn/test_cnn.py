@@ -23,14 +23,21 @@ def test_small_cnn_matches_torch():
     net = _torch_cnn(torch, model)
     images = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
     labels = rng.integers(0, 10, 8)
-    loss = CrossEntropyLossConfig().init()(model(Tensor.from_data(images, device=device)), Tensor.from_data(labels, device=device))
+    loss = CrossEntropyLossConfig().init()(
+        model(Tensor.from_data(images, device=device)), Tensor.from_data(labels, device=device)
+    )
     ref = torch.nn.functional.cross_entropy(net(torch.from_numpy(images)), torch.from_numpy(labels))
     assert_close(loss, ref.detach().numpy().reshape(1), rtol=1e-5, atol=1e-6)
     grads = loss.backward()
     ref.backward()
-    pairs = [(model.conv1.weight, net[0].weight, False), (model.conv1.bias, net[0].bias, False),
-             (model.conv2.weight, net[3].weight, False), (model.conv2.bias, net[3].bias, False),
-             (model.fc.weight, net[7].weight, True), (model.fc.bias, net[7].bias, False)]
+    pairs = [
+        (model.conv1.weight, net[0].weight, False),
+        (model.conv1.bias, net[0].bias, False),
+        (model.conv2.weight, net[3].weight, False),
+        (model.conv2.bias, net[3].bias, False),
+        (model.fc.weight, net[7].weight, True),
+        (model.fc.bias, net[7].bias, False),
+    ]
     for ours, theirs, transposed in pairs:
         expected = theirs.grad.numpy()
         assert_close(ours.val().grad(grads), expected.T if transposed else expected, rtol=1e-4, atol=1e-6)
@@ -45,7 +52,7 @@ def test_small_cnn_learns():
     labels = rng.integers(0, 2, 32)
     for i, label in enumerate(labels):
         r = 2 if label == 0 else 16
-        images[i, 0, r:r + 10, r:r + 10] += 1.0
+        images[i, 0, r : r + 10, r : r + 10] += 1.0
     x, y = Tensor.from_data(images, device=device), Tensor.from_data(labels, device=device)
     model, optim = SmallCnn.new(device), AdamConfig().init()
     ce = CrossEntropyLossConfig().init()

@@ -41,8 +41,12 @@ def _check_layer(torch, ember_layer, torch_layer, x, device):
     ours = _copy_params(torch_layer, ember_layer, ad)
     tx = to_torch(x, True)
     ref = torch_layer(tx)
-    assert_close(_copy_params(torch_layer, ember_layer, device)(Tensor.from_data(x, device=device)), ref.detach().numpy(),
-                 rtol=1e-4, atol=1e-4)
+    assert_close(
+        _copy_params(torch_layer, ember_layer, device)(Tensor.from_data(x, device=device)),
+        ref.detach().numpy(),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     ex = leaf(x, ad)
     grads = weighted_backward(ours(ex), ref)
     assert_grad(ex, grads, tx, rtol=1e-4, atol=1e-4)
@@ -68,14 +72,18 @@ def test_conv1d_layer(device, rng):
     torch = import_torch()
     torch.manual_seed(1)
     layer = Conv1dConfig(3, 6, 4, stride=2, dilation=2, groups=3, padding=3).init(device)
-    _check_layer(torch, layer, torch.nn.Conv1d(3, 6, 4, stride=2, padding=3, dilation=2, groups=3), rand(rng, 2, 3, 13), device)
+    _check_layer(
+        torch, layer, torch.nn.Conv1d(3, 6, 4, stride=2, padding=3, dilation=2, groups=3), rand(rng, 2, 3, 13), device
+    )
 
 
 @pytest.mark.torch
 def test_conv_transpose_layers(device, rng):
     torch = import_torch()
     torch.manual_seed(2)
-    layer = ConvTranspose2dConfig((4, 6), (3, 2), stride=(2, 3), padding=(1, 0), padding_out=(1, 2), groups=2).init(device)
+    layer = ConvTranspose2dConfig((4, 6), (3, 2), stride=(2, 3), padding=(1, 0), padding_out=(1, 2), groups=2).init(
+        device
+    )
     t_layer = torch.nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2), groups=2)
     _check_layer(torch, layer, t_layer, rand(rng, 2, 4, 5, 4), device)
     layer = ConvTranspose1dConfig((2, 4), 3, stride=2, dilation=2, padding=1, padding_out=1).init(device)
@@ -102,7 +110,9 @@ def test_layers_built_from_tensors_and_repr():
     assert layer(Tensor.ones([1, 1, 4, 4])).to_numpy()[0, 0, 1, 1] == 9.0
     assert "ch_in: 1, ch_out: 2, kernel_size: (3, 3)" in repr(layer)
     assert Conv1d(weight=param(np.ones((2, 2, 3), np.float32), Device.flex())).kernel_size == 3
-    assert ConvTranspose1d(weight=param(np.ones((2, 2, 3), np.float32), Device.flex()))(Tensor.ones([1, 2, 4])).dims() == [1, 2, 6]
+    assert ConvTranspose1d(weight=param(np.ones((2, 2, 3), np.float32), Device.flex()))(
+        Tensor.ones([1, 2, 4])
+    ).dims() == [1, 2, 6]
     assert ConvTranspose2d(weight=param(np.ones((2, 2, 3, 3), np.float32), Device.flex()), stride=(2, 2))(
         Tensor.ones([1, 2, 4, 4])
     ).dims() == [1, 2, 9, 9]
@@ -135,7 +145,9 @@ def test_kernel_larger_than_padded_input_is_a_clear_error_at_the_call():
     from ember.errors import ShapeError
 
     layer = Conv2dConfig((1, 1), 5).init()
-    with pytest.raises(ShapeError, match=r"conv2d: the kernel \[5, 5\] .* is larger than the padded input .* \[1, 1, 3, 3\]"):
+    with pytest.raises(
+        ShapeError, match=r"conv2d: the kernel \[5, 5\] .* is larger than the padded input .* \[1, 1, 3, 3\]"
+    ):
         layer(Tensor.zeros([1, 1, 3, 3]))
 
 
@@ -145,10 +157,17 @@ def test_pool_layers_match_torch(device, rng):
     x2, x1 = rand(rng, 2, 3, 9, 8), rand(rng, 2, 3, 11)
     nn = torch.nn
     cases = [
-        (MaxPool2dConfig(3, strides=(2, 1), padding=1, dilation=(1, 2), ceil_mode=True), nn.MaxPool2d(3, (2, 1), 1, (1, 2), ceil_mode=True), x2),
+        (
+            MaxPool2dConfig(3, strides=(2, 1), padding=1, dilation=(1, 2), ceil_mode=True),
+            nn.MaxPool2d(3, (2, 1), 1, (1, 2), ceil_mode=True),
+            x2,
+        ),
         (MaxPool2dConfig(2), nn.MaxPool2d(2), x2),
-        (AvgPool2dConfig((3, 2), strides=2, padding=(1, 1), count_include_pad=False, ceil_mode=True),
-         nn.AvgPool2d((3, 2), 2, (1, 1), ceil_mode=True, count_include_pad=False), x2),
+        (
+            AvgPool2dConfig((3, 2), strides=2, padding=(1, 1), count_include_pad=False, ceil_mode=True),
+            nn.AvgPool2d((3, 2), 2, (1, 1), ceil_mode=True, count_include_pad=False),
+            x2,
+        ),
         (MaxPool1dConfig(3, stride=2, padding=1), nn.MaxPool1d(3, 2, 1), x1),
         (AvgPool1dConfig(4, stride=3, padding=2), nn.AvgPool1d(4, 3, 2), x1),
         (AdaptiveAvgPool2dConfig((4, 3)), nn.AdaptiveAvgPool2d((4, 3)), x2),
@@ -164,7 +183,9 @@ def test_pool_with_indices_and_same_padding(rng):
     assert pool(x).dims() == [1, 2, 5, 5]
     values, indices = pool.forward_with_indices(x)
     flat = x.to_numpy().reshape(1, 2, 25)
-    np.testing.assert_array_equal(np.take_along_axis(flat, indices.to_numpy().reshape(1, 2, 25), 2).reshape(1, 2, 5, 5), values.to_numpy())
+    np.testing.assert_array_equal(
+        np.take_along_axis(flat, indices.to_numpy().reshape(1, 2, 25), 2).reshape(1, 2, 5, 5), values.to_numpy()
+    )
     assert MaxPool1dConfig(2).init().forward_with_indices(Tensor.ones([1, 1, 4]))[1].tolist() == [[[0, 2]]]
     assert AvgPool2dConfig(2, strides=1, padding="same").init()(x).dims() == [1, 2, 5, 5]
     with pytest.raises(ConfigError, match="strides must be >= 1"):

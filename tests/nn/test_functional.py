@@ -54,8 +54,11 @@ def test_conv2d_matches_torch_with_gradients(device, kwargs, rng):
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(stride=1, padding=0, dilation=1, groups=1), dict(stride=3, padding=2, dilation=2, groups=3),
-     dict(stride=2, padding=((2, 1),), dilation=1, groups=1)],
+    [
+        dict(stride=1, padding=0, dilation=1, groups=1),
+        dict(stride=3, padding=2, dilation=2, groups=3),
+        dict(stride=2, padding=((2, 1),), dilation=1, groups=1),
+    ],
     ids=["plain", "stride-pad-dilation-groups", "asymmetric"],
 )
 def test_conv1d_matches_torch_with_gradients(device, kwargs, rng):
@@ -105,8 +108,11 @@ def test_conv_transpose_matches_torch_with_gradients(device, rank, kwargs, rng):
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(kernel_size=2), dict(kernel_size=(3, 2), stride=(2, 1), padding=1, dilation=(1, 2), ceil_mode=True),
-     dict(kernel_size=3, stride=2, padding=(1, 0), ceil_mode=False)],
+    [
+        dict(kernel_size=2),
+        dict(kernel_size=(3, 2), stride=(2, 1), padding=1, dilation=(1, 2), ceil_mode=True),
+        dict(kernel_size=3, stride=2, padding=(1, 0), ceil_mode=False),
+    ],
     ids=["2x2", "mixed-ceil", "padded"],
 )
 def test_max_pool2d_matches_torch_with_gradients(device, kwargs, rng):
@@ -126,8 +132,10 @@ def test_max_pool2d_matches_torch_with_gradients(device, kwargs, rng):
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(kernel_size=3, stride=2, padding=1, count_include_pad=False, ceil_mode=True),
-     dict(kernel_size=(2, 3), stride=1, padding=(1, 1), count_include_pad=True)],
+    [
+        dict(kernel_size=3, stride=2, padding=1, count_include_pad=False, ceil_mode=True),
+        dict(kernel_size=(2, 3), stride=1, padding=(1, 1), count_include_pad=True),
+    ],
     ids=["exclude-pad-ceil", "include-pad"],
 )
 def test_avg_pool2d_matches_torch_with_gradients(device, kwargs, rng):
@@ -147,10 +155,19 @@ def test_pool1d_and_adaptive_pools_match_torch(device, rng):
     x1, x2 = rand(rng, 2, 3, 11), rand(rng, 2, 3, 7, 9)
     nnf = torch.nn.functional
     cases = [
-        (F.max_pool1d(Tensor.from_data(x1, device=device), 3, 2, 1, 2, True), nnf.max_pool1d(to_torch(x1), 3, 2, 1, 2, True)),
-        (F.avg_pool1d(Tensor.from_data(x1, device=device), 4, 3, 2, False, True), nnf.avg_pool1d(to_torch(x1), 4, 3, 2, True, False)),
+        (
+            F.max_pool1d(Tensor.from_data(x1, device=device), 3, 2, 1, 2, True),
+            nnf.max_pool1d(to_torch(x1), 3, 2, 1, 2, True),
+        ),
+        (
+            F.avg_pool1d(Tensor.from_data(x1, device=device), 4, 3, 2, False, True),
+            nnf.avg_pool1d(to_torch(x1), 4, 3, 2, True, False),
+        ),
         (F.adaptive_avg_pool1d(Tensor.from_data(x1, device=device), 4), nnf.adaptive_avg_pool1d(to_torch(x1), 4)),
-        (F.adaptive_avg_pool2d(Tensor.from_data(x2, device=device), (3, 4)), nnf.adaptive_avg_pool2d(to_torch(x2), (3, 4))),
+        (
+            F.adaptive_avg_pool2d(Tensor.from_data(x2, device=device), (3, 4)),
+            nnf.adaptive_avg_pool2d(to_torch(x2), (3, 4)),
+        ),
         (F.adaptive_avg_pool2d(Tensor.from_data(x2[0], device=device), 1), nnf.adaptive_avg_pool2d(to_torch(x2[0]), 1)),
     ]
     for ours, theirs in cases:
@@ -172,7 +189,12 @@ def test_same_padding_matches_torch_even_kernel(rng):
     torch = import_torch()
     x, w = rand(rng, 1, 2, 6, 7), rand(rng, 3, 2, 4, 2)
     ref = torch.nn.functional.conv2d(to_torch(x), to_torch(w), padding="same", dilation=(1, 2))
-    assert_close(F.conv2d(Tensor.from_data(x), Tensor.from_data(w), padding="same", dilation=(1, 2)), ref.numpy(), rtol=1e-4, atol=1e-5)
+    assert_close(
+        F.conv2d(Tensor.from_data(x), Tensor.from_data(w), padding="same", dilation=(1, 2)),
+        ref.numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 # ---------------------------------------------------------------------- finite differences
@@ -187,12 +209,17 @@ def _f64(*shape, seed=0):
     "kwargs", [dict(stride=(2, 1), padding=((1, 0), (0, 1)), dilation=(1, 2), groups=2), dict(padding="same")]
 )
 def test_conv2d_gradcheck(kwargs):
-    check_grad(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [_f64(2, 4, 5, 5), _f64(4, 4 // kwargs.get("groups", 1), 3, 2, seed=1), _f64(4, seed=2)])
+    check_grad(
+        lambda x, w, b: F.conv2d(x, w, b, **kwargs),
+        [_f64(2, 4, 5, 5), _f64(4, 4 // kwargs.get("groups", 1), 3, 2, seed=1), _f64(4, seed=2)],
+    )
 
 
 def test_conv_transpose_gradcheck():
     check_grad(
-        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2), groups=2),
+        lambda x, w, b: F.conv_transpose2d(
+            x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2), groups=2
+        ),
         [_f64(1, 4, 3, 3), _f64(4, 1, 2, 3, seed=1), _f64(2, seed=2)],
     )
     check_grad(lambda x, w: F.conv_transpose1d(x, w, stride=3, padding=1), [_f64(2, 2, 4), _f64(2, 3, 3, seed=1)])

@@ -35,7 +35,9 @@ def _check(device, ember_fn, torch_fn, arrays, grad_index=0, rtol=1e-5, atol=1e-
     tensors = [leaf(a, ad) if i == grad_index else Tensor.from_data(a, device=ad) for i, a in enumerate(arrays)]
     grads = ember_fn(*tensors).backward()
     ref.backward()
-    assert_close(tensors[grad_index].grad(grads), t_inputs[grad_index].grad.numpy(), rtol=max(rtol, 1e-4), atol=max(atol, 1e-6))
+    assert_close(
+        tensors[grad_index].grad(grads), t_inputs[grad_index].grad.numpy(), rtol=max(rtol, 1e-4), atol=max(atol, 1e-6)
+    )
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
@@ -43,8 +45,12 @@ def test_cross_entropy_plain(device, reduction, name, rng):
     torch = import_torch()
     logits, targets = rand(rng, 6, 5), rng.integers(0, 5, 6)
     loss = CrossEntropyLossConfig().init()
-    _check(device, lambda x, t: loss(x, t, reduction), lambda x, t: torch.nn.functional.cross_entropy(x, t, reduction=name),
-           [logits, targets])
+    _check(
+        device,
+        lambda x, t: loss(x, t, reduction),
+        lambda x, t: torch.nn.functional.cross_entropy(x, t, reduction=name),
+        [logits, targets],
+    )
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
@@ -55,12 +61,20 @@ def test_cross_entropy_weights_smoothing_and_ignored_targets(device, reduction, 
     loss = CrossEntropyLossConfig(pad_tokens=[3], weights=weights, smoothing=0.2).init()
 
     def ref(x, t):
-        return torch.nn.functional.cross_entropy(x, t, torch.tensor(weights), ignore_index=3, reduction=name, label_smoothing=0.2)
+        return torch.nn.functional.cross_entropy(
+            x, t, torch.tensor(weights), ignore_index=3, reduction=name, label_smoothing=0.2
+        )
 
     _check(device, lambda x, t: loss(x, t, reduction), ref, [logits, targets])
     per_sample = loss.forward_no_reduction(Tensor.from_data(logits), Tensor.from_data(targets))
-    expected = torch.nn.functional.cross_entropy(to_torch(logits), torch.from_numpy(targets), torch.tensor(weights),
-                                                 ignore_index=3, reduction="none", label_smoothing=0.2)
+    expected = torch.nn.functional.cross_entropy(
+        to_torch(logits),
+        torch.from_numpy(targets),
+        torch.tensor(weights),
+        ignore_index=3,
+        reduction="none",
+        label_smoothing=0.2,
+    )
     assert_close(per_sample, expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -68,14 +82,21 @@ def test_cross_entropy_spatial_and_probability_targets(device, rng):
     torch = import_torch()
     logits, targets = rand(rng, 2, 4, 3, 5), rng.integers(0, 4, (2, 3, 5))
     loss = CrossEntropyLossConfig(smoothing=0.1).init()
-    _check(device, lambda x, t: loss(x, t), lambda x, t: torch.nn.functional.cross_entropy(x, t, label_smoothing=0.1),
-           [logits, targets])
+    _check(
+        device,
+        lambda x, t: loss(x, t),
+        lambda x, t: torch.nn.functional.cross_entropy(x, t, label_smoothing=0.1),
+        [logits, targets],
+    )
     probs = np.random.default_rng(0).dirichlet(np.ones(4), size=6).astype(np.float32)
     weights = [1.0, 2.0, 0.5, 1.0]
     loss = CrossEntropyLossConfig(weights=weights, smoothing=0.3).init()
-    _check(device, lambda x, t: loss(x, t),
-           lambda x, t: torch.nn.functional.cross_entropy(x, t, torch.tensor(weights), label_smoothing=0.3),
-           [rand(rng, 6, 4), probs])
+    _check(
+        device,
+        lambda x, t: loss(x, t),
+        lambda x, t: torch.nn.functional.cross_entropy(x, t, torch.tensor(weights), label_smoothing=0.3),
+        [rand(rng, 6, 4), probs],
+    )
 
 
 def test_cross_entropy_from_probabilities_and_errors():
@@ -99,13 +120,21 @@ def test_binary_cross_entropy(device, reduction, name, rng):
     x, y = rand(rng, 5, 3) * 3, rng.integers(0, 2, (5, 3)).astype(np.float32)
     weights = [0.5, 1.0, 2.0]
     with_logits = BinaryCrossEntropyLossConfig(logits=True, weights=weights).init()
-    _check(device, lambda a, b: with_logits(a, b, reduction),
-           lambda a, b: torch.nn.functional.binary_cross_entropy_with_logits(a, b, torch.tensor(weights), reduction=name),
-           [x, y])
+    _check(
+        device,
+        lambda a, b: with_logits(a, b, reduction),
+        lambda a, b: torch.nn.functional.binary_cross_entropy_with_logits(a, b, torch.tensor(weights), reduction=name),
+        [x, y],
+    )
     probs = 1 / (1 + np.exp(-x))
     plain = BinaryCrossEntropyLossConfig().init()
-    _check(device, lambda a, b: plain(a, b, reduction),
-           lambda a, b: torch.nn.functional.binary_cross_entropy(a, b, reduction=name), [probs, y], rtol=1e-4)
+    _check(
+        device,
+        lambda a, b: plain(a, b, reduction),
+        lambda a, b: torch.nn.functional.binary_cross_entropy(a, b, reduction=name),
+        [probs, y],
+        rtol=1e-4,
+    )
 
 
 def test_binary_cross_entropy_smoothing_int_targets_and_saturated_probabilities():
@@ -135,8 +164,15 @@ def test_regression_losses(device, reduction, name, rng):
         _check(device, lambda a, b, loss=loss: loss(a, b, reduction), ref, [p, t])
 
 
-@pytest.mark.parametrize("reduction,name", [(Reduction.AUTO, "batchmean"), (Reduction.BATCH_MEAN, "batchmean"),
-                                            (Reduction.MEAN, "mean"), (Reduction.SUM, "sum")])
+@pytest.mark.parametrize(
+    "reduction,name",
+    [
+        (Reduction.AUTO, "batchmean"),
+        (Reduction.BATCH_MEAN, "batchmean"),
+        (Reduction.MEAN, "mean"),
+        (Reduction.SUM, "sum"),
+    ],
+)
 @pytest.mark.parametrize("log_target", [False, True])
 @pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")
 def test_kl_div(device, reduction, name, log_target):
@@ -146,8 +182,12 @@ def test_kl_div(device, reduction, name, log_target):
     q[0, 1] = 0.0  # a zero target contributes 0
     target = np.log(q + 1e-8).astype(np.float32) if log_target else q
     loss = KLDivLossConfig(log_target=log_target).init()
-    _check(device, lambda a, b: loss(a, b, reduction),
-           lambda a, b: torch.nn.functional.kl_div(a, b, reduction=name, log_target=log_target), [log_p, target])
+    _check(
+        device,
+        lambda a, b: loss(a, b, reduction),
+        lambda a, b: torch.nn.functional.kl_div(a, b, reduction=name, log_target=log_target),
+        [log_p, target],
+    )
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)
@@ -167,7 +207,9 @@ def test_cosine_embedding(device, reduction, name, rng):
     _check(device, ours, theirs, [a, b, y], grad_index=1)
     summed = CosineEmbeddingLossConfig(reduction=Reduction.SUM).init()
     expected = torch.nn.functional.cosine_embedding_loss(to_torch(a), to_torch(b), torch.from_numpy(y), reduction="sum")
-    assert_close(summed(Tensor.from_data(a), Tensor.from_data(b), Tensor.from_data(y)), expected.numpy().reshape(1), rtol=1e-5)
+    assert_close(
+        summed(Tensor.from_data(a), Tensor.from_data(b), Tensor.from_data(y)), expected.numpy().reshape(1), rtol=1e-5
+    )
     with pytest.raises(ShapeError, match=r"target must be \[batch=6\]"):
         loss(Tensor.from_data(a), Tensor.from_data(b), Tensor.from_ints([1, -1]))
 

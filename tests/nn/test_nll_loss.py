@@ -15,7 +15,10 @@ CASES = {
     "plain": ({}, {}),
     "weights": ({"weights": [0.5, 2.0, 1.0, 0.25]}, {"weight": [0.5, 2.0, 1.0, 0.25]}),
     "ignored": ({"pad_tokens": [2]}, {"ignore_index": 2}),
-    "both": ({"weights": [0.5, 2.0, 1.0, 0.25], "pad_tokens": [1]}, {"weight": [0.5, 2.0, 1.0, 0.25], "ignore_index": 1}),
+    "both": (
+        {"weights": [0.5, 2.0, 1.0, 0.25], "pad_tokens": [1]},
+        {"weight": [0.5, 2.0, 1.0, 0.25], "ignore_index": 1},
+    ),
 }
 
 

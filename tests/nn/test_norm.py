@@ -17,8 +17,11 @@ pytestmark = pytest.mark.torch
 
 
 def _with_affine(torch_layer, device, cls, **fields):
-    return cls(gamma=param(torch_layer.weight.detach().numpy(), device),
-               beta=param(torch_layer.bias.detach().numpy(), device), **fields)
+    return cls(
+        gamma=param(torch_layer.weight.detach().numpy(), device),
+        beta=param(torch_layer.bias.detach().numpy(), device),
+        **fields,
+    )
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (4, 3, 7), (2, 3, 5, 4)])
@@ -30,8 +33,15 @@ def test_batch_norm_training_and_running_statistics(device, shape, rng):
         t_layer.weight.uniform_(0.5, 1.5)
         t_layer.bias.uniform_(-0.5, 0.5)
     layer = BatchNormConfig(3, momentum=0.2).init(ad)
-    layer = _with_affine(t_layer, ad, BatchNorm, running_mean=layer.running_mean, running_var=layer.running_var,
-                         momentum=0.2, epsilon=1e-5)
+    layer = _with_affine(
+        t_layer,
+        ad,
+        BatchNorm,
+        running_mean=layer.running_mean,
+        running_var=layer.running_var,
+        momentum=0.2,
+        epsilon=1e-5,
+    )
     for step in range(2):
         x = rand(rng, *shape) * 2 + 1
         tx = to_torch(x, True)
@@ -77,8 +87,12 @@ def test_layer_norm(device, rng):
     x = rand(rng, 2, 3, 6)
     tx = to_torch(x, True)
     ref = t_layer(tx)
-    assert_close(_with_affine(t_layer, device, LayerNorm, epsilon=1e-3)(Tensor.from_data(x, device=device)),
-                 ref.detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert_close(
+        _with_affine(t_layer, device, LayerNorm, epsilon=1e-3)(Tensor.from_data(x, device=device)),
+        ref.detach().numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     ex = leaf(x, ad)
     grads = weighted_backward(layer(ex), ref)
     assert_grad(ex, grads, tx, rtol=1e-3, atol=1e-4)
@@ -98,16 +112,25 @@ def test_group_norm(device, rng):
         t_layer.bias.uniform_(-0.5, 0.5)
     ad = autodiff_of(device)
     layer = GroupNormConfig(3, 6, epsilon=1e-4).init(ad)
-    layer = layer.__class__(gamma=param(t_layer.weight.detach().numpy(), ad), beta=param(t_layer.bias.detach().numpy(), ad),
-                            num_groups=3, num_channels=6, epsilon=1e-4)
+    layer = layer.__class__(
+        gamma=param(t_layer.weight.detach().numpy(), ad),
+        beta=param(t_layer.bias.detach().numpy(), ad),
+        num_groups=3,
+        num_channels=6,
+        epsilon=1e-4,
+    )
     x = rand(rng, 2, 6, 5, 3)
     grads = check_layer(layer, t_layer, x, device, atol=1e-4)
     assert_grad(layer.gamma.val(), grads, t_layer.weight)
     assert_grad(layer.beta.val(), grads, t_layer.bias)
     plain = GroupNormConfig(2, 6, affine=False).init(device)
     assert plain.num_params() == 0
-    assert_close(plain(Tensor.from_data(x, device=device)),
-                 torch.nn.functional.group_norm(to_torch(x), 2).numpy(), rtol=1e-4, atol=1e-4)
+    assert_close(
+        plain(Tensor.from_data(x, device=device)),
+        torch.nn.functional.group_norm(to_torch(x), 2).numpy(),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     with pytest.raises(ConfigError, match="divisible by num_groups=4"):
         GroupNormConfig(4, 6)
 

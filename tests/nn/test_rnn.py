@@ -29,10 +29,16 @@ def _gate(t_rnn, k, size, device):
 
 def _gate_grad(gate, grads, t_rnn, k, size):
     rows = slice(k * size, (k + 1) * size)
-    assert_close(gate.input_transform.weight.val().grad(grads), t_rnn.weight_ih_l0.grad[rows].numpy().T, rtol=1e-3, atol=1e-5)
-    assert_close(gate.hidden_transform.weight.val().grad(grads), t_rnn.weight_hh_l0.grad[rows].numpy().T, rtol=1e-3, atol=1e-5)
+    assert_close(
+        gate.input_transform.weight.val().grad(grads), t_rnn.weight_ih_l0.grad[rows].numpy().T, rtol=1e-3, atol=1e-5
+    )
+    assert_close(
+        gate.hidden_transform.weight.val().grad(grads), t_rnn.weight_hh_l0.grad[rows].numpy().T, rtol=1e-3, atol=1e-5
+    )
     assert_close(gate.input_transform.bias.val().grad(grads), t_rnn.bias_ih_l0.grad[rows].numpy(), rtol=1e-3, atol=1e-5)
-    assert_close(gate.hidden_transform.bias.val().grad(grads), t_rnn.bias_hh_l0.grad[rows].numpy(), rtol=1e-3, atol=1e-5)
+    assert_close(
+        gate.hidden_transform.bias.val().grad(grads), t_rnn.bias_hh_l0.grad[rows].numpy(), rtol=1e-3, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("batch_first", [True, False])
@@ -44,8 +50,11 @@ def test_lstm_matches_torch(batch_first, with_state, rng):
     t_lstm = torch.nn.LSTM(d_in, size, batch_first=batch_first)
     # PyTorch's gate order is (input, forget, cell, output).
     lstm = Lstm(
-        input_gate=_gate(t_lstm, 0, size, AD), forget_gate=_gate(t_lstm, 1, size, AD), cell_gate=_gate(t_lstm, 2, size, AD),
-        output_gate=_gate(t_lstm, 3, size, AD), batch_first=batch_first,
+        input_gate=_gate(t_lstm, 0, size, AD),
+        forget_gate=_gate(t_lstm, 1, size, AD),
+        cell_gate=_gate(t_lstm, 2, size, AD),
+        output_gate=_gate(t_lstm, 3, size, AD),
+        batch_first=batch_first,
     )
     x = rand(rng, batch, seq, d_in) if batch_first else rand(rng, seq, batch, d_in)
     h0, c0 = rand(rng, batch, size), rand(rng, batch, size)
@@ -80,7 +89,9 @@ def test_gru_matches_torch(batch_first, with_state, rng):
     t_gru = torch.nn.GRU(d_in, size, batch_first=batch_first)
     # PyTorch's gate order is (reset, update, new).
     gru = Gru(
-        reset_gate=_gate(t_gru, 0, size, AD), update_gate=_gate(t_gru, 1, size, AD), new_gate=_gate(t_gru, 2, size, AD),
+        reset_gate=_gate(t_gru, 0, size, AD),
+        update_gate=_gate(t_gru, 1, size, AD),
+        new_gate=_gate(t_gru, 2, size, AD),
         batch_first=batch_first,
     )
     x = rand(rng, batch, seq, d_in) if batch_first else rand(rng, seq, batch, d_in)

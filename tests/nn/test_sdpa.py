@@ -28,7 +28,11 @@ def _run(device, arrays, **options):
     rng = np.random.default_rng(0)
     w1 = rng.standard_normal(context.dims()).astype(np.float32)
     w2 = rng.standard_normal(weights.dims()).astype(np.float32)
-    loss = context.mul(Tensor.from_data(w1, device=device)).sum().add(weights.mul(Tensor.from_data(w2, device=device)).sum())
+    loss = (
+        context.mul(Tensor.from_data(w1, device=device))
+        .sum()
+        .add(weights.mul(Tensor.from_data(w2, device=device)).sum())
+    )
     grads = loss.backward()
     return context.to_numpy(), weights.to_numpy(), [t.grad(grads).to_numpy() for t in tensors]
 
@@ -67,10 +71,12 @@ def test_a_row_with_every_key_hidden_attends_to_nothing(device, torch, rng):
     q, k, v = rand(rng, 1, 3, 4), rand(rng, 1, 5, 4), rand(rng, 1, 5, 2)
     keep = np.ones((3, 5), dtype=bool)
     keep[1] = False
-    out = scaled_dot_product_attention(*(Tensor.from_data(a, device=device) for a in (q, k, v)),
-                                       attn_mask=Tensor.from_data(keep, device=device))
-    expected = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)),
-                                                                attn_mask=torch.from_numpy(keep))
+    out = scaled_dot_product_attention(
+        *(Tensor.from_data(a, device=device) for a in (q, k, v)), attn_mask=Tensor.from_data(keep, device=device)
+    )
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(a) for a in (q, k, v)), attn_mask=torch.from_numpy(keep)
+    )
     assert_close(out, expected.numpy(), atol=1e-6)
     assert out.to_numpy()[0, 1].tolist() == [0.0, 0.0]
 
@@ -123,5 +129,8 @@ def test_bad_calls_raise_clear_errors(flex, rng):
         scaled_dot_product_attention(q, q, q, attn_mask=Tensor.ones([3, 4], device=flex))
     with pytest.raises(ValueRangeError, match="dropout"):
         attention(q, q, q, dropout=1.5)
-    assert math.isclose(float(scaled_dot_product_attention(q, q, q, scale=0.0).sum().into_scalar()),
-                        float(q.mean_dim(1).expand([2, 4, 8]).sum().into_scalar()), rel_tol=1e-5)
+    assert math.isclose(
+        float(scaled_dot_product_attention(q, q, q, scale=0.0).sum().into_scalar()),
+        float(q.mean_dim(1).expand([2, 4, 8]).sum().into_scalar()),
+        rel_tol=1e-5,
+    )

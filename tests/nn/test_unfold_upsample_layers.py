@@ -35,8 +35,12 @@ def test_unfold4d_matches_torch(options, device, torch, rng):
 
 @pytest.mark.parametrize(
     "options",
-    [dict(scale_factor=2.0), dict(size=(5, 9), mode="bilinear", align_corners=False),
-     dict(scale_factor=1.5, mode="bilinear", align_corners=True), dict(size=(3, 4), mode="nearest-exact")],
+    [
+        dict(scale_factor=2.0),
+        dict(size=(5, 9), mode="bilinear", align_corners=False),
+        dict(scale_factor=1.5, mode="bilinear", align_corners=True),
+        dict(size=(3, 4), mode="nearest-exact"),
+    ],
     ids=["nearest-x2", "bilinear-size", "bilinear-aligned", "nearest-exact"],
 )
 def test_upsample_matches_torch(options, device, torch, rng):

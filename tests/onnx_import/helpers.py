@@ -26,8 +26,14 @@ def import_onnx(name: str = "onnx") -> Any:
     return module
 
 
-def export(torch: Any, model: Any, args: tuple, dynamic: dict[str, dict[int, str]] | None = None,
-           opset: int = 17, **kwargs: Any) -> bytes:
+def export(
+    torch: Any,
+    model: Any,
+    args: tuple,
+    dynamic: dict[str, dict[int, str]] | None = None,
+    opset: int = 17,
+    **kwargs: Any,
+) -> bytes:
     """``model`` exported by torch's TorchScript exporter (``dynamo=False``), as bytes.
 
     The TorchScript exporter needs only torch and onnx (the default dynamo exporter
@@ -51,16 +57,27 @@ def run_ort(ort: Any, data: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
     return session.run(None, dict(zip(names, inputs)))
 
 
-def onnx_model(onnx: Any, nodes: list[Any], inputs: list[tuple[str, int, list[Any]]],
-               outputs: list[tuple[str, int, list[Any] | None]], initializers: Any = (), opset: int = 17,
-               domains: dict[str, int] | None = None, check: bool = True) -> bytes:
+def onnx_model(
+    onnx: Any,
+    nodes: list[Any],
+    inputs: list[tuple[str, int, list[Any]]],
+    outputs: list[tuple[str, int, list[Any] | None]],
+    initializers: Any = (),
+    opset: int = 17,
+    domains: dict[str, int] | None = None,
+    check: bool = True,
+) -> bytes:
     """A one-graph model built with ``onnx.helper``, serialized. Outputs given without a
     shape take the type and shape ONNX's shape inference gives them."""
     helper = onnx.helper
     graph = helper.make_graph(
-        nodes, "g",
+        nodes,
+        "g",
         [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) if s is not None else onnx.ValueInfoProto(name=n) for n, t, s in outputs],
+        [
+            helper.make_tensor_value_info(n, t, s) if s is not None else onnx.ValueInfoProto(name=n)
+            for n, t, s in outputs
+        ],
         initializer=list(initializers),
     )
     imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domains or {}).items()]

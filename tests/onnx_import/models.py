@@ -21,9 +21,14 @@ def small_cnn(torch: Any, image: int = 28) -> Any:
     seeded(torch, 2)
     nn = torch.nn
     return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * (image // 4) ** 2, 10),
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * (image // 4) ** 2, 10),
     )
 
 
@@ -112,7 +117,7 @@ def masked_attention(torch: Any) -> Any:
             b, t = tokens.shape
             x = self.embed(tokens) + self.pos[:t]
             q, k, v = self.qkv(self.norm(x)).reshape(b, t, 3, 2, 8).permute(2, 0, 3, 1, 4)
-            scores = q @ k.transpose(-1, -2) / 8 ** 0.5
+            scores = q @ k.transpose(-1, -2) / 8**0.5
             mask = torch.ones(t, t, dtype=torch.bool).triu(1)
             scores = scores.masked_fill(mask, float("-inf"))
             y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 16)

@@ -21,9 +21,11 @@ def small(onnx) -> bytes:
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
-             helper.make_node("Add", ["h", "b"], ["z"], name="add"),
-             helper.make_node("Relu", ["z"], ["y"], name="relu")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("Add", ["h", "b"], ["z"], name="add"),
+        helper.make_node("Relu", ["z"], ["y"], name="relu"),
+    ]
     return onnx_model(onnx, nodes, [("x", 1, ["batch", 4])], [("y", 1, ["batch", 3])], [w, b])
 
 
@@ -33,8 +35,9 @@ def test_a_valid_model_loads(small):
     assert set(model.weights) == {"w", "b"}
 
 
-@pytest.mark.parametrize("data", [b"", b"not an onnx file at all \xff\xfe\x00", b"\x08" * 7],
-                         ids=["empty", "garbage", "wire-junk"])
+@pytest.mark.parametrize(
+    "data", [b"", b"not an onnx file at all \xff\xfe\x00", b"\x08" * 7], ids=["empty", "garbage", "wire-junk"]
+)
 def test_bytes_that_are_not_onnx(onnx, data):
     with pytest.raises(OnnxError, match="ember: "):
         ember.onnx.load(data)
@@ -93,8 +96,12 @@ def test_a_custom_domain_operator(onnx):
 def test_an_operator_newer_than_the_models_opset(onnx):
     """Gelu exists from opset 20: a model importing opset 17 cannot use it."""
     helper = onnx.helper
-    graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], name="g")], "g",
-                              [helper.make_tensor_value_info("x", 1, [2])], [helper.make_tensor_value_info("y", 1, [2])])
+    graph = helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["y"], name="g")],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [2])],
+        [helper.make_tensor_value_info("y", 1, [2])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(OnnxError, match=r"Gelu \(node 'g', opset 17\): ONNX defines no Gelu in opset 17"):
         ember.onnx.load(model.SerializeToString(), Device.flex())
@@ -135,8 +142,11 @@ def test_an_error_inside_the_graph_names_the_node(onnx):
 def test_describe_lists_ops_opsets_and_shapes(onnx, small):
     report = ember.onnx.describe(small)
     assert report.supported and report.opsets == {"": 17}
-    assert [(o.op_type, o.count, o.supported) for o in report.ops] == [("MatMul", 1, True), ("Add", 1, True),
-                                                                        ("Relu", 1, True)]
+    assert [(o.op_type, o.count, o.supported) for o in report.ops] == [
+        ("MatMul", 1, True),
+        ("Add", 1, True),
+        ("Relu", 1, True),
+    ]
     assert report.inputs[0].dims == ("batch", 4) and report.outputs[0].dims == ("batch", 3)
     assert report.nodes[0].outputs[0].dims == ("batch", 3)  # inferred
     text = str(report)
@@ -148,9 +158,13 @@ def test_external_data(onnx, tmp_path):
     model's bytes without their data, raise an OnnxError saying so."""
     helper, numpy_helper = onnx.helper, onnx.numpy_helper
     w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", 1, [1, 4])], [helper.make_tensor_value_info("y", 1, [1, 4])],
-                              [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [1, 4])],
+        [helper.make_tensor_value_info("y", 1, [1, 4])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0)
     imported = ember.onnx.load(tmp_path / "m.onnx", Device.flex())

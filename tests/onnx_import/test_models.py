@@ -131,8 +131,10 @@ def test_the_cube_backend_runs_imports(torch, rng):
     from tests.conftest import _gpu_device
 
     gpu = _gpu_device()
-    for net, shape, options in [(models.encoder(torch), (2, 5, 16), {}),
-                                (models.resnet(torch), (2, 3, 8, 8), {"do_constant_folding": False})]:
+    for net, shape, options in [
+        (models.encoder(torch), (2, 5, 16), {}),
+        (models.resnet(torch), (2, 3, 8, 8), {"do_constant_folding": False}),
+    ]:
         data = export(torch, net, (torch.zeros(*shape),), **options)
         x = rng.standard_normal(shape).astype(np.float32)
         results = []
@@ -154,7 +156,8 @@ def test_input_shapes_make_a_fixed_batch_dynamic(torch, ort, rng):
     for batch in (1, 5):
         x = rng.standard_normal((batch, 1, 28, 28)).astype(np.float32)
         with torch.no_grad():
-            np.testing.assert_allclose(model(Tensor.from_data(x)).to_numpy(), net(torch.from_numpy(x)).numpy(),
-                                       rtol=RTOL, atol=1e-5)
+            np.testing.assert_allclose(
+                model(Tensor.from_data(x)).to_numpy(), net(torch.from_numpy(x)).numpy(), rtol=RTOL, atol=1e-5
+            )
     with pytest.raises(OnnxError, match="has no tensor input 'images'; its inputs are x"):
         ember.onnx.load(data, input_shapes={"images": [None, 1, 28, 28]})

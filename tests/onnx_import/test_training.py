@@ -29,8 +29,12 @@ def digits_like(rng, n: int, image: int = 28):
 
 def cnn(torch, image: int = 28, dynamic: bool = False):
     net = models.small_cnn(torch, image)
-    data = export(torch, net, (torch.zeros(8, 1, image, image),),
-                  dynamic={"x": {0: "batch"}, "y": {0: "batch"}} if dynamic else None)
+    data = export(
+        torch,
+        net,
+        (torch.zeros(8, 1, image, image),),
+        dynamic={"x": {0: "batch"}, "y": {0: "batch"}} if dynamic else None,
+    )
     return net, data
 
 
@@ -57,8 +61,13 @@ def test_gradients_match_torch(torch, rng):
     compared = 0
     for name, param in model.weights.items():
         if name in by_name:  # the exporter stores some weights transposed, under generated names
-            np.testing.assert_allclose(torch_layout(model, name, param.val().grad(grads).to_numpy()),
-                                       by_name[name].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(
+                torch_layout(model, name, param.val().grad(grads).to_numpy()),
+                by_name[name].grad.numpy(),
+                rtol=1e-4,
+                atol=1e-5,
+                err_msg=name,
+            )
             compared += 1
     assert compared >= 8
 
@@ -104,8 +113,13 @@ def test_fine_tuning_steps_match_torch(torch, rng):
     assert {name: p.id for name, p in model.weights.items()} == ids  # the same ParamIds after each step
     assert model.transposed_params == {"7.weight"}  # the head's Linear, stored [d_in, d_out]
     for name, param in net.named_parameters():
-        np.testing.assert_allclose(torch_layout(model, name, model.weights[name].val().to_numpy()),
-                                   param.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            torch_layout(model, name, model.weights[name].val().to_numpy()),
+            param.detach().numpy(),
+            rtol=1e-4,
+            atol=1e-6,
+            err_msg=name,
+        )
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic-batch"])
@@ -136,8 +150,9 @@ def test_compiled_fine_tuning_step_matches_eager(torch, rng, dynamic):
     # One trace for the first step (no optimizer state yet), one for the rest.
     assert step.stats["traces"] == 2 and step.stats["replays"] == 2 and step.stats["eager"] == 0
     for name in model_e.weights:
-        np.testing.assert_allclose(model_c.weights[name].val().to_numpy(), model_e.weights[name].val().to_numpy(),
-                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            model_c.weights[name].val().to_numpy(), model_e.weights[name].val().to_numpy(), rtol=1e-4, atol=1e-6
+        )
 
 
 def test_fusion_device_matches_flex(torch, rng):
@@ -194,7 +209,9 @@ def test_the_learner_fine_tunes_an_imported_model(torch, rng, tmp_path):
 
     loader = DataLoaderBuilder(DefaultBatcher()).batch_size(16).set_device(Device.flex()).build(ArrayDataset(x, y))
     training = SupervisedTraining(tmp_path).renderer("none").metric_train_numeric(LossMetric()).num_epochs(3)
-    result = training.launch(Learner(model, AdamConfig().init(), 1e-2, train_step=step, valid_step=step), loader, loader)
+    result = training.launch(
+        Learner(model, AdamConfig().init(), 1e-2, train_step=step, valid_step=step), loader, loader
+    )
     losses = [v for _, v in result.history.series("Loss", "train")]
     assert losses[-1] < 0.7 * losses[0]
     assert isinstance(result.model, ember.onnx.OnnxModel)

@@ -67,8 +67,9 @@ def ember_loss(model: Mlp, x: np.ndarray, y: np.ndarray) -> Tensor:
     return MseLoss().forward(model(xs), ys, Reduction.MEAN)
 
 
-def ember_run(optim, lr: float | Callable[[int], float], seed: int = 0, steps: int = STEPS,
-              model: Mlp | None = None) -> tuple[list[dict[str, np.ndarray]], list[float]]:
+def ember_run(
+    optim, lr: float | Callable[[int], float], seed: int = 0, steps: int = STEPS, model: Mlp | None = None
+) -> tuple[list[dict[str, np.ndarray]], list[float]]:
     """Parameters after each step, and the loss before each step."""
     weights, x, y = problem(seed)
     model = model if model is not None else ember_model(weights)
@@ -99,8 +100,14 @@ def torch_snapshot(model) -> dict[str, np.ndarray]:
     return out
 
 
-def torch_run(torch, make_optimizers: Callable, seed: int = 0, steps: int = STEPS,
-              before_step: Callable | None = None, after_step: Callable | None = None):
+def torch_run(
+    torch,
+    make_optimizers: Callable,
+    seed: int = 0,
+    steps: int = STEPS,
+    before_step: Callable | None = None,
+    after_step: Callable | None = None,
+):
     """PyTorch's trajectory: ``make_optimizers(model)`` returns a list of optimizers;
     ``before_step(model)`` runs between backward and step (e.g. clipping),
     ``after_step(optimizers)`` after the step (e.g. a scheduler's step)."""

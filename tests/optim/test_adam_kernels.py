@@ -35,8 +35,16 @@ LAYOUTS = {
 def _kernel_and_composite(device, shapes, options, rng, dtype=np.float32):
     """Three steps of the kernel (through ``fused``) and of the composite, from the same
     start; yields each step's (kernel, composite) results as numpy arrays."""
-    settings = {"lr": 1e-3, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-5, "weight_decay": 0.0,
-                "decoupled": False, "amsgrad": False, **options}
+    settings = {
+        "lr": 1e-3,
+        "beta_1": 0.9,
+        "beta_2": 0.999,
+        "epsilon": 1e-5,
+        "weight_decay": 0.0,
+        "decoupled": False,
+        "amsgrad": False,
+        **options,
+    }
     composite = composite_of(FusedOp.ADAM_STEP_MANY)
     params = [rng.standard_normal(s).astype(dtype) for s in shapes]
     k_state = c_state = (None, None, None)
@@ -44,15 +52,25 @@ def _kernel_and_composite(device, shapes, options, rng, dtype=np.float32):
     c_params = [Tensor.from_data(p, device=device) for p in params]
     for time in (1, 2, 3):
         grads = [rng.standard_normal(s).astype(dtype) for s in shapes]
-        k_out = fused(FusedOp.ADAM_STEP_MANY, device, k_params, [device.backend.from_numpy(g) for g in grads],
-                      *k_state, time=time, **settings)
-        c_out = composite(c_params, [Tensor.from_data(g, device=device) for g in grads], *c_state, time=time,
-                          **settings)
+        k_out = fused(
+            FusedOp.ADAM_STEP_MANY,
+            device,
+            k_params,
+            [device.backend.from_numpy(g) for g in grads],
+            *k_state,
+            time=time,
+            **settings,
+        )
+        c_out = composite(
+            c_params, [Tensor.from_data(g, device=device) for g in grads], *c_state, time=time, **settings
+        )
         k_params, c_params = k_out[0], c_out[0]
         k_state, c_state = k_out[1:], c_out[1:]
         to_np = device.backend.to_numpy
-        yield ([[to_np(p) for p in column] if column is not None else None for column in k_out],
-               [[t.to_numpy() for t in column] if column is not None else None for column in c_out])
+        yield (
+            [[to_np(p) for p in column] if column is not None else None for column in k_out],
+            [[t.to_numpy() for t in column] if column is not None else None for column in c_out],
+        )
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -72,9 +90,24 @@ def test_half_precision_runs_the_composite(rng):
     the dtype and follows a float64 run closely."""
     flex = Device.flex()
     shapes = [(6, 4), (3,)]
-    assert flex.backend.adam_step_many([np.zeros(3, np.float16)], [np.zeros(3, np.float16)], None, None, None,
-                                       lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-5, weight_decay=0.0,
-                                       decoupled=False, amsgrad=False, time=1) is NotImplemented
+    assert (
+        flex.backend.adam_step_many(
+            [np.zeros(3, np.float16)],
+            [np.zeros(3, np.float16)],
+            None,
+            None,
+            None,
+            lr=1e-3,
+            beta_1=0.9,
+            beta_2=0.999,
+            epsilon=1e-5,
+            weight_decay=0.0,
+            decoupled=False,
+            amsgrad=False,
+            time=1,
+        )
+        is NotImplemented
+    )
     half = list(_kernel_and_composite(flex, shapes, {}, np.random.default_rng(3), np.float16))
     full = list(_kernel_and_composite(flex, shapes, {}, np.random.default_rng(3), np.float64))
     for (kernel, composite), (reference, _) in zip(half, full):
@@ -128,9 +161,15 @@ def test_records_of_the_previous_layout_load(tmp_path):
     old = {}
     for param in model.params():
         state = reference.states[param.id]
-        old[param.id.serialize()] = {"type": "AdamState", "fields": {
-            "moment_1": state.moment_1, "moment_2": state.moment_2, "time": state.time,
-            "max_moment_2": None}}
+        old[param.id.serialize()] = {
+            "type": "AdamState",
+            "fields": {
+                "moment_1": state.moment_1,
+                "moment_2": state.moment_2,
+                "time": state.time,
+                "max_moment_2": None,
+            },
+        }
     save_record(tmp_path / "old.safetensors", {"states": old}, metadata={"content": "optimizer"})
     loaded = AdamConfig().init().load_file(tmp_path / "old.safetensors", flex)
     grads = GradientsParams.from_grads(ember_loss(trained, x, y).backward(), trained)

@@ -26,8 +26,9 @@ def reference_adan(torch):
 
     class Adan(torch.optim.Optimizer):
         def __init__(self, params, lr, betas, eps, weight_decay, no_prox):
-            super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                                      "no_prox": no_prox})
+            super().__init__(
+                params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "no_prox": no_prox}
+            )
 
         @torch.no_grad()
         def step(self):
@@ -38,8 +39,9 @@ def reference_adan(torch):
                     g = p.grad
                     state = self.state[p]
                     if not state:
-                        state.update(t=0, m=torch.zeros_like(p), v=torch.zeros_like(p), n=torch.zeros_like(p),
-                                     prev=g.clone())
+                        state.update(
+                            t=0, m=torch.zeros_like(p), v=torch.zeros_like(p), n=torch.zeros_like(p), prev=g.clone()
+                        )
                     state["t"] += 1
                     t = state["t"]
                     diff = g - state["prev"]
@@ -61,8 +63,11 @@ def reference_adan(torch):
 
 ADAN_CASES = {
     "defaults": (AdanConfig(), 1e-2, {}),
-    "betas": (AdanConfig(beta_1=0.9, beta_2=0.8, beta_3=0.999, epsilon=1e-6), 1e-2,
-              {"betas": (0.9, 0.8, 0.999), "eps": 1e-6}),
+    "betas": (
+        AdanConfig(beta_1=0.9, beta_2=0.8, beta_3=0.999, epsilon=1e-6),
+        1e-2,
+        {"betas": (0.9, 0.8, 0.999), "eps": 1e-6},
+    ),
     "proximal_decay": (AdanConfig(weight_decay=0.05), 2e-2, {"weight_decay": 0.05}),
     "decoupled_decay": (AdanConfig(weight_decay=0.05, no_prox=True), 2e-2, {"weight_decay": 0.05, "no_prox": True}),
 }
@@ -94,8 +99,10 @@ MUON_CASES = {
     "defaults": (MuonConfig(), {}),
     "no_nesterov": (MuonConfig(nesterov=False, momentum=0.9), {"nesterov": False, "momentum": 0.9}),
     "weight_decay": (MuonConfig(weight_decay=0.1), {"weight_decay": 0.1}),
-    "match_rms_adamw": (MuonConfig(adjust_lr_fn=AdjustLrFn.MATCH_RMS_ADAMW, ns_steps=3),
-                        {"adjust_lr_fn": "match_rms_adamw", "ns_steps": 3}),
+    "match_rms_adamw": (
+        MuonConfig(adjust_lr_fn=AdjustLrFn.MATCH_RMS_ADAMW, ns_steps=3),
+        {"adjust_lr_fn": "match_rms_adamw", "ns_steps": 3},
+    ),
 }
 
 
@@ -134,8 +141,9 @@ def test_newton_schulz_orthogonalises(shape, rng):
     """The quintic iteration maps every singular value into roughly [0.5, 1.5] (Keller
     Jordan's design: U S' V^T), keeping the singular vectors."""
     g = rng.normal(size=shape)
-    out = zeropower_via_newton_schulz(Tensor.from_data(g, device=Device.flex()), (3.4445, -4.775, 2.0315), 5,
-                                      1e-7).to_numpy()
+    out = zeropower_via_newton_schulz(
+        Tensor.from_data(g, device=Device.flex()), (3.4445, -4.775, 2.0315), 5, 1e-7
+    ).to_numpy()
     assert out.shape == shape
     u, _, vt = np.linalg.svd(g, full_matrices=False)
     singular = np.linalg.svd(out, compute_uv=False)

@@ -77,7 +77,9 @@ def test_accumulator_sums_batches(setup):
     summed = acc.grads()
     np.testing.assert_allclose(summed.get(model.l1.weight.id).to_numpy(), singles[0] + singles[1], rtol=1e-6)
     full = GradientsParams.from_grads(model(x).sum().backward(), model)
-    np.testing.assert_allclose(summed.get(model.l1.weight.id).to_numpy(), full.get(model.l1.weight.id).to_numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        summed.get(model.l1.weight.id).to_numpy(), full.get(model.l1.weight.id).to_numpy(), rtol=1e-5, atol=1e-6
+    )
     assert acc.count == 0 and acc.grads().is_empty()
 
 

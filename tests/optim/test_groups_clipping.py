@@ -32,8 +32,13 @@ def named(model, *prefixes):
 def test_group_with_another_optimizer():
     """SGD with momentum for the first layer, Adam for the second."""
     torch = import_torch()
-    expected = torch_run(torch, lambda m: [torch.optim.SGD(named(m, "0."), lr=0.05, momentum=0.9),
-                                           torch.optim.Adam(named(m, "2."), lr=0.05, eps=1e-5)])
+    expected = torch_run(
+        torch,
+        lambda m: [
+            torch.optim.SGD(named(m, "0."), lr=0.05, momentum=0.9),
+            torch.optim.Adam(named(m, "2."), lr=0.05, eps=1e-5),
+        ],
+    )
     optim = SgdConfig(momentum=0.9).init().with_group(ParamGroup.prefix("l2."), AdamConfig())
     actual = ember_run(optim, 0.05)
     assert_moved(actual[0])
@@ -46,16 +51,26 @@ def test_group_learning_rates():
     torch = import_torch()
 
     def make(m):
-        return [torch.optim.RMSprop([
-            {"params": [m.get_parameter("2.weight")]},
-            {"params": [m.get_parameter("0.weight")], "lr": 0.5 * 0.01},
-            {"params": [m.get_parameter("0.bias"), m.get_parameter("2.bias")], "lr": 0.003},
-        ], lr=0.01, momentum=0.5, eps=1e-5)]
+        return [
+            torch.optim.RMSprop(
+                [
+                    {"params": [m.get_parameter("2.weight")]},
+                    {"params": [m.get_parameter("0.weight")], "lr": 0.5 * 0.01},
+                    {"params": [m.get_parameter("0.bias"), m.get_parameter("2.bias")], "lr": 0.003},
+                ],
+                lr=0.01,
+                momentum=0.5,
+                eps=1e-5,
+            )
+        ]
 
     expected = torch_run(torch, make)
-    optim = (RmsPropConfig(momentum=0.5).init()
-             .with_group(ParamGroup.paths(["l1.weight"]), lr_scale=0.5)
-             .with_group(ParamGroup.contains("bias"), lr=0.003))
+    optim = (
+        RmsPropConfig(momentum=0.5)
+        .init()
+        .with_group(ParamGroup.paths(["l1.weight"]), lr_scale=0.5)
+        .with_group(ParamGroup.contains("bias"), lr=0.003)
+    )
     assert_trajectories_close(ember_run(optim, 0.01), expected)
 
 
@@ -71,10 +86,15 @@ def test_last_matching_group_wins(reverse):
 
     def make(m):
         params = dict(m.named_parameters())
-        return [torch.optim.SGD([
-            {"params": [params["0.weight"], params["2.weight"]], "lr": weight_lr},
-            {"params": [params["0.bias"], params["2.bias"]], "lr": 0.2},
-        ], lr=1.0)]
+        return [
+            torch.optim.SGD(
+                [
+                    {"params": [params["0.weight"], params["2.weight"]], "lr": weight_lr},
+                    {"params": [params["0.bias"], params["2.bias"]], "lr": 0.2},
+                ],
+                lr=1.0,
+            )
+        ]
 
     assert_trajectories_close(ember_run(optim, 1.0), torch_run(torch, make))
 
@@ -89,8 +109,11 @@ def test_clipping_by_value_matches_clip_grad_value():
     largest = max(np.abs(g.to_numpy()).max() for _, g in grads.items())
     assert largest > 5 * threshold  # clipping is active on this problem
 
-    expected = torch_run(torch, lambda m: [torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)],
-                         before_step=lambda m: torch.nn.utils.clip_grad_value_(m.parameters(), threshold))
+    expected = torch_run(
+        torch,
+        lambda m: [torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)],
+        before_step=lambda m: torch.nn.utils.clip_grad_value_(m.parameters(), threshold),
+    )
     optim = SgdConfig(momentum=0.9, grad_clipping=GradientClipping.value(threshold)).init()
     actual = ember_run(optim, 0.5)
     assert_trajectories_close(actual, expected)
@@ -105,8 +128,11 @@ def clip_each_norm(torch, params, threshold):
 def test_clipping_by_norm_is_per_tensor_clip_grad_norm():
     torch = import_torch()
     threshold = 0.05
-    expected = torch_run(torch, lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, eps=1e-5)],
-                         before_step=lambda m: clip_each_norm(torch, m.parameters(), threshold))
+    expected = torch_run(
+        torch,
+        lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, eps=1e-5)],
+        before_step=lambda m: clip_each_norm(torch, m.parameters(), threshold),
+    )
     optim = AdamConfig(grad_clipping=GradientClipping.norm(threshold)).init()
     actual = ember_run(optim, 0.01)
     assert_trajectories_close(actual, expected)
@@ -124,8 +150,11 @@ def test_clipping_by_global_norm_matches_clip_grad_norm():
     grads = GradientsParams.from_grads(ember_loss(model, x, y).backward(), model)
     total = np.sqrt(sum(np.square(g.to_numpy()).sum() for _, g in grads.items()))
     assert total > 5 * threshold  # clipping is active on this problem
-    expected = torch_run(torch, lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, eps=1e-5)],
-                         before_step=lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), threshold))
+    expected = torch_run(
+        torch,
+        lambda m: [torch.optim.Adam(m.parameters(), lr=0.01, eps=1e-5)],
+        before_step=lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), threshold),
+    )
     actual = ember_run(AdamConfig(grad_clipping=GradientClipping.global_norm(threshold)).init(), 0.01)
     assert_trajectories_close(actual, expected)
     per_tensor = ember_run(AdamConfig(grad_clipping=GradientClipping.norm(threshold)).init(), 0.01)
@@ -143,8 +172,11 @@ def test_global_norm_per_group():
         torch.nn.utils.clip_grad_norm_(named(m, "0.bias", "2.bias"), 0.1)
 
     expected = torch_run(torch, lambda m: [torch.optim.SGD(m.parameters(), lr=0.3, momentum=0.5)], before_step=clip)
-    optim = (SgdConfig(momentum=0.5, grad_clipping=GradientClipping.global_norm(0.1)).init()
-             .with_group(ParamGroup.contains("weight"), clipping=GradientClipping.global_norm(0.02)))
+    optim = (
+        SgdConfig(momentum=0.5, grad_clipping=GradientClipping.global_norm(0.1))
+        .init()
+        .with_group(ParamGroup.contains("weight"), clipping=GradientClipping.global_norm(0.02))
+    )
     assert_trajectories_close(ember_run(optim, 0.3), expected)
 
 
@@ -173,8 +205,11 @@ def test_group_clipping_overrides_the_main_one():
         clip_each_norm(torch, named(m, "0.bias", "2.bias"), 0.05)
 
     expected = torch_run(torch, lambda m: [torch.optim.SGD(m.parameters(), lr=0.3)], before_step=clip)
-    optim = (SgdConfig(grad_clipping=GradientClipping.norm(0.05)).init()
-             .with_group(ParamGroup.contains("weight"), clipping=GradientClipping.value(0.01)))
+    optim = (
+        SgdConfig(grad_clipping=GradientClipping.norm(0.05))
+        .init()
+        .with_group(ParamGroup.contains("weight"), clipping=GradientClipping.value(0.01))
+    )
     assert_trajectories_close(ember_run(optim, 0.3), expected)
 
 
@@ -189,8 +224,7 @@ def test_ids_unchanged_and_state_per_id():
     assert {path: p.id for path, p in model.named_params()} == ids
     assert set(optim.states) == set(ids.values())
     kinds = {path: type(optim.states[pid]).__name__ for path, pid in ids.items()}
-    assert kinds == {"l1.weight": "AdanState", "l2.weight": "AdanState", "l1.bias": "SgdState",
-                     "l2.bias": "SgdState"}
+    assert kinds == {"l1.weight": "AdanState", "l2.weight": "AdanState", "l1.bias": "SgdState", "l2.bias": "SgdState"}
     assert optim.states[ids["l1.weight"]].time == 3
 
 

@@ -59,8 +59,11 @@ LION_CASES = {
 LAMB_CASES = {
     "defaults": (LambConfig(), 1e-2, {}),
     "weight_decay": (LambConfig(weight_decay=0.1), 1e-2, {"weight_decay": 0.1}),
-    "betas_epsilon": (LambConfig(beta_1=0.8, beta_2=0.99, epsilon=1e-8, weight_decay=0.01), 2e-2,
-                      {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-8, "weight_decay": 0.01}),
+    "betas_epsilon": (
+        LambConfig(beta_1=0.8, beta_2=0.99, epsilon=1e-8, weight_decay=0.01),
+        2e-2,
+        {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-8, "weight_decay": 0.01},
+    ),
 }
 
 
@@ -109,12 +112,15 @@ def test_lion_update_has_unit_magnitude(rng):
     np.testing.assert_allclose(np.abs(new.to_numpy() - w), 0.01, rtol=1e-12)
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda: LionConfig(beta_1=1.0), r"LionConfig: beta_1 must lie in \[0.0, 1.0\)"),
-    (lambda: LionConfig(weight_decay=-1.0), r"LionConfig: weight_decay must lie"),
-    (lambda: LambConfig(epsilon=0.0), r"LambConfig: epsilon must lie in \(0.0, inf\)"),
-    (lambda: LambConfig(beta_2=-0.1), r"LambConfig: beta_2 must lie in \[0.0, 1.0\)"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: LionConfig(beta_1=1.0), r"LionConfig: beta_1 must lie in \[0.0, 1.0\)"),
+        (lambda: LionConfig(weight_decay=-1.0), r"LionConfig: weight_decay must lie"),
+        (lambda: LambConfig(epsilon=0.0), r"LambConfig: epsilon must lie in \(0.0, inf\)"),
+        (lambda: LambConfig(beta_2=-0.1), r"LambConfig: beta_2 must lie in \[0.0, 1.0\)"),
+    ],
+)
 def test_invalid_configs(make, message):
     with pytest.raises(ConfigError, match=r"^ember: " + message):
         make()

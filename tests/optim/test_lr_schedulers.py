@@ -46,43 +46,112 @@ def torch_sequence(torch, base_lr: float, make, steps: int) -> list[float]:
 
 # name: (ember config, torch base lr, torch scheduler factory, steps)
 TORCH_CASES = {
-    "linear_decay": (LinearLrSchedulerConfig(0.1, 0.01, 10), 0.1,
-                     lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=1.0, end_factor=0.1, total_iters=10), 15),
-    "linear_warmup": (LinearLrSchedulerConfig(0.002, 0.01, 7), 0.01,
-                      lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.2, end_factor=1.0, total_iters=7), 12),
-    "cosine": (CosineAnnealingLrSchedulerConfig(0.1, 10, min_lr=0.001), 0.1,
-               lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10, eta_min=0.001), 35),
-    "cosine_to_zero": (CosineAnnealingLrSchedulerConfig(0.5, 7), 0.5,
-                       lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=7), 20),
-    "exponential": (ExponentialLrSchedulerConfig(0.1, 0.9), 0.1,
-                    lambda t, o: t.optim.lr_scheduler.ExponentialLR(o, gamma=0.9), 40),
-    "step": (StepLrSchedulerConfig(0.1, 3, gamma=0.5), 0.1,
-             lambda t, o: t.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5), 20),
-    "constant": (ConstantLrSchedulerConfig(0.03), 0.03,
-                 lambda t, o: t.optim.lr_scheduler.ConstantLR(o, factor=1.0, total_iters=0), 5),
-    "sequential": (SequentialLrSchedulerConfig([LinearLrSchedulerConfig(0.01, 0.1, 4),
-                                                ExponentialLrSchedulerConfig(0.1, 0.9)], [5]), 0.1,
-                   lambda t, o: t.optim.lr_scheduler.SequentialLR(o, [
-                       t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=4),
-                       t.optim.lr_scheduler.ExponentialLR(o, gamma=0.9)], milestones=[5]), 20),
-    "sequential_three": (SequentialLrSchedulerConfig([StepLrSchedulerConfig(0.1, 2, gamma=0.5),
-                                                      ConstantLrSchedulerConfig(0.1),
-                                                      CosineAnnealingLrSchedulerConfig(0.1, 6)], [3, 6]), 0.1,
-                         lambda t, o: t.optim.lr_scheduler.SequentialLR(o, [
-                             t.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
-                             t.optim.lr_scheduler.ConstantLR(o, factor=1.0, total_iters=0),
-                             t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=6)], milestones=[3, 6]), 14),
-    "warmup_cosine": (WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 10, min_lr=0.001), 5, start_lr=0.01),
-                      0.1, lambda t, o: t.optim.lr_scheduler.SequentialLR(o, [
-                          t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=5),
-                          t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10, eta_min=0.001)], milestones=[5]), 25),
+    "linear_decay": (
+        LinearLrSchedulerConfig(0.1, 0.01, 10),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=1.0, end_factor=0.1, total_iters=10),
+        15,
+    ),
+    "linear_warmup": (
+        LinearLrSchedulerConfig(0.002, 0.01, 7),
+        0.01,
+        lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.2, end_factor=1.0, total_iters=7),
+        12,
+    ),
+    "cosine": (
+        CosineAnnealingLrSchedulerConfig(0.1, 10, min_lr=0.001),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10, eta_min=0.001),
+        35,
+    ),
+    "cosine_to_zero": (
+        CosineAnnealingLrSchedulerConfig(0.5, 7),
+        0.5,
+        lambda t, o: t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=7),
+        20,
+    ),
+    "exponential": (
+        ExponentialLrSchedulerConfig(0.1, 0.9),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.ExponentialLR(o, gamma=0.9),
+        40,
+    ),
+    "step": (
+        StepLrSchedulerConfig(0.1, 3, gamma=0.5),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5),
+        20,
+    ),
+    "constant": (
+        ConstantLrSchedulerConfig(0.03),
+        0.03,
+        lambda t, o: t.optim.lr_scheduler.ConstantLR(o, factor=1.0, total_iters=0),
+        5,
+    ),
+    "sequential": (
+        SequentialLrSchedulerConfig(
+            [LinearLrSchedulerConfig(0.01, 0.1, 4), ExponentialLrSchedulerConfig(0.1, 0.9)], [5]
+        ),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.SequentialLR(
+            o,
+            [
+                t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=4),
+                t.optim.lr_scheduler.ExponentialLR(o, gamma=0.9),
+            ],
+            milestones=[5],
+        ),
+        20,
+    ),
+    "sequential_three": (
+        SequentialLrSchedulerConfig(
+            [
+                StepLrSchedulerConfig(0.1, 2, gamma=0.5),
+                ConstantLrSchedulerConfig(0.1),
+                CosineAnnealingLrSchedulerConfig(0.1, 6),
+            ],
+            [3, 6],
+        ),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.SequentialLR(
+            o,
+            [
+                t.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
+                t.optim.lr_scheduler.ConstantLR(o, factor=1.0, total_iters=0),
+                t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=6),
+            ],
+            milestones=[3, 6],
+        ),
+        14,
+    ),
+    "warmup_cosine": (
+        WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 10, min_lr=0.001), 5, start_lr=0.01),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.SequentialLR(
+            o,
+            [
+                t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, end_factor=1.0, total_iters=5),
+                t.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10, eta_min=0.001),
+            ],
+            milestones=[5],
+        ),
+        25,
+    ),
     # torch's LinearLR refuses start_factor=0: a warm-up from 0 is a LambdaLR there.
-    "warmup_from_zero_cosine": (WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 10), 4), 0.1,
-                                lambda t, o: t.optim.lr_scheduler.LambdaLR(o, lambda s: s / 4 if s < 4 else
-                                                                           0.5 * (1 + math.cos(math.pi * (s - 4) / 10))),
-                                18),
-    "warmup_constant": (WarmupLrSchedulerConfig(0.03, 3, start_lr=0.003), 0.03,
-                        lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=3), 8),
+    "warmup_from_zero_cosine": (
+        WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 10), 4),
+        0.1,
+        lambda t, o: t.optim.lr_scheduler.LambdaLR(
+            o, lambda s: s / 4 if s < 4 else 0.5 * (1 + math.cos(math.pi * (s - 4) / 10))
+        ),
+        18,
+    ),
+    "warmup_constant": (
+        WarmupLrSchedulerConfig(0.03, 3, start_lr=0.003),
+        0.03,
+        lambda t, o: t.optim.lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=3),
+        8,
+    ),
 }
 
 
@@ -121,11 +190,14 @@ def test_noam_burn_defaults():
     assert (config.warmup_steps, config.model_size) == (4000, 512)
 
 
-@pytest.mark.parametrize(("reduction", "combine"), [
-    (SchedulerReduction.PROD, math.prod),
-    (SchedulerReduction.SUM, math.fsum),
-    (SchedulerReduction.AVG, lambda rates: math.fsum(rates) / len(rates)),
-])
+@pytest.mark.parametrize(
+    ("reduction", "combine"),
+    [
+        (SchedulerReduction.PROD, math.prod),
+        (SchedulerReduction.SUM, math.fsum),
+        (SchedulerReduction.AVG, lambda rates: math.fsum(rates) / len(rates)),
+    ],
+)
 def test_composed_by_hand(reduction, combine):
     parts = [0.5, StepLrSchedulerConfig(1.0, 2, gamma=0.5), LinearLrSchedulerConfig(0.1, 0.05, 4)]
     composed = ComposedLrSchedulerConfig(parts, reduction=reduction)
@@ -154,12 +226,16 @@ RESUME = {
     "step": StepLrSchedulerConfig(0.1, 3),
     "noam": NoamLrSchedulerConfig(1.0, warmup_steps=4, model_size=16),
     "sequential": SequentialLrSchedulerConfig(
-        [LinearLrSchedulerConfig(0.001, 0.1, 3), CosineAnnealingLrSchedulerConfig(0.1, 5)], [4]),
+        [LinearLrSchedulerConfig(0.001, 0.1, 3), CosineAnnealingLrSchedulerConfig(0.1, 5)], [4]
+    ),
     "warmup": WarmupLrSchedulerConfig(CosineAnnealingLrSchedulerConfig(0.1, 6), 3),
-    "composed_nested": ComposedLrSchedulerConfig([
-        0.5, ExponentialLrSchedulerConfig(1.0, 0.9),
-        SequentialLrSchedulerConfig([ConstantLrSchedulerConfig(1.0), StepLrSchedulerConfig(1.0, 2)], [3]),
-    ]),
+    "composed_nested": ComposedLrSchedulerConfig(
+        [
+            0.5,
+            ExponentialLrSchedulerConfig(1.0, 0.9),
+            SequentialLrSchedulerConfig([ConstantLrSchedulerConfig(1.0), StepLrSchedulerConfig(1.0, 2)], [3]),
+        ]
+    ),
 }
 
 
@@ -239,7 +315,9 @@ def test_step_scheduler_warns_on_odd_values_like_burn():
         StepLrSchedulerConfig(-0.1, 2)
 
 
-@pytest.mark.parametrize("module", ["linear", "cosine", "exponential", "step", "noam", "sequential", "composed", "warmup"])
+@pytest.mark.parametrize(
+    "module", ["linear", "cosine", "exponential", "step", "noam", "sequential", "composed", "warmup"]
+)
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -113,13 +113,16 @@ def test_optimizer_states_of_another_model_raise_unless_not_strict(tmp_path):
         np.testing.assert_array_equal(a.val().to_numpy(), b.val().to_numpy())
 
 
-@pytest.mark.parametrize(("case", "fault"), [
-    ("not a table", "not a table of optimizer states"),
-    ("bad id", "the state 'xyz' is malformed"),
-    ("no fields", "is malformed"),
-    ("wrong field type", "the saved field 'time' is a str, expected int"),
-    ("tensor field missing", "the saved field 'moment_1' is a NoneType, expected Tensor"),
-])
+@pytest.mark.parametrize(
+    ("case", "fault"),
+    [
+        ("not a table", "not a table of optimizer states"),
+        ("bad id", "the state 'xyz' is malformed"),
+        ("no fields", "is malformed"),
+        ("wrong field type", "the saved field 'time' is a str, expected int"),
+        ("tensor field missing", "the saved field 'moment_1' is a NoneType, expected Tensor"),
+    ],
+)
 def test_malformed_optimizer_records_are_record_errors(case, fault):
     device = Device.flex().autodiff()
     _, optim = trained(device, steps=1)

@@ -39,5 +39,6 @@ def test_matches_optax_live(name):
     pytest.importorskip("optax")
     from tests.optim.optax_reference import optax_trajectory
 
-    np.testing.assert_allclose(ember_trajectory(name, Device.flex()), np.stack(optax_trajectory(name)),
-                               rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(
+        ember_trajectory(name, Device.flex()), np.stack(optax_trajectory(name)), rtol=2e-5, atol=2e-6
+    )

@@ -70,7 +70,13 @@ def test_burn_defaults():
     assert (rms.alpha, rms.momentum, rms.epsilon, rms.centered) == (0.99, 0.9, 1e-5, False)
     adan = AdanConfig()
     assert (adan.beta_1, adan.beta_2, adan.beta_3, adan.epsilon, adan.weight_decay, adan.no_prox) == (
-        0.98, 0.92, 0.99, 1e-8, 0.0, False)
+        0.98,
+        0.92,
+        0.99,
+        1e-8,
+        0.0,
+        False,
+    )
     muon = MuonConfig()
     assert (muon.momentum, muon.dampening, muon.nesterov, muon.weight_decay) == (0.95, 0.0, True, 0.0)
     assert (muon.ns_coefficients, muon.ns_steps, muon.epsilon) == ((3.4445, -4.775, 2.0315), 5, 1e-7)
@@ -195,9 +201,21 @@ def test_invalid_configs(make, message):
         make()
 
 
-@pytest.mark.parametrize("module", ["ember.optim.adam", "ember.optim.sgd", "ember.optim.adadelta", "ember.optim.adamax",
-                                    "ember.optim.nadam", "ember.optim.radam", "ember.optim.lion", "ember.optim.lamb",
-                                    "ember.optim.clipping", "ember.tensor.fused"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "ember.optim.adam",
+        "ember.optim.sgd",
+        "ember.optim.adadelta",
+        "ember.optim.adamax",
+        "ember.optim.nadam",
+        "ember.optim.radam",
+        "ember.optim.lion",
+        "ember.optim.lamb",
+        "ember.optim.clipping",
+        "ember.tensor.fused",
+    ],
+)
 def test_docstring_examples(module):
     import doctest
     import importlib

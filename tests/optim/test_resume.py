@@ -45,7 +45,9 @@ def _train(device, steps, tmp_path=None, resume_at=None, optimizer=None):
     return losses
 
 
-@pytest.mark.parametrize("optimizer", [AdamConfig(), AdamConfig(amsgrad=True), SgdConfig(momentum=0.9)], ids=["adam", "amsgrad", "sgd"])
+@pytest.mark.parametrize(
+    "optimizer", [AdamConfig(), AdamConfig(amsgrad=True), SgdConfig(momentum=0.9)], ids=["adam", "amsgrad", "sgd"]
+)
 def test_resume_is_bit_identical(tmp_path, optimizer):
     device = Device.flex().autodiff()
     uninterrupted = _train(device, 30, optimizer=optimizer)

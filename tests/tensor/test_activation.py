@@ -124,7 +124,11 @@ def test_activations_match_torch(device, rng, torch):
 @pytest.mark.parametrize("shape,dim", [((2, 0), 1), ((0, 3), 0), ((0, 3), 1), ((2, 0, 3), 1)])
 def test_softmax_over_empty_dims_is_empty_as_in_torch(device, torch, shape, dim):
     x = Tensor.zeros(list(shape), device=device)
-    for fn, theirs in ((A.softmax, torch.softmax), (A.log_softmax, torch.log_softmax), (A.softmin, torch.nn.functional.softmin)):
+    for fn, theirs in (
+        (A.softmax, torch.softmax),
+        (A.log_softmax, torch.log_softmax),
+        (A.softmin, torch.nn.functional.softmin),
+    ):
         out = fn(x, dim)
         assert out.dims() == list(theirs(torch.zeros(shape), dim).shape) and out.num_elements() == 0
     assert A.quiet_softmax(x, dim).dims() == list(shape)

@@ -239,7 +239,15 @@ def test_all_close_and_equal_all(device):
 
 @pytest.mark.parametrize(
     ("sa", "sb"),
-    [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((1, 3, 4), (5, 4, 2)), ((4,), (4, 3)), ((3, 4), (4,)), ((4,), (4,))],
+    [
+        ((3, 4), (4, 5)),
+        ((2, 3, 4), (4, 5)),
+        ((2, 3, 4), (2, 4, 5)),
+        ((1, 3, 4), (5, 4, 2)),
+        ((4,), (4, 3)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+    ],
     ids=str,
 )
 def test_matmul(device, rng, sa, sb):
@@ -251,7 +259,10 @@ def test_matmul(device, rng, sa, sb):
 
 def test_matmul_half_and_int(flex):
     a = np.arange(6, dtype=np.int64).reshape(2, 3)
-    assert Tensor.from_data(a, device=flex).matmul(Tensor.from_data(a.T.copy(), device=flex)).tolist() == (a @ a.T).tolist()
+    assert (
+        Tensor.from_data(a, device=flex).matmul(Tensor.from_data(a.T.copy(), device=flex)).tolist()
+        == (a @ a.T).tolist()
+    )
     h = Tensor.from_floats([[1.0, 2.0]], device=flex).cast("bfloat16")
     assert h.matmul(h.transpose()).dtype is DType.BFLOAT16
     assert h.matmul(h.transpose()).tolist() == [[5.0]]

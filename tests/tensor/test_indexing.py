@@ -68,7 +68,10 @@ def test_masks(device):
     assert t.where(mask, 0.0).tolist() == [0.0, -2.0, 0.0]
     m2 = Tensor.from_bools([[True], [False]], device=device)
     assert t.mask_fill(m2, 5.0).tolist() == [[5.0, 5.0, 5.0], [1.0, -2.0, 3.0]]
-    assert Tensor.from_ints([1, 2], device=device).mask_fill(Tensor.from_bools([True, False], device=device), 0.5).dtype is DType.FLOAT32
+    assert (
+        Tensor.from_ints([1, 2], device=device).mask_fill(Tensor.from_bools([True, False], device=device), 0.5).dtype
+        is DType.FLOAT32
+    )
     with pytest.raises(DTypeError, match="bool Tensor"):
         t.mask_fill(Tensor.from_ints([1, 0, 1], device=device), 0.0)
     with pytest.raises(ShapeError):

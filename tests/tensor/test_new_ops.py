@@ -46,18 +46,38 @@ def _cases():
         "diag": (lambda x: x.diag(-1), [rand(4)]),
         "unfold": (lambda x: x.unfold(1, 3, 2), [rand(2, 7)]),
         "roll": (lambda x: x.roll((2, -1), (0, 1)), [rand(3, 4)]),
-        "repeat_interleave": (lambda x: x.repeat_interleave(Tensor.from_ints([2, 0, 3], device=x.device), 0), [rand(3, 2)]),
+        "repeat_interleave": (
+            lambda x: x.repeat_interleave(Tensor.from_ints([2, 0, 3], device=x.device), 0),
+            [rand(3, 2)],
+        ),
         "pad_reflect": (lambda x: x.pad((2, 1), mode="reflect"), [rand(2, 5)]),
         "pad_circular": (lambda x: x.pad((3, -1), mode="circular"), [rand(2, 5)]),
         "advanced_getitem": (lambda x: x[[0, 2, 2], :, [1, 0, 1]], [rand(3, 2, 4)]),
-        "mask_getitem": (lambda x: x[Tensor.from_data(np.array([[True, False, True], [False, True, True]]), device=x.device)], [rand(2, 3)]),
-        "scatter_assign": (lambda x, v: x.scatter(1, Tensor.from_ints([[2, 0], [1, 1]], device=x.device), v, "assign"), [rand(2, 3), rand(2, 2)]),
-        "scatter_prod": (lambda x, v: x.scatter_reduce(1, Tensor.from_ints([[2, 0, 2], [1, 1, 0]], device=x.device), v, "prod"), [rand(2, 3), rand(2, 3)]),
-        "scatter_mean": (lambda x, v: x.scatter_reduce(0, Tensor.from_ints([[1, 0], [1, 1]], device=x.device), v, "mean", include_self=False), [rand(2, 2), rand(2, 2)]),
+        "mask_getitem": (
+            lambda x: x[Tensor.from_data(np.array([[True, False, True], [False, True, True]]), device=x.device)],
+            [rand(2, 3)],
+        ),
+        "scatter_assign": (
+            lambda x, v: x.scatter(1, Tensor.from_ints([[2, 0], [1, 1]], device=x.device), v, "assign"),
+            [rand(2, 3), rand(2, 2)],
+        ),
+        "scatter_prod": (
+            lambda x, v: x.scatter_reduce(1, Tensor.from_ints([[2, 0, 2], [1, 1, 0]], device=x.device), v, "prod"),
+            [rand(2, 3), rand(2, 3)],
+        ),
+        "scatter_mean": (
+            lambda x, v: x.scatter_reduce(
+                0, Tensor.from_ints([[1, 0], [1, 1]], device=x.device), v, "mean", include_self=False
+            ),
+            [rand(2, 2), rand(2, 2)],
+        ),
         "einsum": (lambda a, b: Tensor.einsum("bij,jk->bki", a, b), [rand(2, 3, 4), rand(4, 5)]),
         "einsum_trace": (lambda a: Tensor.einsum("ii", a), [rand(3, 3)]),
         "bicubic": (lambda x: interpolate(x, size=(5, 4), mode="bicubic"), [rand(1, 1, 3, 3)]),
-        "bilinear_align": (lambda x: interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=True), [rand(1, 2, 3, 2)]),
+        "bilinear_align": (
+            lambda x: interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=True),
+            [rand(1, 2, 3, 2)],
+        ),
     }
 
 
@@ -75,7 +95,9 @@ def test_new_primitives_differentiate_under_both_checkpointing_modes(checkpointi
     from ember.backend.autodiff.checkpoint import Checkpointing
 
     device = Device.flex().autodiff(getattr(Checkpointing, checkpointing))
-    check_grad(lambda x: x.asinh().mul(x.exp2()).log10().logcumsumexp(0), [rng.uniform(0.5, 2.0, size=(4, 3))], device=device)
+    check_grad(
+        lambda x: x.asinh().mul(x.exp2()).log10().logcumsumexp(0), [rng.uniform(0.5, 2.0, size=(4, 3))], device=device
+    )
 
 
 # ---------------------------------------------------------------------------------- edge values
@@ -90,7 +112,9 @@ def test_primitive_edge_values(device, torch, name):
     finite = np.isfinite(expected)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
     np.testing.assert_array_equal(out[np.isinf(expected)], expected[np.isinf(expected)])
-    np.testing.assert_allclose(out[finite], expected[finite], rtol=2e-6, atol=1e-12 if device.backend_name == "flex" else 1e-7)
+    np.testing.assert_allclose(
+        out[finite], expected[finite], rtol=2e-6, atol=1e-12 if device.backend_name == "flex" else 1e-7
+    )
 
 
 def test_float64_precision_on_flex(flex):
@@ -210,14 +234,30 @@ def test_setitem_with_a_mask_keeps_the_dtype_and_other_handles(device):
 # ---------------------------------------------------------------------------------- errors
 ERRORS = [
     (lambda t: t.div(t, rounding_mode="round"), ValueRangeError, ["div", "rounding_mode"]),
-    (lambda t: t.scatter(0, Tensor.from_ints([[0, 1, 0]], device=t.device), t[:1], "replace"), ValueRangeError, ["scatter", "assign"]),
-    (lambda t: t.scatter_reduce(0, Tensor.from_ints([[0, 1, 0]], device=t.device), t[:1], "max"), ValueRangeError, ["scatter_reduce", "amax"]),
+    (
+        lambda t: t.scatter(0, Tensor.from_ints([[0, 1, 0]], device=t.device), t[:1], "replace"),
+        ValueRangeError,
+        ["scatter", "assign"],
+    ),
+    (
+        lambda t: t.scatter_reduce(0, Tensor.from_ints([[0, 1, 0]], device=t.device), t[:1], "max"),
+        ValueRangeError,
+        ["scatter_reduce", "amax"],
+    ),
     (lambda t: Tensor.einsum("ij,jk->ik", t, t), ShapeError, ["einsum", "sizes"]),
     (lambda t: Tensor.einsum("ij->k", t), ValueRangeError, ["einsum", "k"]),
     (lambda t: Tensor.einsum("i1->i", t), ValueRangeError, ["einsum", "letters"]),
     (lambda t: Tensor.einsum("ijk->i", t), ShapeError, ["einsum", "rank"]),
-    (lambda t: interpolate(t.reshape([1, 1, 2, 3]), size=4, mode="linear"), ShapeError, ["interpolate", "linear", "1 spatial"]),
-    (lambda t: interpolate(t.reshape([1, 1, 2, 3]), size=4, scale_factor=2.0), ValueRangeError, ["interpolate", "exactly one"]),
+    (
+        lambda t: interpolate(t.reshape([1, 1, 2, 3]), size=4, mode="linear"),
+        ShapeError,
+        ["interpolate", "linear", "1 spatial"],
+    ),
+    (
+        lambda t: interpolate(t.reshape([1, 1, 2, 3]), size=4, scale_factor=2.0),
+        ValueRangeError,
+        ["interpolate", "exactly one"],
+    ),
     (lambda t: interpolate(t.reshape([1, 1, 2, 3]), size=4, align_corners=True), ValueRangeError, ["align_corners"]),
     (lambda t: t.pad((1, 1), mode="wrap"), ValueRangeError, ["pad", "circular"]),
     (lambda t: t.pad((4, 0), mode="circular"), ValueRangeError, ["pad", "wraps"]),

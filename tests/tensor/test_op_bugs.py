@@ -64,8 +64,12 @@ def test_max_and_min_of_bools_stay_bool(device):
     a = Tensor.from_bools([True, False, False], device=device)
     b = Tensor.from_bools([False, False, True], device=device)
     for out, expected in (
-        (a.maximum(b), [True, False, True]), (a.minimum(b), [False, False, False]),
-        (a.max(), [True]), (a.min(), [False]), (a.max_dim(0), [True]), (a.max_pair(b), [True, False, True]),
+        (a.maximum(b), [True, False, True]),
+        (a.minimum(b), [False, False, False]),
+        (a.max(), [True]),
+        (a.min(), [False]),
+        (a.max_dim(0), [True]),
+        (a.max_pair(b), [True, False, True]),
     ):
         assert out.dtype is DType.BOOL
         assert out.tolist() == expected

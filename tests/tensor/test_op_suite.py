@@ -74,7 +74,11 @@ def _compare(spec: Case, ours: Any, theirs: Any, what: str) -> None:
             assert (np.signbit(a) == np.signbit(e))[~np.isnan(e)].all(), f"{what} {k}: signs of zero differ"
         else:
             np.testing.assert_allclose(
-                a.astype(np.float64), e.astype(np.float64), rtol=spec.rtol, atol=spec.atol, equal_nan=True,
+                a.astype(np.float64),
+                e.astype(np.float64),
+                rtol=spec.rtol,
+                atol=spec.atol,
+                equal_nan=True,
                 err_msg=f"{what} {k}",
             )
 
@@ -104,7 +108,9 @@ def _run(torch: Any, spec: Case, device: Any) -> None:
             continue
         g = t.grad(grads)
         expected = tt.grad if tt.grad is not None else torch.zeros_like(tt)
-        _compare(spec, g if g is not None else Tensor.zeros(list(tt.shape), device=device.inner()), expected, f"gradient {k}")
+        _compare(
+            spec, g if g is not None else Tensor.zeros(list(tt.shape), device=device.inner()), expected, f"gradient {k}"
+        )
 
 
 @pytest.mark.parametrize("category", sorted(CATEGORIES))

@@ -23,7 +23,12 @@ def test_broadcasting_binary_ops(device, shapes, data):
     a = data.draw(hnp.arrays(np.float32, shapes.input_shapes[0], elements=floats))
     b = data.draw(hnp.arrays(np.float32, shapes.input_shapes[1], elements=floats))
     ta, tb = Tensor.from_data(a, device=device), Tensor.from_data(b, device=device)
-    for ours, theirs in ((ta.add(tb), a + b), (ta.mul(tb), a * b), (ta.maximum(tb), np.maximum(a, b)), (ta.greater(tb), a > b)):
+    for ours, theirs in (
+        (ta.add(tb), a + b),
+        (ta.mul(tb), a * b),
+        (ta.maximum(tb), np.maximum(a, b)),
+        (ta.greater(tb), a > b),
+    ):
         assert ours.dims() == list(shapes.result_shape)
         np.testing.assert_array_equal(ours.to_numpy(), theirs)
 
@@ -83,7 +88,12 @@ def test_layout_ops_match_numpy(shape, data):
     np.testing.assert_array_equal(t.reshape([-1]).to_numpy(), array.reshape(-1))
     dim = data.draw(st.integers(0, len(shape) - 1))
     times = data.draw(st.integers(0, 3))
-    np.testing.assert_array_equal(t.repeat_dim(dim, times).to_numpy(), np.concatenate([array] * times, dim) if times else np.zeros([0 if d == dim else n for d, n in enumerate(shape)]))
+    np.testing.assert_array_equal(
+        t.repeat_dim(dim, times).to_numpy(),
+        np.concatenate([array] * times, dim)
+        if times
+        else np.zeros([0 if d == dim else n for d, n in enumerate(shape)]),
+    )
     np.testing.assert_array_equal(Tensor.cat([t, t], dim).to_numpy(), np.concatenate([array, array], dim))
     np.testing.assert_array_equal(Tensor.stack([t, t], dim).to_numpy(), np.stack([array, array], dim))
     np.testing.assert_array_equal(t.sum_dim(dim).to_numpy(), array.sum(dim, keepdims=True))

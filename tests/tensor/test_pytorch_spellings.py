@@ -84,8 +84,9 @@ def test_masked_fill_as_pytorch(x, torch):
     t = torch.from_numpy(x.to_numpy())
     tm = torch.from_numpy(mask.to_numpy())
     np.testing.assert_array_equal(x.masked_fill(mask, -1.0).to_numpy(), t.masked_fill(tm, -1.0).numpy())
-    np.testing.assert_array_equal(x.masked_fill(mask, Tensor.from_floats([5.0])).to_numpy(),
-                                  t.masked_fill(tm, torch.tensor(5.0)).numpy())
+    np.testing.assert_array_equal(
+        x.masked_fill(mask, Tensor.from_floats([5.0])).to_numpy(), t.masked_fill(tm, torch.tensor(5.0)).numpy()
+    )
     with pytest.raises(EmberError, match="one-element"):
         x.masked_fill(mask, Tensor.from_floats([1.0, 2.0]))
 
@@ -103,8 +104,16 @@ def test_bool_mask_indexing(x, torch):
     np.testing.assert_array_equal(x[mask].to_numpy(), t[torch.from_numpy(mask.to_numpy())].numpy())
 
 
-@pytest.mark.parametrize("name, hint", [("numpy", "x.to_numpy()"), ("t", "x.transpose()"),
-                                        ("dim", "x.rank"), ("to", "x.to_device(device)"), ("long", "x.int()")])
+@pytest.mark.parametrize(
+    "name, hint",
+    [
+        ("numpy", "x.to_numpy()"),
+        ("t", "x.transpose()"),
+        ("dim", "x.rank"),
+        ("to", "x.to_device(device)"),
+        ("long", "x.int()"),
+    ],
+)
 def test_pytorch_attribute_names_point_to_embers(x, name, hint):
     with pytest.raises(AttributeError, match="a PyTorch name") as info:
         getattr(x, name)

@@ -80,8 +80,10 @@ def test_logsumexp_and_norm(device, data):
 @pytest.mark.parametrize("name", ["cumsum", "cumprod", "cummax", "cummin"])
 def test_scans(device, data, name):
     oracle = {
-        "cumsum": np.cumsum, "cumprod": np.cumprod,
-        "cummax": np.maximum.accumulate, "cummin": np.minimum.accumulate,
+        "cumsum": np.cumsum,
+        "cumprod": np.cumprod,
+        "cummax": np.maximum.accumulate,
+        "cummin": np.minimum.accumulate,
     }[name]
     t = Tensor.from_data(data, device=device)
     for dim in (0, 2):

@@ -77,9 +77,20 @@ def loaders(batch_size: int = 16, seed: int = 0, workers: int = 0, n: int = 96):
     x, y = blobs(n, seed=seed)
     cut = int(0.75 * n)
     flex = Device.flex()
-    train = (DataLoaderBuilder(DefaultBatcher()).batch_size(batch_size).shuffle(seed + 1).num_workers(workers)
-             .set_device(flex).build(ArrayDataset(x[:cut], y[:cut])))
-    valid = DataLoaderBuilder(DefaultBatcher()).batch_size(batch_size).set_device(flex).build(ArrayDataset(x[cut:], y[cut:]))
+    train = (
+        DataLoaderBuilder(DefaultBatcher())
+        .batch_size(batch_size)
+        .shuffle(seed + 1)
+        .num_workers(workers)
+        .set_device(flex)
+        .build(ArrayDataset(x[:cut], y[:cut]))
+    )
+    valid = (
+        DataLoaderBuilder(DefaultBatcher())
+        .batch_size(batch_size)
+        .set_device(flex)
+        .build(ArrayDataset(x[cut:], y[cut:]))
+    )
     return train, valid
 
 

@@ -34,10 +34,21 @@ def main() -> None:
             print("READY", flush=True)
         return model.forward_classification(batch)
 
-    training = (SupervisedTraining(artifact_dir).renderer("plain").metric_train_numeric(LossMetric())
-                .metric_valid_numeric(LossMetric()).metric_valid_numeric(AccuracyMetric()).num_epochs(3))
-    learner = Learner(Classifier.new(device), AdamConfig().init(), 1e-2, train_step=train_step,
-                      valid_step=lambda m, b: m.forward_classification(b))
+    training = (
+        SupervisedTraining(artifact_dir)
+        .renderer("plain")
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(3)
+    )
+    learner = Learner(
+        Classifier.new(device),
+        AdamConfig().init(),
+        1e-2,
+        train_step=train_step,
+        valid_step=lambda m, b: m.forward_classification(b),
+    )
     result = training.launch(learner, train, valid)
     digest = hashlib.sha256()
     for key, value in sorted(params(result.model).items()):

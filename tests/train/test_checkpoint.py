@@ -62,8 +62,15 @@ class Stopper:
 def setup(artifact_dir, epochs=3, seed=0, accumulation=None):
     device = Device.flex().autodiff()
     device.seed(seed)
-    training = (SupervisedTraining(artifact_dir).renderer("none").plots(False).metric_train_numeric(LossMetric())
-                .metric_valid_numeric(LossMetric()).metric_valid_numeric(AccuracyMetric()).num_epochs(epochs))
+    training = (
+        SupervisedTraining(artifact_dir)
+        .renderer("none")
+        .plots(False)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(epochs)
+    )
     if accumulation:
         training.grads_accumulation(accumulation)
     model = Classifier.new(device)
@@ -156,8 +163,14 @@ def test_resume_from_a_chosen_epoch(tmp_path):
 def test_sigint_finishes_the_step_saves_and_exits_cleanly(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     script = str(ROOT / "tests" / "train" / "run_fit.py")
-    child = subprocess.Popen([sys.executable, script, str(tmp_path / "run"), "0.05"], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    child = subprocess.Popen(
+        [sys.executable, script, str(tmp_path / "run"), "0.05"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert child.stdout.readline().startswith("Training Classifier")
     for line in child.stdout:
         if line.startswith("READY"):
@@ -170,10 +183,17 @@ def test_sigint_finishes_the_step_saves_and_exits_cleanly(tmp_path):
     saved = FileCheckpointer(tmp_path / "run" / "checkpoint").latest()
     assert saved is not None and saved.phase == "train"
 
-    resumed = subprocess.run([sys.executable, script, str(tmp_path / "run")], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=120)
-    whole = subprocess.run([sys.executable, script, str(tmp_path / "whole")], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, script, str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    whole = subprocess.run(
+        [sys.executable, script, str(tmp_path / "whole")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert resumed.returncode == 0 and whole.returncode == 0, resumed.stdout + resumed.stderr + whole.stderr
     assert f"Resumed from checkpoint {saved.name}" in resumed.stdout
     digest = next(line for line in whole.stdout.splitlines() if line.startswith("RESULT"))
@@ -208,9 +228,15 @@ def test_checkpoints_kept_after_training(tmp_path):
         return item
 
     device = Device.flex().autodiff()
-    training = (SupervisedTraining(tmp_path).renderer("none").metric_valid_numeric(LossMetric()).num_epochs(4)
-                .with_checkpointing_strategy(ComposedCheckpointingStrategy(
-                    KeepLastNCheckpoints(1), MetricCheckpointingStrategy(LossMetric()))))
+    training = (
+        SupervisedTraining(tmp_path)
+        .renderer("none")
+        .metric_valid_numeric(LossMetric())
+        .num_epochs(4)
+        .with_checkpointing_strategy(
+            ComposedCheckpointingStrategy(KeepLastNCheckpoints(1), MetricCheckpointingStrategy(LossMetric()))
+        )
+    )
     train, valid = loaders(batch_size=16)
     valid = valid.slice(0, 24).to_device(Device.flex())
     learner = Learner(Classifier.new(device), AdamConfig().init(), 1e-2, valid_step=scripted_valid)
@@ -234,7 +260,9 @@ def test_corrupt_model_file(saved):
     data = bytearray((folder / "model.safetensors").read_bytes())
     data[-3] ^= 0xFF
     (folder / "model.safetensors").write_bytes(bytes(data))
-    with pytest.raises(RecordError, match=r"epoch-0001 is corrupt: model.safetensors does not match its checksum.*delete"):
+    with pytest.raises(
+        RecordError, match=r"epoch-0001 is corrupt: model.safetensors does not match its checksum.*delete"
+    ):
         fit(path, epochs=2)
 
 
@@ -322,8 +350,11 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(tmp_pat
     data = bytearray(damaged.read_bytes())
     data[-5] ^= 0x01
     damaged.write_bytes(bytes(data))
-    with pytest.warns(RuntimeWarning, match=r"Skipped checkpoint epoch-0002-step-000005: .*does not match its checksum"
-                                            r".* Resuming from the newest intact checkpoint, epoch-0001"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"Skipped checkpoint epoch-0002-step-000005: .*does not match its checksum"
+        r".* Resuming from the newest intact checkpoint, epoch-0001",
+    ):
         result = fit(tmp_path, epochs=3)
     assert_same_run(tmp_path, result, *reference)
     assert "Skipped checkpoint epoch-0002-step-000005" in (tmp_path / "experiment.log").read_text()

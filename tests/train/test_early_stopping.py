@@ -53,7 +53,9 @@ def test_warmup():
 
 def test_train_split_and_errors():
     assert decisions(MetricEarlyStoppingStrategy("Loss", 1, split="train", direction="lowest"), [1, 2], "train") == [
-        False, True]
+        False,
+        True,
+    ]
     with pytest.raises(ConfigError, match="patience must be an int >= 1"):
         MetricEarlyStoppingStrategy(LossMetric(), 0)
     with pytest.raises(ConfigError, match="direction='lowest' or 'highest'"):
@@ -72,10 +74,18 @@ def test_fit_stops_early(tmp_path):
 
     train, valid = loaders(batch_size=16)
     valid = valid.slice(0, 16)  # one validation batch per epoch
-    training = (SupervisedTraining(tmp_path).renderer("none").metric_valid_numeric(LossMetric()).num_epochs(6)
-                .early_stopping(LossMetric(), patience=2))
-    result = training.launch(Learner(Classifier.new(Device.flex().autodiff()), AdamConfig().init(), 1e-2,
-                                     valid_step=scripted_valid), train, valid)
+    training = (
+        SupervisedTraining(tmp_path)
+        .renderer("none")
+        .metric_valid_numeric(LossMetric())
+        .num_epochs(6)
+        .early_stopping(LossMetric(), patience=2)
+    )
+    result = training.launch(
+        Learner(Classifier.new(Device.flex().autodiff()), AdamConfig().init(), 1e-2, valid_step=scripted_valid),
+        train,
+        valid,
+    )
     assert result.stopped_early and not result.interrupted and result.epochs == 4
     assert "has not improved for 2 epochs (best 0.5 at epoch 2)" in result.summary.stopped
     assert "Stopped after epoch 4" in (tmp_path / "experiment.log").read_text()

@@ -40,8 +40,13 @@ def ad():
 
 def test_fit_learns_and_reports(ad):
     train, valid = loaders()
-    training = (quiet().metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
-                .metric_valid_numeric(AccuracyMetric()).num_epochs(8))
+    training = (
+        quiet()
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(8)
+    )
     result = training.launch(Learner(Classifier.new(ad), AdamConfig().init(), 5e-2), train, valid)
     model, summary = result
     assert model is result.model and result.epochs == 8 and not result.interrupted
@@ -62,7 +67,11 @@ def test_epoch_values_match_a_hand_computation(ad):
     result = training.launch(Learner(Classifier.new(ad), SgdConfig().init(), 0.0), train, valid)
     model = result.model.valid()
     logits = model(Tensor_from(x)).to_numpy().astype(np.float64)
-    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    logp = (
+        logits
+        - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True))
+        - logits.max(1, keepdims=True)
+    )
     expected_loss = -logp[np.arange(23), y].mean()
     assert result.history.find("Loss", 1, "valid") == pytest.approx(expected_loss, rel=1e-5)
     assert result.history.find("Accuracy", 1, "valid") == pytest.approx(100 * np.mean(logits.argmax(1) == y))
@@ -78,8 +87,16 @@ def test_step_functions_and_default_loss_metric(ad):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 3)).astype(np.float32)
     y = (x @ np.array([[1.0], [-2.0], [0.5]]) + 0.3).astype(np.float32)
-    loader = DataLoaderBuilder(DefaultBatcher()).batch_size(16).shuffle(0).set_device(Device.flex()).build(ArrayDataset(x, y))
-    learner = Learner(Regressor.new(ad), AdamConfig().init(), 0.1, train_step=regression_step, valid_step=regression_step)
+    loader = (
+        DataLoaderBuilder(DefaultBatcher())
+        .batch_size(16)
+        .shuffle(0)
+        .set_device(Device.flex())
+        .build(ArrayDataset(x, y))
+    )
+    learner = Learner(
+        Regressor.new(ad), AdamConfig().init(), 0.1, train_step=regression_step, valid_step=regression_step
+    )
     result = quiet().num_epochs(30).launch(learner, loader, loader)
     assert result.history.names() == ["Loss"]  # registered by default for both splits
     assert result.history.find("Loss", 30, "valid") < 0.05
@@ -133,8 +150,13 @@ def test_gradient_accumulation_matches_summed_gradients(ad):
 
 def test_files_in_the_artifact_directory(tmp_path, ad):
     train, valid = loaders()
-    training = (quiet(tmp_path).metric_train_numeric(LossMetric()).metric_valid_numeric(LossMetric())
-                .metric_valid_numeric(AccuracyMetric()).num_epochs(3))
+    training = (
+        quiet(tmp_path)
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(3)
+    )
     training.launch(Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid)
     with (tmp_path / "logs" / "train.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -156,7 +178,8 @@ def test_files_in_the_artifact_directory(tmp_path, ad):
 def test_jsonl_logger(tmp_path, ad):
     train, valid = loaders()
     quiet(tmp_path).with_metric_logger("jsonl").num_epochs(1).launch(
-        Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid)
+        Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid
+    )
     lines = (tmp_path / "logs" / "valid.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     assert len(lines) == len(valid) and first["epoch"] == 1 and first["iteration"] == 1 and "Loss" in first
@@ -169,7 +192,8 @@ def test_plots_skipped_without_matplotlib(tmp_path, ad, monkeypatch):
     out = io.StringIO()
     train, valid = loaders()
     SupervisedTraining(tmp_path).renderer(PlainRenderer(out)).num_epochs(2).launch(
-        Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid)
+        Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid
+    )
     assert out.getvalue().count("Plots skipped: matplotlib is not installed") == 1
     assert not (tmp_path / "plots").exists()
 
@@ -177,11 +201,17 @@ def test_plots_skipped_without_matplotlib(tmp_path, ad, monkeypatch):
 def test_summary_is_printed(ad):
     out = io.StringIO()
     train, valid = loaders()
-    training = (SupervisedTraining().renderer(PlainRenderer(out)).metric_valid_numeric(AccuracyMetric())
-                .metric_train_numeric(LossMetric()).num_epochs(2).summary())
+    training = (
+        SupervisedTraining()
+        .renderer(PlainRenderer(out))
+        .metric_valid_numeric(AccuracyMetric())
+        .metric_train_numeric(LossMetric())
+        .num_epochs(2)
+        .summary()
+    )
     training.launch(Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid)
     text = out.getvalue()
-    table = text[text.index("Learner Summary"):].splitlines()
+    table = text[text.index("Learner Summary") :].splitlines()
     assert table[1].startswith("Epochs: 2")
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]) for line in table[4:]}
     assert rows == {("Train", "Loss"), ("Valid", "Accuracy")}
@@ -189,7 +219,9 @@ def test_summary_is_printed(ad):
 
 def test_errors(ad):
     train, valid = loaders()
-    with pytest.raises(DeviceError, match=r"does not track gradients; build the model on Device<Flex\(Cpu\)>.autodiff\(\)"):
+    with pytest.raises(
+        DeviceError, match=r"does not track gradients; build the model on Device<Flex\(Cpu\)>.autodiff\(\)"
+    ):
         quiet().launch(Learner(Classifier.new(Device.flex()), AdamConfig().init(), 1e-2), train, valid)
     with pytest.raises(ConfigError, match="has no train_step"):
         quiet().launch(Learner(Regressor.new(ad), AdamConfig().init(), 1e-2), train)
@@ -211,13 +243,18 @@ def test_errors(ad):
         quiet().renderer("fancy")
     with pytest.raises(ConfigError, match=r"reads the valid metric 'Accuracy'.*metric_valid_numeric"):
         quiet().metric_valid_numeric(LossMetric()).early_stopping(AccuracyMetric(), patience=2).launch(
-            Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid)
+            Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid
+        )
 
 
 def test_build_then_fit_and_the_default_setup(ad):
     train, valid = loaders()
-    learner = quiet().metric_valid_numeric(AccuracyMetric()).num_epochs(2).build(
-        Classifier.new(ad), AdamConfig().init(), 1e-2)
+    learner = (
+        quiet()
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(2)
+        .build(Classifier.new(ad), AdamConfig().init(), 1e-2)
+    )
     model, summary = learner.fit(train, valid)
     assert summary.epochs == 2 and summary.get("Accuracy", "valid") is not None and learner.model is model
     plain = Learner(Classifier.new(ad), AdamConfig().init(), 1e-2)
@@ -228,6 +265,9 @@ def test_build_then_fit_and_the_default_setup(ad):
 def test_valid_metrics_without_a_valid_loader(tmp_path, ad):
     """The default checkpoint strategy only reads the validation loss when there is a validation."""
     train, _ = loaders()
-    result = quiet(tmp_path).metric_valid_numeric(LossMetric()).launch(
-        Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train)
+    result = (
+        quiet(tmp_path)
+        .metric_valid_numeric(LossMetric())
+        .launch(Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train)
+    )
     assert result.epochs == 1 and result.checkpoint.name == "epoch-0001"

@@ -44,12 +44,24 @@ def test_one_rate_per_epoch():
 def fit(path, stop_after=None, seed=0):
     device = Device.flex().autodiff()
     device.seed(seed)
-    training = (SupervisedTraining(path).renderer("none").plots(False).metric_train_numeric(LossMetric())
-                .metric_train_numeric(LearningRateMetric()).num_epochs(3))
+    training = (
+        SupervisedTraining(path)
+        .renderer("none")
+        .plots(False)
+        .metric_train_numeric(LossMetric())
+        .metric_train_numeric(LearningRateMetric())
+        .num_epochs(3)
+    )
     scheduler = StepLrSchedulerConfig(2e-2, step_size=1, gamma=0.5).init()
     step = StopAfter(training, stop_after)
-    learner = Learner(Classifier.new(device), AdamConfig().init(), scheduler, lr_step="epoch", train_step=step,
-                      valid_step=lambda model, batch: model.forward_classification(batch))
+    learner = Learner(
+        Classifier.new(device),
+        AdamConfig().init(),
+        scheduler,
+        lr_step="epoch",
+        train_step=step,
+        valid_step=lambda model, batch: model.forward_classification(batch),
+    )
     train, valid = loaders(batch_size=8)  # 9 batches per epoch
     return training.launch(learner, train, valid)
 

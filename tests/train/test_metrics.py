@@ -43,8 +43,9 @@ def feed(metric, outputs, targets, output_type=ClassificationOutput, loss=None):
         sl = slice(start, start + n)
         start += n
         loss_value = Tensor.from_floats([0.0 if loss is None else float(loss[sl].mean())], device=device)
-        item = output_type(loss_value, Tensor.from_data(outputs[sl], device=device),
-                           Tensor.from_data(targets[sl], device=device))
+        item = output_type(
+            loss_value, Tensor.from_data(outputs[sl], device=device), Tensor.from_data(targets[sl], device=device)
+        )
         metric.update(ItemView(item), meta(n))
     return metric.value()
 
@@ -62,9 +63,11 @@ def multiclass():
 
 def test_loss_is_weighted_by_batch_size():
     per_sample = np.random.default_rng(1).random(sum(BATCHES))
-    value = feed(LossMetric(), np.zeros((sum(BATCHES), 2), np.float32), np.zeros(sum(BATCHES), np.int64), loss=per_sample)
+    value = feed(
+        LossMetric(), np.zeros((sum(BATCHES), 2), np.float32), np.zeros(sum(BATCHES), np.int64), loss=per_sample
+    )
     assert value == pytest.approx(per_sample.mean(), rel=1e-6)
-    unweighted = np.mean([per_sample[s:s + n].mean() for s, n in zip(np.cumsum([0] + BATCHES[:-1]), BATCHES)])
+    unweighted = np.mean([per_sample[s : s + n].mean() for s, n in zip(np.cumsum([0] + BATCHES[:-1]), BATCHES)])
     assert abs(unweighted - per_sample.mean()) > 1e-3  # the test would catch an unweighted mean
 
 
@@ -111,8 +114,10 @@ def test_fbeta(multiclass, beta):
     assert feed(FBetaScoreMetric.multiclass(beta=beta), logits, targets) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(("cls", "sk"), [(PrecisionMetric, "precision_score"), (RecallMetric, "recall_score"),
-                                          (FBetaScoreMetric, "f1_score")])
+@pytest.mark.parametrize(
+    ("cls", "sk"),
+    [(PrecisionMetric, "precision_score"), (RecallMetric, "recall_score"), (FBetaScoreMetric, "f1_score")],
+)
 @pytest.mark.parametrize("columns", [1, 2])
 def test_binary_confusion_metrics(cls, sk, columns):
     rng = np.random.default_rng(2)
@@ -177,14 +182,21 @@ def test_auroc_undefined_for_one_class():
 
 def test_state_round_trip_resumes_an_epoch(multiclass):
     logits, targets = multiclass
-    for make in (AccuracyMetric, lambda: PrecisionMetric.multiclass(), lambda: AurocMetric(multiclass=True), LossMetric):
+    for make in (
+        AccuracyMetric,
+        lambda: PrecisionMetric.multiclass(),
+        lambda: AurocMetric(multiclass=True),
+        LossMetric,
+    ):
         whole = make()
         expected = feed(whole, logits.astype(np.float64), targets, loss=np.arange(len(targets), dtype=float))
         first, second = make(), make()
-        half = ClassificationOutput(Tensor.from_floats([1.0]), Tensor.from_data(logits[:20].astype(np.float64)),
-                                    Tensor.from_data(targets[:20]))
-        rest = ClassificationOutput(Tensor.from_floats([2.0]), Tensor.from_data(logits[20:].astype(np.float64)),
-                                    Tensor.from_data(targets[20:]))
+        half = ClassificationOutput(
+            Tensor.from_floats([1.0]), Tensor.from_data(logits[:20].astype(np.float64)), Tensor.from_data(targets[:20])
+        )
+        rest = ClassificationOutput(
+            Tensor.from_floats([2.0]), Tensor.from_data(logits[20:].astype(np.float64)), Tensor.from_data(targets[20:])
+        )
         first.update(ItemView(half), meta(20))
         second.load_state_dict(first.state_dict())
         second.update(ItemView(rest), meta(len(targets) - 20))
@@ -208,8 +220,9 @@ def test_learning_rate_speed_memory():
 def test_metric_errors(multiclass):
     logits, targets = multiclass
     with pytest.raises(ShapeError, match=r"AccuracyMetric|Accuracy: output \[3, 5\] and targets \[4\]"):
-        AccuracyMetric().update(ItemView(ClassificationOutput(None, Tensor.from_data(logits[:3]),
-                                                              Tensor.from_data(targets[:4]))), meta(3))
+        AccuracyMetric().update(
+            ItemView(ClassificationOutput(None, Tensor.from_data(logits[:3]), Tensor.from_data(targets[:4]))), meta(3)
+        )
     with pytest.raises(ConfigError, match="has no 'targets'"):
         AccuracyMetric().update(ItemView({"loss": 1.0, "output": logits}), meta(3))
     with pytest.raises(ShapeError, match="must hold one value"):

@@ -29,8 +29,10 @@ def test_plain_renderer_lines():
     r.start(TrainingInfo(3, 1, 4, 2, model="Mlp", num_params=97, device="Device<Flex(Cpu)>", artifact_dir="runs/a"))
     for i in range(1, 5):
         r.update(TrainingProgress(Split.TRAIN, 1, 3, i, 4, 8 * i, 32, eta=75.0), [entry("Loss", 0.5, "0.5000")])
-    r.update(TrainingProgress(Split.VALID, 1, 3, 1, 1, 8, 8, eta=None),
-             [entry("Loss", 0.4, "0.4000"), entry("Accuracy", 90.0, "90.00%")])
+    r.update(
+        TrainingProgress(Split.VALID, 1, 3, 1, 1, 8, 8, eta=None),
+        [entry("Loss", 0.4, "0.4000"), entry("Accuracy", 90.0, "90.00%")],
+    )
     r.epoch_end(EpochReport(1, 3, 1.234, [entry("Loss", 0.5, "0.5000")], [entry("Accuracy", 90.0, "90.00%")]))
     r.message("Saved checkpoint epoch-0001")
     r.end("SUMMARY")
@@ -49,16 +51,22 @@ def test_plain_renderer_lines():
 def test_plain_renderer_in_a_fit():
     out = io.StringIO()
     train, valid = loaders(batch_size=8)  # 9 train, 3 valid batches
-    training = (SupervisedTraining().renderer(PlainRenderer(out, lines_per_epoch=3))
-                .metric_train_numeric(LossMetric()).metric_valid_numeric(AccuracyMetric()).num_epochs(2))
+    training = (
+        SupervisedTraining()
+        .renderer(PlainRenderer(out, lines_per_epoch=3))
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(2)
+    )
     training.launch(Learner(Classifier.new(Device.flex().autodiff()), AdamConfig().init(), 1e-2), train, valid)
     lines = out.getvalue().splitlines()
     train_lines = [line for line in lines if line.startswith("[train] epoch 1/2")]
     assert [re.search(r"iter (\d+)/9", line).group(1) for line in train_lines] == ["3", "6", "9"]
     assert all(re.search(r"\| Loss \d\.\d{4} \| eta \d\d:\d\d$", line) for line in train_lines)
     done = [line for line in lines if " done in " in line]
-    assert len(done) == 2 and re.match(r"epoch 2/2 done in [\d.]+s \| train: Loss [\d.]+ \| valid: Accuracy [\d.]+%$",
-                                       done[1])
+    assert len(done) == 2 and re.match(
+        r"epoch 2/2 done in [\d.]+s \| train: Loss [\d.]+ \| valid: Accuracy [\d.]+%$", done[1]
+    )
     assert "\x1b" not in out.getvalue()  # no terminal control codes
 
 
@@ -68,8 +76,14 @@ def test_dashboard_draws_metrics_and_progress():
 
     out = io.StringIO()
     console = rich_console.Console(file=out, force_terminal=True, width=100)
-    training = (SupervisedTraining().renderer(DashboardRenderer(console)).metric_train_numeric(LossMetric())
-                .metric_valid_numeric(AccuracyMetric()).num_epochs(2).summary())
+    training = (
+        SupervisedTraining()
+        .renderer(DashboardRenderer(console))
+        .metric_train_numeric(LossMetric())
+        .metric_valid_numeric(AccuracyMetric())
+        .num_epochs(2)
+        .summary()
+    )
     train, valid = loaders(batch_size=8)
     training.launch(Learner(Classifier.new(Device.flex().autodiff()), AdamConfig().init(), 1e-2), train, valid)
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", out.getvalue())

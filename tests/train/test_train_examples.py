@@ -38,7 +38,7 @@ def write_fake_mnist(root: Path) -> None:
         labels = rng.integers(0, 10, n).astype(np.uint8)
         images = rng.integers(0, 50, (n, 28, 28)).astype(np.uint8)
         for i, label in enumerate(labels):
-            images[i, 2 * label: 2 * label + 6, 4:24] = 255
+            images[i, 2 * label : 2 * label + 6, 4:24] = 255
         write_idx(root / f"{split}-images-idx3-ubyte.gz", images)
         write_idx(root / f"{split}-labels-idx1-ubyte", labels)
 

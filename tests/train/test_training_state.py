@@ -62,7 +62,9 @@ def test_resume_continues_bit_for_bit(tmp_path):
 
     model, optim, scheduler = fresh(device)
     model, first = run(model, optim, scheduler, x, y, 4)
-    TrainingState(model, optim, scheduler, step=4, extra={"epoch": 1, "best": first[-1]}).save(tmp_path / "state", device)
+    TrainingState(model, optim, scheduler, step=4, extra={"epoch": 1, "best": first[-1]}).save(
+        tmp_path / "state", device
+    )
     for _ in range(3):
         Tensor.random([5], device=device)  # the generator moves on before the resume
 

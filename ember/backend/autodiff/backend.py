@@ -28,8 +28,17 @@ from ember.errors import GraphError
 
 
 class AutodiffBackend(
-    ElementwiseRules, ReduceRules, LayoutRules, IndexingRules, LinalgRules, ActivationRules, AttentionRules, LossRules,
-    NormRules, ModuleRules, Backend,
+    ElementwiseRules,
+    ReduceRules,
+    LayoutRules,
+    IndexingRules,
+    LinalgRules,
+    ActivationRules,
+    AttentionRules,
+    LossRules,
+    NormRules,
+    ModuleRules,
+    Backend,
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is
     tracked, records a node whose step computes the inputs' gradients."""

@@ -26,8 +26,10 @@ _KINDS = {
 def install_hint() -> str:
     hint = f"pip install wgpu=={WGPU_VERSION}"
     if sys.platform.startswith("linux"):
-        hint += "; for a GPU without drivers (or none at all) install Mesa's Vulkan drivers: " \
-                "apt-get install -y mesa-vulkan-drivers libvulkan1"
+        hint += (
+            "; for a GPU without drivers (or none at all) install Mesa's Vulkan drivers: "
+            "apt-get install -y mesa-vulkan-drivers libvulkan1"
+        )
     return hint
 
 
@@ -54,7 +56,9 @@ def select_adapter(api: str, kind: str) -> Any:
     try:
         adapters = wgpu.gpu.enumerate_adapters_sync()
     except Exception as error:  # the native library or loader failed to start
-        raise BackendUnavailableError(f"ember: {call}: wgpu could not list adapters ({error}); {install_hint()}") from None
+        raise BackendUnavailableError(
+            f"ember: {call}: wgpu could not list adapters ({error}); {install_hint()}"
+        ) from None
     backends, types = _APIS[api], _KINDS[kind]
     ranked = [
         (types.index(a.info.get("adapter_type")), backends.index(a.info.get("backend_type")), i, a)

@@ -93,8 +93,19 @@ class CubeBackend(Backend):
         """Counters: ``compiles``, ``cache_hits``, ``launches``, ``submits``, ``uploads``,
         ``readbacks``, ``bytes_up``, ``bytes_down``, ``buffers`` (created), ``pool_hits``
         (reused), ``syncs``, and ``kernels`` (in the cache)."""
-        names = ("compiles", "cache_hits", "launches", "submits", "uploads", "readbacks",
-                 "bytes_up", "bytes_down", "buffers", "pool_hits", "syncs")
+        names = (
+            "compiles",
+            "cache_hits",
+            "launches",
+            "submits",
+            "uploads",
+            "readbacks",
+            "bytes_up",
+            "bytes_down",
+            "buffers",
+            "pool_hits",
+            "syncs",
+        )
         counts = {name: self.runtime.stats[name] for name in names}
         counts["kernels"] = len(self.cache)
         return counts

@@ -72,7 +72,9 @@ class CubeTensor:
             step *= n
         return True
 
-    def view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int, keep_bounds: bool = True) -> CubeTensor:
+    def view(
+        self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int, keep_bounds: bool = True
+    ) -> CubeTensor:
         return CubeTensor(self.buffer, shape, self.storage, strides, offset, self.bounds if keep_bounds else None)
 
     def __repr__(self) -> str:

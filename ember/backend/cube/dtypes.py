@@ -77,8 +77,14 @@ _BF16_STORE = "bf16_word({v})"
 _STORAGES = {
     DType.FLOAT32: Storage(DType.FLOAT32, "f32", "f32", np.dtype(np.float32), 4),
     DType.BFLOAT16: Storage(
-        DType.BFLOAT16, "u32", "f32", np.dtype(np.uint32), 4,
-        load="bitcast<f32>({x} << 16u)", store=_BF16_STORE, helpers=("bf16_word",),
+        DType.BFLOAT16,
+        "u32",
+        "f32",
+        np.dtype(np.uint32),
+        4,
+        load="bitcast<f32>({x} << 16u)",
+        store=_BF16_STORE,
+        helpers=("bf16_word",),
     ),
     DType.INT64: Storage(DType.INT64, "vec2<u32>", "i64", np.dtype(np.int64), 8),
     DType.INT32: Storage(DType.INT32, "i32", "i32", np.dtype(np.int32), 4),
@@ -89,8 +95,13 @@ _STORAGES = {
 }
 _F16_NATIVE = Storage(DType.FLOAT16, "f16", "f32", np.dtype(np.float16), 2, load="f32({x})", store="f16({v})", f16=True)
 _F16_WORD = Storage(
-    DType.FLOAT16, "u32", "f32", np.dtype(np.uint32), 4,
-    load="unpack2x16float({x}).x", store="pack2x16float(vec2<f32>({v}, 0.0))",
+    DType.FLOAT16,
+    "u32",
+    "f32",
+    np.dtype(np.uint32),
+    4,
+    load="unpack2x16float({x}).x",
+    store="pack2x16float(vec2<f32>({v}, 0.0))",
 )
 
 

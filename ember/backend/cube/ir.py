@@ -110,13 +110,19 @@ def num_inputs(expr: Expr) -> int:
 class Emitter:
     """Turns expressions into ``let`` statements, each node once."""
 
-    def __init__(self, loads: dict[int, str], scalars: dict[int, int], index: str = "i32(gi)", prefix: str = "v",
-                 accs: dict[int, str] | None = None) -> None:
-        self.loads = loads          # input index -> WGSL expression of its value
-        self.scalars = scalars      # scalar index -> info position
-        self.accs = accs or {}      # accumulator index -> WGSL expression of its value
-        self.index = index          # WGSL expression of the element's linear index (i32)
-        self.prefix = prefix        # of the names of the emitted values
+    def __init__(
+        self,
+        loads: dict[int, str],
+        scalars: dict[int, int],
+        index: str = "i32(gi)",
+        prefix: str = "v",
+        accs: dict[int, str] | None = None,
+    ) -> None:
+        self.loads = loads  # input index -> WGSL expression of its value
+        self.scalars = scalars  # scalar index -> info position
+        self.accs = accs or {}  # accumulator index -> WGSL expression of its value
+        self.index = index  # WGSL expression of the element's linear index (i32)
+        self.prefix = prefix  # of the names of the emitted values
         self.lines: list[str] = []
         self._names: dict[Expr, str] = {}
 

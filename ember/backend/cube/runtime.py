@@ -179,7 +179,9 @@ class _RawCalls:
         pass_id = cpass._internal
         lib.wgpuComputePassEncoderSetPipeline(pass_id, pipeline._internal)
         lib.wgpuComputePassEncoderSetBindGroup(pass_id, 0, group, 0, self.ffi.NULL)
-        lib.wgpuComputePassEncoderSetBindGroup(pass_id, 1, info_group._internal, 1, self.ffi.new("uint32_t[1]", [offset]))
+        lib.wgpuComputePassEncoderSetBindGroup(
+            pass_id, 1, info_group._internal, 1, self.ffi.new("uint32_t[1]", [offset])
+        )
         lib.wgpuComputePassEncoderDispatchWorkgroups(pass_id, *groups)
 
     def release(self) -> None:
@@ -212,7 +214,7 @@ class TapeInfo:
     def __init__(self, buffer: Any, group: Any) -> None:
         self.buffer = buffer
         self.group = group
-        self.encoded_at = -1   # the submit the tape's last replay went into (see Runtime.replay)
+        self.encoded_at = -1  # the submit the tape's last replay went into (see Runtime.replay)
 
 
 class Runtime:
@@ -243,16 +245,19 @@ class Runtime:
         self._usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self._layouts: dict[tuple[int, int], Any] = {}
         info_layout = self.device.create_bind_group_layout(
-            entries=[{
-                "binding": 0,
-                "visibility": wgpu.ShaderStage.COMPUTE,
-                "buffer": {"type": wgpu.BufferBindingType.read_only_storage, "has_dynamic_offset": True},
-            }]
+            entries=[
+                {
+                    "binding": 0,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": wgpu.BufferBindingType.read_only_storage, "has_dynamic_offset": True},
+                }
+            ]
         )
         self._info_layout = info_layout
         self._arena = self.device.create_buffer(size=_ARENA_BYTES + _INFO_BYTES, usage=self._usage)
         self._arena_group = self.device.create_bind_group(
-            layout=info_layout, entries=[{"binding": 0, "resource": {"buffer": self._arena, "offset": 0, "size": _INFO_BYTES}}]
+            layout=info_layout,
+            entries=[{"binding": 0, "resource": {"buffer": self._arena, "offset": 0, "size": _INFO_BYTES}}],
         )
         self._host_arena = np.zeros((_ARENA_BYTES + _INFO_BYTES) // 4, np.uint32)
         self._arena_pos = 0
@@ -261,7 +266,7 @@ class Runtime:
         self._batch = 0
         self._fence = self.device.create_buffer(size=4, usage=self._usage)
         self._captures: dict[int, Capture] = {}
-        self._released: deque[Any] = deque()   # tapes' bind groups, released after the next submit
+        self._released: deque[Any] = deque()  # tapes' bind groups, released after the next submit
         #: submits so far (never reset, unlike ``stats``)
         self.submit_count = 0
         self.pool = BufferPool(_POOL_LIMIT)
@@ -411,9 +416,13 @@ class Runtime:
         if min(groups) <= 0:
             return
         if max(groups) > self.max_groups:
-            raise RuntimeError(f"ember: cube: kernel {kernel.name} needs {groups} workgroups, over {self.max_groups} per dim")
+            raise RuntimeError(
+                f"ember: cube: kernel {kernel.name} needs {groups} workgroups, over {self.max_groups} per dim"
+            )
         if len(info) > INFO_WORDS:
-            raise RuntimeError(f"ember: cube: kernel {kernel.name} passes {len(info)} parameters (at most {INFO_WORDS})")
+            raise RuntimeError(
+                f"ember: cube: kernel {kernel.name} passes {len(info)} parameters (at most {INFO_WORDS})"
+            )
         group, _ = self.layout(kernel.n_in, kernel.n_out)
         if self._captures:
             capture = self._captures.get(threading.get_ident())
@@ -426,7 +435,7 @@ class Runtime:
                 self.flush()
             offset = self._arena_pos
             start = offset // 4
-            self._host_arena[start:start + len(info)] = info
+            self._host_arena[start : start + len(info)] = info
             self._arena_pos = offset + (-(-max(len(info) * 4, 4) // self.info_align)) * self.info_align
             if self._pass is None:
                 self._begin()
@@ -544,8 +553,15 @@ class Runtime:
         next submit. Takes no lock (a finaliser may call it)."""
         self._released.extend(groups)
 
-    def replay(self, info: TapeInfo, words: np.ndarray, pipelines: list[Any], groups: list[Any],
-               offsets: Any, grids: list[tuple[int, int, int]]) -> None:
+    def replay(
+        self,
+        info: TapeInfo,
+        words: np.ndarray,
+        pipelines: list[Any],
+        groups: list[Any],
+        offsets: Any,
+        grids: list[tuple[int, int, int]],
+    ) -> None:
         """Records a tape's dispatches into the open pass: dispatch ``i`` runs pipeline
         ``pipelines[i]`` (a raw handle) with bind group ``groups[i]`` and parameter
         words at ``offsets[i]`` (a C array of byte offsets) in ``info``, whose contents
@@ -557,8 +573,9 @@ class Runtime:
         with self.lock:
             if info.encoded_at == self.submit_count and self._pass is not None:
                 self.flush()
-            lib.wgpuQueueWriteBuffer(self.queue._internal, info.buffer._internal, 0, ffi.from_buffer(words),
-                                     words.nbytes)
+            lib.wgpuQueueWriteBuffer(
+                self.queue._internal, info.buffer._internal, 0, ffi.from_buffer(words), words.nbytes
+            )
             if self._pass is None:
                 self._begin()
             pass_id = self._pass._internal

@@ -383,7 +383,7 @@ def bindings(inputs: Sequence[Storage | str], outputs: Sequence[Storage | str]) 
     lines.append(int64.ALIAS)
     for i, e in enumerate(elems[: len(inputs)]):
         lines.append(f"@group(0) @binding({i}) var<storage, read> in{i}: array<{e}>;")
-    for j, e in enumerate(elems[len(inputs):]):
+    for j, e in enumerate(elems[len(inputs) :]):
         lines.append(f"@group(0) @binding({len(inputs) + j}) var<storage, read_write> out{j}: array<{e}>;")
     lines.append("@group(1) @binding(0) var<storage, read> info: array<u32>;")
     return "\n".join(lines)

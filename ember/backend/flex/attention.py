@@ -135,8 +135,9 @@ def attention(query, key, value, mask, bias, fill, scale, causal, keep):
 
 
 @quietly
-def attention_backward(query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key, need_value,
-                       need_scores):
+def attention_backward(
+    query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key, need_value, need_scores
+):
     """See :meth:`ember.backend.base.Backend.attention_backward`."""
     if query.dtype not in _FLOATS or grad.dtype != query.dtype:
         return NotImplemented

@@ -56,43 +56,116 @@ def _sign(x):
 
 
 _UNARY: dict[UnaryOp, Callable[..., Any]] = {
-    UnaryOp.NEG: np.negative, UnaryOp.ABS: np.abs, UnaryOp.EXP: np.exp, UnaryOp.LOG: np.log, UnaryOp.LOG1P: np.log1p,
-    UnaryOp.EXPM1: np.expm1, UnaryOp.SQRT: np.sqrt, UnaryOp.RSQRT: _rsqrt, UnaryOp.RECIP: _recip,
-    UnaryOp.SIN: np.sin, UnaryOp.COS: np.cos, UnaryOp.TAN: np.tan, UnaryOp.TANH: np.tanh, UnaryOp.SINH: np.sinh,
-    UnaryOp.COSH: np.cosh, UnaryOp.ASIN: np.arcsin, UnaryOp.ACOS: np.arccos, UnaryOp.ATAN: np.arctan,
-    UnaryOp.ERF: erf, UnaryOp.LOG2: np.log2, UnaryOp.LOG10: _log10, UnaryOp.EXP2: np.exp2, UnaryOp.ASINH: np.arcsinh,
-    UnaryOp.ACOSH: np.arccosh, UnaryOp.ATANH: np.arctanh, UnaryOp.SIGN: _sign, UnaryOp.ROUND: np.round, UnaryOp.FLOOR: np.floor, UnaryOp.CEIL: np.ceil,
-    UnaryOp.TRUNC: np.trunc, UnaryOp.SQUARE: np.square,
-    UnaryOp.IS_NAN: np.isnan, UnaryOp.IS_INF: np.isinf, UnaryOp.IS_FINITE: np.isfinite,
-    UnaryOp.LOGICAL_NOT: np.logical_not, UnaryOp.BITWISE_NOT: np.invert,
+    UnaryOp.NEG: np.negative,
+    UnaryOp.ABS: np.abs,
+    UnaryOp.EXP: np.exp,
+    UnaryOp.LOG: np.log,
+    UnaryOp.LOG1P: np.log1p,
+    UnaryOp.EXPM1: np.expm1,
+    UnaryOp.SQRT: np.sqrt,
+    UnaryOp.RSQRT: _rsqrt,
+    UnaryOp.RECIP: _recip,
+    UnaryOp.SIN: np.sin,
+    UnaryOp.COS: np.cos,
+    UnaryOp.TAN: np.tan,
+    UnaryOp.TANH: np.tanh,
+    UnaryOp.SINH: np.sinh,
+    UnaryOp.COSH: np.cosh,
+    UnaryOp.ASIN: np.arcsin,
+    UnaryOp.ACOS: np.arccos,
+    UnaryOp.ATAN: np.arctan,
+    UnaryOp.ERF: erf,
+    UnaryOp.LOG2: np.log2,
+    UnaryOp.LOG10: _log10,
+    UnaryOp.EXP2: np.exp2,
+    UnaryOp.ASINH: np.arcsinh,
+    UnaryOp.ACOSH: np.arccosh,
+    UnaryOp.ATANH: np.arctanh,
+    UnaryOp.SIGN: _sign,
+    UnaryOp.ROUND: np.round,
+    UnaryOp.FLOOR: np.floor,
+    UnaryOp.CEIL: np.ceil,
+    UnaryOp.TRUNC: np.trunc,
+    UnaryOp.SQUARE: np.square,
+    UnaryOp.IS_NAN: np.isnan,
+    UnaryOp.IS_INF: np.isinf,
+    UnaryOp.IS_FINITE: np.isfinite,
+    UnaryOp.LOGICAL_NOT: np.logical_not,
+    UnaryOp.BITWISE_NOT: np.invert,
 }
 # Ops computed in float32 for float16/bfloat16 inputs (numpy or ml_dtypes lack them
 # or lose accuracy), then rounded back.
-_UPCAST_UNARY = frozenset({
-    UnaryOp.ERF, UnaryOp.EXP, UnaryOp.LOG, UnaryOp.LOG1P, UnaryOp.EXPM1, UnaryOp.SQRT, UnaryOp.RSQRT, UnaryOp.SIN, UnaryOp.COS, UnaryOp.TAN, UnaryOp.TANH, UnaryOp.SINH, UnaryOp.COSH, UnaryOp.ASIN, UnaryOp.ACOS, UnaryOp.ATAN,
-    UnaryOp.LOG2, UnaryOp.LOG10, UnaryOp.EXP2, UnaryOp.ASINH, UnaryOp.ACOSH, UnaryOp.ATANH,
-})
+_UPCAST_UNARY = frozenset(
+    {
+        UnaryOp.ERF,
+        UnaryOp.EXP,
+        UnaryOp.LOG,
+        UnaryOp.LOG1P,
+        UnaryOp.EXPM1,
+        UnaryOp.SQRT,
+        UnaryOp.RSQRT,
+        UnaryOp.SIN,
+        UnaryOp.COS,
+        UnaryOp.TAN,
+        UnaryOp.TANH,
+        UnaryOp.SINH,
+        UnaryOp.COSH,
+        UnaryOp.ASIN,
+        UnaryOp.ACOS,
+        UnaryOp.ATAN,
+        UnaryOp.LOG2,
+        UnaryOp.LOG10,
+        UnaryOp.EXP2,
+        UnaryOp.ASINH,
+        UnaryOp.ACOSH,
+        UnaryOp.ATANH,
+    }
+)
 
 _UPCAST_BINARY = frozenset({BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV, BinaryOp.COPYSIGN})
 
 _BINARY = {
-    BinaryOp.ADD: np.add, BinaryOp.SUB: np.subtract, BinaryOp.MUL: np.multiply, BinaryOp.DIV: np.true_divide,
-    BinaryOp.REMAINDER: np.remainder, BinaryOp.FLOOR_DIV: np.floor_divide, BinaryOp.POW: np.power,
-    BinaryOp.ATAN2: np.arctan2, BinaryOp.COPYSIGN: np.copysign, BinaryOp.MAXIMUM: np.maximum, BinaryOp.MINIMUM: np.minimum,
-    BinaryOp.EQ: np.equal, BinaryOp.NE: np.not_equal, BinaryOp.GT: np.greater, BinaryOp.GE: np.greater_equal,
-    BinaryOp.LT: np.less, BinaryOp.LE: np.less_equal,
-    BinaryOp.LOGICAL_AND: np.logical_and, BinaryOp.LOGICAL_OR: np.logical_or, BinaryOp.LOGICAL_XOR: np.logical_xor,
-    BinaryOp.BITWISE_AND: np.bitwise_and, BinaryOp.BITWISE_OR: np.bitwise_or, BinaryOp.BITWISE_XOR: np.bitwise_xor,
-    BinaryOp.LEFT_SHIFT: np.left_shift, BinaryOp.RIGHT_SHIFT: np.right_shift,
+    BinaryOp.ADD: np.add,
+    BinaryOp.SUB: np.subtract,
+    BinaryOp.MUL: np.multiply,
+    BinaryOp.DIV: np.true_divide,
+    BinaryOp.REMAINDER: np.remainder,
+    BinaryOp.FLOOR_DIV: np.floor_divide,
+    BinaryOp.POW: np.power,
+    BinaryOp.ATAN2: np.arctan2,
+    BinaryOp.COPYSIGN: np.copysign,
+    BinaryOp.MAXIMUM: np.maximum,
+    BinaryOp.MINIMUM: np.minimum,
+    BinaryOp.EQ: np.equal,
+    BinaryOp.NE: np.not_equal,
+    BinaryOp.GT: np.greater,
+    BinaryOp.GE: np.greater_equal,
+    BinaryOp.LT: np.less,
+    BinaryOp.LE: np.less_equal,
+    BinaryOp.LOGICAL_AND: np.logical_and,
+    BinaryOp.LOGICAL_OR: np.logical_or,
+    BinaryOp.LOGICAL_XOR: np.logical_xor,
+    BinaryOp.BITWISE_AND: np.bitwise_and,
+    BinaryOp.BITWISE_OR: np.bitwise_or,
+    BinaryOp.BITWISE_XOR: np.bitwise_xor,
+    BinaryOp.LEFT_SHIFT: np.left_shift,
+    BinaryOp.RIGHT_SHIFT: np.right_shift,
 }
 
 _REDUCE_UFUNC = {
-    ReduceOp.SUM: np.add, ReduceOp.MEAN: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum,
-    ReduceOp.ANY: np.logical_or, ReduceOp.ALL: np.logical_and,
+    ReduceOp.SUM: np.add,
+    ReduceOp.MEAN: np.add,
+    ReduceOp.PROD: np.multiply,
+    ReduceOp.MAX: np.maximum,
+    ReduceOp.MIN: np.minimum,
+    ReduceOp.ANY: np.logical_or,
+    ReduceOp.ALL: np.logical_and,
 }
 _CUMULATIVE: dict[CumulativeOp, Callable[..., Any]] = {
-    CumulativeOp.CUMSUM: np.cumsum, CumulativeOp.CUMPROD: np.cumprod,
-    CumulativeOp.CUMMAX: np.maximum.accumulate, CumulativeOp.CUMMIN: np.minimum.accumulate,
+    CumulativeOp.CUMSUM: np.cumsum,
+    CumulativeOp.CUMPROD: np.cumprod,
+    CumulativeOp.CUMMAX: np.maximum.accumulate,
+    CumulativeOp.CUMMIN: np.minimum.accumulate,
     CumulativeOp.LOGCUMSUMEXP: np.logaddexp.accumulate,
 }
 
@@ -152,8 +225,17 @@ def _adam(p, g, m1, m2, vm_old, lr, beta_1, beta_2, epsilon, weight_decay, decou
     operations instead of streaming the arrays from memory a dozen times)."""
     n, dtype = p.size, p.dtype
     l2 = weight_decay if weight_decay and not decoupled else 0.0
-    scalars = (1.0 - beta_1, 1.0 - beta_2, beta_1, beta_2, math.sqrt(1.0 - beta_2**time), epsilon,
-               lr / (1.0 - beta_1**time), l2, 1.0 - lr * weight_decay if weight_decay and decoupled else None)
+    scalars = (
+        1.0 - beta_1,
+        1.0 - beta_2,
+        beta_1,
+        beta_2,
+        math.sqrt(1.0 - beta_2**time),
+        epsilon,
+        lr / (1.0 - beta_1**time),
+        l2,
+        1.0 - lr * weight_decay if weight_decay and decoupled else None,
+    )
     if n <= 2 * _ADAM_BLOCK:
         return _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars)
     out, m, v = np.empty(n, dtype), np.empty(n, dtype), np.empty(n, dtype)
@@ -165,14 +247,26 @@ def _adam(p, g, m1, m2, vm_old, lr, beta_1, beta_2, epsilon, weight_decay, decou
         if n - start < _ADAM_BLOCK:  # the last, shorter block
             k = n - start
             a, b, gd = a[:k], b[:k], None if gd is None else gd[:k]
-        _adam_block(p[s], g[s], None if m1 is None else m1[s], None if m2 is None else m2[s],
-                    None if vm_old is None else vm_old[s], amsgrad, scalars,
-                    out[s], m[s], v[s], None if v_max is None else v_max[s], a, b, gd)
+        _adam_block(
+            p[s],
+            g[s],
+            None if m1 is None else m1[s],
+            None if m2 is None else m2[s],
+            None if vm_old is None else vm_old[s],
+            amsgrad,
+            scalars,
+            out[s],
+            m[s],
+            v[s],
+            None if v_max is None else v_max[s],
+            a,
+            b,
+            gd,
+        )
     return out, m, v, v_max
 
 
-def _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars, out=None, m=None, v=None, v_max=None, a=None, b=None,
-                gd=None):
+def _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars, out=None, m=None, v=None, v_max=None, a=None, b=None, gd=None):
     """One Adam update, returning ``(param, m, v, v_max)``: the operations of the
     composite (``ember.optim.adam.adam_step_many``), in its order, so both give the same
     bits. Results go into ``out, m, v, v_max`` and temporaries into ``a, b`` (and ``gd``
@@ -311,7 +405,7 @@ class FlexBackend(FlexModuleOps, Backend):
     def reduce(self, op: ReduceOp, x, dim: int) -> np.ndarray:
         n = x.shape[dim]
         if op == ReduceOp.MEAN and n == 0:
-            return np.full(x.shape[:dim] + (1,) + x.shape[dim + 1:], np.nan, dtype=x.dtype)
+            return np.full(x.shape[:dim] + (1,) + x.shape[dim + 1 :], np.nan, dtype=x.dtype)
         token = quiet_set()
         try:
             dtype = x.dtype
@@ -321,7 +415,9 @@ class FlexBackend(FlexModuleOps, Backend):
             if op == ReduceOp.MEAN:
                 return np.true_divide(np.add.reduce(x, axis=dim, keepdims=True), n, dtype=dtype)
             if op in (ReduceOp.SUM, ReduceOp.PROD) and dtype.kind in "bui":
-                return _REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True, dtype=dtype if dtype.kind != "b" else np.int64)
+                return _REDUCE_UFUNC[op].reduce(
+                    x, axis=dim, keepdims=True, dtype=dtype if dtype.kind != "b" else np.int64
+                )
             return _arr(_REDUCE_UFUNC[op].reduce(x, axis=dim, keepdims=True))
         finally:
             quiet_reset(token)
@@ -375,9 +471,9 @@ class FlexBackend(FlexModuleOps, Backend):
     # ------------------------------------------------------------------ indexing
     def gather(self, x, dim: int, indices) -> np.ndarray:
         _check_indices("gather", indices, x.shape[dim], dim)
-        if indices.shape[:dim] + indices.shape[dim + 1:] != x.shape[:dim] + x.shape[dim + 1:]:
+        if indices.shape[:dim] + indices.shape[dim + 1 :] != x.shape[:dim] + x.shape[dim + 1 :]:
             x = x[tuple(slice(0, n) for n in indices.shape[:dim])]
-            x = x[(slice(None),) * (dim + 1) + tuple(slice(0, n) for n in indices.shape[dim + 1:])]
+            x = x[(slice(None),) * (dim + 1) + tuple(slice(0, n) for n in indices.shape[dim + 1 :])]
         return np.take_along_axis(x, indices, axis=dim)
 
     def scatter_add(self, x, dim: int, indices, values) -> np.ndarray:
@@ -458,8 +554,23 @@ class FlexBackend(FlexModuleOps, Backend):
         gb = np.add.reduce(g2, axis=0) if need_bias else None
         return gx, gw, gb
 
-    def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, *, lr, beta_1, beta_2, epsilon,
-                       weight_decay, decoupled, amsgrad, time):
+    def adam_step_many(
+        self,
+        params,
+        grads,
+        moments_1,
+        moments_2,
+        max_moments_2,
+        *,
+        lr,
+        beta_1,
+        beta_2,
+        epsilon,
+        weight_decay,
+        decoupled,
+        amsgrad,
+        time,
+    ):
         dtype = params[0].dtype
         if dtype in _HALF:
             return NotImplemented
@@ -475,10 +586,13 @@ class FlexBackend(FlexModuleOps, Backend):
             for i, p in enumerate(params):
                 shape = p.shape
                 out, m, v, v_max = _adam(
-                    p.reshape(-1), grads[i].reshape(-1),
+                    p.reshape(-1),
+                    grads[i].reshape(-1),
                     None if moments_1 is None else moments_1[i].reshape(-1),
                     None if moments_2 is None else moments_2[i].reshape(-1),
-                    None if max_moments_2 is None else max_moments_2[i].reshape(-1), *options)
+                    None if max_moments_2 is None else max_moments_2[i].reshape(-1),
+                    *options,
+                )
                 outs.append(out.reshape(shape))
                 ms.append(m.reshape(shape))
                 vs.append(v.reshape(shape))
@@ -487,8 +601,10 @@ class FlexBackend(FlexModuleOps, Backend):
             return outs, ms, vs, vms
         # Small tensors: one update over all of them concatenated; results are views into it.
         one = len(params) == 1
-        flat_in = [None if arrays is None else arrays[0].reshape(-1) if one else np.concatenate(arrays, axis=None)
-                   for arrays in (params, grads, moments_1, moments_2, max_moments_2)]
+        flat_in = [
+            None if arrays is None else arrays[0].reshape(-1) if one else np.concatenate(arrays, axis=None)
+            for arrays in (params, grads, moments_1, moments_2, max_moments_2)
+        ]
         results = _adam(*flat_in, *options)
         if one:
             shape = params[0].shape
@@ -502,10 +618,12 @@ class FlexBackend(FlexModuleOps, Backend):
     def attention(self, query, key, value, mask, bias, fill, scale, causal, keep):
         return _attention(query, key, value, mask, bias, fill, scale, causal, keep)
 
-    def attention_backward(self, query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key,
-                           need_value, need_scores):
-        return _attention_backward(query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key,
-                                   need_value, need_scores)
+    def attention_backward(
+        self, query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key, need_value, need_scores
+    ):
+        return _attention_backward(
+            query, key, value, probs, mask, keep, grad, scale, causal, need_query, need_key, need_value, need_scores
+        )
 
     @quietly
     def mse_loss(self, pred, target, mean: bool):

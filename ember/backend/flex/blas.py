@@ -39,9 +39,9 @@ class Blas:
     path: str
     sgemm: int
     dgemm: int
-    int_bits: int          # width of BLAS integers: 64 (ILP64) or 32
-    set_threads: int       # address of ``openblas_set_num_threads`` (0 if absent)
-    threads: int           # the count ember set
+    int_bits: int  # width of BLAS integers: 64 (ILP64) or 32
+    set_threads: int  # address of ``openblas_set_num_threads`` (0 if absent)
+    threads: int  # the count ember set
 
 
 _PREFIXES = (("scipy_", "64_"), ("", "64_"), ("", ""))
@@ -80,8 +80,11 @@ def _address(lib: ctypes.CDLL, name: str) -> int:
 
 def _open(path: str) -> Blas | None:
     try:
-        lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL) if sys.platform != "win32" \
+        lib = (
+            ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+            if sys.platform != "win32"
             else ctypes.CDLL(path)
+        )
     except OSError:
         try:
             lib = ctypes.CDLL(path)
@@ -125,8 +128,7 @@ def thread_count() -> int:
     if requested < 1:
         from ember.errors import ConfigError
 
-        raise ConfigError(f"ember: {THREADS_ENV}={raw!r} is not a positive integer; set it to a thread count "
-                          "such as 1")
+        raise ConfigError(f"ember: {THREADS_ENV}={raw!r} is not a positive integer; set it to a thread count such as 1")
     return min(requested, available_cores())
 
 

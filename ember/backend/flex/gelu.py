@@ -44,7 +44,7 @@ def gelu(x: np.ndarray):
         zb, tb = z[:k], t[:k]
         np.abs(xb, out=zb)
         normal_tail(zb, ob, tb)
-        ob *= zb                       # |x| Q(|x|)
+        ob *= zb  # |x| Q(|x|)
         np.maximum(xb, _ZERO, out=tb)
         np.subtract(tb, ob, out=ob)
     return out.reshape(x.shape)
@@ -68,14 +68,14 @@ def gelu_backward(x: np.ndarray, grad: np.ndarray):
         k = xb.size
         zb, tb = z[:k], t[:k]
         np.abs(xb, out=zb)
-        normal_tail(zb, ob, tb)        # ob = Q(|x|), tb = exp(-x^2 / 2)
+        normal_tail(zb, ob, tb)  # ob = Q(|x|), tb = exp(-x^2 / 2)
         # Phi(x) = 1/2 + sign(x) (1/2 - Q(|x|)), the sign set bitwise.
         np.subtract(_HALF, ob, out=ob)
         bits = ob.view(np.uint32)
         np.bitwise_or(bits, np.bitwise_and(xb.view(np.uint32), _SIGN), out=bits)
         ob += _HALF
         tb *= xb
-        tb *= _INV_SQRT_2PI            # x phi(x)
+        tb *= _INV_SQRT_2PI  # x phi(x)
         ob += tb
         ob *= g[block]
     return out.reshape(x.shape)

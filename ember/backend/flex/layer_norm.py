@@ -45,8 +45,11 @@ def _native_backward(kernels, x, gamma, mean, rstd, grad, need_x, need_gamma, ne
     dbeta = np.zeros(d, _F32) if want_params else unused
     need = (1 if need_x else 0) | (2 if want_params else 0)
     kernels.layer_norm_backward(*map(native.address, (rows, gamma_c, m, r, g, dx, dgamma, dbeta)), n, d, need)
-    return (dx.reshape(x.shape) if need_x else None, dgamma if need_gamma and gamma is not None else None,
-            dbeta if need_beta else None)
+    return (
+        dx.reshape(x.shape) if need_x else None,
+        dgamma if need_gamma and gamma is not None else None,
+        dbeta if need_beta else None,
+    )
 
 
 def _rows(x: np.ndarray) -> np.ndarray:

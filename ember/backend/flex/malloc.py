@@ -39,7 +39,9 @@ def tune() -> bool:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             mallopt = libc.mallopt  # glibc; musl and others have none
             mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-            applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+            applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+                mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+            )
         except (OSError, AttributeError):
             applied = False
     _DONE.append(applied)

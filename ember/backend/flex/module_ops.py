@@ -72,7 +72,9 @@ def _padded(x: np.ndarray, padding: Pairs, value: float, role: str | None = None
     in the scratch buffer ``role`` when given (for a temporary)."""
     lead = x.ndim - len(padding)
     if any(lo < 0 or hi < 0 for lo, hi in padding):
-        crop = [slice(None)] * lead + [slice(max(-lo, 0), n - max(-hi, 0)) for (lo, hi), n in zip(padding, x.shape[lead:])]
+        crop = [slice(None)] * lead + [
+            slice(max(-lo, 0), n - max(-hi, 0)) for (lo, hi), n in zip(padding, x.shape[lead:])
+        ]
         x = x[tuple(crop)]
         padding = tuple((max(lo, 0), max(hi, 0)) for lo, hi in padding)
     if not any(lo or hi for lo, hi in padding):
@@ -131,7 +133,7 @@ def _flat_positions(local, spatial, kernel, stride, padding, dilation, out, clip
     won the tie) each coordinate is clipped into the input, which names the window's
     first real element, as PyTorch does."""
     rank = len(spatial)
-    steps = [int(np.prod(spatial[i + 1:])) for i in range(rank)]
+    steps = [int(np.prod(spatial[i + 1 :])) for i in range(rank)]
     grid = local.reshape((-1,) + out)
     if not clip:
         # flat = base(window) + table(kernel position)
@@ -157,7 +159,9 @@ def _flat_positions(local, spatial, kernel, stride, padding, dilation, out, clip
     return flat
 
 
-def _divisor(spatial: Ints, kernel: Ints, stride: Ints, padding: Pairs, out: Ints, include_pad: bool, dtype) -> np.ndarray:
+def _divisor(
+    spatial: Ints, kernel: Ints, stride: Ints, padding: Pairs, out: Ints, include_pad: bool, dtype
+) -> np.ndarray:
     total = np.ones((), dtype=np.float64)
     rank = len(spatial)
     for axis in range(rank):
@@ -182,8 +186,14 @@ class FlexModuleOps(ModuleOps):
     def conv_transpose(self, x, weight, bias, stride, padding, output_padding, dilation, groups):
         dtype = x.dtype
         y = _conv_transpose(
-            _work(x), _work(weight), None if bias is None else _work(bias),
-            stride, padding, output_padding, dilation, groups,
+            _work(x),
+            _work(weight),
+            None if bias is None else _work(bias),
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups,
         )
         return y if y.dtype == dtype else y.astype(dtype)
 
@@ -219,7 +229,9 @@ class FlexModuleOps(ModuleOps):
             np.maximum(best, value, out=best)
             np.multiply(take, local.dtype.type(k), out=step)
             np.maximum(local, step, out=local)
-        flat = _flat_positions(local, spatial, kernel, stride, padding, dilation, out, clip=bool(np.isneginf(best).any()))
+        flat = _flat_positions(
+            local, spatial, kernel, stride, padding, dilation, out, clip=bool(np.isneginf(best).any())
+        )
         flat = flat.reshape(x.shape[:2] + out)
         best = best.reshape(x.shape[:2] + out)
         return (best if best.dtype == dtype else best.astype(dtype)), flat
@@ -241,7 +253,9 @@ class FlexModuleOps(ModuleOps):
         xw = _work(x)
         spatial = x.shape[2:]
         ones = (1,) * len(kernel)
-        out = tuple(pool_output_size(s, k, st, p, 1, ceil_mode) for s, k, st, p in zip(spatial, kernel, stride, padding))
+        out = tuple(
+            pool_output_size(s, k, st, p, 1, ceil_mode) for s, k, st, p in zip(spatial, kernel, stride, padding)
+        )
         xp = _padded(xw, _ceil_pads(spatial, kernel, stride, padding, ones, out), 0.0)
         view = _windows(xp, kernel, stride, ones, out, kernel_first=True)
         total = None
@@ -280,7 +294,9 @@ class FlexModuleOps(ModuleOps):
             y = y.reshape(shape).mean(axis=tuple(range(3, 2 + 2 * len(spatial), 2)))
         else:
             for i, o in enumerate(output_size):
-                y = np.moveaxis(np.moveaxis(y, 2 + i, -1) @ adaptive_pool_matrix(spatial[i], o).astype(y.dtype), -1, 2 + i)
+                y = np.moveaxis(
+                    np.moveaxis(y, 2 + i, -1) @ adaptive_pool_matrix(spatial[i], o).astype(y.dtype), -1, 2 + i
+                )
             y = np.ascontiguousarray(y)
         return y if y.dtype == dtype else y.astype(dtype)
 
@@ -343,7 +359,7 @@ def _grid_columns(xp, kernel, dilation) -> tuple[np.ndarray, Ints, tuple[int, ..
     n, c = xp.shape[:2]
     padded = xp.shape[2:]
     rank = len(padded)
-    steps = tuple(int(np.prod(padded[i + 1:])) for i in range(rank))
+    steps = tuple(int(np.prod(padded[i + 1 :])) for i in range(rank))
     out = tuple(p - d * (k - 1) for p, k, d in zip(padded, kernel, dilation))
     length = sum((o - 1) * st for o, st in zip(out, steps)) + 1
     item = xp.itemsize
@@ -362,7 +378,10 @@ def _grid_view(y: np.ndarray, n: int, o: int, out: Ints, steps: tuple[int, ...],
     """The ``[N, O, *out]`` outputs inside a contiguous ``[O, N, length]`` grid result."""
     item = y.itemsize
     return as_strided(
-        y, (n, o) + out, (length * item, n * length * item) + tuple(st * item for st in steps), writeable=y.flags.writeable
+        y,
+        (n, o) + out,
+        (length * item, n * length * item) + tuple(st * item for st in steps),
+        writeable=y.flags.writeable,
     )
 
 
@@ -410,7 +429,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
     total = _scratch("col2im", (o, n) + full, dtype, 0)
     offsets = list(itertools.product(*(range(k) for k in kernel)))
     if all(st == 1 for st in stride):
-        steps = tuple(int(np.prod(full[i + 1:])) for i in range(len(full)))
+        steps = tuple(int(np.prod(full[i + 1 :])) for i in range(len(full)))
         length = sum((m - 1) * st for m, st in zip(spatial, steps)) + 1
         xs = _scratch("grid_input", (c_in, n, length), x.dtype, 0)
         np.copyto(_grid_view(xs, n, c_in, spatial, steps, length), x)
@@ -420,7 +439,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
         flat = total.reshape(o, n, -1)
         for k, offset in enumerate(offsets):
             start = sum(off * d * st for off, d, st in zip(offset, dilation, steps))
-            flat[:, :, start:start + length] += cols[:, k]
+            flat[:, :, start : start + length] += cols[:, k]
     else:
         xs = _scratch("grid_input", (c_in, n) + spatial, x.dtype)
         np.copyto(xs, np.swapaxes(x, 0, 1))

@@ -87,8 +87,9 @@ def _build() -> Kernels | None:
         text = _module(ir)
         target = llvm.Target.from_default_triple()
         features = llvm.get_host_cpu_features().flatten()
-        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=True,
-                                               codemodel="jitdefault")
+        machine = target.create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=True, codemodel="jitdefault"
+        )
         module = llvm.parse_assembly(text)
         module.verify()
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -273,7 +274,9 @@ class _Emitter:
             xr = b.gep(x, [base], source_etype=self.f32)
             orow = b.gep(out, [base], source_etype=self.f32)
             peak = self._row_max(b, xr, cols)
-            empty = b.and_(b.fcmp_ordered("==", peak, c(-math.inf)), b.icmp_signed("!=", empty_zero, ir.Constant(self.i32, 0)))
+            empty = b.and_(
+                b.fcmp_ordered("==", peak, c(-math.inf)), b.icmp_signed("!=", empty_zero, ir.Constant(self.i32, 0))
+            )
             shift = b.select(b.fcmp_ordered("==", peak, c(-math.inf)), c(0.0), peak)
 
             def expo(b, j, s):
@@ -314,7 +317,8 @@ class _Emitter:
 
     def layer_norm(self) -> None:
         fn, b = self.function(
-            "ember_layer_norm", [self.ptr, self.ptr, self.ptr, self.ptr, self.ptr, self.ptr, self.i64, self.i64, self.f32]
+            "ember_layer_norm",
+            [self.ptr, self.ptr, self.ptr, self.ptr, self.ptr, self.ptr, self.i64, self.i64, self.f32],
         )
         x, gamma, beta, out, mean_out, rstd_out, rows, cols, eps = fn.args
         c = self.c
@@ -325,8 +329,9 @@ class _Emitter:
             xr = b.gep(x, [base], source_etype=self.f32)
             orow = b.gep(out, [base], source_etype=self.f32)
             d = b.sitofp(cols, self.f32)
-            (total,) = self.loop(b, cols, lambda b, j, s: [b.fadd(s, self.load(b, xr, j), flags=reassoc)],
-                                 [(self.f32, c(0.0))])
+            (total,) = self.loop(
+                b, cols, lambda b, j, s: [b.fadd(s, self.load(b, xr, j), flags=reassoc)], [(self.f32, c(0.0))]
+            )
             mean = b.fdiv(total, d)
 
             def square(b, j, s):
@@ -379,6 +384,7 @@ class _Emitter:
             sh, shx = self.loop(b, cols, sums, [(self.f32, c(0.0)), (self.f32, c(0.0))])
             a, bb = b.fdiv(sh, d), b.fdiv(shx, d)
             with b.if_then(want_x):
+
                 def grad_x(b, j):
                     xhat = b.fmul(b.fsub(self.load(b, xr, j), mean), rstd)
                     h = b.fmul(self.load(b, gr, j), self.load(b, gamma, j))
@@ -387,6 +393,7 @@ class _Emitter:
 
                 self.loop(b, cols, grad_x)
             with b.if_then(want_params):
+
                 def grad_params(b, j):
                     xhat = b.fmul(b.fsub(self.load(b, xr, j), mean), rstd)
                     gv = self.load(b, gr, j)

@@ -68,7 +68,7 @@ def _matmul(a: Any, b: Any) -> Aval:
 
 
 def _kept(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
-    return shape[:dim] + (1,) + shape[dim + 1:]
+    return shape[:dim] + (1,) + shape[dim + 1 :]
 
 
 def _reduce(op: Any, x: Any, dim: int) -> Aval:
@@ -85,18 +85,18 @@ def _slice_len(start: int, stop: int, step: int) -> int:
 
 
 def _slice(x: Any, slices: tuple) -> Aval:
-    shape = tuple(_slice_len(a, b, s) for a, b, s in slices) + tuple(x.shape[len(slices):])
+    shape = tuple(_slice_len(a, b, s) for a, b, s in slices) + tuple(x.shape[len(slices) :])
     return Aval(shape, x.dtype)
 
 
 def _cat(xs: list, dim: int) -> Aval:
     first = tuple(xs[0].shape)
-    return Aval(first[:dim] + (sum(x.shape[dim] for x in xs),) + first[dim + 1:], xs[0].dtype)
+    return Aval(first[:dim] + (sum(x.shape[dim] for x in xs),) + first[dim + 1 :], xs[0].dtype)
 
 
 def _select(x: Any, dim: int, indices: Any) -> Aval:
     shape = tuple(x.shape)
-    return Aval(shape[:dim] + (indices.shape[0],) + shape[dim + 1:], x.dtype)
+    return Aval(shape[:dim] + (indices.shape[0],) + shape[dim + 1 :], x.dtype)
 
 
 def _argwhere(x: Any) -> Aval:
@@ -131,7 +131,9 @@ def _spatial_out(x_shape, kernel, stride, padding, dilation, ceil_mode):
 
 def _conv(x, weight, bias, stride, padding, dilation, groups):
     kernel = tuple(weight.shape[2:])
-    out = tuple(conv_output_size(s, k, st, p, d) for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+    out = tuple(
+        conv_output_size(s, k, st, p, d) for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
+    )
     return Aval((x.shape[0], weight.shape[0]) + out, x.dtype)
 
 

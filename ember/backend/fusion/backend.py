@@ -71,11 +71,11 @@ class Stream:
 
     def __init__(self) -> None:
         self.graph = Graph()
-        self.scalars: list[Any] = []            # the run-time scalars, by Sc index
-        self.keys: list[tuple] = []             # each node's structure, built while recording
-        self.bound: dict[int, Ref] = {}        # id(LazyTensor) -> input ref
+        self.scalars: list[Any] = []  # the run-time scalars, by Sc index
+        self.keys: list[tuple] = []  # each node's structure, built while recording
+        self.bound: dict[int, Ref] = {}  # id(LazyTensor) -> input ref
         self.input_values: list[Any] = []
-        self.keep: list[LazyTensor] = []        # bound inputs, alive while recorded
+        self.keep: list[LazyTensor] = []  # bound inputs, alive while recorded
         self.handles: list[tuple[weakref.ref, Ref]] = []
 
     def __len__(self) -> int:
@@ -124,7 +124,7 @@ class FusionBackend(Backend):
         self._plans: dict[tuple, Any] = {}
         self.executor = executor if executor is not None else default_executor(inner)
         self.stats = {"flushes": 0, "nodes": 0, "plans_built": 0}
-        self._dtypes: set[np.dtype] = set()   # result dtypes the wrapped backend holds
+        self._dtypes: set[np.dtype] = set()  # result dtypes the wrapped backend holds
 
     @property
     def executor(self) -> Any:
@@ -169,8 +169,13 @@ class FusionBackend(Backend):
         if kwargs:
             items = sorted(kwargs.items())
             node_kwargs = tuple(
-                (k, _abstract((float(v),) if k in RUNTIME_KWARGS and type(v) is int else (v,), self._ref, scalars,
-                              key)[0]) for k, v in items
+                (
+                    k,
+                    _abstract((float(v),) if k in RUNTIME_KWARGS and type(v) is int else (v,), self._ref, scalars, key)[
+                        0
+                    ],
+                )
+                for k, v in items
             )
             key.extend(k for k, _ in items)
         else:

@@ -71,9 +71,15 @@ def _match(schedule: Schedule, index: int, readers: dict[int, list[int]], return
     (out,) = conv.outs
     avals = schedule.graph.avals
     shape = avals[conv.node.outs[0]].shape
-    if (not isinstance(epilogue, Kernel) or epilogue.dim is not None or epilogue.reductions
-            or size_of(epilogue.space) != size_of(shape) or size_of(shape) == 0 or out not in epilogue.reads()
-            or any(s.reduced for s in epilogue.stores)):
+    if (
+        not isinstance(epilogue, Kernel)
+        or epilogue.dim is not None
+        or epilogue.reductions
+        or size_of(epilogue.space) != size_of(shape)
+        or size_of(shape) == 0
+        or out not in epilogue.reads()
+        or any(s.reduced for s in epilogue.stores)
+    ):
         return None
     bias_ref = conv.node.args[2]
     bias = None if bias_ref is None else conv.args[bias_ref]
@@ -104,10 +110,16 @@ def _pools(step: Library, epilogue: Kernel, shape: tuple[int, ...], avals: list)
     if step.node.op != "max_pool_with_indices":
         return False
     x = step.node.args[0]
-    (buf, view), = step.args.values()
+    ((buf, view),) = step.args.values()
     x_shape = avals[x].shape
-    return (buf in epilogue.writes() and view.offset == 0 and view.is_contiguous() and len(x_shape) >= 2
-            and x_shape[0] == shape[0] and size_of(x_shape) == size_of(shape))
+    return (
+        buf in epilogue.writes()
+        and view.offset == 0
+        and view.is_contiguous()
+        and len(x_shape) >= 2
+        and x_shape[0] == shape[0]
+        and size_of(x_shape) == size_of(shape)
+    )
 
 
 class _Split:
@@ -143,9 +155,12 @@ class _Split:
         inner = View(self.shape[1:], view.strides[1:], view.offset)
         if load.op != self.out:
             return x.load(load.op, inner, load.dtype) if self.shift(load.op, view.strides[0]) else None
-        if (view.normalized() != self.dense or load.dtype != self.dtype
-                or not self.shift(self.out, size_of(self.shape[1:]))
-                or (self.bias is not None and not self.shift(self.bias[0], 0))):
+        if (
+            view.normalized() != self.dense
+            or load.dtype != self.dtype
+            or not self.shift(self.out, size_of(self.shape[1:]))
+            or (self.bias is not None and not self.shift(self.bias[0], 0))
+        ):
             return None
         return self.value()
 

@@ -72,8 +72,23 @@ def mse_loss(ops, pred, target, mean):
     return ops.reshape(total, (1,))
 
 
-def adam_step(ops, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2, epsilon,
-              weight_decay, decoupled, amsgrad, time):
+def adam_step(
+    ops,
+    param,
+    grad,
+    moment_1,
+    moment_2,
+    max_moment_2,
+    *,
+    lr,
+    beta_1,
+    beta_2,
+    epsilon,
+    weight_decay,
+    decoupled,
+    amsgrad,
+    time,
+):
     """One Adam/AdamW update, in the operation order of ``ember.optim.adam``."""
     g = grad
     if weight_decay and not decoupled:
@@ -83,8 +98,12 @@ def adam_step(ops, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1,
         m = ops.binary(BinaryOp.MUL, g, 1.0 - beta_1)
         v = ops.binary(BinaryOp.MUL, sq, 1.0 - beta_2)
     else:
-        m = ops.binary(BinaryOp.ADD, ops.binary(BinaryOp.MUL, moment_1, beta_1), ops.binary(BinaryOp.MUL, g, 1.0 - beta_1))
-        v = ops.binary(BinaryOp.ADD, ops.binary(BinaryOp.MUL, moment_2, beta_2), ops.binary(BinaryOp.MUL, sq, 1.0 - beta_2))
+        m = ops.binary(
+            BinaryOp.ADD, ops.binary(BinaryOp.MUL, moment_1, beta_1), ops.binary(BinaryOp.MUL, g, 1.0 - beta_1)
+        )
+        v = ops.binary(
+            BinaryOp.ADD, ops.binary(BinaryOp.MUL, moment_2, beta_2), ops.binary(BinaryOp.MUL, sq, 1.0 - beta_2)
+        )
     v_max = None
     if amsgrad:
         v_max = v if max_moment_2 is None else ops.binary(BinaryOp.MAXIMUM, max_moment_2, v)
@@ -99,7 +118,9 @@ def adam_step(ops, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1,
 def adam_step_many(ops, params, grads, moments_1, moments_2, max_moments_2, **options):
     results = [
         adam_step(
-            ops, p, g,
+            ops,
+            p,
+            g,
             None if moments_1 is None else moments_1[i],
             None if moments_2 is None else moments_2[i],
             None if max_moments_2 is None else max_moments_2[i],

@@ -114,8 +114,9 @@ def default_executor(inner: Any) -> Any:
         if choice == "llvm":
             from ember.errors import BackendUnavailableError
 
-            raise BackendUnavailableError(f"ember: {EXECUTOR_ENV}=llvm but the LLVM executor cannot load; "
-                                          "install llvmlite")
+            raise BackendUnavailableError(
+                f"ember: {EXECUTOR_ENV}=llvm but the LLVM executor cannot load; install llvmlite"
+            )
         return ReplayExecutor()
     return executor
 

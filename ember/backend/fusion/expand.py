@@ -76,9 +76,9 @@ class Expanded:
 
     graph: Graph
     program: ScalarProgram
-    origin: list[int] = field(default_factory=list)     # lowered node -> source node index
+    origin: list[int] = field(default_factory=list)  # lowered node -> source node index
     alias: dict[int, int] = field(default_factory=dict)  # source value -> lowered value
-    expanded: list[int] = field(default_factory=list)   # source nodes replaced by decompositions
+    expanded: list[int] = field(default_factory=list)  # source nodes replaced by decompositions
 
     def resolve(self, ref: int) -> int:
         return self.alias.get(ref, ref)
@@ -93,8 +93,9 @@ def float_operands(graph: Graph, node: Node) -> bool:
     return len(dtypes) == 1 and dtypes <= _FLOATS
 
 
-def expand(source: Graph, scalars: list[Any], wants: Callable[[Graph, Node], bool],
-           fixed: dict[int, Any] | None = None) -> Expanded:
+def expand(
+    source: Graph, scalars: list[Any], wants: Callable[[Graph, Node], bool], fixed: dict[int, Any] | None = None
+) -> Expanded:
     """Expands the composite nodes of ``source`` for which ``wants(source, node)`` holds,
     for the run-time ``scalars`` given (they decide the truth tests a decomposition
     makes; the program's guards say when other values need another expansion).

@@ -23,9 +23,9 @@ class Expr:
     __slots__ = ("kind", "op", "args", "dtype", "depth", "__weakref__")
 
     def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
-        self.kind = kind    # load | const | scalar | unary | binary | where | clamp | cast | acc
-        self.op = op        # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
-        self.args = args    # load: (View,); clamp: (x, low, high) with None for a missing bound
+        self.kind = kind  # load | const | scalar | unary | binary | where | clamp | cast | acc
+        self.op = op  # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
+        self.args = args  # load: (View,); clamp: (x, low, high) with None for a missing bound
         self.dtype = dtype  # the value's numpy dtype
         self.depth: int = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
 
@@ -63,8 +63,12 @@ class Exprs:
         self._table: dict[tuple, Expr] = {}
 
     def make(self, kind: str, op: Any, args: tuple, dtype: np.dtype) -> Expr:
-        key = (kind, op if kind != "const" else (type(op), op), tuple(a if type(a) is not Expr else id(a) for a in args),
-               dtype.str)
+        key = (
+            kind,
+            op if kind != "const" else (type(op), op),
+            tuple(a if type(a) is not Expr else id(a) for a in args),
+            dtype.str,
+        )
         e = self._table.get(key)
         if e is None:
             e = self._table[key] = Expr(kind, op, args, dtype)

@@ -246,8 +246,7 @@ class Graph:
                 kept.append(node)
                 needed.update(node.refs())
         kept.reverse()
-        return Graph(self.avals, kept, self.inputs, {k: v for k, v in self.consts.items() if k in needed},
-                     self.outputs)
+        return Graph(self.avals, kept, self.inputs, {k: v for k, v in self.consts.items() if k in needed}, self.outputs)
 
     def structure(self) -> tuple:
         """A hashable key of everything but constant values: two graphs with one

@@ -71,15 +71,15 @@ class _Group:
         self.space = space
         self.dim: int | None = None
         self.reductions: list[Reduction] = []
-        self.members: set[int] = set()          # node indices
-        self.values: dict[int, tuple[Expr, bool]] = {}   # value -> (expr, reduced)
+        self.members: set[int] = set()  # node indices
+        self.values: dict[int, tuple[Expr, bool]] = {}  # value -> (expr, reduced)
         self.sealed = False
         self.order = order
 
     def space_of(self, reduced: bool) -> tuple[int, ...]:
         if not reduced or self.dim is None:
             return self.space
-        return self.space[:self.dim] + (1,) + self.space[self.dim + 1:]
+        return self.space[: self.dim] + (1,) + self.space[self.dim + 1 :]
 
 
 # A value's location: ("buf", buffer, view) | ("free", expr) | ("virt", group, expr, reduced)
@@ -107,7 +107,7 @@ class _Scheduler:
             for r in set(node.refs()):
                 self.consumers.setdefault(r, []).append(i)
         self.returned = set(self.graph.outputs)
-        self.layout_out: dict[int, int] = {}   # layout node index -> its output value
+        self.layout_out: dict[int, int] = {}  # layout node index -> its output value
 
     # -------------------------------------------------------------- buffers
     def new_buffer(self, shape: tuple[int, ...], dtype: np.dtype, kind: str, value: int = -1) -> int:
@@ -178,8 +178,12 @@ class _Scheduler:
             if c in group.members:
                 continue
             out = self.layout_out.get(c)
-            if out is not None and self.loc.get(out, (None,))[0] == "virt" and self.loc[out][1] is group \
-                    and self.graph.nodes[c].op == "reshape":
+            if (
+                out is not None
+                and self.loc.get(out, (None,))[0] == "virt"
+                and self.loc[out][1] is group
+                and self.graph.nodes[c].op == "reshape"
+            ):
                 if self.needed(out, group):
                     return True
                 continue
@@ -474,7 +478,9 @@ class _Scheduler:
             a = operands[args[1]]
             return x.make("binary", args[0], (a, arg(args[2], a.dtype)), out_dtype)
         if op == "where":
-            return x.make("where", None, (operands[args[0]], arg(args[1], out_dtype), arg(args[2], out_dtype)), out_dtype)
+            return x.make(
+                "where", None, (operands[args[0]], arg(args[1], out_dtype), arg(args[2], out_dtype)), out_dtype
+            )
         if op == "clamp":
             v = operands[args[0]]
             low = None if args[1] is None else arg(args[1], out_dtype)
@@ -523,5 +529,20 @@ def schedule(expanded: Expanded, target: Target) -> Schedule:
     return _Scheduler(expanded, target).run()
 
 
-__all__ = ["ELEMENTWISE_OPS", "LAYOUT_OPS", "MAX_DEPTH", "Buffer", "Call", "Expr", "Kernel", "Library", "Matmul",
-           "Reduction", "Schedule", "Step", "Store", "Target", "schedule"]
+__all__ = [
+    "ELEMENTWISE_OPS",
+    "LAYOUT_OPS",
+    "MAX_DEPTH",
+    "Buffer",
+    "Call",
+    "Expr",
+    "Kernel",
+    "Library",
+    "Matmul",
+    "Reduction",
+    "Schedule",
+    "Step",
+    "Store",
+    "Target",
+    "schedule",
+]

@@ -35,11 +35,11 @@ ALIGN = 64
 @dataclass
 class MemoryPlan:
     arena_bytes: int
-    offsets: dict[int, int]          # arena buffer id -> byte offset
-    outputs: set[int]                # buffers allocated fresh per run (returned values)
+    offsets: dict[int, int]  # arena buffer id -> byte offset
+    outputs: set[int]  # buffers allocated fresh per run (returned values)
     lives: dict[int, tuple[int, int]]  # arena buffer id -> (first step, last step)
     aliases: dict[int, int] = field(default_factory=dict)  # buffer -> the input buffer it is written into
-    donated: tuple[tuple[int, int], ...] = ()              # the accepted (output, input) pairs
+    donated: tuple[tuple[int, int], ...] = ()  # the accepted (output, input) pairs
 
 
 def _align(n: int) -> int:
@@ -113,8 +113,9 @@ def _reads_in_place(kernel: Kernel, source: int, out: int) -> bool:
     return True
 
 
-def plan_memory(schedule: Schedule, extra: dict[int, int] | None = None,
-                donated: Iterable[tuple[int, int]] = ()) -> MemoryPlan:
+def plan_memory(
+    schedule: Schedule, extra: dict[int, int] | None = None, donated: Iterable[tuple[int, int]] = ()
+) -> MemoryPlan:
     """Places the schedule's ``temp`` buffers. ``extra`` adds private buffers of a
     target (buffer id -> its step): scratch that lives only during that step.
     ``donated`` offers (output, input) pairs (see :func:`donate`)."""
@@ -133,7 +134,7 @@ def plan_memory(schedule: Schedule, extra: dict[int, int] | None = None,
         lives[buf] = [index, index]
     outputs = {buf for buf in returned if schedule.buffers[buf].kind == "temp" and buf not in aliases}
     order = sorted(lives, key=lambda b: (-schedule.buffers[b].nbytes, b))
-    placed: list[tuple[int, int, int, int]] = []   # (offset, end, first, last)
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     offsets: dict[int, int] = {}
     top = 0
     for buf in order:
@@ -148,5 +149,11 @@ def plan_memory(schedule: Schedule, extra: dict[int, int] | None = None,
         offsets[buf] = offset
         placed.append((offset, offset + size, first, last))
         top = max(top, offset + size)
-    return MemoryPlan(top, offsets, outputs, {b: (f, la) for b, (f, la) in lives.items()}, aliases,
-                      tuple(sorted(pair for _, pair in accepted.values())))
+    return MemoryPlan(
+        top,
+        offsets,
+        outputs,
+        {b: (f, la) for b, (f, la) in lives.items()},
+        aliases,
+        tuple(sorted(pair for _, pair in accepted.values())),
+    )

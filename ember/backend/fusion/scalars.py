@@ -27,16 +27,39 @@ class GraphBreak(GraphError):
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
 }
 _UNARY: dict[str, Callable[[Any], Any]] = {"neg": operator.neg, "abs": abs, "sqrt": math.sqrt, "truth": bool}
 #: Python's operator for each binary op and comparison (generated code writes ``a + b``,
 #: which is ``operator.add(a, b)`` without the call).
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
-          "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_INFIX = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "truediv": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "pow": "**",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+}
 _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
-    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "eq": operator.eq,
+    "ne": operator.ne,
 }
 
 
@@ -188,7 +211,9 @@ class ScalarProgram:
     def apply(self, op: str, *args: Any) -> SymScalar:
         """One recorded operation; the same operation on the same operands is recorded
         once (an optimizer computes its bias corrections once per parameter)."""
-        operands: tuple[tuple, ...] = tuple(("$", a.index) if type(a) is SymScalar else ("k", type(a), repr(a), a) for a in args)
+        operands: tuple[tuple, ...] = tuple(
+            ("$", a.index) if type(a) is SymScalar else ("k", type(a), repr(a), a) for a in args
+        )
         key = (op, operands)
         hit = self._interned.get(key)
         if hit is not None:

@@ -31,9 +31,9 @@ class Buffer:
     id: int
     shape: tuple[int, ...]
     dtype: np.dtype
-    kind: str                  # input | const | call | temp
-    value: int = -1            # the graph value it holds (input, const, call)
-    scratch: bool = False      # a target's private buffer for one step (see memory.plan_memory)
+    kind: str  # input | const | call | temp
+    value: int = -1  # the graph value it holds (input, const, call)
+    scratch: bool = False  # a target's private buffer for one step (see memory.plan_memory)
 
     @property
     def nbytes(self) -> int:
@@ -43,16 +43,16 @@ class Buffer:
 @dataclass
 class Reduction:
     op: ReduceOp
-    expr: Expr               # over the full space
-    dtype: np.dtype          # the result's dtype
-    count: int               # elements reduced (for mean)
+    expr: Expr  # over the full space
+    dtype: np.dtype  # the result's dtype
+    count: int  # elements reduced (for mean)
 
 
 @dataclass
 class Store:
     buffer: int
     expr: Expr
-    reduced: bool            # over the reduced space (an epilogue) rather than the full one
+    reduced: bool  # over the reduced space (an epilogue) rather than the full one
 
 
 @dataclass
@@ -68,11 +68,12 @@ class Kernel:
     def reduced_space(self) -> tuple[int, ...]:
         if self.dim is None:
             return self.space
-        return self.space[:self.dim] + (1,) + self.space[self.dim + 1:]
+        return self.space[: self.dim] + (1,) + self.space[self.dim + 1 :]
 
     def reads(self) -> set[int]:
         return {e.op for s in self.stores for e in s.expr.walk() if e.kind == "load"} | {
-            e.op for r in self.reductions for e in r.expr.walk() if e.kind == "load"}
+            e.op for r in self.reductions for e in r.expr.walk() if e.kind == "load"
+        }
 
     def writes(self) -> set[int]:
         return {s.buffer for s in self.stores}
@@ -101,8 +102,8 @@ class Call:
 
     node: Node
     origin: int
-    args: dict[int, tuple[int, View]]   # lowered value -> (buffer, view)
-    outs: list[int]                     # buffer per output value
+    args: dict[int, tuple[int, View]]  # lowered value -> (buffer, view)
+    outs: list[int]  # buffer per output value
 
     def reads(self) -> set[int]:
         return {b for b, _ in self.args.values()}
@@ -173,15 +174,19 @@ class Schedule:
     expanded: Expanded
     steps: list[Step]
     buffers: list[Buffer]
-    outputs: list[tuple[int, View]]     # per graph output: (buffer, view)
-    scalars: list[Any]                  # slot -> its SymScalar (the expansion's program computes it)
-    producer: dict[int, int]            # buffer -> index of the step writing it
+    outputs: list[tuple[int, View]]  # per graph output: (buffer, view)
+    scalars: list[Any]  # slot -> its SymScalar (the expansion's program computes it)
+    producer: dict[int, int]  # buffer -> index of the step writing it
 
     def __str__(self) -> str:
         lines = [f"schedule: {len(self.steps)} steps, {len(self.buffers)} buffers"]
         for i, step in enumerate(self.steps):
             if isinstance(step, Kernel):
-                red = f" reduce dim {step.dim}: " + ", ".join(f"{r.op}({r.expr!r})" for r in step.reductions) if step.reductions else ""
+                red = (
+                    f" reduce dim {step.dim}: " + ", ".join(f"{r.op}({r.expr!r})" for r in step.reductions)
+                    if step.reductions
+                    else ""
+                )
                 lines.append(f"  [{i}] kernel {list(step.space)}{red}")
                 for s in step.stores:
                     lines.append(f"        B{s.buffer}{' (reduced)' if s.reduced else ''} = {s.expr!r}")

@@ -41,12 +41,12 @@ class Trace:
     def __init__(self) -> None:
         self.graph = Graph()
         self.scalars = ScalarProgram()
-        self.input_ids: dict[int, Ref] = {}     # id(real primitive) -> input ref
+        self.input_ids: dict[int, Ref] = {}  # id(real primitive) -> input ref
         self.const_ids: dict[int, Ref] = {}
-        self.keep: list[Any] = []               # registered primitives stay alive (ids stay unique)
-        self.input_sources: list[Any] = []      # per input: where a replay reads it
-        self.sym_slots: dict[int, Sc] = {}      # SymScalar entry -> Sc placeholder
-        self.scalar_wanted: list[int] = []      # scalar program entries, in Sc order
+        self.keep: list[Any] = []  # registered primitives stay alive (ids stay unique)
+        self.input_sources: list[Any] = []  # per input: where a replay reads it
+        self.sym_slots: dict[int, Sc] = {}  # SymScalar entry -> Sc placeholder
+        self.scalar_wanted: list[int] = []  # scalar program entries, in Sc order
         self.state_reads: list[tuple[StateDict, Any, Any]] = []
         self.state_writes: dict[tuple[int, Any], tuple[StateDict, Any, Any]] = {}
         self.running_index: dict[int, tuple[int, int]] = {}  # id(RunningState) -> (argument, index)

@@ -94,7 +94,13 @@ class DataLoaderBuilder:
                 "give the sampler the seed (DistributedSampler(seed=...) shuffles per epoch)"
             )
         return DataLoader(
-            dataset, self._batcher, self._batch_size, device, shuffle_seed=self._seed,
-            num_workers=self._workers, prefetch=self._prefetch, drop_last=self._drop_last,
+            dataset,
+            self._batcher,
+            self._batch_size,
+            device,
+            shuffle_seed=self._seed,
+            num_workers=self._workers,
+            prefetch=self._prefetch,
+            drop_last=self._drop_last,
             sampler=self._sampler,
         )

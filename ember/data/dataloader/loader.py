@@ -99,9 +99,15 @@ class DataLoader(Generic[O]):
 
     def _copy(self, **changes: Any) -> DataLoader[O]:
         fields = dict(
-            dataset=self.dataset, batcher=self.batcher, batch_size=self.batch_size, device=self.device,
-            shuffle_seed=self.shuffle_seed, num_workers=self.num_workers, prefetch=self.prefetch,
-            drop_last=self.drop_last, sampler=self.sampler,
+            dataset=self.dataset,
+            batcher=self.batcher,
+            batch_size=self.batch_size,
+            device=self.device,
+            shuffle_seed=self.shuffle_seed,
+            num_workers=self.num_workers,
+            prefetch=self.prefetch,
+            drop_last=self.drop_last,
+            sampler=self.sampler,
         )
         fields.update(changes)
         dataset, batcher, batch_size, device = (fields.pop(k) for k in ("dataset", "batcher", "batch_size", "device"))
@@ -121,7 +127,7 @@ class DataLoader(Generic[O]):
         """The dataset indices of every batch of epoch ``epoch``."""
         order = self.order(epoch)
         bs = self.batch_size
-        return [order[i: i + bs] for i in range(0, self.num_items(), bs)]
+        return [order[i : i + bs] for i in range(0, self.num_items(), bs)]
 
     def iter(self, epoch: int | None = None, start: int = 0) -> DataLoaderIterator[O]:
         """An iterator over the batches of ``epoch`` (the next one if ``None``),

@@ -11,6 +11,14 @@ from ember.data.dataset.shuffled import ShuffledDataset
 from ember.data.dataset.windows import WindowsDataset
 
 __all__ = [
-    "ArrayDataset", "ComposedDataset", "Dataset", "InMemDataset", "Mapper", "MapperDataset",
-    "PartialDataset", "SamplerDataset", "ShuffledDataset", "WindowsDataset",
+    "ArrayDataset",
+    "ComposedDataset",
+    "Dataset",
+    "InMemDataset",
+    "Mapper",
+    "MapperDataset",
+    "PartialDataset",
+    "SamplerDataset",
+    "ShuffledDataset",
+    "WindowsDataset",
 ]

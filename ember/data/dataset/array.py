@@ -87,7 +87,9 @@ class ArrayDataset(Dataset[tuple]):
                         )
                     targets.append(header.index(column))
                 elif not -n_cols <= column < n_cols:
-                    raise ConfigError(f"ember: ArrayDataset.from_csv: column {column} is out of range for {n_cols} columns")
+                    raise ConfigError(
+                        f"ember: ArrayDataset.from_csv: column {column} is out of range for {n_cols} columns"
+                    )
                 else:
                     targets.append(column % n_cols)
         features = table[:, [c for c in range(n_cols) if c not in targets]].astype(dtype)

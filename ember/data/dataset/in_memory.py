@@ -123,4 +123,6 @@ def _build(row_type: Callable[..., Any] | None, values: Any, where: str) -> Any:
     try:
         return row_type(**values) if isinstance(values, dict) else row_type(values)
     except TypeError as error:
-        raise RecordError(f"ember: cannot build {getattr(row_type, '__name__', row_type)} from {where}: {error}") from None
+        raise RecordError(
+            f"ember: cannot build {getattr(row_type, '__name__', row_type)} from {where}: {error}"
+        ) from None

@@ -4,6 +4,11 @@ from ember.nn.attention.mask import GeneratePaddingMask, generate_autoregressive
 from ember.nn.attention.mha import MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig
 
 __all__ = [
-    "GeneratePaddingMask", "MhaInput", "MhaOutput", "MultiHeadAttention", "MultiHeadAttentionConfig",
-    "generate_autoregressive_mask", "generate_padding_mask",
+    "GeneratePaddingMask",
+    "MhaInput",
+    "MhaOutput",
+    "MultiHeadAttention",
+    "MultiHeadAttentionConfig",
+    "generate_autoregressive_mask",
+    "generate_padding_mask",
 ]

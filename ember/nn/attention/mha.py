@@ -84,7 +84,9 @@ class MultiHeadAttentionConfig(Config):
 
     def validate(self) -> None:
         if self.d_model <= 0 or self.n_heads <= 0:
-            raise ConfigError(f"ember: MultiHeadAttentionConfig: d_model and n_heads must be > 0, got {self.d_model}, {self.n_heads}")
+            raise ConfigError(
+                f"ember: MultiHeadAttentionConfig: d_model and n_heads must be > 0, got {self.d_model}, {self.n_heads}"
+            )
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"ember: MultiHeadAttentionConfig: d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
@@ -99,9 +101,14 @@ class MultiHeadAttentionConfig(Config):
             return LinearConfig(self.d_model, self.d_model, bias=bias, initializer=self.initializer).init(device)
 
         return MultiHeadAttention(
-            query=linear(self.query_bias), key=linear(self.key_bias), value=linear(self.value_bias),
-            output=linear(self.output_bias), dropout=Dropout(self.dropout), n_heads=self.n_heads,
-            min_float=self.min_float, quiet_softmax=self.quiet_softmax,
+            query=linear(self.query_bias),
+            key=linear(self.key_bias),
+            value=linear(self.value_bias),
+            output=linear(self.output_bias),
+            dropout=Dropout(self.dropout),
+            n_heads=self.n_heads,
+            min_float=self.min_float,
+            quiet_softmax=self.quiet_softmax,
         )
 
 
@@ -129,7 +136,11 @@ class MultiHeadAttention(Module):
         return self.d_model // self.n_heads
 
     def forward(
-        self, input: MhaInput | Tensor, mask: Tensor | None = None, *, mask_pad: Tensor | None = None,
+        self,
+        input: MhaInput | Tensor,
+        mask: Tensor | None = None,
+        *,
+        mask_pad: Tensor | None = None,
         causal: bool = False,
     ) -> MhaOutput:
         """Attention of ``input``'s query over its keys and values; a tensor ``x``
@@ -184,8 +195,11 @@ class MultiHeadAttention(Module):
         if self.quiet_softmax:
             scores = query.matmul(key.swap_dims(2, 3)).mul_scalar(1.0 / math.sqrt(self.d_k))
             if causal:
-                later = Tensor.arange(seq_k, device=scores.device).unsqueeze_dim(0).greater(
-                    Tensor.arange(seq_q, device=scores.device).unsqueeze_dim(1))
+                later = (
+                    Tensor.arange(seq_k, device=scores.device)
+                    .unsqueeze_dim(0)
+                    .greater(Tensor.arange(seq_q, device=scores.device).unsqueeze_dim(1))
+                )
                 hidden = later if hidden is None else hidden.bool_or(later)
             if hidden is not None:
                 scores = scores.mask_fill(hidden, self.min_float)
@@ -195,8 +209,15 @@ class MultiHeadAttention(Module):
             # Masked scores are set to min_float (Burn's), not -inf: a row with every key
             # hidden attends evenly instead of to nothing.
             context, weights = attention(
-                query, key, value, mask=hidden, fill=self.min_float, scale=1.0 / math.sqrt(self.d_k),
-                causal=causal, dropout=self.dropout.prob, training=training,
+                query,
+                key,
+                value,
+                mask=hidden,
+                fill=self.min_float,
+                scale=1.0 / math.sqrt(self.d_k),
+                causal=causal,
+                dropout=self.dropout.prob,
+                training=training,
             )
         context = context.swap_dims(1, 2).reshape([batch, seq_q, d_model])
         return MhaOutput(weights=weights, context=self.output(context))
@@ -215,7 +236,9 @@ class MultiHeadAttention(Module):
 
 def _mask(name: str, mask: Tensor, scores: Tensor) -> Tensor:
     if not isinstance(mask, Tensor) or not mask.dtype.is_bool:
-        raise DTypeError(f"ember: MultiHeadAttention: {name} must be a bool Tensor (True hides a key), got {mask!r:.80}")
+        raise DTypeError(
+            f"ember: MultiHeadAttention: {name} must be a bool Tensor (True hides a key), got {mask!r:.80}"
+        )
     return mask if mask.device is scores.device else mask.to_device(scores.device)
 
 

@@ -41,7 +41,9 @@ def check_padding(name: str, padding: Any, rank: int) -> None:
     """Raise ConfigError unless ``padding`` is a valid :data:`PaddingSpec` for ``rank`` dims."""
     if isinstance(padding, str):
         if padding.lower() not in ("valid", "same"):
-            raise ConfigError(f"ember: {name}: padding must be 'valid', 'same', an int or per-dim values, got {padding!r}")
+            raise ConfigError(
+                f"ember: {name}: padding must be 'valid', 'same', an int or per-dim values, got {padding!r}"
+            )
         return
     if isinstance(padding, int) and not isinstance(padding, bool):
         values: tuple = (padding,)

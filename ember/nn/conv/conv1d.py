@@ -41,8 +41,12 @@ class Conv1dConfig(Config):
         device = device or Device.default()
         g = self.groups
         weight, bias = conv_params(
-            self.initializer, (self.channels_out, self.channels_in // g, self.kernel_size),
-            self.channels_in // g * self.kernel_size, self.channels_out // g * self.kernel_size, self.bias, device,
+            self.initializer,
+            (self.channels_out, self.channels_in // g, self.kernel_size),
+            self.channels_in // g * self.kernel_size,
+            self.channels_out // g * self.kernel_size,
+            self.bias,
+            device,
         )
         return Conv1d(
             weight=weight, bias=bias, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=g
@@ -64,7 +68,12 @@ class Conv1d(Module):
         """``[batch, channels_in, length]`` to ``[batch, channels_out, length_out]``."""
         bias = self.bias
         return conv1d(
-            x, self.weight.val(), None if bias is None else bias.val(), self.stride, self.padding, self.dilation,
+            x,
+            self.weight.val(),
+            None if bias is None else bias.val(),
+            self.stride,
+            self.padding,
+            self.dilation,
             self.groups,
         )
 

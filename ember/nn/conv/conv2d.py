@@ -44,12 +44,20 @@ class Conv2dConfig(Config):
         kernel = as_tuple("Conv2dConfig", "kernel_size", self.kernel_size, 2)
         k = kernel[0] * kernel[1]
         weight, bias = conv_params(
-            self.initializer, (c_out, c_in // self.groups) + kernel, c_in // self.groups * k,
-            c_out // self.groups * k, self.bias, device,
+            self.initializer,
+            (c_out, c_in // self.groups) + kernel,
+            c_in // self.groups * k,
+            c_out // self.groups * k,
+            self.bias,
+            device,
         )
         return Conv2d(
-            weight=weight, bias=bias, stride=as_tuple("Conv2dConfig", "stride", self.stride, 2),
-            padding=self.padding, dilation=as_tuple("Conv2dConfig", "dilation", self.dilation, 2), groups=self.groups,
+            weight=weight,
+            bias=bias,
+            stride=as_tuple("Conv2dConfig", "stride", self.stride, 2),
+            padding=self.padding,
+            dilation=as_tuple("Conv2dConfig", "dilation", self.dilation, 2),
+            groups=self.groups,
         )
 
 
@@ -69,7 +77,12 @@ class Conv2d(Module):
         """``[batch, channels_in, height, width]`` to ``[batch, channels_out, height_out, width_out]``."""
         bias = self.bias
         return conv2d(
-            x, self.weight.val(), None if bias is None else bias.val(), self.stride, self.padding, self.dilation,
+            x,
+            self.weight.val(),
+            None if bias is None else bias.val(),
+            self.stride,
+            self.padding,
+            self.dilation,
             self.groups,
         )
 

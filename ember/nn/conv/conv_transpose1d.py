@@ -42,8 +42,13 @@ class ConvTranspose1dConfig(Config):
             self.initializer, *self.channels, (self.kernel_size,), self.groups, self.bias, device or Device.default()
         )
         return ConvTranspose1d(
-            weight=weight, bias=bias, stride=self.stride, padding=self.padding, padding_out=self.padding_out,
-            dilation=self.dilation, groups=self.groups,
+            weight=weight,
+            bias=bias,
+            stride=self.stride,
+            padding=self.padding,
+            padding_out=self.padding_out,
+            dilation=self.dilation,
+            groups=self.groups,
         )
 
 
@@ -62,8 +67,14 @@ class ConvTranspose1d(Module):
         """``[batch, channels_in, length]`` to ``[batch, channels_out, length_out]``."""
         bias = self.bias
         return conv_transpose1d(
-            x, self.weight.val(), None if bias is None else bias.val(), self.stride, self.padding, self.padding_out,
-            self.dilation, self.groups,
+            x,
+            self.weight.val(),
+            None if bias is None else bias.val(),
+            self.stride,
+            self.padding,
+            self.padding_out,
+            self.dilation,
+            self.groups,
         )
 
     @property

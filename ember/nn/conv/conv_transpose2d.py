@@ -45,10 +45,13 @@ class ConvTranspose2dConfig(Config):
             self.initializer, *self.channels, kernel, self.groups, self.bias, device or Device.default()
         )
         return ConvTranspose2d(
-            weight=weight, bias=bias, stride=as_tuple(name, "stride", self.stride, 2),
+            weight=weight,
+            bias=bias,
+            stride=as_tuple(name, "stride", self.stride, 2),
             padding=as_tuple(name, "padding", self.padding, 2, minimum=0),
             padding_out=as_tuple(name, "padding_out", self.padding_out, 2, minimum=0),
-            dilation=as_tuple(name, "dilation", self.dilation, 2), groups=self.groups,
+            dilation=as_tuple(name, "dilation", self.dilation, 2),
+            groups=self.groups,
         )
 
 
@@ -68,8 +71,14 @@ class ConvTranspose2d(Module):
         """``[batch, channels_in, height, width]`` to ``[batch, channels_out, height_out, width_out]``."""
         bias = self.bias
         return conv_transpose2d(
-            x, self.weight.val(), None if bias is None else bias.val(), self.stride, self.padding, self.padding_out,
-            self.dilation, self.groups,
+            x,
+            self.weight.val(),
+            None if bias is None else bias.val(),
+            self.stride,
+            self.padding,
+            self.padding_out,
+            self.dilation,
+            self.groups,
         )
 
     @property

@@ -12,7 +12,21 @@ from ember.nn.loss.reduction import Reduction
 from ember.nn.loss.smooth_l1 import SmoothL1Loss, SmoothL1LossConfig
 
 __all__ = [
-    "BinaryCrossEntropyLoss", "BinaryCrossEntropyLossConfig", "CosineEmbeddingLoss", "CosineEmbeddingLossConfig",
-    "CrossEntropyLoss", "CrossEntropyLossConfig", "HuberLoss", "HuberLossConfig", "KLDivLoss", "KLDivLossConfig",
-    "L1Loss", "MseLoss", "NllLoss", "NllLossConfig", "Reduction", "SmoothL1Loss", "SmoothL1LossConfig",
+    "BinaryCrossEntropyLoss",
+    "BinaryCrossEntropyLossConfig",
+    "CosineEmbeddingLoss",
+    "CosineEmbeddingLossConfig",
+    "CrossEntropyLoss",
+    "CrossEntropyLossConfig",
+    "HuberLoss",
+    "HuberLossConfig",
+    "KLDivLoss",
+    "KLDivLossConfig",
+    "L1Loss",
+    "MseLoss",
+    "NllLoss",
+    "NllLossConfig",
+    "Reduction",
+    "SmoothL1Loss",
+    "SmoothL1LossConfig",
 ]

@@ -28,7 +28,9 @@ class BinaryCrossEntropyLossConfig(Config):
 
     def validate(self) -> None:
         if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
-            raise ConfigError(f"ember: BinaryCrossEntropyLossConfig: smoothing must lie in [0, 1], got {self.smoothing}")
+            raise ConfigError(
+                f"ember: BinaryCrossEntropyLossConfig: smoothing must lie in [0, 1], got {self.smoothing}"
+            )
         if self.weights is not None and (not self.weights or any(w < 0 for w in self.weights)):
             raise ConfigError(f"ember: BinaryCrossEntropyLossConfig: weights must be values >= 0, got {self.weights}")
 

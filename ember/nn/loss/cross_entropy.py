@@ -35,7 +35,9 @@ class CrossEntropyLossConfig(Config):
         if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
             raise ConfigError(f"ember: CrossEntropyLossConfig: smoothing must lie in [0, 1], got {self.smoothing}")
         if self.weights is not None and (not self.weights or any(w < 0 for w in self.weights)):
-            raise ConfigError(f"ember: CrossEntropyLossConfig: weights must be a non-empty list of values >= 0, got {self.weights}")
+            raise ConfigError(
+                f"ember: CrossEntropyLossConfig: weights must be a non-empty list of values >= 0, got {self.weights}"
+            )
 
     def init(self, device: Any = None) -> CrossEntropyLoss:
         return CrossEntropyLoss(
@@ -92,7 +94,13 @@ class CrossEntropyLoss(Module):
         return class_index_losses(logp, t, weights, eps, self.pad_tokens, sample_shape)
 
     def _soft(
-        self, logp: Tensor, targets: Tensor, weights: Tensor | None, eps: float, shape: list[int], sample_shape: list[int]
+        self,
+        logp: Tensor,
+        targets: Tensor,
+        weights: Tensor | None,
+        eps: float,
+        shape: list[int],
+        sample_shape: list[int],
     ) -> Tensor:
         if targets.dims() != shape:
             raise ShapeError(
@@ -113,7 +121,9 @@ class CrossEntropyLoss(Module):
         return terms.sum_dim(1).neg().reshape(sample_shape)
 
 
-def class_rows(loss: str, what: str, inputs: Tensor, weights: tuple[float, ...] | None) -> tuple[Tensor, Tensor | None, list[int]]:
+def class_rows(
+    loss: str, what: str, inputs: Tensor, weights: tuple[float, ...] | None
+) -> tuple[Tensor, Tensor | None, list[int]]:
     """``inputs`` ``[batch, classes, d1, ...]`` as float rows ``[M, classes]``, the class
     weights as a tensor (or ``None``) and the per-sample shape ``[batch, d1, ...]``."""
     if not isinstance(inputs, Tensor):
@@ -132,7 +142,9 @@ def class_rows(loss: str, what: str, inputs: Tensor, weights: tuple[float, ...] 
     return x, w, sample_shape
 
 
-def index_targets(loss: str, what: str, inputs: Tensor, targets: Tensor, sample_shape: list[int], rows: Tensor) -> Tensor:
+def index_targets(
+    loss: str, what: str, inputs: Tensor, targets: Tensor, sample_shape: list[int], rows: Tensor
+) -> Tensor:
     """Class-index ``targets`` checked against the samples' shape, flat ``[M]``, on the rows' device."""
     if not isinstance(targets, Tensor):
         raise DTypeError(f"ember: {loss}: targets must be a Tensor, got {type(targets).__name__}")
@@ -146,7 +158,11 @@ def index_targets(loss: str, what: str, inputs: Tensor, targets: Tensor, sample_
 
 
 def class_index_losses(
-    logp: Tensor, t: Tensor, weights: Tensor | None, eps: float, pad_tokens: tuple[int, ...] | None,
+    logp: Tensor,
+    t: Tensor,
+    weights: Tensor | None,
+    eps: float,
+    pad_tokens: tuple[int, ...] | None,
     sample_shape: list[int],
 ) -> tuple[Tensor, Tensor | None]:
     """``-w[t] logp[t]`` per row (smoothed by ``eps``; 0 at ignored ``pad_tokens``) and

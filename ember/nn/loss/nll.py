@@ -28,7 +28,9 @@ class NllLossConfig(Config):
 
     def validate(self) -> None:
         if self.weights is not None and (not self.weights or any(w < 0 for w in self.weights)):
-            raise ConfigError(f"ember: NllLossConfig: weights must be a non-empty list of values >= 0, got {self.weights}")
+            raise ConfigError(
+                f"ember: NllLossConfig: weights must be a non-empty list of values >= 0, got {self.weights}"
+            )
 
     def init(self, device: Any = None) -> NllLoss:
         return NllLoss(

@@ -6,6 +6,12 @@ from ember.nn.norm.layer_norm import LayerNorm, LayerNormConfig
 from ember.nn.norm.rms_norm import RmsNorm, RmsNormConfig
 
 __all__ = [
-    "BatchNorm", "BatchNormConfig", "GroupNorm", "GroupNormConfig", "LayerNorm", "LayerNormConfig", "RmsNorm",
+    "BatchNorm",
+    "BatchNormConfig",
+    "GroupNorm",
+    "GroupNormConfig",
+    "LayerNorm",
+    "LayerNormConfig",
+    "RmsNorm",
     "RmsNormConfig",
 ]

@@ -8,6 +8,16 @@ from ember.nn.pool.max_pool1d import MaxPool1d, MaxPool1dConfig
 from ember.nn.pool.max_pool2d import MaxPool2d, MaxPool2dConfig
 
 __all__ = [
-    "AdaptiveAvgPool1d", "AdaptiveAvgPool1dConfig", "AdaptiveAvgPool2d", "AdaptiveAvgPool2dConfig", "AvgPool1d",
-    "AvgPool1dConfig", "AvgPool2d", "AvgPool2dConfig", "MaxPool1d", "MaxPool1dConfig", "MaxPool2d", "MaxPool2dConfig",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool1dConfig",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool2dConfig",
+    "AvgPool1d",
+    "AvgPool1dConfig",
+    "AvgPool2d",
+    "AvgPool2dConfig",
+    "MaxPool1d",
+    "MaxPool1dConfig",
+    "MaxPool2d",
+    "MaxPool2dConfig",
 ]

@@ -36,8 +36,11 @@ class MaxPool2dConfig(Config):
         kernel = as_tuple("MaxPool2dConfig", "kernel_size", self.kernel_size, 2)
         stride = kernel if self.strides is None else as_tuple("MaxPool2dConfig", "strides", self.strides, 2)
         return MaxPool2d(
-            kernel_size=kernel, stride=stride, padding=self.padding,
-            dilation=as_tuple("MaxPool2dConfig", "dilation", self.dilation, 2), ceil_mode=self.ceil_mode,
+            kernel_size=kernel,
+            stride=stride,
+            padding=self.padding,
+            dilation=as_tuple("MaxPool2dConfig", "dilation", self.dilation, 2),
+            ceil_mode=self.ceil_mode,
         )
 
 

@@ -28,7 +28,9 @@ class GruConfig(Config):
 
     def validate(self) -> None:
         if self.d_input <= 0 or self.d_hidden <= 0:
-            raise ConfigError(f"ember: GruConfig: d_input and d_hidden must be > 0, got {self.d_input}, {self.d_hidden}")
+            raise ConfigError(
+                f"ember: GruConfig: d_input and d_hidden must be > 0, got {self.d_input}, {self.d_hidden}"
+            )
 
     def init(self, device: Device | None = None) -> Gru:
         device = device or Device.default()
@@ -37,7 +39,10 @@ class GruConfig(Config):
             return GateController.new(self.d_input, self.d_hidden, self.bias, self.initializer, device)
 
         return Gru(
-            update_gate=gate(), reset_gate=gate(), new_gate=gate(), reset_after=self.reset_after,
+            update_gate=gate(),
+            reset_gate=gate(),
+            new_gate=gate(),
+            reset_after=self.reset_after,
             batch_first=self.batch_first,
         )
 

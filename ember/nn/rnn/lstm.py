@@ -37,7 +37,9 @@ class LstmConfig(Config):
 
     def validate(self) -> None:
         if self.d_input <= 0 or self.d_hidden <= 0:
-            raise ConfigError(f"ember: LstmConfig: d_input and d_hidden must be > 0, got {self.d_input}, {self.d_hidden}")
+            raise ConfigError(
+                f"ember: LstmConfig: d_input and d_hidden must be > 0, got {self.d_input}, {self.d_hidden}"
+            )
 
     def init(self, device: Device | None = None) -> Lstm:
         device = device or Device.default()
@@ -97,4 +99,3 @@ class Lstm(Module):
 
     def extra_repr(self) -> str:
         return f"d_input: {self.d_input}, d_hidden: {self.d_hidden}, bias: {self.input_gate.input_transform.bias is not None}"
-

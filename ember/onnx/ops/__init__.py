@@ -5,6 +5,17 @@ from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, 
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
 __all__ = [
-    "OPS", "Node", "OpDef", "activation", "elementwise", "indexing", "layout", "lookup", "nn", "norm", "reduce",
-    "resize", "supported_ops",
+    "OPS",
+    "Node",
+    "OpDef",
+    "activation",
+    "elementwise",
+    "indexing",
+    "layout",
+    "lookup",
+    "nn",
+    "norm",
+    "reduce",
+    "resize",
+    "supported_ops",
 ]

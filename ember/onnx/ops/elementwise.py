@@ -136,7 +136,7 @@ _WITH_SCALAR: dict[str, tuple[Callable[[Tensor, Any], Tensor], Callable[[Any, Te
     "Sub": (lambda x, s: x - s, lambda s, x: s - x),
     "Mul": (lambda x, s: x * s, lambda s, x: x * s),
     "Div": (lambda x, s: x / s if x.is_float() else x.div(s, rounding_mode="trunc"), None),
-    "Pow": (lambda x, s: x.powf_scalar(float(s)) if x.is_float() else x ** s, None),
+    "Pow": (lambda x, s: x.powf_scalar(float(s)) if x.is_float() else x**s, None),
     "Equal": (lambda x, s: x.equal_elem(s), lambda s, x: x.equal_elem(s)),
     "Less": (lambda x, s: x.lower_elem(s), lambda s, x: x.greater_elem(s)),
     "LessOrEqual": (lambda x, s: x.lower_equal_elem(s), lambda s, x: x.greater_equal_elem(s)),
@@ -180,12 +180,22 @@ def _np_mod(node: Node) -> Callable[..., Any]:
 
 
 _NP_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _np_div,
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Div": _np_div,
     "Pow": lambda a, b: np.power(a, b).astype(a.dtype),
-    "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
-    "BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or, "BitwiseXor": np.bitwise_xor,
-    "Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal,
-    "Greater": np.greater, "GreaterOrEqual": np.greater_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+    "Equal": np.equal,
+    "Less": np.less,
+    "LessOrEqual": np.less_equal,
+    "Greater": np.greater,
+    "GreaterOrEqual": np.greater_equal,
 }
 
 

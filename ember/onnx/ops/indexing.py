@@ -60,7 +60,7 @@ def _linear_index(node: Node, indices: Tensor, shape: list[int], k: int) -> Tens
     last = indices.rank - 1
     flat: Tensor | None = None
     for j in range(k):
-        part = _wrap(indices.narrow(last, j, 1), shape[j]) * math.prod(shape[j + 1: k])
+        part = _wrap(indices.narrow(last, j, 1), shape[j]) * math.prod(shape[j + 1 : k])
         flat = part if flat is None else flat + part
     assert flat is not None  # k >= 1
     return flat.reshape(indices.dims()[:-1])
@@ -132,8 +132,10 @@ def constant_value(node: Node) -> np.ndarray:
         return np.array(attrs["value_int"], dtype=np.int64)
     if "value_ints" in attrs:
         return np.array(attrs["value_ints"], dtype=np.int64)
-    raise node.error(f"holds no supported value attribute (has {', '.join(attrs) or 'none'}; strings and sparse "
-                     "tensors are not supported)")
+    raise node.error(
+        f"holds no supported value attribute (has {', '.join(attrs) or 'none'}; strings and sparse "
+        "tensors are not supported)"
+    )
 
 
 @op("Constant")
@@ -164,8 +166,11 @@ def range_(node: Node) -> Callable[..., Any]:
     def run(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
         s, e, d = scalar(start), scalar(limit), scalar(delta)
         n = max(math.ceil((e - s) / d), 0)
-        return (np.arange(n, dtype=np.float64) * d + s).astype(np.asarray(start).dtype) if start.dtype.kind == "f" \
+        return (
+            (np.arange(n, dtype=np.float64) * d + s).astype(np.asarray(start).dtype)
+            if start.dtype.kind == "f"
             else (np.arange(n, dtype=np.int64) * d + s).astype(np.asarray(start).dtype)
+        )
 
     return run
 
@@ -278,4 +283,3 @@ def einsum(node: Node) -> Callable[..., Any]:
 def _np_einsum(node: Node) -> Callable[..., Any]:
     equation = node.attr("equation", "").replace(" ", "")
     return lambda *xs: np.einsum(equation, *xs)
-

@@ -234,8 +234,9 @@ def _np_split(node: Node) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------------- Slice
-def slices(node: Node, shape: list[int], starts: list[int], ends: list[int], chosen: list[int] | None,
-           steps: list[int] | None) -> tuple[slice, ...]:
+def slices(
+    node: Node, shape: list[int], starts: list[int], ends: list[int], chosen: list[int] | None, steps: list[int] | None
+) -> tuple[slice, ...]:
     """ONNX's Slice arguments (clamped as ONNX clamps them) as Python slices."""
     rank = len(shape)
     chosen = list(range(len(starts))) if chosen is None else axes(node, chosen, rank)
@@ -323,13 +324,16 @@ def pad(node: Node) -> Callable[..., Any]:
     def run(x: Any, pads: Any = None, value: Any = None, chosen: Any = None) -> Any:
         rank = len(dims(x))
         widths = ints(pads) if node.version >= 11 else node.ints("pads", [])
-        fill = (scalar(value) if value is not None and np.size(value) else 0) if node.version >= 11 \
+        fill = (
+            (scalar(value) if value is not None and np.size(value) else 0)
+            if node.version >= 11
             else node.attr("value", 0.0)
+        )
         which = axes(node, ints(chosen), rank) if chosen is not None else list(range(rank))
         if len(widths) != 2 * len(which):
             raise node.error(f"pads {widths} must hold a begin and an end for each of {len(which)} axes")
         before = dict(zip(which, widths[: len(which)]))
-        after = dict(zip(which, widths[len(which):]))
+        after = dict(zip(which, widths[len(which) :]))
         if isinstance(x, np.ndarray):
             spec = [(before.get(d, 0), after.get(d, 0)) for d in range(rank)]
             if any(a < 0 or b < 0 for a, b in spec):
@@ -361,8 +365,16 @@ def depth_to_space(node: Node) -> Callable[..., Any]:
     def run(x: Tensor) -> Tensor:
         n, c, h, w = x.dims()
         if mode == "CRD":
-            return x.reshape([n, c // (b * b), b, b, h, w]).permute([0, 1, 4, 2, 5, 3]).reshape([n, c // (b * b), h * b, w * b])
-        return x.reshape([n, b, b, c // (b * b), h, w]).permute([0, 3, 4, 1, 5, 2]).reshape([n, c // (b * b), h * b, w * b])
+            return (
+                x.reshape([n, c // (b * b), b, b, h, w])
+                .permute([0, 1, 4, 2, 5, 3])
+                .reshape([n, c // (b * b), h * b, w * b])
+            )
+        return (
+            x.reshape([n, b, b, c // (b * b), h, w])
+            .permute([0, 3, 4, 1, 5, 2])
+            .reshape([n, c // (b * b), h * b, w * b])
+        )
 
     return run
 
@@ -373,7 +385,9 @@ def space_to_depth(node: Node) -> Callable[..., Any]:
 
     def run(x: Tensor) -> Tensor:
         n, c, h, w = x.dims()
-        return x.reshape([n, c, h // b, b, w // b, b]).permute([0, 3, 5, 1, 2, 4]).reshape([n, c * b * b, h // b, w // b])
+        return (
+            x.reshape([n, c, h // b, b, w // b, b]).permute([0, 3, 5, 1, 2, 4]).reshape([n, c * b * b, h // b, w // b])
+        )
 
     return run
 

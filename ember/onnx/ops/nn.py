@@ -26,8 +26,11 @@ def gemm(node: Node) -> Callable[..., Any]:
     b_shape = node.shape(1)
     n = None if b_shape is None else b_shape[0 if trans_b else 1]
     # The common layer: x @ W.T + b with a bias of one value per output (a fused linear).
-    linear = alpha == 1.0 and beta == 1.0 and not trans_a and (
-        not has_c or (c_shape is not None and n is not None and tuple(c_shape) in ((n,), (1, n)))
+    linear = (
+        alpha == 1.0
+        and beta == 1.0
+        and not trans_a
+        and (not has_c or (c_shape is not None and n is not None and tuple(c_shape) in ((n,), (1, n))))
     )
     if linear:
         flat_bias = c_shape is not None and len(c_shape) == 2
@@ -54,8 +57,9 @@ def gemm(node: Node) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------------- convolution
-def _same_pads(sizes: list[int], kernel: list[int], strides: list[int], dilations: list[int],
-               upper: bool) -> list[tuple[int, int]]:
+def _same_pads(
+    sizes: list[int], kernel: list[int], strides: list[int], dilations: list[int], upper: bool
+) -> list[tuple[int, int]]:
     out = []
     for n, k, s, d in zip(sizes, kernel, strides, dilations):
         total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)

@@ -39,7 +39,11 @@ _REDUCE: dict[str, Callable[[Tensor, list[int]], Tensor]] = {
 }
 
 _NP_REDUCE: dict[str, Callable[..., np.ndarray]] = {
-    "ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min, "ReduceProd": np.prod,
+    "ReduceSum": np.sum,
+    "ReduceMean": np.mean,
+    "ReduceMax": np.max,
+    "ReduceMin": np.min,
+    "ReduceProd": np.prod,
 }
 
 

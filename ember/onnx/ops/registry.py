@@ -60,9 +60,7 @@ def op(
 
     def register(build: Builder) -> Builder:
         for n in names:
-            OPS[(domain, n)] = OpDef(
-                n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training
-            )
+            OPS[(domain, n)] = OpDef(n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training)
         return build
 
     return register

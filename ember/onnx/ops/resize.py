@@ -17,8 +17,14 @@ from ember.onnx.ops.common import axes, ints
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
 
-_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-          "tf_crop_and_resize")
+_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_crop_and_resize",
+)
 _NEAREST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "round_prefer_floor": lambda x: np.ceil(x - 0.5),
     "round_prefer_ceil": lambda x: np.floor(x + 0.5),
@@ -51,6 +57,7 @@ def _source(mode: str, n: int, m: int, scale: float, roi: tuple[float, float]) -
 
 def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
     """The four cubic convolution weights of taps ``floor(x) - 1 .. floor(x) + 2``."""
+
     def near(d: np.ndarray) -> np.ndarray:
         return ((a + 2) * d - (a + 3)) * d * d + 1
 
@@ -60,7 +67,9 @@ def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
     return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=1)
 
 
-def _taps(node: Node, n: int, m: int, scale: float, roi: tuple[float, float]) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
+def _taps(
+    node: Node, n: int, m: int, scale: float, roi: tuple[float, float]
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray | None]:
     """For one axis: index arrays, weight arrays, and (tf_crop_and_resize) the outside mask."""
     mode = node.attr("mode", "nearest")
     coords = _source(node.attr("coordinate_transformation_mode", "half_pixel"), n, m, scale, roi)
@@ -122,8 +131,11 @@ def resize(node: Node) -> Callable[..., Any]:
             factors = [float(v) for v in np.asarray(scales).reshape(-1)]
             targets = []
             for i, (a, f) in enumerate(zip(chosen, factors)):
-                start, end = (roi_values[i], roi_values[i + len(chosen)]) if transform == "tf_crop_and_resize" \
-                    and roi_values else (0.0, 1.0)
+                start, end = (
+                    (roi_values[i], roi_values[i + len(chosen)])
+                    if transform == "tf_crop_and_resize" and roi_values
+                    else (0.0, 1.0)
+                )
                 targets.append(math.floor(shape[a] * (end - start) * f))
         else:
             raise node.error("needs scales or sizes")
@@ -139,10 +151,12 @@ def resize(node: Node) -> Callable[..., Any]:
         return steps
 
     def run(x: Tensor, roi: Any = None, scales: Any = None, sizes: Any = None) -> Tensor:
-        key = (tuple(x.dims()),
-               None if roi is None else np.asarray(roi).tobytes(),
-               None if scales is None else np.asarray(scales).tobytes(),
-               None if sizes is None else np.asarray(sizes).tobytes())
+        key = (
+            tuple(x.dims()),
+            None if roi is None else np.asarray(roi).tobytes(),
+            None if scales is None else np.asarray(scales).tobytes(),
+            None if sizes is None else np.asarray(sizes).tobytes(),
+        )
         steps = cache.get(key)
         if steps is None:
             steps = cache[key] = plan(x.dims(), roi, scales, sizes)

@@ -33,7 +33,9 @@ class LrScheduler:
         """The values of ``record``, checked against ``expected`` (name -> type)."""
         name = type(self).__name__
         if not isinstance(record, dict):
-            raise RecordError(f"ember: {name}.load_record: expected a dict from to_record(), got {type(record).__name__}")
+            raise RecordError(
+                f"ember: {name}.load_record: expected a dict from to_record(), got {type(record).__name__}"
+            )
         if set(record) != set(expected):
             raise RecordError(
                 f"ember: {name}.load_record: the record has fields {sorted(record)}, expected {sorted(expected)}; "

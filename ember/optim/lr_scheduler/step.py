@@ -48,13 +48,15 @@ class StepLrSchedulerConfig(LrSchedulerConfig):
         name = "StepLrSchedulerConfig"
         check_count(name, "step_size", self.step_size)
         if not (math.isfinite(self.initial_lr) and math.isfinite(self.gamma)):
-            raise ConfigError(f"ember: {name}: initial_lr and gamma must be finite, got {self.initial_lr}, {self.gamma}")
+            raise ConfigError(
+                f"ember: {name}: initial_lr and gamma must be finite, got {self.initial_lr}, {self.gamma}"
+            )
         if self.initial_lr <= 0.0:
-            warnings.warn(f"ember: {name}: initial_lr={self.initial_lr} is not positive; ignore this if intended",
-                          stacklevel=4)
+            warnings.warn(
+                f"ember: {name}: initial_lr={self.initial_lr} is not positive; ignore this if intended", stacklevel=4
+            )
         if not (0.0 < self.gamma < 1.0):
-            warnings.warn(f"ember: {name}: gamma={self.gamma} is outside (0, 1); ignore this if intended",
-                          stacklevel=4)
+            warnings.warn(f"ember: {name}: gamma={self.gamma} is outside (0, 1); ignore this if intended", stacklevel=4)
 
     def init(self) -> StepLrScheduler:
         return StepLrScheduler(self.initial_lr, self.step_size, self.gamma)

@@ -93,7 +93,9 @@ class ArithmeticOps(TensorOpsBase):
         value = int(value)
         if self._p.dtype not in FLOAT_NP:
             if value < 0:
-                raise ValueRangeError("ember: powi_scalar: an int tensor cannot take negative exponents; use powf_scalar")
+                raise ValueRangeError(
+                    "ember: powi_scalar: an int tensor cannot take negative exponents; use powf_scalar"
+                )
             return binary(self, value, BinaryOp.POW, "powi_scalar", "arith")
         if value == 2:
             return unary(self, UnaryOp.SQUARE, "powi_scalar", "float")

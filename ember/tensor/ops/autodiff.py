@@ -32,9 +32,7 @@ class AutodiffOps(TensorOpsBase):
         if not d.is_autodiff():
             return self.__class__(self._p, self._d)
         if require_grad and self._p.dtype not in FLOAT_NP:
-            raise DTypeError(
-                f"ember: require_grad: only float tensors have gradients, got {self.dtype}; cast first"
-            )
+            raise DTypeError(f"ember: require_grad: only float tensors have gradients, got {self.dtype}; cast first")
         return self.__class__(cast("AutodiffProtocol", d._b).set_require_grad(self._p, bool(require_grad)), d)
 
     def is_require_grad(self) -> bool:
@@ -93,8 +91,9 @@ class AutodiffOps(TensorOpsBase):
                         "inputs must be tensors of the loss's autodiff device"
                     )
                 wanted.append(t._p)
-        return backend.backward(self._p, seed, create_graph=bool(create_graph), retain_graph=retain_graph,
-                                inputs=wanted)
+        return backend.backward(
+            self._p, seed, create_graph=bool(create_graph), retain_graph=retain_graph, inputs=wanted
+        )
 
     def _seed(self, op: str, gradient: Any) -> Any:
         """``gradient`` as a primitive of this tensor's autodiff device."""
@@ -104,8 +103,7 @@ class AutodiffOps(TensorOpsBase):
             raise DTypeError(f"ember: {op}: gradient must be a Tensor, got {type(gradient).__name__}")
         if gradient._p.shape != self._p.shape:
             raise ShapeError(
-                f"ember: {op}: gradient has shape {gradient.dims()}, the tensor {self.dims()}; "
-                "they must match"
+                f"ember: {op}: gradient has shape {gradient.dims()}, the tensor {self.dims()}; they must match"
             )
         if gradient._p.dtype != self._p.dtype:
             gradient = gradient.cast(self.dtype)

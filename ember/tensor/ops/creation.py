@@ -37,7 +37,9 @@ class CreationOps(TensorOpsBase):
         ``start + i * step``, computed in float64, then cast."""
         start, end, step = (_number("arange", n, v) for n, v in (("start", start), ("end", end), ("step", step)))
         if step == 0 or not all(map(math.isfinite, (start, end, step))):
-            raise ValueRangeError(f"ember: Tensor.arange: start, end and step must be finite and step nonzero, got {start}, {end}, {step}")
+            raise ValueRangeError(
+                f"ember: Tensor.arange: start, end and step must be finite and step nonzero, got {start}, {end}, {step}"
+            )
         n = max(math.ceil((end - start) / step), 0)
         dtype = DType.FLOAT32 if dtype is None else DType.parse(dtype)
         values = start + step * np.arange(n, dtype=np.float64)

@@ -52,7 +52,7 @@ def _parse(equation: str, ranks: Sequence[int]) -> tuple[list[list[str]], list[s
         if "..." in term:
             head, tail = term.split("...")
             count = rank - len(head) - len(tail)
-            parsed.append(list(head) + symbols[n_ellipsis - count:] + list(tail))
+            parsed.append(list(head) + symbols[n_ellipsis - count :] + list(tail))
         else:
             parsed.append(list(term))
     if rhs is None:
@@ -82,7 +82,9 @@ def _take_diagonals(t: Any, letters: list[str]) -> tuple[Any, list[str]]:
             j = letters.index(c, i + 1) if letters.count(c) > 1 else -1
             if j >= 0:
                 if t._p.shape[i] != t._p.shape[j]:
-                    raise ShapeError(f"ember: einsum: the repeated letter {c!r} spans dims of sizes {t._p.shape[i]} and {t._p.shape[j]}")
+                    raise ShapeError(
+                        f"ember: einsum: the repeated letter {c!r} spans dims of sizes {t._p.shape[i]} and {t._p.shape[j]}"
+                    )
                 t = t.diagonal(0, i, j)
                 letters = [x for k, x in enumerate(letters) if k not in (i, j)] + [c]
                 break
@@ -134,8 +136,10 @@ def einsum(equation: str, *operands: Any) -> Any:
                 size[c] = n
             elif n not in (1, size[c]):
                 raise ShapeError(f"ember: einsum: letter {c!r} spans dims of sizes {size[c]} and {n} in {equation!r}")
-    tensors = [t.expand(tuple(size[c] for c in term)) if tuple(size[c] for c in term) != t._p.shape else t
-               for t, term in zip(tensors, letters)]
+    tensors = [
+        t.expand(tuple(size[c] for c in term)) if tuple(size[c] for c in term) != t._p.shape else t
+        for t, term in zip(tensors, letters)
+    ]
     # Sum out letters only one operand holds and the output lacks.
     for i, term in enumerate(letters):
         others = {c for j, other in enumerate(letters) if j != i for c in other} | set(output)
@@ -145,7 +149,7 @@ def einsum(equation: str, *operands: Any) -> Any:
             letters[i] = [c for d, c in enumerate(term) if d not in lonely]
     result, result_letters = tensors[0], letters[0]
     for k in range(1, len(tensors)):
-        keep = set(output) | {c for term in letters[k + 1:] for c in term}
+        keep = set(output) | {c for term in letters[k + 1 :] for c in term}
         result, result_letters = _contract(result, result_letters, tensors[k], letters[k], keep)
     extra = [d for d, c in enumerate(result_letters) if c not in output]
     if extra:

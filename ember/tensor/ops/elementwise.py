@@ -179,8 +179,7 @@ def unary(self: T, op: UnaryOp, name: str, mode: str) -> T:
     elif mode == "numeric":
         if dt == BOOL_NP:
             raise DTypeError(
-                f"ember: {name}: not defined on bool tensors (shape {list(p.shape)}); "
-                "cast to int or float first"
+                f"ember: {name}: not defined on bool tensors (shape {list(p.shape)}); cast to int or float first"
             )
     elif mode != "any":
         p = _fit(name, mode, p, d._b)

@@ -37,9 +37,7 @@ class IndexingOps(TensorOpsBase):
         dim = normalize_dim("gather", dim, len(shape))
         indices = self._index_tensor("gather", indices)
         ishape = indices._p.shape
-        if len(ishape) != len(shape) or any(
-            ishape[d] > shape[d] for d in range(len(shape)) if d != dim
-        ):
+        if len(ishape) != len(shape) or any(ishape[d] > shape[d] for d in range(len(shape)) if d != dim):
             raise ShapeError(
                 f"ember: gather: indices of shape {list(ishape)} must have the rank of the tensor "
                 f"{list(shape)} and no larger dims except dim {dim}"
@@ -66,9 +64,11 @@ class IndexingOps(TensorOpsBase):
         values = self._like(values, "select_assign")
         if len(indices._p.shape) != 1:
             raise ShapeError(f"ember: select_assign: indices must have rank 1, got {list(indices._p.shape)}")
-        expected = shape[:dim] + indices._p.shape + shape[dim + 1:]
+        expected = shape[:dim] + indices._p.shape + shape[dim + 1 :]
         if values._p.shape != expected:
-            raise ShapeError(f"ember: select_assign: values must have shape {list(expected)}, got {list(values._p.shape)}")
+            raise ShapeError(
+                f"ember: select_assign: values must have shape {list(expected)}, got {list(values._p.shape)}"
+            )
         return self.__class__(self._d._b.select_add(self._p, dim, indices._p, values._p), self._d)
 
     def _like(self, values: Any, op: str) -> Self:
@@ -122,7 +122,9 @@ class IndexingOps(TensorOpsBase):
                     f"ember: masked_fill: the value must be a scalar or a one-element tensor, got shape {value.dims()}; "
                     "for a tensor of values use x.mask_where(mask, values)"
                 )
-            return self.mask_where(mask, value.reshape(()).cast(self.dtype) if value.dtype != self.dtype else value.reshape(()))
+            return self.mask_where(
+                mask, value.reshape(()).cast(self.dtype) if value.dtype != self.dtype else value.reshape(())
+            )
         return self.mask_fill(mask, value)
 
     def where(self, mask: Any, other: Any) -> Self:
@@ -173,7 +175,7 @@ class IndexingOps(TensorOpsBase):
         index = self._index_tensor("take", indices)
         index = index.mask_where(index.lower_elem(0), index.add_scalar(shape[dim]))
         picked = self.select(dim, index.reshape((-1,)))
-        return picked.reshape(shape[:dim] + index._p.shape + shape[dim + 1:])
+        return picked.reshape(shape[:dim] + index._p.shape + shape[dim + 1 :])
 
     def one_hot(self, num_classes: int) -> Self:
         """Class indices (an int tensor) as one-hot vectors in a new last dim (int64)."""
@@ -199,4 +201,3 @@ class IndexingOps(TensorOpsBase):
         dtype = DType.parse(dtype)
         on = self.__class__.full((), on_value, self._d, dtype)
         return on.expand(hot._p.shape).mask_fill(hot.bool_not(), off_value)
-

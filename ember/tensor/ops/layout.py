@@ -64,7 +64,7 @@ class LayoutOps(TensorOpsBase):
         e = normalize_dim("flatten", end_dim, len(shape))
         if s > e:
             raise ShapeError(f"ember: flatten: start_dim {start_dim} is after end_dim {end_dim}")
-        return self.reshape(shape[:s] + (numel(shape[s:e + 1]),) + shape[e + 1:])
+        return self.reshape(shape[:s] + (numel(shape[s : e + 1]),) + shape[e + 1 :])
 
     def squeeze(self, dim: int | None = None) -> Self:
         """Without size-1 dims: all of them, or only ``dim``."""
@@ -77,7 +77,7 @@ class LayoutOps(TensorOpsBase):
         dim = normalize_dim("squeeze_dim", dim, len(shape))
         if shape[dim] != 1:
             raise ShapeError(f"ember: squeeze_dim: dim {dim} of shape {list(shape)} has size {shape[dim]}, not 1")
-        return self.reshape(shape[:dim] + shape[dim + 1:])
+        return self.reshape(shape[:dim] + shape[dim + 1 :])
 
     def squeeze_dims(self, dims: Sequence[int]) -> Self:
         """Without the size-1 dims ``dims``; an empty ``dims`` squeezes every size-1 dim
@@ -200,7 +200,7 @@ class LayoutOps(TensorOpsBase):
         if times == 1:
             return self.__class__(self._p, self._d)
         expanded = self.unsqueeze_dim(dim).expand(shape[:dim] + (times,) + shape[dim:])
-        return expanded.reshape(shape[:dim] + (shape[dim] * times,) + shape[dim + 1:])
+        return expanded.reshape(shape[:dim] + (shape[dim] * times,) + shape[dim + 1 :])
 
     def repeat(self, sizes: Sequence[int]) -> Self:
         """The tensor tiled ``sizes[i]`` times along each dim (as ``torch.Tensor.repeat``)."""
@@ -380,7 +380,7 @@ class LayoutOps(TensorOpsBase):
             if t._d is not first._d:
                 check_device("cat", first, t)
             s = t._p.shape
-            if len(s) != rank or s[:dim] != first._p.shape[:dim] or s[dim + 1:] != first._p.shape[dim + 1:]:
+            if len(s) != rank or s[:dim] != first._p.shape[:dim] or s[dim + 1 :] != first._p.shape[dim + 1 :]:
                 raise ShapeError(
                     f"ember: cat: tensor {i} has shape {list(s)}, but along dim {dim} every tensor must "
                     f"match {list(first._p.shape)} in the other dims"
@@ -428,4 +428,3 @@ class LayoutOps(TensorOpsBase):
     def triu_mask(self, diagonal: int = 0) -> Self:
         """Bool mask, true strictly below ``diagonal`` (the positions ``triu`` zeroes)."""
         return self._triangle_mask("triu_mask", diagonal, True)
-

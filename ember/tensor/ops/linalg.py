@@ -44,7 +44,11 @@ class LinalgOps(TensorOpsBase):
             raise ShapeError(f"ember: cross: dim {dim} must have size 3 in both operands")
         a = [self.narrow(dim, i, 1) for i in range(3)]
         b = [other.narrow(dim - len(self._p.shape), i, 1) for i in range(3)]
-        parts = [a[1].mul(b[2]).sub(a[2].mul(b[1])), a[2].mul(b[0]).sub(a[0].mul(b[2])), a[0].mul(b[1]).sub(a[1].mul(b[0]))]
+        parts = [
+            a[1].mul(b[2]).sub(a[2].mul(b[1])),
+            a[2].mul(b[0]).sub(a[0].mul(b[2])),
+            a[0].mul(b[1]).sub(a[1].mul(b[0])),
+        ]
         return self.__class__.cat(parts, dim)
 
     def tensordot(self, other: Any, dims: int | Sequence[Sequence[int]] = 2) -> Self:

@@ -172,7 +172,9 @@ class MathOps(TensorOpsBase):
 
     def ldexp(self, other: Any) -> Self:
         """``self * 2 ** other``."""
-        exponent = other.float().exp2() if isinstance(other, self.__class__) else 2.0 ** float(as_scalar("ldexp", other))
+        exponent = (
+            other.float().exp2() if isinstance(other, self.__class__) else 2.0 ** float(as_scalar("ldexp", other))
+        )
         return self.float().mul(exponent)
 
     def frac(self) -> Self:
@@ -224,5 +226,7 @@ def div_rounded(self: Any, other: Any, rounding_mode: str) -> Any:
     floor = a.floor_div(b)
     b_negative = b.lower_elem(0) if isinstance(b, cls) else b < 0
     differ = a.lower_elem(0)
-    differ = differ.bool_xor(b_negative) if isinstance(b_negative, cls) else (differ.bool_not() if b_negative else differ)
+    differ = (
+        differ.bool_xor(b_negative) if isinstance(b_negative, cls) else (differ.bool_not() if b_negative else differ)
+    )
     return floor.add(a.remainder(b).not_equal_elem(0).bool_and(differ).cast(floor.dtype))

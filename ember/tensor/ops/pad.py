@@ -45,7 +45,9 @@ class PadOps(TensorOpsBase):
             if before < 0 or after < 0:
                 cut_before, cut_after = max(-before, 0), max(-after, 0)
                 if cut_before + cut_after > n:
-                    raise ValueRangeError(f"ember: pad: the negative padding ({before}, {after}) crops more than dim {dim}'s {n} elements")
+                    raise ValueRangeError(
+                        f"ember: pad: the negative padding ({before}, {after}) crops more than dim {dim}'s {n} elements"
+                    )
                 out = out.narrow(dim, cut_before, n - cut_before - cut_after)
                 before, after = max(before, 0), max(after, 0)
             if before or after:

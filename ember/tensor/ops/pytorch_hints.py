@@ -67,8 +67,10 @@ def reduction_error(x: Any, name: str, args: tuple, kwargs: dict[str, Any]) -> U
         return UsageError(f"ember: Tensor.{name}: dim {dim!r} is not a dim of a tensor of shape {shape}")
     burn = f"x.{method}({dim}) (Burn's form: the dim is kept, shape {kept})"
     if keepdim:
-        return UsageError(f"ember: Tensor.{name}() reduces every element (shape [1]); for PyTorch's "
-                          f"x.{name}({dim}, keepdim=True) use {burn}")
+        return UsageError(
+            f"ember: Tensor.{name}() reduces every element (shape [1]); for PyTorch's "
+            f"x.{name}({dim}, keepdim=True) use {burn}"
+        )
     return UsageError(
         f"ember: Tensor.{name}() reduces every element (shape [1]); along dim {dim} use {burn}, or "
         f"{squeezed.format(d=dim)} for PyTorch's x.{name}({dim}) (the dim removed, shape {removed}){extra.format(d=dim)}"

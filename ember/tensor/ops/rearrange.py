@@ -92,7 +92,7 @@ class RearrangeOps(TensorOpsBase):
             sizes[sizes.index(-1)] = shape[dim] // known
         if numel(sizes) != shape[dim]:
             raise ShapeError(f"ember: unflatten: sizes {sizes} do not multiply to dim {dim}'s size {shape[dim]}")
-        return self.reshape(shape[:dim] + tuple(sizes) + shape[dim + 1:])
+        return self.reshape(shape[:dim] + tuple(sizes) + shape[dim + 1 :])
 
     def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Self:
         """Each element (slice) repeated ``repeats`` times in place along ``dim``
@@ -107,8 +107,8 @@ class RearrangeOps(TensorOpsBase):
         if isinstance(repeats, int) and not isinstance(repeats, bool):
             if repeats < 0:
                 raise ValueRangeError(f"ember: repeat_interleave: repeats must be >= 0, got {repeats}")
-            stretched = x.unsqueeze_dim(dim + 1).expand(shape[:dim + 1] + (repeats,) + shape[dim + 1:])
-            return stretched.reshape(shape[:dim] + (n * repeats,) + shape[dim + 1:])
+            stretched = x.unsqueeze_dim(dim + 1).expand(shape[: dim + 1] + (repeats,) + shape[dim + 1 :])
+            return stretched.reshape(shape[:dim] + (n * repeats,) + shape[dim + 1 :])
         counts = repeats.to_numpy() if hasattr(repeats, "_p") else np.asarray(repeats)
         if counts.dtype.kind not in "iu" and counts.size:
             raise ValueRangeError(f"ember: repeat_interleave: repeats must be ints, got dtype {counts.dtype}")
@@ -148,7 +148,9 @@ class RearrangeOps(TensorOpsBase):
         rank = len(self._p.shape)
         *batch, c, h, w = self._p.shape if rank >= 3 else (0, 0, 0)
         if rank < 3 or r < 1 or h % r or w % r:
-            raise ShapeError(f"ember: pixel_unshuffle: needs [..., C, H * {r}, W * {r}], got shape {list(self._p.shape)}")
+            raise ShapeError(
+                f"ember: pixel_unshuffle: needs [..., C, H * {r}, W * {r}], got shape {list(self._p.shape)}"
+            )
         n = len(batch)
         x = self.reshape(tuple(batch) + (c, h // r, r, w // r, r))
         x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
@@ -206,10 +208,12 @@ class RearrangeOps(TensorOpsBase):
             )
         x = self if shape else self.reshape((1,))
         windows = (n - size) // step + 1
-        index = (np.arange(windows, dtype=np.int64)[:, None] * step + np.arange(size, dtype=np.int64)[None, :]).reshape(-1)
+        index = (np.arange(windows, dtype=np.int64)[:, None] * step + np.arange(size, dtype=np.int64)[None, :]).reshape(
+            -1
+        )
         picked = x.select(dim, self.__class__.from_data(index, device=self._d, dtype=DType.INT64))
         s = x._p.shape
-        picked = picked.reshape(s[:dim] + (windows, size) + s[dim + 1:])
+        picked = picked.reshape(s[:dim] + (windows, size) + s[dim + 1 :])
         out = picked.movedim(dim + 1, -1)
         return out if shape else out.reshape((size,))
 
@@ -221,7 +225,9 @@ class RearrangeOps(TensorOpsBase):
         dim = normalize_dim("select_dim", dim, len(shape))
         index = _int("select_dim", "index", index)
         if not -shape[dim] <= index < shape[dim]:
-            raise IndexOutOfBoundsError(f"ember: select_dim: index {index} is out of bounds for dim {dim} of size {shape[dim]}")
+            raise IndexOutOfBoundsError(
+                f"ember: select_dim: index {index} is out of bounds for dim {dim} of size {shape[dim]}"
+            )
         return self.narrow(dim, index % shape[dim], 1).squeeze_dim(dim)
 
     def iter_dim(self, dim: int) -> Iterator[Any]:
@@ -234,4 +240,3 @@ class RearrangeOps(TensorOpsBase):
         """The slices along ``dim`` with that dim removed (``torch.unbind``)."""
         dim = normalize_dim("unbind", dim, len(self._p.shape))
         return [self.narrow(dim, i, 1).squeeze_dim(dim) for i in range(self._p.shape[dim])]
-

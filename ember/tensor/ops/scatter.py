@@ -172,6 +172,7 @@ class ScatterOps(TensorOpsBase):
         w_self = from_self.div(counts).mask_where(hit.bool_not(), self.ones_like())
         if not include_self:
             w_self = w_self.mask_fill(hit, 0.0)
+
         # Each term is x - x.detach() (exactly 0) times its weight: the sum adds nothing
         # to the value and carries the gradient. Non-finite inputs are left out (0 * inf).
         def moving(x: Any) -> Any:
@@ -180,4 +181,3 @@ class ScatterOps(TensorOpsBase):
 
         carrier = moving(self).mul(w_self).scatter(dim, indices, moving(values).mul(w_values))
         return exact.add(carrier)
-

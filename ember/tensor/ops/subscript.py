@@ -129,7 +129,7 @@ class SubscriptOps(TensorOpsBase):
                 dim += 1
             else:  # mask
                 k = len(value._p.shape)
-                if value._p.shape != shape[dim:dim + k]:
+                if value._p.shape != shape[dim : dim + k]:
                     raise _index_error(
                         f"the bool mask of shape {list(value._p.shape)} does not match dims {dim}..{dim + k - 1} "
                         f"of the tensor {list(shape)}"
@@ -218,15 +218,21 @@ class SubscriptOps(TensorOpsBase):
                 count += len(b_shape)
                 placed = True
         return {
-            "ranges": ranges, "region": region, "order": order, "pos": len(before), "sizes": sizes,
-            "linear": linear, "b_shape": b_shape, "inserts": inserts,
+            "ranges": ranges,
+            "region": region,
+            "order": order,
+            "pos": len(before),
+            "sizes": sizes,
+            "linear": linear,
+            "b_shape": b_shape,
+            "inserts": inserts,
         }
 
     def _merged(self, plan: dict) -> Self:
         region = plan["region"].permute(plan["order"])
         shape = region._p.shape
         pos, k = plan["pos"], len(plan["sizes"])
-        return region.reshape(shape[:pos] + (numel(plan["sizes"]),) + shape[pos + k:])
+        return region.reshape(shape[:pos] + (numel(plan["sizes"]),) + shape[pos + k :])
 
     def _basic_key(self, key: Any) -> tuple[list[Any], list[int], list[int]] | None:
         """The common case, quickly: a key of ints, slices, ``None`` and ``...`` only, as
@@ -290,7 +296,7 @@ class SubscriptOps(TensorOpsBase):
         pos = plan["pos"]
         picked = merged.select(pos, plan["linear"].reshape((-1,)))
         shape = picked._p.shape
-        out = picked.reshape(shape[:pos] + plan["b_shape"] + shape[pos + 1:])
+        out = picked.reshape(shape[:pos] + plan["b_shape"] + shape[pos + 1 :])
         for d in plan["inserts"]:
             out = out.unsqueeze_dim(d)
         return out
@@ -325,7 +331,7 @@ class SubscriptOps(TensorOpsBase):
             value = value.squeeze_dim(d)
         shape = merged._p.shape
         count = numel(plan["b_shape"])
-        value = value.reshape(shape[:pos] + (count,) + shape[pos + 1:])
+        value = value.reshape(shape[:pos] + (count,) + shape[pos + 1 :])
         index_shape = (1,) * pos + (count,) + (1,) * (len(shape) - pos - 1)
         index = plan["linear"].reshape(index_shape).expand(value._p.shape)
         updated = merged.scatter(pos, index, value, "assign")
@@ -342,7 +348,7 @@ class SubscriptOps(TensorOpsBase):
     def _result_shape(self, plan: dict, merged: Any) -> tuple[int, ...]:
         shape = merged._p.shape
         pos = plan["pos"]
-        out = list(shape[:pos] + plan["b_shape"] + shape[pos + 1:])
+        out = list(shape[:pos] + plan["b_shape"] + shape[pos + 1 :])
         for d in plan["inserts"]:
             out.insert(d, 1)
         return tuple(out)

@@ -9,6 +9,10 @@ from ember.train.checkpoint.strategy import (
 )
 
 __all__ = [
-    "CheckpointPosition", "CheckpointingStrategy", "ComposedCheckpointingStrategy", "FileCheckpointer",
-    "KeepLastNCheckpoints", "MetricCheckpointingStrategy",
+    "CheckpointPosition",
+    "CheckpointingStrategy",
+    "ComposedCheckpointingStrategy",
+    "FileCheckpointer",
+    "KeepLastNCheckpoints",
+    "MetricCheckpointingStrategy",
 ]

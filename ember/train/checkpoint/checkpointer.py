@@ -139,8 +139,9 @@ class FileCheckpointer:
                     shutil.rmtree(p, ignore_errors=True)
 
     # ------------------------------------------------------------------ save
-    def save(self, position: CheckpointPosition, model: Module, optim: Any, records: dict[str, Any],
-             state: dict[str, Any]) -> Path:
+    def save(
+        self, position: CheckpointPosition, model: Module, optim: Any, records: dict[str, Any], state: dict[str, Any]
+    ) -> Path:
         """Writes a checkpoint atomically; replaces one at the same position."""
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".tmp-{position.name}-"))
@@ -153,8 +154,12 @@ class FileCheckpointer:
                 handle.write(text)
                 handle.flush()
                 os.fsync(handle.fileno())
-            manifest = {"format": FORMAT, "version": VERSION, "position": position.name,
-                        "files": {name: _sha256(tmp / name) for name in _FILES}}
+            manifest = {
+                "format": FORMAT,
+                "version": VERSION,
+                "position": position.name,
+                "files": {name: _sha256(tmp / name) for name in _FILES},
+            }
             with (tmp / "manifest.json").open("w") as handle:
                 json.dump(manifest, handle, indent=2)
                 handle.flush()
@@ -186,14 +191,16 @@ class FileCheckpointer:
         """Checks the manifest and the checksums; raises a RecordError that says what
         is wrong and what to do."""
         folder = self.path(position)
-        advice = (f"delete {folder} to resume from an earlier checkpoint, or train in a new artifact directory")
+        advice = f"delete {folder} to resume from an earlier checkpoint, or train in a new artifact directory"
         manifest_path = folder / "manifest.json"
         try:
             manifest = json.loads(manifest_path.read_text())
         except FileNotFoundError:
             raise RecordError(f"ember: checkpoint {folder} is incomplete: it has no manifest.json; {advice}") from None
         except (OSError, ValueError) as error:
-            raise RecordError(f"ember: checkpoint {folder} is corrupt: manifest.json is unreadable ({error}); {advice}") from None
+            raise RecordError(
+                f"ember: checkpoint {folder} is corrupt: manifest.json is unreadable ({error}); {advice}"
+            ) from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise RecordError(f"ember: {folder} is not an ember learner checkpoint; {advice}")
         if manifest.get("version") != VERSION:
@@ -211,8 +218,9 @@ class FileCheckpointer:
                 )
         return folder
 
-    def load(self, position: CheckpointPosition, model: Module, optim: Any,
-             device: Device, *, check: bool = True) -> tuple[Module, dict[str, Any], dict[str, Any]]:
+    def load(
+        self, position: CheckpointPosition, model: Module, optim: Any, device: Device, *, check: bool = True
+    ) -> tuple[Module, dict[str, Any], dict[str, Any]]:
         """``(model with the saved values, records, state)``; ``optim`` is restored in
         place, its states on ``device`` (the inner device: where optimizer states live).
         ``check=False`` skips :meth:`verify` (for a checkpoint verified just before)."""

@@ -29,7 +29,7 @@ class KeepLastNCheckpoints(CheckpointingStrategy):
         self.n = n
 
     def keep(self, epochs: list[int], history: MetricHistory) -> set[int]:
-        return set(sorted(epochs)[-self.n:])
+        return set(sorted(epochs)[-self.n :])
 
     def __repr__(self) -> str:
         return f"KeepLastNCheckpoints({self.n})"
@@ -39,8 +39,9 @@ class MetricCheckpointingStrategy(CheckpointingStrategy):
     """Keep the checkpoint of the epoch with the best value of ``metric`` in ``split``
     (the earliest on ties); ``direction`` defaults to the metric's own."""
 
-    def __init__(self, metric: Metric | str, split: Split | str = Split.VALID,
-                 direction: Direction | str | None = None):
+    def __init__(
+        self, metric: Metric | str, split: Split | str = Split.VALID, direction: Direction | str | None = None
+    ):
         self.name = metric_name("MetricCheckpointingStrategy", metric)
         self.split = Split.parse(split)
         self.direction = metric_direction("MetricCheckpointingStrategy", metric, direction)

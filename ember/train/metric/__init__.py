@@ -22,7 +22,22 @@ from ember.train.metric.precision import PrecisionMetric
 from ember.train.metric.recall import RecallMetric
 
 __all__ = [
-    "AccuracyMetric", "AurocMetric", "ClassReduction", "CpuMemory", "Direction", "FBetaScoreMetric",
-    "ItemView", "IterationSpeedMetric", "LearningRateMetric", "LossMetric", "Metric", "MetricEntry",
-    "MetricMetadata", "NumericMetricState", "PrecisionMetric", "RecallMetric", "Split", "TopKAccuracyMetric",
+    "AccuracyMetric",
+    "AurocMetric",
+    "ClassReduction",
+    "CpuMemory",
+    "Direction",
+    "FBetaScoreMetric",
+    "ItemView",
+    "IterationSpeedMetric",
+    "LearningRateMetric",
+    "LossMetric",
+    "Metric",
+    "MetricEntry",
+    "MetricMetadata",
+    "NumericMetricState",
+    "PrecisionMetric",
+    "RecallMetric",
+    "Split",
+    "TopKAccuracyMetric",
 ]

@@ -32,7 +32,9 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def binary_scores(metric: str, output: np.ndarray, targets: np.ndarray, probabilities: bool) -> tuple[np.ndarray, np.ndarray]:
+def binary_scores(
+    metric: str, output: np.ndarray, targets: np.ndarray, probabilities: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Positive-class probabilities ``[N]`` and 0/1 targets ``[N]`` from output ``[N]``,
     ``[N, 1]`` (a logit or a probability) or ``[N, 2]`` (two class scores)."""
     targets = targets.reshape(-1)
@@ -46,7 +48,9 @@ def binary_scores(metric: str, output: np.ndarray, targets: np.ndarray, probabil
             "use the multiclass or multilabel variant for more classes"
         )
     if scores.shape[0] != targets.shape[0]:
-        raise ShapeError(f"ember: {metric}: output {list(output.shape)} and targets {list(targets.shape)} differ in size")
+        raise ShapeError(
+            f"ember: {metric}: output {list(output.shape)} and targets {list(targets.shape)} differ in size"
+        )
     if targets.size and not np.all((targets == 0) | (targets == 1)):
         raise ShapeError(f"ember: {metric}: binary targets must be 0 or 1")
     return scores, targets.astype(np.int64)
@@ -163,7 +167,9 @@ class ConfusionMetric(Metric):
         if self.tp.size == 0:
             self.tp, self.fp, self.fn = (np.zeros_like(tp) for _ in range(3))
         if tp.shape != self.tp.shape:
-            raise ShapeError(f"ember: {self.name}: the number of classes changed from {self.tp.size} to {tp.size} within an epoch")
+            raise ShapeError(
+                f"ember: {self.name}: the number of classes changed from {self.tp.size} to {tp.size} within an epoch"
+            )
         self.tp, self.fp, self.fn = self.tp + tp, self.fp + fp, self.fn + fn
         return self._reduce(tp, fp, fn)
 

@@ -43,6 +43,11 @@ def make_renderer(choice: Any) -> MetricsRenderer:
 
 
 __all__ = [
-    "EpochReport", "MetricsRenderer", "PlainRenderer", "TrainingInfo", "TrainingProgress", "default_renderer",
+    "EpochReport",
+    "MetricsRenderer",
+    "PlainRenderer",
+    "TrainingInfo",
+    "TrainingProgress",
+    "default_renderer",
     "make_renderer",
 ]

@@ -32,16 +32,22 @@ class DashboardRenderer(MetricsRenderer):
 
         self.info = info
         self.progress = Progress(
-            TextColumn("[bold]{task.description:<6}"), BarColumn(bar_width=None), MofNCompleteColumn(),
-            TextColumn("{task.fields[extra]}"), TimeElapsedColumn(), console=self.console, expand=True,
+            TextColumn("[bold]{task.description:<6}"),
+            BarColumn(bar_width=None),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[extra]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            expand=True,
         )
         done = max(info.start_epoch - 1, 0)
         self.epoch_task = self.progress.add_task("epoch", total=info.num_epochs, completed=done, extra="eta --:--")
         self.iter_task = self.progress.add_task("train", total=max(info.train_iterations, 1), extra="")
         title = f"[bold]{info.model or 'model'}[/] {info.num_params} params on {info.device}"
         self.console.print(title + (f"  artifacts: {info.artifact_dir}" if info.artifact_dir else ""))
-        self.live = Live(self._render(), console=self.console, refresh_per_second=self.refresh_per_second,
-                         transient=True)
+        self.live = Live(
+            self._render(), console=self.console, refresh_per_second=self.refresh_per_second, transient=True
+        )
         self.live.start()
 
     def _render(self) -> Any:
@@ -61,13 +67,19 @@ class DashboardRenderer(MetricsRenderer):
         for e in entries:
             if e.name not in self.names:
                 self.names.append(e.name)
-            self.values[split][e.name] = e.formatted[len(e.name) + 1:]
-        self.progress.update(self.iter_task, description=split, completed=progress.iteration,
-                             total=max(progress.num_iterations, 1), extra=f"epoch {progress.epoch}")
+            self.values[split][e.name] = e.formatted[len(e.name) + 1 :]
+        self.progress.update(
+            self.iter_task,
+            description=split,
+            completed=progress.iteration,
+            total=max(progress.num_iterations, 1),
+            extra=f"epoch {progress.epoch}",
+        )
         fraction = progress.iteration / max(progress.num_iterations, 1)
         epochs_done = progress.epoch - 1 + (fraction if progress.split is Split.TRAIN else 1.0)
-        self.progress.update(self.epoch_task, completed=min(epochs_done, progress.num_epochs),
-                             extra=f"eta {format_eta(progress.eta)}")
+        self.progress.update(
+            self.epoch_task, completed=min(epochs_done, progress.num_epochs), extra=f"eta {format_eta(progress.eta)}"
+        )
         if self.live is not None:
             self.live.update(self._render())
 

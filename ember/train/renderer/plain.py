@@ -43,7 +43,9 @@ class PlainRenderer(MetricsRenderer):
         details = [f"{info.num_params} params"] if info.num_params else []
         if info.device:
             details.append(f"on {info.device}")
-        details.append(f"epochs {info.start_epoch}-{info.num_epochs}" if info.start_epoch > 1 else f"{info.num_epochs} epochs")
+        details.append(
+            f"epochs {info.start_epoch}-{info.num_epochs}" if info.start_epoch > 1 else f"{info.num_epochs} epochs"
+        )
         details.append(f"{info.train_iterations} train / {info.valid_iterations} valid iterations per epoch")
         self._print(f"{head} ({', '.join(details)})")
         if info.artifact_dir:
@@ -54,8 +56,10 @@ class PlainRenderer(MetricsRenderer):
         if progress.iteration % every and progress.iteration != progress.num_iterations:
             return
         percent = 100 * progress.iteration // max(progress.num_iterations, 1)
-        line = (f"[{progress.split.value}] epoch {progress.epoch}/{progress.num_epochs} "
-                f"iter {progress.iteration}/{progress.num_iterations} ({percent}%)")
+        line = (
+            f"[{progress.split.value}] epoch {progress.epoch}/{progress.num_epochs} "
+            f"iter {progress.iteration}/{progress.num_iterations} ({percent}%)"
+        )
         if entries:
             line += f" | {_metrics(entries)}"
         self._print(f"{line} | eta {format_eta(progress.eta)}")

@@ -45,8 +45,16 @@ def _gelu_step(ops, g, saved, ctx):
     (x,) = saved
     out = ops.gelu_backward(x, g)
     if out is NotImplemented:  # Phi(x) + x phi(x) from the primitives
-        half = ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.ADD, ops.unary(UnaryOp.ERF, ops.binary(BinaryOp.MUL, x, _SQRT_HALF)), 1.0), 0.5)
-        pdf = ops.binary(BinaryOp.MUL, ops.unary(UnaryOp.EXP, ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.MUL, x, x), -0.5)), _INV_SQRT_2PI)
+        half = ops.binary(
+            BinaryOp.MUL,
+            ops.binary(BinaryOp.ADD, ops.unary(UnaryOp.ERF, ops.binary(BinaryOp.MUL, x, _SQRT_HALF)), 1.0),
+            0.5,
+        )
+        pdf = ops.binary(
+            BinaryOp.MUL,
+            ops.unary(UnaryOp.EXP, ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.MUL, x, x), -0.5)),
+            _INV_SQRT_2PI,
+        )
         out = ops.binary(BinaryOp.MUL, g, ops.binary(BinaryOp.ADD, half, ops.binary(BinaryOp.MUL, x, pdf)))
     return (out,)
 

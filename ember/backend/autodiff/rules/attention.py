@@ -59,8 +59,9 @@ def _query_key_grads(ops, ds, q, k, scale, ctx):
 def _context_step(ops, g, saved, ctx):
     q, k, v, probs, mask, keep = saved
     scale, causal, track_q, track_k, track_v, bias_shape = ctx
-    fused = ops.attention_backward(q, k, v, probs, mask, keep, g, scale, causal, track_q, track_k, track_v,
-                                   bias_shape is not None)
+    fused = ops.attention_backward(
+        q, k, v, probs, mask, keep, g, scale, causal, track_q, track_k, track_v, bias_shape is not None
+    )
     if fused is not NotImplemented:
         gq, gk, gv, gs = fused
         return (gq, gk, gv, None if gs is None else unbroadcast(ops, gs, bias_shape))
@@ -104,8 +105,11 @@ class AttentionRules(RecordMixin):
         ctx = (scale, causal, nq is not None, nk is not None, nv is not None, None if nb is None else bias.shape)
         keep_q, keep_k = self._keep(query), self._keep(key)
         context = self._record(
-            out, (nq, nk, nv, nb), _context_step,
-            (keep_q, keep_k, self._keep(value), probs, inner_mask, inner_keep), ctx,
+            out,
+            (nq, nk, nv, nb),
+            _context_step,
+            (keep_q, keep_k, self._keep(value), probs, inner_mask, inner_keep),
+            ctx,
         )
         if nq is None and nk is None and nb is None:
             return context, AutodiffTensor(probs, None)

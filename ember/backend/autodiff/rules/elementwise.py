@@ -45,18 +45,44 @@ UNARY: dict[str, tuple[int, Any]] = {
     UnaryOp.SIN: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.COS, x))),
     UnaryOp.COS: (X, lambda ops, g, x, out: ops.unary(UnaryOp.NEG, _mul(ops, g, ops.unary(UnaryOp.SIN, x)))),
     UnaryOp.TAN: (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary(BinaryOp.ADD, _mul(ops, out, out), 1.0))),
-    UnaryOp.TANH: (OUT, lambda ops, g, x, out: _mul(ops, g, ops.binary(BinaryOp.SUB, ops.full((), 1, DType.from_numpy(out.dtype)), _mul(ops, out, out)))),
+    UnaryOp.TANH: (
+        OUT,
+        lambda ops, g, x, out: _mul(
+            ops, g, ops.binary(BinaryOp.SUB, ops.full((), 1, DType.from_numpy(out.dtype)), _mul(ops, out, out))
+        ),
+    ),
     UnaryOp.SINH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.COSH, x))),
     UnaryOp.COSH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.SINH, x))),
     UnaryOp.ASIN: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, _one_minus_sq(ops, x)))),
-    UnaryOp.ACOS: (X, lambda ops, g, x, out: ops.unary(UnaryOp.NEG, _mul(ops, g, ops.unary(UnaryOp.RSQRT, _one_minus_sq(ops, x))))),
-    UnaryOp.ATAN: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0))),
-    UnaryOp.ERF: (X, lambda ops, g, x, out: _mul(ops, g, _mul(ops, ops.unary(UnaryOp.EXP, ops.unary(UnaryOp.NEG, _mul(ops, x, x))), _TWO_OVER_SQRT_PI))),
+    UnaryOp.ACOS: (
+        X,
+        lambda ops, g, x, out: ops.unary(UnaryOp.NEG, _mul(ops, g, ops.unary(UnaryOp.RSQRT, _one_minus_sq(ops, x)))),
+    ),
+    UnaryOp.ATAN: (
+        X,
+        lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0)),
+    ),
+    UnaryOp.ERF: (
+        X,
+        lambda ops, g, x, out: _mul(
+            ops, g, _mul(ops, ops.unary(UnaryOp.EXP, ops.unary(UnaryOp.NEG, _mul(ops, x, x))), _TWO_OVER_SQRT_PI)
+        ),
+    ),
     UnaryOp.LOG2: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _mul(ops, x, _LN2))),
     UnaryOp.LOG10: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _mul(ops, x, _LN10))),
     UnaryOp.EXP2: (OUT, lambda ops, g, x, out: _mul(ops, g, _mul(ops, out, _LN2))),
-    UnaryOp.ASINH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0)))),
-    UnaryOp.ACOSH: (X, lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, _mul(ops, ops.binary(BinaryOp.SUB, x, 1.0), ops.binary(BinaryOp.ADD, x, 1.0))))),
+    UnaryOp.ASINH: (
+        X,
+        lambda ops, g, x, out: _mul(ops, g, ops.unary(UnaryOp.RSQRT, ops.binary(BinaryOp.ADD, _mul(ops, x, x), 1.0))),
+    ),
+    UnaryOp.ACOSH: (
+        X,
+        lambda ops, g, x, out: _mul(
+            ops,
+            g,
+            ops.unary(UnaryOp.RSQRT, _mul(ops, ops.binary(BinaryOp.SUB, x, 1.0), ops.binary(BinaryOp.ADD, x, 1.0))),
+        ),
+    ),
     UnaryOp.ATANH: (X, lambda ops, g, x, out: ops.binary(BinaryOp.DIV, g, _one_minus_sq(ops, x))),
     UnaryOp.SIGN: (0, _zero_grad),
     UnaryOp.ROUND: (0, _zero_grad),

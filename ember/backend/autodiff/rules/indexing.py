@@ -43,7 +43,9 @@ class IndexingRules(RecordMixin):
             return AutodiffTensor(out, None)
         return self._record(out, (x.node,), _gather_step, (indices,), (x.shape, dim))
 
-    def scatter_add(self, x: AutodiffTensor, dim: int, indices: AutodiffTensor, values: AutodiffTensor) -> AutodiffTensor:
+    def scatter_add(
+        self, x: AutodiffTensor, dim: int, indices: AutodiffTensor, values: AutodiffTensor
+    ) -> AutodiffTensor:
         out = self.inner.scatter_add(x.inner, dim, indices.inner, values.inner)
         if x.node is None and values.node is None:
             return AutodiffTensor(out, None)
@@ -56,7 +58,9 @@ class IndexingRules(RecordMixin):
             return AutodiffTensor(out, None)
         return self._record(out, (x.node,), _select_step, (indices,), (x.shape, dim))
 
-    def select_add(self, x: AutodiffTensor, dim: int, indices: AutodiffTensor, values: AutodiffTensor) -> AutodiffTensor:
+    def select_add(
+        self, x: AutodiffTensor, dim: int, indices: AutodiffTensor, values: AutodiffTensor
+    ) -> AutodiffTensor:
         out = self.inner.select_add(x.inner, dim, indices.inner, values.inner)
         if x.node is None and values.node is None:
             return AutodiffTensor(out, None)

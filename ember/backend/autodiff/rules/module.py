@@ -92,7 +92,9 @@ def _embedding_step(ops, g, saved, num_embeddings):
 class ModuleRules(RecordMixin):
     """Recording of the module ops."""
 
-    def _conv_like(self, kernel_op: Any, step: Any, x: Any, weight: Any, bias: Any, args: tuple, ctx_args: tuple) -> Any:
+    def _conv_like(
+        self, kernel_op: Any, step: Any, x: Any, weight: Any, bias: Any, args: tuple, ctx_args: tuple
+    ) -> Any:
         out = kernel_op(x.inner, weight.inner, None if bias is None else bias.inner, *args)
         nx, nw = x.node, weight.node
         nb = None if bias is None else bias.node

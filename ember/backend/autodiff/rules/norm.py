@@ -35,5 +35,7 @@ class NormRules(RecordMixin):
         if nx is None and ng is None and nb is None:
             return (AutodiffTensor(out, None), *stats)
         saved = (self._keep(x), None if gamma is None else self._keep(gamma), mean, rstd)
-        node = self._record(out, (nx, ng, nb), _layer_norm_step, saved, (nx is not None, ng is not None, nb is not None))
+        node = self._record(
+            out, (nx, ng, nb), _layer_norm_step, saved, (nx is not None, ng is not None, nb is not None)
+        )
         return (node, *stats)

@@ -14,7 +14,7 @@ from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, Una
 def _exclusive_cumprod(ops, x, dim):
     """``out[i] = prod(x[:i])`` along ``dim`` (1 for the first element)."""
     n = x.shape[dim]
-    ones_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
+    ones_shape = x.shape[:dim] + (1,) + x.shape[dim + 1 :]
     ones = ops.full(ones_shape, 1, DType.from_numpy(x.dtype))
     if n <= 1:
         return ops.expand(ones, x.shape)
@@ -55,9 +55,7 @@ def _scan_step(ops, g, saved, ctx):
         return (_logcumsumexp_grad(ops, g, x, out, dim),)
     # cummax / cummin: each output came from the latest index holding the running extreme.
     n = x.shape[dim]
-    positions = ops.reshape(
-        ops.arange(0, n, 1, DType.INT64), tuple(n if d == dim else 1 for d in range(len(x.shape)))
-    )
+    positions = ops.reshape(ops.arange(0, n, 1, DType.INT64), tuple(n if d == dim else 1 for d in range(len(x.shape))))
     is_source = ops.binary(BinaryOp.EQ, x, out)
     source = ops.cumulative(CumulativeOp.CUMMAX, ops.where(is_source, ops.expand(positions, x.shape), 0), dim)
     return (ops.scatter_add(zeros(ops, x.shape, x.dtype), dim, source, g),)
@@ -80,9 +78,13 @@ def _logcumsumexp_grad(ops, g, x, out, dim):
 
 def _cumprod_grad(ops, g, x, out, dim):
     """Gradient of ``cumprod``: ``sum_{j >= i} g[j] * prod_{k <= j, k != i} x[k]``."""
-    has_zero = bool(ops.to_numpy(ops.reduce(ReduceOp.ANY, ops.reshape(ops.binary(BinaryOp.EQ, x, 0.0), (-1,)), 0)).reshape(-1)[0])
+    has_zero = bool(
+        ops.to_numpy(ops.reduce(ReduceOp.ANY, ops.reshape(ops.binary(BinaryOp.EQ, x, 0.0), (-1,)), 0)).reshape(-1)[0]
+    )
     if not has_zero:
-        rev = ops.flip(ops.cumulative(CumulativeOp.CUMSUM, ops.flip(ops.binary(BinaryOp.MUL, g, out), (dim,)), dim), (dim,))
+        rev = ops.flip(
+            ops.cumulative(CumulativeOp.CUMSUM, ops.flip(ops.binary(BinaryOp.MUL, g, out), (dim,)), dim), (dim,)
+        )
         return ops.binary(BinaryOp.DIV, rev, x)
     # With zeros: an explicit (n x n) sum over the scan, exact for any input.
     n = x.shape[dim]
@@ -96,7 +98,9 @@ def _cumprod_grad(ops, g, x, out, dim):
     grads = []
     for j in range(n):
         # factors[..., i, k] = x[k] for k <= j, k != i; else 1
-        keep = ops.binary(BinaryOp.LOGICAL_AND, ops.binary(BinaryOp.LE, k_idx, j), ops.binary(BinaryOp.NE, k_idx, i_idx))
+        keep = ops.binary(
+            BinaryOp.LOGICAL_AND, ops.binary(BinaryOp.LE, k_idx, j), ops.binary(BinaryOp.NE, k_idx, i_idx)
+        )
         factors = ops.where(keep, ops.expand(ops.reshape(xm, batch + (1, n)), batch + (n, n)), 1.0)
         prod = ops.reshape(ops.reduce(ReduceOp.PROD, factors, len(batch) + 1), batch + (n,))
         mask = ops.cast(ops.binary(BinaryOp.LE, ops.reshape(i_idx, (n,)), j), dtype)
@@ -119,7 +123,10 @@ class ReduceRules(RecordMixin):
         if x.node is None or op in (ReduceOp.ANY, ReduceOp.ALL):
             return AutodiffTensor(out, None)
         needs_values = op in (ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN)
-        saved = (self._keep(x) if needs_values else None, self._out(out, False) if op in (ReduceOp.MAX, ReduceOp.MIN) else None)
+        saved = (
+            self._keep(x) if needs_values else None,
+            self._out(out, False) if op in (ReduceOp.MAX, ReduceOp.MIN) else None,
+        )
         return self._record(out, (x.node,), _reduce_step, saved, (op, dim, x.shape))
 
     def arg_reduce(self, op: ArgReduceOp, x: AutodiffTensor, dim: int) -> AutodiffTensor:

@@ -81,11 +81,18 @@ class CudaBackend(Backend):
     # ------------------------------------------------------------------ helpers
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> CudaTensor:
         shape = tuple(int(n) for n in shape)
-        return CudaTensor(self.runtime.alloc(size_of(shape) * np.dtype(dtype).itemsize), View.contiguous(shape),
-                          np.dtype(dtype))
+        return CudaTensor(
+            self.runtime.alloc(size_of(shape) * np.dtype(dtype).itemsize), View.contiguous(shape), np.dtype(dtype)
+        )
 
-    def run(self, kernel: Kernel, tensors: dict[int, CudaTensor], scalars: dict[int, Any] | None = None,
-            scalar_types: dict[int, str] | None = None, store_views: list[View] | None = None) -> tuple:
+    def run(
+        self,
+        kernel: Kernel,
+        tensors: dict[int, CudaTensor],
+        scalars: dict[int, Any] | None = None,
+        scalar_types: dict[int, str] | None = None,
+        store_views: list[View] | None = None,
+    ) -> tuple:
         """Launch a one-off IR kernel whose buffer ids index ``tensors`` (dynamic geometry).
         Returns what a repeat of the same launch needs (function, grid, buffer order,
         typed geometry, scalar slots), for :meth:`_map`'s cache."""
@@ -114,8 +121,15 @@ class CudaBackend(Backend):
         self.runtime.launch(fn, grid, BLOCK, tuple(args))
         return fn, grid, order, geo, slots
 
-    def _map(self, build, inputs: list[CudaTensor], shape: tuple[int, ...], out_dtype: np.dtype,
-             scalars: Sequence[tuple[Any, np.dtype]] = (), tag: Any = None) -> CudaTensor:
+    def _map(
+        self,
+        build,
+        inputs: list[CudaTensor],
+        shape: tuple[int, ...],
+        out_dtype: np.dtype,
+        scalars: Sequence[tuple[Any, np.dtype]] = (),
+        tag: Any = None,
+    ) -> CudaTensor:
         """An elementwise kernel: ``build(x, loads, scalar_exprs)`` gives the expression.
 
         ``tag`` names the expression ``build`` makes (with the operands' views and dtypes
@@ -123,8 +137,13 @@ class CudaBackend(Backend):
         generation and geometry analysis, as a training step's ops do)."""
         sig = None
         if tag is not None:
-            sig = (tag, shape, out_dtype, tuple((t.view, t.dtype) for t in inputs),
-                   tuple(("D", v.slot, dt) if type(v) is DeviceScalar else dt for v, dt in scalars))
+            sig = (
+                tag,
+                shape,
+                out_dtype,
+                tuple((t.view, t.dtype) for t in inputs),
+                tuple(("D", v.slot, dt) if type(v) is DeviceScalar else dt for v, dt in scalars),
+            )
             hit = self._launches.get(sig)
             if hit is not None:
                 fn, grid, order, geo, slots = hit
@@ -213,8 +232,12 @@ class CudaBackend(Backend):
         n = len(range(start, stop, step))
         out = self.empty((n,), dtype.np)
         if n:
-            self._template(("arange", dtype), lambda: templates.arange(dtype), _grid(n),
-                           (_ptr(out), np.int64(n), np.int64(start), np.int64(step)))
+            self._template(
+                ("arange", dtype),
+                lambda: templates.arange(dtype),
+                _grid(n),
+                (_ptr(out), np.int64(n), np.int64(start), np.int64(step)),
+            )
         return out
 
     def random(self, shape, distribution: Distribution, dtype: DType, key: int, counter: int) -> CudaTensor:
@@ -236,26 +259,50 @@ class CudaBackend(Backend):
             p = [float(distribution.a), float(distribution.b), 0.0]
         per = 2 if wide else 4
         blocks = -(-n // per)
-        self._template(("random", dtype), lambda: templates.random(dtype), _grid(blocks),
-                       (_ptr(out), np.int64(n), np.uint64(counter & philox.MASK64), np.uint32(key & 0xFFFF_FFFF),
-                        np.uint32((key >> 32) & 0xFFFF_FFFF), np.int32(kind), np.float64(p[0]), np.float64(p[1]),
-                        np.float64(p[2])))
+        self._template(
+            ("random", dtype),
+            lambda: templates.random(dtype),
+            _grid(blocks),
+            (
+                _ptr(out),
+                np.int64(n),
+                np.uint64(counter & philox.MASK64),
+                np.uint32(key & 0xFFFF_FFFF),
+                np.uint32((key >> 32) & 0xFFFF_FFFF),
+                np.int32(kind),
+                np.float64(p[0]),
+                np.float64(p[1]),
+                np.float64(p[2]),
+            ),
+        )
         return out
 
     # ------------------------------------------------------------------ elementwise
     def unary(self, op: UnaryOp, x: CudaTensor) -> CudaTensor:
         out_dtype = _BOOL if op in (UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT) else x.dtype
-        return self._map(lambda e, ld, sc: e.make("unary", op, (ld[0],), out_dtype), [x], x.shape, out_dtype,
-                         tag=("unary", op))
+        return self._map(
+            lambda e, ld, sc: e.make("unary", op, (ld[0],), out_dtype), [x], x.shape, out_dtype, tag=("unary", op)
+        )
 
     def binary(self, op: BinaryOp, a: CudaTensor, b) -> CudaTensor:
         out_dtype = _BOOL if op in BOOL_RESULT_BINARY else a.dtype
         if isinstance(b, CudaTensor):
             shape = tuple(np.broadcast_shapes(a.shape, b.shape))
-            return self._map(lambda e, ld, sc: e.make("binary", op, (ld[0], ld[1]), out_dtype), [a, b], shape,
-                             out_dtype, tag=("binary", op))
-        return self._map(lambda e, ld, sc: e.make("binary", op, (ld[0], sc[0]), out_dtype), [a], a.shape, out_dtype,
-                         [(b, a.dtype)], tag=("binary_scalar", op))
+            return self._map(
+                lambda e, ld, sc: e.make("binary", op, (ld[0], ld[1]), out_dtype),
+                [a, b],
+                shape,
+                out_dtype,
+                tag=("binary", op),
+            )
+        return self._map(
+            lambda e, ld, sc: e.make("binary", op, (ld[0], sc[0]), out_dtype),
+            [a],
+            a.shape,
+            out_dtype,
+            [(b, a.dtype)],
+            tag=("binary_scalar", op),
+        )
 
     def where(self, cond: CudaTensor, a, b) -> CudaTensor:
         dtype = a.dtype if isinstance(a, CudaTensor) else b.dtype
@@ -286,8 +333,7 @@ class CudaBackend(Backend):
     def cast(self, x: CudaTensor, dtype: DType) -> CudaTensor:
         if x.dtype == dtype.np:
             return x
-        return self._map(lambda e, ld, sc: e.make("cast", None, (ld[0],), dtype.np), [x], x.shape, dtype.np,
-                         tag="cast")
+        return self._map(lambda e, ld, sc: e.make("cast", None, (ld[0],), dtype.np), [x], x.shape, dtype.np, tag="cast")
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a: CudaTensor, b: CudaTensor) -> CudaTensor:
@@ -298,7 +344,7 @@ class CudaBackend(Backend):
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: ReduceOp, x: CudaTensor, dim: int) -> CudaTensor:
         n = x.shape[dim]
-        out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
+        out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1 :]
         out_dtype: np.dtype
         if op in (ReduceOp.ANY, ReduceOp.ALL):
             out_dtype = _BOOL
@@ -329,15 +375,19 @@ class CudaBackend(Backend):
     def _lines(self, x: CudaTensor, dim: int) -> tuple[CudaTensor, int, int, int]:
         """``x`` contiguous, as ``[outer, len, inner]`` around ``dim``."""
         x = self.contiguous(x)
-        return x, math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+        return x, math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1 :])
 
     def arg_reduce(self, op: ArgReduceOp, x: CudaTensor, dim: int) -> CudaTensor:
         x, outer, length, inner = self._lines(x, dim)
-        out = self.empty(x.shape[:dim] + (1,) + x.shape[dim + 1:], _I64)
+        out = self.empty(x.shape[:dim] + (1,) + x.shape[dim + 1 :], _I64)
         if out.size and length:
             d = dtype_of(x.dtype)
-            self._template(("arg", op, d), lambda: templates.arg_reduce(op, d), _grid(outer * inner),
-                           (_ptr(x), _ptr(out), np.int64(outer), np.int64(length), np.int64(inner)))
+            self._template(
+                ("arg", op, d),
+                lambda: templates.arg_reduce(op, d),
+                _grid(outer * inner),
+                (_ptr(x), _ptr(out), np.int64(outer), np.int64(length), np.int64(inner)),
+            )
         return out
 
     def cumulative(self, op: CumulativeOp, x: CudaTensor, dim: int) -> CudaTensor:
@@ -345,8 +395,12 @@ class CudaBackend(Backend):
         out = self.empty(x.shape, x.dtype)
         if out.size:
             d = dtype_of(x.dtype)
-            self._template(("scan", op, d), lambda: templates.cumulative(op, d), _grid(outer * inner),
-                           (_ptr(x), _ptr(out), np.int64(outer), np.int64(length), np.int64(inner)))
+            self._template(
+                ("scan", op, d),
+                lambda: templates.cumulative(op, d),
+                _grid(outer * inner),
+                (_ptr(x), _ptr(out), np.int64(outer), np.int64(length), np.int64(inner)),
+            )
         return out
 
     def argsort(self, x: CudaTensor, dim: int, descending: bool) -> CudaTensor:
@@ -369,9 +423,12 @@ class CudaBackend(Backend):
             rows = math.prod(moved.shape[:-1])
             if order.size:
                 d = dtype_of(x.dtype)
-                self._template(("argsort", d), lambda: templates.argsort(d), _grid(order.size),
-                               (_ptr(moved), _ptr(order), np.int64(rows), np.int64(length),
-                                np.int32(int(descending))))
+                self._template(
+                    ("argsort", d),
+                    lambda: templates.argsort(d),
+                    _grid(order.size),
+                    (_ptr(moved), _ptr(order), np.int64(rows), np.int64(length), np.int32(int(descending))),
+                )
         if last:
             return order
         axes = list(range(rank - 1))
@@ -444,7 +501,8 @@ class CudaBackend(Backend):
         if lo < 0 or hi >= size:
             raise IndexOutOfBoundsError(
                 f"ember: {op}: index {lo if lo < 0 else hi} is out of bounds for dim {dim} of size {size} "
-                f"(indices must lie in [0, {size}))")
+                f"(indices must lie in [0, {size}))"
+            )
 
     def gather(self, x: CudaTensor, dim: int, indices: CudaTensor) -> CudaTensor:
         self._check("gather", indices, x.shape[dim], dim)
@@ -457,9 +515,23 @@ class CudaBackend(Backend):
         if out.size:
             d = dtype_of(x.dtype)
             length = x.shape[dim]
-            self._template(("gather", d), lambda: templates.gather(d), _grid(out.size),
-                           (_ptr(x), _ptr(idx), _ptr(out), np.int64(outer), np.int64(m), np.int64(inner),
-                            np.int64(length * inner), np.int64(inner), np.int64(1), np.int64(0)))
+            self._template(
+                ("gather", d),
+                lambda: templates.gather(d),
+                _grid(out.size),
+                (
+                    _ptr(x),
+                    _ptr(idx),
+                    _ptr(out),
+                    np.int64(outer),
+                    np.int64(m),
+                    np.int64(inner),
+                    np.int64(length * inner),
+                    np.int64(inner),
+                    np.int64(1),
+                    np.int64(0),
+                ),
+            )
         return out
 
     def _atomic_dtype(self, dtype: np.dtype) -> np.dtype:
@@ -478,12 +550,24 @@ class CudaBackend(Backend):
         if idx.size:
             d = dtype_of(wide)
             # ``out`` keeps x's full shape: its inner extent may exceed the index tensor's.
-            if tuple(indices.shape[dim + 1:]) != tuple(x.shape[dim + 1:]) or \
-                    tuple(indices.shape[:dim]) != tuple(x.shape[:dim]):
+            if tuple(indices.shape[dim + 1 :]) != tuple(x.shape[dim + 1 :]) or tuple(indices.shape[:dim]) != tuple(
+                x.shape[:dim]
+            ):
                 return self._scatter_general(x, dim, indices, values)
-            self._template(("scatter", d), lambda: templates.scatter_add(d), _grid(idx.size),
-                           (_ptr(out), _ptr(idx), _ptr(vals), np.int64(outer), np.int64(m),
-                            np.int64(x.shape[dim]), np.int64(inner)))
+            self._template(
+                ("scatter", d),
+                lambda: templates.scatter_add(d),
+                _grid(idx.size),
+                (
+                    _ptr(out),
+                    _ptr(idx),
+                    _ptr(vals),
+                    np.int64(outer),
+                    np.int64(m),
+                    np.int64(x.shape[dim]),
+                    np.int64(inner),
+                ),
+            )
         return self.cast(out, dtype_of(x.dtype))
 
     def _scatter_general(self, x: CudaTensor, dim: int, indices: CudaTensor, values: CudaTensor) -> CudaTensor:
@@ -499,31 +583,49 @@ class CudaBackend(Backend):
     def select(self, x: CudaTensor, dim: int, indices: CudaTensor) -> CudaTensor:
         self._check("select", indices, x.shape[dim], dim)
         x = self.contiguous(x)
-        outer, length, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+        outer, length, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1 :])
         m = indices.shape[0]
         idx = self.contiguous(indices)
-        out = self.empty(x.shape[:dim] + (m,) + x.shape[dim + 1:], x.dtype)
+        out = self.empty(x.shape[:dim] + (m,) + x.shape[dim + 1 :], x.dtype)
         if out.size:
             d = dtype_of(x.dtype)
-            self._template(("select", d), lambda: templates.select(d), _grid(out.size),
-                           (_ptr(x), _ptr(idx), _ptr(out), np.int64(outer), np.int64(m), np.int64(inner),
-                            np.int64(length * inner), np.int64(inner), np.int64(1), np.int64(0)))
+            self._template(
+                ("select", d),
+                lambda: templates.select(d),
+                _grid(out.size),
+                (
+                    _ptr(x),
+                    _ptr(idx),
+                    _ptr(out),
+                    np.int64(outer),
+                    np.int64(m),
+                    np.int64(inner),
+                    np.int64(length * inner),
+                    np.int64(inner),
+                    np.int64(1),
+                    np.int64(0),
+                ),
+            )
         return out
 
     def select_add(self, x: CudaTensor, dim: int, indices: CudaTensor, values: CudaTensor) -> CudaTensor:
         self._check("select_assign", indices, x.shape[dim], dim)
         wide = self._atomic_dtype(x.dtype)
-        out = self._map(lambda e, ld, sc: e.make("cast", None, (ld[0],), wide) if wide != x.dtype else ld[0],
-                        [x], x.shape, wide)
+        out = self._map(
+            lambda e, ld, sc: e.make("cast", None, (ld[0],), wide) if wide != x.dtype else ld[0], [x], x.shape, wide
+        )
         vals = self.contiguous(self.cast(values, dtype_of(wide)))
-        outer, length, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
+        outer, length, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1 :])
         m = indices.shape[0]
         idx = self.contiguous(indices)
         if vals.size:
             d = dtype_of(wide)
-            self._template(("select_add", d), lambda: templates.select_add(d), _grid(vals.size),
-                           (_ptr(out), _ptr(idx), _ptr(vals), np.int64(outer), np.int64(m), np.int64(length),
-                            np.int64(inner)))
+            self._template(
+                ("select_add", d),
+                lambda: templates.select_add(d),
+                _grid(vals.size),
+                (_ptr(out), _ptr(idx), _ptr(vals), np.int64(outer), np.int64(m), np.int64(length), np.int64(inner)),
+            )
         return self.cast(out, dtype_of(x.dtype))
 
     def argwhere(self, x: CudaTensor) -> CudaTensor:
@@ -536,8 +638,12 @@ class CudaBackend(Backend):
         count = int(self.to_numpy(self.slice(pos, ((n - 1, n, 1),)))[0])
         out = self.empty((count, rank), _I64)
         if count and rank:
-            self._template(("argwhere", rank), lambda: templates.argwhere(rank), _grid(n),
-                           (_ptr(mask), _ptr(pos), _ptr(out), np.int64(n), *(np.int64(s) for s in x.shape)))
+            self._template(
+                ("argwhere", rank),
+                lambda: templates.argwhere(rank),
+                _grid(n),
+                (_ptr(mask), _ptr(pos), _ptr(out), np.int64(n), *(np.int64(s) for s in x.shape)),
+            )
         return out
 
 

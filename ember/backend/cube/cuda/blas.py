@@ -30,6 +30,7 @@ COMPUTE_32F, COMPUTE_64F, COMPUTE_32F_FAST_TF32 = 68, 70, 77
 GEMM_DEFAULT = -1
 OP_N = 0
 
+
 def _batched(backend: CudaBackend, x: CudaTensor, batch: tuple[int, ...]) -> tuple[CudaTensor, int]:
     """``x`` (``[..., r, c]``) as a contiguous operand and its batch stride (0 if shared)."""
     r, c = x.shape[-2:]
@@ -57,22 +58,58 @@ def matmul(backend: CudaBackend, a: CudaTensor, b: CudaTensor) -> CudaTensor:
     d = dtype_of(a.dtype)
     if d not in _CUDA_R:
         grid = min(max(-(-out.size // BLOCK), 1), MAX_GRID)
-        backend._template(("matmul_int", d), lambda: templates.matmul_int(d), grid,
-                          (np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(out.ptr), np.int64(count), np.int64(m),
-                           np.int64(k), np.int64(n), np.int64(sa), np.int64(sb)))
+        backend._template(
+            ("matmul_int", d),
+            lambda: templates.matmul_int(d),
+            grid,
+            (
+                np.uint64(a.ptr),
+                np.uint64(b.ptr),
+                np.uint64(out.ptr),
+                np.int64(count),
+                np.int64(m),
+                np.int64(k),
+                np.int64(n),
+                np.int64(sa),
+                np.int64(sb),
+            ),
+        )
         return out
     rt = backend.runtime
     scalar = np.float64 if d is DType.FLOAT64 else np.float32
     alpha, beta = np.array(1, scalar), np.array(0, scalar)
-    compute = COMPUTE_64F if d is DType.FLOAT64 else (
-        COMPUTE_32F_FAST_TF32 if (d is DType.FLOAT32 and getattr(backend, "allow_tf32", False)) else COMPUTE_32F)
+    compute = (
+        COMPUTE_64F
+        if d is DType.FLOAT64
+        else (COMPUTE_32F_FAST_TF32 if (d is DType.FLOAT32 and getattr(backend, "allow_tf32", False)) else COMPUTE_32F)
+    )
     t = _CUDA_R[d]
     item = a.dtype.itemsize
     # Row-major C = A @ B is column-major C^T = B^T A^T.
-    rt.gemm(OP_N, OP_N, n, m, k, alpha.ctypes.data,
-            b.ptr + b.view.offset * item, t, n, sb,
-            a.ptr + a.view.offset * item, t, k, sa,
-            beta.ctypes.data, out.ptr, t, n, m * n, count, compute, GEMM_DEFAULT)
+    rt.gemm(
+        OP_N,
+        OP_N,
+        n,
+        m,
+        k,
+        alpha.ctypes.data,
+        b.ptr + b.view.offset * item,
+        t,
+        n,
+        sb,
+        a.ptr + a.view.offset * item,
+        t,
+        k,
+        sa,
+        beta.ctypes.data,
+        out.ptr,
+        t,
+        n,
+        m * n,
+        count,
+        compute,
+        GEMM_DEFAULT,
+    )
     return out
 
 

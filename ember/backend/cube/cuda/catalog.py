@@ -117,8 +117,11 @@ def _record(b: CudaBackend) -> None:
         b.full((3, 4), 1, dtype)
         b.arange(0, 10, 3, dtype) if not dtype.is_bool else None
         for kind in ("uniform", "normal", "bernoulli"):
-            dist = {"uniform": Distribution.uniform(0.0, 1.0), "normal": Distribution.normal(0.0, 1.0),
-                    "bernoulli": Distribution.bernoulli(0.5)}[kind]
+            dist = {
+                "uniform": Distribution.uniform(0.0, 1.0),
+                "normal": Distribution.normal(0.0, 1.0),
+                "bernoulli": Distribution.bernoulli(0.5),
+            }[kind]
             b.random((9,), dist, dtype, 1, 2)
         x = e((4, 6), d)
         for uop in UnaryOp:
@@ -188,7 +191,7 @@ def batches(sources: list[tuple[str, str]], size: int) -> list[str]:
 
     out = []
     for start in range(0, len(sources), size):
-        chunk = sources[start:start + size]
+        chunk = sources[start : start + size]
         body = "\n".join(f"namespace unit{start + i} {{\n{src}\n}}" for i, (_, src) in enumerate(chunk))
         out.append(full_source(body))
     return out

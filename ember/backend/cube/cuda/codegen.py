@@ -63,7 +63,7 @@ class Geometry:
 
     sizes: list[int]
     red: int | None
-    strides: list[list[int]]   # [access][dim]
+    strides: list[list[int]]  # [access][dim]
     offsets: list[int]
 
     def flat(self, access: int) -> bool:
@@ -112,8 +112,9 @@ def simplify(space: tuple[int, ...], dim: int | None, views: list[View]) -> Geom
         if k == dim:
             red = len(dims)
         dims.append((space[k], strides))
-    return Geometry([d[0] for d in dims], red, [[d[1][a] for d in dims] for a in range(len(views))],
-                    [f.offset for f in full])
+    return Geometry(
+        [d[0] for d in dims], red, [[d[1][a] for d in dims] for a in range(len(views))], [f.offset for f in full]
+    )
 
 
 # ---------------------------------------------------------------------- accumulators
@@ -124,8 +125,11 @@ def acc_dtype(r: Reduction) -> np.dtype:
     if r.op in (ReduceOp.SUM, ReduceOp.MEAN):
         return _F64 if dtype_of(src).is_float or r.op == ReduceOp.MEAN else np.dtype(r.dtype)
     if r.op == ReduceOp.PROD:
-        return np.dtype(np.float32) if dtype_of(src) in (DType.FLOAT16, DType.BFLOAT16) else (
-            src if dtype_of(src).is_float else np.dtype(r.dtype))
+        return (
+            np.dtype(np.float32)
+            if dtype_of(src) in (DType.FLOAT16, DType.BFLOAT16)
+            else (src if dtype_of(src).is_float else np.dtype(r.dtype))
+        )
     return np.dtype(np.float32) if dtype_of(src) in (DType.FLOAT16, DType.BFLOAT16) else src
 
 
@@ -181,12 +185,12 @@ class KernelCode:
 
     name: str
     source: str
-    params: list[tuple[str, str]]          # (C type, name)
+    params: list[tuple[str, str]]  # (C type, name)
     grid: int
     block: int
-    geometry_args: list[int] = field(default_factory=list)   # dynamic geometry values, in param order
-    buffers: list[int] = field(default_factory=list)         # buffer ids, in param order
-    scalar_slots: list[int] = field(default_factory=list)    # scalar slots, in param order (eager)
+    geometry_args: list[int] = field(default_factory=list)  # dynamic geometry values, in param order
+    buffers: list[int] = field(default_factory=list)  # buffer ids, in param order
+    scalar_slots: list[int] = field(default_factory=list)  # scalar slots, in param order (eager)
 
 
 class KernelBuilder:
@@ -197,9 +201,17 @@ class KernelBuilder:
     ``"long long"``) or ``"array"`` (``const double* sc``, as a captured plan passes them).
     """
 
-    def __init__(self, kernel: Kernel, dtypes: dict[int, np.dtype], *, static: bool, scalars: str = "param",
-                 scalar_types: dict[int, str] | None = None, name: str = "k",
-                 store_views: list[View] | None = None):
+    def __init__(
+        self,
+        kernel: Kernel,
+        dtypes: dict[int, np.dtype],
+        *,
+        static: bool,
+        scalars: str = "param",
+        scalar_types: dict[int, str] | None = None,
+        name: str = "k",
+        store_views: list[View] | None = None,
+    ):
         self.kernel = kernel
         self.dtypes = dtypes
         self.static = static
@@ -216,24 +228,36 @@ class KernelBuilder:
                     self.loads.append(node)
         self.load_index = {id(e): i for i, e in enumerate(self.loads)}
         red_space = kernel.reduced_space
-        self.store_views = store_views or [View.contiguous(red_space if s.reduced else kernel.space)
-                                           for s in kernel.stores]
+        self.store_views = store_views or [
+            View.contiguous(red_space if s.reduced else kernel.space) for s in kernel.stores
+        ]
         views = [ld.args[0] for ld in self.loads] + self.store_views
         self.geo = simplify(tuple(kernel.space), kernel.dim, views)
         self.n_loads = len(self.loads)
         self.used_slots = sorted({n.op for e in exprs for n in e.walk() if n.kind == "scalar"})
         n = size_of(kernel.space)
-        span = max([n] + [abs(o) + sum(abs(s) * (z - 1) for s, z in zip(st, self.geo.sizes))
-                          for st, o in zip(self.geo.strides, self.geo.offsets)])
+        span = max(
+            [n]
+            + [
+                abs(o) + sum(abs(s) * (z - 1) for s, z in zip(st, self.geo.sizes))
+                for st, o in zip(self.geo.strides, self.geo.offsets)
+            ]
+        )
         self.index = "int" if span < 2**31 - 1 and n * 2 < 2**31 else "long long"
 
     # -------------------------------------------------------------- keys
     def key(self) -> tuple:
         """What the dynamic source depends on (shapes and strides are parameters)."""
         g = self.geo
-        parts: list[Any] = [self.index, len(g.sizes), g.red, self._row_threads(),
-                            "".join(g.mode(a) for a in range(len(g.strides))),
-                            tuple(self.scalar_types.get(s, "double") for s in self.used_slots), self.scalar_mode]
+        parts: list[Any] = [
+            self.index,
+            len(g.sizes),
+            g.red,
+            self._row_threads(),
+            "".join(g.mode(a) for a in range(len(g.strides))),
+            tuple(self.scalar_types.get(s, "double") for s in self.used_slots),
+            self.scalar_mode,
+        ]
         ids: dict[int, int] = {}
         for e in [s.expr for s in self.kernel.stores] + [r.expr for r in self.kernel.reductions]:
             for node in e.walk():
@@ -248,8 +272,14 @@ class KernelBuilder:
                     op = ("A", node.op[1])
                 else:
                     op = node.op
-                parts.append((node.kind, op, tuple(ids.get(id(a), -1) if type(a) is Expr else None
-                                                   for a in node.args), node.dtype.str))
+                parts.append(
+                    (
+                        node.kind,
+                        op,
+                        tuple(ids.get(id(a), -1) if type(a) is Expr else None for a in node.args),
+                        node.dtype.str,
+                    )
+                )
         for s in self.kernel.stores:
             parts.append(("S", s.buffer, ids[id(s.expr)], s.reduced, self.dtypes[s.buffer].str))
         for r in self.kernel.reductions:
@@ -281,8 +311,13 @@ class KernelBuilder:
             params.append((f"{const}{storage_type(self.dtypes[b])}* __restrict__", f"b{b}"))
         ix = self.index
         sizes = [self._num(z, f"z{d}", params, geo_args) for d, z in enumerate(g.sizes)]
-        strides = [[None if (self.static and st == 0) else self._num(st, f"t{a}_{d}", params, geo_args)
-                    for d, st in enumerate(row)] for a, row in enumerate(g.strides)]
+        strides = [
+            [
+                None if (self.static and st == 0) else self._num(st, f"t{a}_{d}", params, geo_args)
+                for d, st in enumerate(row)
+            ]
+            for a, row in enumerate(g.strides)
+        ]
         offsets = [self._num(o, f"o{a}", params, geo_args) for a, o in enumerate(g.offsets)]
         modes = [g.mode(a) for a in range(len(g.strides))]
         if self.scalar_mode == "array":
@@ -348,8 +383,10 @@ class KernelBuilder:
             n_expr = " * ".join(sizes) if sizes else "1"
             coords = [f"c{d}" for d in range(rank)]
             body.append(f"const {ix} n_ = {n_expr};")
-            body.append(f"for ({ix} i = ({ix})blockIdx.x * blockDim.x + threadIdx.x; i < n_; "
-                        f"i += ({ix})gridDim.x * blockDim.x) {{")
+            body.append(
+                f"for ({ix} i = ({ix})blockIdx.x * blockDim.x + threadIdx.x; i < n_; "
+                f"i += ({ix})gridDim.x * blockDim.x) {{"
+            )
             if "g" in modes:
                 body += ["  " + x for x in decompose("i", list(range(rank)), coords)]
             cx = emitter(coords if rank else [], "i", "v")
@@ -359,8 +396,11 @@ class KernelBuilder:
         else:
             body = self._reduction_body(g, sizes, emitter, stores, decompose)
         sig = ", ".join(f"{t} {n}" for t, n in params)
-        source = f'extern "C" __global__ void __launch_bounds__({BLOCK}) {self.name}({sig}) {{\n' + \
-            "\n".join("  " + line for line in body) + "\n}\n"
+        source = (
+            f'extern "C" __global__ void __launch_bounds__({BLOCK}) {self.name}({sig}) {{\n'
+            + "\n".join("  " + line for line in body)
+            + "\n}\n"
+        )
         return KernelCode(self.name, source, params, self.grid(), BLOCK, geo_args, buffers, list(self.used_slots))
 
     def buffers(self) -> list[int]:
@@ -375,9 +415,9 @@ class KernelBuilder:
         else:
             threads = self._row_threads()
             if threads:
-                work = math.prod(g.sizes[:g.red]) * threads
+                work = math.prod(g.sizes[: g.red]) * threads
             else:
-                work = math.prod(g.sizes[:g.red]) * math.prod(g.sizes[g.red + 1:])
+                work = math.prod(g.sizes[: g.red]) * math.prod(g.sizes[g.red + 1 :])
         return min(max(-(-work // BLOCK), 1), MAX_GRID)
 
     def _reduction_body(self, g: Geometry, sizes, emitter, stores, decompose) -> list[str]:
@@ -419,8 +459,10 @@ class KernelBuilder:
                 names[j] = f"red{j}"
             return out, names
 
-        inits = [f"{compute_type(at)} acc{j} = {_identity(r.op, at)};"
-                 for j, (r, at) in enumerate(zip(reductions, acc_types))]
+        inits = [
+            f"{compute_type(at)} acc{j} = {_identity(r.op, at)};"
+            for j, (r, at) in enumerate(zip(reductions, acc_types))
+        ]
         if threads:
             rows_per_block = BLOCK // threads
             lines.append(f"const {ix} rows_ = {o_expr};")
@@ -429,8 +471,10 @@ class KernelBuilder:
             if threads > 32:
                 for j, at in enumerate(acc_types):
                     lines.append(f"__shared__ {_shuffle_type(at)} sm{j}[{BLOCK // 32}];")
-            lines.append(f"for ({ix} row = ({ix})blockIdx.x * {rows_per_block} + threadIdx.x / {threads}; row < rows_; "
-                         f"row += ({ix})gridDim.x * {rows_per_block}) {{")
+            lines.append(
+                f"for ({ix} row = ({ix})blockIdx.x * {rows_per_block} + threadIdx.x / {threads}; row < rows_; "
+                f"row += ({ix})gridDim.x * {rows_per_block}) {{"
+            )
             inner = []
             if outer_dims:
                 inner += decompose("row", outer_dims, [coords[d] for d in outer_dims])
@@ -446,8 +490,10 @@ class KernelBuilder:
             for j, (r, at) in enumerate(zip(reductions, acc_types)):
                 st = _shuffle_type(at)
                 inner.append("for (int o_ = 16; o_ > 0; o_ >>= 1) {")
-                inner.append(f"  const {compute_type(at)} y_ = ({compute_type(at)})__shfl_xor_sync(0xffffffffu, "
-                             f"({st})acc{j}, o_);")
+                inner.append(
+                    f"  const {compute_type(at)} y_ = ({compute_type(at)})__shfl_xor_sync(0xffffffffu, "
+                    f"({st})acc{j}, o_);"
+                )
                 inner.append(f"  acc{j} = {_combine(r.op, f'acc{j}', 'y_', at)};")
                 inner.append("}")
             if threads > 32:
@@ -457,9 +503,13 @@ class KernelBuilder:
                 inner.append("__syncthreads();")
                 for j, (r, at) in enumerate(zip(reductions, acc_types)):
                     t = compute_type(at)
-                    inner.append(f"acc{j} = threadIdx.x < {BLOCK // 32} ? ({t})sm{j}[threadIdx.x] : {_identity(r.op, at)};")
+                    inner.append(
+                        f"acc{j} = threadIdx.x < {BLOCK // 32} ? ({t})sm{j}[threadIdx.x] : {_identity(r.op, at)};"
+                    )
                     inner.append("for (int o_ = 16; o_ > 0; o_ >>= 1) {")
-                    inner.append(f"  const {t} y_ = ({t})__shfl_xor_sync(0xffffffffu, ({_shuffle_type(at)})acc{j}, o_);")
+                    inner.append(
+                        f"  const {t} y_ = ({t})__shfl_xor_sync(0xffffffffu, ({_shuffle_type(at)})acc{j}, o_);"
+                    )
                     inner.append(f"  acc{j} = {_combine(r.op, f'acc{j}', 'y_', at)};")
                     inner.append("}")
                 inner.append("__syncthreads();")
@@ -476,8 +526,10 @@ class KernelBuilder:
         # Columns: one thread per output position walks the reduced dim.
         lines.append(f"const {ix} outs_ = ({o_expr}) * ({i_expr});")
         lines.append(f"const {ix} len_ = {length};")
-        lines.append(f"for ({ix} t_ = ({ix})blockIdx.x * blockDim.x + threadIdx.x; t_ < outs_; "
-                     f"t_ += ({ix})gridDim.x * blockDim.x) {{")
+        lines.append(
+            f"for ({ix} t_ = ({ix})blockIdx.x * blockDim.x + threadIdx.x; t_ < outs_; "
+            f"t_ += ({ix})gridDim.x * blockDim.x) {{"
+        )
         inner = []
         other = outer_dims + inner_dims
         if other:

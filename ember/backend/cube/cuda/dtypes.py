@@ -39,8 +39,16 @@ _TYPES = {
 #: The unsigned type that int arithmetic wraps through.
 UNSIGNED = {"long long": "unsigned long long", "int": "unsigned int", "unsigned char": "unsigned int"}
 #: Short names used in kernel names and keys.
-SHORT = {DType.FLOAT64: "f64", DType.FLOAT32: "f32", DType.FLOAT16: "f16", DType.BFLOAT16: "bf16",
-         DType.INT64: "i64", DType.INT32: "i32", DType.UINT8: "u8", DType.BOOL: "b"}
+SHORT = {
+    DType.FLOAT64: "f64",
+    DType.FLOAT32: "f32",
+    DType.FLOAT16: "f16",
+    DType.BFLOAT16: "bf16",
+    DType.INT64: "i64",
+    DType.INT32: "i32",
+    DType.UINT8: "u8",
+    DType.BOOL: "b",
+}
 
 
 def dtype_of(np_dtype: np.dtype | DType) -> DType:
@@ -115,8 +123,11 @@ def literal(value, dtype: np.dtype | DType) -> str:
             return "__int_as_float(0x7fc00000)" if single else "__longlong_as_double(0x7ff8000000000000ll)"
         if v in (float("inf"), float("-inf")):
             sign = "-" if v < 0 else ""
-            return (f"({sign}__int_as_float(0x7f800000))" if single
-                    else f"({sign}__longlong_as_double(0x7ff0000000000000ll))")
+            return (
+                f"({sign}__int_as_float(0x7f800000))"
+                if single
+                else f"({sign}__longlong_as_double(0x7ff0000000000000ll))"
+            )
         text = _hex_float(v)
         return f"({text}f)" if single else f"({text})"
     v = int(value)

@@ -25,34 +25,102 @@ from ember.backend.dtype import DType
 from ember.backend.fusion.exprs import Expr
 from ember.backend.ops import BinaryOp, UnaryOp
 
-_COMPARE = {BinaryOp.EQ: "==", BinaryOp.NE: "!=", BinaryOp.GT: ">", BinaryOp.GE: ">=", BinaryOp.LT: "<",
-            BinaryOp.LE: "<="}
+_COMPARE = {
+    BinaryOp.EQ: "==",
+    BinaryOp.NE: "!=",
+    BinaryOp.GT: ">",
+    BinaryOp.GE: ">=",
+    BinaryOp.LT: "<",
+    BinaryOp.LE: "<=",
+}
 _LOGICAL = {BinaryOp.LOGICAL_AND: "&&", BinaryOp.LOGICAL_OR: "||", BinaryOp.LOGICAL_XOR: "!="}
 _BITWISE = {BinaryOp.BITWISE_AND: "&", BinaryOp.BITWISE_OR: "|", BinaryOp.BITWISE_XOR: "^"}
 
 _FLOAT_UNARY = frozenset(UnaryOp) - {UnaryOp.BITWISE_NOT}
-_INT_UNARY = frozenset({UnaryOp.NEG, UnaryOp.ABS, UnaryOp.SIGN, UnaryOp.SQUARE, UnaryOp.IS_NAN, UnaryOp.IS_INF,
-                        UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT, UnaryOp.BITWISE_NOT})
+_INT_UNARY = frozenset(
+    {
+        UnaryOp.NEG,
+        UnaryOp.ABS,
+        UnaryOp.SIGN,
+        UnaryOp.SQUARE,
+        UnaryOp.IS_NAN,
+        UnaryOp.IS_INF,
+        UnaryOp.IS_FINITE,
+        UnaryOp.LOGICAL_NOT,
+        UnaryOp.BITWISE_NOT,
+    }
+)
 _BOOL_UNARY = frozenset({UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT, UnaryOp.BITWISE_NOT})
 LOWERED_UNARY = {"f": _FLOAT_UNARY, "i": _INT_UNARY, "u": _INT_UNARY, "b": _BOOL_UNARY}
 
-_FLOAT_BINARY = frozenset({BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL, BinaryOp.DIV, BinaryOp.REMAINDER,
-                           BinaryOp.FLOOR_DIV, BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.COPYSIGN, BinaryOp.MAXIMUM,
-                           BinaryOp.MINIMUM}) | set(_COMPARE) | set(_LOGICAL)
-_INT_BINARY = frozenset({BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL, BinaryOp.DIV, BinaryOp.REMAINDER,
-                         BinaryOp.FLOOR_DIV, BinaryOp.MAXIMUM, BinaryOp.MINIMUM, BinaryOp.LEFT_SHIFT,
-                         BinaryOp.RIGHT_SHIFT}) | set(_COMPARE) | set(_LOGICAL) | set(_BITWISE)
+_FLOAT_BINARY = (
+    frozenset(
+        {
+            BinaryOp.ADD,
+            BinaryOp.SUB,
+            BinaryOp.MUL,
+            BinaryOp.DIV,
+            BinaryOp.REMAINDER,
+            BinaryOp.FLOOR_DIV,
+            BinaryOp.POW,
+            BinaryOp.ATAN2,
+            BinaryOp.COPYSIGN,
+            BinaryOp.MAXIMUM,
+            BinaryOp.MINIMUM,
+        }
+    )
+    | set(_COMPARE)
+    | set(_LOGICAL)
+)
+_INT_BINARY = (
+    frozenset(
+        {
+            BinaryOp.ADD,
+            BinaryOp.SUB,
+            BinaryOp.MUL,
+            BinaryOp.DIV,
+            BinaryOp.REMAINDER,
+            BinaryOp.FLOOR_DIV,
+            BinaryOp.MAXIMUM,
+            BinaryOp.MINIMUM,
+            BinaryOp.LEFT_SHIFT,
+            BinaryOp.RIGHT_SHIFT,
+        }
+    )
+    | set(_COMPARE)
+    | set(_LOGICAL)
+    | set(_BITWISE)
+)
 _BOOL_BINARY = frozenset({BinaryOp.MAXIMUM, BinaryOp.MINIMUM}) | set(_COMPARE) | set(_LOGICAL) | set(_BITWISE)
 LOWERED_BINARY = {"f": _FLOAT_BINARY, "i": _INT_BINARY, "u": _INT_BINARY, "b": _BOOL_BINARY}
 
 # Float functions with one CUDA math call each: (float name, double name).
 _MATH_UNARY = {
-    UnaryOp.EXP: "exp", UnaryOp.LOG: "log", UnaryOp.LOG1P: "log1p", UnaryOp.EXPM1: "expm1", UnaryOp.SQRT: "sqrt",
-    UnaryOp.SIN: "sin", UnaryOp.COS: "cos", UnaryOp.TAN: "tan", UnaryOp.TANH: "tanh", UnaryOp.SINH: "sinh",
-    UnaryOp.COSH: "cosh", UnaryOp.ASIN: "asin", UnaryOp.ACOS: "acos", UnaryOp.ATAN: "atan", UnaryOp.ERF: "erf",
-    UnaryOp.LOG2: "log2", UnaryOp.EXP2: "exp2", UnaryOp.ASINH: "asinh", UnaryOp.ACOSH: "acosh",
-    UnaryOp.ATANH: "atanh", UnaryOp.ROUND: "rint", UnaryOp.FLOOR: "floor", UnaryOp.CEIL: "ceil",
-    UnaryOp.TRUNC: "trunc", UnaryOp.ABS: "fabs",
+    UnaryOp.EXP: "exp",
+    UnaryOp.LOG: "log",
+    UnaryOp.LOG1P: "log1p",
+    UnaryOp.EXPM1: "expm1",
+    UnaryOp.SQRT: "sqrt",
+    UnaryOp.SIN: "sin",
+    UnaryOp.COS: "cos",
+    UnaryOp.TAN: "tan",
+    UnaryOp.TANH: "tanh",
+    UnaryOp.SINH: "sinh",
+    UnaryOp.COSH: "cosh",
+    UnaryOp.ASIN: "asin",
+    UnaryOp.ACOS: "acos",
+    UnaryOp.ATAN: "atan",
+    UnaryOp.ERF: "erf",
+    UnaryOp.LOG2: "log2",
+    UnaryOp.EXP2: "exp2",
+    UnaryOp.ASINH: "asinh",
+    UnaryOp.ACOSH: "acosh",
+    UnaryOp.ATANH: "atanh",
+    UnaryOp.ROUND: "rint",
+    UnaryOp.FLOOR: "floor",
+    UnaryOp.CEIL: "ceil",
+    UnaryOp.TRUNC: "trunc",
+    UnaryOp.ABS: "fabs",
 }
 
 
@@ -245,8 +313,13 @@ class CExpr:
     result. Each node becomes ``const <type> <prefix><n> = ...;`` in :attr:`lines`.
     """
 
-    def __init__(self, load: Callable[[Expr], str], scalar: Callable[[Expr], str],
-                 acc: Callable[[Expr], str] | None = None, prefix: str = "v"):
+    def __init__(
+        self,
+        load: Callable[[Expr], str],
+        scalar: Callable[[Expr], str],
+        acc: Callable[[Expr], str] | None = None,
+        prefix: str = "v",
+    ):
         self.load = load
         self.scalar = scalar
         self.acc = acc
@@ -316,5 +389,16 @@ def supported(expr: Expr) -> bool:
     return True
 
 
-__all__ = ["LOWERED_BINARY", "LOWERED_UNARY", "CExpr", "LoweringError", "binary_code", "cast_code", "lowers_binary",
-           "lowers_unary", "scalar_code", "supported", "unary_code"]
+__all__ = [
+    "LOWERED_BINARY",
+    "LOWERED_UNARY",
+    "CExpr",
+    "LoweringError",
+    "binary_code",
+    "cast_code",
+    "lowers_binary",
+    "lowers_unary",
+    "scalar_code",
+    "supported",
+    "unary_code",
+]

@@ -88,8 +88,15 @@ def full_source(source: str) -> str:
     return PRELUDE + "\n" + source
 
 
-def compile_source(source: str, arch: str, *, output: str = "cubin", extra: tuple[str, ...] = (),
-                   name: str = "kernel.cu", use_cache: bool = True) -> tuple[bytes, str]:
+def compile_source(
+    source: str,
+    arch: str,
+    *,
+    output: str = "cubin",
+    extra: tuple[str, ...] = (),
+    name: str = "kernel.cu",
+    use_cache: bool = True,
+) -> tuple[bytes, str]:
     """``source`` (complete CUDA C) compiled for ``arch`` (``"sm_90"``; ``"compute_90"``
     for PTX), as ``(code, log)``. ``output`` is ``"cubin"`` or ``"ptx"``."""
     options = OPTIONS + tuple(extra) + (f"-arch={arch}",)
@@ -133,8 +140,10 @@ def _compile(source: str, options: tuple[str, ...], output: str, name: str) -> t
         nvrtc.nvrtcGetProgramLog(prog, log)
         text = log.decode(errors="replace").rstrip("\x00 \n")
         if int(result) != 0:
-            raise CompileError(f"ember: cuda: NVRTC could not compile a generated kernel ({name}); this is a bug "
-                               f"in ember's code generator, please report it with this log:\n{text}")
+            raise CompileError(
+                f"ember: cuda: NVRTC could not compile a generated kernel ({name}); this is a bug "
+                f"in ember's code generator, please report it with this log:\n{text}"
+            )
         if output == "both":
             return (_read(nvrtc, prog, "ptx"), _read(nvrtc, prog, "cubin")), text
         return _read(nvrtc, prog, output), text
@@ -191,6 +200,14 @@ def resources(log: str) -> dict[str, Resources]:
     return out
 
 
-__all__ = ["OPTIONS", "CompileError", "Resources", "cache_dir", "compile_ptx_and_cubin", "compile_source",
-           "full_source", "resources",
-           "version"]
+__all__ = [
+    "OPTIONS",
+    "CompileError",
+    "Resources",
+    "cache_dir",
+    "compile_ptx_and_cubin",
+    "compile_source",
+    "full_source",
+    "resources",
+    "version",
+]

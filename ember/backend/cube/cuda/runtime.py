@@ -23,9 +23,11 @@ import numpy as np
 from ember.backend.cube.cuda import nvrtc
 from ember.errors import BackendUnavailableError, DeviceMemoryError, EmberError
 
-_FIX = ("install the CUDA extra (pip install 'ember[cuda12]' or 'ember[cuda13]', matching the driver's CUDA "
-        "version: nvidia-smi shows it) on a machine with an NVIDIA GPU and driver, or use Device.flex() / "
-        "Device.wgpu()")
+_FIX = (
+    "install the CUDA extra (pip install 'ember[cuda12]' or 'ember[cuda13]', matching the driver's CUDA "
+    "version: nvidia-smi shows it) on a machine with an NVIDIA GPU and driver, or use Device.flex() / "
+    "Device.wgpu()"
+)
 
 
 class CaptureUnsupported(EmberError, RuntimeError):
@@ -78,11 +80,15 @@ class CudaRuntime:
             count = cupy.cuda.runtime.getDeviceCount()
         except Exception as error:
             raise BackendUnavailableError(
-                f"ember: Device.cuda({index}): no CUDA driver or GPU was found ({error}); {_FIX}") from None
+                f"ember: Device.cuda({index}): no CUDA driver or GPU was found ({error}); {_FIX}"
+            ) from None
         if not 0 <= index < count:
             raise BackendUnavailableError(
                 f"ember: Device.cuda({index}): this machine has {count} CUDA device(s); use an index in "
-                f"[0, {count - 1}]" if count else f"ember: Device.cuda({index}): no CUDA device found; {_FIX}")
+                f"[0, {count - 1}]"
+                if count
+                else f"ember: Device.cuda({index}): no CUDA device found; {_FIX}"
+            )
         self.index = index
         self.device = cupy.cuda.Device(index)
         with self.device:
@@ -134,8 +140,12 @@ class CudaRuntime:
         ``free_device`` and ``total_device`` (the driver's view)."""
         with self.device:
             free, total = self.cupy.cuda.runtime.memGetInfo()
-        return {"allocated": int(self.pool.used_bytes()), "reserved": int(self.pool.total_bytes()),
-                "free_device": int(free), "total_device": int(total)}
+        return {
+            "allocated": int(self.pool.used_bytes()),
+            "reserved": int(self.pool.total_bytes()),
+            "free_device": int(free),
+            "total_device": int(total),
+        }
 
     def upload(self, array: np.ndarray) -> Any:
         if self.capturing:  # a copy from pageable host memory cannot be captured

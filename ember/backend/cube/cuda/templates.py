@@ -15,8 +15,10 @@ from ember.backend.cube.cuda.dtypes import SHORT, compute_type, dtype_of, load_c
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, CumulativeOp
 
-_LOOP = ("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
-         "i += (long long)gridDim.x * blockDim.x)")
+_LOOP = (
+    "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+    "i += (long long)gridDim.x * blockDim.x)"
+)
 
 
 def _f(bits: int) -> str:
@@ -34,8 +36,10 @@ def arange(dtype: DType) -> tuple[str, str]:
     name = f"arange_{SHORT[dtype]}"
     s, t = storage_type(dtype), compute_type(dtype)
     value = store_code(dtype, f"({t})(start + i * step)")
-    return name, (f'extern "C" __global__ void {name}({s}* __restrict__ out, long long n, long long start, '
-                  f"long long step) {{\n  {_LOOP} out[i] = {value};\n}}\n")
+    return name, (
+        f'extern "C" __global__ void {name}({s}* __restrict__ out, long long n, long long start, '
+        f"long long step) {{\n  {_LOOP} out[i] = {value};\n}}\n"
+    )
 
 
 PHILOX = r"""
@@ -118,8 +122,11 @@ def random(dtype: DType) -> tuple[str, str]:
 """
         per = 2
     else:
-        store = store_code(dtype, "(" + t + ")v[j]") if dtype_of(dtype).is_float else store_code(
-            dtype, f"({t})v[j]" if dtype is DType.BOOL else f"({t})f2i64((double)v[j])")
+        store = (
+            store_code(dtype, "(" + t + ")v[j]")
+            if dtype_of(dtype).is_float
+            else store_code(dtype, f"({t})v[j]" if dtype is DType.BOOL else f"({t})f2i64((double)v[j])")
+        )
         body = f"""
   const unsigned long long ctr = counter + (unsigned long long)g;
   unsigned c[4] = {{(unsigned)ctr, (unsigned)(ctr >> 32), 0u, 0u}};
@@ -143,7 +150,8 @@ def random(dtype: DType) -> tuple[str, str]:
         f"unsigned k0, unsigned k1, int kind, double p0, double p1, double p2) {{\n"
         f"  const long long blocks = (n + {per - 1}) / {per};\n"
         f"  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < blocks; "
-        f"g += (long long)gridDim.x * blockDim.x) {{{body}  }}\n}}\n")
+        f"g += (long long)gridDim.x * blockDim.x) {{{body}  }}\n}}\n"
+    )
 
 
 def _better(op: ArgReduceOp, dtype: DType, x: str, best: str) -> str:
@@ -158,7 +166,9 @@ def arg_reduce(op: ArgReduceOp, dtype: DType) -> tuple[str, str]:
     """argmax/argmin over ``[outer, dim, inner]`` (contiguous); one thread per output."""
     name = f"{op}_{SHORT[dtype]}"
     s, t = storage_type(dtype), compute_type(dtype)
-    return name, f"""
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}(const {s}* __restrict__ x, long long* __restrict__ out, long long outer,
                                   long long len, long long inner) {{
   const long long n = outer * inner;
@@ -174,7 +184,8 @@ extern "C" __global__ void {name}(const {s}* __restrict__ x, long long* __restri
     out[i] = at;
   }}
 }}
-"""
+""",
+    )
 
 
 def cumulative(op: CumulativeOp, dtype: DType) -> tuple[str, str]:
@@ -184,19 +195,27 @@ def cumulative(op: CumulativeOp, dtype: DType) -> tuple[str, str]:
     s, t = storage_type(dtype), compute_type(dtype)
     fam_float = dtype.is_float
     if op == CumulativeOp.CUMSUM:
-        comb = "acc + v" if fam_float or dtype is DType.BOOL else f"({t})((unsigned long long)acc + (unsigned long long)v)"
+        comb = (
+            "acc + v" if fam_float or dtype is DType.BOOL else f"({t})((unsigned long long)acc + (unsigned long long)v)"
+        )
     elif op == CumulativeOp.CUMPROD:
-        comb = "acc * v" if fam_float or dtype is DType.BOOL else f"({t})((unsigned long long)acc * (unsigned long long)v)"
+        comb = (
+            "acc * v" if fam_float or dtype is DType.BOOL else f"({t})((unsigned long long)acc * (unsigned long long)v)"
+        )
     elif op == CumulativeOp.CUMMAX:
         comb = f"nan_max<{t}>(acc, v)" if fam_float else "(v > acc ? v : acc)"
     elif op == CumulativeOp.CUMMIN:
         comb = f"nan_min<{t}>(acc, v)" if fam_float else "(v < acc ? v : acc)"
     else:  # logaddexp, as numpy's
-        comb = (f"(acc == v ? acc + {'0.6931471805599453' if t == 'double' else '0.6931472f'} : "
-                f"nan_max<{t}>(acc, v) + {'log1p' if t == 'double' else 'log1pf'}("
-                f"{'exp' if t == 'double' else 'expf'}(-fabs(acc - v))))")
+        comb = (
+            f"(acc == v ? acc + {'0.6931471805599453' if t == 'double' else '0.6931472f'} : "
+            f"nan_max<{t}>(acc, v) + {'log1p' if t == 'double' else 'log1pf'}("
+            f"{'exp' if t == 'double' else 'expf'}(-fabs(acc - v))))"
+        )
     acc_t = "long long" if dtype is DType.BOOL and op == CumulativeOp.CUMSUM else t
-    return name, f"""
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}(const {s}* __restrict__ x, {s}* __restrict__ out, long long outer, long long len,
                                   long long inner) {{
   const long long n = outer * inner;
@@ -212,7 +231,8 @@ extern "C" __global__ void {name}(const {s}* __restrict__ x, {s}* __restrict__ o
     }}
   }}
 }}
-"""
+""",
+    )
 
 
 def argsort(dtype: DType) -> tuple[str, str]:
@@ -221,7 +241,9 @@ def argsort(dtype: DType) -> tuple[str, str]:
     name = f"argsort_{SHORT[dtype]}"
     s, t = storage_type(dtype), compute_type(dtype)
     less = "(a < b || (b != b && a == a))" if dtype.is_float else "(a < b)"
-    return name, f"""
+    return (
+        name,
+        f"""
 __device__ __forceinline__ bool less_{SHORT[dtype]}({t} a, {t} b) {{ return {less}; }}
 extern "C" __global__ void {name}(const {s}* __restrict__ x, long long* __restrict__ out, long long rows, long long len,
                                   int descending) {{
@@ -240,7 +262,8 @@ extern "C" __global__ void {name}(const {s}* __restrict__ x, long long* __restri
     out[r * len + rank] = j;
   }}
 }}
-"""
+""",
+    )
 
 
 def gather(dtype: DType) -> tuple[str, str]:
@@ -248,7 +271,9 @@ def gather(dtype: DType) -> tuple[str, str]:
     strides ``(xs0, xs1, xs2)``; ``idx`` and ``out`` are contiguous ``[outer, m, inner]``."""
     name = f"gather_{SHORT[dtype]}"
     s = storage_type(dtype)
-    return name, f"""
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}(const {s}* __restrict__ x, const long long* __restrict__ idx, {s}* __restrict__ out,
                                   long long outer, long long m, long long inner, long long xs0, long long xs1,
                                   long long xs2, long long xoff) {{
@@ -258,7 +283,8 @@ extern "C" __global__ void {name}(const {s}* __restrict__ x, const long long* __
     out[i] = x[xoff + o * xs0 + idx[i] * xs1 + k * xs2];
   }}
 }}
-"""
+""",
+    )
 
 
 _ATOMIC = {DType.FLOAT64: "double", DType.FLOAT32: "float", DType.INT32: "int", DType.INT64: "unsigned long long"}
@@ -271,7 +297,9 @@ def scatter_add(dtype: DType) -> tuple[str, str]:
     name = f"scatter_add_{SHORT[dtype]}"
     s = storage_type(dtype)
     a = _ATOMIC[dtype]
-    return name, f"""
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}({s}* __restrict__ out, const long long* __restrict__ idx,
                                   const {s}* __restrict__ v, long long outer, long long m, long long len,
                                   long long inner) {{
@@ -281,14 +309,17 @@ extern "C" __global__ void {name}({s}* __restrict__ out, const long long* __rest
     atomicAdd(({a}*)(out + (o * len + idx[i]) * inner + k), ({a})v[i]);
   }}
 }}
-"""
+""",
+    )
 
 
 def select(dtype: DType) -> tuple[str, str]:
     """``out[o, i, k] = x[o, idx[i], k]`` for rank-1 ``idx``; ``x`` strided as in :func:`gather`."""
     name = f"select_{SHORT[dtype]}"
     s = storage_type(dtype)
-    return name, f"""
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}(const {s}* __restrict__ x, const long long* __restrict__ idx, {s}* __restrict__ out,
                                   long long outer, long long m, long long inner, long long xs0, long long xs1,
                                   long long xs2, long long xoff) {{
@@ -298,7 +329,8 @@ extern "C" __global__ void {name}(const {s}* __restrict__ x, const long long* __
     out[i] = x[xoff + o * xs0 + idx[j] * xs1 + k * xs2];
   }}
 }}
-"""
+""",
+    )
 
 
 def select_add(dtype: DType) -> tuple[str, str]:
@@ -306,7 +338,9 @@ def select_add(dtype: DType) -> tuple[str, str]:
     name = f"select_add_{SHORT[dtype]}"
     s = storage_type(dtype)
     a = _ATOMIC[dtype]
-    return name, f"""
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}({s}* __restrict__ out, const long long* __restrict__ idx,
                                   const {s}* __restrict__ v, long long outer, long long m, long long len,
                                   long long inner) {{
@@ -316,7 +350,8 @@ extern "C" __global__ void {name}({s}* __restrict__ out, const long long* __rest
     atomicAdd(({a}*)(out + (o * len + idx[j]) * inner + k), ({a})v[i]);
   }}
 }}
-"""
+""",
+    )
 
 
 def argwhere(rank: int) -> tuple[str, str]:
@@ -325,7 +360,9 @@ def argwhere(rank: int) -> tuple[str, str]:
     name = f"argwhere_r{rank}"
     dims = ", ".join(f"long long d{j}" for j in range(rank))
     coords = "\n".join(f"      out[row * {rank} + {j}] = r % d{j}; r /= d{j};" for j in range(rank - 1, -1, -1))
-    return name, f"""
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}(const unsigned char* __restrict__ mask, const long long* __restrict__ pos,
                                   long long* __restrict__ out, long long n{", " if rank else ""}{dims}) {{
   {_LOOP} {{
@@ -336,7 +373,8 @@ extern "C" __global__ void {name}(const unsigned char* __restrict__ mask, const 
     }}
   }}
 }}
-"""
+""",
+    )
 
 
 def matmul_int(dtype: DType) -> tuple[str, str]:
@@ -346,9 +384,14 @@ def matmul_int(dtype: DType) -> tuple[str, str]:
     name = f"matmul_{SHORT[dtype]}"
     s, t = storage_type(dtype), compute_type(dtype)
     acc = "long long" if dtype is not DType.BOOL else "bool"
-    step = "acc = acc || (av && bv);" if dtype is DType.BOOL else \
-        "acc = (long long)((unsigned long long)acc + (unsigned long long)av * (unsigned long long)bv);"
-    return name, f"""
+    step = (
+        "acc = acc || (av && bv);"
+        if dtype is DType.BOOL
+        else "acc = (long long)((unsigned long long)acc + (unsigned long long)av * (unsigned long long)bv);"
+    )
+    return (
+        name,
+        f"""
 extern "C" __global__ void {name}(const {s}* __restrict__ a, const {s}* __restrict__ b, {s}* __restrict__ c,
                                   long long batch, long long m, long long k, long long nn, long long sa, long long sb) {{
   const long long n = batch * m * nn;
@@ -363,8 +406,20 @@ extern "C" __global__ void {name}(const {s}* __restrict__ a, const {s}* __restri
     c[i] = {store_code(dtype, f"({t})acc")};
   }}
 }}
-"""
+""",
+    )
 
 
-__all__ = ["arange", "arg_reduce", "argsort", "argwhere", "cumulative", "gather", "matmul_int", "random",
-           "scatter_add", "select", "select_add"]
+__all__ = [
+    "arange",
+    "arg_reduce",
+    "argsort",
+    "argwhere",
+    "cumulative",
+    "gather",
+    "matmul_int",
+    "random",
+    "scatter_add",
+    "select",
+    "select_add",
+]

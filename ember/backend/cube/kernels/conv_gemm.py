@@ -92,8 +92,16 @@ class Im2col:
         return []
 
 
-def conv(backend: KernelContext, x: CubeTensor, weight: CubeTensor, bias: CubeTensor | None, stride, padding,
-         dilation, groups: int) -> CubeTensor | None:
+def conv(
+    backend: KernelContext,
+    x: CubeTensor,
+    weight: CubeTensor,
+    bias: CubeTensor | None,
+    stride,
+    padding,
+    dilation,
+    groups: int,
+) -> CubeTensor | None:
     """The conv by the fused kernel, or None where it does not apply (the caller then
     materialises the columns)."""
     spatial = tuple(x.shape[2:])
@@ -135,13 +143,16 @@ def conv(backend: KernelContext, x: CubeTensor, weight: CubeTensor, bias: CubeTe
         from ember.backend.cube import ir
         from ember.backend.ops import BinaryOp
 
-        spec = gc.EpilogueSpec(ir.binary(BinaryOp.ADD, ir.load(0, ctype), ir.load(1, bias.storage.compute)),
-                               (bias.storage,), ())
+        spec = gc.EpilogueSpec(
+            ir.binary(BinaryOp.ADD, ir.load(0, ctype), ir.load(1, bias.storage.compute)), (bias.storage,), ()
+        )
     n_ops = 2 + len(extra)
     gather = Im2col(s, x.storage, gc.scalars_at(n_ops))
     key = ("conv_im2col_regs", plan, s, w.storage, a_mode, x.storage, out.storage, out_vec, spec)
-    kernel_ = backend.cache.get(key, lambda: gemm_small.source(
-        plan, w.storage, a_mode, x.storage, "g", out.storage, out_vec, ctype, spec, gather))
+    kernel_ = backend.cache.get(
+        key,
+        lambda: gemm_small.source(plan, w.storage, a_mode, x.storage, "g", out.storage, out_vec, ctype, spec, gather),
+    )
     blocks = [(w.offset, kdim, 1, cstrides[0]), (x.offset, 0, 0, cstrides[1])]
     blocks += [(b.offset, r, 0, cs) for b, r, cs in zip(extra, e_rows, cstrides[2:])]
     pad_lo = [lo for lo, _ in padding]

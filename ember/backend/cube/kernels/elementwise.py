@@ -62,13 +62,20 @@ class _ScalarSlots(dict):
         return self.first + 2 * k
 
 
-def _source(expr: Expr, ins: tuple[Storage, ...], out: Storage, classes: tuple[str, ...], vec: bool = False) -> KernelSource:
+def _source(
+    expr: Expr, ins: tuple[Storage, ...], out: Storage, classes: tuple[str, ...], vec: bool = False
+) -> KernelSource:
     """One output: see :func:`source`."""
     return source((expr,), ins, (out,), classes, vec)
 
 
-def source(exprs: tuple[Expr, ...], ins: tuple[Storage, ...], outs: tuple[Storage, ...], classes: tuple[str, ...],
-           vec: bool = False) -> KernelSource:
+def source(
+    exprs: tuple[Expr, ...],
+    ins: tuple[Storage, ...],
+    outs: tuple[Storage, ...],
+    classes: tuple[str, ...],
+    vec: bool = False,
+) -> KernelSource:
     """A kernel storing ``exprs[j]`` into ``out{j}`` at every element (shared
     subexpressions computed once). ``classes`` holds the layout class of each input,
     then one for the outputs (all of them dense like each other, or, with one output,
@@ -93,9 +100,7 @@ def source(exprs: tuple[Expr, ...], ins: tuple[Storage, ...], outs: tuple[Storag
         lines.append(f"    out{k}[{target}] = {wgsl.store(out, wgsl.convert(value, expr.type, out.compute))};")
     body = wgsl.main_linear("\n".join(lines))
     helper_names = "".join(s.store for s in (*ins, *outs))
-    text = "\n".join(
-        [wgsl.bindings(list(ins), list(outs)), wgsl.helpers_for(body + helper_names), body]
-    )
+    text = "\n".join([wgsl.bindings(list(ins), list(outs)), wgsl.helpers_for(body + helper_names), body])
     return KernelSource(f"elementwise_{_name(exprs)}", text, n, len(outs))
 
 
@@ -107,8 +112,9 @@ def _name(exprs: tuple[Expr, ...]) -> str:
 _VEC_WORDS = ("f32", "i32", "u32", "f16")
 
 
-def _source_vec4(exprs: tuple[Expr, ...], ins: tuple[Storage, ...], outs: tuple[Storage, ...],
-                 classes: tuple[str, ...]) -> KernelSource:
+def _source_vec4(
+    exprs: tuple[Expr, ...], ins: tuple[Storage, ...], outs: tuple[Storage, ...], classes: tuple[str, ...]
+) -> KernelSource:
     """Four elements per invocation: each dense operand is one ``vec4`` load, each
     uniform one a scalar load, and each expression is evaluated once per lane (any
     expression: the helpers take scalars), the four results stored as one ``vec4``.
@@ -144,8 +150,9 @@ def _source_vec4(exprs: tuple[Expr, ...], ins: tuple[Storage, ...], outs: tuple[
     return KernelSource(f"elementwise4_{_name(exprs)}", text, n, len(outs))
 
 
-def _vectorisable(classes: tuple[str, ...], ins: tuple[Storage, ...], outs: tuple[Storage, ...], numel: int,
-                  offsets: list[int]) -> bool:
+def _vectorisable(
+    classes: tuple[str, ...], ins: tuple[Storage, ...], outs: tuple[Storage, ...], numel: int, offsets: list[int]
+) -> bool:
     """Whether the vec4 kernel applies: every operand dense or uniform, the outputs dense,
     whole quads (``numel`` and dense offsets multiples of 4) of words WGSL has vec4 of."""
     if numel % 4 or classes[-1] != "c" or any(out.wgsl not in _VEC_WORDS for out in outs):
@@ -233,8 +240,14 @@ def _plan(backend, exprs, inputs, out_storages, shape, out_strides, out_offset, 
     offsets = [x.offset for x in inputs] + [out_offset]
     vec = _vectorisable(classes, ins, out_storages, numel, offsets)
     classes = tuple("z" if c == "c" and o == 0 else c for c, o in zip(classes, offsets))
-    key = ("ew", exprs[0] if len(exprs) == 1 else exprs, ins,
-           out_storages[0] if len(out_storages) == 1 else out_storages, classes, vec)
+    key = (
+        "ew",
+        exprs[0] if len(exprs) == 1 else exprs,
+        ins,
+        out_storages[0] if len(out_storages) == 1 else out_storages,
+        classes,
+        vec,
+    )
     kernel = backend.cache.get(key, lambda: source(exprs, ins, out_storages, classes, vec))
     count = numel // 4 if vec else numel
     info = [count, rank] + list(cshape) + [0] * (wgsl.MAX_RANK - rank)

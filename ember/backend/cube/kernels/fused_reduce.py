@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from ember.backend.cube.kernels.context import KernelContext
 
 _MR = wgsl.MAX_RANK
-_HEAD = 2 + _MR          # n_out, rank, outer shape
-_BLOCK = 1 + _MR         # per operand: offset, outer strides
+_HEAD = 2 + _MR  # n_out, rank, outer shape
+_BLOCK = 1 + _MR  # per operand: offset, outer strides
 _LANE_WG = wgsl.WORKGROUP
 
 
@@ -47,8 +47,8 @@ _LANE_WG = wgsl.WORKGROUP
 class FusedReduction:
     """The generation-time description of a fused reduction kernel."""
 
-    reductions: tuple[tuple[ReduceOp, Expr], ...]     # (op, prologue expression)
-    stores: tuple[tuple[Expr, Storage, bool], ...]    # (expression, storage, over the reduced space)
+    reductions: tuple[tuple[ReduceOp, Expr], ...]  # (op, prologue expression)
+    stores: tuple[tuple[Expr, Storage, bool], ...]  # (expression, storage, over the reduced space)
     ins: tuple[Storage, ...]
 
     @property
@@ -67,7 +67,7 @@ def source(spec: FusedReduction, mode: str, wg: int, subgroups: bool) -> KernelS
     n_in = len(ins)
     full = [j for j, (_, _, reduced) in enumerate(spec.stores) if not reduced]
     blocks = n_in + len(full)
-    rows_at = _HEAD + blocks * _BLOCK          # n, then the dim stride of each block
+    rows_at = _HEAD + blocks * _BLOCK  # n, then the dim stride of each block
     scalar_at = rows_at + 1 + blocks
     names = [f"o{j}" for j in range(blocks)]
     offsets = wgsl.strided_offsets("row", "info[1]", 2, [(names[j], _HEAD + j * _BLOCK) for j in range(blocks)])
@@ -90,7 +90,9 @@ def source(spec: FusedReduction, mode: str, wg: int, subgroups: bool) -> KernelS
         expr, st, _ = spec.stores[j]
         value = emitter.emit(expr)
         block = n_in + slot
-        stored.append(f"        out{j}[u32(o{block} + ri * rs{block})] = {wgsl.store(st, wgsl.convert(value, expr.type, st.compute))};")
+        stored.append(
+            f"        out{j}[u32(o{block} + ri * rs{block})] = {wgsl.store(st, wgsl.convert(value, expr.type, st.compute))};"
+        )
     body += ["    " + line for line in emitter.lines]
     for k, ((op, expr), value) in enumerate(zip(spec.reductions, values)):
         body.append(f"        acc{k} = {_COMBINE[op][expr.type].format(a=f'acc{k}', b=value)};")
@@ -99,8 +101,9 @@ def source(spec: FusedReduction, mode: str, wg: int, subgroups: bool) -> KernelS
     finals: dict[int, str] = {}
     if mode == "tree":
         for k, (op, expr) in enumerate(spec.reductions):
-            more, decl = rows.combine_lines(f"acc{k}", op, _COMBINE[op][expr.type], _INIT[op][expr.type], expr.type,
-                                            wg, subgroups, f"a{k}")
+            more, decl = rows.combine_lines(
+                f"acc{k}", op, _COMBINE[op][expr.type], _INIT[op][expr.type], expr.type, wg, subgroups, f"a{k}"
+            )
             body += more
             decls.append(decl)
             finals[k] = f"acc{k}_all"
@@ -149,7 +152,7 @@ def run(
     """Runs the kernel of ``spec`` over ``space`` reducing ``dim``; each input is read
     broadcast to ``space``. Returns a new tensor per store (of ``space`` or of the
     reduced space, with 1 at ``dim``)."""
-    reduced_space = space[:dim] + (1,) + space[dim + 1:]
+    reduced_space = space[:dim] + (1,) + space[dim + 1 :]
     outs = [backend.empty(reduced_space if reduced else space, st) for _, st, reduced in spec.stores]
     n = space[dim]
     n_out = math.prod(reduced_space)
@@ -157,11 +160,13 @@ def run(
         return outs
     full = [o for o, (_, _, reduced) in zip(outs, spec.stores) if not reduced]
     strides = [broadcast_strides(x, space) for x in inputs] + [contiguous_strides(space)] * len(full)
-    outer = space[:dim] + space[dim + 1:]
-    cshape, cstrides = coalesce(outer, *[s[:dim] + s[dim + 1:] for s in strides])
+    outer = space[:dim] + space[dim + 1 :]
+    cshape, cstrides = coalesce(outer, *[s[:dim] + s[dim + 1 :] for s in strides])
     if len(cshape) > _MR:
-        raise ShapeError(f"ember: cube: a fused reduction over shape {list(space)} needs {len(cshape)} strided "
-                         f"dims; the GPU kernels take at most {_MR}")
+        raise ShapeError(
+            f"ember: cube: a fused reduction over shape {list(space)} needs {len(cshape)} strided "
+            f"dims; the GPU kernels take at most {_MR}"
+        )
     offsets = [x.offset for x in inputs] + [0] * len(full)
     lead = inputs[0] if inputs else None
     contiguous_rows = lead is not None and abs(strides[0][dim]) == 1

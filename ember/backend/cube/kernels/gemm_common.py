@@ -46,8 +46,16 @@ def vectorisable(storage: Storage) -> bool:
     return storage.wgsl == "f32" and storage.load == "{x}"
 
 
-def operand_mode(storage: Storage, outer: int, kdim: int, outer_stride: int, k_stride: int,
-                 offset: int, batch_strides: tuple[int, ...], vec_outer: int) -> str:
+def operand_mode(
+    storage: Storage,
+    outer: int,
+    kdim: int,
+    outer_stride: int,
+    k_stride: int,
+    offset: int,
+    batch_strides: tuple[int, ...],
+    vec_outer: int,
+) -> str:
     """``"k"``, ``"o"`` or ``"s"`` (see the module doc). ``vec_outer`` is how many of
     the outer dim's elements one thread reads together (4 unless the template says less)."""
     if not vectorisable(storage) or offset % 4 or any(s % 4 for s in batch_strides):
@@ -74,10 +82,19 @@ class EpilogueSpec:
         return [st for _, st in self.outputs]
 
 
-def binding_types(a: Storage, a_mode: str, b: Storage, b_mode: str, extra: tuple[Storage, ...],
-                  out: Storage, out_vec: bool, spec: EpilogueSpec | None = None) -> tuple[list[str], list[str]]:
+def binding_types(
+    a: Storage,
+    a_mode: str,
+    b: Storage,
+    b_mode: str,
+    extra: tuple[Storage, ...],
+    out: Storage,
+    out_vec: bool,
+    spec: EpilogueSpec | None = None,
+) -> tuple[list[str], list[str]]:
     """WGSL element types of the inputs and the outputs (the product's, then the
     epilogue's further outputs, one element each)."""
+
     def elem(st: Storage, vec: bool) -> str:
         return f"vec4<{st.wgsl}>" if vec else st.wgsl
 
@@ -158,6 +175,8 @@ def store_lines(ctype: str, rows: list[tuple[str, str]], col: str, out_vec: bool
             lines.append(f"{indent}    if ({col} < n) {{ out0[o >> 2u] = vec4({comps}); }}")
         else:
             for i, x in enumerate("xyzw"):
-                lines.append(f"{indent}    if ({col} + {i}u < n) {{ out0[o + {i}u] = epi({acc}.{x}, batch, {row}, {col} + {i}u); }}")
+                lines.append(
+                    f"{indent}    if ({col} + {i}u < n) {{ out0[o + {i}u] = epi({acc}.{x}, batch, {row}, {col} + {i}u); }}"
+                )
         lines.append(f"{indent}}}")
     return lines

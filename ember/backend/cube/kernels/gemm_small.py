@@ -50,8 +50,18 @@ class GatherB(Protocol):
         """Statements at the end of a K step of ``step`` rows."""
 
 
-def source(blk: Blocking, a: Storage, a_mode: str, b: Storage, b_mode: str, out: Storage, out_vec: bool,
-           ctype: str, epilogue: gc.EpilogueSpec | None, gather: GatherB | None = None) -> KernelSource:
+def source(
+    blk: Blocking,
+    a: Storage,
+    a_mode: str,
+    b: Storage,
+    b_mode: str,
+    out: Storage,
+    out_vec: bool,
+    ctype: str,
+    epilogue: gc.EpilogueSpec | None,
+    gather: GatherB | None = None,
+) -> KernelSource:
     """The kernel's source; with ``gather`` (``b_mode == "g"``) B is computed by it."""
     extra = epilogue.storages if epilogue is not None else ()
     n_ops = 2 + len(extra)

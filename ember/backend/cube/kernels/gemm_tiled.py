@@ -35,8 +35,9 @@ class Tiling:
         return (self.bm // self.tm) * (self.bn // 4)
 
 
-def _operand_loads(j: int, name: str, mode: str, st: Storage, tile_o: int, bk: int, threads: int,
-                   ctype: str, odim: str) -> tuple[list[str], list[str], list[str]]:
+def _operand_loads(
+    j: int, name: str, mode: str, st: Storage, tile_o: int, bk: int, threads: int, ctype: str, odim: str
+) -> tuple[list[str], list[str], list[str]]:
     """(setup before the K loop, loads of a full slice, loads of the last partial slice)
     of operand ``j`` (0: A, outer dim M; 1: B, outer dim N) into ``s{name}``."""
     pos = gc.block_at(j)
@@ -54,7 +55,9 @@ def _operand_loads(j: int, name: str, mode: str, st: Storage, tile_o: int, bk: i
             q = f"(lid + {slot * threads}u)"
             guard = total % threads != 0 and slot == total // threads
             setup.append(f"    let {name}_kq{slot} = {q} % {bk // 4}u; let {name}_oo{slot} = {q} / {bk // 4}u;")
-            setup.append(f"    let {name}_at{slot} = base{j} + i32(min({origin} + {name}_oo{slot}, {odim} - 1u)) * {name}_os;")
+            setup.append(
+                f"    let {name}_at{slot} = base{j} + i32(min({origin} + {name}_oo{slot}, {odim} - 1u)) * {name}_os;"
+            )
             for lines, checked in ((full, False), (tail, True)):
                 k = f"k0 + {name}_kq{slot} * 4u"
                 load = f"{arr}[(u32({name}_at{slot}) + {k}) >> 2u]"
@@ -98,8 +101,17 @@ def _operand_loads(j: int, name: str, mode: str, st: Storage, tile_o: int, bk: i
     return setup, full, tail
 
 
-def source(t: Tiling, a: Storage, a_mode: str, b: Storage, b_mode: str, out: Storage, out_vec: bool,
-           ctype: str, epilogue: gc.EpilogueSpec | None) -> KernelSource:
+def source(
+    t: Tiling,
+    a: Storage,
+    a_mode: str,
+    b: Storage,
+    b_mode: str,
+    out: Storage,
+    out_vec: bool,
+    ctype: str,
+    epilogue: gc.EpilogueSpec | None,
+) -> KernelSource:
     extra = epilogue.storages if epilogue is not None else ()
     n_ops = 2 + len(extra)
     qm, qn = t.bm // 4, t.bn // 4
@@ -142,8 +154,9 @@ def source(t: Tiling, a: Storage, a_mode: str, b: Storage, b_mode: str, out: Sto
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
         f"{body}\n}}\n"
     )
-    decl = (f"var<workgroup> sa: array<vec4<{ctype}>, {t.bk * qm}>;\n"
-            f"var<workgroup> sb: array<vec4<{ctype}>, {t.bk * qn}>;")
+    decl = (
+        f"var<workgroup> sa: array<vec4<{ctype}>, {t.bk * qm}>;\nvar<workgroup> sb: array<vec4<{ctype}>, {t.bk * qn}>;"
+    )
     epi = gc.epilogue_function(epilogue, ctype, out)
     ins, outs = gc.binding_types(a, a_mode, b, b_mode, extra, out, out_vec, epilogue)
     code = "\n".join([decl, epi, main])

@@ -49,23 +49,27 @@ def _check_rank(op: str, shape) -> None:
 def _minmax_source(st: Storage) -> KernelSource:
     ct = st.compute
     low, high = wgsl.BINARY[BinaryOp.MINIMUM][ct], wgsl.BINARY[BinaryOp.MAXIMUM][ct]
-    body = "\n".join([
-        "    let n = info[0];",
-        f"    var lo: {ct} = {wgsl.INT_MAX[ct]};",
-        f"    var hi: {ct} = {wgsl.INT_MIN[ct]};",
-        f"    for (var i = lid; i < n; i += {_WG}u) {{ let v = {wgsl.load(st, 'in0', 'i')}; "
-        f"lo = {low.format(a='lo', b='v')}; hi = {high.format(a='hi', b='v')}; }}",
-        "    slo[lid] = lo;",
-        "    shi[lid] = hi;",
-        "    workgroupBarrier();",
-        f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{",
-        f"        if (lid < s) {{ slo[lid] = {low.format(a='slo[lid]', b='slo[lid + s]')}; "
-        f"shi[lid] = {high.format(a='shi[lid]', b='shi[lid + s]')}; }}",
-        "        workgroupBarrier();",
-        "    }",
-        "    if (lid == 0u) { out0[0] = slo[0]; out0[1] = shi[0]; }",
-    ])
-    code = f"var<workgroup> slo: array<{ct}, {_WG}>;\nvar<workgroup> shi: array<{ct}, {_WG}>;\n" + wgsl.main_groups(body)
+    body = "\n".join(
+        [
+            "    let n = info[0];",
+            f"    var lo: {ct} = {wgsl.INT_MAX[ct]};",
+            f"    var hi: {ct} = {wgsl.INT_MIN[ct]};",
+            f"    for (var i = lid; i < n; i += {_WG}u) {{ let v = {wgsl.load(st, 'in0', 'i')}; "
+            f"lo = {low.format(a='lo', b='v')}; hi = {high.format(a='hi', b='v')}; }}",
+            "    slo[lid] = lo;",
+            "    shi[lid] = hi;",
+            "    workgroupBarrier();",
+            f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{",
+            f"        if (lid < s) {{ slo[lid] = {low.format(a='slo[lid]', b='slo[lid + s]')}; "
+            f"shi[lid] = {high.format(a='shi[lid]', b='shi[lid + s]')}; }}",
+            "        workgroupBarrier();",
+            "    }",
+            "    if (lid == 0u) { out0[0] = slo[0]; out0[1] = shi[0]; }",
+        ]
+    )
+    code = f"var<workgroup> slo: array<{ct}, {_WG}>;\nvar<workgroup> shi: array<{ct}, {_WG}>;\n" + wgsl.main_groups(
+        body
+    )
     return KernelSource("index_bounds", "\n".join([wgsl.bindings([st], [ct]), wgsl.helpers_for(code), code]), 1, 1)
 
 
@@ -90,19 +94,20 @@ def check(backend: KernelContext, op: str, indices: CubeTensor, size: int, dim: 
     if lo < 0 or hi >= size:
         bad = lo if lo < 0 else hi
         raise IndexOutOfBoundsError(
-            f"ember: {op}: index {bad} is out of bounds for dim {dim} of size {size} "
-            f"(indices must lie in [0, {size}))"
+            f"ember: {op}: index {bad} is out of bounds for dim {dim} of size {size} (indices must lie in [0, {size}))"
         )
 
 
 # ---------------------------------------------------------------------- gather / select
 def _gather_source(x: Storage, idx: Storage) -> KernelSource:
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        wgsl.strided_offsets("gi", "info[1]", 2, [("oi", 2 + _MR), ("ox", 2 + _MR + _BLOCK)]),
-        f"    let j = {wgsl.index_value(idx, 'in1', 'u32(oi)')};",
-        f"    out0[gi] = in0[u32(ox + j * bitcast<i32>(info[{2 + _MR + 2 * _BLOCK}u]))];",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            wgsl.strided_offsets("gi", "info[1]", 2, [("oi", 2 + _MR), ("ox", 2 + _MR + _BLOCK)]),
+            f"    let j = {wgsl.index_value(idx, 'in1', 'u32(oi)')};",
+            f"    out0[gi] = in0[u32(ox + j * bitcast<i32>(info[{2 + _MR + 2 * _BLOCK}u]))];",
+        ]
+    )
     code = wgsl.main_linear(body)
     return KernelSource("gather", "\n".join([wgsl.bindings([x, idx], [x]), wgsl.helpers_for(code), code]), 2, 1)
 
@@ -111,10 +116,12 @@ def _gather(backend, x: CubeTensor, dim: int, indices: CubeTensor, out_shape, id
     out = backend.empty(tuple(out_shape), x.storage)
     if out.size == 0:
         return out
-    x_strides = x.strides[:dim] + (0,) + x.strides[dim + 1:]
+    x_strides = x.strides[:dim] + (0,) + x.strides[dim + 1 :]
     cshape, (ci, cx) = coalesce(tuple(out_shape), idx_strides, x_strides)
     _check_rank("gather", cshape)
-    kernel = backend.cache.get(("gather", x.storage, indices.storage), lambda: _gather_source(x.storage, indices.storage))
+    kernel = backend.cache.get(
+        ("gather", x.storage, indices.storage), lambda: _gather_source(x.storage, indices.storage)
+    )
     info = [out.size, len(cshape)] + _padded(cshape) + _words([indices.offset]) + _padded(ci)
     info += _words([x.offset]) + _padded(cx) + _words([x.strides[dim]])
     backend.runtime.launch(kernel, [x.buffer, indices.buffer, out.buffer], info, -(-out.size // _WG))
@@ -130,7 +137,7 @@ def gather(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTensor)
 
 def select(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
     check(backend, "select", indices, x.shape[dim], dim)
-    out_shape = x.shape[:dim] + indices.shape + x.shape[dim + 1:]
+    out_shape = x.shape[:dim] + indices.shape + x.shape[dim + 1 :]
     idx_strides = tuple(indices.strides[0] if d == dim else 0 for d in range(len(x.shape)))
     return _gather(backend, x, dim, indices, out_shape, idx_strides)
 
@@ -139,43 +146,45 @@ def select(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTensor)
 def _scatter_source(x: Storage, idx: Storage) -> KernelSource:
     ct = x.compute
     add = wgsl.BINARY["add"][ct]
-    base = 2 + 2 * _MR   # after n, rank, x shape, idx shape
+    base = 2 + 2 * _MR  # after n, rank, x shape, idx shape
     px, pi, pv = base, base + _BLOCK, base + 2 * _BLOCK
     tail = base + 3 * _BLOCK  # dim, idx count along dim, idx stride along dim, values stride along dim
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        f"    let dim = info[{tail}u];",
-        "    var rem = gi;",
-        f"    var ox: i32 = bitcast<i32>(info[{px}u]);",
-        f"    var oi: i32 = bitcast<i32>(info[{pi}u]);",
-        f"    var ov: i32 = bitcast<i32>(info[{pv}u]);",
-        "    var inside = true;",
-        "    var cd: i32 = 0;",
-        "    for (var k = info[1]; k > 0u; k--) {",
-        "        let d = k - 1u;",
-        "        let sz = info[2u + d];",
-        "        let c = rem % sz;",
-        "        rem = rem / sz;",
-        f"        ox += i32(c) * bitcast<i32>(info[{px + 1}u + d]);",
-        "        if (d == dim) { cd = i32(c); } else {",
-        f"            if (c >= info[{2 + _MR}u + d]) {{ inside = false; }}",
-        f"            oi += i32(c) * bitcast<i32>(info[{pi + 1}u + d]);",
-        f"            ov += i32(c) * bitcast<i32>(info[{pv + 1}u + d]);",
-        "        }",
-        "    }",
-        f"    var acc = {wgsl.load(x, 'in0', 'u32(ox)')};",
-        "    if (inside) {",
-        f"        let count = info[{tail + 1}u];",
-        f"        let si = bitcast<i32>(info[{tail + 2}u]);",
-        f"        let sv = bitcast<i32>(info[{tail + 3}u]);",
-        "        for (var i = 0u; i < count; i++) {",
-        f"            if ({wgsl.index_value(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
-        f"                acc = {add.format(a='acc', b=wgsl.load(x, 'in2', 'u32(ov + i32(i) * sv)'))};",
-        "            }",
-        "        }",
-        "    }",
-        f"    out0[gi] = {wgsl.store(x, 'acc')};",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            f"    let dim = info[{tail}u];",
+            "    var rem = gi;",
+            f"    var ox: i32 = bitcast<i32>(info[{px}u]);",
+            f"    var oi: i32 = bitcast<i32>(info[{pi}u]);",
+            f"    var ov: i32 = bitcast<i32>(info[{pv}u]);",
+            "    var inside = true;",
+            "    var cd: i32 = 0;",
+            "    for (var k = info[1]; k > 0u; k--) {",
+            "        let d = k - 1u;",
+            "        let sz = info[2u + d];",
+            "        let c = rem % sz;",
+            "        rem = rem / sz;",
+            f"        ox += i32(c) * bitcast<i32>(info[{px + 1}u + d]);",
+            "        if (d == dim) { cd = i32(c); } else {",
+            f"            if (c >= info[{2 + _MR}u + d]) {{ inside = false; }}",
+            f"            oi += i32(c) * bitcast<i32>(info[{pi + 1}u + d]);",
+            f"            ov += i32(c) * bitcast<i32>(info[{pv + 1}u + d]);",
+            "        }",
+            "    }",
+            f"    var acc = {wgsl.load(x, 'in0', 'u32(ox)')};",
+            "    if (inside) {",
+            f"        let count = info[{tail + 1}u];",
+            f"        let si = bitcast<i32>(info[{tail + 2}u]);",
+            f"        let sv = bitcast<i32>(info[{tail + 3}u]);",
+            "        for (var i = 0u; i < count; i++) {",
+            f"            if ({wgsl.index_value(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
+            f"                acc = {add.format(a='acc', b=wgsl.load(x, 'in2', 'u32(ov + i32(i) * sv)'))};",
+            "            }",
+            "        }",
+            "    }",
+            f"    out0[gi] = {wgsl.store(x, 'acc')};",
+        ]
+    )
     code = wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings([x, idx, x], [x]), wgsl.helpers_for(code + x.store), code])
     return KernelSource("scatter_add", source, 3, 1)
@@ -187,8 +196,9 @@ def scatter_add(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTe
     out = backend.empty(x.shape, x.storage)
     if out.size == 0:
         return out
-    kernel = backend.cache.get(("scatter_add", x.storage, indices.storage),
-                               lambda: _scatter_source(x.storage, indices.storage))
+    kernel = backend.cache.get(
+        ("scatter_add", x.storage, indices.storage), lambda: _scatter_source(x.storage, indices.storage)
+    )
     info = [x.size, len(x.shape)] + _padded(x.shape) + _padded(indices.shape)
     info += _words([x.offset]) + _padded(x.strides)
     info += _words([indices.offset]) + _padded(indices.strides)
@@ -202,20 +212,24 @@ def scatter_add(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTe
 def _select_add_source(x: Storage, idx: Storage) -> KernelSource:
     add = wgsl.BINARY["add"][x.compute]
     tail = 2 + _MR + 3 * _BLOCK  # idx offset, idx stride, count, values stride along dim
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        wgsl.strided_offsets("gi", "info[1]", 2, [("ox", 2 + _MR), ("ov", 2 + _MR + _BLOCK), ("cd", 2 + _MR + 2 * _BLOCK)]),
-        f"    var acc = {wgsl.load(x, 'in0', 'u32(ox)')};",
-        f"    let oi = bitcast<i32>(info[{tail}u]);",
-        f"    let si = bitcast<i32>(info[{tail + 1}u]);",
-        f"    let sv = bitcast<i32>(info[{tail + 3}u]);",
-        f"    for (var i = 0u; i < info[{tail + 2}u]; i++) {{",
-        f"        if ({wgsl.index_value(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
-        f"            acc = {add.format(a='acc', b=wgsl.load(x, 'in2', 'u32(ov + i32(i) * sv)'))};",
-        "        }",
-        "    }",
-        f"    out0[gi] = {wgsl.store(x, 'acc')};",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            wgsl.strided_offsets(
+                "gi", "info[1]", 2, [("ox", 2 + _MR), ("ov", 2 + _MR + _BLOCK), ("cd", 2 + _MR + 2 * _BLOCK)]
+            ),
+            f"    var acc = {wgsl.load(x, 'in0', 'u32(ox)')};",
+            f"    let oi = bitcast<i32>(info[{tail}u]);",
+            f"    let si = bitcast<i32>(info[{tail + 1}u]);",
+            f"    let sv = bitcast<i32>(info[{tail + 3}u]);",
+            f"    for (var i = 0u; i < info[{tail + 2}u]; i++) {{",
+            f"        if ({wgsl.index_value(idx, 'in1', 'u32(oi + i32(i) * si)')} == cd) {{",
+            f"            acc = {add.format(a='acc', b=wgsl.load(x, 'in2', 'u32(ov + i32(i) * sv)'))};",
+            "        }",
+            "    }",
+            f"    out0[gi] = {wgsl.store(x, 'acc')};",
+        ]
+    )
     code = wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings([x, idx, x], [x]), wgsl.helpers_for(code + x.store), code])
     return KernelSource("select_add", source, 3, 1)
@@ -226,24 +240,28 @@ def _select_add_sorted_source(x: Storage, idx: Storage, order: Storage) -> Kerne
     output binary-searches its run of equal indices and adds those rows in index order."""
     add = wgsl.BINARY["add"][x.compute]
     tail = 2 + _MR + 3 * _BLOCK  # index count, values stride along dim
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        wgsl.strided_offsets("gi", "info[1]", 2, [("ox", 2 + _MR), ("ov", 2 + _MR + _BLOCK), ("cd", 2 + _MR + 2 * _BLOCK)]),
-        f"    var acc = {wgsl.load(x, 'in0', 'u32(ox)')};",
-        f"    let count = info[{tail}u];",
-        f"    let sv = bitcast<i32>(info[{tail + 1}u]);",
-        "    var lo = 0u; var hi = count;",
-        "    loop {",
-        "        if (lo >= hi) { break; }",
-        "        let mid = (lo + hi) / 2u;",
-        f"        if ({wgsl.index_value(idx, 'in1', 'mid')} < cd) {{ lo = mid + 1u; }} else {{ hi = mid; }}",
-        "    }",
-        f"    for (var i = lo; i < count && {wgsl.index_value(idx, 'in1', 'i')} == cd; i++) {{",
-        f"        let row = {wgsl.index_value(order, 'in2', 'i')};",
-        f"        acc = {add.format(a='acc', b=wgsl.load(x, 'in3', 'u32(ov + row * sv)'))};",
-        "    }",
-        f"    out0[gi] = {wgsl.store(x, 'acc')};",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            wgsl.strided_offsets(
+                "gi", "info[1]", 2, [("ox", 2 + _MR), ("ov", 2 + _MR + _BLOCK), ("cd", 2 + _MR + 2 * _BLOCK)]
+            ),
+            f"    var acc = {wgsl.load(x, 'in0', 'u32(ox)')};",
+            f"    let count = info[{tail}u];",
+            f"    let sv = bitcast<i32>(info[{tail + 1}u]);",
+            "    var lo = 0u; var hi = count;",
+            "    loop {",
+            "        if (lo >= hi) { break; }",
+            "        let mid = (lo + hi) / 2u;",
+            f"        if ({wgsl.index_value(idx, 'in1', 'mid')} < cd) {{ lo = mid + 1u; }} else {{ hi = mid; }}",
+            "    }",
+            f"    for (var i = lo; i < count && {wgsl.index_value(idx, 'in1', 'i')} == cd; i++) {{",
+            f"        let row = {wgsl.index_value(order, 'in2', 'i')};",
+            f"        acc = {add.format(a='acc', b=wgsl.load(x, 'in3', 'u32(ov + row * sv)'))};",
+            "    }",
+            f"    out0[gi] = {wgsl.store(x, 'acc')};",
+        ]
+    )
     code = wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings([x, idx, order, x], [x]), wgsl.helpers_for(code + x.store), code])
     return KernelSource("select_add_sorted", source, 4, 1)
@@ -257,7 +275,7 @@ def select_add(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTen
     out = backend.empty(x.shape, x.storage)
     if out.size == 0:
         return out
-    v_strides = values.strides[:dim] + (0,) + values.strides[dim + 1:]
+    v_strides = values.strides[:dim] + (0,) + values.strides[dim + 1 :]
     d_strides = tuple(1 if d == dim else 0 for d in range(len(x.shape)))
     cshape, (cx, cv, cd) = coalesce(x.shape, x.strides, v_strides, d_strides)
     _check_rank("select_assign", cshape)
@@ -269,14 +287,17 @@ def select_add(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTen
 
         order = sort.argsort(backend, indices, 0, False)
         ordered = _gather(backend, indices, 0, order, (n,), order.strides)
-        kernel = backend.cache.get(("select_add_sorted", x.storage, indices.storage, order.storage),
-                                   lambda: _select_add_sorted_source(x.storage, indices.storage, order.storage))
+        kernel = backend.cache.get(
+            ("select_add_sorted", x.storage, indices.storage, order.storage),
+            lambda: _select_add_sorted_source(x.storage, indices.storage, order.storage),
+        )
         info += _words([n, values.strides[dim]])
         buffers = [x.buffer, ordered.buffer, order.buffer, values.buffer, out.buffer]
         backend.runtime.launch(kernel, buffers, info, -(-x.size // _WG))
         return out
-    kernel = backend.cache.get(("select_add", x.storage, indices.storage),
-                               lambda: _select_add_source(x.storage, indices.storage))
+    kernel = backend.cache.get(
+        ("select_add", x.storage, indices.storage), lambda: _select_add_source(x.storage, indices.storage)
+    )
     info += _words([indices.offset, indices.strides[0], n, values.strides[dim]])
     backend.runtime.launch(kernel, [x.buffer, indices.buffer, values.buffer, out.buffer], info, -(-x.size // _WG))
     return out
@@ -284,19 +305,21 @@ def select_add(backend: KernelContext, x: CubeTensor, dim: int, indices: CubeTen
 
 # ---------------------------------------------------------------------- argwhere
 def _argwhere_source(out: Storage) -> KernelSource:
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        "    if (in0[gi] == 0u) { return; }",
-        "    let rank = info[1];",
-        "    let pos = u32(in1[gi] - 1);",
-        "    var rem = gi;",
-        "    for (var k = rank; k > 0u; k--) {",
-        "        let d = k - 1u;",
-        "        let sz = info[2u + d];",
-        f"        out0[pos * rank + d] = {wgsl.store(out, wgsl.convert('i32(rem % sz)', 'i32', out.compute))};",
-        "        rem = rem / sz;",
-        "    }",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            "    if (in0[gi] == 0u) { return; }",
+            "    let rank = info[1];",
+            "    let pos = u32(in1[gi] - 1);",
+            "    var rem = gi;",
+            "    for (var k = rank; k > 0u; k--) {",
+            "        let d = k - 1u;",
+            "        let sz = info[2u + d];",
+            f"        out0[pos * rank + d] = {wgsl.store(out, wgsl.convert('i32(rem % sz)', 'i32', out.compute))};",
+            "        rem = rem / sz;",
+            "    }",
+        ]
+    )
     code = wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings(["u32", "i32"], [out]), wgsl.helpers_for(code), code])
     return KernelSource("argwhere", source, 2, 1)
@@ -320,4 +343,3 @@ def argwhere(backend: KernelContext, x: CubeTensor) -> CubeTensor:
     info = [x.size, rank] + _padded(x.shape)
     backend.runtime.launch(kernel, [flat.buffer, positions.buffer, out.buffer], info, -(-x.size // _WG))
     return out
-

@@ -158,14 +158,17 @@ def matmul_many(
     extra = epilogue.operands if epilogue is not None else ()
     for e in extra:
         if not _broadcasts_to(e.shape, out_shape):
-            raise ShapeError(f"ember: cube: a matmul epilogue operand of shape {list(e.shape)} does not broadcast "
-                             f"to the output's {list(out_shape)}")
+            raise ShapeError(
+                f"ember: cube: a matmul epilogue operand of shape {list(e.shape)} does not broadcast "
+                f"to the output's {list(out_shape)}"
+            )
     # Per operand: strides along the output's (batch..., rows, cols), broadcast.
-    a_str = (broadcast_strides(a.view(a.shape[:-2], a.strides[:-2], 0), batch_shape) if batch_shape else ())
-    b_str = (broadcast_strides(b.view(b.shape[:-2], b.strides[:-2], 0), batch_shape) if batch_shape else ())
+    a_str = broadcast_strides(a.view(a.shape[:-2], a.strides[:-2], 0), batch_shape) if batch_shape else ()
+    b_str = broadcast_strides(b.view(b.shape[:-2], b.strides[:-2], 0), batch_shape) if batch_shape else ()
     e_str = [broadcast_strides(e, out_shape) for e in extra]
-    cshape, cstrides = coalesce(batch_shape, a_str, b_str, *[s[:-2] for s in e_str]) if batch_shape else (
-        (), [()] * (2 + len(extra)))
+    cshape, cstrides = (
+        coalesce(batch_shape, a_str, b_str, *[s[:-2] for s in e_str]) if batch_shape else ((), [()] * (2 + len(extra)))
+    )
     if len(cshape) > _MR:
         raise ShapeError(f"ember: cube: matmul batch shape {list(batch_shape)} has more than {_MR} strided dims")
     # Row / column strides (0 on a dim of size 1: it is never stepped).
@@ -177,8 +180,9 @@ def matmul_many(
     ctype = a.storage.compute
     spec = None
     if epilogue is not None:
-        spec = gc.EpilogueSpec(epilogue.expr, tuple(e.storage for e in extra), tuple(epilogue.scalar_types),
-                               tuple(epilogue.outputs))
+        spec = gc.EpilogueSpec(
+            epilogue.expr, tuple(e.storage for e in extra), tuple(epilogue.scalar_types), tuple(epilogue.outputs)
+        )
     if ctype == "i64":
         plan = None
         key: tuple[Any, ...] = ("matmul_i64", a.storage, b.storage, out_storage, spec)
@@ -192,12 +196,20 @@ def matmul_many(
         out_vec = gc.vectorisable(out_storage) and n % 4 == 0
         key = ("matmul", plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, spec)
         if isinstance(plan, gemm_tiled.Tiling):
-            kernel = backend.cache.get(key, lambda: gemm_tiled.source(
-                plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec))
+            kernel = backend.cache.get(
+                key,
+                lambda: gemm_tiled.source(
+                    plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec
+                ),
+            )
             tiles = (ceil_div(n, plan.bn), ceil_div(m, plan.bm))
         else:
-            kernel = backend.cache.get(key, lambda: gemm_small.source(
-                plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec))
+            kernel = backend.cache.get(
+                key,
+                lambda: gemm_small.source(
+                    plan, a.storage, a_mode, b.storage, b_mode, out_storage, out_vec, ctype, spec
+                ),
+            )
             tiles = (ceil_div(ceil_div(n, 4), plan.wx), ceil_div(ceil_div(m, plan.tm), plan.wy))
     scalars = []
     if epilogue is not None:
@@ -208,8 +220,17 @@ def matmul_many(
     return [out, *more]
 
 
-def launch(backend: KernelContext, kernel, tiles: tuple[int, int], mnk: tuple[int, int, int],
-           batch_shape: tuple[int, ...], blocks: list, count: int, buffers: list, tail: list[int]) -> None:
+def launch(
+    backend: KernelContext,
+    kernel,
+    tiles: tuple[int, int],
+    mnk: tuple[int, int, int],
+    batch_shape: tuple[int, ...],
+    blocks: list,
+    count: int,
+    buffers: list,
+    tail: list[int],
+) -> None:
     """Launch a matmul-template kernel over ``tiles`` (column tiles, row tiles) and
     ``count`` batches, split where a grid dim would pass the adapter's limit.
     ``blocks``: per operand ``(offset, row stride, column stride, batch strides)``;
@@ -258,7 +279,8 @@ def _source_i64(st: Storage, out: Storage, spec: gc.EpilogueSpec | None) -> Kern
     main = (
         f"@compute @workgroup_size({_S * _S})\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-        + "\n".join(lines) + "\n}\n"
+        + "\n".join(lines)
+        + "\n}\n"
     )
     code = gc.epilogue_function(spec, "i64", out) + "\n" + main
     ins = [st, st, *extra]

@@ -53,43 +53,49 @@ def _geometry(spatial, out, kernel, stride, pad_lo, dilation, x_strides) -> list
 def _source(name: str, ins: list, outs: list, body: str, storages: tuple[Storage, ...] = ()) -> KernelSource:
     code = _PRELUDE + wgsl.main_linear(body)
     extra = "".join(s.store for s in storages)
-    return KernelSource(name, "\n".join([wgsl.bindings(ins, outs), wgsl.helpers_for(code + extra), code]), len(ins), len(outs))
+    return KernelSource(
+        name, "\n".join([wgsl.bindings(ins, outs), wgsl.helpers_for(code + extra), code]), len(ins), len(outs)
+    )
 
 
 def _spatial_offsets(var: str, count: str, table: int) -> str:
     """Decompose ``var`` (u32) over the sizes in geometry ``table`` into ``c_<var>[d]``."""
-    return "\n".join([
-        f"    var c_{var}: array<i32, {MAX_SPATIAL}>;",
-        f"    var r_{var} = {var};",
-        f"    for (var t_{var} = {count}; t_{var} > 0u; t_{var}--) {{",
-        f"        let d_{var} = t_{var} - 1u;",
-        f"        let n_{var} = u32(geo({table}u, d_{var}));",
-        f"        c_{var}[d_{var}] = i32(r_{var} % n_{var});",
-        f"        r_{var} = r_{var} / n_{var};",
-        "    }",
-    ])
+    return "\n".join(
+        [
+            f"    var c_{var}: array<i32, {MAX_SPATIAL}>;",
+            f"    var r_{var} = {var};",
+            f"    for (var t_{var} = {count}; t_{var} > 0u; t_{var}--) {{",
+            f"        let d_{var} = t_{var} - 1u;",
+            f"        let n_{var} = u32(geo({table}u, d_{var}));",
+            f"        c_{var}[d_{var}] = i32(r_{var} % n_{var});",
+            f"        r_{var} = r_{var} / n_{var};",
+            "    }",
+        ]
+    )
 
 
 # ---------------------------------------------------------------------- im2col / col2im
 def _im2col_source(st: Storage) -> KernelSource:
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        "    let s = info[1]; let kk = info[4]; let pp = info[5];",
-        "    let p = gi % pp; let k = (gi / pp) % kk; let nc = gi / (pp * kk);",
-        "    let c = nc % info[3]; let n = nc / info[3];",
-        _spatial_offsets("p", "s", 1),
-        _spatial_offsets("k", "s", 2),
-        f"    var at: i32 = bitcast<i32>(info[6]) + i32(n) * bitcast<i32>(info[{_TAIL}u]) + i32(c) * bitcast<i32>(info[{_TAIL + 1}u]);",
-        "    var inside = true;",
-        "    for (var d = 0u; d < s; d++) {",
-        "        let i = c_p[d] * geo(3u, d) + c_k[d] * geo(5u, d) - geo(4u, d);",
-        "        if (i < 0 || i >= geo(0u, d)) { inside = false; }",
-        "        at += i * geo(6u, d);",
-        "    }",
-        f"    var v: {st.wgsl} = in0[0];",
-        "    if (inside) { v = in0[u32(at)]; } else { v = " + _zero_word(st) + "; }",
-        "    out0[gi] = v;",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            "    let s = info[1]; let kk = info[4]; let pp = info[5];",
+            "    let p = gi % pp; let k = (gi / pp) % kk; let nc = gi / (pp * kk);",
+            "    let c = nc % info[3]; let n = nc / info[3];",
+            _spatial_offsets("p", "s", 1),
+            _spatial_offsets("k", "s", 2),
+            f"    var at: i32 = bitcast<i32>(info[6]) + i32(n) * bitcast<i32>(info[{_TAIL}u]) + i32(c) * bitcast<i32>(info[{_TAIL + 1}u]);",
+            "    var inside = true;",
+            "    for (var d = 0u; d < s; d++) {",
+            "        let i = c_p[d] * geo(3u, d) + c_k[d] * geo(5u, d) - geo(4u, d);",
+            "        if (i < 0 || i >= geo(0u, d)) { inside = false; }",
+            "        at += i * geo(6u, d);",
+            "    }",
+            f"    var v: {st.wgsl} = in0[0];",
+            "    if (inside) { v = in0[u32(at)]; } else { v = " + _zero_word(st) + "; }",
+            "    out0[gi] = v;",
+        ]
+    )
     return _source("im2col", [st], [st], body)
 
 
@@ -138,7 +144,9 @@ def _col2im_source(st: Storage, bias: Storage | None) -> KernelSource:
         "    }",
     ]
     if bias is not None:
-        body.append(f"    acc += {wgsl.load(bias, 'in1', f'(nc % info[3]) * info[{_TAIL + 1}u] + info[{_TAIL + 2}u]')};")
+        body.append(
+            f"    acc += {wgsl.load(bias, 'in1', f'(nc % info[3]) * info[{_TAIL + 1}u] + info[{_TAIL + 2}u]')};"
+        )
     body.append(f"    out0[gi] = {wgsl.store(st, 'acc')};")
     ins = [st] + ([bias] if bias is not None else [])
     return _source("col2im", ins, [st], "\n".join(body), (st,))
@@ -198,8 +206,9 @@ def conv_weight_grad(backend, x, grad, weight_shape, stride, padding, dilation, 
     kernel = tuple(weight_shape[2:])
     out = tuple(grad.shape[2:])
     k_total, p_total = math.prod(kernel), math.prod(out)
-    cols = layout.reshape(backend, im2col(backend, x, kernel, stride, padding, dilation, out),
-                          (n, groups, cg * k_total, p_total))
+    cols = layout.reshape(
+        backend, im2col(backend, x, kernel, stride, padding, dilation, out), (n, groups, cg * k_total, p_total)
+    )
     g = layout.reshape(backend, grad, (n, groups, c_out // groups, p_total))
     gw = backend.matmul(g, layout.permute(cols, (0, 1, 3, 2)))
     if n > 1:
@@ -230,34 +239,36 @@ def _max_pool_source(st: Storage, idx: Storage) -> KernelSource:
     ct = st.compute
     greater = wgsl.BINARY[BinaryOp.GT][ct].format(a="v", b="best")
     nan_rule = f"(is_nan_f(v) && !is_nan_f(best)) || (!is_nan_f(best) && {greater})" if ct == "f32" else greater
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        "    let s = info[1]; let kk = info[4]; let pp = info[5];",
-        "    let p = gi % pp; let nc = gi / pp;",
-        "    let c = nc % info[3]; let n = nc / info[3];",
-        _spatial_offsets("p", "s", 1),
-        f"    let base: i32 = bitcast<i32>(info[6]) + i32(n) * bitcast<i32>(info[{_TAIL}u]) + i32(c) * bitcast<i32>(info[{_TAIL + 1}u]);",
-        f"    var best: {ct} = {wgsl.ZERO[ct]};",
-        "    var best_i: i32 = 0;",
-        "    for (var k = 0u; k < kk; k++) {",
-        "        var rk = k; var at = base; var flat: i32 = 0; var step: i32 = 1; var inside = true;",
-        "        for (var j = s; j > 0u; j--) {",
-        "            let d = j - 1u;",
-        "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
-        "            let i = c_p[d] * geo(3u, d) + kd * geo(5u, d) - geo(4u, d);",
-        "            let size = geo(0u, d);",
-        "            if (i < 0 || i >= size) { inside = false; }",
-        "            flat += clamp(i, 0, size - 1) * step;",
-        "            step *= size;",
-        "            at += i * geo(6u, d);",
-        "        }",
-        f"        var v: {ct} = {'-inf_f()' if ct == 'f32' else wgsl.INT_MIN[ct]};",
-        f"        if (inside) {{ v = {wgsl.load(st, 'in0', 'u32(at)')}; }}",
-        f"        if (k == 0u || {nan_rule}) {{ best = v; best_i = flat; }}",
-        "    }",
-        f"    out0[gi] = {wgsl.store(st, 'best')};",
-        f"    out1[gi] = {wgsl.store(idx, wgsl.convert('best_i', 'i32', idx.compute))};",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            "    let s = info[1]; let kk = info[4]; let pp = info[5];",
+            "    let p = gi % pp; let nc = gi / pp;",
+            "    let c = nc % info[3]; let n = nc / info[3];",
+            _spatial_offsets("p", "s", 1),
+            f"    let base: i32 = bitcast<i32>(info[6]) + i32(n) * bitcast<i32>(info[{_TAIL}u]) + i32(c) * bitcast<i32>(info[{_TAIL + 1}u]);",
+            f"    var best: {ct} = {wgsl.ZERO[ct]};",
+            "    var best_i: i32 = 0;",
+            "    for (var k = 0u; k < kk; k++) {",
+            "        var rk = k; var at = base; var flat: i32 = 0; var step: i32 = 1; var inside = true;",
+            "        for (var j = s; j > 0u; j--) {",
+            "            let d = j - 1u;",
+            "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
+            "            let i = c_p[d] * geo(3u, d) + kd * geo(5u, d) - geo(4u, d);",
+            "            let size = geo(0u, d);",
+            "            if (i < 0 || i >= size) { inside = false; }",
+            "            flat += clamp(i, 0, size - 1) * step;",
+            "            step *= size;",
+            "            at += i * geo(6u, d);",
+            "        }",
+            f"        var v: {ct} = {'-inf_f()' if ct == 'f32' else wgsl.INT_MIN[ct]};",
+            f"        if (inside) {{ v = {wgsl.load(st, 'in0', 'u32(at)')}; }}",
+            f"        if (k == 0u || {nan_rule}) {{ best = v; best_i = flat; }}",
+            "    }",
+            f"    out0[gi] = {wgsl.store(st, 'best')};",
+            f"    out1[gi] = {wgsl.store(idx, wgsl.convert('best_i', 'i32', idx.compute))};",
+        ]
+    )
     return _source("max_pool", [st], [st, idx], body, (st,))
 
 
@@ -286,30 +297,32 @@ _POOLED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _max_pool_backward_source(st: Storage, idx: Storage) -> KernelSource:
     ct = st.compute
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        "    let s = info[1]; let kk = info[4]; let pp = info[5];",
-        f"    let ysize = info[{_TAIL}u];",
-        "    let y = gi % ysize; let nc = gi / ysize;",
-        _spatial_offsets("y", "s", 0),
-        f"    var acc: {ct} = {wgsl.ZERO[ct]};",
-        "    for (var k = 0u; k < kk; k++) {",
-        "        var rk = k; var o: u32 = 0u; var ok = true;",
-        "        for (var j = s; j > 0u; j--) {",
-        "            let d = j - 1u;",
-        "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
-        "            let q = c_y[d] + geo(4u, d) - kd * geo(5u, d);",
-        "            let step = geo(3u, d);",
-        "            if (q < 0 || q % step != 0 || q / step >= geo(1u, d)) { ok = false; }",
-        "            o += u32(q / step) * u32(geo(6u, d));",
-        "        }",
-        "        if (ok) {",
-        "            let w = nc * pp + o;",
-        f"            if ({wgsl.index_value(idx, 'in1', 'w')} == i32(y)) {{ acc += {wgsl.load(st, 'in0', 'w')}; }}",
-        "        }",
-        "    }",
-        f"    out0[gi] = {wgsl.store(st, 'acc')};",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            "    let s = info[1]; let kk = info[4]; let pp = info[5];",
+            f"    let ysize = info[{_TAIL}u];",
+            "    let y = gi % ysize; let nc = gi / ysize;",
+            _spatial_offsets("y", "s", 0),
+            f"    var acc: {ct} = {wgsl.ZERO[ct]};",
+            "    for (var k = 0u; k < kk; k++) {",
+            "        var rk = k; var o: u32 = 0u; var ok = true;",
+            "        for (var j = s; j > 0u; j--) {",
+            "            let d = j - 1u;",
+            "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
+            "            let q = c_y[d] + geo(4u, d) - kd * geo(5u, d);",
+            "            let step = geo(3u, d);",
+            "            if (q < 0 || q % step != 0 || q / step >= geo(1u, d)) { ok = false; }",
+            "            o += u32(q / step) * u32(geo(6u, d));",
+            "        }",
+            "        if (ok) {",
+            "            let w = nc * pp + o;",
+            f"            if ({wgsl.index_value(idx, 'in1', 'w')} == i32(y)) {{ acc += {wgsl.load(st, 'in0', 'w')}; }}",
+            "        }",
+            "    }",
+            f"    out0[gi] = {wgsl.store(st, 'acc')};",
+        ]
+    )
     return _source("max_pool_backward", [st, idx], [st], body, (st,))
 
 
@@ -325,8 +338,10 @@ def max_pool_backward(backend, grad, indices, input_shape):
     result = backend.empty(tuple(input_shape), grad.storage)
     if result.size == 0:
         return result
-    kernel_ = backend.cache.get(("max_pool_backward", grad.storage, indices.storage),
-                                lambda: _max_pool_backward_source(grad.storage, indices.storage))
+    kernel_ = backend.cache.get(
+        ("max_pool_backward", grad.storage, indices.storage),
+        lambda: _max_pool_backward_source(grad.storage, indices.storage),
+    )
     info = [result.size, len(kernel), n, c, math.prod(kernel), math.prod(out), 0, 0]
     info += _geometry(spatial, out, kernel, stride, pad_lo, dilation, contiguous_strides(out))
     info += [math.prod(spatial)]
@@ -352,27 +367,29 @@ fn divisor(o: ptr<function, array<i32, 6>>, s: u32, include_pad: bool) -> f32 {
 
 
 def _avg_pool_source(st: Storage) -> KernelSource:
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        "    let s = info[1]; let kk = info[4]; let pp = info[5];",
-        "    let p = gi % pp; let nc = gi / pp;",
-        "    let c = nc % info[3]; let n = nc / info[3];",
-        _spatial_offsets("p", "s", 1),
-        f"    let base: i32 = bitcast<i32>(info[6]) + i32(n) * bitcast<i32>(info[{_TAIL}u]) + i32(c) * bitcast<i32>(info[{_TAIL + 1}u]);",
-        "    var acc = 0.0;",
-        "    for (var k = 0u; k < kk; k++) {",
-        "        var rk = k; var at = base; var inside = true;",
-        "        for (var j = s; j > 0u; j--) {",
-        "            let d = j - 1u;",
-        "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
-        "            let i = c_p[d] * geo(3u, d) + kd - geo(4u, d);",
-        "            if (i < 0 || i >= geo(0u, d)) { inside = false; }",
-        f"            at += i * bitcast<i32>(info[{_TAIL + 3}u + d]);",
-        "        }",
-        f"        if (inside) {{ acc += {wgsl.load(st, 'in0', 'u32(at)')}; }}",
-        "    }",
-        f"    out0[gi] = {wgsl.store(st, f'acc / divisor(&c_p, s, info[{_TAIL + 2}u] != 0u)')};",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            "    let s = info[1]; let kk = info[4]; let pp = info[5];",
+            "    let p = gi % pp; let nc = gi / pp;",
+            "    let c = nc % info[3]; let n = nc / info[3];",
+            _spatial_offsets("p", "s", 1),
+            f"    let base: i32 = bitcast<i32>(info[6]) + i32(n) * bitcast<i32>(info[{_TAIL}u]) + i32(c) * bitcast<i32>(info[{_TAIL + 1}u]);",
+            "    var acc = 0.0;",
+            "    for (var k = 0u; k < kk; k++) {",
+            "        var rk = k; var at = base; var inside = true;",
+            "        for (var j = s; j > 0u; j--) {",
+            "            let d = j - 1u;",
+            "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
+            "            let i = c_p[d] * geo(3u, d) + kd - geo(4u, d);",
+            "            if (i < 0 || i >= geo(0u, d)) { inside = false; }",
+            f"            at += i * bitcast<i32>(info[{_TAIL + 3}u + d]);",
+            "        }",
+            f"        if (inside) {{ acc += {wgsl.load(st, 'in0', 'u32(at)')}; }}",
+            "    }",
+            f"    out0[gi] = {wgsl.store(st, f'acc / divisor(&c_p, s, info[{_TAIL + 2}u] != 0u)')};",
+        ]
+    )
     src = _source("avg_pool", [st], [st], body, (st,))
     return KernelSource(src.name, src.source.replace("@compute", _DIVISOR + "\n@compute", 1), 1, 1)
 
@@ -398,29 +415,31 @@ def avg_pool(backend, x, kernel, stride, padding, count_include_pad, ceil_mode):
 
 
 def _avg_pool_backward_source(st: Storage) -> KernelSource:
-    body = "\n".join([
-        "    if (gi >= info[0]) { return; }",
-        "    let s = info[1]; let kk = info[4]; let pp = info[5];",
-        f"    let ysize = info[{_TAIL}u];",
-        "    let y = gi % ysize; let nc = gi / ysize;",
-        _spatial_offsets("y", "s", 0),
-        "    var acc = 0.0;",
-        f"    var o: array<i32, {MAX_SPATIAL}>;",
-        "    for (var k = 0u; k < kk; k++) {",
-        "        var rk = k; var w: u32 = 0u; var ok = true;",
-        "        for (var j = s; j > 0u; j--) {",
-        "            let d = j - 1u;",
-        "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
-        "            let q = c_y[d] + geo(4u, d) - kd;",
-        "            let step = geo(3u, d);",
-        "            if (q < 0 || q % step != 0 || q / step >= geo(1u, d)) { ok = false; }",
-        "            o[d] = q / step;",
-        "            w += u32(q / step) * u32(geo(6u, d));",
-        "        }",
-        f"        if (ok) {{ acc += {wgsl.load(st, 'in0', 'nc * pp + w')} / divisor(&o, s, info[{_TAIL + 1}u] != 0u); }}",
-        "    }",
-        f"    out0[gi] = {wgsl.store(st, 'acc')};",
-    ])
+    body = "\n".join(
+        [
+            "    if (gi >= info[0]) { return; }",
+            "    let s = info[1]; let kk = info[4]; let pp = info[5];",
+            f"    let ysize = info[{_TAIL}u];",
+            "    let y = gi % ysize; let nc = gi / ysize;",
+            _spatial_offsets("y", "s", 0),
+            "    var acc = 0.0;",
+            f"    var o: array<i32, {MAX_SPATIAL}>;",
+            "    for (var k = 0u; k < kk; k++) {",
+            "        var rk = k; var w: u32 = 0u; var ok = true;",
+            "        for (var j = s; j > 0u; j--) {",
+            "            let d = j - 1u;",
+            "            let kd = i32(rk % u32(geo(2u, d))); rk = rk / u32(geo(2u, d));",
+            "            let q = c_y[d] + geo(4u, d) - kd;",
+            "            let step = geo(3u, d);",
+            "            if (q < 0 || q % step != 0 || q / step >= geo(1u, d)) { ok = false; }",
+            "            o[d] = q / step;",
+            "            w += u32(q / step) * u32(geo(6u, d));",
+            "        }",
+            f"        if (ok) {{ acc += {wgsl.load(st, 'in0', 'nc * pp + w')} / divisor(&o, s, info[{_TAIL + 1}u] != 0u); }}",
+            "    }",
+            f"    out0[gi] = {wgsl.store(st, 'acc')};",
+        ]
+    )
     src = _source("avg_pool_backward", [st], [st], body, (st,))
     return KernelSource(src.name, src.source.replace("@compute", _DIVISOR + "\n@compute", 1), 1, 1)
 
@@ -437,8 +456,9 @@ def avg_pool_backward(backend, grad, input_shape, kernel, stride, padding, count
         return result
     kernel_ = backend.cache.get(("avg_pool_backward", grad.storage), lambda: _avg_pool_backward_source(grad.storage))
     info = [result.size, len(kernel), n, c, math.prod(kernel), math.prod(out), 0, 0]
-    info += _geometry(spatial, out, kernel, stride, [p[0] for p in padding], [p[1] for p in padding],
-                      contiguous_strides(out))
+    info += _geometry(
+        spatial, out, kernel, stride, [p[0] for p in padding], [p[1] for p in padding], contiguous_strides(out)
+    )
     info += [math.prod(spatial), int(count_include_pad)]
     backend.runtime.launch(kernel_, [grad.buffer, result.buffer], info, -(-result.size // _WG))
     return result

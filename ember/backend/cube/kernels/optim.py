@@ -59,8 +59,23 @@ def _adam_source(st: Storage, first: bool, amsgrad: bool, decay: str) -> KernelS
     return KernelSource("adam_step", source, n_in, len(outs))
 
 
-def _adam_one(backend: KernelContext, param, grad, moment_1, moment_2, max_moment_2, *, lr, beta_1, beta_2,
-              epsilon, weight_decay, decoupled, amsgrad, time):
+def _adam_one(
+    backend: KernelContext,
+    param,
+    grad,
+    moment_1,
+    moment_2,
+    max_moment_2,
+    *,
+    lr,
+    beta_1,
+    beta_2,
+    epsilon,
+    weight_decay,
+    decoupled,
+    amsgrad,
+    time,
+):
     """One launch of :func:`_adam_source` on one tensor, or ``NotImplemented``."""
     st = param.storage
     if st.compute != "f32" or grad.storage != st:
@@ -82,8 +97,17 @@ def _adam_one(backend: KernelContext, param, grad, moment_1, moment_2, max_momen
         return outs[0], outs[1], outs[2], outs[3] if ams else None
     kernel = backend.cache.get(("adam", st, first, ams, decay), lambda: _adam_source(st, first, ams, decay))
     # Scalars are formed in double precision, as the composite's Python scalars are.
-    scalars = [beta_1, beta_2, 1.0 - beta_1, 1.0 - beta_2, epsilon, weight_decay, 1.0 - lr * weight_decay,
-               math.sqrt(1.0 - beta_2**time), lr / (1.0 - beta_1**time)]
+    scalars = [
+        beta_1,
+        beta_2,
+        1.0 - beta_1,
+        1.0 - beta_2,
+        epsilon,
+        weight_decay,
+        1.0 - lr * weight_decay,
+        math.sqrt(1.0 - beta_2**time),
+        lr / (1.0 - beta_1**time),
+    ]
     info = [n] + [scalar_word(float(s), "f32") for s in scalars]
     backend.runtime.launch(kernel, [x.buffer for x in inputs] + [o.buffer for o in outs], info, -(-n // wgsl.WORKGROUP))
     return outs[0], outs[1], outs[2], outs[3] if ams else None
@@ -91,13 +115,13 @@ def _adam_one(backend: KernelContext, param, grad, moment_1, moment_2, max_momen
 
 def adam_step_many(backend: KernelContext, params, grads, moments_1, moments_2, max_moments_2, **options):
     """``Backend.adam_step_many``: one launch per tensor (the composite's math, in f32)."""
+
     def pick(xs, i):
         return None if xs is None else xs[i]
 
     results = []
     for i, p in enumerate(params):
-        out = _adam_one(backend, p, grads[i], pick(moments_1, i), pick(moments_2, i), pick(max_moments_2, i),
-                        **options)
+        out = _adam_one(backend, p, grads[i], pick(moments_1, i), pick(moments_2, i), pick(max_moments_2, i), **options)
         if out is NotImplemented:
             return NotImplemented
         results.append(out)
@@ -110,7 +134,9 @@ def mse_loss(backend: KernelContext, pred: CubeTensor, target: CubeTensor, mean:
     if pred.storage.compute != "f32":
         return NotImplemented
     diff = ir.binary(BinaryOp.SUB, ir.load(0, "f32"), ir.load(1, "f32"))
-    squares = elementwise.run(backend, ir.binary(BinaryOp.MUL, diff, diff), [pred, target], backend.storage_f32(), pred.shape)
+    squares = elementwise.run(
+        backend, ir.binary(BinaryOp.MUL, diff, diff), [pred, target], backend.storage_f32(), pred.shape
+    )
     flat = squares.view((squares.size,), (1,), 0)
     total = reduce.reduce(backend, ReduceOp.MEAN if mean else ReduceOp.SUM, flat, 0)
     if pred.storage != total.storage:

@@ -108,31 +108,33 @@ _KINDS = {"uniform": 0, "normal": 1, "bernoulli": 2}
 
 
 def _source(out: Storage) -> KernelSource:
-    body = "\n".join([
-        "    let n = info[0];",
-        "    if (gi * 4u >= n) { return; }",
-        "    let lo = info[1] + gi;",
-        "    let hi = info[2] + select(0u, 1u, lo < gi);",
-        "    let w = philox(vec4<u32>(lo, hi, 0u, 0u), vec2<u32>(info[3], info[4]));",
-        "    let kind = info[5];",
-        "    let p0 = bitcast<f32>(info[6]); let p1 = bitcast<f32>(info[7]); let p2 = bitcast<f32>(info[8]);",
-        f"    let u = vec4<f32>(w >> vec4<u32>(8u)) * {_f(0x33800000)};",
-        "    var v: vec4<f32>;",
-        "    if (kind == 0u) {",
-        "        for (var j = 0u; j < 4u; j++) { v[j] = min(keep(u[j] * p1) + p0, p2); }",
-        "    } else if (kind == 1u) {",
-        "        let z = vec4<f32>(box_muller(w.x, w.y), box_muller(w.z, w.w));",
-        "        for (var j = 0u; j < 4u; j++) { v[j] = keep(z[j] * p1) + p0; }",
-        "    } else {",
-        "        v = select(vec4<f32>(0.0), vec4<f32>(1.0), u < vec4<f32>(p0));",
-        "    }",
-        "    for (var j = 0u; j < 4u; j++) {",
-        "        let i = gi * 4u + j;",
-        "        if (i < n) {",
-        f"            out0[i] = {wgsl.store(out, wgsl.convert('v[j]', 'f32', out.compute))};",
-        "        }",
-        "    }",
-    ])
+    body = "\n".join(
+        [
+            "    let n = info[0];",
+            "    if (gi * 4u >= n) { return; }",
+            "    let lo = info[1] + gi;",
+            "    let hi = info[2] + select(0u, 1u, lo < gi);",
+            "    let w = philox(vec4<u32>(lo, hi, 0u, 0u), vec2<u32>(info[3], info[4]));",
+            "    let kind = info[5];",
+            "    let p0 = bitcast<f32>(info[6]); let p1 = bitcast<f32>(info[7]); let p2 = bitcast<f32>(info[8]);",
+            f"    let u = vec4<f32>(w >> vec4<u32>(8u)) * {_f(0x33800000)};",
+            "    var v: vec4<f32>;",
+            "    if (kind == 0u) {",
+            "        for (var j = 0u; j < 4u; j++) { v[j] = min(keep(u[j] * p1) + p0, p2); }",
+            "    } else if (kind == 1u) {",
+            "        let z = vec4<f32>(box_muller(w.x, w.y), box_muller(w.z, w.w));",
+            "        for (var j = 0u; j < 4u; j++) { v[j] = keep(z[j] * p1) + p0; }",
+            "    } else {",
+            "        v = select(vec4<f32>(0.0), vec4<f32>(1.0), u < vec4<f32>(p0));",
+            "    }",
+            "    for (var j = 0u; j < 4u; j++) {",
+            "        let i = gi * 4u + j;",
+            "        if (i < n) {",
+            f"            out0[i] = {wgsl.store(out, wgsl.convert('v[j]', 'f32', out.compute))};",
+            "        }",
+            "    }",
+        ]
+    )
     code = PHILOX_WGSL + wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings([], [out]), wgsl.helpers_for(code + out.store), code])
     return KernelSource("random_philox", source, 0, 1)
@@ -159,8 +161,16 @@ def sample(
     kernel = backend.cache.get(("random", storage), lambda: _source(storage))
     p0, p1, p2 = (int(np.float32(v).view(np.uint32)) for v in _params(distribution))
     info = [
-        n, counter & 0xFFFF_FFFF, (counter >> 32) & 0xFFFF_FFFF, key & 0xFFFF_FFFF, (key >> 32) & 0xFFFF_FFFF,
-        _KINDS[distribution.kind], p0, p1, p2, 0,
+        n,
+        counter & 0xFFFF_FFFF,
+        (counter >> 32) & 0xFFFF_FFFF,
+        key & 0xFFFF_FFFF,
+        (key >> 32) & 0xFFFF_FFFF,
+        _KINDS[distribution.kind],
+        p0,
+        p1,
+        p2,
+        0,
     ]
     backend.runtime.launch(kernel, [out.buffer], info, -(-blocks // wgsl.WORKGROUP))
     return out

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 _WG = wgsl.WORKGROUP
 _MR = wgsl.MAX_RANK
-_OFF = 2 + _MR              # info: n_out, rank, outer shape, [offset, strides] per operand
+_OFF = 2 + _MR  # info: n_out, rank, outer shape, [offset, strides] per operand
 _COMBINE = {
     ReduceOp.SUM: {"f32": "({a} + {b})", "i32": "({a} + {b})", "i64": "add_l({a}, {b})"},
     ReduceOp.PROD: {"f32": "({a} * {b})", "i32": "({a} * {b})", "i64": "mul_l({a}, {b})"},
@@ -44,10 +44,12 @@ _INIT = {
 _INIT[ReduceOp.MEAN] = _INIT[ReduceOp.SUM]
 
 
-def _geometry(x: CubeTensor, dim: int, extra: Sequence[tuple[int, ...]] = ()) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+def _geometry(
+    x: CubeTensor, dim: int, extra: Sequence[tuple[int, ...]] = ()
+) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """The outer shape (every dim but ``dim``) with x's and ``extra`` strides, coalesced."""
-    shape = x.shape[:dim] + x.shape[dim + 1:]
-    strides = [x.strides[:dim] + x.strides[dim + 1:]] + [s[:dim] + s[dim + 1:] for s in extra]
+    shape = x.shape[:dim] + x.shape[dim + 1 :]
+    strides = [x.strides[:dim] + x.strides[dim + 1 :]] + [s[:dim] + s[dim + 1 :] for s in extra]
     cshape, cstrides = coalesce(shape, *strides)
     if len(cshape) > _MR:
         raise ShapeError(
@@ -82,39 +84,43 @@ def _reduce_source(op: ReduceOp, mode: str, src: Storage, dst: Storage, ctype: s
         final = "acc"
     head = [f"    let n = info[{p}u];", f"    let rs = bitcast<i32>(info[{p + 1}u]);"]
     if mode == "lane":
-        body = "\n".join([
-            "    if (gi >= info[0]) { return; }",
-            wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF)]),
-            *head,
-            f"    var acc: {ctype} = {init};",
-            f"    for (var r = 0u; r < n; r++) {{ acc = {combine.format(a='acc', b=value)}; }}",
-            f"    out0[gi] = {wgsl.store(dst, wgsl.convert(final, ctype, dst.compute))};",
-        ])
+        body = "\n".join(
+            [
+                "    if (gi >= info[0]) { return; }",
+                wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF)]),
+                *head,
+                f"    var acc: {ctype} = {init};",
+                f"    for (var r = 0u; r < n; r++) {{ acc = {combine.format(a='acc', b=value)}; }}",
+                f"    out0[gi] = {wgsl.store(dst, wgsl.convert(final, ctype, dst.compute))};",
+            ]
+        )
         main = wgsl.main_linear(body)
         decl = ""
     else:
-        body = "\n".join([
-            f"    let groups = info[{p + 4}u];",
-            "    if (wid >= info[0] * groups) { return; }",
-            "    let o = wid / groups;",
-            "    let g = wid % groups;",
-            wgsl.strided_offsets("o", "info[1]", 2, [("o0", _OFF)]),
-            *head,
-            f"    let chunk = info[{p + 3}u];",
-            "    let end = min(n, (g + 1u) * chunk);",
-            f"    var acc: {ctype} = {init};",
-            f"    for (var r = g * chunk + lid; r < end; r += {_WG}u) {{ acc = {combine.format(a='acc', b=value)}; }}",
-            "    sh[lid] = acc;",
-            "    workgroupBarrier();",
-            f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{",
-            f"        if (lid < s) {{ sh[lid] = {combine.format(a='sh[lid]', b='sh[lid + s]')}; }}",
-            "        workgroupBarrier();",
-            "    }",
-            "    if (lid == 0u) {",
-            "        let acc = sh[0];",
-            f"        out0[wid] = {wgsl.store(dst, wgsl.convert(final, ctype, dst.compute))};",
-            "    }",
-        ])
+        body = "\n".join(
+            [
+                f"    let groups = info[{p + 4}u];",
+                "    if (wid >= info[0] * groups) { return; }",
+                "    let o = wid / groups;",
+                "    let g = wid % groups;",
+                wgsl.strided_offsets("o", "info[1]", 2, [("o0", _OFF)]),
+                *head,
+                f"    let chunk = info[{p + 3}u];",
+                "    let end = min(n, (g + 1u) * chunk);",
+                f"    var acc: {ctype} = {init};",
+                f"    for (var r = g * chunk + lid; r < end; r += {_WG}u) {{ acc = {combine.format(a='acc', b=value)}; }}",
+                "    sh[lid] = acc;",
+                "    workgroupBarrier();",
+                f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{",
+                f"        if (lid < s) {{ sh[lid] = {combine.format(a='sh[lid]', b='sh[lid + s]')}; }}",
+                "        workgroupBarrier();",
+                "    }",
+                "    if (lid == 0u) {",
+                "        let acc = sh[0];",
+                f"        out0[wid] = {wgsl.store(dst, wgsl.convert(final, ctype, dst.compute))};",
+                "    }",
+            ]
+        )
         main = wgsl.main_groups(body)
         decl = f"var<workgroup> sh: array<{ctype}, {_WG}>;"
     code = "\n".join([decl, main])
@@ -147,8 +153,21 @@ def _launch_reduce(backend, op, x, dim, out_storage, count, out_shape) -> CubeTe
     # Split: each of `groups` workgroups reduces one chunk; a second pass reduces the partials.
     partial_dtype = {"f32": DType.FLOAT32, "i32": DType.INT32, "i64": DType.INT64, "bool": DType.BOOL}[ctype]
     first = ReduceOp.SUM if op == ReduceOp.MEAN else op
-    partial = _launch_one(backend, first, x, dim, cshape, strides, ctype, backend.storage(partial_dtype),
-                          (n_out, groups), n, chunk, groups, "tree")
+    partial = _launch_one(
+        backend,
+        first,
+        x,
+        dim,
+        cshape,
+        strides,
+        ctype,
+        backend.storage(partial_dtype),
+        (n_out, groups),
+        n,
+        chunk,
+        groups,
+        "tree",
+    )
     final = _launch_reduce(backend, op, partial, 1, out_storage, count, (n_out, 1))
     return final.view(out_shape, contiguous_strides(out_shape), 0)
 
@@ -185,9 +204,20 @@ def _launch_rows(backend, op, x, dim, cshape, strides, ctype, out_storage, out_s
         final = "acc"
         if op == ReduceOp.MEAN:
             final = f"select(acc / f32(info[{p + 2}u]), nan_f(), info[{p + 2}u] == 0u)"
-        return rows.reduce_source(op, x.storage, out_storage, ctype, _COMBINE[op][ctype], _INIT[op][ctype], final,
-                                  [f"    let n = info[{p}u];"], wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF)]),
-                                  wg, vec, subgroups)
+        return rows.reduce_source(
+            op,
+            x.storage,
+            out_storage,
+            ctype,
+            _COMBINE[op][ctype],
+            _INIT[op][ctype],
+            final,
+            [f"    let n = info[{p}u];"],
+            wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF)]),
+            wg,
+            vec,
+            subgroups,
+        )
 
     kernel = backend.cache.get(key, build)
     out = backend.empty(tuple(out_shape), out_storage)
@@ -204,7 +234,7 @@ def _numel(shape) -> int:
 
 
 def reduce(backend: KernelContext, op: ReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
-    out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
+    out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1 :]
     out_storage = backend.storage(DType.BOOL) if op in (ReduceOp.ANY, ReduceOp.ALL) else x.storage
     return _launch_reduce(backend, op, x, dim, out_storage, x.shape[dim], out_shape)
 
@@ -215,7 +245,11 @@ def _arg_source(op: ArgReduceOp, mode: str, src: Storage, dst: Storage) -> Kerne
     p = _tail_at(1)
     cmp = wgsl.BINARY[BinaryOp.GT if op == ArgReduceOp.ARGMAX else BinaryOp.LT][ctype].format(a="va", b="vb")
     equal = wgsl.BINARY[BinaryOp.EQ][ctype].format(a="va", b="vb")
-    nan_rule = "    let na = is_nan_f(va); let nb = is_nan_f(vb);\n    if (na || nb) { if (na && nb) { return ia < ib; } return na; }\n" if ctype == "f32" else ""
+    nan_rule = (
+        "    let na = is_nan_f(va); let nb = is_nan_f(vb);\n    if (na || nb) { if (na && nb) { return ia < ib; } return na; }\n"
+        if ctype == "f32"
+        else ""
+    )
     better = (
         f"fn better_i(va: {ctype}, ia: i32, vb: {ctype}, ib: i32) -> bool {{\n"
         "    if (ib < 0) { return true; }\n    if (ia < 0) { return false; }\n"
@@ -226,36 +260,40 @@ def _arg_source(op: ArgReduceOp, mode: str, src: Storage, dst: Storage) -> Kerne
     head = [f"    let n = info[{p}u];", f"    let rs = bitcast<i32>(info[{p + 1}u]);"]
     step = f"let v = {value}; if (better_i(v, i32(r), best, bi)) {{ best = v; bi = i32(r); }}"
     if mode == "lane":
-        body = "\n".join([
-            "    if (gi >= info[0]) { return; }",
-            wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF)]),
-            *head,
-            f"    var best: {ctype} = {wgsl.ZERO[ctype]};",
-            "    var bi: i32 = -1;",
-            f"    for (var r = 0u; r < n; r++) {{ {step} }}",
-            f"    out0[gi] = {wgsl.store(dst, wgsl.convert('bi', 'i32', dst.compute))};",
-        ])
+        body = "\n".join(
+            [
+                "    if (gi >= info[0]) { return; }",
+                wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF)]),
+                *head,
+                f"    var best: {ctype} = {wgsl.ZERO[ctype]};",
+                "    var bi: i32 = -1;",
+                f"    for (var r = 0u; r < n; r++) {{ {step} }}",
+                f"    out0[gi] = {wgsl.store(dst, wgsl.convert('bi', 'i32', dst.compute))};",
+            ]
+        )
         main, decl = wgsl.main_linear(body), ""
     else:
-        body = "\n".join([
-            "    if (wid >= info[0]) { return; }",
-            wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF)]),
-            *head,
-            f"    var best: {ctype} = {wgsl.ZERO[ctype]};",
-            "    var bi: i32 = -1;",
-            f"    for (var r = lid; r < n; r += {_WG}u) {{ {step} }}",
-            "    shv[lid] = best;",
-            "    shi[lid] = bi;",
-            "    workgroupBarrier();",
-            f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{",
-            "        if (lid < s && better_i(shv[lid + s], shi[lid + s], shv[lid], shi[lid])) {",
-            "            shv[lid] = shv[lid + s];",
-            "            shi[lid] = shi[lid + s];",
-            "        }",
-            "        workgroupBarrier();",
-            "    }",
-            f"    if (lid == 0u) {{ out0[wid] = {wgsl.store(dst, wgsl.convert('shi[0]', 'i32', dst.compute))}; }}",
-        ])
+        body = "\n".join(
+            [
+                "    if (wid >= info[0]) { return; }",
+                wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF)]),
+                *head,
+                f"    var best: {ctype} = {wgsl.ZERO[ctype]};",
+                "    var bi: i32 = -1;",
+                f"    for (var r = lid; r < n; r += {_WG}u) {{ {step} }}",
+                "    shv[lid] = best;",
+                "    shi[lid] = bi;",
+                "    workgroupBarrier();",
+                f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{",
+                "        if (lid < s && better_i(shv[lid + s], shi[lid + s], shv[lid], shi[lid])) {",
+                "            shv[lid] = shv[lid + s];",
+                "            shi[lid] = shi[lid + s];",
+                "        }",
+                "        workgroupBarrier();",
+                "    }",
+                f"    if (lid == 0u) {{ out0[wid] = {wgsl.store(dst, wgsl.convert('shi[0]', 'i32', dst.compute))}; }}",
+            ]
+        )
         main = wgsl.main_groups(body)
         decl = f"var<workgroup> shv: array<{ctype}, {_WG}>;\nvar<workgroup> shi: array<i32, {_WG}>;"
     code = "\n".join([decl, better, main])
@@ -265,7 +303,7 @@ def _arg_source(op: ArgReduceOp, mode: str, src: Storage, dst: Storage) -> Kerne
 
 def arg_reduce(backend: KernelContext, op: ArgReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
     n = x.shape[dim]
-    out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1:]
+    out_shape = x.shape[:dim] + (1,) + x.shape[dim + 1 :]
     out_storage = backend.storage(DType.INT64)
     out = backend.empty(out_shape, out_storage)
     n_out = x.size // n if n else 0
@@ -290,20 +328,27 @@ def _softmax_source(log: bool, mode: str, src: Storage) -> KernelSource:
     else:
         result = "exp(v - m) / total"
     write = f"out0[u32(o1 + i32(r) * ws)] = {wgsl.store(src, result)};"
-    head = [f"    let n = info[{p}u];", f"    let rs = bitcast<i32>(info[{p + 1}u]);", f"    let ws = bitcast<i32>(info[{p + 2}u]);"]
+    head = [
+        f"    let n = info[{p}u];",
+        f"    let rs = bitcast<i32>(info[{p + 1}u]);",
+        f"    let ws = bitcast<i32>(info[{p + 2}u]);",
+    ]
     if mode == "lane":
-        body = "\n".join([
-            "    if (gi >= info[0]) { return; }",
-            wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
-            *head,
-            "    var m = -inf_f();",
-            f"    for (var r = 0u; r < n; r++) {{ m = max_f(m, {value}); }}",
-            "    var total = 0.0;",
-            f"    for (var r = 0u; r < n; r++) {{ total += exp({value} - m); }}",
-            f"    for (var r = 0u; r < n; r++) {{ let v = {value}; {write} }}",
-        ])
+        body = "\n".join(
+            [
+                "    if (gi >= info[0]) { return; }",
+                wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
+                *head,
+                "    var m = -inf_f();",
+                f"    for (var r = 0u; r < n; r++) {{ m = max_f(m, {value}); }}",
+                "    var total = 0.0;",
+                f"    for (var r = 0u; r < n; r++) {{ total += exp({value} - m); }}",
+                f"    for (var r = 0u; r < n; r++) {{ let v = {value}; {write} }}",
+            ]
+        )
         main, decl = wgsl.main_linear(body), ""
     else:
+
         def tree(combine: str) -> str:
             return (
                 f"    for (var s = {_WG // 2}u; s > 0u; s = s >> 1u) {{\n"
@@ -312,25 +357,27 @@ def _softmax_source(log: bool, mode: str, src: Storage) -> KernelSource:
                 "    }"
             )
 
-        body = "\n".join([
-            "    if (wid >= info[0]) { return; }",
-            wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
-            *head,
-            "    var acc = -inf_f();",
-            f"    for (var r = lid; r < n; r += {_WG}u) {{ acc = max_f(acc, {value}); }}",
-            "    sh[lid] = acc;",
-            "    workgroupBarrier();",
-            tree("max_f(sh[lid], sh[lid + s])"),
-            "    let m = sh[0];",
-            "    workgroupBarrier();",
-            "    acc = 0.0;",
-            f"    for (var r = lid; r < n; r += {_WG}u) {{ acc += exp({value} - m); }}",
-            "    sh[lid] = acc;",
-            "    workgroupBarrier();",
-            tree("sh[lid] + sh[lid + s]"),
-            "    let total = sh[0];",
-            f"    for (var r = lid; r < n; r += {_WG}u) {{ let v = {value}; {write} }}",
-        ])
+        body = "\n".join(
+            [
+                "    if (wid >= info[0]) { return; }",
+                wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
+                *head,
+                "    var acc = -inf_f();",
+                f"    for (var r = lid; r < n; r += {_WG}u) {{ acc = max_f(acc, {value}); }}",
+                "    sh[lid] = acc;",
+                "    workgroupBarrier();",
+                tree("max_f(sh[lid], sh[lid + s])"),
+                "    let m = sh[0];",
+                "    workgroupBarrier();",
+                "    acc = 0.0;",
+                f"    for (var r = lid; r < n; r += {_WG}u) {{ acc += exp({value} - m); }}",
+                "    sh[lid] = acc;",
+                "    workgroupBarrier();",
+                tree("sh[lid] + sh[lid + s]"),
+                "    let total = sh[0];",
+                f"    for (var r = lid; r < n; r += {_WG}u) {{ let v = {value}; {write} }}",
+            ]
+        )
         main = wgsl.main_groups(body)
         decl = f"var<workgroup> sh: array<f32, {_WG}>;"
     code = "\n".join([decl, main])
@@ -356,8 +403,10 @@ def softmax(backend: KernelContext, x: CubeTensor, dim: int, log: bool) -> CubeT
         p = _tail_at(2)
         head = [f"    let n = info[{p}u];"]
         offsets = wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)])
-        kernel = backend.cache.get(("softmax_rows", log, x.storage, wg, vec, subgroups, cache),
-                                   lambda: rows.softmax_source(log, x.storage, head, offsets, wg, vec, subgroups, cache))
+        kernel = backend.cache.get(
+            ("softmax_rows", log, x.storage, wg, vec, subgroups, cache),
+            lambda: rows.softmax_source(log, x.storage, head, offsets, wg, vec, subgroups, cache),
+        )
         info = _info_head(n_out, cshape, [(x.offset, strides), (0, ostrides)]) + [n]
         backend.runtime.launch(kernel, [x.buffer, out.buffer], info, n_out)
         return out

@@ -77,8 +77,9 @@ def _subgroup_op(op: str, ctype: str, value: str) -> str | None:
     return None
 
 
-def combine_lines(var: str, op: str, combine: str, init: str, ctype: str, wg: int, subgroups: bool,
-                  tag: str) -> tuple[list[str], str]:
+def combine_lines(
+    var: str, op: str, combine: str, init: str, ctype: str, wg: int, subgroups: bool, tag: str
+) -> tuple[list[str], str]:
     """Statements that combine every invocation's ``var`` into ``{var}_all`` (the same in
     all invocations), and the workgroup-memory declaration they use."""
     sub = _subgroup_op(op, ctype, var) if subgroups else None
@@ -108,8 +109,14 @@ def combine_lines(var: str, op: str, combine: str, init: str, ctype: str, wg: in
 def main(body: str, wg: int, subgroups: bool) -> str:
     """A ``main`` with ``wid`` (the linear workgroup index), ``lid`` and, with
     subgroups, ``sg_id``, ``n_sg`` and ``sg_lane``."""
-    extra = (",\n        @builtin(subgroup_id) sg_id: u32, @builtin(num_subgroups) n_sg: u32,"
-             " @builtin(subgroup_invocation_id) sg_lane: u32") if subgroups else ""
+    extra = (
+        (
+            ",\n        @builtin(subgroup_id) sg_id: u32, @builtin(num_subgroups) n_sg: u32,"
+            " @builtin(subgroup_invocation_id) sg_lane: u32"
+        )
+        if subgroups
+        else ""
+    )
     return (
         f"@compute @workgroup_size({wg})\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n"
@@ -139,30 +146,45 @@ def bindings(src: Storage, dst: Storage, vec: bool) -> str:
     return wgsl.bindings([f"vec4<{src.wgsl}>" if vec else src], [dst])
 
 
-def reduce_source(op: str, src: Storage, dst: Storage, ctype: str, combine: str, init: str, final: str,
-                  head: list[str], offsets: str, wg: int, vec: bool, subgroups: bool) -> KernelSource:
+def reduce_source(
+    op: str,
+    src: Storage,
+    dst: Storage,
+    ctype: str,
+    combine: str,
+    init: str,
+    final: str,
+    head: list[str],
+    offsets: str,
+    wg: int,
+    vec: bool,
+    subgroups: bool,
+) -> KernelSource:
     """One workgroup per output: ``final`` (of ``acc``) stored at ``out0[wid]``."""
     fold = fold_lines("acc", combine, src, vec, wg)
     lines, decl = combine_lines("acc", op, combine, init, ctype, wg, subgroups, "r")
-    body = "\n".join([
-        "    if (wid >= info[0]) { return; }",
-        offsets,
-        *head,
-        f"    var acc: {ctype} = {init};",
-        *fold,
-        *lines,
-        "    if (lid == 0u) {",
-        "        let acc = acc_all;",
-        f"        out0[wid] = {wgsl.store(dst, wgsl.convert(final, ctype, dst.compute))};",
-        "    }",
-    ])
+    body = "\n".join(
+        [
+            "    if (wid >= info[0]) { return; }",
+            offsets,
+            *head,
+            f"    var acc: {ctype} = {init};",
+            *fold,
+            *lines,
+            "    if (lid == 0u) {",
+            "        let acc = acc_all;",
+            f"        out0[wid] = {wgsl.store(dst, wgsl.convert(final, ctype, dst.compute))};",
+            "    }",
+        ]
+    )
     code = "\n".join([decl, main(body, wg, subgroups)])
     source = "\n".join([bindings(src, dst, vec), wgsl.helpers_for(code + dst.store + src.load), code])
     return KernelSource(f"reduce_{op}_row{wg}{'_v' if vec else ''}{'_sg' if subgroups else ''}", source, 1, 1)
 
 
-def softmax_source(log: bool, src: Storage, head: list[str], offsets: str, wg: int, vec: bool,
-                   subgroups: bool, cache: int) -> KernelSource:
+def softmax_source(
+    log: bool, src: Storage, head: list[str], offsets: str, wg: int, vec: bool, subgroups: bool, cache: int
+) -> KernelSource:
     """One workgroup per row: max, sum of exponentials, then the row written at ``o1``.
     With ``vec`` the row's quads live in ``cache`` registers per invocation between the
     passes when they fit (``n <= 4 * cache * wg``), else they are read again."""
@@ -201,7 +223,9 @@ def softmax_source(log: bool, src: Storage, head: list[str], offsets: str, wg: i
             "    if (cached) {",
         ]
         for j in range(cache):
-            lines.append(f"        if (lid + {j * wg}u < nq) {{ let e = exp(c[{j}] - vec4<f32>(m)); sm += e.x + e.y + e.z + e.w; }}")
+            lines.append(
+                f"        if (lid + {j * wg}u < nq) {{ let e = exp(c[{j}] - vec4<f32>(m)); sm += e.x + e.y + e.z + e.w; }}"
+            )
         lines += [
             "    } else {",
             f"        for (var i = lid; i < nq; i += {wg}u) {{",
@@ -243,6 +267,8 @@ def softmax_source(log: bool, src: Storage, head: list[str], offsets: str, wg: i
         ]
     code = "\n".join([max_decl, sum_decl, main("\n".join(lines), wg, subgroups)])
     out = f"vec4<{src.wgsl}>" if vec else src
-    source = "\n".join([wgsl.bindings([out if vec else src], [out]), wgsl.helpers_for(code + src.store + src.load), code])
+    source = "\n".join(
+        [wgsl.bindings([out if vec else src], [out]), wgsl.helpers_for(code + src.store + src.load), code]
+    )
     name = f"{'log_' if log else ''}softmax_row{wg}{f'_v{cache}' if vec else ''}{'_sg' if subgroups else ''}"
     return KernelSource(name, source, 1, 1)

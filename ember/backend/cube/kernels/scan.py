@@ -41,45 +41,53 @@ def _source(op: CumulativeOp, mode: str, st: Storage) -> KernelSource:
     ct = st.compute
     combine, identity = _COMBINE[op][ct], _IDENTITY[op][ct]
     p = _tail_at(2)
-    head = [f"    let n = info[{p}u];", f"    let rs = bitcast<i32>(info[{p + 1}u]);", f"    let ws = bitcast<i32>(info[{p + 2}u]);"]
+    head = [
+        f"    let n = info[{p}u];",
+        f"    let rs = bitcast<i32>(info[{p + 1}u]);",
+        f"    let ws = bitcast<i32>(info[{p + 2}u]);",
+    ]
     value = wgsl.load(st, "in0", "u32(o0 + i32(r) * rs)")
     if mode == "lane":
-        body = "\n".join([
-            "    if (gi >= info[0]) { return; }",
-            wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
-            *head,
-            f"    var acc: {ct} = {identity};",
-            "    for (var r = 0u; r < n; r++) {",
-            f"        acc = {combine.format(a='acc', b=value)};",
-            f"        out0[u32(o1 + i32(r) * ws)] = {wgsl.store(st, 'acc')};",
-            "    }",
-        ])
+        body = "\n".join(
+            [
+                "    if (gi >= info[0]) { return; }",
+                wgsl.strided_offsets("gi", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
+                *head,
+                f"    var acc: {ct} = {identity};",
+                "    for (var r = 0u; r < n; r++) {",
+                f"        acc = {combine.format(a='acc', b=value)};",
+                f"        out0[u32(o1 + i32(r) * ws)] = {wgsl.store(st, 'acc')};",
+                "    }",
+            ]
+        )
         code = wgsl.main_linear(body)
     else:
-        body = "\n".join([
-            "    if (wid >= info[0]) { return; }",
-            wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
-            *head,
-            f"    var carry: {ct} = {identity};",
-            f"    for (var t = 0u; t < n; t += {_WG}u) {{",
-            "        let r = t + lid;",
-            f"        var v: {ct} = {identity};",
-            f"        if (r < n) {{ v = {value}; }}",
-            "        sh[lid] = v;",
-            "        workgroupBarrier();",
-            f"        for (var s = 1u; s < {_WG}u; s = s << 1u) {{",
-            f"            var w: {ct} = sh[lid];",
-            f"            if (lid >= s) {{ w = {combine.format(a='sh[lid - s]', b='w')}; }}",
-            "            workgroupBarrier();",
-            "            sh[lid] = w;",
-            "            workgroupBarrier();",
-            "        }",
-            f"        let total = {combine.format(a='carry', b='sh[lid]')};",
-            f"        if (r < n) {{ out0[u32(o1 + i32(r) * ws)] = {wgsl.store(st, 'total')}; }}",
-            f"        carry = {combine.format(a='carry', b=f'sh[{_WG - 1}u]')};",
-            "        workgroupBarrier();",
-            "    }",
-        ])
+        body = "\n".join(
+            [
+                "    if (wid >= info[0]) { return; }",
+                wgsl.strided_offsets("wid", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
+                *head,
+                f"    var carry: {ct} = {identity};",
+                f"    for (var t = 0u; t < n; t += {_WG}u) {{",
+                "        let r = t + lid;",
+                f"        var v: {ct} = {identity};",
+                f"        if (r < n) {{ v = {value}; }}",
+                "        sh[lid] = v;",
+                "        workgroupBarrier();",
+                f"        for (var s = 1u; s < {_WG}u; s = s << 1u) {{",
+                f"            var w: {ct} = sh[lid];",
+                f"            if (lid >= s) {{ w = {combine.format(a='sh[lid - s]', b='w')}; }}",
+                "            workgroupBarrier();",
+                "            sh[lid] = w;",
+                "            workgroupBarrier();",
+                "        }",
+                f"        let total = {combine.format(a='carry', b='sh[lid]')};",
+                f"        if (r < n) {{ out0[u32(o1 + i32(r) * ws)] = {wgsl.store(st, 'total')}; }}",
+                f"        carry = {combine.format(a='carry', b=f'sh[{_WG - 1}u]')};",
+                "        workgroupBarrier();",
+                "    }",
+            ]
+        )
         code = f"var<workgroup> sh: array<{ct}, {_WG}>;\n" + wgsl.main_groups(body)
     source = "\n".join([wgsl.bindings([st], [st]), wgsl.helpers_for(code + st.store), code])
     return KernelSource(f"{op}_{mode}", source, 1, 1)

@@ -29,8 +29,10 @@ _RANK_MAX = 2048  # longest line sorted by counting ranks
 def _order_fn(ct: str) -> str:
     """``before(a, ia, b, ib, desc)``: whether (a, ia) sorts before (b, ib)."""
     if ct == "f32":
-        less = "let na = is_nan_f(a); let nb = is_nan_f(b);\n" \
-               "    if (na || nb) { if (na && nb) { return ia < ib; } return select(nb, na, desc); }\n"
+        less = (
+            "let na = is_nan_f(a); let nb = is_nan_f(b);\n"
+            "    if (na || nb) { if (na && nb) { return ia < ib; } return select(nb, na, desc); }\n"
+        )
     else:
         less = ""
     equal = wgsl.BINARY[BinaryOp.EQ][ct].format(a="a", b="b")
@@ -48,22 +50,24 @@ def _order_fn(ct: str) -> str:
 def _rank_source(st: Storage, out: Storage) -> KernelSource:
     ct = st.compute
     p = _tail_at(2)
-    body = "\n".join([
-        f"    let n = info[{p}u];",
-        "    if (gi >= info[0] * n) { return; }",
-        "    let line = gi / n;",
-        "    let i = gi % n;",
-        wgsl.strided_offsets("line", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
-        f"    let rs = bitcast<i32>(info[{p + 1}u]);",
-        f"    let ws = bitcast<i32>(info[{p + 2}u]);",
-        f"    let desc = info[{p + 3}u] != 0u;",
-        f"    let key = {wgsl.load(st, 'in0', 'u32(o0 + i32(i) * rs)')};",
-        "    var rank = 0;",
-        "    for (var j = 0u; j < n; j++) {",
-        f"        if (before_i({wgsl.load(st, 'in0', 'u32(o0 + i32(j) * rs)')}, i32(j), key, i32(i), desc)) {{ rank += 1; }}",
-        "    }",
-        f"    out0[u32(o1 + rank * ws)] = {wgsl.store(out, wgsl.convert('i32(i)', 'i32', out.compute))};",
-    ])
+    body = "\n".join(
+        [
+            f"    let n = info[{p}u];",
+            "    if (gi >= info[0] * n) { return; }",
+            "    let line = gi / n;",
+            "    let i = gi % n;",
+            wgsl.strided_offsets("line", "info[1]", 2, [("o0", _OFF), ("o1", _OFF + 1 + _MR)]),
+            f"    let rs = bitcast<i32>(info[{p + 1}u]);",
+            f"    let ws = bitcast<i32>(info[{p + 2}u]);",
+            f"    let desc = info[{p + 3}u] != 0u;",
+            f"    let key = {wgsl.load(st, 'in0', 'u32(o0 + i32(i) * rs)')};",
+            "    var rank = 0;",
+            "    for (var j = 0u; j < n; j++) {",
+            f"        if (before_i({wgsl.load(st, 'in0', 'u32(o0 + i32(j) * rs)')}, i32(j), key, i32(i), desc)) {{ rank += 1; }}",
+            "    }",
+            f"    out0[u32(o1 + rank * ws)] = {wgsl.store(out, wgsl.convert('i32(i)', 'i32', out.compute))};",
+        ]
+    )
     code = _order_fn(ct) + "\n" + wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings([st], [out]), wgsl.helpers_for(code), code])
     return KernelSource("argsort_rank", source, 1, 1)
@@ -72,42 +76,46 @@ def _rank_source(st: Storage, out: Storage) -> KernelSource:
 def _bitonic_init_source(st: Storage) -> KernelSource:
     ct = st.compute
     p = _tail_at(1)
-    body = "\n".join([
-        f"    let n = info[{p}u]; let size = info[{p + 1}u];",
-        "    if (gi >= info[0] * size) { return; }",
-        "    let line = gi / size;",
-        "    let i = gi % size;",
-        wgsl.strided_offsets("line", "info[1]", 2, [("o0", _OFF)]),
-        f"    let rs = bitcast<i32>(info[{p + 2}u]);",
-        f"    var key: {ct} = {wgsl.ZERO[ct]};",
-        f"    if (i < n) {{ key = {wgsl.load(st, 'in0', 'u32(o0 + i32(i) * rs)')}; }}",
-        "    out0[gi] = key;",
-        "    out1[gi] = i32(i);",
-    ])
+    body = "\n".join(
+        [
+            f"    let n = info[{p}u]; let size = info[{p + 1}u];",
+            "    if (gi >= info[0] * size) { return; }",
+            "    let line = gi / size;",
+            "    let i = gi % size;",
+            wgsl.strided_offsets("line", "info[1]", 2, [("o0", _OFF)]),
+            f"    let rs = bitcast<i32>(info[{p + 2}u]);",
+            f"    var key: {ct} = {wgsl.ZERO[ct]};",
+            f"    if (i < n) {{ key = {wgsl.load(st, 'in0', 'u32(o0 + i32(i) * rs)')}; }}",
+            "    out0[gi] = key;",
+            "    out1[gi] = i32(i);",
+        ]
+    )
     code = wgsl.main_linear(body)
     return KernelSource("argsort_init", "\n".join([wgsl.bindings([st], [ct, "i32"]), code]), 1, 2)
 
 
 def _bitonic_step_source(ct: str) -> KernelSource:
-    body = "\n".join([
-        "    let size = info[1]; let j = info[2]; let k = info[3]; let n = i32(info[4]);",
-        "    let desc = info[5] != 0u;",
-        "    if (gi >= info[0] * size) { return; }",
-        "    let i = gi % size;",
-        "    let l = i ^ j;",
-        "    if (l <= i) { return; }",
-        "    let base = gi - i;",
-        "    let a = out0[base + i]; let ia = out1[base + i];",
-        "    let b = out0[base + l]; let ib = out1[base + l];",
-        "    var b_first: bool;",
-        "    if (ia >= n || ib >= n) { b_first = ia >= n && (ib < n || ib < ia); }",
-        "    else { b_first = before_i(b, ib, a, ia, desc); }",
-        "    let up = (i & k) == 0u;",
-        "    if (b_first == up) {",
-        "        out0[base + i] = b; out1[base + i] = ib;",
-        "        out0[base + l] = a; out1[base + l] = ia;",
-        "    }",
-    ])
+    body = "\n".join(
+        [
+            "    let size = info[1]; let j = info[2]; let k = info[3]; let n = i32(info[4]);",
+            "    let desc = info[5] != 0u;",
+            "    if (gi >= info[0] * size) { return; }",
+            "    let i = gi % size;",
+            "    let l = i ^ j;",
+            "    if (l <= i) { return; }",
+            "    let base = gi - i;",
+            "    let a = out0[base + i]; let ia = out1[base + i];",
+            "    let b = out0[base + l]; let ib = out1[base + l];",
+            "    var b_first: bool;",
+            "    if (ia >= n || ib >= n) { b_first = ia >= n && (ib < n || ib < ia); }",
+            "    else { b_first = before_i(b, ib, a, ia, desc); }",
+            "    let up = (i & k) == 0u;",
+            "    if (b_first == up) {",
+            "        out0[base + i] = b; out1[base + i] = ib;",
+            "        out0[base + l] = a; out1[base + l] = ia;",
+            "    }",
+        ]
+    )
     code = _order_fn(ct) + "\n" + wgsl.main_linear(body)
     source = "\n".join([wgsl.bindings([], [ct, "i32"]), wgsl.helpers_for(code), code])
     return KernelSource("argsort_bitonic", source, 0, 2)
@@ -115,15 +123,17 @@ def _bitonic_step_source(ct: str) -> KernelSource:
 
 def _bitonic_out_source(out: Storage) -> KernelSource:
     p = _tail_at(1)
-    body = "\n".join([
-        f"    let n = info[{p}u]; let size = info[{p + 1}u];",
-        "    if (gi >= info[0] * n) { return; }",
-        "    let line = gi / n;",
-        "    let i = gi % n;",
-        wgsl.strided_offsets("line", "info[1]", 2, [("o1", _OFF)]),
-        f"    let ws = bitcast<i32>(info[{p + 2}u]);",
-        f"    out0[u32(o1 + i32(i) * ws)] = {wgsl.store(out, wgsl.convert('in0[line * size + i]', 'i32', out.compute))};",
-    ])
+    body = "\n".join(
+        [
+            f"    let n = info[{p}u]; let size = info[{p + 1}u];",
+            "    if (gi >= info[0] * n) { return; }",
+            "    let line = gi / n;",
+            "    let i = gi % n;",
+            wgsl.strided_offsets("line", "info[1]", 2, [("o1", _OFF)]),
+            f"    let ws = bitcast<i32>(info[{p + 2}u]);",
+            f"    out0[u32(o1 + i32(i) * ws)] = {wgsl.store(out, wgsl.convert('in0[line * size + i]', 'i32', out.compute))};",
+        ]
+    )
     code = wgsl.main_linear(body)
     return KernelSource("argsort_out", "\n".join([wgsl.bindings(["i32"], [out]), wgsl.helpers_for(code), code]), 1, 1)
 

@@ -39,8 +39,9 @@ from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call, Kernel, Matmul
 
 #: Composites a plan expands into primitives (float32/float64 operands).
-EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
-                      "adam_step_many"})
+EXPANDED = frozenset(
+    {"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+)
 
 
 def _wants(graph: Graph, node: Any) -> bool:
@@ -161,8 +162,10 @@ class _FusedVariant(_Variant):
         rt = backend.runtime
         if self.functions is None and self.codes:
             codes = self.codes
-            self.functions = rt.functions(("plan", id(self)), lambda: (
-                [c.name for c in codes.values()], "\n".join(c.source for c in codes.values())))
+            self.functions = rt.functions(
+                ("plan", id(self)),
+                lambda: ([c.name for c in codes.values()], "\n".join(c.source for c in codes.values())),
+            )
         functions = self.functions or {}  # None only when there is no kernel to launch
         n_kernel_scalars = len(sched.scalars)
         values = [scalar_of(s) for s in self.symbols]
@@ -180,7 +183,8 @@ class _FusedVariant(_Variant):
             elif b.kind == "const":
                 buffers[b.id] = backend.contiguous(graph.consts[b.value])
         produced = {s.out for s in sched.steps if isinstance(s, Matmul)} | {
-            o for s in sched.steps if isinstance(s, Call) for o in s.outs}
+            o for s in sched.steps if isinstance(s, Call) for o in s.outs
+        }
         for b in sched.buffers:
             if b.kind == "temp" and b.id not in produced:
                 buffers[b.id] = backend.empty(b.shape, b.dtype)
@@ -262,8 +266,9 @@ class CudaPlan:
 
     def _run(self, v: _Variant, backend: Any, inputs: list[Any], values: list[Any]) -> list[Any]:
         v.runs += 1
-        if v.graph_exec is None and (v.failed or not self.executor.graphs or v.runs < 2
-                                     or not hasattr(backend, "runtime")):
+        if v.graph_exec is None and (
+            v.failed or not self.executor.graphs or v.runs < 2 or not hasattr(backend, "runtime")
+        ):
             self.executor.stats["replays"] += 1
             return v.replay(backend, inputs, lambda s: values[v.slot[id(s)]])
         if v.graph_exec is None:

@@ -22,8 +22,9 @@ from ember.backend.fusion.steps import Kernel, Schedule
 from ember.backend.fusion.views import size_of
 
 #: Composites the CUDA lowering expands into primitives (float32/float64 operands).
-EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
-                      "adam_step_many"})
+EXPANDED = frozenset(
+    {"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+)
 
 
 class CudaTarget(Target):

@@ -34,8 +34,16 @@ def chain_scratch(graph: Graph, step: ConvChain, buffers: list[Buffer]) -> dict[
     return regions
 
 
-def emit_chain(module: Any, b: ir.IRBuilder, graph: Graph, step: ConvChain, buffers: list[Buffer],
-               pointers: dict[int, ir.Value], regions: dict[str, ir.Value], scalars: ir.Value) -> None:
+def emit_chain(
+    module: Any,
+    b: ir.IRBuilder,
+    graph: Graph,
+    step: ConvChain,
+    buffers: list[Buffer],
+    pointers: dict[int, ir.Value],
+    regions: dict[str, ir.Value],
+    scalars: ir.Value,
+) -> None:
     """The chain's loop over samples (see the module docstring). ``pointers``: each
     buffer the step reads or writes; ``regions``: its scratch regions."""
     conv = step.conv
@@ -68,7 +76,7 @@ def emit_chain(module: Any, b: ir.IRBuilder, graph: Graph, step: ConvChain, buff
         pool = step.pool
         if pool is None:
             return
-        (source, _), = pool.args.values()
+        ((source, _),) = pool.args.values()
         pooled = graph.avals[pool.node.outs[0]].shape
         rows, out_plane = pooled[1], size_of(pooled[1:])
         p = Emitter(module, b, graph, pool.node, {}, [], {}, None, 0)

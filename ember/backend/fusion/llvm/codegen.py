@@ -39,20 +39,30 @@ VOID = ir.VoidType()
 class ModuleBuilder:
     """Builds the module of one plan (see the module docstring)."""
 
-    def __init__(self, schedule: Schedule, prefix: str, arena: dict[int, int], ext: dict[int, int],
-                 scratch: dict[int, int], blas: blas_mod.Blas | None, data_offset: int | None = None,
-                 blas_threshold: int = 0, aliases: dict[int, int] | None = None, status: int = 0,
-                 stop_on_failure: bool = False):
+    def __init__(
+        self,
+        schedule: Schedule,
+        prefix: str,
+        arena: dict[int, int],
+        ext: dict[int, int],
+        scratch: dict[int, int],
+        blas: blas_mod.Blas | None,
+        data_offset: int | None = None,
+        blas_threshold: int = 0,
+        aliases: dict[int, int] | None = None,
+        status: int = 0,
+        stop_on_failure: bool = False,
+    ):
         from ember.backend.fusion.llvm import jit
 
         self.schedule = schedule
         self.prefix = prefix
-        self.arena = arena          # buffer -> byte offset in the arena
-        self.ext = ext              # buffer -> slot in the ext pointer table
+        self.arena = arena  # buffer -> byte offset in the arena
+        self.ext = ext  # buffer -> slot in the ext pointer table
         self.data_offset = data_offset  # ext holds array objects: their data pointer is at this offset
-        self.scratch = scratch      # step index -> scratch buffer id
+        self.scratch = scratch  # step index -> scratch buffer id
         self.aliases = aliases or {}  # buffer -> the buffer whose storage it shares (a donated input)
-        self.status = status        # address of the plan's status words (a failed index check)
+        self.status = status  # address of the plan's status words (a failed index check)
         self.stop_on_failure = stop_on_failure  # a failed check ends the segment (else it runs on, clamped)
         self.blas = blas
         self.blas_threshold = blas_threshold
@@ -140,8 +150,9 @@ class ModuleBuilder:
         ``METH_NOARGS`` convention, ``PyObject *name(PyObject *self, PyObject *)``,
         which returns ``self`` (a new reference)."""
         native = bool(incref)
-        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR]) if native else ir.FunctionType(VOID, []),
-                         name=name)
+        fn = ir.Function(
+            self.module, ir.FunctionType(PTR, [PTR, PTR]) if native else ir.FunctionType(VOID, []), name=name
+        )
         self._tune(fn)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         target = self.module.get_global(segment)
@@ -166,8 +177,9 @@ class ModuleBuilder:
         return fn
 
     # ------------------------------------------------------------------ kernels
-    def kernel(self, name: str, kernel: Kernel, buffers: list[int], storage: list[int], has_scratch: bool
-               ) -> ir.Function:
+    def kernel(
+        self, name: str, kernel: Kernel, buffers: list[int], storage: list[int], has_scratch: bool
+    ) -> ir.Function:
         """A kernel's function: one ``noalias`` pointer per distinct storage (a donated
         output and the input it is written into share one)."""
         fn = self._function(name, len(storage) + int(has_scratch), [PTR])
@@ -201,7 +213,7 @@ class ModuleBuilder:
                 pointer = b.gep(pointer, [ir.Constant(I64, view.offset)], source_etype=mem_type(dtype))
             args[ref] = pointer
         outs = [base[buf] for buf in step.outs]
-        scratch = dict(zip(regions, fn.args[len(buffers):]))
+        scratch = dict(zip(regions, fn.args[len(buffers) :]))
         op = LIBRARY[step.node.op]
         status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
         op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1))
@@ -220,7 +232,7 @@ class ModuleBuilder:
         fn = self._function(name, len(buffers) + len(regions), [PTR])
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         pointers = dict(zip(buffers, fn.args))
-        scratch = dict(zip(regions, fn.args[len(buffers):]))
+        scratch = dict(zip(regions, fn.args[len(buffers) :]))
         emit_chain(self, b, self.schedule.graph, step, self.schedule.buffers, pointers, scratch, fn.args[-1])
         b.ret_void()
         return fn
@@ -269,11 +281,25 @@ class ModuleBuilder:
                 assert self.blas is not None and la is not None and lb is not None  # use_blas says so
                 nt = I64 if self.blas.int_bits == 64 else I32
                 trans = lambda flag: ir.Constant(I32, blas_mod.TRANS if flag else blas_mod.NO_TRANS)  # noqa: E731
-                b.call(self.gemm(step.dtype), [
-                    ir.Constant(I32, blas_mod.ROW_MAJOR), trans(la[0]), trans(lb[0]),
-                    ir.Constant(nt, m), ir.Constant(nt, n), ir.Constant(nt, k), ir.Constant(t, 1.0),
-                    a_ptr, ir.Constant(nt, la[1]), b_ptr, ir.Constant(nt, lb[1]), ir.Constant(t, 0.0),
-                    c_ptr, ir.Constant(nt, n)])
+                b.call(
+                    self.gemm(step.dtype),
+                    [
+                        ir.Constant(I32, blas_mod.ROW_MAJOR),
+                        trans(la[0]),
+                        trans(lb[0]),
+                        ir.Constant(nt, m),
+                        ir.Constant(nt, n),
+                        ir.Constant(nt, k),
+                        ir.Constant(t, 1.0),
+                        a_ptr,
+                        ir.Constant(nt, la[1]),
+                        b_ptr,
+                        ir.Constant(nt, lb[1]),
+                        ir.Constant(t, 0.0),
+                        c_ptr,
+                        ir.Constant(nt, n),
+                    ],
+                )
             else:
                 self._matmul_loops(b, loops, t, a_ptr, b_ptr, c_ptr, a_view, b_view, m, n, k)
 
@@ -282,8 +308,9 @@ class ModuleBuilder:
         return fn
 
     @staticmethod
-    def _matmul_loops(b: ir.IRBuilder, loops: Loops, t: ir.Type, pa, pb, pc, a_view: View, b_view: View,
-                      m: int, n: int, k: int) -> None:
+    def _matmul_loops(
+        b: ir.IRBuilder, loops: Loops, t: ir.Type, pa, pb, pc, a_view: View, b_view: View, m: int, n: int, k: int
+    ) -> None:
         sam, sak = a_view.strides[-2:]
         sbk, sbn = b_view.strides[-2:]
         zero = ir.Constant(t, 0.0)
@@ -302,14 +329,17 @@ class ModuleBuilder:
 
                 loops.run(n, clear)
                 if k:
+
                     def over_k(kk, _):
                         a = b.load(at(pa, i, sam, kk, sak), typ=t)
 
                         def over_j(j, _):
                             c_ptr = at(pc, i, n, j, 1)
                             c = b.load(c_ptr, typ=t)
-                            b.store(b.fadd(c, b.fmul(a, b.load(at(pb, kk, sbk, j, sbn), typ=t), flags=flags),
-                                           flags=flags), c_ptr)
+                            b.store(
+                                b.fadd(c, b.fmul(a, b.load(at(pb, kk, sbk, j, sbn), typ=t), flags=flags), flags=flags),
+                                c_ptr,
+                            )
                             return []
 
                         loops.run(n, over_j)
@@ -324,9 +354,13 @@ class ModuleBuilder:
         def cell(i, _):
             def col(j, _):
                 if k:
+
                     def dot(kk, acc):
-                        prod = b.fmul(b.load(at(pa, i, sam, kk, sak), typ=t), b.load(at(pb, kk, sbk, j, sbn), typ=t),
-                                      flags=REDUCE_FLAGS)
+                        prod = b.fmul(
+                            b.load(at(pa, i, sam, kk, sak), typ=t),
+                            b.load(at(pb, kk, sbk, j, sbn), typ=t),
+                            flags=REDUCE_FLAGS,
+                        )
                         return [b.fadd(acc[0], prod, flags=REDUCE_FLAGS)]
 
                     (total,) = loops.run(k, dot, [zero])

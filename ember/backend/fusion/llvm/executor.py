@@ -93,8 +93,12 @@ class _NativeCalls:
     METH_NOARGS = 0x0004
 
     class MethodDef(ctypes.Structure):
-        _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
-                    ("doc", ctypes.c_char_p)]
+        _fields_ = [
+            ("name", ctypes.c_char_p),
+            ("meth", ctypes.c_void_p),
+            ("flags", ctypes.c_int),
+            ("doc", ctypes.c_char_p),
+        ]
 
     def __init__(self) -> None:
         api = ctypes.pythonapi
@@ -294,8 +298,9 @@ class Binding:
     binding (to change them, bind again).
     """
 
-    def __init__(self, plan: LLVMPlan, offered: tuple, accepted: tuple, positions: tuple[int, ...],
-                 arrays: list[np.ndarray]):
+    def __init__(
+        self, plan: LLVMPlan, offered: tuple, accepted: tuple, positions: tuple[int, ...], arrays: list[np.ndarray]
+    ):
         self.plan = plan
         self.offered = offered
         self.accepted = accepted
@@ -339,8 +344,14 @@ class Binding:
 class Variant:
     """One compiled expansion of a plan's graph (see the module docstring)."""
 
-    def __init__(self, graph: Graph, scalars: Sequence[Any], executor: LLVMExecutor,
-                 fixed: dict[int, Any] | None = None, donated: tuple = ()):
+    def __init__(
+        self,
+        graph: Graph,
+        scalars: Sequence[Any],
+        executor: LLVMExecutor,
+        fixed: dict[int, Any] | None = None,
+        donated: tuple = (),
+    ):
         start, start_cpu = time.perf_counter(), time.process_time()
         target = executor.target
         fixed = fixed or {}
@@ -411,8 +422,10 @@ class Variant:
                         wanted.append(sym.index)
         # Status words: a failed index check of a library step (see library.py).
         self._status = array.array("q", [0, 0])
-        self._checks = [any(isinstance(s := sched.steps[i], Library) and LIBRARY[s.node.op].checks
-                            for i in steps) for compiled, steps in groups]
+        self._checks = [
+            any(isinstance(s := sched.steps[i], Library) and LIBRARY[s.node.op].checks for i in steps)
+            for compiled, steps in groups
+        ]
         self._scalar_values = array.array("d", [0.0] * max(self._n_slots, 1))
         self._scalars_addr = self._scalar_values.buffer_info()[0]
         self._program = self.expanded.program.compile(wanted, pack=(self._scalar_values, self._n_slots))
@@ -424,9 +437,19 @@ class Variant:
         self.optimize_s = self.codegen_s = 0.0
         self._compiled = None
         if any(compiled for compiled, _ in groups):
-            builder = ModuleBuilder(sched, prefix, memory.offsets, ext, scratch, executor.blas, arrays.DATA_OFFSET,
-                                    target.blas_threshold, aliases, self._status.buffer_info()[0],
-                                    stop_on_failure=bool(self.donated))
+            builder = ModuleBuilder(
+                sched,
+                prefix,
+                memory.offsets,
+                ext,
+                scratch,
+                executor.blas,
+                arrays.DATA_OFFSET,
+                target.blas_threshold,
+                aliases,
+                self._status.buffer_info()[0],
+                stop_on_failure=bool(self.donated),
+            )
             native = []
             for n, (compiled, steps) in enumerate(groups):
                 if compiled:
@@ -435,15 +458,27 @@ class Variant:
                     # Short segments are called as Python builtins; long ones through
                     # ctypes, which lets other threads run meanwhile (see NATIVE_WORK).
                     native.append(_NATIVE is not None and _work(sched, steps) <= NATIVE_WORK)
-                    builder.entry(entries[-1], f"{prefix}_s{n}", self._arena_addr, self._ptrs_addr,
-                                  self._scalars_addr, _NATIVE.incref if _NATIVE is not None and native[-1] else 0)
+                    builder.entry(
+                        entries[-1],
+                        f"{prefix}_s{n}",
+                        self._arena_addr,
+                        self._ptrs_addr,
+                        self._scalars_addr,
+                        _NATIVE.incref if _NATIVE is not None and native[-1] else 0,
+                    )
             self.ir = builder.build()
             self._compiled = jit.compile_module(self.ir, entries)
             self.optimize_s, self.codegen_s = self._compiled.optimize_s, self._compiled.codegen_s
         self._native_defs: list[Any] = []  # method definitions of native entries (alive as long as they)
         addresses = self._compiled.addresses if self._compiled is not None else {}  # None: no entries
-        self._entries = [self._native(addresses[name], name) if is_native else _ENTRY(addresses[name])
-                         for name, is_native in zip(entries, native)] if entries else []
+        self._entries = (
+            [
+                self._native(addresses[name], name) if is_native else _ENTRY(addresses[name])
+                for name, is_native in zip(entries, native)
+            ]
+            if entries
+            else []
+        )
         self._source_outputs = list(graph.outputs)
         self._views: dict[tuple[int, View], np.ndarray] = {}
         self._held_runners: dict[tuple[int, ...], Any] = {}
@@ -465,14 +500,25 @@ class Variant:
         docstring): ``run(backend, inputs, scalars) -> outputs``, or ``None`` when the
         scalars fail this variant's guards."""
         self._env: dict[str, Any] = {
-            "V": self, "P": self._ptrs, "program": self._program, "empty": np.empty, "recycle": _recycle,
-            "PartialRun": PartialRun, "ident": _HANDLE, "HOLDER": None, "STATUS": self._status,
+            "V": self,
+            "P": self._ptrs,
+            "program": self._program,
+            "empty": np.empty,
+            "recycle": _recycle,
+            "PartialRun": PartialRun,
+            "ident": _HANDLE,
+            "HOLDER": None,
+            "STATUS": self._status,
         }
         self._fresh_shape = fresh_shape = {b.id: b.shape for b in buffers if b.id in memory.outputs}
         # Fresh buffers take the shape of the (first) output they hold, sparing a reshape.
         for buf, view in reversed(self.schedule.outputs):
-            if buf in fresh_shape and view.offset == 0 and view.size == size_of(buffers[buf].shape) \
-                    and view.is_contiguous():
+            if (
+                buf in fresh_shape
+                and view.offset == 0
+                and view.size == size_of(buffers[buf].shape)
+                and view.is_contiguous()
+            ):
                 fresh_shape[buf] = view.shape
         for b in buffers:
             if b.kind == "const":
@@ -492,8 +538,9 @@ class Variant:
                 self._input_slots[position[b.value]] = (self._ext.get(b.id, -1), b.id in sources)
         return self._runner_code("run", None)
 
-    def _runner_code(self, fn_name: str, held: dict[int, int] | None, binding: Binding | None = None
-                     ) -> tuple[str, Any]:
+    def _runner_code(
+        self, fn_name: str, held: dict[int, int] | None, binding: Binding | None = None
+    ) -> tuple[str, Any]:
         """Generates ``fn_name``: the plain runner (``held is None``) or the runner of a
         :class:`Binding` (``held``: input position -> index in the binding's arrays),
         which takes the other inputs and returns the outputs not written into held
@@ -573,8 +620,9 @@ class Variant:
                 env[f"e{entry}"] = self._entries[entry]
                 add(f"    e{entry}()")
                 if self._checks[n]:
-                    known = ", ".join(f"{buf}: {name}" for buf, name in names.items()
-                                      if not name.startswith(("values", "B")))
+                    known = ", ".join(
+                        f"{buf}: {name}" for buf, name in names.items() if not name.startswith(("values", "B"))
+                    )
                     add(f"    if STATUS[0]: raise V._failure({{{known}}}, {steps[-1]})")
                 entry += 1
                 continue
@@ -656,7 +704,7 @@ class Variant:
         steps = self.schedule.steps
         ran = index if self.donated else last + 1
         tainted = set(steps[index].writes())
-        for step in steps[index + 1:ran]:
+        for step in steps[index + 1 : ran]:
             if step.reads() & tainted:
                 tainted |= step.writes()
         producer = self.schedule.producer
@@ -697,7 +745,11 @@ class Variant:
         out = {}
         for ref, (buf, view) in zip(self._source_outputs, self.schedule.outputs):
             kind = self.schedule.buffers[buf].kind
-            if kind in ("input", "const") or producer.get(buf) in finished or (kind == "call" and arrays[buf] is not None):
+            if (
+                kind in ("input", "const")
+                or producer.get(buf) in finished
+                or (kind == "call" and arrays[buf] is not None)
+            ):
                 source = self.memory.aliases.get(buf, buf)
                 if arrays[source] is not None:
                     out[ref] = self._array(arrays, source, view)
@@ -754,7 +806,7 @@ class Variant:
             if cached is None:
                 b = self.schedule.buffers[buf]
                 offset = self._arena_shift + self.memory.offsets[buf]
-                region = self.arena[offset:offset + b.nbytes].view(b.dtype)
+                region = self.arena[offset : offset + b.nbytes].view(b.dtype)
                 cached = self._views[key] = _strided(region, view)
             return cached
         return self._view(base, view)
@@ -786,5 +838,6 @@ def _strided(flat: np.ndarray, view: View) -> np.ndarray:
     if view.size == 0:
         return np.empty(view.shape, flat.dtype)
     item = flat.dtype.itemsize
-    return np.ndarray(view.shape, flat.dtype, buffer=flat, offset=view.offset * item,
-                      strides=tuple(s * item for s in view.strides))
+    return np.ndarray(
+        view.shape, flat.dtype, buffer=flat, offset=view.offset * item, strides=tuple(s * item for s in view.strides)
+    )

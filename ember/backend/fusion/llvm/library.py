@@ -65,18 +65,28 @@ class Emitter:
     """What a lowering emits with: the builder, loops, the module builder (BLAS
     routines, math) and the step's pointers."""
 
-    def __init__(self, module: Any, b: ir.IRBuilder, graph: Graph, node: Node, args: dict[int, ir.Value],
-                 outs: list[ir.Value], regions: dict[str, ir.Value], status: ir.Value | None, code: int):
+    def __init__(
+        self,
+        module: Any,
+        b: ir.IRBuilder,
+        graph: Graph,
+        node: Node,
+        args: dict[int, ir.Value],
+        outs: list[ir.Value],
+        regions: dict[str, ir.Value],
+        status: ir.Value | None,
+        code: int,
+    ):
         self.module = module
         self.b = b
         self.loops = Loops(b)
         self.graph = graph
         self.node = node
-        self.args = args          # value -> pointer to its first element
+        self.args = args  # value -> pointer to its first element
         self.outs = outs
-        self.regions = regions    # scratch region name -> pointer
+        self.regions = regions  # scratch region name -> pointer
         self.status = status
-        self.code = code          # what a failure records in status[0]
+        self.code = code  # what a failure records in status[0]
 
     def shape(self, ref: int) -> tuple[int, ...]:
         return self.graph.avals[ref].shape
@@ -130,8 +140,22 @@ class Emitter:
                 b.store(index, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
         return b.select(ok, index, ir.Constant(I64, 0))
 
-    def gemm(self, dtype: np.dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: int, a: ir.Value, lda: int,
-             bm: ir.Value, ldb: int, beta: ir.Value, c: ir.Value, ldc: int) -> None:
+    def gemm(
+        self,
+        dtype: np.dtype,
+        trans_a: bool,
+        trans_b: bool,
+        m: int,
+        n: int,
+        k: int,
+        a: ir.Value,
+        lda: int,
+        bm: ir.Value,
+        ldb: int,
+        beta: ir.Value,
+        c: ir.Value,
+        ldc: int,
+    ) -> None:
         """``C = A @ B + beta * C`` (row-major, ``?gemm`` of the plan's BLAS)."""
         blas = self.module.blas
         nt = I64 if blas.int_bits == 64 else ir.IntType(32)
@@ -141,10 +165,25 @@ class Emitter:
         def trans(flag: bool) -> ir.Constant:
             return ir.Constant(i32, blas_mod.TRANS if flag else blas_mod.NO_TRANS)
 
-        self.b.call(self.module.gemm(dtype), [
-            ir.Constant(i32, blas_mod.ROW_MAJOR), trans(trans_a), trans(trans_b), ir.Constant(nt, m),
-            ir.Constant(nt, n), ir.Constant(nt, k), ir.Constant(t, 1.0), a, ir.Constant(nt, lda), bm,
-            ir.Constant(nt, ldb), beta, c, ir.Constant(nt, ldc)])
+        self.b.call(
+            self.module.gemm(dtype),
+            [
+                ir.Constant(i32, blas_mod.ROW_MAJOR),
+                trans(trans_a),
+                trans(trans_b),
+                ir.Constant(nt, m),
+                ir.Constant(nt, n),
+                ir.Constant(nt, k),
+                ir.Constant(t, 1.0),
+                a,
+                ir.Constant(nt, lda),
+                bm,
+                ir.Constant(nt, ldb),
+                beta,
+                c,
+                ir.Constant(nt, ldc),
+            ],
+        )
 
 
 # ---------------------------------------------------------------------- gather / scatter
@@ -180,8 +219,12 @@ def _scatter_supports(graph: Graph, node: Node, target: Any) -> bool:
     if any(type(r) is not Ref for r in (x, indices, values)) or avals[indices].dtype != _INDEX:
         return False
     xs, ix = avals[x].shape, avals[indices].shape
-    return (avals[values].shape == ix and avals[values].dtype == avals[x].dtype and len(xs) == len(ix)
-            and all(i <= s for d, (i, s) in enumerate(zip(ix, xs)) if d != dim))
+    return (
+        avals[values].shape == ix
+        and avals[values].dtype == avals[x].dtype
+        and len(xs) == len(ix)
+        and all(i <= s for d, (i, s) in enumerate(zip(ix, xs)) if d != dim)
+    )
 
 
 def _scatter_add(e: Emitter) -> None:
@@ -209,8 +252,12 @@ def _scatter_add(e: Emitter) -> None:
 def _pool_supports(graph: Graph, node: Node, target: Any) -> bool:
     x, kernel, _stride, padding, _dilation, _ceil = node.args
     aval = graph.avals[x]
-    return (aval.dtype in _FLOATS and len(aval.shape) >= 3 and all(lo >= 0 and hi >= 0 for lo, hi in padding)
-            and size_of(tuple(kernel)) <= MAX_POOL_POSITIONS)
+    return (
+        aval.dtype in _FLOATS
+        and len(aval.shape) >= 3
+        and all(lo >= 0 and hi >= 0 for lo, hi in padding)
+        and size_of(tuple(kernel)) <= MAX_POOL_POSITIONS
+    )
 
 
 def _max_pool(e: Emitter) -> None:
@@ -245,12 +292,15 @@ def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value, 
             flat: ir.Value = ir.Constant(I64, 0)
             for d, (o, k) in enumerate(zip(opos, offset)):
                 coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, k * dilation[d] - padding[d][0]))
-                ok = b.and_(b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
-                            b.icmp_signed("<", coord, ir.Constant(I64, spatial[d])))
+                ok = b.and_(
+                    b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
+                    b.icmp_signed("<", coord, ir.Constant(I64, spatial[d])),
+                )
                 inside = ok if inside is None else b.and_(inside, ok)
                 low = b.select(b.icmp_signed("<", coord, ir.Constant(I64, 0)), ir.Constant(I64, 0), coord)
-                clipped = b.select(b.icmp_signed(">=", low, ir.Constant(I64, spatial[d])),
-                                   ir.Constant(I64, spatial[d] - 1), low)
+                clipped = b.select(
+                    b.icmp_signed(">=", low, ir.Constant(I64, spatial[d])), ir.Constant(I64, spatial[d] - 1), low
+                )
                 flat = b.add(flat, b.mul(clipped, ir.Constant(I64, s_strides[d])))
             value = b.select(inside, e.load(x, b.add(base, flat), dtype), neg_inf)
             if best is None:
@@ -269,8 +319,13 @@ def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value, 
 def _pool_backward_supports(graph: Graph, node: Node, target: Any) -> bool:
     grad, indices, input_shape = node.args
     avals = graph.avals
-    return (avals[grad].dtype in _FLOATS and avals[indices].dtype == _INDEX and avals[indices].shape == avals[grad].shape
-            and len(input_shape) >= 3 and tuple(input_shape[:2]) == avals[grad].shape[:2])
+    return (
+        avals[grad].dtype in _FLOATS
+        and avals[indices].dtype == _INDEX
+        and avals[indices].shape == avals[grad].shape
+        and len(input_shape) >= 3
+        and tuple(input_shape[:2]) == avals[grad].shape[:2]
+    )
 
 
 def _max_pool_backward(e: Emitter) -> None:
@@ -371,10 +426,30 @@ class _Conv:
         return regions
 
 
-def _geometry(x_shape: tuple[int, ...], c_out: int, kernel: tuple[int, ...], out: tuple[int, ...], stride: Any,
-              padding: tuple[int, ...], dilation: Any, groups: int, item: int) -> _Conv:
-    return _Conv(x_shape[0], x_shape[1], c_out, groups, tuple(x_shape[2:]), tuple(kernel), tuple(out), tuple(stride),
-                 tuple(padding), tuple(dilation), item)
+def _geometry(
+    x_shape: tuple[int, ...],
+    c_out: int,
+    kernel: tuple[int, ...],
+    out: tuple[int, ...],
+    stride: Any,
+    padding: tuple[int, ...],
+    dilation: Any,
+    groups: int,
+    item: int,
+) -> _Conv:
+    return _Conv(
+        x_shape[0],
+        x_shape[1],
+        c_out,
+        groups,
+        tuple(x_shape[2:]),
+        tuple(kernel),
+        tuple(out),
+        tuple(stride),
+        tuple(padding),
+        tuple(dilation),
+        item,
+    )
 
 
 def _region(e: Emitter, name: str) -> ir.Value:
@@ -396,8 +471,10 @@ def _pad_input(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, padded: ir.V
     def rows(pos: list[ir.Value]) -> None:
         channel, lead = pos[0], pos[1:]
         src = b.add(b.add(x_base, b.mul(channel, ir.Constant(I64, plane))), e.linear(lead, s_strides))
-        dst = b.add(b.mul(channel, ir.Constant(I64, p_plane)),
-                    e.linear([b.add(i, ir.Constant(I64, c.pad[d])) for d, i in enumerate(lead)], p_strides))
+        dst = b.add(
+            b.mul(channel, ir.Constant(I64, p_plane)),
+            e.linear([b.add(i, ir.Constant(I64, c.pad[d])) for d, i in enumerate(lead)], p_strides),
+        )
         dst = b.add(dst, ir.Constant(I64, c.pad[rank - 1]))
         e.span(0, extent[-1], lambda i: e.store(e.load(x, b.add(src, i), dtype), padded, b.add(dst, i), dtype))
 
@@ -410,15 +487,18 @@ def _unit_columns(e: Emitter, c: _Conv, padded: ir.Value, cols: ir.Value, dtype:
     b = e.b
     p_plane, k_total, positions = size_of(c.padded), size_of(c.kernel), c.positions
     p_strides, o_strides = contiguous_strides(c.padded), contiguous_strides(c.out)
-    offsets = [sum(k * d * st for k, d, st in zip(offset, c.dilation, p_strides))
-               for offset in itertools.product(*(range(k) for k in c.kernel))]
+    offsets = [
+        sum(k * d * st for k, d, st in zip(offset, c.dilation, p_strides))
+        for offset in itertools.product(*(range(k) for k in c.kernel))
+    ]
     width = c.out[-1]
 
     def channel(ch: ir.Value, _: list) -> list:
         for k_flat, start in enumerate(offsets):
             src = b.add(b.mul(ch, ir.Constant(I64, p_plane)), ir.Constant(I64, start))
-            dst = b.mul(b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)),
-                        ir.Constant(I64, positions))
+            dst = b.mul(
+                b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, positions)
+            )
 
             def row(lead: list[ir.Value], src: ir.Value = src, dst: ir.Value = dst) -> None:
                 s = b.add(src, e.linear(lead, p_strides))
@@ -444,12 +524,13 @@ def _columns(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, cols: ir.Value
     def channel(ch: ir.Value, _: list) -> list:
         source = b.add(x_base, b.mul(ch, ir.Constant(I64, plane)))
         for k_flat, offset in enumerate(itertools.product(*(range(k) for k in c.kernel))):
-            row = b.mul(b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)),
-                        ir.Constant(I64, positions))
+            row = b.mul(
+                b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, positions)
+            )
             # Per dim: the outputs whose input coordinate lies inside, [lo, hi).
             ranges = []
             for d in range(rank):
-                shift = offset[d] * dilation[d] - pad[d]     # coordinate = o * stride + shift
+                shift = offset[d] * dilation[d] - pad[d]  # coordinate = o * stride + shift
                 lo = 0
                 while lo < out[d] and lo * stride[d] + shift < 0:
                     lo += 1
@@ -460,19 +541,24 @@ def _columns(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, cols: ir.Value
 
             def dim(d: int, dst: ir.Value, src: ir.Value, ranges: list = ranges) -> None:
                 lo, hi, shift = ranges[d]
-                inner = size_of(out[d + 1:])
+                inner = size_of(out[d + 1 :])
                 e.fill(cols, dst, lo * inner, zero, dtype)
                 if d == rank - 1:
+
                     def copy(o: ir.Value) -> None:
                         coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
                         e.store(e.load(x, b.add(src, coord), dtype), cols, b.add(dst, o), dtype)
 
                     e.span(lo, hi, copy)
                 else:
+
                     def nested(o: ir.Value) -> None:
                         coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
-                        dim(d + 1, b.add(dst, b.mul(o, ir.Constant(I64, o_strides[d]))),
-                            b.add(src, b.mul(coord, ir.Constant(I64, s_strides[d]))))
+                        dim(
+                            d + 1,
+                            b.add(dst, b.mul(o, ir.Constant(I64, o_strides[d]))),
+                            b.add(src, b.mul(coord, ir.Constant(I64, s_strides[d]))),
+                        )
 
                     e.span(lo, hi, nested)
                 e.fill(cols, b.add(dst, ir.Constant(I64, hi * inner)), (out[d] - hi) * inner, zero, dtype)
@@ -486,8 +572,9 @@ def _columns(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, cols: ir.Value
 def _sample_columns(e: Emitter, c: _Conv, x: ir.Value, i: ir.Value, g: int, dtype: np.dtype) -> ir.Value:
     """The columns of sample ``i``, group ``g`` (in scratch)."""
     b = e.b
-    x_base = b.mul(b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)),
-                   ir.Constant(I64, size_of(c.spatial)))
+    x_base = b.mul(
+        b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)), ir.Constant(I64, size_of(c.spatial))
+    )
     cols = _region(e, "cols")
     if c.unit:
         padded = _region(e, "padded")
@@ -498,9 +585,17 @@ def _sample_columns(e: Emitter, c: _Conv, x: ir.Value, i: ir.Value, g: int, dtyp
     return cols
 
 
-def conv_core(e: Emitter, c: _Conv, x: ir.Value, w: ir.Value, bias: ir.Value | None, out: ir.Value | None,
-              dtype: np.dtype, block: Callable[[ir.Value], ir.Value] | None = None,
-              epilogue: Callable[[ir.Value, ir.Value], None] | None = None) -> None:
+def conv_core(
+    e: Emitter,
+    c: _Conv,
+    x: ir.Value,
+    w: ir.Value,
+    bias: ir.Value | None,
+    out: ir.Value | None,
+    dtype: np.dtype,
+    block: Callable[[ir.Value], ir.Value] | None = None,
+    epilogue: Callable[[ir.Value, ir.Value], None] | None = None,
+) -> None:
     """``out = conv(x, w) + bias``: per sample and group, the columns, one ``?gemm``
     into the output (``M * N * K`` stays small for a sample, where OpenBLAS runs
     without packing), and the bias added while the sample's output is in cache.
@@ -519,17 +614,33 @@ def conv_core(e: Emitter, c: _Conv, x: ir.Value, w: ir.Value, bias: ir.Value | N
             dst = e.at(out, b.mul(i, ir.Constant(I64, c.c_out * positions)), dtype)
         for g in range(c.groups):
             cols = _sample_columns(e, c, x, i, g, dtype)
-            e.gemm(dtype, False, False, og, positions, ck, e.at(w, ir.Constant(I64, g * og * ck), dtype), ck,
-                   cols, positions, ir.Constant(t, 0.0), e.at(dst, ir.Constant(I64, g * og * positions), dtype),
-                   positions)
+            e.gemm(
+                dtype,
+                False,
+                False,
+                og,
+                positions,
+                ck,
+                e.at(w, ir.Constant(I64, g * og * ck), dtype),
+                ck,
+                cols,
+                positions,
+                ir.Constant(t, 0.0),
+                e.at(dst, ir.Constant(I64, g * og * positions), dtype),
+                positions,
+            )
         if epilogue is not None:
             epilogue(i, dst)
         elif bias is not None:
+
             def channel(o: ir.Value, _: list) -> list:
                 row = b.mul(o, ir.Constant(I64, positions))
                 value = e.load(bias, o, dtype)
-                e.span(0, positions, lambda p: e.store(b.fadd(e.load(dst, b.add(row, p), dtype), value), dst,
-                                                       b.add(row, p), dtype))
+                e.span(
+                    0,
+                    positions,
+                    lambda p: e.store(b.fadd(e.load(dst, b.add(row, p), dtype), value), dst, b.add(row, p), dtype),
+                )
                 return []
 
             e.loops.run(c.c_out, channel)
@@ -551,16 +662,29 @@ def _conv_supports(graph: Graph, node: Node, target: Any) -> bool:
     if dtype not in _FLOATS or avals[weight].dtype != dtype or (bias is not None and avals[bias].dtype != dtype):
         return False
     out = avals[node.outs[0]].shape
-    return (len(avals[x].shape) >= 3 and all(lo >= 0 and hi >= 0 for lo, hi in padding)
-            and size_of(out) > 0 and avals[weight].shape[1] * groups == avals[x].shape[1])
+    return (
+        len(avals[x].shape) >= 3
+        and all(lo >= 0 and hi >= 0 for lo, hi in padding)
+        and size_of(out) > 0
+        and avals[weight].shape[1] * groups == avals[x].shape[1]
+    )
 
 
 def conv_geometry(graph: Graph, node: Node) -> _Conv:
     x, weight, _bias, stride, padding, dilation, groups = node.args
     avals = graph.avals
     w_shape = avals[weight].shape
-    return _geometry(avals[x].shape, w_shape[0], w_shape[2:], avals[node.outs[0]].shape[2:], stride, _pads(padding),
-                     dilation, groups, avals[x].dtype.itemsize)
+    return _geometry(
+        avals[x].shape,
+        w_shape[0],
+        w_shape[2:],
+        avals[node.outs[0]].shape[2:],
+        stride,
+        _pads(padding),
+        dilation,
+        groups,
+        avals[x].dtype.itemsize,
+    )
 
 
 def _conv_scratch(graph: Graph, node: Node) -> dict[str, int]:
@@ -596,8 +720,12 @@ def _transpose_supports(graph: Graph, node: Node, target: Any) -> bool:
     dtype = avals[x].dtype
     if dtype not in _FLOATS or avals[weight].dtype != dtype or (bias is not None and avals[bias].dtype != dtype):
         return False
-    return (len(avals[x].shape) >= 3 and _transpose_pads(graph, node) is not None
-            and size_of(avals[node.outs[0]].shape) > 0 and avals[weight].shape[0] == avals[x].shape[1])
+    return (
+        len(avals[x].shape) >= 3
+        and _transpose_pads(graph, node) is not None
+        and size_of(avals[node.outs[0]].shape) > 0
+        and avals[weight].shape[0] == avals[x].shape[1]
+    )
 
 
 def _transpose_geometry(graph: Graph, node: Node) -> tuple[_Conv, int]:
@@ -607,8 +735,17 @@ def _transpose_geometry(graph: Graph, node: Node) -> tuple[_Conv, int]:
     w_shape = avals[weight].shape
     pads = _transpose_pads(graph, node)
     assert pads is not None, "_transpose_supports checked the padding"
-    c = _geometry(avals[x].shape, groups * w_shape[1], w_shape[2:], avals[node.outs[0]].shape[2:],
-                  (1,) * (len(w_shape) - 2), pads, dilation, groups, avals[x].dtype.itemsize)
+    c = _geometry(
+        avals[x].shape,
+        groups * w_shape[1],
+        w_shape[2:],
+        avals[node.outs[0]].shape[2:],
+        (1,) * (len(w_shape) - 2),
+        pads,
+        dilation,
+        groups,
+        avals[x].dtype.itemsize,
+    )
     return c, size_of(w_shape) * avals[x].dtype.itemsize
 
 
@@ -633,12 +770,17 @@ def _conv_transpose(e: Emitter) -> None:
     w = e.args[weight]
     # flipped[g * og + o, c, k] = w[g * ig + c, o, k_total - 1 - k]
     for g in range(groups):
+
         def over_o(o: ir.Value, _: list, g: int = g) -> list:
             def over_c(ch: ir.Value, _: list) -> list:
-                src = b.mul(b.add(b.mul(b.add(ch, ir.Constant(I64, g * ig)), ir.Constant(I64, og)), o),
-                            ir.Constant(I64, k_total))
-                dst = b.mul(b.add(b.mul(b.add(o, ir.Constant(I64, g * og)), ir.Constant(I64, ig)), ch),
-                            ir.Constant(I64, k_total))
+                src = b.mul(
+                    b.add(b.mul(b.add(ch, ir.Constant(I64, g * ig)), ir.Constant(I64, og)), o),
+                    ir.Constant(I64, k_total),
+                )
+                dst = b.mul(
+                    b.add(b.mul(b.add(o, ir.Constant(I64, g * og)), ir.Constant(I64, ig)), ch),
+                    ir.Constant(I64, k_total),
+                )
 
                 def over_k(k: ir.Value) -> None:
                     value = e.load(w, b.add(src, b.sub(ir.Constant(I64, k_total - 1), k)), dtype)
@@ -660,16 +802,30 @@ def _weight_grad_supports(graph: Graph, node: Node, target: Any) -> bool:
     if target.blas is None or type(x) is not Ref or type(grad) is not Ref:
         return False
     dtype = avals[x].dtype
-    return (dtype in _FLOATS and avals[grad].dtype == dtype and len(avals[x].shape) >= 3
-            and all(lo >= 0 and hi >= 0 for lo, hi in padding) and size_of(tuple(weight_shape)) > 0
-            and weight_shape[1] * groups == avals[x].shape[1])
+    return (
+        dtype in _FLOATS
+        and avals[grad].dtype == dtype
+        and len(avals[x].shape) >= 3
+        and all(lo >= 0 and hi >= 0 for lo, hi in padding)
+        and size_of(tuple(weight_shape)) > 0
+        and weight_shape[1] * groups == avals[x].shape[1]
+    )
 
 
 def _weight_grad_geometry(graph: Graph, node: Node) -> _Conv:
     x, grad, weight_shape, stride, padding, dilation, groups = node.args
     avals = graph.avals
-    return _geometry(avals[x].shape, weight_shape[0], tuple(weight_shape[2:]), avals[grad].shape[2:], stride,
-                     _pads(padding), dilation, groups, avals[x].dtype.itemsize)
+    return _geometry(
+        avals[x].shape,
+        weight_shape[0],
+        tuple(weight_shape[2:]),
+        avals[grad].shape[2:],
+        stride,
+        _pads(padding),
+        dilation,
+        groups,
+        avals[x].dtype.itemsize,
+    )
 
 
 def _weight_grad_scratch(graph: Graph, node: Node) -> dict[str, int]:
@@ -696,10 +852,24 @@ def _conv_weight_grad(e: Emitter) -> None:
         beta = b.select(b.icmp_unsigned("==", i, ir.Constant(I64, 0)), ir.Constant(t, 0.0), ir.Constant(t, 1.0))
         for g in range(c.groups):
             cols = _sample_columns(e, c, e.args[x], i, g, dtype)
-            first = b.mul(b.add(b.mul(i, ir.Constant(I64, c.c_out)), ir.Constant(I64, g * og)),
-                          ir.Constant(I64, positions))
-            e.gemm(dtype, False, True, ck, og, positions, cols, positions, e.at(e.args[grad], first, dtype), positions,
-                   beta, e.at(acc, ir.Constant(I64, g * ck * og), dtype), og)
+            first = b.mul(
+                b.add(b.mul(i, ir.Constant(I64, c.c_out)), ir.Constant(I64, g * og)), ir.Constant(I64, positions)
+            )
+            e.gemm(
+                dtype,
+                False,
+                True,
+                ck,
+                og,
+                positions,
+                cols,
+                positions,
+                e.at(e.args[grad], first, dtype),
+                positions,
+                beta,
+                e.at(acc, ir.Constant(I64, g * ck * og), dtype),
+                og,
+            )
         return []
 
     e.loops.run(c.n, sample)

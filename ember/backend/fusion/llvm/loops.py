@@ -61,8 +61,9 @@ class Loops:
     def __init__(self, builder: ir.IRBuilder):
         self.b = builder
 
-    def run(self, n: int, body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
-            carry: list[ir.Value] | None = None) -> list[ir.Value]:
+    def run(
+        self, n: int, body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]], carry: list[ir.Value] | None = None
+    ) -> list[ir.Value]:
         """Emits ``for i in range(n)``; ``body(i, carried) -> new carried``; returns the
         carried values after the loop. ``n`` is at least 1."""
         b = self.b
@@ -90,7 +91,9 @@ class Loops:
         b.position_at_end(done)
         return list(new)
 
-    def nest(self, sizes: list[int], body: Callable[[list[ir.Value]], None], prefix: list[ir.Value] | None = None) -> None:
+    def nest(
+        self, sizes: list[int], body: Callable[[list[ir.Value]], None], prefix: list[ir.Value] | None = None
+    ) -> None:
         """Nested loops over ``sizes`` (outermost first); ``body(indices)``."""
         prefix = list(prefix or [])
         if not sizes:
@@ -111,7 +114,7 @@ class Space:
         space, dim = kernel.space, kernel.dim
         full = [self._full(v, kernel) for v in views]
         kept = [k for k in range(len(space)) if space[k] != 1 or k == dim]
-        dims: list[tuple[int, list[int]]] = []   # (size, strides per access), outermost first
+        dims: list[tuple[int, list[int]]] = []  # (size, strides per access), outermost first
         red = None
         for k in kept:
             strides = [f.strides[k] for f in full]
@@ -124,7 +127,7 @@ class Space:
                 red = len(dims)
             dims.append((space[k], strides))
         self.sizes = [d[0] for d in dims]
-        self.strides = [d[1] for d in dims]   # strides[dim][access]
+        self.strides = [d[1] for d in dims]  # strides[dim][access]
         self.offsets = [f.offset for f in full]
         self.red = red
 
@@ -143,8 +146,16 @@ class Space:
 class KernelEmitter:
     """Emits one kernel's loop nest into a function."""
 
-    def __init__(self, math_lib: MathLib, ops: OpEmitter, b: ir.IRBuilder, kernel: Kernel,
-                 base: dict[int, ir.Value], scratch: ir.Value | None, scalars: ir.Value):
+    def __init__(
+        self,
+        math_lib: MathLib,
+        ops: OpEmitter,
+        b: ir.IRBuilder,
+        kernel: Kernel,
+        base: dict[int, ir.Value],
+        scratch: ir.Value | None,
+        scalars: ir.Value,
+    ):
         self.math = math_lib
         self.b = b
         self.kernel = kernel
@@ -195,8 +206,9 @@ class KernelEmitter:
                 total = b.add(total, b.mul(index, ir.Constant(I64, stride)))
         return total
 
-    def value(self, e: Expr, indices: list[ir.Value], memo: dict[int, ir.Value], accs: list[ir.Value] | None = None
-              ) -> ir.Value:
+    def value(
+        self, e: Expr, indices: list[ir.Value], memo: dict[int, ir.Value], accs: list[ir.Value] | None = None
+    ) -> ir.Value:
         hit = self.invariant.get(id(e))
         if hit is not None:
             return hit
@@ -255,8 +267,14 @@ class KernelEmitter:
             value = b.zext(value, I8)
         b.store(value, b.gep(self.base[buffer], [offset], source_etype=t), align=dtype.itemsize)
 
-    def store(self, position: int, indices: list[ir.Value], memo: dict, accs: list | None = None,
-              value: ir.Value | None = None) -> None:
+    def store(
+        self,
+        position: int,
+        indices: list[ir.Value],
+        memo: dict,
+        accs: list | None = None,
+        value: ir.Value | None = None,
+    ) -> None:
         s = self.kernel.stores[position]
         if value is None:
             value = self.value(s.expr, indices, memo, accs)
@@ -378,7 +396,7 @@ class KernelEmitter:
         b = self.b
         sizes, red = self.space.sizes, self.space.red
         assert red is not None, "the kernel reduces along a dim, which Space keeps"
-        outer_sizes, inner_sizes = sizes[:red], sizes[red + 1:]
+        outer_sizes, inner_sizes = sizes[:red], sizes[red + 1 :]
         row = size_of(tuple(inner_sizes))
         used = self._reductions()
         reductions = self.kernel.reductions
@@ -457,7 +475,7 @@ def scratch_bytes(kernel: Kernel) -> int:
     assert red is not None, "the kernel reduces along a dim, which Space keeps"
     if red == len(space.sizes) - 1:
         return 0
-    row = size_of(tuple(space.sizes[red + 1:]))
+    row = size_of(tuple(space.sizes[red + 1 :]))
     return row * 8 * len(kernel.reductions)
 
 

@@ -123,7 +123,10 @@ class MathLib:
         shifter = 6755399441055744.0  # 1.5 * 2^52: adding it rounds to an integer in the low bits
         t = b.fadd(b.fmul(x, ir.Constant(F64, 1.0 / math.log(2.0))), ir.Constant(F64, shifter))
         n = b.fsub(t, ir.Constant(F64, shifter))
-        r = b.fsub(b.fsub(x, b.fmul(n, ir.Constant(F64, 0.6931471803691238))), b.fmul(n, ir.Constant(F64, 1.9082149292705877e-10)))
+        r = b.fsub(
+            b.fsub(x, b.fmul(n, ir.Constant(F64, 0.6931471803691238))),
+            b.fmul(n, ir.Constant(F64, 1.9082149292705877e-10)),
+        )
         p = ir.Constant(F64, 1.0 / math.factorial(9))
         for k in range(8, -1, -1):
             p = b.fadd(b.fmul(p, r), ir.Constant(F64, 1.0 / math.factorial(k)))
@@ -168,8 +171,10 @@ class MathLib:
         m = b.bitcast(mant, F64)
         # The exponent as a double without an int->float conversion: 2^52 + e_bits, minus 2^52.
         e_bits = b.lshr(bits, ir.Constant(I64, 52))
-        e = b.fsub(b.bitcast(b.or_(e_bits, ir.Constant(I64, 0x4330000000000000)), F64),
-                   ir.Constant(F64, 4503599627370496.0 + 1023.0))
+        e = b.fsub(
+            b.bitcast(b.or_(e_bits, ir.Constant(I64, 0x4330000000000000)), F64),
+            ir.Constant(F64, 4503599627370496.0 + 1023.0),
+        )
         big = b.fcmp_ordered(">", m, ir.Constant(F64, math.sqrt(2.0)))
         m = b.select(big, b.fmul(m, ir.Constant(F64, 0.5)), m)
         e = b.select(big, b.fadd(e, ir.Constant(F64, 1.0)), e)

@@ -18,28 +18,89 @@ from ember.backend.fusion.llvm.mathlib import F32, F64, I1, MathLib, reg_type
 from ember.backend.ops import BinaryOp, UnaryOp
 
 _FLOAT_UNARY = frozenset(UnaryOp) - {UnaryOp.BITWISE_NOT}
-_INT_UNARY = frozenset({UnaryOp.NEG, UnaryOp.ABS, UnaryOp.SIGN, UnaryOp.SQUARE, UnaryOp.IS_NAN, UnaryOp.IS_INF,
-                        UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT, UnaryOp.BITWISE_NOT})
+_INT_UNARY = frozenset(
+    {
+        UnaryOp.NEG,
+        UnaryOp.ABS,
+        UnaryOp.SIGN,
+        UnaryOp.SQUARE,
+        UnaryOp.IS_NAN,
+        UnaryOp.IS_INF,
+        UnaryOp.IS_FINITE,
+        UnaryOp.LOGICAL_NOT,
+        UnaryOp.BITWISE_NOT,
+    }
+)
 _BOOL_UNARY = frozenset({UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT, UnaryOp.BITWISE_NOT})
 LOWERED_UNARY = {"f": _FLOAT_UNARY, "i": _INT_UNARY, "u": _INT_UNARY, "b": _BOOL_UNARY}
 
-_COMPARE = {BinaryOp.EQ: "==", BinaryOp.NE: "!=", BinaryOp.GT: ">", BinaryOp.GE: ">=", BinaryOp.LT: "<",
-            BinaryOp.LE: "<="}
+_COMPARE = {
+    BinaryOp.EQ: "==",
+    BinaryOp.NE: "!=",
+    BinaryOp.GT: ">",
+    BinaryOp.GE: ">=",
+    BinaryOp.LT: "<",
+    BinaryOp.LE: "<=",
+}
 _LOGICAL = frozenset({BinaryOp.LOGICAL_AND, BinaryOp.LOGICAL_OR, BinaryOp.LOGICAL_XOR})
 _BITWISE = frozenset({BinaryOp.BITWISE_AND, BinaryOp.BITWISE_OR, BinaryOp.BITWISE_XOR})
-_FLOAT_BINARY = frozenset({BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL, BinaryOp.DIV, BinaryOp.REMAINDER,
-                           BinaryOp.FLOOR_DIV, BinaryOp.POW, BinaryOp.ATAN2, BinaryOp.COPYSIGN, BinaryOp.MAXIMUM,
-                           BinaryOp.MINIMUM}) | set(_COMPARE) | _LOGICAL
-_INT_BINARY = frozenset({BinaryOp.ADD, BinaryOp.SUB, BinaryOp.MUL, BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV,
-                         BinaryOp.MAXIMUM, BinaryOp.MINIMUM, BinaryOp.LEFT_SHIFT,
-                         BinaryOp.RIGHT_SHIFT}) | set(_COMPARE) | _LOGICAL | _BITWISE
+_FLOAT_BINARY = (
+    frozenset(
+        {
+            BinaryOp.ADD,
+            BinaryOp.SUB,
+            BinaryOp.MUL,
+            BinaryOp.DIV,
+            BinaryOp.REMAINDER,
+            BinaryOp.FLOOR_DIV,
+            BinaryOp.POW,
+            BinaryOp.ATAN2,
+            BinaryOp.COPYSIGN,
+            BinaryOp.MAXIMUM,
+            BinaryOp.MINIMUM,
+        }
+    )
+    | set(_COMPARE)
+    | _LOGICAL
+)
+_INT_BINARY = (
+    frozenset(
+        {
+            BinaryOp.ADD,
+            BinaryOp.SUB,
+            BinaryOp.MUL,
+            BinaryOp.REMAINDER,
+            BinaryOp.FLOOR_DIV,
+            BinaryOp.MAXIMUM,
+            BinaryOp.MINIMUM,
+            BinaryOp.LEFT_SHIFT,
+            BinaryOp.RIGHT_SHIFT,
+        }
+    )
+    | set(_COMPARE)
+    | _LOGICAL
+    | _BITWISE
+)
 _BOOL_BINARY = frozenset({BinaryOp.MAXIMUM, BinaryOp.MINIMUM}) | set(_COMPARE) | _LOGICAL | _BITWISE
 LOWERED_BINARY = {"f": _FLOAT_BINARY, "i": _INT_BINARY, "u": _INT_BINARY, "b": _BOOL_BINARY}
 
-_LIBM_UNARY = {UnaryOp.LOG1P: "log1p", UnaryOp.EXPM1: "expm1", UnaryOp.SIN: "sin", UnaryOp.COS: "cos",
-               UnaryOp.TAN: "tan", UnaryOp.SINH: "sinh", UnaryOp.COSH: "cosh", UnaryOp.ASIN: "asin",
-               UnaryOp.ACOS: "acos", UnaryOp.ATAN: "atan", UnaryOp.LOG2: "log2", UnaryOp.EXP2: "exp2",
-               UnaryOp.ASINH: "asinh", UnaryOp.ACOSH: "acosh", UnaryOp.ATANH: "atanh"}
+_LIBM_UNARY = {
+    UnaryOp.LOG1P: "log1p",
+    UnaryOp.EXPM1: "expm1",
+    UnaryOp.SIN: "sin",
+    UnaryOp.COS: "cos",
+    UnaryOp.TAN: "tan",
+    UnaryOp.SINH: "sinh",
+    UnaryOp.COSH: "cosh",
+    UnaryOp.ASIN: "asin",
+    UnaryOp.ACOS: "acos",
+    UnaryOp.ATAN: "atan",
+    UnaryOp.LOG2: "log2",
+    UnaryOp.EXP2: "exp2",
+    UnaryOp.ASINH: "asinh",
+    UnaryOp.ACOSH: "acosh",
+    UnaryOp.ATANH: "atanh",
+}
 
 
 def lowers_cast(src: np.dtype, dst: np.dtype) -> bool:
@@ -284,8 +345,9 @@ class OpEmitter:
         return b.select(in_range, b.ashr(x, safe), past)
 
     # ------------------------------------------------------------------ others
-    def clamp(self, b: ir.IRBuilder, x: ir.Value, low: ir.Value | None, high: ir.Value | None,
-              dtype: np.dtype) -> ir.Value:
+    def clamp(
+        self, b: ir.IRBuilder, x: ir.Value, low: ir.Value | None, high: ir.Value | None, dtype: np.dtype
+    ) -> ir.Value:
         """``np.clip``: ``minimum(maximum(x, low), high)``."""
         if low is not None:
             x = self.binary(b, BinaryOp.MAXIMUM, x, low, dtype)

@@ -37,8 +37,9 @@ _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 BLAS_THRESHOLD = 2048
 
 #: Composite calls the LLVM path expands into primitives (float32/float64 only).
-EXPANDED = frozenset({"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss",
-                      "adam_step_many"})
+EXPANDED = frozenset(
+    {"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+)
 
 _REDUCE_INT = frozenset(ReduceOp) - {ReduceOp.MEAN}
 #: A value larger than the machine's memory is left to flex, which names the problem.

@@ -54,8 +54,11 @@ class CubeExecutor:
         self.stats = {"plans": 0, "compile_s": 0.0, "tapes": 0, "untaped": 0, "replays": 0, "tape_fallbacks": 0}
 
     def plan(self, graph: Graph, fixed_scalars: dict[int, Any] | None = None) -> CubePlan:
-        key = (graph.structure(), tuple(id(v) for v in graph.consts.values()),
-               tuple(sorted((fixed_scalars or {}).items())))
+        key = (
+            graph.structure(),
+            tuple(id(v) for v in graph.consts.values()),
+            tuple(sorted((fixed_scalars or {}).items())),
+        )
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:
@@ -210,8 +213,9 @@ class Variant:
             return self._record(backend, inputs, scalars)
         return self._run(backend, inputs, scalars)
 
-    def _run(self, backend: Any, inputs: list[Any], scalars: list[Any], recording: Any = None,
-             capture: Any = None) -> list[Any]:
+    def _run(
+        self, backend: Any, inputs: list[Any], scalars: list[Any], recording: Any = None, capture: Any = None
+    ) -> list[Any]:
         values: list[Any] = [None] * self._n_buffers
         for buf, k in self._inputs:
             values[buf] = inputs[k]
@@ -244,8 +248,9 @@ class Variant:
         return outs
 
     @staticmethod
-    def _run_recorded(backend: Any, launch: Any, values: list[Any], scalars: list[Any], recording: Any,
-                      capture: Any) -> None:
+    def _run_recorded(
+        backend: Any, launch: Any, values: list[Any], scalars: list[Any], recording: Any, capture: Any
+    ) -> None:
         """Runs ``launch`` and notes where its scalars went in the captured launches."""
         start = len(capture.launches)
         dynamic = isinstance(launch, Eager) and launch.dynamic

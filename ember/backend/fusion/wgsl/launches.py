@@ -100,8 +100,9 @@ class Reduction:
         stores = tuple((tr(s.expr), storage(buffers[s.buffer].dtype), s.reduced) for s in kernel.stores)
         self.operands = tr.operands
         self.scalars = tr.scalars
-        self.spec = fused_reduce.FusedReduction(reductions, stores, tuple(storage(buffers[b].dtype)
-                                                                          for b, _ in tr.operands))
+        self.spec = fused_reduce.FusedReduction(
+            reductions, stores, tuple(storage(buffers[b].dtype) for b, _ in tr.operands)
+        )
         self.outs = [s.buffer for s in kernel.stores]
 
     def run(self, backend: Any, values: list[Any], scalars: list[Any]) -> None:
@@ -116,8 +117,9 @@ class Product:
     """A matmul, maybe with an elementwise kernel as its epilogue (its stores: the
     first is the template's output, the others its further outputs)."""
 
-    def __init__(self, step: Matmul, buffers: list[Any],
-                 epilogue: tuple[list[Store], list[Expr], tuple[int, ...]] | None = None):
+    def __init__(
+        self, step: Matmul, buffers: list[Any], epilogue: tuple[list[Store], list[Expr], tuple[int, ...]] | None = None
+    ):
         self.a, self.b = step.a, step.b
         self.outs = [step.out]
         self.epilogue = None
@@ -151,12 +153,12 @@ class Product:
 class Eager:
     """A node run by the cube backend (as the replay executor runs it)."""
 
-    scalars: list[tuple[int, str]] = []   # none of its parameter words are patched (see .tape)
+    scalars: list[tuple[int, str]] = []  # none of its parameter words are patched (see .tape)
 
     def __init__(self, call: Call, avals: list[Any], positions: dict[int, int]):
         self.call = call
         self.avals = avals
-        self.positions = positions   # id(SymScalar) -> index in the run's scalars
+        self.positions = positions  # id(SymScalar) -> index in the run's scalars
         #: whether run-time scalars reach its parameter words (a tape reruns it dry)
         self.dynamic = bool(symbols((call.node.args, call.node.kwargs)))
         self.reads = sorted({buf for buf, _ in call.args.values()})
@@ -216,15 +218,20 @@ def lower(schedule: Schedule, max_bindings: int, positions: dict[int, int]) -> l
     (:func:`_epilogue`)."""
     buffers = schedule.buffers
     avals = schedule.graph.avals
-    items: list[list[Any]] = []   # [step, schedule step indices]
+    items: list[list[Any]] = []  # [step, schedule step indices]
     for index, step in enumerate(schedule.steps):
         if not isinstance(step, Kernel):
             items.append([step, [index]])
             continue
         for kernel in _split(step, max_bindings, buffers):
             last = items[-1][0] if items else None
-            if not kernel.reductions and isinstance(last, Kernel) and not last.reductions \
-                    and last.space == kernel.space and not kernel.reads() & last.writes():
+            if (
+                not kernel.reductions
+                and isinstance(last, Kernel)
+                and not last.reductions
+                and last.space == kernel.space
+                and not kernel.reads() & last.writes()
+            ):
                 merged = Kernel(kernel.space, None, [], last.stores + kernel.stores)
                 if _fits(merged, max_bindings):
                     items[-1] = [merged, items[-1][1] + [index]]
@@ -263,8 +270,9 @@ def lower(schedule: Schedule, max_bindings: int, positions: dict[int, int]) -> l
     return out
 
 
-def _epilogue(step: Matmul, kernel: Kernel, buffers: list[Buffer],
-              max_bindings: int) -> tuple[list[Store], list[Expr], tuple[int, ...]] | None:
+def _epilogue(
+    step: Matmul, kernel: Kernel, buffers: list[Buffer], max_bindings: int
+) -> tuple[list[Store], list[Expr], tuple[int, ...]] | None:
     """``kernel`` (the product's only reader, reading nothing made after the product)
     as the matmul's epilogue: its stores, their expressions over the product's shape
     and that shape; ``None`` where it cannot be one (reductions, a load that does not
@@ -339,16 +347,21 @@ def _narrow(kernel: Kernel, max_bindings: int, buffers: list[Buffer]) -> list[Ke
                     if _fits(part, max_bindings):
                         best, best_loads = e, n
         if best is None:
-            raise TooWide(f"ember: fusion: a kernel over {list(space)} reads more buffers than a WGSL kernel may "
-                          f"bind here ({max_bindings}) or passes more than {INFO_WORDS} parameter words")
+            raise TooWide(
+                f"ember: fusion: a kernel over {list(space)} reads more buffers than a WGSL kernel may "
+                f"bind here ({max_bindings}) or passes more than {INFO_WORDS} parameter words"
+            )
         buf = len(buffers)
         buffers.append(Buffer(buf, space, best.dtype, "temp"))
         before.append(Kernel(space, None, [], [Store(buf, best, False)]))
         load = x.load(buf, View.contiguous(space), best.dtype)
         memo: dict[int, Expr] = {}
-        kernel = Kernel(space, kernel.dim,
-                        [type(r)(r.op, _replace(x, r.expr, best, load, memo), r.dtype, r.count) for r in kernel.reductions],
-                        [Store(s.buffer, _replace(x, s.expr, best, load, memo), s.reduced) for s in kernel.stores])
+        kernel = Kernel(
+            space,
+            kernel.dim,
+            [type(r)(r.op, _replace(x, r.expr, best, load, memo), r.dtype, r.count) for r in kernel.reductions],
+            [Store(s.buffer, _replace(x, s.expr, best, load, memo), s.reduced) for s in kernel.stores],
+        )
     return before + [kernel]
 
 

@@ -36,9 +36,15 @@ _F32 = np.dtype(np.float32)
 #: decomposition needs three for (a max, a sum of exponentials, the quotient).
 EXPANDED = frozenset({"relu", "sigmoid", "linear", "linear_backward", "mse_loss", "adam_step_many"})
 
-_REDUCE = {ReduceOp.SUM: ("f32", "i32", "i64"), ReduceOp.PROD: ("f32", "i32", "i64"), ReduceOp.MEAN: ("f32",),
-           ReduceOp.MAX: ("f32", "i32", "i64"), ReduceOp.MIN: ("f32", "i32", "i64"),
-           ReduceOp.ANY: ("bool",), ReduceOp.ALL: ("bool",)}
+_REDUCE = {
+    ReduceOp.SUM: ("f32", "i32", "i64"),
+    ReduceOp.PROD: ("f32", "i32", "i64"),
+    ReduceOp.MEAN: ("f32",),
+    ReduceOp.MAX: ("f32", "i32", "i64"),
+    ReduceOp.MIN: ("f32", "i32", "i64"),
+    ReduceOp.ANY: ("bool",),
+    ReduceOp.ALL: ("bool",),
+}
 
 
 def ctype(dtype: np.dtype) -> str:
@@ -50,12 +56,17 @@ class CubeTarget(Target):
 
     def expands(self, graph: Graph, node: Node) -> bool:
         """Whether a composite node is replaced by its decomposition."""
-        return node.op in EXPANDED and float_operands(graph, node) and all(
-            graph.avals[r].dtype == _F32 for r in node.refs())
+        return (
+            node.op in EXPANDED
+            and float_operands(graph, node)
+            and all(graph.avals[r].dtype == _F32 for r in node.refs())
+        )
 
     def lowers(self, graph: Graph, node: Node) -> bool:
         avals = graph.avals
-        if any(avals[r].dtype not in CTYPES for r in node.refs()) or any(avals[o].dtype not in CTYPES for o in node.outs):
+        if any(avals[r].dtype not in CTYPES for r in node.refs()) or any(
+            avals[o].dtype not in CTYPES for o in node.outs
+        ):
             return False
         op = node.op
         if op in LAYOUT_OPS:
@@ -72,8 +83,12 @@ class CubeTarget(Target):
             return out.dtype == src.dtype and CTYPES[src.dtype] in _REDUCE.get(reduce_op, ())
         if op == "matmul":
             a, b = node.args
-            return (avals[a].dtype == _F32 and avals[b].dtype == _F32 and len(avals[a].shape) >= 2
-                    and len(avals[b].shape) >= 2)
+            return (
+                avals[a].dtype == _F32
+                and avals[b].dtype == _F32
+                and len(avals[a].shape) >= 2
+                and len(avals[b].shape) >= 2
+            )
         return False
 
     def _elementwise(self, graph: Graph, node: Node) -> bool:

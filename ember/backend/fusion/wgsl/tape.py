@@ -87,7 +87,7 @@ class Recording:
     captured launches it made and how its scalars reach them."""
 
     def __init__(self) -> None:
-        self.patches: list[tuple[int, int, int, str]] = []          # (launch, word, scalar index, ctype)
+        self.patches: list[tuple[int, int, int, str]] = []  # (launch, word, scalar index, ctype)
         self.dynamic: list[tuple[int, int, Any, dict[int, Any]]] = []  # (first, end, eager launch, its values)
 
 
@@ -95,19 +95,19 @@ class Tape:
     """A recorded run of a variant (see the module docstring)."""
 
     # Set by :meth:`build` once the launches' layout is known.
-    _words: np.ndarray    # every launch's info words, patched per run
-    _offsets: Any         # cffi uint32_t[]: each launch's byte offset into the info buffer
-    _info: Any            # the GPU buffer the words are written to
+    _words: np.ndarray  # every launch's info words, patched per run
+    _offsets: Any  # cffi uint32_t[]: each launch's byte offset into the info buffer
+    _info: Any  # the GPU buffer the words are written to
 
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self._lock = threading.Lock()
         self._returns = _Returns()
-        self._checks: list[tuple[int, tuple, Any]] = []   # (input, its layout, its bounds)
-        self._shared: list[tuple[int, int]] = []          # (input, the earlier input sharing its buffer)
+        self._checks: list[tuple[int, tuple, Any]] = []  # (input, its layout, its bounds)
+        self._shared: list[tuple[int, int]] = []  # (input, the earlier input sharing its buffer)
         self._outputs: list[tuple[str, Any, tuple]] = []  # per output: where it lives, its layout
         self._output_slots: list[_Output] = []
-        self._owner: dict[int, _Output] = {}              # id(owned buffer) -> its slot
+        self._owner: dict[int, _Output] = {}  # id(owned buffer) -> its slot
         self._fixed: list[Any] = []
         self._pipelines: list[Any] = []
         self._grids: list[tuple[int, int, int]] = []
@@ -119,8 +119,17 @@ class Tape:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, runtime: Any, capture: Any, recording: Recording, inputs: list[Any], consts: list[Any],
-              outputs: list[Any], scalars: list[Any], calls: bool = True) -> Tape | None:
+    def build(
+        cls,
+        runtime: Any,
+        capture: Any,
+        recording: Recording,
+        inputs: list[Any],
+        consts: list[Any],
+        outputs: list[Any],
+        scalars: list[Any],
+        calls: bool = True,
+    ) -> Tape | None:
         """A tape of ``capture`` (the launches of one run with these ``inputs``,
         constants, returned ``outputs`` and scalar values), or ``None`` where the run
         cannot be replayed. ``calls``: whether the run made cube calls (only they
@@ -138,7 +147,7 @@ class Tape:
                     slot_of[id(b)] = len(blocks)
                     blocks.append(b)
         kinds: list[Any] = ["fixed"] * len(blocks)
-        input_slot: dict[int, int] = {}   # id(block) -> the first input holding it
+        input_slot: dict[int, int] = {}  # id(block) -> the first input holding it
         for k, x in enumerate(inputs):
             bounds = x.bounds if calls and x.storage.compute in _INT else None
             tape._checks.append((k, (x.shape, x.strides, x.offset, x.storage), bounds))
@@ -168,7 +177,7 @@ class Tape:
                 tape._output_slots.append(_Output(b.size))
             tape._outputs.append(("output", kinds[slot][1], layout))
         # An output no launch writes (data from the host inside a call) cannot be replayed.
-        written = {id(b) for kernel, bufs, _, _ in launches for b in bufs[kernel.n_in:]}
+        written = {id(b) for kernel, bufs, _, _ in launches for b in bufs[kernel.n_in :]}
         for t in outputs:
             if t.size and not (id(t.buffer) in written or id(t.buffer) in input_slot or id(t.buffer) in const_blocks):
                 return None
@@ -188,7 +197,7 @@ class Tape:
             position += -(-max(len(info) * 4, 4) // align) * align
         tape._words = np.zeros(max(position // 4, 1), np.uint32)
         for (_, _, info, _), offset in zip(launches, offsets):
-            tape._words[offset // 4:offset // 4 + len(info)] = info
+            tape._words[offset // 4 : offset // 4 + len(info)] = info
         tape._offsets = runtime._raw.ffi.new("uint32_t[]", offsets)
         tape._info = runtime.info_buffer(position)
         # Scalars: patched words (checked against the recording's values) and dry reruns.
@@ -199,13 +208,16 @@ class Tape:
             if tape._words[at] != low or (ctype == "i64" and tape._words[at + 1] != high):
                 return None  # the words are not where the kernel's layout says: do not guess
             patches.setdefault(ctype, []).append((at, index))
-        tape._patches = [(ctype, np.array([a for a, _ in p], np.intp), [i for _, i in p]) for ctype, p in patches.items()]
+        tape._patches = [
+            (ctype, np.array([a for a, _ in p], np.intp), [i for _, i in p]) for ctype, p in patches.items()
+        ]
         dummy = runtime.alloc(16) if recording.dynamic else None
         for first, end, eager, values in recording.dynamic:
             spans = [(offsets[j] // 4, launches[j][0], launches[j][3], len(launches[j][2])) for j in range(first, end)]
             # Stand-ins of the call's operands (a dry rerun reads layouts, never data).
-            stand_ins = {buf: CubeTensor(dummy, t.shape, t.storage, t.strides, t.offset, t.bounds)
-                         for buf, t in values.items()}
+            stand_ins = {
+                buf: CubeTensor(dummy, t.shape, t.storage, t.strides, t.offset, t.bounds) for buf, t in values.items()
+            }
             tape._dynamic.append((eager, stand_ins, spans))
         return tape
 
@@ -263,7 +275,7 @@ class Tape:
             for (at, kernel, grid, n), (kernel2, _, info, grid2) in zip(spans, capture.launches):
                 if kernel2 is not kernel or grid2 != grid or len(info) != n:
                     return False
-                words[at:at + n] = info
+                words[at : at + n] = info
         return True
 
     def _choose(self) -> list[Block]:
@@ -307,8 +319,10 @@ class Tape:
                 if group is None:
                     group = self._static_groups[i] = runtime.bind_group(n_in, n_out, bindings)
             else:
-                bound = [b if type(b) is not tuple else buffers[b[1] if b[0] == "input" else n_inputs + b[1]]
-                         for b in bindings]
+                bound = [
+                    b if type(b) is not tuple else buffers[b[1] if b[0] == "input" else n_inputs + b[1]]
+                    for b in bindings
+                ]
                 group = runtime.bind_group(n_in, n_out, bound)
                 made.append(group)
             groups.append(group)

@@ -31,8 +31,8 @@ class Translation:
     """The cube expressions of one launch, with its operands and scalars."""
 
     def __init__(self) -> None:
-        self.operands: list[tuple[int, View]] = []   # load(j) -> (buffer, view)
-        self.scalars: list[tuple[int, str]] = []     # scalar(k) -> (slot, compute type)
+        self.operands: list[tuple[int, View]] = []  # load(j) -> (buffer, view)
+        self.scalars: list[tuple[int, str]] = []  # scalar(k) -> (slot, compute type)
         self._operand_index: dict[tuple[int, View], int] = {}
         self._scalar_index: dict[tuple[int, str], int] = {}
         self._memo: dict[int, ir.Expr] = {}
@@ -70,7 +70,7 @@ class Translation:
         if kind == "scalar":
             return ir.scalar(self.scalar(e.op, ct), ct)
         if kind == "acc":
-            return self._wrap(ir.acc(e.op[1], ct), e.dtype)   # op: (kernel, reduction index)
+            return self._wrap(ir.acc(e.op[1], ct), e.dtype)  # op: (kernel, reduction index)
         args = [self._memo[id(a)] if type(a) is Expr else a for a in e.args]
         if kind == "unary":
             out = ir.unary(e.op, args[0])
