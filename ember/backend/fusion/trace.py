@@ -166,8 +166,12 @@ class StateDict(dict):
             trace.write_state(self, key, value)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
+        trace = getattr(_local, "trace", None)
+        if trace is None:  # an eager step: one C-level update
+            dict.update(self, *args, **kwargs)
+            return
         for key, value in dict(*args, **kwargs).items():
-            self[key] = value
+            trace.write_state(self, key, value)
 
 
 # ---------------------------------------------------------------------- the backend
