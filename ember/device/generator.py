@@ -112,6 +112,13 @@ def _parse_state(state: Any) -> tuple[int, int]:
     return values[0], values[1]
 
 
+class _Forks(threading.local):
+    """A thread's stack of forked generators (``None`` until the first fork: the class
+    default makes the common read a plain attribute lookup)."""
+
+    stack: list | None = None
+
+
 class DeviceGenerator:
     """The generator of one device (and its autodiff wrapper): a shared stream, and
     per thread a stack of forks that replace it inside ``with fork(...)`` blocks."""
@@ -120,7 +127,7 @@ class DeviceGenerator:
 
     def __init__(self, seed: int | None = None) -> None:
         self.shared = Generator(secrets.randbits(64) if seed is None else seed)
-        self._local = threading.local()
+        self._local = _Forks()
         #: Called with the operation's name before a seed, a state read or write, or a
         #: fork; ``ember.compile`` sets it while it traces, to refuse what a replay
         #: could not repeat.
@@ -133,7 +140,7 @@ class DeviceGenerator:
 
     def current(self) -> Generator:
         """The calling thread's generator: its innermost fork, else the shared stream."""
-        stack = getattr(self._local, "stack", None)
+        stack = self._local.stack
         return stack[-1] if stack else self.shared
 
     @contextmanager
@@ -143,7 +150,7 @@ class DeviceGenerator:
         self.check("fork_rng")
         key = self.current().next_key() if seed is None else seed
         generator = Generator(key)
-        stack = getattr(self._local, "stack", None)
+        stack = self._local.stack
         if stack is None:
             stack = self._local.stack = []
         stack.append(generator)

@@ -23,11 +23,16 @@ from ember.tensor import Tensor
 if TYPE_CHECKING:
     from ember.backend.autodiff.protocol import AutodiffProtocol
 
-_local = threading.local()
+
+class _Local(threading.local):
+    depth = 0  # the class default: no failed lookup on the common path
+
+
+_local = _Local()
 
 
 def _depth() -> int:
-    return getattr(_local, "depth", 0)
+    return _local.depth
 
 
 @contextmanager

@@ -46,7 +46,13 @@ from ember.errors import DTypeError
 #: The number of autocast contexts open on any thread (ops skip autocast when it is 0).
 ACTIVE = 0
 _count_lock = threading.Lock()
-_local = threading.local()
+
+
+class _Local(threading.local):
+    state: dict | None = None  # the class default: no failed lookup on the common path
+
+
+_local = _Local()
 
 _LOWER = frozenset({"matmul", "linear", "conv", "conv_transpose", "prelu"})
 _LOSSES = frozenset(
@@ -131,13 +137,13 @@ def _base(device: Any) -> Any:
 
 def current() -> dict[Any, AutocastPolicy | None]:
     """This thread's autocast state: base device -> policy (``None``: disabled there)."""
-    return getattr(_local, "state", None) or {}
+    return _local.state or {}
 
 
 def state_key() -> tuple:
     """This thread's autocast state as a hashable key (``()`` outside autocast): what a
     traced function (``ember.compile``) guards on, since it changes the ops' dtypes."""
-    state = getattr(_local, "state", None) if ACTIVE else None
+    state = _local.state if ACTIVE else None
     if not state:
         return ()
     return tuple(sorted(((device.spec(), policy) for device, policy in state.items()), key=lambda kv: kv[0]))
@@ -155,7 +161,7 @@ def autocast(
     if not isinstance(device, Device):
         raise DTypeError(f"ember: autocast: expected a Device (e.g. Device.flex()), got {type(device).__name__}")
     chosen = (policy or policy_for(dtype)) if enabled else None
-    previous = getattr(_local, "state", None)
+    previous = _local.state
     state = dict(previous or {})
     state[_base(device)] = chosen
     global ACTIVE
@@ -173,7 +179,7 @@ def autocast(
 def cast_inputs(op: str, *tensors: Any) -> tuple[Any, ...]:
     """``tensors`` (``None`` and non-tensors pass through) cast as the active policy
     of their device says for ``op``."""
-    state = getattr(_local, "state", None)
+    state = _local.state
     if not state:
         return tensors
     out = []

@@ -37,7 +37,10 @@ def check_device(op: str, a: TensorLike, b: TensorLike) -> None:
 def is_symbolic(value: Any) -> bool:
     """Whether ``value`` is a run-time scalar of a trace (``ember.compile``): a float
     whose value is known only when the compiled function runs."""
-    return getattr(type(value), "symbolic_scalar", False)
+    kind = type(value)
+    if kind is float or kind is int or kind is bool:  # the common case, without a failed lookup
+        return False
+    return getattr(kind, "symbolic_scalar", False)
 
 
 def as_scalar(op: str, value: Any) -> int | float | bool:

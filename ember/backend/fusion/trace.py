@@ -26,13 +26,21 @@ from ember.backend.fusion.backend import FusionBackend, LazyTensor
 from ember.backend.fusion.graph import Graph, Ref, Sc
 from ember.backend.fusion.scalars import GraphBreak, ScalarProgram, SymScalar
 
-_local = threading.local()
+
+class _Local(threading.local):
+    """Per-thread tracing state; the class default makes the common read (no trace)
+    a plain attribute lookup instead of a failed one."""
+
+    trace: Trace | None = None
+
+
+_local = _Local()
 _capture_lock = threading.RLock()
 
 
 def current_trace() -> Trace | None:
     """The trace in progress on this thread, if any."""
-    return getattr(_local, "trace", None)
+    return _local.trace
 
 
 class Trace:
@@ -150,7 +158,7 @@ class StateDict(dict):
     __slots__ = ()
 
     def get(self, key: Any, default: Any = None) -> Any:
-        trace = getattr(_local, "trace", None)
+        trace = _local.trace
         if trace is None:
             return dict.get(self, key, default)
         written = trace.state_writes.get((id(self), key))
@@ -159,14 +167,14 @@ class StateDict(dict):
         return trace.read_state(self, key, dict.get(self, key, default))
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        trace = getattr(_local, "trace", None)
+        trace = _local.trace
         if trace is None:
             dict.__setitem__(self, key, value)
         else:  # held by the trace; the replay writes the real values
             trace.write_state(self, key, value)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        trace = getattr(_local, "trace", None)
+        trace = _local.trace
         if trace is None:  # an eager step: one C-level update
             dict.update(self, *args, **kwargs)
             return
@@ -353,7 +361,7 @@ def capture(devices: list[Any]) -> Iterator[Trace]:
     trace = Trace()
     swaps: list[tuple[Any, str, Any]] = []
     with _capture_lock:
-        if getattr(_local, "trace", None) is not None:
+        if _local.trace is not None:
             raise GraphBreak("ember: compile: a compiled function called another while tracing")
         try:
             for device in devices:
