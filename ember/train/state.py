@@ -29,7 +29,7 @@ from typing import Any
 from ember.device import Device
 from ember.errors import ConfigError, RecordError
 from ember.module import Module
-from ember.train.checkpoint.checkpointer import _fsync_dir, _sha256
+from ember.train.checkpoint.manifest import fsync_dir, verify_manifest, write_manifest, write_synced
 
 FORMAT = "ember-training-state"
 VERSION = 1
@@ -84,10 +84,9 @@ class TrainingState:
         try:
             self.model.save_file(tmp / "model.safetensors")
             self.optim.save_file(tmp / "optimizer.safetensors")
-            _write(tmp / "state.json", text)
-            manifest = {"format": FORMAT, "version": VERSION, "files": {name: _sha256(tmp / name) for name in _FILES}}
-            _write(tmp / "manifest.json", json.dumps(manifest, indent=2))
-            _fsync_dir(tmp)
+            write_synced(tmp / "state.json", text)
+            write_manifest(tmp, FORMAT, VERSION, _FILES)
+            fsync_dir(tmp)
             old = None
             if target.exists():
                 if not (target / "manifest.json").is_file():
@@ -98,7 +97,7 @@ class TrainingState:
                 old = target.parent / f".old-{target.name}-{os.getpid()}"
                 os.replace(target, old)
             os.replace(tmp, target)
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
             return target
@@ -156,38 +155,18 @@ class TrainingState:
         return cls(loaded, optim, scheduler, int(state["step"]), dict(state.get("extra") or {}))
 
 
-def _write(path: Path, text: str) -> None:
-    with path.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 def _verified(folder: Path) -> dict[str, Any]:
     """``state.json`` of ``folder`` after checking the manifest and the checksums."""
     if not folder.exists():
         raise RecordError(f"ember: no training state at {folder} (TrainingState.exists(path) tells before loading)")
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except FileNotFoundError:
-        raise RecordError(f"ember: {folder} is not a training state (it has no manifest.json)") from None
-    except (OSError, ValueError) as error:
-        raise RecordError(f"ember: training state {folder} is corrupt: manifest.json is unreadable ({error})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise RecordError(f"ember: {folder} is not a training state saved by TrainingState.save")
-    if manifest.get("version") != VERSION:
-        raise RecordError(
-            f"ember: training state {folder} has format version {manifest.get('version')!r}; this ember reads {VERSION}"
-        )
-    for name in _FILES:
-        file = folder / name
-        if not file.is_file():
-            raise RecordError(f"ember: training state {folder} is corrupt: {name} is missing")
-        if _sha256(file) != manifest.get("files", {}).get(name):
-            raise RecordError(
-                f"ember: training state {folder} is corrupt: {name} does not match its checksum "
-                "(changed or truncated after it was written)"
-            )
+    verify_manifest(
+        folder,
+        fmt=FORMAT,
+        version=VERSION,
+        files=_FILES,
+        what="training state",
+        foreign="a training state saved by TrainingState.save",
+    )
     try:
         return json.loads((folder / "state.json").read_text())
     except (OSError, ValueError) as error:

@@ -15,7 +15,6 @@ and renamed into place, so a crash never leaves a half-written checkpoint.
 from __future__ import annotations
 
 import builtins
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from ember.errors import ConfigError, RecordError
 from ember.module import Module
 from ember.module.record import load_record, save_record
 from ember.optim import ModuleOptimizer
+from ember.train.checkpoint.manifest import fsync_dir, verify_manifest, write_manifest, write_synced
 
 FORMAT = "ember-learner-checkpoint"
 VERSION = 1
@@ -82,27 +82,6 @@ class CheckpointPosition:
         return f"epoch {self.epoch}, after {self.batch} batches"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 class FileCheckpointer:
     """Saves, lists, loads and deletes checkpoints in ``directory``.
 
@@ -149,29 +128,18 @@ class FileCheckpointer:
             model.save_file(tmp / "model.safetensors")
             optim.save_file(tmp / "optimizer.safetensors")
             save_record(tmp / "records.safetensors", records)
-            text = json.dumps({"format": FORMAT, "version": VERSION, **state}, allow_nan=True)
-            with (tmp / "state.json").open("w") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            manifest = {
-                "format": FORMAT,
-                "version": VERSION,
-                "position": position.name,
-                "files": {name: _sha256(tmp / name) for name in _FILES},
-            }
-            with (tmp / "manifest.json").open("w") as handle:
-                json.dump(manifest, handle, indent=2)
-                handle.flush()
-                os.fsync(handle.fileno())
-            _fsync_dir(tmp)
+            write_synced(
+                tmp / "state.json", json.dumps({"format": FORMAT, "version": VERSION, **state}, allow_nan=True)
+            )
+            write_manifest(tmp, FORMAT, VERSION, _FILES, position=position.name)
+            fsync_dir(tmp)
             target = self.path(position)
             old = None
             if target.exists():
                 old = self.directory / f".old-{position.name}-{os.getpid()}"
                 os.replace(target, old)
             os.replace(tmp, target)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
             return target
@@ -192,30 +160,15 @@ class FileCheckpointer:
         is wrong and what to do."""
         folder = self.path(position)
         advice = f"delete {folder} to resume from an earlier checkpoint, or train in a new artifact directory"
-        manifest_path = folder / "manifest.json"
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except FileNotFoundError:
-            raise RecordError(f"ember: checkpoint {folder} is incomplete: it has no manifest.json; {advice}") from None
-        except (OSError, ValueError) as error:
-            raise RecordError(
-                f"ember: checkpoint {folder} is corrupt: manifest.json is unreadable ({error}); {advice}"
-            ) from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise RecordError(f"ember: {folder} is not an ember learner checkpoint; {advice}")
-        if manifest.get("version") != VERSION:
-            raise RecordError(
-                f"ember: checkpoint {folder} has format version {manifest.get('version')!r}; this ember reads {VERSION}"
-            )
-        for name in _FILES:
-            path = folder / name
-            if not path.is_file():
-                raise RecordError(f"ember: checkpoint {folder} is corrupt: {name} is missing; {advice}")
-            if _sha256(path) != manifest.get("files", {}).get(name):
-                raise RecordError(
-                    f"ember: checkpoint {folder} is corrupt: {name} does not match its checksum "
-                    f"(the file was changed or truncated after it was written); {advice}"
-                )
+        verify_manifest(
+            folder,
+            fmt=FORMAT,
+            version=VERSION,
+            files=_FILES,
+            what="checkpoint",
+            foreign="an ember learner checkpoint",
+            advice=advice,
+        )
         return folder
 
     def load(
