@@ -21,7 +21,8 @@ time (``time.process_time``: this process's threads; less sensitive to other
 processes on a shared machine, but it counts every thread a library starts).
 Ratios are medians of per-round ratios. ember sets its BLAS to one thread
 (``EMBER_NUM_THREADS``, default 1) and torch runs on one thread; JAX keeps its
-defaults. Compile times: for compiled ember, the traces and plans of the first
+defaults (on an idle machine, all cores); ``--threads N`` runs ember and torch on N
+threads and pins the process to N cores, for ratios at equal resources. Compile times: for compiled ember, the traces and plans of the first
 three steps (from a cold executor: ``ember.compile`` replays a trace's first run
 and compiles it from its second); for torch.compile and JAX, the first steps.
 
@@ -461,11 +462,26 @@ def main() -> None:
         action="store_true",
         help="also time ember.compile without conv chains (LLVMExecutor(conv_chains=False))",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="run ember (EMBER_NUM_THREADS) and torch on N threads, and the whole process (JAX's "
+        "pools included) on N cores, for ratios at equal resources (default: ember and torch 1 "
+        "thread, JAX its own default on every core)",
+    )
     args = parser.parse_args()
     repeats = 5 if args.quick else 11
+    threads = 1
+    if args.threads is not None:
+        threads = max(1, args.threads)
+        os.environ["EMBER_NUM_THREADS"] = str(threads)  # read when the flex backend is created
+        if hasattr(os, "sched_setaffinity"):  # JAX sizes its pools by the cores it may use
+            cores = sorted(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, set(cores[:threads]))
     torch = try_import_torch()
     if torch is not None:
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
     if args.matmul_threshold:
         matmul_threshold(repeats)
         return
