@@ -406,9 +406,15 @@ class _Entry:
                     written[k] = position
                     position += 1
             free = [expr for i, expr in enumerate(inputs) if i not in held_set]
+            env["pack"] = pack_contiguous
             add("    B = E.binding")
             add("    if B is None:")
-            add(f"        B = E.binding = bind(DONATED, {held_exprs})")
+            # The held arrays (parameters, moments) move into one block per dtype first,
+            # their owners rebound to the views: the state a step updates is contiguous.
+            add(f"        H = pack({held_exprs})")
+            for n, i in enumerate(held):
+                add(f"        {inputs[i]} = H[{n}]")
+            add("        B = E.binding = bind(DONATED, H)")
             add("        if B is None:")
             add("            E.bind_failed = True")
             add("            E._runner = None")
@@ -685,6 +691,35 @@ def _spec_expr(spec: Any, leaves: list[str], const: Callable[[Any, str], str]) -
     if kind is list:
         return f"[{inner}]"
     return f"{const(kind, 'S')}(({inner}{',' if len(items) == 1 else ''}))"
+
+
+def pack_contiguous(arrays: list[Any]) -> list[Any]:
+    """Copies of ``arrays`` as views into one block per dtype, each view starting on a
+    64-byte boundary (what a compiled step binds: its parameters and optimizer moments
+    then lie together in memory). Arrays that are not distinct C-contiguous numpy
+    arrays are returned as they are (the binding refuses them)."""
+    if len({id(a) for a in arrays}) != len(arrays) or not all(
+        type(a) is np.ndarray and a.flags.c_contiguous for a in arrays
+    ):
+        return arrays
+    out: list[Any] = list(arrays)
+    groups: dict[np.dtype, list[int]] = {}
+    for n, a in enumerate(arrays):
+        groups.setdefault(a.dtype, []).append(n)
+    for dtype, members in groups.items():
+        step = max(1, 64 // dtype.itemsize)
+        offsets, total = [], 0
+        for n in members:
+            offsets.append(total)
+            total += -(-arrays[n].size // step) * step
+        raw = np.empty(total * dtype.itemsize + 64, np.uint8)
+        start = -raw.ctypes.data % 64
+        block = raw[start : start + total * dtype.itemsize].view(dtype)
+        for n, offset in zip(members, offsets):
+            view = block[offset : offset + arrays[n].size].reshape(arrays[n].shape)
+            view[...] = arrays[n]
+            out[n] = view
+    return out
 
 
 def env_name(env: dict[str, Any], value: Any) -> str:
