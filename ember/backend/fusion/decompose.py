@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.backend.dtype import DType
-from ember.backend.fusion.scalars import scalar_sqrt
+from ember.backend.fusion.graph import Node, Ref, flatten
+from ember.backend.fusion.scalars import SymScalar, scalar_sqrt
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 
 
@@ -143,3 +144,29 @@ DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "mse_loss": mse_loss,
     "adam_step_many": adam_step_many,
 }
+
+
+def call_node(backend: Any, node: Node, ref_value: Callable[[Ref], Any], scalar_value: Callable[[Any], Any]) -> list:
+    """Runs ``node`` on ``backend`` (its decomposition where the backend returns
+    ``NotImplemented``), with each Ref argument given by ``ref_value`` and each run-time
+    scalar by ``scalar_value``; returns the result's leaves (what executors do for the
+    steps they do not lower)."""
+
+    def arg(a: Any) -> Any:
+        kind = type(a)
+        if kind is Ref:
+            return ref_value(a)
+        if kind is SymScalar:
+            return scalar_value(a)
+        if kind is tuple:
+            return tuple(arg(x) for x in a)
+        if kind is list:
+            return [arg(x) for x in a]
+        return a
+
+    args = arg(node.args)
+    kwargs = {k: arg(v) for k, v in node.kwargs}
+    result = getattr(backend, node.op)(*args, **kwargs)
+    if result is NotImplemented:
+        result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
+    return flatten(result)[0]

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from ember.backend.cube.cuda.runtime import CaptureUnsupported, DeviceScalar
-from ember.backend.fusion.decompose import DECOMPOSITIONS
+from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.expand import expand, float_operands
-from ember.backend.fusion.graph import Graph, Ref, flatten
+from ember.backend.fusion.graph import Graph, Ref
 from ember.backend.fusion.replay import Replay
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call, Kernel, Matmul
@@ -104,25 +104,8 @@ class _Variant:
         values: dict[int, Any] = dict(zip(graph.inputs, inputs))
         values.update(graph.consts)
 
-        def arg(a: Any) -> Any:
-            kind = type(a)
-            if kind is Ref:
-                return values[a]
-            if kind is SymScalar:
-                return scalar_of(a)
-            if kind is tuple:
-                return tuple(arg(x) for x in a)
-            if kind is list:
-                return [arg(x) for x in a]
-            return a
-
         for node in graph.nodes:
-            args = arg(node.args)
-            kwargs = {k: arg(v) for k, v in node.kwargs}
-            result = getattr(backend, node.op)(*args, **kwargs)
-            if result is NotImplemented:
-                result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
-            leaves, _ = flatten(result)
+            leaves = call_node(backend, node, values.__getitem__, scalar_of)
             for out, leaf in zip(node.outs, leaves):
                 values[out] = leaf
         return [values[o] for o in graph.outputs]
@@ -206,26 +189,12 @@ class _FusedVariant(_Variant):
 
     @staticmethod
     def _call(backend: Any, step: Any, buffers: list[Any], scalar_of: Any) -> None:
-        def arg(a: Any) -> Any:
-            kind = type(a)
-            if kind is Ref:
-                buf, view = step.args[a]
-                return buffers[buf].with_view(view)
-            if kind is SymScalar:
-                return scalar_of(a)
-            if kind is tuple:
-                return tuple(arg(x) for x in a)
-            if kind is list:
-                return [arg(x) for x in a]
-            return a
+        def ref_value(ref: Ref) -> Any:
+            buf, view = step.args[ref]
+            return buffers[buf].with_view(view)
 
         node = step.node
-        args = arg(node.args)
-        kwargs = {k: arg(v) for k, v in node.kwargs}
-        result = getattr(backend, node.op)(*args, **kwargs)
-        if result is NotImplemented:
-            result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
-        leaves, _ = flatten(result)
+        leaves = call_node(backend, node, ref_value, scalar_of)
         for buf, leaf in zip(step.outs, leaves):
             buffers[buf] = backend.contiguous(leaf)
 

@@ -49,9 +49,9 @@ import numpy as np
 
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.chains import fuse_conv_chains
-from ember.backend.fusion.decompose import DECOMPOSITIONS
+from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.expand import expand
-from ember.backend.fusion.graph import Graph, Ref, flatten
+from ember.backend.fusion.graph import Graph, Ref
 from ember.backend.fusion.kernels import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.llvm import arrays, jit
 from ember.backend.fusion.llvm.chains import chain_scratch
@@ -759,25 +759,11 @@ class Variant:
         node = call.node
         positions = self._call_scalars
 
-        def arg(a: Any) -> Any:
-            kind = type(a)
-            if kind is Ref:
-                buf, view = call.args[a]
-                return self._array(arrays, self.memory.aliases.get(buf, buf), view)
-            if kind is SymScalar:
-                return scalars[positions[id(a)]]
-            if kind is tuple:
-                return tuple(arg(x) for x in a)
-            if kind is list:
-                return [arg(x) for x in a]
-            return a
+        def ref_value(ref: Ref) -> Any:
+            buf, view = call.args[ref]
+            return self._array(arrays, self.memory.aliases.get(buf, buf), view)
 
-        args = arg(node.args)
-        kwargs = {k: arg(v) for k, v in node.kwargs}
-        result = getattr(backend, node.op)(*args, **kwargs)
-        if result is NotImplemented:
-            result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
-        leaves, _ = flatten(result)
+        leaves = call_node(backend, node, ref_value, lambda s: scalars[positions[id(s)]])
         avals = self.expanded.graph.avals
         lo, hi = self._arena_addr, self._arena_addr + self.memory.arena_bytes
         for value, buf, leaf in zip(node.outs, call.outs, leaves):

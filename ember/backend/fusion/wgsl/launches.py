@@ -36,9 +36,9 @@ from ember.backend.cube.kernels import gemm_common as gc
 from ember.backend.cube.kernels import matmul as cube_matmul
 from ember.backend.cube.runtime import INFO_WORDS
 from ember.backend.dtype import DType
-from ember.backend.fusion.decompose import DECOMPOSITIONS
+from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.exprs import Expr, Exprs
-from ember.backend.fusion.graph import Ref, flatten
+from ember.backend.fusion.graph import Ref
 from ember.backend.fusion.replay import ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Buffer, Call, Kernel, Matmul, Schedule, Store
@@ -168,25 +168,11 @@ class Eager:
         node = call.node
         positions = self.positions
 
-        def arg(a: Any) -> Any:
-            kind = type(a)
-            if kind is Ref:
-                buf, v = call.args[a]
-                return view(backend, values, buf, v)
-            if kind is SymScalar:
-                return scalars[positions[id(a)]]
-            if kind is tuple:
-                return tuple(arg(x) for x in a)
-            if kind is list:
-                return [arg(x) for x in a]
-            return a
+        def ref_value(ref: Ref) -> Any:
+            buf, v = call.args[ref]
+            return view(backend, values, buf, v)
 
-        args = arg(node.args)
-        kwargs = {k: arg(v) for k, v in node.kwargs}
-        result = getattr(backend, node.op)(*args, **kwargs)
-        if result is NotImplemented:
-            result = DECOMPOSITIONS[node.op](backend, *args, **kwargs)
-        leaves, _ = flatten(result)
+        leaves = call_node(backend, node, ref_value, lambda s: scalars[positions[id(s)]])
         for value, buf, leaf in zip(node.outs, call.outs, leaves):
             aval = self.avals[value]
             if tuple(leaf.shape) != aval.shape or leaf.dtype != aval.dtype:
