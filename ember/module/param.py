@@ -120,11 +120,11 @@ class Param:
         if device._inner is None or value._d is not device._inner:
             return Param(param_id, value.to_device(device), require_grad)
         prim = value._p
-        backend = cast("AutodiffProtocol", device._b)
+        backend: AutodiffProtocol = device._b  # type: ignore[assignment]  # device is an autodiff device
         leaf = backend.leaf(prim) if require_grad and prim.dtype in FLOAT_NP else backend.wrap(prim)
         param = Param.__new__(Param)
         param.id = param_id
-        param.require_grad = bool(require_grad)
+        param.require_grad = require_grad is True or bool(require_grad)
         param._value = Tensor(leaf, device)
         param._init = None
         param._key = None

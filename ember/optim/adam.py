@@ -58,51 +58,78 @@ class AdamConfig(OptimizerConfig):
         if not params:
             return []
         # One fused call per (device, step count, AMSGrad maximum kept): usually one.
-        keys = [
-            (id(p._d), 0, False) if s is None else (id(p._d), s.time, s.max_moment_2 is not None)
-            for p, s in zip(params, states)
-        ]
-        first = keys[0]
-        if all(key == first for key in keys):
-            batches: dict[tuple[int, int, bool], list[int]] = {first: list(range(len(params)))}
-        else:
-            batches = {}
-            for i, key in enumerate(keys):
-                batches.setdefault(key, []).append(i)
+        device, first = params[0]._d, states[0]
+        time, has_max = (0, False) if first is None else (first.time, first.max_moment_2 is not None)
+        uniform = True
+        for p, s in zip(params, states):
+            if p._d is not device or (
+                (s is not None)
+                if first is None
+                else (s is None or s.time != time or (s.max_moment_2 is not None) != has_max)
+            ):
+                uniform = False
+                break
+        if uniform:
+            return self._step_batch(lr, device, params, grads, states, time, has_max)
+        batches: dict[tuple[int, int, bool], list[int]] = {}
+        for i, (p, s) in enumerate(zip(params, states)):
+            key = (id(p._d), 0, False) if s is None else (id(p._d), s.time, s.max_moment_2 is not None)
+            batches.setdefault(key, []).append(i)
         results: list[Any] = [None] * len(params)
         for (_, time, has_max), indices in batches.items():
-            device = params[indices[0]]._d
-            # The batch key says it: past the first step every parameter has a state, and
-            # with has_max every state keeps a maximum (so nothing is filtered out here).
-            old = [s for s in (states[i] for i in indices) if s is not None]
-            first_step = time == 0
-            new, m, v, v_max = fused(
-                FusedOp.ADAM_STEP_MANY,
-                device,
-                [params[i]._p for i in indices],
-                [grads[i]._p for i in indices],
-                None if first_step else [s.moment_1._p for s in old],
-                None if first_step else [s.moment_2._p for s in old],
-                [s.max_moment_2._p for s in old if s.max_moment_2 is not None] if has_max else None,
-                lr=lr,
-                beta_1=self.beta_1,
-                beta_2=self.beta_2,
-                epsilon=self.epsilon,
-                weight_decay=self.weight_decay,
-                decoupled=self.decoupled,
-                amsgrad=self.amsgrad,
-                time=time + 1,
+            stepped = self._step_batch(
+                lr,
+                params[indices[0]]._d,
+                [params[i] for i in indices],
+                [grads[i] for i in indices],
+                [states[i] for i in indices],
+                time,
+                has_max,
             )
-            time += 1
-            for j, i in enumerate(indices):
-                state = AdamState(
-                    Tensor(m[j], device),
-                    Tensor(v[j], device),
-                    time,
-                    None if v_max is None else Tensor(v_max[j], device),
-                )
-                results[i] = (Tensor(new[j], device), state)
+            for i, result in zip(indices, stepped):
+                results[i] = result
         return results
+
+    def _step_batch(
+        self,
+        lr: float,
+        device: Any,
+        params: list[Tensor],
+        grads: list[Tensor],
+        states: list[AdamState | None],
+        time: int,
+        has_max: bool,
+    ) -> list[tuple[Tensor, AdamState]]:
+        """One fused call for tensors on one device at one step count (with or
+        without an AMSGrad maximum): past the first step every one has a state."""
+        first_step = time == 0
+        old: list[Any] = states
+        new, m, v, v_max = fused(
+            FusedOp.ADAM_STEP_MANY,
+            device,
+            [p._p for p in params],
+            [g._p for g in grads],
+            None if first_step else [s.moment_1._p for s in old],
+            None if first_step else [s.moment_2._p for s in old],
+            [s.max_moment_2._p for s in old] if has_max else None,
+            lr=lr,
+            beta_1=self.beta_1,
+            beta_2=self.beta_2,
+            epsilon=self.epsilon,
+            weight_decay=self.weight_decay,
+            decoupled=self.decoupled,
+            amsgrad=self.amsgrad,
+            time=time + 1,
+        )
+        time += 1
+        if v_max is None:
+            return [
+                (Tensor(n, device), AdamState(Tensor(a, device), Tensor(b, device), time)) for n, a, b in zip(new, m, v)
+            ]
+        return [
+            (Tensor(n, device), AdamState(Tensor(a, device), Tensor(b, device), time, Tensor(c, device)))
+            for n, a, b, c in zip(new, m, v, v_max)
+        ]
 
 
 class AdamWConfig(AdamConfig):

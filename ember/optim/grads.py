@@ -24,11 +24,9 @@ class _FromGrads(ModuleVisitor):
     def visit_float(self, param: Param, path: str) -> None:
         if self.only is not None and param.id not in self.only:
             return
-        if not param.require_grad or not param.is_initialized():
-            return
-        value = param.val()
-        if not value.device.is_autodiff():
-            return
+        value = param._value
+        if value is None or not param.require_grad or value._d._inner is None:
+            return  # lazy (not initialised), frozen, or not on an autodiff device
         grad = value.grad_remove(self.grads)  # None for an untracked value
         if grad is not None:
             self.out._grads[param.id] = grad

@@ -53,7 +53,7 @@ class ModuleOptimizer:
         self.groups: list[_Group] = []
         #: Each parameter's state, by id; followed by ember.compile: a captured step
         #: reads and updates these states.
-        self.states: dict[ParamId, OptimizerState] = StateDict()
+        self.states: StateDict = StateDict()
         self._lookup: dict[tuple[ParamId, str], int | None] = {}
         # (loaded ids, where from): checked against the model of the next step (strict loads)
         self._unchecked: tuple[frozenset[ParamId], str] | None = None
@@ -109,7 +109,7 @@ class ModuleOptimizer:
         for optimizer, group_lr, items in buckets:
             if not items:
                 continue  # no gradient: nothing to step
-            values, grads_inner, states = [], [], []
+            values, grads_inner = [], []
             device = inner = None
             for param, path, grad in items:
                 value = param.val()
@@ -123,11 +123,12 @@ class ModuleOptimizer:
                     )
                 values.append(value.to_device(inner))
                 grads_inner.append(grad if grad._d is inner else grad.to_device(inner))
-                states.append(self.states.get(param.id))
-            results = optimizer.step_many(group_lr, values, grads_inner, states)
-            for (param, _, _), (new_value, new_state) in zip(items, results):
-                new_states[param.id] = new_state
-                updates[param.id] = Param.from_inner_value(param.id, new_value, param.device, param.require_grad)
+            ids = [param.id for param, _, _ in items]
+            results = optimizer.step_many(group_lr, values, grads_inner, self.states.get_many(ids))
+            from_inner = Param.from_inner_value
+            for pid, (param, _, _), (new_value, new_state) in zip(ids, items, results):
+                new_states[pid] = new_state
+                updates[pid] = from_inner(pid, new_value, param._device, param.require_grad)
         self.states.update(new_states)
         return module.map(_Replace(updates))
 
@@ -190,7 +191,7 @@ class ModuleOptimizer:
         known = {self.optimizer.state_type.__name__: self.optimizer.state_type}
         for group in self.groups:
             known[group.optimizer.state_type.__name__] = group.optimizer.state_type
-        states: dict[ParamId, OptimizerState] = StateDict()
+        states = StateDict()
         for key, entry in record.items():
             if (
                 not isinstance(key, str)

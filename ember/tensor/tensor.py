@@ -362,7 +362,8 @@ class Tensor(
             return self.__class__(self._p, self._d)
         # The wrap/unwrap/move_from calls below run on autodiff devices' backends only.
         if device is src._inner:  # fast path: autodiff device -> its inner device
-            return Tensor(cast("AutodiffProtocol", src._b).unwrap(self._p), device)
+            backend: AutodiffProtocol = src._b  # type: ignore[assignment]  # src is an autodiff device
+            return Tensor(backend.unwrap(self._p), device)
         device = _device(device)
         if src is device._inner:  # fast path: device -> its autodiff wrapper
             return Tensor(cast("AutodiffProtocol", device._b).wrap(self._p), device)

@@ -177,3 +177,58 @@ def test_records_of_the_previous_layout_load(tmp_path):
     grads = GradientsParams.from_grads(ember_loss(trained, x, y).backward(), trained)
     for path, value in snapshot(loaded.step(1e-2, trained, grads)).items():
         assert value.tobytes() == expected[path].tobytes(), path
+
+
+def test_flex_kernel_reuses_its_flat_results_and_copies_other_layouts(rng, monkeypatch):
+    """Small tensors are stepped as one flat array and come back as views of it: fed
+    back in the same order (the next step), only the gradients are concatenated; in
+    another order the inputs are concatenated again. Both give the bits of a step
+    on fresh copies."""
+    backend = Device.flex().backend
+    settings = {
+        "lr": 1e-2,
+        "beta_1": 0.9,
+        "beta_2": 0.999,
+        "epsilon": 1e-5,
+        "weight_decay": 0.0,
+        "decoupled": False,
+        "amsgrad": False,
+    }
+    shapes = [(3, 2), (4,), (2, 2)]
+
+    def gradients():
+        return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+    def copies(arrays):
+        return [a.copy() for a in arrays]
+
+    params = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    first = backend.adam_step_many(params, gradients(), None, None, None, time=1, **settings)
+    joined = []
+    concatenate = np.concatenate
+
+    def counting(arrays, *args, **kwargs):
+        joined.append(len(arrays))
+        return concatenate(arrays, *args, **kwargs)
+
+    monkeypatch.setattr(np, "concatenate", counting)
+    grads = gradients()
+    second = backend.adam_step_many(first[0], grads, first[1], first[2], None, time=2, **settings)
+    assert joined == [3]  # the gradients only: parameters and moments were already flat
+    fresh = backend.adam_step_many(
+        copies(first[0]), grads, copies(first[1]), copies(first[2]), None, time=2, **settings
+    )
+    for got, want in zip(second[:3], fresh[:3]):
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+
+    joined.clear()
+    grads = gradients()[::-1]
+    flipped = [column[::-1] for column in second[:3]]
+    third = backend.adam_step_many(flipped[0], grads, flipped[1], flipped[2], None, time=3, **settings)
+    assert joined == [3, 3, 3, 3]  # another order: every input is concatenated again
+    fresh = backend.adam_step_many(
+        copies(flipped[0]), grads, copies(flipped[1]), copies(flipped[2]), None, time=3, **settings
+    )
+    for got, want in zip(third[:3], fresh[:3]):
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+        assert [g.shape for g in got] == [s for s in shapes[::-1]]

@@ -131,6 +131,8 @@ class AutodiffBackend(
         order = topological_order(node)
         if hook is not None:
             return self._backward_hooked(node, order, seed, grads, hook)
+        if wanted is None and not create_graph and not self._balanced:
+            return _backward_first_order(ops, node, order, seed, grads, retain)
         # ``reaches`` is set exactly when ``wanted`` is; the loop reads ``wanted_ids`` only
         # after a ``reaches is not None`` check.
         reaches: set[int] | None = None
@@ -250,6 +252,41 @@ class AutodiffBackend(
 
     def sync(self) -> None:
         self.inner.sync()
+
+
+def _backward_first_order(
+    ops: Any, node: Node, order: list[Node], seed: Any, grads: Gradients, retain: bool
+) -> Gradients:
+    """``backward``'s loop for the common pass (first order, every leaf, no
+    recomputation): the same steps without the checks the other passes need."""
+    leaf_grads = grads._grads
+    pending: dict[int, Any] = {node.id: seed}
+    pop = pending.pop
+    add = BinaryOp.ADD
+    for n in order:
+        g = pop(n.id, None)
+        if g is not None:
+            saved = n.saved
+            if saved:  # plain inner values, as _saved gives them
+                saved = tuple(
+                    [h.inner if type(h) is AutodiffTensor else (h.value if type(h) is Own else h) for h in saved]
+                )
+            parent_grads = n.step(ops, g, saved, n.ctx)
+            parents = n.parents
+            for i in range(len(parents)):
+                parent = parents[i]
+                pg = parent_grads[i]
+                if parent is None or pg is None:
+                    continue
+                pid = parent.id
+                target = leaf_grads if parent.step is None else pending
+                prev = target.get(pid)
+                target[pid] = pg if prev is None else ops.binary(add, prev, pg)
+        if not retain:  # release what backward needed; the node stays as a marker of a used graph
+            n.step = n.saved = n.ctx = n.recompute = None
+            n.parents = ()
+            n.consumed = True
+    return grads
 
 
 def _move_step(ops, g, saved, source):

@@ -17,6 +17,7 @@ from ember.backend.flex import blas, malloc
 from ember.backend.flex import cross_entropy as _cross_entropy
 from ember.backend.flex import gelu as _gelu
 from ember.backend.flex import layer_norm as _layer_norm
+from ember.backend.flex.adam import FlexAdam
 from ember.backend.flex.attention import attention as _attention
 from ember.backend.flex.attention import attention_backward as _attention_backward
 from ember.backend.flex.attention import softmax_last_dim
@@ -214,102 +215,6 @@ def _bitwise_select(cond: np.ndarray, a, b, dtype: np.dtype) -> np.ndarray:
     return out.view(dtype)
 
 
-_ADAM_BLOCK = 32768
-
-
-@quietly
-def _adam(p, g, m1, m2, vm_old, lr, beta_1, beta_2, epsilon, weight_decay, decoupled, amsgrad, time):
-    """Adam on flat arrays: :func:`_adam_block` on the whole arrays (its results
-    allocated by numpy), or, for arrays longer than two blocks, on cache-sized blocks
-    written into preallocated results (each block then stays in cache through all the
-    operations instead of streaming the arrays from memory a dozen times)."""
-    n, dtype = p.size, p.dtype
-    l2 = weight_decay if weight_decay and not decoupled else 0.0
-    scalars = (
-        1.0 - beta_1,
-        1.0 - beta_2,
-        beta_1,
-        beta_2,
-        math.sqrt(1.0 - beta_2**time),
-        epsilon,
-        lr / (1.0 - beta_1**time),
-        l2,
-        1.0 - lr * weight_decay if weight_decay and decoupled else None,
-    )
-    if n <= 2 * _ADAM_BLOCK:
-        return _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars)
-    out, m, v = np.empty(n, dtype), np.empty(n, dtype), np.empty(n, dtype)
-    v_max = np.empty(n, dtype) if amsgrad else None
-    a, b = np.empty(_ADAM_BLOCK, dtype), np.empty(_ADAM_BLOCK, dtype)
-    gd = np.empty(_ADAM_BLOCK, dtype) if l2 else None
-    for start in range(0, n, _ADAM_BLOCK):
-        s = slice(start, start + _ADAM_BLOCK)
-        if n - start < _ADAM_BLOCK:  # the last, shorter block
-            k = n - start
-            a, b, gd = a[:k], b[:k], None if gd is None else gd[:k]
-        _adam_block(
-            p[s],
-            g[s],
-            None if m1 is None else m1[s],
-            None if m2 is None else m2[s],
-            None if vm_old is None else vm_old[s],
-            amsgrad,
-            scalars,
-            out[s],
-            m[s],
-            v[s],
-            None if v_max is None else v_max[s],
-            a,
-            b,
-            gd,
-        )
-    return out, m, v, v_max
-
-
-def _adam_block(p, g, m1, m2, vm_old, amsgrad, scalars, out=None, m=None, v=None, v_max=None, a=None, b=None, gd=None):
-    """One Adam update, returning ``(param, m, v, v_max)``: the operations of the
-    composite (``ember.optim.adam.adam_step_many``), in its order, so both give the same
-    bits. Results go into ``out, m, v, v_max`` and temporaries into ``a, b`` (and ``gd``
-    with an L2 penalty) when given; numpy allocates them otherwise."""
-    one_b1, one_b2, beta_1, beta_2, sqrt_c2, epsilon, step_size, l2, keep = scalars
-    if l2:  # g + p * weight_decay
-        gd = np.multiply(p, l2, gd)
-        g = np.add(g, gd, gd)
-    if m1 is None:
-        m = np.multiply(g, one_b1, m)
-        v = np.multiply(g, g, v)
-        np.multiply(v, one_b2, v)
-    else:
-        m = np.multiply(m1, beta_1, m)
-        a = np.multiply(g, one_b1, a)
-        np.add(m, a, m)
-        v = np.multiply(m2, beta_2, v)
-        np.multiply(g, g, a)
-        np.multiply(a, one_b2, a)
-        np.add(v, a, v)
-    source = v
-    if amsgrad:
-        if vm_old is None:
-            if v_max is None:
-                v_max = v.copy()
-            else:
-                np.copyto(v_max, v)
-        else:
-            v_max = np.maximum(vm_old, v, out=v_max)
-        source = v_max
-    a = np.sqrt(source, a)
-    np.divide(a, sqrt_c2, a)
-    np.add(a, epsilon, a)
-    b = np.divide(m, a, b)
-    np.multiply(b, step_size, b)
-    if keep is not None:  # decoupled decay: p * (1 - lr * weight_decay)
-        out = np.multiply(p, keep, out)
-        np.subtract(out, b, out)
-    else:
-        out = np.subtract(p, b, out)
-    return out, m, v, v_max
-
-
 class FlexBackend(FlexModuleOps, Backend):
     """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
     in float32 where numpy would lose accuracy or lacks the kernel. Creating one sets
@@ -322,6 +227,7 @@ class FlexBackend(FlexModuleOps, Backend):
     def __init__(self) -> None:
         blas.load()
         malloc.tune()
+        self._adam = FlexAdam()
 
     # ------------------------------------------------------------------ data boundary
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
@@ -554,66 +460,8 @@ class FlexBackend(FlexModuleOps, Backend):
         gb = np.add.reduce(g2, axis=0) if need_bias else None
         return gx, gw, gb
 
-    def adam_step_many(
-        self,
-        params,
-        grads,
-        moments_1,
-        moments_2,
-        max_moments_2,
-        *,
-        lr,
-        beta_1,
-        beta_2,
-        epsilon,
-        weight_decay,
-        decoupled,
-        amsgrad,
-        time,
-    ):
-        dtype = params[0].dtype
-        if dtype in _HALF:
-            return NotImplemented
-        for p in params:
-            if p.dtype != dtype:
-                return NotImplemented
-        options = (lr, beta_1, beta_2, epsilon, weight_decay, decoupled, amsgrad, time)
-        sizes = [p.size for p in params]
-        if len(params) > 1 and sum(sizes) > 2 * _ADAM_BLOCK:
-            # Large tensors: concatenating would cost extra passes; step each one.
-            outs, ms, vs = [], [], []
-            vms = [] if amsgrad else None
-            for i, p in enumerate(params):
-                shape = p.shape
-                out, m, v, v_max = _adam(
-                    p.reshape(-1),
-                    grads[i].reshape(-1),
-                    None if moments_1 is None else moments_1[i].reshape(-1),
-                    None if moments_2 is None else moments_2[i].reshape(-1),
-                    None if max_moments_2 is None else max_moments_2[i].reshape(-1),
-                    *options,
-                )
-                outs.append(out.reshape(shape))
-                ms.append(m.reshape(shape))
-                vs.append(v.reshape(shape))
-                if vms is not None:
-                    vms.append(v_max.reshape(shape))
-            return outs, ms, vs, vms
-        # Small tensors: one update over all of them concatenated; results are views into it.
-        one = len(params) == 1
-        flat_in = [
-            None if arrays is None else arrays[0].reshape(-1) if one else np.concatenate(arrays, axis=None)
-            for arrays in (params, grads, moments_1, moments_2, max_moments_2)
-        ]
-        results = _adam(*flat_in, *options)
-        if one:
-            shape = params[0].shape
-            return tuple(None if x is None else [x.reshape(shape)] for x in results)
-        bounds = [0]
-        for size in sizes:
-            bounds.append(bounds[-1] + size)
-        spans = [(a, b, p.shape) for a, b, p in zip(bounds, bounds[1:], params)]
-        return tuple(None if x is None else [x[a:b].reshape(shape) for a, b, shape in spans] for x in results)
+    def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options):
+        return self._adam.step_many(params, grads, moments_1, moments_2, max_moments_2, **options)
 
     def attention(self, query, key, value, mask, bias, fill, scale, causal, keep):
         return _attention(query, key, value, mask, bias, fill, scale, causal, keep)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -165,6 +165,12 @@ class StateDict(dict):
         if written is not None:  # written earlier in this trace
             return written[2]
         return trace.read_state(self, key, dict.get(self, key, default))
+
+    def get_many(self, keys: Iterable[Any]) -> list[Any]:
+        """``[self.get(key) for key in keys]`` (one C-level pass outside a trace)."""
+        if _local.trace is None:
+            return list(map(dict.get.__get__(self), keys))
+        return [self.get(key) for key in keys]
 
     def __setitem__(self, key: Any, value: Any) -> None:
         trace = _local.trace

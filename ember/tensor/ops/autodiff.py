@@ -127,10 +127,11 @@ class AutodiffOps(TensorOpsBase):
         d = self._d
         if d._inner is None:
             self._autodiff_backend("grad_remove")  # raises: no autodiff here
-        g = cast("AutodiffProtocol", d._b).grad_remove(self._p, grads)
+        backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
+        g = backend.grad_remove(self._p, grads)
         if g is None:
             return None
-        return self.__class__(g, d if grads.create_graph else d.inner())
+        return self.__class__(g, d if grads.create_graph else d._inner)
 
     def grad_replace(self, grads: Any, grad: Any) -> None:
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner
