@@ -31,20 +31,22 @@ LAYOUTS = {
     "mixed": [(300, 257), (9,), (70000,)],
 }
 
+# The kernel's keyword arguments (Adam's defaults but for epsilon).
+SETTINGS = {
+    "lr": 1e-3,
+    "beta_1": 0.9,
+    "beta_2": 0.999,
+    "epsilon": 1e-5,
+    "weight_decay": 0.0,
+    "decoupled": False,
+    "amsgrad": False,
+}
+
 
 def _kernel_and_composite(device, shapes, options, rng, dtype=np.float32):
     """Three steps of the kernel (through ``fused``) and of the composite, from the same
     start; yields each step's (kernel, composite) results as numpy arrays."""
-    settings = {
-        "lr": 1e-3,
-        "beta_1": 0.9,
-        "beta_2": 0.999,
-        "epsilon": 1e-5,
-        "weight_decay": 0.0,
-        "decoupled": False,
-        "amsgrad": False,
-        **options,
-    }
+    settings = {**SETTINGS, **options}
     composite = composite_of(FusedOp.ADAM_STEP_MANY)
     params = [rng.standard_normal(s).astype(dtype) for s in shapes]
     k_state = c_state = (None, None, None)
@@ -185,15 +187,7 @@ def test_flex_kernel_reuses_its_flat_results_and_copies_other_layouts(rng, monke
     another order the inputs are concatenated again. Both give the bits of a step
     on fresh copies."""
     backend = Device.flex().backend
-    settings = {
-        "lr": 1e-2,
-        "beta_1": 0.9,
-        "beta_2": 0.999,
-        "epsilon": 1e-5,
-        "weight_decay": 0.0,
-        "decoupled": False,
-        "amsgrad": False,
-    }
+    settings = SETTINGS
     shapes = [(3, 2), (4,), (2, 2)]
 
     def gradients():
