@@ -8,12 +8,17 @@ the "after" tree is this checkout. Each round runs one fresh process per tree an
 takes the median us per step over its repeats; the table gives the medians over
 rounds and the median of the per-round after/before ratios. ``--clock cpu`` times
 with the process's CPU time (less sensitive to other processes on a shared machine).
+``--clock instructions`` counts the instructions of a step instead (valgrind's
+callgrind, run twice per tree and workload with two step counts; the difference
+over the extra steps): deterministic, so one round serves, and unaffected by the
+machine's load; a proxy for time that misses memory stalls and BLAS threading.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -34,10 +39,15 @@ from benchmarks.train_step import ember_step_fn, mlp
 from ember import Device, Tensor
 from ember.nn.loss import CrossEntropyLoss, MseLoss, Reduction
 now = time.process_time if clock == "cpu" else time.perf_counter
+extra = int(clock[6:]) if clock.startswith("count:") else None  # steps to run untimed (instructions)
 
 def timed(step, steps, repeats, warmup):
     for _ in range(warmup):
         step()
+    if extra is not None:
+        for _ in range(extra):
+            step()
+        return 0.0
     samples = []
     for _ in range(repeats):
         start = now()
@@ -66,7 +76,37 @@ print(" ".join(f"{v:.2f}" for v in out))
 """
 
 
+# (fewer, more) steps per workload for --clock instructions
+COUNTS = {"w1": (50, 250), "w2": (4, 24)}
+
+
+def instructions(root: str, names: list[str]) -> list[float]:
+    """Thousands of instructions per step of each workload (callgrind)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+    out = []
+    for name in names:
+        totals = []
+        for count in COUNTS[name]:
+            result = subprocess.run(
+                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+                + [sys.executable, "-c", WORKER, root, f"count:{count}", name],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+            )
+            found = re.search(r"refs:\s*([\d,]+)", result.stderr)
+            if result.returncode != 0 or found is None:
+                raise SystemExit(f"the callgrind run in {root} failed:\n{result.stderr[-2000:]}")
+            totals.append(int(found.group(1).replace(",", "")))
+        low, high = COUNTS[name]
+        out.append((totals[1] - totals[0]) / (high - low) / 1000)
+    return out
+
+
 def run(root: str, clock: str, names: list[str]) -> list[float]:
+    if clock == "instructions":
+        return instructions(root, names)
     env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
     result = subprocess.run(
         [sys.executable, "-c", WORKER, root, clock, ",".join(names)],
@@ -84,10 +124,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", default="main", help="git revision or directory of the 'before' tree")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    parser.add_argument("--clock", choices=["wall", "cpu", "instructions"], default="wall")
     parser.add_argument("--workloads", default="w1,w2")
     args = parser.parse_args()
     names = args.workloads.split(",")
+    if args.clock == "instructions":
+        args.rounds = 1  # deterministic counts
     with tempfile.TemporaryDirectory() as tmp:
         base = args.base
         if not os.path.isdir(base):
@@ -108,7 +150,8 @@ def main() -> None:
                 + " ".join(f"{v:9.1f}" for v in results[ROOT]),
                 flush=True,
             )
-    print(f"\n{args.clock} clock, us per step, medians over {args.rounds} alternating rounds (before: {args.base})")
+    unit = "thousand instructions" if args.clock == "instructions" else "us"
+    print(f"\n{args.clock} clock, {unit} per step, medians over {args.rounds} alternating rounds (before: {args.base})")
     for j, name in enumerate(names):
         b = statistics.median(r[j] for r in before)
         a = statistics.median(r[j] for r in after)

@@ -435,30 +435,36 @@ class FlexBackend(FlexModuleOps, Backend):
         shifted -= np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
         return shifted
 
-    @quietly
     def linear(self, x, weight, bias):
         if x.dtype in _HALF:
             return NotImplemented
-        if x.ndim > 2:  # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
-            out = np.matmul(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + weight.shape[-1:])
-        else:
-            out = np.matmul(x, weight)
-        if bias is not None:
-            out += bias
-        return out
+        token = quiet_set()  # inline rather than @quietly: a layer's kernel on every step
+        try:
+            if x.ndim > 2:  # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
+                out = np.matmul(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + weight.shape[-1:])
+            else:
+                out = np.matmul(x, weight)
+            if bias is not None:
+                out += bias
+            return out
+        finally:
+            quiet_reset(token)
 
-    @quietly
     def linear_backward(self, x, weight, grad, need_x, need_weight, need_bias):
         if grad.dtype in _HALF:
             return NotImplemented
-        g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
-        gx = np.matmul(g2, weight.T).reshape(grad.shape[:-1] + weight.shape[:1]) if need_x else None
-        gw = None
-        if need_weight:
-            x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
-            gw = np.matmul(x2.T, g2)
-        gb = np.add.reduce(g2, axis=0) if need_bias else None
-        return gx, gw, gb
+        token = quiet_set()  # inline rather than @quietly: a layer's kernel on every step
+        try:
+            g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
+            gx = np.matmul(g2, weight.T).reshape(grad.shape[:-1] + weight.shape[:1]) if need_x else None
+            gw = None
+            if need_weight:
+                x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+                gw = np.matmul(x2.T, g2)
+            gb = np.add.reduce(g2, axis=0) if need_bias else None
+            return gx, gw, gb
+        finally:
+            quiet_reset(token)
 
     def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options):
         return self._adam.step_many(params, grads, moments_1, moments_2, max_moments_2, **options)

@@ -42,9 +42,9 @@ except (ImportError, AttributeError, TypeError):  # pragma: no cover - older num
 
 def quietly(fn: F) -> F:
     """Runs ``fn`` in the quiet error state (a decorator for flex's kernels). The
-    per-op paths (unary, binary, cast, matmul, reduce) inline :func:`quiet_set` /
-    :func:`quiet_reset` instead: a wrapper's extra call is a measurable share of a
-    small op's cost there."""
+    per-op paths (unary, binary, cast, matmul, reduce) and the linear layer's two
+    kernels inline :func:`quiet_set` / :func:`quiet_reset` instead: a wrapper's extra
+    call is a measurable share of a small op's cost there."""
 
     @functools.wraps(fn)
     def quiet(*args: Any, **kwargs: Any) -> Any:
