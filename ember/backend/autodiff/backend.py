@@ -263,14 +263,29 @@ def _backward_first_order(
     pending: dict[int, Any] = {node.id: seed}
     pop = pending.pop
     add = BinaryOp.ADD
+    tracked = AutodiffTensor
     for n in order:
         g = pop(n.id, None)
         if g is not None:
             saved = n.saved
-            if saved:  # plain inner values, as _saved gives them
-                saved = tuple(
-                    [h.inner if type(h) is AutodiffTensor else (h.value if type(h) is Own else h) for h in saved]
-                )
+            if saved:  # plain inner values, as _saved gives them (one and two handles unrolled:
+                # the common cases, without a comprehension's frame)
+                count = len(saved)
+                if count == 2:
+                    a, b = saved
+                    ta, tb = type(a), type(b)
+                    saved = (
+                        a.inner if ta is tracked else (a.value if ta is Own else a),
+                        b.inner if tb is tracked else (b.value if tb is Own else b),
+                    )
+                elif count == 1:
+                    a = saved[0]
+                    ta = type(a)
+                    saved = (a.inner if ta is tracked else (a.value if ta is Own else a),)
+                else:
+                    saved = tuple(
+                        [h.inner if type(h) is tracked else (h.value if type(h) is Own else h) for h in saved]
+                    )
             parent_grads = n.step(ops, g, saved, n.ctx)
             parents = n.parents
             for i in range(len(parents)):

@@ -32,5 +32,6 @@ def leaf_grad_hook(hook: LeafGradHook) -> Iterator[None]:
         _HOOK.reset(token)
 
 
-def current_hook() -> LeafGradHook | None:
-    return _HOOK.get()
+#: The hook of the enclosing ``leaf_grad_hook`` block, or ``None``: ``current_hook()``
+#: (the context variable's own getter: no Python frame on every backward).
+current_hook: Callable[[], LeafGradHook | None] = _HOOK.get
