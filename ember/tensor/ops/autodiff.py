@@ -53,11 +53,15 @@ class AutodiffOps(TensorOpsBase):
     def _autodiff_backend(self, op: str) -> AutodiffProtocol:
         d = self._d
         if not d.is_autodiff():
-            raise GraphError(
-                f"ember: {op}: the tensor lives on {d!r}, which has no autodiff; create the model "
-                f"and data on {d!r}.autodiff() (e.g. Device.flex().autodiff())"
-            )
+            raise self._no_autodiff(op)
         return cast("AutodiffProtocol", d._b)
+
+    def _no_autodiff(self, op: str) -> GraphError:
+        d = self._d
+        return GraphError(
+            f"ember: {op}: the tensor lives on {d!r}, which has no autodiff; create the model "
+            f"and data on {d!r}.autodiff() (e.g. Device.flex().autodiff())"
+        )
 
     def backward(
         self,
@@ -125,13 +129,14 @@ class AutodiffOps(TensorOpsBase):
     def grad_remove(self, grads: Any) -> Self | None:
         """Like :meth:`grad`, and removes the gradient from ``grads``."""
         d = self._d
-        if d._inner is None:
-            self._autodiff_backend("grad_remove")  # raises: no autodiff here
+        inner = d._inner
+        if inner is None:
+            raise self._no_autodiff("grad_remove")
         backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
         g = backend.grad_remove(self._p, grads)
         if g is None:
             return None
-        return self.__class__(g, d if grads.create_graph else d._inner)
+        return self.__class__(g, d if grads.create_graph else inner)
 
     def grad_replace(self, grads: Any, grad: Any) -> None:
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner
