@@ -69,7 +69,8 @@ def fused(op: FusedOp, device: Device, *args: Any, **options: Any) -> Any:
     """``device.backend.<op>(*args, **options)``, or ``op``'s composite where the backend
     has no kernel. ``args`` hold primitives of ``device`` (or lists of them, or
     ``None``) and plain values; so does the result."""
-    out = getattr(device._b, _METHODS[op])(*args, **options)
+    method = getattr(device._b, _METHODS[op])
+    out = method(*args, **options) if options else method(*args)
     if out is NotImplemented:
         out = composite_of(op)(*[_lift(a, device) for a in args], **options)
         return _lower(out)

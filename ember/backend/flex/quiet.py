@@ -42,8 +42,8 @@ except (ImportError, AttributeError, TypeError):  # pragma: no cover - older num
 
 def quietly(fn: F) -> F:
     """Runs ``fn`` in the quiet error state (a decorator for flex's kernels). The
-    per-op paths (unary, binary, cast, matmul, reduce) and the linear layer's two
-    kernels inline :func:`quiet_set` / :func:`quiet_reset` instead: a wrapper's extra
+    per-op paths (unary, binary, cast, matmul, reduce), the linear layer's two
+    kernels and the MSE loss inline :func:`quiet_set` / :func:`quiet_reset` instead: a wrapper's extra
     call is a measurable share of a small op's cost there."""
 
     @functools.wraps(fn)
