@@ -200,7 +200,8 @@ class FlexAdam:
         spans = []
         start = 0
         for p, size in zip(params, sizes):
-            spans.append((start, start + size, p.shape))
+            shape = p.shape
+            spans.append((start, start + size, None if len(shape) == 1 else shape))  # 1-D: the slice is it
             start += size
         split = self._split
         return tuple(None if x is None else split(x, spans) for x in results)
@@ -216,10 +217,10 @@ class FlexAdam:
                 return base
         return np.concatenate(arrays, axis=None)
 
-    def _split(self, flat: np.ndarray, spans: list[tuple[int, int, tuple[int, ...]]]) -> list[np.ndarray]:
+    def _split(self, flat: np.ndarray, spans: list[tuple[int, int, tuple[int, ...] | None]]) -> list[np.ndarray]:
         """Views of ``flat`` shaped like the parameters, remembered for :meth:`_flat`
         (the entry keeps ``flat`` alive, so its id is not reused while it is kept)."""
-        views = tuple([flat[a:b].reshape(shape) for a, b, shape in spans])
+        views = tuple([flat[a:b] if shape is None else flat[a:b].reshape(shape) for a, b, shape in spans])
         remembered = self._views
         if len(remembered) >= _REMEMBERED:
             del remembered[next(iter(remembered))]

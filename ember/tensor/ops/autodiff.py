@@ -52,9 +52,10 @@ class AutodiffOps(TensorOpsBase):
 
     def _autodiff_backend(self, op: str) -> AutodiffProtocol:
         d = self._d
-        if not d.is_autodiff():
+        if d._inner is None:
             raise self._no_autodiff(op)
-        return cast("AutodiffProtocol", d._b)
+        backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
+        return backend
 
     def _no_autodiff(self, op: str) -> GraphError:
         d = self._d
