@@ -17,6 +17,7 @@ import numpy as np
 
 from ember.distributed.communicator import ReduceOp
 from ember.distributed.local import _check_root
+from ember.distributed.ring import Ring, ring_min_chunk
 from ember.errors import BackendUnavailableError, ConfigError
 
 
@@ -33,7 +34,8 @@ def import_mpi() -> Any:
 
 
 class _MpiRequest:
-    """A started ``Iallreduce``; ``wait`` is watched like a blocking collective."""
+    """A started ``Iallreduce`` or ring all-reduce; ``wait`` is watched like a blocking
+    collective."""
 
     __slots__ = ("request", "owner", "detail")
 
@@ -101,6 +103,13 @@ class MpiCommunicator:
         self.watchdog = None
         self._timeout = float(timeout)
         self._pool = _ResultPool()
+        self._ufuncs = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}
+        ring_min = ring_min_chunk()
+        self._ring: Ring | None = None
+        self._ring_from = 0  # buffers of this many bytes and more all-reduce as a ring
+        if self.size > 1 and ring_min is not None:
+            self._ring = Ring(self.comm.Dup(), mpi)
+            self._ring_from = self.size * ring_min
         if watchdog and self.size > 1:
             from ember.distributed.watchdog import Watchdog, install_excepthook
 
@@ -126,6 +135,12 @@ class MpiCommunicator:
         except KeyError:
             raise ConfigError(f"ember.distributed: the communicator reduces with sum, max or min, got {op}") from None
 
+    def _ring_for(self, array: np.ndarray) -> Ring | None:
+        """The ring that all-reduces ``array`` (see :mod:`ember.distributed.ring`), or
+        ``None`` for MPI's own; every rank decides alike, from the size they share."""
+        ring = self._ring
+        return ring if ring is not None and array.nbytes >= self._ring_from else None
+
     def _enter(self, op: str, detail: str = "") -> None:
         if self.watchdog is not None:
             self.watchdog.enter(op, detail)
@@ -141,7 +156,11 @@ class MpiCommunicator:
         mpi_op = self._op(op)
         self._enter("all_reduce")
         try:
-            self.comm.Allreduce(send, out, op=mpi_op)
+            ring = self._ring_for(send)
+            if ring is not None:
+                ring.start(send, out, self._ufuncs[op]).Wait()
+            else:
+                self.comm.Allreduce(send, out, op=mpi_op)
         finally:
             self._leave()
         return out
@@ -149,7 +168,12 @@ class MpiCommunicator:
     def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp, detail: str = "") -> _MpiRequest:
         if not buffer.flags.c_contiguous:
             raise ConfigError("ember.distributed: all_reduce_start needs a C-contiguous buffer")
-        request = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self._op(op))
+        mpi_op = self._op(op)
+        ring = self._ring_for(buffer)
+        if ring is not None:
+            request: Any = ring.start(buffer, buffer, self._ufuncs[op])
+        else:
+            request = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=mpi_op)
         return _MpiRequest(request, self, detail)
 
     def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:

@@ -4,6 +4,7 @@ buckets, the autodiff gradient hook, metric merging and the Learner strategy."""
 from __future__ import annotations
 
 import copy
+import itertools
 
 import numpy as np
 import pytest
@@ -284,3 +285,37 @@ def test_merged_states_give_the_value_of_all_items(make, rng):
     merged = copy.deepcopy(make())
     merged.load_state_dict(whole.merge_states(parts))
     assert merged.value() == pytest.approx(whole.value())
+
+
+def test_ring_chunks_cover_the_buffer_in_order():
+    from ember.distributed.ring import chunk_bounds
+
+    assert chunk_bounds(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert chunk_bounds(2, 3) == [(0, 1), (1, 2), (2, 2)]
+    for n, size in ((0, 2), (1, 1), (1031, 4), (70_001, 3)):
+        bounds = chunk_bounds(n, size)
+        assert bounds[0][0] == 0 and bounds[-1][1] == n and len(bounds) == size
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+        assert max(b - a for a, b in bounds) - min(b - a for a, b in bounds) <= 1
+
+
+@pytest.mark.parametrize(
+    ("text", "want"), [(None, 128 << 10), ("auto", 128 << 10), ("off", None), ("mpi", None), ("4096", 4096)]
+)
+def test_ring_threshold_from_the_environment(monkeypatch, text, want):
+    from ember.distributed.ring import ring_min_chunk
+
+    if text is None:
+        monkeypatch.delenv("EMBER_DIST_RING", raising=False)
+    else:
+        monkeypatch.setenv("EMBER_DIST_RING", text)
+    assert ring_min_chunk() == want
+
+
+@pytest.mark.parametrize("text", ["fast", "-5"])
+def test_a_bad_ring_threshold_is_refused(monkeypatch, text):
+    from ember.distributed.ring import ring_min_chunk
+
+    monkeypatch.setenv("EMBER_DIST_RING", text)
+    with pytest.raises(ConfigError, match="EMBER_DIST_RING"):
+        ring_min_chunk()

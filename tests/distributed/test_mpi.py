@@ -45,6 +45,15 @@ def test_collectives_sampler_and_ddp_equivalence(mpirun, n):
             assert f"ok {check} rank {r}" in out.stdout, out.stdout
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_ring_all_reduce_against_numpy(mpirun, n):
+    """The ring (see ember.distributed.ring) from 64 bytes per rank on, so that small
+    odd-sized buffers take it too."""
+    out = mpirun(n, "ring", env={"EMBER_DIST_RING": "64"})
+    for r in range(n):
+        assert f"ok ring rank {r}" in out.stdout, out.stdout
+
+
 def test_learner_rank0_checkpoints_and_resume_on_another_world_size(mpirun, tmp_path):
     """Two epochs on 2 ranks, a third resumed on 3 ranks (global batch 12 throughout)
     equal three epochs in one process."""
