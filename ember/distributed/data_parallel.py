@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import zlib
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from ember.errors import ConfigError, DistributedError
 from ember.module import Module, Param
 from ember.module.param import RunningState
 from ember.optim import GradientsParams
+
+if TYPE_CHECKING:
+    from ember.distributed.compiled_step import CompiledStep
 
 DEFAULT_BUCKET_MB = 25.0
 
@@ -200,6 +203,19 @@ class DataParallel:
         with session.hook():
             grads = loss.backward()
         return session.finish(GradientsParams.from_grads(grads, model))
+
+    def compile(self, loss_fn: Any, optim: Any, *, max_traces: int = 8) -> CompiledStep:
+        """A compiled data-parallel step, ``step(model, lr, *batch) -> (model, loss)``:
+        forward and backward as one ``ember.compile`` graph, the gradients all-reduced,
+        the optimizer update as a second graph (see :mod:`ember.distributed.compiled_step`).
+        ``loss_fn(model, *batch)`` returns the scalar loss.
+
+        >>> step = dp.compile(lambda m, x, y: ce.forward(m(x), y), AdamConfig().init())  # doctest: +SKIP
+        >>> model, loss = step(model, 1e-3, x, y)                                          # doctest: +SKIP
+        """
+        from ember.distributed.compiled_step import CompiledStep
+
+        return CompiledStep(self, loss_fn, optim, max_traces=max_traces)
 
     def begin(self, model: Module) -> GradSession:
         """A step's reduction; run backward inside ``session.hook()`` to overlap, then

@@ -147,7 +147,8 @@ class Ring:
                 comm.Irecv(tmp[: d - c], source=left, tag=tag),
                 comm.Isend(source[a:b], dest=right, tag=tag),
             ]
-            ufunc(send[c:d], tmp[: d - c], out=out[c:d])
+            with np.errstate(all="ignore"):  # MPI's reductions overflow silently too
+                ufunc(send[c:d], tmp[: d - c], out=out[c:d])
         # Gather: the reduced chunk r + 1 - s goes right, chunk r - s arrives.
         for s in range(n - 1):
             a, b = bounds[(r + 1 - s) % n]

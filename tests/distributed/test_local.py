@@ -198,6 +198,24 @@ def test_grad_sync_averages_and_keeps_absent_gradients_absent():
     np.testing.assert_array_equal(out[1], 2 * np.arange(4).reshape(2, 2))
 
 
+def test_bucket_buffers_are_reused_once_no_gradient_view_is_alive():
+    plan = BucketPlan([(1, "a", (4,), np.dtype(np.float32)), (2, "b", (3,), np.dtype(np.float64))], 1 << 20)
+    first = [id(b) for b in plan.take_buffers()]
+    assert [id(b) for b in plan.take_buffers()] == first  # nothing refers to them: reused
+    sync = GradSync(plan, TwinComm(), mean=False)
+    sync.put(1, np.ones(4, np.float32))
+    sync.put(2, np.ones(3))
+    kept = sync.finish()  # views of the buffers, alive below
+    del sync
+    fresh = GradSync(plan, TwinComm(), mean=False)
+    assert [id(b) for b in fresh.buffers] != first
+    fresh.put(1, np.full(4, 5.0, np.float32))
+    fresh.put(2, np.full(3, 5.0))
+    fresh.finish()
+    np.testing.assert_array_equal(kept[1], np.full(4, 2.0))  # the kept gradients did not change
+    np.testing.assert_array_equal(kept[2], np.full(3, 2.0))
+
+
 # ---------------------------------------------------------------------- autodiff hook
 def test_the_leaf_hook_fires_once_each_leaf_is_final():
     device = Device.flex().autodiff()
@@ -237,6 +255,40 @@ def test_data_parallel_in_a_one_rank_world_changes_nothing():
         dist.DataParallel(bucket_cap_mb=0)
     with pytest.raises(ConfigError, match="reduce must be"):
         dist.DataParallel(reduce="max")
+
+
+@pytest.mark.parametrize("comm", [None, TwinComm()], ids=["one rank", "two identical ranks"])
+def test_the_compiled_step_matches_the_eager_step(comm):
+    """``DataParallel.compile`` (two graphs, the all-reduce between) leaves the model of
+    the eager loop; with two ranks holding the same batch the mean changes nothing."""
+    device = Device.flex().autodiff()
+    device.seed(3)
+    start = Classifier.new(device)
+    rng = np.random.default_rng(0)
+    batches = [
+        (
+            Tensor.from_data(rng.normal(size=(8, 4)).astype(np.float32), device=device),
+            Tensor.from_data(rng.integers(0, 3, 8), device=device),
+        )
+        for _ in range(4)
+    ]
+    eager, optim = start, AdamConfig().init()
+    for x, y in batches:
+        eager = optim.step(0.05, eager, GradientsParams.from_grads(cross_entropy(eager(x), y).backward(), eager))
+    dp = dist.DataParallel(start, communicator=comm)
+    step = dp.compile(lambda model, x, y: cross_entropy(model(x), y), AdamConfig().init())
+    model = dp.model
+    for x, y in batches:
+        model, loss = step(model, 0.05, x, y)
+        assert loss.dims() == [] or loss.dims() == [1]
+    assert step._grads.stats["replays"] >= 2 and step._update.stats["replays"] >= 2
+    want = {path: p.val().to_numpy() for path, p in eager.named_params()}
+    for path, p in model.named_params():
+        np.testing.assert_allclose(p.val().to_numpy(), want[path], rtol=1e-5, atol=1e-6, err_msg=path)
+    with pytest.raises(ConfigError, match="loss_fn must be callable"):
+        dp.compile(None, AdamConfig().init())
+    with pytest.raises(ConfigError, match="module optimizer"):
+        dp.compile(lambda model, x, y: model(x), object())
 
 
 def _fit(strategy):

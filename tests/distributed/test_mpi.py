@@ -40,7 +40,7 @@ def _cube_env() -> dict[str, str]:
 @pytest.mark.parametrize("n", [2, 3])
 def test_collectives_sampler_and_ddp_equivalence(mpirun, n):
     out = mpirun(n, "basic", env=_cube_env() if n == 2 else None)
-    for check in ("collectives", "sampler", "ddp"):
+    for check in ("collectives", "sampler", "ddp", "compiled"):
         for r in range(n):
             assert f"ok {check} rank {r}" in out.stdout, out.stdout
 

@@ -259,6 +259,42 @@ def check_ddp() -> None:
     print(f"ok ddp rank {r}", flush=True)
 
 
+def check_compiled() -> None:
+    """``DataParallel.compile``: N ranks on their shards give one process's parameters on
+    the whole batch (within rounding), bit-identical on every rank and run to run."""
+    r, n = dist.rank(), dist.world_size()
+    device = Device.flex().autodiff()
+    device.seed(1000 + r)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 48)
+    steps = [permutation(48, 3, e)[k * 12 : (k + 1) * 12] for e in range(2) for k in range(4)]
+    mine = [s[r::n] for s in steps]
+
+    def loss_fn(model, xb, yb):
+        return cross_entropy(model(xb), yb)
+
+    def run(dp, batches):
+        step = dp.compile(loss_fn, AdamConfig().init())
+        model = dp.model
+        for idx in batches:
+            xb, yb = Tensor.from_data(x[idx], device=device), Tensor.from_data(y[idx], device=device)
+            model, loss = step(model, 0.05, xb, yb)
+            assert np.isfinite(loss.into_scalar())
+        assert step._grads.stats["replays"] > 0 and step._update.stats["replays"] > 0, "not compiled"
+        return model
+
+    dp = dist.DataParallel(Mlp.new(device), bucket_cap_mb=0.0004)  # several buckets
+    start = dp.model
+    ref = _train(start, AdamConfig().init(), x, y, steps)  # one process, eager, the whole batch
+    first, second = run(dp, mine), run(dp, mine)
+    dp.assert_in_sync(first)
+    for path, value in _params(first).items():
+        np.testing.assert_allclose(value, _params(ref)[path], rtol=5e-5, atol=5e-5, err_msg=f"{path} (world size {n})")
+        assert value.tobytes() == _params(second)[path].tobytes(), f"not bit-identical run to run: {path}"
+    print(f"ok compiled rank {r}", flush=True)
+
+
 def check_learner(artifact_dir: str, epochs: int, global_batch: int, out: str | None) -> None:
     """The Learner, data parallel: per-rank batch ``global_batch / world size``."""
     r, n = dist.rank(), dist.world_size()
@@ -326,6 +362,7 @@ def main() -> None:
         check_collectives()
         check_sampler()
         check_ddp()
+        check_compiled()
     elif check == "ring":
         check_ring()
     elif check == "learner":
