@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.distributed.communicator import Communicator, ReduceOp
-from ember.distributed.staging import wire_dtype
+from ember.distributed.staging import divide_in_place, wire_dtype
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class GradSync:
             buffer = self.buffers[b]
             data = buffer[: bucket.numel]
             if self.mean and size > 1:
-                np.divide(data, size, out=data)
+                divide_in_place(data, size)
             flags = buffer[bucket.numel :]
             for slot in bucket.slots:
                 if flags[slot.index] > 0:

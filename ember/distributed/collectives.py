@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ember.distributed.communicator import Communicator, ReduceOp
-from ember.distributed.staging import from_host, to_host
+from ember.distributed.staging import divide_in_place, from_host, to_host
 from ember.distributed.world import communicator
 from ember.errors import ConfigError, DistributedError, DTypeError
 from ember.tensor import Tensor
@@ -93,7 +93,7 @@ def all_reduce(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM, *, check: bool
         check_same("all_reduce", tensor, comm)
     out = comm.all_reduce(to_host(tensor), ReduceOp.SUM if op is ReduceOp.MEAN else op)
     if op is ReduceOp.MEAN and comm.size > 1:
-        np.divide(out, comm.size, out=out)
+        divide_in_place(out, comm.size)
     return from_host(out, tensor)
 
 
@@ -138,7 +138,7 @@ def reduce_scatter(tensor: Tensor, op: ReduceOp | str = ReduceOp.SUM, dim: int =
     array = np.moveaxis(to_host(tensor), axis, 0)
     out = comm.reduce_scatter(np.ascontiguousarray(array), ReduceOp.SUM if op is ReduceOp.MEAN else op)
     if op is ReduceOp.MEAN and comm.size > 1:
-        np.divide(out, comm.size, out=out)
+        divide_in_place(out, comm.size)
     return from_host(np.ascontiguousarray(np.moveaxis(out, 0, axis)), tensor)
 
 

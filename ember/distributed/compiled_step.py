@@ -88,8 +88,9 @@ class CompiledStep:
 
         dp = self.dp
         if model is not self._model:
-            self._layout = [(int(p.id), p) for _, p in _trainable(model)]
-            self._plan = dp._plan_for(model)
+            trainable = _trainable(model)
+            self._layout = [(int(p.id), p) for _, p in trainable]
+            self._plan = dp._plan_for(model, trainable)
             self._model = model
         assert self._plan is not None
         sync = GradSync(self._plan, dp.comm, dp.reduce == "mean")

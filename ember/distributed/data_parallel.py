@@ -168,8 +168,10 @@ class DataParallel:
         self._plan_for(model)
         return model
 
-    def _plan_for(self, model: Module) -> BucketPlan:
-        params = _trainable(model)
+    def _plan_for(self, model: Module, params: list[tuple[str, Param]] | None = None) -> BucketPlan:
+        """The buckets for ``model`` (whose ``_trainable`` list ``params`` is, when given)."""
+        if params is None:
+            params = _trainable(model)
         key = tuple((p.id, path, tuple(p.shape), p.dtype) for path, p in params)
         if self._plan is None or key != self._plan_key:
             if self._plan is not None and self.comm.size > 1:
@@ -262,11 +264,12 @@ class GradSession:
         self.active = self.comm.size > 1
         if not self.active:
             return
-        plan = dp._plan_for(model)
+        trainable = _trainable(model)
+        plan = dp._plan_for(model, trainable)
         self.sync = GradSync(plan, self.comm, dp.reduce == "mean")
         self.params: dict[int, tuple[Param, str]] = {}
         self.by_node: dict[int, int] = {}
-        for path, p in _trainable(model):
+        for path, p in trainable:
             self.params[int(p.id)] = (p, path)
             node = getattr(p.val().primitive, "node", None)
             if node is not None:

@@ -47,6 +47,15 @@ def to_host(tensor: Tensor) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def divide_in_place(array: np.ndarray, n: int) -> None:
+    """``array /= n`` for a float array: a multiplication by ``1 / n`` where that is the
+    same to the bit (``n`` a power of two: twice as fast as a division), else a division."""
+    if n & (n - 1) == 0:
+        np.multiply(array, 1.0 / n, out=array)
+    else:
+        np.divide(array, n, out=array)
+
+
 def from_host(array: np.ndarray, like: Tensor) -> Tensor:
     """A tensor with ``like``'s device and dtype holding ``array`` (not tracked by
     autodiff). The array is owned by the result from now on."""

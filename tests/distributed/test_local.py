@@ -371,3 +371,14 @@ def test_a_bad_ring_threshold_is_refused(monkeypatch, text):
     monkeypatch.setenv("EMBER_DIST_RING", text)
     with pytest.raises(ConfigError, match="EMBER_DIST_RING"):
         ring_min_chunk()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_the_mean_divides_to_the_bit(n, rng):
+    from ember.distributed.staging import divide_in_place
+
+    for dtype in (np.float32, np.float64, np.float16):
+        values = (rng.standard_normal(1000) * 1e3).astype(dtype)
+        got = values.copy()
+        divide_in_place(got, n)
+        assert got.tobytes() == (values / dtype(n)).astype(dtype).tobytes(), (n, dtype)
