@@ -14,17 +14,32 @@ all-reduce between them:
 In a one-rank world step 2 is skipped; the rest is the same code, so a 1-rank and an
 N-rank run compare like with like. The results are those of the eager
 ``DataParallel.backward`` loop (the same gradients, the same reduction).
+
+``shard_optimizer=True`` shards the update over the ranks (ZeRO stage 1): the
+gradients are packed into one flat vector and reduce-scattered, each rank updates
+only its block of the flat parameters (and keeps only that block's optimizer state),
+and the updated blocks are all-gathered. Each rank then does ``1/N`` of the update's
+work and holds ``1/N`` of the moments; the traffic is that of one all-reduce. It
+needs an element-wise optimizer (SGD, momentum, Adam, AdamW, RMSprop: one whose update
+of an element reads only that element's parameter, gradient and state; not one that
+clips by a norm or scales by a tensor's norm), one float dtype for every trainable
+parameter, and a gradient for each of them. The returned model's parameters are views
+of the flat vector, updated in place by the next step (as ``ember.compile`` donates
+parameters).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 from ember.distributed.bucket import BucketPlan, GradSync
-from ember.distributed.staging import host_to_device, to_host
+from ember.distributed.communicator import ReduceOp
+from ember.distributed.staging import divide_in_place, host_to_device, to_host
 from ember.errors import ConfigError
-from ember.module import Module, Param
+from ember.module import Module, Param, ParamId
 from ember.optim import GradientsParams
 from ember.tensor import Tensor
 
@@ -32,12 +47,26 @@ if TYPE_CHECKING:
     from ember.distributed.data_parallel import DataParallel
 
 
+class _Shard(Module):
+    """This rank's block of the flat parameter vector, as a module an optimizer updates."""
+
+    flat: Param
+
+
 class CompiledStep:
     """``step(model, lr, *batch) -> (model, loss)``: one data-parallel training step
     (see the module docstring). ``loss_fn(model, *batch)`` returns the scalar loss;
     ``optim`` is a module optimizer (``AdamConfig().init()``, ...)."""
 
-    def __init__(self, dp: DataParallel, loss_fn: Callable[..., Tensor], optim: Any, *, max_traces: int = 8):
+    def __init__(
+        self,
+        dp: DataParallel,
+        loss_fn: Callable[..., Tensor],
+        optim: Any,
+        *,
+        max_traces: int = 8,
+        shard_optimizer: bool = False,
+    ):
         if not callable(loss_fn):
             raise ConfigError(f"ember.distributed.DataParallel.compile: loss_fn must be callable, got {loss_fn!r}")
         if not callable(getattr(optim, "step", None)):
@@ -55,6 +84,13 @@ class CompiledStep:
         self._model: Module | None = None  # the model the layout below is for (a compiled
         self._layout: list[tuple[int, Param]] = []  # update returns the same one each step)
         self._plan: BucketPlan | None = None
+        self.shard_optimizer = bool(shard_optimizer)
+        if self.shard_optimizer:
+            self._update_shard = compile_fn(self._apply_shard, max_traces=max_traces)
+        self._flat: np.ndarray | None = None  # sharded: the flat parameters (padded to N blocks)
+        self._flat_grads: np.ndarray | None = None
+        self._offsets: list[tuple[int, int]] = []
+        self._shard: _Shard | None = None
 
     # ------------------------------------------------------------------ the two graphs
     def _forward_backward(self, model: Module, *batch: Any) -> tuple[Tensor, list[Tensor | None]]:
@@ -74,10 +110,19 @@ class CompiledStep:
                 params._sources[p.id] = (p, path)
         return self.optim.step(lr, model, params)
 
+    def _apply_shard(self, shard: _Shard, lr: float, grad: Tensor) -> Module:
+        params = GradientsParams()
+        flat = shard.flat
+        params._grads[flat.id] = grad
+        params._sources[flat.id] = (flat, "flat")
+        return self.optim.step(lr, shard, params)
+
     # ------------------------------------------------------------------ a step
     def __call__(self, model: Module, lr: float, *batch: Any) -> tuple[Module, Tensor]:
         if not isinstance(model, Module):
             raise ConfigError(f"ember.distributed.DataParallel.compile: expected a Module, got {type(model).__name__}")
+        if self.shard_optimizer:
+            return self._sharded_step(model, float(lr), batch)
         loss, grads = self._grads(model, *batch)
         if self.dp.comm.size > 1:
             grads = self._reduce(model, grads)
@@ -107,3 +152,77 @@ class CompiledStep:
                 like = grad if grad is not None else p.val()
                 out.append(host_to_device(array, like.device.inner(), p.dtype.np))
         return out
+
+    # ------------------------------------------------------------------ sharded update
+    def _adopt(self, model: Module) -> Module:
+        """``model`` with its trainable parameters moved into one flat vector (each a
+        view of it); this rank's block of it becomes the shard the optimizer updates."""
+        from ember.distributed.data_parallel import _trainable
+        from ember.module.visitor import FnMapper
+
+        trainable = _trainable(model)
+        dtypes = {p.dtype.np for _, p in trainable}
+        if len(dtypes) != 1:
+            raise ConfigError(
+                "ember.distributed.DataParallel.compile(shard_optimizer=True): the trainable parameters must share one "
+                f"float dtype, got {sorted(str(d) for d in dtypes) or 'none'}; cast the model or leave the optimizer "
+                "unsharded"
+            )
+        dtype = dtypes.pop()
+        comm = self.dp.comm
+        sizes = [int(np.prod(p.shape, dtype=np.int64)) for _, p in trainable]
+        total = sum(sizes)
+        block = -(-total // comm.size)
+        flat = np.zeros(block * comm.size, dtype=dtype)
+        offsets, start = [], 0
+        for size in sizes:
+            offsets.append((start, start + size))
+            start += size
+        views: dict[int, Param] = {}
+        for (a, b), (_, p) in zip(offsets, trainable, strict=True):
+            flat[a:b] = to_host(p.val()).reshape(-1)
+            value = host_to_device(flat[a:b].reshape(p.shape), p.device.inner(), dtype)
+            views[id(p)] = Param.from_inner_value(p.id, value, p.device, p.require_grad)
+        lo, hi = comm.rank * block, (comm.rank + 1) * block
+        inner = trainable[0][1].device.inner() if trainable else model.devices()[0]
+        shard = _Shard(
+            flat=Param.from_inner_value(ParamId.new(), host_to_device(flat[lo:hi].copy(), inner, dtype), inner)
+        )
+        adopted = model.map(FnMapper(lambda p, path: views.get(id(p), p), lambda s, path: s))
+        self._flat, self._flat_grads = flat, np.empty_like(flat)
+        self._offsets, self._shard, self._block = offsets, shard, (lo, hi)
+        self._layout = [(int(p.id), p) for _, p in trainable]
+        self._model = adopted
+        return adopted
+
+    def _sharded_step(self, model: Module, lr: float, batch: tuple) -> tuple[Module, Tensor]:
+        if model is not self._model:
+            model = self._adopt(model)
+        flat, grads_flat, comm = self._flat, self._flat_grads, self.dp.comm
+        assert flat is not None and grads_flat is not None and self._shard is not None
+        loss, grads = self._grads(model, *batch)
+        for (a, b), (_, p), grad in zip(self._offsets, self._layout, grads, strict=True):
+            if grad is None:
+                raise ConfigError(
+                    f"ember.distributed.DataParallel.compile(shard_optimizer=True): no gradient for a trainable "
+                    f"parameter of shape {list(p.shape)}; every trainable parameter needs one (freeze it "
+                    "otherwise), or leave the optimizer unsharded"
+                )
+            np.copyto(grads_flat[a:b], to_host(grad).reshape(-1), casting="unsafe")
+        lo, hi = self._block
+        if comm.size > 1:
+            grads_flat[self._offsets[-1][1] if self._offsets else 0 :] = 0  # the padding
+            mine = comm.reduce_scatter(grads_flat, ReduceOp.SUM)
+            if self.dp.reduce == "mean":
+                divide_in_place(mine, comm.size)
+        else:
+            mine = grads_flat[lo:hi]
+        shard = self._shard
+        grad = host_to_device(mine, shard.flat.device.inner(), flat.dtype)
+        shard = self._shard = cast(_Shard, self._update_shard(shard, lr, grad))
+        updated = to_host(shard.flat.val())
+        if comm.size > 1:
+            np.copyto(flat, comm.all_gather(updated).reshape(-1))
+        else:
+            np.copyto(flat[lo:hi], updated)
+        return model, loss

@@ -206,18 +206,19 @@ class DataParallel:
             grads = loss.backward()
         return session.finish(GradientsParams.from_grads(grads, model))
 
-    def compile(self, loss_fn: Any, optim: Any, *, max_traces: int = 8) -> CompiledStep:
+    def compile(self, loss_fn: Any, optim: Any, *, max_traces: int = 8, shard_optimizer: bool = False) -> CompiledStep:
         """A compiled data-parallel step, ``step(model, lr, *batch) -> (model, loss)``:
         forward and backward as one ``ember.compile`` graph, the gradients all-reduced,
         the optimizer update as a second graph (see :mod:`ember.distributed.compiled_step`).
-        ``loss_fn(model, *batch)`` returns the scalar loss.
+        ``loss_fn(model, *batch)`` returns the scalar loss. ``shard_optimizer=True``
+        splits the update over the ranks (ZeRO stage 1; element-wise optimizers only).
 
         >>> step = dp.compile(lambda m, x, y: ce.forward(m(x), y), AdamConfig().init())  # doctest: +SKIP
         >>> model, loss = step(model, 1e-3, x, y)                                          # doctest: +SKIP
         """
         from ember.distributed.compiled_step import CompiledStep
 
-        return CompiledStep(self, loss_fn, optim, max_traces=max_traces)
+        return CompiledStep(self, loss_fn, optim, max_traces=max_traces, shard_optimizer=shard_optimizer)
 
     def begin(self, model: Module) -> GradSession:
         """A step's reduction; run backward inside ``session.hook()`` to overlap, then

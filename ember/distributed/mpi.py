@@ -189,9 +189,14 @@ class MpiCommunicator:
     def all_gather(self, array: np.ndarray) -> np.ndarray:
         send = np.ascontiguousarray(array)
         out = np.empty((self.size, *send.shape), dtype=send.dtype)
+        ring = self._ring_for(out)
         self._enter("all_gather")
         try:
-            self.comm.Allgather(send, out)
+            if ring is not None:
+                out[self.rank] = send
+                ring.start(out, out, None, reduce=False).Wait()
+            else:
+                self.comm.Allgather(send, out)
         finally:
             self._leave()
         return out
@@ -203,8 +208,19 @@ class MpiCommunicator:
                 f"ember.distributed: reduce_scatter needs a first dimension divisible by the world size {self.size}, "
                 f"got shape {list(send.shape)}"
             )
-        out = np.empty((send.shape[0] // self.size, *send.shape[1:]), dtype=send.dtype)
         mpi_op = self._op(op)
+        ring = self._ring_for(send)
+        if ring is not None:
+            # Chunk r of a ring reduce-scatter is block r (equal blocks: the length divides).
+            full = self._pool.take(send.shape, send.dtype)
+            self._enter("reduce_scatter")
+            try:
+                ring.start(send, full, self._ufuncs[op], gather=False).Wait()
+            finally:
+                self._leave()
+            block = send.shape[0] // self.size
+            return full[self.rank * block : (self.rank + 1) * block]
+        out = np.empty((send.shape[0] // self.size, *send.shape[1:]), dtype=send.dtype)
         self._enter("reduce_scatter")
         try:
             self.comm.Reduce_scatter_block(send, out, op=mpi_op)

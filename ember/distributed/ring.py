@@ -108,16 +108,27 @@ class Ring:
         self._seq = 0
         self._spare: list[np.ndarray] = []  # receive buffers of finished rings
 
-    def start(self, send: np.ndarray, out: np.ndarray, ufunc: np.ufunc) -> RingRequest:
+    def start(
+        self, send: np.ndarray, out: np.ndarray, ufunc: np.ufunc | None, *, reduce: bool = True, gather: bool = True
+    ) -> RingRequest:
         """Starts ``out = ufunc-reduction of send over ranks``; ``send`` may be ``out``
-        (in place). Both are C-contiguous with the same shape and dtype on every rank."""
+        (in place). Both are C-contiguous with the same shape and dtype on every rank.
+
+        ``gather=False`` stops after the reduce steps (a reduce-scatter: chunk ``r`` of
+        ``out``, of :func:`chunk_bounds`, holds the reduction on rank ``r``; the other
+        chunks hold partial results). ``reduce=False`` runs only the gather steps (an
+        all-gather of each rank's chunk ``r`` of ``out``, in place; ``send`` unused)."""
         self._seq = self._seq % _TAG_SPAN + 1
         flat_send, flat_out = send.reshape(-1), out.reshape(-1)
         bounds = chunk_bounds(flat_out.size, self.size)
         longest = max(b - a for a, b in bounds)
         scratch = self._take(longest * out.dtype.itemsize)
         tmp = scratch[: longest * out.dtype.itemsize].view(out.dtype)
-        steps = self._steps(flat_send, flat_out, tmp, bounds, ufunc, self._seq)
+        # The chunk this rank holds reduced after the reduce steps: r + 1 for a full
+        # all-reduce (the usual ring), r when the caller wants chunk r (reduce-scatter,
+        # all-gather).
+        own = (self.rank + 1) % self.size if reduce and gather else self.rank
+        steps = self._steps(flat_send, flat_out, tmp, bounds, ufunc, self._seq, own, reduce, gather)
         return RingRequest(steps, self.mpi, lambda: self._spare.append(scratch))
 
     def _take(self, nbytes: int) -> np.ndarray:
@@ -132,30 +143,38 @@ class Ring:
         out: np.ndarray,
         tmp: np.ndarray,
         bounds: list[tuple[int, int]],
-        ufunc: np.ufunc,
+        ufunc: np.ufunc | None,
         tag: int,
+        own: int,
+        reduce: bool,
+        gather: bool,
     ) -> Iterator[list[Any]]:
         n, r, comm = self.size, self.rank, self.comm
         right, left = (r + 1) % n, (r - 1) % n
-        # Reduce: at step s, send chunk r - s (this rank's own values at s = 0, the
-        # partial sum received at s - 1 after) and add chunk r - s - 1 from the left.
-        for s in range(n - 1):
-            a, b = bounds[(r - s) % n]
-            source = send if s == 0 else out
-            c, d = bounds[(r - s - 1) % n]
-            yield [
-                comm.Irecv(tmp[: d - c], source=left, tag=tag),
-                comm.Isend(source[a:b], dest=right, tag=tag),
-            ]
-            with np.errstate(all="ignore"):  # MPI's reductions overflow silently too
-                ufunc(send[c:d], tmp[: d - c], out=out[c:d])
-        # Gather: the reduced chunk r + 1 - s goes right, chunk r - s arrives.
-        for s in range(n - 1):
-            a, b = bounds[(r + 1 - s) % n]
-            c, d = bounds[(r - s) % n]
-            yield [
-                comm.Irecv(out[c:d], source=left, tag=tag),
-                comm.Isend(out[a:b], dest=right, tag=tag),
-            ]
-        if n == 1 and send is not out:
-            np.copyto(out, send)
+        if reduce:
+            assert ufunc is not None
+            # Step s sends chunk own - 1 - s (this rank's own values at s = 0, the partial
+            # result received at s - 1 after) and adds chunk own - 2 - s from the left,
+            # so the last chunk it completes is own.
+            for s in range(n - 1):
+                a, b = bounds[(own - 1 - s) % n]
+                source = send if s == 0 else out
+                c, d = bounds[(own - 2 - s) % n]
+                yield [
+                    comm.Irecv(tmp[: d - c], source=left, tag=tag),
+                    comm.Isend(source[a:b], dest=right, tag=tag),
+                ]
+                with np.errstate(all="ignore"):  # MPI's reductions overflow silently too
+                    ufunc(send[c:d], tmp[: d - c], out=out[c:d])
+            if n == 1 and send is not out:
+                np.copyto(out, send)
+        if gather:
+            # Step s sends chunk own - s (reduced here, or received at s - 1) and
+            # receives chunk own - s - 1 straight into the result.
+            for s in range(n - 1):
+                a, b = bounds[(own - s) % n]
+                c, d = bounds[(own - s - 1) % n]
+                yield [
+                    comm.Irecv(out[c:d], source=left, tag=tag),
+                    comm.Isend(out[a:b], dest=right, tag=tag),
+                ]

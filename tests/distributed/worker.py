@@ -23,7 +23,7 @@ import ember.distributed as dist
 from ember import Device, Module, Tensor
 from ember.data import ArrayDataset, DataLoaderBuilder, DefaultBatcher
 from ember.data.dataset.shuffled import permutation
-from ember.errors import DistributedError
+from ember.errors import ConfigError, DistributedError
 from ember.nn import Linear, LinearConfig, Relu
 from ember.optim import AdamConfig, GradientsParams, SgdConfig
 from ember.train import AccuracyMetric, Learner, LossMetric, SupervisedTraining
@@ -124,6 +124,12 @@ def check_ring() -> None:
                 request.wait()
                 np.testing.assert_allclose(buffer, want, tol, tol, err_msg=f"ring in place {op} {dtype} {size}")
                 assert got.tobytes() == buffer.tobytes(), "in place and not differ"
+    for rows in (n, 7 * n, 3001 * n):  # reduce-scatter and all-gather take the ring too
+        everyone = [rank_data(q, (rows, 3), np.float64) for q in range(n)]
+        block = rows // n
+        got = comm.reduce_scatter(everyone[r], ReduceOp.SUM)
+        np.testing.assert_allclose(got, sum(everyone)[r * block : (r + 1) * block], 1e-12, 1e-12)
+        np.testing.assert_array_equal(comm.all_gather(everyone[r]), np.stack(everyone))
     buffers = [np.full(5000 + k, float(r + k), np.float32) for k in range(4)]
     requests = [comm.all_reduce_start(b, ReduceOp.SUM) for b in buffers]
     for request in reversed(requests):  # finishing out of order is fine
@@ -274,24 +280,36 @@ def check_compiled() -> None:
     def loss_fn(model, xb, yb):
         return cross_entropy(model(xb), yb)
 
-    def run(dp, batches):
-        step = dp.compile(loss_fn, AdamConfig().init())
+    def run(dp, batches, shard=False):
+        step = dp.compile(loss_fn, AdamConfig().init(), shard_optimizer=shard)
         model = dp.model
         for idx in batches:
             xb, yb = Tensor.from_data(x[idx], device=device), Tensor.from_data(y[idx], device=device)
             model, loss = step(model, 0.05, xb, yb)
             assert np.isfinite(loss.into_scalar())
-        assert step._grads.stats["replays"] > 0 and step._update.stats["replays"] > 0, "not compiled"
+        update = step._update_shard if shard else step._update
+        assert step._grads.stats["replays"] > 0 and update.stats["replays"] > 0, "not compiled"
         return model
 
     dp = dist.DataParallel(Mlp.new(device), bucket_cap_mb=0.0004)  # several buckets
     start = dp.model
     ref = _train(start, AdamConfig().init(), x, y, steps)  # one process, eager, the whole batch
-    first, second = run(dp, mine), run(dp, mine)
-    dp.assert_in_sync(first)
-    for path, value in _params(first).items():
-        np.testing.assert_allclose(value, _params(ref)[path], rtol=5e-5, atol=5e-5, err_msg=f"{path} (world size {n})")
-        assert value.tobytes() == _params(second)[path].tobytes(), f"not bit-identical run to run: {path}"
+    try:  # sharding needs a gradient for every trainable parameter; "extra" gets none
+        run(dp, mine[:1], shard=True)
+    except ConfigError as error:
+        assert "no gradient for a trainable parameter of shape [6, 3]" in str(error), error
+    else:
+        raise AssertionError("a parameter without a gradient was not refused")
+    frozen = start.map_params(lambda p, path: p.set_require_grad(not path.startswith("extra")))
+    dp = dist.DataParallel(frozen, bucket_cap_mb=0.0004)
+    for shard in (False, True):  # the update on every rank, or sharded (ZeRO stage 1)
+        first, second = run(dp, mine, shard), run(dp, mine, shard)
+        dp.assert_in_sync(first)
+        for path, value in _params(first).items():
+            np.testing.assert_allclose(
+                value, _params(ref)[path], rtol=5e-5, atol=5e-5, err_msg=f"{path} (world size {n}, shard {shard})"
+            )
+            assert value.tobytes() == _params(second)[path].tobytes(), f"not bit-identical run to run: {path}"
     print(f"ok compiled rank {r}", flush=True)
 
 
