@@ -15,14 +15,19 @@
    brings. Target: ember >= 0.9x raw for 1 MB and more.
 2. W2 (MLP 784-256-10, cross-entropy, Adam), 1 BLAS thread per rank: global batch
    128 on 1 rank vs 64 per rank on 2 (strong scaling, target >= 1.6x steps/s), and
-   128 per rank on both (weak scaling, samples/s), for two step codes, each the same
-   code on 1 and on 2 ranks: the eager loop (``DataParallel.backward``, then
-   ``optim.step``) and ``DataParallel.compile`` (forward+backward as one compiled
+   128 per rank on both (weak scaling, samples/s), for three step codes, each the
+   same code on 1 and on 2 ranks: the eager loop (``DataParallel.backward``, then
+   ``optim.step``); ``DataParallel.compile`` (forward+backward as one compiled
    graph, the bucketed all-reduce, the optimizer update as a second graph; on 1 rank
-   the all-reduce is skipped). All launches alternate, medians over rounds. A
-   second table splits a compiled step into its parts, and the line under it
-   checks the 1.6x target against them: the 2-rank step cannot be faster than one
-   rank's batch-64 step plus the all-reduce.
+   the all-reduce is skipped); and ``DataParallel.compile(shard_optimizer=True)``
+   (ZeRO stage 1: the gradients packed into one flat vector and reduce-scattered,
+   each rank updating its half, the halves all-gathered; on 1 rank the packing and
+   the flat update remain, which makes its 1-rank step slower than the unsharded
+   one: the summary line also gives each 2-rank figure against the fastest 1-rank
+   step). All launches alternate, medians over rounds. A second table splits the
+   compiled steps into their parts, and the lines under it check the 1.6x target
+   against them: a 2-rank step cannot be faster than one rank's batch-64 step (less
+   the part of the update that sharding saves) plus the gradient exchange.
 3. The ring all-reduce model ``T(N, B) = 2(N-1)/N * B / BW + 2(N-1) * alpha``, with
    ``BW`` and ``alpha`` fitted to the measured 2-rank raw MPI times, projects
    data-parallel efficiency ``t_compute / (t_compute + T)`` (no overlap: the
@@ -136,8 +141,7 @@ def worker_w2(batch: int, steps: int, rounds: int, mode: str) -> None:
     dp = dist.DataParallel(mlp([784, 256, 10], device))
     state = {"model": dp.model}
     optim, ce = AdamConfig().init(), CrossEntropyLoss()
-    parts = {"forward_backward": 0.0, "all_reduce": 0.0, "update": 0.0}
-    clock = time.perf_counter
+    parts = {"forward_backward": 0.0, "communication": 0.0, "update": 0.0}
 
     if mode == "eager":
 
@@ -148,23 +152,12 @@ def worker_w2(batch: int, steps: int, rounds: int, mode: str) -> None:
             state["model"] = optim.step(1e-3, model, dp.backward(loss, model))
 
     else:
-        compiled = dp.compile(lambda model, x, y: ce.forward(model(x), y), optim)
+        compiled = dp.compile(lambda model, x, y: ce.forward(model(x), y), optim, shard_optimizer=mode == "sharded")
+        compiled.timings = parts  # each part's seconds added up (see CompiledStep.timings)
 
         def step():
-            # CompiledStep.__call__'s three parts, each timed (a perf_counter call apart).
-            model = state["model"]
-            t0 = clock()
-            loss, grads = compiled._grads(model, x, y)
-            t1 = clock()
-            if comm.size > 1:
-                grads = compiled._reduce(model, grads)
-            t2 = clock()
-            state["model"] = compiled._update(model, 1e-3, grads)
-            t3 = clock()
+            state["model"], loss = compiled(state["model"], 1e-3, x, y)
             loss.into_scalar()
-            parts["forward_backward"] += t1 - t0
-            parts["all_reduce"] += t2 - t1
-            parts["update"] += t3 - t2
 
     for _ in range(20):
         step()
@@ -284,15 +277,20 @@ def main() -> None:
 
     steps = 60 if args.quick else 120
     w2_rounds = 3 if args.quick else 5
-    setups = [("eager", 1, 128), ("eager", 2, 64), ("eager", 2, 128)]
-    setups += [("compiled", 1, 128), ("compiled", 1, 64), ("compiled", 2, 64), ("compiled", 2, 128)]
+    modes = (
+        ("eager", "DataParallel.backward (eager)"),
+        ("compiled", "DataParallel.compile"),
+        ("sharded", "DataParallel.compile(shard_optimizer=True)"),
+    )
+    setups = [(mode, n, batch) for mode, _ in modes for n, batch in ((1, 128), (2, 64), (2, 128))]
+    setups += [("compiled", 1, 64), ("sharded", 1, 64)]
     runs: dict[tuple[str, int, int], list[dict]] = {k: [] for k in setups}
     for _ in range(w2_rounds):  # alternate the launches: drifting load hits all alike
         for mode, n, batch in setups:
             runs[(mode, n, batch)].append(launch(n, "w2", str(batch), str(steps), "3", mode))
     med = {k: statistics.median(r["steps_per_s"] for r in v) for k, v in runs.items()}
     rows, summary = [], []
-    for mode, label in (("eager", "DataParallel.backward (eager)"), ("compiled", "DataParallel.compile")):
+    for mode, label in modes:
         one = med[(mode, 1, 128)]
         strong = med[(mode, 2, 64)] / one
         weak = 2 * med[(mode, 2, 128)] / one
@@ -317,41 +315,49 @@ def main() -> None:
         ]
         summary.append(f"{mode}: strong {strong:.2f}x steps/s, weak {weak:.2f}x samples/s")
     table(
-        "W2 (MLP 784-256-10, CE, Adam), median steps/s; the 1- and 2-rank runs of a row group run the same code",
+        "W2 (MLP 784-256-10, CE, Adam), median steps/s; each step code runs the same code on 1 and on 2 ranks",
         ["step", "setup", "steps/s", "samples/s", "speed-up", "efficiency"],
         rows,
     )
+    fastest = max(med[(mode, 1, 128)] for mode, _ in modes)
+    against = ", ".join(f"{mode} {med[(mode, 2, 64)] / fastest:.2f}x" for mode, _ in modes)
     print(f"W2 1 -> 2 ranks (target >= 1.6x steps/s): {'; '.join(summary)}")
+    print(f"2 ranks x 64 against the fastest 1-rank step ({fastest:.1f} steps/s): {against}")
 
     def parts(key: tuple[str, int, int]) -> dict[str, float]:
         return {k: statistics.median(r["parts"][k] for r in runs[key]) for k in runs[key][0]["parts"]}
 
     part_rows = []
-    for key in (("compiled", 1, 128), ("compiled", 1, 64), ("compiled", 2, 64)):
-        p = parts(key)
-        other = p["step"] - p["forward_backward"] - p["all_reduce"] - p["update"]
-        part_rows.append(
-            [
-                f"{key[1]} rank(s) x {key[2]}",
-                *[f"{p[k] * 1e6:.0f}" for k in ("forward_backward", "all_reduce", "update")],
-                f"{other * 1e6:.0f}",
-                f"{p['step'] * 1e6:.0f}",
-            ]
-        )
+    for mode in ("compiled", "sharded"):
+        for n, batch in ((1, 128), (1, 64), (2, 64)):
+            p = parts((mode, n, batch))
+            other = p["step"] - p["forward_backward"] - p["communication"] - p["update"]
+            part_rows.append(
+                [
+                    mode,
+                    f"{n} rank(s) x {batch}",
+                    *[f"{p[k] * 1e6:.0f}" for k in ("forward_backward", "communication", "update")],
+                    f"{other * 1e6:.0f}",
+                    f"{p['step'] * 1e6:.0f}",
+                ]
+            )
     table(
-        "Where a compiled W2 step's time goes (median us per step, rank 0; all_reduce includes waiting for the "
-        "other rank)",
-        ["setup", "forward+backward graph", "all_reduce", "update graph", "other", "step"],
+        "Where a compiled W2 step's time goes (median us per step on rank 0; communication: packing the gradients, "
+        "the all-reduce or reduce-scatter + all-gather, and waiting for the other rank)",
+        ["step", "setup", "forward+backward graph", "communication", "update graph", "other", "step"],
         part_rows,
     )
-    one, half, two = parts(("compiled", 1, 128)), parts(("compiled", 1, 64)), parts(("compiled", 2, 64))
-    budget = one["step"] / 1.6
-    print(
-        f"1.6x needs a 2-rank step of at most {budget * 1e6:.0f} us. One rank at batch 64 alone takes "
-        f"{half['step'] * 1e6:.0f} us (of which the update, {half['update'] * 1e6:.0f} us, does not shrink with "
-        f"the batch), which leaves {(budget - half['step']) * 1e6:.0f} us for the all-reduce of "
-        f"{4 * (784 * 256 + 256 + 256 * 10 + 10) / 1e6:.2f} MB; it takes {two['all_reduce'] * 1e6:.0f} us here."
-    )
+    for mode in ("compiled", "sharded"):
+        one, half, two = parts((mode, 1, 128)), parts((mode, 1, 64)), parts((mode, 2, 64))
+        budget = one["step"] / 1.6
+        print(
+            f"{mode}: 1.6x needs a 2-rank step of at most {budget * 1e6:.0f} us; one rank at batch 64 alone takes "
+            f"{half['step'] * 1e6:.0f} us (update {half['update'] * 1e6:.0f} us; on 2 ranks "
+            f"{two['update'] * 1e6:.0f} us), so the gradient exchange of "
+            f"{4 * (784 * 256 + 256 + 256 * 10 + 10) / 1e6:.2f} MB may take at most "
+            f"{(budget - half['step'] + half['update'] - two['update']) * 1e6:.0f} us; it takes "
+            f"{two['communication'] * 1e6:.0f} us here."
+        )
 
     bw, alpha = fit_ring(ar)
     print(f"\nRing model fitted to the 2-rank raw times: BW = {bw / 1e9:.2f} GB/s, alpha = {alpha * 1e6:.2f} us")

@@ -31,6 +31,7 @@ parameters).
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -91,6 +92,10 @@ class CompiledStep:
         self._flat_grads: np.ndarray | None = None
         self._offsets: list[tuple[int, int]] = []
         self._shard: _Shard | None = None
+        # Set to a dict to add up each part's seconds per step (benchmarks): "forward_backward"
+        # (the first graph), "communication" (packing the gradients, the all-reduce or the
+        # reduce-scatter and all-gather, waiting for the other ranks) and "update".
+        self.timings: dict[str, float] | None = None
 
     # ------------------------------------------------------------------ the two graphs
     def _forward_backward(self, model: Module, *batch: Any) -> tuple[Tensor, list[Tensor | None]]:
@@ -123,10 +128,26 @@ class CompiledStep:
             raise ConfigError(f"ember.distributed.DataParallel.compile: expected a Module, got {type(model).__name__}")
         if self.shard_optimizer:
             return self._sharded_step(model, float(lr), batch)
+        t0 = perf_counter()
         loss, grads = self._grads(model, *batch)
+        t1 = perf_counter()
         if self.dp.comm.size > 1:
             grads = self._reduce(model, grads)
-        return self._update(model, float(lr), grads), loss
+        t2 = perf_counter()
+        model = self._update(model, float(lr), grads)
+        if self.timings is not None:
+            self._record(t1 - t0, t2 - t1, perf_counter() - t2)
+        return model, loss
+
+    def _record(self, forward_backward: float, communication: float, update: float) -> None:
+        timings = self.timings
+        assert timings is not None
+        for name, seconds in (
+            ("forward_backward", forward_backward),
+            ("communication", communication),
+            ("update", update),
+        ):
+            timings[name] = timings.get(name, 0.0) + seconds
 
     def _reduce(self, model: Module, grads: list[Tensor | None]) -> list[Tensor | None]:
         from ember.distributed.data_parallel import _trainable
@@ -200,7 +221,9 @@ class CompiledStep:
             model = self._adopt(model)
         flat, grads_flat, comm = self._flat, self._flat_grads, self.dp.comm
         assert flat is not None and grads_flat is not None and self._shard is not None
+        t0 = perf_counter()
         loss, grads = self._grads(model, *batch)
+        t1 = perf_counter()
         for (a, b), (_, p), grad in zip(self._offsets, self._layout, grads, strict=True):
             if grad is None:
                 raise ConfigError(
@@ -219,10 +242,14 @@ class CompiledStep:
             mine = grads_flat[lo:hi]
         shard = self._shard
         grad = host_to_device(mine, shard.flat.device.inner(), flat.dtype)
+        t2 = perf_counter()
         shard = self._shard = cast(_Shard, self._update_shard(shard, lr, grad))
+        t3 = perf_counter()
         updated = to_host(shard.flat.val())
         if comm.size > 1:
             np.copyto(flat, comm.all_gather(updated).reshape(-1))
         else:
             np.copyto(flat[lo:hi], updated)
+        if self.timings is not None:  # the gather after the update counts as communication
+            self._record(t1 - t0, (t2 - t1) + (perf_counter() - t3), t3 - t2)
         return model, loss
