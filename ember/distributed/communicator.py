@@ -82,6 +82,15 @@ class Communicator(Protocol):
         """Reduces ``array`` (first axis a multiple of ``size``) over ranks and gives
         rank ``r`` the ``r``-th block of the first axis."""
 
+    def reduce_scatter_in_place(self, buffer: np.ndarray, op: ReduceOp) -> None:
+        """Reduces a flat ``buffer`` (length a multiple of ``size``) over ranks in place:
+        afterwards block ``rank`` of it (of ``size`` equal blocks) holds the reduction;
+        the other blocks hold undefined values."""
+
+    def all_gather_in_place(self, buffer: np.ndarray) -> None:
+        """Block ``r`` of a flat ``buffer`` (length a multiple of ``size``) from rank
+        ``r`` to every rank, in place."""
+
     def barrier(self) -> None:
         """Returns once every rank has called it."""
 

@@ -233,23 +233,20 @@ class CompiledStep:
                 )
             np.copyto(grads_flat[a:b], to_host(grad).reshape(-1), casting="unsafe")
         lo, hi = self._block
+        mine = grads_flat[lo:hi]
         if comm.size > 1:
             grads_flat[self._offsets[-1][1] if self._offsets else 0 :] = 0  # the padding
-            mine = comm.reduce_scatter(grads_flat, ReduceOp.SUM)
+            comm.reduce_scatter_in_place(grads_flat, ReduceOp.SUM)
             if self.dp.reduce == "mean":
                 divide_in_place(mine, comm.size)
-        else:
-            mine = grads_flat[lo:hi]
         shard = self._shard
         grad = host_to_device(mine, shard.flat.device.inner(), flat.dtype)
         t2 = perf_counter()
         shard = self._shard = cast(_Shard, self._update_shard(shard, lr, grad))
         t3 = perf_counter()
-        updated = to_host(shard.flat.val())
+        np.copyto(flat[lo:hi], to_host(shard.flat.val()))
         if comm.size > 1:
-            np.copyto(flat, comm.all_gather(updated).reshape(-1))
-        else:
-            np.copyto(flat[lo:hi], updated)
+            comm.all_gather_in_place(flat)
         if self.timings is not None:  # the gather after the update counts as communication
             self._record(t1 - t0, (t2 - t1) + (perf_counter() - t3), t3 - t2)
         return model, loss

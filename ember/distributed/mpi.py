@@ -228,6 +228,41 @@ class MpiCommunicator:
             self._leave()
         return out
 
+    def _blocks(self, buffer: np.ndarray, op: str) -> int:
+        if buffer.ndim != 1 or not buffer.flags.c_contiguous or buffer.size % self.size:
+            raise ConfigError(
+                f"ember.distributed: {op} needs a flat C-contiguous buffer whose length is a multiple of the world "
+                f"size {self.size}, got shape {list(buffer.shape)}"
+            )
+        return buffer.size // self.size
+
+    def reduce_scatter_in_place(self, buffer: np.ndarray, op: ReduceOp) -> None:
+        block = self._blocks(buffer, "reduce_scatter_in_place")
+        ring = self._ring_for(buffer)
+        if ring is None:  # small: MPI's, out of place
+            buffer[self.rank * block : (self.rank + 1) * block] = self.reduce_scatter(buffer, op)
+            return
+        self._op(op)  # a clear error for MEAN
+        ufunc = self._ufuncs[op]
+        self._enter("reduce_scatter")
+        try:
+            ring.start(buffer, buffer, ufunc, gather=False).Wait()
+        finally:
+            self._leave()
+
+    def all_gather_in_place(self, buffer: np.ndarray) -> None:
+        block = self._blocks(buffer, "all_gather_in_place")
+        ring = self._ring_for(buffer)
+        if ring is None:  # small: MPI's, out of place
+            mine = buffer[self.rank * block : (self.rank + 1) * block].copy()
+            np.copyto(buffer, self.all_gather(mine).reshape(-1))
+            return
+        self._enter("all_gather")
+        try:
+            ring.start(buffer, buffer, None, reduce=False).Wait()
+        finally:
+            self._leave()
+
     def barrier(self) -> None:
         self._enter("barrier")
         try:

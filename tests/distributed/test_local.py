@@ -282,9 +282,12 @@ def test_the_compiled_step_matches_the_eager_step(comm, shard):
     dp = dist.DataParallel(start, communicator=comm)
     step = dp.compile(lambda model, x, y: cross_entropy(model(x), y), AdamConfig().init(), shard_optimizer=shard)
     model = dp.model
+    step.timings = {}
     for x, y in batches:
         model, loss = step(model, 0.05, x, y)
         assert np.isfinite(loss.into_scalar())
+    assert sorted(step.timings) == ["communication", "forward_backward", "update"]
+    assert all(seconds >= 0 for seconds in step.timings.values()) and step.timings["forward_backward"] > 0
     update = step._update_shard if shard else step._update
     assert step._grads.stats["replays"] >= 2 and update.stats["replays"] >= 2
     want = {path: p.val().to_numpy() for path, p in eager.named_params()}

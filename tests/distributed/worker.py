@@ -130,6 +130,13 @@ def check_ring() -> None:
         got = comm.reduce_scatter(everyone[r], ReduceOp.SUM)
         np.testing.assert_allclose(got, sum(everyone)[r * block : (r + 1) * block], 1e-12, 1e-12)
         np.testing.assert_array_equal(comm.all_gather(everyone[r]), np.stack(everyone))
+        flat = everyone[r].reshape(-1).copy()  # in place, on flat buffers
+        comm.reduce_scatter_in_place(flat, ReduceOp.SUM)
+        span = slice(r * block * 3, (r + 1) * block * 3)
+        np.testing.assert_allclose(flat[span], sum(everyone).reshape(-1)[span], 1e-12, 1e-12)
+        comm.all_gather_in_place(flat)
+        assert len({digest.tobytes() for digest in dist.all_gather_object(flat)}) == 1
+        np.testing.assert_allclose(flat, sum(everyone).reshape(-1), 1e-12, 1e-12)
     buffers = [np.full(5000 + k, float(r + k), np.float32) for k in range(4)]
     requests = [comm.all_reduce_start(b, ReduceOp.SUM) for b in buffers]
     for request in reversed(requests):  # finishing out of order is fine
