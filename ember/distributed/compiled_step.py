@@ -19,7 +19,8 @@ N-rank run compare like with like. The results are those of the eager
 gradients are packed into one flat vector and reduce-scattered, each rank updates
 only its block of the flat parameters (and keeps only that block's optimizer state),
 and the updated blocks are all-gathered. Each rank then does ``1/N`` of the update's
-work and holds ``1/N`` of the moments; the traffic is that of one all-reduce. It
+work and holds ``1/N`` of the moments; the traffic is that of one all-reduce. In a
+one-rank world there is nothing to shard: the step is the unsharded one. It
 needs an element-wise optimizer (SGD, momentum, Adam, AdamW, RMSprop: one whose update
 of an element reads only that element's parameter, gradient and state; not one that
 clips by a norm or scales by a tensor's norm), one float dtype for every trainable
@@ -126,7 +127,7 @@ class CompiledStep:
     def __call__(self, model: Module, lr: float, *batch: Any) -> tuple[Module, Tensor]:
         if not isinstance(model, Module):
             raise ConfigError(f"ember.distributed.DataParallel.compile: expected a Module, got {type(model).__name__}")
-        if self.shard_optimizer:
+        if self.shard_optimizer and self.dp.comm.size > 1:
             return self._sharded_step(model, float(lr), batch)
         t0 = perf_counter()
         loss, grads = self._grads(model, *batch)
