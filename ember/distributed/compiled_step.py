@@ -26,7 +26,8 @@ of an element reads only that element's parameter, gradient and state; not one t
 clips by a norm or scales by a tensor's norm), one float dtype for every trainable
 parameter, and a gradient for each of them. The returned model's parameters are views
 of the flat vector, updated in place by the next step (as ``ember.compile`` donates
-parameters).
+parameters); ``optim`` holds the state of this rank's block only (a flat parameter of
+its own), so it does not carry over to another world size.
 """
 
 from __future__ import annotations
