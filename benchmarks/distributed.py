@@ -283,7 +283,7 @@ def main() -> None:
         ("sharded", "DataParallel.compile(shard_optimizer=True)"),
     )
     setups = [(mode, n, batch) for mode, _ in modes for n, batch in ((1, 128), (2, 64), (2, 128))]
-    setups += [("compiled", 1, 64)]
+    setups += [("eager", 1, 64), ("compiled", 1, 64)]
     runs: dict[tuple[str, int, int], list[dict]] = {k: [] for k in setups}
     for _ in range(w2_rounds):  # alternate the launches: drifting load hits all alike
         for mode, n, batch in setups:
@@ -345,6 +345,11 @@ def main() -> None:
         "the all-reduce or reduce-scatter + all-gather, and waiting for the other rank)",
         ["step", "setup", "forward+backward graph", "communication", "update graph", "other", "step"],
         part_rows,
+    )
+    eager_budget = 1e6 / med[("eager", 1, 128)] / 1.6
+    print(
+        f"eager: 1.6x needs a 2-rank step of at most {eager_budget:.0f} us; one rank at batch 64 alone takes "
+        f"{1e6 / med[('eager', 1, 64)]:.0f} us, before any gradient exchange."
     )
     for mode in ("compiled", "sharded"):  # on 1 rank the sharded step is the compiled one
         one, half, two = parts(("compiled", 1, 128)), parts(("compiled", 1, 64)), parts((mode, 2, 64))
