@@ -389,3 +389,18 @@ def test_the_mean_divides_to_the_bit(n, rng):
         got = values.copy()
         divide_in_place(got, n)
         assert got.tobytes() == (values / dtype(n)).astype(dtype).tobytes(), (n, dtype)
+
+
+def test_the_sharded_step_refuses_mixed_dtypes_and_non_modules():
+    device = Device.flex().autodiff()
+    device.seed(4)
+    model = Classifier.new(device)
+    mixed = model.map_params(lambda p, path: p.map(lambda t: t.cast("float64")) if path.endswith("bias") else p)
+    dp = dist.DataParallel(mixed, communicator=TwinComm())
+    step = dp.compile(lambda m, x, y: cross_entropy(m(x), y), AdamConfig().init(), shard_optimizer=True)
+    x = Tensor.from_data(np.ones((2, 4), np.float32), device=device)
+    y = Tensor.from_data(np.array([0, 1]), device=device)
+    with pytest.raises(ConfigError, match="share one float dtype"):
+        step(dp.model, 0.1, x, y)
+    with pytest.raises(ConfigError, match="expected a Module"):
+        step("model", 0.1, x, y)
