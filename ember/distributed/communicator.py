@@ -70,7 +70,9 @@ class Communicator(Protocol):
 
     def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp, detail: str = "") -> Request:
         """Starts reducing ``buffer`` in place; ``wait()`` before reading it. ``detail``
-        names what is reduced (e.g. a gradient bucket) in errors and timeouts."""
+        names what is reduced (e.g. a gradient bucket) in errors and timeouts. Every
+        rank starts these in the same order and waits for them in the same order (a
+        ring all-reduce advances only while its rank tests or waits for it)."""
 
     def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
         """``root``'s array on every rank (``array`` gives the shape and dtype elsewhere)."""

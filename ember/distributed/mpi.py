@@ -158,7 +158,7 @@ class MpiCommunicator:
         try:
             ring = self._ring_for(send)
             if ring is not None:
-                ring.start(send, out, self._ufuncs[op]).Wait()
+                ring.start(send, out, self._ufuncs[op], post=False).Wait()
             else:
                 self.comm.Allreduce(send, out, op=mpi_op)
         finally:
@@ -194,7 +194,7 @@ class MpiCommunicator:
         try:
             if ring is not None:
                 out[self.rank] = send
-                ring.start(out, out, None, reduce=False).Wait()
+                ring.start(out, out, None, reduce=False, post=False).Wait()
             else:
                 self.comm.Allgather(send, out)
         finally:
@@ -215,7 +215,7 @@ class MpiCommunicator:
             full = self._pool.take(send.shape, send.dtype)
             self._enter("reduce_scatter")
             try:
-                ring.start(send, full, self._ufuncs[op], gather=False).Wait()
+                ring.start(send, full, self._ufuncs[op], gather=False, post=False).Wait()
             finally:
                 self._leave()
             block = send.shape[0] // self.size
@@ -246,7 +246,7 @@ class MpiCommunicator:
         ufunc = self._ufuncs[op]
         self._enter("reduce_scatter")
         try:
-            ring.start(buffer, buffer, ufunc, gather=False).Wait()
+            ring.start(buffer, buffer, ufunc, gather=False, post=False).Wait()
         finally:
             self._leave()
 
@@ -259,7 +259,7 @@ class MpiCommunicator:
             return
         self._enter("all_gather")
         try:
-            ring.start(buffer, buffer, None, reduce=False).Wait()
+            ring.start(buffer, buffer, None, reduce=False, post=False).Wait()
         finally:
             self._leave()
 

@@ -67,32 +67,58 @@ def chunk_bounds(n: int, size: int) -> list[tuple[int, int]]:
 
 
 class RingRequest:
-    """A started ring all-reduce (mpi4py's request names: ``Test``, ``Wait``)."""
+    """A started ring all-reduce (mpi4py's request names: ``Test``, ``Wait``).
 
-    __slots__ = ("_steps", "_pending", "_done_cb", "_waitall", "_testall")
+    Each step sends one chunk right and receives one from the left. ``Test`` posts
+    them as non-blocking messages and advances as far as the arrived ones allow;
+    ``Wait`` finishes a posted step and runs the rest as blocking ``Sendrecv`` calls
+    (fewer requests to create and poll: measurably faster on one node)."""
 
-    def __init__(self, steps: Iterator[list[Any]], mpi: Any, done: Any = None):
+    __slots__ = ("_steps", "_step", "_pending", "_done_cb", "_comm", "_left", "_right", "_tag", "_mpi")
+
+    def __init__(self, steps: Iterator[tuple[np.ndarray, np.ndarray]], ring: Ring, tag: int, done: Any, post: bool):
         self._steps = steps
-        self._waitall = mpi.Request.Waitall
-        self._testall = mpi.Request.Testall
+        self._comm, self._mpi, self._tag = ring.comm, ring.mpi, tag
+        self._left, self._right = (ring.rank - 1) % ring.size, (ring.rank + 1) % ring.size
         self._done_cb = done
         self._pending: list[Any] | None = None
+        self._step: tuple[np.ndarray, np.ndarray] | None = None
         self._advance()
+        if post:
+            self._post()
 
     def _advance(self) -> None:
-        self._pending = next(self._steps, None)
-        if self._pending is None and self._done_cb is not None:
+        """The step after the one just completed (its reduction runs in the generator)."""
+        self._pending = None
+        self._step = next(self._steps, None)
+        if self._step is None and self._done_cb is not None:
             done, self._done_cb = self._done_cb, None
             done()
 
+    def _post(self) -> None:
+        if self._step is not None and self._pending is None:
+            send, receive = self._step
+            self._pending = [
+                self._comm.Irecv(receive, source=self._left, tag=self._tag),
+                self._comm.Isend(send, dest=self._right, tag=self._tag),
+            ]
+
     def Test(self) -> bool:  # noqa: N802 (mpi4py's name)
-        while self._pending is not None and self._testall(self._pending):
+        while self._step is not None:
+            self._post()
+            if not self._mpi.Request.Testall(self._pending):
+                return False
             self._advance()
-        return self._pending is None
+        return True
 
     def Wait(self) -> None:  # noqa: N802 (mpi4py's name)
-        while self._pending is not None:
-            self._waitall(self._pending)
+        comm, left, right, tag = self._comm, self._left, self._right, self._tag
+        while self._step is not None:
+            if self._pending is not None:
+                self._mpi.Request.Waitall(self._pending)
+            else:
+                send, receive = self._step
+                comm.Sendrecv(send, right, tag, receive, left, tag)
             self._advance()
 
 
@@ -109,7 +135,14 @@ class Ring:
         self._spare: list[np.ndarray] = []  # receive buffers of finished rings
 
     def start(
-        self, send: np.ndarray, out: np.ndarray, ufunc: np.ufunc | None, *, reduce: bool = True, gather: bool = True
+        self,
+        send: np.ndarray,
+        out: np.ndarray,
+        ufunc: np.ufunc | None,
+        *,
+        reduce: bool = True,
+        gather: bool = True,
+        post: bool = True,
     ) -> RingRequest:
         """Starts ``out = ufunc-reduction of send over ranks``; ``send`` may be ``out``
         (in place). Both are C-contiguous with the same shape and dtype on every rank.
@@ -117,7 +150,8 @@ class Ring:
         ``gather=False`` stops after the reduce steps (a reduce-scatter: chunk ``r`` of
         ``out``, of :func:`chunk_bounds`, holds the reduction on rank ``r``; the other
         chunks hold partial results). ``reduce=False`` runs only the gather steps (an
-        all-gather of each rank's chunk ``r`` of ``out``, in place; ``send`` unused)."""
+        all-gather of each rank's chunk ``r`` of ``out``, in place; ``send`` unused).
+        ``post=False`` sends nothing before ``Wait`` (for a caller that waits at once)."""
         self._seq = self._seq % _TAG_SPAN + 1
         flat_send, flat_out = send.reshape(-1), out.reshape(-1)
         bounds = chunk_bounds(flat_out.size, self.size)
@@ -128,8 +162,8 @@ class Ring:
         # all-reduce (the usual ring), r when the caller wants chunk r (reduce-scatter,
         # all-gather).
         own = (self.rank + 1) % self.size if reduce and gather else self.rank
-        steps = self._steps(flat_send, flat_out, tmp, bounds, ufunc, self._seq, own, reduce, gather)
-        return RingRequest(steps, self.mpi, lambda: self._spare.append(scratch))
+        steps = self._steps(flat_send, flat_out, tmp, bounds, ufunc, own, reduce, gather)
+        return RingRequest(steps, self, self._seq, lambda: self._spare.append(scratch), post)
 
     def _take(self, nbytes: int) -> np.ndarray:
         for i, buffer in enumerate(self._spare):
@@ -144,13 +178,13 @@ class Ring:
         tmp: np.ndarray,
         bounds: list[tuple[int, int]],
         ufunc: np.ufunc | None,
-        tag: int,
         own: int,
         reduce: bool,
         gather: bool,
-    ) -> Iterator[list[Any]]:
-        n, r, comm = self.size, self.rank, self.comm
-        right, left = (r + 1) % n, (r - 1) % n
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The steps as ``(chunk to send right, buffer the left's chunk arrives in)``;
+        the generator resumes once a step's messages are through."""
+        n = self.size
         if reduce:
             assert ufunc is not None
             # Step s sends chunk own - 1 - s (this rank's own values at s = 0, the partial
@@ -160,10 +194,7 @@ class Ring:
                 a, b = bounds[(own - 1 - s) % n]
                 source = send if s == 0 else out
                 c, d = bounds[(own - 2 - s) % n]
-                yield [
-                    comm.Irecv(tmp[: d - c], source=left, tag=tag),
-                    comm.Isend(source[a:b], dest=right, tag=tag),
-                ]
+                yield source[a:b], tmp[: d - c]
                 with np.errstate(all="ignore"):  # MPI's reductions overflow silently too
                     ufunc(send[c:d], tmp[: d - c], out=out[c:d])
             if n == 1 and send is not out:
@@ -174,7 +205,4 @@ class Ring:
             for s in range(n - 1):
                 a, b = bounds[(own - s) % n]
                 c, d = bounds[(own - s - 1) % n]
-                yield [
-                    comm.Irecv(out[c:d], source=left, tag=tag),
-                    comm.Isend(out[a:b], dest=right, tag=tag),
-                ]
+                yield out[a:b], out[c:d]
