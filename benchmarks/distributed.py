@@ -35,28 +35,32 @@
    100M-parameter model, and the bucket size it recommends (the latency term at
    most 10% of the bandwidth term).
 
-Last figures (``--quick``, 2-core machine, 2 ranks, 1 BLAS thread per rank), taken
-while two single-core ``valgrind --tool=callgrind`` processes ran, this script under
-``nice -n -10``: the 2-rank figures are pessimistic (a rank preempted by another
-process makes the other wait in the exchange; the ``communication`` parts below are
-mostly that), the 1-rank figures are close to a quiet machine's.
+Last figures (2-core machine, 2 ranks, 1 BLAS thread per rank). The machine was
+shared with single-core ``valgrind --tool=callgrind`` runs; the figures marked quiet
+come from windows with both cores idle before and after (checked in /proc/stat),
+the others from ``--quick`` under ``nice -n -10`` beside them, where the 2-rank
+figures are pessimistic (a rank preempted by another process makes the other wait
+in the exchange; the ``communication`` parts are then mostly that).
 
-- All-reduce, ratio raw / ember, 1 / 4 / 16 / 64 MiB: ``all_reduce`` 0.85 / 1.22 /
-  1.22 / 1.91; ``check=False`` 0.92 / 1.40 / 1.55 / 1.90; bucket path 1.01 / 1.56 /
-  1.89 / 2.53; ember with MPI's ``Allreduce`` (``EMBER_DIST_RING=off``) 0.70 / 0.80 /
-  0.85 / 0.91. Earlier loaded runs gave 0.76 to 0.90 at 1 MiB for ``all_reduce``
-  (the shape check is a second synchronisation, which costs most under load).
-- W2, steps/s 1 rank x 128 -> 2 ranks x 64: eager 480 -> 226 (0.47x); compiled 874
-  -> 384 (0.44x); sharded 876 -> 439 (0.50x). Not the 1.6x target, and out of reach
-  here whatever the exchange costs, from the 1-rank parts alone: 1.6x over the
-  compiled 1x128 step (1144 us: forward+backward 907, update 223) needs a 2-rank
-  step <= 715 us, but one rank's batch-64 step alone takes 768 us (forward+backward
-  536 us: the halved GEMMs run at lower efficiency; the update, 219 us, is
-  memory-bound and does not shrink with the batch). Sharding the update halves it
-  (147 us on 2 ranks), leaving at most ~20 us for exchanging 0.81 MB of gradients;
-  packing them (a 0.81 MB copy: 24-38 us here), two 0.4 MB transfers each way and a
-  0.4 MB sum (~20 us) take over 60 us of memory traffic even with no waiting. Eager: 1.6x needs <= 1301 us, a
-  batch-64 eager step alone takes 1560 us.
+- All-reduce (quiet), ratio raw / ember at 1 / 4 / 16 / 64 MiB: ``all_reduce``
+  0.98 / 1.29 / 1.22 / 1.95, ``check=False`` 1.14 / 1.25 / 1.73 / 1.99, bucket path
+  0.95 / 1.51 / 1.65 / 2.61; with MPI's ``Allreduce`` (``EMBER_DIST_RING=off``, the
+  same window) ``all_reduce`` 0.75 / 0.86 / 0.93 / 0.84. An earlier quiet window gave
+  1.04 / 1.20 / 1.27 / 2.38; loaded runs 0.76 to 0.90 at 1 MiB (the shape check is a
+  second synchronisation, which costs most under load).
+- W2 (quiet window, compiled, steps/s): 1 rank x 128 819, 2 ranks x 64 825 (1.0x),
+  1 rank x 64 1290. Loaded ``--quick``: eager 480 -> 226, compiled 874 -> 384,
+  sharded 876 -> 439 (1 rank x 128 -> 2 ranks x 64).
+- The 1.6x target is out of reach here whatever the exchange costs, from the 1-rank
+  parts alone (loaded run, close to quiet): 1.6x over the compiled 1x128 step (1144
+  us: forward+backward 907, update 223) needs a 2-rank step <= 715 us, but one rank's
+  batch-64 step alone takes 768 us (forward+backward 536 us: the halved GEMMs run at
+  lower efficiency; the update, 219 us, is memory-bound and does not shrink with the
+  batch). Sharding the update halves it (147 us on 2 ranks), leaving at most ~20 us
+  for exchanging 0.81 MB of gradients; packing them (a 0.81 MB copy: 24-38 us here),
+  two 0.4 MB transfers each way and a 0.4 MB sum (~20 us) take over 60 us of memory
+  traffic even with no waiting (the isolated all-reduce of 0.81 MB takes ~200 us).
+  Eager: 1.6x needs <= 1301 us, a batch-64 eager step alone takes 1560 us.
 """
 
 from __future__ import annotations
