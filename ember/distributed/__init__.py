@@ -11,7 +11,8 @@ brings mpi4py and the mpich wheel); run without ``mpiexec`` and the world has on
 rank, so the same script works both ways. Collectives take Tensors of any device
 (staged through host memory; see :mod:`ember.distributed.staging`). For training:
 :class:`DataParallel` (``Learner(..., strategy=DataParallel())`` or by hand) and
-:class:`DistributedSampler`. Faults end the run with an error naming the rank
+:class:`DistributedSampler`; ``DataParallel(model).compile(loss_fn, optim)`` for a compiled
+step. Faults end the run with an error naming the rank
 instead of a hang (see :mod:`ember.distributed.watchdog`).
 """
 
@@ -25,6 +26,7 @@ from ember.distributed.collectives import (
     reduce_scatter,
 )
 from ember.distributed.communicator import Communicator, ReduceOp, Request
+from ember.distributed.compiled_step import CompiledStep
 from ember.distributed.data_parallel import DataParallel, GradSession, broadcast_module, check_models_match
 from ember.distributed.local import LocalCommunicator
 from ember.distributed.mpi import MpiCommunicator
@@ -45,6 +47,7 @@ DistributedDataParallel = DataParallel  # Burn's name (LearningStrategy::Distrib
 __all__ = [
     "BucketPlan",
     "Communicator",
+    "CompiledStep",
     "DataParallel",
     "DistributedDataParallel",
     "DistributedSampler",

@@ -16,12 +16,13 @@ and returns the reduced gradients as views of the buffers.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from ember.distributed.communicator import Communicator, ReduceOp
-from ember.distributed.staging import wire_dtype
+from ember.distributed.staging import divide_in_place, wire_dtype
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,23 @@ class BucketPlan:
                 offset += size
             self.buckets.append(Bucket(wire, tuple(slots), numel))
 
+        self._buffers: list[np.ndarray] = []
+
+    def take_buffers(self) -> list[np.ndarray]:
+        """One flat buffer per bucket (its values, then one presence flag per slot):
+        the previous step's again once nothing refers to them any more (no gradient
+        view of them is alive), so a step does not pay page faults for fresh ones."""
+        held = self._buffers
+        if held:
+            for buffer in held:
+                # This list, the loop variable and getrefcount's argument: no view of it is alive.
+                if sys.getrefcount(buffer) > 3:
+                    break
+            else:
+                return held
+        self._buffers = [np.empty(b.numel + len(b.slots), dtype=b.dtype) for b in self.buckets]
+        return self._buffers
+
     def __len__(self) -> int:
         return len(self.buckets)
 
@@ -93,7 +111,7 @@ class GradSync:
         self.plan = plan
         self.comm = comm
         self.mean = mean
-        self.buffers = [np.empty(b.numel + len(b.slots), dtype=b.dtype) for b in plan.buckets]
+        self.buffers = list(plan.take_buffers())  # its own references: not reused while it lives
         self.present = [np.zeros(len(b.slots), dtype=bool) for b in plan.buckets]
         self.remaining = [len(b.slots) for b in plan.buckets]
         self.requests: list = [None] * len(plan.buckets)
@@ -151,7 +169,7 @@ class GradSync:
             buffer = self.buffers[b]
             data = buffer[: bucket.numel]
             if self.mean and size > 1:
-                np.divide(data, size, out=data)
+                divide_in_place(data, size)
             flags = buffer[bucket.numel :]
             for slot in bucket.slots:
                 if flags[slot.index] > 0:

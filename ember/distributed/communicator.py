@@ -70,7 +70,9 @@ class Communicator(Protocol):
 
     def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp, detail: str = "") -> Request:
         """Starts reducing ``buffer`` in place; ``wait()`` before reading it. ``detail``
-        names what is reduced (e.g. a gradient bucket) in errors and timeouts."""
+        names what is reduced (e.g. a gradient bucket) in errors and timeouts. Every
+        rank starts these in the same order and waits for them in the same order (a
+        ring all-reduce advances only while its rank tests or waits for it)."""
 
     def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
         """``root``'s array on every rank (``array`` gives the shape and dtype elsewhere)."""
@@ -81,6 +83,15 @@ class Communicator(Protocol):
     def reduce_scatter(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
         """Reduces ``array`` (first axis a multiple of ``size``) over ranks and gives
         rank ``r`` the ``r``-th block of the first axis."""
+
+    def reduce_scatter_in_place(self, buffer: np.ndarray, op: ReduceOp) -> None:
+        """Reduces a flat ``buffer`` (length a multiple of ``size``) over ranks in place:
+        afterwards block ``rank`` of it (of ``size`` equal blocks) holds the reduction;
+        the other blocks hold undefined values."""
+
+    def all_gather_in_place(self, buffer: np.ndarray) -> None:
+        """Block ``r`` of a flat ``buffer`` (length a multiple of ``size``) from rank
+        ``r`` to every rank, in place."""
 
     def barrier(self) -> None:
         """Returns once every rank has called it."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import zlib
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from ember.errors import ConfigError, DistributedError
 from ember.module import Module, Param
 from ember.module.param import RunningState
 from ember.optim import GradientsParams
+
+if TYPE_CHECKING:
+    from ember.distributed.compiled_step import CompiledStep
 
 DEFAULT_BUCKET_MB = 25.0
 
@@ -165,8 +168,10 @@ class DataParallel:
         self._plan_for(model)
         return model
 
-    def _plan_for(self, model: Module) -> BucketPlan:
-        params = _trainable(model)
+    def _plan_for(self, model: Module, params: list[tuple[str, Param]] | None = None) -> BucketPlan:
+        """The buckets for ``model`` (whose ``_trainable`` list ``params`` is, when given)."""
+        if params is None:
+            params = _trainable(model)
         key = tuple((p.id, path, tuple(p.shape), p.dtype) for path, p in params)
         if self._plan is None or key != self._plan_key:
             if self._plan is not None and self.comm.size > 1:
@@ -200,6 +205,20 @@ class DataParallel:
         with session.hook():
             grads = loss.backward()
         return session.finish(GradientsParams.from_grads(grads, model))
+
+    def compile(self, loss_fn: Any, optim: Any, *, max_traces: int = 8, shard_optimizer: bool = False) -> CompiledStep:
+        """A compiled data-parallel step, ``step(model, lr, *batch) -> (model, loss)``:
+        forward and backward as one ``ember.compile`` graph, the gradients all-reduced,
+        the optimizer update as a second graph (see :mod:`ember.distributed.compiled_step`).
+        ``loss_fn(model, *batch)`` returns the scalar loss. ``shard_optimizer=True``
+        splits the update over the ranks (ZeRO stage 1; element-wise optimizers only).
+
+        >>> step = dp.compile(lambda m, x, y: ce.forward(m(x), y), AdamConfig().init())  # doctest: +SKIP
+        >>> model, loss = step(model, 1e-3, x, y)                                          # doctest: +SKIP
+        """
+        from ember.distributed.compiled_step import CompiledStep
+
+        return CompiledStep(self, loss_fn, optim, max_traces=max_traces, shard_optimizer=shard_optimizer)
 
     def begin(self, model: Module) -> GradSession:
         """A step's reduction; run backward inside ``session.hook()`` to overlap, then
@@ -246,11 +265,12 @@ class GradSession:
         self.active = self.comm.size > 1
         if not self.active:
             return
-        plan = dp._plan_for(model)
+        trainable = _trainable(model)
+        plan = dp._plan_for(model, trainable)
         self.sync = GradSync(plan, self.comm, dp.reduce == "mean")
         self.params: dict[int, tuple[Param, str]] = {}
         self.by_node: dict[int, int] = {}
-        for path, p in _trainable(model):
+        for path, p in trainable:
             self.params[int(p.id)] = (p, path)
             node = getattr(p.val().primitive, "node", None)
             if node is not None:

@@ -49,6 +49,12 @@ class LocalCommunicator:
     def reduce_scatter(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
         return np.array(array, copy=True)
 
+    def reduce_scatter_in_place(self, buffer: np.ndarray, op: ReduceOp) -> None:
+        return None
+
+    def all_gather_in_place(self, buffer: np.ndarray) -> None:
+        return None
+
     def barrier(self) -> None:
         return None
 

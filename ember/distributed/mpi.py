@@ -17,6 +17,7 @@ import numpy as np
 
 from ember.distributed.communicator import ReduceOp
 from ember.distributed.local import _check_root
+from ember.distributed.ring import Ring, ring_min_chunk
 from ember.errors import BackendUnavailableError, ConfigError
 
 
@@ -33,7 +34,8 @@ def import_mpi() -> Any:
 
 
 class _MpiRequest:
-    """A started ``Iallreduce``; ``wait`` is watched like a blocking collective."""
+    """A started ``Iallreduce`` or ring all-reduce; ``wait`` is watched like a blocking
+    collective."""
 
     __slots__ = ("request", "owner", "detail")
 
@@ -101,6 +103,13 @@ class MpiCommunicator:
         self.watchdog = None
         self._timeout = float(timeout)
         self._pool = _ResultPool()
+        self._ufuncs = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}
+        ring_min = ring_min_chunk()
+        self._ring: Ring | None = None
+        self._ring_from = 0  # buffers of this many bytes and more all-reduce as a ring
+        if self.size > 1 and ring_min is not None:
+            self._ring = Ring(self.comm.Dup(), mpi)
+            self._ring_from = self.size * ring_min
         if watchdog and self.size > 1:
             from ember.distributed.watchdog import Watchdog, install_excepthook
 
@@ -126,6 +135,12 @@ class MpiCommunicator:
         except KeyError:
             raise ConfigError(f"ember.distributed: the communicator reduces with sum, max or min, got {op}") from None
 
+    def _ring_for(self, array: np.ndarray) -> Ring | None:
+        """The ring that all-reduces ``array`` (see :mod:`ember.distributed.ring`), or
+        ``None`` for MPI's own; every rank decides alike, from the size they share."""
+        ring = self._ring
+        return ring if ring is not None and array.nbytes >= self._ring_from else None
+
     def _enter(self, op: str, detail: str = "") -> None:
         if self.watchdog is not None:
             self.watchdog.enter(op, detail)
@@ -141,7 +156,11 @@ class MpiCommunicator:
         mpi_op = self._op(op)
         self._enter("all_reduce")
         try:
-            self.comm.Allreduce(send, out, op=mpi_op)
+            ring = self._ring_for(send)
+            if ring is not None:
+                ring.start(send, out, self._ufuncs[op], post=False).Wait()
+            else:
+                self.comm.Allreduce(send, out, op=mpi_op)
         finally:
             self._leave()
         return out
@@ -149,7 +168,12 @@ class MpiCommunicator:
     def all_reduce_start(self, buffer: np.ndarray, op: ReduceOp, detail: str = "") -> _MpiRequest:
         if not buffer.flags.c_contiguous:
             raise ConfigError("ember.distributed: all_reduce_start needs a C-contiguous buffer")
-        request = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=self._op(op))
+        mpi_op = self._op(op)
+        ring = self._ring_for(buffer)
+        if ring is not None:
+            request: Any = ring.start(buffer, buffer, self._ufuncs[op])
+        else:
+            request = self.comm.Iallreduce(self.MPI.IN_PLACE, buffer, op=mpi_op)
         return _MpiRequest(request, self, detail)
 
     def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
@@ -165,9 +189,14 @@ class MpiCommunicator:
     def all_gather(self, array: np.ndarray) -> np.ndarray:
         send = np.ascontiguousarray(array)
         out = np.empty((self.size, *send.shape), dtype=send.dtype)
+        ring = self._ring_for(out)
         self._enter("all_gather")
         try:
-            self.comm.Allgather(send, out)
+            if ring is not None:
+                out[self.rank] = send
+                ring.start(out, out, None, reduce=False, post=False).Wait()
+            else:
+                self.comm.Allgather(send, out)
         finally:
             self._leave()
         return out
@@ -179,14 +208,60 @@ class MpiCommunicator:
                 f"ember.distributed: reduce_scatter needs a first dimension divisible by the world size {self.size}, "
                 f"got shape {list(send.shape)}"
             )
-        out = np.empty((send.shape[0] // self.size, *send.shape[1:]), dtype=send.dtype)
         mpi_op = self._op(op)
+        ring = self._ring_for(send)
+        if ring is not None:
+            # Chunk r of a ring reduce-scatter is block r (equal blocks: the length divides).
+            full = self._pool.take(send.shape, send.dtype)
+            self._enter("reduce_scatter")
+            try:
+                ring.start(send, full, self._ufuncs[op], gather=False, post=False).Wait()
+            finally:
+                self._leave()
+            block = send.shape[0] // self.size
+            return full[self.rank * block : (self.rank + 1) * block]
+        out = np.empty((send.shape[0] // self.size, *send.shape[1:]), dtype=send.dtype)
         self._enter("reduce_scatter")
         try:
             self.comm.Reduce_scatter_block(send, out, op=mpi_op)
         finally:
             self._leave()
         return out
+
+    def _blocks(self, buffer: np.ndarray, op: str) -> int:
+        if buffer.ndim != 1 or not buffer.flags.c_contiguous or buffer.size % self.size:
+            raise ConfigError(
+                f"ember.distributed: {op} needs a flat C-contiguous buffer whose length is a multiple of the world "
+                f"size {self.size}, got shape {list(buffer.shape)}"
+            )
+        return buffer.size // self.size
+
+    def reduce_scatter_in_place(self, buffer: np.ndarray, op: ReduceOp) -> None:
+        block = self._blocks(buffer, "reduce_scatter_in_place")
+        ring = self._ring_for(buffer)
+        if ring is None:  # small: MPI's, out of place
+            buffer[self.rank * block : (self.rank + 1) * block] = self.reduce_scatter(buffer, op)
+            return
+        self._op(op)  # a clear error for MEAN
+        ufunc = self._ufuncs[op]
+        self._enter("reduce_scatter")
+        try:
+            ring.start(buffer, buffer, ufunc, gather=False, post=False).Wait()
+        finally:
+            self._leave()
+
+    def all_gather_in_place(self, buffer: np.ndarray) -> None:
+        block = self._blocks(buffer, "all_gather_in_place")
+        ring = self._ring_for(buffer)
+        if ring is None:  # small: MPI's, out of place
+            mine = buffer[self.rank * block : (self.rank + 1) * block].copy()
+            np.copyto(buffer, self.all_gather(mine).reshape(-1))
+            return
+        self._enter("all_gather")
+        try:
+            ring.start(buffer, buffer, None, reduce=False, post=False).Wait()
+        finally:
+            self._leave()
 
     def barrier(self) -> None:
         self._enter("barrier")

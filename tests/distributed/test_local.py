@@ -4,6 +4,7 @@ buckets, the autodiff gradient hook, metric merging and the Learner strategy."""
 from __future__ import annotations
 
 import copy
+import itertools
 
 import numpy as np
 import pytest
@@ -197,6 +198,24 @@ def test_grad_sync_averages_and_keeps_absent_gradients_absent():
     np.testing.assert_array_equal(out[1], 2 * np.arange(4).reshape(2, 2))
 
 
+def test_bucket_buffers_are_reused_once_no_gradient_view_is_alive():
+    plan = BucketPlan([(1, "a", (4,), np.dtype(np.float32)), (2, "b", (3,), np.dtype(np.float64))], 1 << 20)
+    first = [id(b) for b in plan.take_buffers()]
+    assert [id(b) for b in plan.take_buffers()] == first  # nothing refers to them: reused
+    sync = GradSync(plan, TwinComm(), mean=False)
+    sync.put(1, np.ones(4, np.float32))
+    sync.put(2, np.ones(3))
+    kept = sync.finish()  # views of the buffers, alive below
+    del sync
+    fresh = GradSync(plan, TwinComm(), mean=False)
+    assert [id(b) for b in fresh.buffers] != first
+    fresh.put(1, np.full(4, 5.0, np.float32))
+    fresh.put(2, np.full(3, 5.0))
+    fresh.finish()
+    np.testing.assert_array_equal(kept[1], np.full(4, 2.0))  # the kept gradients did not change
+    np.testing.assert_array_equal(kept[2], np.full(3, 2.0))
+
+
 # ---------------------------------------------------------------------- autodiff hook
 def test_the_leaf_hook_fires_once_each_leaf_is_final():
     device = Device.flex().autodiff()
@@ -236,6 +255,47 @@ def test_data_parallel_in_a_one_rank_world_changes_nothing():
         dist.DataParallel(bucket_cap_mb=0)
     with pytest.raises(ConfigError, match="reduce must be"):
         dist.DataParallel(reduce="max")
+
+
+@pytest.mark.parametrize(
+    ("comm", "shard"),
+    [(None, False), (TwinComm(), False), (None, True)],
+    ids=["one rank", "two identical ranks", "one rank, shard_optimizer (nothing to shard)"],
+)
+def test_the_compiled_step_matches_the_eager_step(comm, shard):
+    """``DataParallel.compile`` (two graphs, the all-reduce between) leaves the model of
+    the eager loop; with two ranks holding the same batch the mean changes nothing."""
+    device = Device.flex().autodiff()
+    device.seed(3)
+    start = Classifier.new(device)
+    rng = np.random.default_rng(0)
+    batches = [
+        (
+            Tensor.from_data(rng.normal(size=(8, 4)).astype(np.float32), device=device),
+            Tensor.from_data(rng.integers(0, 3, 8), device=device),
+        )
+        for _ in range(4)
+    ]
+    eager, optim = start, AdamConfig().init()
+    for x, y in batches:
+        eager = optim.step(0.05, eager, GradientsParams.from_grads(cross_entropy(eager(x), y).backward(), eager))
+    dp = dist.DataParallel(start, communicator=comm)
+    step = dp.compile(lambda model, x, y: cross_entropy(model(x), y), AdamConfig().init(), shard_optimizer=shard)
+    model = dp.model
+    step.timings = {}
+    for x, y in batches:
+        model, loss = step(model, 0.05, x, y)
+        assert np.isfinite(loss.into_scalar())
+    assert sorted(step.timings) == ["communication", "forward_backward", "update"]
+    assert all(seconds >= 0 for seconds in step.timings.values()) and step.timings["forward_backward"] > 0
+    assert step._grads.stats["replays"] >= 2 and step._update.stats["replays"] >= 2  # sharding: under mpiexec
+    want = {path: p.val().to_numpy() for path, p in eager.named_params()}
+    for path, p in model.named_params():
+        np.testing.assert_allclose(p.val().to_numpy(), want[path], rtol=1e-5, atol=1e-6, err_msg=path)
+    with pytest.raises(ConfigError, match="loss_fn must be callable"):
+        dp.compile(None, AdamConfig().init())
+    with pytest.raises(ConfigError, match="module optimizer"):
+        dp.compile(lambda model, x, y: model(x), object())
 
 
 def _fit(strategy):
@@ -284,3 +344,63 @@ def test_merged_states_give_the_value_of_all_items(make, rng):
     merged = copy.deepcopy(make())
     merged.load_state_dict(whole.merge_states(parts))
     assert merged.value() == pytest.approx(whole.value())
+
+
+def test_ring_chunks_cover_the_buffer_in_order():
+    from ember.distributed.ring import chunk_bounds
+
+    assert chunk_bounds(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert chunk_bounds(2, 3) == [(0, 1), (1, 2), (2, 2)]
+    for n, size in ((0, 2), (1, 1), (1031, 4), (70_001, 3)):
+        bounds = chunk_bounds(n, size)
+        assert bounds[0][0] == 0 and bounds[-1][1] == n and len(bounds) == size
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+        assert max(b - a for a, b in bounds) - min(b - a for a, b in bounds) <= 1
+
+
+@pytest.mark.parametrize(
+    ("text", "want"), [(None, 128 << 10), ("auto", 128 << 10), ("off", None), ("mpi", None), ("4096", 4096)]
+)
+def test_ring_threshold_from_the_environment(monkeypatch, text, want):
+    from ember.distributed.ring import ring_min_chunk
+
+    if text is None:
+        monkeypatch.delenv("EMBER_DIST_RING", raising=False)
+    else:
+        monkeypatch.setenv("EMBER_DIST_RING", text)
+    assert ring_min_chunk() == want
+
+
+@pytest.mark.parametrize("text", ["fast", "-5"])
+def test_a_bad_ring_threshold_is_refused(monkeypatch, text):
+    from ember.distributed.ring import ring_min_chunk
+
+    monkeypatch.setenv("EMBER_DIST_RING", text)
+    with pytest.raises(ConfigError, match="EMBER_DIST_RING"):
+        ring_min_chunk()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_the_mean_divides_to_the_bit(n, rng):
+    from ember.distributed.staging import divide_in_place
+
+    for dtype in (np.float32, np.float64, np.float16):
+        values = (rng.standard_normal(1000) * 1e3).astype(dtype)
+        got = values.copy()
+        divide_in_place(got, n)
+        assert got.tobytes() == (values / dtype(n)).astype(dtype).tobytes(), (n, dtype)
+
+
+def test_the_sharded_step_refuses_mixed_dtypes_and_non_modules():
+    device = Device.flex().autodiff()
+    device.seed(4)
+    model = Classifier.new(device)
+    mixed = model.map_params(lambda p, path: p.map(lambda t: t.cast("float64")) if path.endswith("bias") else p)
+    dp = dist.DataParallel(mixed, communicator=TwinComm())
+    step = dp.compile(lambda m, x, y: cross_entropy(m(x), y), AdamConfig().init(), shard_optimizer=True)
+    x = Tensor.from_data(np.ones((2, 4), np.float32), device=device)
+    y = Tensor.from_data(np.array([0, 1]), device=device)
+    with pytest.raises(ConfigError, match="share one float dtype"):
+        step(dp.model, 0.1, x, y)
+    with pytest.raises(ConfigError, match="expected a Module"):
+        step("model", 0.1, x, y)

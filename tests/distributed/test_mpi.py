@@ -40,9 +40,18 @@ def _cube_env() -> dict[str, str]:
 @pytest.mark.parametrize("n", [2, 3])
 def test_collectives_sampler_and_ddp_equivalence(mpirun, n):
     out = mpirun(n, "basic", env=_cube_env() if n == 2 else None)
-    for check in ("collectives", "sampler", "ddp"):
+    for check in ("collectives", "sampler", "ddp", "compiled"):
         for r in range(n):
             assert f"ok {check} rank {r}" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_ring_all_reduce_against_numpy(mpirun, n):
+    """The ring (see ember.distributed.ring) from 64 bytes per rank on, so that small
+    odd-sized buffers take it too."""
+    out = mpirun(n, "ring", env={"EMBER_DIST_RING": "64"})
+    for r in range(n):
+        assert f"ok ring rank {r}" in out.stdout, out.stdout
 
 
 def test_learner_rank0_checkpoints_and_resume_on_another_world_size(mpirun, tmp_path):
@@ -90,19 +99,25 @@ def test_learner_rank0_checkpoints_and_resume_on_another_world_size(mpirun, tmp_
     assert sorted(p.name for p in (run_dir / "checkpoint").iterdir()) == ["epoch-0002", "epoch-0003"]
 
 
-def test_a_rank_that_raises_stops_every_rank_naming_it(mpirun):
+# "ring": every gradient bucket all-reduced as a ring (EMBER_DIST_RING=64 bytes per rank).
+RING = pytest.mark.parametrize("env", [{}, {"EMBER_DIST_RING": "64"}], ids=["mpi", "ring"])
+
+
+@RING
+def test_a_rank_that_raises_stops_every_rank_naming_it(mpirun, env):
     started = time.monotonic()
-    result = mpirun(2, "raise", check=False, timeout=60)
+    result = mpirun(2, "raise", check=False, timeout=60, env=env)
     assert result.returncode != 0
     assert time.monotonic() - started < 30
     assert "rank 1 failed: ValueError: a deliberate failure on rank 1" in result.stderr, result.stderr
 
 
 @pytest.mark.slow
-def test_a_frozen_rank_is_named_by_the_others_within_the_timeout(mpirun):
+@RING
+def test_a_frozen_rank_is_named_by_the_others_within_the_timeout(mpirun, env):
     """A rank that stops answering (here: SIGSTOP) is found by the others' watchdogs."""
     started = time.monotonic()
-    result = mpirun(3, "freeze", check=False, timeout=60, env={"EMBER_DIST_TIMEOUT": "3"})
+    result = mpirun(3, "freeze", check=False, timeout=60, env={"EMBER_DIST_TIMEOUT": "3", **env})
     elapsed = time.monotonic() - started
     assert result.returncode != 0
     assert elapsed < 30, elapsed
@@ -110,11 +125,12 @@ def test_a_frozen_rank_is_named_by_the_others_within_the_timeout(mpirun):
     assert "longer than the timeout of 3 s" in result.stderr
 
 
-def test_a_killed_rank_ends_the_run(mpirun):
+@RING
+def test_a_killed_rank_ends_the_run(mpirun, env):
     """MPICH's mpiexec ends the others at once and reports the killed process; where a
     launcher does not, the watchdogs end them after the timeout (as for a frozen rank)."""
     started = time.monotonic()
-    result = mpirun(3, "kill", check=False, timeout=60, env={"EMBER_DIST_TIMEOUT": "3"})
+    result = mpirun(3, "kill", check=False, timeout=60, env={"EMBER_DIST_TIMEOUT": "3", **env})
     assert result.returncode != 0
     assert time.monotonic() - started < 30
     assert "Killed" in result.stdout + result.stderr

@@ -23,7 +23,7 @@ import ember.distributed as dist
 from ember import Device, Module, Tensor
 from ember.data import ArrayDataset, DataLoaderBuilder, DefaultBatcher
 from ember.data.dataset.shuffled import permutation
-from ember.errors import DistributedError
+from ember.errors import ConfigError, DistributedError
 from ember.nn import Linear, LinearConfig, Relu
 from ember.optim import AdamConfig, GradientsParams, SgdConfig
 from ember.train import AccuracyMetric, Learner, LossMetric, SupervisedTraining
@@ -97,6 +97,59 @@ def check_collectives() -> None:
     else:
         raise AssertionError("a shape mismatch between ranks was not detected")
     print(f"ok collectives rank {r}", flush=True)
+
+
+def check_ring() -> None:
+    """All-reduces large enough for the ring (``EMBER_DIST_RING`` sets the threshold):
+    every op and dtype against numpy, chunks of unequal length, in place and not,
+    several in flight at once, results bit-identical on every rank."""
+    from ember.distributed import ReduceOp
+
+    comm = dist.communicator()
+    r, n = comm.rank, comm.size
+    assert comm._ring is not None, "the ring is off"
+    numpy_ops = {ReduceOp.SUM: np.add.reduce, ReduceOp.MAX: np.maximum.reduce, ReduceOp.MIN: np.minimum.reduce}
+    for size in (1, n - 1, 1031, 70_001):
+        for dtype in (np.float32, np.float64, np.int64, np.uint8):
+            everyone = [rank_data(q, (size,), dtype).astype(dtype) for q in range(n)]
+            for op, reduce in numpy_ops.items():
+                want = reduce(np.stack(everyone), axis=0, dtype=dtype)
+                # A float sum's order of additions depends on the chunk: rounding only.
+                tol = 1e-6 if op is ReduceOp.SUM and np.dtype(dtype).kind == "f" else 0
+                got = comm.all_reduce(everyone[r], op)
+                np.testing.assert_allclose(got, want, tol, tol, err_msg=f"ring {op} {dtype} {size}")
+                buffer = everyone[r].copy()
+                request = comm.all_reduce_start(buffer, op, "test")
+                request.test()
+                request.wait()
+                np.testing.assert_allclose(buffer, want, tol, tol, err_msg=f"ring in place {op} {dtype} {size}")
+                assert got.tobytes() == buffer.tobytes(), "in place and not differ"
+    for rows in (n, 7 * n, 3001 * n):  # reduce-scatter and all-gather take the ring too
+        everyone = [rank_data(q, (rows, 3), np.float64) for q in range(n)]
+        block = rows // n
+        got = comm.reduce_scatter(everyone[r], ReduceOp.SUM)
+        np.testing.assert_allclose(got, sum(everyone)[r * block : (r + 1) * block], 1e-12, 1e-12)
+        np.testing.assert_array_equal(comm.all_gather(everyone[r]), np.stack(everyone))
+        flat = everyone[r].reshape(-1).copy()  # in place, on flat buffers
+        comm.reduce_scatter_in_place(flat, ReduceOp.SUM)
+        span = slice(r * block * 3, (r + 1) * block * 3)
+        np.testing.assert_allclose(flat[span], sum(everyone).reshape(-1)[span], 1e-12, 1e-12)
+        comm.all_gather_in_place(flat)
+        assert len({digest.tobytes() for digest in dist.all_gather_object(flat)}) == 1
+        np.testing.assert_allclose(flat, sum(everyone).reshape(-1), 1e-12, 1e-12)
+    buffers = [np.full(5000 + k, float(r + k), np.float32) for k in range(4)]
+    requests = [comm.all_reduce_start(b, ReduceOp.SUM) for b in buffers]
+    for request in reversed(requests):  # finishing out of order is fine
+        request.wait()
+    for k, b in enumerate(buffers):
+        assert np.all(b == sum(q + k for q in range(n))), k
+    x = np.random.default_rng(r).standard_normal(100_003).astype(np.float32)
+    got = dist.all_reduce(Tensor.from_data(x)).to_numpy()
+    np.testing.assert_allclose(
+        got, sum(np.random.default_rng(q).standard_normal(100_003) for q in range(n)), 1e-5, 1e-5
+    )
+    assert len({digest.tobytes() for digest in dist.all_gather_object(got)}) == 1, "ranks' sums differ"
+    print(f"ok ring rank {r}", flush=True)
 
 
 def check_sampler() -> None:
@@ -219,6 +272,54 @@ def check_ddp() -> None:
     print(f"ok ddp rank {r}", flush=True)
 
 
+def check_compiled() -> None:
+    """``DataParallel.compile``: N ranks on their shards give one process's parameters on
+    the whole batch (within rounding), bit-identical on every rank and run to run."""
+    r, n = dist.rank(), dist.world_size()
+    device = Device.flex().autodiff()
+    device.seed(1000 + r)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 48)
+    steps = [permutation(48, 3, e)[k * 12 : (k + 1) * 12] for e in range(2) for k in range(4)]
+    mine = [s[r::n] for s in steps]
+
+    def loss_fn(model, xb, yb):
+        return cross_entropy(model(xb), yb)
+
+    def run(dp, batches, shard=False):
+        step = dp.compile(loss_fn, AdamConfig().init(), shard_optimizer=shard)
+        model = dp.model
+        for idx in batches:
+            xb, yb = Tensor.from_data(x[idx], device=device), Tensor.from_data(y[idx], device=device)
+            model, loss = step(model, 0.05, xb, yb)
+            assert np.isfinite(loss.into_scalar())
+        update = step._update_shard if shard else step._update
+        assert step._grads.stats["replays"] > 0 and update.stats["replays"] > 0, "not compiled"
+        return model
+
+    dp = dist.DataParallel(Mlp.new(device), bucket_cap_mb=0.0004)  # several buckets
+    start = dp.model
+    ref = _train(start, AdamConfig().init(), x, y, steps)  # one process, eager, the whole batch
+    try:  # sharding needs a gradient for every trainable parameter; "extra" gets none
+        run(dp, mine[:1], shard=True)
+    except ConfigError as error:
+        assert "no gradient for a trainable parameter of shape [6, 3]" in str(error), error
+    else:
+        raise AssertionError("a parameter without a gradient was not refused")
+    frozen = start.map_params(lambda p, path: p.set_require_grad(not path.startswith("extra")))
+    dp = dist.DataParallel(frozen, bucket_cap_mb=0.0004)
+    for shard in (False, True):  # the update on every rank, or sharded (ZeRO stage 1)
+        first, second = run(dp, mine, shard), run(dp, mine, shard)
+        dp.assert_in_sync(first)
+        for path, value in _params(first).items():
+            np.testing.assert_allclose(
+                value, _params(ref)[path], rtol=5e-5, atol=5e-5, err_msg=f"{path} (world size {n}, shard {shard})"
+            )
+            assert value.tobytes() == _params(second)[path].tobytes(), f"not bit-identical run to run: {path}"
+    print(f"ok compiled rank {r}", flush=True)
+
+
 def check_learner(artifact_dir: str, epochs: int, global_batch: int, out: str | None) -> None:
     """The Learner, data parallel: per-rank batch ``global_batch / world size``."""
     r, n = dist.rank(), dist.world_size()
@@ -286,6 +387,9 @@ def main() -> None:
         check_collectives()
         check_sampler()
         check_ddp()
+        check_compiled()
+    elif check == "ring":
+        check_ring()
     elif check == "learner":
         check_learner(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)
     elif check in ("raise", "kill", "freeze"):
