@@ -124,7 +124,7 @@ class Param:
         leaf = backend.leaf(prim) if require_grad and prim.dtype in FLOAT_NP else backend.wrap(prim)
         param = Param.__new__(Param)
         param.id = param_id
-        param.require_grad = require_grad is True or bool(require_grad)
+        param.require_grad = bool(require_grad)
         param._value = Tensor(leaf, device)
         param._init = None
         param._key = None
