@@ -94,19 +94,7 @@ def test_half_precision_runs_the_composite(rng):
     shapes = [(6, 4), (3,)]
     assert (
         flex.backend.adam_step_many(
-            [np.zeros(3, np.float16)],
-            [np.zeros(3, np.float16)],
-            None,
-            None,
-            None,
-            lr=1e-3,
-            beta_1=0.9,
-            beta_2=0.999,
-            epsilon=1e-5,
-            weight_decay=0.0,
-            decoupled=False,
-            amsgrad=False,
-            time=1,
+            [np.zeros(3, np.float16)], [np.zeros(3, np.float16)], None, None, None, time=1, **SETTINGS
         )
         is NotImplemented
     )
