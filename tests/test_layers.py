@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent / "ember"
 
 # Top to bottom. A package may import itself and any package below it.
 LAYERS = [
+    "models",  # published architectures over ember.nn, Hugging Face checkpoints, generation
     "train",
     "distributed",
     "data",

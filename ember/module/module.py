@@ -19,6 +19,7 @@ from ember.module.field_check import check_fields
 from ember.module.group import ParamGroup
 from ember.module.param import Param, RunningState
 from ember.module.visitor import FnMapper, ModuleMapper, ModuleVisitor, ParamCollector
+from ember.module.weight_map import WeightMap
 
 if TYPE_CHECKING:
     import numpy as np
@@ -269,8 +270,19 @@ class Module:
     def adapt_pytorch(self, field: str, array: np.ndarray) -> np.ndarray:
         """This layer's value of ``field`` from PyTorch's ``array`` (keys already renamed by
         :attr:`pytorch_names`): the array itself, unless the layer lays the value out
-        differently from PyTorch (``Linear`` transposes its weight). Used by :meth:`load_pytorch`."""
+        differently from PyTorch (``Linear`` transposes its weight). Used by :meth:`load_pytorch`
+        and ``ember.module.foreign.load_safetensors``."""
         return array
+
+    def export_pytorch(self, field: str, array: np.ndarray) -> np.ndarray:
+        """The inverse of :meth:`adapt_pytorch`: PyTorch's layout of this layer's ``field``."""
+        return array
+
+    def weight_map(self) -> WeightMap:
+        """How this module's parameter paths and layouts differ from the foreign checkpoints
+        it loads (renames, fused tensors, weights stored in ember's layout, keys to ignore);
+        see :mod:`ember.module.weight_map`. Models override it; the default is no difference."""
+        return _NO_MAP
 
     def to_record(self) -> dict[str, Any]:
         """``{path: tensor}`` for every parameter and state."""
@@ -338,6 +350,7 @@ def _child_lines(field: str, value: Any, indent: str) -> list[str]:
 
 
 _KIND = {dtype: dtype.kind for dtype in DType}
+_NO_MAP = WeightMap()
 
 
 def _visit_param(value: Param, visitor: ModuleVisitor, path: str) -> None:

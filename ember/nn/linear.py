@@ -57,6 +57,10 @@ class Linear(Module):
         """PyTorch stores the weight as ``[d_output, d_input]``: transposed here."""
         return array.T if field == "weight" and array.ndim == 2 else array
 
+    def export_pytorch(self, field: str, array: np.ndarray) -> np.ndarray:
+        """Back to PyTorch's ``[d_output, d_input]``."""
+        return array.T if field == "weight" and array.ndim == 2 else array
+
     @property
     def d_input(self) -> int:
         return self.weight.lazy_shape()[0]

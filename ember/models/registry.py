@@ -1,0 +1,8 @@
+"""The architectures ``from_pretrained`` builds, by the name ``config.json`` gives them."""
+
+from __future__ import annotations
+
+from ember.models.gpt2 import GPT2LMHeadModel
+from ember.models.pretrained import PretrainedModel
+
+ARCHITECTURES: dict[str, type[PretrainedModel]] = {cls.hf_architecture: cls for cls in (GPT2LMHeadModel,)}
