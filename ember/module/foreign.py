@@ -376,10 +376,10 @@ def suggest_remap(module: Module, missing: list[str], unexpected: list[str]) -> 
     for head, signature in ours.items():
         by_signature.setdefault(signature, ([], []))[1].append(head)
     pairs = [
-        (a, b)
+        pair
         for heads_a, heads_b in by_signature.values()
         if len(heads_a) == len(heads_b)
-        for a, b in zip(heads_a, heads_b)
+        for pair in _pair_heads(heads_a, heads_b)
     ]
     if not pairs:
         return []
@@ -402,6 +402,22 @@ def suggest_remap(module: Module, missing: list[str], unexpected: list[str]) -> 
         pattern = f"^{re.escape(a)}\\." if a else "^"
         rules.append((pattern, f"{b}." if b else ""))
     return rules
+
+
+def _pair_heads(theirs: list[str], ours: list[str]) -> list[tuple[str, str]]:
+    """Layers of the same signature paired by the longest common tail of their paths
+    (``net.attn.query`` with ``attn.query``), the rest in order."""
+    pairs: list[tuple[str, str]] = []
+    left_a, left_b = list(theirs), list(ours)
+    for a in theirs:
+        tails = [(_common_tail(a.split("."), b.split(".")), b) for b in left_b]
+        best = max((n for n, _ in tails), default=0)
+        winners = [b for n, b in tails if n == best]
+        if best > 0 and len(winners) == 1:
+            pairs.append((a, winners[0]))
+            left_a.remove(a)
+            left_b.remove(winners[0])
+    return pairs + list(zip(left_a, left_b))
 
 
 def _raw(pattern: str) -> str:
