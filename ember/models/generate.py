@@ -119,7 +119,7 @@ def generate(
     if compile is None:
         compile = not device.is_autodiff()
     max_len = length + max_new_tokens
-    cache = model.new_cache(batch, max_len, device=device)  # type: ignore[operator]
+    cache = model.new_cache(batch, max_len, device=device)
     if seed is not None:
         device.seed(seed)
     if streamer is not None and hasattr(streamer, "put"):
@@ -128,7 +128,7 @@ def generate(
     slots = np.zeros((batch, max_len), np.int64)
     slots[:, :length] = mask
     positions = np.where(mask == 0, 1, np.cumsum(mask, axis=-1) - 1)
-    logits, cache = model(  # type: ignore[operator]
+    logits, cache = model(
         Tensor.from_data(prompt, device=device),
         attention_mask=Tensor.from_data(slots, device=device),
         position_ids=Tensor.from_data(positions, device=device),
