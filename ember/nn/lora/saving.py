@@ -15,6 +15,7 @@ from ember.module.record import (  # the module records' own checks, shared
     FORMAT_VERSION,
     _check_entries,
     _check_format,
+    _check_shared_ids,
     _load_entries,
     read_safetensors,
     write_safetensors,
@@ -98,6 +99,7 @@ def load_adapters(model: Module, path: str | os.PathLike, *, strict: bool = True
     if "entries" not in metadata or "layers" not in metadata:
         raise RecordError(f"ember: {path} is corrupt: its entry or layer table is missing")
     entries = _check_entries(path, parse_json(metadata["entries"], "its entry table", path), tensors)
+    _check_shared_ids(path, model, entries)
     saved_layers = parse_json(metadata["layers"], "its layer table", path)
     if not isinstance(saved_layers, dict):
         raise RecordError(f"ember: {path} is corrupt: its layer table is not an object")
