@@ -62,6 +62,7 @@ from ember.nn.init import (
     Zeros,
 )
 from ember.nn.linear import Linear, LinearConfig
+from ember.nn.lora import LoraConfig, LoraLinear
 from ember.nn.norm import (
     BatchNorm,
     BatchNormConfig,
@@ -199,4 +200,7 @@ __all__ = [
     "Unfold4dConfig",
     "Upsample",
     "UpsampleConfig",
+    # low-rank adapters (the models issue); the functions live in ember.nn.lora
+    "LoraConfig",
+    "LoraLinear",
 ]
