@@ -54,3 +54,16 @@ def assert_logits(actual, expected, rtol: float = 1e-5) -> None:
     err = float(np.abs(actual.astype(np.float64) - expected.astype(np.float64)).max())
     assert actual.shape == expected.shape
     assert err <= rtol * scale, f"max abs error {err:.3g} over scale {scale:.3g} (rtol {rtol})"
+
+
+def save_tokenizer(directory, vocab_size: int, text: str) -> object:
+    """A small BPE ``tokenizer.json`` (Metaspace pre-tokenizer and decoder) trained on ``text``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>"], limit_alphabet=40)
+    tokenizer.train_from_iterator([text], trainer)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return tokenizer
