@@ -236,6 +236,8 @@ class BertModel(Module):
         holds 1 for tokens and 0 for padding (hidden as keys, as in ``transformers``);
         ``token_type_ids`` default to zeros (one segment), ``position_ids`` to ``0..seq-1``."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)
+        # MultiHeadAttention sets the hidden keys' scores to min_float (-1e4) where
+        # transformers adds finfo.min: both weigh them exactly 0 after the softmax.
         mask_pad = None if attention_mask is None else attention_mask.equal_elem(0)
         return self.encoder(x, mask_pad)
 
