@@ -5,12 +5,17 @@ saved to Hugging Face's checkpoint layout.
 >>> model = from_pretrained("checkpoints/gpt2")   # doctest: +SKIP
 """
 
+from ember.models.bert import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 from ember.models.config import HfConfig
 from ember.models.gpt2 import Gpt2Config, GPT2LMHeadModel
 from ember.models.hub import LoadReport, from_pretrained, read_config, save_pretrained
 from ember.models.pretrained import PretrainedModel
 
 __all__ = [
+    "BertConfig",
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "BertModel",
     "GPT2LMHeadModel",
     "Gpt2Config",
     "HfConfig",

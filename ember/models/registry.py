@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from ember.models.bert import BertForMaskedLM, BertForSequenceClassification
 from ember.models.gpt2 import GPT2LMHeadModel
 from ember.models.pretrained import PretrainedModel
 
-ARCHITECTURES: dict[str, type[PretrainedModel]] = {cls.hf_architecture: cls for cls in (GPT2LMHeadModel,)}
+ARCHITECTURES: dict[str, type[PretrainedModel]] = {
+    cls.hf_architecture: cls for cls in (GPT2LMHeadModel, BertForMaskedLM, BertForSequenceClassification)
+}
