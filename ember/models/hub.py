@@ -35,6 +35,7 @@ from ember.module.foreign import (
     read_safetensors_dir,
     shard_names,
 )
+from ember.module.record import module_entries
 from ember.module.safetensors_file import parse_json, write_safetensors
 from ember.module.visitor import FnMapper
 
@@ -119,21 +120,33 @@ def from_pretrained(
     stored as float32, float16 or bfloat16 are cast to ``dtype`` (float32 when ``None``).
     ``strict=True`` raises a ``RecordError`` listing missing and unexpected keys;
     ``strict=False`` loads what matches and warns (``LoadReport``) with the rest.
+    ``HeadClass.from_pretrained(path)`` builds that head over a checkpoint of the same
+    ``model_type`` saved with another head (``BertForSequenceClassification`` over a
+    ``BertForMaskedLM`` checkpoint): the shared weights load, the new head keeps its fresh
+    initialisation, and a ``LoadReport`` names what was not loaded.
     """
     directory = _directory(path)
     data = read_config(directory)
     cls = architecture or _pick_architecture(data, directory / CONFIG_NAME)
-    if architecture is not None and cls.hf_architecture not in (data.get("architectures") or [cls.hf_architecture]):
+    other_head = architecture is not None and cls.hf_architecture not in (data.get("architectures") or [])
+    if other_head and data.get("model_type") != cls.config_class.model_type:
         raise ConfigError(
-            f"ember: {cls.__name__}.from_pretrained: {directory} holds {data.get('architectures')}; use "
+            f"ember: {cls.__name__}.from_pretrained: {directory} holds {data.get('architectures')} of model_type "
+            f"{data.get('model_type')!r}, not a {cls.config_class.model_type!r} model; use "
             "ember.models.from_pretrained to build whatever it holds"
         )
     config = cls.config_class.from_hf(data)
     device = device or Device.default()
     fresh = cls.from_config(config, device)
     arrays, source = read_safetensors_dir(directory, "from_pretrained")
-    loaded, missing, unexpected = load_foreign(fresh, arrays, source=source, op="from_pretrained", strict=strict)
+    # Another head of the same model (a classifier over a masked-LM checkpoint, as
+    # transformers allows): the shared trunk loads, the head keeps its fresh weights.
+    loaded, missing, unexpected = load_foreign(
+        fresh, arrays, source=source, op="from_pretrained", strict=strict and not other_head
+    )
     model = typing.cast(PretrainedModel, loaded)
+    if other_head and not set(module_entries(fresh)) - set(missing):
+        raise RecordError(f"ember: {cls.__name__}.from_pretrained: no parameter of {directory} fits this model")
     if missing or unexpected:
         warnings.warn(
             LoadReport(

@@ -273,3 +273,18 @@ def test_fine_tuning_matches_torch_step_by_step(tmp_path, rng):
     np.testing.assert_allclose(losses, t_losses, rtol=1e-4)
     assert t_losses[-1] < t_losses[0] - 0.1  # it did learn
     assert_logits(run(model.valid(), ids, mask, types), reference(theirs.eval(), ids, mask, types), rtol=1e-4)
+
+
+def test_a_classifier_over_a_masked_lm_checkpoint_keeps_its_fresh_head(checkpoints):
+    """As transformers: the encoder loads, the classifier is new, a LoadReport names it."""
+    directory = checkpoints["mlm"][0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = BertForSequenceClassification.from_pretrained(directory)
+    report = [str(w.message) for w in caught if isinstance(w.message, LoadReport)]
+    assert report and "classifier.weight" in report[0]
+    masked = from_pretrained(directory)
+    np.testing.assert_array_equal(
+        model.bert.embeddings.word_embeddings.weight.val().to_numpy(),
+        masked.bert.embeddings.word_embeddings.weight.val().to_numpy(),
+    )
