@@ -28,6 +28,8 @@ from ember.nn.activation import (
 )
 from ember.nn.attention import (
     GeneratePaddingMask,
+    KvCache,
+    LayerCache,
     MhaInput,
     MhaOutput,
     MultiHeadAttention,
@@ -90,6 +92,7 @@ from ember.nn.pool import (
 from ember.nn.pos_encoding import PositionalEncoding, PositionalEncodingConfig
 from ember.nn.pwff import PositionWiseFeedForward, PositionWiseFeedForwardConfig
 from ember.nn.rnn import GateController, Gru, GruConfig, Lstm, LstmConfig, LstmState
+from ember.nn.rope_scaling import RopeScaling
 from ember.nn.rotary import RotaryEncoding, RotaryEncodingConfig
 from ember.nn.transformer import (
     TransformerEncoder,
@@ -111,6 +114,8 @@ __all__ = [
     "Initializer",
     "KaimingNormal",
     "KaimingUniform",
+    "KvCache",
+    "LayerCache",
     "LeakyRelu",
     "LeakyReluConfig",
     "Linear",
@@ -187,6 +192,7 @@ __all__ = [
     "PositionalEncodingConfig",
     "RmsNorm",
     "RmsNormConfig",
+    "RopeScaling",
     "RotaryEncoding",
     "RotaryEncodingConfig",
     "TransformerEncoder",
