@@ -89,6 +89,7 @@ from ember.nn.pool import (
 from ember.nn.pos_encoding import PositionalEncoding, PositionalEncodingConfig
 from ember.nn.pwff import PositionWiseFeedForward, PositionWiseFeedForwardConfig
 from ember.nn.rnn import GateController, Gru, GruConfig, Lstm, LstmConfig, LstmState
+from ember.nn.rope_scaling import RopeScaling
 from ember.nn.rotary import RotaryEncoding, RotaryEncodingConfig
 from ember.nn.transformer import (
     TransformerEncoder,
@@ -186,6 +187,7 @@ __all__ = [
     "PositionalEncodingConfig",
     "RmsNorm",
     "RmsNormConfig",
+    "RopeScaling",
     "RotaryEncoding",
     "RotaryEncodingConfig",
     "TransformerEncoder",
