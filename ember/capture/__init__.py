@@ -1,6 +1,6 @@
 """Whole-step capture: ``ember.compile`` traces a Python function (a training step,
 with its backward and optimizer update) into one graph and replays it."""
 
-from ember.capture.compiled import CompiledFunction, CompileWarning, compile
+from ember.capture.compiled import CompiledFunction, CompileWarning, compile, register_dataclass
 
-__all__ = ["CompileWarning", "CompiledFunction", "compile"]
+__all__ = ["CompileWarning", "CompiledFunction", "compile", "register_dataclass"]

@@ -30,7 +30,7 @@ import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from ember.tensor import Tensor, autocast
 if TYPE_CHECKING:
     from ember.backend.autodiff.protocol import AutodiffProtocol
 
+_T = TypeVar("_T")
 _RETRACE = object()
 _NOT_OWNED = object()
 
@@ -82,6 +83,34 @@ class _Leaf:
     index: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """A registered dataclass in an argument or result structure: called with its
+    fields' values (in declaration order), it builds the instance again."""
+
+    cls: type
+    names: tuple[str, ...]
+
+    def __call__(self, children: Any) -> Any:
+        return self.cls(*children)
+
+
+_NODES: dict[type, _Node] = {}
+
+
+def register_dataclass(cls: type[_T]) -> type[_T]:
+    """Let instances of the dataclass ``cls`` pass into and out of compiled functions
+    as structures: their fields are flattened like a tuple's (tensors become graph
+    inputs and outputs) and the class is built again from them, by position. Use as a
+    class decorator (the KV cache of :mod:`ember.nn.attention.cache` is one)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        raise GraphError(f"ember: compile: register_dataclass needs a dataclass, got {cls!r}")
+    _NODES[cls] = _Node(cls, tuple(f.name for f in dataclasses.fields(cls) if f.init))
+    return cls
+
+
 def _flatten(value: Any, leaves: list[Any]) -> Any:
     """The structure of ``value`` with tensors, modules and floats moved to ``leaves``."""
     if isinstance(value, (Tensor, Module)) or (type(value) is float):
@@ -90,6 +119,9 @@ def _flatten(value: Any, leaves: list[Any]) -> Any:
         return _Leaf(kind, len(leaves) - 1)
     if type(value) in (tuple, list):
         return (type(value), tuple(_flatten(v, leaves) for v in value))
+    node = _NODES.get(type(value))
+    if node is not None:
+        return (node, tuple(_flatten(getattr(value, name), leaves) for name in node.names))
     if type(value) is dict:
         return (dict, tuple((k, _flatten(v, leaves)) for k, v in value.items()))
     return ("static", value)
@@ -972,6 +1004,9 @@ def _flatten_result(result: Any, leaves: list[Any]) -> Any:
         return _Leaf("out", len(leaves) - 1)
     if type(result) in (tuple, list):
         return (type(result), tuple(_flatten_result(v, leaves) for v in result))
+    node = _NODES.get(type(result))
+    if node is not None:
+        return (node, tuple(_flatten_result(getattr(result, name), leaves) for name in node.names))
     if type(result) is dict:
         return (dict, tuple((k, _flatten_result(v, leaves)) for k, v in result.items()))
     return ("static", result)
@@ -1007,4 +1042,4 @@ def compile(fn: Callable[..., Any] | None = None, *, max_traces: int = 8, execut
     return CompiledFunction(fn, max_traces, executor)
 
 
-__all__ = ["CompileWarning", "CompiledFunction", "compile"]
+__all__ = ["CompileWarning", "CompiledFunction", "compile", "register_dataclass"]

@@ -28,6 +28,8 @@ from ember.nn.activation import (
 )
 from ember.nn.attention import (
     GeneratePaddingMask,
+    KvCache,
+    LayerCache,
     MhaInput,
     MhaOutput,
     MultiHeadAttention,
@@ -111,6 +113,8 @@ __all__ = [
     "Initializer",
     "KaimingNormal",
     "KaimingUniform",
+    "KvCache",
+    "LayerCache",
     "LeakyRelu",
     "LeakyReluConfig",
     "Linear",
