@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from ember.models.gpt2 import GPT2LMHeadModel
+from ember.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from ember.models.pretrained import PretrainedModel
 
-ARCHITECTURES: dict[str, type[PretrainedModel]] = {cls.hf_architecture: cls for cls in (GPT2LMHeadModel,)}
+ARCHITECTURES: dict[str, type[PretrainedModel]] = {
+    cls.hf_architecture: cls for cls in (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)
+}
