@@ -192,3 +192,16 @@ def test_errors(rng):
         mha(x, cache=LayerCache.empty(1, HEADS, 8, 4))
     with pytest.raises(ShapeError, match="the cache"):
         mha(x, cache=LayerCache.empty(1, 2, 8, 4), cache_position=Tensor.from_ints([0]))
+
+
+def test_record_round_trip(tmp_path, rng):
+    """A fused, grouped, rotary layer saves and loads its parameters (and its rotary
+    table) by path; the absent projections are absent from the record."""
+    rotary = RotaryEncodingConfig(16, 4, interleaved=False)
+    config = MultiHeadAttentionConfig(D_MODEL, HEADS, dropout=0.0, n_kv_heads=2, fused_qkv=True, rotary=rotary)
+    mha = config.init(Device.flex())
+    assert sorted(mha.to_record()) == ["output.bias", "output.weight", "qkv.bias", "qkv.weight", "rotary.freq_complex"]
+    mha.save_file(tmp_path / "mha.safetensors")
+    loaded = config.init(Device.flex()).load_file(tmp_path / "mha.safetensors")
+    x = Tensor.from_data(rand(rng, 1, 3, D_MODEL))
+    assert_close(loaded(x).context, mha(x).context.to_numpy(), atol=0)
