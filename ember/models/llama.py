@@ -18,11 +18,11 @@ checkpoint's ``q_proj``/``k_proj``/``v_proj``/``o_proj``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ember.backend.dtype import DType
 from ember.device import Device
-from ember.errors import DTypeError, UsageError
+from ember.errors import DTypeError, ShapeError, UsageError
 from ember.models.activations import activation
 from ember.models.config import HfConfig
 from ember.models.llama_config import LlamaConfig, LlamaFamilyConfig, MistralConfig, Qwen2Config
@@ -43,6 +43,9 @@ from ember.nn import (
 )
 from ember.nn.attention.cache import KvCache, LayerCache
 from ember.tensor import Tensor
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = [
     "LlamaDecoderLayer",
@@ -119,8 +122,10 @@ class LlamaModel(Module):
         cache_position: Tensor | None = None,
     ) -> tuple[Tensor, KvCache | None]:
         """Hidden states ``[batch, seq, hidden_size]`` and the updated cache."""
-        if not isinstance(input_ids, Tensor) or input_ids.rank != 2:
+        if not isinstance(input_ids, Tensor) or input_ids.is_float():
             raise DTypeError(f"ember: LlamaModel: input_ids must be an int Tensor [batch, seq], got {input_ids!r:.80}")
+        if input_ids.rank != 2:
+            raise ShapeError(f"ember: LlamaModel: input_ids must be [batch, seq], got shape {input_ids.dims()}")
         batch, seq = input_ids.dims()
         device = input_ids.device
         if cache is not None:
@@ -180,7 +185,7 @@ class LlamaForCausalLM(PretrainedModel):
     lm_head: Linear | None = None
 
     @classmethod
-    def from_config(cls, config: LlamaFamilyConfig, device: Device | None = None) -> Any:
+    def from_config(cls, config: LlamaFamilyConfig, device: Device | None = None) -> Self:
         """The model with lazy parameters initialised as Hugging Face does: normal(0,
         ``initializer_range``) weights, zero biases, unit norms."""
         device = device or Device.default()

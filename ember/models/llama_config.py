@@ -164,7 +164,7 @@ class LlamaFamilyConfig(HfConfig):
 
     def to_hf(self) -> dict[str, Any]:
         out = super().to_hf()
-        for key in ("head_dim", "num_key_value_heads"):  # transformers computes them when absent
+        for key in ("head_dim", "num_key_value_heads", "layer_types"):  # transformers computes them when absent
             if out.get(key) is None:
                 out.pop(key, None)
         return out

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ember import Device, Tensor
-from ember.errors import ConfigError, RecordError
+from ember.errors import ConfigError, RecordError, UsageError
 from ember.models import (
     LlamaConfig,
     LoadReport,
@@ -62,6 +62,12 @@ VARIANTS = {
         "LlamaConfig",
         {**BASE, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                      "original_max_position_embeddings": 16}},
+    ),
+    "dynamic": (  # NTK-aware scaling beyond max_position_embeddings (the tests' 9 tokens)
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        {**BASE, "max_position_embeddings": 8,
+         "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}},
     ),
     "mistral": ("MistralForCausalLM", "MistralConfig", {**BASE, "sliding_window": 4}),
     "qwen2": (
@@ -210,7 +216,7 @@ def test_cached_decoding_of_a_left_padded_batch(checkpoint, rng, name):
 
 def test_a_cache_needs_its_position(checkpoint):
     model = from_pretrained(checkpoint("llama")[0])
-    with pytest.raises(Exception, match="cache_position"):
+    with pytest.raises(UsageError, match="cache_position"):
         model(Tensor.from_ints([[1, 2]]), cache=model.new_cache(1, 4))
 
 
@@ -323,3 +329,29 @@ def test_qwen2_layer_types_and_windows():
     typed = Qwen2Config(num_hidden_layers=2, use_sliding_window=True, sliding_window=2,
                         layer_types=["sliding_attention", "full_attention"])  # fmt: skip
     assert typed.layer_windows() == [2, None]
+
+
+def test_a_compiled_decode_step_traces_once(checkpoint, rng):
+    import ember
+    from ember.capture import CompileWarning
+
+    directory, reference = checkpoint("mistral")
+    model = from_pretrained(directory)
+    tokens = ids(rng, 2, 9)
+    mask = np.ones((2, 12), np.int64)
+
+    @ember.compile
+    def step(model, input_ids, mask, cache, position):
+        return model(input_ids, mask, cache=cache, cache_position=position)
+
+    cache = model.new_cache(2, 12)
+    steps = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)  # no fall-back to eager
+        for t in range(9):
+            logits, cache = step(
+                model, Tensor.from_data(tokens[:, t : t + 1]), Tensor.from_data(mask), cache, Tensor.from_ints([t])
+            )
+            steps.append(logits.to_numpy())
+    assert_logits(np.concatenate(steps, axis=1), torch_logits(reference, tokens))
+    assert step.stats["traces"] <= 2 and step.stats["eager"] == 0
