@@ -7,8 +7,11 @@ saved to Hugging Face's checkpoint layout.
 
 from ember.models.bert import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 from ember.models.config import HfConfig
+from ember.models.generate import generate
 from ember.models.gpt2 import Gpt2Config, GPT2LMHeadModel
 from ember.models.hub import LoadReport, from_pretrained, read_config, save_pretrained
+from ember.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from ember.models.llama_config import LlamaConfig, MistralConfig, Qwen2Config
 from ember.models.pretrained import PretrainedModel
 
 __all__ = [
@@ -19,9 +22,16 @@ __all__ = [
     "GPT2LMHeadModel",
     "Gpt2Config",
     "HfConfig",
+    "LlamaConfig",
+    "LlamaForCausalLM",
     "LoadReport",
+    "MistralConfig",
+    "MistralForCausalLM",
     "PretrainedModel",
+    "Qwen2Config",
+    "Qwen2ForCausalLM",
     "from_pretrained",
+    "generate",
     "read_config",
     "save_pretrained",
 ]

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from ember.models.bert import BertForMaskedLM, BertForSequenceClassification
 from ember.models.gpt2 import GPT2LMHeadModel
+from ember.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from ember.models.pretrained import PretrainedModel
 
 ARCHITECTURES: dict[str, type[PretrainedModel]] = {
-    cls.hf_architecture: cls for cls in (GPT2LMHeadModel, BertForMaskedLM, BertForSequenceClassification)
+    cls.hf_architecture: cls
+    for cls in (
+        GPT2LMHeadModel,
+        BertForMaskedLM,
+        BertForSequenceClassification,
+        LlamaForCausalLM,
+        MistralForCausalLM,
+        Qwen2ForCausalLM,
+    )
 }

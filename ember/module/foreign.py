@@ -9,7 +9,7 @@ Loading runs the same steps for every source:
    splits fused tensors and renames paths, then each layer turns PyTorch's names for
    its fields into ember's (``Module.pytorch_names``) and PyTorch's layout into ember's
    (``Module.adapt_pytorch``: ``Linear`` transposes ``[out, in]``), except for the keys
-   the map declares ``as_stored``;
+   the map declares ``as_stored``; the states it declares ``computed`` are not expected;
 4. the keys are checked against the module (``strict``) and the values loaded.
 
 :func:`export_arrays` runs steps 3 backwards, so a module writes the layout it read.
@@ -159,12 +159,14 @@ def export_arrays(module: Module, adapt: str | None = "pytorch") -> dict[str, np
     from ember.module.record import module_entries
 
     _check_adapt(adapt, "export_arrays")
+    weight_map = module.weight_map()
+    computed = _patterns(weight_map.computed, "computed", "export_arrays") if adapt is not None else []
     out: dict[str, np.ndarray] = {}
     for key, (kind, leaf) in module_entries(module).items():
-        out[key] = (leaf.val() if kind == "param" else leaf.value()).to_numpy()
+        if not any(p.search(key) for p in computed):
+            out[key] = (leaf.val() if kind == "param" else leaf.value()).to_numpy()
     if adapt is None:
         return out
-    weight_map = module.weight_map()
     stored = _patterns(weight_map.as_stored, "as_stored", "export_arrays")
     for path, layer in module.modules():
         cls = type(layer)
@@ -211,7 +213,8 @@ def load_foreign(
     arrays = {k: v for k, v in arrays.items() if not any(s.search(k) for s in skips)}
     if adapt == "pytorch":
         arrays = adapt_arrays(module, arrays, names=names, layouts=layouts, op=op)
-    ours = module_entries(module)
+    computed = _patterns(module.weight_map().computed, "computed", op) if adapt == "pytorch" else []
+    ours = {k: v for k, v in module_entries(module).items() if not any(p.search(k) for p in computed)}
     missing = [k for k in ours if k not in arrays]
     unexpected = [k for k in arrays if k not in ours]
     if strict and (missing or unexpected):

@@ -15,6 +15,8 @@ is written back in the same layout (``ember.models.save_pretrained``).
   so the layer's own adaptation (``Linear`` transposes PyTorch's ``[out, in]``) is skipped.
 - ``ignore``: regexes over their keys that are dropped on load: buffers that ember
   recomputes (rotary frequencies, causal masks) and weights tied to another one.
+- ``computed``: regexes over our keys of running states the module computes itself
+  (rotary tables): never expected in the checkpoint, never written to it.
 
 >>> WeightMap(renames=(Rename("attn.c_attn", "attn.qkv"),)).rename_theirs("h.0.attn.c_attn.bias")
 'h.0.attn.qkv.bias'
@@ -81,6 +83,7 @@ class WeightMap:
     splits: tuple[Split, ...] = ()
     as_stored: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    computed: tuple[str, ...] = ()
 
     def rename_theirs(self, key: str) -> str:
         """Their key as ours."""

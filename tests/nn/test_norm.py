@@ -4,11 +4,12 @@ parameters and inputs."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ember import Device, Tensor
 from ember.errors import ConfigError, ShapeError
-from ember.module import RunningState
+from ember.module import Param, RunningState
 from ember.nn import BatchNorm, BatchNormConfig, GroupNormConfig, LayerNorm, LayerNormConfig, RmsNormConfig
 from tests.conftest import assert_close, import_torch
 from tests.nn.parity import assert_grad, autodiff_of, check_layer, leaf, param, rand, to_torch, weighted_backward
@@ -145,3 +146,25 @@ def test_rms_norm(device, rng):
     layer = layer.__class__(gamma=param(t_layer.weight.detach().numpy(), ad), epsilon=1e-5)
     grads = check_layer(layer, t_layer, rand(rng, 3, 4, 6), device)
     assert_grad(layer.gamma.val(), grads, t_layer.weight)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rms_norm_of_half_inputs_is_computed_in_float32(rng, dtype):
+    """As Hugging Face's LlamaRMSNorm: normalised in float32, rounded to the input's
+    dtype, then scaled (a float32 scale promotes the result, as in PyTorch)."""
+    torch = import_torch()
+    x = (rng.standard_normal((3, 8)) * 30).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, 8).astype(np.float32)
+    t_dtype = getattr(torch, dtype)
+    normed = torch.nn.functional.rms_norm(torch.tensor(x).to(t_dtype), (8,), eps=1e-6)
+    for scale in (gamma, torch.tensor(gamma).to(t_dtype).float().numpy()):
+        layer = RmsNormConfig(8, epsilon=1e-6).init()
+        layer = layer.__class__(gamma=param(scale, Device.flex()), epsilon=1e-6)
+        out = layer(Tensor.from_data(x).cast(dtype))
+        assert out.dtype.name.lower() == "float32"
+        np.testing.assert_array_equal(out.to_numpy(), normed.float().mul(torch.tensor(scale)).numpy())
+    half = layer.__class__(gamma=Param.from_tensor(Tensor.from_data(gamma).cast(dtype)), epsilon=1e-6)
+    out = half(Tensor.from_data(x).cast(dtype))
+    assert out.dtype.name.lower() == dtype
+    expected = torch.tensor(gamma).to(t_dtype) * normed
+    np.testing.assert_array_equal(out.float().to_numpy(), expected.float().numpy())

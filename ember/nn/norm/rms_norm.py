@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import ConfigError, ShapeError
 from ember.module import Config, Module, Param
 from ember.nn.init import Ones
 from ember.tensor import Tensor, autocast
+
+_HALF = (DType.FLOAT16, DType.BFLOAT16)
 
 
 class RmsNormConfig(Config):
@@ -30,7 +33,10 @@ class RmsNormConfig(Config):
 
 
 class RmsNorm(Module):
-    """``x / sqrt(mean(x^2) + epsilon) * gamma`` over the last dim."""
+    """``x / sqrt(mean(x^2) + epsilon) * gamma`` over the last dim. A float16 or
+    bfloat16 input is normalised in float32 and rounded back before the scale (as
+    PyTorch's ``rms_norm`` and Hugging Face's ``LlamaRMSNorm``), so the output keeps
+    the input's dtype."""
 
     pytorch_names = {"weight": "gamma"}  # PyTorch calls the scale and shift weight and bias
 
@@ -44,8 +50,12 @@ class RmsNorm(Module):
         x = x.float()
         if autocast.ACTIVE:
             x = autocast.cast_input("rms_norm", x)
+        dtype = x.dtype
+        if dtype in _HALF:
+            x = x.cast(DType.FLOAT32)
         rms = x.mul(x).mean_dim(-1).add_scalar(self.epsilon).rsqrt()
-        return x.mul(rms).mul(self.gamma.val())
+        normed = x.mul(rms)
+        return normed.cast(dtype).mul(self.gamma.val()) if dtype in _HALF else normed.mul(self.gamma.val())
 
     def extra_repr(self) -> str:
         return f"d_model: {self.gamma.lazy_shape()[0]}, epsilon: {self.epsilon}"
