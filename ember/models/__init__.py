@@ -9,6 +9,7 @@ from ember.models.config import HfConfig
 from ember.models.gpt2 import Gpt2Config, GPT2LMHeadModel
 from ember.models.hub import LoadReport, from_pretrained, read_config, save_pretrained
 from ember.models.pretrained import PretrainedModel
+from ember.models.resnet import ResNetConfig, ResNetForImageClassification
 from ember.models.vit import ViTConfig, ViTForImageClassification
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "from_pretrained",
     "read_config",
     "save_pretrained",
+    "ResNetConfig",
+    "ResNetForImageClassification",
     "ViTConfig",
     "ViTForImageClassification",
 ]

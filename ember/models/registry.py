@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ember.models.gpt2 import GPT2LMHeadModel
 from ember.models.pretrained import PretrainedModel
+from ember.models.resnet import ResNetForImageClassification
 from ember.models.vit import ViTForImageClassification
 
 ARCHITECTURES: dict[str, type[PretrainedModel]] = {
-    cls.hf_architecture: cls for cls in (GPT2LMHeadModel, ViTForImageClassification)
+    cls.hf_architecture: cls for cls in (GPT2LMHeadModel, ResNetForImageClassification, ViTForImageClassification)
 }
