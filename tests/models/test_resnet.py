@@ -117,11 +117,13 @@ def test_save_pretrained_round_trips_through_transformers(checkpoint, tmp_path, 
 
 def test_a_fresh_model_saves_a_checkpoint_transformers_loads(tmp_path, rng):
     transformers = import_transformers()
-    config = ResNetConfig(embedding_size=8, hidden_sizes=(8, 16), depths=(1, 1), layer_type="basic", num_labels=3)
+    config = ResNetConfig(
+        embedding_size=8, hidden_sizes=(8, 16), depths=(2, 1), downsample_in_first_stage=True, num_labels=3
+    )  # bottleneck layers downsampling in their 3x3 convolution, as ResNet-50
     model = ResNetForImageClassification.from_config(config)
     model.save_pretrained(tmp_path)
     back = transformers.ResNetForImageClassification.from_pretrained(str(tmp_path)).eval()
-    assert back.config.num_labels == 3 and back.config.depths == [1, 1]
+    assert back.config.num_labels == 3 and back.config.depths == [2, 1]
     x = pixels(rng)
     assert_logits(model(Tensor.from_data(x)), torch_logits(back, x))
     assert from_pretrained(tmp_path).config.replace(extra={}) == config
