@@ -13,6 +13,8 @@ from ember.models.hub import LoadReport, from_pretrained, read_config, save_pret
 from ember.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from ember.models.llama_config import LlamaConfig, MistralConfig, Qwen2Config
 from ember.models.pretrained import PretrainedModel
+from ember.models.resnet import ResNetConfig, ResNetForImageClassification
+from ember.models.vit import ViTConfig, ViTForImageClassification
 
 __all__ = [
     "BertConfig",
@@ -34,4 +36,8 @@ __all__ = [
     "generate",
     "read_config",
     "save_pretrained",
+    "ResNetConfig",
+    "ResNetForImageClassification",
+    "ViTConfig",
+    "ViTForImageClassification",
 ]

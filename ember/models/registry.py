@@ -6,6 +6,8 @@ from ember.models.bert import BertForMaskedLM, BertForSequenceClassification
 from ember.models.gpt2 import GPT2LMHeadModel
 from ember.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from ember.models.pretrained import PretrainedModel
+from ember.models.resnet import ResNetForImageClassification
+from ember.models.vit import ViTForImageClassification
 
 ARCHITECTURES: dict[str, type[PretrainedModel]] = {
     cls.hf_architecture: cls
@@ -16,5 +18,7 @@ ARCHITECTURES: dict[str, type[PretrainedModel]] = {
         LlamaForCausalLM,
         MistralForCausalLM,
         Qwen2ForCausalLM,
+        ViTForImageClassification,
+        ResNetForImageClassification,
     )
 }

@@ -44,7 +44,8 @@ __all__ = [
     "suggest_remap",
 ]
 
-#: Keys always dropped: BatchNorm's step counter, which ember's BatchNorm does not keep.
+#: Keys always dropped: BatchNorm's step counter, which ember's BatchNorm does not keep
+#: (``export_arrays`` writes it back as 0, ``BatchNorm.export_pytorch_extra``).
 DEFAULT_SKIP = (r"(^|\.)num_batches_tracked$",)
 ADAPTERS = ("pytorch", None)
 
@@ -176,6 +177,8 @@ def export_arrays(module: Module, adapt: str | None = "pytorch") -> dict[str, np
                 key = prefix + field
                 if key in out and not any(p.search(key) for p in stored):
                     out[key] = layer.export_pytorch(field, out[key])
+        for name, value in layer.export_pytorch_extra().items():
+            out[prefix + name] = value
         for theirs, ours in cls.pytorch_names.items():
             for key in [k for k in out if k.startswith(prefix + ours)]:
                 renamed = _rename_field(key, prefix, ours, theirs)

@@ -278,6 +278,13 @@ class Module:
         """The inverse of :meth:`adapt_pytorch`: PyTorch's layout of this layer's ``field``."""
         return array
 
+    def export_pytorch_extra(self) -> dict[str, np.ndarray]:
+        """Buffers that PyTorch's counterpart of this layer keeps and ember does not
+        (``BatchNorm``'s ``num_batches_tracked``), by PyTorch's field name: written by
+        ``export_arrays`` so that PyTorch finds every key it expects; the loaders drop
+        them (``ember.module.foreign.DEFAULT_SKIP``). None by default."""
+        return {}
+
     def weight_map(self) -> WeightMap:
         """How this module's parameter paths and layouts differ from the foreign checkpoints
         it loads (renames, fused tensors, weights stored in ember's layout, keys to ignore);

@@ -110,7 +110,7 @@ def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], m
         raise RecordError("ember: records need the safetensors package: pip install safetensors") from None
     arrays = {}
     for key, value in tensors.items():
-        array = np.ascontiguousarray(value)
+        array = np.ascontiguousarray(value).reshape(np.shape(value))  # ascontiguousarray makes 0-d arrays 1-d
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         arrays[key] = array

@@ -205,11 +205,13 @@ def test_every_dtype_round_trips_through_the_safetensors_package(tmp_path):
     safetensors.numpy.save_file(arrays, str(theirs))
     got, _ = read_safetensors(theirs)
     for key, value in arrays.items():
-        assert got[key].dtype == value.dtype and got[key].tobytes() == value.tobytes(), key
+        assert got[key].dtype == value.dtype and got[key].shape == value.shape, key
+        assert got[key].tobytes() == value.tobytes(), key
         assert not got[key].flags.writeable
     save_record(tmp_path / "ours.safetensors", {k: v for k, v in arrays.items()})
     back = safetensors.numpy.load_file(str(tmp_path / "ours.safetensors"))
     assert {k: v.tobytes() for k, v in back.items()} == {f"t{i}": v.tobytes() for i, v in enumerate(arrays.values())}
+    assert {k: v.shape for k, v in back.items()} == {f"t{i}": v.shape for i, v in enumerate(arrays.values())}
 
 
 class Tied(Module):

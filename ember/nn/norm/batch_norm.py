@@ -3,6 +3,8 @@ averages for inference."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ember.device import Device
 from ember.errors import ConfigError, ShapeError
 from ember.module import Config, Module, Param, RunningState
@@ -93,6 +95,11 @@ class BatchNorm(Module):
         old_var = self.running_var.value().to_device(device)
         self.running_mean.update(old_mean.mul_scalar(1.0 - m).add(mean.mul_scalar(m)))
         self.running_var.update(old_var.mul_scalar(1.0 - m).add(unbiased.mul_scalar(m)))
+
+    def export_pytorch_extra(self) -> dict[str, np.ndarray]:
+        """PyTorch's step counter ``num_batches_tracked`` (int64), which ember does not
+        keep, written as 0 (it matters to PyTorch only with ``momentum=None``)."""
+        return {"num_batches_tracked": np.zeros((), np.int64)}
 
     def extra_repr(self) -> str:
         return f"num_features: {self.gamma.lazy_shape()[0]}, momentum: {self.momentum}, epsilon: {self.epsilon}"
