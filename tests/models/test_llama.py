@@ -4,6 +4,7 @@ dtypes, shards, keys."""
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 
@@ -260,11 +261,10 @@ def test_half_precision_checkpoints(checkpoint, tmp_path, rng, stored):
     import torch
 
     _, reference = checkpoint("llama")
-    half_reference = reference.to(getattr(torch, stored))
+    half_reference = copy.deepcopy(reference).to(getattr(torch, stored))  # .to() is in place: the fixture's stays
     half_reference.save_pretrained(str(tmp_path / stored))
     tokens = ids(rng)
     expected = torch_logits(half_reference.float(), tokens)  # the rounded weights in float32
-    reference.float()
     model = from_pretrained(tmp_path / stored)
     assert_logits(model(Tensor.from_data(tokens)), expected)
     half = from_pretrained(tmp_path / stored, dtype=stored)
