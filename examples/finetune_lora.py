@@ -1,12 +1,12 @@
 """LoRA fine-tuning of a local decoder model (a Hugging Face checkpoint directory).
 
     python examples/finetune_lora.py DIR [TEXT_FILE] [--steps 100] [--r 8] [--alpha 16]
-        [--targets "\\.(query|value)$"] [--lr 1e-3] [--out runs/lora] [--merge]
+        [--targets "\\.(qkv|query|value)$"] [--lr 1e-3] [--out runs/lora] [--merge]
 
 DIR holds ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (read with the
 ``tokenizers`` package: ``pip install ember[models]``). Low-rank adapters go on the Linear
-layers whose ember path matches ``--targets`` (GPT-2's and LLaMA's attention projections
-are ``...attn.query``/``.key``/``.value``/``.output``); the base stays frozen and only the
+layers whose ember path matches ``--targets`` (GPT-2's fused attention projection is
+``...attn.qkv``, as its ``c_attn``; LLaMA's are ``...self_attn.query``/``.key``/``.value``/``.output``); the base stays frozen and only the
 adapters train, with AdamW, on next-token prediction over blocks of TEXT_FILE (the
 docstrings of a few standard-library modules when none is given). The adapters are saved
 alone to ``--out/adapters.safetensors``; ``--merge`` folds them into the weights and
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> list[float]:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--r", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=16.0)
-    parser.add_argument("--targets", default=r"\.(query|value)$")
+    parser.add_argument("--targets", default=r"\.(qkv|query|value)$")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/lora"))

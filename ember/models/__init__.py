@@ -7,7 +7,7 @@ saved to Hugging Face's checkpoint layout.
 
 from ember.models.bert import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 from ember.models.config import HfConfig
-from ember.models.generate import generate
+from ember.models.generation import generate
 from ember.models.gpt2 import Gpt2Config, GPT2LMHeadModel
 from ember.models.hub import LoadReport, from_pretrained, read_config, save_pretrained
 from ember.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM

@@ -2,8 +2,11 @@
 
 The module tree carries Hugging Face's names (``transformer.h.0.attn``,
 ``transformer.ln_f``), so the weight map only declares what differs: the fused
-``c_attn`` projection is split into the attention's query, key and value, ``c_proj``
-is its output, and every ``Conv1D`` weight is stored ``[in, out]``, ember's own layout.
+``c_attn`` projection is the attention's ``qkv`` (``MultiHeadAttention(fused_qkv=True)``),
+``c_proj`` its output, and every ``Conv1D`` weight is stored ``[in, out]``, ember's own
+layout. Decoding with a static cache follows the LLaMA family's protocol
+(:class:`~ember.models.llama.LlamaForCausalLM`): ``model.new_cache(batch, max_len)``,
+then ``logits, cache = model(ids, cache=cache, cache_position=pos)``.
 
 >>> config = Gpt2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
 >>> model = GPT2LMHeadModel.from_config(config)
@@ -13,18 +16,22 @@ is its output, and every ``Conv1D`` weight is stored ``[in, out]``, ember's own 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from ember.backend.dtype import DType
 from ember.device import Device
-from ember.errors import ConfigError
+from ember.errors import ConfigError, ShapeError, UsageError
 from ember.models.activations import activation, check_activation
 from ember.models.config import HfConfig
+from ember.models.masks import padding_mask
 from ember.models.pretrained import PretrainedModel
-from ember.module import Module, Rename, Split, WeightMap
+from ember.module import Module, Rename, WeightMap
 from ember.nn import (
     Dropout,
     Embedding,
     EmbeddingConfig,
+    KvCache,
+    LayerCache,
     LayerNorm,
     LayerNormConfig,
     Linear,
@@ -36,6 +43,10 @@ from ember.nn import (
 from ember.tensor import Tensor
 
 __all__ = ["GPT2LMHeadModel", "Gpt2Block", "Gpt2Config", "Gpt2Mlp", "Gpt2Model"]
+
+#: The score of a hidden key: finite (float16's lowest), so that a query whose keys are
+#: all hidden (a left-padding token) attends evenly instead of producing NaN.
+MASKED = -65504.0
 
 
 class Gpt2Config(HfConfig):
@@ -102,10 +113,19 @@ class Gpt2Block(Module):
     mlp: Gpt2Mlp
     resid_dropout: Dropout
 
-    def forward(self, x: Tensor, mask_pad: Tensor | None = None) -> Tensor:
-        attended = self.attn(self.ln_1(x), mask_pad=mask_pad, causal=True).context
-        x = x.add(self.resid_dropout(attended))
-        return x.add(self.mlp(self.ln_2(x)))
+    def forward(
+        self,
+        x: Tensor,
+        mask_pad: Tensor | None = None,
+        cache: LayerCache | None = None,
+        cache_position: Tensor | None = None,
+    ) -> tuple[Tensor, LayerCache | None]:
+        """The block's output and its updated cache (``None`` without one)."""
+        out = self.attn(
+            self.ln_1(x), mask_pad=mask_pad, causal=cache is None, cache=cache, cache_position=cache_position
+        )
+        x = x.add(self.resid_dropout(out.context))
+        return x.add(self.mlp(self.ln_2(x))), out.cache
 
 
 class Gpt2Model(Module):
@@ -118,16 +138,42 @@ class Gpt2Model(Module):
     ln_f: LayerNorm
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None
-    ) -> Tensor:
-        """Hidden states ``[batch, seq, n_embd]`` of ``input_ids`` ``[batch, seq]``."""
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        cache: KvCache | None = None,
+        cache_position: Tensor | None = None,
+    ) -> tuple[Tensor, KvCache | None]:
+        """Hidden states ``[batch, seq, n_embd]`` of ``input_ids`` ``[batch, seq]`` and the
+        updated cache."""
+        if not isinstance(input_ids, Tensor) or input_ids.rank != 2:
+            raise ShapeError(f"ember: GPT2Model: input_ids must be an int Tensor [batch, seq], got {input_ids!r:.80}")
+        batch, seq = input_ids.dims()
+        device = input_ids.device
+        if cache is not None:
+            if not isinstance(cache, KvCache) or len(cache) != len(self.h):
+                raise UsageError(
+                    f"ember: GPT2Model: cache must be a KvCache of {len(self.h)} layers (model.new_cache(batch, "
+                    f"max_len)), got {cache!r:.80}"
+                )
+            if cache_position is None:
+                raise UsageError(
+                    "ember: GPT2Model: a cache needs cache_position, an int tensor [1] holding the slot of the first "
+                    "new token (Tensor.from_ints([0]) for the prompt, then the number of tokens so far)"
+                )
         if position_ids is None:
-            position_ids = Tensor.arange(input_ids.dims()[-1], device=input_ids.device).unsqueeze_dim(0)
+            position_ids = Tensor.arange(seq, device=device).unsqueeze_dim(0)
+            if cache_position is not None:
+                position_ids = position_ids.add(cache_position.int().to_device(device))
+        key_len = seq if cache is None else cache.max_len
+        mask_pad = padding_mask(attention_mask, batch, key_len, device, "GPT2Model")
         x = self.drop(self.wte(input_ids).add(self.wpe(position_ids)))
-        mask_pad = None if attention_mask is None else attention_mask.equal_elem(0)
-        for block in self.h:
-            x = block(x, mask_pad)
-        return self.ln_f(x)
+        layers = []
+        for i, block in enumerate(self.h):
+            x, layer_cache = block(x, mask_pad, None if cache is None else cache[i], cache_position)
+            layers.append(layer_cache)
+        return self.ln_f(x), None if cache is None else KvCache(tuple(layers))
 
 
 class GPT2LMHeadModel(PretrainedModel):
@@ -158,9 +204,9 @@ class GPT2LMHeadModel(PretrainedModel):
 
         blocks = []
         for _ in range(config.n_layer):
-            attn = MultiHeadAttentionConfig(d, config.n_head, dropout=config.attn_pdrop, initializer=weights).init(
-                device
-            )
+            attn = MultiHeadAttentionConfig(
+                d, config.n_head, dropout=config.attn_pdrop, initializer=weights, fused_qkv=True, min_float=MASKED
+            ).init(device)
             blocks.append(
                 Gpt2Block(
                     ln_1=norm(),
@@ -186,22 +232,52 @@ class GPT2LMHeadModel(PretrainedModel):
         return cls(config=config, transformer=transformer, lm_head=lm_head)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None
-    ) -> Tensor:
-        """Logits ``[batch, seq, vocab_size]``; ``attention_mask`` ``[batch, seq]`` holds 1 for
-        tokens and 0 for padding (Hugging Face's convention)."""
-        hidden = self.transformer(input_ids, attention_mask, position_ids)
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        cache: KvCache | None = None,
+        cache_position: Tensor | None = None,
+    ) -> Any:
+        """Logits ``[batch, seq, vocab_size]``; with a ``cache``, ``(logits, new cache)``.
+        ``attention_mask`` ``[batch, seq]`` holds 1 for tokens and 0 for padding (Hugging
+        Face's convention; with a cache it covers the tokens so far or the whole cache);
+        ``position_ids`` default to ``0 .. seq - 1`` (the slots, with a cache)."""
+        hidden, new_cache = self.transformer(input_ids, attention_mask, position_ids, cache, cache_position)
         if self.lm_head is not None:
-            return self.lm_head(hidden)
-        return hidden.matmul(self.transformer.wte.weight.val().transpose())
+            logits = self.lm_head(hidden)
+        else:
+            logits = hidden.matmul(self.transformer.wte.weight.val().transpose())
+        return logits if cache is None else (logits, new_cache)
+
+    def new_cache(
+        self, batch: int, max_len: int, device: Device | None = None, dtype: DType | str | None = None
+    ) -> KvCache:
+        """An empty cache of ``max_len`` slots (at most ``n_positions``) for ``batch``
+        sequences, on the embeddings' device and in their dtype unless given."""
+        if max_len > self.config.n_positions:
+            raise ShapeError(
+                f"ember: GPT2LMHeadModel.new_cache: max_len={max_len} exceeds the model's n_positions="
+                f"{self.config.n_positions} (its position embeddings end there)"
+            )
+        weight = self.transformer.wte.weight
+        d_head = self.config.n_embd // self.config.n_head
+        return KvCache.empty(
+            len(self.transformer.h),
+            batch,
+            self.config.n_head,
+            max_len,
+            d_head,
+            device or weight.device,
+            dtype or weight.dtype,
+        )
 
     def weight_map(self) -> WeightMap:
         ignore = [r"(^|\.)attn\.(bias|masked_bias)$"]
         if self.lm_head is None:
             ignore.append(r"^lm_head\.weight$")
         return WeightMap(
-            renames=(Rename("attn.c_proj", "attn.output"),),
-            splits=(Split("attn.c_attn", ("attn.query", "attn.key", "attn.value"), axis=-1),),
-            as_stored=(r"\.(attn\.(query|key|value|output)|mlp\.(c_fc|c_proj))\.weight$",),
+            renames=(Rename("attn.c_attn", "attn.qkv"), Rename("attn.c_proj", "attn.output")),
+            as_stored=(r"\.(attn\.(qkv|output)|mlp\.(c_fc|c_proj))\.weight$",),
             ignore=tuple(ignore),
         )

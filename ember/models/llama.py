@@ -269,6 +269,13 @@ class LlamaForCausalLM(PretrainedModel):
     ) -> KvCache:
         """An empty cache of ``max_len`` slots for ``batch`` sequences (on the
         embeddings' device and in their dtype unless given)."""
+        rotary = self.model.layers[0].self_attn.rotary if self.model.layers else None
+        if rotary is not None and rotary.dynamic is None and max_len > rotary.freq_complex.shape[0]:
+            raise ShapeError(
+                f"ember: {type(self).__name__}.new_cache: max_len={max_len} exceeds the model's "
+                f"max_position_embeddings={rotary.freq_complex.shape[0]} (its rotary table ends there; a "
+                "'dynamic' rope scaling extends it)"
+            )
         weight = self.model.embed_tokens.weight
         return KvCache.empty(
             len(self.model.layers),

@@ -15,7 +15,10 @@ import pytest
 from tests.models.hf import import_transformers, save_random, save_tokenizer, torch_logits
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-CONFIG = dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
+# Weights of std 0.3 (not 0.02) keep the logits apart: greedy ties would flip with the thread count.
+CONFIG = dict(
+    vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2, initializer_range=0.3
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +48,22 @@ def test_finetune_lora_lowers_the_loss_and_writes_a_model_transformers_loads(che
     tokens = rng.integers(0, CONFIG["vocab_size"], size=(1, 8))
     # The adapters changed the attention, so the merged model's logits moved.
     assert not np.allclose(torch_logits(merged, tokens), torch_logits(reference, tokens))
+
+
+def test_generate_prints_the_greedy_continuation_transformers_gives(checkpoint):
+    directory, reference = checkpoint
+    import torch
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    prompt = "usage: the parser"
+    out = run("examples/generate.py", str(directory), prompt, "--max-new-tokens", "12")
+    text, speed = out.rsplit("\n[", 1)
+    assert "tokens in" in speed and "tokens/s" in speed
+    ids = tokenizer.encode(prompt).ids
+    with torch.no_grad():
+        expected = reference.generate(
+            torch.as_tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=2, pad_token_id=0
+        )[0, len(ids) :]
+    new = [int(t) for t in expected if int(t) != 0]
+    assert text == prompt + tokenizer.decode(new[: new.index(2) + 1] if 2 in new else new)
