@@ -17,7 +17,8 @@ returning ``(logits, new_cache)``; ``attention_mask`` then spans the cache's slo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,10 +56,14 @@ def _decode_step(model: Any, tokens: Tensor, mask: Tensor, positions: Tensor, ca
     return logits.squeeze_dim(1), cache
 
 
-def _compiled_step() -> Callable[..., Any]:
+@functools.cache
+def _compiled_step() -> Any:
+    """The compiled decode step, made once per process: its traces (one per model
+    structure, batch and cache length, kept by ``ember.compile``'s guards) are reused by
+    every later ``generate`` call, as a device keeps its kernel caches."""
     from ember.capture import compile
 
-    return compile(_decode_step, max_traces=2)
+    return compile(_decode_step, max_traces=16)
 
 
 def generate(
