@@ -82,6 +82,12 @@ class LayerCache:
                 f"{self.max_len}); make the cache longer (KvCache.empty(..., max_len)) or start a new one"
             )
         # Slot s takes row s - position of the new keys when that row exists.
+        if seq == 1:  # a decode step: the one new row broadcasts over the slots, nothing to gather
+            hidden = slots.equal_elem(0).reshape([1, 1, self.max_len, 1])
+            return LayerCache(
+                key=self.key.mask_where(hidden, key.cast(self.key.dtype)),
+                value=self.value.mask_where(hidden, value.cast(self.value.dtype)),
+            )
         written = slots.greater_equal_elem(0).bool_and(slots.lower_elem(seq))
         rows = slots.clamp(0, seq - 1)
         hidden = written.reshape([1, 1, self.max_len, 1])
