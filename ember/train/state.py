@@ -29,6 +29,7 @@ from typing import Any
 from ember.device import Device
 from ember.errors import ConfigError, RecordError
 from ember.module import Module
+from ember.optim import ModuleOptimizer
 from ember.train.checkpoint.manifest import fsync_dir, verify_manifest, write_manifest, write_synced
 
 FORMAT = "ember-training-state"
@@ -132,7 +133,10 @@ class TrainingState:
         except RecordError as error:
             raise RecordError(f"ember: cannot restore the model from {folder}: {error}") from None
         try:
-            optim.load_file(folder / "optimizer.safetensors", device=device.inner())
+            if isinstance(optim, ModuleOptimizer):  # checks that the states belong to this model
+                optim.load_file(folder / "optimizer.safetensors", device=device.inner(), module=loaded)
+            else:
+                optim.load_file(folder / "optimizer.safetensors", device=device.inner())
         except (RecordError, ConfigError) as error:
             raise RecordError(
                 f"ember: cannot restore the optimizer from {folder} (was it saved with another optimizer?): {error}"
