@@ -25,6 +25,11 @@ class DeviceError(EmberError, ValueError):
     """Operands live on different devices, or a device cannot be used."""
 
 
+class RankError(ShapeError, TypeError):
+    """A rank-0 tensor where Python needs a sized sequence (``len()``, iteration); also a
+    ``TypeError``, as ``len()`` of any unsized object."""
+
+
 class IndexOutOfBoundsError(EmberError, IndexError):
     """An index or a dimension is out of range."""
 
@@ -35,6 +40,10 @@ class ValueRangeError(EmberError, ValueError):
 
 class DivisionByZeroError(ValueRangeError, ZeroDivisionError):
     """An integer division or remainder by zero (float division gives inf or NaN instead)."""
+
+
+class ScalarOverflowError(ValueRangeError, OverflowError):
+    """A Python int beyond every dtype's range (past float64's largest value, about 1.8e308)."""
 
 
 class GraphError(EmberError, RuntimeError):

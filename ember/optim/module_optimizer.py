@@ -55,8 +55,12 @@ class ModuleOptimizer:
         #: reads and updates these states.
         self.states: StateDict = StateDict()
         self._lookup: dict[tuple[ParamId, str], int | None] = {}
+        #: The path of each stepped (or loaded) parameter in its model, by id: saved with
+        #: the states so that a mismatch can name the parameters on both sides.
+        self._paths: dict[ParamId, str] = {}
         # (loaded ids, where from): checked against the model of the next step (strict loads)
         self._unchecked: tuple[frozenset[ParamId], str] | None = None
+        self._strict = True
 
     def with_group(
         self,
@@ -103,6 +107,9 @@ class ModuleOptimizer:
         if self._unchecked is not None:
             self._check_ids(module)
         entries = grads.entries(module)
+        paths = self._paths
+        for param, path, _ in entries:
+            paths[param.id] = path
         buckets = self._buckets(lr, entries)
         updates: dict[ParamId, Param] = {}
         new_states: dict[ParamId, OptimizerState] = {}  # committed once every bucket has stepped
@@ -167,11 +174,15 @@ class ModuleOptimizer:
 
     # ------------------------------------------------------------------ records
     def to_record(self) -> dict[str, Any]:
-        """The per-parameter states, keyed by the parameter id's text."""
-        return {
-            pid.serialize(): {"type": type(state).__name__, "fields": state.to_record()}
-            for pid, state in self.states.items()
-        }
+        """The per-parameter states, keyed by the parameter id's text (with the
+        parameter's path in its model, where known)."""
+        record: dict[str, Any] = {}
+        for pid, state in self.states.items():
+            entry: dict[str, Any] = {"type": type(state).__name__, "fields": state.to_record()}
+            if pid in self._paths:
+                entry["path"] = self._paths[pid]
+            record[pid.serialize()] = entry
+        return record
 
     def load_record(
         self,
@@ -184,14 +195,18 @@ class ModuleOptimizer:
         """Restores states saved by :meth:`to_record` (replacing the current ones).
 
         With ``strict=True`` the states must belong to the model they will step: when
-        none of their ids is a parameter of ``module`` (checked now if given, else at
-        the next :meth:`step`) a RecordError says so; ``strict=False`` accepts them."""
+        none of their ids is a parameter of ``module``, or a state's tensors have
+        another shape than its parameter (checked now if given, else at the next
+        :meth:`step`), a RecordError names the parameters' paths and shapes on both
+        sides; ``strict=False`` accepts states of other ids (their shapes are still
+        checked: a state of another shape cannot step its parameter)."""
         if not isinstance(record, dict):
             raise RecordError(f"ember: load_record: {source} is not a table of optimizer states")
         known = {self.optimizer.state_type.__name__: self.optimizer.state_type}
         for group in self.groups:
             known[group.optimizer.state_type.__name__] = group.optimizer.state_type
         states = StateDict()
+        paths: dict[ParamId, str] = {}
         for key, entry in record.items():
             if (
                 not isinstance(key, str)
@@ -199,6 +214,7 @@ class ModuleOptimizer:
                 or any(c not in "0123456789abcdef" for c in key)
                 or not isinstance(entry, dict)
                 or not isinstance(entry.get("fields"), dict)
+                or not isinstance(entry.get("path", ""), str)
             ):
                 raise RecordError(f"ember: load_record: {source} is corrupt: the state {str(key)[:40]!r} is malformed")
             type_name = entry.get("type")
@@ -208,28 +224,24 @@ class ModuleOptimizer:
                     f"ember: load_record: a state of type {str(entry.get('type'))[:40]!r} does not match this optimizer "
                     f"({', '.join(known)})"
                 )
-            states[ParamId.parse(key)] = state_type.from_record(entry["fields"])
+            pid = ParamId.parse(key)
+            states[pid] = state_type.from_record(entry["fields"])
+            if "path" in entry:
+                paths[pid] = entry["path"]
+        if module is not None and isinstance(module, Module):
+            _check_states(states, paths, module, source, strict)  # before anything changes: never half-loaded
         self.states = states
-        self._unchecked = (frozenset(states), source) if strict and states else None
-        if module is not None:
-            self._check_ids(module)
+        self._paths = paths
+        self._unchecked = (frozenset(states), source) if states and module is None else None
+        self._strict = strict
         return self
 
     def _check_ids(self, module: Module) -> None:
-        """A strict load's states must include some of ``module``'s parameters."""
+        """The states of a load without a module, checked against the first model they step."""
         ids, source = self._unchecked or (frozenset(), "")
         self._unchecked = None
-        if not ids or not isinstance(module, Module):
-            return
-        ours = {param.id for _, param in module.named_params()}
-        if not ids & ours:
-            raise RecordError(
-                f"ember: the optimizer states of {source} belong to none of the {len(ours)} parameters of "
-                f"{type(module).__name__} ({len(ids)} states): they were saved with another model, or this model was "
-                "built fresh instead of loaded (a model draws new ParamIds when it is built; load its record with "
-                "model.load_file(...) first so that the ids match). Pass strict=False to load_file/load_record to "
-                "accept them anyway (the optimizer then starts over for this model)"
-            )
+        if ids and isinstance(module, Module):
+            _check_states(self.states, self._paths, module, source, self._strict)
 
     def save_file(self, path: Any) -> None:
         """Save the per-parameter states (safetensors, atomically; see ``ember.module.record``)."""
@@ -253,3 +265,64 @@ class ModuleOptimizer:
 
     def __repr__(self) -> str:
         return f"ModuleOptimizer({type(self.optimizer).__name__}, {len(self.states)} states, {len(self.groups)} groups)"
+
+
+def _state_shape(state: OptimizerState) -> list[int] | None:
+    """The shape of a state's tensors (all have their parameter's shape), or ``None``
+    when they disagree among themselves or there is none."""
+    shapes = {tuple(v.dims()) for v in state.to_record().values() if isinstance(v, Tensor)}
+    return list(shapes.pop()) if len(shapes) == 1 else None
+
+
+def _listing(items: list[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")
+
+
+def _check_states(
+    states: dict[ParamId, OptimizerState], paths: dict[ParamId, str], module: Module, source: str, strict: bool
+) -> None:
+    """States meeting the model they will step: (strict) some of their ids must be the
+    model's parameters, and every state of a parameter must have its shape. The message
+    names the paths and shapes on both sides (the record's and the model's)."""
+    if not states:
+        return
+    name = type(module).__name__
+    ours = {param.id: (path, list(param.lazy_shape())) for path, param in module.named_params()}
+
+    def theirs(pid: ParamId, state: OptimizerState) -> str:
+        where = paths.get(pid, f"id {pid.serialize()}")
+        return f"{where} {_state_shape(state)}"
+
+    wrong = [
+        f"{ours[pid][0]}: {ours[pid][1]} in {name}, {_state_shape(state)} in the record"
+        for pid, state in states.items()
+        if pid in ours and _state_shape(state) not in (None, ours[pid][1])
+    ]
+    if wrong:
+        raise RecordError(
+            f"ember: the optimizer states of {source} do not fit {name}: {len(wrong)} of them have another shape than "
+            f"their parameter ({_listing(wrong)}); they were saved for a model of another configuration. Build the "
+            "model with the configuration the states were saved with, or start the optimizer over (a fresh "
+            "optimizer, without load_file)"
+        )
+    if strict and not states.keys() & ours.keys():
+        record_side = _listing([theirs(pid, state) for pid, state in states.items()])
+        model_side = _listing([f"{path} {shape}" for path, shape in ours.values()])
+        same = sorted((paths.get(pid), _state_shape(s)) for pid, s in states.items()) == sorted(
+            (path, shape) for path, shape in ours.values()
+        )
+        cause = (
+            "the paths and shapes agree, so this model was probably built fresh instead of loaded (a model draws "
+            "new ParamIds when it is built; load its record with model.load_file(...) first so that the ids match)"
+            if same
+            else "they were saved with another model, or this model was built fresh instead of loaded (a model "
+            "draws new ParamIds when it is built; load its record with model.load_file(...) first so that the ids "
+            "match)"
+        )
+        raise RecordError(
+            f"ember: the optimizer states of {source} belong to none of the {len(ours)} parameters of {name} "
+            f"({len(states)} states; in the record: {record_side}; in {name}: {model_side}): {cause}. Pass "
+            "strict=False to load_file/load_record to accept them anyway (the optimizer then starts over for this "
+            "model)"
+        )

@@ -12,7 +12,7 @@ import numpy as np
 
 from ember.backend.dtype import NUMPY_TO_DTYPE as NP_TO_DTYPE
 from ember.backend.dtype import DType, check_int_fits, promote
-from ember.errors import DeviceError, DTypeError, ValueRangeError
+from ember.errors import DeviceError, DTypeError, ScalarOverflowError, ValueRangeError
 
 if TYPE_CHECKING:
     from ember.tensor.ops.base import TensorLike
@@ -47,6 +47,8 @@ def as_scalar(op: str, value: Any) -> int | float | bool:
     """A Python scalar from ``value`` (Python or numpy number, or a traced run-time
     scalar, which stands for a float), or a DTypeError."""
     if isinstance(value, (bool, int, float)) or is_symbolic(value):
+        if type(value) is int and value.bit_length() > 1023:
+            check_float_range(op, value)
         return value
     if isinstance(value, (np.generic,)) and value.dtype.kind in "biuf":
         return value.item()
@@ -54,6 +56,20 @@ def as_scalar(op: str, value: Any) -> int | float | bool:
         f"ember: {op}: expected a Tensor or a Python number, got {type(value).__name__}; "
         "wrap arrays with Tensor.from_data(...)"
     )
+
+
+def check_float_range(op: str, value: int) -> None:
+    """Raise a ScalarOverflowError for an int that no dtype holds (past float64's range:
+    Python's ``float()`` of it raises a raw ``OverflowError``)."""
+    try:
+        float(value)
+    except OverflowError:
+        digits = str(abs(value))
+        shown = f"{'-' if value < 0 else ''}{digits[:6]}...({len(digits)} digits)"
+        raise ScalarOverflowError(
+            f"ember: {op}: the scalar {shown} is beyond every dtype's range (float64 holds up to about 1.8e308); "
+            "use a smaller value, or float('inf') if an infinity is meant"
+        ) from None
 
 
 def promote_pair(op: str, a: TensorLike, b: TensorLike) -> tuple[Any, Any]:

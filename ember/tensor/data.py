@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from ember.backend.dtype import DType, check_int_fits
-from ember.errors import DTypeError, ShapeError
+from ember.backend.flex.memory import check_fits, memory_error
+from ember.errors import DeviceMemoryError, DTypeError, ShapeError
 from ember.tensor.shape import Shape
 
 
@@ -146,11 +147,38 @@ def to_array(op: str, values: Any, dtype: DType | None) -> np.ndarray:
             dtype = _infer_python_dtype(array)
     if array.dtype.kind not in "biuf" and array.dtype.kind != "V":
         raise DTypeError(f"ember: {op}: cannot make a tensor from values of dtype {array.dtype}")
+    # Every device copies the values whole (a broadcast view too): check that they fit
+    # before the copy, or a cast's scan of them, starts.
+    check_host_fits(op, array, dtype)
     if array.dtype != dtype.np:
         if dtype.is_int and array.size:
             _check_fits(op, array, dtype)
-        array = array.astype(dtype.np)
+        try:
+            array = array.astype(dtype.np)
+        except MemoryError:
+            raise host_memory_error(op, array, dtype) from None
     return array
+
+
+def _view_hint(array: np.ndarray) -> str:
+    if array.size and 0 in array.strides:
+        return (
+            f" (the array is a broadcast view of {array.size:,} elements over less memory, with strides "
+            f"{list(array.strides)}; a tensor holds every element: make it from the small array and .expand(...) it)"
+        )
+    return ""
+
+
+def check_host_fits(op: str, array: np.ndarray, dtype: DType) -> None:
+    """Raise a ``DeviceMemoryError`` naming the size if a copy of ``array`` as ``dtype``
+    cannot fit in this machine's memory."""
+    check_fits(tuple(array.shape), dtype, dtype.itemsize, op, _view_hint(array))
+
+
+def host_memory_error(op: str, array: np.ndarray, dtype: DType) -> DeviceMemoryError:
+    """The ``DeviceMemoryError`` of a copy of ``array`` as ``dtype`` that the allocator refused."""
+    nbytes = array.size * dtype.itemsize
+    return memory_error(tuple(array.shape), dtype, nbytes, op, _view_hint(array))
 
 
 def _check_fits(op: str, array: np.ndarray, dtype: DType) -> None:

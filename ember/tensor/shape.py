@@ -60,6 +60,27 @@ def as_shape(op: str, shape: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
+#: The most bytes a numpy array may span; numpy refuses a shape past it even when
+#: another dim is 0 (it multiplies the non-zero dims).
+MAX_HOST_BYTES = 2**63 - 1
+
+
+def check_addressable(op: str, shape: tuple[int, ...], itemsize: int) -> None:
+    """Raise a ShapeError for a shape whose non-zero dims span more than
+    :data:`MAX_HOST_BYTES` (numpy, which holds flex's values and every host copy,
+    cannot make such an array, empty or not)."""
+    n = 1
+    for d in shape:
+        if d:
+            n *= d
+    if n * itemsize > MAX_HOST_BYTES:
+        raise ShapeError(
+            f"ember: {op}: shape {list(shape)} cannot be represented: its non-zero dims multiply to {n:.3e} "
+            f"elements of {itemsize} bytes, past the 2**63 - 1 bytes a host array can span (numpy refuses such a "
+            "shape even when another dim is 0); use smaller dims"
+        )
+
+
 def numel(shape: Iterable[int]) -> int:
     n = 1
     for d in shape:

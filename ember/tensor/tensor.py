@@ -15,10 +15,11 @@ import numpy as np
 from ember.backend import philox
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType, check_int_fits
+from ember.backend.flex.memory import memory_error
 from ember.device import Device
-from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
+from ember.errors import DeviceError, DeviceMemoryError, DTypeError, RankError, ShapeError, ValueRangeError
 from ember.tensor.checks import FLOAT_NP, NP_TO_DTYPE, as_scalar, check_value_fits
-from ember.tensor.data import TensorData, to_array
+from ember.tensor.data import TensorData, host_memory_error, to_array
 from ember.tensor.ops.arithmetic import ArithmeticOps
 from ember.tensor.ops.autodiff import AutodiffOps
 from ember.tensor.ops.compare import CompareOps
@@ -33,7 +34,7 @@ from ember.tensor.ops.rearrange import RearrangeOps
 from ember.tensor.ops.reduce import ReduceOps
 from ember.tensor.ops.scatter import ScatterOps
 from ember.tensor.ops.subscript import SubscriptOps
-from ember.tensor.shape import Shape, as_shape, normalize_dim, numel
+from ember.tensor.shape import MAX_HOST_BYTES, Shape, as_shape, check_addressable, normalize_dim, numel
 
 if TYPE_CHECKING:
     from ember.backend.autodiff.protocol import AutodiffProtocol
@@ -101,7 +102,12 @@ class Tensor(
             return out if dtype is None else out.cast(dtype)
         device = _device(device)
         array = to_array("Tensor.from_data", data, None if dtype is None else DType.parse(dtype))
-        return cls(device._b.from_numpy(array), device)
+        try:
+            return cls(device._b.from_numpy(array), device)
+        except MemoryError as error:
+            if isinstance(error, DeviceMemoryError):  # the device's own, naming its memory
+                raise
+            raise host_memory_error("Tensor.from_data", array, DType.from_numpy(array.dtype)) from None
 
     @classmethod
     def _from_kind(cls, op: str, data: Any, device: Device | None, dtype: Any, kind: str, default: DType) -> Tensor:
@@ -134,7 +140,9 @@ class Tensor(
         dtype = DType.parse(dtype)
         device = _device(device)
         check_value_fits("Tensor.full", value, dtype)
-        return cls(device._b.full(as_shape("Tensor.full", shape), value, dtype), device)
+        shape = as_shape("Tensor.full", shape)
+        check_addressable("Tensor.full", shape, dtype.itemsize)
+        return cls(device._b.full(shape, value, dtype), device)
 
     @classmethod
     def zeros(cls, shape: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
@@ -184,10 +192,12 @@ class Tensor(
         dtype = _dtype(dtype, DType.INT64)
         device = _device(device)
         start, end, step = int(start), int(end), int(step)
-        n = len(range(start, end, step))
+        n = max(0, (end - start + step - (1 if step > 0 else -1)) // step)  # len(range(...)), unbounded
         if n and dtype.is_int:
             last = start + (n - 1) * step
             check_int_fits("Tensor.arange", min(start, last), max(start, last), dtype)
+        if n * dtype.itemsize > MAX_HOST_BYTES:  # past what any device (or len(range)) can count
+            raise memory_error((n,), dtype, n * dtype.itemsize, "Tensor.arange")
         return cls(device._b.arange(start, end, step, dtype), device)
 
     @classmethod
@@ -221,6 +231,7 @@ class Tensor(
         dtype = _dtype(dtype, DType.FLOAT32)
         device = _device(device)
         shape = as_shape("Tensor.random", shape)
+        check_addressable("Tensor.random", shape, dtype.itemsize)
         if dtype is not DType.FLOAT64:
             philox.check_float32(distribution)
         key, counter = device._rng.current().reserve(philox.blocks_for(numel(shape), dtype))
@@ -280,11 +291,21 @@ class Tensor(
 
     def to_data(self) -> TensorData:
         """A copy of the values on the host."""
-        return TensorData._wrap(np.array(self._d._b.to_numpy(self._p), copy=True))
+        return TensorData._wrap(self._host_copy("to_data"))
 
     def to_numpy(self) -> np.ndarray:
         """A copy of the values as a numpy array."""
-        return np.array(self._d._b.to_numpy(self._p), copy=True)
+        return self._host_copy("to_numpy")
+
+    def _host_copy(self, op: str) -> np.ndarray:
+        """A fresh host array of the values; a ``DeviceMemoryError`` naming the size
+        when the host cannot hold it."""
+        try:
+            return np.array(self._d._b.to_numpy(self._p), copy=True)
+        except MemoryError as error:
+            if isinstance(error, DeviceMemoryError):
+                raise
+            raise memory_error(self._p.shape, self.dtype, self.num_elements() * self.dtype.itemsize, op) from None
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         array = self.to_numpy()
@@ -318,19 +339,31 @@ class Tensor(
     def __index__(self) -> builtins.int:
         if self._p.dtype not in FLOAT_NP and self._p.dtype != np.bool_:
             return int(self.into_scalar())
-        raise TypeError("ember: only an int tensor with one element can be used as an index")
+        raise DTypeError(
+            f"ember: only an int tensor with one element can be used as an index, got {self.dtype}; "
+            "cast it with .int() first"
+        )
 
     def __bool__(self) -> builtins.bool:
         if numel(self._p.shape) != 1:
-            raise ValueError(
+            raise ShapeError(
                 f"ember: the truth value of a tensor with shape {list(self._p.shape)} is ambiguous; "
                 "use .any() or .all()"
             )
         return bool(self.into_scalar())
 
+    def __contains__(self, element: Any) -> builtins.bool:
+        """``element in t``: whether some value of ``t`` equals ``element`` (a number, or a
+        tensor compared by broadcasting), as ``(t == element).any()`` (PyTorch's rule)."""
+        if isinstance(element, (Tensor, builtins.bool, builtins.int, builtins.float, np.generic)):
+            return builtins.bool(self.equal(element).any().into_scalar())
+        raise DTypeError(
+            f"ember: `in`: a tensor contains numbers or tensors (compared elementwise), got {type(element).__name__}"
+        )
+
     def __len__(self) -> builtins.int:
         if not self._p.shape:
-            raise TypeError("ember: len() of a rank-0 tensor")
+            raise RankError("ember: len() of a rank-0 tensor; it has one value (.item()) and no length")
         return self._p.shape[0]
 
     def __iter__(self):

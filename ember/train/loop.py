@@ -322,7 +322,7 @@ class TrainingRun:
             self.history = MetricHistory.from_dict(state["history"])
             self.elapsed_before = float(state.get("elapsed", 0.0))
             self._resume_state = state
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise RecordError(
                 f"ember: checkpoint {ckpt.path(target)} does not fit this training ({type(error).__name__}: {error}); "
                 "train in a new artifact directory or delete the checkpoint folder"
@@ -435,7 +435,14 @@ class TrainingRun:
         group = self.train_group
         group.start_epoch()
         if metric_state:
-            group.load_state_dict(metric_state)
+            try:
+                group.load_state_dict(metric_state)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+                raise RecordError(
+                    f"ember: checkpoint {self.last_checkpoint} is corrupt: its field 'metrics' does not hold the "
+                    f"states of this run's metrics ({type(error).__name__}: {error}); delete the checkpoint folder to "
+                    "resume from an earlier one, or train in a new artifact directory"
+                ) from None
         n = len(self.train_loader)
         accumulation = self.training._grads_accumulation
         accumulator = GradientsAccumulator() if accumulation else None

@@ -29,11 +29,25 @@ from typing import Any
 from ember.device import Device
 from ember.errors import ConfigError, RecordError
 from ember.module import Module
+from ember.optim import ModuleOptimizer
+from ember.train.checkpoint import fields as f
 from ember.train.checkpoint.manifest import fsync_dir, verify_manifest, write_manifest, write_synced
 
 FORMAT = "ember-training-state"
 VERSION = 1
 _FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
+#: Every field of ``state.json``: ``{name: (check, required)}``.
+_STATE_FIELDS: dict[str, tuple[f.Check, bool]] = {
+    "format": (f.one_of((FORMAT,)), True),
+    "version": (f.one_of((VERSION,)), True),
+    "step": (f.integer(0), True),
+    "rng": (f.table(f.any_json, what="a generator state (device.rng_state())"), True),
+    "scheduler": (
+        f.optional(f.record({"type": f.string, "record": f.any_json}, 'an object {"type": str, "record": ...}')),
+        False,
+    ),
+    "extra": (f.optional(f.table(f.any_json, keys=f.string)), False),
+}
 
 
 @dataclass
@@ -132,7 +146,10 @@ class TrainingState:
         except RecordError as error:
             raise RecordError(f"ember: cannot restore the model from {folder}: {error}") from None
         try:
-            optim.load_file(folder / "optimizer.safetensors", device=device.inner())
+            if isinstance(optim, ModuleOptimizer):  # checks that the states belong to this model
+                optim.load_file(folder / "optimizer.safetensors", device=device.inner(), module=loaded)
+            else:
+                optim.load_file(folder / "optimizer.safetensors", device=device.inner())
         except (RecordError, ConfigError) as error:
             raise RecordError(
                 f"ember: cannot restore the optimizer from {folder} (was it saved with another optimizer?): {error}"
@@ -151,7 +168,13 @@ class TrainingState:
                     "pass the scheduler the run was saved with"
                 )
             scheduler.load_record(saved.get("record"))
-        device.set_rng_state(state["rng"])
+        try:
+            device.set_rng_state(state["rng"])
+        except ValueError as error:
+            raise RecordError(
+                f"ember: training state {folder / 'state.json'} is corrupt: its field 'rng' is not a generator "
+                f"state ({error})"
+            ) from None
         return cls(loaded, optim, scheduler, int(state["step"]), dict(state.get("extra") or {}))
 
 
@@ -168,6 +191,8 @@ def _verified(folder: Path) -> dict[str, Any]:
         foreign="a training state saved by TrainingState.save",
     )
     try:
-        return json.loads((folder / "state.json").read_text())
+        state = json.loads((folder / "state.json").read_text())
     except (OSError, ValueError) as error:
         raise RecordError(f"ember: training state {folder} is corrupt: state.json is unreadable ({error})") from None
+    f.check_fields(state, _STATE_FIELDS, f"training state {folder / 'state.json'}")
+    return state

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ember import Device, Tensor
-from ember.errors import ConfigError, ShapeError
+from ember.errors import ConfigError, ShapeError, ValueRangeError
 from ember.nn.loss import (
     BinaryCrossEntropyLossConfig,
     CosineEmbeddingLossConfig,
@@ -147,6 +147,39 @@ def test_binary_cross_entropy_smoothing_int_targets_and_saturated_probabilities(
     assert_close(loss(Tensor.from_data(x), Tensor.from_data(y)), expected.numpy().reshape(1), rtol=1e-5)
     with pytest.raises(ShapeError, match="must have one shape"):
         loss(Tensor.from_data(x), Tensor.from_ints([1, 0, 1]))
+
+
+BCE_OUT_OF_RANGE = [
+    # (probabilities, targets, which side PyTorch names)
+    ([0.5, 1.2], [0.0, 1.0], "input"),
+    ([float("nan"), 0.5], [0.0, 1.0], "input"),
+    ([-0.1, 0.5], [0.0, 1.0], "input"),
+    ([0.5, 0.5], [2.0, -1.0], "target"),
+    ([0.5, 0.5], [0.0, float("nan")], "target"),
+]
+
+
+@pytest.mark.parametrize(("probs", "targets", "side"), BCE_OUT_OF_RANGE)
+def test_binary_cross_entropy_outside_the_unit_interval(device, probs, targets, side):
+    """Issue 31 item 16: PyTorch raises; ember raises a ValueRangeError where the check is
+    free (eager flex), and elsewhere (cube, fusion) skips it as its docstring says."""
+    torch = import_torch()
+    with pytest.raises(RuntimeError, match=f"all elements of {side} should be between 0 and 1"):
+        torch.nn.functional.binary_cross_entropy(torch.tensor(probs), torch.tensor(targets))
+    loss = BinaryCrossEntropyLossConfig().init()
+    p, y = Tensor.from_floats(probs, device=device), Tensor.from_floats(targets, device=device)
+    if device.is_fusion() or device.backend_name != "flex":
+        loss(p, y).to_data()  # no check: a value (NaN for inputs outside [0, 1]), no error
+        return
+    name = "inputs" if side == "input" else "targets"
+    with pytest.raises(ValueRangeError, match=rf"every element of the {name} must lie in \[0, 1\]"):
+        loss(p, y)
+    with pytest.raises(ValueRangeError, match=r"got (NaN|values from -?[\d.]+ to [\d.]+) \(shape \[2\]\)"):
+        loss(p, y)
+    # the same values as logits are fine, and in range the loss is PyTorch's
+    BinaryCrossEntropyLossConfig(logits=True).init()(p, y.clamp(0.0, 1.0).mask_fill(y.is_nan(), 0.0))
+    edge = loss(Tensor.from_floats([0.0, 1.0], device=device), Tensor.from_floats([0.0, 1.0], device=device))
+    assert edge.tolist() == [0.0]
 
 
 @pytest.mark.parametrize("reduction,name", REDUCTIONS)

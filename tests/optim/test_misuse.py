@@ -138,3 +138,93 @@ def test_malformed_optimizer_records_are_record_errors(case, fault):
     }[case]
     with pytest.raises(RecordError, match=fault):
         AdamConfig().init().load_record(bad)
+
+
+def _linear_states(device, tmp_path, d_in=7, d_out=3):
+    """A d_in x d_out Linear stepped once by Adam: (model, its optimizer saved at tmp_path/o.safetensors)."""
+    lin = LinearConfig(d_in, d_out).init(device)
+    optim = AdamConfig().init()
+    x = Tensor.ones([2, d_in], device=device)
+    lin = optim.step(1e-2, lin, GradientsParams.from_grads(lin(x).sum().backward(), lin))
+    optim.save_file(tmp_path / "o.safetensors")
+    return lin, optim
+
+
+def test_states_of_another_model_name_the_paths_and_shapes_on_both_sides(tmp_path):
+    """Issue 31 item 11: a 7x3 Linear's Adam states into the seed Mlp's optimizer, refused at
+    load (module=...) and at the first step (without), naming both sides."""
+    device = Device.flex().autodiff()
+    _linear_states(device, tmp_path)
+    model = Mlp.new(device)
+    both_sides = (
+        r"belong to none of the 4 parameters of Mlp \(2 states; in the record: weight \[7, 3\], bias \[3\]; "
+        r"in Mlp: l1.weight \[4, 16\], l1.bias \[16\], l2.weight \[16, 1\], l2.bias \[1\]\): they were saved with "
+        r"another model"
+    )
+    with pytest.raises(RecordError, match=both_sides):
+        AdamConfig().init().load_file(tmp_path / "o.safetensors", device, module=model)
+    deferred = AdamConfig().init().load_file(tmp_path / "o.safetensors", device)
+    x, y = batch(device)
+    grads = GradientsParams.from_grads(loss_of(model, x, y).backward(), model)
+    with pytest.raises(RecordError, match=both_sides):
+        deferred.step(1e-2, model, grads)
+
+
+def test_a_refused_load_leaves_the_optimizer_as_it_was(tmp_path):
+    device = Device.flex().autodiff()
+    _linear_states(device, tmp_path)
+    model, optim = trained(device)
+    before = dict(optim.states)
+    with pytest.raises(RecordError):
+        optim.load_file(tmp_path / "o.safetensors", device, module=model)
+    assert dict(optim.states) == before
+
+
+def test_states_of_a_fresh_model_of_the_same_structure_say_so(tmp_path):
+    device = Device.flex().autodiff()
+    _, optim = trained(device)
+    optim.save_file(tmp_path / "optim.safetensors")
+    with pytest.raises(RecordError, match=r"in the record: l1.weight \[4, 16\].*the paths and shapes agree"):
+        AdamConfig().init().load_file(tmp_path / "optim.safetensors", device, module=Mlp.new(device))
+
+
+def test_a_state_of_another_shape_than_its_parameter_is_refused_at_load(tmp_path):
+    """Same ids, other shapes (the states of weight and bias swapped): even strict=False
+    refuses, since such a state cannot step its parameter."""
+    device = Device.flex().autodiff()
+    lin, optim = _linear_states(device, tmp_path)
+    record = optim.to_record()
+    weight, bias = lin.weight.id.serialize(), lin.bias.id.serialize()
+    record[weight], record[bias] = record[bias], record[weight]
+    for strict in (True, False):
+        with pytest.raises(
+            RecordError, match=r"2 of them have another shape than their parameter \(weight: \[7, 3\] in Linear, "
+        ):
+            AdamConfig().init().load_record(record, lin, strict=strict)
+
+
+def test_records_of_older_ember_without_paths_name_the_ids(tmp_path):
+    device = Device.flex().autodiff()
+    _, optim = _linear_states(device, tmp_path)
+    record = {key: {k: v for k, v in entry.items() if k != "path"} for key, entry in optim.to_record().items()}
+    with pytest.raises(RecordError, match=r"in the record: id [0-9a-f]{16} \[7, 3\], id [0-9a-f]{16} \[3\]; in Mlp"):
+        AdamConfig().init().load_record(record, Mlp.new(device))
+    with pytest.raises(RecordError, match="the state .* is malformed"):
+        key = next(iter(record))
+        AdamConfig().init().load_record({key: {**record[key], "path": 3}})
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_optimizer_saves_paths_and_states_of_its_parameters_shape(name, tmp_path):
+    """The shape check assumes a state's tensors have its parameter's shape: true of every optimizer."""
+    device = Device.flex().autodiff()
+    model, optim = trained(device, optim=make_optimizer(name))
+    shapes = {param.id: list(param.shape) for _, param in model.named_params()}
+    paths = {param.id.serialize(): path for path, param in model.named_params()}
+    for pid, state in optim.states.items():
+        for value in state.to_record().values():
+            if isinstance(value, Tensor):
+                assert value.dims() == shapes[pid]
+    assert {key: entry["path"] for key, entry in optim.to_record().items()} == paths
+    optim.save_file(tmp_path / "o.safetensors")
+    make_optimizer(name).load_file(tmp_path / "o.safetensors", device, module=model)  # its own model: fine

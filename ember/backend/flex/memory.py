@@ -1,4 +1,5 @@
-"""Host memory for flex: a tensor larger than the machine can hold raises
+"""Host memory (flex's tensors, and the host copy every device makes of the data it
+is given): a tensor larger than the machine can hold raises
 :class:`DeviceMemoryError` naming its size, instead of numpy's raw ``MemoryError``
 (or, under Linux's memory overcommit, an allocation that the kernel kills later)."""
 
@@ -28,18 +29,26 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
-def memory_error(shape: tuple[int, ...], dtype: object, nbytes: int) -> DeviceMemoryError:
-    have = f"this machine's {_size(_PHYSICAL)} of memory" if _PHYSICAL else "the memory this machine can allocate"
+def memory_error(
+    shape: tuple[int, ...], dtype: object, nbytes: int, op: str = "flex", hint: str = ""
+) -> DeviceMemoryError:
+    """The error of a tensor that does not fit in host memory (``hint``: a cause to name)."""
+    if _PHYSICAL is None:
+        have = "the memory this machine can allocate"
+    elif nbytes > _PHYSICAL:
+        have = f"this machine's {_size(_PHYSICAL)} of memory"
+    else:
+        have = f"the memory free now (of this machine's {_size(_PHYSICAL)})"
     return DeviceMemoryError(
-        f"ember: flex: a tensor of shape {list(shape)} and dtype {dtype} needs {nbytes:,} bytes ({_size(nbytes)}), "
-        f"more than {have}; use a smaller shape, or process the data in chunks (e.g. .chunk(...))"
+        f"ember: {op}: a tensor of shape {list(shape)} and dtype {dtype} needs {nbytes:,} bytes ({_size(nbytes)}), "
+        f"more than {have}{hint}; use a smaller shape, or process the data in chunks (e.g. .chunk(...))"
     )
 
 
-def check_fits(shape: tuple[int, ...], dtype: object, itemsize: int) -> None:
+def check_fits(shape: tuple[int, ...], dtype: object, itemsize: int, op: str = "flex", hint: str = "") -> None:
     """Raise a :class:`DeviceMemoryError` if a tensor of ``shape`` cannot fit in memory."""
     if _PHYSICAL is None:
         return
     nbytes = math.prod(shape) * itemsize
     if nbytes > _PHYSICAL:
-        raise memory_error(shape, dtype, nbytes)
+        raise memory_error(shape, dtype, nbytes, op, hint)

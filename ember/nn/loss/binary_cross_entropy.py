@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ember.errors import ConfigError, DTypeError, ShapeError
+from ember.errors import ConfigError, DTypeError, ShapeError, ValueRangeError
 from ember.module import Config, Module
+from ember.nn.host import cheap_values
 from ember.nn.loss.reduction import Reduction
 from ember.tensor import Tensor, autocast
 from ember.tensor import activation as F
@@ -47,7 +48,14 @@ class BinaryCrossEntropyLoss(Module):
     computed as ``softplus(x) - x y``, whose gradient is ``sigmoid(x) - y`` (``1/2 - y``
     at 0); from probabilities the logs are clamped at -100 and the gradient is
     ``(p - y) / max(p (1 - p), 1e-12)``, finite at ``p`` = 0 and 1, both as PyTorch.
-    Targets (int or float) have the inputs' shape."""
+    Targets (int or float) have the inputs' shape.
+
+    From probabilities, inputs or targets outside [0, 1] (or NaN) raise a
+    ``ValueRangeError``, as PyTorch, where reading them is free: on an eager flex
+    device. On cube, fusion devices and in ``ember.compile``'d steps the check would
+    cost a device sync (or break the trace), so it is skipped there: inputs outside
+    [0, 1] then give NaN (a log of a negative number), targets outside a loss without
+    meaning."""
 
     weights: tuple[float, ...] | None = None
     smoothing: float | None = None
@@ -64,6 +72,9 @@ class BinaryCrossEntropyLoss(Module):
             raise ShapeError(
                 f"ember: BinaryCrossEntropyLoss: inputs {logits.dims()} and targets {targets.dims()} must have one shape"
             )
+        if not self.logits:
+            _check_unit_interval(logits, "inputs", "probabilities (for logits, pass logits=True)")
+            _check_unit_interval(targets, "targets", "probabilities of the positive class")
         x = logits.float()
         if autocast.ACTIVE:
             x = autocast.cast_input("binary_cross_entropy", x)
@@ -81,6 +92,22 @@ class BinaryCrossEntropyLoss(Module):
                 )
             loss = loss.mul(Tensor.from_floats(list(self.weights), device=x.device, dtype=x.dtype))
         return loss
+
+
+def _check_unit_interval(t: Tensor, name: str, meaning: str) -> None:
+    """PyTorch's check that every value lies in [0, 1], where it is free (see the class)."""
+    values = cheap_values(t)
+    if values is None or values.size == 0:
+        return
+    if values.dtype.kind == "V":  # bfloat16
+        values = values.astype("float32")
+    low, high = values.min(), values.max()
+    if not (low >= 0 and high <= 1):  # NaN fails both
+        found = "NaN" if low != low or high != high else f"values from {float(low):g} to {float(high):g}"
+        raise ValueRangeError(
+            f"ember: BinaryCrossEntropyLoss: every element of the {name} must lie in [0, 1], as they are {meaning}; "
+            f"got {found} (shape {t.dims()})"
+        )
 
 
 _EPSILON = 1e-12  # PyTorch's floor on p (1 - p) in the gradient from probabilities

@@ -8,7 +8,7 @@ from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, UnaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
-from ember.tensor.checks import BOOL_NP, FLOAT_NP, as_scalar, check_device, promote_pair
+from ember.tensor.checks import BOOL_NP, FLOAT_NP, as_scalar, check_device, check_float_range, promote_pair
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.elementwise import binary, is_integral, reverse_scalar, unary
 from ember.tensor.ops.math import div_rounded
@@ -99,6 +99,7 @@ class ArithmeticOps(TensorOpsBase):
             return binary(self, value, BinaryOp.POW, "powi_scalar", "arith")
         if value == 2:
             return unary(self, UnaryOp.SQUARE, "powi_scalar", "float")
+        check_float_range("powi_scalar", value)
         return binary(self, float(value), BinaryOp.POW, "powi_scalar", "float")
 
     def pow(self, other: Any) -> Self:

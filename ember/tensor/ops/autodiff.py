@@ -57,6 +57,21 @@ class AutodiffOps(TensorOpsBase):
         backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
         return backend
 
+    @staticmethod
+    def _check_grads(op: str, grads: Any) -> None:
+        """``grads`` must be the ``Gradients`` of a ``backward`` (anything else, a dict
+        say, would find no gradient and answer ``None`` as if there were none)."""
+        from ember.backend.autodiff.graph import Gradients
+
+        if isinstance(grads, Gradients):
+            return
+        name = type(grads).__name__
+        hint = "; a GradientsParams is keyed by parameter: use grads.get(param.id)" if name == "GradientsParams" else ""
+        raise DTypeError(
+            f"ember: {op}: expected the Gradients that loss.backward() returns, got {name}{hint}; "
+            "pass the result of loss.backward()"
+        )
+
     def _no_autodiff(self, op: str) -> GraphError:
         d = self._d
         return GraphError(
@@ -124,6 +139,7 @@ class AutodiffOps(TensorOpsBase):
         or a tracked tensor on this autodiff device when ``grads`` came from
         ``backward(create_graph=True)``."""
         backend = self._autodiff_backend("grad")
+        self._check_grads("grad", grads)
         g = backend.grad(self._p, grads)
         return None if g is None else self.__class__(g, self._grad_device(grads))
 
@@ -134,6 +150,7 @@ class AutodiffOps(TensorOpsBase):
         if inner is None:
             raise self._no_autodiff("grad_remove")
         backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
+        self._check_grads("grad_remove", grads)
         g = backend.grad_remove(self._p, grads)
         if g is None:
             return None
@@ -143,6 +160,11 @@ class AutodiffOps(TensorOpsBase):
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner
         device, or on this autodiff device for ``create_graph`` gradients)."""
         backend = self._autodiff_backend("grad_replace")
+        self._check_grads("grad_replace", grads)
+        from ember.tensor.tensor import Tensor
+
+        if not isinstance(grad, Tensor):
+            raise DTypeError(f"ember: grad_replace: the new gradient must be a Tensor, got {type(grad).__name__}")
         if tuple(grad._p.shape) != tuple(self._p.shape):
             raise ShapeError(
                 f"ember: grad_replace: the new gradient has shape {list(grad._p.shape)}, the tensor has "

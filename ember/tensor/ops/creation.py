@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.dtype import DType
+from ember.backend.flex.memory import check_fits
 from ember.device import Device
-from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.errors import DeviceMemoryError, DTypeError, ShapeError, ValueRangeError
+from ember.tensor.checks import check_float_range
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.shape import as_shape
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 def _number(op: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise DTypeError(f"ember: {op}: {name} must be a number, got {value!r}")
+    if isinstance(value, int) and value.bit_length() > 1023:
+        check_float_range(f"{op}: {name}", value)
     return float(value)
 
 
@@ -40,8 +44,15 @@ class CreationOps(TensorOpsBase):
             raise ValueRangeError(
                 f"ember: Tensor.arange: start, end and step must be finite and step nonzero, got {start}, {end}, {step}"
             )
-        n = max(math.ceil((end - start) / step), 0)
+        span = (end - start) / step
+        if not math.isfinite(span):  # e.g. from -1e308 to 1e308: more values than any machine holds
+            raise DeviceMemoryError(
+                f"ember: Tensor.arange: from {start} to {end} by {step} is more values than float64 can count; "
+                "use a larger step or a shorter range"
+            )
+        n = max(math.ceil(span), 0)
         dtype = DType.FLOAT32 if dtype is None else DType.parse(dtype)
+        check_fits((n,), dtype, 8, "Tensor.arange")  # built in float64 on the host, then cast
         values = start + step * np.arange(n, dtype=np.float64)
         return cls.from_data(values.astype(dtype.np), device=device)
 
@@ -56,6 +67,7 @@ class CreationOps(TensorOpsBase):
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
             raise ValueRangeError(f"ember: Tensor.linspace: steps must be an int >= 0, got {steps!r}")
         dtype = DType.FLOAT32 if dtype is None else DType.parse(dtype)
+        check_fits((int(steps),), dtype, 8, "Tensor.linspace")  # built on the host, then cast
         work: Any = np.float64 if dtype is DType.FLOAT64 else np.float32
         if not dtype.is_float:
             work = np.float64

@@ -9,7 +9,7 @@ from ember.backend.dtype import DType, promote
 from ember.errors import DTypeError, IndexOutOfBoundsError, ShapeError, ValueRangeError
 from ember.tensor.checks import NP_TO_DTYPE, as_scalar, check_device
 from ember.tensor.ops.base import TensorOpsBase
-from ember.tensor.shape import broadcast_shapes, normalize_dim, normalize_dims, numel
+from ember.tensor.shape import broadcast_shapes, check_addressable, normalize_dim, normalize_dims, numel
 
 if TYPE_CHECKING:
     from typing import Self
@@ -51,6 +51,8 @@ class LayoutOps(TensorOpsBase):
             )
         if new == old:
             return self.__class__(self._p, self._d)
+        if not n:
+            check_addressable("reshape", new, self.dtype.itemsize)
         return self.__class__(self._d._b.reshape(self._p, new), self._d)
 
     view = reshape
@@ -185,6 +187,7 @@ class LayoutOps(TensorOpsBase):
             raise ShapeError(f"ember: expand: shape {list(old)} cannot be broadcast to {list(new)}")
         if new == old:
             return self.__class__(self._p, self._d)
+        check_addressable("expand", new, self.dtype.itemsize)
         return self.__class__(self._d._b.expand(self._p, new), self._d)
 
     def broadcast_to(self, shape: Any) -> Self:

@@ -29,6 +29,7 @@ from ember.errors import ConfigError, RecordError
 from ember.module import Module
 from ember.module.record import load_record, save_record
 from ember.optim import ModuleOptimizer
+from ember.train.checkpoint import fields as f
 from ember.train.checkpoint.manifest import fsync_dir, verify_manifest, write_manifest, write_synced
 
 FORMAT = "ember-learner-checkpoint"
@@ -36,6 +37,27 @@ VERSION = 1
 _FILES = ("model.safetensors", "optimizer.safetensors", "records.safetensors", "state.json")
 _PHASES = {"train": 0, "valid": 1, "done": 2}
 _NAME = re.compile(r"^epoch-(\d+)(?:-step-(\d+)|-(valid))?$")
+#: Every field of ``state.json`` the learner reads: ``{name: (check, required)}``
+#: (fields that older checkpoints of this version lack are optional).
+STATE_FIELDS: dict[str, tuple[f.Check, bool]] = {
+    "format": (f.one_of((FORMAT,)), True),
+    "version": (f.one_of((VERSION,)), True),
+    "position": (
+        f.record(
+            {"epoch": f.integer(0), "phase": f.one_of(_PHASES), "batch": f.integer(0)},
+            'an object {"epoch": int, "phase": "train"|"valid"|"done", "batch": int}',
+        ),
+        True,
+    ),
+    "history": (f.HISTORY, True),
+    "metrics": (f.optional(f.table(f.table(f.numbers), keys=f.string, what="{metric name: its state}")), False),
+    "train_values": (f.optional(f.table(f.number, keys=f.string, what="{metric name: value}")), False),
+    "num_epochs": (f.integer(0), False),
+    "model": (f.string, False),
+    "elapsed": (f.number, False),
+    "world_size": (f.integer(1), False),
+    "epoch_lr": (f.optional(f.number), False),
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -178,6 +200,7 @@ class FileCheckpointer:
         place, its states on ``device`` (the inner device: where optimizer states live).
         ``check=False`` skips :meth:`verify` (for a checkpoint verified just before)."""
         folder = self.verify(position) if check else self.path(position)
+        state = self._state(folder, position)  # before anything is restored: never half-loaded
         try:
             loaded = model.load_file(folder / "model.safetensors")
         except RecordError as error:
@@ -195,11 +218,24 @@ class FileCheckpointer:
                 f"optimizer?): {error}"
             ) from None
         records = load_record(folder / "records.safetensors", device=device)
+        return loaded, records, state
+
+    @staticmethod
+    def _state(folder: Path, position: CheckpointPosition) -> dict[str, Any]:
+        """``state.json`` of the checkpoint at ``folder``, every field checked (:data:`STATE_FIELDS`)."""
         try:
             state = json.loads((folder / "state.json").read_text())
         except (OSError, ValueError) as error:
             raise RecordError(f"ember: checkpoint {folder} is corrupt: state.json is unreadable ({error})") from None
-        return loaded, records, state
+        advice = f"; delete {folder} to resume from an earlier checkpoint, or train in a new artifact directory"
+        f.check_fields(state, STATE_FIELDS, f"checkpoint {folder / 'state.json'}", advice)
+        saved = state["position"]
+        if CheckpointPosition.of(saved["epoch"], saved["phase"], saved["batch"]) != position:
+            raise RecordError(
+                f"ember: checkpoint {folder / 'state.json'} is corrupt: its field 'position' ({saved}) is not the "
+                f"position of its folder ({position.describe()}){advice}"
+            )
+        return state
 
     def restore_model(self, model: Module, epoch: int | None = None) -> Module:
         """``model`` with the values saved at the end of ``epoch`` (the latest
