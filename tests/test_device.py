@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 
 from ember import Device, DeviceKind, Tensor
@@ -91,9 +92,16 @@ def test_rng_state_roundtrip():
     assert Tensor.random([3], device=flex).tolist() == a
 
 
-def test_sync_returns():
-    Device.flex().sync()
-    Device.flex().autodiff().sync()
+def test_sync_waits_for_recorded_work_and_returns_none():
+    """sync() runs what a lazy device recorded (a fusion stream) and returns nothing."""
+    assert Device.flex().sync() is None
+    assert Device.flex().autodiff().sync() is None
+    fused = Device.flex().fusion()
+    pending = Tensor.from_floats([1.0, 2.0], device=fused).mul_scalar(2.0)
+    assert pending._p.value is None  # recorded, not run
+    assert fused.sync() is None
+    assert pending._p.value is not None  # the sync point ran it
+    np.testing.assert_array_equal(pending.to_numpy(), [2.0, 4.0])
 
 
 def test_cuda_without_a_gpu_is_a_clear_error():

@@ -43,12 +43,26 @@ def test_ops_are_recorded_until_a_sync_point():
     assert b._p.value is not None
 
 
-def test_dead_intermediates_are_not_materialised():
+def test_dead_intermediates_are_not_materialised(monkeypatch):
+    """The planned graph's outputs are the handles alive at the sync point: the dropped
+    add and mul results are values inside the fused kernel, never outputs."""
     device = Device.flex().fusion()
+    executor = device.backend.executor
+    planned = []
+    real_plan = executor.plan
+
+    def spy(graph):
+        planned.append((len(graph.nodes), list(graph.outputs)))
+        return real_plan(graph)
+
+    monkeypatch.setattr(executor, "plan", spy)
+    device.backend._plans.clear()  # plan afresh, so that the spy sees this stream's graph
     a = Tensor.from_floats([1.0, 2.0, 3.0], device=device)
     kept = a.exp()
     out = kept.add_scalar(1.0).mul_scalar(3.0).sum()  # the add and mul results are dropped
-    out.into_scalar()
+    assert out.into_scalar() == pytest.approx(3.0 * (np.exp([1.0, 2.0, 3.0]) + 1.0).sum(), rel=1e-6)
+    ((nodes, outputs),) = planned
+    assert nodes >= 4 and len(outputs) == 2  # exp, add, mul, sum recorded; only kept and out come out
     assert kept._p.value is not None  # alive from Python: computed
 
 
