@@ -10,18 +10,10 @@ import ember
 from ember import Device, Module, Tensor
 from ember.amp import GradScaler
 from ember.errors import ConfigError
-from ember.nn import Linear, LinearConfig, Relu
+from ember.nn import LinearConfig, Relu
 from ember.nn.loss import MseLoss
 from ember.optim import GradientsParams, SgdConfig
-
-
-class Mlp(Module):
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
+from tests.shared_models import Mlp
 
 
 def _problem(device: Device):

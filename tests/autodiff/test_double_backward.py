@@ -15,22 +15,12 @@ from ember.backend.autodiff import Checkpointing
 from ember.errors import GraphError, ShapeError
 from ember.nn import Linear, LinearConfig, Relu, Tanh
 from ember.optim import AdamConfig, GradientsParams
+from tests.shared_models import Mlp
 
 
 @pytest.fixture
 def ad():
     return Device.flex().autodiff()
-
-
-class Mlp(Module):
-    """DESIGN.md's seed MLP."""
-
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
 
 
 class Critic(Module):

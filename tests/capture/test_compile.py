@@ -41,17 +41,9 @@ from ember.optim import (
     RmsPropConfig,
     SgdConfig,
 )
+from tests.shared_models import Mlp
 
 REL = 1e-5  # compiled against eager (exact with the replay executor; LLVM may reorder)
-
-
-class Mlp(Module):
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
 
 
 def seed_problem(device: Device, batch: int = 64):

@@ -13,17 +13,9 @@ from ember.backend.fusion.kernels import Call
 from ember.nn import Conv2d, Conv2dConfig, Linear, LinearConfig, MaxPool2d, MaxPool2dConfig, Relu
 from ember.nn.loss import CrossEntropyLoss
 from ember.optim import AdamConfig, GradientsParams
+from tests.shared_models import Mlp
 
 REL = 1e-5
-
-
-class Mlp(Module):
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
 
 
 class Cnn(Module):

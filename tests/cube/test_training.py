@@ -3,19 +3,11 @@ and the same seed repeats bit for bit."""
 
 from __future__ import annotations
 
-from ember import Distribution, Module, Tensor
-from ember.nn import Linear, LinearConfig, Relu
+from ember import Distribution, Tensor
+from ember.nn import LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
-
-
-class Mlp(Module):
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
+from tests.shared_models import Mlp
 
 
 def train(device, steps: int) -> list[float]:

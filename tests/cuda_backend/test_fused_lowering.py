@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 
 import ember
-from ember import Device, Module, Tensor
+from ember import Device, Tensor
 from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.kernels import Kernel, Matmul, schedule
 from ember.backend.fusion.replay import Replay
-from ember.nn import Linear, LinearConfig, Relu
+from ember.nn import LinearConfig, Relu
 from ember.nn.loss import CrossEntropyLoss
 from ember.optim import AdamConfig, GradientsParams
 from tests.cuda_backend.conftest import require_nvrtc
+from tests.shared_models import Mlp
 
 pytestmark = pytest.mark.nvrtc
 
@@ -40,15 +41,6 @@ class _Recorder:
                 return replay.run(backend, inputs, scalars)
 
         return Plan()
-
-
-class Mlp(Module):
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x):
-        return self.l2(self.act(self.l1(x)))
 
 
 def _train_step_graph():

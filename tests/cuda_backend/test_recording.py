@@ -8,24 +8,16 @@ import numpy as np
 import pytest
 
 import ember
-from ember import Device, Distribution, Module, Tensor
+from ember import Device, Distribution, Tensor
 from ember.backend.cube.cuda.backend import CudaBackend
 from ember.backend.cube.cuda.catalog import RecordingRuntime, batches
-from ember.nn import Linear, LinearConfig, Relu
+from ember.nn import LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
 from tests.cuda_backend.conftest import require_nvrtc
+from tests.shared_models import Mlp
 
 pytestmark = pytest.mark.nvrtc
-
-
-class Mlp(Module):
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
 
 
 def _device() -> tuple[Device, RecordingRuntime]:

@@ -12,20 +12,10 @@ from ember.func import apply_updates, grad, hessian_vector_product, jvp, value_a
 from ember.nn import Linear, LinearConfig, Relu, Tanh
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
+from tests.shared_models import Mlp
 
 # torch.func imports torch.jit, which warns about its own deprecation.
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
-
-
-class Mlp(Module):
-    """DESIGN.md's seed MLP."""
-
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
 
 
 class TanhMlp(Module):

@@ -15,31 +15,15 @@ from ember.nn import (
     EmbeddingConfig,
     KaimingNormal,
     KaimingUniform,
-    Linear,
     LinearConfig,
     Normal,
     Orthogonal,
-    Relu,
     Uniform,
     XavierNormal,
     XavierUniform,
 )
 from tests.conftest import _gpu_device
-
-
-class Mlp(Module):
-    """DESIGN.md's first program's model."""
-
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    @classmethod
-    def new(cls, device: Device) -> Mlp:
-        return cls(l1=LinearConfig(4, 16).init(device), act=Relu(), l2=LinearConfig(16, 1).init(device))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
+from tests.shared_models import Mlp
 
 
 def values(model: Module) -> dict[str, bytes]:

@@ -11,19 +11,7 @@ from ember import Device, Module, Param, ParamId, Tensor
 from ember.errors import ModuleError
 from ember.module import ModuleMapper, ModuleVisitor, ParamGroup, RunningState
 from ember.nn import Linear, LinearConfig, Relu
-
-
-class Mlp(Module):
-    l1: Linear
-    act: Relu
-    l2: Linear
-
-    @classmethod
-    def new(cls, device: Device) -> Mlp:
-        return cls(l1=LinearConfig(4, 16).init(device), act=Relu(), l2=LinearConfig(16, 1).init(device))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.l2(self.act(self.l1(x)))
+from tests.shared_models import Mlp
 
 
 class Stack(Module):
