@@ -70,7 +70,7 @@ def time_pair(ember_step, other_step, steps: int = STEPS, repeats: int = REPEATS
 
 
 class Mlp(Module):
-    """DESIGN.md's two-layer MLP (``l1 -> relu -> l2``), with the widths of each workload."""
+    """docs/design.md's two-layer MLP (``l1 -> relu -> l2``), with the widths of each workload."""
 
     l1: Linear
     act: Relu

@@ -1,5 +1,5 @@
 """The seed's program: one training step, from ``forward`` to ``optim.step``,
-repeated on each device (DESIGN.md), then the same step compiled with
+repeated on each device (docs/design.md), then the same step compiled with
 ``ember.compile`` (traced once, replayed without Python per op).
 Run: ``python examples/one_step.py [steps]``."""
 

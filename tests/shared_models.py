@@ -7,7 +7,7 @@ from ember.nn import Linear, LinearConfig, Relu
 
 
 class Mlp(Module):
-    """DESIGN.md's first program's model: ``l2(relu(l1(x)))``, 4-16-1 by default."""
+    """docs/design.md's first program's model: ``l2(relu(l1(x)))``, 4-16-1 by default."""
 
     l1: Linear
     act: Relu

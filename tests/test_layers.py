@@ -1,4 +1,4 @@
-"""Arrows only point down: the package layers of DESIGN.md, checked on every import
+"""Arrows only point down: the package layers of docs/design.md, checked on every import
 statement of the ``ember`` package (module level and inside functions)."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _violations() -> list[str]:
         if parts == ("__init__",):
             continue  # the package's public namespace re-exports every layer
         layer = parts[0]
-        assert layer in rank, f"{path}: package ember.{layer} has no place in LAYERS; add it where DESIGN.md puts it"
+        assert layer in rank, f"{path}: package ember.{layer} has no place in LAYERS; add it where docs/design.md puts it"
         for module, line in _imports(path):
             target = module.split(".")
             if len(target) < 2:

@@ -1,4 +1,4 @@
-"""DESIGN.md's program on the GPU: autodiff wraps cube unchanged, the loss falls,
+"""docs/design.md's program on the GPU: autodiff wraps cube unchanged, the loss falls,
 and the same seed repeats bit for bit."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ stack on it as on any device. Install ``pip install -e ".[cuda12]"`` (or
 ``".[cuda13]"``, matching the driver's CUDA version).
 
 Why here: in Burn, CUDA is a *runtime* of the cube backend next to wgpu (the repr says
-``Cube(Cuda(...))``), and DESIGN.md's backend layer lists cube as "GPU: wgpu and cuda
+``Cube(Cuda(...))``), and docs/design.md's backend layer lists cube as "GPU: wgpu and cuda
 runtimes". The package shares no code with the WGSL side (different language, memory
 model and launch API); what it shares with the rest of ember is the kernel IR of the
 fusion layer (:mod:`ember.backend.fusion.exprs`, ``steps``, ``views``), which
