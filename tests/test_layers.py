@@ -64,7 +64,9 @@ def _violations() -> list[str]:
         if parts == ("__init__",):
             continue  # the package's public namespace re-exports every layer
         layer = parts[0]
-        assert layer in rank, f"{path}: package ember.{layer} has no place in LAYERS; add it where docs/design.md puts it"
+        assert layer in rank, (
+            f"{path}: package ember.{layer} has no place in LAYERS; add it where docs/design.md puts it"
+        )
         for module, line in _imports(path):
             target = module.split(".")
             if len(target) < 2:
