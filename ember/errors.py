@@ -59,6 +59,11 @@ class UsageError(EmberError, TypeError):
     otherwise; the message gives ember's (Burn's) spelling and the equivalent."""
 
 
+class UsageAttributeError(UsageError, AttributeError):
+    """An attribute in another library's form (PyTorch's ``model.eval()``) that ember
+    spells otherwise; also an ``AttributeError``, so ``hasattr`` stays ``False``."""
+
+
 class ModuleError(EmberError, TypeError):
     """A module is declared or built incorrectly."""
 

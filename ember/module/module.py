@@ -18,6 +18,7 @@ from ember.module.dataclass_transform import dataclass_transform
 from ember.module.field_check import check_fields
 from ember.module.group import ParamGroup
 from ember.module.param import Param, RunningState
+from ember.module.pytorch_hints import module_attribute_error
 from ember.module.visitor import FnMapper, ModuleMapper, ModuleVisitor, ParamCollector
 from ember.module.weight_map import WeightMap
 
@@ -121,6 +122,14 @@ class Module:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
+    if not TYPE_CHECKING:  # the checker reports a missing attribute itself
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached for a missing attribute: name ember's way for PyTorch's methods.
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise module_attribute_error(type(self).__name__, name)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"ember: {type(self).__name__} defines no forward()")
 
@@ -195,11 +204,13 @@ class Module:
 
     # ------------------------------------------------------------------ transforms
     def to_device(self, device: Device) -> Module:
-        """The module on ``device`` (ids kept; lazy parameters stay lazy)."""
+        """A new module on ``device`` (ids kept; lazy parameters stay lazy); this one is
+        unchanged: ``model = model.to_device(device)``."""
         return self.map(FnMapper(lambda p, path: p.to_device(device), lambda s, path: s.to_device(device)))
 
     def fork(self, device: Device) -> Module:
-        """The module on ``device`` as fresh leaves (detached from any graph)."""
+        """A new module on ``device`` as fresh leaves (detached from any graph); this one is
+        unchanged."""
         return self.map(
             FnMapper(
                 lambda p, path: (
@@ -212,12 +223,13 @@ class Module:
         )
 
     def no_grad(self) -> Module:
-        """Every parameter with ``require_grad=False``."""
+        """A new module with every parameter at ``require_grad=False``; this one is unchanged."""
         return self.map(FnMapper(lambda p, path: p.set_require_grad(False)))
 
     def valid(self) -> Module:
-        """The same module on the inner (non-autodiff) device: for evaluation, where
-        layers such as Dropout and BatchNorm switch to inference behaviour."""
+        """A new module on the inner (non-autodiff) device: for evaluation, where layers
+        such as Dropout and BatchNorm switch to inference behaviour (``model.valid()(x)``
+        with ``x`` on ``device.inner()``); this one is unchanged."""
 
         def move(p: Param, path: str) -> Param:
             return p.to_device(p.device.inner())
@@ -225,12 +237,14 @@ class Module:
         return self.map(FnMapper(move, lambda s, path: s.to_device(s.value().device.inner())))
 
     def freeze(self, group: ParamGroup | None = None) -> Module:
-        """Parameters in ``group`` (all if ``None``) stop requiring grad."""
+        """A new module whose parameters in ``group`` (all if ``None``) stop requiring grad;
+        this one is unchanged: ``model = model.freeze(group)``."""
         group = group or ParamGroup.all()
         return self.map(FnMapper(lambda p, path: p.set_require_grad(False) if group.matches(p.id, path) else p))
 
     def unfreeze(self, group: ParamGroup | None = None) -> Module:
-        """Float parameters in ``group`` (all if ``None``) require grad again."""
+        """A new module whose float parameters in ``group`` (all if ``None``) require grad
+        again; this one is unchanged: ``model = model.unfreeze(group)``."""
         group = group or ParamGroup.all()
         return self.map(
             FnMapper(lambda p, path: p.set_require_grad(True) if group.matches(p.id, path) and p.dtype.is_float else p)

@@ -75,7 +75,11 @@ class ModuleOptimizer:
         ``clipping``, a fixed ``lr`` or a multiple ``lr_scale`` of the step's rate.
 
         The group's optimizer config's own ``grad_clipping`` is ignored (as in Burn);
-        pass ``clipping`` instead."""
+        pass ``clipping`` instead.
+
+        Unlike the configs' ``with_*`` methods (which return changed copies), this adds the
+        group to *this* optimizer and returns it, for chaining:
+        ``optim = AdamConfig().init().with_group(...).with_group(...)``."""
         if optimizer is not None and not isinstance(optimizer, OptimizerConfig):
             raise ConfigError(f"ember: with_group: expected an optimizer config, got {type(optimizer).__name__}")
         self.groups.append(_Group(group, optimizer or self.optimizer, clipping, lr, float(lr_scale)))

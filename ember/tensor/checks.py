@@ -30,8 +30,19 @@ def check_device(op: str, a: TensorLike, b: TensorLike) -> None:
     if a._d != b._d:
         raise DeviceError(
             f"ember: {op}: operands live on different devices, {a._d!r} and {b._d!r}; "
-            f"move one with .to_device(...) first"
+            f"move one with .to_device(...) first{_autodiff_hint(a._d, b._d)}"
         )
+
+
+def _autodiff_hint(a: Any, b: Any) -> str:
+    """For an autodiff device meeting its own inner device (inputs made for training
+    given to a ``model.valid()`` module): the fix."""
+    if a.is_autodiff() != b.is_autodiff() and a.inner() == b.inner():
+        return (
+            " (one is the other's autodiff device: after model.valid(), which moves the parameters to "
+            "device.inner(), give inputs on device.inner() too, e.g. x.to_device(device.inner()))"
+        )
+    return ""
 
 
 def is_symbolic(value: Any) -> bool:

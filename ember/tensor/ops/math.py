@@ -47,6 +47,22 @@ class MathOps(TensorOpsBase):
 
         return log_softmax(cast("Tensor", self), dim)
 
+    def sigmoid(self) -> Tensor:
+        """``1 / (1 + exp(-x))`` (``ember.tensor.activation.sigmoid``; PyTorch's ``Tensor.sigmoid``)."""
+        from ember.tensor.activation import sigmoid
+
+        return sigmoid(cast("Tensor", self))
+
+    def relu(self) -> Tensor:
+        """``max(x, 0)`` (``ember.tensor.activation.relu``; PyTorch's ``Tensor.relu``)."""
+        from ember.tensor.activation import relu
+
+        return relu(cast("Tensor", self))
+
+    def clip(self, min: Any = None, max: Any = None) -> Self:
+        """PyTorch's alias of :meth:`clamp`."""
+        return self.clamp(min, max)
+
     # ------------------------------------------------------------------ primitives
     def log2(self) -> Self:
         """The base-2 logarithm (exact at powers of two)."""
