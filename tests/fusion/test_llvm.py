@@ -323,6 +323,10 @@ _MATMULS = [
     ((1, 3, 4, 5), (2, 1, 5, 6)),
     ((2, 40, 50), (2, 50, 30)),
     ((3, 0), (0, 4)),
+    ((1, 40), (40, 30)),  # one row or one column: gemv
+    ((30, 40), (40, 1)),
+    ((2, 1, 40), (40, 30)),
+    ((3, 40, 8), (3, 8, 1)),
 ]
 
 
@@ -372,6 +376,20 @@ def test_linear_backward_and_sliced_operands(executor, rng):
     )
     for i, (a, e) in enumerate(zip(compiled, replayed)):
         np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5, err_msg=str(i))
+
+
+def test_matrix_vector_products_read_strided_vectors(matmul_executor, rng):
+    """A row or column that is a strided view (every third element of a matrix) is
+    gemv's vector with its increment."""
+    case = Case()
+    x = case.input(rng.standard_normal((40, 3)).astype(np.float32))
+    w = case.input(rng.standard_normal((40, 30)).astype(np.float32))
+    v = case.input(rng.standard_normal((30, 40)).astype(np.float32))
+    column = case.ops.slice(x, ((0, 40, 1), (1, 2, 1)))  # [40, 1], stride 3
+    row = case.ops.permute(column, (1, 0))  # [1, 40], stride 3
+    compiled, replayed, _ = case.run(matmul_executor, [case.ops.matmul(row, w), case.ops.matmul(v, column)])
+    for a, e in zip(compiled, replayed):
+        np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5)
 
 
 def test_without_blas_large_matmuls_stay_on_flex(rng):
