@@ -56,6 +56,10 @@ class LLVMTarget(Target):
 
     def expands(self, graph: Graph, node: Node) -> bool:
         """Whether a composite node is replaced by its decomposition."""
+        if node.op == "embedding":  # a gather loop (float rows, int64 indices: the library's)
+            weights, indices = node.args
+            avals = graph.avals
+            return avals[weights].dtype in _FLOATS and avals[indices].dtype == np.dtype(np.int64)
         if node.op not in EXPANDED or not float_operands(graph, node):
             return False
         if node.op in ("linear", "linear_backward"):
