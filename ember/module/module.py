@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 _MISSING = object()
 
+#: How many times a declared field of a module was assigned after construction
+#: (``module.head = Linear(...)``), process-wide: a cache of what a walk of a module
+#: found (``ember.compile``'s parameters of a module it saw) holds while this stays.
+FIELD_WRITES = [0]
+
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
@@ -117,6 +122,8 @@ class Module:
                 f"ember: {type(self).__name__} has no field {name!r}; declare it on the class with an "
                 f"annotation (e.g. `{name}: Linear`) so that ember can visit and save it"
             )
+        if not name.startswith("_"):
+            FIELD_WRITES[0] += 1
         object.__setattr__(self, name, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -404,3 +404,30 @@ def test_other_threads_run_eagerly_while_a_function_is_traced():
     assert results == {"sum": 12.0, "random": [2]}
     assert step.stats["eager"] == 0
     assert_close(loss.into_scalar(), train(SgdConfig(), 1, False)[0][0])
+
+
+def test_a_module_read_each_call_is_walked_once_and_field_writes_are_seen(monkeypatch):
+    """A module passed and not returned (a decode step's model) is walked once, not
+    per call; assigning one of its fields is seen by the next call."""
+    from ember.nn import LinearConfig
+
+    class Net(Module):
+        a: Linear
+        b: Linear
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    device = Device.flex()
+    net = Net(a=LinearConfig(4, 4).init(device), b=LinearConfig(4, 2).init(device))
+    step = ember.compile(lambda m, x: m(x).sum())
+    walks = []
+    visit = Module.visit
+    monkeypatch.setattr(Module, "visit", lambda self, *a, **k: (walks.append(type(self)), visit(self, *a, **k))[1])
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = Tensor.from_data(rng.standard_normal((3, 4)).astype(np.float32), device=device)
+        np.testing.assert_allclose(step(net, x).into_scalar(), net(x).sum().into_scalar(), rtol=1e-5)
+    assert walks.count(Net) <= 2  # the trace's walks, not one per call
+    net.b = LinearConfig(4, 2).init(device)  # new parameters: seen, not stale
+    np.testing.assert_allclose(step(net, x).into_scalar(), net(x).sum().into_scalar(), rtol=1e-5)

@@ -323,6 +323,10 @@ _MATMULS = [
     ((1, 3, 4, 5), (2, 1, 5, 6)),
     ((2, 40, 50), (2, 50, 30)),
     ((3, 0), (0, 4)),
+    ((1, 40), (40, 30)),  # one row or one column: gemv
+    ((30, 40), (40, 1)),
+    ((2, 1, 40), (40, 30)),
+    ((3, 40, 8), (3, 8, 1)),
 ]
 
 
@@ -372,6 +376,20 @@ def test_linear_backward_and_sliced_operands(executor, rng):
     )
     for i, (a, e) in enumerate(zip(compiled, replayed)):
         np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5, err_msg=str(i))
+
+
+def test_matrix_vector_products_read_strided_vectors(matmul_executor, rng):
+    """A row or column that is a strided view (every third element of a matrix) is
+    gemv's vector with its increment."""
+    case = Case()
+    x = case.input(rng.standard_normal((40, 3)).astype(np.float32))
+    w = case.input(rng.standard_normal((40, 30)).astype(np.float32))
+    v = case.input(rng.standard_normal((30, 40)).astype(np.float32))
+    column = case.ops.slice(x, ((0, 40, 1), (1, 2, 1)))  # [40, 1], stride 3
+    row = case.ops.permute(column, (1, 0))  # [1, 40], stride 3
+    compiled, replayed, _ = case.run(matmul_executor, [case.ops.matmul(row, w), case.ops.matmul(v, column)])
+    for a, e in zip(compiled, replayed):
+        np.testing.assert_allclose(a, e, rtol=2e-5, atol=2e-5)
 
 
 def test_without_blas_large_matmuls_stay_on_flex(rng):
@@ -675,3 +693,32 @@ def test_a_plan_keeps_no_input_alive(executor, rng):
     assert ref() is None
     other = np.zeros(32, np.float32)  # may take the freed array's place: bound anew
     np.testing.assert_array_equal(plan.run(flex, [other], scalars)[0], np.ones(32, np.float32))
+
+
+# ---------------------------------------------------------------------- decoding's ops
+def test_embedding_and_arange_compile_without_eager_calls(executor, rng):
+    """A decode step's embedding lookups run as gather loops and its fixed-size
+    aranges are constants: nothing is left to flex between compiled segments."""
+    case = Case()
+    table = case.input(rng.standard_normal((50, 8)).astype(np.float32))
+    ids = case.input(np.array([[3, 49], [0, 7]], np.int64))
+    slots = case.ops.arange(0, 6, 1, DType.INT64)
+    shifted = case.ops.binary(BinaryOp.SUB, slots, case.input(np.array([2], np.int64)))
+    rows = case.ops.embedding(table, ids)
+    compiled, replayed, plan = case.run(executor, [rows, shifted, case.ops.arange(2, 11, 3, DType.INT32)])
+    for a, e in zip(compiled, replayed):
+        assert_same(a, e, "decode ops")
+    assert not [s.node.op for s in plan.schedule.steps if isinstance(s, Call)]
+
+
+def test_a_compiled_embedding_checks_its_indices(executor, rng):
+    from ember.backend.fusion.replay import PartialRun
+    from ember.errors import IndexOutOfBoundsError
+
+    case = Case()
+    table = case.input(rng.standard_normal((5, 4)).astype(np.float32))
+    ids = case.input(np.array([[1, 5]], np.int64))
+    graph, scalars = case.abstract([case.ops.embedding(table, ids)])
+    with pytest.raises(PartialRun) as caught:
+        executor.plan(graph).run(FlexBackend(), list(case.values), scalars)
+    assert isinstance(caught.value.error, IndexOutOfBoundsError) and "index 5 is out of bounds" in str(caught.value)

@@ -1,5 +1,5 @@
-"""numpy's own OpenBLAS, found at run time: ``sgemm``/``dgemm`` by address, and the
-thread count, which ember owns.
+"""numpy's own OpenBLAS, found at run time: ``sgemm``/``dgemm`` (and ``sgemv``/``dgemv``)
+by address, and the thread count, which ember owns.
 
 numpy wheels bundle OpenBLAS (on Linux ``numpy.libs/libscipy_openblas64_-*.so``,
 with ILP64 symbols such as ``scipy_cblas_sgemm64_``). The fusion layer's compiled
@@ -21,7 +21,7 @@ import ctypes.util
 import glob
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: Environment variable for the BLAS thread count ember sets (default 1).
 THREADS_ENV = "EMBER_NUM_THREADS"
@@ -42,6 +42,8 @@ class Blas:
     int_bits: int  # width of BLAS integers: 64 (ILP64) or 32
     set_threads: int  # address of ``openblas_set_num_threads`` (0 if absent)
     threads: int  # the count ember set
+    sgemv: int = 0  # ``cblas_?gemv`` (0 if absent): a matmul with one row or one column
+    dgemv: int = 0
 
 
 _PREFIXES = (("scipy_", "64_"), ("", "64_"), ("", ""))
@@ -97,7 +99,9 @@ def _open(path: str) -> Blas | None:
             continue
         int_bits = 64 if suffix else _config_bits(lib, prefix, suffix)
         set_threads = _address(lib, f"{prefix}openblas_set_num_threads{suffix}")
-        return Blas(path, sgemm, dgemm, int_bits, set_threads, 0)
+        sgemv = _address(lib, f"{prefix}cblas_sgemv{suffix}")
+        dgemv = _address(lib, f"{prefix}cblas_dgemv{suffix}")
+        return Blas(path, sgemm, dgemm, int_bits, set_threads, 0, sgemv, dgemv)
     return None
 
 
@@ -147,6 +151,6 @@ def load() -> Blas | None:
         if blas.set_threads:
             set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int)(blas.set_threads)
             set_threads(threads)
-        blas = Blas(blas.path, blas.sgemm, blas.dgemm, blas.int_bits, blas.set_threads, threads)
+        blas = replace(blas, threads=threads)
     _CACHE.append(blas)
     return blas

@@ -11,6 +11,7 @@ arithmetic on them goes through helpers that keep them symbolic (``scalar_sqrt``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +135,14 @@ def adam_step_many(ops, params, grads, moments_1, moments_2, max_moments_2, **op
 
 
 #: fused call -> its decomposition ``fn(ops, *args, **kwargs)``.
+def embedding(ops, weights, indices):
+    """Rows of ``weights`` by ``indices``: a gather along dim 0 of the index column
+    broadcast over the row's width (a lowering's gather loop checks the indices)."""
+    n, d = math.prod(indices.shape), weights.shape[1]
+    rows = ops.expand(ops.reshape(indices, (n, 1)), (n, d))
+    return ops.reshape(ops.gather(weights, 0, rows), tuple(indices.shape) + (d,))
+
+
 DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "relu": relu,
     "sigmoid": sigmoid,
@@ -143,6 +152,7 @@ DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "linear_backward": linear_backward,
     "mse_loss": mse_loss,
     "adam_step_many": adam_step_many,
+    "embedding": embedding,
 }
 
 

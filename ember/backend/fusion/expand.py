@@ -94,7 +94,11 @@ def float_operands(graph: Graph, node: Node) -> bool:
 
 
 def expand(
-    source: Graph, scalars: list[Any], wants: Callable[[Graph, Node], bool], fixed: dict[int, Any] | None = None
+    source: Graph,
+    scalars: list[Any],
+    wants: Callable[[Graph, Node], bool],
+    fixed: dict[int, Any] | None = None,
+    fold: bool = False,
 ) -> Expanded:
     """Expands the composite nodes of ``source`` for which ``wants(source, node)`` holds,
     for the run-time ``scalars`` given (they decide the truth tests a decomposition
@@ -103,7 +107,9 @@ def expand(
     program's inputs are the other slots, in order.
 
     ``relu`` on an integer tensor becomes ``maximum(x, 0)`` (its decomposition clamps
-    with a float bound, which is for float tensors).
+    with a float bound, which is for float tensors). With ``fold`` (a lowering whose
+    constants are numpy arrays), an ``arange`` of fixed bounds becomes a constant of the
+    lowered graph instead of a call each run.
     """
     graph = Graph(list(source.avals), [], list(source.inputs), dict(source.consts), [])
     program = ScalarProgram()
@@ -121,6 +127,9 @@ def expand(
         args = lift(node.args)
         kwargs = tuple((k, lift(v)) for k, v in node.kwargs)
         first = len(graph.nodes)
+        if fold and node.op == "arange" and _foldable(args):
+            graph.consts[node.outs[0]] = np.arange(*args[:3], dtype=graph.avals[node.outs[0]].dtype)
+            continue
         if node.op == "relu" and graph.avals[args[0]].dtype.kind in "iub":
             graph.nodes.append(Node("binary", (BinaryOp.MAXIMUM, args[0], 0), (), node.outs))
             out.origin.append(index)
@@ -138,6 +147,14 @@ def expand(
         out.origin.append(index)
     graph.outputs = [resolve(o) for o in source.outputs]
     return out
+
+
+#: The longest ``arange`` folded into a constant (kept for the plan's life).
+FOLD_LIMIT = 1 << 16
+
+
+def _foldable(args: tuple) -> bool:
+    return all(type(a) is int for a in args[:3]) and args[2] != 0 and len(range(*args[:3])) <= FOLD_LIMIT
 
 
 def is_scalar(value: Any) -> bool:

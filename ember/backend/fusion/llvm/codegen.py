@@ -13,7 +13,10 @@ A kernel is a loop nest over its iteration space (:mod:`.loops`).
 Matmuls call BLAS (``cblas_?gemm`` through an address registered with the JIT)
 above a size threshold (:data:`~ember.backend.fusion.llvm.support.BLAS_THRESHOLD`
 multiply-adds by default) and
-run generated loops below it.
+run generated loops below it. A product with one row or one column (a decode step's
+projections at batch 1) calls ``cblas_?gemv`` instead, as numpy's matmul does:
+OpenBLAS's gemm with ``M = 1`` packs the whole matrix on every call (about 4x
+gemv's time for a ``[384, 16000]`` language-model head).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class ModuleBuilder:
         self.math = MathLib(self.module)
         self.ops = OpEmitter(self.math)
         self._gemm: dict[str, ir.Function] = {}
+        self._gemv: dict[str, ir.Function] = {}
 
     # ------------------------------------------------------------------ segments
     def _tune(self, fn: ir.Function) -> None:
@@ -253,6 +257,23 @@ class ModuleBuilder:
             self._gemm[kind] = fn
         return self._gemm[kind]
 
+    def gemv(self, dtype: np.dtype) -> ir.Function | None:
+        """The BLAS matrix-vector routine for ``dtype`` (``None`` where the library
+        has none)."""
+        kind = "s" if dtype == np.float32 else "d"
+        blas = self.blas
+        address = 0 if blas is None else (blas.sgemv if kind == "s" else blas.dgemv)
+        if blas is None or not address:
+            return None
+        if kind not in self._gemv:
+            t = F32 if kind == "s" else F64
+            n = I64 if blas.int_bits == 64 else I32
+            symbol = f"ember_cblas_{kind}gemv"
+            llvm_binding.add_symbol(symbol, address)
+            fnty = ir.FunctionType(VOID, [I32, I32, n, n, t, PTR, n, PTR, n, t, PTR, n])
+            self._gemv[kind] = ir.Function(self.module, fnty, name=symbol)
+        return self._gemv[kind]
+
     def matmul(self, name: str, step: Matmul) -> ir.Function | None:
         out_shape = self.schedule.buffers[step.out].shape
         batch, (m, n) = out_shape[:-2], out_shape[-2:]
@@ -269,6 +290,8 @@ class ModuleBuilder:
         work = m * n * k
         la, lb = blas_layout(a_view), blas_layout(b_view)
         use_blas = self.blas is not None and work >= self.blas_threshold and k > 0 and la is not None and lb is not None
+        gemv = self.gemv(step.dtype) if use_blas and k > 1 and (m == 1) != (n == 1) else None
+        vector = None if gemv is None else _gemv_args(a_view, b_view, la, lb, m, n, k)
 
         def one(indices: list[ir.Value]) -> None:
             a_off = _offset(b, a_view, indices)
@@ -277,7 +300,28 @@ class ModuleBuilder:
             a_ptr = b.gep(pa, [a_off], source_etype=t)
             b_ptr = b.gep(pb, [b_off], source_etype=t)
             c_ptr = b.gep(pc, [c_off], source_etype=t)
-            if use_blas:
+            if use_blas and vector is not None:
+                assert self.blas is not None and gemv is not None  # vector says so
+                nt = I64 if self.blas.int_bits == 64 else I32
+                flipped, rows, cols, ld, x_inc, y_inc, matrix_is_a = vector
+                b.call(
+                    gemv,
+                    [
+                        ir.Constant(I32, blas_mod.ROW_MAJOR),
+                        ir.Constant(I32, blas_mod.TRANS if flipped else blas_mod.NO_TRANS),
+                        ir.Constant(nt, rows),
+                        ir.Constant(nt, cols),
+                        ir.Constant(t, 1.0),
+                        a_ptr if matrix_is_a else b_ptr,
+                        ir.Constant(nt, ld),
+                        b_ptr if matrix_is_a else a_ptr,
+                        ir.Constant(nt, x_inc),
+                        ir.Constant(t, 0.0),
+                        c_ptr,
+                        ir.Constant(nt, y_inc),
+                    ],
+                )
+            elif use_blas:
                 assert self.blas is not None and la is not None and lb is not None  # use_blas says so
                 nt = I64 if self.blas.int_bits == 64 else I32
                 trans = lambda flag: ir.Constant(I32, blas_mod.TRANS if flag else blas_mod.NO_TRANS)  # noqa: E731
@@ -376,6 +420,30 @@ class ModuleBuilder:
 
     def build(self) -> str:
         return str(self.module)
+
+
+def _gemv_args(
+    a_view: View, b_view: View, la: tuple[bool, int] | None, lb: tuple[bool, int] | None, m: int, n: int, k: int
+) -> tuple[bool, int, int, int, int, int, bool] | None:
+    """``cblas_?gemv``'s arguments for ``a @ b`` with one row (``m == 1``: ``c = b^T
+    a``) or one column (``n == 1``: ``c = a b``): ``(transposed, rows, cols, ld,
+    x_inc, y_inc, matrix_is_a)``, the matrix being stored row-major as BLAS reads it;
+    ``None`` when the vector's stride is 0 (a broadcast row) and gemm is called."""
+    if m == 1 and lb is not None:
+        inc = a_view.strides[-1]
+        if inc <= 0:
+            return None
+        trans, ld = lb
+        # b is [k, n]: stored as is (gemv of its transpose) or as [n, k] (plain gemv).
+        return (False, n, k, ld, inc, 1, False) if trans else (True, k, n, ld, inc, 1, False)
+    if n == 1 and la is not None:
+        inc = b_view.strides[-2]
+        if inc <= 0:
+            return None
+        trans, ld = la
+        # a is [m, k]: stored as is (plain gemv) or as [k, m] (gemv of its transpose).
+        return (True, k, m, ld, inc, 1, True) if trans else (False, m, k, ld, inc, 1, True)
+    return None
 
 
 def _offset(b: ir.IRBuilder, view: View, indices: list[ir.Value]) -> ir.Value:

@@ -356,7 +356,7 @@ class Variant:
         target = executor.target
         fixed = fixed or {}
         self.offered = donated
-        self.expanded = expand(graph, list(scalars), target.expands, fixed)
+        self.expanded = expand(graph, list(scalars), target.expands, fixed, fold=True)
         sched = self.schedule = schedule(self.expanded, target)
         if executor.conv_chains:
             fuse_conv_chains(sched)

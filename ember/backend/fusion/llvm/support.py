@@ -4,7 +4,7 @@ answers of the CPU backend.
 Compiled: elementwise ops (per dtype, see :mod:`ember.backend.fusion.llvm.ops`),
 ``full``, layout ops, reductions, and matmuls of float32/float64, over the dtypes
 float64, float32, int64, int32, uint8 and bool; convolutions (``conv_transpose``
-with stride 1), max pooling with its backward, ``gather`` and ``scatter_add`` as
+with stride 1), max pooling with its backward, ``gather`` (``embedding`` expands to one) and ``scatter_add`` as
 hand-written loops (:mod:`ember.backend.fusion.llvm.library`), a convolution with its
 elementwise epilogue and max pooling as one step per sample (:mod:`ember.backend.fusion.chains`,
 :mod:`ember.backend.fusion.llvm.chains`). Everything else
@@ -56,6 +56,10 @@ class LLVMTarget(Target):
 
     def expands(self, graph: Graph, node: Node) -> bool:
         """Whether a composite node is replaced by its decomposition."""
+        if node.op == "embedding":  # a gather loop (float rows, int64 indices: the library's)
+            weights, indices = node.args
+            avals = graph.avals
+            return avals[weights].dtype in _FLOATS and avals[indices].dtype == np.dtype(np.int64)
         if node.op not in EXPANDED or not float_operands(graph, node):
             return False
         if node.op in ("linear", "linear_backward"):
