@@ -43,7 +43,6 @@ from ember.backend.fusion.trace import Trace, capture
 from ember.device import Device
 from ember.errors import GraphError
 from ember.module import Module, Param, RunningState
-from ember.module.module import FIELD_WRITES
 from ember.module.visitor import ParamCollector
 from ember.tensor import Tensor, autocast
 
@@ -159,14 +158,13 @@ def _unflatten(spec: Any, leaves: list[Any]) -> Any:
 def _module_leaves(module: Module) -> tuple[list[Param], list[RunningState]]:
     """The parameters and running states of ``module``, in visit order. A walk of the
     module tree costs a Python call per field (about a millisecond for a small
-    transformer): the last few modules' results are kept, by identity, while no
-    module field was assigned since (:data:`ember.module.module.FIELD_WRITES`), so a
-    compiled function called with a module it does not return (a decode step's
-    model) walks it once, not per call. A list field changed in place is not seen:
-    build a new module (``map``) instead, as optimizers do."""
-    writes = FIELD_WRITES[0]
-    for i, (ref, seen, found) in enumerate(_LEAVES):
-        if ref() is module and seen == writes:
+    transformer): the last few modules' results are kept, by identity (a built module
+    is a value: its fields cannot be assigned), so a compiled function called with a
+    module it does not return (a decode step's model) walks it once, not per call. A
+    list field changed in place is not seen: build a new module (``replace``, ``map``)
+    instead, as optimizers do."""
+    for i, (ref, found) in enumerate(_LEAVES):
+        if ref() is module:
             if i:
                 _LEAVES.insert(0, _LEAVES.pop(i))
             return found
@@ -175,14 +173,14 @@ def _module_leaves(module: Module) -> tuple[list[Param], list[RunningState]]:
     params = [p for _, p in collector.items if isinstance(p, Param)]
     states = [s for _, s in collector.items if isinstance(s, RunningState)]
     found = (params, states)
-    _LEAVES.insert(0, (weakref.ref(module), writes, found))
+    _LEAVES.insert(0, (weakref.ref(module), found))
     del _LEAVES[_LEAVES_KEPT:]
     return found
 
 
-#: Modules whose leaves are kept (see :func:`_module_leaves`): (module, field writes
-#: when walked, (params, states)), most recent first.
-_LEAVES: list[tuple[weakref.ref, int, tuple[list[Param], list[RunningState]]]] = []
+#: Modules whose leaves are kept (see :func:`_module_leaves`): (module, (params,
+#: states)), most recent first.
+_LEAVES: list[tuple[weakref.ref, tuple[list[Param], list[RunningState]]]] = []
 _LEAVES_KEPT = 4
 
 

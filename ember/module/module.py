@@ -23,14 +23,11 @@ from ember.module.visitor import FnMapper, ModuleMapper, ModuleVisitor, ParamCol
 from ember.module.weight_map import WeightMap
 
 if TYPE_CHECKING:
+    from typing import Self
+
     import numpy as np
 
 _MISSING = object()
-
-#: How many times a declared field of a module was assigned after construction
-#: (``module.head = Linear(...)``), process-wide: a cache of what a walk of a module
-#: found (``ember.compile``'s parameters of a module it saw) holds while this stays.
-FIELD_WRITES = [0]
 
 
 def _join(path: str, name: str) -> str:
@@ -122,9 +119,36 @@ class Module:
                 f"ember: {type(self).__name__} has no field {name!r}; declare it on the class with an "
                 f"annotation (e.g. `{name}: Linear`) so that ember can visit and save it"
             )
-        if not name.startswith("_"):
-            FIELD_WRITES[0] += 1
+        if name in self.__dict__ and not name.startswith("_"):
+            raise ModuleError(
+                f"ember: {type(self).__name__}.{name} cannot be assigned: a built module is a value, which "
+                f"other modules may share; build a changed copy with `model = model.replace({name}=...)` "
+                "(or map / map_params / the with_* and freeze methods, which return new modules)"
+            )
         object.__setattr__(self, name, value)
+
+    def replace(self, **changes: Any) -> Self:
+        """A new module with the given fields replaced (checked as at construction); this
+        one, and every module sharing its sub-modules, is unchanged.
+
+        >>> from ember.nn import Gelu, Relu
+        >>> class Block(Module):
+        ...     act: Module
+        >>> block = Block(Relu())
+        >>> type(block.replace(act=Gelu()).act).__name__, type(block.act).__name__
+        ('Gelu', 'Relu')
+        """
+        cls = type(self)
+        for key in changes:
+            if key not in cls._fields:
+                raise ModuleError(
+                    f"ember: {cls.__name__}.replace: {key!r} is not a field; its fields are: "
+                    f"{', '.join(cls._fields) or 'none'}"
+                )
+        out = object.__new__(cls)
+        object.__setattr__(out, "__dict__", {**self.__dict__, **changes})
+        check_fields(out, Module)
+        return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)

@@ -406,9 +406,9 @@ def test_other_threads_run_eagerly_while_a_function_is_traced():
     assert_close(loss.into_scalar(), train(SgdConfig(), 1, False)[0][0])
 
 
-def test_a_module_read_each_call_is_walked_once_and_field_writes_are_seen(monkeypatch):
+def test_a_module_read_each_call_is_walked_once_and_a_replaced_module_is_seen(monkeypatch):
     """A module passed and not returned (a decode step's model) is walked once, not
-    per call; assigning one of its fields is seen by the next call."""
+    per call; a module with a field replaced (a new value) is seen by the next call."""
     from ember.nn import LinearConfig
 
     class Net(Module):
@@ -429,5 +429,5 @@ def test_a_module_read_each_call_is_walked_once_and_field_writes_are_seen(monkey
         x = Tensor.from_data(rng.standard_normal((3, 4)).astype(np.float32), device=device)
         np.testing.assert_allclose(step(net, x).into_scalar(), net(x).sum().into_scalar(), rtol=1e-5)
     assert walks.count(Net) <= 2  # the trace's walks, not one per call
-    net.b = LinearConfig(4, 2).init(device)  # new parameters: seen, not stale
+    net = net.replace(b=LinearConfig(4, 2).init(device))  # new parameters: seen, not stale
     np.testing.assert_allclose(step(net, x).into_scalar(), net(x).sum().into_scalar(), rtol=1e-5)

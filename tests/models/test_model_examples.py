@@ -62,8 +62,14 @@ def test_generate_prints_the_greedy_continuation_transformers_gives(checkpoint):
     assert "tokens in" in speed and "tokens/s" in speed
     ids = tokenizer.encode(prompt).ids
     with torch.no_grad():
-        expected = reference.generate(
-            torch.as_tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=2, pad_token_id=0
+        prompt_ids = torch.as_tensor([ids])
+        expected = reference.generate(  # the mask given: transformers would hide prompt tokens equal to pad_token_id
+            prompt_ids,
+            attention_mask=torch.ones_like(prompt_ids),
+            max_new_tokens=12,
+            do_sample=False,
+            eos_token_id=2,
+            pad_token_id=0,
         )[0, len(ids) :]
     new = [int(t) for t in expected if int(t) != 0]
     assert text == prompt + tokenizer.decode(new[: new.index(2) + 1] if 2 in new else new)

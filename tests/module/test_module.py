@@ -233,3 +233,34 @@ def test_clone_copies_running_states_and_shares_parameter_values(ad, rng):
     norm(Tensor.from_data(rng.normal(5.0, 1.0, (8, 3)).astype(np.float32), device=ad))  # training: updates statistics
     assert not np.allclose(norm.running_mean.value().to_numpy(), before)
     np.testing.assert_array_equal(copy.running_mean.value().to_numpy(), before)
+
+
+def test_a_built_module_is_a_value_fields_cannot_be_assigned():
+    """to_device and map share unchanged sub-modules; assigning through one would change
+    the other, so assignment is refused with the way to build a changed copy."""
+    from ember.errors import ModuleError
+    from ember.nn import Gelu
+
+    class Inner(Module):
+        act: Module
+
+    class Outer(Module):
+        b: Inner
+        head: Linear
+
+    device = Device.flex()
+    m = Outer(b=Inner(Relu()), head=LinearConfig(2, 2).init(device))
+    m3 = m.to_device(device)
+    assert m3.b is m.b  # shared: nothing changed below it
+    with pytest.raises(ModuleError, match=r"cannot be assigned.*replace\(act=\.\.\.\)"):
+        m3.b.act = Gelu()
+    with pytest.raises(ModuleError, match=r"cannot be assigned.*replace\(head=\.\.\.\)"):
+        m.head = 5
+    assert isinstance(m.b.act, Relu)
+    changed = m3.replace(b=m3.b.replace(act=Gelu()))
+    assert isinstance(changed.b.act, Gelu) and isinstance(m.b.act, Relu) and isinstance(m3.b.act, Relu)
+    assert changed.head is m3.head
+    with pytest.raises(ModuleError, match="'tail' is not a field"):
+        m.replace(tail=Relu())
+    with pytest.raises(ModuleError):
+        m.replace(head=LinearConfig(2, 2))  # checked as at construction: a config is not a module
