@@ -304,6 +304,9 @@ def test_describe_params_constants_records_and_optimizers(onnx, ort, tmp_path):
     np.testing.assert_array_equal(fresh(x).to_numpy(), model(x).to_numpy())
     frozen = model.freeze(ParamGroup.paths(["weights.emb"]))
     assert {r.name: r.role for r in frozen.describe_params()}["emb"] == "frozen"
+    described = ember.onnx.describe(data)  # the rule, without loading
+    assert described.weights == ["emb", "w", "b"] and described.weight_values == 65
+    assert "initializers: 6 (83 values), 3 of them weights that train by default (65 values" in str(described)
     untouched = ember.onnx.load(data)
     np.testing.assert_allclose(untouched(Tensor.from_data(ids)).to_numpy(), run_ort(ort, data, ids)[0], rtol=1e-6)
 
