@@ -12,5 +12,15 @@ from ember.onnx.describe import ModelDescription, describe
 from ember.onnx.load import load
 from ember.onnx.model import OnnxModel
 from ember.onnx.ops import supported_ops
+from ember.onnx.trainable import InitializerInfo, InitializerRole, ParamsDescription
 
-__all__ = ["ModelDescription", "OnnxModel", "describe", "load", "supported_ops"]
+__all__ = [
+    "InitializerInfo",
+    "InitializerRole",
+    "ModelDescription",
+    "OnnxModel",
+    "ParamsDescription",
+    "describe",
+    "load",
+    "supported_ops",
+]

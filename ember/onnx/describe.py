@@ -6,9 +6,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.errors import OnnxError
 from ember.onnx import proto
 from ember.onnx.dtypes import onnx_name
 from ember.onnx.plan import check_node, node_opset
+from ember.onnx.trainable import WeightRule
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class ModelDescription:
     initializers: int
     initializer_values: int
     unsupported: list[str] = field(default_factory=list)
+    weights: list[str] = field(default_factory=list)  # the initializers that train by default
+    weight_values: int = 0
 
     @property
     def supported(self) -> bool:
@@ -73,7 +77,8 @@ class ModelDescription:
         opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(self.opsets.items()))
         lines = [
             f"ONNX model {self.source}: IR version {self.ir_version}, producer {self.producer or '?'}, opsets {opsets}",
-            f"initializers: {self.initializers} ({self.initializer_values:,} values)",
+            f"initializers: {self.initializers} ({self.initializer_values:,} values), {len(self.weights)} of them "
+            f"weights that train by default ({self.weight_values:,} values; OnnxModel.describe_params says why)",
             "inputs:",
             *[f"  {t}" for t in self.inputs],
             "outputs:",
@@ -146,6 +151,7 @@ def describe(source: proto.Source) -> ModelDescription:
         for d in tensor.dims:
             n *= int(d)
         values += n
+    weights, weight_values = _weights(graph, initializer_names)
     return ModelDescription(
         source=file.label,
         ir_version=int(file.model.ir_version),
@@ -158,4 +164,21 @@ def describe(source: proto.Source) -> ModelDescription:
         initializers=len(graph.initializer),
         initializer_values=values,
         unsupported=unsupported,
+        weights=weights,
+        weight_values=weight_values,
     )
+
+
+def _weights(graph: Any, initializer_names: set[str]) -> tuple[list[str], int]:
+    """The float initializers that ``load`` makes trainable by default, and their size."""
+    floats = {}
+    for tensor in graph.initializer:
+        if tensor.data_type in (1, 10, 11, 16):  # float, float16, double, bfloat16
+            try:
+                floats[tensor.name] = proto.to_array(tensor, "initializer")
+            except OnnxError:
+                continue
+    inputs = {info.name for info in graph.input} - initializer_names
+    rule = WeightRule(list(graph.node), floats, inputs)
+    names = [name for name, array in floats.items() if rule.decide(name, array)[0]]
+    return names, sum(int(floats[name].size) for name in names)

@@ -9,6 +9,7 @@ from ember.errors import OnnxError
 from ember.onnx.model import OnnxModel
 from ember.onnx.plan import Planner, check_node, unsupported_error
 from ember.onnx.proto import ModelFile, Source, UnknownOperator, read_model
+from ember.onnx.trainable import Trainable, check_trainable
 
 Dims = Sequence[int | str | None]
 
@@ -19,14 +20,19 @@ def load(
     *,
     input_shapes: Mapping[str, Dims] | None = None,
     untie: bool = True,
+    trainable: Trainable = None,
 ) -> OnnxModel:
     """Import an ONNX model (a path, the file's bytes, or an ``onnx.ModelProto``).
 
     Returns an :class:`OnnxModel` on ``device`` (default ``Device.default()``) whose
-    float initializers are :class:`~ember.module.Param` s (trainable; an initializer
-    holding infinities, such as an attention mask, is not) and whose ``forward`` runs
-    the graph with ember's tensor ops: it differentiates on an autodiff device and
-    compiles with ``ember.compile``. Shape arithmetic is folded here when the model
+    weights are :class:`~ember.module.Param` s and whose ``forward`` runs the graph with
+    ember's tensor ops: it differentiates on an autodiff device and compiles with
+    ``ember.compile``. By default an initializer is a weight (trains) when the graph
+    reads it as one: Conv/ConvTranspose weight and bias, a MatMul/Gemm operand of rank
+    >= 2 and the bias added to it, a normalization's scale and bias, an embedding table
+    read by Gather (:mod:`ember.onnx.trainable` lists the rule). Every other initializer
+    (scalars, masks, folded tables) is a constant of the program, never a ``Param``;
+    ``model.describe_params()`` lists which is which, and why. Shape arithmetic is folded here when the model
     fixes its input shapes, and computed from the inputs' shapes at ``forward`` for
     dynamic dims.
 
@@ -34,6 +40,14 @@ def load(
     name or ``None`` for a dynamic dim): ``{"images": ["batch", 3, 224, 224]}`` lets a
     model exported with a fixed batch take any batch, where its graph allows (a
     ``Reshape`` the exporter wrote with the batch fixed still needs that batch).
+
+    ``trainable`` replaces the rule: a :class:`~ember.module.ParamGroup` trains the float
+    initializers it matches (their paths are ``weights.<initializer name>``:
+    ``ParamGroup.contains("embeddings")``), a callable ``(name, info) -> bool`` decides
+    each one from an :class:`~ember.onnx.InitializerInfo` (its shape, dtype, the operator
+    types that read it, and the rule's answer ``info.default``: ``lambda name, info:
+    info.default or "position" in name`` adds to the rule). An initializer holding
+    infinities or NaN never trains.
 
     ``untie=False`` keeps ``Identity(initializer)`` aliases tied (exporters use them to
     deduplicate initializers whose values happen to be equal).
@@ -56,7 +70,8 @@ def load(
         raise
     if input_shapes:
         file = with_input_shapes(file, input_shapes)
-    program, params, states = Planner(file, device, untie=untie).build()
+    check_trainable(trainable)
+    program, params, states = Planner(file, device, untie=untie, trainable=trainable).build()
     return OnnxModel(weights=params, states=states, program=program)
 
 

@@ -7,14 +7,16 @@ from typing import Any
 from ember.errors import ModuleError
 from ember.module import Module, Param, RunningState
 from ember.onnx.program import Program
+from ember.onnx.trainable import InitializerRole, ParamsDescription
 from ember.tensor import Tensor
 
 
 class OnnxModel(Module):
-    """An ONNX graph whose initializers are parameters.
+    """An ONNX graph whose weight initializers are parameters.
 
     ``weights`` maps each trainable initializer's ONNX name to a :class:`Param` (its
     path is ``weights.<name>``; ``model.params()`` lists them as for any module;
+    :meth:`describe_params` lists what trains and what stays a constant, and why;
     :attr:`transposed_params` lists the Linear weights kept
     in ember's ``[d_input, d_output]`` layout); ``states`` holds BatchNormalization
     running statistics. ``program`` is the compiled graph, a constant shared by every copy
@@ -60,6 +62,22 @@ class OnnxModel(Module):
         ``Gemm(transB=1)`` (PyTorch's Linear) are kept as ember's Linear keeps them,
         ``[d_input, d_output]``."""
         return self.program.transposed
+
+    def describe_params(self) -> ParamsDescription:
+        """Every initializer the graph computes with and what it is here: ``"trains"`` (a
+        :class:`Param` that requires grad), ``"frozen"`` (a ``Param`` after ``freeze``),
+        ``"constant"`` (kept in the program: no optimizer sees it, records do not hold
+        it) or ``"state"`` (a running statistic), with the reason (the weight input that
+        makes it a weight, or why it is a constant). ``print(model.describe_params())``
+        renders a table; ``.trainable`` and ``.constants`` list the names."""
+        rows = ParamsDescription()
+        for role in self.program.roles:
+            if role.role == "trains":
+                param = self.weights.get(role.name)
+                if param is not None and not param.require_grad:
+                    role = InitializerRole(role.name, role.shape, role.dtype, "frozen", role.reason)
+            rows.append(role)
+        return rows
 
     @property
     def input_names(self) -> list[str]:

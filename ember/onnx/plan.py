@@ -10,8 +10,9 @@ Every value of the graph is one of three kinds:
   with a dynamic dim, and arithmetic on such values);
 - **tensor**: an ember Tensor (graph inputs, parameters, and every op on them).
 
-Float initializers that feed tensor ops become :class:`~ember.module.Param` s (named
-by the initializer); those that feed a BatchNormalization's mean or variance become
+Float initializers that feed tensor ops as weights (:mod:`ember.onnx.trainable`'s rule,
+or ``load(..., trainable=)``) become :class:`~ember.module.Param` s (named by the
+initializer); those that feed a BatchNormalization's mean or variance become
 :class:`~ember.module.RunningState` s; the rest are constants.
 """
 
@@ -30,6 +31,7 @@ from ember.onnx import proto
 from ember.onnx.dtypes import dtype_of_array, ember_dtype
 from ember.onnx.ops import Node, OpDef, lookup
 from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, host_to_tensor
+from ember.onnx.trainable import InitializerInfo, InitializerRole, Trainable, WeightRule, choose
 from ember.tensor import Tensor
 
 CONST, HOST, TENSOR = "const", "host", "tensor"
@@ -106,7 +108,7 @@ def unsupported_error(found: list[Unsupported], label: str) -> OnnxError:
 class Planner:
     """Walks the graph once, folding constants and emitting steps."""
 
-    def __init__(self, file: proto.ModelFile, device: Device, untie: bool = True):
+    def __init__(self, file: proto.ModelFile, device: Device, untie: bool = True, trainable: Trainable = None):
         self.file = file
         self.label = file.label
         self.device = device
@@ -128,6 +130,8 @@ class Planner:
         self.pinned: set[int] = {DEVICE_SLOT, NONE_SLOT}  # slots never dropped
         self.overrides: dict[int, dict[str, Any]] = {}  # id(node) -> attributes replaced at load
         self.transposed: frozenset[str] = frozenset()
+        self.trainable = trainable
+        self.roles: list[InitializerRole] = []  # what each initializer became, and why
 
     # ------------------------------------------------------------------ slots
     def new_slot(self, value: Any = None) -> int:
@@ -146,7 +150,8 @@ class Planner:
         self.transposed = self.transpose_linear_weights(nodes, initializers)
         self.shapes = proto.infer_shapes(self.file)
         inputs = self.graph_inputs(initializers)
-        self.make_leaves(initializers, uses)
+        rule = WeightRule(nodes, initializers, {spec.name for spec in inputs})
+        self.make_leaves(initializers, uses, rule)
         for node, (opdef, version) in zip(nodes, checked):
             self.add_node(node, opdef, version)
         outputs = []
@@ -172,7 +177,8 @@ class Planner:
             self.data_dependent,
         )
         program._fallback_device = self.device
-        program.transposed = self.transposed
+        program.transposed = self.transposed & frozenset(self.params)
+        program.roles = self.roles
         return program, self.params, self.states
 
     def read_initializers(self) -> dict[str, np.ndarray]:
@@ -276,23 +282,42 @@ class Planner:
             specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info)))
         return specs
 
-    def make_leaves(self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]]) -> None:
+    def make_leaves(self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]], rule: WeightRule) -> None:
         device = self.device
         for name, array in initializers.items():
             used = uses.get(name, set())
+            trains, reason, param_id = False, "", ParamId()
             if "tensor" in used and array.dtype.kind == "f":
+                trains, reason = self.decide(name, array, rule, param_id)
+            if trains:
                 dtype = dtype_of_array(array, f"{self.label}: initializer {name!r}")
                 tensor = Tensor.from_data(array, device=device, dtype=dtype)
-                trainable = bool(np.isfinite(array).all())  # masks holding -inf are not trained
-                self.params[name] = Param(ParamId(), tensor, trainable)
+                self.params[name] = Param(param_id, tensor, True)
                 slot = self.new_slot()
                 self.param_slots.append((slot, name))
                 self.pinned.add(slot)
                 self.values[name] = Value(TENSOR, slot, None, array.shape)
             else:
                 self.values[name] = Value(CONST, -1, array, array.shape)
+            if reason:
+                dtype_name = str(dtype_of_array(array, f"{self.label}: initializer {name!r}"))
+                role = "trains" if trains else "constant"
+                self.roles.append(InitializerRole(name, tuple(array.shape), dtype_name, role, reason))
             if "state" in used:
                 self.values[name].const = array  # each BatchNormalization copies it into a state
+
+    def decide(self, name: str, array: np.ndarray, rule: WeightRule, param_id: ParamId) -> tuple[bool, str]:
+        """Whether the float initializer ``name`` (read as a tensor) trains, and why."""
+        default, reason = rule.decide(name, array)
+        if self.trainable is None:
+            return default, reason
+        consumers = tuple(sorted({str(node.op_type) for node, _ in rule.uses(name)}))
+        dtype = str(dtype_of_array(array, f"{self.label}: initializer {name!r}"))
+        info = InitializerInfo(name, tuple(array.shape), dtype, consumers, default, reason)
+        trains, why = choose(self.trainable, name, info, param_id)
+        if trains and not np.isfinite(array).all():
+            return False, "holds infinities or NaN (a mask): never trains, even when trainable= selects it"
+        return trains, why
 
     # ------------------------------------------------------------------ one node
     def node_view(self, node: Any, version: int, values: list[Value | None]) -> Node:
@@ -382,7 +407,8 @@ class Planner:
 
     def fold(self, node: Any, opdef: OpDef, view: Node, args: list[Any]) -> None:
         try:
-            out = self.host_function(opdef, view)(*args)
+            with np.errstate(all="ignore"):  # ONNX's float semantics: log(0) is -inf, no warning
+                out = self.host_function(opdef, view)(*args)
         except OnnxError:
             raise
         except Exception as error:
@@ -489,6 +515,8 @@ class Planner:
         assert array is not None  # make_leaves keeps the array of an initializer a state reads
         dtype = dtype_of_array(array, f"{self.label}: initializer {init!r}")
         self.states[name] = RunningState(Tensor.from_data(array, device=self.device, dtype=dtype))
+        where = f"{node.op_type} node {node.name!r}" if node.name else node.op_type
+        self.roles.append(InitializerRole(name, tuple(array.shape), str(dtype), "state", f"{role} of {where}"))
         slot = self.new_slot()
         self.state_slots.append((slot, name))
         self.pinned.add(slot)

@@ -23,6 +23,7 @@ from ember.backend.dtype import DType
 from ember.backend.fusion.trace import current_trace
 from ember.device import Device
 from ember.errors import DTypeError, EmberError, OnnxError, ShapeError
+from ember.onnx.trainable import InitializerRole
 from ember.tensor import Tensor
 
 DEVICE_SLOT = 0  # the device of this call (for constants made at run time)
@@ -195,6 +196,7 @@ class Program:
 
     _fallback_device: Device  # the device the model was loaded on, set by the Planner that builds the program
     transposed: frozenset[str] = frozenset()  # parameters stored as [d_input, d_output] (see Planner)
+    roles: list[InitializerRole] = []  # each initializer's role and why (set per program by the Planner)
 
     def _constants(self, device: Device) -> list[tuple[int, Tensor]]:
         made = self._device_consts.get(device)

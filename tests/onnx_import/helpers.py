@@ -85,3 +85,23 @@ def onnx_model(
     if check and any(s is None for _, _, s in outputs):
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     return model.SerializeToString()
+
+
+def constants_as_initializers(onnx: Any, data: bytes) -> bytes:
+    """The model with every ``Constant`` node's tensor moved into an initializer, as the
+    dynamo exporter, onnxsim and onnxruntime's optimizers write scalars, masks and
+    folded tables."""
+    model = onnx.load_from_string(data)
+    graph = model.graph
+    kept = []
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+        else:
+            kept.append(node)
+    del graph.node[:]
+    graph.node.extend(kept)
+    return model.SerializeToString()

@@ -125,3 +125,69 @@ def masked_attention(torch: Any) -> Any:
             return self.head(x + self.ff(x))
 
     return randomize_norms(torch, Tiny())
+
+
+TRANSFORMERS = ("gpt2", "llama", "bert", "vit", "t5")
+
+
+def transformer(torch: Any, transformers: Any, kind: str) -> tuple[Any, tuple[Any, ...]]:
+    """A tiny random ``transformers`` model wrapped to return its logits, and example
+    inputs: GPT-2, LLaMA (grouped-query, rotary), BERT (masked LM), ViT (image
+    classification) or T5 (encoder-decoder; two inputs). Language models get an all-ones
+    attention mask (without one, transformers' mask code calls ``torch.diff``, which the
+    TorchScript exporter lacks)."""
+    seeded(torch, 6)
+    t = transformers
+    nn = torch.nn
+    args: tuple[Any, ...] = (torch.randint(0, 97, (2, 8)),)
+    if kind == "gpt2":
+        config = t.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=97, n_positions=16, use_cache=False)
+        model = t.GPT2LMHeadModel(config)
+    elif kind == "llama":
+        config = t.LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=97,
+            max_position_embeddings=16,
+            use_cache=False,
+        )
+        model = t.LlamaForCausalLM(config)
+    elif kind == "bert":
+        config = t.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=97,
+            max_position_embeddings=16,
+        )  # fmt: skip
+        model = t.BertForMaskedLM(config)
+    elif kind == "vit":
+        config = t.ViTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=16,
+            patch_size=4, num_labels=5,
+        )  # fmt: skip
+        model = t.ViTForImageClassification(config)
+        args = (torch.randn(2, 3, 16, 16),)
+    elif kind == "t5":
+        config = t.T5Config(
+            vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+            relative_attention_num_buckets=8, use_cache=False,
+        )  # fmt: skip
+        model = t.T5ForConditionalGeneration(config)
+        args = (torch.randint(0, 97, (2, 8)), torch.randint(0, 97, (2, 6)))
+    else:
+        raise ValueError(kind)
+
+    class Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, x, decoder_ids=None):
+            if kind == "vit":
+                return self.m(pixel_values=x).logits
+            if kind == "t5":
+                return self.m(input_ids=x, decoder_input_ids=decoder_ids).logits
+            return self.m(input_ids=x, attention_mask=torch.ones_like(x)).logits
+
+    return Logits().eval(), args
