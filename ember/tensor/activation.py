@@ -30,6 +30,7 @@ from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.checks import FLOAT_NP
 from ember.tensor.fused import composite, fused
+from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import normalize_dim
 from ember.tensor.tensor import Tensor
 
@@ -229,6 +230,7 @@ def glu(x: Tensor, dim: int = -1) -> Tensor:
     return a.mul(sigmoid(b))
 
 
+@rank0_as_vector("dim")
 def softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, computed stably."""
     x = _float("softmax", x)
@@ -247,6 +249,7 @@ def _softmax(x: Tensor, dim: int) -> Tensor:
     return e.div(e.sum_dim(dim))
 
 
+@rank0_as_vector("dim")
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``log(softmax(x))`` along ``dim``, computed stably."""
     x = _float("log_softmax", x)
@@ -269,6 +272,7 @@ def softmin(x: Tensor, dim: int) -> Tensor:
     return softmax(_float("softmin", x).neg(), dim)
 
 
+@rank0_as_vector("dim")
 def quiet_softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x) / (1 + sum(exp(x)))``: lets a row attend to nothing (Burn's ``quiet_softmax``)."""
     x = _float("quiet_softmax", x)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ember import Tensor
+from ember.errors import EmberError
 from tests.conftest import assert_close
 
 pytestmark = pytest.mark.torch
@@ -27,6 +28,16 @@ INF = math.inf
 
 def _torch():
     return __import__("torch")
+
+
+def _tf():
+    return _torch().nn.functional
+
+
+def _F():
+    import ember.nn.functional
+
+    return ember.nn.functional
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,78 @@ CLAMP = {
     ),
 }
 
-CASES = {**CLAMP}
+S = np.array(3.0, np.float32)  # shape []
+SI = np.array(0, np.int64)
+SV = np.array(-1.5, np.float32)
+
+# Dims 0 and -1 of a 0-d tensor name the tensor itself (PyTorch's maybe_wrap_dim).
+RANK0 = {
+    "sum_dim(0)": Case(lambda x: x.sum_dim(0), lambda x: x.sum(0, keepdim=True), (S,)),
+    "sum_dims_squeeze([-1])": Case(lambda x: x.sum_dims_squeeze([-1]), lambda x: x.sum(-1), (S,)),
+    "mean_dim(-1)": Case(lambda x: x.mean_dim(-1), lambda x: x.mean(-1, keepdim=True), (S,)),
+    "prod_dim(0)": Case(lambda x: x.prod_dim(0), lambda x: x.prod(0, keepdim=True), (S,)),
+    "max_dim(0)": Case(lambda x: x.max_dim(0), lambda x: x.max(0, keepdim=True).values, (S,)),
+    "min_dim_with_indices(-1)": Case(
+        lambda x: x.min_dim_with_indices(-1)[1], lambda x: x.min(-1, keepdim=True).indices, (S,), ()
+    ),
+    "amax(0)": Case(lambda x: x.amax(0), lambda x: x.amax(0), (S,)),
+    "amin(-1, keepdim)": Case(lambda x: x.amin(-1, keepdim=True), lambda x: x.amin(-1, keepdim=True), (S,)),
+    "argmax(0)": Case(lambda x: x.argmax(0), lambda x: x.argmax(0, keepdim=True), (S,), ()),
+    "argmin(-1, keepdim=False)": Case(lambda x: x.argmin(-1, keepdim=False), lambda x: x.argmin(-1), (S,), ()),
+    "any_dim(0)": Case(lambda x: x.any_dim(0), lambda x: x.any(0, keepdim=True), (S,), ()),
+    "var(0, correction=0)": Case(
+        lambda x: x.var(0, correction=0), lambda x: x.var(0, keepdim=True, correction=0), (S,)
+    ),
+    "std(-1, correction=0)": Case(
+        lambda x: x.std(-1, correction=0), lambda x: x.std(-1, keepdim=True, correction=0), (S,)
+    ),
+    "logsumexp(0)": Case(lambda x: x.logsumexp(0), lambda x: x.logsumexp(0, keepdim=True), (S,)),
+    "norm(2, 0)": Case(lambda x: x.norm(2.0, 0), lambda x: x.norm(dim=0, keepdim=True), (SV,)),
+    "count_nonzero(0)": Case(lambda x: x.count_nonzero(0), lambda x: x.count_nonzero(0), (S,), ()),
+    "cumsum(0)": Case(lambda x: x.cumsum(0), lambda x: x.cumsum(0), (S,)),
+    "cumprod(-1)": Case(lambda x: x.cumprod(-1), lambda x: x.cumprod(-1), (S,)),
+    "cummax_with_indices(0)": Case(lambda x: x.cummax_with_indices(0)[1], lambda x: x.cummax(0).indices, (S,), ()),
+    "cummin(0)": Case(lambda x: x.cummin(0), lambda x: x.cummin(0).values, (S,)),
+    "logcumsumexp(-1)": Case(lambda x: x.logcumsumexp(-1), lambda x: x.logcumsumexp(-1), (S,)),
+    "softmax(-1)": Case(lambda x: x.softmax(-1), lambda x: x.softmax(-1), (S,)),
+    "log_softmax(0)": Case(lambda x: x.log_softmax(0), lambda x: x.log_softmax(0), (S,)),
+    "sort(0)": Case(lambda x: x.sort(0), lambda x: x.sort(0).values, (S,)),
+    "argsort()": Case(lambda x: x.argsort(), lambda x: x.argsort(), (S,), ()),
+    "topk(1, 0)": Case(lambda x: x.topk(1, 0), lambda x: x.topk(1, 0).values, (S,)),
+    "median(0)": Case(lambda x: x.median(0), lambda x: x.median(0, keepdim=True).values, (S,)),
+    "kthvalue(1, -1)": Case(lambda x: x.kthvalue(1, -1)[0], lambda x: x.kthvalue(1, -1, keepdim=True).values, (S,)),
+    "gather(0, 0-d index)": Case(lambda x, i: x.gather(0, i), lambda x, i: x.gather(0, i), (S, SI)),
+    "scatter(0, assign)": Case(
+        lambda x, i, v: x.scatter(0, i, v, "assign"), lambda x, i, v: x.scatter(0, i, v), (S, SI, SV), (0, 2)
+    ),
+    "scatter_reduce(0, amax)": Case(
+        lambda x, i, v: x.scatter_reduce(0, i, v, "amax"),
+        lambda x, i, v: x.scatter_reduce(0, i, v, "amax"),
+        (S, SI, SV),
+    ),
+    "select(0, [0])": Case(lambda x, i: x.select(0, i), lambda x, i: x.index_select(0, i), (S, i64(0))),
+    "flip(0)": Case(lambda x: x.flip(0), lambda x: x.flip(0), (S,)),
+    "swap_dims(0, -1)": Case(lambda x: x.swap_dims(0, -1), lambda x: x.transpose(0, -1), (S,)),
+    "movedim(0, -1)": Case(lambda x: x.movedim(0, -1), lambda x: x.movedim(0, -1), (S,)),
+    "squeeze(0)": Case(lambda x: x.squeeze(0), lambda x: x.squeeze(0), (S,)),
+    "squeeze_dim(-1)": Case(lambda x: x.squeeze_dim(-1), lambda x: x.squeeze(-1), (S,)),
+    "cosine_similarity(dim=0)": Case(
+        lambda x, y: _F().cosine_similarity(x, y, 0), lambda x, y: _tf().cosine_similarity(x, y, 0), (S, SV), (0, 1)
+    ),
+    "normalize(dim=0)": Case(lambda x: _F().normalize(x, dim=0), lambda x: _tf().normalize(x, dim=0), (SV,)),
+}
+
+SQ = np.arange(3, dtype=np.float32).reshape(1, 3, 1)
+
+# PyTorch's squeeze keeps a named dim whose size is not 1.
+SQUEEZE = {
+    "squeeze(1) of [1, 3, 1]": Case(lambda x: x.squeeze(1), lambda x: x.squeeze(1), (SQ,)),
+    "squeeze(-1) of [1, 3, 1]": Case(lambda x: x.squeeze(-1), lambda x: x.squeeze(-1), (SQ,)),
+    "squeeze((0, 1, 2)) of [1, 3, 1]": Case(lambda x: x.squeeze((0, 1, 2)), lambda x: x.squeeze((0, 1, 2)), (SQ,)),
+    "squeeze([1]) of [1, 3, 1]": Case(lambda x: x.squeeze([1]), lambda x: x.squeeze((1,)), (SQ,)),
+}
+
+CASES = {**CLAMP, **RANK0, **SQUEEZE}
 
 
 def _weights(shape) -> np.ndarray:
@@ -116,3 +198,29 @@ def test_value_dtype_and_gradient_match_torch(device, torch, name):
         g = inputs[i].grad(grads)
         assert g is not None, f"no gradient for input {i}"
         assert_close(g, t_inputs[i].grad.numpy(), rtol=rtol, atol=rtol)
+
+
+# Where PyTorch refuses a dim of a 0-d tensor, ember raises its own error.
+RANK0_REFUSED = {
+    "sum_dim(1)": (lambda x: x.sum_dim(1), lambda x: x.sum(1, keepdim=True)),
+    "softmax(-2)": (lambda x: x.softmax(-2), lambda x: x.softmax(-2)),
+    "sum_dims([0, -1])": (lambda x: x.sum_dims([0, -1]), lambda x: x.sum([0, -1], keepdim=True)),
+    "narrow(0, 0, 1)": (lambda x: x.narrow(0, 0, 1), lambda x: x.narrow(0, 0, 1)),
+    "chunk(1, 0)": (lambda x: x.chunk(1, 0), lambda x: x.chunk(1, 0)),
+    "split(1, 0)": (lambda x: x.split(1, 0), lambda x: x.split(1, 0)),
+    "cat(0)": (lambda x: Tensor.cat([x, x], 0), lambda x: _torch().cat([x, x], 0)),
+    "select_dim(0, 0)": (lambda x: x.select_dim(0, 0), lambda x: x.select(0, 0)),
+    "unbind(0)": (lambda x: x.unbind(0), lambda x: x.unbind(0)),
+    "roll(1, 0)": (lambda x: x.roll(1, 0), lambda x: x.roll(1, 0)),
+    "size(0)": (lambda x: x.size(0), lambda x: x.size(0)),
+    "glu(0)": (lambda x: _F().glu(x, 0), lambda x: _tf().glu(x, 0)),
+}
+
+
+@pytest.mark.parametrize("name", list(RANK0_REFUSED))
+def test_a_dim_of_a_0d_tensor_that_torch_refuses_raises_an_ember_error(device, torch, name):
+    ours, theirs = RANK0_REFUSED[name]
+    with pytest.raises((RuntimeError, IndexError, TypeError)):
+        theirs(torch.tensor(3.0))
+    with pytest.raises(EmberError, match="ember: "):
+        ours(Tensor.from_data(S, device=device))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ember.errors import ShapeError, ValueRangeError
 from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
+from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import normalize_dim
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class ScatterOps(TensorOpsBase):
             values = values.slice([(0, n) for n in ishape])
         return dim, indices, values
 
+    @rank0_as_vector("dim")
     def scatter(self, dim: int, indices: Any, values: Any, update: str = "add") -> Self:
         """A copy with ``values`` written at ``indices`` along ``dim``:
         ``out[..., indices[..., i, ...], ...] <update>= values[..., i, ...]``.
@@ -89,6 +91,7 @@ class ScatterOps(TensorOpsBase):
         """``scatter(dim, indices, values, "add")``."""
         return self.scatter(dim, indices, values, "add")
 
+    @rank0_as_vector("dim")
     def scatter_reduce(self, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Self:
         """``torch.scatter_reduce``: the values of ``src`` at ``index`` along ``dim``
         reduced into a copy with ``reduce`` (``"sum"``, ``"prod"``, ``"mean"``,
