@@ -224,3 +224,31 @@ def test_a_dim_of_a_0d_tensor_that_torch_refuses_raises_an_ember_error(device, t
         theirs(torch.tensor(3.0))
     with pytest.raises(EmberError, match="ember: "):
         ours(Tensor.from_data(S, device=device))
+
+
+EXACT_SPECIAL = f32(0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.7931356, -0.70846689, -4988429.0, -1001.2, INF, -INF, NAN)
+EXACT_SPECIAL = np.concatenate([EXACT_SPECIAL, f32(1e-40, -1e-40, 3e38, -3e38, 1e-8, 5e-39)])
+
+
+def test_remainder_fmod_and_floor_div_are_exact(device):
+    """Against numpy's float32 (C's fmod: exact): every pair of special values and
+    random pairs whose quotients span 40 decades (cube once computed
+    ``x - y * trunc(x / y)`` in float32, off by up to a divisor)."""
+    r = np.random.default_rng(31)
+    a = np.repeat(EXACT_SPECIAL, len(EXACT_SPECIAL))
+    b = np.tile(EXACT_SPECIAL, len(EXACT_SPECIAL))
+    a = np.concatenate([a, (r.standard_normal(4000) * 10.0 ** r.integers(-10, 10, 4000)).astype(np.float32)])
+    b = np.concatenate([b, (r.standard_normal(4000) * 10.0 ** r.integers(-10, 10, 4000)).astype(np.float32)])
+    x, y = Tensor.from_data(a, device=device), Tensor.from_data(b, device=device)
+    with np.errstate(all="ignore"):
+        expected = {"remainder": np.remainder(a, b), "fmod": np.fmod(a, b), "floor_div": np.floor_divide(a, b)}
+    for name, out in (("remainder", x.remainder(y)), ("fmod", x.fmod(y)), ("floor_div", x.floor_div(y))):
+        np.testing.assert_array_equal(out.to_numpy(), expected[name], err_msg=name)
+
+
+def test_the_remainders_of_the_issue_match_torch(device, torch):
+    x = Tensor.from_floats([7.7931356, -4988429.0], device=device)
+    y = Tensor.from_floats([-0.70846689, -1001.2], device=device)
+    tx, ty = torch.tensor([7.7931356, -4988429.0]), torch.tensor([-0.70846689, -1001.2])
+    np.testing.assert_array_equal(x.fmod(y).to_numpy()[:1], torch.fmod(tx, ty).numpy()[:1])
+    np.testing.assert_array_equal(x.remainder(y).to_numpy()[1:], torch.remainder(tx, ty).numpy()[1:])
