@@ -167,7 +167,31 @@ SQUEEZE = {
     "squeeze([1]) of [1, 3, 1]": Case(lambda x: x.squeeze([1]), lambda x: x.squeeze((1,)), (SQ,)),
 }
 
-CASES = {**CLAMP, **RANK0, **SQUEEZE}
+FX = f32(0.0, -0.0, 0.0, 3.0, -3.0, 3.0, 7.5, -7.5, 1e-8, -4.5)
+FY = f32(2.0, 2.0, -2.0, 3.0, 1.5, INF, -2.0, 2.0, 1.0, -1.5)
+XL = f32(0.0, 0.0, 0.0, 0.0, -0.0, 1.0, 2.0, 0.5, 0.0, 3.0)
+YL = f32(2.0, 0.5, 1.0, 0.0, 3.0, 3.0, NAN, 0.0, -1.0, INF)
+LOGIT = f32(-0.5, -1e-3, 0.0, 0.25, 0.5, 0.75, 1.0, 1.001, 1.5)
+MA = f32(1.0, 2.0, NAN, 1.0, NAN, -1.0, 0.5, -INF)
+MB = f32(1.0, 1.0, 1.0, NAN, NAN, -1.0, 3.0, -INF)
+
+# Gradients at the points where a composite's subgradient differs from PyTorch's.
+EDGE_GRADIENTS = {
+    "fmod(tensor, tensor)": Case(lambda x, y: x.fmod(y), lambda x, y: x.fmod(y), (FX, FY), (0, 1)),
+    "fmod(tensor, scalar)": Case(lambda x: x.fmod(-2.0), lambda x: x.fmod(-2.0), (FX,)),
+    "fmod of int64": Case(lambda x, y: x.fmod(y), lambda x, y: x.fmod(y), (i64(0, 7, -7, 5), i64(3, -2, 2, 5)), ()),
+    "xlogy": Case(lambda x, y: x.xlogy(y), lambda x, y: x.xlogy(y), (XL, YL), (0,)),
+    "xlogy gradient of y": Case(
+        lambda x, y: x.xlogy(y), lambda x, y: x.xlogy(y), (XL[[0, 1, 5, 6]], YL[[0, 1, 5, 6]]), (0, 1)
+    ),
+    "logit": Case(lambda p: p.logit(), lambda p: p.logit(), (LOGIT,)),
+    "logit(eps=0.1)": Case(lambda p: p.logit(0.1), lambda p: p.logit(0.1), (LOGIT,)),
+    "fmax": Case(lambda a, b: a.fmax(b), lambda a, b: a.fmax(b), (MA, MB), (0, 1)),
+    "fmin": Case(lambda a, b: a.fmin(b), lambda a, b: a.fmin(b), (MA, MB), (0, 1)),
+    "fmax broadcast": Case(lambda a, b: a.fmax(b), lambda a, b: a.fmax(b), (MA.reshape(2, 4), f32(1.0)), (0, 1)),
+}
+
+CASES = {**CLAMP, **RANK0, **SQUEEZE, **EDGE_GRADIENTS}
 
 
 def _weights(shape) -> np.ndarray:
