@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ember.errors import ShapeError, ValueRangeError
+from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.rank0 import rank0_as_vector
@@ -53,6 +53,11 @@ class ScatterOps(TensorOpsBase):
         shape = self._p.shape
         dim = normalize_dim(op, dim, len(shape))
         indices = self._index_tensor(op, indices)
+        if isinstance(values, self.__class__) and values._p.dtype != self._p.dtype:
+            raise DTypeError(
+                f"ember: {op}: the values ({values.dtype}) must have the tensor's dtype ({self.dtype}), as in "
+                f"PyTorch; cast them first: values.cast({str(self.dtype)!r})"
+            )
         values = self._like(values, op)
         ishape = indices._p.shape
         if len(ishape) != len(shape) or any(ishape[d] > shape[d] for d in range(len(shape)) if d != dim):
