@@ -243,7 +243,43 @@ SHAPES_AND_DTYPES = {
     ),
 }
 
-CASES = {**CLAMP, **RANK0, **SQUEEZE, **EDGE_GRADIENTS, **SHAPES_AND_DTYPES}
+R = np.random.default_rng(5)
+C1, C2 = R.standard_normal((1, 2, 3)).astype(np.float32), R.standard_normal((2, 1, 3)).astype(np.float32)
+ROW3 = np.arange(3, dtype=np.float32).reshape(1, 1, 3)
+ROW4 = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
+GRID = np.arange(20, dtype=np.float32).reshape(1, 4, 5)
+
+
+def _pad(widths: tuple, mode: str) -> Case:
+    return Case(lambda x: x.pad(widths, mode=mode), lambda x: _tf().pad(x, widths, mode=mode), (GRID,))
+
+
+# Broadcasting both ways, and negative padding widths with the modes that read the input.
+BROADCAST_AND_PAD = {
+    "cosine_similarity [1,2,3] and [2,1,3]": Case(
+        lambda a, b: _F().cosine_similarity(a, b, -1), lambda a, b: _tf().cosine_similarity(a, b, -1), (C1, C2), (0, 1)
+    ),
+    "cosine_similarity [2,3] and [2,1,3], dim 0": Case(
+        lambda a, b: _F().cosine_similarity(a, b, 0), lambda a, b: _tf().cosine_similarity(a, b, 0), (C1[0], C2), (0, 1)
+    ),
+    "pad (-1, 2) reflect of [0, 1, 2]": Case(
+        lambda x: x.pad((-1, 2), mode="reflect"), lambda x: _tf().pad(x, (-1, 2), mode="reflect"), (ROW3,)
+    ),
+    "pad (-4, 5) replicate of width 4": Case(
+        lambda x: x.pad((-4, 5), mode="replicate"), lambda x: _tf().pad(x, (-4, 5), mode="replicate"), (ROW4,)
+    ),
+    "pad (2, -1) reflect": _pad((2, -1), "reflect"),
+    "pad (3, -3) reflect": _pad((3, -3), "reflect"),
+    "pad (-2, 1, 2, -3) reflect": _pad((-2, 1, 2, -3), "reflect"),
+    "pad (-1, 3, -2, 2) replicate": _pad((-1, 3, -2, 2), "replicate"),
+    "pad (0, -5, 1, 0) replicate": _pad((0, -5, 1, 0), "replicate"),
+    "pad (-1, 3) circular": _pad((-1, 3), "circular"),
+    "pad (-1, 2, 1, -2) constant": Case(
+        lambda x: x.pad((-1, 2, 1, -2), 7.0), lambda x: _tf().pad(x, (-1, 2, 1, -2), value=7.0), (GRID,)
+    ),
+}
+
+CASES = {**CLAMP, **RANK0, **SQUEEZE, **EDGE_GRADIENTS, **SHAPES_AND_DTYPES, **BROADCAST_AND_PAD}
 
 
 def _weights(shape) -> np.ndarray:
