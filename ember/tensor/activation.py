@@ -28,8 +28,9 @@ import math
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
-from ember.tensor.checks import FLOAT_NP
+from ember.tensor.checks import FLOAT_NP, INT_NP
 from ember.tensor.fused import composite, fused
+from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import normalize_dim
 from ember.tensor.tensor import Tensor
 
@@ -44,6 +45,13 @@ def _float(op: str, x: Tensor) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"ember: {op}: expected a Tensor, got {type(x).__name__}")
     return x if x._p.dtype in FLOAT_NP else x.float()
+
+
+def _int(x: Tensor) -> bool:
+    """Whether ``x`` is an int tensor, which the piecewise-linear activations (``relu``,
+    ``relu6``, ``hard_tanh``, ``threshold``) keep int, as PyTorch (their bounds are
+    truncated to ints, as PyTorch's)."""
+    return isinstance(x, Tensor) and x._p.dtype in INT_NP
 
 
 def _split(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -62,7 +70,9 @@ def _hard_clamp(x: Tensor, low: float, high: float) -> Tensor:
 
 
 def relu(x: Tensor) -> Tensor:
-    """``max(x, 0)``; the gradient at 0 is 0."""
+    """``max(x, 0)``; the gradient at 0 is 0. Ints stay ints."""
+    if _int(x):
+        return x.clamp(0, None)
     x = _float("relu", x)
     d = x._d
     return Tensor(fused(FusedOp.RELU, d, x._p), d)
@@ -80,7 +90,9 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
 
 
 def relu6(x: Tensor) -> Tensor:
-    """``min(max(x, 0), 6)``; no gradient at 0 and 6."""
+    """``min(max(x, 0), 6)``; no gradient at 0 and 6. Ints stay ints."""
+    if _int(x):
+        return x.clamp(0, 6)
     return _hard_clamp(_float("relu6", x), 0.0, 6.0)
 
 
@@ -195,7 +207,9 @@ def hard_swish(x: Tensor) -> Tensor:
 
 
 def hard_tanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-    """``clamp(x, min_val, max_val)``; no gradient at the bounds."""
+    """``clamp(x, min_val, max_val)``; no gradient at the bounds. Ints stay ints."""
+    if _int(x):
+        return x.clamp(int(min_val), int(max_val))
     return _hard_clamp(_float("hard_tanh", x), min_val, max_val)
 
 
@@ -205,9 +219,13 @@ def prelu(x: Tensor, alpha: Tensor) -> Tensor:
     x = _float("prelu", x)
     if autocast.ACTIVE:
         x, alpha = autocast.cast_inputs("prelu", x, alpha)
+    if alpha.rank == 0:  # one slope, as PyTorch's
+        alpha = alpha.reshape([1])
     if alpha.rank != 1:
-        raise ShapeError(f"ember: prelu: alpha must have rank 1, got shape {alpha.dims()}")
+        raise ShapeError(f"ember: prelu: alpha must have rank 0 or 1, got shape {alpha.dims()}")
     n = alpha.dims()[0]
+    if n == 1 and x.rank < 1:
+        alpha = alpha.reshape([])  # a 0-d input keeps its shape
     if n != 1:
         if x.rank < 2 or x.dims()[1] != n:
             raise ShapeError(
@@ -229,6 +247,7 @@ def glu(x: Tensor, dim: int = -1) -> Tensor:
     return a.mul(sigmoid(b))
 
 
+@rank0_as_vector("dim")
 def softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, computed stably."""
     x = _float("softmax", x)
@@ -247,6 +266,7 @@ def _softmax(x: Tensor, dim: int) -> Tensor:
     return e.div(e.sum_dim(dim))
 
 
+@rank0_as_vector("dim")
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``log(softmax(x))`` along ``dim``, computed stably."""
     x = _float("log_softmax", x)
@@ -269,6 +289,7 @@ def softmin(x: Tensor, dim: int) -> Tensor:
     return softmax(_float("softmin", x).neg(), dim)
 
 
+@rank0_as_vector("dim")
 def quiet_softmax(x: Tensor, dim: int) -> Tensor:
     """``exp(x) / (1 + sum(exp(x)))``: lets a row attend to nothing (Burn's ``quiet_softmax``)."""
     x = _float("quiet_softmax", x)
@@ -293,7 +314,10 @@ def tanhshrink(x: Tensor) -> Tensor:
 
 
 def threshold(x: Tensor, threshold: float, value: float) -> Tensor:
-    """``x`` where ``x > threshold``, else ``value`` (``torch.nn.functional.threshold``)."""
+    """``x`` where ``x > threshold``, else ``value`` (``torch.nn.functional.threshold``).
+    Ints stay ints."""
+    if _int(x):
+        return x.mask_fill(x.lower_equal_elem(int(threshold)), int(value))
     x = _float("threshold", x)
     return x.mask_fill(x.lower_equal_elem(threshold), value)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ember.errors import DTypeError
+from ember.tensor.shape import broadcast_shapes
 from ember.tensor.tensor import Tensor
 
 
@@ -19,7 +20,7 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     """The cosine of the angle between ``x1`` and ``x2`` along ``dim`` (which is
     removed), each norm clamped to at least ``eps`` (``torch.nn.functional.cosine_similarity``)."""
     a, b = x1.float(), x2.float()
-    shape = a.shape if a.rank >= b.rank else b.shape
+    shape = broadcast_shapes("cosine_similarity", tuple(a.dims()), tuple(b.dims()))  # both ways, as PyTorch
     a, b = a.expand(list(shape)), b.expand(list(shape))
     a = a.div(a.norm(2.0, dim).clamp_min(eps))
     b = b.div(b.norm(2.0, dim).clamp_min(eps))

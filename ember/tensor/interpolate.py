@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.backend.dtype import DType
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.checks import FLOAT_NP
 from ember.tensor.tensor import Tensor
@@ -152,11 +153,16 @@ def interpolate(
         if spatial == 3:
             raise ShapeError("ember: interpolate: mode 'area' takes 1 or 2 spatial dims")
         return (adaptive_avg_pool1d if spatial == 1 else adaptive_avg_pool2d)(x, tuple(n_out))
+    source = x.dtype
     if linear and x._p.dtype not in FLOAT_NP:
         x = x.float()
     work = np.float64 if x._p.dtype == np.float64 else np.float32
     out = x
-    for i, (a, b, s) in enumerate(zip(n_in, n_out, scales)):
+    image = linear and source is DType.UINT8
+    dims = list(enumerate(zip(n_in, n_out, scales)))
+    # uint8 images as PyTorch's kernels: the last dim first, each pass rounded half up
+    # and clamped to [0, 255] (bicubic overshoots), the result uint8.
+    for i, (a, b, s) in reversed(dims) if image else dims:
         axis = 2 + i
         if mode in ("nearest", "nearest-exact"):
             if a != b:
@@ -165,4 +171,6 @@ def interpolate(
             out = _apply(out, axis, _cubic(a, b, s, bool(align_corners), work))
         else:
             out = _apply(out, axis, _linear(a, b, s, bool(align_corners), work))
-    return out
+        if image:
+            out = out.add_scalar(0.5).floor().clamp(0.0, 255.0)
+    return out.cast(DType.UINT8) if image else out

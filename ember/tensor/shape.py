@@ -110,12 +110,20 @@ def broadcast_shapes(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[i
     return tuple(out)
 
 
-def normalize_dim(op: str, dim: int, rank: int, *, extra: int = 0) -> int:
-    """A dim in ``[-rank-extra, rank+extra)`` as a non-negative index."""
+def normalize_dim(op: str, dim: int, rank: int, *, extra: int = 0, wrap_scalar: bool = False) -> int:
+    """A dim in ``[-rank-extra, rank+extra)`` as a non-negative index. With
+    ``wrap_scalar``, a 0-d tensor takes dims 0 and -1 (PyTorch's rule: the tensor
+    itself; see ``ember/tensor/ops/rank0.py``)."""
     if isinstance(dim, bool) or not hasattr(dim, "__index__"):
         raise IndexOutOfBoundsError(f"ember: {op}: dim must be an int, got {dim!r}")
     dim = int(dim)
     size = rank + extra
+    if size == 0:
+        if not wrap_scalar:
+            raise IndexOutOfBoundsError(
+                f"ember: {op}: a 0-d tensor has no dims (got dim {dim}); reshape it to shape [1] first"
+            )
+        size = 1
     if not -size <= dim < size:
         raise IndexOutOfBoundsError(
             f"ember: {op}: dim {dim} is out of range for a rank-{rank} tensor (valid: {-size} to {size - 1})"
@@ -123,8 +131,9 @@ def normalize_dim(op: str, dim: int, rank: int, *, extra: int = 0) -> int:
     return dim + size if dim < 0 else dim
 
 
-def normalize_dims(op: str, dims: Iterable[int], rank: int) -> tuple[int, ...]:
-    out = tuple(normalize_dim(op, d, rank) for d in dims)
+def normalize_dims(op: str, dims: Iterable[int], rank: int, *, wrap_scalar: bool = False) -> tuple[int, ...]:
+    dims = list(dims)
+    out = tuple(normalize_dim(op, d, rank, wrap_scalar=wrap_scalar) for d in dims)
     if len(set(out)) != len(out):
-        raise ShapeError(f"ember: {op}: dims {list(dims)} repeat a dimension")
+        raise ShapeError(f"ember: {op}: dims {dims} repeat a dimension")
     return out

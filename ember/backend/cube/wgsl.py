@@ -151,25 +151,73 @@ HELPERS: dict[str, str] = {
     if (is_nan_f(x)) { return x; }
     return select(r, -r, x < 0.0);
 }""",
-    "rem_f": """fn rem_f(a: f32, b: f32) -> f32 {
-    // Python's sign rule: the result has the sign of the divisor.
-    var r = a - b * trunc(a / b);
-    if (abs(r) >= abs(b) && is_finite_f(b)) { r = r - b * trunc(r / b); }
-    if (r != 0.0 && ((r < 0.0) != (b < 0.0))) { r = r + b; }
-    if (r == 0.0) { r = select(0.0, -0.0, b < 0.0); }
-    if (is_inf_f(b) && is_finite_f(a)) {
-        if (a == 0.0 || (a < 0.0) == (b < 0.0)) { return a; }
-        return b;
+    "fmod_f": """fn fmod_f(x: f32, y: f32) -> f32 {
+    // C's fmod, exact (musl's fmodf on the bits: binary long division of the
+    // significands), so that no rounding of x / y leaks into a remainder.
+    let ux = bitcast<u32>(x);
+    var uy = bitcast<u32>(y);
+    var ex = i32((ux >> 23u) & 0xffu);
+    var ey = i32((uy >> 23u) & 0xffu);
+    let sx = ux & 0x80000000u;
+    if ((uy << 1u) == 0u || is_nan_f(y) || ex == 0xff) { return nan_f(); }
+    if ((ux << 1u) <= (uy << 1u)) {
+        if ((ux << 1u) == (uy << 1u)) { return bitcast<f32>(sx); }
+        return x;
     }
+    var mx = ux;
+    if (ex == 0) {
+        var i = mx << 9u;
+        loop { if ((i >> 31u) != 0u) { break; } ex = ex - 1; i = i << 1u; }
+        mx = mx << u32(1 - ex);
+    } else {
+        mx = (mx & 0x007fffffu) | 0x00800000u;
+    }
+    if (ey == 0) {
+        var i = uy << 9u;
+        loop { if ((i >> 31u) != 0u) { break; } ey = ey - 1; i = i << 1u; }
+        uy = uy << u32(1 - ey);
+    } else {
+        uy = (uy & 0x007fffffu) | 0x00800000u;
+    }
+    loop {
+        if (ex <= ey) { break; }
+        let i = mx - uy;
+        if ((i >> 31u) == 0u) {
+            if (i == 0u) { return bitcast<f32>(sx); }
+            mx = i;
+        }
+        mx = mx << 1u;
+        ex = ex - 1;
+    }
+    let i = mx - uy;
+    if ((i >> 31u) == 0u) {
+        if (i == 0u) { return bitcast<f32>(sx); }
+        mx = i;
+    }
+    loop { if ((mx >> 23u) != 0u) { break; } mx = mx << 1u; ex = ex - 1; }
+    if (ex > 0) {
+        mx = (mx - 0x00800000u) | (u32(ex) << 23u);
+    } else {
+        mx = mx >> u32(1 - ex);
+    }
+    return bitcast<f32>(mx | sx);
+}""",
+    "rem_f": """fn rem_f(a: f32, b: f32) -> f32 {
+    // Python's sign rule: the exact C remainder, moved by one divisor when its sign
+    // differs from the divisor's (numpy's npy_divmod).
+    var r = fmod_f(a, b);
+    if (is_nan_f(r)) { return r; }
+    if ((bitcast<u32>(r) << 1u) == 0u) { return bitcast<f32>(bitcast<u32>(b) & 0x80000000u); }
+    if ((r < 0.0) != (b < 0.0)) { r = r + b; }
     return r;
 }""",
     "floordiv_f": """fn floordiv_f(a: f32, b: f32) -> f32 {
     // numpy's npy_divmod: the quotient from the exact remainder, then rounded.
     if (b == 0.0) { return a / b; }
-    let m = a - b * trunc(a / b);
+    let m = fmod_f(a, b);
     var div = (a - m) / b;
     if (m != 0.0 && ((b < 0.0) != (m < 0.0))) { div = div - 1.0; }
-    if (div == 0.0) { return select(0.0, -0.0, (a < 0.0) != (b < 0.0)); }
+    if (div == 0.0) { return bitcast<f32>((bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u); }
     var q = floor(div);
     if (div - q > 0.5) { q = q + 1.0; }
     return q;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from ember.backend.dtype import DType
@@ -232,20 +233,58 @@ class ArithmeticOps(TensorOpsBase):
         return unary(self, UnaryOp.IS_FINITE, "is_finite", "any")
 
     def clamp(self, min: Any = None, max: Any = None) -> Self:
-        """Values limited to ``[min, max]``; either bound may be ``None``."""
+        """Values limited to ``[min, max]``; either bound may be ``None``, a number or a
+        tensor that broadcasts with ``self`` (as PyTorch: the shapes broadcast, the dtypes
+        promote, a NaN bound gives NaN, and where ``min > max`` the result is ``max``)."""
         if min is None and max is None:
             raise ValueRangeError("ember: clamp: give min, max or both")
+        if self._p.dtype == BOOL_NP:
+            raise DTypeError("ember: clamp: not defined on bool tensors; cast first")
+        if isinstance(min, self.__class__) or isinstance(max, self.__class__):
+            return self._clamp_tensors(min, max)
         lo = None if min is None else as_scalar("clamp", min)
         hi = None if max is None else as_scalar("clamp", max)
         if lo is not None and hi is not None and lo > hi:
             raise ValueRangeError(f"ember: clamp: min {lo} is greater than max {hi}")
         p = self._p
-        if p.dtype == BOOL_NP:
-            raise DTypeError("ember: clamp: not defined on bool tensors; cast first")
         fractional = (lo is not None and not is_integral(lo)) or (hi is not None and not is_integral(hi))
         if p.dtype not in FLOAT_NP and fractional:
             p = self._d._b.cast(p, DType.FLOAT32)
         return self.__class__(self._d._b.clamp(p, lo, hi), self._d)
+
+    def _clamp_tensors(self, lo: Any, hi: Any) -> Self:
+        """``clamp`` with a tensor bound: ``minimum(maximum(self, lo), hi)``, whose
+        gradient follows PyTorch's rule: ``self`` gets it where ``lo <= self <= hi``,
+        ``lo`` where ``self < lo < hi``, ``hi`` where ``self > hi`` or ``hi < lo``, and
+        nobody where none holds (a NaN, or ``self < lo == hi``)."""
+        for bound in (lo, hi):
+            if bound is not None and not isinstance(bound, self.__class__):
+                as_scalar("clamp", bound)
+            elif isinstance(bound, self.__class__) and bound._p.dtype == BOOL_NP:
+                raise DTypeError("ember: clamp: a bool tensor cannot be a bound; cast it first")
+        out = self
+        if lo is not None:
+            out = out.maximum(lo)
+        if hi is not None:
+            out = out.minimum(hi)
+        if not self._d.is_autodiff() or out._p.dtype not in FLOAT_NP:
+            return out
+        dtype = out.dtype
+        x = self if self.dtype == dtype else self.cast(dtype)
+        value = out = out.detach()
+        if lo is not None and hi is not None:
+            out = out.mask_where(x.greater(hi).bool_or(_lower(hi, lo)), _as(hi, dtype))
+            out = out.mask_where(x.lower(lo).bool_and(_lower(lo, hi)), _as(lo, dtype))
+            inside = x.greater_equal(lo).bool_and(x.lower_equal(hi))
+        elif lo is not None:
+            out = out.mask_where(x.lower(lo), _as(lo, dtype))
+            inside = x.greater_equal(lo)
+        else:
+            out = out.mask_where(x.greater(hi), _as(hi, dtype))
+            inside = x.lower_equal(hi)
+        out = out.mask_where(inside, x)
+        # A NaN bound gives NaN even where the masks route the gradient to a number.
+        return out.add(value.full_like(0.0).mask_fill(value.is_nan(), math.nan))
 
     def clamp_min(self, min: Any) -> Self:
         return self.clamp(min, None)
@@ -360,6 +399,16 @@ class ArithmeticOps(TensorOpsBase):
 
     def __matmul__(self, other: Any) -> Self:
         return self.matmul(other)
+
+
+def _lower(a: Any, b: Any) -> Any:
+    """``a < b`` for a tensor and a tensor or number on either side."""
+    return a.lower(b) if hasattr(a, "lower") else b.greater(a)
+
+
+def _as(value: Any, dtype: DType) -> Any:
+    """A clamp bound in the result's dtype (numbers stay numbers)."""
+    return value.cast(dtype) if hasattr(value, "cast") and value.dtype != dtype else value
 
 
 def _is_bool(value: Any, cls: type[Any]) -> bool:

@@ -52,6 +52,16 @@ class CreationOps(TensorOpsBase):
             )
         n = max(math.ceil(span), 0)
         dtype = DType.FLOAT32 if dtype is None else DType.parse(dtype)
+        if dtype.is_int:
+            # PyTorch's values are int(start) + i * int(step); their count comes from the
+            # bounds truncated to ints for int64 (its accumulate type), from the float
+            # bounds for the narrower ints.
+            if int(step) == 0:
+                raise ValueRangeError("ember: Tensor.arange: the step, truncated to an int for an int dtype, is 0")
+            if dtype is DType.INT64:
+                return cls.arange(int(start), int(end), int(step), device=device, dtype=dtype)
+            start, step = int(start), int(step)
+            return cls.arange(start, start + n * step, step, device=device, dtype=dtype)
         check_fits((n,), dtype, 8, "Tensor.arange")  # built in float64 on the host, then cast
         values = start + step * np.arange(n, dtype=np.float64)
         return cls.from_data(values.astype(dtype.np), device=device)
@@ -67,6 +77,8 @@ class CreationOps(TensorOpsBase):
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
             raise ValueRangeError(f"ember: Tensor.linspace: steps must be an int >= 0, got {steps!r}")
         dtype = DType.FLOAT32 if dtype is None else DType.parse(dtype)
+        if dtype is DType.BOOL:
+            raise DTypeError("ember: Tensor.linspace: no bool linspace (as PyTorch); make floats or ints and compare")
         check_fits((int(steps),), dtype, 8, "Tensor.linspace")  # built on the host, then cast
         work: Any = np.float64 if dtype is DType.FLOAT64 else np.float32
         if not dtype.is_float:

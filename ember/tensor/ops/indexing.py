@@ -9,6 +9,7 @@ from ember.backend.ops import BinaryOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.checks import BOOL_NP, FLOAT_NP, INT_NP, as_scalar, check_device, promote_pair
 from ember.tensor.ops.base import TensorOpsBase
+from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import broadcast_shapes, normalize_dim
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class IndexingOps(TensorOpsBase):
             indices = indices.cast(DType.INT64)
         return indices
 
+    @rank0_as_vector("dim")
     def gather(self, dim: int, indices: Any) -> Self:
         """``out[i][j] = self[i][indices[i][j]]`` along ``dim`` (``torch.gather``)."""
         shape = self._p.shape
@@ -44,6 +46,7 @@ class IndexingOps(TensorOpsBase):
             )
         return self.__class__(self._d._b.gather(self._p, dim, indices._p), self._d)
 
+    @rank0_as_vector("dim")
     def select(self, dim: int, indices: Any) -> Self:
         """The slices at ``indices`` (rank 1) along ``dim`` (``torch.index_select``)."""
         shape = self._p.shape
@@ -55,6 +58,7 @@ class IndexingOps(TensorOpsBase):
 
     index_select = select
 
+    @rank0_as_vector("dim")
     def select_assign(self, dim: int, indices: Any, values: Any) -> Self:
         """A copy with ``values`` added to the slices at ``indices`` along ``dim``
         (``torch.index_add``); repeated indices accumulate."""

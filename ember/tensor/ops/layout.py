@@ -9,6 +9,7 @@ from ember.backend.dtype import DType, promote
 from ember.errors import DTypeError, IndexOutOfBoundsError, ShapeError, ValueRangeError
 from ember.tensor.checks import NP_TO_DTYPE, as_scalar, check_device
 from ember.tensor.ops.base import TensorOpsBase
+from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import broadcast_shapes, check_addressable, normalize_dim, normalize_dims, numel
 
 if TYPE_CHECKING:
@@ -68,17 +69,31 @@ class LayoutOps(TensorOpsBase):
             raise ShapeError(f"ember: flatten: start_dim {start_dim} is after end_dim {end_dim}")
         return self.reshape(shape[:s] + (numel(shape[s : e + 1]),) + shape[e + 1 :])
 
-    def squeeze(self, dim: int | None = None) -> Self:
-        """Without size-1 dims: all of them, or only ``dim``."""
-        if dim is not None:
-            return self.squeeze_dim(dim)
-        return self.reshape(tuple(d for d in self._p.shape if d != 1))
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Self:
+        """Without size-1 dims: all of them, or those of ``dim`` (an int or a sequence)
+        that have size 1; a named dim of another size stays, as PyTorch's ``squeeze``
+        (Burn's :meth:`squeeze_dim` and :meth:`squeeze_dims` raise there)."""
+        if dim is None:
+            return self.reshape(tuple(d for d in self._p.shape if d != 1))
+        shape = self._p.shape
+        named = normalize_dims("squeeze", [dim] if isinstance(dim, int) else dim, len(shape), wrap_scalar=True)
+        if not shape:
+            return self.__class__(self._p, self._d)
+        return self.reshape(tuple(n for i, n in enumerate(shape) if i not in named or n != 1))
 
     def squeeze_dim(self, dim: int) -> Self:
+        """Without dim ``dim``, which must have size 1 (Burn's rule; PyTorch's
+        :meth:`squeeze` keeps a dim of another size). Dims 0 and -1 of a 0-d tensor
+        give it unchanged, as PyTorch."""
         shape = self._p.shape
-        dim = normalize_dim("squeeze_dim", dim, len(shape))
+        dim = normalize_dim("squeeze_dim", dim, len(shape), wrap_scalar=True)
+        if not shape:
+            return self.__class__(self._p, self._d)
         if shape[dim] != 1:
-            raise ShapeError(f"ember: squeeze_dim: dim {dim} of shape {list(shape)} has size {shape[dim]}, not 1")
+            raise ShapeError(
+                f"ember: squeeze_dim: dim {dim} of shape {list(shape)} has size {shape[dim]}, not 1; "
+                "x.squeeze(dim) keeps such a dim (PyTorch's rule)"
+            )
         return self.reshape(shape[:dim] + shape[dim + 1 :])
 
     def squeeze_dims(self, dims: Sequence[int]) -> Self:
@@ -87,10 +102,15 @@ class LayoutOps(TensorOpsBase):
         if not len(dims):
             return self.squeeze()
         shape = self._p.shape
-        ds = normalize_dims("squeeze_dims", dims, len(shape))
+        ds = normalize_dims("squeeze_dims", dims, len(shape), wrap_scalar=True)
+        if not shape:
+            return self.__class__(self._p, self._d)
         for d in ds:
             if shape[d] != 1:
-                raise ShapeError(f"ember: squeeze_dims: dim {d} of shape {list(shape)} has size {shape[d]}, not 1")
+                raise ShapeError(
+                    f"ember: squeeze_dims: dim {d} of shape {list(shape)} has size {shape[d]}, not 1; "
+                    "x.squeeze(dims) keeps such dims (PyTorch's rule)"
+                )
         return self.reshape(tuple(n for i, n in enumerate(shape) if i not in ds))
 
     def unsqueeze_dim(self, dim: int) -> Self:
@@ -122,6 +142,7 @@ class LayoutOps(TensorOpsBase):
             return self.__class__(self._p, self._d)
         return self.__class__(self._d._b.permute(self._p, axes), self._d)
 
+    @rank0_as_vector("dim1", "dim2")
     def swap_dims(self, dim1: int, dim2: int) -> Self:
         rank = len(self._p.shape)
         a = normalize_dim("swap_dims", dim1, rank)
@@ -142,6 +163,7 @@ class LayoutOps(TensorOpsBase):
     def T(self) -> Self:  # noqa: N802 - numpy's name
         return self.transpose()
 
+    @rank0_as_vector("source", "destination")
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Dims ``source`` moved to positions ``destination`` (ints or equal-length lists);
         the other dims keep their order (``torch.movedim``)."""
@@ -160,6 +182,7 @@ class LayoutOps(TensorOpsBase):
 
     moveaxis = movedim
 
+    @rank0_as_vector("dims")
     def flip(self, dims: Sequence[int] | int) -> Self:
         """Elements reversed along ``dims``."""
         if isinstance(dims, int):

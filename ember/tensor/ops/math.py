@@ -123,14 +123,25 @@ class MathOps(TensorOpsBase):
     def fmod(self, other: Any) -> Self:
         """The C remainder: ``self - trunc(self / other) * other``, with the sign of
         ``self`` (``remainder`` takes the divisor's). Exact, computed as
-        ``copysign(remainder(|self|, |other|), self)``; ints stay ints."""
+        ``s * remainder(s * self, |other|)`` with ``s = copysign(1, self)``; ints stay ints.
+        Its gradient is PyTorch's: 1 for ``self``, ``-trunc(self / other)`` for ``other``."""
         if self._p.dtype == BOOL_NP:
             raise DTypeError("ember: fmod: not defined on bool tensors; cast first")
-        divisor = other.abs() if isinstance(other, self.__class__) else abs(as_scalar("fmod", other))
-        magnitude = self.abs().remainder(divisor)
-        if magnitude._p.dtype in FLOAT_NP:
-            return magnitude.copysign(self if self._p.dtype in FLOAT_NP else self.float())
-        return magnitude.mul(self.sign())
+        divisor: Any
+        if isinstance(other, self.__class__):
+            divisor = other.mul(_unit_sign(other)) if other._p.dtype in FLOAT_NP else other.abs()
+        else:
+            divisor = abs(as_scalar("fmod", other))
+        if self._p.dtype not in FLOAT_NP:
+            magnitude = self.abs().remainder(divisor)
+            if magnitude._p.dtype in FLOAT_NP:
+                return magnitude.copysign(self.float())
+            return magnitude.mul(self.sign())
+        # |x|, |y| and the result's sign as products with a constant +-1 (-0.0 gives -1):
+        # exact, and with PyTorch's gradients (1 for x, -trunc(x / y) for y) even where x
+        # or the remainder is 0, where the subgradients of abs and copysign would give 0.
+        sign = _unit_sign(self)
+        return self.mul(sign).remainder(divisor).mul(sign)
 
     def fmod_scalar(self, value: Any) -> Self:
         return self.fmod(as_scalar("fmod_scalar", value))
@@ -167,7 +178,10 @@ class MathOps(TensorOpsBase):
         """``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN)."""
         x = self.float()
         y = other.float() if isinstance(other, self.__class__) else x.full_like(float(as_scalar("xlogy", other)))
-        zero = x.equal_elem(0.0).bool_and(y.is_nan().bool_not())
+        # Where x is 0, log(y) is replaced by 0 only where it is not finite (y <= 0 or
+        # +inf; a NaN y stays NaN): the value is 0 there, and the gradient for x is
+        # log(y) wherever that is finite, as PyTorch's.
+        zero = x.equal_elem(0.0).bool_and(y.lower_equal_elem(0.0).bool_or(y.equal_elem(math.inf)))
         return x.mul(y.mask_fill(zero, 1.0).log())
 
     def fmax(self, other: Any) -> Self:
@@ -182,9 +196,12 @@ class MathOps(TensorOpsBase):
         both = self.maximum(other) if op == "fmax" else self.minimum(other)
         if both._p.dtype not in FLOAT_NP:
             return both
-        a = self.cast(both.dtype)
+        a = self.cast(both.dtype) if self.dtype != both.dtype else self
         b = other.cast(both.dtype) if isinstance(other, self.__class__) else both.full_like(float(other))
-        return both.mask_where(a.is_nan(), b).mask_where(b.is_nan(), a)
+        # ``b`` only where it wins strictly or only ``a`` is NaN: ties (and the gradient)
+        # go to the first input, as PyTorch's.
+        wins = b.greater(a) if op == "fmax" else b.lower(a)
+        return a.mask_where(wins.bool_or(a.is_nan().bool_and(b.is_nan().bool_not())), b)
 
     def ldexp(self, other: Any) -> Self:
         """``self * 2 ** other``."""
@@ -213,7 +230,15 @@ class MathOps(TensorOpsBase):
             if not 0.0 <= eps <= 0.5:
                 raise ValueRangeError(f"ember: logit: eps must lie in [0, 0.5], got {eps}")
             p = p.clamp(eps, 1.0 - eps)
-        return p.div(p.neg().add_scalar(1.0)).log()
+        # log(p) - log(1 - p): its slope 1/p + 1/(1 - p) is +inf at 0 and 1, as PyTorch's.
+        out = p.log().sub(p.neg().log1p())
+        if eps is not None or not p.is_require_grad():
+            return out
+        # Outside [0, 1] the value is NaN and so is the gradient (PyTorch's), taken from
+        # sqrt(p (1 - p)), which is NaN there in value and slope (its argument is -1
+        # inside, where the branch is not taken and its gradient is cut).
+        outside = p.lower_elem(0.0).bool_or(p.greater_elem(1.0))
+        return out.mask_where(outside, p.mul(p.neg().add_scalar(1.0)).mask_fill(outside.bool_not(), -1.0).sqrt())
 
     def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Self:
         """NaN, +inf and -inf replaced (infinities by the dtype's largest finite values
@@ -224,6 +249,11 @@ class MathOps(TensorOpsBase):
         out = self.mask_fill(self.is_nan(), float(nan))
         out = out.mask_fill(self.equal_elem(math.inf), float(info.max if posinf is None else posinf))
         return out.mask_fill(self.equal_elem(-math.inf), float(info.min if neginf is None else neginf))
+
+
+def _unit_sign(x: Any) -> Any:
+    """``copysign(1, x)`` of a float tensor, cut from the graph: +-1, -1 at -0.0."""
+    return x.full_like(1.0).copysign(x).detach()
 
 
 def div_rounded(self: Any, other: Any, rounding_mode: str) -> Any:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ember.errors import IndexOutOfBoundsError, ShapeError, ValueRangeError
 from ember.tensor.checks import as_scalar
 from ember.tensor.ops.base import TensorOpsBase
@@ -26,7 +28,8 @@ class PadOps(TensorOpsBase):
         pairs from the last dim backward. ``mode`` is ``"constant"`` (with ``value``),
         ``"reflect"`` (mirror, edge not repeated), ``"replicate"`` (or ``"edge"``: the edge
         repeated) or ``"circular"`` (wrap around). A negative width crops that side
-        first; the padding then reads the cropped tensor (as PyTorch)."""
+        first and the padding then reads the cropped tensor, except for reflect and replicate,
+        which read the uncropped one (both as PyTorch)."""
         widths = []
         for p in padding:
             if isinstance(p, bool) or not hasattr(p, "__index__"):
@@ -42,6 +45,9 @@ class PadOps(TensorOpsBase):
             dim = len(shape) - 1 - i
             before, after = widths[2 * i], widths[2 * i + 1]
             n = out._p.shape[dim]
+            if (before < 0 or after < 0) and mode in ("reflect", "replicate", "edge"):
+                out = out._pad_from_uncropped(dim, before, after, mode)
+                continue
             if before < 0 or after < 0:
                 cut_before, cut_after = max(-before, 0), max(-after, 0)
                 if cut_before + cut_after > n:
@@ -53,6 +59,31 @@ class PadOps(TensorOpsBase):
             if before or after:
                 out = out._pad_dim(dim, before, after, value, mode)
         return out
+
+    def _pad_from_uncropped(self, dim: int, before: int, after: int, mode: str) -> Self:
+        """Reflect or replicate padding with a negative width: output ``j`` reads the
+        uncropped input at ``j - before``, mirrored or clamped into it (PyTorch's rule;
+        cropping first would mirror the cropped tensor instead)."""
+        n = self._p.shape[dim]
+        size = n + before + after
+        if size < 0:
+            raise ValueRangeError(
+                f"ember: pad: the negative padding ({before}, {after}) crops more than dim {dim}'s {n} elements"
+            )
+        if mode == "reflect" and (before >= n or after >= n):
+            raise ValueRangeError(
+                f"ember: pad: reflect padding ({before}, {after}) must be smaller than dim {dim} of size {n}"
+            )
+        if n == 0 and size:
+            raise ValueRangeError(f"ember: pad: {mode} padding of an empty dim {dim}")
+        source = np.arange(size, dtype=np.int64) - before
+        if mode == "reflect":
+            period = max(2 * n - 2, 1)
+            source = source % period
+            source = np.where(source >= n, period - source, source)
+        else:
+            source = np.clip(source, 0, max(n - 1, 0))
+        return self.select(dim, self.__class__.from_data(source, device=self._d))
 
     def _pad_dim(self, dim: int, before: int, after: int, value: Any, mode: str) -> Self:
         n = self._p.shape[dim]

@@ -56,7 +56,7 @@ def reduction_error(x: Any, name: str, args: tuple, kwargs: dict[str, Any]) -> U
             f"ember: Tensor.{name}() takes no arguments (it reduces every element, shape [1]), got ({given}); "
             f"along one dim d use x.{method}(d) (d kept with size 1)"
         )
-    rank = len(shape)
+    rank = max(len(shape), 1)  # a 0-d tensor takes dims 0 and -1, as in PyTorch
     try:
         index = dim + rank if dim < 0 else dim
         kept = [1 if i == index else n for i, n in enumerate(shape)]

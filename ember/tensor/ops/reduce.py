@@ -16,6 +16,7 @@ from ember.tensor import autocast
 from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
 from ember.tensor.ops.pytorch_hints import reduction_error
+from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import normalize_dim, normalize_dims
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class ReduceOps(TensorOpsBase):
 
     __slots__ = ()
 
+    @rank0_as_vector("dim")
     def _reduce(self, op: ReduceOp, name: str, dim: int | None) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
@@ -75,12 +77,14 @@ class ReduceOps(TensorOpsBase):
         """The sum along ``dim``, kept with size 1."""
         return self._reduce(ReduceOp.SUM, "sum_dim", dim)
 
+    @rank0_as_vector("dims")
     def sum_dims(self, dims: Sequence[int]) -> Self:
         out = self
         for d in normalize_dims("sum_dims", dims, len(self._p.shape)):
             out = out.sum_dim(d)
         return out
 
+    @rank0_as_vector("dims")
     def sum_dims_squeeze(self, dims: Sequence[int]) -> Self:
         """The sum along ``dims``, which are removed (Burn's ``sum_dims_squeeze``)."""
         dims = normalize_dims("sum_dims_squeeze", dims, len(self._p.shape))
@@ -95,6 +99,7 @@ class ReduceOps(TensorOpsBase):
     def mean_dim(self, dim: int) -> Self:
         return self._reduce(ReduceOp.MEAN, "mean_dim", dim)
 
+    @rank0_as_vector("dims")
     def mean_dims(self, dims: Sequence[int]) -> Self:
         out = self
         for d in normalize_dims("mean_dims", dims, len(self._p.shape)):
@@ -117,12 +122,14 @@ class ReduceOps(TensorOpsBase):
     def all_dims(self, dims: Sequence[int]) -> Self:
         return self._fold_dims("all_dims", dims, "all_dim")
 
+    @rank0_as_vector("dims")
     def _fold_dims(self, name: str, dims: Sequence[int], method: str) -> Self:
         out = self
         for d in normalize_dims(name, [dims] if isinstance(dims, int) else dims, len(self._p.shape)):
             out = getattr(out, method)(d)
         return out
 
+    @rank0_as_vector("dim")
     def _torch_reduce(self, name: str, dim: Any, keepdim: bool, method: str, full: str) -> Self:
         """PyTorch's form of a reduction: all dims (``dim=None``) or some, squeezed
         unless ``keepdim``."""
@@ -213,6 +220,7 @@ class ReduceOps(TensorOpsBase):
     def min_dim(self, dim: int) -> Self:
         return self.min_dim_with_indices(dim)[0]
 
+    @rank0_as_vector("dim")
     def _extreme_with_indices(self, arg: ArgReduceOp, name: str, dim: int) -> tuple[Any, Any]:
         indices = self._arg_reduce(arg, name, dim)
         return self.gather(normalize_dim(name, dim, len(self._p.shape)), indices), indices
@@ -225,6 +233,7 @@ class ReduceOps(TensorOpsBase):
     def min_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._extreme_with_indices(ArgReduceOp.ARGMIN, "min_dim_with_indices", dim)
 
+    @rank0_as_vector("dim")
     def _arg_reduce(self, op: ArgReduceOp, name: str, dim: int) -> Self:
         p = self._p
         dim = normalize_dim(name, dim, len(p.shape))
@@ -243,6 +252,7 @@ class ReduceOps(TensorOpsBase):
     def argmin(self, dim: int | None = None, keepdim: bool | None = None) -> Self:
         return self._arg_extreme(ArgReduceOp.ARGMIN, "argmin", dim, keepdim)
 
+    @rank0_as_vector("dim")
     def _arg_extreme(self, op: Any, name: str, dim: int | None, keepdim: bool | None) -> Self:
         if dim is None:
             return self.reshape((-1,))._arg_reduce(op, name, 0)
@@ -276,6 +286,7 @@ class ReduceOps(TensorOpsBase):
         """The biased variance (divides by ``n``) along ``dim``, kept."""
         return self._var(dim, 0, "var_bias")
 
+    @rank0_as_vector("dim")
     def var_mean(self, dim: int | None = None, correction: float = 1) -> tuple[Any, Any]:
         x = self.float() if dim is not None else self.float().reshape((-1,))
         d = 0 if dim is None else dim
@@ -293,6 +304,7 @@ class ReduceOps(TensorOpsBase):
         var, mean = self.var_mean(dim, correction)
         return _root(var, 2.0), mean
 
+    @rank0_as_vector("dim")
     def _var(self, dim: int | None, correction: float, name: str) -> Self:
         x = self.float()
         if dim is None:
@@ -304,6 +316,7 @@ class ReduceOps(TensorOpsBase):
         diff = x.sub(x.mean_dim(dim))
         return diff.mul(diff).sum_dim(dim).div_scalar(float(max(n - correction, 0)))
 
+    @rank0_as_vector("dim")
     def logsumexp(self, dim: int) -> Self:
         """``log(sum(exp(x)))`` along ``dim`` (kept), computed stably."""
         x = self.float()
@@ -338,6 +351,7 @@ class ReduceOps(TensorOpsBase):
         return _root(powered.sum() if dim is None else powered.sum_dim(dim), p)
 
     # ------------------------------------------------------------------ scans
+    @rank0_as_vector("dim")
     def _scan(self, op: CumulativeOp, dim: int) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
@@ -375,6 +389,7 @@ class ReduceOps(TensorOpsBase):
     def cummin_with_indices(self, dim: int) -> tuple[Any, Any]:
         return self._scan_with_indices(CumulativeOp.CUMMIN, dim)
 
+    @rank0_as_vector("dim")
     def _scan_with_indices(self, op: CumulativeOp, dim: int) -> tuple[Any, Any]:
         values = self._scan(op, dim)
         dim = normalize_dim(op, dim, len(self._p.shape))
@@ -389,6 +404,7 @@ class ReduceOps(TensorOpsBase):
         indices = positions.expand(self._p.shape).mask_fill(source.bool_not(), 0).cummax(dim)
         return values, indices
 
+    @rank0_as_vector("dim")
     def logcumsumexp(self, dim: int) -> Self:
         """``log(cumsum(exp(x)))`` along ``dim``, computed stably (a scan of ``logaddexp``)."""
         x = self.float()
@@ -404,6 +420,7 @@ class ReduceOps(TensorOpsBase):
             return self.reshape((-1,)).median_with_indices(0)[0]
         return self.median_with_indices(dim)[0]
 
+    @rank0_as_vector("dim")
     def median_with_indices(self, dim: int) -> tuple[Any, Any]:
         """``(values, indices)`` of :meth:`median` along ``dim`` (kept)."""
         dim = normalize_dim("median", dim, len(self._p.shape))
@@ -412,6 +429,7 @@ class ReduceOps(TensorOpsBase):
             raise ShapeError(f"ember: median: cannot take the median of an empty dim (shape {list(self._p.shape)})")
         return self._kth(dim, (n - 1) // 2, "median")
 
+    @rank0_as_vector("dim")
     def kthvalue(self, k: int, dim: int = -1) -> tuple[Any, Any]:
         """``(values, indices)`` of the ``k``-th smallest element (1-based) along ``dim``
         (kept); NaN counts as the largest."""
@@ -433,6 +451,7 @@ class ReduceOps(TensorOpsBase):
         return values.mask_fill(has_nan, float("nan")), order.mask_where(has_nan, first_nan)
 
     # ------------------------------------------------------------------ sorting
+    @rank0_as_vector("dim")
     def argsort(self, dim: int = -1, descending: bool = False) -> Self:
         """Indices (int64) that sort along ``dim``; stable; NaN sorts as the largest."""
         p = self._p
@@ -441,6 +460,7 @@ class ReduceOps(TensorOpsBase):
             p = self._d._b.cast(p, DType.UINT8)
         return self.__class__(self._d._b.argsort(p, dim, bool(descending)), self._d)
 
+    @rank0_as_vector("dim")
     def sort_with_indices(self, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
         """``(values, indices)`` sorted along ``dim``; gradients flow through ``indices``."""
         indices = self.argsort(dim, descending)
@@ -449,6 +469,7 @@ class ReduceOps(TensorOpsBase):
     def sort(self, dim: int = -1, descending: bool = False) -> Self:
         return self.sort_with_indices(dim, descending)[0]
 
+    @rank0_as_vector("dim")
     def topk_with_indices(self, k: int, dim: int = -1, largest: bool = True) -> tuple[Any, Any]:
         """The ``k`` largest values along ``dim``, largest first, with their indices
         (``largest=False``: the ``k`` smallest, smallest first)."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ember.errors import ShapeError, ValueRangeError
+from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
+from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import normalize_dim
 
 if TYPE_CHECKING:
@@ -52,6 +53,11 @@ class ScatterOps(TensorOpsBase):
         shape = self._p.shape
         dim = normalize_dim(op, dim, len(shape))
         indices = self._index_tensor(op, indices)
+        if isinstance(values, self.__class__) and values._p.dtype != self._p.dtype:
+            raise DTypeError(
+                f"ember: {op}: the values ({values.dtype}) must have the tensor's dtype ({self.dtype}), as in "
+                f"PyTorch; cast them first: values.cast({str(self.dtype)!r})"
+            )
         values = self._like(values, op)
         ishape = indices._p.shape
         if len(ishape) != len(shape) or any(ishape[d] > shape[d] for d in range(len(shape)) if d != dim):
@@ -69,6 +75,7 @@ class ScatterOps(TensorOpsBase):
             values = values.slice([(0, n) for n in ishape])
         return dim, indices, values
 
+    @rank0_as_vector("dim")
     def scatter(self, dim: int, indices: Any, values: Any, update: str = "add") -> Self:
         """A copy with ``values`` written at ``indices`` along ``dim``:
         ``out[..., indices[..., i, ...], ...] <update>= values[..., i, ...]``.
@@ -89,6 +96,7 @@ class ScatterOps(TensorOpsBase):
         """``scatter(dim, indices, values, "add")``."""
         return self.scatter(dim, indices, values, "add")
 
+    @rank0_as_vector("dim")
     def scatter_reduce(self, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Self:
         """``torch.scatter_reduce``: the values of ``src`` at ``index`` along ``dim``
         reduced into a copy with ``reduce`` (``"sum"``, ``"prod"``, ``"mean"``,

@@ -334,6 +334,8 @@ class SubscriptOps(TensorOpsBase):
         value = value.reshape(shape[:pos] + (count,) + shape[pos + 1 :])
         index_shape = (1,) * pos + (count,) + (1,) * (len(shape) - pos - 1)
         index = plan["linear"].reshape(index_shape).expand(value._p.shape)
+        if value._p.dtype != merged._p.dtype:
+            value = value.cast(merged.dtype)
         updated = merged.scatter(pos, index, value, "assign")
         region_perm = plan["region"].permute(plan["order"])._p.shape
         inverse = [0] * len(plan["order"])

@@ -14,7 +14,7 @@ def _mse_step(ops, g, saved, ctx):
     n = 1
     for d in diff.shape:
         n *= d
-    scale = ops.binary(BinaryOp.MUL, g, 2.0 / n if mean else 2.0)
+    scale = ops.binary(BinaryOp.MUL, ops.reshape(g, ()), 2.0 / n if mean else 2.0)  # g: shape [1]
     grad = ops.binary(BinaryOp.MUL, diff, scale)
     return (grad if track_pred else None, ops.unary(UnaryOp.NEG, grad) if track_target else None)
 
