@@ -13,7 +13,8 @@ Sections (each table's contestants run in alternating rounds; figures are median
   the static KV cache), ``transformers``' ``generate`` (cache on), and a hand-written
   torch loop over ``transformers``' cache (the floor of a torch decoder).
 - finetune: one training step (forward, backward, AdamW) of GPT-2, full and with LoRA
-  (r 8 on the attention projections, base frozen), ember against torch.
+  (r 8 on the attention projections, base frozen; eager and through ``ember.compile``),
+  ember against torch eager.
 
 ember's BLAS runs on one thread (``EMBER_NUM_THREADS``, default 1), torch on one thread.
 The models are random (no download): ``transformers`` builds them from configs and saves
@@ -209,25 +210,29 @@ def finetune_section(transformers, torch, root: Path, repeats: int) -> None:
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 16000, size=(4, 65))
     rows = []
-    for mode in ("full", "lora"):
+    for mode in ("full", "lora", "lora compiled"):
         device = Device.flex().autodiff()
         model = from_pretrained(directory, device=device)
-        if mode == "lora":
+        if mode.startswith("lora"):
             model = lora.LoraConfig(r=8, alpha=16.0, targets=r"\.attn\.(qkv|query|key|value)$").init(model)
         optim, loss_fn = AdamWConfig(weight_decay=0.01, epsilon=1e-8).init(), CrossEntropyLoss()
         x = Tensor.from_data(tokens[:, :-1], device=device)
         y = Tensor.from_data(tokens[:, 1:].reshape(-1), device=device)
         state = {"model": model}
 
-        def ours():
-            m = state["model"]
+        def train_step(m, x, y, lr):
             loss = loss_fn.forward(m(x).reshape([-1, 16000]), y)
+            return optim.step(lr, m, GradientsParams.from_grads(loss.backward(), m)), loss
+
+        step = ember_compile(train_step) if mode.endswith("compiled") else train_step
+
+        def ours():
+            state["model"], loss = step(state["model"], x, y, 1e-4)
             loss.into_scalar()
-            state["model"] = optim.step(1e-4, m, GradientsParams.from_grads(loss.backward(), m))
 
         torch.manual_seed(0)
         reference = transformers.GPT2LMHeadModel.from_pretrained(str(directory)).train()
-        if mode == "lora":
+        if mode.startswith("lora"):
             reference = torch_lora(torch, reference)
         trainable = [p for p in reference.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.01)
