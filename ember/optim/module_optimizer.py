@@ -10,6 +10,7 @@ from ember.backend.fusion.trace import StateDict
 from ember.device import Device
 from ember.errors import ConfigError, RecordError
 from ember.module import Module, ModuleMapper, Param, ParamGroup, ParamId
+from ember.module.key_mismatch import listing
 from ember.optim.base import OptimizerConfig, OptimizerState
 from ember.optim.clipping import GradientClipping
 from ember.optim.grads import GradientsParams
@@ -278,11 +279,6 @@ def _state_shape(state: OptimizerState) -> list[int] | None:
     return list(shapes.pop()) if len(shapes) == 1 else None
 
 
-def _listing(items: list[str], limit: int = 8) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f", ... ({len(items)} in all)" if len(items) > limit else "")
-
-
 def _check_states(
     states: dict[ParamId, OptimizerState], paths: dict[ParamId, str], module: Module, source: str, strict: bool
 ) -> None:
@@ -306,13 +302,13 @@ def _check_states(
     if wrong:
         raise RecordError(
             f"ember: the optimizer states of {source} do not fit {name}: {len(wrong)} of them have another shape than "
-            f"their parameter ({_listing(wrong)}); they were saved for a model of another configuration. Build the "
+            f"their parameter ({listing(wrong, 8)}); they were saved for a model of another configuration. Build the "
             "model with the configuration the states were saved with, or start the optimizer over (a fresh "
             "optimizer, without load_file)"
         )
     if strict and not states.keys() & ours.keys():
-        record_side = _listing([theirs(pid, state) for pid, state in states.items()])
-        model_side = _listing([f"{path} {shape}" for path, shape in ours.values()])
+        record_side = listing([theirs(pid, state) for pid, state in states.items()], 8)
+        model_side = listing([f"{path} {shape}" for path, shape in ours.values()], 8)
         same = sorted((paths.get(pid), _state_shape(s)) for pid, s in states.items()) == sorted(
             (path, shape) for path, shape in ours.values()
         )

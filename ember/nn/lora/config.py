@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from ember.errors import ConfigError, ModuleError
 from ember.module import Config, Module, Param, ParamGroup
+from ember.module.key_mismatch import listing
 from ember.nn.dropout import Dropout
 from ember.nn.init import KaimingUniform, Zeros
 from ember.nn.linear import Linear
@@ -19,11 +20,6 @@ M = TypeVar("M", bound=Module)
 # PEFT's default for lora_A, ``kaiming_uniform_(a=sqrt(5))`` over ``fan_in = d_input``:
 # uniform on ``±1/sqrt(d_input)`` (the same bound as a default Linear).
 _A_INIT = KaimingUniform(gain=1.0 / math.sqrt(3.0), fan_out_only=False)
-
-
-def _listing(paths: list[str], limit: int = 8) -> str:
-    shown = ", ".join(repr(p) for p in paths[:limit])
-    return shown + (f", ... ({len(paths)} in all)" if len(paths) > limit else "")
 
 
 class LoraConfig(Config):
@@ -117,7 +113,7 @@ class LoraConfig(Config):
             linears = [path or "<root>" for path, m in modules if isinstance(m, Linear)]
             raise ConfigError(
                 f"ember: LoraConfig: {what} selects no layer of {type(model).__name__}; its Linear layers are "
-                f"{_listing(linears) if linears else 'none'}"
+                f"{listing([repr(p) for p in linears], 8) if linears else 'none'}"
             )
         return [path for path, _ in chosen]
 
@@ -134,7 +130,7 @@ class LoraConfig(Config):
         applied = [path or "<root>" for path, m in model.modules() if isinstance(m, LoraLinear)]
         if applied:
             raise ModuleError(
-                f"ember: LoraConfig.init: the model already has LoRA adapters ({_listing(applied)}); apply LoRA "
+                f"ember: LoraConfig.init: the model already has LoRA adapters ({listing([repr(p) for p in applied], 8)}); apply LoRA "
                 "once, to the base model, or fold the adapters in first with ember.nn.lora.merge(model)"
             )
         selected = set(self.select(model))
