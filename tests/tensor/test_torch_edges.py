@@ -279,7 +279,25 @@ BROADCAST_AND_PAD = {
     ),
 }
 
-CASES = {**CLAMP, **RANK0, **SQUEEZE, **EDGE_GRADIENTS, **SHAPES_AND_DTYPES, **BROADCAST_AND_PAD}
+SPECIAL = f32(NAN, INF, -INF, 0.0, -0.0, 1e-8, -1e-8, 0.5, -0.99, -1.0, -1.5, 3e38)
+_PS = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5]
+PA = f32(*[a for a in _PS for _ in _PS])
+PB = f32(*[b for _ in _PS for b in _PS])
+
+# NaN, infinities and signed zeros through the math functions whose GPU versions leave
+# them undefined (C's special values, as PyTorch; the signs of zeros are checked below).
+SPECIAL_VALUES = {
+    "atan of special values": Case(lambda x: x.atan(), lambda x: x.atan(), (SPECIAL,)),
+    "log1p of special values": Case(lambda x: x.log1p(), lambda x: x.log1p(), (SPECIAL,)),
+    "pow(tensor, tensor) of special values": Case(lambda a, b: a.powf(b), lambda a, b: a.pow(b), (PA, PB), ()),
+    "pow(-0.0, -1.0)": Case(lambda a: a.powf_scalar(-1.0), lambda a: a.pow(-1.0), (f32(-0.0, 0.0, -INF),)),
+    "pow(x, 3.0) of signed zeros": Case(lambda a: a.powf_scalar(3.0), lambda a: a.pow(3.0), (f32(-0.0, 0.0, -INF),)),
+    "pow(x, inf) at |x| = 1": Case(
+        lambda a: a.powf_scalar(INF), lambda a: a.pow(INF), (f32(1.0, -1.0, 0.5, -2.0, -0.0),), ()
+    ),
+}
+
+CASES = {**CLAMP, **RANK0, **SQUEEZE, **EDGE_GRADIENTS, **SHAPES_AND_DTYPES, **BROADCAST_AND_PAD, **SPECIAL_VALUES}
 
 
 def _weights(shape) -> np.ndarray:
@@ -311,6 +329,15 @@ def test_value_dtype_and_gradient_match_torch(device, torch, name):
         g = inputs[i].grad(grads)
         assert g is not None, f"no gradient for input {i}"
         assert_close(g, t_inputs[i].grad.numpy(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("name", list(SPECIAL_VALUES))
+def test_special_values_keep_the_sign_of_zeros_and_infinities(device, torch, name):
+    case = SPECIAL_VALUES[name]
+    out = case.ember(*[Tensor.from_data(a, device=device) for a in case.inputs]).to_numpy()
+    ref = case.torch(*[torch.tensor(a) for a in case.inputs]).numpy()
+    signed = (ref == 0) | np.isinf(ref)
+    assert np.array_equal(np.signbit(out[signed]), np.signbit(ref[signed])), (out, ref)
 
 
 # Where PyTorch refuses a dim of a 0-d tensor, ember raises its own error.
