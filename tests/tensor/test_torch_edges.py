@@ -297,7 +297,48 @@ SPECIAL_VALUES = {
     ),
 }
 
-CASES = {**CLAMP, **RANK0, **SQUEEZE, **EDGE_GRADIENTS, **SHAPES_AND_DTYPES, **BROADCAST_AND_PAD, **SPECIAL_VALUES}
+# A 5x5 plane whose window maxima sit at the windows' first row and column: the pool's
+# indices (at most 12) fit the default 4x4 unpooled plane though the input plane is 25.
+UNPOOL = np.full((1, 2, 5, 5), -1.0, np.float32)
+UNPOOL[:, :, :4:2, :4:2] = f32([[1.0, 2.0], [3.0, 4.0]]) * f32(1.0, -0.5).reshape(2, 1, 1)
+ARGMAX_0 = f32([1.0, 0.0, 0.5], [2.0, -1.0, 2.0])
+
+
+def _unpool2d(x):
+    return _F().max_unpool2d(*_F().max_pool2d_with_indices(x, 2), 2)
+
+
+def _torch_unpool2d(x):
+    return _tf().max_unpool2d(*_tf().max_pool2d(x, 2, return_indices=True), 2)
+
+
+# Indices whose known range (a pooling's input plane, an argmax's dim) is wider than
+# their values, used where only the values fit.
+INDEX_RANGES = {
+    "max_unpool2d of max_pool2d_with_indices": Case(_unpool2d, _torch_unpool2d, (UNPOOL,)),
+    "max_unpool1d of max_pool1d_with_indices": Case(
+        lambda x: _F().max_unpool1d(*_F().max_pool1d_with_indices(x, 2), 2),
+        lambda x: _tf().max_unpool1d(*_tf().max_pool1d(x, 2, return_indices=True), 2),
+        (UNPOOL[:, :, 0],),
+    ),
+    "gather at an argmax into a dim of 1": Case(
+        lambda x, y: y.gather(1, x.argmax(1)),
+        lambda x, y: y.gather(1, x.argmax(1, keepdim=True)),
+        (ARGMAX_0, f32([5.0], [7.0])),
+        (1,),
+    ),
+}
+
+CASES = {
+    **CLAMP,
+    **RANK0,
+    **SQUEEZE,
+    **EDGE_GRADIENTS,
+    **SHAPES_AND_DTYPES,
+    **BROADCAST_AND_PAD,
+    **SPECIAL_VALUES,
+    **INDEX_RANGES,
+}
 
 
 def _weights(shape) -> np.ndarray:
