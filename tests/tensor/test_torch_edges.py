@@ -329,6 +329,20 @@ INDEX_RANGES = {
     ),
 }
 
+LIN_W = R.standard_normal((3, 4)).astype(np.float32)  # ember's [d_in, d_out]
+LIN_B = R.standard_normal(4).astype(np.float32)
+VEC = f32(0.5, -1.0, 2.0)
+
+# linear of a vector gives [d_out], as PyTorch's (whose weight is [d_out, d_in]).
+LINEAR_OF_A_VECTOR = {
+    "linear of a 1-d input": Case(
+        lambda x, w, b: _F().linear(x, w, b), lambda x, w, b: _tf().linear(x, w.T, b), (VEC, LIN_W, LIN_B), (0, 1, 2)
+    ),
+    "linear of a 1-d input, no bias": Case(
+        lambda x, w: _F().linear(x, w), lambda x, w: _tf().linear(x, w.T), (VEC, LIN_W), (0, 1)
+    ),
+}
+
 CASES = {
     **CLAMP,
     **RANK0,
@@ -338,6 +352,7 @@ CASES = {
     **BROADCAST_AND_PAD,
     **SPECIAL_VALUES,
     **INDEX_RANGES,
+    **LINEAR_OF_A_VECTOR,
 }
 
 
