@@ -214,7 +214,8 @@ class Backend(ModuleOps, ABC):
         return NotImplemented
 
     def linear(self, x: Primitive, weight: Primitive, bias: Primitive | None) -> Primitive:
-        """``x @ weight + bias`` with ``weight`` of shape ``[d_in, d_out]``."""
+        """``x @ weight + bias`` with ``x`` of rank >= 2 ``[..., d_in]`` (the tensor layer
+        makes a vector one row) and ``weight`` of shape ``[d_in, d_out]``."""
         return NotImplemented
 
     def linear_backward(

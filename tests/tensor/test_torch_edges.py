@@ -279,7 +279,81 @@ BROADCAST_AND_PAD = {
     ),
 }
 
-CASES = {**CLAMP, **RANK0, **SQUEEZE, **EDGE_GRADIENTS, **SHAPES_AND_DTYPES, **BROADCAST_AND_PAD}
+SPECIAL = f32(NAN, INF, -INF, 0.0, -0.0, 1e-8, -1e-8, 0.5, -0.99, -1.0, -1.5, 3e38)
+_PS = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5]
+PA = f32(*[a for a in _PS for _ in _PS])
+PB = f32(*[b for _ in _PS for b in _PS])
+
+# NaN, infinities and signed zeros through the math functions whose GPU versions leave
+# them undefined (C's special values, as PyTorch; the signs of zeros are checked below).
+SPECIAL_VALUES = {
+    "atan of special values": Case(lambda x: x.atan(), lambda x: x.atan(), (SPECIAL,)),
+    "log1p of special values": Case(lambda x: x.log1p(), lambda x: x.log1p(), (SPECIAL,)),
+    "pow(tensor, tensor) of special values": Case(lambda a, b: a.powf(b), lambda a, b: a.pow(b), (PA, PB), ()),
+    "pow(-0.0, -1.0)": Case(lambda a: a.powf_scalar(-1.0), lambda a: a.pow(-1.0), (f32(-0.0, 0.0, -INF),)),
+    "pow(x, 3.0) of signed zeros": Case(lambda a: a.powf_scalar(3.0), lambda a: a.pow(3.0), (f32(-0.0, 0.0, -INF),)),
+    "pow(x, inf) at |x| = 1": Case(
+        lambda a: a.powf_scalar(INF), lambda a: a.pow(INF), (f32(1.0, -1.0, 0.5, -2.0, -0.0),), ()
+    ),
+}
+
+# A 5x5 plane whose window maxima sit at the windows' first row and column: the pool's
+# indices (at most 12) fit the default 4x4 unpooled plane though the input plane is 25.
+UNPOOL = np.full((1, 2, 5, 5), -1.0, np.float32)
+UNPOOL[:, :, :4:2, :4:2] = f32([[1.0, 2.0], [3.0, 4.0]]) * f32(1.0, -0.5).reshape(2, 1, 1)
+ARGMAX_0 = f32([1.0, 0.0, 0.5], [2.0, -1.0, 2.0])
+
+
+def _unpool2d(x):
+    return _F().max_unpool2d(*_F().max_pool2d_with_indices(x, 2), 2)
+
+
+def _torch_unpool2d(x):
+    return _tf().max_unpool2d(*_tf().max_pool2d(x, 2, return_indices=True), 2)
+
+
+# Indices whose known range (a pooling's input plane, an argmax's dim) is wider than
+# their values, used where only the values fit.
+INDEX_RANGES = {
+    "max_unpool2d of max_pool2d_with_indices": Case(_unpool2d, _torch_unpool2d, (UNPOOL,)),
+    "max_unpool1d of max_pool1d_with_indices": Case(
+        lambda x: _F().max_unpool1d(*_F().max_pool1d_with_indices(x, 2), 2),
+        lambda x: _tf().max_unpool1d(*_tf().max_pool1d(x, 2, return_indices=True), 2),
+        (UNPOOL[:, :, 0],),
+    ),
+    "gather at an argmax into a dim of 1": Case(
+        lambda x, y: y.gather(1, x.argmax(1)),
+        lambda x, y: y.gather(1, x.argmax(1, keepdim=True)),
+        (ARGMAX_0, f32([5.0], [7.0])),
+        (1,),
+    ),
+}
+
+LIN_W = R.standard_normal((3, 4)).astype(np.float32)  # ember's [d_in, d_out]
+LIN_B = R.standard_normal(4).astype(np.float32)
+VEC = f32(0.5, -1.0, 2.0)
+
+# linear of a vector gives [d_out], as PyTorch's (whose weight is [d_out, d_in]).
+LINEAR_OF_A_VECTOR = {
+    "linear of a 1-d input": Case(
+        lambda x, w, b: _F().linear(x, w, b), lambda x, w, b: _tf().linear(x, w.T, b), (VEC, LIN_W, LIN_B), (0, 1, 2)
+    ),
+    "linear of a 1-d input, no bias": Case(
+        lambda x, w: _F().linear(x, w), lambda x, w: _tf().linear(x, w.T), (VEC, LIN_W), (0, 1)
+    ),
+}
+
+CASES = {
+    **CLAMP,
+    **RANK0,
+    **SQUEEZE,
+    **EDGE_GRADIENTS,
+    **SHAPES_AND_DTYPES,
+    **BROADCAST_AND_PAD,
+    **SPECIAL_VALUES,
+    **INDEX_RANGES,
+    **LINEAR_OF_A_VECTOR,
+}
 
 
 def _weights(shape) -> np.ndarray:
@@ -311,6 +385,15 @@ def test_value_dtype_and_gradient_match_torch(device, torch, name):
         g = inputs[i].grad(grads)
         assert g is not None, f"no gradient for input {i}"
         assert_close(g, t_inputs[i].grad.numpy(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("name", list(SPECIAL_VALUES))
+def test_special_values_keep_the_sign_of_zeros_and_infinities(device, torch, name):
+    case = SPECIAL_VALUES[name]
+    out = case.ember(*[Tensor.from_data(a, device=device) for a in case.inputs]).to_numpy()
+    ref = case.torch(*[torch.tensor(a) for a in case.inputs]).numpy()
+    signed = (ref == 0) | np.isinf(ref)
+    assert np.array_equal(np.signbit(out[signed]), np.signbit(ref[signed])), (out, ref)
 
 
 # Where PyTorch refuses a dim of a 0-d tensor, ember raises its own error.

@@ -82,6 +82,16 @@ HELPERS: dict[str, str] = {
     let t = x - 1.0;
     return log1p_f(t + sqrt(t * (x + 1.0)));
 }""",
+    "atan_f": """fn atan_f(x: f32) -> f32 {
+    // NaN stays NaN (lavapipe's atan gives 0); near 0 a series, which keeps the sign of
+    // a zero and every digit of a small x (the GPU's atan is off by 2e-5 relative there).
+    if (is_nan_f(x)) { return x; }
+    if (abs(x) < 0.125) {
+        let x2 = x * x;
+        return x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.2 + x2 * (-1.0 / 7.0 + x2 * (1.0 / 9.0 - x2 / 11.0)))));
+    }
+    return atan(x);
+}""",
     "atanh_f": """fn atanh_f(x: f32) -> f32 {
     if (is_nan_f(x) || abs(x) > 1.0) { return nan_f(); }
     if (abs(x) < 0.125) {
@@ -109,6 +119,10 @@ HELPERS: dict[str, str] = {
     return m + log1p_f(exp(-abs(a - b)));
 }""",
     "log1p_f": """fn log1p_f(x: f32) -> f32 {
+    // Below -1 (-inf included) NaN, at -1 -inf, as C's log1p; the tests are on the bits
+    // and explicit because WGSL's log leaves a negative argument undefined.
+    if (is_nan_f(x) || x < -1.0) { return nan_f(); }
+    if (x == -1.0) { return -inf_f(); }
     // Near 0 a series in s = x / (2 + x) (log1p(x) = 2 atanh(s)): GPU logs may be off by
     // 2^-21 absolute near 1 (the WGSL bound), which is every digit of a small result.
     if (abs(x) < 0.0625) {
@@ -223,28 +237,34 @@ HELPERS: dict[str, str] = {
     return q;
 }""",
     "pow_f": """fn pow_f(a: f32, b: f32) -> f32 {
-    if (b == 0.0) { return 1.0; }
-    if (is_nan_f(a)) { return a; }
-    if (is_nan_f(b)) { return select(b, 1.0, a == 1.0); }
-    if (a == 0.0) {
-        if (b > 0.0) { return 0.0; }
-        return inf_f();
-    }
+    // C's pow (numpy's, PyTorch's) at its special values, which WGSL's pow and exp2/log2
+    // leave undefined: 1 for b = 0 and for a = 1 (NaN b included), else NaN in -> NaN out;
+    // |a| = 1 with b = +-inf gives 1; a signed zero or infinity keeps its sign under an
+    // odd integer b (pow(-0, -1) = -inf, pow(-0, 3) = -0).
+    if (b == 0.0 || a == 1.0) { return 1.0; }
+    if (is_nan_f(a) || is_nan_f(b)) { return nan_f(); }
     let ab = abs(a);
+    let neg_a = (bitcast<u32>(a) & 0x80000000u) != 0u;
+    let b_int = trunc(b) == b;
+    let odd = b_int && abs(b) < 16777216.0 && (i32(abs(b)) & 1) == 1;
+    if (is_inf_f(b)) {
+        if (ab == 1.0) { return 1.0; }
+        if ((ab < 1.0) == (b < 0.0)) { return inf_f(); }
+        return 0.0;
+    }
+    if (a == 0.0 || is_inf_f(a)) {
+        // 0^b is 0 for b > 0 and inf for b < 0; inf^b the other way round.
+        var m = 0u;
+        if ((b > 0.0) == is_inf_f(a)) { m = 0x7f800000u; }
+        if (neg_a && odd) { m = m | 0x80000000u; }
+        return bitcast<f32>(m);
+    }
     var r = exp2(b * log2(ab));
     if (b == 1.0) { r = ab; }
     if (b == 2.0) { r = ab * ab; }
     if (b == 0.5) { r = sqrt(ab); }
-    if (is_inf_f(a) && a < 0.0) {
-        // (-inf)^b: +inf or +0 unless b is an odd integer (C's pow, numpy, PyTorch).
-        let odd_inf = trunc(b) == b && abs(b) < 16777216.0 && (i32(abs(b)) & 1) == 1;
-        var m = 0.0;
-        if (b > 0.0) { m = inf_f(); }
-        return select(m, -m, odd_inf);
-    }
-    if (a < 0.0) {
-        if (trunc(b) != b) { return nan_f(); }
-        let odd = abs(b) < 16777216.0 && (i32(abs(b)) & 1) == 1;
+    if (neg_a) {
+        if (!b_int) { return nan_f(); }
         return select(r, -r, odd);
     }
     return r;
@@ -327,7 +347,7 @@ UNARY: dict[str, dict[str, str]] = {
     UnaryOp.COSH: {_F: "cosh({a})"},
     UnaryOp.ASIN: {_F: "asin_f({a})"},
     UnaryOp.ACOS: {_F: "acos_f({a})"},
-    UnaryOp.ATAN: {_F: "atan({a})"},
+    UnaryOp.ATAN: {_F: "atan_f({a})"},
     UnaryOp.ERF: {_F: "erf_f({a})"},
     UnaryOp.LOG2: {_F: "log2({a})"},
     UnaryOp.LOG10: {_F: "log10_f({a})"},

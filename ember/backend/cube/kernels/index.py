@@ -73,9 +73,11 @@ def _minmax_source(st: Storage) -> KernelSource:
     return KernelSource("index_bounds", "\n".join([wgsl.bindings([st], [ct]), wgsl.helpers_for(code), code]), 1, 1)
 
 
-def bounds(backend: KernelContext, indices: CubeTensor) -> tuple[int, int]:
-    """The smallest and largest value of an int tensor (remembered on the tensor)."""
-    if indices.bounds is None:
+def bounds(backend: KernelContext, indices: CubeTensor, exact: bool = False) -> tuple[int, int]:
+    """Bounds on the values of an int tensor: remembered ones (which may be wider than the
+    values, as a pooling's or an argmax's index range is) unless ``exact`` asks for the
+    smallest and largest value, read from the data and remembered in their place."""
+    if indices.bounds is None or exact:
         st = indices.storage
         flat = layout.contiguous(backend, indices)
         kernel = backend.cache.get(("index_bounds", st), lambda: _minmax_source(st))
@@ -87,12 +89,22 @@ def bounds(backend: KernelContext, indices: CubeTensor) -> tuple[int, int]:
     return indices.bounds
 
 
-def check(backend: KernelContext, op: str, indices: CubeTensor, size: int, dim: int) -> None:
+def out_of_range(backend: KernelContext, indices: CubeTensor, size: int) -> int | None:
+    """An index of ``indices`` outside ``[0, size)``, or None. Remembered bounds only bound
+    the values, so where they reach outside, the exact ones decide."""
     if indices.size == 0:
-        return
+        return None
     lo, hi = bounds(backend, indices)
     if lo < 0 or hi >= size:
-        bad = lo if lo < 0 else hi
+        lo, hi = bounds(backend, indices, exact=True)
+    if lo < 0 or hi >= size:
+        return lo if lo < 0 else hi
+    return None
+
+
+def check(backend: KernelContext, op: str, indices: CubeTensor, size: int, dim: int) -> None:
+    bad = out_of_range(backend, indices, size)
+    if bad is not None:
         raise IndexOutOfBoundsError(
             f"ember: {op}: index {bad} is out of bounds for dim {dim} of size {size} (indices must lie in [0, {size}))"
         )

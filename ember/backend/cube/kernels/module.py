@@ -468,16 +468,14 @@ def avg_pool_backward(backend, grad, input_shape, kernel, stride, padding, count
 def embedding(backend, weights, indices):
     from ember.backend.cube.kernels import index
 
-    if indices.size:
-        lo, hi = index.bounds(backend, indices)
-        if lo < 0 or hi >= weights.shape[0]:
-            from ember.errors import IndexOutOfBoundsError
+    bad = index.out_of_range(backend, indices, weights.shape[0])
+    if bad is not None:
+        from ember.errors import IndexOutOfBoundsError
 
-            bad = lo if lo < 0 else hi
-            size = weights.shape[0]
-            raise IndexOutOfBoundsError(
-                f"ember: embedding: index {bad} is out of bounds for {size} embeddings (indices must lie in [0, {size}))"
-            )
+        size = weights.shape[0]
+        raise IndexOutOfBoundsError(
+            f"ember: embedding: index {bad} is out of bounds for {size} embeddings (indices must lie in [0, {size}))"
+        )
     flat = layout.reshape(backend, indices, (indices.size,))
     rows = index.select(backend, weights, 0, flat)
     return layout.reshape(backend, rows, tuple(indices.shape) + (weights.shape[1],))
