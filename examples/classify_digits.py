@@ -18,7 +18,8 @@ import time
 import numpy as np
 
 from ember import Device, Module, Tensor
-from ember.data import ArrayDataset, DataLoaderBuilder, MapperDataset, PartialDataset, ShuffledDataset
+from ember.data import ArrayDataset, DataLoaderBuilder, PartialDataset, ShuffledDataset, TransformDataset
+from ember.data.vision.transforms import RandomCrop
 from ember.nn import (
     Conv2d,
     Conv2dConfig,
@@ -98,15 +99,6 @@ class DigitsBatcher:
         return Tensor.from_data(images, device=device), Tensor.from_data(labels, device=device)
 
 
-def shift(item, max_shift: int = 1):
-    """Augmentation: move the digit by up to one pixel, drawn from the image itself
-    so that every run (and every worker) sees the same shifts."""
-    image, label = item
-    rng = np.random.default_rng(int(image.sum() * 7 + label))
-    dy, dx = rng.integers(-max_shift, max_shift + 1, size=2)
-    return np.roll(np.roll(image, dy, axis=0), dx, axis=1), label
-
-
 def main(argv: list[str] | None = None) -> float:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=25)
@@ -132,7 +124,10 @@ def main(argv: list[str] | None = None) -> float:
     digits = load_digits()
     dataset = ShuffledDataset(ArrayDataset(digits.images, digits.target), seed=0)
     train_set, valid_set = PartialDataset.split_fraction(dataset, 0.8)
-    train_set = MapperDataset(train_set, shift)
+    # Augmentation: each training digit moved by up to one pixel (a crop of the image
+    # padded by one), drawn from (seed, epoch, index): new shifts every epoch, the same
+    # ones on every run and with any number of workers.
+    train_set = TransformDataset(train_set, RandomCrop(8, padding=1), seed=args.seed)
 
     batcher = DigitsBatcher()
     train_loader = (

@@ -22,6 +22,7 @@ from ember.data.dataset import (
     PartialDataset,
     SamplerDataset,
     ShuffledDataset,
+    TransformDataset,
     WindowsDataset,
 )
 from ember.data.vision import ImageFolderDataset, ImageItem, MnistDataset, MnistItem, read_idx, write_idx
@@ -48,6 +49,7 @@ __all__ = [
     "Sampler",
     "SamplerDataset",
     "ShuffledDataset",
+    "TransformDataset",
     "WindowsDataset",
     "read_idx",
     "write_idx",

@@ -14,6 +14,7 @@ from ember.data.batcher import Batcher
 from ember.data.dataloader.progress import Progress
 from ember.data.dataset.base import Dataset, check_index
 from ember.data.dataset.shuffled import permutation
+from ember.data.dataset.transform import reading_epoch
 from ember.device import Device
 from ember.errors import ConfigError, DeviceError
 
@@ -26,7 +27,9 @@ class DataLoader(Generic[O]):
     With a shuffle seed, the order of epoch ``e`` is a permutation that depends only
     on ``(seed, e)``: two loaders with the same seed give the same batches, and a
     resumed training sees the same order as an uninterrupted one. ``iter()`` without
-    an epoch counts the epochs itself (0, 1, ...). With ``num_workers > 0`` batches
+    an epoch counts the epochs itself (0, 1, ...). Datasets read while a batch of epoch
+    ``e`` is built see ``e`` (a :class:`~ember.data.TransformDataset` draws its
+    augmentation from it), on the workers too. With ``num_workers > 0`` batches
     are built ahead on background threads and still come out in order.
     """
 
@@ -144,8 +147,13 @@ class DataLoader(Generic[O]):
     def __iter__(self) -> Iterator[O]:
         return self.iter()
 
-    def _load(self, indices: np.ndarray) -> O:
-        dataset = self.dataset
+    def _load(self, indices: np.ndarray, epoch: int = 0) -> O:
+        with reading_epoch(epoch):
+            items = self._read(self.dataset, indices)
+        return self.batcher.batch(items, self.device)
+
+    @staticmethod
+    def _read(dataset: Dataset[Any], indices: np.ndarray) -> list[Any]:
         items = []
         for index in indices:
             item = dataset.get(int(index))
@@ -155,7 +163,7 @@ class DataLoader(Generic[O]):
                     f"len() is {len(dataset)}; get(index) must return an item for every index below len()"
                 )
             items.append(item)
-        return self.batcher.batch(items, self.device)
+        return items
 
     def __repr__(self) -> str:
         return (
@@ -199,10 +207,10 @@ class DataLoaderIterator(Iterator[O]):
             raise StopIteration
         indices = self._batches[self._next]
         if self._pool is None:
-            batch = self.loader._load(indices)
+            batch = self.loader._load(indices, self.epoch)
         else:
             while self._submitted < len(self._batches) and len(self._pending) < self.loader.prefetch:
-                self._pending.append(self._pool.submit(self.loader._load, self._batches[self._submitted]))
+                self._pending.append(self._pool.submit(self.loader._load, self._batches[self._submitted], self.epoch))
                 self._submitted += 1
             try:
                 batch = self._pending.popleft().result()

@@ -8,6 +8,7 @@ from ember.data.dataset.mapper import Mapper, MapperDataset
 from ember.data.dataset.partial import PartialDataset
 from ember.data.dataset.sampler import SamplerDataset
 from ember.data.dataset.shuffled import ShuffledDataset
+from ember.data.dataset.transform import TransformDataset
 from ember.data.dataset.windows import WindowsDataset
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "PartialDataset",
     "SamplerDataset",
     "ShuffledDataset",
+    "TransformDataset",
     "WindowsDataset",
 ]

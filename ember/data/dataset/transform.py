@@ -1,0 +1,116 @@
+"""``TransformDataset``: a random transform (an augmentation) applied to every item,
+with a generator derived from ``(seed, epoch, index)``.
+
+The epoch is the one of the :class:`~ember.data.DataLoader` batch being built (the
+loader passes it down to every dataset it reads, on its workers too), or, for reads
+outside a loader, the one given to :meth:`TransformDataset.set_epoch` (0 at first).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ember.data.dataset.base import Dataset, as_dataset, check_index
+from ember.data.dataset.shuffled import check_seed
+from ember.errors import ConfigError
+
+T = TypeVar("T")
+
+_LOADER_EPOCH: contextvars.ContextVar[int | None] = contextvars.ContextVar("ember_data_epoch", default=None)
+
+
+def loader_epoch() -> int | None:
+    """The epoch of the DataLoader batch being built on this thread, ``None`` outside one."""
+    return _LOADER_EPOCH.get()
+
+
+@contextmanager
+def reading_epoch(epoch: int) -> Iterator[None]:
+    """Reads inside the block belong to ``epoch`` (what the DataLoader does around each batch)."""
+    token = _LOADER_EPOCH.set(int(epoch))
+    try:
+        yield
+    finally:
+        _LOADER_EPOCH.reset(token)
+
+
+def item_generator(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator of item ``index`` in ``epoch``: a function of the three numbers only,
+    so draws do not depend on the number of workers or the order items are read in."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, index])))
+
+
+class TransformDataset(Dataset[T]):
+    """``transform(image, rng)`` applied to each item of ``dataset`` when it is read,
+    ``rng`` a numpy ``Generator`` derived from ``(seed, epoch, index)``: a run is the
+    same with any number of workers (and when resumed), and each epoch draws anew.
+
+    The transform gets the item's image: ``item[0]`` of a tuple or list item (the rest
+    is kept), ``item.image`` of a dataclass item (``ImageItem``, ``MnistItem``), the
+    item itself otherwise. ``transform`` is any callable ``(image, rng)``, e.g. an
+    ``ember.data.vision.transforms.Compose``; with ``whole_item=True`` it gets the
+    whole item instead.
+
+    >>> from ember.data import InMemDataset
+    >>> ds = TransformDataset(InMemDataset([0.0, 0.0]), lambda x, rng: x + rng.random(), seed=1)
+    >>> a = list(ds); ds.set_epoch(1); b = list(ds)
+    >>> a != b, a == list(TransformDataset(InMemDataset([0.0, 0.0]), lambda x, rng: x + rng.random(), seed=1))
+    (True, True)
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        transform: Callable[[Any, np.random.Generator], Any],
+        seed: int = 0,
+        *,
+        whole_item: bool = False,
+    ):
+        self.dataset = as_dataset("TransformDataset", dataset)
+        if not callable(transform):
+            raise ConfigError(
+                f"ember: TransformDataset: the transform must be callable as transform(image, rng), "
+                f"got {type(transform).__name__}"
+            )
+        self.transform = transform
+        self.seed = check_seed("TransformDataset", seed)
+        self.whole_item = bool(whole_item)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of reads outside a DataLoader (inside one, the loader's epoch counts)."""
+        if check_index(epoch) is None or epoch < 0:
+            raise ConfigError(f"ember: TransformDataset.set_epoch: expected an int >= 0, got {epoch!r}")
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def get(self, index: int) -> T | None:
+        position = check_index(index)
+        if position is None or not 0 <= position < len(self):
+            return None
+        item = self.dataset.get(position)
+        if item is None:
+            return None
+        epoch = loader_epoch()
+        rng = item_generator(self.seed, self.epoch if epoch is None else epoch, position)
+        return self._apply(item, rng)
+
+    def _apply(self, item: Any, rng: np.random.Generator) -> Any:
+        fn = self.transform
+        if self.whole_item:
+            return fn(item, rng)
+        if isinstance(item, tuple) and not hasattr(item, "_fields"):
+            return (fn(item[0], rng), *item[1:]) if item else item
+        if isinstance(item, list):
+            return [fn(item[0], rng), *item[1:]] if item else item
+        if dataclasses.is_dataclass(item) and not isinstance(item, type) and hasattr(item, "image"):
+            return dataclasses.replace(item, image=fn(item.image, rng))
+        return fn(item, rng)
