@@ -44,6 +44,7 @@ from ember.train.result import TrainingResult
 from ember.train.state import TrainingState
 from ember.train.step import TrainStep, ValidStep
 from ember.train.summary import LearnerSummary
+from ember.train.tensorboard import TensorBoardLogger
 from ember.train.training import SupervisedTraining
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "FBetaScoreMetric",
     "FileCheckpointer",
     "FileMetricLogger",
+    "TensorBoardLogger",
     "Interrupter",
     "IterationSpeedMetric",
     "KeepLastNCheckpoints",

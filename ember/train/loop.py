@@ -4,6 +4,7 @@ logs, plots and early stopping."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -26,11 +27,12 @@ from ember.train.metric.base import MetricMetadata, Split
 from ember.train.metric.loss import LossMetric
 from ember.train.metrics_group import MetricGroup
 from ember.train.parallel import make_strategy
-from ember.train.plot import matplotlib_available, plot_history
+from ember.train.plot import BackgroundPlotter, matplotlib_available
 from ember.train.renderer import EpochReport, TrainingInfo, TrainingProgress, make_renderer
 from ember.train.renderer.plain import epoch_line
 from ember.train.result import TrainingResult
 from ember.train.summary import LearnerSummary
+from ember.train.tensorboard import TensorBoardLogger
 
 log = logging.getLogger("ember.train")
 
@@ -108,6 +110,8 @@ class TrainingRun:
         self.stopped = ""
         self._seconds: dict[Split, list[float]] = {Split.TRAIN: [], Split.VALID: []}
         self._plot_note = False
+        self._plotter: BackgroundPlotter | None = None
+        self._last_lr: float | None = None  # the rate of the latest training step
         self._interrupt_noted = False
 
     @staticmethod
@@ -161,6 +165,7 @@ class TrainingRun:
     def run(self) -> TrainingResult:
         self.renderer = make_renderer(self.training._renderer if self.main else "none")
         self.logger: FileMetricLogger | None = None
+        self.tensorboard: TensorBoardLogger | None = None
         handler = None
         started = self._run_started = time.perf_counter()
         try:
@@ -173,6 +178,7 @@ class TrainingRun:
             position = self._resume()
             self.model = self.parallel.prepare_model(self.model)
             self._start_logger(position)
+            self._start_tensorboard()
             self.renderer.start(
                 TrainingInfo(
                     num_epochs=self.num_epochs,
@@ -189,6 +195,7 @@ class TrainingRun:
             self.interrupter.reset()
             with self.interrupter.catch_sigint():
                 self._loop(position)
+            self._close_plotter()  # the last plots are drawn before the run's time is taken
             duration = self.elapsed_before + time.perf_counter() - started
             summary = LearnerSummary.from_history(
                 self.history,
@@ -201,9 +208,12 @@ class TrainingRun:
                 atomic_write_text(self.artifact_dir / "summary.json", json.dumps(summary.to_dict(), indent=2))
             self.renderer.end(summary if self.training._summary else None)
         finally:
+            self._close_plotter()
             self.renderer.close()
             if self.logger is not None:
                 self.logger.close()
+            if self.tensorboard is not None:
+                self.tensorboard.close()
             if handler is not None:
                 log.removeHandler(handler)
                 handler.close()
@@ -250,6 +260,21 @@ class TrainingRun:
         self.logger.start(
             {"train": self.train_group.names(), "valid": self.valid_group.names(), "epochs": epochs_columns}, keep=keep
         )
+
+    def _start_tensorboard(self) -> None:
+        board = self.training._tensorboard
+        if board is None or not self.main:
+            return
+        if board.log_dir is None:
+            if self.artifact_dir is None:
+                raise ConfigError(
+                    "ember: logger_tensorboard(): give a log_dir, or an artifact directory to "
+                    "SupervisedTraining(artifact_dir) (the files then go to <artifact_dir>/tensorboard)"
+                )
+            board = copy.copy(board)
+            board.log_dir = self.artifact_dir / "tensorboard"
+        self.tensorboard = board
+        board.start()
 
     # ------------------------------------------------------------------ resume
     def _resume(self) -> CheckpointPosition | None:
@@ -383,7 +408,7 @@ class TrainingRun:
                 self.interrupted = True
                 break
             assert train_values is not None  # from this epoch's training, or restored with a valid-phase checkpoint
-            self._end_epoch(epoch, train_values, valid_values, time.perf_counter() - started)
+            self._end_epoch(epoch, train_values, valid_values, started)
             if self.early_stopping is not None and self.early_stopping.should_stop(epoch, self.history):
                 self.stopped = self.early_stopping.reason()
                 self.note(f"Stopped after epoch {epoch}: {self.stopped}")
@@ -487,7 +512,8 @@ class TrainingRun:
                 )
                 items_before = progress.items_processed
                 entries = group.update(out.item, metadata)
-                self._log_iteration("train", metadata, entries)
+                self._last_lr = lr
+                self._log_iteration("train", metadata, entries, (epoch - 1) * n + iteration, lr)
                 self._seconds[Split.TRAIN].append(time.perf_counter() - tick)
                 self.renderer.update(
                     TrainingProgress(
@@ -550,7 +576,7 @@ class TrainingRun:
                 )
                 items_before = progress.items_processed
                 entries = group.update(item, metadata)
-                self._log_iteration("valid", metadata, entries)
+                self._log_iteration("valid", metadata, entries, (epoch - 1) * n + iteration)
                 self._seconds[Split.VALID].append(time.perf_counter() - tick)
                 self.renderer.update(
                     TrainingProgress(
@@ -574,33 +600,42 @@ class TrainingRun:
             batches.close()
         return self.parallel.epoch_values(group)
 
-    def _log_iteration(self, stream: str, metadata: MetricMetadata, entries: list) -> None:
+    def _log_iteration(
+        self, stream: str, metadata: MetricMetadata, entries: list, global_step: int, lr: float | None = None
+    ) -> None:
         if self.logger is not None:
             row = {"epoch": metadata.epoch, "iteration": metadata.iteration, "items": metadata.batch_size}
             row.update({e.name: e.current for e in entries})
             self.logger.log(stream, row)
+        if self.tensorboard is not None:
+            self.tensorboard.log_step(stream, global_step, {e.name: e.current for e in entries}, lr)
 
-    def _end_epoch(self, epoch: int, train_values: dict, valid_values: dict, duration: float) -> None:
+    def _end_epoch(self, epoch: int, train_values: dict, valid_values: dict, started: float) -> None:
+        """Records, logs, plots and checkpoints the epoch, then reports it: the time
+        shown runs from the epoch's first batch to the end of all that."""
         self.history.record(Split.TRAIN, epoch, train_values)
         self.history.record(Split.VALID, epoch, valid_values)
         if self.logger is not None:
             self.logger.log("epochs", {"epoch": epoch, "split": "train", **train_values})
             if self.valid_loader is not None:
                 self.logger.log("epochs", {"epoch": epoch, "split": "valid", **valid_values})
-        report = EpochReport(
-            epoch,
-            self.num_epochs,
-            duration,
-            self.train_group.epoch_entries(train_values),
-            self.valid_group.epoch_entries(valid_values),
-        )
-        log.info(epoch_line(report))
-        self.renderer.epoch_end(report)
+        if self.tensorboard is not None:
+            splits = {"train": train_values, **({"valid": valid_values} if self.valid_loader is not None else {})}
+            self.tensorboard.log_epoch(epoch, splits, self._last_lr, self.model)
         self._plot()
         if self.checkpointer is not None:
             self._checkpoint(CheckpointPosition.of(epoch, "done"))
             if self.main:
                 self._apply_strategy(epoch)
+        report = EpochReport(
+            epoch,
+            self.num_epochs,
+            time.perf_counter() - started,
+            self.train_group.epoch_entries(train_values),
+            self.valid_group.epoch_entries(valid_values),
+        )
+        log.info(epoch_line(report))
+        self.renderer.epoch_end(report)
 
     def _plot(self) -> None:
         if self.artifact_dir is None or not self.training._plots or not self.main:
@@ -610,8 +645,21 @@ class TrainingRun:
                 self._plot_note = True
                 self.note("Plots skipped: matplotlib is not installed (pip install matplotlib, or ember[plot])")
             return
-        units = {m.name: m.unit for m in self.train_group.metrics + self.valid_group.metrics}
-        plot_history(self.history, self.artifact_dir / "plots", self._numeric_names(), units)
+        if self._plotter is None:
+            units = {m.name: m.unit for m in self.train_group.metrics + self.valid_group.metrics}
+            self._plotter = BackgroundPlotter(self.artifact_dir / "plots", self._numeric_names(), units)
+        self._plotter.submit(self.history)  # drawn on the plotter's thread
+
+    def _close_plotter(self) -> None:
+        """Draws the last plots and waits for them; a drawing's error becomes a note."""
+        plotter, self._plotter = self._plotter, None
+        if plotter is None:
+            return
+        error = plotter.close()
+        if error is not None:
+            text = f"Plots failed: {type(error).__name__}: {error}"
+            log.warning(text)
+            self.renderer.message(text)
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(

@@ -6,6 +6,8 @@ import functools
 import math
 import os
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,66 @@ def plot_history(
         atomic_write(path, functools.partial(_save_png, figure))
         written.append(path)
     return written
+
+
+class BackgroundPlotter:
+    """Draws :func:`plot_history` on its own thread, so the training thread only
+    hands over a copy of the history (:meth:`submit`, microseconds). One drawing
+    runs at a time and a newer history replaces one not yet drawn. After a drawing
+    of ``d`` seconds the thread rests ``(1 / share - 1) * d`` seconds before the next,
+    so that drawing (which holds Python's GIL for much of its time) takes at most
+    ``share`` of the run's time. :meth:`close` draws the last history at once and
+    waits for it; it returns the first error a drawing raised (``None`` if none)."""
+
+    def __init__(
+        self, directory: str | os.PathLike, names: list[str], units: dict[str, str], share: float = 0.05
+    ) -> None:
+        self.directory = Path(directory)
+        self.names = list(names)
+        self.units = dict(units)
+        self.rest_factor = 1.0 / share - 1.0
+        self.busy = 0.0  # seconds spent drawing
+        self.drawn = 0  # drawings done
+        self._cond = threading.Condition()
+        self._pending: MetricHistory | None = None
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ember-plots", daemon=True)
+        self._thread.start()
+
+    def submit(self, history: MetricHistory) -> None:
+        snapshot = MetricHistory.from_dict(history.to_dict())
+        with self._cond:
+            self._pending = snapshot
+            self._cond.notify()
+
+    def _next(self, rest_until: float) -> MetricHistory | None:
+        with self._cond:
+            while True:
+                if self._pending is not None and (self._closing or time.monotonic() >= rest_until):
+                    snapshot, self._pending = self._pending, None
+                    return snapshot
+                if self._closing:
+                    return None
+                timeout = None if self._pending is None else max(0.0, rest_until - time.monotonic())
+                self._cond.wait(timeout)
+
+    def _run(self) -> None:
+        rest_until = 0.0
+        while (snapshot := self._next(rest_until)) is not None:
+            started = time.perf_counter()
+            try:
+                plot_history(snapshot, self.directory, self.names, self.units)
+            except Exception as error:  # reported by close()
+                self._error = self._error or error
+            took = time.perf_counter() - started
+            self.busy += took
+            self.drawn += 1
+            rest_until = time.monotonic() + self.rest_factor * took
+
+    def close(self) -> BaseException | None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        return self._error

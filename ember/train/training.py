@@ -21,6 +21,7 @@ from ember.train.metric.base import Metric, Split
 from ember.train.metric.loss import LossMetric
 from ember.train.metrics_group import MetricGroup
 from ember.train.renderer import MetricsRenderer
+from ember.train.tensorboard import TensorBoardLogger
 
 if TYPE_CHECKING:
     from ember.data import DataLoader
@@ -66,6 +67,7 @@ class SupervisedTraining:
         self._logger: FileMetricLogger | str = "csv"
         self._renderer: Any = "auto"
         self._plots = True
+        self._tensorboard: TensorBoardLogger | None = None
         self._summary = False
         self._interrupter = Interrupter()
         self._learning_strategy: Any = None
@@ -189,8 +191,26 @@ class SupervisedTraining:
         self._renderer = renderer
         return self
 
+    def logger_tensorboard(
+        self,
+        log_dir: str | os.PathLike | None = None,
+        histograms_every: int | None = 1,
+        steps_every: int | None = 10,
+    ) -> SupervisedTraining:
+        """Also write TensorBoard event files (needs tensorboardX, in ``ember[train]``)
+        to ``log_dir`` (default ``<artifact_dir>/tensorboard``): every metric's epoch
+        value, train and valid (``train/Loss``, ``valid/Accuracy``: step = the epoch);
+        every ``steps_every``-th step's values (``train_step/Loss``: step = the step's
+        index over the run; ``None``: epochs only); the learning rate (``train/lr``,
+        ``train_step/lr``); a histogram of each parameter every ``histograms_every``
+        epochs (``params/<path>``; ``None``: none). See :class:`TensorBoardLogger`.
+        ``tensorboard --logdir runs/demo/tensorboard`` shows them."""
+        self._tensorboard = TensorBoardLogger(log_dir, histograms_every=histograms_every, steps_every=steps_every)
+        return self
+
     def plots(self, enabled: bool = True) -> SupervisedTraining:
-        """PNG plots of the numeric metrics after each epoch (needs matplotlib)."""
+        """PNG plots of the numeric metrics after each epoch (needs matplotlib), drawn
+        on a thread of their own (see :class:`~ember.train.plot.BackgroundPlotter`)."""
         self._plots = bool(enabled)
         return self
 

@@ -271,3 +271,23 @@ def test_valid_metrics_without_a_valid_loader(tmp_path, ad):
         .launch(Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train)
     )
     assert result.epochs == 1 and result.checkpoint.name == "epoch-0001"
+
+
+def test_a_failing_plot_is_a_note_and_the_run_goes_on(tmp_path, ad, monkeypatch):
+    """Plots are drawn on the plotter's thread; a drawing that raises becomes one note
+    when fit ends, and the training result is unaffected."""
+    import ember.train.plot as plot
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(plot, "plot_history", broken)
+    out = io.StringIO()
+    train, valid = loaders()
+    result = (
+        SupervisedTraining(tmp_path)
+        .renderer(PlainRenderer(out))
+        .num_epochs(2)
+        .launch(Learner(Classifier.new(ad), AdamConfig().init(), 1e-2), train, valid)
+    )
+    assert result.epochs == 2 and out.getvalue().count("Plots failed: OSError: disk full") == 1
