@@ -21,11 +21,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from classify_digits import DigitsBatcher, DigitsCnn, shift
+from classify_digits import DigitsBatcher, DigitsCnn
 
 import ember.distributed as dist
 from ember import Device
-from ember.data import ArrayDataset, DataLoaderBuilder, MapperDataset, PartialDataset, ShuffledDataset
+from ember.data import ArrayDataset, DataLoaderBuilder, PartialDataset, ShuffledDataset, TransformDataset
+from ember.data.vision.transforms import RandomCrop
 from ember.distributed import DataParallel, DistributedSampler
 from ember.optim import AdamWConfig
 from ember.optim.lr_scheduler import CosineAnnealingLrSchedulerConfig
@@ -60,7 +61,9 @@ def main(argv: list[str] | None = None) -> float:
     digits = load_digits()
     dataset = ShuffledDataset(ArrayDataset(digits.images, digits.target), seed=0)
     train_set, valid_set = PartialDataset.split_fraction(dataset, 0.8)
-    train_set = MapperDataset(train_set, shift)
+    # The same augmentation as classify_digits.py: drawn from (seed, epoch, index), so every
+    # rank shifts each of its images as a single process would.
+    train_set = TransformDataset(train_set, RandomCrop(8, padding=1), seed=args.seed)
 
     batcher = DigitsBatcher()
     per_rank = args.batch_size // world.size
