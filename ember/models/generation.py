@@ -56,6 +56,23 @@ def _decode_step(model: Any, tokens: Tensor, mask: Tensor, positions: Tensor, ca
     return logits.squeeze_dim(1), cache
 
 
+def _keeps_logits(cls: type) -> bool:
+    """Whether the forward of model class ``cls`` takes ``logits_to_keep``."""
+    found = _KEEPS.get(cls)
+    if found is None:
+        import inspect
+
+        try:
+            found = "logits_to_keep" in inspect.signature(getattr(cls, "forward")).parameters  # noqa: B009
+        except (AttributeError, TypeError, ValueError):
+            found = False
+        _KEEPS[cls] = found
+    return found
+
+
+_KEEPS: dict[type, bool] = {}
+
+
 @functools.cache
 def _compiled_step() -> Any:
     """The compiled decode step, made once per process: its traces (one per model
@@ -133,14 +150,19 @@ def generate(
     slots = np.zeros((batch, max_len), np.int64)
     slots[:, :length] = mask
     positions = np.where(mask == 0, 1, np.cumsum(mask, axis=-1) - 1)
+    # The prefill needs the last position's logits only: a model that can skips the
+    # head's product over the other positions (transformers' logits_to_keep=1).
+    keep = {"logits_to_keep": 1} if _keeps_logits(type(model)) else {}
     logits, cache = model(
         Tensor.from_data(prompt, device=device),
         attention_mask=Tensor.from_data(slots, device=device),
         position_ids=Tensor.from_data(positions, device=device),
         cache=cache,
         cache_position=Tensor.from_data(np.array([0], np.int64), device=device),
+        **keep,
     )
-    last = logits.narrow(1, length - 1, 1).squeeze_dim(1)
+    seq = logits.dims()[1]
+    last = logits.narrow(1, seq - 1, 1).squeeze_dim(1)
     step = _compiled_step() if compile else _decode_step
     sequences = prompt
     unfinished = np.ones(batch, bool)
