@@ -392,9 +392,18 @@ class _Entry:
 
         model_leaves = sorted({src[1] for src in self.sources if src[0] in ("param", "running")})
         returns_model = self.model_out is not None
+        # A module this entry reads but does not return (a decode step's model): the
+        # same module as now (by identity, held weakly) has the same parameters, read
+        # per call; another one takes the generic path.
+        read_only = {} if returns_model else self._read_only_modules(leaves, model_leaves)
+        if read_only is None:
+            return self._run_generic
+        env["leaves_of"] = _module_leaves
         for i in model_leaves:
             if not returns_model:
-                return self._run_generic
+                add(f"    if leaves[{i}] is not {const(read_only[i], 'R')}(): return generic(leaves)")
+                add(f"    m{i} = leaves_of(leaves[{i}])[0]")
+                continue
             env["MODEL"] = self.model_out  # built once, kept for the entry's life
             add(f"    if leaves[{i}] is not MODEL:")
             add("        return generic(leaves)")
@@ -425,6 +434,8 @@ class _Entry:
                 leaf = leaves[source[1]]
                 inner = ".inner" if leaf._d.is_autodiff() else ""
                 inputs.append(f"leaves[{source[1]}]._p{inner}")
+            elif kind == "param" and not returns_model:
+                inputs.append(f"m{source[1]}[{source[2]}]._value._p")
             elif kind in ("param", "running"):
                 j = source[2] + (n_params if kind == "running" else 0)
                 inputs.append(f"{slot_names[j]}.{slot_attr[j]}")
@@ -590,6 +601,32 @@ class _Entry:
         self.code = "\n".join(lines)
         exec(self.code, env)  # code generated above from this entry's tables
         return env["run"]
+
+    def _read_only_modules(self, leaves: list[Any], model_leaves: list[int]) -> dict[int, Any] | None:
+        """Weak references to the modules at ``model_leaves`` of an entry that returns no
+        module, when a specialized run can read their parameters straight from the
+        ``Param`` objects: no running states, every value a plain (not autodiff) tensor,
+        none donated (a donated parameter is copied first: the generic path does it).
+        ``None`` otherwise."""
+        if any(src[0] == "running" for src in self.sources):
+            return None
+        positions = []
+        n = 0
+        for src in self.sources:
+            if src[0] == "scalar":
+                continue
+            if src[0] == "param":
+                positions.append(n)
+            n += 1
+        if set(positions) & {i for _, i in self.donated}:
+            return None
+        refs = {}
+        for i in model_leaves:
+            for p in _module_leaves(leaves[i])[0]:
+                if p._value is None or p._value._d.is_autodiff():
+                    return None
+            refs[i] = weakref.ref(leaves[i])
+        return refs
 
     @staticmethod
     def _in_place(template: Any, layout: list[Any]) -> bool:
@@ -860,6 +897,7 @@ class CompiledFunction:
         self._entries: dict[Any, _Entry] = {}
         self._eager: dict[Any, str] = {}
         self._last: tuple[tuple, Any, _Entry, Any] | None = None  # the fast path (see __call__)
+        self._module_keys: list[tuple[weakref.ref, Any]] = []  # see _module_key
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager": 0, "evictions": 0, "retraces": 0}
         self.__wrapped__ = fn
         self.__doc__ = fn.__doc__
@@ -941,7 +979,21 @@ class CompiledFunction:
         for entry in self._entries.values():
             if entry.model_out is module:  # the module a replay returned: its key is known
                 return entry.model_out_key
-        return _module_key(module)
+        # A module passed again (a decode step's model): a built module is a value, so
+        # its key is the one computed last time (kept weakly, as _module_leaves keeps
+        # walks), unless it has running states (their values are replaced per step).
+        if _module_leaves(module)[1]:
+            return _module_key(module)
+        keys = self._module_keys
+        for i, (ref, key) in enumerate(keys):
+            if ref() is module:
+                if i:
+                    keys.insert(0, keys.pop(i))
+                return key
+        key = _module_key(module)
+        keys.insert(0, (weakref.ref(module), key))
+        del keys[_LEAVES_KEPT:]
+        return key
 
     def _trace_and_run(self, key: Any, spec: Any, leaves: list[Any], args: tuple, kwargs: dict) -> Any:
         devices = _devices(leaves)
