@@ -80,7 +80,7 @@ def _compiled_step() -> Any:
     every later ``generate`` call, as a device keeps its kernel caches."""
     from ember.capture import compile
 
-    return compile(_decode_step, max_traces=16)
+    return compile(_decode_step, max_traces=16, donate=(4,))
 
 
 def generate(
