@@ -166,13 +166,17 @@ def generate(
     step = _compiled_step() if compile else _decode_step
     sequences = prompt
     unfinished = np.ones(batch, bool)
+    greedy = temperature == 0.0 and (repetition_penalty is None or repetition_penalty == 1.0)
     next_position = positions[:, -1] + 1
     for i in range(max_new_tokens):
-        scores = process(last.to_numpy(), sequences, temperature, top_k, top_p, repetition_penalty)
-        uniforms = None
-        if temperature > 0.0:
-            uniforms = Tensor.random([batch], Distribution.uniform(0.0, 1.0), device=device.inner()).to_numpy()
-        tokens = choose(scores, uniforms)
+        if greedy:  # the first largest score, as choose finds it (float32 to float64 is exact)
+            tokens = last.to_numpy().argmax(axis=-1)
+        else:
+            scores = process(last.to_numpy(), sequences, temperature, top_k, top_p, repetition_penalty)
+            uniforms = None
+            if temperature > 0.0:
+                uniforms = Tensor.random([batch], Distribution.uniform(0.0, 1.0), device=device.inner()).to_numpy()
+            tokens = choose(scores, uniforms)
         tokens = np.where(unfinished, tokens, pad)
         sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
         if streamer is not None:
