@@ -278,6 +278,7 @@ class _Entry:
         fixed = {n_sym + i: value for i, value in enumerate(literals)}
         self.literals: list[Any] = []
         self._donations_offered = self._donations(leaves, result_leaves)
+        self._arg_offered = self._arg_donations(compiled.donate, spec, leaves, result_leaves)
         self._deferred: Callable[[], Any] | None = None
         if not _takes(executor.plan, "fixed_scalars"):  # such an executor gets them on every run
             self.plan = executor.plan(abstract)
@@ -291,6 +292,7 @@ class _Entry:
             self.plan = Replay(abstract, fixed=fixed)
             self._deferred = lambda: executor.plan(abstract, fixed_scalars=fixed)
         self.donated = self._donations_offered if hasattr(self.plan, "donated") else ()
+        self.arg_donated = self._arg_offered if hasattr(self.plan, "donated") else ()
         self.owned: list[Any] = []  # per state read: the object a replay may update in place
         self.binding: Any = None  # the plan's Binding of the donated inputs (see _specialize)
         self.bind_failed = False
@@ -392,9 +394,18 @@ class _Entry:
 
         model_leaves = sorted({src[1] for src in self.sources if src[0] in ("param", "running")})
         returns_model = self.model_out is not None
+        # A module this entry reads but does not return (a decode step's model): the
+        # same module as now (by identity, held weakly) has the same parameters, read
+        # per call; another one takes the generic path.
+        read_only = {} if returns_model else self._read_only_modules(leaves, model_leaves)
+        if read_only is None:
+            return self._run_generic
+        env["leaves_of"] = _module_leaves
         for i in model_leaves:
             if not returns_model:
-                return self._run_generic
+                add(f"    if leaves[{i}] is not {const(read_only[i], 'R')}(): return generic(leaves)")
+                add(f"    m{i} = leaves_of(leaves[{i}])[0]")
+                continue
             env["MODEL"] = self.model_out  # built once, kept for the entry's life
             add(f"    if leaves[{i}] is not MODEL:")
             add("        return generic(leaves)")
@@ -425,6 +436,8 @@ class _Entry:
                 leaf = leaves[source[1]]
                 inner = ".inner" if leaf._d.is_autodiff() else ""
                 inputs.append(f"leaves[{source[1]}]._p{inner}")
+            elif kind == "param" and not returns_model:
+                inputs.append(f"m{source[1]}[{source[2]}]._value._p")
             elif kind in ("param", "running"):
                 j = source[2] + (n_params if kind == "running" else 0)
                 inputs.append(f"{slot_names[j]}.{slot_attr[j]}")
@@ -490,6 +503,15 @@ class _Entry:
                 add("        release(drawn)")
             add("        E.binding = E._runner = None")
             add("        return generic(leaves)")
+        elif self.arg_donated:
+            # The given-up arguments' arrays, made fit for in-place writes (see _given).
+            env["given"] = _given
+            env["ALL_DONATED"] = self.donated + self.arg_donated
+            positions = [i for _, i in self.arg_donated]
+            add(f"    G = given([{', '.join(inputs[i] for i in positions)}])")
+            for n, i in enumerate(positions):
+                inputs[i] = f"G[{n}]"
+            add(f"    outs = plan_run(backend, [{', '.join(inputs)}], {run_scalars}, ALL_DONATED)")
         else:
             add(f"    outs = plan_run(backend, [{', '.join(inputs)}], {run_scalars}, DONATED)")
 
@@ -591,6 +613,86 @@ class _Entry:
         exec(self.code, env)  # code generated above from this entry's tables
         return env["run"]
 
+    def _arg_donations(
+        self, donate: frozenset[int], spec: Any, leaves: list[Any], result_leaves: list[Any]
+    ) -> tuple[tuple[int, int], ...]:
+        """(output, input) pairs for the arguments at positions ``donate`` (see
+        :func:`compile`): each tensor of those arguments, in order, with the first result
+        tensor not yet paired of its shape and dtype (a cache passed in and returned
+        updated pairs field by field)."""
+        if not donate:
+            return ()
+        arg_specs = spec[1][0][1]  # spec of ((args...), {kwargs})
+        wanted: list[int] = []
+
+        def collect(item: Any) -> None:
+            if type(item) is _Leaf:
+                if item.kind == "tensor":
+                    wanted.append(item.index)
+                return
+            kind, items = item
+            if kind == "static":
+                return
+            for child in items:
+                collect(child[1] if kind is dict else child)
+
+        for position in sorted(donate):
+            if position < len(arg_specs):
+                collect(arg_specs[position])
+        index: dict[int, int] = {}
+        n = 0
+        for source in self.sources:
+            if source[0] == "scalar":
+                continue
+            if source[0] == "arg":
+                index[source[1]] = n
+            n += 1
+        outputs = [
+            (item[1], leaf)
+            for item, leaf in zip(self.result_plan, result_leaves)
+            if item[0] == "tensor" and not leaf._d.is_autodiff()
+        ]
+        used: set[int] = set()
+        pairs: list[tuple[int, int]] = []
+        for leaf_index in wanted:
+            i = index.get(leaf_index)
+            tensor = leaves[leaf_index]
+            if i is None or tensor._d.is_autodiff():
+                continue
+            shape, dtype = tensor.dims(), tensor.dtype
+            for k, out in outputs:
+                if k not in used and out.dims() == shape and out.dtype == dtype:
+                    used.add(k)
+                    pairs.append((k, i))
+                    break
+        return tuple(pairs)
+
+    def _read_only_modules(self, leaves: list[Any], model_leaves: list[int]) -> dict[int, Any] | None:
+        """Weak references to the modules at ``model_leaves`` of an entry that returns no
+        module, when a specialized run can read their parameters straight from the
+        ``Param`` objects: no running states, every value a plain (not autodiff) tensor,
+        none donated (a donated parameter is copied first: the generic path does it).
+        ``None`` otherwise."""
+        if any(src[0] == "running" for src in self.sources):
+            return None
+        positions = []
+        n = 0
+        for src in self.sources:
+            if src[0] == "scalar":
+                continue
+            if src[0] == "param":
+                positions.append(n)
+            n += 1
+        if set(positions) & {i for _, i in self.donated}:
+            return None
+        refs = {}
+        for i in model_leaves:
+            for p in _module_leaves(leaves[i])[0]:
+                if p._value is None or p._value._d.is_autodiff():
+                    return None
+            refs[i] = weakref.ref(leaves[i])
+        return refs
+
     @staticmethod
     def _in_place(template: Any, layout: list[Any]) -> bool:
         """Whether a state written with ``layout`` can update the state object read
@@ -625,6 +727,7 @@ class _Entry:
                 self.plan = self._deferred()
                 self._deferred = None
                 self.donated = self._donations_offered if hasattr(self.plan, "donated") else ()
+                self.arg_donated = self._arg_offered if hasattr(self.plan, "donated") else ()
             else:
                 self._runner = self._specialize(leaves)
         return out
@@ -670,7 +773,13 @@ class _Entry:
         # (a model that is not the one this entry returned, states written elsewhere).
         for _, i in self.donated:
             inputs[i] = np.array(inputs[i], order="C", copy=True)
-        values = self.plan.run(self.backend, inputs, scalars + self.literals, self.donated)
+        donated = self.donated
+        if self.arg_donated:  # the caller gave these up (compile(donate=...)): no copy
+            positions = [i for _, i in self.arg_donated]
+            for i, array in zip(positions, _given([inputs[i] for i in positions])):
+                inputs[i] = array
+            donated = donated + self.arg_donated
+        values = self.plan.run(self.backend, inputs, scalars + self.literals, donated)
         for owner, key, cls, layout in self.state_plan:
             current = dict.get(owner, key)
             fields = {}
@@ -776,6 +885,22 @@ def pack_contiguous(arrays: list[Any]) -> list[Any]:
     return out
 
 
+def _given(arrays: list[Any]) -> list[Any]:
+    """The arrays of given-up arguments (``compile(donate=...)``) as a plan may write
+    them in place: a copy of one that is not a writable C-contiguous numpy array, or
+    whose memory (its base array's) another of them holds too."""
+    seen: set[int] = set()
+    out = []
+    for a in arrays:
+        owner = id(a if type(a) is not np.ndarray or a.base is None else a.base)
+        if type(a) is not np.ndarray or not a.flags.c_contiguous or not a.flags.writeable or owner in seen:
+            a = np.array(a, order="C", copy=True)
+            owner = id(a)
+        seen.add(owner)
+        out.append(a)
+    return out
+
+
 def env_name(env: dict[str, Any], value: Any) -> str:
     """The name under which ``value`` is in a generated function's globals."""
     for name, item in env.items():
@@ -853,13 +978,15 @@ def _read_source(source: Any, leaves: list[Any], cache: dict, entry: _Entry) -> 
 class CompiledFunction:
     """A function traced per guard key and replayed (see the module docstring)."""
 
-    def __init__(self, fn: Callable[..., Any], max_traces: int = 8, executor: Any = None):
+    def __init__(self, fn: Callable[..., Any], max_traces: int = 8, executor: Any = None, donate: tuple[int, ...] = ()):
         self.fn = fn
+        self.donate = frozenset(donate)
         self.max_traces = max_traces
         self.executor = executor
         self._entries: dict[Any, _Entry] = {}
         self._eager: dict[Any, str] = {}
         self._last: tuple[tuple, Any, _Entry, Any] | None = None  # the fast path (see __call__)
+        self._module_keys: list[tuple[weakref.ref, Any]] = []  # see _module_key
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager": 0, "evictions": 0, "retraces": 0}
         self.__wrapped__ = fn
         self.__doc__ = fn.__doc__
@@ -941,7 +1068,21 @@ class CompiledFunction:
         for entry in self._entries.values():
             if entry.model_out is module:  # the module a replay returned: its key is known
                 return entry.model_out_key
-        return _module_key(module)
+        # A module passed again (a decode step's model): a built module is a value, so
+        # its key is the one computed last time (kept weakly, as _module_leaves keeps
+        # walks), unless it has running states (their values are replaced per step).
+        if _module_leaves(module)[1]:
+            return _module_key(module)
+        keys = self._module_keys
+        for i, (ref, key) in enumerate(keys):
+            if ref() is module:
+                if i:
+                    keys.insert(0, keys.pop(i))
+                return key
+        key = _module_key(module)
+        keys.insert(0, (weakref.ref(module), key))
+        del keys[_LEAVES_KEPT:]
+        return key
 
     def _trace_and_run(self, key: Any, spec: Any, leaves: list[Any], args: tuple, kwargs: dict) -> Any:
         devices = _devices(leaves)
@@ -1050,7 +1191,9 @@ def _devices(leaves: list[Any]) -> list[Device]:
     return found
 
 
-def compile(fn: Callable[..., Any] | None = None, *, max_traces: int = 8, executor: Any = None) -> Any:
+def compile(
+    fn: Callable[..., Any] | None = None, *, max_traces: int = 8, executor: Any = None, donate: tuple[int, ...] = ()
+) -> Any:
     """Trace ``fn`` once per guard key and replay it without Python per op.
 
     >>> step = ember.compile(train_step)           # doctest: +SKIP
@@ -1058,10 +1201,17 @@ def compile(fn: Callable[..., Any] | None = None, *, max_traces: int = 8, execut
 
     ``max_traces`` bounds the traces kept (the oldest is dropped first). Use as a
     decorator too (``@ember.compile`` or ``@ember.compile(max_traces=4)``).
+
+    ``donate`` names positional arguments whose tensors the caller gives up (as
+    ``jax.jit(donate_argnums=...)``): a result tensor of the same shape and dtype (the
+    first not yet paired, in order) may be computed into one's array, where the
+    executor can (LLVM over flex). A decode step passing its KV cache and getting the
+    new one back then updates it in place; the tensors passed there must not be read
+    after the call (they may hold the new values).
     """
     if fn is None:
-        return lambda f: CompiledFunction(f, max_traces, executor)
-    return CompiledFunction(fn, max_traces, executor)
+        return lambda f: CompiledFunction(f, max_traces, executor, donate)
+    return CompiledFunction(fn, max_traces, executor, donate)
 
 
 __all__ = ["CompileWarning", "CompiledFunction", "compile", "register_dataclass"]

@@ -56,6 +56,23 @@ def _decode_step(model: Any, tokens: Tensor, mask: Tensor, positions: Tensor, ca
     return logits.squeeze_dim(1), cache
 
 
+def _keeps_logits(cls: type) -> bool:
+    """Whether the forward of model class ``cls`` takes ``logits_to_keep``."""
+    found = _KEEPS.get(cls)
+    if found is None:
+        import inspect
+
+        try:
+            found = "logits_to_keep" in inspect.signature(getattr(cls, "forward")).parameters  # noqa: B009
+        except (AttributeError, TypeError, ValueError):
+            found = False
+        _KEEPS[cls] = found
+    return found
+
+
+_KEEPS: dict[type, bool] = {}
+
+
 @functools.cache
 def _compiled_step() -> Any:
     """The compiled decode step, made once per process: its traces (one per model
@@ -63,7 +80,7 @@ def _compiled_step() -> Any:
     every later ``generate`` call, as a device keeps its kernel caches."""
     from ember.capture import compile
 
-    return compile(_decode_step, max_traces=16)
+    return compile(_decode_step, max_traces=16, donate=(4,))
 
 
 def generate(
@@ -133,24 +150,33 @@ def generate(
     slots = np.zeros((batch, max_len), np.int64)
     slots[:, :length] = mask
     positions = np.where(mask == 0, 1, np.cumsum(mask, axis=-1) - 1)
+    # The prefill needs the last position's logits only: a model that can skips the
+    # head's product over the other positions (transformers' logits_to_keep=1).
+    keep = {"logits_to_keep": 1} if _keeps_logits(type(model)) else {}
     logits, cache = model(
         Tensor.from_data(prompt, device=device),
         attention_mask=Tensor.from_data(slots, device=device),
         position_ids=Tensor.from_data(positions, device=device),
         cache=cache,
         cache_position=Tensor.from_data(np.array([0], np.int64), device=device),
+        **keep,
     )
-    last = logits.narrow(1, length - 1, 1).squeeze_dim(1)
+    seq = logits.dims()[1]
+    last = logits.narrow(1, seq - 1, 1).squeeze_dim(1)
     step = _compiled_step() if compile else _decode_step
     sequences = prompt
     unfinished = np.ones(batch, bool)
+    greedy = temperature == 0.0 and (repetition_penalty is None or repetition_penalty == 1.0)
     next_position = positions[:, -1] + 1
     for i in range(max_new_tokens):
-        scores = process(last.to_numpy(), sequences, temperature, top_k, top_p, repetition_penalty)
-        uniforms = None
-        if temperature > 0.0:
-            uniforms = Tensor.random([batch], Distribution.uniform(0.0, 1.0), device=device.inner()).to_numpy()
-        tokens = choose(scores, uniforms)
+        if greedy:  # the first largest score, as choose finds it (float32 to float64 is exact)
+            tokens = last.to_numpy().argmax(axis=-1)
+        else:
+            scores = process(last.to_numpy(), sequences, temperature, top_k, top_p, repetition_penalty)
+            uniforms = None
+            if temperature > 0.0:
+                uniforms = Tensor.random([batch], Distribution.uniform(0.0, 1.0), device=device.inner()).to_numpy()
+            tokens = choose(scores, uniforms)
         tokens = np.where(unfinished, tokens, pad)
         sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
         if streamer is not None:

@@ -128,6 +128,14 @@ class Gpt2Block(Module):
         return x.add(self.mlp(self.ln_2(x))), out.cache
 
 
+def _keep_last(hidden: Tensor, n: int) -> Tensor:
+    """The last ``n`` positions of ``hidden`` ``[batch, seq, d]`` (all of them for ``n == 0``)."""
+    if not isinstance(n, int) or n < 0:
+        raise ShapeError(f"ember: logits_to_keep must be an int >= 0, got {n!r}")
+    seq = hidden.dims()[1]
+    return hidden if n == 0 or n >= seq else hidden.narrow(1, seq - n, n)
+
+
 class Gpt2Model(Module):
     """Token and position embeddings, the blocks and the final layer norm."""
 
@@ -238,12 +246,16 @@ class GPT2LMHeadModel(PretrainedModel):
         position_ids: Tensor | None = None,
         cache: KvCache | None = None,
         cache_position: Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> Any:
         """Logits ``[batch, seq, vocab_size]``; with a ``cache``, ``(logits, new cache)``.
         ``attention_mask`` ``[batch, seq]`` holds 1 for tokens and 0 for padding (Hugging
         Face's convention; with a cache it covers the tokens so far or the whole cache);
-        ``position_ids`` default to ``0 .. seq - 1`` (the slots, with a cache)."""
+        ``position_ids`` default to ``0 .. seq - 1`` (the slots, with a cache).
+        ``logits_to_keep=n > 0`` computes the logits of the last ``n`` positions only
+        (``transformers``' argument: ``generate``'s prefill needs the last one)."""
         hidden, new_cache = self.transformer(input_ids, attention_mask, position_ids, cache, cache_position)
+        hidden = _keep_last(hidden, logits_to_keep)
         if self.lm_head is not None:
             logits = self.lm_head(hidden)
         else:

@@ -25,6 +25,7 @@ from ember.device import Device
 from ember.errors import DTypeError, ShapeError, UsageError
 from ember.models.activations import activation
 from ember.models.config import HfConfig
+from ember.models.gpt2 import _keep_last
 from ember.models.llama_config import LlamaConfig, LlamaFamilyConfig, MistralConfig, Qwen2Config
 from ember.models.masks import padding_mask, window_mask
 from ember.models.pretrained import PretrainedModel
@@ -254,10 +255,13 @@ class LlamaForCausalLM(PretrainedModel):
         position_ids: Tensor | None = None,
         cache: KvCache | None = None,
         cache_position: Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> Any:
         """Logits ``[batch, seq, vocab_size]``; with a ``cache``, ``(logits, new
-        cache)`` (see the class docstring)."""
+        cache)`` (see the class docstring); ``logits_to_keep=n > 0``: the last ``n``
+        positions' logits only (``transformers``' argument)."""
         hidden, new_cache = self.model(input_ids, attention_mask, position_ids, cache, cache_position)
+        hidden = _keep_last(hidden, logits_to_keep)
         if self.lm_head is not None:
             logits = self.lm_head(hidden)
         else:
