@@ -20,10 +20,10 @@ from typing import Any, ClassVar
 
 from ember.backend.dtype import DType
 from ember.device import Device
-from ember.errors import ConfigError, ShapeError, UsageError
+from ember.errors import ConfigError, ShapeError
 from ember.models.activations import activation, check_activation
 from ember.models.config import HfConfig
-from ember.models.masks import padding_mask
+from ember.models.masks import check_cache, padding_mask
 from ember.models.pretrained import PretrainedModel
 from ember.module import Module, Rename, WeightMap
 from ember.nn import (
@@ -160,16 +160,7 @@ class Gpt2Model(Module):
         batch, seq = input_ids.dims()
         device = input_ids.device
         if cache is not None:
-            if not isinstance(cache, KvCache) or len(cache) != len(self.h):
-                raise UsageError(
-                    f"ember: GPT2Model: cache must be a KvCache of {len(self.h)} layers (model.new_cache(batch, "
-                    f"max_len)), got {cache!r:.80}"
-                )
-            if cache_position is None:
-                raise UsageError(
-                    "ember: GPT2Model: a cache needs cache_position, an int tensor [1] holding the slot of the first "
-                    "new token (Tensor.from_ints([0]) for the prompt, then the number of tokens so far)"
-                )
+            check_cache("GPT2Model", cache, len(self.h), cache_position)
         if position_ids is None:
             position_ids = Tensor.arange(seq, device=device).unsqueeze_dim(0)
             if cache_position is not None:

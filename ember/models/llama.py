@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ember.backend.dtype import DType
 from ember.device import Device
-from ember.errors import DTypeError, ShapeError, UsageError
+from ember.errors import DTypeError, ShapeError
 from ember.models.activations import activation
 from ember.models.config import HfConfig
 from ember.models.gpt2 import _keep_last
 from ember.models.llama_config import LlamaConfig, LlamaFamilyConfig, MistralConfig, Qwen2Config
-from ember.models.masks import padding_mask, window_mask
+from ember.models.masks import check_cache, padding_mask, window_mask
 from ember.models.pretrained import PretrainedModel
 from ember.module import Module, Rename, WeightMap
 from ember.nn import (
@@ -130,16 +130,7 @@ class LlamaModel(Module):
         batch, seq = input_ids.dims()
         device = input_ids.device
         if cache is not None:
-            if not isinstance(cache, KvCache) or len(cache) != len(self.layers):
-                raise UsageError(
-                    f"ember: LlamaModel: cache must be a KvCache of {len(self.layers)} layers (model.new_cache(batch, "
-                    f"max_len)), got {cache!r:.80}"
-                )
-            if cache_position is None:
-                raise UsageError(
-                    "ember: LlamaModel: a cache needs cache_position, an int tensor [1] holding the slot of the "
-                    "first new token (Tensor.from_ints([0]) for the prompt, then the number of tokens so far)"
-                )
+            check_cache("LlamaModel", cache, len(self.layers), cache_position)
         key_len = seq if cache is None else cache.max_len
         mask_pad = padding_mask(attention_mask, batch, key_len, device, "LlamaModel")
         windows: dict[int, Tensor] = {}

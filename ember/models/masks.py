@@ -9,11 +9,29 @@ the cache's ``max_len`` slots.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ember.device import Device
-from ember.errors import DTypeError, ShapeError
+from ember.errors import DTypeError, ShapeError, UsageError
+from ember.nn import KvCache
 from ember.tensor import Tensor
 
-__all__ = ["padding_mask", "window_mask"]
+__all__ = ["check_cache", "padding_mask", "window_mask"]
+
+
+def check_cache(op: str, cache: Any, n_layers: int, cache_position: Tensor | None) -> None:
+    """A ``UsageError`` naming the fix unless ``cache`` is a ``KvCache`` of ``n_layers``
+    layers given with its ``cache_position`` (a decoder's forward with a cache)."""
+    if not isinstance(cache, KvCache) or len(cache) != n_layers:
+        raise UsageError(
+            f"ember: {op}: cache must be a KvCache of {n_layers} layers (model.new_cache(batch, max_len)), "
+            f"got {cache!r:.80}"
+        )
+    if cache_position is None:
+        raise UsageError(
+            f"ember: {op}: a cache needs cache_position, an int tensor [1] holding the slot of the first new "
+            "token (Tensor.from_ints([0]) for the prompt, then the number of tokens so far)"
+        )
 
 
 def padding_mask(attention_mask: Tensor | None, batch: int, key_len: int, device: Device, op: str) -> Tensor | None:

@@ -150,3 +150,16 @@ def test_bad_arguments_are_named(checkpoint):
         generate(model, [[1, 2]], 3, attention_mask=[[1, 0]])
     with pytest.raises(ShapeError, match="n_positions|max_position|exceed"):
         generate(model, [[1, 2]], 500)
+
+
+def test_a_cache_without_its_position_or_of_another_model_is_named(checkpoint):
+    from ember import Tensor
+    from ember.errors import UsageError
+
+    directory, _ = checkpoint
+    model = from_pretrained(directory, device=Device.flex())
+    ids = Tensor.from_ints([[3, 4]])
+    with pytest.raises(UsageError, match="needs cache_position"):
+        model(ids, cache=model.new_cache(1, 8))
+    with pytest.raises(UsageError, match="cache must be a KvCache of 2 layers"):
+        model(ids, cache=(), cache_position=Tensor.from_ints([0]))
