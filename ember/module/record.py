@@ -45,7 +45,7 @@ FORMAT = "ember-record"
 FORMAT_VERSION = 1
 
 
-def _check_format(path: Any, metadata: dict[str, str], kind: str) -> None:
+def check_format(path: Any, metadata: dict[str, str], kind: str) -> None:
     if metadata.get("format") != FORMAT:
         raise RecordError(
             f"ember: {path} is a safetensors file but not an ember {kind} record (no ember metadata); "
@@ -115,15 +115,15 @@ def load_file(
     to the module's dtypes, ``"record"`` keeps the record's. Shapes must match.
     """
     tensors, metadata = read_safetensors(path)
-    _check_format(path, metadata, "module")
+    check_format(path, metadata, "module")
     if "entries" not in metadata:
         raise RecordError(f"ember: {path} is corrupt: its entry table is missing")
-    entries = _check_entries(path, parse_json(metadata["entries"], "its entry table", path), tensors)
-    _check_shared_ids(path, module, entries)
-    return _load_entries(module, path, tensors, entries, strict=strict, dtype_policy=dtype_policy)
+    entries = check_entries(path, parse_json(metadata["entries"], "its entry table", path), tensors)
+    check_shared_ids(path, module, entries)
+    return load_entries(module, path, tensors, entries, strict=strict, dtype_policy=dtype_policy)
 
 
-def _check_entries(path: Any, entries: Any, tensors: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+def check_entries(path: Any, entries: Any, tensors: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
     """The entry table, checked against the tensors: one entry per tensor, each with a
     kind, a ParamId and the tensor's shape."""
     where = f"ember: {path} is corrupt: its entry table"
@@ -154,7 +154,7 @@ def _check_entries(path: Any, entries: Any, tensors: dict[str, np.ndarray]) -> d
     return entries
 
 
-def _check_shared_ids(path: Any, module: Module, entries: dict[str, dict[str, Any]]) -> None:
+def check_shared_ids(path: Any, module: Module, entries: dict[str, dict[str, Any]]) -> None:
     """Entries may share a ParamId only where the module shares one parameter (tied weights)."""
     by_id: dict[str, list[str]] = {}
     for key, entry in entries.items():
@@ -178,10 +178,10 @@ def load_arrays(
     dtype_policy: str = "module",
 ) -> Module:
     """A copy of ``module`` with values from ``{path: array}`` (ids unchanged)."""
-    return _load_entries(module, source, arrays, {}, strict=strict, dtype_policy=dtype_policy)
+    return load_entries(module, source, arrays, {}, strict=strict, dtype_policy=dtype_policy)
 
 
-def _load_entries(
+def load_entries(
     module: Module,
     source: Any,
     tensors: dict[str, np.ndarray],
@@ -315,7 +315,7 @@ def save_record(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | N
 def load_record(path: str | os.PathLike, device: Device | None = None) -> Any:
     """The structure saved by :meth:`save_record`, tensors placed on ``device``."""
     tensors, metadata = read_safetensors(path)
-    _check_format(path, metadata, "tree")
+    check_format(path, metadata, "tree")
     if "tree" not in metadata:
         raise RecordError(f"ember: {path} is corrupt: its structure table is missing")
     structure = parse_json(metadata["tree"], "its structure table", path)

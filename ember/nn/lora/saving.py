@@ -13,10 +13,10 @@ from ember.module import Module
 from ember.module.record import (  # the module records' own checks, shared
     FORMAT,
     FORMAT_VERSION,
-    _check_entries,
-    _check_format,
-    _check_shared_ids,
-    _load_entries,
+    check_entries,
+    check_format,
+    check_shared_ids,
+    load_entries,
     read_safetensors,
     write_safetensors,
 )
@@ -95,11 +95,11 @@ def load_adapters(model: Module, path: str | os.PathLike, *, strict: bool = True
     >>> model = load_adapters(LoraConfig(r=8).init(base_model), "adapters.safetensors")  # doctest: +SKIP
     """
     tensors, metadata = read_safetensors(path)
-    _check_format(path, metadata, KIND)
+    check_format(path, metadata, KIND)
     if "entries" not in metadata or "layers" not in metadata:
         raise RecordError(f"ember: {path} is corrupt: its entry or layer table is missing")
-    entries = _check_entries(path, parse_json(metadata["entries"], "its entry table", path), tensors)
-    _check_shared_ids(path, model, entries)
+    entries = check_entries(path, parse_json(metadata["entries"], "its entry table", path), tensors)
+    check_shared_ids(path, model, entries)
     saved_layers = parse_json(metadata["layers"], "its layer table", path)
     if not isinstance(saved_layers, dict):
         raise RecordError(f"ember: {path} is corrupt: its layer table is not an object")
@@ -135,4 +135,4 @@ def load_adapters(model: Module, path: str | os.PathLike, *, strict: bool = True
             "apply LoRA with the alpha the adapters were trained with"
         )
     known = {k: v for k, v in tensors.items() if k in ours}
-    return _load_entries(model, path, known, entries, strict=False, dtype_policy="module")
+    return load_entries(model, path, known, entries, strict=False, dtype_policy="module")
