@@ -67,3 +67,16 @@ def save_tokenizer(directory, vocab_size: int, text: str) -> object:
     tokenizer.train_from_iterator([text], trainer)
     tokenizer.save(str(directory / "tokenizer.json"))
     return tokenizer
+
+
+def import_peft():
+    """Hugging Face ``peft`` (the oracle of PEFT adapter files), or a skip (a failure
+    when EMBER_REQUIRE_TORCH=1)."""
+    import_transformers()
+    try:
+        import peft
+    except ImportError:
+        if REQUIRE_TORCH:
+            pytest.fail("peft is required (EMBER_REQUIRE_TORCH=1) but not installed")
+        pytest.skip("peft is not installed")
+    return peft

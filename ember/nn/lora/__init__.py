@@ -19,6 +19,7 @@ Hugging Face PEFT users know them.
 from ember.nn.lora.adapters import adapter_group, adapter_params, lora_layers, merge
 from ember.nn.lora.config import LoraConfig
 from ember.nn.lora.linear import LoraLinear
+from ember.nn.lora.peft import load_peft, save_peft
 from ember.nn.lora.saving import load_adapters, save_adapters
 
 __all__ = [
@@ -27,7 +28,9 @@ __all__ = [
     "adapter_group",
     "adapter_params",
     "load_adapters",
+    "load_peft",
     "lora_layers",
     "merge",
     "save_adapters",
+    "save_peft",
 ]
