@@ -22,6 +22,7 @@ import numpy as np
 
 from ember.backend.dtype import DType
 from ember.device import Device
+from ember.errors import ModuleError
 from ember.models.activations import activation
 from ember.models.bert_config import BertConfig
 from ember.models.config import HfConfig
@@ -142,13 +143,29 @@ class BertPooler(Module):
         return self.dense(hidden.narrow(1, 0, 1).squeeze_dim(1)).tanh()
 
 
-class BertModel(Module):
-    """Embeddings and encoder; ``pooler`` (present for sequence classification) summarises
-    the first token. ``forward`` returns the hidden states ``[batch, seq, hidden_size]``."""
+class BertModel(PretrainedModel):
+    """The bare BERT encoder (``"BertModel"`` checkpoints, as sentence-embedding models
+    ship): embeddings and encoder; ``pooler`` (present in bare checkpoints and for
+    sequence classification) summarises the first token. ``forward`` returns the hidden
+    states ``[batch, seq, hidden_size]`` (transformers' ``last_hidden_state``);
+    :meth:`pooled` gives ``pooler_output``. The heads hold one as ``bert``."""
 
+    hf_architecture: ClassVar[str] = "BertModel"
+    config_class: ClassVar[type[HfConfig]] = BertConfig
+    config: BertConfig
     embeddings: BertEmbeddings
     encoder: BertEncoder
     pooler: BertPooler | None = None
+
+    @classmethod
+    def from_config(cls, config: BertConfig, device: Device | None = None) -> BertModel:
+        return cls.build(config, device or Device.default(), pooler=True)
+
+    def pooled(self, hidden: Tensor) -> Tensor:
+        """transformers' ``pooler_output``: ``tanh(dense(hidden[:, 0]))``, ``[batch, hidden_size]``."""
+        if self.pooler is None:
+            raise ModuleError("ember: BertModel.pooled: this encoder was built without a pooler (a masked-LM trunk)")
+        return self.pooler(hidden)
 
     def forward(
         self,
@@ -170,6 +187,7 @@ class BertModel(Module):
     def build(config: BertConfig, device: Device, pooler: bool) -> BertModel:
         """A freshly (lazily) initialised encoder, as ``transformers`` initialises one."""
         return BertModel(
+            config=config,
             embeddings=BertEmbeddings(
                 word_embeddings=Embedding(
                     weight=_PaddedNormal(std=config.initializer_range, padding_idx=config.pad_token_id).lazy(
@@ -186,6 +204,9 @@ class BertModel(Module):
             if pooler
             else None,
         )
+
+    def weight_map(self) -> WeightMap:
+        return WeightMap(renames=_RENAMES, ignore=(_BUFFERS,))
 
 
 def _linear(config: BertConfig, d_in: int, d_out: int, device: Device, bias: bool = True) -> Linear:
@@ -274,6 +295,7 @@ class BertForMaskedLM(PretrainedModel):
     config unties them."""
 
     hf_architecture: ClassVar[str] = "BertForMaskedLM"
+    base_model_prefix: ClassVar[str] = "bert"
     config_class: ClassVar[type[HfConfig]] = BertConfig
     config: BertConfig
     bert: BertModel
@@ -321,6 +343,7 @@ class BertForSequenceClassification(PretrainedModel):
     logits ``[batch, num_labels]``."""
 
     hf_architecture: ClassVar[str] = "BertForSequenceClassification"
+    base_model_prefix: ClassVar[str] = "bert"
     config_class: ClassVar[type[HfConfig]] = BertConfig
     config: BertConfig
     bert: BertModel

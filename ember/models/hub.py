@@ -96,6 +96,27 @@ def _pick_architecture(data: dict[str, Any], file: Any) -> type[PretrainedModel]
     )
 
 
+def _match_prefix(
+    arrays: dict[str, np.ndarray], cls: type[PretrainedModel], data: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """The checkpoint's keys under ``cls``'s prefix: a head over a bare checkpoint
+    (``BertForSequenceClassification`` over ``"BertModel"`` weights) prefixes them with
+    ``bert.``; a bare model over a head's checkpoint keeps the ``bert.`` keys, unprefixed
+    (the head's own weights then count as unexpected), as transformers does."""
+    known = _architectures()
+    theirs = next((known[n] for n in data.get("architectures") or [] if n in known), None)
+    prefix = cls.base_model_prefix or (theirs.base_model_prefix if theirs is not None else "")
+    if not prefix:
+        return arrays
+    marker = prefix + "."
+    prefixed = any(k.startswith(marker) for k in arrays)
+    if cls.base_model_prefix and not prefixed:
+        return {marker + k: v for k, v in arrays.items()}
+    if not cls.base_model_prefix and prefixed:
+        return {(k[len(marker) :] if k.startswith(marker) else k): v for k, v in arrays.items()}
+    return arrays
+
+
 def _cast(model: PretrainedModel, dtype: DType) -> PretrainedModel:
     def cast(param: Param, path: str) -> Param:
         if not param.dtype.is_float or param.dtype == dtype:
@@ -139,6 +160,8 @@ def from_pretrained(
     device = device or Device.default()
     fresh = cls.from_config(config, device)
     arrays, source = read_safetensors_dir(directory, "from_pretrained")
+    if other_head:
+        arrays = _match_prefix(arrays, cls, data)
     # Another head of the same model (a classifier over a masked-LM checkpoint, as
     # transformers allows): the shared trunk loads, the head keeps its fresh weights.
     loaded, missing, unexpected = load_foreign(

@@ -20,6 +20,9 @@ class PretrainedModel(Module):
     ``config_class``, and build themselves in :meth:`from_config`."""
 
     hf_architecture: ClassVar[str] = ""
+    #: The field holding the bare model in a head (``"bert"``), as transformers'
+    #: ``base_model_prefix``: a head loads over a bare checkpoint and back.
+    base_model_prefix: ClassVar[str] = ""
     config_class: ClassVar[type[HfConfig]] = HfConfig
     config: HfConfig
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ember.models.bert import BertForMaskedLM, BertForSequenceClassification
+from ember.models.bert import BertForMaskedLM, BertForSequenceClassification, BertModel
 from ember.models.gpt2 import GPT2LMHeadModel
 from ember.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from ember.models.pretrained import PretrainedModel
@@ -15,6 +15,7 @@ ARCHITECTURES: dict[str, type[PretrainedModel]] = {
         GPT2LMHeadModel,
         BertForMaskedLM,
         BertForSequenceClassification,
+        BertModel,
         LlamaForCausalLM,
         MistralForCausalLM,
         Qwen2ForCausalLM,

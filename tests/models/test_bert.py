@@ -12,7 +12,14 @@ import pytest
 
 from ember import Device, Tensor
 from ember.errors import ConfigError, RecordError
-from ember.models import BertConfig, BertForMaskedLM, BertForSequenceClassification, LoadReport, from_pretrained
+from ember.models import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertModel,
+    LoadReport,
+    from_pretrained,
+)
 from ember.module.safetensors_file import read_safetensors, write_safetensors
 from tests.conftest import make_device
 from tests.models.hf import assert_logits, import_transformers, save_random, torch_logits
@@ -288,3 +295,55 @@ def test_a_classifier_over_a_masked_lm_checkpoint_keeps_its_fresh_head(checkpoin
         model.bert.embeddings.word_embeddings.weight.val().to_numpy(),
         masked.bert.embeddings.word_embeddings.weight.val().to_numpy(),
     )
+
+
+def test_a_bare_encoder_checkpoint_gives_the_hidden_states_and_pooled_output(tmp_path, rng):
+    """``"BertModel"`` checkpoints (sentence-embedding models): no ``bert.`` prefix, a pooler."""
+    import torch
+
+    reference = save_random("BertModel", "BertConfig", tmp_path / "bare", seed=2, **CONFIG)
+    model = from_pretrained(tmp_path / "bare")
+    assert isinstance(model, BertModel) and model.pooler is not None
+    ids, mask, types = batch(rng)
+    with torch.no_grad():
+        out = reference(torch.as_tensor(ids), torch.as_tensor(mask), torch.as_tensor(types))
+    hidden = run(model, ids, mask, types)
+    assert_logits(hidden, out.last_hidden_state.numpy())
+    assert_logits(model.pooled(hidden), out.pooler_output.numpy())
+    model.save_pretrained(tmp_path / "again")
+    again = import_transformers().BertModel.from_pretrained(str(tmp_path / "again")).eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            again(torch.as_tensor(ids)).last_hidden_state.numpy(), out_ids(reference, ids), rtol=1e-6, atol=1e-6
+        )
+
+
+def out_ids(reference, ids):
+    import torch
+
+    with torch.no_grad():
+        return reference(torch.as_tensor(ids)).last_hidden_state.numpy()
+
+
+def test_heads_over_a_bare_checkpoint_and_the_encoder_of_a_heads_checkpoint(checkpoints, tmp_path, rng):
+    """As transformers' base_model_prefix: the ``bert.`` prefix is added or dropped."""
+    save_random("BertModel", "BertConfig", tmp_path / "bare", seed=2, **CONFIG)
+    bare = from_pretrained(tmp_path / "bare")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        head = BertForSequenceClassification.from_pretrained(tmp_path / "bare")
+    report = [str(w.message) for w in caught if isinstance(w.message, LoadReport)]
+    assert report and "classifier.weight" in report[0] and "bert." not in report[0].split("not used")[-1]
+    ids, mask, types = batch(rng)
+    np.testing.assert_array_equal(run(head.bert, ids, mask, types).to_numpy(), run(bare, ids, mask, types).to_numpy())
+    directory, masked_lm = checkpoints["mlm"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoder = BertModel.from_pretrained(directory)
+    import torch
+
+    with torch.no_grad():
+        expected = masked_lm.bert(torch.as_tensor(ids), torch.as_tensor(mask), torch.as_tensor(types))
+    assert_logits(run(encoder, ids, mask, types), expected.last_hidden_state.numpy())
+    report = [str(w.message) for w in caught if isinstance(w.message, LoadReport)]
+    assert report and "cls.predictions" in report[0] and "pooler.dense.weight" in report[0]
