@@ -99,6 +99,37 @@ class _Node:
 _NODES: dict[type, _Node] = {}
 
 
+@dataclass(frozen=True, slots=True)
+class _CustomNode:
+    """A class registered with :func:`register_pytree_node` in a structure: called with
+    its children's values, it builds the instance again from them and ``aux``."""
+
+    cls: type
+    unflatten: Callable[[Any, tuple[Any, ...]], Any]
+    aux: Any
+
+    def __call__(self, children: Any) -> Any:
+        return self.unflatten(self.aux, tuple(children))
+
+
+_CUSTOM: dict[type, tuple[Callable[[Any], tuple[Any, Any]], Callable[[Any, tuple[Any, ...]], Any]]] = {}
+
+
+def register_pytree_node(
+    cls: type[_T],
+    flatten: Callable[[_T], tuple[Any, Any]],
+    unflatten: Callable[[Any, tuple[Any, ...]], _T],
+) -> type[_T]:
+    """Let instances of ``cls`` pass into and out of compiled functions as structures
+    (JAX's ``register_pytree_node``): ``flatten(obj) -> (children, aux)`` gives the
+    values to trace (tensors, modules, floats, or structures of them) and a hashable
+    ``aux`` that identifies the structure (a new ``aux`` traces again);
+    ``unflatten(aux, children)`` builds the instance again. ``GradientsParams`` is
+    registered this way, so a compiled step may return the gradients."""
+    _CUSTOM[cls] = (flatten, unflatten)
+    return cls
+
+
 def register_dataclass(cls: type[_T]) -> type[_T]:
     """Let instances of the dataclass ``cls`` pass into and out of compiled functions
     as structures: their fields are flattened like a tuple's (tensors become graph
@@ -123,6 +154,10 @@ def _flatten(value: Any, leaves: list[Any]) -> Any:
     node = _NODES.get(type(value))
     if node is not None:
         return (node, tuple(_flatten(getattr(value, name), leaves) for name in node.names))
+    custom = _CUSTOM.get(type(value))
+    if custom is not None:
+        children, aux = custom[0](value)
+        return (_CustomNode(type(value), custom[1], aux), tuple(_flatten(v, leaves) for v in children))
     if type(value) is dict:
         return (dict, tuple((k, _flatten(v, leaves)) for k, v in value.items()))
     return ("static", value)
@@ -1170,6 +1205,10 @@ def _flatten_result(result: Any, leaves: list[Any]) -> Any:
     node = _NODES.get(type(result))
     if node is not None:
         return (node, tuple(_flatten_result(getattr(result, name), leaves) for name in node.names))
+    custom = _CUSTOM.get(type(result))
+    if custom is not None:
+        children, aux = custom[0](result)
+        return (_CustomNode(type(result), custom[1], aux), tuple(_flatten_result(v, leaves) for v in children))
     if type(result) is dict:
         return (dict, tuple((k, _flatten_result(v, leaves)) for k, v in result.items()))
     return ("static", result)
@@ -1214,4 +1253,4 @@ def compile(
     return CompiledFunction(fn, max_traces, executor, donate)
 
 
-__all__ = ["CompileWarning", "CompiledFunction", "compile", "register_dataclass"]
+__all__ = ["CompileWarning", "CompiledFunction", "compile", "register_dataclass", "register_pytree_node"]

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ember.capture import register_pytree_node
 from ember.device import Device
 from ember.errors import GraphError
 from ember.module import Module, ModuleVisitor, Param, ParamId
@@ -186,3 +187,19 @@ class GradientsAccumulator:
         """The summed gradients; the accumulator starts over."""
         out, self._sum, self.count = self._sum, GradientsParams(), 0
         return out
+
+
+def _flatten_grads(grads: GradientsParams) -> tuple[tuple[Tensor, ...], tuple[ParamId, ...]]:
+    return tuple(grads._grads.values()), tuple(grads._grads)
+
+
+def _unflatten_grads(ids: tuple[ParamId, ...], values: tuple[Tensor, ...]) -> GradientsParams:
+    # The parameters from_grads remembered are the traced ones: an optimizer step finds
+    # the module's own by id (one walk).
+    out = GradientsParams()
+    out._grads = dict(zip(ids, values))
+    return out
+
+
+# A compiled step may take or return gradients: their tensors are traced values.
+register_pytree_node(GradientsParams, _flatten_grads, _unflatten_grads)
