@@ -11,8 +11,9 @@ above its fence (invisible on the rendered page):
   (``scripts/gpu_check.sh`` runs where one is).
 - ``<!-- book: torch -->``, ``<!-- book: onnx -->``: PyTorch, or the onnx and onnxruntime
   packages; skipped without them, a failure where CI requires them.
-- ``<!-- book: mpi -->``: a whole program run on two ranks with ``mpiexec -n 2`` (as
-  tests/distributed does); it shares nothing with the page's other blocks.
+- ``<!-- book: mpi -->``: a whole program, run as one process (``python``) and on two
+  ranks (``mpiexec -n 2``, as tests/distributed does); it shares nothing with the page's
+  other blocks. Skipped without mpi4py and ``mpiexec``, a failure with ``EMBER_REQUIRE_MPI=1``.
 - ``<!-- book: skip REASON -->``: not run, for the REASON given (files the reader
   supplies, a feature that is not merged yet).
 
@@ -106,7 +107,7 @@ def _required(mark: str) -> bool:
 
 
 def _run_mpi(block: Block, tmp_path: Path) -> str | None:
-    """Runs the block as a program on two ranks; returns why it could not run (or None)."""
+    """Runs the block as a program, alone and on two ranks; returns why it could not (or None)."""
     from tests.distributed.conftest import find_mpiexec, worker_env
 
     mpiexec = find_mpiexec()
@@ -114,15 +115,17 @@ def _run_mpi(block: Block, tmp_path: Path) -> str | None:
         return "MPI is not installed (pip install -e '.[dist]')"
     script = tmp_path / f"block_{block.line}.py"
     script.write_text(block.code, encoding="utf-8")
-    result = subprocess.run(
-        [mpiexec, "-n", "2", sys.executable, str(script)],
-        cwd=tmp_path,
-        env=worker_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, f"{block.where} on 2 ranks:\n{result.stdout}\n{result.stderr}"
+    for launcher in ([], [mpiexec, "-n", "2"]):
+        result = subprocess.run(
+            [*launcher, sys.executable, str(script)],
+            cwd=tmp_path,
+            env=worker_env(),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        how = "on 2 ranks" if launcher else "as one process"
+        assert result.returncode == 0, f"{block.where} {how}:\n{result.stdout}\n{result.stderr}"
     return None
 
 
