@@ -9,8 +9,9 @@ above its fence (invisible on the rendered page):
   skipped without one, a failure with ``EMBER_REQUIRE_GPU=1`` (as CI sets).
 - ``<!-- book: cuda -->``: an NVIDIA GPU (``Device.cuda()``); skipped without one
   (``scripts/gpu_check.sh`` runs where one is).
-- ``<!-- book: torch -->``, ``<!-- book: onnx -->``: PyTorch, or the onnx and onnxruntime
-  packages; skipped without them, a failure where CI requires them.
+- ``<!-- book: torch -->``, ``<!-- book: onnx -->``: PyTorch, or the onnx package;
+  skipped without it, a failure where CI requires it (``EMBER_REQUIRE_TORCH=1``,
+  ``EMBER_REQUIRE_ONNX=1``).
 - ``<!-- book: mpi -->``: a whole program, run as one process (``python``) and on two
   ranks (``mpiexec -n 2``, as tests/distributed does); it shares nothing with the page's
   other blocks. Skipped without mpi4py and ``mpiexec``, a failure with ``EMBER_REQUIRE_MPI=1``.
@@ -95,9 +96,8 @@ def _missing(mark: str) -> str | None:
         if importlib.util.find_spec("torch") is None:
             return "PyTorch is not installed"
     elif kind == "onnx":
-        for name in ("torch", "onnx", "onnxruntime"):
-            if importlib.util.find_spec(name) is None:
-                return f"{name} is not installed"
+        if importlib.util.find_spec("onnx") is None:
+            return "onnx is not installed (pip install -e '.[onnx]')"
     return None
 
 
