@@ -19,7 +19,9 @@ above its fence (invisible on the rendered page):
   supplies, a feature that is not merged yet).
 
 Other blocks always run; a block that needs nothing special must not be marked. Blocks
-are kept tiny (a few steps of small models) so the whole book runs in seconds.
+are kept tiny (a few steps of small models). A page whose blocks take more than a few
+seconds anyway (processes to launch, kernels to compile) carries ``<!-- book: slow -->``
+on a line of its own, and its test the suite's ``slow`` marker.
 """
 
 from __future__ import annotations
@@ -39,9 +41,14 @@ import pytest
 from tests.conftest import REQUIRE_GPU, REQUIRE_MPI, REQUIRE_TORCH
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [p for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))] if "```python" in p.read_text(encoding="utf-8")]
+PAGES = [
+    p
+    for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    if "```python" in p.read_text(encoding="utf-8")
+]
 FENCE = re.compile(r"^(?:<!-- book: (?P<mark>[^\n]*?) -->\n)?```python\n(?P<code>.*?)^```\s*$", re.M | re.S)
 MARKS = ("gpu", "cuda", "torch", "onnx", "mpi", "skip")
+SLOW_PAGE = "\n<!-- book: slow -->\n"
 REQUIRE_ONNX = os.environ.get("EMBER_REQUIRE_ONNX") == "1"
 
 
@@ -92,12 +99,10 @@ def _missing(mark: str) -> str | None:
             Device.cuda()
         except Exception as error:
             return f"no CUDA device: {error}"
-    elif kind == "torch":
-        if importlib.util.find_spec("torch") is None:
-            return "PyTorch is not installed"
-    elif kind == "onnx":
-        if importlib.util.find_spec("onnx") is None:
-            return "onnx is not installed (pip install -e '.[onnx]')"
+    elif kind == "torch" and importlib.util.find_spec("torch") is None:
+        return "PyTorch is not installed"
+    elif kind == "onnx" and importlib.util.find_spec("onnx") is None:
+        return "onnx is not installed (pip install -e '.[onnx]')"
     return None
 
 
@@ -129,7 +134,16 @@ def _run_mpi(block: Block, tmp_path: Path) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def _page_param(page: Path):
+    """The page, with the suite's markers for what its blocks need (``-m "not mpi"`` works)."""
+    kinds = {b.mark.split()[0] for b in blocks(page) if b.mark is not None}
+    if SLOW_PAGE in page.read_text(encoding="utf-8"):
+        kinds.add("slow")
+    marks = [getattr(pytest.mark, kind) for kind in ("slow", "gpu", "torch", "mpi") if kind in kinds]
+    return pytest.param(page, marks=marks, id=str(page.relative_to(ROOT)))
+
+
+@pytest.mark.parametrize("page", [_page_param(p) for p in PAGES])
 def test_page_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     page_blocks = blocks(page)
     monkeypatch.chdir(tmp_path)
