@@ -169,3 +169,14 @@ def test_page_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
         exec(code, module.__dict__)
     if skipped:
         warnings.warn(f"book blocks not run here: {', '.join(skipped)}", stacklevel=1)
+
+
+def test_readme_is_a_front_page_that_opens_with_the_setup_commands():
+    """The README opens with the two set-up commands (CI runs the second, `.ci/run`'s last
+    line) and stays a front page: the reference material lives in the book."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    ci_command = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert first_block.splitlines()[0].startswith("bash scripts/setup.sh && .venv/bin/python examples/one_step.py")
+    assert first_block.splitlines()[1].startswith(ci_command)
+    assert len(readme.splitlines()) < 250
