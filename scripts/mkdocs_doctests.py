@@ -1,6 +1,7 @@
 """A griffe extension for the book's API reference: the bare ``>>>`` examples of ember's
-docstrings (doctest's form, run by tests/test_doctests.py) become fenced python blocks, so
-mkdocs renders them as code instead of reading ``[1.0, 0.5][0.0]`` as a markdown link.
+docstrings (doctest's form, run by tests/test_doctests.py) become fenced ``pycon`` blocks
+(a console session), so mkdocs renders them as code instead of reading ``[1.0, 0.5][0.0]``
+as a markdown link.
 
 mkdocs.yml loads it with ``extensions: [scripts/mkdocs_doctests.py:DoctestBlocks]``.
 """
@@ -19,7 +20,7 @@ def fence_doctests(text: str) -> str:
     for line in text.splitlines():
         stripped = line.strip()
         if not in_block and stripped.startswith(">>>"):
-            out.append("```python")
+            out.append("```pycon")  # a Python console session: prompts and output
             in_block = True
         elif in_block and not stripped:
             out.append("```")
