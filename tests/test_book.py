@@ -180,3 +180,17 @@ def test_readme_is_a_front_page_that_opens_with_the_setup_commands():
     assert first_block.splitlines()[0].startswith("bash scripts/setup.sh && .venv/bin/python examples/one_step.py")
     assert first_block.splitlines()[1].startswith(ci_command)
     assert len(readme.splitlines()) < 250
+
+
+def test_the_api_reference_fences_docstring_examples():
+    """scripts/mkdocs_doctests.py (the griffe extension of mkdocs.yml) fences each run of
+    ``>>>`` lines with its output, and leaves prose alone."""
+    pytest.importorskip("griffe", reason="the docs extra is not installed (pip install -e '.[docs]')")
+    spec = importlib.util.spec_from_file_location("mkdocs_doctests", ROOT / "scripts" / "mkdocs_doctests.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "Steps.\n\n>>> s.step()\n[1.0, 0.5]\n\nMore prose.\n    >>> x\n    1"
+    assert module.fence_doctests(text) == (
+        "Steps.\n\n```pycon\n>>> s.step()\n[1.0, 0.5]\n```\n\nMore prose.\n```pycon\n    >>> x\n    1\n```"
+    )
