@@ -31,7 +31,7 @@ def test_reshape(device, data):
 
 
 def test_reshape_with_a_zero_is_a_dim_of_size_zero(device):
-    """README's differences table: a 0 in a shape is a dim of size 0 (PyTorch's meaning),
+    """The book's differences table (docs/tensors.md): a 0 in a shape is a dim of size 0 (PyTorch's meaning),
     not ONNX's "copy this dim"; on a non-empty tensor it raises, never differs silently."""
     empty = Tensor.zeros([0, 3], device=device)
     assert empty.reshape([0, 5, 0]).dims() == [0, 5, 0]
