@@ -134,13 +134,45 @@ def register_dataclass(cls: type[_T]) -> type[_T]:
     """Let instances of the dataclass ``cls`` pass into and out of compiled functions
     as structures: their fields are flattened like a tuple's (tensors become graph
     inputs and outputs) and the class is built again from them, by position. Use as a
-    class decorator (the KV cache of :mod:`ember.nn.attention.cache` is one)."""
+    class decorator (the KV cache of :mod:`ember.nn.attention.cache` is one). A
+    dataclass instance that holds tensors is registered on first sight; registering
+    says so up front, and makes instances without tensors structures too."""
     import dataclasses
 
     if not dataclasses.is_dataclass(cls):
         raise GraphError(f"ember: compile: register_dataclass needs a dataclass, got {cls!r}")
     _NODES[cls] = _Node(cls, tuple(f.name for f in dataclasses.fields(cls) if f.init))
     return cls
+
+
+def _holds_tensors(value: Any) -> bool:
+    """Whether ``value`` (a field's value) is or holds a tensor or module (one level of
+    containers deep): what makes an unregistered dataclass a structure, not a constant."""
+    if isinstance(value, (Tensor, Module)):
+        return True
+    if type(value) in (tuple, list):
+        return any(isinstance(v, (Tensor, Module)) for v in value)
+    if type(value) is dict:
+        return any(isinstance(v, (Tensor, Module)) for v in value.values())
+    return type(value) in _NODES or type(value) in _CUSTOM
+
+
+def _auto_node(value: Any) -> _Node | None:
+    """A dataclass instance that holds tensors in its fields (a batch, a step's output) is
+    a structure even when not registered: registered on first sight. One with tensors in
+    a field ``__init__`` does not take cannot be rebuilt, and stays a constant."""
+    import dataclasses
+
+    cls = type(value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type) or cls in _NODES:
+        return _NODES.get(cls)
+    fields = dataclasses.fields(value)
+    if not any(_holds_tensors(getattr(value, f.name)) for f in fields):
+        return None
+    if any(not f.init and _holds_tensors(getattr(value, f.name)) for f in fields):
+        return None
+    register_dataclass(cls)
+    return _NODES[cls]
 
 
 def _flatten(value: Any, leaves: list[Any]) -> Any:
@@ -151,7 +183,7 @@ def _flatten(value: Any, leaves: list[Any]) -> Any:
         return _Leaf(kind, len(leaves) - 1)
     if type(value) in (tuple, list):
         return (type(value), tuple(_flatten(v, leaves) for v in value))
-    node = _NODES.get(type(value))
+    node = _NODES.get(type(value)) or _auto_node(value)
     if node is not None:
         return (node, tuple(_flatten(getattr(value, name), leaves) for name in node.names))
     custom = _CUSTOM.get(type(value))
@@ -1202,7 +1234,7 @@ def _flatten_result(result: Any, leaves: list[Any]) -> Any:
         return _Leaf("out", len(leaves) - 1)
     if type(result) in (tuple, list):
         return (type(result), tuple(_flatten_result(v, leaves) for v in result))
-    node = _NODES.get(type(result))
+    node = _NODES.get(type(result)) or _auto_node(result)
     if node is not None:
         return (node, tuple(_flatten_result(getattr(result, name), leaves) for name in node.names))
     custom = _CUSTOM.get(type(result))

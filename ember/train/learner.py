@@ -12,6 +12,7 @@ from ember.errors import ConfigError, GraphError
 from ember.module import Module
 from ember.optim import GradientsParams
 from ember.optim.lr_scheduler import ConstantLr
+from ember.train.compiled_steps import CompiledSteps
 from ember.train.output import TrainOutput
 from ember.train.step import TrainStep, ValidStep
 
@@ -53,6 +54,11 @@ class Learner:
     ``strategy=ember.distributed.DataParallel()`` trains data parallel over the ranks
     of an ``mpiexec`` launch (see :mod:`ember.train.parallel`); the default is one device.
 
+    ``compile=True`` runs the steps under :func:`ember.compile` (see
+    :mod:`ember.train.compiled_steps`): on a single device the forward, backward and
+    the optimizer's update are one compiled step; ``learner.compiled.stats()`` counts
+    its traces and replays.
+
     ``precision`` is ``"32-true"`` (default), ``"bf16-mixed"`` or ``"16-mixed"``: the
     mixed modes run the training and validation steps under
     ``ember.autocast(device, bfloat16 | float16)``; ``"16-mixed"`` also scales the loss
@@ -78,6 +84,7 @@ class Learner:
         precision: str | Precision = "32-true",
         grad_scaler: GradScaler | None = None,
         lr_step: str = "iteration",
+        compile: bool = False,
     ):
         if not isinstance(model, Module):
             raise ConfigError(f"ember: Learner: the model must be a Module, got {type(model).__name__}")
@@ -108,6 +115,9 @@ class Learner:
             self.grad_scaler = grad_scaler or GradScaler()
         else:
             self.grad_scaler = grad_scaler or GradScaler(enabled=False)
+        if not isinstance(compile, bool):
+            raise ConfigError(f"ember: Learner: compile must be True or False, got {compile!r}")
+        self.compiled = CompiledSteps(self) if compile else None
 
     # ------------------------------------------------------------------ steps
     def _autocast(self, model: Module) -> Any:
@@ -129,8 +139,23 @@ class Learner:
         scaler.update()
         return model
 
+    def update_step(self, lr: float, model: Module, batch: Any) -> tuple[Module, Any]:
+        """One training step and the optimizer's update: ``(new model, item)`` (one
+        compiled call with ``compile=True``)."""
+        if self.compiled is not None:
+            return self.compiled.update(model, batch, lr)
+        out = self.eager_train_step(model, batch)
+        return self.optimizer_step(lr, model, out.grads), out.item
+
     def train_step(self, model: Module, batch: Any) -> TrainOutput:
-        """Runs the training step and returns ``TrainOutput(grads, item)``."""
+        """Runs the training step and returns ``TrainOutput(grads, item)`` (compiled with
+        ``compile=True``)."""
+        if self.compiled is not None:
+            return self.compiled.train(model, batch)
+        return self.eager_train_step(model, batch)
+
+    def eager_train_step(self, model: Module, batch: Any) -> TrainOutput:
+        """The training step as written (what ``compile=True`` traces)."""
         if self.train_step_fn is None and not callable(getattr(model, "train_step", None)):
             raise ConfigError(
                 f"ember: Learner: {type(model).__name__} has no train_step(batch); define train_step and "
@@ -157,7 +182,14 @@ class Learner:
         return TrainOutput(GradientsParams.from_grads(grads, model), out)
 
     def valid_step(self, model: Module, batch: Any) -> Any:
-        """Runs the validation step on ``model`` (already ``valid()``)."""
+        """Runs the validation step on ``model`` (already ``valid()``; compiled with
+        ``compile=True``)."""
+        if self.compiled is not None:
+            return self.compiled.valid(model, batch)
+        return self.eager_valid_step(model, batch)
+
+    def eager_valid_step(self, model: Module, batch: Any) -> Any:
+        """The validation step as written."""
         if self.valid_step_fn is not None:
             with self._autocast(model):
                 return self.valid_step_fn(model, batch)
@@ -179,4 +211,5 @@ class Learner:
 
     def __repr__(self) -> str:
         precision = "" if self.precision.name == "32-true" else f", precision={self.precision.name!r}"
-        return f"Learner({type(self.model).__name__}, {self.optim!r}, {self.lr_scheduler!r}{precision})"
+        compiled = ", compile=True" if self.compiled is not None else ""
+        return f"Learner({type(self.model).__name__}, {self.optim!r}, {self.lr_scheduler!r}{precision}{compiled})"

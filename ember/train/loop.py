@@ -491,13 +491,17 @@ class TrainingRun:
                 if accumulator is not None:
                     out = learner.train_step(model, batch)
                     accumulator.accumulate(model, out.grads)
+                    item = out.item
                     pending += 1
                     if pending == accumulation:
                         model = learner.optimizer_step(lr, model, parallel.sync_grads(accumulator.grads(), model))
                         pending = 0
+                elif parallel.world_size == 1:
+                    model, item = learner.update_step(lr, model, batch)
                 else:
                     out = parallel.train_step(learner, model, batch)  # gradients averaged over ranks
                     model = learner.optimizer_step(lr, model, out.grads)
+                    item = out.item
                 progress = batches.progress()
                 metadata = MetricMetadata(
                     Split.TRAIN,
@@ -511,7 +515,7 @@ class TrainingRun:
                     lr,
                 )
                 items_before = progress.items_processed
-                entries = group.update(out.item, metadata)
+                entries = group.update(item, metadata)
                 self._last_lr = lr
                 self._log_iteration("train", metadata, entries, (epoch - 1) * n + iteration, lr)
                 self._seconds[Split.TRAIN].append(time.perf_counter() - tick)

@@ -91,3 +91,30 @@ def test_gradients_pass_into_a_compiled_function():
     assert sorted(out.ids()) == sorted(grads.ids())
     for pid, g in grads.items():
         assert_close(out.get(pid), np.clip(g.to_numpy(), -0.01, 0.01), atol=0)
+
+
+def test_an_unregistered_dataclass_holding_tensors_is_a_structure(rng):
+    """A batch or a step's output: not the trace's placeholders, and no retrace per call."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Batch:
+        x: Tensor
+        label: str
+
+    @dataclass
+    class Out:
+        total: Tensor
+        parts: list
+
+    @ember.compile
+    def step(batch):
+        return Out(batch.x.sum(), [batch.x.mul_scalar(2.0)])
+
+    for _ in range(3):
+        x = rng.standard_normal(4).astype(np.float32)
+        out = step(Batch(Tensor.from_data(x), "b"))
+        assert isinstance(out, Out)
+        assert_close(out.total, np.array([x.sum()]), atol=1e-5)
+        assert_close(out.parts[0], 2 * x, atol=1e-6)
+    assert step.stats["traces"] == 1
