@@ -1,0 +1,155 @@
+"""``Function``: an op with a backward written by hand (PyTorch's
+``torch.autograd.Function``).
+
+Subclass it with two static methods and call ``apply``::
+
+    class Clip(Function):
+        @staticmethod
+        def forward(ctx, x, bound):  # any arguments; tensors and other values
+            ctx.bound = bound
+            return x.clamp(-bound, bound)
+
+        @staticmethod
+        def backward(ctx, g):  # one gradient per output
+            return g, None  # one per input of forward (None: no gradient)
+
+``forward`` runs on the inputs cut from the graph (its ops are not recorded), and the
+call becomes one node whose backward is yours. ``backward`` receives Tensors on the
+inner device, or, in ``backward(create_graph=True)``, tracked Tensors on the autodiff
+device: written with tensor ops it is differentiated again (double backward). The
+tensors it reads from ``ctx.saved_tensors`` are then the inputs and outputs of the call
+themselves (a value computed inside ``forward`` and saved is a constant there, as in
+PyTorch: recompute it in backward from the saved inputs to differentiate through it).
+Under ``ember.compile`` backward is traced like any other op.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ember.autograd.record import record, tracked_device, zeros_for
+from ember.errors import GraphError
+from ember.tensor import Tensor
+
+
+class FunctionCtx:
+    """The ``ctx`` a :class:`Function`'s ``forward`` and ``backward`` share. Set any
+    attribute on it to pass non-tensor values from forward to backward."""
+
+    def __init__(self, name: str, needs_input_grad: tuple[bool, ...]):
+        #: Per input of ``forward``: whether its gradient is wanted (a tracked tensor).
+        self.needs_input_grad = needs_input_grad
+        self._function_name = name
+        self._to_save: tuple[Tensor | None, ...] = ()
+        self._saved: tuple[Tensor | None, ...] | None = None
+        self._non_differentiable: tuple[Tensor, ...] = ()
+        self._materialize_grads = True
+
+    def save_for_backward(self, *tensors: Tensor | None) -> None:
+        """Keeps tensors (inputs, outputs or others; ``None`` allowed) for backward,
+        where ``ctx.saved_tensors`` gives them back in this order. Call it once, in
+        forward. Saved inputs and outputs take part in a double backward."""
+        self._to_save = tensors
+
+    @property
+    def saved_tensors(self) -> tuple[Tensor | None, ...]:
+        """The tensors of :meth:`save_for_backward`, on the device backward runs on."""
+        if self._saved is not None:
+            return self._saved
+        return self._to_save
+
+    def mark_non_differentiable(self, *outputs: Tensor) -> None:
+        """Declares outputs of forward (e.g. indices, masks) that have no gradient:
+        they come back untracked and backward receives zeros for them."""
+        self._non_differentiable = self._non_differentiable + outputs
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """With ``False``, backward receives ``None`` (not zeros) for an output that no
+        gradient reached."""
+        self._materialize_grads = bool(value)
+
+
+class Function:
+    """Base class of an op with a custom backward (see the module docstring).
+
+    >>> from ember import Device, Tensor
+    >>> from ember.autograd import Function
+    >>> class RoundSte(Function):  # straight-through estimator: round, identity gradient
+    ...     @staticmethod
+    ...     def forward(ctx, x):
+    ...         return x.round()
+    ...     @staticmethod
+    ...     def backward(ctx, g):
+    ...         return g
+    >>> x = Tensor.from_floats([0.4, 1.6], device=Device.flex().autodiff()).require_grad()
+    >>> y = RoundSte.apply(x)
+    >>> y.tolist(), x.grad(y.mul_scalar(3.0).sum().backward()).tolist()
+    ([0.0, 2.0], [3.0, 3.0])
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        name = type(self).__name__
+        raise GraphError(
+            f"ember: {name}(...): a Function is not instantiated; call {name}.apply(...) with the inputs of its forward"
+        )
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, *args: Any) -> Any:
+        """The op's result (a Tensor, or a tuple of them and other values) from ``args``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, *grads: Any) -> Any:
+        """One gradient per input of forward (a Tensor of the input's shape, or ``None``),
+        from one gradient per output."""
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args: Any) -> Any:
+        """Runs ``forward`` on ``args`` and records the call with ``backward`` as its
+        gradient (when an argument is a tracked tensor)."""
+        name = cls.__name__
+        if cls.forward is Function.forward:
+            raise GraphError(f"ember: {name} defines no forward; add @staticmethod def forward(ctx, *inputs)")
+        device, tracked = tracked_device(f"{name}.apply", args)
+        ctx = FunctionCtx(name, tuple(tracked))
+        if device is None:  # nothing to differentiate: a plain call
+            return cls.forward(ctx, *args)
+        seen = tuple(a.detach() if t else a for a, t in zip(args, tracked))
+        result = cls.forward(ctx, *seen)
+        single = not isinstance(result, (tuple, list))
+        outputs = [result] if single else list(result)
+        if not any(isinstance(o, Tensor) for o in outputs):
+            raise GraphError(f"ember: {name}.forward returned no Tensor (got {type(result).__name__}); return the op's result")
+        if cls.backward is Function.backward:
+            raise GraphError(
+                f"ember: {name} defines no backward, but input(s) {[i for i, t in enumerate(tracked) if t]} need "
+                "a gradient; add @staticmethod def backward(ctx, *grads) (or detach the inputs)"
+            )
+
+        def backward(grads: list[Tensor | None], saved: list[Tensor | None], dev: Any) -> Any:
+            if ctx._materialize_grads:
+                grads = [
+                    zeros_for(outputs, j, dev) if g is None and isinstance(outputs[j], Tensor) else g
+                    for j, g in enumerate(grads)
+                ]
+            ctx._saved = tuple(saved)
+            try:
+                return cls.backward(ctx, *grads)
+            finally:
+                ctx._saved = None
+
+        recorded = record(name, device, args, seen, tracked, outputs, ctx._to_save, ctx._non_differentiable, backward)
+        if single:
+            return recorded[0]
+        return tuple(recorded) if isinstance(result, tuple) else recorded
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for method in ("forward", "backward"):
+            if method in cls.__dict__ and not isinstance(inspect.getattr_static(cls, method), staticmethod):
+                raise GraphError(
+                    f"ember: {cls.__name__}.{method} must be a @staticmethod taking ctx first "
+                    f"(def {method}(ctx, ...)), as in torch.autograd.Function"
+                )
