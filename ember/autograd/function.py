@@ -25,6 +25,7 @@ Under ``ember.compile`` backward is traced like any other op.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -148,8 +149,26 @@ class Function:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for method in ("forward", "backward"):
-            if method in cls.__dict__ and not isinstance(inspect.getattr_static(cls, method), staticmethod):
+            if method not in cls.__dict__:
+                continue
+            if not isinstance(inspect.getattr_static(cls, method), staticmethod):
                 raise GraphError(
                     f"ember: {cls.__name__}.{method} must be a @staticmethod taking ctx first "
                     f"(def {method}(ctx, ...)), as in torch.autograd.Function"
                 )
+            setattr(cls, method, staticmethod(_checked(cls.__name__, method, cls.__dict__[method].__func__)))
+
+
+def _checked(name: str, method: str, fn: Any) -> Any:
+    """``fn`` refusing a first argument that is not a ctx (a direct call of forward)."""
+
+    @functools.wraps(fn)
+    def checked(ctx: Any, *args: Any) -> Any:
+        if not isinstance(ctx, FunctionCtx):
+            raise GraphError(
+                f"ember: {name}.{method} was called directly (its first argument, a {type(ctx).__name__}, "
+                f"is not a ctx); call {name}.apply(...) with the inputs of forward"
+            )
+        return fn(ctx, *args)
+
+    return checked
