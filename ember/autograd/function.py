@@ -122,7 +122,9 @@ class Function:
         single = not isinstance(result, (tuple, list))
         outputs = [result] if single else list(result)
         if not any(isinstance(o, Tensor) for o in outputs):
-            raise GraphError(f"ember: {name}.forward returned no Tensor (got {type(result).__name__}); return the op's result")
+            raise GraphError(
+                f"ember: {name}.forward returned no Tensor (got {type(result).__name__}); return the op's result"
+            )
         if cls.backward is Function.backward:
             raise GraphError(
                 f"ember: {name} defines no backward, but input(s) {[i for i, t in enumerate(tracked) if t]} need "

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 UserBackward = Callable[[list[Tensor | None], list[Tensor | None], Device], Sequence[Tensor | None]]
 
 
-def tracked_device(name: str, args: Sequence[Any], skip: frozenset[int] = frozenset()) -> tuple[Device | None, list[bool]]:
+def tracked_device(
+    name: str, args: Sequence[Any], skip: frozenset[int] = frozenset()
+) -> tuple[Device | None, list[bool]]:
     """The autodiff device of the tracked tensor arguments (``None`` when none is
     tracked) and, per argument, whether it is tracked (positions in ``skip`` never are)."""
     device: Device | None = None
@@ -109,7 +111,9 @@ def _on(name: str, what: str, t: Tensor, device: Device) -> Tensor:
         return t
     if t._d is device.inner() or t._d.inner() is device.inner():
         return t.to_device(device)
-    raise DeviceError(f"ember: {name}: {what} lives on {t._d!r}, the tracked inputs on {device!r}; compute on one device")
+    raise DeviceError(
+        f"ember: {name}: {what} lives on {t._d!r}, the tracked inputs on {device!r}; compute on one device"
+    )
 
 
 def _saved_handle(

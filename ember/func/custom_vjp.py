@@ -122,7 +122,9 @@ class custom_vjp:  # noqa: N801 (JAX's name: used as a decorator)
         result, residuals = pair
         single = isinstance(result, Tensor)
         if not single and not (isinstance(result, (tuple, list)) and all(isinstance(o, Tensor) for o in result)):
-            raise GraphError(f"ember: {name}: the output must be a Tensor or a tuple of Tensors, got {type(result).__name__}")
+            raise GraphError(
+                f"ember: {name}: the output must be a Tensor or a tuple of Tensors, got {type(result).__name__}"
+            )
         outputs = [result] if single else list(result)
         leaves: list[Tensor] = []
         structure = _flatten(residuals, leaves)

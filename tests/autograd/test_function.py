@@ -151,7 +151,9 @@ def _torch_functions(torch):
 
 
 def _pair(ad, torch, array):
-    return Tensor.from_data(array, device=ad).require_grad(), torch.tensor(array, dtype=torch.float64, requires_grad=True)
+    return Tensor.from_data(array, device=ad).require_grad(), torch.tensor(
+        array, dtype=torch.float64, requires_grad=True
+    )
 
 
 # ---------------------------------------------------------------------- against torch
@@ -336,7 +338,9 @@ def test_a_wrong_backward_names_the_function_and_the_input(ad):
         TooFew.apply(x, 2.0).sum().backward()
     with pytest.raises(ShapeError, match=r"WrongShape: backward returned a gradient of shape \[1\] for input 1"):
         WrongShape.apply(x, y).sum().backward()
-    with pytest.raises(GraphError, match=r"GradForConstant: backward returned a gradient for input 1, which is a float"):
+    with pytest.raises(
+        GraphError, match=r"GradForConstant: backward returned a gradient for input 1, which is a float"
+    ):
         GradForConstant.apply(x, 2.0).sum().backward()
 
 

@@ -12,9 +12,9 @@ from ember.backend.autodiff.checkpoint import Checkpointing
 from ember.backend.autodiff.grad_hooks import RemovableHandle, add_hook, run_hooks
 from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, Own, topological_order
 from ember.backend.autodiff.hooks import current_hook
-from ember.backend.autodiff.rules.custom import CustomRules
 from ember.backend.autodiff.rules.activation import ActivationRules
 from ember.backend.autodiff.rules.attention import AttentionRules
+from ember.backend.autodiff.rules.custom import CustomRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules

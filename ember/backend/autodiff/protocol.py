@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ember.backend.autodiff.checkpoint import Checkpointing
     from ember.backend.autodiff.grad_hooks import GradHook, RemovableHandle
-    from ember.backend.autodiff.rules.custom import CustomBackward
     from ember.backend.autodiff.graph import Gradients
+    from ember.backend.autodiff.rules.custom import CustomBackward
     from ember.backend.base import Backend
 
 # A primitive of the autodiff backend (a tracked or untracked wrapper of an inner one).
