@@ -29,7 +29,7 @@ import functools
 import inspect
 from typing import Any
 
-from ember.autograd.record import record, tracked_device, zeros_for
+from ember.autograd.record import record, tracked_device
 from ember.errors import GraphError
 from ember.tensor import Tensor
 
@@ -132,18 +132,25 @@ class Function:
             )
 
         def backward(grads: list[Tensor | None], saved: list[Tensor | None], dev: Any) -> Any:
-            if ctx._materialize_grads:
-                grads = [
-                    zeros_for(outputs, j, dev) if g is None and isinstance(outputs[j], Tensor) else g
-                    for j, g in enumerate(grads)
-                ]
             ctx._saved = tuple(saved)
             try:
                 return cls.backward(ctx, *grads)
             finally:
                 ctx._saved = None
 
-        recorded = record(name, device, args, seen, tracked, outputs, ctx._to_save, ctx._non_differentiable, backward)
+        recorded = record(
+            name,
+            device,
+            args,
+            seen,
+            tracked,
+            outputs,
+            ctx._to_save,
+            ctx._non_differentiable,
+            backward,
+            ctx._materialize_grads,
+        )
+        ctx._to_save = ctx._non_differentiable = ()  # the node holds what backward needs
         if single:
             return recorded[0]
         return tuple(recorded) if isinstance(result, tuple) else recorded

@@ -59,22 +59,29 @@ def record(
     saved: Sequence[Any],
     non_differentiable: Sequence[Tensor],
     backward: UserBackward,
+    materialize: bool = True,
 ) -> list[Any]:
     """``outputs`` (the forward's results: Tensors and other values) as the outputs of
     one node whose backward is ``backward``. ``seen`` are the arguments as the forward
     saw them (``args`` detached, or ``args`` themselves). ``saved`` holds per saved
     value a Tensor (an input as the forward saw it, an output, any other tensor) or
     ``None``; a tracked input is saved as the caller's tensor, so that a
-    ``create_graph`` backward differentiates through it."""
+    ``create_graph`` backward differentiates through it. With ``materialize`` an
+    output no gradient reached gets zeros (else ``None``).
+
+    The backward step holds the saved values, and of the inputs and outputs only
+    their shapes and dtypes."""
     backend = cast("AutodiffProtocol", device._b)
     positions = [j for j, o in enumerate(outputs) if isinstance(o, Tensor)]
     prims = []
-    avals = []
+    out_avals = []
     for j in positions:
         out = _on(name, f"output {j}", outputs[j], device)
         differentiable = out._p.dtype in FLOAT_NP and not any(out._p is m._p for m in non_differentiable)
         prims.append((backend.unwrap(out._p), differentiable))
-        avals.append((tuple(out._p.shape), out._p.dtype))
+        out_avals.append((out.dims(), NP_TO_DTYPE[out._p.dtype]))
+    arg_avals = [_Aval(a) for a in args]
+    n_outputs = len(outputs)
     inputs = [a._p if t else None for a, t in zip(args, tracked)]
     handles: list[Any] = []
     for value in saved:
@@ -85,13 +92,16 @@ def record(
 
     def step(grads: list[Any], values: list[Any], create_graph: bool) -> list[Any]:
         dev = device if create_graph else device.inner()
-        by_position: list[Tensor | None] = [None] * len(outputs)
+        by_position: list[Tensor | None] = [None] * n_outputs
         for k, j in enumerate(positions):
             if grads[k] is not None:
                 by_position[j] = Tensor(grads[k], dev)
+            elif materialize:
+                shape, dtype = out_avals[k]
+                by_position[j] = Tensor.zeros(shape, device=dev, dtype=dtype)
         saved_tensors = [None if v is None else Tensor(v, dev) for v in values]
         returned = backward(by_position, saved_tensors, dev)
-        return [None if g is None else g._p for g in input_grads(name, returned, args, tracked, dev)]
+        return [None if g is None else g._p for g in input_grads(name, returned, arg_avals, tracked, dev)]
 
     results = backend.custom(inputs, prims, handles, step)
     out_list = list(outputs)
@@ -100,10 +110,17 @@ def record(
     return out_list
 
 
-def zeros_for(outputs: Sequence[Any], j: int, device: Device) -> Tensor:
-    """Zeros in the shape and dtype of output ``j`` (a gradient no path reached)."""
-    out = outputs[j]
-    return Tensor.zeros(out.dims(), device=device, dtype=NP_TO_DTYPE[out._p.dtype])
+class _Aval:
+    """What the checks of a returned gradient need of an argument: whether it is a
+    Tensor, and its shape and dtype (or its type's name)."""
+
+    __slots__ = ("is_tensor", "shape", "dtype", "kind")
+
+    def __init__(self, arg: Any):
+        self.is_tensor = isinstance(arg, Tensor)
+        self.shape = tuple(arg._p.shape) if self.is_tensor else ()
+        self.dtype = arg._p.dtype if self.is_tensor else None
+        self.kind = type(arg).__name__
 
 
 def _on(name: str, what: str, t: Tensor, device: Device) -> Tensor:
@@ -141,7 +158,7 @@ def _saved_handle(
 
 
 def input_grads(
-    name: str, returned: Any, args: Sequence[Any], tracked: Sequence[bool], device: Device
+    name: str, returned: Any, args: Sequence[_Aval], tracked: Sequence[bool], device: Device
 ) -> list[Tensor | None]:
     """The gradients a backward returned, one per argument (``None`` for the untracked
     ones), checked and brought to ``device`` and to each input's dtype."""
@@ -164,9 +181,9 @@ def input_grads(
         if g is None:
             out.append(None)
             continue
-        if not isinstance(a, Tensor):
+        if not a.is_tensor:
             raise GraphError(
-                f"ember: {name}: backward returned a gradient for input {i}, which is a {type(a).__name__}, "
+                f"ember: {name}: backward returned a gradient for input {i}, which is a {a.kind}, "
                 "not a Tensor; return None at that position"
             )
         if not isinstance(g, Tensor):
@@ -174,16 +191,16 @@ def input_grads(
                 f"ember: {name}: backward returned a {type(g).__name__} as the gradient of input {i}; "
                 "return a Tensor (or None)"
             )
-        if g._p.shape != a._p.shape:
+        if tuple(g._p.shape) != a.shape:
             raise ShapeError(
                 f"ember: {name}: backward returned a gradient of shape {g.dims()} for input {i}, which has "
-                f"shape {a.dims()}; a gradient has the shape of its input"
+                f"shape {list(a.shape)}; a gradient has the shape of its input"
             )
         if not tracked[i]:
             out.append(None)
             continue
-        if g._p.dtype != a._p.dtype:
-            g = g.cast(NP_TO_DTYPE[a._p.dtype])
+        if g._p.dtype != a.dtype:
+            g = g.cast(NP_TO_DTYPE[a.dtype])
         if g._d is not device:
             g = g.to_device(device)
         out.append(g)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ember.autograd.record import record, tracked_device, zeros_for
+from ember.autograd.record import record, tracked_device
 from ember.errors import ConfigError, GraphError
 from ember.tensor import Tensor
 
@@ -130,10 +130,10 @@ class custom_vjp:  # noqa: N801 (JAX's name: used as a decorator)
         structure = _flatten(residuals, leaves)
         kept = tuple(args[i] for i in sorted(skip))
         diff_positions = [i for i in range(len(args)) if i not in skip]
+        n_args = len(args)  # the step keeps no reference to the arguments themselves
 
         def backward(grads: list[Tensor | None], saved: list[Tensor | None], dev: Any) -> Any:
-            cot = [zeros_for(outputs, j, dev) if g is None else g for j, g in enumerate(grads)]
-            returned = bwd(*kept, _unflatten(structure, saved), cot[0] if single else tuple(cot))
+            returned = bwd(*kept, _unflatten(structure, saved), grads[0] if single else tuple(grads))
             if isinstance(returned, list):
                 returned = tuple(returned)
             if not isinstance(returned, tuple):
@@ -146,7 +146,7 @@ class custom_vjp:  # noqa: N801 (JAX's name: used as a decorator)
                     f"ember: {name}: bwd returned {len(returned)} cotangent(s), but the function takes "
                     f"{len(diff_positions)} differentiated argument(s); return one each (None for a non-tensor)"
                 )
-            full: list[Any] = [None] * len(args)
+            full: list[Any] = [None] * n_args
             for i, g in zip(diff_positions, returned):
                 full[i] = g
             return full

@@ -363,3 +363,18 @@ def test_calling_forward_or_the_class_directly_points_to_apply():
 
     with pytest.raises(GraphError, match="NoBackward defines no backward"):
         NoBackward.apply(x)
+
+
+def test_the_node_keeps_only_the_saved_values():
+    import gc
+    import weakref
+
+    ad = Device.flex().autodiff()
+    x = Tensor.from_data(np.ones((64, 64), np.float32), device=ad).require_grad()
+    h = x.mul_scalar(2.0)  # its value is needed by nobody but RoundSte's input
+    value = weakref.ref(h._p.inner)
+    y = RoundSte.apply(h)
+    del h
+    gc.collect()
+    assert value() is None
+    assert_close(x.grad(y.sum().backward()), np.full((64, 64), 2.0))
