@@ -119,7 +119,7 @@ class _Aval:
     def __init__(self, arg: Any):
         self.is_tensor = isinstance(arg, Tensor)
         self.shape = tuple(arg._p.shape) if self.is_tensor else ()
-        self.dtype = arg._p.dtype if self.is_tensor else None
+        self.dtype: Any = arg._p.dtype if self.is_tensor else None  # a numpy dtype
         self.kind = type(arg).__name__
 
 
