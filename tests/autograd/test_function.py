@@ -378,3 +378,24 @@ def test_the_node_keeps_only_the_saved_values():
     gc.collect()
     assert value() is None
     assert_close(x.grad(y.sum().backward()), np.full((64, 64), 2.0))
+
+
+def test_functions_under_the_func_transforms():
+    from ember.func import grad, hessian_vector_product
+
+    ad = Device.flex().autodiff()
+    v = np.array([0.5, -1.0, 2.0])
+    x = Tensor.from_data(v, device=ad)
+
+    def f(x):
+        return Cube.apply(x, 1.0).add(Exp.apply(x)).sum()
+
+    assert_close(grad(f)(x), 3.0 * v**2 + np.exp(v), rtol=1e-12)
+    assert_close(grad(lambda x: grad(f)(x).sum())(x), 6.0 * v + np.exp(v), rtol=1e-12)
+    direction = Tensor.from_floats([1.0, 0.0, -1.0], device=ad, dtype="float64")
+    hv = hessian_vector_product(f, x, direction)
+    assert_close(hv, (6.0 * v + np.exp(v)) * [1.0, 0.0, -1.0], rtol=1e-12)
+    leaf = x.require_grad()
+    y = Cube.apply(leaf, 1.0)  # a hook on a Function's output
+    y.register_hook(lambda g: g.mul_scalar(-1.0))
+    assert_close(leaf.grad(y.sum().backward()), -3.0 * v**2, rtol=1e-12)
