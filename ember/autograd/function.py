@@ -106,19 +106,26 @@ class Function:
         from one gradient per output."""
         raise NotImplementedError
 
+    @staticmethod
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Any, ...], output: Any) -> None:
+        """PyTorch 2's split form: when a subclass defines it, ``forward(*args)`` takes
+        no ctx and this fills ctx from the inputs and forward's output."""
+        raise NotImplementedError
+
     @classmethod
-    def apply(cls, *args: Any) -> Any:
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
         """Runs ``forward`` on ``args`` and records the call with ``backward`` as its
-        gradient (when an argument is a tracked tensor)."""
+        gradient (when an argument is a tracked tensor). Keyword arguments go to
+        forward and are never differentiated."""
         name = cls.__name__
         if cls.forward is Function.forward:
             raise GraphError(f"ember: {name} defines no forward; add @staticmethod def forward(ctx, *inputs)")
         device, tracked = tracked_device(f"{name}.apply", args)
         ctx = FunctionCtx(name, tuple(tracked))
         if device is None:  # nothing to differentiate: a plain call
-            return cls.forward(ctx, *args)
+            return cls._run_forward(ctx, args, kwargs)
         seen = tuple(a.detach() if t else a for a, t in zip(args, tracked))
-        result = cls.forward(ctx, *seen)
+        result = cls._run_forward(ctx, seen, kwargs)
         single = not isinstance(result, (tuple, list))
         outputs = [result] if single else list(result)
         if not any(isinstance(o, Tensor) for o in outputs):
@@ -155,9 +162,17 @@ class Function:
             return recorded[0]
         return tuple(recorded) if isinstance(result, tuple) else recorded
 
+    @classmethod
+    def _run_forward(cls, ctx: FunctionCtx, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not _has_setup_context(cls):
+            return cls.forward(ctx, *args, **kwargs)
+        result = cls.forward(*args, **kwargs)
+        cls.setup_context(ctx, args, result)
+        return result
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for method in ("forward", "backward"):
+        for method in ("forward", "backward", "setup_context"):
             if method not in cls.__dict__:
                 continue
             if not isinstance(inspect.getattr_static(cls, method), staticmethod):
@@ -165,19 +180,24 @@ class Function:
                     f"ember: {cls.__name__}.{method} must be a @staticmethod taking ctx first "
                     f"(def {method}(ctx, ...)), as in torch.autograd.Function"
                 )
-            setattr(cls, method, staticmethod(_checked(cls.__name__, method, cls.__dict__[method].__func__)))
+            if method == "backward" or (method == "forward" and not _has_setup_context(cls)):
+                setattr(cls, method, staticmethod(_checked(cls.__name__, method, cls.__dict__[method].__func__)))
+
+
+def _has_setup_context(cls: type) -> bool:
+    return getattr(cls, "setup_context", None) is not Function.setup_context
 
 
 def _checked(name: str, method: str, fn: Any) -> Any:
     """``fn`` refusing a first argument that is not a ctx (a direct call of forward)."""
 
     @functools.wraps(fn)
-    def checked(ctx: Any, *args: Any) -> Any:
+    def checked(ctx: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(ctx, FunctionCtx):
             raise GraphError(
                 f"ember: {name}.{method} was called directly (its first argument, a {type(ctx).__name__}, "
                 f"is not a ctx); call {name}.apply(...) with the inputs of forward"
             )
-        return fn(ctx, *args)
+        return fn(ctx, *args, **kwargs)
 
     return checked

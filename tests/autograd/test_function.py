@@ -399,3 +399,53 @@ def test_functions_under_the_func_transforms():
     y = Cube.apply(leaf, 1.0)  # a hook on a Function's output
     y.register_hook(lambda g: g.mul_scalar(-1.0))
     assert_close(leaf.grad(y.sum().backward()), -3.0 * v**2, rtol=1e-12)
+
+
+def test_setup_context_form_and_keyword_arguments(torch):
+    class Mul(Function):  # PyTorch 2's form: forward without ctx, then setup_context
+        @staticmethod
+        def forward(a, b, *, scale=1.0):
+            return a.mul(b).mul_scalar(scale)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g.mul(b), g.mul(a)
+
+    class TMul(torch.autograd.Function):
+        @staticmethod
+        def forward(a, b, scale):
+            return a * b * scale
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs[:2])
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g * b, g * a, None
+
+    ad = Device.flex().autodiff()
+    a = Tensor.from_floats([1.0, 2.0], device=ad, dtype="float64").require_grad()
+    b = Tensor.from_floats([3.0, -1.0], device=ad, dtype="float64").require_grad()
+    ta = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor([3.0, -1.0], dtype=torch.float64, requires_grad=True)
+    grads = Mul.apply(a, b, scale=2.0).mul(a).sum().backward()  # the scale is not differentiated
+    (TMul.apply(ta, tb, 2.0) * ta).sum().backward()  # the same (hand-written) backward
+    assert_close(a.grad(grads), ta.grad.numpy())
+    assert_close(b.grad(grads), tb.grad.numpy())
+    assert_close(Mul.apply(a, b, scale=2.0), [6.0, -4.0])
+
+
+def test_tracked_inputs_on_two_devices_are_refused():
+    from ember.errors import DeviceError
+
+    a = Tensor.from_floats([1.0], device=Device.flex().autodiff()).require_grad()
+    b = Tensor.from_floats([1.0], device=Device.flex().fusion().autodiff()).require_grad()
+    with pytest.raises(DeviceError, match=r"SinCos.apply: input 1 lives on .*move the inputs to one autodiff device"):
+        SinCos.apply(a, b)
