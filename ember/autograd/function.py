@@ -21,6 +21,10 @@ tensors it reads from ``ctx.saved_tensors`` are then the inputs and outputs of t
 themselves (a value computed inside ``forward`` and saved is a constant there, as in
 PyTorch: recompute it in backward from the saved inputs to differentiate through it).
 Under ``ember.compile`` backward is traced like any other op.
+
+PyTorch 2's split form works too: ``forward(*args)`` without ctx plus
+``setup_context(ctx, inputs, output)``. Keyword arguments of ``apply`` go to forward
+and are never differentiated.
 """
 
 from __future__ import annotations
