@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.autograd.record import record, tracked_device
 from ember.errors import GraphError
@@ -50,6 +50,17 @@ class FunctionCtx:
         self._saved: tuple[Tensor | None, ...] | None = None
         self._non_differentiable: tuple[Tensor, ...] = ()
         self._materialize_grads = True
+
+    if TYPE_CHECKING:  # any attribute may be set (the runtime's own __setattr__)
+
+        def __setattr__(self, name: str, value: Any) -> None: ...
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an attribute never set (user attributes are plain ones).
+        raise AttributeError(
+            f"ember: {self._function_name}: ctx has no attribute {name!r}; set it in forward (ctx.{name} = ...) "
+            "to read it in backward"
+        )
 
     def save_for_backward(self, *tensors: Tensor | None) -> None:
         """Keeps tensors (inputs, outputs or others; ``None`` allowed) for backward,

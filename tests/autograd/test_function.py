@@ -449,3 +449,43 @@ def test_tracked_inputs_on_two_devices_are_refused():
     b = Tensor.from_floats([1.0], device=Device.flex().fusion().autodiff()).require_grad()
     with pytest.raises(DeviceError, match=r"SinCos.apply: input 1 lives on .*move the inputs to one autodiff device"):
         SinCos.apply(a, b)
+
+
+def test_once_differentiable_runs_once_and_refuses_a_double_backward():
+    from ember.autograd import once_differentiable
+
+    class NumpyCube(Function):  # a backward through numpy: not differentiable again
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.powi_scalar(3)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            local = Tensor.from_data(3.0 * x.to_numpy() ** 2, device=g.device)
+            return g.mul(local)
+
+    ad = Device.flex().autodiff()
+    x = Tensor.from_floats([1.0, 2.0], device=ad).require_grad()
+    assert_close(x.grad(NumpyCube.apply(x).sum().backward()), [3.0, 12.0])
+    g = x.grad(NumpyCube.apply(x).sum().backward(create_graph=True))
+    assert_close(g, [3.0, 12.0])
+    with pytest.raises(GraphError, match="NumpyCube.backward is once_differentiable"):
+        g.sum().backward()
+
+
+def test_a_ctx_attribute_never_set_is_named():
+    class Forgets(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.mul_scalar(ctx.scale)
+
+    x = Tensor.from_floats([1.0], device=Device.flex().autodiff()).require_grad()
+    with pytest.raises(AttributeError, match=r"Forgets: ctx has no attribute 'scale'; set it in forward"):
+        Forgets.apply(x).sum().backward()
