@@ -6,6 +6,7 @@
 [[2.0, 3.0]]
 """
 
+from ember import autograd
 from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
 from ember.capture import compile
@@ -50,5 +51,6 @@ __all__ = [
     "Tensor",
     "TensorData",
     "autocast",
+    "autograd",
     "compile",
 ]

@@ -23,6 +23,7 @@ LAYERS = [
     "nn",
     "capture",
     "module",
+    "autograd",  # Function (hand-written backward) over ember.tensor; custom_vjp lives in func
     "tensor",
     "device",
     "backend",

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.autodiff.checkpoint import Checkpointing
+from ember.backend.autodiff.grad_hooks import RemovableHandle, add_hook, run_hooks
 from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, Own, topological_order
 from ember.backend.autodiff.hooks import current_hook
 from ember.backend.autodiff.rules.activation import ActivationRules
 from ember.backend.autodiff.rules.attention import AttentionRules
+from ember.backend.autodiff.rules.custom import CustomRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
@@ -38,6 +40,7 @@ class AutodiffBackend(
     LossRules,
     NormRules,
     ModuleRules,
+    CustomRules,
     Backend,
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is
@@ -124,15 +127,19 @@ class AutodiffBackend(
         hook = current_hook() if (inputs is None and not create_graph and not retain) else None
         if node.step is None and not node.consumed:  # the root is itself a leaf
             if wanted is None or node.id in wanted:
+                if node.hooks:
+                    seed = run_hooks(node, seed, create_graph)
                 leaf_grads[node.id] = seed
                 if hook is not None:
                     hook(node.id, seed)
             return grads
-        order = topological_order(node)
+        hooked: list[Node] = []  # the leaves with gradient hooks
+        order = topological_order(node, hooked)
         if hook is not None:
             return self._backward_hooked(node, order, seed, grads, hook)
         if wanted is None and not create_graph and not self._balanced:
-            return _backward_first_order(ops, node, order, seed, grads, retain)
+            _backward_first_order(ops, node, order, seed, grads, retain)
+            return _leaf_hooks(hooked, grads)
         # ``reaches`` is set exactly when ``wanted`` is; the loop reads ``wanted_ids`` only
         # after a ``reaches is not None`` check.
         reaches: set[int] | None = None
@@ -148,6 +155,8 @@ class AutodiffBackend(
             nid = n.id
             g = pop(nid, None)
             if g is not None:
+                if n.hooks:
+                    g = run_hooks(n, g, create_graph)
                 if reaches is not None and nid in wanted_ids:
                     leaf_grads[nid] = g  # a wanted tensor inside the graph: its gradient is complete
                 if reaches is None or nid in reaches:
@@ -177,7 +186,7 @@ class AutodiffBackend(
                 n.step = n.saved = n.ctx = n.recompute = None
                 n.parents = ()
                 n.consumed = True
-        return grads
+        return _leaf_hooks(hooked, grads)
 
     def _backward_hooked(self, node: Node, order: list[Node], seed: Any, grads: Gradients, hook: Any) -> Gradients:
         """``backward`` that calls ``hook(leaf id, grad)`` once each leaf's gradient is
@@ -198,6 +207,8 @@ class AutodiffBackend(
             parents = n.parents
             parent_grads = None
             if g is not None:
+                if n.hooks:
+                    g = run_hooks(n, g, False)
                 parent_grads = n.step(ops, g, _saved(n, recomputed, balanced, False), n.ctx)
                 if balanced:
                     recomputed.pop(nid, None)
@@ -216,11 +227,23 @@ class AutodiffBackend(
                     left = uses[pid] - 1
                     uses[pid] = left
                     if left == 0 and pid in leaf_grads:
+                        if parent.hooks:
+                            leaf_grads[pid] = run_hooks(parent, leaf_grads[pid], False)
                         hook(pid, leaf_grads[pid])
             n.step = n.saved = n.ctx = n.recompute = None
             n.parents = ()
             n.consumed = True
         return grads
+
+    def register_hook(self, x: AutodiffTensor, hook: Any) -> RemovableHandle:
+        """Calls ``hook(grad, create_graph)`` with ``x``'s complete gradient in each
+        backward through it; a non-``None`` result replaces the gradient."""
+        if x.node is None:
+            raise GraphError(
+                "ember: register_hook: the tensor does not require grad, so no gradient reaches it; "
+                "hook a tensor computed from (or marked with) .require_grad() on an autodiff device"
+            )
+        return add_hook(x.node, hook)
 
     def grad(self, x: AutodiffTensor, grads: Gradients) -> Any:
         return None if x.node is None else grads.get(x.node.id)
@@ -267,6 +290,8 @@ def _backward_first_order(
     for n in order:
         g = pop(n.id, None)
         if g is not None:
+            if n.hooks:
+                g = run_hooks(n, g, False)
             saved = n.saved
             if saved:  # plain inner values, as _saved gives them (one and two handles unrolled:
                 # the common cases, without a comprehension's frame)
@@ -301,6 +326,16 @@ def _backward_first_order(
             n.step = n.saved = n.ctx = n.recompute = None
             n.parents = ()
             n.consumed = True
+    return grads
+
+
+def _leaf_hooks(hooked: list[Node], grads: Gradients) -> Gradients:
+    """Runs the gradient hooks of the leaves in ``hooked`` on their final gradients."""
+    leaf_grads = grads._grads
+    for leaf in hooked:
+        g = leaf_grads.get(leaf.id)
+        if g is not None and leaf.hooks:
+            leaf_grads[leaf.id] = run_hooks(leaf, g, grads.create_graph)
     return grads
 
 

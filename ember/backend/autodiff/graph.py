@@ -42,10 +42,12 @@ class Node:
 
     ``step(B, g, saved, ctx)`` returns one gradient (or ``None``) per parent.
     ``recompute``, set for memory-bound ops under balanced checkpointing, is
-    ``(fn, handles)``: the op's output is ``fn(*values of handles)``.
+    ``(fn, handles)``: the op's output is ``fn(*values of handles)``. ``hooks``
+    (``None`` or a dict, see :mod:`ember.backend.autodiff.grad_hooks`) rewrite the
+    node's gradient once it is complete.
     """
 
-    __slots__ = ("id", "parents", "step", "saved", "ctx", "recompute", "consumed", "__weakref__")
+    __slots__ = ("id", "parents", "step", "saved", "ctx", "recompute", "consumed", "hooks", "__weakref__")
 
     def __init__(self, node_id: int, parents: tuple, step: Any, saved: tuple, ctx: Any):
         self.id = node_id
@@ -55,6 +57,7 @@ class Node:
         self.ctx = ctx
         self.recompute: tuple[Any, tuple] | None = None
         self.consumed = False
+        self.hooks: dict[int, Any] | None = None
 
     def release(self) -> None:
         """Drop what backward needed; the node stays as a marker of a consumed graph."""
@@ -117,12 +120,13 @@ SELF = object()  # a saved handle meaning "this node's own output" (recomputed)
 _BY_ID = attrgetter("id")
 
 
-def topological_order(root: Node) -> list[Node]:
+def topological_order(root: Node, hooked: list[Node] | None = None) -> list[Node]:
     """The non-leaf nodes reachable from ``root``, children before parents (no recursion).
 
     Node ids grow with creation, so a parent's id is always lower than its child's:
     sorting by descending id is a valid order for backward. Leaves (no step) are not
-    listed: backward hands their gradients straight to the result.
+    listed: backward hands their gradients straight to the result. The leaves that
+    carry gradient hooks are appended to ``hooked`` when given.
     """
     seen = {root}
     stack = [root]
@@ -138,9 +142,13 @@ def topological_order(root: Node) -> list[Node]:
             )
         append(node)
         for parent in node.parents:
-            if parent is not None and parent not in seen and (parent.step is not None or parent.consumed):
-                add(parent)
-                push(parent)
+            if parent is not None and parent not in seen:
+                if parent.step is not None or parent.consumed:
+                    add(parent)
+                    push(parent)
+                elif parent.hooks and hooked is not None:
+                    add(parent)
+                    hooked.append(parent)
     order.sort(key=_BY_ID, reverse=True)
     return order
 

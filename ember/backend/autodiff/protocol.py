@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ember.backend.autodiff.checkpoint import Checkpointing
+    from ember.backend.autodiff.grad_hooks import GradHook, RemovableHandle
     from ember.backend.autodiff.graph import Gradients
+    from ember.backend.autodiff.rules.custom import CustomBackward
     from ember.backend.base import Backend
 
 # A primitive of the autodiff backend (a tracked or untracked wrapper of an inner one).
@@ -65,3 +67,17 @@ class AutodiffProtocol(Protocol):
     def grad_remove(self, x: Tracked, grads: Gradients) -> Any: ...
 
     def grad_replace(self, x: Tracked, grads: Gradients, grad: Any) -> None: ...
+
+    def register_hook(self, x: Tracked, hook: GradHook) -> RemovableHandle:
+        """Calls ``hook(grad, create_graph)`` with ``x``'s complete gradient in each backward."""
+        ...
+
+    def custom(
+        self,
+        inputs: Sequence[Tracked | None],
+        outputs: Sequence[tuple[Any, bool]],
+        saved: Sequence[Tracked | int | None],
+        backward: CustomBackward,
+    ) -> list[Tracked]:
+        """Records a call of a user-defined function whose backward is ``backward``."""
+        ...

@@ -6,15 +6,17 @@ plain device ``require_grad`` and ``detach`` return the tensor unchanged, as in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ember.errors import DTypeError, GraphError, ShapeError
-from ember.tensor.checks import FLOAT_NP
+from ember.tensor.checks import FLOAT_NP, NP_TO_DTYPE
 from ember.tensor.ops.base import TensorOpsBase
 
 if TYPE_CHECKING:
     from typing import Self
 
+    from ember.backend.autodiff.grad_hooks import RemovableHandle
     from ember.backend.autodiff.protocol import AutodiffProtocol
 
 
@@ -49,6 +51,58 @@ class AutodiffOps(TensorOpsBase):
         if not backend.is_tracked(self._p):
             return self.__class__(self._p, self._d)
         return self.__class__(backend.detach(self._p), d)
+
+    def register_hook(self, hook: Callable[[Any], Any]) -> RemovableHandle:
+        """Calls ``hook(grad)`` with this tensor's gradient in every backward that
+        reaches it, once the gradient is complete; a returned tensor (of this shape)
+        replaces the gradient, ``None`` keeps it. On an op's output the replacement
+        flows on to the op's inputs; on a leaf (a parameter's value) it is what
+        ``tensor.grad(grads)`` and ``GradientsParams.from_grads`` read. Returns a handle
+        whose ``remove()`` takes the hook off (PyTorch's ``Tensor.register_hook``).
+
+        ``grad`` lives on the inner device, or on this autodiff device (tracked) in a
+        ``backward(create_graph=True)``. A parameter's hook stays with this value: an
+        optimizer step makes new values, so register again on the new model.
+
+        >>> from ember import Device, Tensor
+        >>> x = Tensor.from_floats([1.0, 2.0], device=Device.flex().autodiff()).require_grad()
+        >>> y = x.mul_scalar(3.0)
+        >>> handle = y.register_hook(lambda g: g.clamp(-1.0, 1.0))  # clip what flows back
+        >>> x.grad(y.mul(y).sum().backward()).tolist()  # 3 * clamp(2 y)
+        [3.0, 3.0]
+        >>> handle.remove()
+        """
+        backend = self._autodiff_backend("register_hook")
+        if not callable(hook):
+            raise DTypeError(f"ember: register_hook: expected a function of the gradient, got {type(hook).__name__}")
+        from ember.tensor.tensor import Tensor
+
+        d = self._d
+        shape, dtype = tuple(self._p.shape), self._p.dtype
+        name = getattr(hook, "__name__", type(hook).__name__)
+
+        def run(grad: Any, create_graph: bool) -> Any:
+            device = d if create_graph else d.inner()
+            new = hook(Tensor(grad, device))
+            if new is None:
+                return None
+            if not isinstance(new, Tensor):
+                raise DTypeError(
+                    f"ember: register_hook: the hook {name} returned {type(new).__name__}; "
+                    "return a Tensor (the new gradient) or None (keep it)"
+                )
+            if tuple(new._p.shape) != shape:
+                raise ShapeError(
+                    f"ember: register_hook: the hook {name} returned a gradient of shape {list(new._p.shape)}, "
+                    f"but the tensor has shape {list(shape)}; a gradient has the shape of its tensor"
+                )
+            if new._p.dtype != dtype:
+                new = new.cast(NP_TO_DTYPE[dtype])
+            if new._d is not device:
+                new = new.to_device(device)
+            return new._p
+
+        return backend.register_hook(self._p, run)
 
     def _autodiff_backend(self, op: str) -> AutodiffProtocol:
         d = self._d

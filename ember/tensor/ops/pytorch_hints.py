@@ -106,6 +106,11 @@ ATTRIBUTE_HINTS = {
     "type_as": "x.cast(other.dtype)",
     "nelement": "x.num_elements()",
     "element_size": "x.dtype.itemsize",
+    # A Tensor where a Function's ctx belongs: forward or backward called directly.
+    "save_for_backward": "MyFunction.apply(x, ...) to call a Function (its forward gets the ctx)",
+    "saved_tensors": "MyFunction.apply(x, ...) to call a Function (its backward gets the ctx)",
+    "needs_input_grad": "MyFunction.apply(x, ...) to call a Function (its forward gets the ctx)",
+    "mark_non_differentiable": "MyFunction.apply(x, ...) to call a Function (its forward gets the ctx)",
 }
 
 
