@@ -8,6 +8,7 @@
 
 from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
+from ember import linalg
 from ember.capture import compile
 from ember.device import Device, DeviceKind
 from ember.module import Config, Module, Param, ParamId
@@ -51,4 +52,5 @@ __all__ = [
     "TensorData",
     "autocast",
     "compile",
+    "linalg",
 ]

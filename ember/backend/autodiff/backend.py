@@ -13,6 +13,7 @@ from ember.backend.autodiff.graph import SELF, AutodiffTensor, Gradients, Node, 
 from ember.backend.autodiff.hooks import current_hook
 from ember.backend.autodiff.rules.activation import ActivationRules
 from ember.backend.autodiff.rules.attention import AttentionRules
+from ember.backend.autodiff.rules.decompositions import DecompositionRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
@@ -33,6 +34,7 @@ class AutodiffBackend(
     LayoutRules,
     IndexingRules,
     LinalgRules,
+    DecompositionRules,
     ActivationRules,
     AttentionRules,
     LossRules,

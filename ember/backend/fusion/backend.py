@@ -283,6 +283,11 @@ class FusionBackend(Backend):
     def argwhere(self, x: LazyTensor) -> LazyTensor:
         return self._eager("argwhere", x)
 
+    def linalg(self, op: Any, inputs: tuple, options: tuple = ()) -> tuple:
+        # A LAPACK call is no kernel of the IR: the stream runs up to its inputs, the
+        # wrapped backend computes it now, and recording goes on from its results.
+        return self._eager("linalg", op, inputs, options)
+
 
 def _abstract(args: tuple | list, ref: Any, scalars: list[Any], key: list[Any]) -> Any:
     """A call's arguments as recorded: lazy tensors by Ref, floats as Sc placeholders
