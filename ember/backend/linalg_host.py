@@ -34,7 +34,7 @@ def _ok(a: np.ndarray) -> np.ndarray:
 def _where(flat: int, batch: tuple[int, ...]) -> str:
     if len(batch) <= 1:
         return f"batch index {flat}" if batch else "the matrix"
-    return f"batch index {flat} (index {list(np.unravel_index(flat, batch))})"
+    return f"batch index {flat} (index {[int(i) for i in np.unravel_index(flat, batch)]})"
 
 
 def _first_failure(info: np.ndarray) -> tuple[int, int]:

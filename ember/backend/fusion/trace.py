@@ -270,6 +270,17 @@ class TraceBackend(FusionBackend):
             return self.inner.to_numpy(x)
         return super().to_numpy(x)
 
+    def linalg(self, op: Any, inputs: tuple, options: tuple = ()) -> tuple:
+        # A LAPACK call has no node in the graph IR yet: computing it now would bake this
+        # call's values into the graph as constants, so the capture breaks instead and the
+        # function runs eagerly (ember.compile's one-time warning names the op).
+        if self._foreign():
+            return self.inner.linalg(op, inputs, options)
+        raise GraphBreak(
+            f"ember: compile: linalg.{op} (a LAPACK call on the host) cannot be captured in a graph yet; "
+            "the function runs eagerly"
+        )
+
     def _eager(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self._foreign():
             return getattr(self.inner, name)(*args, **kwargs)

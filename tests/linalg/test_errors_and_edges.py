@@ -1,0 +1,166 @@
+"""``ember.linalg``'s errors (singular, not positive-definite, bad shapes and dtypes),
+the ``*_ex`` info tensors against PyTorch's, special inputs, and ``ember.compile``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ember
+from ember import Device, Tensor, linalg
+from ember.errors import DTypeError, LinAlgError, RankError, ShapeError, ValueRangeError
+from tests.conftest import float64_supported
+
+
+def _t(a, device=None, dtype="float64"):
+    return Tensor.from_data(np.asarray(a, dtype=np.float64), device=device or Device.flex(), dtype=dtype)
+
+
+def _batch_with_singular(index, pivot_matrix):
+    a = np.stack([np.eye(3) * (i + 2) for i in range(5)])
+    a[index] = pivot_matrix
+    return a
+
+
+SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
+
+
+def test_inv_of_a_singular_matrix_names_the_batch_element_and_the_pivot(device):
+    dtype = "float64" if float64_supported(device) else "float32"
+    a = _t(_batch_with_singular(3, SINGULAR), device, dtype)
+    with pytest.raises(LinAlgError, match=r"linalg\.inv: the matrix at batch index 3 is singular \(pivot 3"):
+        linalg.inv(a)
+    with pytest.raises(LinAlgError, match=r"linalg\.solve: the matrix at batch index 3 is singular"):
+        linalg.solve(a, _t(np.ones((5, 3, 1)), device, dtype))
+
+
+def test_a_multi_dim_batch_index_is_named_too():
+    a = _batch_with_singular(4, SINGULAR).reshape(1, 5, 3, 3)
+    with pytest.raises(LinAlgError, match=r"batch index 4 \(index \[0, 4\]\)"):
+        linalg.inv(_t(a))
+
+
+@pytest.mark.torch
+def test_ex_variants_give_torch_info(torch):
+    a = np.stack([np.eye(3), SINGULAR, np.zeros((3, 3))])
+    inverse, info = linalg.inv_ex(_t(a))
+    expected = torch.linalg.inv_ex(torch.tensor(a)).info.numpy()
+    np.testing.assert_array_equal(info.to_numpy(), expected)
+    assert info.dtype == ember.int32
+    np.testing.assert_allclose(inverse.to_numpy()[0], np.eye(3))
+    assert np.isnan(inverse.to_numpy()[1:]).all()
+    x, info = linalg.solve_ex(_t(a), _t(np.ones((3, 1))))
+    np.testing.assert_array_equal(info.to_numpy(), expected)
+    np.testing.assert_allclose(x.to_numpy()[0], np.ones((3, 1)))
+    with pytest.raises(LinAlgError, match="batch index 1"):
+        linalg.inv_ex(_t(a), check_errors=True)
+
+
+@pytest.mark.torch
+def test_cholesky_names_the_leading_minor(device, torch):
+    dtype = "float64" if float64_supported(device) else "float32"
+    spd = np.array([[4.0, 2.0, 0.0], [2.0, 3.0, 0.0], [0.0, 0.0, 1.0]])
+    bad = np.array([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])  # minor of order 2 is 0
+    a = np.stack([spd, spd, bad])
+    with pytest.raises(LinAlgError, match=r"batch index 2 is not positive-definite \(its leading minor of order 2"):
+        linalg.cholesky(_t(a, device, dtype))
+    low, info = linalg.cholesky_ex(_t(a, device, dtype))
+    expected = torch.linalg.cholesky_ex(torch.tensor(a)).info.numpy()
+    np.testing.assert_array_equal(info.to_numpy(), expected)
+    np.testing.assert_allclose(low.to_numpy()[0], np.linalg.cholesky(spd), rtol=1e-6)
+    upper, _ = linalg.cholesky_ex(_t(a[:2], device, dtype), upper=True)
+    np.testing.assert_allclose(upper.to_numpy()[1], np.linalg.cholesky(spd).T, rtol=1e-6)
+
+
+def test_wrong_ranks_shapes_and_dtypes_get_clear_errors():
+    with pytest.raises(RankError, match=r"linalg\.inv: A must be a matrix or a batch of matrices"):
+        linalg.inv(_t([1.0, 2.0]))
+    with pytest.raises(ShapeError, match=r"linalg\.det: A must be a batch of square matrices"):
+        linalg.det(_t(np.ones((2, 3))))
+    with pytest.raises(DTypeError, match=r"linalg\.svd: A has dtype int64.*cast first"):
+        linalg.svd(Tensor.from_data([[1, 2], [3, 4]], device=Device.flex()))
+    with pytest.raises(DTypeError, match="A is float64 but B is float32"):
+        linalg.solve(_t(np.eye(2)), _t(np.ones((2, 1)), dtype="float32"))
+    with pytest.raises(ShapeError, match=r"B must be \[\.\.\., 3, k\] or \[\.\.\., 3\]"):
+        linalg.solve(_t(np.eye(3)), _t(np.ones((2, 1))))
+    with pytest.raises(ShapeError, match="batch dims of A"):
+        linalg.solve(_t(np.ones((2, 3, 3))), _t(np.ones((4, 3, 1))))
+    with pytest.raises(ValueRangeError, match="mode must be"):
+        linalg.qr(_t(np.eye(2)), mode="full")
+    with pytest.raises(ValueRangeError, match="UPLO"):
+        linalg.eigh(_t(np.eye(2)), UPLO="X")
+    with pytest.raises(ValueRangeError, match="ord must be one of"):
+        linalg.matrix_norm(_t(np.eye(2)), ord=3)
+    with pytest.raises(ShapeError, match="same rank"):
+        linalg.cross(_t(np.ones((2, 3))), _t(np.ones(3)))
+
+
+@pytest.mark.torch
+def test_special_inputs_match_torch(torch):
+    eye = np.eye(4)
+    np.testing.assert_allclose(linalg.inv(_t(eye)).to_numpy(), eye)
+    assert linalg.det(_t(eye)).item() == 1.0
+    assert linalg.det(_t(SINGULAR)).item() == 0.0
+    sign, logabs = linalg.slogdet(_t(SINGULAR))
+    assert sign.item() == 0.0 and logabs.item() == -np.inf
+    empty = np.zeros((0, 3, 3))
+    for fn in (linalg.inv, linalg.det, linalg.svdvals, linalg.eigvalsh, linalg.matrix_exp):
+        out = fn(_t(empty))
+        theirs = getattr(torch.linalg, fn.__name__)(torch.tensor(empty))
+        assert out.dims() == list(theirs.shape), fn.__name__
+    s = linalg.svd(_t(np.zeros((0, 2, 3)))).S
+    assert s.dims() == [0, 2]
+    assert linalg.matrix_rank(_t(SINGULAR)).item() == 2
+    assert linalg.matrix_rank(_t(np.stack([eye, np.zeros((4, 4))]))).tolist() == [4, 0]
+    assert linalg.matrix_power(_t(np.ones((2, 3, 3))), 0).dims() == [2, 3, 3]
+    r = linalg.qr(_t(np.ones((4, 3))), mode="r")
+    assert r.Q.dims() == [0] and r.R.dims() == [3, 3]
+    a, b = np.arange(12.0).reshape(4, 3) ** 2, np.random.default_rng(1).uniform(size=(4, 2))
+    lst = linalg.lstsq(_t(a), _t(b))
+    theirs = torch.linalg.lstsq(torch.tensor(a), torch.tensor(b), driver="gelsd")
+    np.testing.assert_allclose(lst.solution.to_numpy(), theirs.solution.numpy(), rtol=1e-9)
+    np.testing.assert_allclose(lst.residuals.to_numpy(), theirs.residuals.numpy(), rtol=1e-9)
+    assert lst.rank.item() == theirs.rank.item()
+    np.testing.assert_allclose(lst.singular_values.to_numpy(), theirs.singular_values.numpy(), rtol=1e-9)
+
+
+@pytest.mark.torch
+def test_norm_dispatch_matches_torch(torch):
+    a = np.random.default_rng(0).uniform(-1, 1, size=(2, 3, 4))
+    for ord_, dim in ((None, None), ("fro", (1, 2)), (2, (0, 2)), (1, 1), (float("inf"), None)):
+        x = a if not (ord_ is not None and dim is None) else a[0]
+        ours = linalg.norm(_t(x), ord_, dim)
+        theirs = torch.linalg.norm(torch.tensor(x), ord_, dim)
+        np.testing.assert_allclose(ours.to_numpy(), theirs.numpy(), rtol=1e-12, err_msg=f"{ord_}, {dim}")
+    ours = linalg.matrix_norm(_t(a), "nuc", keepdim=True)
+    assert ours.dims() == list(torch.linalg.matrix_norm(torch.tensor(a), "nuc", keepdim=True).shape)
+
+
+def test_qr_gradient_of_a_wide_matrix_is_refused():
+    a = _t(np.ones((2, 3)), Device.flex().autodiff()).require_grad()
+    q, r = linalg.qr(a)
+    with pytest.raises(ember.errors.GraphError, match="m >= n"):
+        r.sum().backward()
+
+
+@pytest.mark.parametrize("device_name", ["flex", "flex+autodiff"])
+def test_compile_runs_linalg_eagerly_with_the_right_values(device_name):
+    from tests.conftest import make_device
+
+    device = make_device(device_name)
+    rng = np.random.default_rng(0)
+
+    def f(a, b):
+        return linalg.solve(a, b).mul_scalar(2.0).sum()
+
+    step = ember.compile(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            a = _t(rng.uniform(size=(3, 3)) + 3 * np.eye(3), device)
+            b = _t(rng.uniform(size=(3, 2)), device)
+            np.testing.assert_allclose(step(a, b).to_numpy(), f(a, b).to_numpy())
+    assert any("linalg.solve" in str(w.message) for w in caught)
+    assert step.stats["eager"] == 3
