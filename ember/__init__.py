@@ -6,9 +6,9 @@
 [[2.0, 3.0]]
 """
 
+from ember import linalg
 from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
-from ember import linalg
 from ember.capture import compile
 from ember.device import Device, DeviceKind
 from ember.module import Config, Module, Param, ParamId

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from ember.backend import linalg_host
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.module_ops import ModuleOps
-from ember.backend import linalg_host
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, LinalgOp, ReduceOp, UnaryOp
 
 Primitive = Any

@@ -17,7 +17,7 @@ functions) fills the failed elements with NaN and returns the info.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -78,7 +78,7 @@ def cholesky_failed_minor(m: np.ndarray) -> int:
 def _singular(op: str, a: np.ndarray, check: bool) -> np.ndarray:
     """The info of a batch LAPACK called singular; raises when ``check``."""
     flat = a.reshape((-1,) + a.shape[-2:])
-    info = np.zeros(flat.shape[0], np.int32)
+    info: np.ndarray = np.zeros(flat.shape[0], np.int32)
     for i, m in enumerate(flat):
         try:
             np.linalg.inv(m)
@@ -178,9 +178,9 @@ def cholesky(a: np.ndarray, check: bool) -> Arrays:
     return out, info
 
 
-def qr(a: np.ndarray, mode: str) -> Arrays:
+def qr(a: np.ndarray, mode: Literal["reduced", "complete", "r"]) -> Arrays:
     if mode == "r":
-        r = np.linalg.qr(a, mode="r")
+        r: Any = np.linalg.qr(a, mode="r")
         return np.zeros((0,), a.dtype), r
     q, r = np.linalg.qr(a, mode=mode)
     return q, r
@@ -195,12 +195,12 @@ def svdvals(a: np.ndarray) -> Arrays:
     return (np.linalg.svd(a, compute_uv=False),)
 
 
-def eigh(a: np.ndarray, uplo: str) -> Arrays:
+def eigh(a: np.ndarray, uplo: Literal["L", "U"]) -> Arrays:
     w, v = np.linalg.eigh(a, UPLO=uplo)
     return w, v
 
 
-def eigvalsh(a: np.ndarray, uplo: str) -> Arrays:
+def eigvalsh(a: np.ndarray, uplo: Literal["L", "U"]) -> Arrays:
     return (np.linalg.eigvalsh(a, UPLO=uplo),)
 
 
@@ -273,7 +273,7 @@ def matrix_exp(a: np.ndarray) -> Arrays:
     norm = np.abs(x).sum(axis=-2).max(axis=-1)  # the 1-norm of each matrix
     with np.errstate(divide="ignore"):
         s = np.maximum(0, np.ceil(np.log2(norm / 5.371920351148152))).astype(np.int64)
-    x = x / (2.0 ** s)[..., None, None]
+    x = x / (2.0**s)[..., None, None]
     b = _PADE13
     eye = np.eye(n)
     x2 = x @ x

@@ -1,4 +1,3 @@
-"""What every ``ember.linalg`` function shares: argument checks and the backend call."""
 
 from __future__ import annotations
 
@@ -58,9 +57,7 @@ def check_batch(op: str, a: Tensor, b: Tensor) -> None:
     sa, sb = a.dims()[:-2], b.dims()[:-2]
     for x, y in zip(reversed(sa), reversed(sb)):
         if x != y and x != 1 and y != 1:
-            raise ShapeError(
-                f"ember: linalg.{op}: the batch dims of A {a.dims()} and B {b.dims()} do not broadcast"
-            )
+            raise ShapeError(f"ember: linalg.{op}: the batch dims of A {a.dims()} and B {b.dims()} do not broadcast")
 
 
 def run(op: LinalgOp, tensors: tuple[Tensor, ...], options: tuple = ()) -> list[Tensor]:

@@ -1,3 +1,4 @@
+# ruff: noqa: N803 -- torch.linalg's argument names (A, B, UPLO), so keyword calls port unchanged
 """Matrix decompositions (``torch.linalg``'s names, signatures and named results).
 
 Each is one LAPACK routine through ``Backend.linalg`` (numpy's on flex; on a GPU

@@ -1,3 +1,4 @@
+# ruff: noqa: N803 -- torch.linalg's argument names (A, B, UPLO), so keyword calls port unchanged
 """Norms, rank and the cross product (``torch.linalg``'s), written over tensor ops and
 the singular values, so autodiff differentiates them with no rule of their own."""
 
@@ -44,9 +45,7 @@ def _finish(out: Tensor, x: Tensor, dims: list[int], keepdim: bool) -> Tensor:
     return out.reshape([n for d, n in enumerate(shape) if d not in dims])
 
 
-def vector_norm(
-    x: Tensor, ord: float = 2, dim: int | Sequence[int] | None = None, keepdim: bool = False
-) -> Tensor:
+def vector_norm(x: Tensor, ord: float = 2, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     """The ``ord``-norm of ``x`` over ``dim`` (all dims when ``None``): ``(sum |x|^ord)^(1/ord)``;
     ``inf``/``-inf`` the largest/smallest magnitude, ``0`` the count of nonzeros.
 
@@ -66,9 +65,7 @@ def vector_norm(
 _MATRIX_ORDS = ("fro", "nuc", 1, -1, 2, -2, _INF, -_INF)
 
 
-def matrix_norm(
-    A: Tensor, ord: str | float = "fro", dim: tuple[int, int] = (-2, -1), keepdim: bool = False
-) -> Tensor:
+def matrix_norm(A: Tensor, ord: str | float = "fro", dim: tuple[int, int] = (-2, -1), keepdim: bool = False) -> Tensor:
     """A matrix norm over the two dims ``dim``: ``"fro"`` (Frobenius), ``"nuc"`` (sum of
     singular values), ``2``/``-2`` (largest/smallest singular value), ``1``/``-1``
     (max/min column sum of ``|A|``), ``inf``/``-inf`` (max/min row sum).
@@ -107,9 +104,7 @@ def matrix_norm(
     return _finish(out, A, dims, keepdim)
 
 
-def norm(
-    A: Tensor, ord: Any = None, dim: int | Sequence[int] | None = None, keepdim: bool = False
-) -> Tensor:
+def norm(A: Tensor, ord: Any = None, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     """PyTorch's ``linalg.norm``: a matrix norm when ``ord`` is a string or ``dim`` names two
     dims (or ``ord`` is given for a matrix without ``dim``), else a vector norm (the
     2-norm of all elements when both are ``None``)."""
@@ -126,9 +121,7 @@ def norm(
     return vector_norm(A, 2 if ord is None else ord, dim, keepdim)
 
 
-def matrix_rank(
-    A: Tensor, *, atol: float | None = None, rtol: float | None = None, hermitian: bool = False
-) -> Tensor:
+def matrix_rank(A: Tensor, *, atol: float | None = None, rtol: float | None = None, hermitian: bool = False) -> Tensor:
     """The number (int64) of singular values of each matrix above
     ``max(atol, rtol * s_max)``; ``rtol`` defaults to ``eps * max(m, n)`` when neither is
     given (PyTorch's rule)."""
@@ -163,9 +156,7 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     try:
         shape = list(np.broadcast_shapes(tuple(input.dims()), tuple(other.dims())))
     except ValueError:
-        raise ShapeError(
-            f"ember: linalg.cross: shapes {input.dims()} and {other.dims()} do not broadcast"
-        ) from None
+        raise ShapeError(f"ember: linalg.cross: shapes {input.dims()} and {other.dims()} do not broadcast") from None
     d = normalize_dim("linalg.cross", dim, len(shape))
     if shape[d] != 3 or input.dims()[d - len(shape)] != 3 or other.dims()[d - len(shape)] != 3:
         raise ShapeError(

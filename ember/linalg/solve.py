@@ -1,3 +1,4 @@
+# ruff: noqa: N803 -- torch.linalg's argument names (A, B, UPLO), so keyword calls port unchanged
 """Inverses, determinants and linear solves (``torch.linalg``'s names and signatures).
 
 Each calls one LAPACK routine through ``Backend.linalg`` (numpy's on flex; on a GPU
@@ -105,9 +106,7 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     return SolveEx(x, info)
 
 
-def solve_triangular(
-    A: Tensor, B: Tensor, *, upper: bool, left: bool = True, unitriangular: bool = False
-) -> Tensor:
+def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True, unitriangular: bool = False) -> Tensor:
     """The solution of ``A X = B`` (``X A = B`` when ``left=False``) for triangular ``A``
     ``[..., n, n]`` (only its ``upper`` or lower triangle is read; with ``unitriangular``
     its diagonal is taken as ones) and ``B`` ``[..., n, k]``. A zero on the diagonal
@@ -186,9 +185,7 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     return Lstsq(x, residuals, rank, sv)
 
 
-def pinv(
-    A: Tensor, *, atol: float | None = None, rtol: float | None = None, hermitian: bool = False
-) -> Tensor:
+def pinv(A: Tensor, *, atol: float | None = None, rtol: float | None = None, hermitian: bool = False) -> Tensor:
     """The Moore-Penrose pseudo-inverse ``[..., n, m]`` of ``A`` ``[..., m, n]`` from its
     SVD (its eigendecomposition when ``hermitian``); singular values below
     ``max(atol, rtol * s_max)`` are dropped, ``rtol`` defaulting to ``eps * max(m, n)``

@@ -94,7 +94,9 @@ def _scalar_mat(ops, v):
 
 
 def _narrow(ops, x, dim: int, start: int, stop: int):
-    slices = tuple((s, e, 1) if d == dim else (0, n, 1) for d, (n, s, e) in enumerate((n, start, stop) for n in x.shape))
+    slices = tuple(
+        (s, e, 1) if d == dim else (0, n, 1) for d, (n, s, e) in enumerate((n, start, stop) for n in x.shape)
+    )
     return ops.slice(x, slices)
 
 
@@ -359,4 +361,3 @@ class DecompositionRules(RecordMixin):
         elif op is LinalgOp.MATRIX_EXP:
             plain[0] = self._single(outs[0], inputs, _matrix_exp_step, keep, None)
         return tuple(plain)
-
