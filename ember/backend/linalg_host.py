@@ -109,7 +109,8 @@ def inv(a: np.ndarray, check: bool) -> Arrays:
 
 def solve(a: np.ndarray, b: np.ndarray, check: bool) -> Arrays:
     try:
-        return np.linalg.solve(a, b), _ok(a)
+        x = np.linalg.solve(a, b)
+        return x, np.zeros(x.shape[:-2], np.int32)
     except np.linalg.LinAlgError:
         info = _singular("solve", a, check)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
