@@ -203,7 +203,9 @@ class Backend(ModuleOps, ABC):
         (host -> device). Flex overrides it to call the kernels on its arrays directly.
         """
         arrays = tuple(self.to_numpy(x) for x in inputs)
-        return tuple(self.from_numpy(np.ascontiguousarray(out)) for out in linalg_host.run(op, arrays, options))
+        outs = linalg_host.run(op, arrays, options)
+        # (np.ascontiguousarray would make a 0-d result, a determinant, 1-d.)
+        return tuple(self.from_numpy(np.require(out, requirements="C")) for out in outs)
 
     # ------------------------------------------------------------------ fused (optional)
     # One method per ember.backend.ops.FusedOp (plus linear_backward, LINEAR's backward

@@ -148,12 +148,12 @@ def solve_triangular(a: np.ndarray, b: np.ndarray, upper: bool, unitriangular: b
 
 
 def det(a: np.ndarray) -> Arrays:
-    return (np.linalg.det(a),)
+    return (np.asarray(np.linalg.det(a)),)  # numpy gives a scalar for one matrix
 
 
 def slogdet(a: np.ndarray) -> Arrays:
     sign, logabs = np.linalg.slogdet(a)
-    return sign, logabs
+    return np.asarray(sign), np.asarray(logabs)
 
 
 def cholesky(a: np.ndarray, check: bool) -> Arrays:

@@ -7,6 +7,9 @@ through the backend protocol's ``linalg`` op: numpy's LAPACK on flex's arrays, a
 GPU device a copy to the host and back (documented on each backend). All are batched
 over leading dims and differentiable (twice, too) with PyTorch's gradient formulas.
 The norms, ``matrix_rank``, ``matrix_power`` and ``cross`` are composites.
+On a fusion device and under ``ember.compile`` each LAPACK call is one node of the graph,
+which the plan runs as a call of the wrapped backend (so a singular matrix raises when
+the plan runs); ``lstsq`` runs eagerly there (its result shapes depend on its values).
 
 >>> from ember import Device, Tensor, linalg
 >>> a = Tensor.from_data([[4.0, 2.0], [2.0, 3.0]], device=Device.flex())

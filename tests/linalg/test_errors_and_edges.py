@@ -182,3 +182,13 @@ def test_a_compiled_step_raises_for_a_singular_matrix():
     step(_t(np.eye(3) * 2)).to_numpy()
     with pytest.raises(LinAlgError, match="is singular"):
         step(_t(SINGULAR)).to_numpy()
+
+
+def test_a_single_matrix_gives_0d_results(device):
+    dtype = "float64" if float64_supported(device) else "float32"
+    a = _t(np.eye(3) * 2, device, dtype)
+    det = linalg.det(a)
+    assert det.dims() == [] and det.item() == pytest.approx(8.0)
+    assert [t.dims() for t in linalg.slogdet(a)] == [[], []]
+    assert linalg.inv_ex(a).info.dims() == []
+    assert linalg.cholesky_ex(a).info.dims() == []

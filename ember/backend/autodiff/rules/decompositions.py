@@ -94,9 +94,7 @@ def _scalar_mat(ops, v):
 
 
 def _narrow(ops, x, dim: int, start: int, stop: int):
-    slices = tuple(
-        (s, e, 1) if d == dim else (0, n, 1) for d, (n, s, e) in enumerate((n, start, stop) for n in x.shape)
-    )
+    slices = tuple((start, stop, 1) if d == dim else (0, n, 1) for d, n in enumerate(x.shape))
     return ops.slice(x, slices)
 
 
