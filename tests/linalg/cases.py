@@ -151,6 +151,11 @@ CASES = {
         lambda t, a: _tgauge_svd(t, a, True),
         _arrays(17, (2, 3, 3)),
     ),
+    "svd_full_tall": (
+        lambda a: _gauge_svd(a, True),
+        lambda t, a: _tgauge_svd(t, a, True),
+        _arrays(31, (4, 3)),
+    ),
     "svdvals": (linalg.svdvals, lambda t, a: t.linalg.svdvals(a), _arrays(18, (2, 4, 3))),
     "eigh": (_gauge_eigh, _tgauge_eigh, _arrays(19, (2, 3, 3))),
     "eigvalsh": (
