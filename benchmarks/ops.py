@@ -1,10 +1,13 @@
 """Per-op overhead on small tensors and throughput on large ones: ember/flex
 against raw numpy and PyTorch eager, in one run.
 
-    python benchmarks/ops.py
+    python benchmarks/ops.py            # per-op overhead, then the linalg table
+    OPENBLAS_NUM_THREADS=1 python benchmarks/ops.py linalg
 
 Targets (issue "Core"): small ops at most 3 us above the raw numpy call; large ops
-at most 1.1x raw numpy.
+at most 1.1x raw numpy. ``ember.linalg`` (issue 28): at most 1.15x the faster of
+numpy and scipy (scipy only if installed; it is no dependency of ember) on the same
+call, plain and with a tracked input on the autodiff device.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import fmt, median_us, print_table, try_import_torch
-from ember import Device, Tensor
+from benchmarks.common import alternating_us, fmt, median_us, print_table, try_import_torch
+from ember import Device, Tensor, linalg
 
 
 def main() -> None:
@@ -66,5 +69,94 @@ def main() -> None:
     )
 
 
+def _linalg_cases(rng: np.random.Generator, n: int) -> list[tuple[str, tuple, object, object, object, object]]:
+    """``(name, arrays, ember fn, numpy fn, scipy fn or None, torch fn)`` per op at size ``n``."""
+    try:
+        import scipy.linalg as sl
+    except ImportError:
+        sl = None
+    m = rng.standard_normal((n, n))
+    a = m + n * np.eye(n)
+    spd = m @ m.T + n * np.eye(n)
+    b = rng.standard_normal((n, 16))
+    return [
+        (
+            f"solve {n}x{n}, 16 rhs",
+            (a, b),
+            linalg.solve,
+            np.linalg.solve,
+            None if sl is None else (lambda x, y: sl.solve(x, y, check_finite=False)),
+            lambda t, x, y: t.linalg.solve(x, y),
+        ),
+        (
+            f"cholesky {n}x{n}",
+            (spd,),
+            linalg.cholesky,
+            np.linalg.cholesky,
+            None if sl is None else (lambda x: sl.cholesky(x, lower=True, check_finite=False)),
+            lambda t, x: t.linalg.cholesky(x),
+        ),
+        (
+            f"svd {n}x{n} (reduced)",
+            (m,),
+            lambda x: linalg.svd(x, full_matrices=False),
+            lambda x: np.linalg.svd(x, full_matrices=False),
+            None if sl is None else (lambda x: sl.svd(x, full_matrices=False, check_finite=False)),
+            lambda t, x: t.linalg.svd(x, full_matrices=False),
+        ),
+    ]
+
+
+def linalg_table() -> None:
+    """``ember.linalg`` on flex (numpy's LAPACK) against numpy, scipy and torch, float64,
+    alternating rounds."""
+    torch = try_import_torch()
+    if torch is not None:
+        torch.set_num_threads(1)
+    flex, tracked = Device.flex(), Device.flex().autodiff()
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in (256, 1024):
+        for name, arrays, ember_fn, numpy_fn, scipy_fn, torch_fn in _linalg_cases(rng, n):
+            ts = [Tensor.from_data(x, device=flex) for x in arrays]
+            tracked_ts = [Tensor.from_data(x, device=tracked).require_grad() for x in arrays]
+            fns = {
+                "ember": lambda f=ember_fn, xs=ts: f(*xs),
+                "ember autodiff": lambda f=ember_fn, xs=tracked_ts: f(*xs),
+                "numpy": lambda f=numpy_fn, xs=arrays: f(*xs),
+            }
+            if scipy_fn is not None:
+                try:
+                    scipy_fn(*arrays)
+                    fns["scipy"] = lambda f=scipy_fn, xs=arrays: f(*xs)
+                except ValueError as error:  # seen: gesdd's workspace query failing after torch's LAPACK ran
+                    print(f"scipy left out of {name!r}: {error}")
+            if torch is not None:
+                tt = [torch.from_numpy(x) for x in arrays]
+                fns["torch"] = lambda f=torch_fn, xs=tt: f(torch, *xs)
+            medians, ratios = alternating_us(fns, repeats=5 if n > 512 else 9, min_time=0.05)
+            best = "scipy" if "scipy" in fns and medians["scipy"] < medians["numpy"] else "numpy"
+            rows.append(
+                [
+                    name,
+                    fmt(medians["ember"]),
+                    fmt(medians["ember autodiff"]),
+                    fmt(medians["numpy"]),
+                    fmt(medians.get("scipy")),
+                    fmt(medians.get("torch")),
+                    f"{ratios[('ember', best)]:.2f}x {best}",
+                    f"{ratios[('ember autodiff', best)]:.2f}x",
+                    "-" if torch is None else f"{ratios[('ember', 'torch')]:.2f}x",
+                ]
+            )
+    print_table(
+        "ember.linalg on flex (median us per call, float64; OPENBLAS_NUM_THREADS=1 for a fair single thread)",
+        ["op", "ember", "ember autodiff", "numpy", "scipy", "torch", "ember/best", "autodiff/best", "ember/torch"],
+        rows,
+    )
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] != ["linalg"]:
+        main()
+    linalg_table()

@@ -7,6 +7,7 @@
 """
 
 from ember import autograd
+from ember import linalg
 from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
 from ember.capture import compile
@@ -53,4 +54,5 @@ __all__ = [
     "autocast",
     "autograd",
     "compile",
+    "linalg",
 ]

@@ -46,6 +46,12 @@ class ScalarOverflowError(ValueRangeError, OverflowError):
     """A Python int beyond every dtype's range (past float64's largest value, about 1.8e308)."""
 
 
+class LinAlgError(EmberError, ValueError):
+    """A matrix a decomposition or solve cannot handle: singular to ``inv``/``solve``,
+    not positive-definite to ``cholesky`` (the message names the batch element and the
+    pivot or leading minor, as ``torch.linalg``'s)."""
+
+
 class GraphError(EmberError, RuntimeError):
     """Misuse of the autodiff graph (a consumed graph, no gradient to compute, ...)."""
 

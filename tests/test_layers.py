@@ -24,6 +24,7 @@ LAYERS = [
     "capture",
     "module",
     "autograd",  # Function (hand-written backward) over ember.tensor; custom_vjp lives in func
+    "linalg",  # torch.linalg's functions over ember.tensor and the backend's linalg op
     "tensor",
     "device",
     "backend",
@@ -33,7 +34,7 @@ LAYERS = [
 # Inside ember.backend: the protocol at the bottom, backends over it, decorators on top.
 # A decorator never depends on a concrete backend, except fusion's lowerings (a lowering
 # is written for the backend it targets).
-BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox"}
+BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox", "linalg_host"}
 BACKEND_ALLOWED = {
     "flex": BACKEND_PROTOCOL | {"flex"},
     "cube": BACKEND_PROTOCOL | {"cube"},

@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from ember.backend import linalg_host
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.module_ops import ModuleOps
-from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, LinalgOp, ReduceOp, UnaryOp
 
 Primitive = Any
 Scalar = int | float | bool
@@ -191,6 +192,20 @@ class Backend(ModuleOps, ABC):
     @abstractmethod
     def argwhere(self, x: Primitive) -> Primitive:
         """The int64 ``[n, rank]`` coordinates of the true elements of bool ``x``."""
+
+    # ------------------------------------------------------------------ linalg
+    def linalg(self, op: LinalgOp, inputs: tuple[Primitive, ...], options: tuple = ()) -> tuple[Primitive, ...]:
+        """A matrix decomposition or solve of :class:`LinalgOp` (batched over leading
+        dims; options and outputs as :mod:`ember.backend.linalg_host`'s kernels).
+
+        This default runs on the host: the operands are copied to numpy
+        (device -> host), LAPACK runs there, and the results are copied back
+        (host -> device). Flex overrides it to call the kernels on its arrays directly.
+        """
+        arrays = tuple(self.to_numpy(x) for x in inputs)
+        outs = linalg_host.run(op, arrays, options)
+        # (np.ascontiguousarray would make a 0-d result, a determinant, 1-d.)
+        return tuple(self.from_numpy(np.require(out, requirements="C")) for out in outs)
 
     # ------------------------------------------------------------------ fused (optional)
     # One method per ember.backend.ops.FusedOp (plus linear_backward, LINEAR's backward

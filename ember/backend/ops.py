@@ -38,6 +38,12 @@ the composite would be slower or less accurate:
   ``-inf``) or need ``log n`` passes of a doubling scan; the backward rule is written
   with the op itself, stably.
 
+* ``LinalgOp`` (``Backend.linalg``): the matrix decompositions and solves. Each is a
+  LAPACK call on every CPU (numpy's ``numpy.linalg``); a composite over matmul and
+  elementwise ops would be an unblocked, unpivoted algorithm, slower by orders of
+  magnitude and less stable. The default runs on the host (device -> host -> device),
+  which is what cube does; flex calls numpy on its arrays directly.
+
 Composites, not primitives: ``hypot`` (scaled by the larger magnitude: no overflow,
 within 2 ulp), ``logaddexp``, ``lerp``, ``deg2rad``, ``fmod``, the integer division
 modes, ``softsign`` and the other activations: each is a few passes of ops that are
@@ -229,6 +235,37 @@ class CumulativeOp(OpName):
     CUMMAX = "cummax"
     CUMMIN = "cummin"
     LOGCUMSUMEXP = "logcumsumexp"
+
+
+class LinalgOp(OpName):
+    """Matrix decompositions and solves (``Backend.linalg``), batched over leading dims.
+
+    Inputs are float matrices ``[..., m, n]``; the options and outputs of each are
+    those of ``ember.backend.linalg_host``'s kernel of the same name (the reference):
+    ``inv(check) -> (inverse, info)``, ``solve(check) -> (x, info)`` (``A X = B``, batch
+    dims broadcast), ``solve_triangular(upper, unitriangular) -> (x,)``, ``det -> (det,)``,
+    ``slogdet -> (sign, logabsdet)``, ``cholesky(check) -> (lower, info)``,
+    ``qr(mode) -> (q, r)``, ``svd(full_matrices) -> (u, s, vh)``, ``svdvals -> (s,)``,
+    ``eigh(uplo) -> (eigenvalues, eigenvectors)``, ``eigvalsh(uplo) -> (eigenvalues,)``,
+    ``lstsq(rcond) -> (x, residuals, rank, singular_values)``,
+    ``pinv(atol, rtol, hermitian) -> (pinv,)``, ``matrix_exp -> (exp,)``. ``info`` is int32
+    of the batch shape: 0, or the 1-based pivot (leading minor) that failed.
+    """
+
+    INV = "inv"
+    SOLVE = "solve"
+    SOLVE_TRIANGULAR = "solve_triangular"
+    DET = "det"
+    SLOGDET = "slogdet"
+    CHOLESKY = "cholesky"
+    QR = "qr"
+    SVD = "svd"
+    SVDVALS = "svdvals"
+    EIGH = "eigh"
+    EIGVALSH = "eigvalsh"
+    LSTSQ = "lstsq"
+    PINV = "pinv"
+    MATRIX_EXP = "matrix_exp"
 
 
 class FusedOp(OpName):

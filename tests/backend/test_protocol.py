@@ -9,13 +9,13 @@ import inspect
 
 import pytest
 
-from ember.backend import ops
+from ember.backend import linalg_host, ops
 from ember.backend.autodiff.rules import elementwise
 from ember.backend.cube import wgsl
 from ember.backend.cube.kernels import reduce as cube_reduce
 from ember.backend.cube.kernels import scan as cube_scan
 from ember.backend.flex import backend as flex
-from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, LinalgOp, ReduceOp, UnaryOp
 
 # (table, the enum it must cover exactly)
 COVERING_TABLES = {
@@ -27,6 +27,7 @@ COVERING_TABLES = {
     "cube reduce identity": (cube_reduce._INIT, ReduceOp),
     "cube scan combine": (cube_scan._COMBINE, CumulativeOp),
     "cube scan identity": (cube_scan._IDENTITY, CumulativeOp),
+    "linalg host kernels": (linalg_host.HOST, LinalgOp),
 }
 
 

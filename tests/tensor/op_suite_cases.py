@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import ember.nn.functional as F
-from ember import Tensor
+from ember import Tensor, linalg
 from ember.nn import loss as L
 from ember.nn.loss import Reduction
 from ember.tensor import activation as A
@@ -1152,6 +1152,15 @@ def _set_scalar(x: Any, key: tuple, value: float) -> Any:
 
 
 # ---------------------------------------------------------------------------------- linear algebra
+def _shifted(x: Any) -> Any:
+    """``x + 4 I``: a well-conditioned (or, from ``x x^T``, positive-definite) matrix."""
+    return x.add(Tensor.eye(x.dims()[-1], device=x.device, dtype=x.dtype).mul_scalar(4.0))
+
+
+def _tshifted(x: Any) -> Any:
+    return x + 4.0 * torch.eye(x.shape[-1])
+
+
 LINALG = (
     [
         case("matmul", [f(3, 4), f(4, 5)], lambda x, y: x @ y, lambda x, y: x @ y),
@@ -1195,10 +1204,29 @@ LINALG = (
     ]
     + [
         case("einsum_trace", [f(4, 4)], lambda x: Tensor.einsum("ii->", x), lambda x: torch.einsum("ii->", x)),
-        unsupported("linalg_det", "no determinant/LU yet"),
-        unsupported("linalg_inv", "no matrix inverse/solve yet"),
-        unsupported("linalg_cholesky", "no Cholesky yet"),
-        unsupported("linalg_svd", "no SVD/QR/eigendecompositions yet"),
+        case("linalg_det", [f(2, 3, 3)], linalg.det, lambda x: torch.linalg.det(x)),
+        case("linalg_inv", [f(2, 3, 3)], lambda x: linalg.inv(_shifted(x)), lambda x: torch.linalg.inv(_tshifted(x))),
+        case(
+            "linalg_solve",
+            [f(3, 3), f(3, 2)],
+            lambda x, y: linalg.solve(_shifted(x), y),
+            lambda x, y: torch.linalg.solve(_tshifted(x), y),
+        ),
+        case(
+            "linalg_cholesky",
+            [f(3, 3)],
+            lambda x: linalg.cholesky(_shifted(x.matmul(x.transpose()))),
+            lambda x: torch.linalg.cholesky(_tshifted(x @ x.T)),
+        ),
+        case("linalg_svdvals", [f(4, 3)], linalg.svdvals, lambda x: torch.linalg.svdvals(x)),
+        case(
+            "linalg_eigvalsh",
+            [f(3, 3)],
+            lambda x: linalg.eigvalsh(x.add(x.transpose())),
+            lambda x: torch.linalg.eigvalsh(x + x.T),
+        ),
+        case("linalg_qr_r", [f(4, 3)], lambda x: linalg.qr(x).R, lambda x: torch.linalg.qr(x).R),
+        case("linalg_matrix_exp", [f(3, 3, lo=-0.5, hi=0.5)], linalg.matrix_exp, lambda x: torch.linalg.matrix_exp(x)),
     ]
 )
 

@@ -15,6 +15,7 @@ from ember.backend.autodiff.hooks import current_hook
 from ember.backend.autodiff.rules.activation import ActivationRules
 from ember.backend.autodiff.rules.attention import AttentionRules
 from ember.backend.autodiff.rules.custom import CustomRules
+from ember.backend.autodiff.rules.decompositions import DecompositionRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
@@ -35,6 +36,7 @@ class AutodiffBackend(
     LayoutRules,
     IndexingRules,
     LinalgRules,
+    DecompositionRules,
     ActivationRules,
     AttentionRules,
     LossRules,

@@ -39,7 +39,12 @@ def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class CubeBackend(Backend):
-    """GPU backend over wgpu (Vulkan, Metal, DX12) with generated WGSL kernels."""
+    """GPU backend over wgpu (Vulkan, Metal, DX12) with generated WGSL kernels.
+
+    The matrix decompositions and solves (``linalg``, ``ember.linalg``) are not kernels
+    here: :meth:`Backend.linalg`'s default reads the operands back (device -> host), runs
+    numpy's LAPACK on them and uploads the results (host -> device), one sync per call.
+    """
 
     name = "cube"
 

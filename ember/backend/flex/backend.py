@@ -9,7 +9,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ember.backend import philox
+from ember.backend import linalg_host, philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
@@ -25,7 +25,7 @@ from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quiet import quiet_reset, quiet_set, quietly
 from ember.backend.flex.special import erf
-from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
+from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, LinalgOp, ReduceOp, UnaryOp
 from ember.errors import IndexOutOfBoundsError
 
 _F32 = np.dtype(np.float32)
@@ -306,6 +306,10 @@ class FlexBackend(FlexModuleOps, Backend):
             return np.matmul(a, b)
         finally:
             quiet_reset(token)
+
+    def linalg(self, op: LinalgOp, inputs: tuple, options: tuple = ()) -> tuple:
+        """numpy's LAPACK on the arrays themselves (no copy in or out)."""
+        return linalg_host.HOST[op](*inputs, *options)
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: ReduceOp, x, dim: int) -> np.ndarray:

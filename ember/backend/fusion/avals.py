@@ -17,7 +17,7 @@ import numpy as np
 
 from ember.backend.fusion.graph import Aval
 from ember.backend.module_ops import conv_output_size, conv_transpose_output_size, pool_output_size
-from ember.backend.ops import BOOL_REDUCE_OPS, BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, ReduceOp
+from ember.backend.ops import BOOL_REDUCE_OPS, BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, LinalgOp, ReduceOp
 
 _BOOL = np.dtype(np.bool_)
 _I64 = np.dtype(np.int64)
@@ -160,6 +160,51 @@ def _avg_pool(x, kernel, stride, padding, count_include_pad, ceil_mode):
     return Aval(tuple(x.shape[:2]) + _spatial_out(x.shape, kernel, stride, padding, dilation, ceil_mode), x.dtype)
 
 
+_I32 = np.dtype(np.int32)
+
+
+def _linalg(op: Any, inputs: tuple, options: tuple = ()) -> tuple:
+    """The results of ``Backend.linalg`` (see ``ember.backend.linalg_host``): a LAPACK
+    call, run by a plan as a call of the wrapped backend."""
+    a = inputs[0]
+    shape, dtype = tuple(a.shape), a.dtype
+    batch, (m, n) = shape[:-2], shape[-2:]
+    k = min(m, n)
+    if op in (LinalgOp.SOLVE, LinalgOp.SOLVE_TRIANGULAR):
+        b = inputs[1]
+        out = broadcast(batch, tuple(b.shape[:-2])) + tuple(b.shape[-2:])
+        if op is LinalgOp.SOLVE_TRIANGULAR:
+            return (Aval(out, dtype),)
+        return (Aval(out, dtype), Aval(out[:-2], _I32))
+    if op in (LinalgOp.INV, LinalgOp.CHOLESKY):
+        return (Aval(shape, dtype), Aval(batch, _I32))
+    if op is LinalgOp.DET:
+        return (Aval(batch, dtype),)
+    if op is LinalgOp.SLOGDET:
+        return (Aval(batch, dtype), Aval(batch, dtype))
+    if op is LinalgOp.QR:
+        mode = options[0]
+        if mode == "r":
+            return (Aval((0,), dtype), Aval(batch + (k, n), dtype))
+        q = m if mode == "complete" else k
+        return (Aval(batch + (m, q), dtype), Aval(batch + (q, n), dtype))
+    if op is LinalgOp.SVD:
+        left, right = (m, n) if options[0] else (k, k)
+        return (Aval(batch + (m, left), dtype), Aval(batch + (k,), dtype), Aval(batch + (right, n), dtype))
+    if op is LinalgOp.SVDVALS:
+        return (Aval(batch + (k,), dtype),)
+    if op is LinalgOp.EIGH:
+        return (Aval(batch + (n,), dtype), Aval(shape, dtype))
+    if op is LinalgOp.EIGVALSH:
+        return (Aval(batch + (n,), dtype),)
+    if op is LinalgOp.PINV:
+        return (Aval(batch + (n, m), dtype),)
+    if op is LinalgOp.MATRIX_EXP:
+        return (Aval(shape, dtype),)
+    # lstsq: whether it gives residuals depends on the ranks it finds.
+    raise NotTraceable(f"linalg.{op}'s result shapes depend on its values")
+
+
 def _to_input_shape(grad, input_shape, *_: Any) -> Aval:
     return Aval(tuple(input_shape), grad.dtype)
 
@@ -210,6 +255,7 @@ _RULES: dict[str, Callable[..., Any]] = {
     "adaptive_avg_pool_backward": _to_input_shape,
     "embedding": lambda weights, indices: Aval(tuple(indices.shape) + (weights.shape[1],), weights.dtype),
     "embedding_backward": lambda grad, indices, n: Aval((n, grad.shape[-1]), grad.dtype),
+    "linalg": _linalg,
 }
 
 #: The backend calls a graph can record.

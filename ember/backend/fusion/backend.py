@@ -283,6 +283,13 @@ class FusionBackend(Backend):
     def argwhere(self, x: LazyTensor) -> LazyTensor:
         return self._eager("argwhere", x)
 
+    def linalg(self, op: Any, inputs: tuple, options: tuple = ()) -> tuple:
+        # A LAPACK call is a node of the stream that a plan runs as a call of the wrapped
+        # backend; lstsq, whose result shapes depend on its values, runs now.
+        if op == "lstsq":
+            return self._eager("linalg", op, inputs, options)
+        return self._record("linalg", (op, inputs, options), {})
+
 
 def _abstract(args: tuple | list, ref: Any, scalars: list[Any], key: list[Any]) -> Any:
     """A call's arguments as recorded: lazy tensors by Ref, floats as Sc placeholders
@@ -349,6 +356,6 @@ def _recorder(op: str) -> Any:
     return method
 
 
-for _op in sorted(TRACEABLE - {"random"}):
+for _op in sorted(TRACEABLE - {"random", "linalg"}):  # linalg: its own method above
     setattr(FusionBackend, _op, _recorder(_op))
 abc.update_abstractmethods(FusionBackend)

@@ -270,6 +270,19 @@ class TraceBackend(FusionBackend):
             return self.inner.to_numpy(x)
         return super().to_numpy(x)
 
+    def linalg(self, op: Any, inputs: tuple, options: tuple = ()) -> tuple:
+        # A LAPACK call is a library-call node of the graph (a plan calls the wrapped
+        # backend's linalg). lstsq's result shapes depend on its values: computing it now
+        # would bake this call's values into the graph, so the capture breaks instead.
+        if self._foreign():
+            return self.inner.linalg(op, inputs, options)
+        if op == "lstsq":
+            raise GraphBreak(
+                "ember: compile: linalg.lstsq's result shapes depend on the ranks it finds, so it "
+                "cannot be captured in a graph; the function runs eagerly"
+            )
+        return self._record("linalg", (op, inputs, options), {})
+
     def _eager(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self._foreign():
             return getattr(self.inner, name)(*args, **kwargs)

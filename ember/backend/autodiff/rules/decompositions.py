@@ -1,0 +1,361 @@
+"""Matrix decompositions and solves (``Backend.linalg``): recording and backward steps.
+
+Every step is written with backend ops, among them ``linalg`` itself, so a
+``create_graph`` backward records them again and double backward works. The rules
+are PyTorch's (``FunctionsManual.cpp``), real case:
+
+* ``inv``: ``gA = -X^T G X^T``; ``solve``: ``gB = A^-T G``, ``gA = -gB X^T``;
+  ``solve_triangular``: the same, kept in ``A``'s triangle;
+* ``det``: ``gA = g det(A) A^-T``; for a singular matrix the adjugate from the SVD,
+  ``U diag(g det(U) det(V^T) prod_{j!=i} s_j) V^T``; ``slogdet``: ``gA = g A^-T``;
+* ``cholesky``: ``gA = L^-T Phi(L^T G) L^-1``, ``Phi`` the symmetric part of the lower
+  triangle with its diagonal halved;
+* ``qr`` (reduced, ``m >= n``): ``gA = (gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T``;
+* ``svd``: the gauge-invariant formula (distinct singular values); ``eigh`` likewise;
+* ``pinv`` and ``lstsq`` (through ``X = pinv(A) B``); ``matrix_exp``: the upper-right
+  block of ``exp([[A^T, G], [0, A^T]])``.
+
+An op with several differentiable outputs (``qr``, ``svd``, ``eigh``) records one node
+for all of them, packed into one vector, and gives each output as a tracked slice of
+it: the step gets the gradients of all outputs at once (zeros for unused ones) and,
+under ``create_graph``, the outputs as tracked values.
+
+Compute-bound: the inputs and outputs are kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.backend.autodiff.graph import AutodiffTensor, Own
+from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
+from ember.backend.dtype import DType
+from ember.backend.ops import BinaryOp, CumulativeOp, LinalgOp, UnaryOp
+from ember.errors import GraphError
+
+
+# ---------------------------------------------------------------------- helpers on ops
+def _t(ops, x):
+    rank = len(x.shape)
+    return ops.permute(x, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+
+
+def _add(ops, a, b):
+    return ops.binary(BinaryOp.ADD, a, b)
+
+
+def _sub(ops, a, b):
+    return ops.binary(BinaryOp.SUB, a, b)
+
+
+def _mul(ops, a, b):
+    return ops.binary(BinaryOp.MUL, a, b)
+
+
+def _div(ops, a, b):
+    return ops.binary(BinaryOp.DIV, a, b)
+
+
+def _neg(ops, x):
+    return ops.unary(UnaryOp.NEG, x)
+
+
+def _const(ops, array: np.ndarray, like) -> Any:
+    return ops.from_numpy(np.ascontiguousarray(array, dtype=like.dtype))
+
+
+def _tril(ops, x, k: int = 0):
+    return _mul(ops, x, _const(ops, np.tri(x.shape[-2], x.shape[-1], k), x))
+
+
+def _triu(ops, x, k: int = 0):
+    return _mul(ops, x, _const(ops, 1 - np.tri(x.shape[-2], x.shape[-1], k - 1), x))
+
+
+def _row(ops, v):
+    """``v[..., None, :]``."""
+    return ops.reshape(v, v.shape[:-1] + (1, v.shape[-1]))
+
+
+def _col(ops, v):
+    """``v[..., :, None]``."""
+    return ops.reshape(v, v.shape + (1,))
+
+
+def _diag_embed(ops, v):
+    return _mul(ops, _row(ops, v), _const(ops, np.eye(v.shape[-1]), v))
+
+
+def _scalar_mat(ops, v):
+    """``v[..., None, None]``."""
+    return ops.reshape(v, v.shape + (1, 1))
+
+
+def _narrow(ops, x, dim: int, start: int, stop: int):
+    slices = tuple((start, stop, 1) if d == dim else (0, n, 1) for d, n in enumerate(x.shape))
+    return ops.slice(x, slices)
+
+
+def _lin(ops, op, inputs, options=()):
+    return ops.linalg(op, tuple(inputs), tuple(options))
+
+
+def _right_solve_upper_t(ops, c, r):
+    """``C R^-T`` for upper-triangular ``R``: ``(R^-1 C^T)^T``."""
+    return _t(ops, _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (r, _t(ops, c)), (True, False))[0])
+
+
+def _unpack(ops, packed, shapes):
+    out, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        out.append(ops.reshape(ops.slice(packed, ((start, start + size, 1),)), shape))
+        start += size
+    return out
+
+
+def pinv_backward(ops, g, p, a):
+    """PyTorch's ``pinv_backward``: the gradient for ``A`` of ``P = pinv(A)`` (constant rank)."""
+    m, n = a.shape[-2:]
+    pt, gt = _t(ops, p), _t(ops, g)
+    if m <= n:
+        k = ops.matmul(gt, p)
+        kpt = ops.matmul(k, pt)
+        first = _sub(ops, kpt, _t(ops, ops.matmul(p, k)))
+        second = ops.matmul(ops.matmul(a, p), kpt)
+        third = ops.matmul(ops.matmul(pt, p), _sub(ops, gt, ops.matmul(k, a)))
+        return _add(ops, _sub(ops, first, second), third)
+    k = ops.matmul(p, gt)
+    ptk = ops.matmul(pt, k)
+    first = _sub(ops, ptk, _t(ops, ops.matmul(k, p)))
+    second = ops.matmul(ops.matmul(_sub(ops, gt, ops.matmul(a, k)), p), pt)
+    third = ops.matmul(ops.matmul(ptk, p), a)
+    return _sub(ops, _add(ops, first, second), third)
+
+
+# ---------------------------------------------------------------------- steps
+def _inv_step(ops, g, saved, ctx):
+    xt = _t(ops, saved[0])
+    return (_neg(ops, ops.matmul(ops.matmul(xt, g), xt)),)
+
+
+def _solve_step(ops, g, saved, ctx):
+    a, x = saved
+    shape_a, shape_b, track_a, track_b = ctx
+    gb = _lin(ops, LinalgOp.SOLVE, (_t(ops, a), g), (False,))[0]
+    ga = unbroadcast(ops, _neg(ops, ops.matmul(gb, _t(ops, x))), shape_a) if track_a else None
+    return (ga, unbroadcast(ops, gb, shape_b) if track_b else None)
+
+
+def _solve_triangular_step(ops, g, saved, ctx):
+    a, x = saved
+    shape_a, shape_b, track_a, track_b, upper, unit = ctx
+    gb = _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (_t(ops, a), g), (not upper, unit))[0]
+    ga = None
+    if track_a:
+        full = _neg(ops, ops.matmul(gb, _t(ops, x)))
+        diag_off = 1 if unit else 0
+        full = _triu(ops, full, diag_off) if upper else _tril(ops, full, -diag_off)
+        ga = unbroadcast(ops, full, shape_a)
+    return (ga, unbroadcast(ops, gb, shape_b) if track_b else None)
+
+
+def _exclusive_prod(ops, s):
+    """``prod_{j != i} s_j`` along the last dim, without dividing (zeros allowed)."""
+    k = s.shape[-1]
+    last = len(s.shape) - 1
+    ones = ops.full(s.shape[:-1] + (1,), 1, DType.from_numpy(s.dtype))
+    before = ops.cumulative(CumulativeOp.CUMPROD, ops.cat([ones, _narrow(ops, s, last, 0, k - 1)], last), last)
+    after_rev = ops.cat([ones, ops.flip(_narrow(ops, s, last, 1, k), (last,))], last)
+    after = ops.flip(ops.cumulative(CumulativeOp.CUMPROD, after_rev, last), (last,))
+    return _mul(ops, before, after)
+
+
+def _det_step(ops, g, saved, ctx):
+    a, d = saved
+    inverse, info = _lin(ops, LinalgOp.INV, (a,), (False,))
+    if not np.asarray(ops.to_numpy(info)).any():
+        return (_mul(ops, _t(ops, inverse), _scalar_mat(ops, _mul(ops, g, d))),)
+    u, s, vh = _lin(ops, LinalgOp.SVD, (a,), (False,))
+    sign = _mul(ops, _lin(ops, LinalgOp.DET, (u,))[0], _lin(ops, LinalgOp.DET, (vh,))[0])
+    weights = _mul(ops, _col(ops, _mul(ops, g, sign)), _exclusive_prod(ops, s))
+    return (ops.matmul(_mul(ops, u, _row(ops, weights)), vh),)
+
+
+def _slogdet_step(ops, g, saved, ctx):
+    inverse = _lin(ops, LinalgOp.INV, (saved[0],), (False,))[0]
+    return (_mul(ops, _t(ops, inverse), _scalar_mat(ops, g)),)
+
+
+def _cholesky_step(ops, g, saved, ctx):
+    low = saved[0]
+    lt = _t(ops, low)
+    tri = _tril(ops, ops.matmul(lt, g))
+    phi = _mul(ops, _add(ops, tri, _t(ops, _tril(ops, tri, -1))), 0.5)
+    x = _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (lt, phi), (True, False))[0]  # L^-T Phi
+    return (_right_solve_upper_t(ops, x, lt),)  # (L^-T Phi) L^-1
+
+
+def _qr_step(ops, g, saved, ctx):
+    mode, shapes = ctx
+    m, n = saved[0].shape[-2:]
+    if mode == "r" or m < n or (mode == "complete" and m > n):
+        raise GraphError(
+            f"ember: linalg.qr: the gradient is implemented for mode='reduced' (or 'complete' with "
+            f"m == n) and m >= n, as PyTorch's; got mode={mode!r} with a {m}x{n} matrix"
+        )
+    q, r = _unpack(ops, saved[1], shapes)
+    gq, gr = _unpack(ops, g, shapes)
+    mm = _sub(ops, ops.matmul(r, _t(ops, gr)), ops.matmul(_t(ops, gq), q))
+    sym = _add(ops, _tril(ops, mm), _t(ops, _tril(ops, mm, -1)))
+    c = _add(ops, gq, ops.matmul(q, sym))
+    return (_right_solve_upper_t(ops, c, r),)
+
+
+def _svd_step(ops, g, saved, ctx):
+    shapes, k = ctx
+    a = saved[0]
+    m, n = a.shape[-2:]
+    u, s, vh = _unpack(ops, saved[1], shapes)
+    gu, gs, gvh = _unpack(ops, g, shapes)
+    if u.shape[-1] != k:  # full_matrices: the gradient of the first k columns, as PyTorch
+        u, gu = _narrow(ops, u, len(u.shape) - 1, 0, k), _narrow(ops, gu, len(gu.shape) - 1, 0, k)
+    if vh.shape[-2] != k:
+        vh, gvh = _narrow(ops, vh, len(vh.shape) - 2, 0, k), _narrow(ops, gvh, len(gvh.shape) - 2, 0, k)
+    v, gv = _t(ops, vh), _t(ops, gvh)
+    s2 = _mul(ops, s, s)
+    eye = _const(ops, np.eye(k), s)
+    e = _add(ops, _sub(ops, _row(ops, s2), _col(ops, s2)), eye)  # E_ij = s_j^2 - s_i^2, 1 on the diagonal
+    uhgu = ops.matmul(_t(ops, u), gu)
+    vhgv = ops.matmul(vh, gv)
+    skew_u = _sub(ops, uhgu, _t(ops, uhgu))
+    skew_v = _sub(ops, vhgv, _t(ops, vhgv))
+    inner = _div(ops, _add(ops, _mul(ops, skew_u, _row(ops, s)), _mul(ops, _col(ops, s), skew_v)), e)
+    inner = _add(ops, inner, _diag_embed(ops, gs))
+    if m > k:
+        gusinv = _div(ops, gu, _row(ops, s))
+        proj = _sub(ops, gusinv, ops.matmul(u, ops.matmul(_t(ops, u), gusinv)))
+        return (ops.matmul(_add(ops, ops.matmul(u, inner), proj), vh),)
+    if n > k:
+        gvsinv = _div(ops, gv, _row(ops, s))
+        proj = _sub(ops, _t(ops, gvsinv), ops.matmul(ops.matmul(_t(ops, gvsinv), v), vh))
+        return (ops.matmul(u, _add(ops, ops.matmul(inner, vh), proj)),)
+    return (ops.matmul(u, ops.matmul(inner, vh)),)
+
+
+def _svdvals_step(ops, g, saved, ctx):
+    u, _, vh = _lin(ops, LinalgOp.SVD, (saved[0],), (False,))
+    return (ops.matmul(_mul(ops, u, _row(ops, g)), vh),)
+
+
+def _eigh_step(ops, g, saved, ctx):
+    shapes = ctx
+    w, v = _unpack(ops, saved[0], shapes)
+    gw, gv = _unpack(ops, g, shapes)
+    vhgv = ops.matmul(_t(ops, v), gv)
+    skew = _mul(ops, _sub(ops, vhgv, _t(ops, vhgv)), 0.5)
+    e = _add(ops, _sub(ops, _row(ops, w), _col(ops, w)), _const(ops, np.eye(w.shape[-1]), w))
+    inner = _add(ops, _div(ops, skew, e), _diag_embed(ops, gw))
+    return (ops.matmul(v, ops.matmul(inner, _t(ops, v))),)
+
+
+def _eigvalsh_step(ops, g, saved, ctx):
+    _, v = _lin(ops, LinalgOp.EIGH, (saved[0],), (ctx,))
+    return (ops.matmul(_mul(ops, v, _row(ops, g)), _t(ops, v)),)
+
+
+def _pinv_step(ops, g, saved, ctx):
+    a, p = saved
+    return (pinv_backward(ops, g, p, a),)
+
+
+def _lstsq_step(ops, g, saved, ctx):
+    a, b = saved
+    shape_a, shape_b, track_a, track_b = ctx
+    p = _lin(ops, LinalgOp.PINV, (a,), (None, None, False))[0]
+    gb = unbroadcast(ops, ops.matmul(_t(ops, p), g), shape_b) if track_b else None
+    ga = None
+    if track_a:
+        gp = ops.matmul(g, _t(ops, b))
+        if gp.shape != p.shape:
+            p = ops.expand(p, gp.shape)
+            a = ops.expand(a, gp.shape[:-2] + a.shape[-2:])
+        ga = unbroadcast(ops, pinv_backward(ops, gp, p, a), shape_a)
+    return (ga, gb)
+
+
+def _matrix_exp_step(ops, g, saved, ctx):
+    at = _t(ops, saved[0])
+    n = at.shape[-1]
+    rank = len(at.shape)
+    zeros = ops.full(at.shape, 0, DType.from_numpy(at.dtype))
+    block = ops.cat([ops.cat([at, g], rank - 1), ops.cat([zeros, at], rank - 1)], rank - 2)
+    e = _lin(ops, LinalgOp.MATRIX_EXP, (block,))[0]
+    return (_narrow(ops, _narrow(ops, e, rank - 2, 0, n), rank - 1, n, 2 * n),)
+
+
+# ---------------------------------------------------------------------- recording
+class DecompositionRules(RecordMixin):
+    """Recording of ``Backend.linalg``."""
+
+    def _single(self, out: Any, inputs: tuple, step: Any, saved: tuple, ctx: Any) -> AutodiffTensor:
+        return self._record(out, tuple(x.node for x in inputs), step, saved, ctx)
+
+    def _packed(self, outs: tuple, inputs: tuple, step: Any, saved: tuple, ctx_of: Any) -> list[Any]:
+        """One node for several outputs (see the module docstring)."""
+        inner = self.inner
+        shapes = tuple(tuple(o.shape) for o in outs)
+        packed = inner.cat([inner.reshape(o, (-1,)) for o in outs], 0)
+        node_out = self._record(packed, tuple(x.node for x in inputs), step, saved + (Own(packed),), ctx_of(shapes))
+        views, start = [], 0
+        for shape in shapes:
+            size = int(np.prod(shape))
+            views.append(self.reshape(self.slice(node_out, ((start, start + size, 1),)), shape))  # type: ignore[attr-defined]
+            start += size
+        return views
+
+    def linalg(self, op: LinalgOp, inputs: tuple, options: tuple = ()) -> tuple:
+        outs = self.inner.linalg(op, tuple(x.inner for x in inputs), options)
+        if all(x.node is None for x in inputs):
+            return tuple(AutodiffTensor(o, None) for o in outs)
+        plain = [AutodiffTensor(o, None) for o in outs]
+        keep = tuple(self._keep(x) for x in inputs)
+        first = inputs[0]
+        if op in (LinalgOp.SOLVE, LinalgOp.SOLVE_TRIANGULAR, LinalgOp.LSTSQ):
+            a, b = inputs
+            ctx: Any = (a.shape, b.shape, a.node is not None, b.node is not None)
+            if op is LinalgOp.LSTSQ:
+                plain[0] = self._single(outs[0], inputs, _lstsq_step, keep, ctx)
+            else:
+                step = _solve_step if op is LinalgOp.SOLVE else _solve_triangular_step
+                ctx = ctx if op is LinalgOp.SOLVE else ctx + tuple(options)
+                plain[0] = self._single(outs[0], inputs, step, (keep[0], Own(outs[0])), ctx)
+        elif op is LinalgOp.INV:
+            plain[0] = self._single(outs[0], inputs, _inv_step, (Own(outs[0]),), None)
+        elif op is LinalgOp.DET:
+            plain[0] = self._single(outs[0], inputs, _det_step, (keep[0], Own(outs[0])), None)
+        elif op is LinalgOp.SLOGDET:
+            plain[1] = self._single(outs[1], inputs, _slogdet_step, keep, None)
+        elif op is LinalgOp.CHOLESKY:
+            plain[0] = self._single(outs[0], inputs, _cholesky_step, (Own(outs[0]),), None)
+        elif op is LinalgOp.QR:
+            if options[0] == "r":
+                plain[1] = self._single(outs[1], inputs, _qr_step, keep, ("r", ()))
+            else:
+                plain[:2] = self._packed(outs[:2], inputs, _qr_step, keep, lambda shapes: (options[0], shapes))
+        elif op is LinalgOp.SVD:
+            k = min(first.shape[-2:])
+            plain = self._packed(outs, inputs, _svd_step, keep, lambda shapes: (shapes, k))
+        elif op is LinalgOp.SVDVALS:
+            plain[0] = self._single(outs[0], inputs, _svdvals_step, keep, None)
+        elif op is LinalgOp.EIGH:
+            plain = self._packed(outs, inputs, _eigh_step, (), lambda shapes: shapes)
+        elif op is LinalgOp.EIGVALSH:
+            plain[0] = self._single(outs[0], inputs, _eigvalsh_step, keep, options[0])
+        elif op is LinalgOp.PINV:
+            plain[0] = self._single(outs[0], inputs, _pinv_step, (keep[0], Own(outs[0])), None)
+        elif op is LinalgOp.MATRIX_EXP:
+            plain[0] = self._single(outs[0], inputs, _matrix_exp_step, keep, None)
+        return tuple(plain)
