@@ -9,12 +9,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ember.device import Device
 from ember.errors import ShapeError
 from ember.module import Module
 from ember.nn.init import Initializer
 from ember.nn.rnn.functional import gru_scan, lstm_scan, rnn_scan
 from ember.nn.rnn.gate_controller import GateController, stacked
+from ember.nn.rnn.pytorch_keys import join_cell_keys, split_cell_keys
 from ember.tensor import Tensor
 
 
@@ -78,6 +81,13 @@ class RecurrentCell(Module):
         """The outputs of every step of ``xs`` and the last states (see
         :mod:`ember.nn.rnn.functional`)."""
         raise NotImplementedError
+
+    def adapt_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """PyTorch's ``weight_ih`` etc. (gates stacked in PyTorch's order) split into the gates."""
+        return split_cell_keys(prefix, arrays, self.gate_names)
+
+    def export_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return join_cell_keys(prefix, arrays, self.gate_names)
 
     def extra_repr(self) -> str:
         return f"d_input: {self.d_input}, d_hidden: {self.d_hidden}, bias: {self.bias}"

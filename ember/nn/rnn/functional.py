@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from ember.errors import ConfigError
 from ember.tensor import Tensor
 from ember.tensor import activation as F
+from ember.tensor.module import linear
 
 Activation = Callable[[Tensor], Tensor]
 
@@ -42,8 +43,9 @@ def _steps(n: int, reverse: bool) -> range:
 
 
 def _affine(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    y = x.matmul(w)
-    return y if b is None else y.add(b)
+    # The fused linear op: one GEMM over the leading dims (a batched matmul's backward
+    # would form one outer product per batch row and sum them).
+    return linear(x, w, b)
 
 
 def _clipped(z: Tensor, clip: float | None) -> Tensor:
@@ -89,7 +91,7 @@ def lstm_scan(
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
     for t in _steps(len(xs), reverse):
-        z = _clipped(_affine(xs[t], w_ih, bias).add(h.matmul(w_hh)), clip)
+        z = _clipped(_affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None)), clip)
         if default:  # one sigmoid over the four gates (the cell gate's quarter is unused)
             s = F.sigmoid(z)
             i, f, o = s.narrow(-1, 0, size), s.narrow(-1, size, size), s.narrow(-1, 3 * size, size)
@@ -163,7 +165,7 @@ def rnn_scan(
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
     for t in _steps(len(xs), reverse):
-        h_new = act(_clipped(_affine(xs[t], w_ih, bias).add(h.matmul(w_hh)), clip))
+        h_new = act(_clipped(_affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None)), clip))
         h, outs[t] = _keep_padded(h, h_new, valid, pads, t)
     return [o for o in outs if o is not None], h
 

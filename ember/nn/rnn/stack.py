@@ -13,7 +13,7 @@ from ember.module import Module
 from ember.nn.init import Initializer
 from ember.nn.rnn.cells import RecurrentCell, new_gates
 from ember.nn.rnn.checks import check_sequence, final_state, initial_states, step_masks
-from ember.nn.rnn.pytorch_keys import join_torch_keys, split_torch_keys
+from ember.nn.rnn.pytorch_keys import rename_stack_keys
 from ember.tensor import Tensor
 from ember.tensor.module import dropout
 
@@ -107,12 +107,10 @@ class RecurrentStack(Module):
         return out, [final_state([f[i] for f in finals], self.batch_first, two_d) for i in range(kinds)]
 
     def adapt_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        gates = type(self.cells[0]).gate_names
-        return split_torch_keys(prefix, arrays, gates, self.num_layers, self.num_directions)
+        return rename_stack_keys(prefix, arrays, self.num_layers, self.num_directions, to_ember=True)
 
     def export_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        gates = type(self.cells[0]).gate_names
-        return join_torch_keys(prefix, arrays, gates, self.num_layers, self.num_directions)
+        return rename_stack_keys(prefix, arrays, self.num_layers, self.num_directions, to_ember=False)
 
     def extra_repr(self) -> str:
         return (
