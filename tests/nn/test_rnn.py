@@ -51,7 +51,9 @@ def torch_run(torch, t_module, x, lengths, states, batch_first):
         )
     out, final = t_module(inp, states)
     if lengths is not None:
-        out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=batch_first, total_length=x.shape[1 if batch_first else 0])
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(
+            out, batch_first=batch_first, total_length=x.shape[1 if batch_first else 0]
+        )
     return out, final if isinstance(final, tuple) else (final,)
 
 
@@ -114,8 +116,14 @@ def _run_case(case, device, rng, grads, seq=5):
             assert not steps[b, n:].any()
     if not grads:
         return
-    weights = [np.random.default_rng(i).uniform(0.5, 1.5, size=tuple(t.shape)).astype(np.float32) for i, t in enumerate((ref, *t_final))]
-    loss = sum((o.mul(Tensor.from_data(w, device=device)).sum() for o, w in zip((out, *final), weights)), Tensor.zeros([], device=device))
+    weights = [
+        np.random.default_rng(i).uniform(0.5, 1.5, size=tuple(t.shape)).astype(np.float32)
+        for i, t in enumerate((ref, *t_final))
+    ]
+    loss = sum(
+        (o.mul(Tensor.from_data(w, device=device)).sum() for o, w in zip((out, *final), weights)),
+        Tensor.zeros([], device=device),
+    )
     e_grads = loss.backward()
     sum((o * torch.from_numpy(w)).sum() for o, w in zip((ref, *t_final), weights)).backward()
     assert_close(ex.grad(e_grads), tx.grad.numpy(), rtol=1e-3, atol=1e-4)
@@ -251,3 +259,113 @@ def test_gru_reset_before_the_hidden_product(rng):
         np.testing.assert_allclose(out.to_numpy()[:, t], h, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(h_n.to_numpy()[0], h, rtol=1e-5, atol=1e-6)
     assert isinstance(gru, Gru) and not gru.reset_after
+
+
+def test_load_pytorch_file_and_export_round_trip(tmp_path, rng):
+    """A torch model holding an nn.LSTM (2 layers, bidirectional) and a Linear head loads
+    through ``load_pytorch`` into the same ember model, and exports back to the same keys."""
+    torch = import_torch()
+    from ember import Module
+    from ember.nn import Linear, LinearConfig
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+            self.head = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0])
+
+    class Net(Module):
+        rnn: Lstm
+        head: Linear
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0])
+
+    torch.manual_seed(5)
+    t_net = TorchNet()
+    path = tmp_path / "net.pt"
+    torch.save(t_net.state_dict(), path)
+    net = Net(rnn=LstmConfig(3, 4, num_layers=2, bidirectional=True).init(), head=LinearConfig(8, 2).init())
+    net = net.load_pytorch(path)
+    x = rand(rng, 2, 5, 3)
+    assert_close(net(Tensor.from_data(x)), t_net(to_torch(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+    exported = export_arrays(net)
+    assert sorted(exported) == sorted(t_net.state_dict())
+    for key, value in t_net.state_dict().items():
+        np.testing.assert_array_equal(exported[key], value.numpy())
+
+
+def test_load_errors_name_the_key():
+    torch = import_torch()
+    from ember.errors import RecordError
+
+    gru_weights = state_dict(torch.nn.GRU(3, 4))
+    with pytest.raises(RecordError, match=r"'weight_ih_l0' has shape \[5, 3\].*multiple of 4"):
+        load_foreign(LstmConfig(3, 5).init(), state_dict(torch.nn.RNN(3, 5)), source="rnn.pt", op="load_pytorch")
+    with pytest.raises(RecordError, match=r"has shape \[3, 3\] in the record \(gru.pt\) but \[3, 5\]"):
+        load_foreign(LstmConfig(3, 5).init(), gru_weights, source="gru.pt", op="load_pytorch")
+    with pytest.raises(RecordError, match="weight_ih_l1"):  # a one-layer checkpoint into two layers
+        load_foreign(GruConfig(3, 4, num_layers=2).init(), gru_weights, source="gru.pt", op="load_pytorch")
+
+
+def test_errors_name_what_to_pass():
+    from ember.errors import ConfigError, DTypeError, ShapeError, ValueRangeError
+
+    lstm = LstmConfig(3, 4, num_layers=2, bidirectional=True).init()
+    x = Tensor.zeros([2, 5, 3])
+    with pytest.raises(ShapeError, match=r"\[batch, seq, d_input\] with d_input=3, got \[2, 5, 4\]"):
+        lstm(Tensor.zeros([2, 5, 4]))
+    with pytest.raises(ShapeError, match=r"one step of a cell takes \[batch, d_input\]"):
+        lstm(Tensor.zeros([2, 3]))
+    with pytest.raises(ShapeError, match=r"\[seq, batch, d_input\]"):
+        GruConfig(3, 4, batch_first=False).init()(Tensor.zeros([5, 2]))
+    with pytest.raises(
+        ShapeError, match=r"h0 must be \[num_layers \* num_directions=4, batch=2, d_hidden=4\], got \[2, 2, 4\]"
+    ):
+        lstm(x, (Tensor.zeros([2, 2, 4]), Tensor.zeros([4, 2, 4])))
+    with pytest.raises(ShapeError, match=r"c0 must be \[num_layers \* num_directions=4"):
+        lstm(x, (Tensor.zeros([4, 2, 4]), Tensor.zeros([2, 4])))
+    with pytest.raises(ShapeError, match="h0 must be"):  # 2-D only for one layer and direction
+        GruConfig(3, 4, num_layers=2).init()(x, Tensor.zeros([2, 4]))
+    with pytest.raises(ValueRangeError, match=r"every length must lie in \[1, seq=5\], got \[6, 2\]"):
+        lstm(x, lengths=[6, 2])
+    with pytest.raises(ValueRangeError, match=r"\[1, seq=5\], got \[0, 2\]"):
+        lstm(x, lengths=Tensor.from_data(np.array([0, 2])))
+    with pytest.raises(ShapeError, match=r"one length per batch element \(\[2\]\), got shape \[3\]"):
+        lstm(x, lengths=[5, 2, 1])
+    with pytest.raises(DTypeError, match="lengths must be integers"):
+        lstm(x, lengths=[2.5, 1])
+    with pytest.raises(ShapeError, match="no steps"):
+        lstm(Tensor.zeros([2, 0, 3]))
+    with pytest.raises(ShapeError, match=r"LstmCell: one step's input must be \[batch, d_input=3\]"):
+        lstm.cells[0](x)
+    with pytest.raises(ShapeError, match=r"GruCell: the state must be \[batch=2, d_hidden=4\]"):
+        GruConfig(3, 4).init().cells[0](Tensor.zeros([2, 3]), Tensor.zeros([2, 5]))
+    with pytest.raises(ConfigError, match="must be > 0"):
+        LstmConfig(0, 4)
+    with pytest.raises(ConfigError, match="num_layers must be an int >= 1"):
+        GruConfig(3, 4, num_layers=0)
+    with pytest.raises(ConfigError, match=r"dropout must lie in \[0, 1\]"):
+        LstmConfig(3, 4, dropout=1.5)
+    with pytest.raises(ConfigError, match="nonlinearity must be 'tanh' or 'relu'"):
+        RnnConfig(3, 4, nonlinearity="sigmoid")
+    with pytest.raises(ConfigError, match="3 cells for num_layers=2"):
+        Lstm(cells=lstm.cells[:3], num_layers=2, bidirectional=True)(x)
+
+
+def test_configs_and_parameter_counts():
+    assert LstmConfig(3, 4, bias=False).init().num_params() == 4 * (3 * 4 + 4 * 4)
+    assert GruConfig(3, 4).init().num_params() == 3 * (3 * 4 + 4 + 4 * 4 + 4)
+    # Layers above the first read both directions' features, as PyTorch's.
+    torch = import_torch()
+    ours = RnnConfig(3, 4, num_layers=3, bidirectional=True).init().num_params()
+    assert ours == sum(p.numel() for p in torch.nn.RNN(3, 4, num_layers=3, bidirectional=True).parameters())
+    from ember.nn import BiLstm, BiLstmConfig
+
+    bi = BiLstmConfig(3, 4).init()
+    assert isinstance(bi, BiLstm) and bi.bidirectional and len(bi.cells) == 2
+    out, state = bi(Tensor.zeros([2, 5, 3]))
+    assert out.dims() == [2, 5, 8] and state.hidden.dims() == [2, 2, 4]

@@ -27,6 +27,16 @@ KINDS = (
 )
 
 
+def check_stacked(key: str, array: np.ndarray, gates: tuple[str, ...]) -> None:
+    """A ``RecordError`` naming ``key`` unless ``array`` stacks ``len(gates)`` gates."""
+    if array.ndim == 0 or array.shape[0] % len(gates):
+        raise RecordError(
+            f"ember: {key!r} has shape {list(array.shape)}: PyTorch stacks {len(gates)} gates "
+            f"({', '.join(gates)}) along its first axis, so its first size must be a multiple of "
+            f"{len(gates)}; build the layer with the checkpoint's kind (Lstm, Gru, Rnn) and sizes"
+        )
+
+
 def split_cell_keys(prefix: str, arrays: dict[str, np.ndarray], gates: tuple[str, ...]) -> dict[str, np.ndarray]:
     """``arrays`` with a cell's stacked tensors under ``prefix`` split into its gates'
     keys (other keys untouched)."""
@@ -36,12 +46,7 @@ def split_cell_keys(prefix: str, arrays: dict[str, np.ndarray], gates: tuple[str
         if key not in out:
             continue
         array = out.pop(key)
-        if array.ndim == 0 or array.shape[0] % len(gates):
-            raise RecordError(
-                f"ember: {key!r} has shape {list(array.shape)}: PyTorch stacks {len(gates)} gates "
-                f"({', '.join(gates)}) along its first axis, so its first size must be a multiple of "
-                f"{len(gates)}; build the layer with the checkpoint's kind (Lstm, Gru, Rnn) and sizes"
-            )
+        check_stacked(key, array, gates)
         for gate, piece in zip(gates, np.split(array, len(gates), axis=0)):
             out[f"{prefix}{gate}.{ours}"] = piece
     return out
@@ -69,12 +74,20 @@ def _names(prefix: str, num_layers: int, directions: int) -> list[tuple[str, str
 
 
 def rename_stack_keys(
-    prefix: str, arrays: dict[str, np.ndarray], num_layers: int, directions: int, to_ember: bool
+    prefix: str,
+    arrays: dict[str, np.ndarray],
+    gates: tuple[str, ...],
+    num_layers: int,
+    directions: int,
+    to_ember: bool,
 ) -> dict[str, np.ndarray]:
-    """A stack's keys from PyTorch's names to its cells' (``to_ember``) or back."""
+    """A stack's keys from PyTorch's names to its cells' (``to_ember``; each tensor checked
+    to stack ``gates``) or back."""
     out = dict(arrays)
     for theirs, ours in _names(prefix, num_layers, directions):
         src, dst = (theirs, ours) if to_ember else (ours, theirs)
         if src in out and dst not in out:
+            if to_ember:
+                check_stacked(src, out[src], gates)
             out[dst] = out.pop(src)
     return out

@@ -107,10 +107,12 @@ class RecurrentStack(Module):
         return out, [final_state([f[i] for f in finals], self.batch_first, two_d) for i in range(kinds)]
 
     def adapt_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return rename_stack_keys(prefix, arrays, self.num_layers, self.num_directions, to_ember=True)
+        gates = type(self.cells[0]).gate_names
+        return rename_stack_keys(prefix, arrays, gates, self.num_layers, self.num_directions, to_ember=True)
 
     def export_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return rename_stack_keys(prefix, arrays, self.num_layers, self.num_directions, to_ember=False)
+        gates = type(self.cells[0]).gate_names
+        return rename_stack_keys(prefix, arrays, gates, self.num_layers, self.num_directions, to_ember=False)
 
     def extra_repr(self) -> str:
         return (
