@@ -369,3 +369,94 @@ def test_configs_and_parameter_counts():
     assert isinstance(bi, BiLstm) and bi.bidirectional and len(bi.cells) == 2
     out, state = bi(Tensor.zeros([2, 5, 3]))
     assert out.dims() == [2, 5, 8] and state.hidden.dims() == [2, 2, 4]
+
+
+def _np_direction(kind, x, w_ih, w_hh, b, h, c, lengths, reverse, clip, acts):
+    """float64 numpy oracle of one direction, time-first, ONNX's equations (gates in
+    PyTorch's order; each sequence reversed within its length)."""
+    seq, batch, _ = x.shape
+    size = w_hh.shape[0]
+    y = np.zeros((seq, batch, size))
+    f, g, hh = acts
+    for n in range(batch):
+        hn, cn = h[n].copy(), c[n].copy()
+        steps = range(lengths[n])
+        for t in reversed(steps) if reverse else steps:
+            if kind == "lstm":
+                z = np.clip(x[t, n] @ w_ih + b + hn @ w_hh, -clip, clip)
+                i, fo, gg, o = np.split(z, 4)
+                cn = f(fo) * cn + f(i) * g(gg)
+                hn = f(o) * hh(cn)
+            else:  # gru, reset applied before the hidden product (ONNX's default)
+                xp = x[t, n] @ w_ih + b[: 3 * size]
+                r = f(np.clip(xp[:size] + hn @ w_hh[:, :size] + b[3 * size : 4 * size], -clip, clip))
+                z = f(
+                    np.clip(xp[size : 2 * size] + hn @ w_hh[:, size : 2 * size] + b[4 * size : 5 * size], -clip, clip)
+                )
+                nn_ = g(np.clip(xp[2 * size :] + (r * hn) @ w_hh[:, 2 * size :] + b[5 * size :], -clip, clip))
+                hn = (1 - z) * nn_ + z * hn
+            y[t, n] = hn
+        h[n], c[n] = hn, cn
+    return y, h, c
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_direction_functions_with_clip_activations_and_lengths(kind, rng):
+    """The per-direction entry points (for importers) against a float64 oracle of ONNX's
+    equations: custom activations, clip, lengths and reverse."""
+    from ember.nn.rnn import gru_direction, lstm_direction
+    from ember.tensor import activation as F
+
+    seq, batch, d_in, size = 4, 3, 2, 3
+    gates = 4 if kind == "lstm" else 3
+    x = rand(rng, seq, batch, d_in)
+    w_ih, w_hh = rand(rng, d_in, gates * size), rand(rng, size, gates * size)
+    b_ih, b_hh = rand(rng, gates * size), rand(rng, gates * size)
+    h0, c0 = rand(rng, batch, size), rand(rng, batch, size)
+    lengths, clip = [4, 1, 3], 1.5
+
+    def sig(v):
+        return 1 / (1 + np.exp(-v))
+
+    if kind == "lstm":
+        acts = (sig, lambda v: np.maximum(v, 0), np.tanh)
+        b = b_ih + b_hh
+        y, h, c = lstm_direction(
+            *(Tensor.from_data(a) for a in (x, w_ih, w_hh, b_ih, b_hh, h0, c0)),
+            lengths=lengths,
+            reverse=True,
+            clip=clip,
+            activations=(F.sigmoid, F.relu, F.tanh),
+        )
+    else:
+        acts = (sig, np.tanh, None)
+        b = np.concatenate([b_ih, b_hh])
+        y, h = gru_direction(
+            *(Tensor.from_data(a) for a in (x, w_ih, w_hh, b_ih, b_hh, h0)),
+            lengths=lengths,
+            reverse=True,
+            reset_after=False,
+            clip=clip,
+        )
+    f64 = [a.astype(np.float64) for a in (x, w_ih, w_hh, b, h0, c0)]
+    ry, rh, rc = _np_direction(kind, *f64, lengths, True, clip, acts)
+    assert_close(y, ry, rtol=1e-4, atol=1e-5)
+    assert_close(h, rh, rtol=1e-4, atol=1e-5)
+    if kind == "lstm":
+        assert_close(c, rc, rtol=1e-4, atol=1e-5)
+
+
+def test_rnn_direction_matches_the_layer(rng):
+    """``rnn_direction`` over a layer's fused weights is that layer (batch first)."""
+    from ember.nn.rnn import rnn_direction
+
+    layer = RnnConfig(3, 4, nonlinearity="relu").init(Device.flex())
+    x = Tensor.from_data(rand(rng, 2, 5, 3))
+    out, h_n = layer(x, lengths=[5, 2])
+    y, h = rnn_direction(x, *layer.cells[0].weights(), lengths=[5, 2], batch_first=True, nonlinearity="relu")
+    assert_close(y, out.to_numpy())
+    assert_close(h, h_n.to_numpy()[0])
+    from ember.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=r"w_ih must be \[d_input=3, 1 \* d_hidden=4\]"):
+        rnn_direction(x, layer.cells[0].weights()[1], layer.cells[0].weights()[1], batch_first=True)
