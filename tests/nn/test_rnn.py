@@ -460,3 +460,18 @@ def test_rnn_direction_matches_the_layer(rng):
 
     with pytest.raises(ShapeError, match=r"w_ih must be \[d_input=3, 1 \* d_hidden=4\]"):
         rnn_direction(x, layer.cells[0].weights()[1], layer.cells[0].weights()[1], batch_first=True)
+
+
+def test_record_round_trip(tmp_path, rng):
+    gru = GruConfig(3, 4, num_layers=2, bidirectional=True, batch_first=False).init(Device.flex())
+    gru.save_file(tmp_path / "gru.safetensors")
+    fresh = GruConfig(3, 4, num_layers=2, bidirectional=True, batch_first=False).init(Device.flex())
+    loaded = fresh.load_file(tmp_path / "gru.safetensors")
+    x = Tensor.from_data(rand(rng, 5, 2, 3))
+    (a, ha), (b, hb) = gru(x, lengths=[5, 2]), loaded(x, lengths=[5, 2])
+    assert_close(a, b.to_numpy())
+    assert_close(ha, hb.to_numpy())
+    assert [path for path, _ in loaded.named_params()][:2] == [
+        "cells.0.reset_gate.input_transform.weight",
+        "cells.0.reset_gate.input_transform.bias",
+    ]
