@@ -43,6 +43,7 @@ from ember.tensor.activation import (
 )
 from ember.tensor.attention import scaled_dot_product_attention
 from ember.tensor.distance import cosine_similarity, normalize, pairwise_distance
+from ember.tensor.grid_sample import affine_grid, grid_sample
 from ember.tensor.interpolate import interpolate
 from ember.tensor.loss import margin_ranking_loss, mse_loss
 from ember.tensor.module import (
@@ -97,6 +98,7 @@ def one_hot(indices: Tensor, num_classes: int) -> Tensor:
 __all__ = [
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
+    "affine_grid",
     "avg_pool1d",
     "avg_pool2d",
     "celu",
@@ -112,6 +114,7 @@ __all__ = [
     "embedding",
     "fold",
     "gelu",
+    "grid_sample",
     "glu",
     "hard_shrink",
     "hard_sigmoid",

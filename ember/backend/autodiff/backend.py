@@ -14,6 +14,7 @@ from ember.backend.autodiff.hooks import current_hook
 from ember.backend.autodiff.rules.activation import ActivationRules
 from ember.backend.autodiff.rules.attention import AttentionRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
+from ember.backend.autodiff.rules.grid_sample import GridSampleRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
 from ember.backend.autodiff.rules.linalg import LinalgRules
@@ -35,6 +36,7 @@ class AutodiffBackend(
     LinalgRules,
     ActivationRules,
     AttentionRules,
+    GridSampleRules,
     LossRules,
     NormRules,
     ModuleRules,
