@@ -547,10 +547,6 @@ def log1p(input: Tensor) -> Tensor:
     return _float(input, "log1p").log1p()
 
 
-def round(input: Tensor) -> Tensor:
-    return input.round()
-
-
 def softmax(input: Tensor, dim: int) -> Tensor:
     return _float(input, "softmax").softmax(dim)
 
