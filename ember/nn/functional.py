@@ -65,6 +65,7 @@ from ember.tensor.module import (
     max_pool2d,
     max_pool2d_with_indices,
 )
+from ember.tensor.pool3d import avg_pool3d, max_pool3d, max_pool3d_with_indices
 from ember.tensor.tensor import Tensor
 from ember.tensor.unfold import fold, unfold4d
 from ember.tensor.unpool import max_unpool1d, max_unpool2d
@@ -101,6 +102,7 @@ __all__ = [
     "affine_grid",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
     "celu",
     "conv1d",
     "conv2d",
@@ -134,6 +136,8 @@ __all__ = [
     "max_pool1d_with_indices",
     "max_pool2d",
     "max_pool2d_with_indices",
+    "max_pool3d",
+    "max_pool3d_with_indices",
     "max_unpool1d",
     "max_unpool2d",
     "mish",
