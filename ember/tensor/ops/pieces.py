@@ -38,7 +38,7 @@ class PiecesOps(TensorOpsBase):
             raise ShapeError("ember: diff: needs at least one dim, got a scalar")
         dim = normalize_dim("diff", dim, rank)
         parts = []
-        for name, extra in (("prepend", prepend), (None, self), ("append", append)):
+        for extra in (prepend, self, append):
             if extra is None:
                 continue
             if not isinstance(extra, self.__class__):
