@@ -31,6 +31,7 @@ from ember.tensor.ops.math import MathOps
 from ember.tensor.ops.pad import PadOps
 from ember.tensor.ops.pieces import PiecesOps
 from ember.tensor.ops.pytorch_hints import attribute_error
+from ember.tensor.ops.random import RandomOps
 from ember.tensor.ops.rearrange import RearrangeOps
 from ember.tensor.ops.reduce import ReduceOps
 from ember.tensor.ops.scatter import ScatterOps
@@ -70,6 +71,7 @@ class Tensor(
     IndexingOps,
     ScatterOps,
     SearchOps,
+    RandomOps,
     ReduceOps,
     LinalgOps,
     AutodiffOps,
