@@ -120,6 +120,7 @@ def grid_sample_composite(x: Tensor, grid: Tensor, mode: str, padding_mode: str,
     ]
     strides = [math.prod(spatial[d + 1 :]) for d in range(rank)]
     slab = x.reshape([n, c, math.prod(spatial)])
+    taps: list[tuple[list[Tensor], Tensor | None]]
     if mode == "nearest":
         taps = [([co.round() for co in coords], None)]
     else:

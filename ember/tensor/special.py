@@ -217,7 +217,7 @@ def zeta(input: Tensor, other: Tensor | float) -> Tensor:
     factor = x.ones_like()
     done = s.equal_elem(math.inf)
     eps = 1.1e-16 if x._p.dtype.itemsize == 8 else 6e-8
-    k = 0.0
+    k = 0
     for coefficient in _ZETA_A:
         factor = factor.mul(xs.add_scalar(k))
         b = b.div(w)

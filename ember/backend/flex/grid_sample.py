@@ -137,13 +137,14 @@ def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, a
     coords, _ = source_coords(grid, spatial, padding_mode, align_corners, work)
     points = corners(coords, spatial, mode, work)
     rows = _channels_last(x, work)
-    out = np.empty((n, c, math.prod(out_spatial)), work)
+    flat_points = math.prod(out_spatial)
+    out = np.empty((n, c, flat_points), work)
     for b in range(n):
-        acc = None
+        acc = np.zeros((flat_points, c), work)
         for flat, weight, _, _ in points:
             values = np.take(rows[b], flat[b], axis=0)
             values *= weight[b][:, None]
-            acc = values if acc is None else np.add(acc, values, out=acc)
+            acc += values
         out[b] = acc.T
     return out.reshape((n, c, *out_spatial)).astype(x.dtype, copy=False)
 

@@ -15,7 +15,7 @@ class AvgPool3dConfig(Config):
     kernel size; the divisor counts padding when ``count_include_pad``).
 
     >>> AvgPool3dConfig(2).init()
-    AvgPool3d {kernel_size: (2, 3), stride: (2, 3), padding: 'valid', count_include_pad: True, ceil_mode: False}
+    AvgPool3d {kernel_size: (2, 2, 2), stride: (2, 2, 2), padding: 'valid', count_include_pad: True, ceil_mode: False}
     """
 
     kernel_size: int | tuple[int, int, int]

@@ -15,7 +15,7 @@ class MaxPool3dConfig(Config):
     kernel size; ``padding`` as for convolutions, never winning the maximum).
 
     >>> MaxPool3dConfig(2).init()
-    MaxPool3d {kernel_size: (2, 3), stride: (2, 3), padding: 'valid', dilation: (1, 1, 1), ceil_mode: False}
+    MaxPool3d {kernel_size: (2, 2, 2), stride: (2, 2, 2), padding: 'valid', dilation: (1, 1, 1), ceil_mode: False}
     """
 
     kernel_size: int | tuple[int, int, int]
