@@ -250,3 +250,38 @@ def test_errors(flex):
         x.put(Tensor.from_ints([0, 1], device=flex), Tensor.from_floats([1.0], device=flex))
     with pytest.raises(ValueRangeError, match="diff: n must be"):
         x.diff(-1)
+
+
+def test_int8_wraps_at_its_width(device, torch):
+    x = np.array([100, 120, -128, 5, -7], np.int8)
+    a, t = _t(x, device), torch.tensor(x)
+    assert a.dtype.name == "INT8"
+    _same(a.add(a), t + t)
+    _same(a.mul(a), t * t)
+    _same(a.neg(), -t)
+    _same(
+        a.sub(_t(np.array([1, -10, 1, 0, 0], np.int8), device)), t - torch.tensor([1, -10, 1, 0, 0], dtype=torch.int8)
+    )
+    _same(a.sum(), t.sum().reshape(1))  # widened to int64, as PyTorch
+    _same(a.cast("float32"), t.float())
+    _same(a.add(_t(np.array([1, 2, 3, 4, 5], np.uint8), device)), (t.int() + torch.tensor([1, 2, 3, 4, 5]).int()))
+
+
+def test_uint64_on_flex_and_refused_on_cube(device):
+    x = np.array([2**64 - 1, 5, 0], np.uint64)
+    if device.backend_name == "cube":
+        from ember.errors import DTypeError
+
+        with pytest.raises(DTypeError, match="uint64 is not available on the GPU"):
+            _t(x, device)
+        return
+    u = _t(x, device)
+    assert u.dtype.name == "UINT64"
+    one = _t(np.ones(3, np.uint64), device)
+    np.testing.assert_array_equal(u.add(one).to_numpy(), x + np.uint64(1))  # wraps to 0
+    np.testing.assert_array_equal(u.max().to_numpy(), [2**64 - 1])
+    np.testing.assert_array_equal(u.lower_elem(6).to_numpy(), [False, True, True])
+    from ember.errors import DTypeError
+
+    with pytest.raises(DTypeError, match="uint64 does not promote"):
+        u.add(Tensor.from_ints([1, 2, 3], device=device))
