@@ -174,7 +174,9 @@ psi = digamma
 def zeta(input: Tensor, other: Tensor | float) -> Tensor:
     """The Hurwitz zeta function ``sum_k (k + q)^-x`` of ``x = input`` and ``q = other``
     (``torch.special.zeta``): ``inf`` at ``x = 1``, NaN for ``x < 1``; ``q <= 0`` gives
-    ``inf`` at the integers and NaN elsewhere unless ``x`` is an integer (Cephes).
+    ``inf`` at the integers and NaN elsewhere unless ``x`` is an integer (Cephes). The
+    smallest ``q`` is read to the host (one sync) to size the shift that negative ``q``
+    needs; no gradient flows to ``q`` beyond the formula's (PyTorch has none).
 
     >>> from ember import Device, Tensor
     >>> round(zeta(Tensor.from_floats([2.0], device=Device.flex()), 1.0).item(), 6)
