@@ -8,6 +8,9 @@ Targets (issue "Core"): small ops at most 3 us above the raw numpy call; large o
 at most 1.1x raw numpy. ``ember.linalg`` (issue 28): at most 1.15x the faster of
 numpy and scipy (scipy only if installed; it is no dependency of ember) on the same
 call, plain and with a tracked input on the autodiff device.
+``grid_sample`` forward and backward (input and grid
+gradients) at ``[8, 64, 64, 64]`` on flex+autodiff: at most 1.5x PyTorch with one
+thread (issue 28), timed in alternating rounds (``OPENBLAS_NUM_THREADS=1``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import alternating_us, fmt, median_us, print_table, try_import_torch
 from ember import Device, Tensor, linalg
+from ember.nn.functional import grid_sample
 
 
 def main() -> None:
@@ -66,6 +70,47 @@ def main() -> None:
         "ember/flex per-op time (median us per call; all libraries with their default threads)",
         ["op", "ember", "numpy", "torch", "ember-numpy us", "ember/numpy", "ember/torch"],
         rows,
+    )
+    grid_sample_table(torch, rng)
+
+
+def grid_sample_table(torch, rng) -> None:
+    """``grid_sample`` (bilinear, zeros) forward + backward at ``[8, 64, 64, 64]``."""
+    x = rng.standard_normal((8, 64, 64, 64)).astype(np.float32)
+    grid = rng.uniform(-1.1, 1.1, (8, 64, 64, 2)).astype(np.float32)
+    seed = rng.standard_normal((8, 64, 64, 64)).astype(np.float32)
+    device = Device.flex().autodiff()
+    ex, eg = Tensor.from_data(x, device=device), Tensor.from_data(grid, device=device)
+    es = Tensor.from_data(seed, device=device)
+
+    def ember_step() -> None:
+        a, b = ex.require_grad(), eg.require_grad()
+        grads = grid_sample(a, b, align_corners=False).mul(es).sum().backward()
+        a.grad(grads).to_numpy(), b.grad(grads).to_numpy()
+
+    fns = {"ember": ember_step}
+    if torch is not None:
+        torch.set_num_threads(1)
+        tx, tg, ts = torch.from_numpy(x), torch.from_numpy(grid), torch.from_numpy(seed)
+
+        def torch_step() -> None:
+            a, b = tx.clone().requires_grad_(), tg.clone().requires_grad_()
+            (torch.nn.functional.grid_sample(a, b, align_corners=False) * ts).sum().backward()
+
+        fns["torch"] = torch_step
+    times, ratios = alternating_us(fns, repeats=5, min_time=0.2)
+    ratio = ratios.get(("ember", "torch"))
+    print_table(
+        "grid_sample [8, 64, 64, 64], grid [8, 64, 64, 2]: forward + backward (median ms; torch 1 thread)",
+        ["op", "ember", "torch", "ember/torch"],
+        [
+            [
+                "grid_sample fwd+bwd",
+                fmt(times["ember"] / 1e3),
+                fmt(times.get("torch", None) and times["torch"] / 1e3),
+                "-" if ratio is None else f"{ratio:.2f}x",
+            ]
+        ],
     )
 
 

@@ -23,6 +23,8 @@ bfloat16 = DType.BFLOAT16
 int64 = DType.INT64
 int32 = DType.INT32
 uint8 = DType.UINT8
+int8 = DType.INT8
+uint64 = DType.UINT64
 bool_ = DType.BOOL
 
 __version__ = "0.1.0"

@@ -21,6 +21,7 @@ LAYERS = [
     "optim",
     "onnx",  # imports ONNX graphs as modules over ember.nn's functional ops
     "nn",
+    "special",  # torch.special's functions, composites over ember.tensor
     "capture",
     "module",
     "autograd",  # Function (hand-written backward) over ember.tensor; custom_vjp lives in func

@@ -308,6 +308,29 @@ class Backend(ModuleOps, ABC):
         needed. ``probs`` is the forward's weights."""
         return NotImplemented
 
+    def grid_sample(
+        self, x: Primitive, grid: Primitive, mode: str, padding_mode: str, align_corners: bool
+    ) -> Primitive:
+        """``x`` ``[N, C, *spatial]`` (2 or 3 spatial dims) sampled at the normalised
+        points ``grid`` ``[N, *out, D]`` (x first), ``mode`` ``"bilinear"`` or
+        ``"nearest"``, ``padding_mode`` ``"zeros"``, ``"border"`` or ``"reflection"``:
+        ``[N, C, *out]`` (``torch.nn.functional.grid_sample``'s formulas)."""
+        return NotImplemented
+
+    def grid_sample_backward(
+        self,
+        grad: Primitive,
+        x: Primitive,
+        grid: Primitive,
+        mode: str,
+        padding_mode: str,
+        align_corners: bool,
+        need_x: bool,
+        need_grid: bool,
+    ) -> tuple[Primitive | None, Primitive | None]:
+        """Gradients of :meth:`grid_sample` for ``x`` and ``grid`` (``None`` where not needed)."""
+        return NotImplemented
+
     def mse_loss(self, pred: Primitive, target: Primitive, mean: bool) -> Primitive:
         """``sum((pred - target)^2)``, divided by the element count when ``mean``; shape ``[1]``.
         ``pred`` and ``target`` have one shape."""

@@ -19,7 +19,8 @@ class DType(Enum):
     """The element type of a tensor.
 
     Floats: ``FLOAT64``, ``FLOAT32`` (the default), ``FLOAT16``, ``BFLOAT16``;
-    ints: ``INT64`` (the default int), ``INT32``, ``UINT8``; and ``BOOL``.
+    ints: ``INT64`` (the default int), ``INT32``, ``INT8``, ``UINT8``, ``UINT64`` (wrapping
+    at their width, as numpy and PyTorch); and ``BOOL``.
     """
 
     FLOAT64 = "float64"
@@ -28,7 +29,9 @@ class DType(Enum):
     BFLOAT16 = "bfloat16"
     INT64 = "int64"
     INT32 = "int32"
+    INT8 = "int8"
     UINT8 = "uint8"
+    UINT64 = "uint64"
     BOOL = "bool"
 
     @property
@@ -108,7 +111,7 @@ class DType(Enum):
 
 
 _FLOATS = frozenset({DType.FLOAT64, DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16})
-_INTS = frozenset({DType.INT64, DType.INT32, DType.UINT8})
+_INTS = frozenset({DType.INT64, DType.INT32, DType.INT8, DType.UINT8, DType.UINT64})
 
 _TO_NUMPY: dict[DType, np.dtype] = {
     DType.FLOAT64: np.dtype(np.float64),
@@ -117,7 +120,9 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
     DType.INT64: np.dtype(np.int64),
     DType.INT32: np.dtype(np.int32),
+    DType.INT8: np.dtype(np.int8),
     DType.UINT8: np.dtype(np.uint8),
+    DType.UINT64: np.dtype(np.uint64),
     DType.BOOL: np.dtype(np.bool_),
 }
 #: numpy dtype -> DType, for hot paths that hold a numpy dtype already (a plain dict
@@ -139,6 +144,8 @@ _ALIASES.update(
         "int": DType.INT64,
         "i32": DType.INT32,
         "u8": DType.UINT8,
+        "i8": DType.INT8,
+        "u64": DType.UINT64,
         "bool_": DType.BOOL,
     }
 )
@@ -147,8 +154,10 @@ _ALIASES.update(
 _RANK = {
     DType.BOOL: 0,
     DType.UINT8: 1,
+    DType.INT8: 1,
     DType.INT32: 2,
     DType.INT64: 3,
+    DType.UINT64: 3,
     DType.BFLOAT16: 4,
     DType.FLOAT16: 4,
     DType.FLOAT32: 5,
@@ -160,13 +169,19 @@ def promote(a: DType, b: DType) -> DType:
     """The dtype of a binary op's result, following PyTorch's tensor-tensor rules.
 
     bool < ints < floats; within a kind the wider type wins; float16 with bfloat16
-    gives float32.
+    gives float32, int8 with uint8 int32 (PyTorch's int16, which ember lacks); uint64 with
+    another int is refused, as PyTorch refuses it.
     """
     if a is b:
         return a
+    if DType.UINT64 in (a, b) and a in _INTS and b in _INTS:
+        raise DTypeError(
+            f"ember: no common dtype for {a} and {b} (as in PyTorch, uint64 does not promote with other ints); "
+            "cast one of them first"
+        )
     ra, rb = _RANK[a], _RANK[b]
-    if ra == rb:  # float16 and bfloat16
-        return DType.FLOAT32
+    if ra == rb:  # float16 and bfloat16; int8 and uint8
+        return DType.FLOAT32 if a in _FLOATS else DType.INT32
     return a if ra > rb else b
 
 

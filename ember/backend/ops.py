@@ -279,11 +279,13 @@ class FusedOp(OpName):
     ``RELU``, ``SIGMOID``, ``GELU``, ``SOFTMAX``, ``LOG_SOFTMAX``: ``ember.tensor.activation``;
     ``LAYER_NORM``: ``ember.tensor.norm``; ``LINEAR``: ``ember.tensor.module``;
     ``MSE_LOSS``, ``CROSS_ENTROPY``: ``ember.tensor.loss``;
-    ``ATTENTION``: ``ember.tensor.attention``; ``ADAM_STEP_MANY``: ``ember.optim.adam``
+    ``ATTENTION``: ``ember.tensor.attention``; ``GRID_SAMPLE``: ``ember.tensor.grid_sample``;
+    ``ADAM_STEP_MANY``: ``ember.optim.adam``
     (registered when ``ember.optim`` is imported).
 
     The backward kernels (``Backend.linear_backward``, ``gelu_backward``,
-    ``layer_norm_backward``, ``cross_entropy_backward``, ``attention_backward``) are not
+    ``layer_norm_backward``, ``cross_entropy_backward``, ``attention_backward``,
+    ``grid_sample_backward``) are not
     listed: each is called by its op's autodiff rule, which holds its composite.
     """
 
@@ -297,6 +299,7 @@ class FusedOp(OpName):
     CROSS_ENTROPY = "cross_entropy"
     LAYER_NORM = "layer_norm"
     ATTENTION = "attention"
+    GRID_SAMPLE = "grid_sample"
     ADAM_STEP_MANY = "adam_step_many"
 
 
@@ -308,6 +311,7 @@ FUSED_BACKWARD_KERNELS = {
     "layer_norm_backward": FusedOp.LAYER_NORM,
     "cross_entropy_backward": FusedOp.CROSS_ENTROPY,
     "attention_backward": FusedOp.ATTENTION,
+    "grid_sample_backward": FusedOp.GRID_SAMPLE,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.nn.loss.binary_cross_entropy import binary_cross_entropy_with_logits
 from ember.tensor.activation import (
     celu,
     elu,
@@ -42,7 +43,8 @@ from ember.tensor.activation import (
     thresholded_relu,
 )
 from ember.tensor.attention import scaled_dot_product_attention
-from ember.tensor.distance import cosine_similarity, normalize, pairwise_distance
+from ember.tensor.distance import cdist, cosine_similarity, normalize, pairwise_distance
+from ember.tensor.grid_sample import affine_grid, grid_sample
 from ember.tensor.interpolate import interpolate
 from ember.tensor.loss import margin_ranking_loss, mse_loss
 from ember.tensor.module import (
@@ -64,6 +66,8 @@ from ember.tensor.module import (
     max_pool2d,
     max_pool2d_with_indices,
 )
+from ember.tensor.pool3d import avg_pool3d, max_pool3d, max_pool3d_with_indices
+from ember.tensor.sampling import gumbel_softmax
 from ember.tensor.tensor import Tensor
 from ember.tensor.unfold import fold, unfold4d
 from ember.tensor.unpool import max_unpool1d, max_unpool2d
@@ -97,8 +101,12 @@ def one_hot(indices: Tensor, num_classes: int) -> Tensor:
 __all__ = [
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
+    "affine_grid",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
+    "binary_cross_entropy_with_logits",
+    "cdist",
     "celu",
     "conv1d",
     "conv2d",
@@ -112,6 +120,8 @@ __all__ = [
     "embedding",
     "fold",
     "gelu",
+    "grid_sample",
+    "gumbel_softmax",
     "glu",
     "hard_shrink",
     "hard_sigmoid",
@@ -131,6 +141,8 @@ __all__ = [
     "max_pool1d_with_indices",
     "max_pool2d",
     "max_pool2d_with_indices",
+    "max_pool3d",
+    "max_pool3d_with_indices",
     "max_unpool1d",
     "max_unpool2d",
     "mish",

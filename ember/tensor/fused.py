@@ -52,6 +52,7 @@ def composite_of(op: FusedOp) -> Callable[..., Any]:
     if fn is None:  # the modules of ember.tensor that write composites load on first use
         import ember.tensor.activation
         import ember.tensor.attention
+        import ember.tensor.grid_sample
         import ember.tensor.loss
         import ember.tensor.module
         import ember.tensor.norm  # noqa: F401

@@ -397,7 +397,19 @@ def _pool_args(
     return x, unbatched, kernel, stride, pads, dilation, out
 
 
+def _int_pool(x: Any) -> Any:
+    """For an int input: the float dtype that pools it exactly (float64, or float32 on
+    devices without it), else ``None``."""
+    if not isinstance(x, Tensor) or x._p.dtype not in INT_NP:
+        return None
+    return "float32" if x.device.backend_name == "cube" else "float64"
+
+
 def _max_pool(op: str, rank: int, x, kernel_size, stride, padding, dilation, ceil_mode, with_indices: bool) -> Any:
+    work = _int_pool(x)
+    if work is not None:  # ints: pooled in a float that holds them exactly (|x| < 2^53, 2^24 on cube)
+        out = _max_pool(op, rank, x.cast(work), kernel_size, stride, padding, dilation, ceil_mode, with_indices)
+        return (out[0].cast(x.dtype), out[1]) if with_indices else out.cast(x.dtype)
     x, unbatched, kernel, stride, pads, dilation, _ = _pool_args(
         op, rank, x, kernel_size, stride, padding, dilation, ceil_mode
     )
@@ -458,6 +470,10 @@ def max_pool2d_with_indices(
 
 
 def _avg_pool(op: str, rank: int, x, kernel_size, stride, padding, count_include_pad, ceil_mode) -> Tensor:
+    work = _int_pool(x)
+    if work is not None:  # ints: the mean truncated toward zero, as PyTorch
+        out = _avg_pool(op, rank, x.cast(work), kernel_size, stride, padding, count_include_pad, ceil_mode)
+        return out.trunc().cast(x.dtype)
     x, unbatched, kernel, stride, pads, _, _ = _pool_args(op, rank, x, kernel_size, stride, padding, 1, ceil_mode)
     y = x._d._b.avg_pool(x._p, kernel, stride, pads, bool(count_include_pad), bool(ceil_mode))
     return _out(y, x, unbatched)

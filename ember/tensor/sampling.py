@@ -95,3 +95,37 @@ def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) 
         index = keys.topk_with_indices(num_samples, dim=1)[1]
     index = index.cast(DType.INT64)
     return index.squeeze_dim(0) if single else index
+
+
+def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1) -> Tensor:
+    """A sample from the Gumbel-softmax distribution (``torch.nn.functional.gumbel_softmax``):
+    ``softmax((logits + g) / tau)`` along ``dim`` with ``g = -log(E)``, ``E ~ Exp(1)``
+    drawn with the device's generator. With ``hard`` the result is the one-hot of its
+    maximum, with the soft sample's gradient (straight-through). ``eps`` is unused, as
+    in PyTorch.
+
+    >>> from ember import Device, Tensor
+    >>> d = Device.flex()
+    >>> d.seed(0)
+    >>> y = gumbel_softmax(Tensor.zeros([2, 4], device=d), hard=True)
+    >>> y.sum_dim(1).tolist()
+    [[1.0], [1.0]]
+    """
+    if not isinstance(logits, Tensor) or logits.dtype.kind != "float":
+        raise DTypeError("ember: gumbel_softmax: logits must be a float Tensor")
+    if not tau > 0:
+        raise ValueRangeError(f"ember: gumbel_softmax: tau must be > 0, got {tau}")
+    dtype = logits.dtype if logits.dtype in (DType.FLOAT32, DType.FLOAT64) else DType.FLOAT32
+    # E = -log(U) with U in (0, 1]: 1 - uniform[0, 1) never takes the log of 0.
+    u = Tensor.random(logits.dims(), Distribution.uniform(0.0, 1.0), logits.device, dtype).neg().add_scalar(1.0)
+    gumbels = u.log().neg().log().neg().cast(logits.dtype)
+    soft = logits.add(gumbels).div_scalar(tau).softmax(dim)
+    if not hard:
+        return soft
+    rank = logits.rank
+    axis = dim + rank if dim < 0 else dim
+    index = soft.argmax(axis)  # keeps the dim
+    hot = Tensor.zeros(soft.dims(), soft.device, soft.dtype).scatter(
+        axis, index, index.ones_like().cast(soft.dtype), "assign"
+    )
+    return hot.sub(soft.detach()).add(soft)

@@ -29,10 +29,13 @@ from ember.tensor.ops.layout import LayoutOps
 from ember.tensor.ops.linalg import LinalgOps
 from ember.tensor.ops.math import MathOps
 from ember.tensor.ops.pad import PadOps
+from ember.tensor.ops.pieces import PiecesOps
 from ember.tensor.ops.pytorch_hints import attribute_error
+from ember.tensor.ops.random import RandomOps
 from ember.tensor.ops.rearrange import RearrangeOps
 from ember.tensor.ops.reduce import ReduceOps
 from ember.tensor.ops.scatter import ScatterOps
+from ember.tensor.ops.search import SearchOps
 from ember.tensor.ops.subscript import SubscriptOps
 from ember.tensor.shape import MAX_HOST_BYTES, Shape, as_shape, check_addressable, normalize_dim, numel
 
@@ -62,10 +65,13 @@ class Tensor(
     CompareOps,
     LayoutOps,
     PadOps,
+    PiecesOps,
     RearrangeOps,
     SubscriptOps,
     IndexingOps,
     ScatterOps,
+    SearchOps,
+    RandomOps,
     ReduceOps,
     LinalgOps,
     AutodiffOps,

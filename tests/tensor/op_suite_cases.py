@@ -72,6 +72,18 @@ def unsupported(name: str, reason: str) -> Case:
     return Case(name, unsupported=reason)
 
 
+def _special() -> Any:
+    import ember.special
+
+    return ember.special
+
+
+def _pool3d() -> Any:
+    import ember.tensor.pool3d
+
+    return ember.tensor.pool3d
+
+
 def _one(t: Any) -> Any:
     """A PyTorch scalar result in ember's full-reduction shape ``[1]``."""
     return t.reshape(1)
@@ -296,11 +308,11 @@ UNARY = [case(n, [f(3, 4, lo=lo, hi=hi)], ours, theirs, rtol=2e-4, atol=2e-5) fo
     case("sqrt_int", [i(3, 4, lo=0, hi=9)], lambda x: x.sqrt(), lambda x: x.sqrt(), grad=False),
     case("logical_not", [b(3, 4)], lambda x: x.bool_not(), lambda x: x.logical_not(), grad=False),
     case("bitwise_not", [i(3, 4, lo=-9, hi=9)], lambda x: x.bitwise_not(), lambda x: x.bitwise_not(), grad=False),
-    unsupported("lgamma", "no lgamma (log-gamma) op yet"),
-    unsupported("digamma", "no digamma op yet"),
-    unsupported("erfinv", "no erfinv op yet"),
-    unsupported("erfc", "no accurate erfc (1 - erf loses every digit in the tail)"),
-    unsupported("i0", "no Bessel functions"),
+    case("lgamma", [f(3, 4, lo=-3.5, hi=6)], lambda x: x.lgamma(), lambda x: x.lgamma()),
+    case("digamma", [f(3, 4, lo=0.3, hi=6)], lambda x: x.digamma(), lambda x: x.digamma()),
+    case("erfinv", [f(3, 4, lo=-0.95, hi=0.95)], lambda x: x.erfinv(), lambda x: x.erfinv()),
+    case("erfc", [f(3, 4, lo=-2, hi=6)], lambda x: _special().erfc(x), lambda x: torch.special.erfc(x), rtol=1e-3),
+    case("i0", [f(3, 4, lo=-6, hi=6)], lambda x: x.i0(), lambda x: x.i0()),
 ]
 
 # ---------------------------------------------------------------------------------- binary math
@@ -1125,9 +1137,21 @@ INDEXING = (
             grad=False,
         ),
         case("argwhere", [b(2, 3, 2)], lambda x: x.argwhere(), lambda x: torch.argwhere(x), grad=False),
-        unsupported("searchsorted", "no searchsorted/bucketize yet"),
-        unsupported("unique", "no unique (a data-dependent shape without a sort-and-compact op)"),
-        unsupported("bincount", "no bincount/histc yet"),
+        case(
+            "searchsorted",
+            [c([1.0, 3.0, 5.0, 7.0], np.float32), f(3, 4, lo=0, hi=8)],
+            lambda s, v: s.searchsorted(v),
+            lambda s, v: torch.searchsorted(s, v),
+            grad=False,
+        ),
+        case(
+            "unique",
+            [i(3, 4, hi=5)],
+            lambda x: x.unique(return_inverse=True, return_counts=True),
+            lambda x: torch.unique(x, return_inverse=True, return_counts=True),
+            grad=False,
+        ),
+        case("histc", [f(40)], lambda x: x.histc(8, -1, 1), lambda x: torch.histc(x, 8, -1, 1), grad=False),
         unsupported("index_put_accumulate", "no index_put with accumulate=True (use scatter with update='add')"),
     ]
 )
@@ -1506,9 +1530,16 @@ NN = [
         lambda x: _batch_norm(x),
         lambda x: TF.batch_norm(x, None, None, training=True),
     ),
-    unsupported("max_pool3d", "no 3-d max pooling yet"),
+    case("max_pool3d", [f(2, 2, 4, 4, 4)], lambda x: _pool3d().max_pool3d(x, 2), lambda x: TF.max_pool3d(x, 2)),
     unsupported("adaptive_max_pool2d", "no adaptive max pooling yet"),
-    unsupported("grid_sample", "no grid_sample yet"),
+    case(
+        "grid_sample",
+        [f(2, 3, 5, 6), f(2, 4, 3, 2, lo=-1.2, hi=1.2)],
+        lambda x, g: F.grid_sample(x, g, align_corners=False),
+        lambda x, g: TF.grid_sample(x, g, align_corners=False),
+        rtol=1e-3,
+        atol=1e-4,
+    ),
     case("pixel_shuffle", [f(2, 8, 3, 2)], lambda x: F.pixel_shuffle(x, 2), lambda x: TF.pixel_shuffle(x, 2)),
     case("pixel_unshuffle", [f(2, 2, 4, 6)], lambda x: F.pixel_unshuffle(x, 2), lambda x: TF.pixel_unshuffle(x, 2)),
 ]

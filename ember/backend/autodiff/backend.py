@@ -17,6 +17,7 @@ from ember.backend.autodiff.rules.attention import AttentionRules
 from ember.backend.autodiff.rules.custom import CustomRules
 from ember.backend.autodiff.rules.decompositions import DecompositionRules
 from ember.backend.autodiff.rules.elementwise import ElementwiseRules
+from ember.backend.autodiff.rules.grid_sample import GridSampleRules
 from ember.backend.autodiff.rules.indexing import IndexingRules
 from ember.backend.autodiff.rules.layout import LayoutRules
 from ember.backend.autodiff.rules.linalg import LinalgRules
@@ -39,6 +40,7 @@ class AutodiffBackend(
     DecompositionRules,
     ActivationRules,
     AttentionRules,
+    GridSampleRules,
     LossRules,
     NormRules,
     ModuleRules,

@@ -13,8 +13,10 @@ bfloat16   one ``u32`` word per element      ``f32``      rounded to nearest eve
 int64      ``vec2<u32>`` (low, high word)      ``i64``      64-bit arithmetic emulated
 int32      ``i32``                           ``i32``
 uint8      ``i32``                           ``i32``      wraps modulo 256 on store
+int8       ``i32``                           ``i32``      wraps to [-128, 127] on store
 bool       ``u32`` (0 or 1)                  ``bool``
 float64    not available                                  cast to float32, or use flex
+uint64     not available                                  cast to int64, or use flex
 =========  ===============================  ==========  ============================
 
 WGSL has no 64-bit integers; int64 is held in two 32-bit words and computed with the
@@ -89,6 +91,7 @@ _STORAGES = {
     DType.INT64: Storage(DType.INT64, "vec2<u32>", "i64", np.dtype(np.int64), 8),
     DType.INT32: Storage(DType.INT32, "i32", "i32", np.dtype(np.int32), 4),
     DType.UINT8: Storage(DType.UINT8, "i32", "i32", np.dtype(np.int32), 4, store="({v} & 255)"),
+    DType.INT8: Storage(DType.INT8, "i32", "i32", np.dtype(np.int32), 4, store="(({v} << 24u) >> 24u)"),
     DType.BOOL: Storage(
         DType.BOOL, "u32", "bool", np.dtype(np.uint32), 4, load="({x} != 0u)", store="select(0u, 1u, {v})"
     ),
@@ -111,6 +114,11 @@ def storage_for(dtype: DType, native_f16: bool) -> Storage:
         return _F16_NATIVE if native_f16 else _F16_WORD
     storage = _STORAGES.get(dtype)
     if storage is None:
+        if dtype is DType.UINT64:
+            raise DTypeError(
+                "ember: cube: uint64 is not available on the GPU (WGSL has no 64-bit integers; ember emulates "
+                "int64 only); cast to int64 first (.cast('int64')) or keep the tensor on Device.flex()"
+            )
         raise DTypeError(
             f"ember: cube: {dtype} is not available on the GPU (WGSL has no 64-bit floats); "
             "cast to float32 first (.cast('float32')) or keep the tensor on Device.flex()"

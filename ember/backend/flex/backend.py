@@ -16,6 +16,7 @@ from ember.backend.dtype import DType
 from ember.backend.flex import blas, malloc
 from ember.backend.flex import cross_entropy as _cross_entropy
 from ember.backend.flex import gelu as _gelu
+from ember.backend.flex import grid_sample as _grid_sample
 from ember.backend.flex import layer_norm as _layer_norm
 from ember.backend.flex.adam import FlexAdam
 from ember.backend.flex.attention import attention as _attention
@@ -507,6 +508,12 @@ class FlexBackend(FlexModuleOps, Backend):
 
     def layer_norm_backward(self, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
         return _layer_norm.layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta)
+
+    def grid_sample(self, x, grid, mode, padding_mode, align_corners):
+        return _grid_sample.grid_sample(x, grid, mode, padding_mode, align_corners)
+
+    def grid_sample_backward(self, grad, x, grid, mode, padding_mode, align_corners, need_x, need_grid):
+        return _grid_sample.grid_sample_backward(grad, x, grid, mode, padding_mode, align_corners, need_x, need_grid)
 
     def cross_entropy(self, logits, targets):
         return _cross_entropy.cross_entropy(logits, targets)

@@ -16,7 +16,9 @@ from ember.tensor import activation as F
 class BinaryCrossEntropyLossConfig(Config):
     """Configuration of :class:`BinaryCrossEntropyLoss` (Burn's fields): ``weights``
     one per class (the inputs' last dim), ``smoothing`` pulls targets toward 0.5,
-    ``logits`` says the inputs are logits (else probabilities).
+    ``logits`` says the inputs are logits (else probabilities); ``pos_weight`` (with
+    ``logits``, one per class or one for all) scales the positive term, as
+    PyTorch's ``BCEWithLogitsLoss(pos_weight=...)``.
 
     >>> loss = BinaryCrossEntropyLossConfig(logits=True).init()
     >>> round(loss(Tensor.from_floats([0.0]), Tensor.from_ints([1])).into_scalar(), 4)
@@ -26,8 +28,16 @@ class BinaryCrossEntropyLossConfig(Config):
     weights: list[float] | None = None
     smoothing: float | None = None
     logits: bool = False
+    pos_weight: list[float] | None = None
 
     def validate(self) -> None:
+        if self.pos_weight is not None:
+            if not self.logits:
+                raise ConfigError("ember: BinaryCrossEntropyLossConfig: pos_weight needs logits=True (as PyTorch's)")
+            if not self.pos_weight or any(w < 0 for w in self.pos_weight):
+                raise ConfigError(
+                    f"ember: BinaryCrossEntropyLossConfig: pos_weight must be values >= 0, got {self.pos_weight}"
+                )
         if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
             raise ConfigError(
                 f"ember: BinaryCrossEntropyLossConfig: smoothing must lie in [0, 1], got {self.smoothing}"
@@ -40,6 +50,7 @@ class BinaryCrossEntropyLossConfig(Config):
             weights=None if self.weights is None else tuple(float(w) for w in self.weights),
             smoothing=self.smoothing,
             logits=self.logits,
+            pos_weight=None if self.pos_weight is None else tuple(float(w) for w in self.pos_weight),
         )
 
 
@@ -60,6 +71,7 @@ class BinaryCrossEntropyLoss(Module):
     weights: tuple[float, ...] | None = None
     smoothing: float | None = None
     logits: bool = False
+    pos_weight: tuple[float, ...] | None = None
 
     def forward(self, logits: Tensor, targets: Tensor, reduction: Reduction = Reduction.AUTO) -> Tensor:
         """The reduced loss, shape ``[1]`` (``AUTO`` is the mean)."""
@@ -83,15 +95,54 @@ class BinaryCrossEntropyLoss(Module):
             y = y.to_device(x.device)
         if self.smoothing:
             y = y.mul_scalar(1.0 - self.smoothing).add_scalar(0.5 * self.smoothing)
-        loss = _from_logits(x, y) if self.logits else _from_probabilities(x, y)
+        if self.logits:
+            pos = None
+            if self.pos_weight is not None:
+                pos = _per_class(self.pos_weight, x, "pos_weight")
+            loss = _from_logits(x, y, pos)
+        else:
+            loss = _from_probabilities(x, y)
         if self.weights is not None:
             if x.rank == 0 or x.dims()[-1] != len(self.weights):
                 raise ShapeError(
                     f"ember: BinaryCrossEntropyLoss: {len(self.weights)} class weights for inputs of shape {x.dims()} "
                     "(one weight per entry of the last dim)"
                 )
-            loss = loss.mul(Tensor.from_floats(list(self.weights), device=x.device, dtype=x.dtype))
+            loss = loss.mul(_per_class(self.weights, x, "class weights"))
         return loss
+
+
+def _per_class(values: tuple[float, ...], x: Tensor, name: str) -> Tensor:
+    if len(values) != 1 and (x.rank == 0 or x.dims()[-1] != len(values)):
+        raise ShapeError(
+            f"ember: BinaryCrossEntropyLoss: {len(values)} {name} for inputs of shape {x.dims()} "
+            "(one per entry of the last dim, or one for all)"
+        )
+    return Tensor.from_floats(list(values), device=x.device, dtype=x.dtype)
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """``torch.nn.functional.binary_cross_entropy_with_logits``: ``(1 - y) x + (1 + (pw - 1) y)
+    softplus(-x)``, times ``weight``, reduced by ``"mean"``, ``"sum"`` or ``"none"``;
+    ``weight`` and ``pos_weight`` are Tensors broadcasting with the input."""
+    if not isinstance(input, Tensor) or not isinstance(target, Tensor):
+        raise DTypeError("ember: binary_cross_entropy_with_logits: input and target must be Tensors")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueRangeError(
+            f"ember: binary_cross_entropy_with_logits: reduction must be mean, sum or none, got {reduction!r}"
+        )
+    x = input.float()
+    y = target.cast(x.dtype)
+    loss = _from_logits(x, y, None if pos_weight is None else pos_weight.cast(x.dtype))
+    if weight is not None:
+        loss = loss.mul(weight.cast(x.dtype))
+    return loss if reduction == "none" else loss.sum() if reduction == "sum" else loss.mean()
 
 
 def _check_unit_interval(t: Tensor, name: str, meaning: str) -> None:
@@ -113,8 +164,12 @@ def _check_unit_interval(t: Tensor, name: str, meaning: str) -> None:
 _EPSILON = 1e-12  # PyTorch's floor on p (1 - p) in the gradient from probabilities
 
 
-def _from_logits(x: Tensor, y: Tensor) -> Tensor:
-    return F.softplus(x, threshold=math.inf).sub(x.mul(y))
+def _from_logits(x: Tensor, y: Tensor, pos_weight: Tensor | None = None) -> Tensor:
+    if pos_weight is None:
+        return F.softplus(x, threshold=math.inf).sub(x.mul(y))
+    # PyTorch's form: (1 - y) x + (1 + (pw - 1) y) softplus(-x)
+    scale = y.mul(pos_weight.sub_scalar(1)).add_scalar(1)
+    return y.neg().add_scalar(1).mul(x).add(scale.mul(F.softplus(x.neg(), threshold=math.inf)))
 
 
 def _from_probabilities(p: Tensor, y: Tensor) -> Tensor:

@@ -140,9 +140,15 @@ class ArithmeticOps(TensorOpsBase):
         return unary(self, UnaryOp.ABS, "abs", "numeric")
 
     def sign(self) -> Self:
+        """-1, 0 or 1 by the sign (a bool tensor is its own sign, as in PyTorch)."""
+        if self._p.dtype == BOOL_NP:
+            return self.__class__(self._p, self._d)
         return unary(self, UnaryOp.SIGN, "sign", "numeric")
 
     def square(self) -> Self:
+        """``x * x`` (a bool tensor gives int64, as in PyTorch)."""
+        if self._p.dtype == BOOL_NP:
+            return self.int()
         return unary(self, UnaryOp.SQUARE, "square", "numeric")
 
     def recip(self) -> Self:

@@ -82,6 +82,9 @@ class CompareOps(TensorOpsBase):
         return binary(self, other, BinaryOp.BITWISE_XOR, "bitwise_xor", "int")
 
     def bitwise_not(self) -> Self:
+        """``~x`` on ints; logical not on bool (as PyTorch)."""
+        if self._p.dtype == BOOL_NP:
+            return self.bool_not()
         return unary(self, UnaryOp.BITWISE_NOT, "bitwise_not", "int")
 
     def bitwise_left_shift(self, other: Any) -> Self:

@@ -185,8 +185,11 @@ class IndexingOps(TensorOpsBase):
         """Class indices (an int tensor) as one-hot vectors in a new last dim (int64)."""
         return self.one_hot_fill(num_classes, 1, 0)
 
-    def one_hot_fill(self, num_classes: int, on_value: Any = 1, off_value: Any = 0, dtype: Any = None) -> Self:
-        """One-hot with chosen values; float ``on``/``off`` values give float32."""
+    def one_hot_fill(
+        self, num_classes: int, on_value: Any = 1, off_value: Any = 0, dtype: Any = None, axis: int = -1
+    ) -> Self:
+        """One-hot with chosen values; float ``on``/``off`` values give float32. The class
+        dim is put at ``axis`` of the result (Burn's ``one_hot_fill``; default last)."""
         if self._p.dtype not in INT_NP:
             raise DTypeError(f"ember: one_hot: needs an int tensor of class indices, got {self.dtype}")
         if num_classes <= 0:
@@ -204,4 +207,8 @@ class IndexingOps(TensorOpsBase):
             dtype = DType.FLOAT32 if float_values else DType.INT64
         dtype = DType.parse(dtype)
         on = self.__class__.full((), on_value, self._d, dtype)
-        return on.expand(hot._p.shape).mask_fill(hot.bool_not(), off_value)
+        out = on.expand(hot._p.shape).mask_fill(hot.bool_not(), off_value)
+        rank = len(out._p.shape)
+        if not -rank <= axis < rank:
+            raise ValueRangeError(f"ember: one_hot_fill: axis {axis} is outside the result's {rank} dims")
+        return out if axis in (-1, rank - 1) else out.movedim(rank - 1, axis)

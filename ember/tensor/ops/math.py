@@ -216,6 +216,36 @@ class MathOps(TensorOpsBase):
             return self.zeros_like() if self._p.dtype != BOOL_NP else self.int().zeros_like()
         return self.sub(self.trunc())
 
+    def lgamma(self) -> Self:
+        """``log |Gamma(x)|`` (``ember.special.lgamma``)."""
+        from ember.tensor.special import lgamma
+
+        return cast("Self", lgamma(cast("Any", self)))
+
+    def digamma(self) -> Self:
+        """``d/dx log Gamma(x)`` (``ember.special.digamma``)."""
+        from ember.tensor.special import digamma
+
+        return cast("Self", digamma(cast("Any", self)))
+
+    def polygamma(self, n: int) -> Self:
+        """The ``n``-th derivative of ``digamma`` (``ember.special.polygamma``)."""
+        from ember.tensor.special import polygamma
+
+        return cast("Self", polygamma(n, cast("Any", self)))
+
+    def erfinv(self) -> Self:
+        """The inverse error function (``ember.special.erfinv``)."""
+        from ember.tensor.special import erfinv
+
+        return cast("Self", erfinv(cast("Any", self)))
+
+    def i0(self) -> Self:
+        """The modified Bessel function ``I_0`` (``ember.special.i0``)."""
+        from ember.tensor.special import i0
+
+        return cast("Self", i0(cast("Any", self)))
+
     def sinc(self) -> Self:
         """The normalised sinc, ``sin(pi x) / (pi x)``, 1 at 0."""
         x = self.float()

@@ -34,10 +34,18 @@ _TYPES = {
     DType.INT64: ("long long", "long long"),
     DType.INT32: ("int", "int"),
     DType.UINT8: ("unsigned char", "unsigned char"),
+    DType.INT8: ("signed char", "signed char"),
+    DType.UINT64: ("unsigned long long", "unsigned long long"),
     DType.BOOL: ("unsigned char", "bool"),
 }
 #: The unsigned type that int arithmetic wraps through.
-UNSIGNED = {"long long": "unsigned long long", "int": "unsigned int", "unsigned char": "unsigned int"}
+UNSIGNED = {
+    "long long": "unsigned long long",
+    "int": "unsigned int",
+    "unsigned char": "unsigned int",
+    "signed char": "unsigned int",
+    "unsigned long long": "unsigned long long",
+}
 #: Short names used in kernel names and keys.
 SHORT = {
     DType.FLOAT64: "f64",
@@ -47,6 +55,8 @@ SHORT = {
     DType.INT64: "i64",
     DType.INT32: "i32",
     DType.UINT8: "u8",
+    DType.INT8: "i8",
+    DType.UINT64: "u64",
     DType.BOOL: "b",
 }
 
@@ -68,7 +78,7 @@ def family(dtype: np.dtype | DType) -> str:
     d = dtype_of(dtype)
     if d.is_float:
         return "f"
-    if d is DType.UINT8:
+    if d in (DType.UINT8, DType.UINT64):
         return "u"
     return "b" if d is DType.BOOL else "i"
 

@@ -1,0 +1,61 @@
+"""``MaxPool3d``: the maximum over windows of ``[batch, channels, depth, height, width]``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.module import Config, Module
+from ember.nn.conv.checks import PaddingSpec, as_tuple, check_padding
+from ember.tensor import Tensor
+from ember.tensor.pool3d import max_pool3d, max_pool3d_with_indices
+
+
+class MaxPool3dConfig(Config):
+    """Configuration of :class:`MaxPool3d` (Burn's fields: ``strides`` defaults to the
+    kernel size; ``padding`` as for convolutions, never winning the maximum).
+
+    >>> MaxPool3dConfig(2).init()
+    MaxPool3d {kernel_size: (2, 2, 2), stride: (2, 2, 2), padding: 'valid', dilation: (1, 1, 1), ceil_mode: False}
+    """
+
+    kernel_size: int | tuple[int, int, int]
+    strides: int | tuple[int, int, int] | None = None
+    padding: PaddingSpec = "valid"
+    dilation: int | tuple[int, int, int] = (1, 1, 1)
+    ceil_mode: bool = False
+
+    def validate(self) -> None:
+        as_tuple("MaxPool3dConfig", "kernel_size", self.kernel_size, 3)
+        if self.strides is not None:
+            as_tuple("MaxPool3dConfig", "strides", self.strides, 3)
+        as_tuple("MaxPool3dConfig", "dilation", self.dilation, 3)
+        check_padding("MaxPool3dConfig", self.padding, 3)
+
+    def init(self, device: Any = None) -> MaxPool3d:
+        """The layer (it has no parameters, so ``device`` is ignored)."""
+        kernel = as_tuple("MaxPool3dConfig", "kernel_size", self.kernel_size, 3)
+        stride = kernel if self.strides is None else as_tuple("MaxPool3dConfig", "strides", self.strides, 3)
+        return MaxPool3d(
+            kernel_size=kernel,
+            stride=stride,
+            padding=self.padding,
+            dilation=as_tuple("MaxPool3dConfig", "dilation", self.dilation, 3),
+            ceil_mode=self.ceil_mode,
+        )
+
+
+class MaxPool3d(Module):
+    """3-d max pooling (see :func:`ember.tensor.module.max_pool3d`)."""
+
+    kernel_size: tuple[int, int, int]
+    stride: tuple[int, int, int] | None = None
+    padding: PaddingSpec = "valid"
+    dilation: tuple[int, int, int] = (1, 1, 1)
+    ceil_mode: bool = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        return max_pool3d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+    def forward_with_indices(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The pooled values and the int64 flat input position of each maximum."""
+        return max_pool3d_with_indices(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
