@@ -6,8 +6,7 @@
 [[2.0, 3.0]]
 """
 
-from ember import autograd
-from ember import linalg
+from ember import autograd, linalg
 from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
 from ember.capture import compile
