@@ -37,6 +37,31 @@ from ember.tensor import Tensor
 CONST, HOST, TENSOR = "const", "host", "tensor"
 STATE_INPUTS = {"BatchNormalization": {3: "running_mean", 4: "running_var"}}
 MULTI_RESULT = {"Split"}  # return a tuple even for one output
+# ONNX element types ember holds in a wider int: (width, signed) (int8, uint16, int16, uint32).
+NARROW = {3: (8, True), 4: (16, False), 5: (16, True), 12: (32, False)}
+# Operators whose int results can leave their type's range (wrapped to its width).
+WRAPPING = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Neg",
+    "Abs",
+    "Pow",
+    "Sum",
+    "Mean",
+    "BitShift",
+    "BitwiseNot",
+    "CumSum",
+    "ReduceSum",
+    "ReduceProd",
+    "ReduceSumSquare",
+    "ReduceL1",
+    "MatMul",
+    "Gemm",
+    "Cast",
+    "CastLike",
+}
 
 
 @dataclass
@@ -435,6 +460,8 @@ class Planner:
 
     def emit_tensor(self, node: Any, opdef: OpDef, view: Node, values: list[Value | None]) -> None:
         fn = opdef.build(view)
+        if node.op_type in WRAPPING:
+            fn = self.narrow(node, fn)
         states = STATE_INPUTS.get(node.op_type, {})
         ins = []
         for i, v in enumerate(values):
@@ -450,6 +477,22 @@ class Planner:
         self.steps.append(Step(fn, tuple(ins), outs, False, view.label))
         if opdef.data_dependent:
             self.data_dependent = True
+
+    def narrow(self, node: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with its output wrapped to the width of its ONNX type when that is an int
+        ember holds wider (int8, int16, uint16 in int32; uint32 in int64): ONNX's arithmetic
+        wraps at the type's own width."""
+        names = outputs_of(node)
+        info = self.shapes.get(names[0]) if len(names) == 1 else None
+        bits = NARROW.get(info[0]) if info is not None else None
+        if bits is None:
+            return fn
+        width, signed = bits
+
+        def wrapped(*args: Any) -> Any:
+            return wrap_int(fn(*args), width, signed)
+
+        return wrapped
 
     def output_slots(self, node: Any, kind: str) -> int | tuple[int, ...]:
         slots = []
@@ -547,6 +590,15 @@ class Planner:
             if not step.host:
                 step.drops = tuple(drops.get(index, ()))
         return self.steps
+
+
+def wrap_int(x: Tensor, width: int, signed: bool) -> Tensor:
+    """Int values reduced modulo ``2**width`` (two's complement when ``signed``)."""
+    low = x.bitwise_and((1 << width) - 1)
+    if not signed:
+        return low
+    half = 1 << (width - 1)
+    return low.where(low.lower_elem(half), low - (1 << width))
 
 
 def _to_host(tensor: Tensor) -> np.ndarray:

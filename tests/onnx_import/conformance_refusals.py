@@ -26,7 +26,12 @@ REFUSED_TYPES: dict[str, str] = {
     **_each(
         "4-bit, 2-bit and 6-bit values: ember has no sub-byte dtype",
         "FLOAT6E2M3",
-        "FLOAT6E3M2", "UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2"
+        "FLOAT6E3M2",
+        "UINT4",
+        "INT4",
+        "FLOAT4E2M1",
+        "UINT2",
+        "INT2",
     ),
     **_each("ember has no string or complex tensors", "STRING", "COMPLEX64", "COMPLEX128"),
 }
@@ -149,3 +154,13 @@ REFUSED_CASES: dict[str, str] = {
         "test_resize_downsample_sizes_cubic_antialias",
     ),
 }
+
+#: Cases whose outputs are random draws (a reference's own generator): each output is
+#: checked for its shape, dtype and the values a draw may take, not for the reference's values.
+RANDOM_CASES: dict[str, str] = _each(
+    "Dropout in training mode: a random mask (each value is 0 or x / (1 - ratio), as the mask says)",
+    "test_training_dropout",
+    "test_training_dropout_default",
+    "test_training_dropout_default_mask",
+    "test_training_dropout_mask",
+)

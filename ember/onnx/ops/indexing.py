@@ -200,8 +200,10 @@ def one_hot(node: Node) -> Callable[..., Any]:
     def run(indices: Tensor, depth: np.ndarray, values: np.ndarray) -> Tensor:
         n = int(scalar(depth))
         off, on = values.reshape(-1)[0].item(), values.reshape(-1)[1].item()
-        idx = _wrap(indices.cast("int64"), n)
-        hot = idx.one_hot(n)  # int64, a new last dim
+        idx = _wrap((indices.trunc() if indices.is_float() else indices).cast("int64"), n)
+        # ONNX: an index outside [-depth, depth) gives a row of off values.
+        inside = idx.greater_equal_elem(0).bool_and(idx.lower_elem(n))
+        hot = idx.where(inside, idx.zeros_like()).one_hot(n) * inside.cast("int64").unsqueeze_dim(-1)
         out = (hot * (on - off) + off) if values.dtype.kind != "b" else hot.bool()
         out = out.cast(Tensor.from_data(values[:1], device=indices.device).dtype)
         return out.movedim(-1, axis(node, a, indices.rank + 1))
@@ -254,7 +256,8 @@ def cum_sum(node: Node) -> Callable[..., Any]:
         out = src.cumsum(d)
         if exclusive:
             out = out - src
-        return out.flip([d]) if reverse else out
+        out = out.flip([d]) if reverse else out
+        return out if out.dtype == x.dtype else out.cast(x.dtype)  # ONNX keeps int32 int32
 
     return run
 

@@ -382,12 +382,14 @@ def depth_to_space(node: Node) -> Callable[..., Any]:
 @op("SpaceToDepth")
 def space_to_depth(node: Node) -> Callable[..., Any]:
     b = int(node.attr("blocksize"))
+    mode = node.attr("mode", "DCR")  # opset 28
+    if mode not in ("DCR", "CRD"):
+        raise node.error(f"attribute mode={mode!r} is not one of DCR, CRD")
+    order = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
 
     def run(x: Tensor) -> Tensor:
         n, c, h, w = x.dims()
-        return (
-            x.reshape([n, c, h // b, b, w // b, b]).permute([0, 3, 5, 1, 2, 4]).reshape([n, c * b * b, h // b, w // b])
-        )
+        return x.reshape([n, c, h // b, b, w // b, b]).permute(order).reshape([n, c * b * b, h // b, w // b])
 
     return run
 

@@ -170,6 +170,18 @@ def _pool_setup(node: Node) -> tuple[int, list[int], list[int], list[int], Any, 
     return spatial, kernel, strides, dilations, _conv_pads(node, spatial), bool(node.attr("ceil_mode", 0))
 
 
+def _wide_pads(pads: tuple[tuple[int, int], ...], kernel: list[int], dilations: list[int]) -> bool:
+    """Whether some pad is wider than half the (dilated) window, which ember's pooling refuses
+    and ONNX allows: the input is then padded before pooling."""
+    return any(max(p) > ((k - 1) * d + 1) // 2 for p, k, d in zip(pads, kernel, dilations))
+
+
+def _pre_pad(x: Tensor, pads: tuple[tuple[int, int], ...], value: float) -> Tensor:
+    """``x`` with ``pads`` (a ``(before, after)`` per spatial dim) added, as Tensor.pad takes them."""
+    flat = [w for before, after in reversed(pads) for w in (before, after)]
+    return x.pad(flat, value)
+
+
 @op("MaxPool")
 def max_pool(node: Node) -> Callable[..., Any]:
     spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
@@ -180,10 +192,20 @@ def max_pool(node: Node) -> Callable[..., Any]:
     indexed = M.max_pool1d_with_indices if spatial == 1 else M.max_pool2d_with_indices
 
     def run(x: Tensor) -> Any:
+        if not x.is_float():  # ONNX pools ints too (uint8 images): exact in float64, cast back
+            out = run(x.cast("float64"))
+            return (out[0].cast(x.dtype), out[1]) if with_indices else out.cast(x.dtype)
         pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
+        if _wide_pads(pads, kernel, dilations) and not with_indices:
+            x, pads = _pre_pad(x, pads, float("-inf")), tuple((0, 0) for _ in pads)
         args = (tuple(kernel), tuple(strides), pads, tuple(dilations), ceil_mode)
         if not with_indices:
             return plain(x, *args)
+        if _wide_pads(pads, kernel, dilations):
+            raise node.error(
+                f"attribute pads={node.ints('pads')}: pads wider than half the kernel are not supported "
+                "with the Indices output"
+            )
         y, indices = indexed(x, *args)
         # ONNX counts positions over the whole tensor: add each (batch, channel) plane's start.
         n, c = x.dims()[:2]
@@ -206,7 +228,17 @@ def average_pool(node: Node) -> Callable[..., Any]:
 
     def run(x: Tensor) -> Tensor:
         pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
-        return fn(x, tuple(kernel), tuple(strides), pads, include_pad, ceil_mode)
+        if not _wide_pads(pads, kernel, dilations):
+            return fn(x, tuple(kernel), tuple(strides), pads, include_pad, ceil_mode)
+        # Pads wider than half the kernel: pad with zeros first; the divisor is the window's
+        # size within the padded input (count_include_pad=1) or its count of input elements.
+        none = tuple((0, 0) for _ in pads)
+        sums = fn(_pre_pad(x, pads, 0.0), tuple(kernel), tuple(strides), none, True, ceil_mode)
+        if include_pad:
+            return sums
+        ones = _pre_pad(x.ones_like().narrow(0, 0, 1).narrow(1, 0, 1), pads, 0.0)
+        counts = fn(ones, tuple(kernel), tuple(strides), none, True, ceil_mode)
+        return sums / counts
 
     return run
 

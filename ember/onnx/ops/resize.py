@@ -46,7 +46,8 @@ def _source(mode: str, n: int, m: int, scale: float, roi: tuple[float, float]) -
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if m > 1 else np.zeros(m)
     if mode == "align_corners":
-        return x * (n - 1) / (m - 1) if m > 1 else np.zeros(m)
+        length = scale * n  # ONNX divides by the unrounded output length (scales given: not m)
+        return x * (n - 1) / (length - 1) if length != 1 else np.zeros(m)
     if mode == "asymmetric":
         return x / scale
     start, end = roi  # tf_crop_and_resize
