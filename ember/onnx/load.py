@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 from ember.device import Device
@@ -12,6 +13,7 @@ from ember.onnx.proto import ModelFile, Source, UnknownOperator, read_model
 from ember.onnx.trainable import Trainable, check_trainable
 
 Dims = Sequence[int | str | None]
+DOCUMENTED_OPSET = 21  # the newest ONNX opset README's list of operators covers
 
 
 def load(
@@ -68,6 +70,14 @@ def load(
         if found:
             raise unsupported_error(found, error.file.label) from None
         raise
+    newest = file.opsets().get("", 0)
+    if newest > DOCUMENTED_OPSET:
+        warnings.warn(
+            f"ember: {file.label} imports ONNX opset {newest}, newer than the opsets ember.onnx documents "
+            f"(up to {DOCUMENTED_OPSET}): an operator ONNX redefined since runs as ember implements it, "
+            "which may differ; compare its outputs with onnxruntime",
+            stacklevel=2,
+        )
     if input_shapes:
         file = with_input_shapes(file, input_shapes)
     check_trainable(trainable)

@@ -18,6 +18,7 @@ initializer); those that feed a BatchNormalization's mean or variance become
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from ember.module import Param, ParamId, RunningState
 from ember.onnx import proto
 from ember.onnx.dtypes import dtype_of_array, ember_dtype
 from ember.onnx.ops import Node, OpDef, lookup
-from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, host_to_tensor
+from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, explain, host_to_tensor
 from ember.onnx.trainable import InitializerInfo, InitializerRole, Trainable, WeightRule, choose
 from ember.tensor import Tensor
 
@@ -124,9 +125,13 @@ def unsupported_error(found: list[Unsupported], label: str) -> OnnxError:
     if len(found) > 1:
         others = sorted({u.op_type for u in found[1:]} - {first.op_type})
         more = f"; {len(found) - 1} more unsupported node(s)" + (f" ({', '.join(others)})" if others else "")
+    if label.startswith("<"):  # the model came as bytes or a ModelProto, not from a path
+        how = f"ember.onnx.describe() of the same {'bytes' if label == '<bytes>' else 'ModelProto'}"
+    else:
+        how = f"ember.onnx.describe({label!r})"
     return OnnxError(
         f"ember: {label}: unsupported ONNX operator {first.describe()}{more}. "
-        "ember.onnx.describe(path) lists every operator of the model and flags the ones ember lacks"
+        f"{how} lists every operator of the model and flags the ones ember lacks"
     )
 
 
@@ -299,7 +304,10 @@ class Planner:
                 continue
             parsed = proto.value_type(info)
             if parsed is None:
-                raise OnnxError(f"ember: {self.label}: the graph input {info.name!r} is not a tensor")
+                raise OnnxError(
+                    f"ember: {self.label}: the graph input {info.name!r} is {proto.type_name(info.type)}: "
+                    "ember.onnx takes tensors as graph inputs (sequence, optional and map inputs are not supported)"
+                )
             elem, dims = parsed
             dtype = ember_dtype(elem, f"{self.label}: input {info.name!r}")
             slot = self.new_slot()
@@ -399,6 +407,28 @@ class Planner:
             self.emit_host(node, opdef, view, values)
         else:
             self.emit_tensor(node, opdef, view, values)
+        self.check_attributes(node, opdef, view)
+
+    def check_attributes(self, node: Any, opdef: OpDef, view: Node) -> None:
+        """Refuse an attribute that no builder of the operator reads (ember would silently
+        ignore it), unless it holds the value the spec gives as its default."""
+        if not view.unread():
+            return
+        with contextlib.suppress(Exception):
+            opdef.build(view)  # the tensor builder may read attributes the numpy one does not
+        unread = view.unread()
+        if not unread:
+            return
+        defaults = proto.attribute_defaults(node.op_type, "" if node.domain == "ai.onnx" else node.domain, view.opset)
+        for key in unread:
+            if key in defaults and _same(proto.attribute_value(node, key), defaults[key]):
+                continue
+            read = sorted(k for k in view.read if k in view.attrs)
+            raise OnnxError(
+                f"ember: {self.label}: ONNX {view.where}: attribute {view.describe_attr(key)} "
+                "is not supported: ember's implementation does not read it"
+                + (f" (it reads {', '.join(read)})" if read else "")
+            )
 
     def host_function(self, opdef: OpDef, view: Node) -> Callable[..., Any]:
         """The operator over numpy arrays: its numpy form, or its tensor form on flex."""
@@ -438,7 +468,7 @@ class Planner:
             raise
         except Exception as error:
             raise OnnxError(
-                f"ember: {self.label}: folding the constant {view.label} failed: {type(error).__name__}: {error}"
+                f"ember: {self.label}: folding the constant ONNX {view.described()} failed: {explain(error)}"
             ) from error
         for name, value in zip(outputs_of(node), self.results(node, out)):
             if name:
@@ -454,7 +484,7 @@ class Planner:
             for i, v in enumerate(values)
         )
         outs = self.output_slots(node, HOST)
-        self.steps.append(Step(fn, ins, outs, True, view.label))
+        self.steps.append(Step(fn, ins, outs, True, view.described()))
         if opdef.data_dependent:
             self.data_dependent = True
 
@@ -474,7 +504,7 @@ class Planner:
             else:
                 ins.append(self.tensor_input(node.input[i], v))
         outs = self.output_slots(node, TENSOR)
-        self.steps.append(Step(fn, tuple(ins), outs, False, view.label))
+        self.steps.append(Step(fn, tuple(ins), outs, False, view.described()))
         if opdef.data_dependent:
             self.data_dependent = True
 
@@ -599,6 +629,15 @@ def wrap_int(x: Tensor, width: int, signed: bool) -> Tensor:
         return low
     half = 1 << (width - 1)
     return low.where(low.lower_elem(half), low - (1 << width))
+
+
+def _same(value: Any, default: Any) -> bool:
+    if isinstance(value, bytes) or isinstance(default, bytes):
+        return value == default
+    try:
+        return bool(np.array_equal(np.asarray(value), np.asarray(default)))
+    except Exception:
+        return False
 
 
 def _to_host(tensor: Tensor) -> np.ndarray:

@@ -122,6 +122,7 @@ def scatter_nd(node: Node) -> Callable[..., Any]:
 def constant_value(node: Node) -> np.ndarray:
     """The value of a Constant node, from whichever attribute holds it."""
     attrs = node.attrs
+    node.uses(*attrs)  # exactly one value attribute (the model check ensures it); read below
     if "value" in attrs:
         return np.asarray(attrs["value"])
     if "value_float" in attrs:

@@ -82,6 +82,7 @@ def _reduce_builder(name: str) -> Callable[[Node], Callable[..., Any]]:
 
     def build(node: Node) -> Callable[..., Any]:
         keep = bool(node.attr("keepdims", 1))
+        node.uses("axes", "noop_with_empty_axes")
 
         def run(x: Tensor, given: Any = None) -> Tensor:
             shape = x.dims()
@@ -106,6 +107,7 @@ def _np_reduce_builder(name: str) -> Callable[[Node], Callable[..., Any]]:
 
     def build(node: Node) -> Callable[..., Any]:
         keep = bool(node.attr("keepdims", 1))
+        node.uses("axes", "noop_with_empty_axes")
 
         def run(x: np.ndarray, given: Any = None) -> np.ndarray:
             d = _axes_of(node, given, x.ndim)

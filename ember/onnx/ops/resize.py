@@ -102,17 +102,18 @@ def _taps(
 def resize(node: Node) -> Callable[..., Any]:
     mode = node.attr("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
-        raise node.error(f"mode {mode!r} is not one of nearest, linear, cubic")
+        raise node.attr_error("mode", "is not one of nearest, linear, cubic")
     transform = node.attr("coordinate_transformation_mode", "half_pixel")
     if transform not in _MODES:
-        raise node.error(f"coordinate_transformation_mode {transform!r} is not supported")
+        raise node.attr_error("coordinate_transformation_mode", "is not supported")
     if node.attr("nearest_mode", "round_prefer_floor") not in _NEAREST:
-        raise node.error(f"nearest_mode {node.attr('nearest_mode')!r} is not supported")
+        raise node.attr_error("nearest_mode", "is not supported")
     if int(node.attr("antialias", 0)):
-        raise node.error("antialias=1 is not supported")
+        raise node.attr_error("antialias", "is not supported (resizing without an antialiasing filter)")
     policy = node.attr("keep_aspect_ratio_policy", "stretch")
     extrapolation = float(node.attr("extrapolation_value", 0.0))
     cache: dict[Any, Any] = {}
+    node.uses("axes", "cubic_coeff_a", "exclude_outside")  # read per input shape (_taps, plan)
 
     def plan(shape: list[int], roi: Any, scales: Any, sizes: Any) -> list[tuple[int, int, Any]]:
         rank = len(shape)
