@@ -62,7 +62,6 @@ REFUSED_OPS: dict[str, str] = {
         "NonMaxSuppression",
         "RoiAlign",
     ),
-    **_each("not implemented yet (issue 32 item 2)", "CumProd", "Upsample", "Compress", "LpPool", "Unique"),
     **_each(
         "quantization ops: not implemented (the quantization issue)",
         "QuantizeLinear",
@@ -129,19 +128,15 @@ REFUSED_OPS: dict[str, str] = {
 #: Single cases refused for an attribute or input ember does not support.
 REFUSED_CASES: dict[str, str] = {
     **_each(
-        "3-d pooling: ember pools over 1 or 2 spatial dims",
-        "test_averagepool_3d_default",
+        "AveragePool: dilations other than 1 are not supported",
         "test_averagepool_3d_dilations_small",
         "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
         "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
         "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
         "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False",
-        "test_maxpool_3d_default",
-        "test_maxpool_3d_dilations",
-        "test_maxpool_3d_dilations_use_ref_impl",
-        "test_maxpool_3d_dilations_use_ref_impl_large",
     ),
     "test_averagepool_2d_dilations": "AveragePool: dilations other than 1 are not supported",
+    "test_lppool_2d_dilations": "LpPool: dilations other than 1 are not supported",
     "test_gathernd_example_int32_batch_dim1": "GatherND: batch_dims other than 0 are not supported",
     "test_identity_sequence": "sequence-typed graph inputs are not supported",
     "test_identity_opt": "optional-typed graph inputs are not supported",

@@ -263,6 +263,23 @@ def cum_sum(node: Node) -> Callable[..., Any]:
     return run
 
 
+@op("CumProd", host=(1,), since=26)
+def cum_prod(node: Node) -> Callable[..., Any]:
+    exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
+
+    def run(x: Tensor, a: np.ndarray) -> Tensor:
+        d = axis(node, int(scalar(a)), x.rank)
+        src = x.flip([d]) if reverse else x
+        n = src.dims()[d]
+        if exclusive and n:  # the product of the values before: a one, then all but the last
+            src = Tensor.cat([src.narrow(d, 0, 1).ones_like(), src.narrow(d, 0, n - 1)], d)
+        out = src.cumprod(d)
+        out = out.flip([d]) if reverse else out
+        return out if out.dtype == x.dtype else out.cast(x.dtype)
+
+    return run
+
+
 @op("NonZero", data_dependent=True)
 def non_zero(node: Node) -> Callable[..., Any]:
     def run(x: Tensor) -> Tensor:

@@ -180,3 +180,25 @@ def resize(node: Node) -> Callable[..., Any]:
         return out
 
     return run
+
+
+@op("Upsample", host=(1,), since=7)
+def upsample(node: Node) -> Callable[..., Any]:
+    """Upsample (opsets 7-9, deprecated since 10): Resize with the asymmetric transformation,
+    flooring for ``nearest``; the scales are an attribute at opset 7 and an input at 9."""
+    mode = node.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise node.attr_error("mode", "is not one of nearest, linear")
+    fixed = node.attr("scales")
+    attrs = {
+        "mode": "nearest" if mode == "nearest" else "linear",
+        "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": "floor",
+    }
+    inner = resize(Node("Resize", node.name, 13, node.opset, attrs, node.inputs, node.outputs, [], []))
+
+    def run(x: Tensor, scales: Any = None) -> Tensor:
+        given = np.asarray(fixed if scales is None else scales, np.float32)
+        return inner(x, None, given, None)
+
+    return run
