@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from ember.device import Device
 from ember.errors import OnnxError
 from ember.onnx.model import OnnxModel
-from ember.onnx.plan import Planner, check_node, unsupported_error
+from ember.onnx.plan import Planner
 from ember.onnx.proto import ModelFile, Source, UnknownOperator, read_model
+from ember.onnx.support import check_node, unsupported_error
 from ember.onnx.trainable import Trainable, check_trainable
 
 Dims = Sequence[int | str | None]
