@@ -129,3 +129,75 @@ def test_3d_pooling(onnx, ort, rng, op, ceil_mode):
     data = onnx_model(onnx, [node(onnx, op, ["x"], ["y"], **attrs)], [("x", F32, [2, 3, 5, 6, 7])], [("y", F32, None)])
     (got,) = run_ember(data, x)
     np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def _if_model(onnx: Any, cond: tuple[str, int, list[Any]] | None, const_cond: bool | None = None) -> bytes:
+    """y = If(c) then x * 2 + w else x - w, reading x and w from the outer scope."""
+    helper = onnx.helper
+    then = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["t0"]), helper.make_node("Add", ["t0", "w"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F32, [2, 3])],
+        [onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Sub", ["x", "w"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F32, [2, 3])]
+    )
+    nodes = [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)]
+    inits = [onnx.numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")]
+    inputs = [("x", F32, [2, 3])]
+    if const_cond is not None:
+        inits.append(onnx.numpy_helper.from_array(np.array(const_cond), "c"))
+    else:
+        assert cond is not None
+        inputs.append(cond)
+    return onnx_model(onnx, nodes, inputs, [("y", F32, [2, 3])], inits)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_with_a_condition_known_at_load_inlines_the_branch(onnx, ort, rng, flag):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    data = _if_model(onnx, None, const_cond=flag)
+    model = ember.onnx.load(data, Device.flex())
+    assert not any("If" in step.label for step in model.program.steps)  # inlined
+    got = model(Tensor.from_data(x)).to_numpy()
+    np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-6)
+
+
+def test_if_with_a_tensor_condition_runs_the_taken_branch_and_differentiates(onnx, ort, rng):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    data = _if_model(onnx, ("c", 9, []))
+    device = Device.flex().autodiff()
+    model = ember.onnx.load(data, device)
+    for flag in (True, False):
+        c = np.array(flag)
+        xe = Tensor.from_data(x, device=device).require_grad()
+        out = model(xe, Tensor.from_data(c, device=device))
+        np.testing.assert_allclose(out.to_numpy(), run_ort(ort, data, x, c)[0], rtol=1e-6)
+        grads = out.sum().backward()
+        np.testing.assert_allclose(xe.grad(grads).to_numpy(), np.full((2, 3), 2.0 if flag else 1.0))
+
+
+def test_if_on_a_shape_chooses_per_call(onnx, ort, rng):
+    """The condition computed from a dynamic dim (host arithmetic), as exporters write
+    shape checks: each call takes the branch its input's shape selects."""
+    helper = onnx.helper
+    then = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F32, None)]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F32, None)]
+    )
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+        helper.make_node("Greater", ["s", "three"], ["big"]),
+        helper.make_node("Squeeze", ["big"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+    ]
+    three = onnx.numpy_helper.from_array(np.array([3], np.int64), "three")
+    data = onnx_model(onnx, nodes, [("x", F32, ["n", 2])], [("y", F32, ["n", 2])], [three])
+    model = ember.onnx.load(data, Device.flex())
+    for n in (2, 5, 2):
+        x = rng.standard_normal((n, 2)).astype(np.float32)
+        np.testing.assert_allclose(model(Tensor.from_data(x)).to_numpy(), run_ort(ort, data, x)[0], rtol=1e-6)

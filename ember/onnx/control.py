@@ -1,0 +1,157 @@
+"""Control flow: ``If`` with its two subgraphs.
+
+A condition known at load (a constant) inlines the taken branch into the program. A
+condition computed at ``forward`` (from shapes, or a tensor read back to the host) plans
+both branches as blocks of steps over the program's slots; the ``If`` step runs the
+taken one. Either way the branch's operators run on ember's tensors, so the result is
+differentiable through the taken branch on an autodiff device.
+
+A subgraph reads values of the enclosing graph by name (ONNX's outer scope); its own
+initializers are constants.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ember.errors import OnnxError
+from ember.onnx import proto
+from ember.onnx.program import DEVICE_SLOT, Step, host_to_tensor
+from ember.onnx.support import check_node, unsupported_error
+from ember.tensor import Tensor
+
+if TYPE_CHECKING:
+    from ember.onnx.plan import Planner, Value
+
+CONTROL_FLOW = {"If"}
+
+
+def add_if(planner: Planner, node: Any) -> None:
+    """Plan an ``If`` node (see the module's docstring)."""
+    from ember.onnx.plan import CONST, HOST, TENSOR, Value, outputs_of
+
+    where = f"{planner.label}: If node {node.name!r}"
+    cond = planner.values.get(node.input[0])
+    if cond is None:
+        raise OnnxError(f"ember: {where} reads {node.input[0]!r}, which no earlier node, input or initializer defines")
+    attrs = proto.attributes(node, where)
+    graphs = {True: attrs.get("then_branch"), False: attrs.get("else_branch")}
+    if graphs[True] is None or graphs[False] is None:
+        raise OnnxError(f"ember: {where} needs both then_branch and else_branch")
+    names = outputs_of(node)
+    if cond.kind == CONST:
+        assert cond.const is not None  # a CONST value holds its array
+        taken = plan_branch(planner, graphs[bool(np.asarray(cond.const).reshape(-1)[0])], where)
+        for name, value in zip(names, taken):
+            if name:
+                planner.values[name] = value
+        return
+    blocks: dict[bool, tuple[list[Step], list[int]]] = {}
+    kinds: list[set[str]] = [set() for _ in names]
+    for flag in (True, False):
+        saved = planner.steps, dict(planner.to_tensor_slot), dict(planner.to_host_slot)
+        planner.steps = []
+        try:
+            results = plan_branch(planner, graphs[flag], where)
+            steps = planner.steps
+        finally:
+            planner.steps, planner.to_tensor_slot, planner.to_host_slot = saved
+        if len(results) != len(node.output):
+            raise OnnxError(f"ember: {where}: a branch has {len(results)} outputs, the node {len(node.output)}")
+        slots = []
+        for i, value in enumerate(results[: len(names)]):
+            kinds[i].add(value.kind)
+            slots.append(planner.new_slot(value.const) if value.kind == CONST else value.slot)
+        blocks[flag] = (steps, slots)
+    produced = {s for steps, _ in blocks.values() for step in steps for s in _slots(step.outs)}
+    read = {i for steps, outs in blocks.values() for step in steps for i in step.ins} | {
+        s for _, outs in blocks.values() for s in outs
+    }
+    outer = sorted((read - produced) | {DEVICE_SLOT})
+    tensor = [TENSOR in k for k in kinds]
+    out_slots = []
+    for i, name in enumerate(names):
+        if not name:  # an omitted output
+            out_slots.append(-1)
+            continue
+        slot = planner.new_slot()
+        planner.values[name] = Value(TENSOR if tensor[i] else HOST, slot, None, None)
+        out_slots.append(slot)
+    run = Branches(blocks, outer, tensor, len(names) > 1)
+    outs: int | tuple[int, ...] = tuple(out_slots) if len(names) > 1 else out_slots[0]
+    label = f"node {node.name!r} (If)" if node.name else "node (unnamed) (If)"
+    planner.steps.append(Step(run, (cond.slot, *outer), outs, False, label))
+    if cond.kind == TENSOR:
+        planner.data_dependent = True
+
+
+def plan_branch(planner: Planner, graph: Any, where: str) -> list[Value]:
+    """Plan a subgraph's nodes (into ``planner.steps``) and return its outputs' values; the
+    names it defines are dropped from the planner's scope afterwards."""
+    from ember.onnx.plan import CONST, Value
+
+    scope = dict(planner.values)
+    try:
+        for tensor in graph.initializer:
+            array = proto.to_array(tensor, f"{where}: initializer {tensor.name!r}")
+            planner.values[tensor.name] = Value(CONST, -1, array, array.shape)
+        found = []
+        for sub in graph.node:
+            opdef, version, problem = check_node(sub, planner.opsets)
+            if problem is not None:
+                found.append(problem)
+                continue
+            if found:
+                continue
+            assert opdef is not None  # check_node finds no problem only with an OpDef
+            planner.add_node(sub, opdef, version)
+        if found:
+            raise unsupported_error(found, planner.label)
+        results = []
+        for out in graph.output:
+            value = planner.values.get(out.name)
+            if value is None:
+                raise OnnxError(f"ember: {where}: the subgraph's output {out.name!r} is computed by no node")
+            results.append(value)
+        return results
+    finally:
+        planner.values = scope
+
+
+class Branches:
+    """The run-time ``If``: the condition, then the taken block's steps over a private scope."""
+
+    def __init__(
+        self, blocks: dict[bool, tuple[list[Step], list[int]]], outer: list[int], tensor: list[bool], multi: bool
+    ):
+        self.blocks = {flag: ([(s.fn, s.ins, s.outs) for s in steps], outs) for flag, (steps, outs) in blocks.items()}
+        self.outer = outer
+        self.tensor = tensor
+        self.multi = multi
+
+    def __call__(self, cond: Any, *values: Any) -> Any:
+        flag = bool(np.asarray(cond.to_numpy() if isinstance(cond, Tensor) else cond).reshape(-1)[0])
+        steps, outs = self.blocks[flag]
+        env = dict(zip(self.outer, values))
+        for fn, ins, out in steps:
+            result = fn(*[env[j] for j in ins])
+            if isinstance(out, tuple):
+                for slot, value in zip(out, result):
+                    if slot >= 0:
+                        env[slot] = value
+            else:
+                env[out] = result
+        device = env[DEVICE_SLOT]
+        results = [
+            host_to_tensor(np.asarray(env[s]), device, "an If output")
+            if wants and not isinstance(env[s], Tensor)
+            else env[s]
+            for s, wants in zip(outs, self.tensor)
+        ]
+        return tuple(results) if self.multi else results[0]
+
+
+def _slots(outs: int | tuple[int, ...]) -> list[int]:
+    return [s for s in outs if s >= 0] if isinstance(outs, tuple) else [outs]
