@@ -117,6 +117,7 @@ def plan_branch(planner: Planner, graph: Any, where: str) -> list[Value]:
             results.append(value)
         return results
     finally:
+        planner.retired.extend(v for k, v in planner.values.items() if scope.get(k) is not v)
         planner.values = scope
 
 
@@ -146,7 +147,7 @@ class Branches:
         device = env[DEVICE_SLOT]
         results = [
             host_to_tensor(np.asarray(env[s]), device, "an If output")
-            if wants and not isinstance(env[s], Tensor)
+            if wants and not isinstance(env[s], (Tensor, list))
             else env[s]
             for s, wants in zip(outs, self.tensor)
         ]

@@ -91,6 +91,7 @@ class Planner:
         self.transposed: frozenset[str] = frozenset()
         self.trainable = trainable
         self.roles: list[InitializerRole] = []  # what each initializer became, and why
+        self.retired: list[Value] = []  # a subgraph's values, kept alive: const_slot_of keys on their ids
 
     # ------------------------------------------------------------------ slots
     def new_slot(self, value: Any = None) -> int:
@@ -232,16 +233,23 @@ class Planner:
             if info.name in initializers:  # IR < 4 lists initializers as inputs too
                 continue
             parsed = proto.value_type(info)
+            sequence = info.type.WhichOneof("value") == "sequence_type"
+            element = info.type.sequence_type.elem_type if sequence else None
+            if sequence and element is not None and element.WhichOneof("value") == "tensor_type":
+                parsed = (element.tensor_type.elem_type, None)  # a list of tensors
+            else:
+                sequence = False
             if parsed is None:
                 raise OnnxError(
                     f"ember: {self.label}: the graph input {info.name!r} is {proto.type_name(info.type)}: "
-                    "ember.onnx takes tensors as graph inputs (sequence, optional and map inputs are not supported)"
+                    "ember.onnx takes tensors and sequences of tensors as graph inputs (optional and map "
+                    "inputs are not supported)"
                 )
             elem, dims = parsed
             dtype = ember_dtype(elem, f"{self.label}: input {info.name!r}")
             slot = self.new_slot()
             self.values[info.name] = Value(TENSOR, slot, None, dims)
-            specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info)))
+            specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info), sequence))
         return specs
 
     def make_leaves(self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]], rule: WeightRule) -> None:
@@ -333,9 +341,10 @@ class Planner:
                 self.emit_host(node, opdef, view, values)
             return
         host_only = all(i in opdef.host for i, v in enumerate(values) if v is not None)
-        if all(v.kind == CONST for v in present) and not opdef.training and node.op_type not in STATE_INPUTS:
+        eager = opdef.training or opdef.sequence  # never folded nor run on the host
+        if all(v.kind == CONST for v in present) and not eager and node.op_type not in STATE_INPUTS:
             self.fold(node, opdef, view, [None if v is None else v.const for v in values])
-        elif (all(v.kind in (CONST, HOST) for v in present) and not opdef.training) or (present and host_only):
+        elif (all(v.kind in (CONST, HOST) for v in present) and not eager) or (present and host_only):
             self.emit_host(node, opdef, view, values)
         else:
             self.emit_tensor(node, opdef, view, values)

@@ -41,8 +41,11 @@ class InputSpec:
     dtype: DType
     dims: tuple[int | None, ...] | None
     dim_names: tuple[Any, ...] | None = None
+    sequence: bool = False  # a sequence of tensors: the model takes a list of them
 
     def describe_dims(self) -> str:
+        if self.sequence:
+            return "a list of tensors"
         names = self.dim_names if self.dim_names is not None else self.dims
         if names is None:
             return "any shape"
@@ -132,7 +135,7 @@ class Program:
         steps, labels = self._all, self._labels
         key = None
         if self.cacheable:
-            key = tuple(tuple(env[spec.slot]._p.shape) for spec in self.inputs)
+            key = tuple(_shape_key(env[spec.slot]) for spec in self.inputs)
             cached = self._host_cache.get(key)
             if cached is not None:
                 for slot, value in cached:
@@ -172,6 +175,17 @@ class Program:
     def _bind_inputs(self, env: list[Any], args: Sequence[Any]) -> Device:
         device: Device | None = None
         for spec, value in zip(self.inputs, args):
+            if spec.sequence:
+                if not isinstance(value, (list, tuple)) or not all(isinstance(v, Tensor) for v in value):
+                    raise DTypeError(
+                        f"ember: the ONNX model's input {spec.name!r} is a sequence: give a list of ember Tensors, "
+                        f"got {type(value).__name__}"
+                    )
+                items = [v if v.dtype is spec.dtype else v.cast(spec.dtype) for v in value]
+                if device is None and items:
+                    device = items[0]._d
+                env[spec.slot] = items
+                continue
             if not isinstance(value, Tensor):
                 raise DTypeError(
                     f"ember: the ONNX model's input {spec.name!r} must be an ember Tensor, got {type(value).__name__} "
@@ -216,6 +230,8 @@ class Program:
     def _as_tensor(value: Any, device: Device, name: str) -> Any:
         if isinstance(value, Tensor) or value is None:
             return value
+        if isinstance(value, list):  # a sequence output: a list of tensors
+            return [Program._as_tensor(v, device, name) for v in value]
         return host_to_tensor(np.asarray(value), device, f"the output {name!r}")
 
 
@@ -233,6 +249,12 @@ def host_to_tensor(array: np.ndarray, device: Device, where: str) -> Tensor:
     from ember.onnx.dtypes import dtype_of_array
 
     return Tensor.from_data(array, device=device, dtype=dtype_of_array(array, where))
+
+
+def _shape_key(value: Any) -> Any:
+    if isinstance(value, list):  # a sequence input
+        return tuple(tuple(v._p.shape) for v in value)
+    return tuple(value._p.shape)
 
 
 def _fits(shape: tuple[int, ...], dims: tuple[int | None, ...]) -> bool:

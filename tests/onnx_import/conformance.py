@@ -160,9 +160,8 @@ def _expected_dtype(ref: np.ndarray) -> np.dtype:
 
 def run_case(case: Case) -> Outcome:
     """Import and run one case on flex and compare with its reference outputs."""
-    from ember import Device, Tensor
+    from ember import Device
     from ember.errors import OnnxError
-    from ember.onnx.dtypes import dtype_of_array
 
     device = Device.flex()
     try:
@@ -170,11 +169,13 @@ def run_case(case: Case) -> Outcome:
             warnings.simplefilter("ignore")
             model = __import__("ember.onnx", fromlist=["load"]).load(case.model, device)
         for inputs, refs in case.data_sets:
-            args = [Tensor.from_data(a, device=device, dtype=dtype_of_array(np.asarray(a), "input")) for a in inputs]
+            args = [_to_ember(a, device) for a in inputs]
             got = model(*args)
             outs = list(got) if isinstance(got, tuple) else [got]
             if len(outs) != len(refs):
                 return Outcome("fail", f"{len(outs)} outputs, the reference has {len(refs)}")
+            if any(isinstance(r, list) for r in refs):  # sequence outputs: compare tensor by tensor
+                outs, refs = _flatten(outs, refs)
             if case.name in RANDOM_CASES:
                 problem = _dropout_draw([o.to_numpy() for o in outs], [np.asarray(r) for r in refs], inputs)
                 if problem:
@@ -205,6 +206,32 @@ def _dropout_draw(outs: list[np.ndarray], refs: list[np.ndarray], inputs: list[A
     if len(outs) > 1 and not np.array_equal(outs[1], kept | ((x == 0) & outs[1])):
         return "the mask does not say which values were kept"
     return ""
+
+
+def _to_ember(value: Any, device: Any) -> Any:
+    """An input as ember takes it: a Tensor (narrow ints widened), or a list of them."""
+    from ember import Tensor
+    from ember.onnx.dtypes import dtype_of_array
+
+    if isinstance(value, list):
+        return [_to_ember(v, device) for v in value]
+    array = np.asarray(value)
+    return Tensor.from_data(array, device=device, dtype=dtype_of_array(array, "input"))
+
+
+def _flatten(outs: list[Any], refs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Sequence outputs (lists) unrolled into their tensors, with a length check."""
+    flat_outs, flat_refs = [], []
+    for out, ref in zip(outs, refs):
+        if isinstance(ref, list):
+            if not isinstance(out, list) or len(out) != len(ref):
+                raise AssertionError(f"a sequence of {len(ref)} tensors expected, got {type(out).__name__}")
+            flat_outs.extend(out)
+            flat_refs.extend(ref)
+        else:
+            flat_outs.append(out)
+            flat_refs.append(ref)
+    return flat_outs, flat_refs
 
 
 def _compare(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> str:

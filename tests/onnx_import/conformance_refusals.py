@@ -48,15 +48,7 @@ REFUSED_OPS: dict[str, str] = {
     **_each(
         "not implemented yet (issue 32 item 2: sequence and optional values)",
         "Optional",
-        "SequenceAt",
-        "SequenceConstruct",
-        "SequenceEmpty",
-        "SequenceErase",
-        "ConcatFromSequence",
-        "SequenceInsert",
-        "SequenceLength",
         "SequenceMap",
-        "SplitToSequence",
         "OptionalGetElement",
         "OptionalHasElement",
     ),
@@ -144,7 +136,6 @@ REFUSED_CASES: dict[str, str] = {
     "test_averagepool_2d_dilations": "AveragePool: dilations other than 1 are not supported",
     "test_lppool_2d_dilations": "LpPool: dilations other than 1 are not supported",
     "test_gathernd_example_int32_batch_dim1": "GatherND: batch_dims other than 0 are not supported",
-    "test_identity_sequence": "sequence-typed graph inputs are not supported",
     "test_identity_opt": "optional-typed graph inputs are not supported",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",
     **_each(

@@ -201,3 +201,62 @@ def test_if_on_a_shape_chooses_per_call(onnx, ort, rng):
     for n in (2, 5, 2):
         x = rng.standard_normal((n, 2)).astype(np.float32)
         np.testing.assert_allclose(model(Tensor.from_data(x)).to_numpy(), run_ort(ort, data, x)[0], rtol=1e-6)
+
+
+def test_sequence_ops(onnx, ort, rng):
+    """Split a tensor into a sequence, insert, erase, read one, count, concatenate and
+    stack: against onnxruntime, and differentiable through the sequence."""
+    helper = onnx.helper
+    i64 = onnx.numpy_helper.from_array
+    nodes = [
+        helper.make_node("SplitToSequence", ["x", "two"], ["s0"], axis=1),  # chunks of 2 (the last of 1)
+        helper.make_node("SequenceInsert", ["s0", "y", "one"], ["s1"]),
+        helper.make_node("SequenceErase", ["s1", "minus_one"], ["s2"]),
+        helper.make_node("SequenceAt", ["s2", "one"], ["at"]),
+        helper.make_node("SequenceLength", ["s2"], ["n"]),
+        helper.make_node("ConcatFromSequence", ["s2"], ["cat"], axis=1),
+        helper.make_node("SequenceConstruct", ["y", "y"], ["pair"]),
+        helper.make_node("ConcatFromSequence", ["pair"], ["stacked"], axis=0, new_axis=1),
+    ]
+    inits = [
+        i64(np.array(2, np.int64), "two"),
+        i64(np.array(1, np.int64), "one"),
+        i64(np.array(-1, np.int64), "minus_one"),
+    ]
+    data = onnx_model(
+        onnx,
+        nodes,
+        [("x", F32, [3, 5]), ("y", F32, [3, 2])],
+        [("at", F32, [3, 2]), ("n", I64, []), ("cat", F32, [3, 6]), ("stacked", F32, [2, 3, 2])],
+        inits,
+    )
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    y = rng.standard_normal((3, 2)).astype(np.float32)
+    got = run_ember(data, x, y)
+    for g, w in zip(got, run_ort(ort, data, x, y)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    device = Device.flex().autodiff()
+    model = ember.onnx.load(data, device)
+    xe = Tensor.from_data(x, device=device).require_grad()
+    _, _, cat, _ = model(xe, Tensor.from_data(y, device=device))
+    grads = cat.sum().backward()
+    want = np.ones_like(x)
+    want[:, 4] = 0  # the last chunk (column 4) was erased
+    np.testing.assert_array_equal(xe.grad(grads).to_numpy(), want)
+
+
+def test_a_sequence_input_takes_a_list_of_tensors(onnx, ort, rng):
+    helper = onnx.helper
+    seq = helper.make_tensor_sequence_value_info("xs", F32, ["n", 3])
+    graph = helper.make_graph(
+        [helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0)],
+        "g",
+        [seq],
+        [helper.make_tensor_value_info("y", F32, ["m", 3])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    xs = [rng.standard_normal((n, 3)).astype(np.float32) for n in (1, 2)]
+    model = ember.onnx.load(data, Device.flex())
+    got = model([Tensor.from_data(a) for a in xs]).to_numpy()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got, session.run(None, {"xs": xs})[0])

@@ -1,7 +1,19 @@
 """The ONNX operators ember implements, registered in :mod:`ember.onnx.ops.registry`
 by the modules below (one family each)."""
 
-from ember.onnx.ops import activation, control, elementwise, indexing, layout, nn, norm, reduce, resize, select
+from ember.onnx.ops import (
+    activation,
+    control,
+    elementwise,
+    indexing,
+    layout,
+    nn,
+    norm,
+    reduce,
+    resize,
+    select,
+    sequence,
+)
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
 __all__ = [
@@ -19,5 +31,6 @@ __all__ = [
     "reduce",
     "resize",
     "select",
+    "sequence",
     "supported_ops",
 ]

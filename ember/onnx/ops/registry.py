@@ -40,6 +40,7 @@ class OpDef:
     shape_of: bool = False  # Shape and Size: the output depends on the input's shape only
     data_dependent: bool = False  # the output's shape depends on the input's values
     training: bool = False  # behaves differently on an autodiff device (Dropout, BatchNorm)
+    sequence: bool = False  # reads or makes a sequence (a Python list of tensors): never folded
 
 
 OPS: dict[tuple[str, str], OpDef] = {}
@@ -54,13 +55,16 @@ def op(
     shape_of: bool = False,
     data_dependent: bool = False,
     training: bool = False,
+    sequence: bool = False,
 ) -> Callable[[Builder], Builder]:
     """Register a tensor builder for one or several operator names."""
     names = [name] if isinstance(name, str) else list(name)
 
     def register(build: Builder) -> Builder:
         for n in names:
-            OPS[(domain, n)] = OpDef(n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training)
+            OPS[(domain, n)] = OpDef(
+                n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training, sequence
+            )
         return build
 
     return register
