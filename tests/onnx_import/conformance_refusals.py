@@ -70,7 +70,6 @@ REFUSED_OPS: dict[str, str] = {
         "MatMulInteger",
         "ConvInteger",
     ),
-    **_each("training losses: not implemented", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"),
     **_each(
         "string ops: ember has no string tensors",
         "RegexFullMatch",

@@ -1,7 +1,7 @@
-"""Operators of issue 32's list built on ember's existing ops: CumProd, Upsample, Compress,
-Unique, LpPool and 3-d MaxPool/AveragePool, against onnxruntime (ONNX's reference
-evaluator for CumProd, newer than onnxruntime), with gradients through the data-dependent
-ones on an autodiff device."""
+"""Operators built on ember's existing ops: CumProd, Upsample, Compress, Unique, LpPool,
+3-d MaxPool/AveragePool, If, the sequence operators and the two losses, against
+onnxruntime (ONNX's reference evaluator for CumProd, newer than onnxruntime), with
+gradients through the data-dependent ones on an autodiff device."""
 
 from __future__ import annotations
 
@@ -260,3 +260,40 @@ def test_a_sequence_input_takes_a_list_of_tensors(onnx, ort, rng):
     got = model([Tensor.from_data(a) for a in xs]).to_numpy()
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(got, session.run(None, {"xs": xs})[0])
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_softmax_cross_entropy_and_nll_losses(onnx, ort, torch, rng, reduction):
+    """Both losses with class weights and an ignored index, against onnxruntime; the
+    gradient of the scores against torch's cross_entropy."""
+    helper = onnx.helper
+    scores = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    target = np.array([[0, 2], [1, -1], [2, 2], [-1, 0]], np.int64)
+    weight = np.array([0.5, 1.0, 2.0], np.float32)
+    attrs = {"reduction": reduction, "ignore_index": -1}
+    nodes = [
+        helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t", "w"], ["sce", "logp"], **attrs),
+        helper.make_node("NegativeLogLikelihoodLoss", ["logp", "t", "w"], ["nll"], **attrs),
+    ]
+    shape = [4, 2] if reduction == "none" else []
+    data = onnx_model(
+        onnx,
+        nodes,
+        [("x", F32, [4, 3, 2]), ("t", I64, [4, 2]), ("w", F32, [3])],
+        [("sce", F32, shape), ("logp", F32, [4, 3, 2]), ("nll", F32, shape)],
+    )
+    got = run_ember(data, scores, target, weight)
+    for g, w in zip(got, run_ort(ort, data, scores, target, weight)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    device = Device.flex().autodiff()
+    model = ember.onnx.load(data, device)
+    xe = Tensor.from_data(scores, device=device).require_grad()
+    loss = model(xe, Tensor.from_data(target, device=device), Tensor.from_data(weight, device=device))[0]
+    grads = loss.sum().backward()
+    xt = torch.from_numpy(scores).requires_grad_()
+    want = torch.nn.functional.cross_entropy(
+        xt, torch.from_numpy(target), weight=torch.from_numpy(weight), ignore_index=-1, reduction=reduction
+    )
+    want.sum().backward()
+    np.testing.assert_allclose(loss.to_numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(xe.grad(grads).to_numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
