@@ -103,7 +103,6 @@ REFUSED_OPS: dict[str, str] = {
         "ReverseSequence",
         "Scatter",
         "SwiGLU",
-        "Swish",
         "TensorScatter",
     ),
     **_each(

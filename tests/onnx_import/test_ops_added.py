@@ -297,3 +297,18 @@ def test_softmax_cross_entropy_and_nll_losses(onnx, ort, torch, rng, reduction):
     want.sum().backward()
     np.testing.assert_allclose(loss.to_numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(xe.grad(grads).to_numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_rms_normalization_and_swish(onnx, ort, rng):
+    helper = onnx.helper
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    scale = onnx.numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "scale")
+    nodes = [
+        helper.make_node("RMSNormalization", ["x", "scale"], ["n"], axis=-1, epsilon=1e-4),
+        helper.make_node("Swish", ["n"], ["y"], alpha=1.5),
+    ]
+    data = onnx_model(onnx, nodes, [("x", F32, [2, 3, 4])], [("y", F32, [2, 3, 4])], [scale], opset=24)
+    with pytest.warns(UserWarning, match="opset 24"):
+        (got,) = run_ember(data, x)
+    np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, reference(onnx, data, x)[0], rtol=1e-5, atol=1e-6)

@@ -1,5 +1,5 @@
 """Normalisation and Dropout: BatchNormalization, InstanceNormalization,
-LayerNormalization, GroupNormalization, LpNormalization, Dropout.
+LayerNormalization, RMSNormalization, GroupNormalization, LpNormalization, Dropout.
 
 As ember's own layers, BatchNormalization and Dropout train on an autodiff device
 (batch statistics with running averages updated; random masks) and infer elsewhere
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.distribution import Distribution
+from ember.backend.dtype import DType
 from ember.module import RunningState
 from ember.onnx.ops.common import axis, scalar
 from ember.onnx.ops.registry import Node, op
@@ -100,6 +101,23 @@ def layer_norm(node: Node) -> Callable[..., Any]:
         if bias is not None:
             y = y + bias
         return (y, mean, inv_std) if outputs else y
+
+    return run
+
+
+@op("RMSNormalization", since=23)
+def rms_norm(node: Node) -> Callable[..., Any]:
+    first = int(node.attr("axis", -1))
+    eps = float(node.attr("epsilon", 1e-5))
+    if int(node.attr("stash_type", 1)) != 1:
+        raise node.attr_error("stash_type", "only 1 (statistics in float32) is defined")
+
+    def run(x: Tensor, scale: Tensor) -> Tensor:
+        a = axis(node, first, x.rank)
+        low = x.dtype in (DType.FLOAT16, DType.BFLOAT16)  # stash_type=1: the statistics in float32
+        src = x.cast(DType.FLOAT32) if low else x
+        y = src * ((src * src).mean_dims(list(range(a, x.rank))) + eps).rsqrt()
+        return (y.cast(x.dtype) if low else y) * scale
 
     return run
 
