@@ -312,3 +312,56 @@ def test_rms_normalization_and_swish(onnx, ort, rng):
         (got,) = run_ember(data, x)
     np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, reference(onnx, data, x)[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:.*newer than the opsets ember.onnx documents")
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_with_grouped_heads_a_mask_and_a_cache(onnx, ort, torch, rng, causal):
+    """Opset 23's Attention against onnxruntime (4-d inputs, 4 query heads over 2 key/value
+    heads, a boolean mask, past keys and values), and its gradient against torch's
+    scaled_dot_product_attention."""
+    helper = onnx.helper
+    q = rng.standard_normal((2, 4, 3, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 2, 3, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 2, 3, 8)).astype(np.float32)
+    pk = rng.standard_normal((2, 2, 2, 8)).astype(np.float32)
+    pv = rng.standard_normal((2, 2, 2, 8)).astype(np.float32)
+    mask = rng.random((3, 5)) > 0.3
+    mask[:, 0] = True
+    node_ = helper.make_node(
+        "Attention", ["q", "k", "v", "m", "pk", "pv"], ["y", "present_k", "present_v"], is_causal=causal
+    )
+    data = onnx_model(
+        onnx,
+        [node_],
+        [
+            ("q", F32, [2, 4, 3, 8]),
+            ("k", F32, [2, 2, 3, 8]),
+            ("v", F32, [2, 2, 3, 8]),
+            ("m", 9, [3, 5]),
+            ("pk", F32, [2, 2, 2, 8]),
+            ("pv", F32, [2, 2, 2, 8]),
+        ],
+        [("y", F32, [2, 4, 3, 8]), ("present_k", F32, [2, 2, 5, 8]), ("present_v", F32, [2, 2, 5, 8])],
+        opset=23,
+    )
+    args = (q, k, v, mask, pk, pv)
+    got = run_ember(data, *args)
+    for g, w in zip(got, run_ort(ort, data, *args)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    # Gradient with respect to the queries, against torch (the mask and the cache-aligned causal mask combined).
+    device = Device.flex().autodiff()
+    model = ember.onnx.load(data, device)
+    qe = Tensor.from_data(q, device=device).require_grad()
+    y = model(qe, *[Tensor.from_data(a, device=device) for a in args[1:]])[0]
+    grads = y.sum().backward()
+    qt = torch.from_numpy(q).requires_grad_()
+    allowed = torch.from_numpy(mask)
+    if causal:
+        allowed = allowed & torch.ones(3, 5, dtype=torch.bool).tril(2)
+    keys = torch.cat([torch.from_numpy(pk), torch.from_numpy(k)], 2)
+    values = torch.cat([torch.from_numpy(pv), torch.from_numpy(v)], 2)
+    want = torch.nn.functional.scaled_dot_product_attention(qt, keys, values, attn_mask=allowed, enable_gqa=True)
+    want.sum().backward()
+    np.testing.assert_allclose(y.to_numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(qe.grad(grads).to_numpy(), qt.grad.numpy(), rtol=1e-4, atol=1e-5)

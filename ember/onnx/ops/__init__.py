@@ -3,6 +3,7 @@ by the modules below (one family each)."""
 
 from ember.onnx.ops import (
     activation,
+    attention,
     control,
     elementwise,
     indexing,
@@ -22,6 +23,7 @@ __all__ = [
     "Node",
     "OpDef",
     "activation",
+    "attention",
     "control",
     "elementwise",
     "indexing",
