@@ -1,10 +1,14 @@
-"""Control flow: ``If`` with its two subgraphs.
+"""Control flow: ``If`` with its two subgraphs, and ``Loop`` with its body.
 
 A condition known at load (a constant) inlines the taken branch into the program. A
 condition computed at ``forward`` (from shapes, or a tensor read back to the host) plans
 both branches as blocks of steps over the program's slots; the ``If`` step runs the
 taken one. Either way the branch's operators run on ember's tensors, so the result is
 differentiable through the taken branch on an autodiff device.
+
+A ``Loop`` plans its body once as a block; the ``Loop`` step runs it eagerly, iteration
+after iteration (the trip count and the condition read on the host), carrying its values
+and stacking its scan outputs; gradients flow through every iteration.
 
 A subgraph reads values of the enclosing graph by name (ONNX's outer scope); its own
 initializers are constants.
@@ -25,7 +29,14 @@ from ember.tensor import Tensor
 if TYPE_CHECKING:
     from ember.onnx.plan import Planner, Value
 
-CONTROL_FLOW = {"If"}
+CONTROL_FLOW = {"If", "Loop"}
+
+
+def add_control(planner: Planner, node: Any) -> None:
+    if node.op_type == "If":
+        add_if(planner, node)
+    else:
+        add_loop(planner, node)
 
 
 def add_if(planner: Planner, node: Any) -> None:
@@ -87,12 +98,71 @@ def add_if(planner: Planner, node: Any) -> None:
         planner.data_dependent = True
 
 
-def plan_branch(planner: Planner, graph: Any, where: str) -> list[Value]:
+def add_loop(planner: Planner, node: Any) -> None:
+    """Plan a ``Loop`` node (see the module's docstring)."""
+    from ember.onnx.plan import HOST, TENSOR, Value, outputs_of
+
+    where = f"{planner.label}: Loop node {node.name!r}"
+    body = proto.attributes(node, where).get("body")
+    if body is None:
+        raise OnnxError(f"ember: {where} has no body")
+    carried = len(node.input) - 2
+    if len(body.input) != carried + 2 or len(body.output) < carried + 1:
+        raise OnnxError(f"ember: {where}: the body takes {len(body.input)} inputs for {carried} carried values")
+    limits = []
+    for i in (0, 1):  # the trip count and the condition, read on the host
+        name = node.input[i] if i < len(node.input) else ""
+        value = planner.values.get(name) if name else None
+        if name and value is None:
+            raise OnnxError(f"ember: {where} reads {name!r}, which no earlier node, input or initializer defines")
+        limits.append(1 if value is None else planner.host_input(value, True))
+    initial = []
+    for name in node.input[2:]:
+        value = planner.values.get(name)
+        if value is None:
+            raise OnnxError(f"ember: {where} reads {name!r}, which no earlier node, input or initializer defines")
+        initial.append(planner.tensor_input(name, value))
+    formal = []
+    saved = planner.steps, dict(planner.to_tensor_slot), dict(planner.to_host_slot)
+    planner.steps = []
+    try:
+        entries = {}
+        for i, info in enumerate(body.input):
+            slot = planner.new_slot()
+            formal.append(slot)
+            entries[info.name] = Value(HOST if i < 2 else TENSOR, slot, None, None)
+        results = plan_branch(planner, body, where, entries)
+        steps = planner.steps
+    finally:
+        planner.steps, planner.to_tensor_slot, planner.to_host_slot = saved
+    outs = [planner.new_slot(v.const) if v.kind == "const" else v.slot for v in results]
+    produced = {s for step in steps for s in _slots(step.outs)} | set(formal)
+    read = {i for step in steps for i in step.ins} | set(outs)
+    outer = sorted((read - produced) | {DEVICE_SLOT})
+    names = outputs_of(node)
+    out_slots = []
+    for name in names:
+        if not name:
+            out_slots.append(-1)
+            continue
+        slot = planner.new_slot()
+        planner.values[name] = Value(TENSOR, slot, None, None)
+        out_slots.append(slot)
+    run = Iterations(steps, formal, outs, outer, carried, len(names), where)
+    label = f"node {node.name!r} (Loop)" if node.name else "node (unnamed) (Loop)"
+    result: int | tuple[int, ...] = tuple(out_slots) if len(names) > 1 else out_slots[0]
+    planner.steps.append(Step(run, (limits[0], limits[1], *initial, *outer), result, False, label))
+    planner.data_dependent = True
+
+
+def plan_branch(planner: Planner, graph: Any, where: str, entries: dict[str, Value] | None = None) -> list[Value]:
     """Plan a subgraph's nodes (into ``planner.steps``) and return its outputs' values; the
-    names it defines are dropped from the planner's scope afterwards."""
+    names it defines (and its formal inputs, ``entries``) are dropped from the planner's
+    scope afterwards."""
     from ember.onnx.plan import CONST, Value
 
     scope = dict(planner.values)
+    planner.values.update(entries or {})
     try:
         for tensor in graph.initializer:
             array = proto.to_array(tensor, f"{where}: initializer {tensor.name!r}")
@@ -152,6 +222,70 @@ class Branches:
             for s, wants in zip(outs, self.tensor)
         ]
         return tuple(results) if self.multi else results[0]
+
+
+class Iterations:
+    """The run-time ``Loop``: the body's steps, once per iteration, over a private scope."""
+
+    def __init__(
+        self,
+        steps: list[Step],
+        formal: list[int],
+        outs: list[int],
+        outer: list[int],
+        carried: int,
+        wanted: int,
+        where: str,
+    ):
+        self.steps = [(s.fn, s.ins, s.outs) for s in steps]
+        self.formal, self.outs, self.outer = formal, outs, outer
+        self.carried, self.wanted, self.where = carried, wanted, where
+
+    def __call__(self, trips: Any, cond: Any, *rest: Any) -> Any:
+        values = list(rest[: self.carried])
+        base = dict(zip(self.outer, rest[self.carried :]))
+        device = base[DEVICE_SLOT]
+        limit = None if trips is None else int(_host(trips))
+        go = True if cond is None else bool(_host(cond))
+        scans: list[list[Any]] = [[] for _ in self.outs[1 + self.carried :]]
+        i = 0
+        while go and (limit is None or i < limit):
+            env = dict(base)
+            env[self.formal[0]] = np.array(i, np.int64)
+            env[self.formal[1]] = np.array(go)
+            env.update(zip(self.formal[2:], values))
+            for fn, ins, out in self.steps:
+                result = fn(*[env[j] for j in ins])
+                if isinstance(out, tuple):
+                    for slot, value in zip(out, result):
+                        if slot >= 0:
+                            env[slot] = value
+                else:
+                    env[out] = result
+            got = [env[s] for s in self.outs]
+            go = bool(_host(got[0]))
+            values = [_tensor(v, device) for v in got[1 : 1 + self.carried]]
+            for scan, value in zip(scans, got[1 + self.carried :]):
+                scan.append(_tensor(value, device))
+            i += 1
+        stacked = []
+        for scan in scans:
+            if not scan:
+                raise OnnxError(f"ember: {self.where}: a scan output of a loop that ran no iteration has no shape")
+            stacked.append(Tensor.stack(scan, 0))
+        final = [*values, *stacked][: self.wanted]
+        return tuple(final) if self.wanted > 1 else final[0]
+
+
+def _host(value: Any) -> Any:
+    array = value.to_numpy() if isinstance(value, Tensor) else np.asarray(value)
+    return array.reshape(-1)[0]
+
+
+def _tensor(value: Any, device: Any) -> Any:
+    if isinstance(value, (Tensor, list)):
+        return value
+    return host_to_tensor(np.asarray(value), device, "a Loop value")
 
 
 def _slots(outs: int | tuple[int, ...]) -> list[int]:

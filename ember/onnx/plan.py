@@ -28,7 +28,7 @@ from ember.device import Device
 from ember.errors import OnnxError
 from ember.module import Param, ParamId, RunningState
 from ember.onnx import proto
-from ember.onnx.control import CONTROL_FLOW, add_if
+from ember.onnx.control import CONTROL_FLOW, add_control
 from ember.onnx.dtypes import dtype_of_array, ember_dtype
 from ember.onnx.ops import Node, OpDef
 from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, explain, host_to_tensor
@@ -310,7 +310,7 @@ class Planner:
 
     def add_node(self, node: Any, opdef: OpDef, version: int) -> None:
         if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
-            add_if(self, node)
+            add_control(self, node)
             return
         values: list[Value | None] = []
         for name in node.input:

@@ -44,7 +44,7 @@ REFUSED_OPS: dict[str, str] = {
         "RMSNormalization",
         "RotaryEmbedding",
     ),
-    **_each("not implemented yet (issue 32 item 2: control flow)", "Loop", "Scan"),
+    "Scan": "not implemented yet (issue 32 item 2: control flow)",
     **_each(
         "not implemented yet (issue 32 item 2: sequence and optional values)",
         "Optional",

@@ -365,3 +365,49 @@ def test_attention_with_grouped_heads_a_mask_and_a_cache(onnx, ort, torch, rng, 
     want.sum().backward()
     np.testing.assert_allclose(y.to_numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(qe.grad(grads).to_numpy(), qt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_loop_with_a_trip_count_a_condition_and_scan_outputs(onnx, ort, rng):
+    """x <- x * w + i for i < M while sum(x) < limit, scanning each x: against
+    onnxruntime, and differentiable through every iteration."""
+    helper = onnx.helper
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x_in", "w"], ["xw"]),
+            helper.make_node("Cast", ["i"], ["i_f"], to=F32),
+            helper.make_node("Add", ["xw", "i_f"], ["x_out"]),
+            helper.make_node("ReduceSum", ["x_out"], ["total"], keepdims=0),
+            helper.make_node("Less", ["total", "limit"], ["go"]),
+            helper.make_node("Identity", ["x_out"], ["scan"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c", 9, []),
+            helper.make_tensor_value_info("x_in", F32, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("go", 9, []),
+            helper.make_tensor_value_info("x_out", F32, [3]),
+            helper.make_tensor_value_info("scan", F32, [3]),
+        ],
+    )
+    inits = [
+        onnx.numpy_helper.from_array(np.array(1.5, np.float32), "w"),
+        onnx.numpy_helper.from_array(np.array(40.0, np.float32), "limit"),
+        onnx.numpy_helper.from_array(np.array(6, np.int64), "m"),
+        onnx.numpy_helper.from_array(np.array(True), "c0"),
+    ]
+    loop = helper.make_node("Loop", ["m", "c0", "x"], ["x_final", "xs"], body=body)
+    data = onnx_model(onnx, [loop], [("x", F32, [3])], [("x_final", F32, [3]), ("xs", F32, None)], inits)
+    x = rng.uniform(0.5, 1.0, 3).astype(np.float32)
+    got = run_ember(data, x)
+    want = run_ort(ort, data, x)
+    assert 1 < want[1].shape[0] < 6  # the condition stopped it before the trip count
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    device = Device.flex().autodiff()
+    xe = Tensor.from_data(x, device=device).require_grad()
+    final, _ = ember.onnx.load(data, device)(xe)
+    grads = final.sum().backward()
+    np.testing.assert_allclose(xe.grad(grads).to_numpy(), np.full(3, 1.5 ** want[1].shape[0]), rtol=1e-6)

@@ -1,4 +1,4 @@
-"""Control-flow operators: ``If``. Its subgraphs are planned by :mod:`ember.onnx.control`
+"""Control-flow operators: ``If`` and ``Loop``. Its subgraphs are planned by :mod:`ember.onnx.control`
 (inlined when the condition is a constant, a run-time choice otherwise); the entry here
 registers the operator."""
 
@@ -10,6 +10,6 @@ from typing import Any
 from ember.onnx.ops.registry import Node, op
 
 
-@op("If")
-def if_(node: Node) -> Callable[..., Any]:
-    raise node.error("If is planned with its subgraphs by ember.onnx.control, not built as one step")
+@op(["If", "Loop"])
+def control_flow(node: Node) -> Callable[..., Any]:
+    raise node.error(f"{node.op_type} is planned with its subgraphs by ember.onnx.control, not built as one step")
