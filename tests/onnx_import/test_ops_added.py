@@ -411,3 +411,35 @@ def test_loop_with_a_trip_count_a_condition_and_scan_outputs(onnx, ort, rng):
     final, _ = ember.onnx.load(data, device)(xe)
     grads = final.sum().backward()
     np.testing.assert_allclose(xe.grad(grads).to_numpy(), np.full(3, 1.5 ** want[1].shape[0]), rtol=1e-6)
+
+
+def test_scan_with_a_reversed_input_and_output(onnx, ort, rng):
+    """A running sum over axis 1 of one input, read backward, with the partial sums
+    stacked along axis 0 in reverse: against onnxruntime, and differentiable."""
+    helper = onnx.helper
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "body",
+        [helper.make_tensor_value_info("s_in", F32, [2]), helper.make_tensor_value_info("x_t", F32, [2])],
+        [helper.make_tensor_value_info("s_out", F32, [2]), helper.make_tensor_value_info("y_t", F32, [2])],
+    )
+    scan = helper.make_node(
+        "Scan",
+        ["s0", "x"],
+        ["s", "ys"],
+        body=body,
+        num_scan_inputs=1,
+        scan_input_axes=[1],
+        scan_input_directions=[1],
+        scan_output_directions=[1],
+    )
+    data = onnx_model(onnx, [scan], [("s0", F32, [2]), ("x", F32, [2, 4])], [("s", F32, [2]), ("ys", F32, [4, 2])])
+    s0, x = rng.standard_normal(2).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    got = run_ember(data, s0, x)
+    for g, w in zip(got, run_ort(ort, data, s0, x)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    device = Device.flex().autodiff()
+    xe = Tensor.from_data(x, device=device).require_grad()
+    s, _ = ember.onnx.load(data, device)(Tensor.from_data(s0, device=device), xe)
+    grads = s.sum().backward()
+    np.testing.assert_array_equal(xe.grad(grads).to_numpy(), np.ones_like(x))
