@@ -443,3 +443,32 @@ def test_scan_with_a_reversed_input_and_output(onnx, ort, rng):
     s, _ = ember.onnx.load(data, device)(Tensor.from_data(s0, device=device), xe)
     grads = s.sum().backward()
     np.testing.assert_array_equal(xe.grad(grads).to_numpy(), np.ones_like(x))
+
+
+@pytest.mark.filterwarnings("ignore:.*newer than the opsets ember.onnx documents")
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding(onnx, ort, rng, interleaved):
+    """Opset 23's RotaryEmbedding on a 3-d input with position ids and a partial rotary
+    dim, against onnxruntime."""
+    helper = onnx.helper
+    x = rng.standard_normal((2, 3, 2 * 8)).astype(np.float32)
+    cos = rng.standard_normal((10, 2)).astype(np.float32)
+    sin = rng.standard_normal((10, 2)).astype(np.float32)
+    positions = np.array([[0, 1, 2], [5, 6, 9]], np.int64)
+    rope = helper.make_node(
+        "RotaryEmbedding",
+        ["x", "cos", "sin", "p"],
+        ["y"],
+        interleaved=interleaved,
+        num_heads=2,
+        rotary_embedding_dim=4,
+    )
+    data = onnx_model(
+        onnx,
+        [rope],
+        [("x", F32, [2, 3, 16]), ("cos", F32, [10, 2]), ("sin", F32, [10, 2]), ("p", I64, [2, 3])],
+        [("y", F32, [2, 3, 16])],
+        opset=23,
+    )
+    (got,) = run_ember(data, x, cos, sin, positions)
+    np.testing.assert_allclose(got, run_ort(ort, data, x, cos, sin, positions)[0], rtol=1e-5, atol=1e-6)
