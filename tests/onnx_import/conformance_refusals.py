@@ -40,10 +40,7 @@ REFUSED_TYPES: dict[str, str] = {
 REFUSED_OPS: dict[str, str] = {
     **_each(
         "not implemented yet (issue 32 item 2: sequence and optional values)",
-        "Optional",
         "SequenceMap",
-        "OptionalGetElement",
-        "OptionalHasElement",
     ),
     **_each("not implemented yet (issue 32 item 2: recurrent ops, onto ember.nn's RNNs)", "GRU", "LSTM", "RNN"),
     **_each(
@@ -128,7 +125,6 @@ REFUSED_CASES: dict[str, str] = {
     "test_averagepool_2d_dilations": "AveragePool: dilations other than 1 are not supported",
     "test_lppool_2d_dilations": "LpPool: dilations other than 1 are not supported",
     "test_gathernd_example_int32_batch_dim1": "GatherND: batch_dims other than 0 are not supported",
-    "test_identity_opt": "optional-typed graph inputs are not supported",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",
     **_each(
         "Resize: antialias=1 is not supported",

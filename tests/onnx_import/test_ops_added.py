@@ -472,3 +472,29 @@ def test_rotary_embedding(onnx, ort, rng, interleaved):
     )
     (got,) = run_ember(data, x, cos, sin, positions)
     np.testing.assert_allclose(got, run_ort(ort, data, x, cos, sin, positions)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_optional_values(onnx, ort, rng):
+    """An optional input given or empty (None), OptionalHasElement, and Optional /
+    OptionalGetElement around a tensor: against onnxruntime."""
+    helper = onnx.helper
+    opt = helper.make_value_info("o", helper.make_optional_type_proto(helper.make_tensor_type_proto(F32, [2])))
+    graph = helper.make_graph(
+        [
+            helper.make_node("OptionalHasElement", ["o"], ["has"]),
+            helper.make_node("Optional", ["x"], ["wrapped"]),
+            helper.make_node("OptionalGetElement", ["wrapped"], ["y"]),
+        ],
+        "g",
+        [opt, helper.make_tensor_value_info("x", F32, [2])],
+        [helper.make_tensor_value_info("has", 9, []), helper.make_tensor_value_info("y", F32, [2])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8).SerializeToString()
+    model = ember.onnx.load(data, Device.flex())
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal(2).astype(np.float32)
+    for given in (x + 1, None):
+        has, y = model(None if given is None else Tensor.from_data(given), Tensor.from_data(x))
+        want = session.run(None, {"o": given, "x": x})
+        assert bool(has.to_numpy()) == bool(want[0]) == (given is not None)
+        np.testing.assert_array_equal(y.to_numpy(), want[1])
