@@ -498,3 +498,55 @@ def test_optional_values(onnx, ort, rng):
         want = session.run(None, {"o": given, "x": x})
         assert bool(has.to_numpy()) == bool(want[0]) == (given is not None)
         np.testing.assert_array_equal(y.to_numpy(), want[1])
+
+
+def test_center_crop_pad_reverse_sequence_and_windows(onnx, ort, rng):
+    helper = onnx.helper
+    i64 = onnx.numpy_helper.from_array
+    nodes = [
+        helper.make_node("CenterCropPad", ["x", "shape"], ["cropped"], axes=[0, 2]),
+        helper.make_node("ReverseSequence", ["x", "lens"], ["reversed"], batch_axis=1, time_axis=0),
+        helper.make_node("HannWindow", ["n"], ["hann"]),
+        helper.make_node("HammingWindow", ["n"], ["hamming"], periodic=0),
+        helper.make_node("BlackmanWindow", ["n"], ["blackman"]),
+    ]
+    inits = [
+        i64(np.array([2, 7], np.int64), "shape"),
+        i64(np.array([4, 1, 0], np.int64), "lens"),
+        i64(np.array(6, np.int64), "n"),
+    ]
+    outputs = [("cropped", F32, [2, 3, 7]), ("reversed", F32, [5, 3, 4])] + [
+        (w, F32, [6]) for w in ("hann", "hamming", "blackman")
+    ]
+    data = onnx_model(onnx, nodes, [("x", F32, [5, 3, 4])], outputs, inits, opset=18)
+    x = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    for g, w in zip(run_ember(data, x), run_ort(ort, data, x)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_scatter_and_swiglu(onnx, ort, rng):
+    """Scatter (opset 10's name of ScatterElements) against onnxruntime; SwiGLU (opset 28)
+    against ONNX's reference."""
+    helper = onnx.helper
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    idx = np.array([[1, 0, 2, 3]], np.int64)
+    upd = rng.standard_normal((1, 4)).astype(np.float32)
+    data = onnx_model(
+        onnx,
+        [helper.make_node("Scatter", ["x", "i", "u"], ["y"], axis=1)],
+        [("x", F32, [3, 4]), ("i", I64, [1, 4]), ("u", F32, [1, 4])],
+        [("y", F32, [3, 4])],
+        opset=10,
+    )
+    np.testing.assert_array_equal(run_ember(data, x, idx, upd)[0], run_ort(ort, data, x, idx, upd)[0])
+    b = rng.standard_normal((3, 4)).astype(np.float32)
+    data = onnx_model(
+        onnx,
+        [helper.make_node("SwiGLU", ["a", "b"], ["y"], alpha=1.702)],
+        [("a", F32, [3, 4]), ("b", F32, [3, 4])],
+        [("y", F32, [3, 4])],
+        opset=28,
+    )
+    with pytest.warns(UserWarning, match="opset 28"):
+        (got,) = run_ember(data, x, b)
+    np.testing.assert_allclose(got, reference(onnx, data, x, b)[0], rtol=1e-6)

@@ -5,6 +5,7 @@ from ember.onnx.ops import (
     activation,
     attention,
     control,
+    crop,
     elementwise,
     indexing,
     layout,
@@ -15,6 +16,7 @@ from ember.onnx.ops import (
     resize,
     select,
     sequence,
+    signal,
 )
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
@@ -25,6 +27,7 @@ __all__ = [
     "activation",
     "attention",
     "control",
+    "crop",
     "elementwise",
     "indexing",
     "layout",
@@ -36,5 +39,6 @@ __all__ = [
     "resize",
     "select",
     "sequence",
+    "signal",
     "supported_ops",
 ]
