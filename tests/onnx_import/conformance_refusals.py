@@ -106,17 +106,7 @@ REFUSED_OPS: dict[str, str] = {
 
 #: Single cases refused for an attribute or input ember does not support.
 REFUSED_CASES: dict[str, str] = {
-    **_each(
-        "AveragePool: dilations other than 1 are not supported",
-        "test_averagepool_3d_dilations_small",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False",
-    ),
     "test_scan_sum": "Scan at opset 8 (a batch axis and sequence_lens) is not supported; opset 9's is",
-    "test_averagepool_2d_dilations": "AveragePool: dilations other than 1 are not supported",
-    "test_lppool_2d_dilations": "LpPool: dilations other than 1 are not supported",
     "test_gathernd_example_int32_batch_dim1": "GatherND: batch_dims other than 0 are not supported",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",
     **_each(

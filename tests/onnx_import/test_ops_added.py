@@ -550,3 +550,25 @@ def test_scatter_and_swiglu(onnx, ort, rng):
     with pytest.warns(UserWarning, match="opset 28"):
         (got,) = run_ember(data, x, b)
     np.testing.assert_allclose(got, reference(onnx, data, x, b)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize(("include_pad", "ceil_mode"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_dilated_average_pool(onnx, ort, rng, include_pad, ceil_mode):
+    x = rng.standard_normal((1, 2, 7, 8)).astype(np.float32)
+    attrs = {
+        "kernel_shape": [2, 3],
+        "strides": [2, 2],
+        "dilations": [2, 2],
+        "pads": [1, 0, 1, 1],
+        "count_include_pad": include_pad,
+        "ceil_mode": ceil_mode,
+    }
+    data = onnx_model(
+        onnx,
+        [node(onnx, "AveragePool", ["x"], ["y"], **attrs)],
+        [("x", F32, [1, 2, 7, 8])],
+        [("y", F32, None)],
+        opset=19,
+    )
+    (got,) = run_ember(data, x)
+    np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-5, atol=1e-6)
