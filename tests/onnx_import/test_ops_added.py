@@ -572,3 +572,33 @@ def test_dilated_average_pool(onnx, ort, rng, include_pad, ceil_mode):
     )
     (got,) = run_ember(data, x)
     np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_col2im_and_max_unpool(onnx, ort, rng):
+    """Col2Im with asymmetric pads, and MaxPool's indices put back by MaxUnpool into a
+    larger output_shape: against onnxruntime."""
+    helper = onnx.helper
+    i64 = onnx.numpy_helper.from_array
+    cols = rng.standard_normal((1, 2 * 4, 12)).astype(np.float32)  # 2 channels, 2x2 blocks, 3x4 of them
+    data = onnx_model(
+        onnx,
+        [helper.make_node("Col2Im", ["c", "image", "block"], ["y"], pads=[0, 1, 1, 0], strides=[2, 1])],
+        [("c", F32, [1, 8, 12])],
+        [("y", F32, [1, 2, 5, 4])],
+        [i64(np.array([5, 4], np.int64), "image"), i64(np.array([2, 2], np.int64), "block")],
+        opset=18,
+    )
+    np.testing.assert_allclose(run_ember(data, cols)[0], run_ort(ort, data, cols)[0], rtol=1e-6)
+    x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    for shape in (None, [2, 3, 5, 5]):
+        inputs = ["p", "i"] + (["shape"] if shape else [])
+        nodes = [
+            helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("MaxUnpool", inputs, ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+        ]
+        inits = [i64(np.array(shape, np.int64), "shape")] if shape else []
+        data = onnx_model(onnx, nodes, [("x", F32, [2, 3, 4, 4])], [("y", F32, shape or [2, 3, 4, 4])], inits)
+        # With output_shape, onnxruntime reads the indices in the larger plane; the spec's
+        # reference (which ember follows) reads them in the unpooled one, zeros added after.
+        want = reference(onnx, data, x) if shape else run_ort(ort, data, x)
+        np.testing.assert_array_equal(run_ember(data, x)[0], want[0])
