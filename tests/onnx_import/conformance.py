@@ -53,7 +53,8 @@ def cases() -> dict[str, Case]:
         import onnx
     except ImportError:
         return {}
-    path = os.path.join(tempfile.gettempdir(), f"ember-onnx-node-cases-{onnx.__version__}.pickle")
+    user = os.getuid() if hasattr(os, "getuid") else 0  # a cache per user: no one else's pickle is read
+    path = os.path.join(tempfile.gettempdir(), f"ember-onnx-node-cases-{onnx.__version__}-{user}.pickle")
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
