@@ -1,4 +1,5 @@
-"""Control flow: ``If`` with its two subgraphs, and ``Loop`` with its body.
+"""Control flow: ``If`` with its two subgraphs; ``Loop``, ``Scan`` and ``SequenceMap``
+with their bodies.
 
 A condition known at load (a constant) inlines the taken branch into the program. A
 condition computed at ``forward`` (from shapes, or a tensor read back to the host) plans
@@ -8,7 +9,8 @@ differentiable through the taken branch on an autodiff device.
 
 A ``Loop`` plans its body once as a block; the ``Loop`` step runs it eagerly, iteration
 after iteration (the trip count and the condition read on the host), carrying its values
-and stacking its scan outputs; gradients flow through every iteration.
+and stacking its scan outputs; gradients flow through every iteration. ``Scan`` runs its
+body once per position along its inputs' scan axes, ``SequenceMap`` once per element.
 
 A subgraph reads values of the enclosing graph by name (ONNX's outer scope); its own
 initializers are constants.
@@ -29,7 +31,7 @@ from ember.tensor import Tensor
 if TYPE_CHECKING:
     from ember.onnx.plan import Planner, Value
 
-CONTROL_FLOW = {"If", "Loop", "Scan"}
+CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
 def add_control(planner: Planner, node: Any) -> None:
@@ -102,7 +104,7 @@ def add_loop(planner: Planner, node: Any) -> None:
     """Plan a ``Loop`` node (see the module's docstring)."""
     from ember.onnx.plan import HOST, TENSOR, Value, outputs_of
 
-    scan = node.op_type == "Scan"
+    scan = node.op_type in ("Scan", "SequenceMap")  # no trip count nor condition inputs
     where = f"{planner.label}: {node.op_type} node {node.name!r}"
     attrs = proto.attributes(node, where)
     body = attrs.get("body")
@@ -151,11 +153,13 @@ def add_loop(planner: Planner, node: Any) -> None:
         slot = planner.new_slot()
         planner.values[name] = Value(TENSOR, slot, None, None)
         out_slots.append(slot)
-    run: Any = (
-        Scanner(steps, formal, outs, outer, attrs, carried, len(names), where)
-        if scan
-        else Iterations(steps, formal, outs, outer, carried, len(names), where)
-    )
+    run: Any
+    if node.op_type == "SequenceMap":
+        run = Mapper(steps, formal, outs, outer, len(names))
+    elif scan:
+        run = Scanner(steps, formal, outs, outer, attrs, carried, len(names), where)
+    else:
+        run = Iterations(steps, formal, outs, outer, carried, len(names), where)
     label = f"node {node.name!r} ({node.op_type})" if node.name else f"node (unnamed) ({node.op_type})"
     result: int | tuple[int, ...] = tuple(out_slots) if len(names) > 1 else out_slots[0]
     planner.steps.append(Step(run, (*limits, *initial, *outer), result, False, label))
@@ -334,6 +338,29 @@ class Scanner:
             items = scan[::-1] if back else scan
             stacked.append(Tensor.stack(items, a + items[0].rank + 1 if a < 0 else a))
         final = [*states, *stacked][: self.wanted]
+        return tuple(final) if self.wanted > 1 else final[0]
+
+
+class Mapper:
+    """The run-time ``SequenceMap``: the body once per element of the input sequence (and
+    of the other sequence inputs; tensor inputs are passed whole to every call), each
+    output collected into a sequence."""
+
+    def __init__(self, steps: list[Step], formal: list[int], outs: list[int], outer: list[int], wanted: int):
+        self.steps = [(s.fn, s.ins, s.outs) for s in steps]
+        self.formal, self.outs, self.outer, self.wanted = formal, outs, outer, wanted
+
+    def __call__(self, *rest: Any) -> Any:
+        inputs = rest[: len(self.formal)]
+        base = dict(zip(self.outer, rest[len(self.formal) :]))
+        results: list[list[Any]] = [[] for _ in self.outs]
+        for i in range(len(inputs[0])):
+            env = dict(base)
+            env.update((slot, v[i] if isinstance(v, list) else v) for slot, v in zip(self.formal, inputs))
+            _run(self.steps, env)
+            for result, slot in zip(results, self.outs):
+                result.append(_tensor(env[slot], base[DEVICE_SLOT]))
+        final = results[: self.wanted]
         return tuple(final) if self.wanted > 1 else final[0]
 
 

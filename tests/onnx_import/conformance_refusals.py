@@ -38,10 +38,6 @@ REFUSED_TYPES: dict[str, str] = {
 
 #: Operators ember does not implement (domain-qualified outside ONNX's own).
 REFUSED_OPS: dict[str, str] = {
-    **_each(
-        "not implemented yet (issue 32 item 2: sequence and optional values)",
-        "SequenceMap",
-    ),
     **_each("not implemented yet (issue 32 item 2: recurrent ops, onto ember.nn's RNNs)", "GRU", "LSTM", "RNN"),
     **_each(
         "not implemented yet (issue 32 item 2: sampling and detection)",

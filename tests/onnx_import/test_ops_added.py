@@ -602,3 +602,25 @@ def test_col2im_and_max_unpool(onnx, ort, rng):
         # reference (which ember follows) reads them in the unpooled one, zeros added after.
         want = reference(onnx, data, x) if shape else run_ort(ort, data, x)
         np.testing.assert_array_equal(run_ember(data, x)[0], want[0])
+
+
+def test_sequence_map(onnx, ort, rng):
+    """SequenceMap over a sequence with a second sequence and a tensor: against onnxruntime."""
+    helper = onnx.helper
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["a", "b"], ["ab"]), helper.make_node("Add", ["ab", "c"], ["y"])],
+        "body",
+        [helper.make_tensor_value_info(n, F32, ["n"]) for n in ("a", "b", "c")],
+        [helper.make_tensor_value_info("y", F32, ["n"])],
+    )
+    nodes = [
+        helper.make_node("SplitToSequence", ["x"], ["xs"], axis=0, keepdims=0),
+        helper.make_node("SplitToSequence", ["z"], ["zs"], axis=0, keepdims=0),
+        helper.make_node("SequenceMap", ["xs", "zs", "w"], ["ys"], body=body),
+        helper.make_node("ConcatFromSequence", ["ys"], ["out"], axis=0, new_axis=1),
+    ]
+    data = onnx_model(
+        onnx, nodes, [("x", F32, [3, 4]), ("z", F32, [3, 4]), ("w", F32, [4])], [("out", F32, [3, 4])], opset=17
+    )
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (3, 4), (4,))]
+    np.testing.assert_allclose(run_ember(data, *args)[0], run_ort(ort, data, *args)[0], rtol=1e-6)

@@ -15,6 +15,11 @@ def control_flow(node: Node) -> Callable[..., Any]:
     raise node.error(f"{node.op_type} is planned with its subgraphs by ember.onnx.control, not built as one step")
 
 
+@op("SequenceMap", since=17, sequence=True)
+def sequence_map(node: Node) -> Callable[..., Any]:
+    return control_flow(node)
+
+
 @op("Scan", since=9)  # opset 8's Scan (a batch axis and sequence_lens) is not implemented
 def scan(node: Node) -> Callable[..., Any]:
     return control_flow(node)
