@@ -41,7 +41,6 @@ REFUSED_OPS: dict[str, str] = {
     **_each("not implemented yet (issue 32 item 2: recurrent ops, onto ember.nn's RNNs)", "GRU", "LSTM", "RNN"),
     **_each(
         "not implemented yet (issue 32 item 2: sampling and detection)",
-        "AffineGrid",
         "GridSample",
         "NonMaxSuppression",
         "RoiAlign",

@@ -624,3 +624,28 @@ def test_sequence_map(onnx, ort, rng):
     )
     args = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (3, 4), (4,))]
     np.testing.assert_allclose(run_ember(data, *args)[0], run_ort(ort, data, *args)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid(onnx, ort, torch, rng, align):
+    """AffineGrid (opset 20) against onnxruntime and torch's affine_grid, with its gradient
+    in theta."""
+    helper = onnx.helper
+    theta = rng.standard_normal((2, 2, 3)).astype(np.float32)
+    size = onnx.numpy_helper.from_array(np.array([2, 3, 4, 5], np.int64), "size")
+    data = onnx_model(
+        onnx,
+        [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align)],
+        [("theta", F32, [2, 2, 3])],
+        [("grid", F32, [2, 4, 5, 2])],
+        [size],
+        opset=20,
+    )
+    (got,) = run_ember(data, theta)
+    np.testing.assert_allclose(got, run_ort(ort, data, theta)[0], rtol=1e-5, atol=1e-6)
+    device = Device.flex().autodiff()
+    te = Tensor.from_data(theta, device=device).require_grad()
+    grads = (ember.onnx.load(data, device)(te) ** 2).sum().backward()
+    tt = torch.from_numpy(theta).requires_grad_()
+    (torch.nn.functional.affine_grid(tt, [2, 3, 4, 5], align_corners=bool(align)) ** 2).sum().backward()
+    np.testing.assert_allclose(te.grad(grads).to_numpy(), tt.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -1,6 +1,6 @@
-"""CenterCropPad, ReverseSequence, Col2Im and MaxUnpool: rearrangements whose positions
-are computed from shapes, lengths and indices; the values move with ember's narrow, pad,
-gather, fold and unpool (differentiable)."""
+"""CenterCropPad, ReverseSequence, Col2Im, MaxUnpool and AffineGrid: rearrangements whose
+positions are computed from shapes, lengths and indices; the values move with ember's
+narrow, pad, gather, fold, unpool and matmul (differentiable)."""
 
 from __future__ import annotations
 
@@ -105,5 +105,29 @@ def max_unpool(node: Node) -> Callable[..., Any]:
                 raise node.error(f"output_shape {ints(shape)} is smaller than the unpooled {[n, c, *out]}")
             y = y.pad([w for e in reversed(extra) for w in (0, e)])
         return y
+
+    return run
+
+
+@op("AffineGrid", host=(1,), since=20)
+def affine_grid(node: Node) -> Callable[..., Any]:
+    """The sampling grid of affine matrices ``theta`` ``[N, 2, 3]`` (``[N, 3, 4]`` in 3-d)
+    over an output of ``size`` ``(N, C, H, W)`` (or ``(N, C, D, H, W)``): normalized
+    coordinates ``(x, y[, z], 1)`` times ``theta`` (differentiable in ``theta``)."""
+    align = bool(node.attr("align_corners", 0))
+
+    def run(theta: Tensor, size: Any) -> Tensor:
+        spatial = ints(size)[2:]
+        if len(spatial) not in (2, 3):
+            raise node.error(f"size {ints(size)} must be (N, C, H, W) or (N, C, D, H, W)")
+        axes_ = [
+            np.linspace(-1.0, 1.0, n) if align else (2 * np.arange(n) + 1) / n - 1 if n else np.zeros(0)
+            for n in spatial
+        ]
+        mesh = np.meshgrid(*axes_, indexing="ij")  # (d,) h, w
+        coords = [*mesh[::-1], np.ones(spatial)]  # x (along W) first, then y (and z), then 1
+        base = np.stack(coords, axis=-1).reshape(-1, len(spatial) + 1).astype(theta.dtype.np)
+        grid = Tensor.from_data(base, device=theta.device).matmul(theta.permute([0, 2, 1]))
+        return grid.reshape([theta.dims()[0], *spatial, len(spatial)])
 
     return run
