@@ -346,7 +346,7 @@ class Planner:
                 self.emit_host(node, opdef, view, values)
             return
         host_only = all(i in opdef.host for i, v in enumerate(values) if v is not None)
-        eager = opdef.training or opdef.sequence  # never folded nor run on the host
+        eager = opdef.training or opdef.eager  # never folded nor run on the host
         if all(v.kind == CONST for v in present) and not eager and node.op_type not in STATE_INPUTS:
             self.fold(node, opdef, view, [None if v is None else v.const for v in values])
         elif (all(v.kind in (CONST, HOST) for v in present) and not eager) or (present and host_only):

@@ -182,7 +182,11 @@ def run_case(case: Case) -> Outcome:
             if any(isinstance(r, list) for r in refs):  # sequence outputs: compare tensor by tensor
                 outs, refs = _flatten(outs, refs)
             if case.name in RANDOM_CASES:
-                problem = _dropout_draw([o.to_numpy() for o in outs], [np.asarray(r) for r in refs], inputs)
+                draws, wants = [o.to_numpy() for o in outs], [np.asarray(r) for r in refs]
+                if "bernoulli" in case.name:
+                    problem = _bernoulli_draw(draws, wants)
+                else:
+                    problem = _dropout_draw(draws, wants, inputs)
                 if problem:
                     return Outcome("fail", problem)
                 continue
@@ -195,6 +199,16 @@ def run_case(case: Case) -> Outcome:
     except Exception as error:  # any other exception is a defect of the import
         return Outcome("raise", f"{type(error).__name__}: {error}")
     return Outcome("pass")
+
+
+def _bernoulli_draw(outs: list[np.ndarray], refs: list[np.ndarray]) -> str:
+    """Whether Bernoulli's output is a possible draw: the reference's shape and dtype, 0s and 1s."""
+    out, ref = outs[0], refs[0]
+    if out.shape != ref.shape or out.dtype != _expected_dtype(ref):
+        return f"shape/dtype {list(out.shape)} {out.dtype}, the reference {list(ref.shape)} {ref.dtype}"
+    if not np.isin(out, (0, 1)).all():
+        return "a value is neither 0 nor 1"
+    return ""
 
 
 def _dropout_draw(outs: list[np.ndarray], refs: list[np.ndarray], inputs: list[Any]) -> str:

@@ -69,7 +69,6 @@ REFUSED_OPS: dict[str, str] = {
         "STFT",
         "MelWeightMatrix",
     ),
-    **_each("random ops: not implemented", "Bernoulli", "RandomUniformLike"),
     "ImageDecoder": "image decoding is not a tensor op",
     **_each(
         "not implemented",
@@ -120,4 +119,12 @@ RANDOM_CASES: dict[str, str] = _each(
     "test_training_dropout_default",
     "test_training_dropout_default_mask",
     "test_training_dropout_mask",
+) | _each(
+    "Bernoulli: random draws (each value 0 or 1, of the reference's shape and type)",
+    "test_bernoulli",
+    "test_bernoulli_expanded",
+    "test_bernoulli_double",
+    "test_bernoulli_double_expanded",
+    "test_bernoulli_seed",
+    "test_bernoulli_seed_expanded",
 )

@@ -649,3 +649,20 @@ def test_affine_grid(onnx, ort, torch, rng, align):
     tt = torch.from_numpy(theta).requires_grad_()
     (torch.nn.functional.affine_grid(tt, [2, 3, 4, 5], align_corners=bool(align)) ** 2).sum().backward()
     np.testing.assert_allclose(te.grad(grads).to_numpy(), tt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_random_draws_are_fresh_per_call(onnx):
+    """Bernoulli and RandomUniformLike draw at every forward (never folded into constants),
+    with the spec's ranges and dtypes."""
+    helper = onnx.helper
+    nodes = [
+        helper.make_node("Bernoulli", ["p"], ["b"], dtype=7),
+        helper.make_node("RandomUniformLike", ["p"], ["u"], low=-2.0, high=3.0),
+    ]
+    p = onnx.numpy_helper.from_array(np.full((200, 50), 0.3, np.float32), "p")
+    data = onnx_model(onnx, nodes, [], [("b", I64, [200, 50]), ("u", F32, [200, 50])], [p], opset=15)
+    model = ember.onnx.load(data, Device.flex())
+    (b1, u1), (b2, u2) = [[t.to_numpy() for t in model()] for _ in range(2)]
+    assert b1.dtype == np.int64 and set(np.unique(b1)) <= {0, 1} and abs(b1.mean() - 0.3) < 0.03
+    assert u1.min() >= -2.0 and u1.max() < 3.0 and abs(u1.mean() - 0.5) < 0.1
+    assert (b1 != b2).any() and (u1 != u2).any()

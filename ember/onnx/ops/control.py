@@ -15,7 +15,7 @@ def control_flow(node: Node) -> Callable[..., Any]:
     raise node.error(f"{node.op_type} is planned with its subgraphs by ember.onnx.control, not built as one step")
 
 
-@op("SequenceMap", since=17, sequence=True)
+@op("SequenceMap", since=17, eager=True)
 def sequence_map(node: Node) -> Callable[..., Any]:
     return control_flow(node)
 

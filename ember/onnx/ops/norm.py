@@ -1,5 +1,6 @@
 """Normalisation and Dropout: BatchNormalization, InstanceNormalization,
-LayerNormalization, RMSNormalization, GroupNormalization, LpNormalization, Dropout.
+LayerNormalization, RMSNormalization, GroupNormalization, LpNormalization, Dropout, and
+the random draws RandomUniformLike and Bernoulli.
 
 As ember's own layers, BatchNormalization and Dropout train on an autodiff device
 (batch statistics with running averages updated; random masks) and infer elsewhere
@@ -16,6 +17,7 @@ import numpy as np
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.module import RunningState
+from ember.onnx.dtypes import ember_dtype
 from ember.onnx.ops.common import axis, scalar
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
@@ -175,5 +177,32 @@ def dropout(node: Node) -> Callable[..., Any]:
         keep = Tensor.random(x.dims(), Distribution.bernoulli(1.0 - p), device=x.device, dtype=x.dtype)
         y = x * keep * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0
         return (y, keep.bool()) if with_mask else y
+
+    return run
+
+
+# ---------------------------------------------------------------------- random draws
+@op("RandomUniformLike", eager=True)
+def random_uniform_like(node: Node) -> Callable[..., Any]:
+    low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
+    to = node.attr("dtype")
+    node.uses("seed")  # ember draws from the device's generator (Device.seed)
+
+    def run(x: Tensor) -> Tensor:
+        dtype = x.dtype if to is None else ember_dtype(int(to), node.label)
+        return Tensor.random(x.dims(), Distribution.uniform(low, high), device=x.device, dtype=dtype)
+
+    return run
+
+
+@op("Bernoulli", eager=True, since=15)
+def bernoulli(node: Node) -> Callable[..., Any]:
+    to = node.attr("dtype")
+    node.uses("seed")  # ember draws from the device's generator (Device.seed)
+
+    def run(p: Tensor) -> Tensor:
+        dtype = p.dtype if to is None else ember_dtype(int(to), node.label)
+        draw = Tensor.random(p.dims(), Distribution.uniform(0.0, 1.0), device=p.device, dtype=p.dtype)
+        return draw.lower(p).cast(dtype)
 
     return run

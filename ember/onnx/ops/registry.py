@@ -40,7 +40,7 @@ class OpDef:
     shape_of: bool = False  # Shape and Size: the output depends on the input's shape only
     data_dependent: bool = False  # the output's shape depends on the input's values
     training: bool = False  # behaves differently on an autodiff device (Dropout, BatchNorm)
-    sequence: bool = False  # reads or makes a sequence (a Python list of tensors): never folded
+    eager: bool = False  # runs at every forward, never folded: sequences (lists of tensors), random draws
 
 
 OPS: dict[tuple[str, str], OpDef] = {}
@@ -55,7 +55,7 @@ def op(
     shape_of: bool = False,
     data_dependent: bool = False,
     training: bool = False,
-    sequence: bool = False,
+    eager: bool = False,
 ) -> Callable[[Builder], Builder]:
     """Register a tensor builder for one or several operator names."""
     names = [name] if isinstance(name, str) else list(name)
@@ -63,7 +63,7 @@ def op(
     def register(build: Builder) -> Builder:
         for n in names:
             OPS[(domain, n)] = OpDef(
-                n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training, sequence
+                n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training, eager
             )
         return build
 

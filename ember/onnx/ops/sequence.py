@@ -29,23 +29,23 @@ def _position(node: Node, seq: list[Any], given: Any, default: int, inserting: b
     return p
 
 
-@op("SequenceEmpty", since=11, sequence=True)
+@op("SequenceEmpty", since=11, eager=True)
 def sequence_empty(node: Node) -> Callable[..., Any]:
     node.uses("dtype")  # the element type of a sequence ember holds as a list (any dtype)
     return lambda: []
 
 
-@op("SequenceConstruct", since=11, sequence=True)
+@op("SequenceConstruct", since=11, eager=True)
 def sequence_construct(node: Node) -> Callable[..., Any]:
     return lambda *xs: list(xs)
 
 
-@op("SequenceAt", host=(1,), since=11, sequence=True)
+@op("SequenceAt", host=(1,), since=11, eager=True)
 def sequence_at(node: Node) -> Callable[..., Any]:
     return lambda seq, p: seq[_position(node, seq, p, 0)]
 
 
-@op("SequenceLength", since=11, sequence=True)
+@op("SequenceLength", since=11, eager=True)
 def sequence_length(node: Node) -> Callable[..., Any]:
     def run(seq: list[Tensor]) -> Tensor:
         device = seq[0].device if seq else None
@@ -54,7 +54,7 @@ def sequence_length(node: Node) -> Callable[..., Any]:
     return run
 
 
-@op("SequenceInsert", host=(2,), since=11, sequence=True)
+@op("SequenceInsert", host=(2,), since=11, eager=True)
 def sequence_insert(node: Node) -> Callable[..., Any]:
     def run(seq: list[Tensor], x: Tensor, p: Any = None) -> list[Tensor]:
         at = _position(node, seq, p, len(seq), inserting=True)
@@ -63,7 +63,7 @@ def sequence_insert(node: Node) -> Callable[..., Any]:
     return run
 
 
-@op("SequenceErase", host=(1,), since=11, sequence=True)
+@op("SequenceErase", host=(1,), since=11, eager=True)
 def sequence_erase(node: Node) -> Callable[..., Any]:
     def run(seq: list[Tensor], p: Any = None) -> list[Tensor]:
         if not seq:
@@ -74,7 +74,7 @@ def sequence_erase(node: Node) -> Callable[..., Any]:
     return run
 
 
-@op("ConcatFromSequence", since=11, sequence=True)
+@op("ConcatFromSequence", since=11, eager=True)
 def concat_from_sequence(node: Node) -> Callable[..., Any]:
     a = int(node.attr("axis"))
     new_axis = bool(node.attr("new_axis", 0))
@@ -89,7 +89,7 @@ def concat_from_sequence(node: Node) -> Callable[..., Any]:
     return run
 
 
-@op("SplitToSequence", host=(1,), since=11, sequence=True)
+@op("SplitToSequence", host=(1,), since=11, eager=True)
 def split_to_sequence(node: Node) -> Callable[..., Any]:
     a = int(node.attr("axis", 0))
     keep = bool(node.attr("keepdims", 1))
@@ -116,13 +116,13 @@ def split_to_sequence(node: Node) -> Callable[..., Any]:
 
 # ---------------------------------------------------------------------- optional values
 # An optional value is its element (a tensor or a sequence) or ``None`` when empty.
-@op("Optional", since=15, sequence=True)
+@op("Optional", since=15, eager=True)
 def optional(node: Node) -> Callable[..., Any]:
     node.uses("type")  # the element type of an empty optional: ember's None needs none
     return lambda x=None: x
 
 
-@op("OptionalHasElement", since=15, sequence=True)
+@op("OptionalHasElement", since=15, eager=True)
 def optional_has_element(node: Node) -> Callable[..., Any]:
     def run(x: Any = None) -> Tensor:
         device = x.device if isinstance(x, Tensor) else x[0].device if isinstance(x, list) and x else None
@@ -131,7 +131,7 @@ def optional_has_element(node: Node) -> Callable[..., Any]:
     return run
 
 
-@op("OptionalGetElement", since=15, sequence=True)
+@op("OptionalGetElement", since=15, eager=True)
 def optional_get_element(node: Node) -> Callable[..., Any]:
     def run(x: Any = None) -> Any:
         if x is None:
