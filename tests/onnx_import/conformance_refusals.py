@@ -100,7 +100,6 @@ REFUSED_OPS: dict[str, str] = {
 REFUSED_CASES: dict[str, str] = {
     "test_scan_sum": "Scan at opset 8 (a batch axis and sequence_lens) is not supported; opset 9's is",
     "test_col2im_5d": "Col2Im: ember folds 2-d images only",
-    "test_gathernd_example_int32_batch_dim1": "GatherND: batch_dims other than 0 are not supported",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",
     **_each(
         "Resize: antialias=1 is not supported",

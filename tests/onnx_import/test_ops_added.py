@@ -666,3 +666,15 @@ def test_random_draws_are_fresh_per_call(onnx):
     assert b1.dtype == np.int64 and set(np.unique(b1)) <= {0, 1} and abs(b1.mean() - 0.3) < 0.03
     assert u1.min() >= -2.0 and u1.max() < 3.0 and abs(u1.mean() - 0.5) < 0.1
     assert (b1 != b2).any() and (u1 != u2).any()
+
+
+def test_gather_nd_with_batch_dims(onnx, ort, rng):
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    idx = np.array([[[1, 3], [0, -1]], [[2, 0], [1, 1]]], np.int64)  # [2 batches, 2 picks, k=2]
+    data = onnx_model(
+        onnx,
+        [onnx.helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)],
+        [("x", F32, [2, 3, 4, 5]), ("i", I64, [2, 2, 2])],
+        [("y", F32, [2, 2, 5])],
+    )
+    np.testing.assert_array_equal(run_ember(data, x, idx)[0], run_ort(ort, data, x, idx)[0])

@@ -68,14 +68,17 @@ def _linear_index(node: Node, indices: Tensor, shape: list[int], k: int) -> Tens
 
 @op("GatherND")
 def gather_nd(node: Node) -> Callable[..., Any]:
-    if int(node.attr("batch_dims", 0)):
-        raise node.error("batch_dims other than 0 are not supported")
+    b = int(node.attr("batch_dims", 0))
 
     def run(x: Tensor, indices: Tensor) -> Tensor:
         shape = x.dims()
         k = indices.dims()[-1]
-        flat = _linear_index(node, indices.cast("int64"), shape, k)
-        rows = x.reshape([math.prod(shape[:k])] + shape[k:])
+        flat = _linear_index(node, indices.cast("int64"), shape[b:], k)
+        if b:  # each batch element indexes its own slice: its number times the slice's rows first
+            batch = math.prod(shape[:b])
+            start = Tensor.arange(batch, device=x.device) * math.prod(shape[b : b + k])
+            flat = flat + start.reshape(shape[:b] + [1] * (flat.rank - b))
+        rows = x.reshape([math.prod(shape[: b + k])] + shape[b + k :])
         return rows.take(0, flat)
 
     return run
