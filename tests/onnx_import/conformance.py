@@ -31,6 +31,12 @@ from tests.onnx_import.conformance_refusals import RANDOM_CASES, REFUSED_CASES, 
 HELD_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16}
 
 
+#: Cases whose reference holds float32 rounding noise where the exact value is 0 (an inverse
+#: DFT's zero imaginary parts come out as 1.9e-7): the absolute tolerance of float32 at the
+#: signal's magnitude (eps * 45), not the runner's 1e-7.
+TOLERANCES = {"test_dft_inverse": (1e-3, 1e-5), "test_dft_inverse_opset19": (1e-3, 1e-5)}
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -57,7 +63,8 @@ def cases() -> dict[str, Case]:
     path = os.path.join(tempfile.gettempdir(), f"ember-onnx-node-cases-{onnx.__version__}-{user}.pickle")
     try:
         with open(path, "rb") as f:
-            return pickle.load(f)
+            stored: dict[str, Case] = pickle.load(f)
+        return {n: Case(c.name, c.model, c.data_sets, *TOLERANCES.get(n, (c.rtol, c.atol))) for n, c in stored.items()}
     except (OSError, pickle.PickleError, EOFError, AttributeError):
         pass
     from onnx import numpy_helper
@@ -72,7 +79,8 @@ def cases() -> dict[str, Case]:
     out = {}
     for case in loaded:
         data = [([array(v) for v in ins], [array(v) for v in outs]) for ins, outs in case.data_sets]
-        out[case.name] = Case(case.name, case.model.SerializeToString(), data, case.rtol, case.atol)
+        rtol, atol = TOLERANCES.get(case.name, (case.rtol, case.atol))
+        out[case.name] = Case(case.name, case.model.SerializeToString(), data, rtol, atol)
     tmp = f"{path}.{os.getpid()}"
     try:
         with open(tmp, "wb") as f:

@@ -65,7 +65,6 @@ REFUSED_OPS: dict[str, str] = {
     ),
     **_each(
         "signal processing: not implemented",
-        "DFT",
         "STFT",
         "MelWeightMatrix",
     ),

@@ -678,3 +678,28 @@ def test_gather_nd_with_batch_dims(onnx, ort, rng):
         [("y", F32, [2, 2, 5])],
     )
     np.testing.assert_array_equal(run_ember(data, x, idx)[0], run_ort(ort, data, x, idx)[0])
+
+
+@pytest.mark.parametrize(("inverse", "onesided"), [(0, 0), (0, 1), (1, 0)])
+def test_dft(onnx, ort, rng, inverse, onesided):
+    """DFT (opset 20) along axis 1 with a dft_length that pads the signal (complex, or real
+    for the one-sided spectrum), against onnxruntime and numpy's FFT."""
+    helper = onnx.helper
+    last = 1 if onesided else 2
+    x = rng.standard_normal((2, 5, 3, last)).astype(np.float32)
+    i64 = onnx.numpy_helper.from_array
+    data = onnx_model(
+        onnx,
+        [helper.make_node("DFT", ["x", "n", "axis"], ["y"], inverse=inverse, onesided=onesided)],
+        [("x", F32, [2, 5, 3, last])],
+        [("y", F32, None)],
+        [i64(np.array(8, np.int64), "n"), i64(np.array(1, np.int64), "axis")],
+        opset=20,
+    )
+    (got,) = run_ember(data, x)
+    np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-4, atol=1e-5)
+    z = x[..., 0] + (1j * x[..., 1] if last == 2 else 0)
+    want = np.fft.ifft(z, n=8, axis=1) if inverse else np.fft.fft(z, n=8, axis=1)
+    if onesided:
+        want = want[:, :5]
+    np.testing.assert_allclose(got[..., 0] + 1j * got[..., 1], want, rtol=1e-4, atol=1e-5)
