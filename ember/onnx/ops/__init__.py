@@ -1,7 +1,23 @@
 """The ONNX operators ember implements, registered in :mod:`ember.onnx.ops.registry`
 by the modules below (one family each)."""
 
-from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, reduce, resize
+from ember.onnx.ops import (
+    activation,
+    attention,
+    control,
+    crop,
+    elementwise,
+    indexing,
+    layout,
+    loss,
+    nn,
+    norm,
+    reduce,
+    resize,
+    select,
+    sequence,
+    signal,
+)
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
 __all__ = [
@@ -9,13 +25,20 @@ __all__ = [
     "Node",
     "OpDef",
     "activation",
+    "attention",
+    "control",
+    "crop",
     "elementwise",
     "indexing",
     "layout",
+    "loss",
     "lookup",
     "nn",
     "norm",
     "reduce",
     "resize",
+    "select",
+    "sequence",
+    "signal",
     "supported_ops",
 ]
