@@ -8,6 +8,10 @@ The small CNN: Conv2d(1,16,3,p1)-ReLU-MaxPool2-Conv2d(16,32,3,p1)-ReLU-MaxPool2-
 Linear(1568,10) with cross entropy, batch 64 of 1x28x28.
 Target (issue 5): the small CNN's forward + backward on flex within 1.5x of torch eager.
 
+The LSTM: 2 layers of hidden 128 over 64 steps of 128 features, batch 32, the sum of the
+outputs backward (input and every weight), torch's ``nn.LSTM`` weights loaded into
+ember's ``Lstm``. ember runs one op per gate product and step (torch one fused C++ loop).
+
 flex's convolutions are bound by numpy's BLAS (an sgemm per conv direction), while
 torch runs oneDNN's direct convolutions; the table header names the BLAS core type
 numpy uses (``OPENBLAS_CORETYPE`` pins it, e.g. to AVX2 ``Haswell`` kernels on an
@@ -33,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import fmt, median_us, paired_us, print_table, try_import_torch
 from ember import Device, Module, Param, Tensor
-from ember.nn import Conv2d, Conv2dConfig, Linear, LinearConfig, MaxPool2d, MaxPool2dConfig, Relu
+from ember.module.foreign import load_foreign
+from ember.nn import Conv2d, Conv2dConfig, Linear, LinearConfig, LstmConfig, MaxPool2d, MaxPool2dConfig, Relu
 from ember.nn.loss import CrossEntropyLossConfig
 
 
@@ -79,6 +84,35 @@ def _torch_cnn(torch, model: SmallCnn):
         net[7].weight.copy_(torch.from_numpy(model.fc.weight.val().to_numpy().T))
         net[7].bias.copy_(torch.from_numpy(model.fc.bias.val().to_numpy()))
     return net
+
+
+def _lstm_case(torch, device: Device, rng: np.random.Generator):
+    """The 2-layer LSTM's forward + backward, with torch's twin when torch is present."""
+    name = "LSTM 2 layers, h128, seq 64, batch 32, fwd+bwd"
+    x_np = rng.standard_normal((32, 64, 128)).astype(np.float32)
+    lstm = LstmConfig(128, 128, num_layers=2).init(device)
+    if torch is not None:
+        torch.manual_seed(0)
+        t_lstm = torch.nn.LSTM(128, 128, num_layers=2, batch_first=True)
+        weights = {k: v.detach().numpy() for k, v in t_lstm.state_dict().items()}
+        lstm = load_foreign(lstm, weights, source="torch", op="benchmark")[0]
+
+    def ember_lstm():
+        x = Tensor.from_data(x_np, device=device).require_grad()
+        return lstm(x)[0].sum().backward()
+
+    if torch is None:
+        return name, ember_lstm, None
+    tx = torch.from_numpy(x_np)
+    check = t_lstm(tx)[0].sum().item()
+    assert abs(check - lstm(Tensor.from_data(x_np, device=device))[0].sum().into_scalar()) < 1e-2 * max(1.0, abs(check))
+
+    def torch_lstm():
+        t_lstm.zero_grad(set_to_none=True)
+        x = tx.clone().requires_grad_()
+        t_lstm(x)[0].sum().backward()
+
+    return name, ember_lstm, torch_lstm
 
 
 def main() -> None:
@@ -146,6 +180,8 @@ def main() -> None:
             (cases[1][0], ember_cnn, torch_cnn),
             (cases[2][0], ember_cnn_forward, torch_cnn_forward),
         ]
+
+    cases.append(_lstm_case(torch, device, rng))
 
     for name, ember_fn, torch_fn in cases:
         if torch_fn is None:

@@ -9,7 +9,9 @@ Loading runs the same steps for every source:
    splits fused tensors and renames paths, then each layer turns PyTorch's names for
    its fields into ember's (``Module.pytorch_names``) and PyTorch's layout into ember's
    (``Module.adapt_pytorch``: ``Linear`` transposes ``[out, in]``), except for the keys
-   the map declares ``as_stored``; the states it declares ``computed`` are not expected;
+   the map declares ``as_stored``; a layer whose PyTorch twin names and shapes its
+   tensors differently first adapts the keys under its path (``Module.adapt_pytorch_keys``:
+   ``Lstm`` splits ``weight_ih_l0`` into its gates); the states it declares ``computed`` are not expected;
 4. the keys are checked against the module (``strict``) and the values loaded.
 
 :func:`export_arrays` runs steps 3 backwards, so a module writes the layout it read.
@@ -140,6 +142,8 @@ def adapt_arrays(
     for path, layer in module.modules():
         cls = type(layer)
         prefix = f"{path}." if path else ""
+        if cls.adapt_pytorch_keys is not Module.adapt_pytorch_keys:
+            out = layer.adapt_pytorch_keys(prefix, out)
         if names:
             for theirs, ours in cls.pytorch_names.items():
                 for key in [k for k in out if k.startswith(prefix + theirs)]:
@@ -185,6 +189,9 @@ def export_arrays(module: Module, adapt: str | None = "pytorch") -> dict[str, np
                 renamed = _rename_field(key, prefix, ours, theirs)
                 if renamed is not None:
                     out[renamed] = out.pop(key)
+    for path, layer in reversed(list(module.modules())):
+        if type(layer).export_pytorch_keys is not Module.export_pytorch_keys:
+            out = layer.export_pytorch_keys(f"{path}." if path else "", out)
     out = {weight_map.rename_ours(key): value for key, value in out.items()}
     return _join_fused(out, weight_map)
 

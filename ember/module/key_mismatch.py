@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from ember.module.module import Module
 
 __all__ = ["listing", "mismatch_message", "suggest_remap"]
@@ -107,11 +109,24 @@ def _raw(pattern: str) -> str:
     return f'r"{pattern}"' if '"' not in pattern and not pattern.endswith("\\") else repr(pattern)
 
 
+def _as_pytorch(module: Module, keys: list[str]) -> list[str]:
+    """``keys`` as PyTorch names them where a layer joins or renames its tensors
+    (``Module.export_pytorch_keys``: an ``Lstm``'s gates are one ``weight_ih_l0``)."""
+    named = {key: np.zeros(0) for key in keys}  # only the names matter
+    for path, layer in reversed(list(module.modules())):
+        if type(layer).export_pytorch_keys is not Module.export_pytorch_keys:
+            named = layer.export_pytorch_keys(f"{path}." if path else "", named)
+    return list(named)
+
+
 def mismatch_message(module: Module, path: object, missing: list[str], unexpected: list[str], op: str) -> str:
     name = type(module).__name__
     lines = [f"ember: {op}: the keys of {path} do not match {name}."]
     if missing:
         lines.append(f"  in {name}, not in the file: {listing(missing)}")
+        theirs = _as_pytorch(module, missing)
+        if sorted(theirs) != sorted(missing):
+            lines.append(f"  (in PyTorch's names: {listing(theirs)})")
     if unexpected:
         lines.append(f"  in the file, not in {name}: {listing(unexpected)}")
     rules = suggest_remap(module, missing, unexpected) if missing and unexpected else []

@@ -323,6 +323,18 @@ class Module:
         """The inverse of :meth:`adapt_pytorch`: PyTorch's layout of this layer's ``field``."""
         return array
 
+    def adapt_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """PyTorch's keys under ``prefix`` (this layer's path and a dot) renamed, split or
+        joined into this layer's own, before any sub-layer adapts its fields: for layers
+        whose PyTorch twin keeps differently shaped tensors under other names (``Lstm``:
+        ``weight_ih_l1_reverse`` holds four gates of one cell). The identity by default."""
+        return arrays
+
+    def export_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The inverse of :meth:`adapt_pytorch_keys`, run after the sub-layers wrote their
+        fields in PyTorch's names and layouts."""
+        return arrays
+
     def export_pytorch_extra(self) -> dict[str, np.ndarray]:
         """Buffers that PyTorch's counterpart of this layer keeps and ember does not
         (``BatchNorm``'s ``num_batches_tracked``), by PyTorch's field name: written by

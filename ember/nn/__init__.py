@@ -91,7 +91,21 @@ from ember.nn.pool import (
 )
 from ember.nn.pos_encoding import PositionalEncoding, PositionalEncodingConfig
 from ember.nn.pwff import PositionWiseFeedForward, PositionWiseFeedForwardConfig
-from ember.nn.rnn import GateController, Gru, GruConfig, Lstm, LstmConfig, LstmState
+from ember.nn.rnn import (
+    BiLstm,
+    BiLstmConfig,
+    GateController,
+    Gru,
+    GruCell,
+    GruConfig,
+    Lstm,
+    LstmCell,
+    LstmConfig,
+    LstmState,
+    Rnn,
+    RnnCell,
+    RnnConfig,
+)
 from ember.nn.rope_scaling import RopeScaling
 from ember.nn.rotary import RotaryEncoding, RotaryEncodingConfig
 from ember.nn.transformer import (
@@ -104,6 +118,13 @@ from ember.nn.unfold import Unfold, Unfold4d, Unfold4dConfig
 from ember.nn.upsample import Upsample, UpsampleConfig
 
 __all__ = [
+    "RnnConfig",
+    "RnnCell",
+    "Rnn",
+    "LstmCell",
+    "GruCell",
+    "BiLstmConfig",
+    "BiLstm",
     "Celu",
     "Constant",
     "Elu",

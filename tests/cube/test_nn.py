@@ -44,7 +44,12 @@ LAYERS = {
     "rms_norm": (lambda: nn.RmsNormConfig(6).init(), lambda: _input((4, 6)), None),
     "embedding": (lambda: nn.EmbeddingConfig(100, 5).init(), lambda: _input((3, 80), ints=100), None),
     "lstm": (lambda: nn.LstmConfig(4, 6).init(), lambda: _input((2, 5, 4)), lambda m, x: m(x)[0]),
-    "gru": (lambda: nn.GruConfig(4, 6).init(), lambda: _input((2, 5, 4)), None),
+    "gru": (lambda: nn.GruConfig(4, 6).init(), lambda: _input((2, 5, 4)), lambda m, x: m(x)[0]),
+    "rnn": (
+        lambda: nn.RnnConfig(4, 6, num_layers=2, bidirectional=True).init(),
+        lambda: _input((2, 5, 4)),
+        lambda m, x: m(x, lengths=[5, 3])[0],
+    ),
     "mha": (lambda: nn.MultiHeadAttentionConfig(8, 2, dropout=0.0).init(), lambda: _input((2, 5, 8)), _mha),
     "transformer": (
         lambda: nn.TransformerEncoderConfig(8, 16, 2, 1, dropout=0.0).init(),
