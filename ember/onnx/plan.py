@@ -29,8 +29,17 @@ from ember.errors import OnnxError
 from ember.module import Param, ParamId, RunningState
 from ember.onnx import proto
 from ember.onnx.dtypes import dtype_of_array, ember_dtype
-from ember.onnx.ops import Node, OpDef, lookup
-from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, host_to_tensor
+from ember.onnx.ops import Node, OpDef
+from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, explain, host_to_tensor
+from ember.onnx.support import (
+    WRAPPING,
+    Unsupported,
+    check_attributes,
+    check_node,
+    narrow,
+    node_opset,
+    unsupported_error,
+)
 from ember.onnx.trainable import InitializerInfo, InitializerRole, Trainable, WeightRule, choose
 from ember.tensor import Tensor
 
@@ -47,62 +56,11 @@ class Value:
     shape: tuple[int | None, ...] | None = None
 
 
-@dataclass
-class Unsupported:
-    op_type: str
-    domain: str
-    node: str
-    opset: int
-    reason: str
-
-    def describe(self) -> str:
-        op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
-        name = repr(self.node) if self.node else "(unnamed)"
-        return f"{op} (node {name}, opset {self.opset}): {self.reason}"
-
-
-def node_opset(opsets: dict[str, int], domain: str) -> int:
-    return opsets.get("" if domain == "ai.onnx" else domain, 0)
-
-
-def check_node(node: Any, opsets: dict[str, int]) -> tuple[OpDef | None, int, Unsupported | None]:
-    """The operator definition and ONNX version of ``node``, or why ember cannot run it."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    opset = node_opset(opsets, domain)
-    opdef = lookup(domain, node.op_type)
-    if opdef is None:
-        reason = "ember does not implement this operator"
-        return None, 0, Unsupported(node.op_type, domain, node.name, opset, reason)
-    version = proto.schema_version(node.op_type, domain, opset) if domain == "" else opset
-    if version is None:
-        reason = f"ONNX defines no {node.op_type} in opset {opset}"
-        return None, 0, Unsupported(node.op_type, domain, node.name, opset, reason)
-    if version < opdef.since:
-        reason = (
-            f"ember implements {node.op_type} from its version {opdef.since}, the model uses version {version}; "
-            f"re-export with a newer opset (e.g. opset_version=17)"
-        )
-        return None, version, Unsupported(node.op_type, domain, node.name, opset, reason)
-    return opdef, version, None
-
-
 def _known_shape(shape: tuple[int | None, ...] | None) -> tuple[int, ...] | None:
     """``shape`` when every dim is known, else ``None``."""
     if shape is None or None in shape:
         return None
     return tuple(d for d in shape if d is not None)
-
-
-def unsupported_error(found: list[Unsupported], label: str) -> OnnxError:
-    first = found[0]
-    more = ""
-    if len(found) > 1:
-        others = sorted({u.op_type for u in found[1:]} - {first.op_type})
-        more = f"; {len(found) - 1} more unsupported node(s)" + (f" ({', '.join(others)})" if others else "")
-    return OnnxError(
-        f"ember: {label}: unsupported ONNX operator {first.describe()}{more}. "
-        "ember.onnx.describe(path) lists every operator of the model and flags the ones ember lacks"
-    )
 
 
 class Planner:
@@ -274,7 +232,10 @@ class Planner:
                 continue
             parsed = proto.value_type(info)
             if parsed is None:
-                raise OnnxError(f"ember: {self.label}: the graph input {info.name!r} is not a tensor")
+                raise OnnxError(
+                    f"ember: {self.label}: the graph input {info.name!r} is {proto.type_name(info.type)}: "
+                    "ember.onnx takes tensors as graph inputs (sequence, optional and map inputs are not supported)"
+                )
             elem, dims = parsed
             dtype = ember_dtype(elem, f"{self.label}: input {info.name!r}")
             slot = self.new_slot()
@@ -374,6 +335,7 @@ class Planner:
             self.emit_host(node, opdef, view, values)
         else:
             self.emit_tensor(node, opdef, view, values)
+        check_attributes(self.label, node, opdef, view)
 
     def host_function(self, opdef: OpDef, view: Node) -> Callable[..., Any]:
         """The operator over numpy arrays: its numpy form, or its tensor form on flex."""
@@ -413,7 +375,7 @@ class Planner:
             raise
         except Exception as error:
             raise OnnxError(
-                f"ember: {self.label}: folding the constant {view.label} failed: {type(error).__name__}: {error}"
+                f"ember: {self.label}: folding the constant ONNX {view.described()} failed: {explain(error)}"
             ) from error
         for name, value in zip(outputs_of(node), self.results(node, out)):
             if name:
@@ -429,12 +391,16 @@ class Planner:
             for i, v in enumerate(values)
         )
         outs = self.output_slots(node, HOST)
-        self.steps.append(Step(fn, ins, outs, True, view.label))
+        self.steps.append(Step(fn, ins, outs, True, view.described()))
         if opdef.data_dependent:
             self.data_dependent = True
 
     def emit_tensor(self, node: Any, opdef: OpDef, view: Node, values: list[Value | None]) -> None:
         fn = opdef.build(view)
+        if node.op_type in WRAPPING:
+            names = outputs_of(node)
+            info = self.shapes.get(names[0]) if len(names) == 1 else None
+            fn = narrow(fn, None if info is None else info[0])
         states = STATE_INPUTS.get(node.op_type, {})
         ins = []
         for i, v in enumerate(values):
@@ -447,7 +413,7 @@ class Planner:
             else:
                 ins.append(self.tensor_input(node.input[i], v))
         outs = self.output_slots(node, TENSOR)
-        self.steps.append(Step(fn, tuple(ins), outs, False, view.label))
+        self.steps.append(Step(fn, tuple(ins), outs, False, view.described()))
         if opdef.data_dependent:
             self.data_dependent = True
 

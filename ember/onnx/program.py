@@ -12,6 +12,7 @@ call with the same shapes runs only the tensor steps.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -152,9 +153,12 @@ class Program:
         except Exception as error:
             if current_trace() is not None:  # ember.compile's own signals (graph breaks) pass unchanged
                 raise
+            if isinstance(error, OnnxError) and str(error).startswith("ember: ONNX node"):
+                raise  # an operator's own check: it names the node already
+            message = f"ember: ONNX {labels[i]} failed: {explain(error)}"
             if isinstance(error, EmberError):
-                raise type(error)(f"{error}\n  (while running ONNX {labels[i]})") from error
-            raise OnnxError(f"ember: ONNX {labels[i]} failed: {type(error).__name__}: {error}") from error
+                raise type(error)(message) from error
+            raise OnnxError(message) from error
         if key is not None:
             self._host_cache[key] = [(slot, env[slot]) for slot in self.host_outputs]
             if len(self._host_cache) > HOST_CACHE_SIZE:
@@ -213,6 +217,15 @@ class Program:
         if isinstance(value, Tensor) or value is None:
             return value
         return host_to_tensor(np.asarray(value), device, f"the output {name!r}")
+
+
+def explain(error: BaseException) -> str:
+    """An error's message without the name of the ember op that raised it (``ember:
+    max_pool2d: ...``): the ONNX node is what the user wrote, and the message names it."""
+    text = str(error)
+    if isinstance(error, EmberError):
+        return re.sub(r"^ember: [\w.]+: ", "", text)
+    return f"{type(error).__name__}: {text}"
 
 
 def host_to_tensor(array: np.ndarray, device: Device, where: str) -> Tensor:

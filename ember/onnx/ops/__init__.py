@@ -1,7 +1,7 @@
 """The ONNX operators ember implements, registered in :mod:`ember.onnx.ops.registry`
 by the modules below (one family each)."""
 
-from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, reduce, resize
+from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, reduce, resize, select
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
 __all__ = [
@@ -17,5 +17,6 @@ __all__ = [
     "norm",
     "reduce",
     "resize",
+    "select",
     "supported_ops",
 ]
