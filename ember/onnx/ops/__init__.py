@@ -1,7 +1,7 @@
 """The ONNX operators ember implements, registered in :mod:`ember.onnx.ops.registry`
 by the modules below (one family each)."""
 
-from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, reduce, resize, select
+from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, recurrent, reduce, resize, select
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "lookup",
     "nn",
     "norm",
+    "recurrent",
     "reduce",
     "resize",
     "select",
