@@ -16,6 +16,7 @@ default an initializer trains only when the graph reads it as a weight:
   value (``Mul(w, x * rsqrt(mean(x^2) + eps))``: RMSNorm, T5's and LLaMA's norms, or a
   LayerNorm written out) and the rank-1 initializer added after that product;
 - ``PRelu``'s slope;
+- the weights ``W``, ``R`` and bias ``B`` of ``LSTM``, ``GRU`` and ``RNN``;
 - the table of a ``Gather`` on axis 0 (rank >= 2) whose indices are a graph input or
   computed by the graph: an embedding.
 
@@ -52,6 +53,10 @@ WEIGHT_INPUTS: dict[str, dict[int, str]] = {
     "Conv": {1: "Conv weight", 2: "Conv bias"},
     "ConvTranspose": {1: "ConvTranspose weight", 2: "ConvTranspose bias"},
     "PRelu": {1: "PRelu slope"},
+    **{
+        op: {1: f"{op} input weights W", 2: f"{op} recurrent weights R", 3: f"{op} bias B"}
+        for op in ("LSTM", "GRU", "RNN")
+    },
     **{op: {1: f"{op} scale", 2: f"{op} bias"} for op in NORMALIZATIONS},
 }
 

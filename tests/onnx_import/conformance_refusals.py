@@ -38,7 +38,6 @@ REFUSED_TYPES: dict[str, str] = {
 
 #: Operators ember does not implement (domain-qualified outside ONNX's own).
 REFUSED_OPS: dict[str, str] = {
-    **_each("not implemented yet (issue 32 item 2: recurrent ops, onto ember.nn's RNNs)", "GRU", "LSTM", "RNN"),
     **_each(
         "not implemented yet (issue 32 item 2: sampling and detection)",
         "GridSample",
@@ -97,8 +96,7 @@ REFUSED_OPS: dict[str, str] = {
 
 #: Single cases refused for an attribute or input ember does not support.
 REFUSED_CASES: dict[str, str] = {
-    "test_scan_sum": "Scan at opset 8 (a batch axis and sequence_lens) is not supported; opset 9's is",
-    "test_col2im_5d": "Col2Im: ember folds 2-d images only",
+    "test_lstm_with_peepholes": "LSTM peephole weights (input P): ember's LSTM has no peephole connections",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",
     **_each(
         "Resize: antialias=1 is not supported",
