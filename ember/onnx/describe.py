@@ -9,7 +9,7 @@ from typing import Any
 from ember.errors import OnnxError
 from ember.onnx import proto
 from ember.onnx.dtypes import onnx_name
-from ember.onnx.plan import check_node, node_opset
+from ember.onnx.support import check_node, node_opset
 from ember.onnx.trainable import WeightRule
 
 

@@ -39,6 +39,11 @@ ONNX_NAMES = {
     21: "UINT4",
     22: "INT4",
     23: "FLOAT4E2M1",
+    24: "FLOAT8E8M0",
+    25: "UINT2",
+    26: "INT2",
+    27: "FLOAT6E2M3",
+    28: "FLOAT6E3M2",
 }
 
 _NUMPY = {
@@ -83,7 +88,8 @@ _WIDEN = {
 
 
 def onnx_name(elem_type: int) -> str:
-    return ONNX_NAMES.get(int(elem_type), f"type {elem_type}")
+    """TensorProto's name of an element type (its number when ONNX's list has grown past ember's)."""
+    return ONNX_NAMES.get(int(elem_type), str(int(elem_type)))
 
 
 def numpy_dtype(elem_type: int, where: str) -> np.dtype:

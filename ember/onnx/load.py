@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 from ember.device import Device
 from ember.errors import OnnxError
 from ember.onnx.model import OnnxModel
-from ember.onnx.plan import Planner, check_node, unsupported_error
+from ember.onnx.plan import Planner
 from ember.onnx.proto import ModelFile, Source, UnknownOperator, read_model
+from ember.onnx.support import check_node, unsupported_error
 from ember.onnx.trainable import Trainable, check_trainable
 
 Dims = Sequence[int | str | None]
+DOCUMENTED_OPSET = 21  # the newest ONNX opset README's list of operators covers
 
 
 def load(
@@ -68,6 +71,14 @@ def load(
         if found:
             raise unsupported_error(found, error.file.label) from None
         raise
+    newest = file.opsets().get("", 0)
+    if newest > DOCUMENTED_OPSET:
+        warnings.warn(
+            f"ember: {file.label} imports ONNX opset {newest}, newer than the opsets ember.onnx documents "
+            f"(up to {DOCUMENTED_OPSET}): an operator ONNX redefined since runs as ember implements it, "
+            "which may differ; compare its outputs with onnxruntime",
+            stacklevel=2,
+        )
     if input_shapes:
         file = with_input_shapes(file, input_shapes)
     check_trainable(trainable)

@@ -28,9 +28,19 @@ from ember.device import Device
 from ember.errors import OnnxError
 from ember.module import Param, ParamId, RunningState
 from ember.onnx import proto
+from ember.onnx.control import CONTROL_FLOW, add_control
 from ember.onnx.dtypes import dtype_of_array, ember_dtype
-from ember.onnx.ops import Node, OpDef, lookup
-from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, host_to_tensor
+from ember.onnx.ops import Node, OpDef
+from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, explain, host_to_tensor
+from ember.onnx.support import (
+    WRAPPING,
+    Unsupported,
+    check_attributes,
+    check_node,
+    narrow,
+    node_opset,
+    unsupported_error,
+)
 from ember.onnx.trainable import InitializerInfo, InitializerRole, Trainable, WeightRule, choose
 from ember.tensor import Tensor
 
@@ -47,62 +57,11 @@ class Value:
     shape: tuple[int | None, ...] | None = None
 
 
-@dataclass
-class Unsupported:
-    op_type: str
-    domain: str
-    node: str
-    opset: int
-    reason: str
-
-    def describe(self) -> str:
-        op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
-        name = repr(self.node) if self.node else "(unnamed)"
-        return f"{op} (node {name}, opset {self.opset}): {self.reason}"
-
-
-def node_opset(opsets: dict[str, int], domain: str) -> int:
-    return opsets.get("" if domain == "ai.onnx" else domain, 0)
-
-
-def check_node(node: Any, opsets: dict[str, int]) -> tuple[OpDef | None, int, Unsupported | None]:
-    """The operator definition and ONNX version of ``node``, or why ember cannot run it."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    opset = node_opset(opsets, domain)
-    opdef = lookup(domain, node.op_type)
-    if opdef is None:
-        reason = "ember does not implement this operator"
-        return None, 0, Unsupported(node.op_type, domain, node.name, opset, reason)
-    version = proto.schema_version(node.op_type, domain, opset) if domain == "" else opset
-    if version is None:
-        reason = f"ONNX defines no {node.op_type} in opset {opset}"
-        return None, 0, Unsupported(node.op_type, domain, node.name, opset, reason)
-    if version < opdef.since:
-        reason = (
-            f"ember implements {node.op_type} from its version {opdef.since}, the model uses version {version}; "
-            f"re-export with a newer opset (e.g. opset_version=17)"
-        )
-        return None, version, Unsupported(node.op_type, domain, node.name, opset, reason)
-    return opdef, version, None
-
-
 def _known_shape(shape: tuple[int | None, ...] | None) -> tuple[int, ...] | None:
     """``shape`` when every dim is known, else ``None``."""
     if shape is None or None in shape:
         return None
     return tuple(d for d in shape if d is not None)
-
-
-def unsupported_error(found: list[Unsupported], label: str) -> OnnxError:
-    first = found[0]
-    more = ""
-    if len(found) > 1:
-        others = sorted({u.op_type for u in found[1:]} - {first.op_type})
-        more = f"; {len(found) - 1} more unsupported node(s)" + (f" ({', '.join(others)})" if others else "")
-    return OnnxError(
-        f"ember: {label}: unsupported ONNX operator {first.describe()}{more}. "
-        "ember.onnx.describe(path) lists every operator of the model and flags the ones ember lacks"
-    )
 
 
 class Planner:
@@ -132,6 +91,7 @@ class Planner:
         self.transposed: frozenset[str] = frozenset()
         self.trainable = trainable
         self.roles: list[InitializerRole] = []  # what each initializer became, and why
+        self.retired: list[Value] = []  # a subgraph's values, kept alive: const_slot_of keys on their ids
 
     # ------------------------------------------------------------------ slots
     def new_slot(self, value: Any = None) -> int:
@@ -273,13 +233,23 @@ class Planner:
             if info.name in initializers:  # IR < 4 lists initializers as inputs too
                 continue
             parsed = proto.value_type(info)
+            sequence = info.type.WhichOneof("value") == "sequence_type"
+            element = info.type.sequence_type.elem_type if sequence else None
+            if sequence and element is not None and element.WhichOneof("value") == "tensor_type":
+                parsed = (element.tensor_type.elem_type, None)  # a list of tensors
+            else:
+                sequence = False
             if parsed is None:
-                raise OnnxError(f"ember: {self.label}: the graph input {info.name!r} is not a tensor")
+                raise OnnxError(
+                    f"ember: {self.label}: the graph input {info.name!r} is {proto.type_name(info.type)}: "
+                    "ember.onnx takes tensors and sequences of tensors as graph inputs (optional and map "
+                    "inputs are not supported)"
+                )
             elem, dims = parsed
             dtype = ember_dtype(elem, f"{self.label}: input {info.name!r}")
             slot = self.new_slot()
             self.values[info.name] = Value(TENSOR, slot, None, dims)
-            specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info)))
+            specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info), sequence))
         return specs
 
     def make_leaves(self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]], rule: WeightRule) -> None:
@@ -339,6 +309,9 @@ class Planner:
         )
 
     def add_node(self, node: Any, opdef: OpDef, version: int) -> None:
+        if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+            add_control(self, node)
+            return
         values: list[Value | None] = []
         for name in node.input:
             if name == "":
@@ -368,12 +341,14 @@ class Planner:
                 self.emit_host(node, opdef, view, values)
             return
         host_only = all(i in opdef.host for i, v in enumerate(values) if v is not None)
-        if all(v.kind == CONST for v in present) and not opdef.training and node.op_type not in STATE_INPUTS:
+        eager = opdef.training or opdef.sequence  # never folded nor run on the host
+        if all(v.kind == CONST for v in present) and not eager and node.op_type not in STATE_INPUTS:
             self.fold(node, opdef, view, [None if v is None else v.const for v in values])
-        elif (all(v.kind in (CONST, HOST) for v in present) and not opdef.training) or (present and host_only):
+        elif (all(v.kind in (CONST, HOST) for v in present) and not eager) or (present and host_only):
             self.emit_host(node, opdef, view, values)
         else:
             self.emit_tensor(node, opdef, view, values)
+        check_attributes(self.label, node, opdef, view)
 
     def host_function(self, opdef: OpDef, view: Node) -> Callable[..., Any]:
         """The operator over numpy arrays: its numpy form, or its tensor form on flex."""
@@ -413,7 +388,7 @@ class Planner:
             raise
         except Exception as error:
             raise OnnxError(
-                f"ember: {self.label}: folding the constant {view.label} failed: {type(error).__name__}: {error}"
+                f"ember: {self.label}: folding the constant ONNX {view.described()} failed: {explain(error)}"
             ) from error
         for name, value in zip(outputs_of(node), self.results(node, out)):
             if name:
@@ -429,12 +404,16 @@ class Planner:
             for i, v in enumerate(values)
         )
         outs = self.output_slots(node, HOST)
-        self.steps.append(Step(fn, ins, outs, True, view.label))
+        self.steps.append(Step(fn, ins, outs, True, view.described()))
         if opdef.data_dependent:
             self.data_dependent = True
 
     def emit_tensor(self, node: Any, opdef: OpDef, view: Node, values: list[Value | None]) -> None:
         fn = opdef.build(view)
+        if node.op_type in WRAPPING:
+            names = outputs_of(node)
+            info = self.shapes.get(names[0]) if len(names) == 1 else None
+            fn = narrow(fn, None if info is None else info[0])
         states = STATE_INPUTS.get(node.op_type, {})
         ins = []
         for i, v in enumerate(values):
@@ -447,7 +426,7 @@ class Planner:
             else:
                 ins.append(self.tensor_input(node.input[i], v))
         outs = self.output_slots(node, TENSOR)
-        self.steps.append(Step(fn, tuple(ins), outs, False, view.label))
+        self.steps.append(Step(fn, tuple(ins), outs, False, view.described()))
         if opdef.data_dependent:
             self.data_dependent = True
 

@@ -12,6 +12,7 @@ call with the same shapes runs only the tensor steps.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,8 +41,11 @@ class InputSpec:
     dtype: DType
     dims: tuple[int | None, ...] | None
     dim_names: tuple[Any, ...] | None = None
+    sequence: bool = False  # a sequence of tensors: the model takes a list of them
 
     def describe_dims(self) -> str:
+        if self.sequence:
+            return "a list of tensors"
         names = self.dim_names if self.dim_names is not None else self.dims
         if names is None:
             return "any shape"
@@ -131,7 +135,7 @@ class Program:
         steps, labels = self._all, self._labels
         key = None
         if self.cacheable:
-            key = tuple(tuple(env[spec.slot]._p.shape) for spec in self.inputs)
+            key = tuple(_shape_key(env[spec.slot]) for spec in self.inputs)
             cached = self._host_cache.get(key)
             if cached is not None:
                 for slot, value in cached:
@@ -152,9 +156,12 @@ class Program:
         except Exception as error:
             if current_trace() is not None:  # ember.compile's own signals (graph breaks) pass unchanged
                 raise
+            if isinstance(error, OnnxError) and str(error).startswith("ember: ONNX node"):
+                raise  # an operator's own check: it names the node already
+            message = f"ember: ONNX {labels[i]} failed: {explain(error)}"
             if isinstance(error, EmberError):
-                raise type(error)(f"{error}\n  (while running ONNX {labels[i]})") from error
-            raise OnnxError(f"ember: ONNX {labels[i]} failed: {type(error).__name__}: {error}") from error
+                raise type(error)(message) from error
+            raise OnnxError(message) from error
         if key is not None:
             self._host_cache[key] = [(slot, env[slot]) for slot in self.host_outputs]
             if len(self._host_cache) > HOST_CACHE_SIZE:
@@ -168,6 +175,17 @@ class Program:
     def _bind_inputs(self, env: list[Any], args: Sequence[Any]) -> Device:
         device: Device | None = None
         for spec, value in zip(self.inputs, args):
+            if spec.sequence:
+                if not isinstance(value, (list, tuple)) or not all(isinstance(v, Tensor) for v in value):
+                    raise DTypeError(
+                        f"ember: the ONNX model's input {spec.name!r} is a sequence: give a list of ember Tensors, "
+                        f"got {type(value).__name__}"
+                    )
+                items = [v if v.dtype is spec.dtype else v.cast(spec.dtype) for v in value]
+                if device is None and items:
+                    device = items[0]._d
+                env[spec.slot] = items
+                continue
             if not isinstance(value, Tensor):
                 raise DTypeError(
                     f"ember: the ONNX model's input {spec.name!r} must be an ember Tensor, got {type(value).__name__} "
@@ -212,7 +230,18 @@ class Program:
     def _as_tensor(value: Any, device: Device, name: str) -> Any:
         if isinstance(value, Tensor) or value is None:
             return value
+        if isinstance(value, list):  # a sequence output: a list of tensors
+            return [Program._as_tensor(v, device, name) for v in value]
         return host_to_tensor(np.asarray(value), device, f"the output {name!r}")
+
+
+def explain(error: BaseException) -> str:
+    """An error's message without the name of the ember op that raised it (``ember:
+    max_pool2d: ...``): the ONNX node is what the user wrote, and the message names it."""
+    text = str(error)
+    if isinstance(error, EmberError):
+        return re.sub(r"^ember: [\w.]+: ", "", text)
+    return f"{type(error).__name__}: {text}"
 
 
 def host_to_tensor(array: np.ndarray, device: Device, where: str) -> Tensor:
@@ -220,6 +249,12 @@ def host_to_tensor(array: np.ndarray, device: Device, where: str) -> Tensor:
     from ember.onnx.dtypes import dtype_of_array
 
     return Tensor.from_data(array, device=device, dtype=dtype_of_array(array, where))
+
+
+def _shape_key(value: Any) -> Any:
+    if isinstance(value, list):  # a sequence input
+        return tuple(tuple(v._p.shape) for v in value)
+    return tuple(value._p.shape)
 
 
 def _fits(shape: tuple[int, ...], dims: tuple[int | None, ...]) -> bool:

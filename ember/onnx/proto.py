@@ -217,3 +217,56 @@ def schema_version(op_type: str, domain: str, opset: int) -> int | None:
         return int(onnx.defs.get_schema(op_type, opset, domain).since_version)
     except Exception:
         return None
+
+
+def attribute_defaults(op_type: str, domain: str, opset: int) -> dict[str, Any]:
+    """``{attribute: default value}`` of the operator's schema in ``opset`` (the attributes
+    the spec gives a default; empty for an operator ONNX does not define)."""
+    onnx = import_onnx()
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except Exception:
+        return {}
+    out = {}
+    for name, attr in schema.attributes.items():
+        default = attr.default_value
+        if default is not None and default.type != 0:
+            out[name] = onnx.helper.get_attribute_value(default)
+    return out
+
+
+def attribute_value(node: Any, name: str) -> Any:
+    """The raw value of the node's attribute ``name`` (as ``onnx.helper`` reads it)."""
+    onnx = import_onnx()
+    for attr in node.attribute:
+        if attr.name == name:
+            return onnx.helper.get_attribute_value(attr)
+    return None
+
+
+def type_name(tp: Any) -> str:
+    """A TypeProto as ONNX writes it in its docs, with an article: ``a sequence
+    (seq(tensor(float)))``, ``an optional value (optional(tensor(int64)))``."""
+    from ember.onnx.dtypes import onnx_name
+
+    def spell(t: Any) -> str:
+        which = t.WhichOneof("value")
+        if which == "tensor_type":
+            return f"tensor({onnx_name(t.tensor_type.elem_type).lower()})"
+        if which == "sequence_type":
+            return f"seq({spell(t.sequence_type.elem_type)})"
+        if which == "optional_type":
+            return f"optional({spell(t.optional_type.elem_type)})"
+        if which == "map_type":
+            return f"map({onnx_name(t.map_type.key_type).lower()}, {spell(t.map_type.value_type)})"
+        if which == "sparse_tensor_type":
+            return f"sparse_tensor({onnx_name(t.sparse_tensor_type.elem_type).lower()})"
+        return "an undefined type"
+
+    kind = {
+        "sequence_type": "a sequence",
+        "optional_type": "an optional value",
+        "map_type": "a map",
+        "sparse_tensor_type": "a sparse tensor",
+    }.get(tp.WhichOneof("value") or "", "a value of no type")
+    return f"{kind} ({spell(tp)})"

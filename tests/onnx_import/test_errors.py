@@ -135,7 +135,7 @@ def test_an_error_inside_the_graph_names_the_node(onnx):
     nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="bad_reshape")]
     data = onnx_model(onnx, nodes, [("x", 1, ["n"]), ("s", 7, [2])], [("y", 1, None)])
     model = ember.onnx.load(data, Device.flex())
-    with pytest.raises(OnnxError, match="Reshape node 'bad_reshape'.*cannot reshape"):
+    with pytest.raises(OnnxError, match=r"node 'bad_reshape' \(Reshape, opset 17\): cannot reshape"):
         model(Tensor.zeros([6]), Tensor.from_data(np.array([4, 4])))
 
 
@@ -174,3 +174,68 @@ def test_external_data(onnx, tmp_path):
     (tmp_path / "m.data").unlink()
     with pytest.raises(OnnxError, match="external data"):
         ember.onnx.load(tmp_path / "m.onnx")
+
+
+def test_a_failing_operator_names_the_node_and_its_attributes_as_written(onnx):
+    """An ember op failing inside a node is reported as the node, with its attributes as the
+    file writes them, not as the ember op that raised (conv2d)."""
+    helper = onnx.helper
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="Conv_12", pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    data = onnx_model(onnx, [conv], [("x", 1, [1, 3, 5, 5]), ("w", 1, [4, "c", 3, 3])], [("y", 1, None)])
+    model = ember.onnx.load(data, Device.flex())
+    with pytest.raises(EmberError) as info:
+        model(Tensor.zeros([1, 3, 5, 5]), Tensor.zeros([4, 2, 3, 3]))
+    message = str(info.value)
+    assert message.startswith(
+        "ember: ONNX node 'Conv_12' (Conv, opset 17) with kernel_shape=[3, 3], pads=[1, 1, 1, 1] failed: "
+    )
+    assert "conv2d" not in message
+
+
+def test_element_types_are_named_as_tensor_proto_names_them(onnx):
+    helper = onnx.helper
+    for elem, name in [(24, "FLOAT8E8M0"), (25, "UINT2"), (26, "INT2")]:
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", elem, [2])],
+            [helper.make_tensor_value_info("y", elem, [2])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+        with (
+            pytest.raises(OnnxError, match=rf"the ONNX element type {name} has no ember dtype") as info,
+            pytest.warns(UserWarning, match="opset 25"),
+        ):
+            ember.onnx.load(model, Device.flex())
+        assert "type type" not in str(info.value)
+
+
+def test_an_opset_newer_than_documented_warns(onnx):
+    data = onnx_model(onnx, [onnx.helper.make_node("Relu", ["x"], ["y"])], [("x", 1, [2])], [("y", 1, [2])], opset=22)
+    with pytest.warns(UserWarning, match=r"opset 22, newer than the opsets ember.onnx documents \(up to 21\)"):
+        ember.onnx.load(data, Device.flex())
+
+
+def test_sequence_and_optional_inputs_are_named_as_such(onnx):
+    helper = onnx.helper
+    seq = helper.make_tensor_sequence_value_info("xs", 1, [2])
+    opt = helper.make_value_info("maybe", helper.make_optional_type_proto(helper.make_tensor_type_proto(1, [2])))
+    for info, kind in [(seq, r"a sequence \(seq\(tensor\(float\)\)\)"), (opt, r"an optional value \(optional")]:
+        graph = helper.make_graph(
+            [helper.make_node("Identity", [info.name], ["y"])], "g", [info], [helper.make_value_info("y", info.type)]
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        with pytest.raises(OnnxError, match=rf"graph input '{info.name}' is {kind}.*sequence, optional and map"):
+            ember.onnx.load(model, Device.flex())
+
+
+def test_the_describe_hint_follows_how_the_model_came(onnx, tmp_path):
+    helper = onnx.helper
+    data = onnx_model(onnx, [helper.make_node("Det", ["x"], ["y"], name="det")], [("x", 1, [3, 3])], [("y", 1, [])])
+    with pytest.raises(OnnxError, match=r"describe\(\) of the same bytes lists") as info:
+        ember.onnx.load(data)
+    assert "describe(path)" not in str(info.value)
+    path = tmp_path / "det.onnx"
+    path.write_bytes(data)
+    with pytest.raises(OnnxError, match=r"ember.onnx.describe\('.*det.onnx'\) lists"):
+        ember.onnx.load(path)

@@ -1,7 +1,21 @@
 """The ONNX operators ember implements, registered in :mod:`ember.onnx.ops.registry`
 by the modules below (one family each)."""
 
-from ember.onnx.ops import activation, elementwise, indexing, layout, nn, norm, reduce, resize
+from ember.onnx.ops import (
+    activation,
+    attention,
+    control,
+    elementwise,
+    indexing,
+    layout,
+    loss,
+    nn,
+    norm,
+    reduce,
+    resize,
+    select,
+    sequence,
+)
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
 __all__ = [
@@ -9,13 +23,18 @@ __all__ = [
     "Node",
     "OpDef",
     "activation",
+    "attention",
+    "control",
     "elementwise",
     "indexing",
     "layout",
+    "loss",
     "lookup",
     "nn",
     "norm",
     "reduce",
     "resize",
+    "select",
+    "sequence",
     "supported_ops",
 ]

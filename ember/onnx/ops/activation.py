@@ -43,6 +43,14 @@ def hard_swish(node: Node) -> Callable[..., Any]:
     return A.hard_swish
 
 
+@op("Swish", since=24)
+def swish(node: Node) -> Callable[..., Any]:
+    alpha = float(node.attr("alpha", 1.0))
+    if alpha == 1.0:
+        return lambda x: x * x.sigmoid()
+    return lambda x: x * (x * alpha).sigmoid()
+
+
 @op("HardSigmoid")
 def hard_sigmoid(node: Node) -> Callable[..., Any]:
     alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))

@@ -288,6 +288,8 @@ def clip(node: Node) -> Callable[..., Any]:
         b = scalar(hi) if hi is not None and np.size(hi) else high
         if a is None and b is None:
             return x
+        if a is not None and b is not None and a > b:  # ONNX: min(max(x, lo), hi) is hi everywhere
+            return x.clamp(b, b)
         return x.clamp(a, b)
 
     return run
@@ -300,7 +302,7 @@ def _np_clip(node: Node) -> Callable[..., Any]:
     def run(x: np.ndarray, lo: Any = None, hi: Any = None) -> np.ndarray:
         a = scalar(lo) if lo is not None and np.size(lo) else low
         b = scalar(hi) if hi is not None and np.size(hi) else high
-        return np.clip(x, a, b).astype(x.dtype)
+        return np.minimum(np.maximum(x, a) if a is not None else x, b if b is not None else x).astype(x.dtype)
 
     return run
 

@@ -122,6 +122,7 @@ def scatter_nd(node: Node) -> Callable[..., Any]:
 def constant_value(node: Node) -> np.ndarray:
     """The value of a Constant node, from whichever attribute holds it."""
     attrs = node.attrs
+    node.uses(*attrs)  # exactly one value attribute (the model check ensures it); read below
     if "value" in attrs:
         return np.asarray(attrs["value"])
     if "value_float" in attrs:
@@ -200,8 +201,10 @@ def one_hot(node: Node) -> Callable[..., Any]:
     def run(indices: Tensor, depth: np.ndarray, values: np.ndarray) -> Tensor:
         n = int(scalar(depth))
         off, on = values.reshape(-1)[0].item(), values.reshape(-1)[1].item()
-        idx = _wrap(indices.cast("int64"), n)
-        hot = idx.one_hot(n)  # int64, a new last dim
+        idx = _wrap((indices.trunc() if indices.is_float() else indices).cast("int64"), n)
+        # ONNX: an index outside [-depth, depth) gives a row of off values.
+        inside = idx.greater_equal_elem(0).bool_and(idx.lower_elem(n))
+        hot = idx.where(inside, idx.zeros_like()).one_hot(n) * inside.cast("int64").unsqueeze_dim(-1)
         out = (hot * (on - off) + off) if values.dtype.kind != "b" else hot.bool()
         out = out.cast(Tensor.from_data(values[:1], device=indices.device).dtype)
         return out.movedim(-1, axis(node, a, indices.rank + 1))
@@ -254,7 +257,25 @@ def cum_sum(node: Node) -> Callable[..., Any]:
         out = src.cumsum(d)
         if exclusive:
             out = out - src
-        return out.flip([d]) if reverse else out
+        out = out.flip([d]) if reverse else out
+        return out if out.dtype == x.dtype else out.cast(x.dtype)  # ONNX keeps int32 int32
+
+    return run
+
+
+@op("CumProd", host=(1,), since=26)
+def cum_prod(node: Node) -> Callable[..., Any]:
+    exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
+
+    def run(x: Tensor, a: np.ndarray) -> Tensor:
+        d = axis(node, int(scalar(a)), x.rank)
+        src = x.flip([d]) if reverse else x
+        n = src.dims()[d]
+        if exclusive and n:  # the product of the values before: a one, then all but the last
+            src = Tensor.cat([src.narrow(d, 0, 1).ones_like(), src.narrow(d, 0, n - 1)], d)
+        out = src.cumprod(d)
+        out = out.flip([d]) if reverse else out
+        return out if out.dtype == x.dtype else out.cast(x.dtype)
 
     return run
 

@@ -95,6 +95,7 @@ def _flatten_shape(node: Node, shape: list[int]) -> list[int]:
 
 @op("Flatten")
 def flatten(node: Node) -> Callable[..., Any]:
+    node.uses("axis")  # read per input shape (_flatten_shape)
     return lambda x: x.reshape(_flatten_shape(node, dims(x)))
 
 
@@ -129,6 +130,8 @@ def _axes_arg(node: Node, given: Any) -> list[int] | None:
 
 @op("Squeeze", host=(1,))
 def squeeze(node: Node) -> Callable[..., Any]:
+    node.uses("axes")  # an attribute before opset 13 (_axes_arg)
+
     def run(x: Any, given: Any = None) -> Any:
         shape = dims(x)
         chosen = _axes_arg(node, given)
@@ -150,6 +153,8 @@ numpy_op("Squeeze")(squeeze)
 
 @op("Unsqueeze", host=(1,))
 def unsqueeze(node: Node) -> Callable[..., Any]:
+    node.uses("axes")  # an attribute before opset 13 (_axes_arg)
+
     def run(x: Any, given: Any = None) -> Any:
         shape = dims(x)
         chosen = _axes_arg(node, given) or []
@@ -213,6 +218,7 @@ def _split_sizes(node: Node, length: int, given: Any) -> list[int]:
 @op("Split", host=(1,))
 def split(node: Node) -> Callable[..., Any]:
     a = int(node.attr("axis", 0))
+    node.uses("split", "num_outputs")  # read per input shape (_split_sizes)
 
     def run(x: Tensor, given: Any = None) -> tuple[Tensor, ...]:
         d = axis(node, a, x.rank)
@@ -224,6 +230,7 @@ def split(node: Node) -> Callable[..., Any]:
 @numpy_op("Split")
 def _np_split(node: Node) -> Callable[..., Any]:
     a = int(node.attr("axis", 0))
+    node.uses("split", "num_outputs")
 
     def run(x: np.ndarray, given: Any = None) -> tuple[np.ndarray, ...]:
         d = axis(node, a, x.ndim)
@@ -261,6 +268,8 @@ def slices(
 
 @op("Slice", host=(1, 2, 3, 4))
 def slice_(node: Node) -> Callable[..., Any]:
+    node.uses("starts", "ends", "axes")  # attributes before opset 10
+
     def run(x: Any, starts: Any = None, ends: Any = None, chosen: Any = None, steps: Any = None) -> Any:
         if node.version < 10:  # attributes before opset 10
             starts_, ends_, axes_, steps_ = node.ints("starts"), node.ints("ends"), node.ints("axes"), None
@@ -319,7 +328,8 @@ _NP_PAD_MODES: dict[str, Literal["reflect", "edge", "wrap"]] = {"reflect": "refl
 def pad(node: Node) -> Callable[..., Any]:
     mode = node.attr("mode", "constant")
     if mode not in _PAD_MODES:
-        raise node.error(f"mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
+        raise node.attr_error("mode", f"is not one of {', '.join(_PAD_MODES)}")
+    node.uses("pads", "value")  # attributes before opset 11
 
     def run(x: Any, pads: Any = None, value: Any = None, chosen: Any = None) -> Any:
         rank = len(dims(x))
@@ -382,12 +392,14 @@ def depth_to_space(node: Node) -> Callable[..., Any]:
 @op("SpaceToDepth")
 def space_to_depth(node: Node) -> Callable[..., Any]:
     b = int(node.attr("blocksize"))
+    mode = node.attr("mode", "DCR")  # opset 28
+    if mode not in ("DCR", "CRD"):
+        raise node.error(f"attribute mode={mode!r} is not one of DCR, CRD")
+    order = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
 
     def run(x: Tensor) -> Tensor:
         n, c, h, w = x.dims()
-        return (
-            x.reshape([n, c, h // b, b, w // b, b]).permute([0, 3, 5, 1, 2, 4]).reshape([n, c * b * b, h // b, w // b])
-        )
+        return x.reshape([n, c, h // b, b, w // b, b]).permute(order).reshape([n, c * b * b, h // b, w // b])
 
     return run
 

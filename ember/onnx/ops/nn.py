@@ -1,10 +1,12 @@
-"""Layer operators: MatMul, Gemm, Conv, ConvTranspose, MaxPool, AveragePool,
+"""Layer operators: MatMul, Gemm, Conv, ConvTranspose, MaxPool, AveragePool, LpPool (1-3 d),
 GlobalAveragePool, GlobalMaxPool, LRN."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
@@ -163,27 +165,88 @@ def _pool_setup(node: Node) -> tuple[int, list[int], list[int], list[int], Any, 
     if kernel is None:
         raise node.error("kernel_shape is required")
     spatial = len(kernel)
-    if spatial not in (1, 2):
-        raise node.error(f"{spatial}-d pooling is not supported (1 or 2 spatial dims)")
+    if spatial not in (1, 2, 3):
+        raise node.attr_error("kernel_shape", f"{spatial}-d pooling is not supported (1, 2 or 3 spatial dims)")
     strides = node.ints("strides", [1] * spatial)
     dilations = node.ints("dilations", [1] * spatial)
     return spatial, kernel, strides, dilations, _conv_pads(node, spatial), bool(node.attr("ceil_mode", 0))
+
+
+def _wide_pads(pads: tuple[tuple[int, int], ...], kernel: list[int], dilations: list[int]) -> bool:
+    """Whether some pad is wider than half the (dilated) window, which ember's pooling refuses
+    and ONNX allows: the input is then padded before pooling."""
+    return any(max(p) > ((k - 1) * d + 1) // 2 for p, k, d in zip(pads, kernel, dilations))
+
+
+def _pre_pad(x: Tensor, pads: tuple[tuple[int, int], ...], value: float) -> Tensor:
+    """``x`` with ``pads`` (a ``(before, after)`` per spatial dim) added, as Tensor.pad takes them."""
+    flat = [w for before, after in reversed(pads) for w in (before, after)]
+    return x.pad(flat, value)
+
+
+def _separable(x: Tensor, spatial: int, pool: Callable[..., Tensor], params: list[Any]) -> Tensor:
+    """3-d max or average pooling as a 2-d pooling of every depth slice, then a 1-d pooling
+    along the depth: both reductions are separable per axis (a box's maximum is the maximum
+    over depth of each slice's maximum; its mean, with a divisor that is a product of
+    per-axis counts, the mean of the means). ``params[i]`` holds each argument's value per
+    spatial dim; ``pool(t, rank, *args)`` pools the last ``rank`` dims of ``t``."""
+    if spatial < 3:
+        return pool(x, spatial, *[tuple(p) for p in params])
+    n, c, d, h, w = x.dims()
+    planes = pool(x.reshape([n, c * d, h, w]), 2, *[tuple(p[1:]) for p in params])
+    h2, w2 = planes.dims()[2:]
+    columns = planes.reshape([n, c, d, h2 * w2]).permute([0, 1, 3, 2]).reshape([n, c * h2 * w2, d])
+    out = pool(columns, 1, *[tuple(p[:1]) for p in params])
+    d2 = out.dims()[2]
+    return out.reshape([n, c, h2, w2, d2]).permute([0, 1, 4, 2, 3])
+
+
+def _max(ceil_mode: bool) -> Callable[..., Tensor]:
+    def pool(t: Tensor, rank: int, kernel: Any, strides: Any, pads: Any, dilations: Any) -> Tensor:
+        fn = M.max_pool1d if rank == 1 else M.max_pool2d
+        return fn(t, kernel, strides, pads, dilations, ceil_mode)
+
+    return pool
+
+
+def _avg(ceil_mode: bool, include_pad: bool) -> Callable[..., Tensor]:
+    def pool(t: Tensor, rank: int, kernel: Any, strides: Any, pads: Any) -> Tensor:
+        fn = M.avg_pool1d if rank == 1 else M.avg_pool2d
+        return fn(t, kernel, strides, pads, include_pad, ceil_mode)
+
+    return pool
 
 
 @op("MaxPool")
 def max_pool(node: Node) -> Callable[..., Any]:
     spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
     if int(node.attr("storage_order", 0)):
-        raise node.error("storage_order=1 (column-major indices) is not supported")
+        raise node.attr_error("storage_order", "column-major indices are not supported")
     with_indices = len(node.outputs) > 1 and node.outputs[1] != ""
-    plain = M.max_pool1d if spatial == 1 else M.max_pool2d
+    if with_indices and spatial == 3:
+        raise node.error("the Indices output of a 3-d MaxPool is not supported")
+    pool = _max(ceil_mode)
+
+    def plain(x: Tensor, kernel: Any, strides: Any, pads: Any, dilations: Any, ceil_mode: bool) -> Tensor:
+        return _separable(x, spatial, pool, [kernel, strides, pads, dilations])
+
     indexed = M.max_pool1d_with_indices if spatial == 1 else M.max_pool2d_with_indices
 
     def run(x: Tensor) -> Any:
+        if not x.is_float():  # ONNX pools ints too (uint8 images): exact in float64, cast back
+            out = run(x.cast("float64"))
+            return (out[0].cast(x.dtype), out[1]) if with_indices else out.cast(x.dtype)
         pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
+        if _wide_pads(pads, kernel, dilations) and not with_indices:
+            x, pads = _pre_pad(x, pads, float("-inf")), tuple((0, 0) for _ in pads)
         args = (tuple(kernel), tuple(strides), pads, tuple(dilations), ceil_mode)
         if not with_indices:
             return plain(x, *args)
+        if _wide_pads(pads, kernel, dilations):
+            raise node.error(
+                f"attribute pads={node.ints('pads')}: pads wider than half the kernel are not supported "
+                "with the Indices output"
+            )
         y, indices = indexed(x, *args)
         # ONNX counts positions over the whole tensor: add each (batch, channel) plane's start.
         n, c = x.dims()[:2]
@@ -200,13 +263,51 @@ def max_pool(node: Node) -> Callable[..., Any]:
 def average_pool(node: Node) -> Callable[..., Any]:
     spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
     if any(d != 1 for d in dilations):
-        raise node.error(f"dilations {dilations} are not supported for average pooling")
+        raise node.attr_error("dilations", "dilated average pooling is not supported")
     include_pad = bool(node.attr("count_include_pad", 0))
-    fn = M.avg_pool1d if spatial == 1 else M.avg_pool2d
+
+    def fn(x: Tensor, kernel: Any, strides: Any, pads: Any, include: bool, ceil_mode: bool) -> Tensor:
+        return _separable(x, spatial, _avg(ceil_mode, include), [kernel, strides, pads])
 
     def run(x: Tensor) -> Tensor:
         pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
-        return fn(x, tuple(kernel), tuple(strides), pads, include_pad, ceil_mode)
+        if not _wide_pads(pads, kernel, dilations):
+            return fn(x, tuple(kernel), tuple(strides), pads, include_pad, ceil_mode)
+        # Pads wider than half the kernel: pad with zeros first; the divisor is the window's
+        # size within the padded input (count_include_pad=1) or its count of input elements.
+        none = tuple((0, 0) for _ in pads)
+        sums = fn(_pre_pad(x, pads, 0.0), tuple(kernel), tuple(strides), none, True, ceil_mode)
+        if include_pad:
+            return sums
+        ones = _pre_pad(x.ones_like().narrow(0, 0, 1).narrow(1, 0, 1), pads, 0.0)
+        counts = fn(ones, tuple(kernel), tuple(strides), none, True, ceil_mode)
+        return sums / counts
+
+    return run
+
+
+@op("LpPool")
+def lp_pool(node: Node) -> Callable[..., Any]:
+    """``(sum of |x|^p over the window)^(1/p)``, padding counted as zeros: the sum is the
+    mean with pads included times the window's count of in-bounds positions."""
+    spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
+    if any(d != 1 for d in dilations):
+        raise node.attr_error("dilations", "dilated Lp pooling is not supported")
+    p = float(node.attr("p", 2))
+    pool = _avg(ceil_mode, True)
+
+    def run(x: Tensor) -> Tensor:
+        pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
+        powered = x.abs() if p == 1 else x.abs().powf_scalar(p)
+        padded = _pre_pad(powered, pads, 0.0)
+        none = tuple((0, 0) for _ in pads)
+        means = _separable(padded, spatial, pool, [kernel, strides, none])
+        counts = np.ones((1,), np.float64)
+        for n, k, s, m in zip(padded.dims()[2:], kernel, strides, means.dims()[2:]):
+            starts = np.arange(m) * s
+            counts = np.multiply.outer(counts, np.minimum(starts + k, n) - starts)
+        sums = means * Tensor.from_data(counts.reshape([1, 1, *means.dims()[2:]]).astype(x.dtype.np), device=x.device)
+        return sums if p == 1 else sums.powf_scalar(1.0 / p)
 
     return run
 

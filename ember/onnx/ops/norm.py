@@ -1,5 +1,5 @@
 """Normalisation and Dropout: BatchNormalization, InstanceNormalization,
-LayerNormalization, GroupNormalization, LpNormalization, Dropout.
+LayerNormalization, RMSNormalization, GroupNormalization, LpNormalization, Dropout.
 
 As ember's own layers, BatchNormalization and Dropout train on an autodiff device
 (batch statistics with running averages updated; random masks) and infer elsewhere
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.distribution import Distribution
+from ember.backend.dtype import DType
 from ember.module import RunningState
 from ember.onnx.ops.common import axis, scalar
 from ember.onnx.ops.registry import Node, op
@@ -31,22 +32,30 @@ def batch_norm(node: Node) -> Callable[..., Any]:
     eps = float(node.attr("epsilon", 1e-5))
     momentum = float(node.attr("momentum", 0.9))  # ONNX weighs the old value (PyTorch's 1 - momentum)
     extra_outputs = len([o for o in node.outputs[1:] if o])
+    # training_mode=1 (opset 14) trains on every device; 0 or absent: the device decides.
+    always = bool(node.attr("training_mode", 0)) or (node.version < 7 and not node.attr("is_test", 0))
+    if node.version < 7:
+        node.attr("consumed_inputs")  # opset 6's optimisation hint: read, no effect
+    if node.version < 9:
+        node.attr("spatial")  # 1 (the default) or 0; ember normalises per channel as spatial=1 does
+        if node.attr("spatial", 1) != 1:
+            raise node.error("attribute spatial=0 (statistics per element) is not supported")
 
     def run(x: Tensor, scale: Tensor, bias: Tensor, mean: Any, var: Any) -> Any:
         channels = x.dims()[1]
         stat = [1, channels] + [1] * (x.rank - 2)
         device = x.device
-        if device.is_autodiff():
+        if always or device.is_autodiff():
             reduced = [0] + list(range(2, x.rank))
-            count = x.num_elements() // channels
             batch_mean = x.mean_dims(reduced)
             centered = x - batch_mean
             batch_var = (centered * centered).mean_dims(reduced)
             new_mean = new_var = None
             if isinstance(mean, RunningState) or extra_outputs:
-                unbiased = batch_var.detach().reshape([channels]) * (count / max(count - 1, 1))
+                # ONNX (and onnxruntime) move the running variance toward the population variance.
+                population = batch_var.detach().reshape([channels])
                 new_mean = _value(mean, device) * momentum + batch_mean.detach().reshape([channels]) * (1 - momentum)
-                new_var = _value(var, device) * momentum + unbiased * (1 - momentum)
+                new_var = _value(var, device) * momentum + population * (1 - momentum)
                 if isinstance(mean, RunningState):
                     mean.update(new_mean)
                 if isinstance(var, RunningState):
@@ -96,6 +105,23 @@ def layer_norm(node: Node) -> Callable[..., Any]:
     return run
 
 
+@op("RMSNormalization", since=23)
+def rms_norm(node: Node) -> Callable[..., Any]:
+    first = int(node.attr("axis", -1))
+    eps = float(node.attr("epsilon", 1e-5))
+    if int(node.attr("stash_type", 1)) != 1:
+        raise node.attr_error("stash_type", "only 1 (statistics in float32) is defined")
+
+    def run(x: Tensor, scale: Tensor) -> Tensor:
+        a = axis(node, first, x.rank)
+        low = x.dtype in (DType.FLOAT16, DType.BFLOAT16)  # stash_type=1: the statistics in float32
+        src = x.cast(DType.FLOAT32) if low else x
+        y = src * ((src * src).mean_dims(list(range(a, x.rank))) + eps).rsqrt()
+        return (y.cast(x.dtype) if low else y) * scale
+
+    return run
+
+
 @op("GroupNormalization", since=18)
 def group_norm(node: Node) -> Callable[..., Any]:
     groups = int(node.attr("num_groups"))
@@ -127,7 +153,7 @@ def lp_norm(node: Node) -> Callable[..., Any]:
     def run(x: Tensor) -> Tensor:
         d = axis(node, a, x.rank)
         norm = x.abs().sum_dim(d) if p == 1 else (x * x).sum_dim(d).sqrt()
-        return x / norm
+        return x / norm.where(norm.not_equal_elem(0), norm.ones_like())  # a zero row stays zero
 
     return run
 
@@ -135,11 +161,16 @@ def lp_norm(node: Node) -> Callable[..., Any]:
 @op("Dropout", host=(1, 2), training=True)
 def dropout(node: Node) -> Callable[..., Any]:
     default = float(node.attr("ratio", 0.5))  # an attribute before opset 12
+    node.attr("seed")  # read: ember draws masks from the device's generator
+    is_test = node.version < 7 and bool(node.attr("is_test", 0))
     with_mask = len(node.outputs) > 1 and node.outputs[1] != ""
 
     def run(x: Tensor, ratio: Any = None, training_mode: Any = None) -> Any:
         p = float(scalar(ratio)) if ratio is not None and np.size(ratio) else default
-        if not x.device.is_autodiff() or p == 0.0:
+        # training_mode given: it decides (a random mask on every device); absent: the device does.
+        given = training_mode is not None and np.size(training_mode)
+        training = bool(scalar(training_mode)) if given else x.device.is_autodiff() and not is_test
+        if not training or p == 0.0:
             return (x, x.ones_like().bool()) if with_mask else x
         keep = Tensor.random(x.dims(), Distribution.bernoulli(1.0 - p), device=x.device, dtype=x.dtype)
         y = x * keep * (1.0 / (1.0 - p)) if p < 1.0 else x * 0.0

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.backend.dtype import DType
 from ember.onnx.ops.common import axes, ints
 from ember.onnx.ops.registry import Node, numpy_op, op
 from ember.tensor import Tensor
@@ -58,11 +59,30 @@ def _axes_of(node: Node, given: Any, rank: int) -> list[int] | None:
     return sorted(set(axes(node, chosen, rank)))
 
 
+_EMPTY = {"ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceLogSum"}
+
+
+def _empty_reduction(name: str, x: Tensor, shape: list[int]) -> Tensor:
+    """ONNX's value of a reduction over an empty set: the identity of the reduction
+    (-inf for ReduceMax and ReduceLogSumExp, +inf for ReduceMin, the type's lowest or
+    highest value for ints, false or true for bools)."""
+    lowest = name != "ReduceMin"
+    if x.dtype is DType.BOOL:
+        value: Any = not lowest
+    elif x.is_float():
+        value = float("-inf") if lowest else float("inf")
+    else:
+        info = np.iinfo(x.dtype.np)
+        value = int(info.min if lowest else info.max)
+    return Tensor.full(shape, value, device=x.device, dtype=x.dtype)
+
+
 def _reduce_builder(name: str) -> Callable[[Node], Callable[..., Any]]:
     fn = _REDUCE[name]
 
     def build(node: Node) -> Callable[..., Any]:
         keep = bool(node.attr("keepdims", 1))
+        node.uses("axes", "noop_with_empty_axes")
 
         def run(x: Tensor, given: Any = None) -> Tensor:
             shape = x.dims()
@@ -71,7 +91,10 @@ def _reduce_builder(name: str) -> Callable[[Node], Callable[..., Any]]:
                 return x
             if not shape:  # a rank-0 input: the reduction of one value
                 return fn(x.reshape([1]), [0]).reshape([])
-            out = fn(x, d)
+            if name in _EMPTY and any(shape[i] == 0 for i in d):
+                out = _empty_reduction(name, x, [1 if i in d else n for i, n in enumerate(shape)])
+            else:
+                out = fn(x, d)
             return out if keep else out.reshape([n for i, n in enumerate(shape) if i not in d])
 
         return run
@@ -84,6 +107,7 @@ def _np_reduce_builder(name: str) -> Callable[[Node], Callable[..., Any]]:
 
     def build(node: Node) -> Callable[..., Any]:
         keep = bool(node.attr("keepdims", 1))
+        node.uses("axes", "noop_with_empty_axes")
 
         def run(x: np.ndarray, given: Any = None) -> np.ndarray:
             d = _axes_of(node, given, x.ndim)

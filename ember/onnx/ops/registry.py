@@ -40,6 +40,7 @@ class OpDef:
     shape_of: bool = False  # Shape and Size: the output depends on the input's shape only
     data_dependent: bool = False  # the output's shape depends on the input's values
     training: bool = False  # behaves differently on an autodiff device (Dropout, BatchNorm)
+    sequence: bool = False  # reads or makes a sequence (a Python list of tensors): never folded
 
 
 OPS: dict[tuple[str, str], OpDef] = {}
@@ -54,13 +55,16 @@ def op(
     shape_of: bool = False,
     data_dependent: bool = False,
     training: bool = False,
+    sequence: bool = False,
 ) -> Callable[[Builder], Builder]:
     """Register a tensor builder for one or several operator names."""
     names = [name] if isinstance(name, str) else list(name)
 
     def register(build: Builder) -> Builder:
         for n in names:
-            OPS[(domain, n)] = OpDef(n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training)
+            OPS[(domain, n)] = OpDef(
+                n, build, frozenset(host), None, since, domain, shape_of, data_dependent, training, sequence
+            )
         return build
 
     return register
@@ -111,13 +115,56 @@ class Node:
         self.outputs = outputs
         self._consts = consts
         self._shapes = shapes
+        self.read: set[str] = set()  # the attributes a builder asked for (the rest are refused)
 
     @property
     def label(self) -> str:
-        return f"{self.op_type} node {self.name!r}" if self.name else f"{self.op_type} node (unnamed)"
+        return f"node {self.name!r} ({self.op_type})" if self.name else f"node (unnamed) ({self.op_type})"
+
+    @property
+    def where(self) -> str:
+        """``node 'Conv_12' (Conv, opset 17)``: how messages name the node."""
+        name = f"node {self.name!r}" if self.name else "node (unnamed)"
+        return f"{name} ({self.op_type}, opset {self.opset})"
 
     def attr(self, key: str, default: Any = None) -> Any:
+        """Attribute ``key`` as written in the file (``default`` when absent). Reading it tells
+        the loader that the builder implements it: an attribute present in the node that no
+        builder reads is refused at load."""
+        self.read.add(key)
         return self.attrs.get(key, default)
+
+    def uses(self, *keys: str) -> None:
+        """Declare attributes a builder reads later, inside the function it returns."""
+        self.read.update(keys)
+
+    def unread(self) -> list[str]:
+        """The node's attributes that no builder read."""
+        return [key for key in self.attrs if key not in self.read]
+
+    def describe_attr(self, key: str) -> str:
+        """``key=value`` as the file writes it (``pads=[2, 2, 2, 2]``, ``mode='CRD'``)."""
+        value = self.attrs.get(key)
+        if isinstance(value, float):  # ONNX stores float32: its shortest decimal, as written
+            return f"{key}={np.float32(value)!s}"
+        if isinstance(value, (list, tuple)) and all(isinstance(v, float) for v in value):
+            return f"{key}=[{', '.join(str(np.float32(v)) for v in value)}]"
+        if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, str)) for v in value):
+            return f"{key}={list(value)}"
+        if isinstance(value, np.ndarray):
+            return f"{key}=<tensor {value.dtype}{list(value.shape)}>"
+        if isinstance(value, (int, float, str)):
+            return f"{key}={value!r}"
+        return f"{key}=<{type(value).__name__}>"
+
+    def described(self) -> str:
+        """The node as messages name it, with its attributes as the file writes them."""
+        shown = [self.describe_attr(k) for k in self.attrs]
+        return self.where + (f" with {', '.join(shown)}" if shown else "")
+
+    def attr_error(self, key: str, message: str) -> OnnxError:
+        """An error about attribute ``key``, naming the node and the value as written."""
+        return self.error(f"attribute {self.describe_attr(key)}: {message}")
 
     def has(self, i: int) -> bool:
         """Whether optional input ``i`` is given."""
@@ -136,7 +183,7 @@ class Node:
         return None if shape is None else len(shape)
 
     def error(self, message: str) -> OnnxError:
-        return OnnxError(f"ember: ONNX {self.label} (opset {self.opset}): {message}")
+        return OnnxError(f"ember: ONNX {self.where}: {message}")
 
     @overload
     def ints(self, key: str) -> list[int] | None: ...
@@ -149,6 +196,7 @@ class Node:
 
     def ints(self, key: str, default: Sequence[int] | None = None) -> list[int] | None:
         """Attribute ``key`` as a list of ints, else ``default`` (a list when given)."""
+        self.read.add(key)
         value = self.attrs.get(key)
         if value is None:
             return None if default is None else list(default)

@@ -46,7 +46,8 @@ def _source(mode: str, n: int, m: int, scale: float, roi: tuple[float, float]) -
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if m > 1 else np.zeros(m)
     if mode == "align_corners":
-        return x * (n - 1) / (m - 1) if m > 1 else np.zeros(m)
+        length = scale * n  # ONNX divides by the unrounded output length (scales given: not m)
+        return x * (n - 1) / (length - 1) if length != 1 else np.zeros(m)
     if mode == "asymmetric":
         return x / scale
     start, end = roi  # tf_crop_and_resize
@@ -101,17 +102,18 @@ def _taps(
 def resize(node: Node) -> Callable[..., Any]:
     mode = node.attr("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
-        raise node.error(f"mode {mode!r} is not one of nearest, linear, cubic")
+        raise node.attr_error("mode", "is not one of nearest, linear, cubic")
     transform = node.attr("coordinate_transformation_mode", "half_pixel")
     if transform not in _MODES:
-        raise node.error(f"coordinate_transformation_mode {transform!r} is not supported")
+        raise node.attr_error("coordinate_transformation_mode", "is not supported")
     if node.attr("nearest_mode", "round_prefer_floor") not in _NEAREST:
-        raise node.error(f"nearest_mode {node.attr('nearest_mode')!r} is not supported")
+        raise node.attr_error("nearest_mode", "is not supported")
     if int(node.attr("antialias", 0)):
-        raise node.error("antialias=1 is not supported")
+        raise node.attr_error("antialias", "is not supported (resizing without an antialiasing filter)")
     policy = node.attr("keep_aspect_ratio_policy", "stretch")
     extrapolation = float(node.attr("extrapolation_value", 0.0))
     cache: dict[Any, Any] = {}
+    node.uses("axes", "cubic_coeff_a", "exclude_outside")  # read per input shape (_taps, plan)
 
     def plan(shape: list[int], roi: Any, scales: Any, sizes: Any) -> list[tuple[int, int, Any]]:
         rank = len(shape)
@@ -176,5 +178,27 @@ def resize(node: Node) -> Callable[..., Any]:
                 total = total.mask_fill(mask, extrapolation)
             out = total
         return out
+
+    return run
+
+
+@op("Upsample", host=(1,), since=7)
+def upsample(node: Node) -> Callable[..., Any]:
+    """Upsample (opsets 7-9, deprecated since 10): Resize with the asymmetric transformation,
+    flooring for ``nearest``; the scales are an attribute at opset 7 and an input at 9."""
+    mode = node.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise node.attr_error("mode", "is not one of nearest, linear")
+    fixed = node.attr("scales")
+    attrs = {
+        "mode": "nearest" if mode == "nearest" else "linear",
+        "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": "floor",
+    }
+    inner = resize(Node("Resize", node.name, 13, node.opset, attrs, node.inputs, node.outputs, [], []))
+
+    def run(x: Tensor, scales: Any = None) -> Tensor:
+        given = np.asarray(fixed if scales is None else scales, np.float32)
+        return inner(x, None, given, None)
 
     return run

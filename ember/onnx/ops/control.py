@@ -1,0 +1,15 @@
+"""Control-flow operators: ``If`` and ``Loop``. Its subgraphs are planned by :mod:`ember.onnx.control`
+(inlined when the condition is a constant, a run-time choice otherwise); the entry here
+registers the operator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ember.onnx.ops.registry import Node, op
+
+
+@op(["If", "Loop"])
+def control_flow(node: Node) -> Callable[..., Any]:
+    raise node.error(f"{node.op_type} is planned with its subgraphs by ember.onnx.control, not built as one step")

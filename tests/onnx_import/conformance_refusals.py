@@ -1,0 +1,156 @@
+"""Every case of ONNX's backend node suite that ``ember.onnx`` refuses, and why.
+
+``tests/onnx_import/test_conformance.py`` runs each case: one that raises an
+``OnnxError`` must be listed here (by an element type it uses, an operator of its model,
+or its case name); one that runs must match the reference outputs. A case listed by
+name that passes fails the test, so that this file stays current.
+"""
+
+from __future__ import annotations
+
+
+def _each(reason: str, *names: str) -> dict[str, str]:
+    return dict.fromkeys(names, reason)
+
+
+#: ONNX element types ember has no dtype for (by TensorProto's name).
+REFUSED_TYPES: dict[str, str] = {
+    **_each(
+        "8-bit floats: ember has no float8 dtype",
+        "FLOAT8E4M3FN",
+        "FLOAT8E4M3FNUZ",
+        "FLOAT8E5M2",
+        "FLOAT8E5M2FNUZ",
+        "FLOAT8E8M0",
+    ),
+    **_each(
+        "4-bit, 2-bit and 6-bit values: ember has no sub-byte dtype",
+        "FLOAT6E2M3",
+        "FLOAT6E3M2",
+        "UINT4",
+        "INT4",
+        "FLOAT4E2M1",
+        "UINT2",
+        "INT2",
+    ),
+    **_each("ember has no string or complex tensors", "STRING", "COMPLEX64", "COMPLEX128"),
+}
+
+#: Operators ember does not implement (domain-qualified outside ONNX's own).
+REFUSED_OPS: dict[str, str] = {
+    **_each(
+        "not implemented yet (issue 32 item 2: opset 23-24 attention ops)",
+        "Attention",
+        "RMSNormalization",
+        "RotaryEmbedding",
+    ),
+    "Scan": "not implemented yet (issue 32 item 2: control flow)",
+    **_each(
+        "not implemented yet (issue 32 item 2: sequence and optional values)",
+        "Optional",
+        "SequenceMap",
+        "OptionalGetElement",
+        "OptionalHasElement",
+    ),
+    **_each("not implemented yet (issue 32 item 2: recurrent ops, onto ember.nn's RNNs)", "GRU", "LSTM", "RNN"),
+    **_each(
+        "not implemented yet (issue 32 item 2: sampling and detection)",
+        "AffineGrid",
+        "GridSample",
+        "NonMaxSuppression",
+        "RoiAlign",
+    ),
+    **_each(
+        "quantization ops: not implemented (the quantization issue)",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "QLinearMatMul",
+        "QLinearConv",
+        "MatMulInteger",
+        "ConvInteger",
+    ),
+    **_each(
+        "string ops: ember has no string tensors",
+        "RegexFullMatch",
+        "StringConcat",
+        "StringNormalizer",
+        "StringSplit",
+        "TfIdfVectorizer",
+    ),
+    **_each(
+        "signal processing: not implemented",
+        "DFT",
+        "STFT",
+        "BlackmanWindow",
+        "HammingWindow",
+        "HannWindow",
+        "MelWeightMatrix",
+    ),
+    **_each("random ops: not implemented", "Bernoulli", "RandomUniformLike"),
+    "ImageDecoder": "image decoding is not a tensor op",
+    **_each(
+        "not implemented",
+        "BitCast",
+        "CausalConvWithState",
+        "CenterCropPad",
+        "Col2Im",
+        "DeformConv",
+        "Det",
+        "LinearAttention",
+        "MaxUnpool",
+        "MeanVarianceNormalization",
+        "ReverseSequence",
+        "Scatter",
+        "SwiGLU",
+        "TensorScatter",
+    ),
+    **_each(
+        "preview operators: not implemented",
+        "ai.onnx.preview.FlexAttention",
+        "ai.onnx.preview.training.Adagrad",
+        "ai.onnx.preview.training.Adam",
+        "ai.onnx.preview.training.Momentum",
+    ),
+    **_each(
+        "ONNX-ML operators: not implemented",
+        "ai.onnx.ml.ArrayFeatureExtractor",
+        "ai.onnx.ml.Binarizer",
+        "ai.onnx.ml.LabelEncoder",
+        "ai.onnx.ml.TreeEnsemble",
+    ),
+}
+
+#: Single cases refused for an attribute or input ember does not support.
+REFUSED_CASES: dict[str, str] = {
+    **_each(
+        "AveragePool: dilations other than 1 are not supported",
+        "test_averagepool_3d_dilations_small",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
+        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False",
+    ),
+    "test_averagepool_2d_dilations": "AveragePool: dilations other than 1 are not supported",
+    "test_lppool_2d_dilations": "LpPool: dilations other than 1 are not supported",
+    "test_gathernd_example_int32_batch_dim1": "GatherND: batch_dims other than 0 are not supported",
+    "test_identity_opt": "optional-typed graph inputs are not supported",
+    "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",
+    **_each(
+        "Resize: antialias=1 is not supported",
+        "test_resize_downsample_scales_linear_antialias",
+        "test_resize_downsample_sizes_linear_antialias",
+        "test_resize_downsample_scales_cubic_antialias",
+        "test_resize_downsample_sizes_cubic_antialias",
+    ),
+}
+
+#: Cases whose outputs are random draws (a reference's own generator): each output is
+#: checked for its shape, dtype and the values a draw may take, not for the reference's values.
+RANDOM_CASES: dict[str, str] = _each(
+    "Dropout in training mode: a random mask (each value is 0 or x / (1 - ratio), as the mask says)",
+    "test_training_dropout",
+    "test_training_dropout_default",
+    "test_training_dropout_default_mask",
+    "test_training_dropout_mask",
+)
