@@ -38,7 +38,6 @@ REFUSED_TYPES: dict[str, str] = {
 
 #: Operators ember does not implement (domain-qualified outside ONNX's own).
 REFUSED_OPS: dict[str, str] = {
-    "RotaryEmbedding": "not implemented yet (issue 32 item 2: opset 23-24 attention ops)",
     "Scan": "not implemented yet (issue 32 item 2: control flow)",
     **_each(
         "not implemented yet (issue 32 item 2: sequence and optional values)",

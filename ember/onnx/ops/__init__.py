@@ -13,6 +13,7 @@ from ember.onnx.ops import (
     norm,
     reduce,
     resize,
+    rotary,
     select,
     sequence,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "norm",
     "reduce",
     "resize",
+    "rotary",
     "select",
     "sequence",
     "supported_ops",
