@@ -51,8 +51,6 @@ REFUSED_OPS: dict[str, str] = {
         "not implemented yet (issue 32 item 2: sampling and detection)",
         "AffineGrid",
         "GridSample",
-        "NonMaxSuppression",
-        "RoiAlign",
     ),
     **_each(
         "quantization ops: not implemented (the quantization issue)",

@@ -72,3 +72,118 @@ def test_rotary_embedding_3d_without_num_heads_is_refused(onnx, rng):
     attrs.remove(next(a for a in attrs if a.name == "num_heads"))
     with pytest.raises(OnnxError, match="num_heads"):
         run_ember(model.SerializeToString(), *arrays)
+
+
+def nms_case(onnx, rng, center: int, extra: dict[str, Any]):
+    batch, classes, n = 2, 3, 12
+    lo = rng.uniform(0, 8, (batch, n, 2))
+    size = rng.uniform(1, 4, (batch, n, 2))
+    if center:
+        boxes = np.concatenate([lo + size / 2, size], -1)
+    else:  # [y1, x1, y2, x2], some with the corners swapped
+        boxes = np.concatenate([lo, lo + size], -1)
+        boxes[:, ::3] = boxes[:, ::3][..., [2, 3, 0, 1]]
+    boxes = boxes.astype(np.float32)
+    scores = rng.random((batch, classes, n)).astype(np.float32)
+    scores[0, 0, 3] = scores[0, 0, 5]  # a tie: the lower index first
+    names, inits = ["boxes", "scores"], []
+    for name, value, dtype in [("limit", extra.get("limit"), np.int64), ("iou", extra.get("iou"), np.float32)]:
+        if value is not None or (name == "iou" and "floor" in extra):
+            names.append(name if value is not None else "")
+            if value is not None:
+                inits.append(onnx.numpy_helper.from_array(np.array([value], dtype), name))
+    if "floor" in extra:
+        if "limit" not in extra:
+            names.insert(2, "")
+        names.append("floor")
+        inits.append(onnx.numpy_helper.from_array(np.array([extra["floor"]], np.float32), "floor"))
+    node = onnx.helper.make_node("NonMaxSuppression", names, ["sel"], center_point_box=center)
+    data = onnx_model(
+        onnx,
+        [node],
+        [("boxes", F32, [batch, n, 4]), ("scores", F32, [batch, classes, n])],
+        [("sel", I64, [None, 3])],
+        inits,
+        opset=11,
+    )
+    return data, [boxes, scores]
+
+
+@pytest.mark.parametrize("center", [0, 1])
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"limit": 4}, {"limit": 20, "iou": 0.2}, {"limit": 5, "iou": 0.0, "floor": 0.4}, {"limit": 3, "floor": 0.7}],
+)
+def test_non_max_suppression(onnx, ort, rng, center, extra):
+    data, arrays = nms_case(onnx, rng, center, extra)
+    (got,) = run_ember(data, *arrays)
+    (want,) = run_ort(ort, data, *arrays)
+    assert got.dtype == np.int64 and got.shape[1:] == (3,)
+    np.testing.assert_array_equal(got, want)
+    if extra.get("limit"):
+        assert len(got) > 0
+
+
+def test_non_max_suppression_scores_computed_in_the_graph(onnx, ort, rng):
+    """Scores from an upstream op (a tensor read back at every call): the output's
+    length follows them."""
+    data, arrays = nms_case(onnx, rng, 0, {"limit": 6, "iou": 0.3})
+    model = onnx.load_from_string(data)
+    model.graph.node.insert(0, onnx.helper.make_node("Sigmoid", ["logits"], ["scores"]))
+    model.graph.input[1].name = "logits"
+    data = model.SerializeToString()
+    loaded = ember.onnx.load(data, Device.flex())
+    for _ in range(2):
+        logits = rng.standard_normal(arrays[1].shape).astype(np.float32) * 3
+        got = loaded(*[Tensor.from_data(a) for a in (arrays[0], logits)]).to_numpy()
+        np.testing.assert_array_equal(got, run_ort(ort, data, arrays[0], logits)[0])
+
+
+def roi_case(onnx, rng, mode: str, transform: str, ratio: int, scale: float):
+    x = rng.standard_normal((2, 3, 10, 12)).astype(np.float32)
+    corner = rng.uniform(-2, 14, (6, 2)) / scale
+    rois = np.concatenate([corner, corner + rng.uniform(0.5, 9, (6, 2)) / scale], -1).astype(np.float32)
+    batch = np.array([0, 1, 1, 0, 1, 0], np.int64)
+    node = onnx.helper.make_node(
+        "RoiAlign",
+        ["x", "rois", "batch"],
+        ["y"],
+        mode=mode,
+        coordinate_transformation_mode=transform,
+        output_height=3,
+        output_width=4,
+        sampling_ratio=ratio,
+        spatial_scale=scale,
+    )
+    data = onnx_model(
+        onnx,
+        [node],
+        [("x", F32, [2, 3, 10, 12]), ("rois", F32, [6, 4]), ("batch", I64, [6])],
+        [("y", F32, [6, 3, 3, 4])],
+        opset=16,
+    )
+    return data, [x, rois, batch]
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
+@pytest.mark.parametrize(("ratio", "scale"), [(0, 1.0), (2, 0.5)])
+def test_roi_align(onnx, ort, rng, mode, transform, ratio, scale):
+    data, arrays = roi_case(onnx, rng, mode, transform, ratio, scale)
+    (got,) = run_ember(data, *arrays)
+    np.testing.assert_allclose(got, run_ort(ort, data, *arrays)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_gradient(onnx, ort, rng):
+    """Average RoiAlign is linear in X: the gradient of ``sum(y * g)`` dotted with any
+    ``dx`` is ``sum(g * (y(x + dx) - y(x)))``, with onnxruntime's ``y``."""
+    data, (x, rois, batch) = roi_case(onnx, rng, "avg", "half_pixel", 0, 1.0)
+    device = Device.flex().autodiff()
+    xt = Tensor.from_data(x, device=device).require_grad()
+    y = ember.onnx.load(data, device)(xt, Tensor.from_data(rois, device=device), Tensor.from_data(batch, device=device))
+    g = rng.standard_normal(y.dims()).astype(np.float32)
+    grad = xt.grad((y * Tensor.from_data(g, device=device)).sum().backward()).to_numpy()
+    for _ in range(3):
+        dx = rng.standard_normal(x.shape).astype(np.float32)
+        change = run_ort(ort, data, x + dx, rois, batch)[0] - run_ort(ort, data, x, rois, batch)[0]
+        np.testing.assert_allclose((grad * dx).sum(), (g * change).sum(), rtol=1e-4, atol=1e-4)
