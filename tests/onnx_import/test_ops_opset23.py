@@ -69,3 +69,57 @@ def test_rms_normalization_scale_trains_by_default(onnx, rng):
     normed = x64 / np.sqrt((x64**2).mean(-1, keepdims=True) + 1e-5)
     got = model.weights["scale"].val().grad(grads).to_numpy()
     np.testing.assert_allclose(got, (normed * g).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def attention_case(onnx, rng, mask: str | None, causal: int, attrs: dict[str, Any], past: bool, outputs: int):
+    """3-d Attention: 4 query heads over 2 key/value heads (GQA), head size 4."""
+    b, sq, skv, hq, hkv, d = 2, 3, 4, 4, 2, 4
+    arrays = [
+        rng.standard_normal((b, sq, hq * d)).astype(np.float32),
+        rng.standard_normal((b, skv, hkv * d)).astype(np.float32),
+        rng.standard_normal((b, skv, hkv * d)).astype(np.float32),
+    ]
+    inputs = [("q", F32, [b, sq, hq * d]), ("k", F32, [b, skv, hkv * d]), ("v", F32, [b, skv, hkv * d])]
+    names = ["q", "k", "v"]
+    total = skv + (2 if past else 0)
+    if mask == "bool":
+        m = rng.random((sq, total)) > 0.3
+        m[:, 0] = True
+        arrays.append(m)
+        inputs.append(("m", BOOL, [sq, total]))
+    elif mask == "float":
+        arrays.append((rng.standard_normal((b, 1, sq, total)) * 2).astype(np.float32))
+        inputs.append(("m", F32, [b, 1, sq, total]))
+    names.append("m" if mask else "")
+    if past:
+        for n in ("pk", "pv"):
+            arrays.append(rng.standard_normal((b, hkv, 2, d)).astype(np.float32))
+            inputs.append((n, F32, [b, hkv, 2, d]))
+            names.append(n)
+    outs = ["y", "present_k", "present_v", "qk"][:outputs]
+    node = onnx.helper.make_node("Attention", names, outs, is_causal=causal, q_num_heads=hq, kv_num_heads=hkv, **attrs)
+    shapes = [[b, sq, hq * d], [b, hkv, total, d], [b, hkv, total, d], [b, hq, sq, total]]
+    data = onnx_model(onnx, [node], inputs, [(o, F32, s) for o, s in zip(outs, shapes)], opset=23)
+    return data, arrays
+
+
+@pytest.mark.parametrize(
+    ("mask", "causal", "attrs", "past", "outputs"),
+    [
+        (None, 0, {}, False, 1),
+        ("bool", 0, {"scale": 0.3}, False, 1),
+        ("float", 1, {}, False, 1),
+        (None, 1, {"softcap": 2.0}, True, 3),
+        ("bool", 1, {"qk_matmul_output_mode": 0}, True, 4),
+        ("float", 0, {"qk_matmul_output_mode": 1}, False, 4),
+        ("float", 0, {"qk_matmul_output_mode": 2, "softcap": 1.5}, False, 4),
+        ("bool", 0, {"qk_matmul_output_mode": 3}, True, 4),
+    ],
+)
+def test_attention_3d_grouped_heads(onnx, ort, rng, mask, causal, attrs, past, outputs):
+    data, arrays = attention_case(onnx, rng, mask, causal, attrs, past, outputs)
+    got = run_ember(data, *arrays)
+    want = run_ort(ort, data, *arrays)
+    assert len(got) == outputs
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
