@@ -29,7 +29,7 @@ from ember.tensor import Tensor
 if TYPE_CHECKING:
     from ember.onnx.plan import Planner, Value
 
-CONTROL_FLOW = {"If", "Loop"}
+CONTROL_FLOW = {"If", "Loop", "Scan"}
 
 
 def add_control(planner: Planner, node: Any) -> None:
@@ -102,22 +102,25 @@ def add_loop(planner: Planner, node: Any) -> None:
     """Plan a ``Loop`` node (see the module's docstring)."""
     from ember.onnx.plan import HOST, TENSOR, Value, outputs_of
 
-    where = f"{planner.label}: Loop node {node.name!r}"
-    body = proto.attributes(node, where).get("body")
+    scan = node.op_type == "Scan"
+    where = f"{planner.label}: {node.op_type} node {node.name!r}"
+    attrs = proto.attributes(node, where)
+    body = attrs.get("body")
     if body is None:
         raise OnnxError(f"ember: {where} has no body")
-    carried = len(node.input) - 2
-    if len(body.input) != carried + 2 or len(body.output) < carried + 1:
-        raise OnnxError(f"ember: {where}: the body takes {len(body.input)} inputs for {carried} carried values")
+    firsts = 0 if scan else 2  # Loop: the trip count and the condition come first
+    carried = len(node.input) - firsts
+    if len(body.input) != carried + firsts or (not scan and len(body.output) < carried + 1):
+        raise OnnxError(f"ember: {where}: the body takes {len(body.input)} inputs for {carried} value(s)")
     limits = []
-    for i in (0, 1):  # the trip count and the condition, read on the host
+    for i in range(firsts):  # read on the host
         name = node.input[i] if i < len(node.input) else ""
         value = planner.values.get(name) if name else None
         if name and value is None:
             raise OnnxError(f"ember: {where} reads {name!r}, which no earlier node, input or initializer defines")
         limits.append(1 if value is None else planner.host_input(value, True))
     initial = []
-    for name in node.input[2:]:
+    for name in node.input[firsts:]:
         value = planner.values.get(name)
         if value is None:
             raise OnnxError(f"ember: {where} reads {name!r}, which no earlier node, input or initializer defines")
@@ -130,7 +133,7 @@ def add_loop(planner: Planner, node: Any) -> None:
         for i, info in enumerate(body.input):
             slot = planner.new_slot()
             formal.append(slot)
-            entries[info.name] = Value(HOST if i < 2 else TENSOR, slot, None, None)
+            entries[info.name] = Value(HOST if i < firsts else TENSOR, slot, None, None)
         results = plan_branch(planner, body, where, entries)
         steps = planner.steps
     finally:
@@ -148,10 +151,14 @@ def add_loop(planner: Planner, node: Any) -> None:
         slot = planner.new_slot()
         planner.values[name] = Value(TENSOR, slot, None, None)
         out_slots.append(slot)
-    run = Iterations(steps, formal, outs, outer, carried, len(names), where)
-    label = f"node {node.name!r} (Loop)" if node.name else "node (unnamed) (Loop)"
+    run: Any = (
+        Scanner(steps, formal, outs, outer, attrs, carried, len(names), where)
+        if scan
+        else Iterations(steps, formal, outs, outer, carried, len(names), where)
+    )
+    label = f"node {node.name!r} ({node.op_type})" if node.name else f"node (unnamed) ({node.op_type})"
     result: int | tuple[int, ...] = tuple(out_slots) if len(names) > 1 else out_slots[0]
-    planner.steps.append(Step(run, (limits[0], limits[1], *initial, *outer), result, False, label))
+    planner.steps.append(Step(run, (*limits, *initial, *outer), result, False, label))
     planner.data_dependent = True
 
 
@@ -275,6 +282,71 @@ class Iterations:
             stacked.append(Tensor.stack(scan, 0))
         final = [*values, *stacked][: self.wanted]
         return tuple(final) if self.wanted > 1 else final[0]
+
+
+class Scanner:
+    """The run-time ``Scan`` (opset 9+): the body once per position along each scan input's
+    axis (forward or reverse), carrying the states and stacking the scan outputs."""
+
+    def __init__(
+        self,
+        steps: list[Step],
+        formal: list[int],
+        outs: list[int],
+        outer: list[int],
+        attrs: dict[str, Any],
+        values: int,
+        wanted: int,
+        where: str,
+    ):
+        self.steps = [(s.fn, s.ins, s.outs) for s in steps]
+        self.formal, self.outs, self.outer, self.wanted, self.where = formal, outs, outer, wanted, where
+        m = int(attrs.get("num_scan_inputs", 0))
+        self.n = values - m
+        self.in_axes = list(attrs.get("scan_input_axes") or [0] * m)
+        self.in_reverse = [bool(d) for d in (attrs.get("scan_input_directions") or [0] * m)]
+        k = len(outs) - self.n
+        self.out_axes = list(attrs.get("scan_output_axes") or [0] * k)
+        self.out_reverse = [bool(d) for d in (attrs.get("scan_output_directions") or [0] * k)]
+
+    def __call__(self, *rest: Any) -> Any:
+        n = self.n
+        states = list(rest[:n])
+        xs = list(rest[n : len(self.formal)])
+        base = dict(zip(self.outer, rest[len(self.formal) :]))
+        axes = [a + x.rank if a < 0 else a for a, x in zip(self.in_axes, xs)]
+        length = xs[0].dims()[axes[0]] if xs else 0
+        scans: list[list[Any]] = [[] for _ in self.outs[n:]]
+        for t in range(length):
+            env = dict(base)
+            env.update(zip(self.formal[:n], states))
+            for slot, x, a, back in zip(self.formal[n:], xs, axes, self.in_reverse):
+                env[slot] = x.select_dim(a, length - 1 - t if back else t)
+            _run(self.steps, env)
+            got = [env[s] for s in self.outs]
+            states = [_tensor(v, base[DEVICE_SLOT]) for v in got[:n]]
+            for scan, value in zip(scans, got[n:]):
+                scan.append(_tensor(value, base[DEVICE_SLOT]))
+        stacked = []
+        for scan, a, back in zip(scans, self.out_axes, self.out_reverse):
+            if not scan:
+                raise OnnxError(f"ember: {self.where}: a scan output over an empty sequence has no shape")
+            items = scan[::-1] if back else scan
+            stacked.append(Tensor.stack(items, a + items[0].rank + 1 if a < 0 else a))
+        final = [*states, *stacked][: self.wanted]
+        return tuple(final) if self.wanted > 1 else final[0]
+
+
+def _run(steps: list[Any], env: dict[int, Any]) -> None:
+    """A block's steps over ``env`` (slot -> value)."""
+    for fn, ins, out in steps:
+        result = fn(*[env[j] for j in ins])
+        if isinstance(out, tuple):
+            for slot, value in zip(out, result):
+                if slot >= 0:
+                    env[slot] = value
+        else:
+            env[out] = result
 
 
 def _host(value: Any) -> Any:

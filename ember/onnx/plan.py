@@ -233,8 +233,13 @@ class Planner:
             if info.name in initializers:  # IR < 4 lists initializers as inputs too
                 continue
             parsed = proto.value_type(info)
-            sequence = info.type.WhichOneof("value") == "sequence_type"
-            element = info.type.sequence_type.elem_type if sequence else None
+            kind = info.type
+            optional = kind.WhichOneof("value") == "optional_type"
+            if optional:  # the element's type; the model takes None for an empty optional
+                kind = kind.optional_type.elem_type
+                parsed = (kind.tensor_type.elem_type, None) if kind.WhichOneof("value") == "tensor_type" else None
+            sequence = kind.WhichOneof("value") == "sequence_type"
+            element = kind.sequence_type.elem_type if sequence else None
             if sequence and element is not None and element.WhichOneof("value") == "tensor_type":
                 parsed = (element.tensor_type.elem_type, None)  # a list of tensors
             else:
@@ -242,14 +247,14 @@ class Planner:
             if parsed is None:
                 raise OnnxError(
                     f"ember: {self.label}: the graph input {info.name!r} is {proto.type_name(info.type)}: "
-                    "ember.onnx takes tensors and sequences of tensors as graph inputs (optional and map "
-                    "inputs are not supported)"
+                    "ember.onnx takes tensors, sequences of tensors and optional ones as graph inputs "
+                    "(maps and sparse tensors are not supported)"
                 )
             elem, dims = parsed
             dtype = ember_dtype(elem, f"{self.label}: input {info.name!r}")
             slot = self.new_slot()
             self.values[info.name] = Value(TENSOR, slot, None, dims)
-            specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info), sequence))
+            specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info), sequence, optional))
         return specs
 
     def make_leaves(self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]], rule: WeightRule) -> None:

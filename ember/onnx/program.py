@@ -42,6 +42,7 @@ class InputSpec:
     dims: tuple[int | None, ...] | None
     dim_names: tuple[Any, ...] | None = None
     sequence: bool = False  # a sequence of tensors: the model takes a list of them
+    optional: bool = False  # an optional value: the model takes None for an empty one
 
     def describe_dims(self) -> str:
         if self.sequence:
@@ -175,6 +176,9 @@ class Program:
     def _bind_inputs(self, env: list[Any], args: Sequence[Any]) -> Device:
         device: Device | None = None
         for spec, value in zip(self.inputs, args):
+            if spec.optional and value is None:
+                env[spec.slot] = None
+                continue
             if spec.sequence:
                 if not isinstance(value, (list, tuple)) or not all(isinstance(v, Tensor) for v in value):
                     raise DTypeError(
@@ -252,6 +256,8 @@ def host_to_tensor(array: np.ndarray, device: Device, where: str) -> Tensor:
 
 
 def _shape_key(value: Any) -> Any:
+    if value is None:  # an empty optional input
+        return None
     if isinstance(value, list):  # a sequence input
         return tuple(tuple(v._p.shape) for v in value)
     return tuple(value._p.shape)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.onnx_import.conformance import cases, refusal_reason, run_case
-from tests.onnx_import.conformance_refusals import REFUSED_CASES
+from tests.onnx_import.conformance_refusals import REFUSED_CASES, REFUSED_OPS
 from tests.onnx_import.helpers import import_onnx
 
 NAMES = sorted(cases()) or ["(onnx is not installed)"]
@@ -28,3 +28,10 @@ def test_node_case(name):
         return
     assert outcome.kind == "pass", f"{outcome.kind}: {outcome.message}"
     assert name not in REFUSED_CASES, f"{name} passes: remove it from REFUSED_CASES in conformance_refusals.py"
+
+
+def test_the_refused_operators_are_the_ones_ember_lacks():
+    """An operator ember implements must leave REFUSED_OPS (the file stays current)."""
+    import ember.onnx
+
+    assert sorted(set(REFUSED_OPS) & set(ember.onnx.supported_ops())) == []

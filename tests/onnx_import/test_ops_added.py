@@ -411,3 +411,194 @@ def test_loop_with_a_trip_count_a_condition_and_scan_outputs(onnx, ort, rng):
     final, _ = ember.onnx.load(data, device)(xe)
     grads = final.sum().backward()
     np.testing.assert_allclose(xe.grad(grads).to_numpy(), np.full(3, 1.5 ** want[1].shape[0]), rtol=1e-6)
+
+
+def test_scan_with_a_reversed_input_and_output(onnx, ort, rng):
+    """A running sum over axis 1 of one input, read backward, with the partial sums
+    stacked along axis 0 in reverse: against onnxruntime, and differentiable."""
+    helper = onnx.helper
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "body",
+        [helper.make_tensor_value_info("s_in", F32, [2]), helper.make_tensor_value_info("x_t", F32, [2])],
+        [helper.make_tensor_value_info("s_out", F32, [2]), helper.make_tensor_value_info("y_t", F32, [2])],
+    )
+    scan = helper.make_node(
+        "Scan",
+        ["s0", "x"],
+        ["s", "ys"],
+        body=body,
+        num_scan_inputs=1,
+        scan_input_axes=[1],
+        scan_input_directions=[1],
+        scan_output_directions=[1],
+    )
+    data = onnx_model(onnx, [scan], [("s0", F32, [2]), ("x", F32, [2, 4])], [("s", F32, [2]), ("ys", F32, [4, 2])])
+    s0, x = rng.standard_normal(2).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    got = run_ember(data, s0, x)
+    for g, w in zip(got, run_ort(ort, data, s0, x)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    device = Device.flex().autodiff()
+    xe = Tensor.from_data(x, device=device).require_grad()
+    s, _ = ember.onnx.load(data, device)(Tensor.from_data(s0, device=device), xe)
+    grads = s.sum().backward()
+    np.testing.assert_array_equal(xe.grad(grads).to_numpy(), np.ones_like(x))
+
+
+@pytest.mark.filterwarnings("ignore:.*newer than the opsets ember.onnx documents")
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding(onnx, ort, rng, interleaved):
+    """Opset 23's RotaryEmbedding on a 3-d input with position ids and a partial rotary
+    dim, against onnxruntime."""
+    helper = onnx.helper
+    x = rng.standard_normal((2, 3, 2 * 8)).astype(np.float32)
+    cos = rng.standard_normal((10, 2)).astype(np.float32)
+    sin = rng.standard_normal((10, 2)).astype(np.float32)
+    positions = np.array([[0, 1, 2], [5, 6, 9]], np.int64)
+    rope = helper.make_node(
+        "RotaryEmbedding",
+        ["x", "cos", "sin", "p"],
+        ["y"],
+        interleaved=interleaved,
+        num_heads=2,
+        rotary_embedding_dim=4,
+    )
+    data = onnx_model(
+        onnx,
+        [rope],
+        [("x", F32, [2, 3, 16]), ("cos", F32, [10, 2]), ("sin", F32, [10, 2]), ("p", I64, [2, 3])],
+        [("y", F32, [2, 3, 16])],
+        opset=23,
+    )
+    (got,) = run_ember(data, x, cos, sin, positions)
+    np.testing.assert_allclose(got, run_ort(ort, data, x, cos, sin, positions)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_optional_values(onnx, ort, rng):
+    """An optional input given or empty (None), OptionalHasElement, and Optional /
+    OptionalGetElement around a tensor: against onnxruntime."""
+    helper = onnx.helper
+    opt = helper.make_value_info("o", helper.make_optional_type_proto(helper.make_tensor_type_proto(F32, [2])))
+    graph = helper.make_graph(
+        [
+            helper.make_node("OptionalHasElement", ["o"], ["has"]),
+            helper.make_node("Optional", ["x"], ["wrapped"]),
+            helper.make_node("OptionalGetElement", ["wrapped"], ["y"]),
+        ],
+        "g",
+        [opt, helper.make_tensor_value_info("x", F32, [2])],
+        [helper.make_tensor_value_info("has", 9, []), helper.make_tensor_value_info("y", F32, [2])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8).SerializeToString()
+    model = ember.onnx.load(data, Device.flex())
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = rng.standard_normal(2).astype(np.float32)
+    for given in (x + 1, None):
+        has, y = model(None if given is None else Tensor.from_data(given), Tensor.from_data(x))
+        want = session.run(None, {"o": given, "x": x})
+        assert bool(has.to_numpy()) == bool(want[0]) == (given is not None)
+        np.testing.assert_array_equal(y.to_numpy(), want[1])
+
+
+def test_center_crop_pad_reverse_sequence_and_windows(onnx, ort, rng):
+    helper = onnx.helper
+    i64 = onnx.numpy_helper.from_array
+    nodes = [
+        helper.make_node("CenterCropPad", ["x", "shape"], ["cropped"], axes=[0, 2]),
+        helper.make_node("ReverseSequence", ["x", "lens"], ["reversed"], batch_axis=1, time_axis=0),
+        helper.make_node("HannWindow", ["n"], ["hann"]),
+        helper.make_node("HammingWindow", ["n"], ["hamming"], periodic=0),
+        helper.make_node("BlackmanWindow", ["n"], ["blackman"]),
+    ]
+    inits = [
+        i64(np.array([2, 7], np.int64), "shape"),
+        i64(np.array([4, 1, 0], np.int64), "lens"),
+        i64(np.array(6, np.int64), "n"),
+    ]
+    outputs = [("cropped", F32, [2, 3, 7]), ("reversed", F32, [5, 3, 4])] + [
+        (w, F32, [6]) for w in ("hann", "hamming", "blackman")
+    ]
+    data = onnx_model(onnx, nodes, [("x", F32, [5, 3, 4])], outputs, inits, opset=18)
+    x = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    for g, w in zip(run_ember(data, x), run_ort(ort, data, x)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_scatter_and_swiglu(onnx, ort, rng):
+    """Scatter (opset 10's name of ScatterElements) against onnxruntime; SwiGLU (opset 28)
+    against ONNX's reference."""
+    helper = onnx.helper
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    idx = np.array([[1, 0, 2, 3]], np.int64)
+    upd = rng.standard_normal((1, 4)).astype(np.float32)
+    data = onnx_model(
+        onnx,
+        [helper.make_node("Scatter", ["x", "i", "u"], ["y"], axis=1)],
+        [("x", F32, [3, 4]), ("i", I64, [1, 4]), ("u", F32, [1, 4])],
+        [("y", F32, [3, 4])],
+        opset=10,
+    )
+    np.testing.assert_array_equal(run_ember(data, x, idx, upd)[0], run_ort(ort, data, x, idx, upd)[0])
+    b = rng.standard_normal((3, 4)).astype(np.float32)
+    data = onnx_model(
+        onnx,
+        [helper.make_node("SwiGLU", ["a", "b"], ["y"], alpha=1.702)],
+        [("a", F32, [3, 4]), ("b", F32, [3, 4])],
+        [("y", F32, [3, 4])],
+        opset=28,
+    )
+    with pytest.warns(UserWarning, match="opset 28"):
+        (got,) = run_ember(data, x, b)
+    np.testing.assert_allclose(got, reference(onnx, data, x, b)[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize(("include_pad", "ceil_mode"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_dilated_average_pool(onnx, ort, rng, include_pad, ceil_mode):
+    x = rng.standard_normal((1, 2, 7, 8)).astype(np.float32)
+    attrs = {
+        "kernel_shape": [2, 3],
+        "strides": [2, 2],
+        "dilations": [2, 2],
+        "pads": [1, 0, 1, 1],
+        "count_include_pad": include_pad,
+        "ceil_mode": ceil_mode,
+    }
+    data = onnx_model(
+        onnx,
+        [node(onnx, "AveragePool", ["x"], ["y"], **attrs)],
+        [("x", F32, [1, 2, 7, 8])],
+        [("y", F32, None)],
+        opset=19,
+    )
+    (got,) = run_ember(data, x)
+    np.testing.assert_allclose(got, run_ort(ort, data, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_col2im_and_max_unpool(onnx, ort, rng):
+    """Col2Im with asymmetric pads, and MaxPool's indices put back by MaxUnpool into a
+    larger output_shape: against onnxruntime."""
+    helper = onnx.helper
+    i64 = onnx.numpy_helper.from_array
+    cols = rng.standard_normal((1, 2 * 4, 12)).astype(np.float32)  # 2 channels, 2x2 blocks, 3x4 of them
+    data = onnx_model(
+        onnx,
+        [helper.make_node("Col2Im", ["c", "image", "block"], ["y"], pads=[0, 1, 1, 0], strides=[2, 1])],
+        [("c", F32, [1, 8, 12])],
+        [("y", F32, [1, 2, 5, 4])],
+        [i64(np.array([5, 4], np.int64), "image"), i64(np.array([2, 2], np.int64), "block")],
+        opset=18,
+    )
+    np.testing.assert_allclose(run_ember(data, cols)[0], run_ort(ort, data, cols)[0], rtol=1e-6)
+    x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    for shape in (None, [2, 3, 5, 5]):
+        inputs = ["p", "i"] + (["shape"] if shape else [])
+        nodes = [
+            helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("MaxUnpool", inputs, ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+        ]
+        inits = [i64(np.array(shape, np.int64), "shape")] if shape else []
+        data = onnx_model(onnx, nodes, [("x", F32, [2, 3, 4, 4])], [("y", F32, shape or [2, 3, 4, 4])], inits)
+        # With output_shape, onnxruntime reads the indices in the larger plane; the spec's
+        # reference (which ember follows) reads them in the unpooled one, zeros added after.
+        want = reference(onnx, data, x) if shape else run_ort(ort, data, x)
+        np.testing.assert_array_equal(run_ember(data, x)[0], want[0])

@@ -5,6 +5,7 @@ from ember.onnx.ops import (
     activation,
     attention,
     control,
+    crop,
     detection,
     elementwise,
     indexing,
@@ -14,9 +15,9 @@ from ember.onnx.ops import (
     norm,
     reduce,
     resize,
-    rotary,
     select,
     sequence,
+    signal,
 )
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
@@ -27,6 +28,7 @@ __all__ = [
     "activation",
     "attention",
     "control",
+    "crop",
     "detection",
     "elementwise",
     "indexing",
@@ -37,8 +39,8 @@ __all__ = [
     "norm",
     "reduce",
     "resize",
-    "rotary",
     "select",
     "sequence",
+    "signal",
     "supported_ops",
 ]

@@ -51,6 +51,12 @@ def swish(node: Node) -> Callable[..., Any]:
     return lambda x: x * (x * alpha).sigmoid()
 
 
+@op("SwiGLU", since=28)
+def swiglu(node: Node) -> Callable[..., Any]:
+    alpha = float(node.attr("alpha", 1.0))
+    return lambda a, b: a * (a * alpha if alpha != 1.0 else a).sigmoid() * b
+
+
 @op("HardSigmoid")
 def hard_sigmoid(node: Node) -> Callable[..., Any]:
     alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))

@@ -127,3 +127,44 @@ def attention(node: Node) -> Callable[..., Any]:
         return out[0] if wanted == 1 else tuple(out)
 
     return run
+
+
+@op("RotaryEmbedding", since=23)
+def rotary_embedding(node: Node) -> Callable[..., Any]:
+    """Rotary position embedding (opset 23) of 4-d ``[batch, heads, seq, head_size]`` or 3-d
+    ``[batch, seq, heads * head_size]`` inputs: halves (or, ``interleaved``, even and odd
+    positions) of the first ``rotary_embedding_dim`` features rotated by the cached cos and
+    sin, read at ``position_ids`` when given."""
+    interleaved = bool(node.attr("interleaved", 0))
+    heads = int(node.attr("num_heads", 0))
+    dim = int(node.attr("rotary_embedding_dim", 0))
+
+    def run(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor | None = None) -> Tensor:
+        shape = x.dims()
+        if x.rank == 4:
+            x = x.permute([0, 2, 1, 3])
+        else:
+            if not heads:
+                raise node.error("a 3-d input needs the num_heads attribute")
+            x = x.reshape([shape[0], shape[1], heads, shape[2] // heads])
+        b, s, h, size = x.dims()
+        r = dim or size
+        half = r // 2
+        if positions is not None:
+            cos, sin = cos.take(0, positions), sin.take(0, positions)
+        cos, sin = cos.unsqueeze_dim(2), sin.unsqueeze_dim(2)
+        rot = x.narrow(3, 0, r)
+        if interleaved:
+            pairs = rot.reshape([b, s, h, half, 2])
+            x1, x2 = pairs.narrow(4, 0, 1).squeeze_dim(4), pairs.narrow(4, 1, 1).squeeze_dim(4)
+        else:
+            x1, x2 = rot.narrow(3, 0, half), rot.narrow(3, half, half)
+        real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+        if interleaved:
+            rot = Tensor.stack([real, imag], 4).reshape([b, s, h, r])
+        else:
+            rot = Tensor.cat([real, imag], 3)
+        out = rot if r == size else Tensor.cat([rot, x.narrow(3, r, size - r)], 3)
+        return out.permute([0, 2, 1, 3]) if len(shape) == 4 else out.reshape(shape)
+
+    return run

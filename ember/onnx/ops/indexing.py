@@ -84,7 +84,7 @@ def gather_nd(node: Node) -> Callable[..., Any]:
 _REDUCTIONS = {"none": "assign", "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
 
-@op("ScatterElements")
+@op(["ScatterElements", "Scatter"])  # Scatter (opsets 9-10) is ScatterElements' old name
 def scatter_elements(node: Node) -> Callable[..., Any]:
     a = int(node.attr("axis", 0))
     update = _REDUCTIONS.get(node.attr("reduction", "none"))

@@ -259,12 +259,49 @@ def max_pool(node: Node) -> Callable[..., Any]:
     return run
 
 
+def _dilated_sum(x: Tensor, kernel: list[int], strides: list[int], pads: Any, dilations: list[int], ceil: bool) -> Any:
+    """The sum over each dilated window (zeros in the padding), and how many positions of
+    each window lie in the input and in the explicit padding: one strided slice per
+    kernel tap, added up (ember's pooling has no dilated average)."""
+    sizes = x.dims()[2:]
+    outs, extra = [], []
+    for n, k, s, d, (before, after) in zip(sizes, kernel, strides, dilations, pads):
+        span = n + before + after - ((k - 1) * d + 1)
+        o = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (o - 1) * s >= n + before:  # a last window starting in the padding is dropped
+            o -= 1
+        outs.append(o)
+        extra.append(max((o - 1) * s + (k - 1) * d + 1 - (n + before + after), 0))
+    flat = [w for (before, after), e in reversed(list(zip(pads, extra))) for w in (before, after + e)]
+    padded = x.pad(flat)
+    ones = np.pad(np.ones(sizes), [(b, a + e) for (b, a), e in zip(pads, extra)])
+    inside = np.pad(np.ones(sizes), [(b, a) for b, a in pads], constant_values=1)  # input and explicit pads
+    inside = np.pad(inside, [(0, e) for e in extra])  # not the overhang of a ceil_mode window
+    total: Any = None
+    counts = np.zeros(outs)
+    covered = np.zeros(outs)
+    for taps in np.ndindex(*kernel):
+        picks = tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(taps, dilations, outs, strides))
+        part = padded[(slice(None), slice(None), *picks)]
+        total = part if total is None else total + part
+        counts += ones[picks]
+        covered += inside[picks]
+    return total, counts, covered
+
+
 @op("AveragePool")
 def average_pool(node: Node) -> Callable[..., Any]:
     spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
-    if any(d != 1 for d in dilations):
-        raise node.attr_error("dilations", "dilated average pooling is not supported")
     include_pad = bool(node.attr("count_include_pad", 0))
+    if any(d != 1 for d in dilations):
+
+        def dilated(x: Tensor) -> Tensor:
+            pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
+            total, counts, covered = _dilated_sum(x, kernel, strides, pads, dilations, ceil_mode)
+            divisor = covered if include_pad else counts
+            return total / Tensor.from_data(np.maximum(divisor, 1).astype(x.dtype.np), device=x.device)
+
+        return dilated
 
     def fn(x: Tensor, kernel: Any, strides: Any, pads: Any, include: bool, ceil_mode: bool) -> Tensor:
         return _separable(x, spatial, _avg(ceil_mode, include), [kernel, strides, pads])
@@ -291,14 +328,15 @@ def lp_pool(node: Node) -> Callable[..., Any]:
     """``(sum of |x|^p over the window)^(1/p)``, padding counted as zeros: the sum is the
     mean with pads included times the window's count of in-bounds positions."""
     spatial, kernel, strides, dilations, pads_of, ceil_mode = _pool_setup(node)
-    if any(d != 1 for d in dilations):
-        raise node.attr_error("dilations", "dilated Lp pooling is not supported")
     p = float(node.attr("p", 2))
     pool = _avg(ceil_mode, True)
 
     def run(x: Tensor) -> Tensor:
         pads = tuple(pads_of(x.dims()[2:], kernel, strides, dilations))
         powered = x.abs() if p == 1 else x.abs().powf_scalar(p)
+        if any(d != 1 for d in dilations):
+            total = _dilated_sum(powered, kernel, strides, pads, dilations, ceil_mode)[0]
+            return total if p == 1 else total.powf_scalar(1.0 / p)
         padded = _pre_pad(powered, pads, 0.0)
         none = tuple((0, 0) for _ in pads)
         means = _separable(padded, spatial, pool, [kernel, strides, none])

@@ -1,5 +1,6 @@
 """Sequence operators: SequenceEmpty, SequenceConstruct, SequenceAt, SequenceLength,
-SequenceInsert, SequenceErase, ConcatFromSequence, SplitToSequence.
+SequenceInsert, SequenceErase, ConcatFromSequence, SplitToSequence; and the optional
+values: Optional, OptionalHasElement, OptionalGetElement.
 
 A sequence is a Python list of ember Tensors held in one slot of the program; these
 operators run at every ``forward`` (never folded), and the tensors they gather or split
@@ -109,5 +110,32 @@ def split_to_sequence(node: Node) -> Callable[..., Any]:
             if sum(sizes) != n:
                 raise node.error(f"the split sizes {sizes} do not add up to the dim's {n}")
         return list(x.split_with_sizes(sizes, d))
+
+    return run
+
+
+# ---------------------------------------------------------------------- optional values
+# An optional value is its element (a tensor or a sequence) or ``None`` when empty.
+@op("Optional", since=15, sequence=True)
+def optional(node: Node) -> Callable[..., Any]:
+    node.uses("type")  # the element type of an empty optional: ember's None needs none
+    return lambda x=None: x
+
+
+@op("OptionalHasElement", since=15, sequence=True)
+def optional_has_element(node: Node) -> Callable[..., Any]:
+    def run(x: Any = None) -> Tensor:
+        device = x.device if isinstance(x, Tensor) else x[0].device if isinstance(x, list) and x else None
+        return Tensor.from_data(np.array(x is not None), device=device)
+
+    return run
+
+
+@op("OptionalGetElement", since=15, sequence=True)
+def optional_get_element(node: Node) -> Callable[..., Any]:
+    def run(x: Any = None) -> Any:
+        if x is None:
+            raise node.error("the optional value is empty")
+        return x
 
     return run
