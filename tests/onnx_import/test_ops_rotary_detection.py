@@ -187,3 +187,41 @@ def test_roi_align_gradient(onnx, ort, rng):
         dx = rng.standard_normal(x.shape).astype(np.float32)
         change = run_ort(ort, data, x + dx, rois, batch)[0] - run_ort(ort, data, x, rois, batch)[0]
         np.testing.assert_allclose((grad * dx).sum(), (g * change).sum(), rtol=1e-4, atol=1e-4)
+
+
+def test_roi_align_opset_10_default_is_output_half_pixel(onnx, ort, rng):
+    """Before opset 16 RoiAlign had no coordinate_transformation_mode and behaved as
+    ``output_half_pixel`` (no half-pixel shift, regions at least one pixel)."""
+    data, arrays = roi_case(onnx, rng, "avg", "output_half_pixel", 0, 1.0)
+    model = onnx.load_from_string(data)
+    attrs = model.graph.node[0].attribute
+    attrs.remove(next(a for a in attrs if a.name == "coordinate_transformation_mode"))
+    model.opset_import[0].version = 10
+    data10 = model.SerializeToString()
+    (got,) = run_ember(data10, *arrays)
+    np.testing.assert_allclose(got, run_ort(ort, data10, *arrays)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, run_ember(data, *arrays)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_the_cube_backend_runs_rotary_roi_align_and_nms(onnx, rng):
+    """On wgpu (with autodiff): RotaryEmbedding and RoiAlign give flex's outputs and
+    input gradients; NonMaxSuppression picks the same boxes."""
+    from tests.conftest import _gpu_device
+
+    gpu = _gpu_device()
+    cases = [rotary_case(onnx, rng, 3, 1, 4, True), roi_case(onnx, rng, "avg", "half_pixel", 2, 0.5)]
+    cases.append(roi_case(onnx, rng, "max", "output_half_pixel", 0, 1.0))
+    for data, arrays in cases:
+        results = []
+        for device in (Device.flex().autodiff(), gpu.autodiff()):
+            x = Tensor.from_data(arrays[0], device=device).require_grad()
+            out = ember.onnx.load(data, device)(x, *[Tensor.from_data(a, device=device) for a in arrays[1:]])
+            grads = out.square().sum().backward()
+            results.append((out.to_numpy(), x.grad(grads).to_numpy()))
+        (out_flex, grad_flex), (out_gpu, grad_gpu) = results
+        np.testing.assert_allclose(out_gpu, out_flex, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(grad_gpu, grad_flex, rtol=1e-4, atol=1e-5)
+    data, arrays = nms_case(onnx, rng, 1, {"limit": 5, "iou": 0.3})
+    (want,) = run_ember(data, *arrays)
+    np.testing.assert_array_equal(run_ember(data, *arrays, device=gpu)[0], want)
