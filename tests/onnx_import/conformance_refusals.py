@@ -41,8 +41,6 @@ REFUSED_OPS: dict[str, str] = {
     **_each(
         "not implemented yet (issue 32 item 2: sampling and detection)",
         "GridSample",
-        "NonMaxSuppression",
-        "RoiAlign",
     ),
     **_each(
         "quantization ops: not implemented (the quantization issue)",
