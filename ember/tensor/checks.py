@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 FLOAT_NP = frozenset(d.np for d in DType if d.is_float)
 INT_NP = frozenset(d.np for d in DType if d.is_int)
+COMPLEX_NP = frozenset(d.np for d in DType if d.is_complex)
 BOOL_NP = np.dtype(np.bool_)
 F32 = DType.FLOAT32
 I64 = DType.INT64
@@ -57,11 +58,11 @@ def is_symbolic(value: Any) -> bool:
 def as_scalar(op: str, value: Any) -> int | float | bool:
     """A Python scalar from ``value`` (Python or numpy number, or a traced run-time
     scalar, which stands for a float), or a DTypeError."""
-    if isinstance(value, (bool, int, float)) or is_symbolic(value):
+    if isinstance(value, (bool, int, float, complex)) or is_symbolic(value):
         if type(value) is int and value.bit_length() > 1023:
             check_float_range(op, value)
         return value
-    if isinstance(value, (np.generic,)) and value.dtype.kind in "biuf":
+    if isinstance(value, (np.generic,)) and value.dtype.kind in "biufc":
         return value.item()
     raise DTypeError(
         f"ember: {op}: expected a Tensor or a Python number, got {type(value).__name__}; "
@@ -102,7 +103,9 @@ def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int |
     scalar out of an int dtype's range raises."""
     value = as_scalar(op, value)
     dt = prim.dtype
-    if dt in FLOAT_NP:
+    if type(value) is complex and dt not in COMPLEX_NP:  # a real tensor meeting a complex scalar
+        return backend.cast(prim, DType.COMPLEX128 if dt == np.float64 else DType.COMPLEX64), value
+    if dt in FLOAT_NP or dt in COMPLEX_NP:
         return prim, value
     if (isinstance(value, float) and not isinstance(value, bool)) or is_symbolic(value):
         return backend.cast(prim, F32), value

@@ -21,6 +21,7 @@ from ember.backend.autodiff.rules.loss import LossRules
 from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.norm import NormRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
+from ember.backend.autodiff.rules.spectral import SpectralRules
 from ember.backend.base import Backend
 from ember.backend.dtype import NUMPY_TO_DTYPE
 from ember.backend.ops import BinaryOp
@@ -38,6 +39,7 @@ class AutodiffBackend(
     LossRules,
     NormRules,
     ModuleRules,
+    SpectralRules,
     Backend,
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is

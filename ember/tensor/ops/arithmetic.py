@@ -137,6 +137,9 @@ class ArithmeticOps(TensorOpsBase):
         return unary(self, UnaryOp.NEG, "neg", "numeric")
 
     def abs(self) -> Self:
+        """The absolute value; of a complex tensor its modulus (a float tensor)."""
+        if self._p.dtype.kind == "c":
+            return self._complex_abs()  # type: ignore[attr-defined]  # ComplexOps, mixed into Tensor
         return unary(self, UnaryOp.ABS, "abs", "numeric")
 
     def sign(self) -> Self:
