@@ -13,6 +13,11 @@ from ember.device import Device, DeviceKind
 from ember.module import Config, Module, Param, ParamId
 from ember.tensor import Distribution, Shape, Tensor, TensorData
 from ember.tensor.autocast import autocast
+from ember.tensor.ops.complex import complex, polar, view_as_complex, view_as_real
+from ember.tensor.stft import istft, stft
+from ember.tensor.windows import blackman_window, hamming_window, hann_window, kaiser_window
+
+from ember import fft  # noqa: E402  (after the names it re-exports)
 
 float64 = DType.FLOAT64
 float32 = DType.FLOAT32
@@ -22,6 +27,8 @@ int64 = DType.INT64
 int32 = DType.INT32
 uint8 = DType.UINT8
 bool_ = DType.BOOL
+complex64 = DType.COMPLEX64
+complex128 = DType.COMPLEX128
 
 __version__ = "0.1.0"
 
@@ -50,5 +57,16 @@ __all__ = [
     "Tensor",
     "TensorData",
     "autocast",
+    "blackman_window",
     "compile",
+    "complex",
+    "fft",
+    "hamming_window",
+    "hann_window",
+    "istft",
+    "kaiser_window",
+    "polar",
+    "stft",
+    "view_as_complex",
+    "view_as_real",
 ]

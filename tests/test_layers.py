@@ -21,6 +21,7 @@ LAYERS = [
     "optim",
     "onnx",  # imports ONNX graphs as modules over ember.nn's functional ops
     "nn",
+    "fft",  # torch.fft's names over ember.tensor.fft
     "capture",
     "module",
     "tensor",
