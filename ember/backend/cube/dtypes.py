@@ -110,6 +110,11 @@ def storage_for(dtype: DType, native_f16: bool) -> Storage:
     if dtype is DType.FLOAT16:
         return _F16_NATIVE if native_f16 else _F16_WORD
     storage = _STORAGES.get(dtype)
+    if storage is None and dtype.is_complex:
+        raise DTypeError(
+            f"ember: cube: {dtype} tensors are not held on the GPU (cube has no complex kernels); "
+            "run complex and FFT ops on Device.flex() (x.to_device(Device.flex())) and move real results back"
+        )
     if storage is None:
         raise DTypeError(
             f"ember: cube: {dtype} is not available on the GPU (WGSL has no 64-bit floats); "

@@ -202,7 +202,7 @@ class ArithmeticOps(TensorOpsBase):
         return unary(self, UnaryOp.ERF, "erf", "float")
 
     def _integral_or(self, op: UnaryOp) -> Self:
-        if self._p.dtype not in FLOAT_NP:
+        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":  # ints are integral; complex is refused
             return self.__class__(self._p, self._d)
         return unary(self, op, str(op), "float")
 
