@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.dtype import DType
-from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
 from ember.tensor import fft as _fft
 from ember.tensor.tensor import Tensor
 
@@ -57,7 +57,12 @@ def _window(name: str, window: Tensor | None, n_fft: int, win: int, like: Tensor
         shape = list(window.shape) if isinstance(window, Tensor) else type(window).__name__
         raise ShapeError(f"ember: {name}: window must be a 1-d tensor of win_length={win} points, got {shape}")
     if window.device != like.device:
-        raise ShapeError(f"ember: {name}: the window lives on {window.device!r}, the input on {like.device!r}")
+        if window.device.inner() != like.device.inner():
+            raise DeviceError(
+                f"ember: {name}: the window lives on {window.device!r}, the input on {like.device!r}; "
+                "make the window on the input's device (e.g. hann_window(n, device=x.device))"
+            )
+        window = window.to_device(like.device)  # a device and its autodiff wrapper: the same values
     left = (n_fft - win) // 2
     return window.pad((left, n_fft - win - left)) if win != n_fft else window
 
