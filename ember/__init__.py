@@ -6,6 +6,7 @@
 [[2.0, 3.0]]
 """
 
+from ember import fft
 from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
 from ember.capture import compile
@@ -16,8 +17,6 @@ from ember.tensor.autocast import autocast
 from ember.tensor.ops.complex import complex, polar, view_as_complex, view_as_real
 from ember.tensor.stft import istft, stft
 from ember.tensor.windows import blackman_window, hamming_window, hann_window, kaiser_window
-
-from ember import fft  # noqa: E402  (after the names it re-exports)
 
 float64 = DType.FLOAT64
 float32 = DType.FLOAT32

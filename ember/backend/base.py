@@ -362,15 +362,25 @@ class Backend(ModuleOps, ABC):
         return NotImplemented
 
 
-_HOST_COMPLEX = {
+_HOST_COMPLEX: dict[ComplexOp, Any] = {
     ComplexOp.REAL: np.real,
     ComplexOp.IMAG: np.imag,
     ComplexOp.CONJ: np.conjugate,
     ComplexOp.ABS: np.abs,
     ComplexOp.ANGLE: np.angle,
 }
-_HOST_FFT_1D = {FftOp.FFT: np.fft.fft, FftOp.IFFT: np.fft.ifft, FftOp.RFFT: np.fft.rfft, FftOp.IRFFT: np.fft.irfft}
-_HOST_FFT_ND = {FftOp.FFT: np.fft.fftn, FftOp.IFFT: np.fft.ifftn, FftOp.RFFT: np.fft.rfftn, FftOp.IRFFT: np.fft.irfftn}
+_HOST_FFT_1D: dict[FftOp, Any] = {
+    FftOp.FFT: np.fft.fft,
+    FftOp.IFFT: np.fft.ifft,
+    FftOp.RFFT: np.fft.rfft,
+    FftOp.IRFFT: np.fft.irfft,
+}
+_HOST_FFT_ND: dict[FftOp, Any] = {
+    FftOp.FFT: np.fft.fftn,
+    FftOp.IFFT: np.fft.ifftn,
+    FftOp.RFFT: np.fft.rfftn,
+    FftOp.IRFFT: np.fft.irfftn,
+}
 
 
 def host_complex_unary(op: ComplexOp, x: np.ndarray) -> np.ndarray:

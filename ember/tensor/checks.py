@@ -104,7 +104,7 @@ def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int |
     value = as_scalar(op, value)
     dt = prim.dtype
     if type(value) is complex and dt not in COMPLEX_NP:  # a real tensor meeting a complex scalar
-        return backend.cast(prim, DType.COMPLEX128 if dt == np.float64 else DType.COMPLEX64), value
+        return backend.cast(prim, DType.COMPLEX128 if dt == np.float64 else DType.COMPLEX64), value  # type: ignore[return-value]  # complex scalars pass through
     if dt in FLOAT_NP or dt in COMPLEX_NP:
         return prim, value
     if (isinstance(value, float) and not isinstance(value, bool)) or is_symbolic(value):

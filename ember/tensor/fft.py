@@ -56,14 +56,14 @@ def _norm(name: str, norm: str | None) -> str:
 
 def _as_complex(name: str, x: Tensor) -> Tensor:
     dt = x._p.dtype
-    if dt == _C64 or dt == _C128:
+    if dt in (_C64, _C128):
         return x
     return x.cast(DType.COMPLEX128 if dt == _F64 else DType.COMPLEX64)
 
 
 def _as_real(name: str, x: Tensor) -> Tensor:
     dt = x._p.dtype
-    if dt == _F32 or dt == _F64:
+    if dt in (_F32, _F64):
         return x
     if dt.kind == "c":
         raise DTypeError(
@@ -236,6 +236,7 @@ def fftshift(input: Tensor, dim: Dims = None) -> Tensor:
     """The zero frequency moved to the centre of ``dim`` (default: every dim) (``torch.fft.fftshift``)."""
     dims = _shift_dims("fftshift", input, dim)
     return input.roll([input.shape[d] // 2 for d in dims], dims) if dims else input
+
 
 def ifftshift(input: Tensor, dim: Dims = None) -> Tensor:
     """The inverse of :func:`fftshift` (``torch.fft.ifftshift``)."""

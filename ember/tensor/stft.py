@@ -136,7 +136,9 @@ def istft(
     n_fft, hop, win = _ints("istft", n_fft, hop_length, win_length)
     if not isinstance(input, Tensor) or input.rank not in (2, 3) or not input.is_complex():
         desc = f"{list(input.shape)} {input.dtype}" if isinstance(input, Tensor) else type(input).__name__
-        raise ShapeError(f"ember: istft: input must be a complex tensor [n_freq, frames] or [B, n_freq, frames], got {desc}")
+        raise ShapeError(
+            f"ember: istft: input must be a complex tensor [n_freq, frames] or [B, n_freq, frames], got {desc}"
+        )
     onesided = input.shape[-2] != n_fft if onesided is None else onesided
     expected = n_fft // 2 + 1 if onesided else n_fft
     if input.shape[-2] != expected:

@@ -38,7 +38,9 @@ def test_stft_against_torch(case, batched, rng, torch):
     kwargs = dict(case)
     use_window = kwargs.pop("window", True)
     win = kwargs.get("win_length", kwargs["n_fft"])
-    ours = ember.stft(Tensor.from_data(a), window=ember.hann_window(win, dtype="float64") if use_window else None, **kwargs)
+    ours = ember.stft(
+        Tensor.from_data(a), window=ember.hann_window(win, dtype="float64") if use_window else None, **kwargs
+    )
     theirs = torch.stft(
         torch.from_numpy(a),
         window=torch.hann_window(win, dtype=torch.float64) if use_window else None,

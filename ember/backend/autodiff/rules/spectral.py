@@ -59,7 +59,11 @@ def _angle_step(ops, g, saved, ctx):
     x, y = ops.complex_unary(ComplexOp.REAL, z), ops.complex_unary(ComplexOp.IMAG, z)
     r2 = ops.binary(BinaryOp.ADD, ops.binary(BinaryOp.MUL, x, x), ops.binary(BinaryOp.MUL, y, y))
     scale = ops.binary(BinaryOp.DIV, g, ops.where(ops.binary(BinaryOp.EQ, r2, 0.0), 1.0, r2))
-    return (ops.complex(ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.MUL, y, scale), -1.0), ops.binary(BinaryOp.MUL, x, scale)),)
+    return (
+        ops.complex(
+            ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.MUL, y, scale), -1.0), ops.binary(BinaryOp.MUL, x, scale)
+        ),
+    )
 
 
 _COMPLEX_STEPS = {
