@@ -164,9 +164,9 @@ def polar(abs: Any, angle: Any) -> Any:
 
     >>> import math, ember
     >>> from ember import Tensor
-    >>> z = ember.polar(Tensor.from_floats([2.0]), Tensor.from_floats([math.pi / 2]))
-    >>> [round(v, 6) for v in (z.real().item(), z.imag().item())]
-    [0.0, 2.0]
+    >>> z = ember.polar(Tensor.from_floats([2.0]), Tensor.from_floats([math.pi]))
+    >>> [round(v, 5) for v in (z.real().item(), z.imag().item())]
+    [-2.0, -0.0]
     """
     return complex(abs.mul(angle.cos()), abs.mul(angle.sin()))
 
