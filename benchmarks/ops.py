@@ -4,7 +4,9 @@ against raw numpy and PyTorch eager, in one run.
     python benchmarks/ops.py
 
 Targets (issue "Core"): small ops at most 3 us above the raw numpy call; large ops
-at most 1.1x raw numpy.
+at most 1.1x raw numpy. FFTs (issue 28): at most 1.15x the faster of numpy.fft and
+scipy.fft on the same call (scipy is optional: its column shows "-" without it); stft
+against the same steps written in numpy and against torch.stft.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import fmt, median_us, print_table, try_import_torch
+import ember
+from benchmarks.common import alternating_us, fmt, median_us, print_table, try_import_torch
 from ember import Device, Tensor
 
 
@@ -62,6 +65,75 @@ def main() -> None:
     print_table(
         "ember/flex per-op time (median us per call; all libraries with their default threads)",
         ["op", "ember", "numpy", "torch", "ember-numpy us", "ember/numpy", "ember/torch"],
+        rows,
+    )
+    spectral(torch, rng)
+
+
+def _numpy_stft(x: np.ndarray, window: np.ndarray, n_fft: int, hop: int, rfft) -> np.ndarray:
+    """torch.stft's steps (centre with reflect padding, frame, window, rfft) in numpy."""
+    padded = np.pad(x, n_fft // 2, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop]
+    return rfft(frames * window, axis=-1).T
+
+
+def spectral(torch, rng) -> None:
+    """rfft of 2**20 points and stft of 1 s of 16 kHz audio (n_fft 400, hop 160, hann),
+    timed in alternating rounds against numpy, scipy and torch."""
+    try:
+        import scipy.fft as scipy_fft
+    except ImportError:
+        scipy_fft = None
+    flex = Device.flex()
+    signal = rng.standard_normal(2**20).astype(np.float32)
+    audio = rng.standard_normal(16_000).astype(np.float32)
+    window = ember.hann_window(400, device=flex)
+    w = window.to_numpy()
+    cases = [
+        (
+            "rfft 2**20 float32",
+            lambda t=Tensor.from_data(signal, device=flex): ember.fft.rfft(t),
+            lambda: np.fft.rfft(signal),
+            None if scipy_fft is None else (lambda: scipy_fft.rfft(signal)),
+            None if torch is None else (lambda t=torch.from_numpy(signal): torch.fft.rfft(t)),
+        ),
+        (
+            "stft 16k samples, n_fft 400, hop 160",
+            lambda t=Tensor.from_data(audio, device=flex): ember.stft(t, 400, 160, window=window),
+            lambda: _numpy_stft(audio, w, 400, 160, np.fft.rfft),
+            None if scipy_fft is None else (lambda: _numpy_stft(audio, w, 400, 160, scipy_fft.rfft)),
+            None
+            if torch is None
+            else (
+                lambda t=torch.from_numpy(audio), tw=torch.from_numpy(w): torch.stft(
+                    t, 400, 160, window=tw, return_complex=True
+                )
+            ),
+        ),
+    ]
+    rows = []
+    for name, ours, numpy_fn, scipy_fn, torch_fn in cases:
+        fns = {"ember": ours, "numpy": numpy_fn}
+        if scipy_fn is not None:
+            fns["scipy"] = scipy_fn
+        if torch_fn is not None:
+            fns["torch"] = torch_fn
+        medians, ratios = alternating_us(fns)
+        best = min(("numpy", "scipy"), key=lambda k: medians.get(k, float("inf")))
+        rows.append(
+            [
+                name,
+                fmt(medians["ember"]),
+                fmt(medians["numpy"]),
+                fmt(medians.get("scipy")),
+                fmt(medians.get("torch")),
+                f"{ratios[('ember', best)]:.2f}x ({best})",
+                "-" if "torch" not in fns else f"{ratios[('ember', 'torch')]:.2f}x",
+            ]
+        )
+    print_table(
+        "ember/flex spectral ops (median us per call, alternating rounds; ratios are medians of per-round ratios)",
+        ["op", "ember", "numpy", "scipy", "torch", "ember/best of numpy,scipy", "ember/torch"],
         rows,
     )
 
