@@ -23,6 +23,7 @@ from ember.backend.cube.cache import KernelCache
 from ember.backend.cube.dtypes import Storage, check_scalar, storage_for
 from ember.backend.cube.kernels import elementwise, index, layout, matmul, module, optim, random, reduce, scan, sort
 from ember.backend.cube.runtime import Runtime
+from ember.backend.cube.spectral import CubeSpectral
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
@@ -38,7 +39,7 @@ def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(np.broadcast_shapes(*shapes))
 
 
-class CubeBackend(Backend):
+class CubeBackend(CubeSpectral, Backend):
     """GPU backend over wgpu (Vulkan, Metal, DX12) with generated WGSL kernels."""
 
     name = "cube"
@@ -247,16 +248,22 @@ class CubeBackend(Backend):
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a: CubeTensor, b: CubeTensor) -> CubeTensor:
+        if a.storage.compute == "c64":
+            return self._complex_matmul(a, b)
         return matmul.matmul(self, a, b)
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: ReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
+        if x.storage.compute == "c64":  # sum and mean (the tensor layer refuses the others)
+            return self._complex_by_parts(lambda p: reduce.reduce(self, op, p, dim), x)
         return reduce.reduce(self, op, x, dim)
 
     def arg_reduce(self, op: ArgReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
         return reduce.arg_reduce(self, op, x, dim)
 
     def cumulative(self, op: CumulativeOp, x: CubeTensor, dim: int) -> CubeTensor:
+        if x.storage.compute == "c64":  # cumsum (the tensor layer refuses the others)
+            return self._complex_by_parts(lambda p: scan.cumulative(self, op, p, dim), x)
         return scan.cumulative(self, op, x, dim)
 
     def argsort(self, x: CubeTensor, dim: int, descending: bool) -> CubeTensor:
@@ -289,12 +296,18 @@ class CubeBackend(Backend):
         return index.gather(self, x, dim, indices)
 
     def scatter_add(self, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+        if x.storage.compute == "c64":
+            (xr, xi), (vr, vi) = self._parts(x), self._parts(values)
+            return self.complex(index.scatter_add(self, xr, dim, indices, vr), index.scatter_add(self, xi, dim, indices, vi))
         return index.scatter_add(self, x, dim, indices, values)
 
     def select(self, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
         return index.select(self, x, dim, indices)
 
     def select_add(self, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+        if x.storage.compute == "c64":
+            (xr, xi), (vr, vi) = self._parts(x), self._parts(values)
+            return self.complex(index.select_add(self, xr, dim, indices, vr), index.select_add(self, xi, dim, indices, vi))
         return index.select_add(self, x, dim, indices, values)
 
     def argwhere(self, x: CubeTensor) -> CubeTensor:

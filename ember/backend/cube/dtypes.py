@@ -88,6 +88,7 @@ _STORAGES = {
     ),
     DType.INT64: Storage(DType.INT64, "vec2<u32>", "i64", np.dtype(np.int64), 8),
     DType.INT32: Storage(DType.INT32, "i32", "i32", np.dtype(np.int32), 4),
+    DType.COMPLEX64: Storage(DType.COMPLEX64, "vec2<f32>", "c64", np.dtype(np.complex64), 8),
     DType.UINT8: Storage(DType.UINT8, "i32", "i32", np.dtype(np.int32), 4, store="({v} & 255)"),
     DType.BOOL: Storage(
         DType.BOOL, "u32", "bool", np.dtype(np.uint32), 4, load="({x} != 0u)", store="select(0u, 1u, {v})"
@@ -112,8 +113,8 @@ def storage_for(dtype: DType, native_f16: bool) -> Storage:
     storage = _STORAGES.get(dtype)
     if storage is None and dtype.is_complex:
         raise DTypeError(
-            f"ember: cube: {dtype} tensors are not held on the GPU (cube has no complex kernels); "
-            "run complex and FFT ops on Device.flex() (x.to_device(Device.flex())) and move real results back"
+            f"ember: cube: {dtype} is not available on the GPU (WGSL has no 64-bit floats); "
+            "use complex64 (.cast('complex64')) or keep the tensor on Device.flex()"
         )
     if storage is None:
         raise DTypeError(
@@ -148,4 +149,7 @@ def scalar_words(value: int | float | bool, compute: str) -> tuple[int, int]:
     if compute == "i64":
         bits = int(value) & 0xFFFF_FFFF_FFFF_FFFF
         return bits & 0xFFFF_FFFF, bits >> 32
+    if compute == "c64":
+        z = complex(value)
+        return scalar_word(z.real, "f32"), scalar_word(z.imag, "f32")
     return scalar_word(value, compute), 0
