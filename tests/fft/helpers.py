@@ -13,14 +13,24 @@ from ember.errors import DTypeError
 
 
 def holds_complex(device: Device) -> bool:
-    """True where the device holds complex tensors. On cube this checks the documented
-    behaviour instead (a DTypeError that names flex) and returns False, so the caller
-    ends the test there (a pass, not a skip)."""
-    if device.backend_name not in ("cube", "cuda"):
-        return True
-    with pytest.raises(DTypeError, match="flex"):
-        Tensor.from_data(np.zeros(2, np.complex64), device=device)
-    return False
+    """True where the device holds complex tensors (every device but cuda, which skips
+    anyway without a GPU)."""
+    return device.backend_name != "cuda"
+
+
+def complex_dtype(device: Device) -> type:
+    """complex128 where the device holds it; on cube (no 64-bit floats on the GPU) this
+    checks the documented error for complex128 and gives complex64."""
+    if device.backend_name != "cube":
+        return np.complex128
+    with pytest.raises(DTypeError, match="complex64"):
+        Tensor.from_data(np.zeros(2, np.complex128), device=device)
+    return np.complex64
+
+
+def tolerance(dtype: type) -> dict[str, float]:
+    """rtol and atol for results of ``dtype`` against a float64 oracle."""
+    return {"rtol": 1e-9, "atol": 1e-10} if np.dtype(dtype) == np.complex128 else {"rtol": 2e-5, "atol": 2e-5}
 
 
 def assert_complex_close(actual, expected, rtol=1e-5, atol=1e-6) -> None:

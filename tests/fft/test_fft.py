@@ -36,16 +36,38 @@ def test_one_d_against_torch(name, n, norm, rng, torch):
 
 
 @pytest.mark.parametrize("name", ONE_D)
-def test_float32_gives_complex64_on_every_device(name, device, rng, torch):
+@pytest.mark.parametrize("n", [None, 8, 6])
+def test_float32_gives_complex64_on_every_device(name, n, device, rng, torch):
+    """Power-of-two and other lengths (radix-2 and Bluestein on cube), crops and pads."""
     if not holds_complex(device):
-        with pytest.raises(DTypeError, match="flex"):
-            ember.fft.rfft(Tensor.from_data(np.ones(4, np.float32), device=device))
         return
-    a = _input(rng, name, (3, 5), np.float32)
-    ours = getattr(ember.fft, name)(Tensor.from_data(a, device=device), dim=0)
-    theirs = getattr(torch.fft, name)(torch.from_numpy(a), dim=0).resolve_conj()
+    a = _input(rng, name, (5, 3), np.float32)
+    ours = getattr(ember.fft, name)(Tensor.from_data(a, device=device), n=n, dim=0, norm="ortho")
+    theirs = getattr(torch.fft, name)(torch.from_numpy(a), n=n, dim=0, norm="ortho").resolve_conj()
     assert ours.dtype is DType.from_numpy(theirs.numpy().dtype)
     assert_complex_close(ours, theirs.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [("fftn", {}), ("rfft2", {"s": (6, 8)}), ("irfftn", {"s": (3, 4, 7)})])
+def test_n_d_on_every_device(name, kwargs, device, rng, torch):
+    if not holds_complex(device):
+        return
+    a = _input(rng, "rfft" if name.startswith("rfft") else "fft", (3, 4, 5), np.float32)
+    ours = getattr(ember.fft, name)(Tensor.from_data(a, device=device), **kwargs)
+    theirs = getattr(torch.fft, name)(torch.from_numpy(a), **kwargs)
+    assert_complex_close(ours, theirs.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2**14, 3 * 5 * 7 * 11])
+def test_long_transforms_keep_float32_accuracy(n, device, rng):
+    """A long radix-2 and a long Bluestein transform stay within float32's rounding."""
+    if not holds_complex(device):
+        return
+    a = rng.standard_normal((2, n)).astype(np.float32)
+    ours = ember.fft.rfft(Tensor.from_data(a, device=device)).to_numpy()
+    expected = np.fft.rfft(a.astype(np.float64))
+    assert np.abs(ours - expected).max() / np.abs(expected).max() < 2e-6
 
 
 @pytest.mark.parametrize(

@@ -368,6 +368,10 @@ class ReduceOps(TensorOpsBase):
         p = self._p
         backend = self._d._b
         dim = normalize_dim(op, dim, len(p.shape))
+        if p.dtype.kind == "c":
+            if op != CumulativeOp.CUMSUM:
+                raise DTypeError(f"ember: {op}: not defined on complex tensors (dtype {self.dtype}); use cumsum")
+            return self.__class__(backend.cumulative(op, p, dim), self._d)
         if op in _WIDENING and p.dtype not in FLOAT_NP and p.dtype != _I64_NP:
             return self.__class__(backend.cumulative(op, backend.cast(p, DType.INT64), dim), self._d)
         if p.dtype == BOOL_NP:  # running max/min of bools stay bool, as in PyTorch
