@@ -89,28 +89,30 @@ def spectral(torch, rng) -> None:
     audio = rng.standard_normal(16_000).astype(np.float32)
     window = ember.hann_window(400, device=flex)
     w = window.to_numpy()
+    t_signal, t_audio = Tensor.from_data(signal, device=flex), Tensor.from_data(audio, device=flex)
     cases = [
         (
             "rfft 2**20 float32",
-            lambda t=Tensor.from_data(signal, device=flex): ember.fft.rfft(t),
+            lambda: ember.fft.rfft(t_signal),
             lambda: np.fft.rfft(signal),
             None if scipy_fft is None else (lambda: scipy_fft.rfft(signal)),
-            None if torch is None else (lambda t=torch.from_numpy(signal): torch.fft.rfft(t)),
+            None,
         ),
         (
             "stft 16k samples, n_fft 400, hop 160",
-            lambda t=Tensor.from_data(audio, device=flex): ember.stft(t, 400, 160, window=window),
+            lambda: ember.stft(t_audio, 400, 160, window=window),
             lambda: _numpy_stft(audio, w, 400, 160, np.fft.rfft),
             None if scipy_fft is None else (lambda: _numpy_stft(audio, w, 400, 160, scipy_fft.rfft)),
-            None
-            if torch is None
-            else (
-                lambda t=torch.from_numpy(audio), tw=torch.from_numpy(w): torch.stft(
-                    t, 400, 160, window=tw, return_complex=True
-                )
-            ),
+            None,
         ),
     ]
+    if torch is not None:
+        tt_signal, tt_audio, tt_window = torch.from_numpy(signal), torch.from_numpy(audio), torch.from_numpy(w)
+        cases[0] = (*cases[0][:4], lambda: torch.fft.rfft(tt_signal))
+        cases[1] = (
+            *cases[1][:4],
+            lambda: torch.stft(tt_audio, 400, 160, window=tt_window, return_complex=True),
+        )
     rows = []
     for name, ours, numpy_fn, scipy_fn, torch_fn in cases:
         fns = {"ember": ours, "numpy": numpy_fn}

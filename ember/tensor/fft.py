@@ -8,10 +8,10 @@ their 2-d and n-d forms, ``fftshift``/``ifftshift`` and ``fftfreq``/``rfftfreq``
 by ``n``), ``"ortho"`` (both by ``sqrt(n)``), ``"forward"`` (the forward divides by ``n``).
 float32 (and the half types) give complex64, float64 complex128; ints count as float32.
 
-On flex each transform is one call of numpy's pocketfft on the array. Gradients flow
-through every transform (the adjoint transform, PyTorch's conventions). Complex
-tensors, and so these transforms, are held on flex; on cube they raise a
-``DTypeError`` that names the move to flex.
+On flex each transform is one call of numpy's pocketfft on the array; on cube the
+transforms are WGSL kernels in complex64 (``ember.backend.cube.kernels.fft``: radix-2
+Stockham passes, Bluestein's algorithm for other lengths). Gradients flow through every
+transform (the adjoint transform, PyTorch's conventions).
 
 >>> import ember
 >>> from ember import Tensor

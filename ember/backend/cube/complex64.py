@@ -102,4 +102,3 @@ BINARY: dict[str, str] = {
     BinaryOp.EQ: "all({a} == {b})",
     BinaryOp.NE: "any({a} != {b})",
 }
-

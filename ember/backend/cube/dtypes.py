@@ -3,19 +3,21 @@
 WGSL has 32-bit scalars (``f32``, ``i32``, ``u32``, ``bool``) and, with the
 ``shader-f16`` feature, ``f16``. ember's dtypes map onto them so:
 
-=========  ===============================  ==========  ============================
-dtype      device words                     computed as  notes
-=========  ===============================  ==========  ============================
-float32    ``f32``                           ``f32``
-float16    ``f16`` (``shader-f16``), else    ``f32``      rounded to half on store
-           one ``u32`` word per element
-bfloat16   one ``u32`` word per element      ``f32``      rounded to nearest even
-int64      ``vec2<u32>`` (low, high word)      ``i64``      64-bit arithmetic emulated
-int32      ``i32``                           ``i32``
-uint8      ``i32``                           ``i32``      wraps modulo 256 on store
-bool       ``u32`` (0 or 1)                  ``bool``
-float64    not available                                  cast to float32, or use flex
-=========  ===============================  ==========  ============================
+==========  ===============================  ==========  ============================
+dtype       device words                     computed as  notes
+==========  ===============================  ==========  ============================
+float32     ``f32``                           ``f32``
+float16     ``f16`` (``shader-f16``), else    ``f32``      rounded to half on store
+            one ``u32`` word per element
+bfloat16    one ``u32`` word per element      ``f32``      rounded to nearest even
+int64       ``vec2<u32>`` (low, high word)      ``i64``      64-bit arithmetic emulated
+int32       ``i32``                           ``i32``
+uint8       ``i32``                           ``i32``      wraps modulo 256 on store
+bool        ``u32`` (0 or 1)                  ``bool``
+complex64   ``vec2<f32>`` (real, imaginary)    ``c64``      see :mod:`.complex64`
+float64     not available                                  cast to float32, or use flex
+complex128  not available                                  cast to complex64, or use flex
+==========  ===============================  ==========  ============================
 
 WGSL has no 64-bit integers; int64 is held in two 32-bit words and computed with the
 helpers of :mod:`ember.backend.cube.int64` (the ``i64`` compute type), so cube matches

@@ -7,7 +7,7 @@ from its parts (:func:`complex`, :func:`polar`, :func:`view_as_complex`) or by a
 in PyTorch, and so do gradients, in PyTorch's convention (see
 ``ember.backend.autodiff.rules.spectral``). Ops with no complex meaning (ordering
 comparisons, ``max``, ``floor``...) raise a ``DTypeError`` that says what to use.
-Complex tensors live on ``flex`` (and its decorators).
+``flex`` holds both complex dtypes; ``cube`` holds complex64 (a ``vec2<f32>`` per element).
 
 >>> import numpy as np
 >>> from ember import Device, Tensor

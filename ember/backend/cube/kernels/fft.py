@@ -15,7 +15,7 @@ and kept with the backend's plans.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -85,11 +85,8 @@ def _bluestein_plan(backend: KernelContext, n: int, inverse: bool) -> tuple[Cube
         filt[:n] = np.conj(chirp)
         filt[m - n + 1 :] = np.conj(chirp[1:])[::-1]
         spectrum = np.fft.fft(filt) / m
-        plan = (
-            backend.from_numpy(chirp.astype(np.complex64)),  # type: ignore[attr-defined]
-            backend.from_numpy(spectrum.astype(np.complex64)),  # type: ignore[attr-defined]
-            m,
-        )
+        ops: Any = backend
+        plan = (ops.from_numpy(chirp.astype(np.complex64)), ops.from_numpy(spectrum.astype(np.complex64)), m)
         backend.plans[key] = plan
     return plan
 
@@ -102,14 +99,11 @@ def fft_last(backend: KernelContext, x: CubeTensor, inverse: bool) -> CubeTensor
         return x
     if n & (n - 1) == 0:
         return _radix2(backend, x, inverse)
-    ops = backend  # the backend's own elementwise and layout ops
+    ops: Any = backend  # the backend's own elementwise and layout ops
     chirp, spectrum, m = _bluestein_plan(backend, n, inverse)
     batch = x.size // n
-    a = ops.binary(BinaryOp.MUL, x, chirp)  # type: ignore[attr-defined]
-    padded = ops.slice_assign(  # type: ignore[attr-defined]
-        ops.full((batch, m), 0, DType.COMPLEX64), ((0, batch, 1), (0, n, 1)), a  # type: ignore[attr-defined]
-    )
-    product = ops.binary(BinaryOp.MUL, _radix2(backend, padded, False), spectrum)  # type: ignore[attr-defined]
+    a = ops.binary(BinaryOp.MUL, x, chirp)
+    padded = ops.slice_assign(ops.full((batch, m), 0, DType.COMPLEX64), ((0, batch, 1), (0, n, 1)), a)
+    product = ops.binary(BinaryOp.MUL, _radix2(backend, padded, False), spectrum)
     conv = _radix2(backend, product, True)
-    head = ops.slice(conv, ((0, batch, 1), (0, n, 1)))  # type: ignore[attr-defined]
-    return ops.binary(BinaryOp.MUL, head, chirp)  # type: ignore[attr-defined]
+    return ops.binary(BinaryOp.MUL, ops.slice(conv, ((0, batch, 1), (0, n, 1))), chirp)
