@@ -107,6 +107,7 @@ def spectral(torch, rng) -> None:
         ),
     ]
     if torch is not None:
+        torch.set_num_threads(1)  # ember's FFTs use one thread; torch's OpenMP pool spins on a loaded machine
         tt_signal, tt_audio, tt_window = torch.from_numpy(signal), torch.from_numpy(audio), torch.from_numpy(w)
         cases[0] = (*cases[0][:4], lambda: torch.fft.rfft(tt_signal))
         cases[1] = (
@@ -134,7 +135,8 @@ def spectral(torch, rng) -> None:
             ]
         )
     print_table(
-        "ember/flex spectral ops (median us per call, alternating rounds; ratios are medians of per-round ratios)",
+        "ember/flex spectral ops (median us per call, alternating rounds, one thread each; ratios are medians "
+        "of per-round ratios)",
         ["op", "ember", "numpy", "scipy", "torch", "ember/best of numpy,scipy", "ember/torch"],
         rows,
     )
