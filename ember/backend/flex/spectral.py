@@ -8,10 +8,10 @@ as fast (``benchmarks/ops.py``)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from functools import cache
 from typing import Any
+
+import numpy as np
 
 from ember.backend.base import host_complex, host_complex_unary
 from ember.backend.ops import ComplexOp, FftOp
