@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,24 @@ def _window(name: str, window: Tensor | None, n_fft: int, win: int, like: Tensor
     return window.pad((left, n_fft - win - left)) if win != n_fft else window
 
 
+@lru_cache(maxsize=64)
+def _frame_index(length: int, n_fft: int, hop: int, pad: int, mode: str) -> np.ndarray:
+    """The sample each frame position reads, ``[frames * n_fft]``, for a signal of
+    ``length`` padded by ``pad`` on both sides in ``mode`` (read-only: cached)."""
+    frames = 1 + (length + 2 * pad - n_fft) // hop
+    pos = np.arange(frames)[:, None] * hop + np.arange(n_fft)[None, :] - pad
+    if mode == "reflect":
+        pos = np.abs(pos)
+        pos = np.where(pos >= length, 2 * (length - 1) - pos, pos)
+    elif mode == "replicate":
+        pos = np.clip(pos, 0, length - 1)
+    elif mode == "circular":
+        pos = pos % length
+    index = pos.reshape(-1).astype(np.int64)
+    index.flags.writeable = False
+    return index
+
+
 def stft(
     input: Tensor,
     n_fft: int,
@@ -91,17 +110,22 @@ def stft(
     x = input
     if not (x.is_complex() or x.is_float()) or x.dtype in (DType.FLOAT16, DType.BFLOAT16):
         x = x.cast(DType.FLOAT32)
-    if center:
-        pad = n_fft // 2
-        if pad_mode == "reflect" and pad >= x.shape[-1]:
-            raise ShapeError(
-                f"ember: stft: reflect padding of {pad} needs a signal longer than that, got {x.shape[-1]} samples; "
-                "use pad_mode='constant' or a longer signal"
-            )
-        x = x.pad((pad, pad), mode=pad_mode)
-    if x.shape[-1] < n_fft:
-        raise ShapeError(f"ember: stft: the (padded) signal has {x.shape[-1]} samples, fewer than n_fft={n_fft}")
-    frames = x.unfold(-1, n_fft, hop)  # [..., n_frames, n_fft]
+    pad = n_fft // 2 if center else 0
+    length = x.shape[-1]
+    if pad_mode == "reflect" and pad >= length:
+        raise ShapeError(
+            f"ember: stft: reflect padding of {pad} needs a signal longer than that, got {length} samples; "
+            "use pad_mode='constant' or a longer signal"
+        )
+    if pad and pad_mode == "constant":
+        x, length, pad = x.pad((pad, pad)), length + 2 * pad, 0
+    if length + 2 * pad < n_fft:
+        raise ShapeError(f"ember: stft: the (padded) signal has {length + 2 * pad} samples, fewer than n_fft={n_fft}")
+    # One gather makes the frames, the padding included: each frame position reads the
+    # sample that reflect/replicate/circular padding would put there.
+    index = _frame_index(length, n_fft, hop, pad, pad_mode)
+    lead = list(x.shape[:-1])
+    frames = x.select(-1, Tensor.from_data(index, device=x.device)).reshape(lead + [-1, n_fft])
     w = _window("stft", window, n_fft, win, x)
     if w is not None:
         frames = frames.mul(w)
