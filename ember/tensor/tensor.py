@@ -136,7 +136,7 @@ class Tensor(
     @classmethod
     def full(cls, shape: Any, value: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
         """A tensor of ``shape`` filled with ``value`` (dtype from the value if not given)."""
-        value = as_scalar("Tensor.full", value)
+        value = as_scalar("Tensor.full", value, complex_ok=True)
         if dtype is None:
             dtype = DType.BOOL if isinstance(value, bool) else DType.INT64 if isinstance(value, int) else DType.FLOAT32
             dtype = DType.COMPLEX64 if isinstance(value, complex) else dtype

@@ -121,6 +121,10 @@ def test_errors_name_the_fix(flex):
         Tensor.from_floats([1.0], device=flex).imag()
     with pytest.raises(ShapeError, match="size 2"):
         ember.view_as_complex(Tensor.zeros([3], device=flex))
+    with pytest.raises(DTypeError, match="does not fit float32"):
+        Tensor.full([2], 1j, device=flex, dtype="float32")
+    with pytest.raises(DTypeError, match="does not take complex"):
+        Tensor.from_floats([1.0], device=flex).clamp(0, 1j)
     with pytest.raises(DTypeError, match="share a dtype"):
         ember.complex(Tensor.zeros([1], device=flex), Tensor.zeros([1], device=flex, dtype="float64"))
 

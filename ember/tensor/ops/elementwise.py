@@ -176,7 +176,7 @@ def _check_no_zero(name: str, divisor: Any, backend: Any) -> None:
 
 def reverse_scalar(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
     """``other <op> self`` for a Python scalar ``other``: the scalar becomes a tensor."""
-    value = as_scalar(name, other)
+    value = as_scalar(name, other, complex_ok=True)
     p = self._p
     dtype = NP_TO_DTYPE[p.dtype]
     if isinstance(value, complex) and not dtype.is_complex:
