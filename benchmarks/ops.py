@@ -11,6 +11,9 @@ call, plain and with a tracked input on the autodiff device.
 ``grid_sample`` forward and backward (input and grid
 gradients) at ``[8, 64, 64, 64]`` on flex+autodiff: at most 1.5x PyTorch with one
 thread (issue 28), timed in alternating rounds (``OPENBLAS_NUM_THREADS=1``).
+FFTs (issue 28): at most 1.15x the faster of numpy.fft and
+scipy.fft on the same call (scipy is optional: its column shows "-" without it); stft
+against the same steps written in numpy and against torch.stft.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import ember
 from benchmarks.common import alternating_us, fmt, median_us, print_table, try_import_torch
 from ember import Device, Tensor, linalg
 from ember.nn.functional import grid_sample
@@ -72,6 +76,7 @@ def main() -> None:
         rows,
     )
     grid_sample_table(torch, rng)
+    spectral(torch, rng)
 
 
 def grid_sample_table(torch, rng) -> None:
@@ -197,6 +202,78 @@ def linalg_table() -> None:
     print_table(
         "ember.linalg on flex (median us per call, float64; OPENBLAS_NUM_THREADS=1 for a fair single thread)",
         ["op", "ember", "ember autodiff", "numpy", "scipy", "torch", "ember/best", "autodiff/best", "ember/torch"],
+        rows,
+    )
+
+
+def _numpy_stft(x: np.ndarray, window: np.ndarray, n_fft: int, hop: int, rfft) -> np.ndarray:
+    """torch.stft's steps (centre with reflect padding, frame, window, rfft) in numpy."""
+    padded = np.pad(x, n_fft // 2, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop]
+    return rfft(frames * window, axis=-1).T
+
+
+def spectral(torch, rng) -> None:
+    """rfft of 2**20 points and stft of 1 s of 16 kHz audio (n_fft 400, hop 160, hann),
+    timed in alternating rounds against numpy, scipy and torch."""
+    try:
+        import scipy.fft as scipy_fft
+    except ImportError:
+        scipy_fft = None
+    flex = Device.flex()
+    signal = rng.standard_normal(2**20).astype(np.float32)
+    audio = rng.standard_normal(16_000).astype(np.float32)
+    window = ember.hann_window(400, device=flex)
+    w = window.to_numpy()
+    t_signal, t_audio = Tensor.from_data(signal, device=flex), Tensor.from_data(audio, device=flex)
+    cases = [
+        (
+            "rfft 2**20 float32",
+            lambda: ember.fft.rfft(t_signal),
+            lambda: np.fft.rfft(signal),
+            None if scipy_fft is None else (lambda: scipy_fft.rfft(signal)),
+            None,
+        ),
+        (
+            "stft 16k samples, n_fft 400, hop 160",
+            lambda: ember.stft(t_audio, 400, 160, window=window),
+            lambda: _numpy_stft(audio, w, 400, 160, np.fft.rfft),
+            None if scipy_fft is None else (lambda: _numpy_stft(audio, w, 400, 160, scipy_fft.rfft)),
+            None,
+        ),
+    ]
+    if torch is not None:
+        torch.set_num_threads(1)  # ember's FFTs use one thread; torch's OpenMP pool spins on a loaded machine
+        tt_signal, tt_audio, tt_window = torch.from_numpy(signal), torch.from_numpy(audio), torch.from_numpy(w)
+        cases[0] = (*cases[0][:4], lambda: torch.fft.rfft(tt_signal))
+        cases[1] = (
+            *cases[1][:4],
+            lambda: torch.stft(tt_audio, 400, 160, window=tt_window, return_complex=True),
+        )
+    rows = []
+    for name, ours, numpy_fn, scipy_fn, torch_fn in cases:
+        fns = {"ember": ours, "numpy": numpy_fn}
+        if scipy_fn is not None:
+            fns["scipy"] = scipy_fn
+        if torch_fn is not None:
+            fns["torch"] = torch_fn
+        medians, ratios = alternating_us(fns)
+        best = min(("numpy", "scipy"), key=lambda k: medians.get(k, float("inf")))
+        rows.append(
+            [
+                name,
+                fmt(medians["ember"]),
+                fmt(medians["numpy"]),
+                fmt(medians.get("scipy")),
+                fmt(medians.get("torch")),
+                f"{ratios[('ember', best)]:.2f}x ({best})",
+                "-" if "torch" not in fns else f"{ratios[('ember', 'torch')]:.2f}x",
+            ]
+        )
+    print_table(
+        "ember/flex spectral ops (median us per call, alternating rounds, one thread each; ratios are medians "
+        "of per-round ratios)",
+        ["op", "ember", "numpy", "scipy", "torch", "ember/best of numpy,scipy", "ember/torch"],
         rows,
     )
 

@@ -6,7 +6,7 @@
 [[2.0, 3.0]]
 """
 
-from ember import autograd, linalg
+from ember import autograd, fft, linalg
 from ember.backend.autodiff import Checkpointing, Gradients
 from ember.backend.dtype import DType
 from ember.capture import compile
@@ -14,6 +14,9 @@ from ember.device import Device, DeviceKind
 from ember.module import Config, Module, Param, ParamId
 from ember.tensor import Distribution, Shape, Tensor, TensorData
 from ember.tensor.autocast import autocast
+from ember.tensor.ops.complex import complex, polar, view_as_complex, view_as_real
+from ember.tensor.stft import istft, stft
+from ember.tensor.windows import blackman_window, hamming_window, hann_window, kaiser_window
 
 float64 = DType.FLOAT64
 float32 = DType.FLOAT32
@@ -25,6 +28,8 @@ uint8 = DType.UINT8
 int8 = DType.INT8
 uint64 = DType.UINT64
 bool_ = DType.BOOL
+complex64 = DType.COMPLEX64
+complex128 = DType.COMPLEX128
 
 __version__ = "0.1.0"
 
@@ -54,6 +59,17 @@ __all__ = [
     "TensorData",
     "autocast",
     "autograd",
+    "blackman_window",
     "compile",
+    "complex",
+    "fft",
+    "hamming_window",
+    "hann_window",
+    "istft",
+    "kaiser_window",
     "linalg",
+    "polar",
+    "stft",
+    "view_as_complex",
+    "view_as_real",
 ]

@@ -22,6 +22,7 @@ LAYERS = [
     "onnx",  # imports ONNX graphs as modules over ember.nn's functional ops
     "nn",
     "special",  # torch.special's functions, composites over ember.tensor
+    "fft",  # torch.fft's names over ember.tensor.fft
     "capture",
     "module",
     "autograd",  # Function (hand-written backward) over ember.tensor; custom_vjp lives in func

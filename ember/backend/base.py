@@ -36,7 +36,7 @@ from ember.backend import linalg_host
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.module_ops import ModuleOps
-from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, LinalgOp, ReduceOp, UnaryOp
+from ember.backend.ops import ArgReduceOp, BinaryOp, ComplexOp, CumulativeOp, FftOp, LinalgOp, ReduceOp, UnaryOp
 
 Primitive = Any
 Scalar = int | float | bool
@@ -206,6 +206,27 @@ class Backend(ModuleOps, ABC):
         outs = linalg_host.run(op, arrays, options)
         # (np.ascontiguousarray would make a 0-d result, a determinant, 1-d.)
         return tuple(self.from_numpy(np.require(out, requirements="C")) for out in outs)
+
+    # ------------------------------------------------------------------ complex and spectral
+    # Defaults run on the host through numpy (a backend that holds complex tensors and has
+    # its own kernels overrides them); a lazy backend gets a sync point here.
+
+    def complex_unary(self, op: ComplexOp, x: Primitive) -> Primitive:
+        """An op of :class:`ComplexOp` on a complex ``x``."""
+        return self.from_numpy(host_complex_unary(op, self.to_numpy(x)))
+
+    def complex(self, real: Primitive, imag: Primitive) -> Primitive:
+        """``real + i imag`` from two float tensors of one dtype and shape (float32 gives
+        complex64, float64 complex128)."""
+        return self.from_numpy(host_complex(self.to_numpy(real), self.to_numpy(imag)))
+
+    def fft(self, op: FftOp, x: Primitive, sizes: tuple[int, ...], dims: tuple[int, ...], norm: str) -> Primitive:
+        """The transform ``op`` over ``dims`` (distinct, in order), each first cropped or
+        zero-padded to its signal length in ``sizes`` (for ``irfft``, the last is the
+        real output's length), scaled by ``norm`` (``"backward"``, ``"ortho"`` or
+        ``"forward"``, as numpy and PyTorch). ``fft``/``ifft``/``irfft`` take complex
+        ``x``, ``rfft`` a float32/float64 one; the precision is kept."""
+        return self.from_numpy(host_fft(op, self.to_numpy(x), sizes, dims, norm))
 
     # ------------------------------------------------------------------ fused (optional)
     # One method per ember.backend.ops.FusedOp (plus linear_backward, LINEAR's backward
@@ -377,3 +398,44 @@ class Backend(ModuleOps, ABC):
         """The gradient for the logits of :meth:`cross_entropy` given the gradient
         ``grad`` ``[N]`` of the losses: ``(softmax - one_hot(targets)) * grad[:, None]``."""
         return NotImplemented
+
+
+_HOST_COMPLEX: dict[ComplexOp, Any] = {
+    ComplexOp.REAL: np.real,
+    ComplexOp.IMAG: np.imag,
+    ComplexOp.CONJ: np.conjugate,
+    ComplexOp.ABS: np.abs,
+    ComplexOp.ANGLE: np.angle,
+}
+_HOST_FFT_1D: dict[FftOp, Any] = {
+    FftOp.FFT: np.fft.fft,
+    FftOp.IFFT: np.fft.ifft,
+    FftOp.RFFT: np.fft.rfft,
+    FftOp.IRFFT: np.fft.irfft,
+}
+_HOST_FFT_ND: dict[FftOp, Any] = {
+    FftOp.FFT: np.fft.fftn,
+    FftOp.IFFT: np.fft.ifftn,
+    FftOp.RFFT: np.fft.rfftn,
+    FftOp.IRFFT: np.fft.irfftn,
+}
+
+
+def host_complex_unary(op: ComplexOp, x: np.ndarray) -> np.ndarray:
+    """:meth:`Backend.complex_unary` on a numpy array (a new contiguous array)."""
+    return np.ascontiguousarray(_HOST_COMPLEX[op](x))
+
+
+def host_complex(real: np.ndarray, imag: np.ndarray) -> np.ndarray:
+    """:meth:`Backend.complex` on numpy arrays."""
+    out = np.empty(real.shape, np.complex128 if real.dtype == np.float64 else np.complex64)
+    out.real = real
+    out.imag = imag
+    return out
+
+
+def host_fft(op: FftOp, x: np.ndarray, sizes: tuple[int, ...], dims: tuple[int, ...], norm: str) -> np.ndarray:
+    """:meth:`Backend.fft` on a numpy array: one pocketfft call."""
+    if len(dims) == 1:
+        return _HOST_FFT_1D[op](x, sizes[0], dims[0], norm)
+    return _HOST_FFT_ND[op](x, sizes, dims, norm)

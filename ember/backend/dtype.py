@@ -20,7 +20,9 @@ class DType(Enum):
 
     Floats: ``FLOAT64``, ``FLOAT32`` (the default), ``FLOAT16``, ``BFLOAT16``;
     ints: ``INT64`` (the default int), ``INT32``, ``INT8``, ``UINT8``, ``UINT64`` (wrapping
-    at their width, as numpy and PyTorch); and ``BOOL``.
+    at their width, as numpy and PyTorch); ``BOOL``; and the complex types
+    ``COMPLEX64`` (two float32) and ``COMPLEX128`` (two float64), held on flex and, complex64
+    only, on cube (see ``ember.fft``).
     """
 
     FLOAT64 = "float64"
@@ -33,6 +35,8 @@ class DType(Enum):
     UINT8 = "uint8"
     UINT64 = "uint64"
     BOOL = "bool"
+    COMPLEX64 = "complex64"
+    COMPLEX128 = "complex128"
 
     @property
     def np(self) -> np.dtype:
@@ -52,9 +56,28 @@ class DType(Enum):
         return self is DType.BOOL
 
     @property
+    def is_complex(self) -> bool:
+        return self is DType.COMPLEX64 or self is DType.COMPLEX128
+
+    @property
     def kind(self) -> str:
-        """``"float"``, ``"int"`` or ``"bool"``."""
-        return "float" if self in _FLOATS else "int" if self in _INTS else "bool"
+        """``"float"``, ``"int"``, ``"bool"`` or ``"complex"``."""
+        if self in _FLOATS:
+            return "float"
+        if self in _INTS:
+            return "int"
+        return "complex" if self.is_complex else "bool"
+
+    def to_real(self) -> DType:
+        """The real dtype of a complex one (``complex64`` -> ``float32``); others unchanged."""
+        return _COMPLEX_TO_REAL.get(self, self)
+
+    def to_complex(self) -> DType:
+        """The complex dtype with this float's precision (``float64`` -> ``complex128``,
+        other floats -> ``complex64``); complex dtypes unchanged."""
+        if self.is_complex:
+            return self
+        return DType.COMPLEX128 if self is DType.FLOAT64 else DType.COMPLEX64
 
     @property
     def int_range(self) -> tuple[int, int]:
@@ -124,7 +147,10 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.UINT8: np.dtype(np.uint8),
     DType.UINT64: np.dtype(np.uint64),
     DType.BOOL: np.dtype(np.bool_),
+    DType.COMPLEX64: np.dtype(np.complex64),
+    DType.COMPLEX128: np.dtype(np.complex128),
 }
+_COMPLEX_TO_REAL = {DType.COMPLEX64: DType.FLOAT32, DType.COMPLEX128: DType.FLOAT64}
 #: numpy dtype -> DType, for hot paths that hold a numpy dtype already (a plain dict
 #: lookup); the one such map (``ember.tensor.checks.NP_TO_DTYPE`` is this object).
 NUMPY_TO_DTYPE: dict[np.dtype, DType] = {v: k for k, v in _TO_NUMPY.items()}
@@ -147,6 +173,10 @@ _ALIASES.update(
         "i8": DType.INT8,
         "u64": DType.UINT64,
         "bool_": DType.BOOL,
+        "c64": DType.COMPLEX64,
+        "cfloat": DType.COMPLEX64,
+        "c128": DType.COMPLEX128,
+        "cdouble": DType.COMPLEX128,
     }
 )
 
@@ -162,18 +192,24 @@ _RANK = {
     DType.FLOAT16: 4,
     DType.FLOAT32: 5,
     DType.FLOAT64: 6,
+    DType.COMPLEX64: 7,
+    DType.COMPLEX128: 8,
 }
 
 
 def promote(a: DType, b: DType) -> DType:
     """The dtype of a binary op's result, following PyTorch's tensor-tensor rules.
 
-    bool < ints < floats; within a kind the wider type wins; float16 with bfloat16
-    gives float32, int8 with uint8 int32 (PyTorch's int16, which ember lacks); uint64 with
-    another int is refused, as PyTorch refuses it.
+    bool < ints < floats < complex; within a kind the wider type wins; float16 with
+    bfloat16 gives float32, int8 with uint8 int32 (PyTorch's int16, which ember lacks);
+    complex64 with float64 gives complex128; uint64 with another int is refused, as
+    PyTorch refuses it.
     """
     if a is b:
         return a
+    if a.is_complex or b.is_complex:
+        wide = DType.FLOAT64 in (a, b) or DType.COMPLEX128 in (a, b)
+        return DType.COMPLEX128 if wide else DType.COMPLEX64
     if DType.UINT64 in (a, b) and a in _INTS and b in _INTS:
         raise DTypeError(
             f"ember: no common dtype for {a} and {b} (as in PyTorch, uint64 does not promote with other ints); "

@@ -322,3 +322,27 @@ BOOL_RESULT_BINARY = COMPARISON_OPS | {BinaryOp.LOGICAL_AND, BinaryOp.LOGICAL_OR
 BOOL_RESULT_UNARY = frozenset({UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT})
 #: Reductions whose result is bool.
 BOOL_REDUCE_OPS = frozenset({ReduceOp.ANY, ReduceOp.ALL})
+
+
+class ComplexOp(OpName):
+    """Ops of one complex operand (``Backend.complex_unary``): ``real``, ``imag``,
+    ``abs``, ``angle`` give the real dtype of the same precision; ``conj`` keeps the
+    complex dtype. Primitive because no real op can reach the parts of a complex value."""
+
+    REAL = "real"
+    IMAG = "imag"
+    CONJ = "conj"
+    ABS = "abs"
+    ANGLE = "angle"
+
+
+class FftOp(OpName):
+    """The discrete Fourier transforms of ``Backend.fft`` over one or more dims:
+    ``fft``/``ifft`` complex to complex, ``rfft`` real to the non-negative half of the
+    spectrum, ``irfft`` that half back to real. Primitive: an FFT is O(n log n) in one
+    library call (pocketfft on flex), where a composite over matmul is O(n^2)."""
+
+    FFT = "fft"
+    IFFT = "ifft"
+    RFFT = "rfft"
+    IRFFT = "irfft"

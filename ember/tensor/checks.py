@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 FLOAT_NP = frozenset(d.np for d in DType if d.is_float)
 INT_NP = frozenset(d.np for d in DType if d.is_int)
+COMPLEX_NP = frozenset(d.np for d in DType if d.is_complex)
 BOOL_NP = np.dtype(np.bool_)
 F32 = DType.FLOAT32
 I64 = DType.INT64
@@ -54,13 +55,18 @@ def is_symbolic(value: Any) -> bool:
     return getattr(kind, "symbolic_scalar", False)
 
 
-def as_scalar(op: str, value: Any) -> int | float | bool:
+def as_scalar(op: str, value: Any, complex_ok: bool = False) -> int | float | bool:
     """A Python scalar from ``value`` (Python or numpy number, or a traced run-time
-    scalar, which stands for a float), or a DTypeError."""
+    scalar, which stands for a float), or a DTypeError. Complex numbers only where
+    ``complex_ok`` (arithmetic and ``full``: the ops that make or take complex tensors)."""
     if isinstance(value, (bool, int, float)) or is_symbolic(value):
         if type(value) is int and value.bit_length() > 1023:
             check_float_range(op, value)
         return value
+    if isinstance(value, (complex, np.complexfloating)):
+        if complex_ok:
+            return complex(value)  # type: ignore[return-value]  # complex scalars pass through
+        raise DTypeError(f"ember: {op}: does not take complex numbers, got {value!r}")
     if isinstance(value, (np.generic,)) and value.dtype.kind in "biuf":
         return value.item()
     raise DTypeError(
@@ -100,9 +106,11 @@ def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int |
     """A primitive and a scalar ready for a backend op: an int tensor meeting a float
     scalar is cast to float32; bools meeting numbers become int64 or float32; an int
     scalar out of an int dtype's range raises."""
-    value = as_scalar(op, value)
+    value = as_scalar(op, value, complex_ok=True)
     dt = prim.dtype
-    if dt in FLOAT_NP:
+    if type(value) is complex and dt not in COMPLEX_NP:  # a real tensor meeting a complex scalar
+        return backend.cast(prim, DType.COMPLEX128 if dt == np.float64 else DType.COMPLEX64), value  # type: ignore[return-value]  # complex scalars pass through
+    if dt in FLOAT_NP or dt in COMPLEX_NP:
         return prim, value
     if (isinstance(value, float) and not isinstance(value, bool)) or is_symbolic(value):
         return backend.cast(prim, F32), value
@@ -122,6 +130,8 @@ def scalar_for(op: str, prim: Any, value: Any, backend: Any) -> tuple[Any, int |
 def check_value_fits(op: str, value: int | float | bool, dtype: DType) -> None:
     """Raise unless the scalar ``value`` converts to ``dtype`` without wrapping (an int
     dtype takes ints and integral floats in its range)."""
+    if isinstance(value, complex) and not dtype.is_complex:
+        raise DTypeError(f"ember: {op}: the complex value {value} does not fit {dtype}; give a complex dtype")
     if not dtype.is_int or isinstance(value, bool):
         return
     if isinstance(value, float):

@@ -109,6 +109,8 @@ def _infer_python_dtype(array: np.ndarray) -> DType:
         return DType.INT64
     if kind == "f":
         return DType.FLOAT32
+    if kind == "c":
+        return DType.COMPLEX64  # Python complex numbers, as PyTorch's default complex dtype
     raise DTypeError(f"ember: cannot make a tensor from values of numpy kind {array.dtype!r}; give numbers or bools")
 
 
@@ -145,8 +147,13 @@ def to_array(op: str, values: Any, dtype: DType | None) -> np.ndarray:
             )
         if dtype is None:
             dtype = _infer_python_dtype(array)
-    if array.dtype.kind not in "biuf" and array.dtype.kind != "V":
+    if array.dtype.kind not in "biufc" and array.dtype.kind != "V":
         raise DTypeError(f"ember: {op}: cannot make a tensor from values of dtype {array.dtype}")
+    if array.dtype.kind == "c" and not dtype.is_complex:
+        raise DTypeError(
+            f"ember: {op}: complex values cannot be held as {dtype}; use complex64/complex128, "
+            "or take .real / .imag of the data first"
+        )
     # Every device copies the values whole (a broadcast view too): check that they fit
     # before the copy, or a cast's scan of them, starts.
     check_host_fits(op, array, dtype)

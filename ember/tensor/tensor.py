@@ -23,6 +23,7 @@ from ember.tensor.data import TensorData, host_memory_error, to_array
 from ember.tensor.ops.arithmetic import ArithmeticOps
 from ember.tensor.ops.autodiff import AutodiffOps
 from ember.tensor.ops.compare import CompareOps
+from ember.tensor.ops.complex import ComplexOps
 from ember.tensor.ops.creation import CreationOps
 from ember.tensor.ops.indexing import IndexingOps
 from ember.tensor.ops.layout import LayoutOps
@@ -75,6 +76,7 @@ class Tensor(
     ReduceOps,
     LinalgOps,
     AutodiffOps,
+    ComplexOps,
 ):
     """An n-dimensional array on a device; float, int or bool by its dtype.
 
@@ -140,9 +142,10 @@ class Tensor(
     @classmethod
     def full(cls, shape: Any, value: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
         """A tensor of ``shape`` filled with ``value`` (dtype from the value if not given)."""
-        value = as_scalar("Tensor.full", value)
+        value = as_scalar("Tensor.full", value, complex_ok=True)
         if dtype is None:
             dtype = DType.BOOL if isinstance(value, bool) else DType.INT64 if isinstance(value, int) else DType.FLOAT32
+            dtype = DType.COMPLEX64 if isinstance(value, complex) else dtype
         dtype = DType.parse(dtype)
         device = _device(device)
         check_value_fits("Tensor.full", value, dtype)

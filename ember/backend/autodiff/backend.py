@@ -25,6 +25,7 @@ from ember.backend.autodiff.rules.loss import LossRules
 from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.norm import NormRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
+from ember.backend.autodiff.rules.spectral import SpectralRules
 from ember.backend.base import Backend
 from ember.backend.dtype import NUMPY_TO_DTYPE
 from ember.backend.ops import BinaryOp
@@ -45,6 +46,7 @@ class AutodiffBackend(
     NormRules,
     ModuleRules,
     CustomRules,
+    SpectralRules,
     Backend,
 ):
     """Wraps ``inner``: every op runs on the inner backend and, when an input is

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.base import Backend, Slices
-from ember.backend.cube import ir
+from ember.backend.cube import ir, spectral
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
 from ember.backend.cube.dtypes import Storage, check_scalar, storage_for
@@ -25,7 +25,7 @@ from ember.backend.cube.kernels import elementwise, index, layout, matmul, modul
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
-from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
+from ember.backend.ops import ArgReduceOp, BinaryOp, ComplexOp, CumulativeOp, FftOp, ReduceOp, UnaryOp
 from ember.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
@@ -252,16 +252,22 @@ class CubeBackend(Backend):
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a: CubeTensor, b: CubeTensor) -> CubeTensor:
+        if a.storage.compute == "c64":
+            return spectral.complex_matmul(self, a, b)
         return matmul.matmul(self, a, b)
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: ReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
+        if x.storage.compute == "c64":  # sum and mean (the tensor layer refuses the others)
+            return spectral.by_parts(self, lambda p: reduce.reduce(self, op, p, dim), x)
         return reduce.reduce(self, op, x, dim)
 
     def arg_reduce(self, op: ArgReduceOp, x: CubeTensor, dim: int) -> CubeTensor:
         return reduce.arg_reduce(self, op, x, dim)
 
     def cumulative(self, op: CumulativeOp, x: CubeTensor, dim: int) -> CubeTensor:
+        if x.storage.compute == "c64":  # cumsum (the tensor layer refuses the others)
+            return spectral.by_parts(self, lambda p: scan.cumulative(self, op, p, dim), x)
         return scan.cumulative(self, op, x, dim)
 
     def argsort(self, x: CubeTensor, dim: int, descending: bool) -> CubeTensor:
@@ -294,16 +300,36 @@ class CubeBackend(Backend):
         return index.gather(self, x, dim, indices)
 
     def scatter_add(self, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+        if x.storage.compute == "c64":
+            (xr, xi), (vr, vi) = spectral.parts(self, x), spectral.parts(self, values)
+            return self.complex(
+                index.scatter_add(self, xr, dim, indices, vr), index.scatter_add(self, xi, dim, indices, vi)
+            )
         return index.scatter_add(self, x, dim, indices, values)
 
     def select(self, x: CubeTensor, dim: int, indices: CubeTensor) -> CubeTensor:
         return index.select(self, x, dim, indices)
 
     def select_add(self, x: CubeTensor, dim: int, indices: CubeTensor, values: CubeTensor) -> CubeTensor:
+        if x.storage.compute == "c64":
+            (xr, xi), (vr, vi) = spectral.parts(self, x), spectral.parts(self, values)
+            return self.complex(
+                index.select_add(self, xr, dim, indices, vr), index.select_add(self, xi, dim, indices, vi)
+            )
         return index.select_add(self, x, dim, indices, values)
 
     def argwhere(self, x: CubeTensor) -> CubeTensor:
         return index.argwhere(self, x)
+
+    # ------------------------------------------------------------------ complex and spectral
+    def complex_unary(self, op: ComplexOp, x: CubeTensor) -> CubeTensor:
+        return spectral.complex_unary(self, op, x)
+
+    def complex(self, real: CubeTensor, imag: CubeTensor) -> CubeTensor:
+        return spectral.complex(self, real, imag)
+
+    def fft(self, op: FftOp, x: CubeTensor, sizes: tuple[int, ...], dims: tuple[int, ...], norm: str) -> CubeTensor:
+        return spectral.fft(self, op, x, sizes, dims, norm)
 
     # ------------------------------------------------------------------ fused
     def _fused_unary(self, op: str, x: CubeTensor) -> CubeTensor:

@@ -3,21 +3,23 @@
 WGSL has 32-bit scalars (``f32``, ``i32``, ``u32``, ``bool``) and, with the
 ``shader-f16`` feature, ``f16``. ember's dtypes map onto them so:
 
-=========  ===============================  ==========  ============================
-dtype      device words                     computed as  notes
-=========  ===============================  ==========  ============================
-float32    ``f32``                           ``f32``
-float16    ``f16`` (``shader-f16``), else    ``f32``      rounded to half on store
-           one ``u32`` word per element
-bfloat16   one ``u32`` word per element      ``f32``      rounded to nearest even
-int64      ``vec2<u32>`` (low, high word)      ``i64``      64-bit arithmetic emulated
-int32      ``i32``                           ``i32``
-uint8      ``i32``                           ``i32``      wraps modulo 256 on store
-int8       ``i32``                           ``i32``      wraps to [-128, 127] on store
-bool       ``u32`` (0 or 1)                  ``bool``
-float64    not available                                  cast to float32, or use flex
-uint64     not available                                  cast to int64, or use flex
-=========  ===============================  ==========  ============================
+===========  ===============================  ==========  ============================
+dtype        device words                     computed as  notes
+===========  ===============================  ==========  ============================
+float32      ``f32``                           ``f32``
+float16      ``f16`` (``shader-f16``), else    ``f32``      rounded to half on store
+             one ``u32`` word per element
+bfloat16     one ``u32`` word per element      ``f32``      rounded to nearest even
+int64        ``vec2<u32>`` (low, high word)      ``i64``      64-bit arithmetic emulated
+int32        ``i32``                           ``i32``
+uint8        ``i32``                           ``i32``      wraps modulo 256 on store
+int8         ``i32``                           ``i32``      wraps to [-128, 127] on store
+bool         ``u32`` (0 or 1)                  ``bool``
+complex64    ``vec2<f32>`` (real, imaginary)    ``c64``      see :mod:`.complex64`
+float64      not available                                  cast to float32, or use flex
+uint64       not available                                  cast to int64, or use flex
+complex128   not available                                  cast to complex64, or use flex
+===========  ===============================  ==========  ============================
 
 WGSL has no 64-bit integers; int64 is held in two 32-bit words and computed with the
 helpers of :mod:`ember.backend.cube.int64` (the ``i64`` compute type), so cube matches
@@ -90,6 +92,7 @@ _STORAGES = {
     ),
     DType.INT64: Storage(DType.INT64, "vec2<u32>", "i64", np.dtype(np.int64), 8),
     DType.INT32: Storage(DType.INT32, "i32", "i32", np.dtype(np.int32), 4),
+    DType.COMPLEX64: Storage(DType.COMPLEX64, "vec2<f32>", "c64", np.dtype(np.complex64), 8),
     DType.UINT8: Storage(DType.UINT8, "i32", "i32", np.dtype(np.int32), 4, store="({v} & 255)"),
     DType.INT8: Storage(DType.INT8, "i32", "i32", np.dtype(np.int32), 4, store="(({v} << 24u) >> 24u)"),
     DType.BOOL: Storage(
@@ -113,6 +116,11 @@ def storage_for(dtype: DType, native_f16: bool) -> Storage:
     if dtype is DType.FLOAT16:
         return _F16_NATIVE if native_f16 else _F16_WORD
     storage = _STORAGES.get(dtype)
+    if storage is None and dtype.is_complex:
+        raise DTypeError(
+            f"ember: cube: {dtype} is not available on the GPU (WGSL has no 64-bit floats); "
+            "use complex64 (.cast('complex64')) or keep the tensor on Device.flex()"
+        )
     if storage is None:
         if dtype is DType.UINT64:
             raise DTypeError(
@@ -151,4 +159,7 @@ def scalar_words(value: int | float | bool, compute: str) -> tuple[int, int]:
     if compute == "i64":
         bits = int(value) & 0xFFFF_FFFF_FFFF_FFFF
         return bits & 0xFFFF_FFFF, bits >> 32
+    if compute == "c64":
+        z = complex(value)
+        return scalar_word(z.real, "f32"), scalar_word(z.imag, "f32")
     return scalar_word(value, compute), 0

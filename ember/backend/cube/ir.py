@@ -56,6 +56,8 @@ def const(value: int | float | bool, ctype: str) -> Expr:
         value = bool(value)
     elif ctype in ("i32", "i64"):
         value = int(value)
+    elif ctype == "c64":
+        value = complex(value)  # type: ignore[assignment]
     else:
         value = float(value)
     return Expr("const", (value,), ctype)
@@ -77,14 +79,14 @@ def index() -> Expr:
 def unary(op: str, a: Expr) -> Expr:
     if a.type not in wgsl.UNARY[op]:
         raise TypeError(f"ember: cube: {op} has no {a.type} kernel")
-    return Expr("unary", (op, a), "bool" if op in wgsl.BOOL_RESULT else a.type)
+    return Expr("unary", (op, a), "bool" if op in wgsl.BOOL_RESULT else wgsl.RESULT_TYPE.get(op, a.type))
 
 
 @lru_cache(maxsize=4096)
 def binary(op: str, a: Expr, b: Expr) -> Expr:
     if a.type != b.type or a.type not in wgsl.BINARY[op]:
         raise TypeError(f"ember: cube: {op} has no ({a.type}, {b.type}) kernel")
-    return Expr("binary", (op, a, b), "bool" if op in wgsl.BOOL_RESULT else a.type)
+    return Expr("binary", (op, a, b), "bool" if op in wgsl.BOOL_RESULT else wgsl.RESULT_TYPE.get(op, a.type))
 
 
 @lru_cache(maxsize=4096)

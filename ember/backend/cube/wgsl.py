@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ember.backend.cube import int64
+from ember.backend.cube import complex64, int64
 from ember.backend.cube.dtypes import Storage
 from ember.backend.ops import BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, BinaryOp, UnaryOp
 
@@ -322,11 +322,13 @@ HELPERS: dict[str, str] = {
 }
 
 HELPERS.update(int64.HELPERS)
+HELPERS.update(complex64.HELPERS)
 
 _F = "f32"
 _I = "i32"
 _B = "bool"
 _L = "i64"
+_C = complex64.C
 
 # op -> {compute type: template}
 UNARY: dict[str, dict[str, str]] = {
@@ -402,9 +404,16 @@ BINARY: dict[str, dict[str, str]] = {
     BinaryOp.LEFT_SHIFT: {_I: "select({a} << u32({b}), 0, u32({b}) >= 32u)", _L: "shl_by_l({a}, {b})"},
     BinaryOp.RIGHT_SHIFT: {_I: "({a} >> min(u32({b}), 31u))", _L: "shr_by_l({a}, {b})"},
 }
+for _op, _template in complex64.UNARY.items():
+    UNARY.setdefault(_op, {})[_C] = _template
+for _op, _template in complex64.BINARY.items():
+    BINARY[_op][_C] = _template
+BINARY["complex"] = {_F: "c64({a}, {b})"}
 BOOL_RESULT = BOOL_RESULT_BINARY | BOOL_RESULT_UNARY
+#: Ops whose result type is not their operands' (besides the bool-valued ones).
+RESULT_TYPE = {**{op: _F for op in complex64.REAL_RESULT}, "complex": _C}
 
-ZERO = {_F: "0.0", _I: "0", _B: "false", _L: int64.ZERO}
+ZERO = {_F: "0.0", _I: "0", _B: "false", _L: int64.ZERO, _C: complex64.ZERO}
 #: The smallest and largest value of each int compute type (identities of max/min).
 INT_MIN = {_I: "i32(-2147483647 - 1)", _L: int64.MIN}
 INT_MAX = {_I: "2147483647", _L: int64.MAX}
@@ -414,6 +423,12 @@ def convert(expr: str, src: str, dst: str) -> str:
     """``expr`` of compute type ``src`` as ``dst`` (floats to ints truncate; nonzero is true)."""
     if src == dst:
         return expr
+    if _C in (src, dst):  # a real value is the real part; complex to real keeps the real part
+        if dst == _C:
+            return f"c64({convert(expr, src, _F)}, 0.0)"
+        if dst == _B:
+            return f"any({expr} != {complex64.ZERO})"
+        return convert(f"({expr}).x", _F, dst)
     if _L in (src, dst):
         return int64.convert(expr, src, dst)
     if dst == _B:
@@ -449,6 +464,7 @@ def bindings(inputs: Sequence[Storage | str], outputs: Sequence[Storage | str]) 
     if any("f16" in e for e in elems):
         lines.append("enable f16;")
     lines.append(int64.ALIAS)
+    lines.append(complex64.ALIAS)
     for i, e in enumerate(elems[: len(inputs)]):
         lines.append(f"@group(0) @binding({i}) var<storage, read> in{i}: array<{e}>;")
     for j, e in enumerate(elems[len(inputs) :]):
@@ -513,6 +529,8 @@ def info_scalar(pos: int, ctype: str) -> str:
         return f"bitcast<i32>(info[{pos}u])"
     if ctype == _L:
         return f"i64(info[{pos}u], info[{pos + 1}u])"
+    if ctype == _C:
+        return f"c64(bitcast<f32>(info[{pos}u]), bitcast<f32>(info[{pos + 1}u]))"
     return f"(info[{pos}u] != 0u)"
 
 
@@ -526,6 +544,9 @@ def literal(value: int | float | bool, ctype: str) -> str:
         return f"bitcast<f32>({bits:#010x}u)"
     if ctype == _I:
         return f"bitcast<i32>({int(value) & 0xFFFF_FFFF:#010x}u)"
+    if ctype == _C:
+        z = complex(value)
+        return f"c64({literal(z.real, _F)}, {literal(z.imag, _F)})"
     bits = int(value) & 0xFFFF_FFFF_FFFF_FFFF
     return f"i64({bits & 0xFFFF_FFFF:#010x}u, {bits >> 32:#010x}u)"
 

@@ -26,6 +26,7 @@ from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quiet import quiet_reset, quiet_set, quietly
 from ember.backend.flex.special import erf
+from ember.backend.flex.spectral import FlexSpectral
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, LinalgOp, ReduceOp, UnaryOp
 from ember.errors import IndexOutOfBoundsError
 
@@ -216,7 +217,7 @@ def _bitwise_select(cond: np.ndarray, a, b, dtype: np.dtype) -> np.ndarray:
     return out.view(dtype)
 
 
-class FlexBackend(FlexModuleOps, Backend):
+class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
     """Eager CPU backend over numpy. float16/bfloat16 are stored narrow and computed
     in float32 where numpy would lose accuracy or lacks the kernel. Creating one sets
     numpy's BLAS thread count (``EMBER_NUM_THREADS``, default 1; see ``flex.blas``) and
@@ -294,6 +295,8 @@ class FlexBackend(FlexModuleOps, Backend):
     def cast(self, x, dtype: DType) -> np.ndarray:
         token = quiet_set()
         try:
+            if x.dtype.kind == "c" and not dtype.is_complex:
+                x = x.real  # complex to real keeps the real part (as PyTorch), without numpy's warning
             return x.astype(dtype.np)
         finally:
             quiet_reset(token)

@@ -209,6 +209,29 @@ def _to_input_shape(grad, input_shape, *_: Any) -> Aval:
     return Aval(tuple(input_shape), grad.dtype)
 
 
+_C64, _C128 = np.dtype(np.complex64), np.dtype(np.complex128)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_REAL_OF: dict[np.dtype, np.dtype] = {_C64: _F32, _C128: _F64}
+_COMPLEX_OF: dict[np.dtype, np.dtype] = {_F32: _C64, _F64: _C128}
+
+
+def _complex_unary(op: Any, x: Any) -> Aval:
+    return Aval(tuple(x.shape), x.dtype if op == "conj" else _REAL_OF[x.dtype])
+
+
+def _fft(op: Any, x: Any, sizes: tuple[int, ...], dims: tuple[int, ...], norm: str) -> Aval:
+    shape = list(x.shape)
+    for d, n in zip(dims, sizes):
+        shape[d] = n
+    dtype = x.dtype
+    if op == "rfft":
+        shape[dims[-1]] = sizes[-1] // 2 + 1
+        dtype = _COMPLEX_OF[x.dtype]
+    elif op == "irfft":
+        dtype = _REAL_OF[x.dtype]
+    return Aval(tuple(shape), dtype)
+
+
 _RULES: dict[str, Callable[..., Any]] = {
     "full": lambda shape, value, dtype: Aval(tuple(shape), dtype.np),
     "arange": lambda start, stop, step, dtype: Aval((len(range(start, stop, step)),), dtype.np),
@@ -256,6 +279,9 @@ _RULES: dict[str, Callable[..., Any]] = {
     "embedding": lambda weights, indices: Aval(tuple(indices.shape) + (weights.shape[1],), weights.dtype),
     "embedding_backward": lambda grad, indices, n: Aval((n, grad.shape[-1]), grad.dtype),
     "linalg": _linalg,
+    "complex_unary": _complex_unary,
+    "complex": lambda real, imag: Aval(tuple(real.shape), _COMPLEX_OF[real.dtype]),
+    "fft": _fft,
 }
 
 #: The backend calls a graph can record.

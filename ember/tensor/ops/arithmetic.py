@@ -34,21 +34,21 @@ class ArithmeticOps(TensorOpsBase):
         return binary(self, other, BinaryOp.ADD, "add", "arith")
 
     def add_scalar(self, value: Any) -> Self:
-        return binary(self, as_scalar("add_scalar", value), BinaryOp.ADD, "add_scalar", "arith")
+        return binary(self, as_scalar("add_scalar", value, complex_ok=True), BinaryOp.ADD, "add_scalar", "arith")
 
     def sub(self, other: Any) -> Self:
         """``self - other``."""
         return binary(self, other, BinaryOp.SUB, "sub", "arith")
 
     def sub_scalar(self, value: Any) -> Self:
-        return binary(self, as_scalar("sub_scalar", value), BinaryOp.SUB, "sub_scalar", "arith")
+        return binary(self, as_scalar("sub_scalar", value, complex_ok=True), BinaryOp.SUB, "sub_scalar", "arith")
 
     def mul(self, other: Any) -> Self:
         """``self * other``."""
         return binary(self, other, BinaryOp.MUL, "mul", "arith")
 
     def mul_scalar(self, value: Any) -> Self:
-        return binary(self, as_scalar("mul_scalar", value), BinaryOp.MUL, "mul_scalar", "arith")
+        return binary(self, as_scalar("mul_scalar", value, complex_ok=True), BinaryOp.MUL, "mul_scalar", "arith")
 
     def div(self, other: Any, rounding_mode: str | None = None) -> Self:
         """True division ``self / other`` (ints give float32); ``rounding_mode="trunc"``
@@ -58,7 +58,7 @@ class ArithmeticOps(TensorOpsBase):
         return binary(self, other, BinaryOp.DIV, "div", "float")
 
     def div_scalar(self, value: Any) -> Self:
-        return binary(self, as_scalar("div_scalar", value), BinaryOp.DIV, "div_scalar", "float")
+        return binary(self, as_scalar("div_scalar", value, complex_ok=True), BinaryOp.DIV, "div_scalar", "float")
 
     def floor_div(self, other: Any) -> Self:
         """``self // other``: division rounded toward minus infinity."""
@@ -137,6 +137,9 @@ class ArithmeticOps(TensorOpsBase):
         return unary(self, UnaryOp.NEG, "neg", "numeric")
 
     def abs(self) -> Self:
+        """The absolute value; of a complex tensor its modulus (a float tensor)."""
+        if self._p.dtype.kind == "c":
+            return self._complex_abs()  # type: ignore[attr-defined]  # ComplexOps, mixed into Tensor
         return unary(self, UnaryOp.ABS, "abs", "numeric")
 
     def sign(self) -> Self:
@@ -205,7 +208,7 @@ class ArithmeticOps(TensorOpsBase):
         return unary(self, UnaryOp.ERF, "erf", "float")
 
     def _integral_or(self, op: UnaryOp) -> Self:
-        if self._p.dtype not in FLOAT_NP:
+        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":  # ints are integral; complex is refused
             return self.__class__(self._p, self._d)
         return unary(self, op, str(op), "float")
 

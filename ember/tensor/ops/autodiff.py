@@ -33,8 +33,10 @@ class AutodiffOps(TensorOpsBase):
         d = self._d
         if not d.is_autodiff():
             return self.__class__(self._p, self._d)
-        if require_grad and self._p.dtype not in FLOAT_NP:
-            raise DTypeError(f"ember: require_grad: only float tensors have gradients, got {self.dtype}; cast first")
+        if require_grad and self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
+            raise DTypeError(
+                f"ember: require_grad: only float and complex tensors have gradients, got {self.dtype}; cast first"
+            )
         return self.__class__(cast("AutodiffProtocol", d._b).set_require_grad(self._p, bool(require_grad)), d)
 
     def is_require_grad(self) -> bool:

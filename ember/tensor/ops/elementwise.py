@@ -21,6 +21,7 @@ from ember.errors import DivisionByZeroError, DTypeError
 from ember.tensor import autocast
 from ember.tensor.checks import (
     BOOL_NP,
+    COMPLEX_NP,
     FLOAT_NP,
     INT_NP,
     NP_TO_DTYPE,
@@ -79,7 +80,9 @@ def binary(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
             a, b = promote_pair(name, self, other)
         if mode != "cmp":
             dt = a.dtype
-            if mode == "arith":
+            if dt not in FLOAT_NP and dt in COMPLEX_NP:
+                _check_complex_binary(name, op, a)
+            elif mode == "arith":
                 if dt == BOOL_NP:
                     op = _bool_arith(name, op)
                 elif op in _INT_DIVISION and dt not in FLOAT_NP:
@@ -90,6 +93,8 @@ def binary(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
             else:
                 a = _fit(name, mode, a, d._b)
                 b = _fit(name, mode, b, d._b)
+        elif op not in _EQUALITY and a.dtype in COMPLEX_NP:
+            _check_complex_binary(name, op, a)
         if a.shape != b.shape:
             broadcast_shapes(name, a.shape, b.shape)
         return self.__class__(d._b.binary(op, a, b), d)
@@ -97,6 +102,10 @@ def binary(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
     a, s = scalar_for(name, a, other, backend)
     if mode == "arith" and a.dtype == BOOL_NP:  # a bool tensor with a bool scalar
         return self.__class__(backend.binary(_bool_arith(name, op), a, s), d)
+    if a.dtype in COMPLEX_NP:
+        if op not in _EQUALITY:
+            _check_complex_binary(name, op, a)
+        return self.__class__(backend.binary(op, a, s), d)
     if mode != "cmp":
         a = _fit(name, mode, a, backend)
         if (mode == "float" or (mode == "arith" and a.dtype in FLOAT_NP)) and not is_symbolic(s):
@@ -117,6 +126,19 @@ _BOOL_ARITH = {
     BinaryOp.MINIMUM: BinaryOp.LOGICAL_AND,
 }
 _INT_DIVISION = frozenset({BinaryOp.FLOOR_DIV, BinaryOp.REMAINDER})
+_EQUALITY = frozenset({BinaryOp.EQ, BinaryOp.NE})
+
+
+def _check_complex_binary(name: str, op: BinaryOp, prim: Any) -> None:
+    from ember.tensor.ops.complex import check_complex_binary
+
+    check_complex_binary(name, op, prim)
+
+
+def _check_complex_unary(name: str, op: UnaryOp, prim: Any) -> None:
+    from ember.tensor.ops.complex import check_complex_unary
+
+    check_complex_unary(name, op, prim)
 
 
 def _bool_arith(name: str, op: BinaryOp) -> BinaryOp:
@@ -154,10 +176,12 @@ def _check_no_zero(name: str, divisor: Any, backend: Any) -> None:
 
 def reverse_scalar(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
     """``other <op> self`` for a Python scalar ``other``: the scalar becomes a tensor."""
-    value = as_scalar(name, other)
+    value = as_scalar(name, other, complex_ok=True)
     p = self._p
     dtype = NP_TO_DTYPE[p.dtype]
-    if isinstance(value, float) and not dtype.is_float:
+    if isinstance(value, complex) and not dtype.is_complex:
+        dtype = DType.COMPLEX128 if dtype is DType.FLOAT64 else DType.COMPLEX64
+    elif isinstance(value, float) and not dtype.is_float and not dtype.is_complex:
         dtype = _F32
     elif dtype is DType.BOOL and not isinstance(value, bool):
         dtype = _I64
@@ -175,12 +199,19 @@ def unary(self: T, op: UnaryOp, name: str, mode: str) -> T:
     dt = p.dtype
     if mode == "float":
         if dt not in FLOAT_NP:
-            p = d._b.cast(p, _F32)
+            if dt in COMPLEX_NP:
+                _check_complex_unary(name, op, p)
+            else:
+                p = d._b.cast(p, _F32)
     elif mode == "numeric":
         if dt == BOOL_NP:
             raise DTypeError(
                 f"ember: {name}: not defined on bool tensors (shape {list(p.shape)}); cast to int or float first"
             )
+        if dt in COMPLEX_NP:
+            _check_complex_unary(name, op, p)
+    elif dt in COMPLEX_NP:
+        _check_complex_unary(name, op, p)
     elif mode != "any":
         p = _fit(name, mode, p, d._b)
     return self.__class__(d._b.unary(op, p), d)

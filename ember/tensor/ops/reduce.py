@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp
-from ember.errors import ShapeError, ValueRangeError
+from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
@@ -46,7 +46,15 @@ class ReduceOps(TensorOpsBase):
         p = self._p
         backend = self._d._b
         extreme = op in (ReduceOp.MAX, ReduceOp.MIN)
-        if op in (ReduceOp.ANY, ReduceOp.ALL):
+        if p.dtype.kind == "c":
+            if op not in (ReduceOp.SUM, ReduceOp.MEAN, ReduceOp.ANY, ReduceOp.ALL):
+                raise DTypeError(
+                    f"ember: {name}: not defined on complex tensors (dtype {self.dtype}), as in PyTorch; "
+                    "reduce .abs(), .real() or .imag() instead"
+                )
+            if op in (ReduceOp.ANY, ReduceOp.ALL):
+                p = backend.binary(BinaryOp.NE, p, 0)
+        elif op in (ReduceOp.ANY, ReduceOp.ALL):
             if p.dtype != BOOL_NP:
                 p = backend.binary(BinaryOp.NE, p, 0)
         elif op == ReduceOp.MEAN:
@@ -241,6 +249,8 @@ class ReduceOps(TensorOpsBase):
             raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(p.shape)})")
         if p.dtype == BOOL_NP:
             p = self._d._b.cast(p, DType.INT64)
+        elif p.dtype.kind == "c":
+            raise DTypeError(f"ember: {name}: not defined on complex tensors (dtype {self.dtype}); use .abs() first")
         return self.__class__(self._d._b.arg_reduce(op, p, dim), self._d)
 
     def argmax(self, dim: int | None = None, keepdim: bool | None = None) -> Self:
@@ -358,6 +368,10 @@ class ReduceOps(TensorOpsBase):
         p = self._p
         backend = self._d._b
         dim = normalize_dim(op, dim, len(p.shape))
+        if p.dtype.kind == "c":
+            if op != CumulativeOp.CUMSUM:
+                raise DTypeError(f"ember: {op}: not defined on complex tensors (dtype {self.dtype}); use cumsum")
+            return self.__class__(backend.cumulative(op, p, dim), self._d)
         if op in _WIDENING and p.dtype not in FLOAT_NP and p.dtype != _I64_NP:
             return self.__class__(backend.cumulative(op, backend.cast(p, DType.INT64), dim), self._d)
         if p.dtype == BOOL_NP:  # running max/min of bools stay bool, as in PyTorch

@@ -13,6 +13,7 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast, zeros_like
+from ember.backend.autodiff.rules.spectral import COMPLEX_NP, conj
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, UnaryOp
 
@@ -171,6 +172,17 @@ def _unary_step(ops, g, saved, op):
     return (UNARY[op][1](ops, g, x, out),)
 
 
+def _unary_step_complex(ops, g, saved, op):
+    """A holomorphic ``f`` with real Taylor coefficients: ``g * conj(f'(z)) = g * f'(conj z)``."""
+    x, out = saved
+    return (UNARY[op][1](ops, g, conj(ops, x), conj(ops, out)),)
+
+
+def _binary_step_complex(ops, g, saved, ctx):
+    a, b, out = saved
+    return _binary_step(ops, g, (conj(ops, a), conj(ops, b), conj(ops, out)), ctx)
+
+
 def _binary_step(ops, g, saved, ctx):
     op, shape_a, shape_b = ctx
     a, b, out = saved
@@ -218,7 +230,8 @@ class ElementwiseRules(RecordMixin):
         needs = rule[0]
         saved = (self._keep(x) if needs & X else None, self._out(out, True) if needs & OUT else None)
         recompute = (partial(inner.unary, op), (self._keep(x),)) if self._balanced else None
-        return self._record(out, (node,), _unary_step, saved, op, recompute)
+        step = _unary_step_complex if out.dtype in COMPLEX_NP else _unary_step
+        return self._record(out, (node,), step, saved, op, recompute)
 
     def binary(self, op: BinaryOp, a: AutodiffTensor, b: Any) -> AutodiffTensor:
         inner = self.inner
@@ -238,7 +251,8 @@ class ElementwiseRules(RecordMixin):
             recompute: tuple[Any, tuple] | None = (
                 (partial(inner.binary, op), (self._keep(a), self._keep(b))) if self._balanced else None
             )
-            return self._record(out, (na, nb), _binary_step, saved, ctx, recompute)
+            step = _binary_step_complex if out.dtype in COMPLEX_NP else _binary_step
+            return self._record(out, (na, nb), step, saved, ctx, recompute)
         out = inner.binary(op, a.inner, b)
         na = a.node
         rule = BINARY.get(op)
@@ -247,7 +261,8 @@ class ElementwiseRules(RecordMixin):
         needs = rule[0]
         saved = (self._keep(a) if needs & LHS else None, b, self._out(out, True) if needs & RES else None)
         recompute = (partial(_binary_scalar, inner, op, b), (self._keep(a),)) if self._balanced else None
-        return self._record(out, (na, None), _binary_step, saved, (op, a.shape, None), recompute)
+        step = _binary_step_complex if out.dtype in COMPLEX_NP else _binary_step
+        return self._record(out, (na, None), step, saved, (op, a.shape, None), recompute)
 
     def where(self, cond: AutodiffTensor, a: Any, b: Any) -> AutodiffTensor:
         ta, tb = type(a) is AutodiffTensor, type(b) is AutodiffTensor
@@ -272,7 +287,7 @@ class ElementwiseRules(RecordMixin):
 
     def cast(self, x: AutodiffTensor, dtype: DType) -> AutodiffTensor:
         out = self.inner.cast(x.inner, dtype)
-        if x.node is None or not dtype.is_float:
+        if x.node is None or not (dtype.is_float or dtype.is_complex):
             return AutodiffTensor(out, None)
         source = DType.from_numpy(x.dtype)
         recompute = (partial(_cast, self.inner, dtype), (self._keep(x),)) if self._balanced else None

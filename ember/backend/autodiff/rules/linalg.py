@@ -10,6 +10,7 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
+from ember.backend.autodiff.rules.spectral import COMPLEX_NP, conj
 from ember.backend.ops import ReduceOp
 
 
@@ -21,6 +22,8 @@ def _transpose(ops, x):
 def _matmul_step(ops, g, saved, ctx):
     a, b = saved
     shape_a, shape_b = ctx
+    if g.dtype in COMPLEX_NP:  # A^H g and g B^H (PyTorch's convention for complex gradients)
+        a, b = conj(ops, a), conj(ops, b)
     ga = None if shape_a is None else unbroadcast(ops, ops.matmul(g, _transpose(ops, b)), shape_a)
     gb = None if shape_b is None else unbroadcast(ops, ops.matmul(_transpose(ops, a), g), shape_b)
     return (ga, gb)
