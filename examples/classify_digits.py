@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--workers", type=int, default=1, help="background threads that build batches")
     parser.add_argument("--seed", type=int, default=42, help="seeds the model's initialisation and dropout")
     parser.add_argument("--fresh", action="store_true", help="delete the artifact directory first")
-    parser.add_argument("--compile", action="store_true", help="run the steps under ember.compile (Learner(compile=True))")
+    parser.add_argument(
+        "--compile", action="store_true", help="run the steps under ember.compile (Learner(compile=True))"
+    )
     parser.add_argument("--renderer", default="auto", choices=["auto", "dashboard", "plain", "none"])
     args = parser.parse_args(argv)
 
