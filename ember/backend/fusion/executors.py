@@ -23,6 +23,7 @@ from typing import Any
 
 from ember.backend.fusion.graph import Graph
 from ember.backend.fusion.replay import Replay
+from ember.errors import FallbackWarning
 
 #: Environment variable choosing the executor of fusion devices: llvm | wgsl | replay.
 EXECUTOR_ENV = "EMBER_FUSION_EXECUTOR"
@@ -60,7 +61,7 @@ def _llvm() -> Any:
             warnings.warn(
                 f"ember: fusion: the LLVM executor is unavailable ({error}); fusion devices over flex replay "
                 "their ops without compiling them. Install llvmlite to compile them.",
-                RuntimeWarning,
+                FallbackWarning,
                 stacklevel=4,
             )
         _SHARED["llvm"] = executor

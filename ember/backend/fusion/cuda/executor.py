@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,9 +35,11 @@ from ember.backend.cube.cuda.runtime import CaptureUnsupported, DeviceScalar
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.expand import expand, float_operands
 from ember.backend.fusion.graph import Graph, Ref
+from ember.backend.fusion.plan import warn_fallback
 from ember.backend.fusion.replay import Replay
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call, Kernel, Matmul
+from ember.errors import FallbackWarning
 
 #: Composites a plan expands into primitives (float32/float64 operands).
 EXPANDED = frozenset(
@@ -223,7 +226,8 @@ class CudaPlan:
                     return self._run(variant, backend, inputs, values)
             try:
                 variant = (_FusedVariant if self.executor.fuse else _Variant)(self.graph, scalars)
-            except Exception:
+            except Exception as error:  # a lowering bug must not lose the user's computation
+                warn_fallback("CUDA", self.graph, error, stacklevel=3)
                 self.replay = Replay(self.graph)
                 return self.replay.run(backend, inputs, scalars)
             if len(self.variants) >= self.MAX_VARIANTS:
@@ -236,14 +240,24 @@ class CudaPlan:
     def _run(self, v: _Variant, backend: Any, inputs: list[Any], values: list[Any]) -> list[Any]:
         v.runs += 1
         if v.graph_exec is None and (
-            v.failed or not self.executor.graphs or v.runs < 2 or not hasattr(backend, "runtime")
+            v.failed
+            or not self.executor.graphs
+            or v.runs < 2
+            or not getattr(getattr(backend, "runtime", None), "graphs", False)
         ):
             self.executor.stats["replays"] += 1
             return v.replay(backend, inputs, lambda s: values[v.slot[id(s)]])
         if v.graph_exec is None:
             try:
                 self._capture(v, backend, inputs)
-            except Exception:
+            except Exception as error:
+                if not isinstance(error, CaptureUnsupported):  # expected: an op reads back (module docstring)
+                    warnings.warn(
+                        f"ember: fusion: the CUDA executor could not capture a graph of {len(self.graph.nodes)} nodes "
+                        f"as a CUDA Graph ({type(error).__name__}: {error}); it launches op by op instead.",
+                        FallbackWarning,
+                        stacklevel=4,
+                    )
                 v.failed = True
                 self.executor.stats["capture_failures"] += 1
                 self.executor.stats["replays"] += 1

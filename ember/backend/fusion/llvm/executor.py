@@ -39,7 +39,6 @@ import itertools
 import sys
 import threading
 import time
-import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -60,6 +59,7 @@ from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.loops import scratch_bytes
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
+from ember.backend.fusion.plan import warn_fallback
 from ember.backend.fusion.replay import PartialRun, Replay, ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import ConvChain
@@ -254,13 +254,7 @@ class LLVMPlan:
         try:
             variant = Variant(self.graph, scalars, self.executor, self.fixed, tuple(donated))
         except Exception as error:  # a lowering bug must not lose the user's computation
-            warnings.warn(
-                f"ember: fusion: the LLVM executor could not compile a graph of {len(self.graph.nodes)} "
-                f"nodes ({type(error).__name__}: {error}); it runs op by op instead. Please report this "
-                "with the graph (str(graph)).",
-                RuntimeWarning,
-                stacklevel=5,
-            )
+            warn_fallback("LLVM", self.graph, error, stacklevel=5)
             self.replay = Replay(self.graph, fixed=self.fixed)
             return None
         self.executor._compiled(variant)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from typing import Any
 
@@ -27,6 +26,7 @@ from ember.backend.cube.buffer import CubeTensor
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph
 from ember.backend.fusion.kernels import Call, schedule
+from ember.backend.fusion.plan import warn_fallback
 from ember.backend.fusion.replay import PartialRun, Replay
 from ember.backend.fusion.wgsl.launches import Eager, lower, symbols, view
 from ember.backend.fusion.wgsl.support import CubeTarget
@@ -117,13 +117,7 @@ class CubePlan:
             try:
                 variant = Variant(self.graph, scalars, self.executor, backend)
             except Exception as error:  # a lowering bug must not lose the user's computation
-                warnings.warn(
-                    f"ember: fusion: the WGSL executor could not lower a graph of {len(self.graph.nodes)} nodes "
-                    f"({type(error).__name__}: {error}); it runs op by op instead. Please report this with the "
-                    "graph (str(graph)).",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+                warn_fallback("WGSL", self.graph, error, stacklevel=3)
                 self.replay = Replay(self.graph)
                 return self.replay.run(backend, inputs, scalars)
             with self.executor._lock:
