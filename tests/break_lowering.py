@@ -19,12 +19,11 @@ ENV = "EMBER_TEST_BREAK_LOWERING"
 
 #: Per target: the (module, attribute path) of each function that lowers a schedule.
 LOWERINGS: dict[str, list[tuple[str, str]]] = {
-    "llvm": [("ember.backend.fusion.llvm.executor", "Variant.__init__")],
-    "wgsl": [("ember.backend.fusion.wgsl.executor", "Variant.__init__")],
+    "llvm": [("ember.backend.fusion.llvm.executor", "LLVMPlan.lower")],
+    "wgsl": [("ember.backend.fusion.wgsl.executor", "CubePlan.lower")],
     "cuda": [
-        ("ember.backend.fusion.cuda.executor", "_Variant.__init__"),
-        ("ember.backend.fusion.cuda.executor", "_FusedVariant.__init__"),
-        ("ember.backend.fusion.cuda.target", "schedule_kernels"),
+        ("ember.backend.fusion.cuda.executor", "CudaPlan.lower"),
+        ("ember.backend.fusion.cuda.target", "schedule_kernels"),  # tests that lower schedules directly
     ],
 }
 

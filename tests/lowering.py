@@ -17,12 +17,7 @@ from typing import Any
 
 import pytest
 
-from ember.backend.fusion.cuda.executor import CudaPlan
-from ember.backend.fusion.llvm.executor import LLVMPlan
-from ember.backend.fusion.wgsl.executor import CubePlan
-
-#: The plan classes of the compiling targets (each has ``replay``: set when lowering failed).
-PLAN_CLASSES: tuple[type, ...] = (LLVMPlan, CubePlan, CudaPlan)
+from ember.backend.fusion.plan import Plan
 
 
 def fell_back(plans: list[Any]) -> list[Any]:
@@ -37,14 +32,13 @@ def assert_plans_lowered(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
         yield
         return
     seen: dict[int, Any] = {}
-    for cls in PLAN_CLASSES:
-        original = cls.run
+    original = Plan.run  # every target's plans run through it
 
-        def run(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            seen.setdefault(id(self), self)
-            return _original(self, *args, **kwargs)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.setdefault(id(self), self)
+        return original(self, *args, **kwargs)
 
-        monkeypatch.setattr(cls, "run", run)
+    monkeypatch.setattr(Plan, "run", run)
     yield
     broken = fell_back(list(seen.values()))
     assert not broken, (

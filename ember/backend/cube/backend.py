@@ -42,6 +42,7 @@ class CubeBackend(Backend):
     """GPU backend over wgpu (Vulkan, Metal, DX12) with generated WGSL kernels."""
 
     name = "cube"
+    fusion_target = "wgsl"  # fused WGSL kernels, tapes of repeated plans
 
     def __init__(self, adapter: Any, api: str = "wgpu", kind: str = "DefaultDevice") -> None:
         self.adapter = adapter
