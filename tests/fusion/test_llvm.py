@@ -14,9 +14,9 @@ from ember.backend.dtype import DType
 from ember.backend.flex import FlexBackend
 from ember.backend.fusion import executors
 from ember.backend.fusion.backend import FusionBackend
-from ember.backend.fusion.kernels import Call, Kernel, Matmul
 from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.fusion.llvm.ops import LOWERED_BINARY, LOWERED_UNARY
+from ember.backend.fusion.scheduler import Call, Kernel, Matmul
 from ember.backend.fusion.views import View
 from ember.backend.ops import BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import FallbackWarning
@@ -172,7 +172,7 @@ def test_elementwise_chain_is_one_kernel_and_dead_values_are_not_stored(executor
 
 
 def test_very_long_chains_are_cut_into_kernels(executor):
-    from ember.backend.fusion.kernels import MAX_DEPTH
+    from ember.backend.fusion.scheduler import MAX_DEPTH
 
     case = Case()
     x = case.input(np.array([1.0, 2.0], np.float64))

@@ -125,7 +125,7 @@ class _FusedVariant(_Variant):
 
     def __init__(self, graph: Graph, scalars: Sequence[Any]) -> None:
         from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
-        from ember.backend.fusion.kernels import schedule
+        from ember.backend.fusion.scheduler import schedule
 
         target = CudaTarget()
         self.expanded = expand(graph, list(scalars), target.expands)

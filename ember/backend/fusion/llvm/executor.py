@@ -6,7 +6,7 @@
 literals: betas, epsilon), which compile as constants.
 On its first run a plan compiles a *variant*: it expands the graph's composites
 for the scalars given (:mod:`~ember.backend.fusion.expand`), groups it into kernels
-(:mod:`~ember.backend.fusion.kernels`), runs each convolution chain per sample
+(:mod:`~ember.backend.fusion.scheduler`), runs each convolution chain per sample
 (:mod:`~ember.backend.fusion.chains`, unless ``LLVMExecutor(conv_chains=False)``), places its buffers in an arena
 (:mod:`~ember.backend.fusion.memory`), generates one LLVM function per run of
 compiled steps (:mod:`~ember.backend.fusion.llvm.codegen`) and JIT-compiles them.
@@ -49,7 +49,6 @@ from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph, Ref
-from ember.backend.fusion.kernels import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.llvm import arrays, jit
 from ember.backend.fusion.llvm.chains import chain_scratch
 from ember.backend.fusion.llvm.codegen import ModuleBuilder
@@ -60,6 +59,7 @@ from ember.backend.fusion.memory import ALIGN, plan_memory
 from ember.backend.fusion.plan import Executor, Plan
 from ember.backend.fusion.replay import PartialRun, ReplayError
 from ember.backend.fusion.scalars import SymScalar
+from ember.backend.fusion.scheduler import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.steps import ConvChain
 from ember.backend.fusion.views import View, size_of
 
