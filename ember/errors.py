@@ -94,3 +94,12 @@ class DistributedError(EmberError, RuntimeError):
 class OnnxError(EmberError, ValueError):
     """An ONNX model cannot be read or imported: a malformed or truncated file, a failed
     model check, or an operator (or operator version) that ember does not implement."""
+
+
+class FallbackWarning(RuntimeWarning):
+    """A compiled path fell back to a slower one that computes the same values: a
+    fusion plan whose lowering failed replays its ops one by one, a fusion device over
+    flex without llvmlite replays instead of compiling. The message names the cause.
+    The test suite turns it into an error (a fallback would hide a lowering bug behind
+    the replay that the tests compare with); ``warnings.simplefilter("error",
+    FallbackWarning)`` does the same in a user's program."""

@@ -50,6 +50,10 @@ class Backend(ModuleOps, ABC):
 
     #: A short name, such as ``"flex"``.
     name: str = "backend"
+    #: The fusion target that lowers this backend's streams and captured steps
+    #: (``"llvm"``, ``"wgsl"``, ``"cuda"``: see :mod:`ember.backend.fusion.executors`),
+    #: or ``None``: a fusion device over it replays the recorded ops.
+    fusion_target: str | None = None
 
     def check_dtype(self, dtype: np.dtype) -> None:
         """Raises :class:`~ember.errors.DTypeError` (naming the fix) if this backend

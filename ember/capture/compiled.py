@@ -71,6 +71,12 @@ def _takes(fn: Callable[..., Any], name: str) -> bool:
         return False
 
 
+def _accepts_donations(plan: Any) -> bool:
+    """Whether ``plan`` may write outputs into donated inputs (a fusion plan whose
+    target says so, ``Plan.accepts_donations``; a custom executor's plan does not)."""
+    return getattr(plan, "accepts_donations", False) is True
+
+
 class CompileWarning(UserWarning):
     """A compiled function fell back to eager execution."""
 
@@ -358,8 +364,8 @@ class _Entry:
             # optimizer whose states do not exist yet, is never compiled).
             self.plan = Replay(abstract, fixed=fixed)
             self._deferred = lambda: executor.plan(abstract, fixed_scalars=fixed)
-        self.donated = self._donations_offered if hasattr(self.plan, "donated") else ()
-        self.arg_donated = self._arg_offered if hasattr(self.plan, "donated") else ()
+        self.donated = self._donations_offered if _accepts_donations(self.plan) else ()
+        self.arg_donated = self._arg_offered if _accepts_donations(self.plan) else ()
         self.owned: list[Any] = []  # per state read: the object a replay may update in place
         self.binding: Any = None  # the plan's Binding of the donated inputs (see _specialize)
         self.bind_failed = False
@@ -521,7 +527,7 @@ class _Entry:
                 else:
                     scalars.append(f"{state_var(inner[1], inner[2])}.{inner[3]}")
         # The inputs the plan holds, if it binds them (see the docstring).
-        accepted = self.plan.donated(self.donated) if hasattr(self.plan, "bind") and not self.bind_failed else ()
+        accepted = self.plan.donated(self.donated) if _accepts_donations(self.plan) and not self.bind_failed else ()
         binding = bool(accepted)
         written: dict[int, int] = {}  # output index -> position in the plan's result (-1 - i: held array i)
         if binding:
@@ -793,8 +799,8 @@ class _Entry:
             if self._deferred is not None:  # the first run replayed: compile for the next ones
                 self.plan = self._deferred()
                 self._deferred = None
-                self.donated = self._donations_offered if hasattr(self.plan, "donated") else ()
-                self.arg_donated = self._arg_offered if hasattr(self.plan, "donated") else ()
+                self.donated = self._donations_offered if _accepts_donations(self.plan) else ()
+                self.arg_donated = self._arg_offered if _accepts_donations(self.plan) else ()
             else:
                 self._runner = self._specialize(leaves)
         return out

@@ -17,7 +17,7 @@ from ember.optim import AdamConfig
 from ember.train import AccuracyMetric, ClassificationOutput, Learner, SupervisedTraining
 
 
-class Mlp(Module):
+class DigitsMlp(Module):
     """W2's MLP with the digits' 64 inputs: 64-256-10 (W2 itself is 784-256-10 on MNIST)."""
 
     l1: Linear
@@ -59,7 +59,7 @@ def _fit(precision: str, epochs: int = 8, artifact_dir=None, learner_kwargs=None
     train, valid = _digits()
     device = Device.flex().autodiff()
     device.seed(0)
-    model = Mlp(LinearConfig(64, 256).init(device), Relu(), LinearConfig(256, 10).init(device))
+    model = DigitsMlp(LinearConfig(64, 256).init(device), Relu(), LinearConfig(256, 10).init(device))
     learner = Learner(model, AdamConfig().init(), 1e-3, precision=precision, **(learner_kwargs or {}))
     training = (
         SupervisedTraining(artifact_dir).renderer("none").metric_valid_numeric(AccuracyMetric()).num_epochs(epochs)
@@ -104,7 +104,7 @@ def test_precision_names():
     with pytest.raises(ConfigError, match="bf16-mixed"):
         Precision.parse("fp8")
     device = Device.flex().autodiff()
-    model = Mlp(LinearConfig(64, 8).init(device), Relu(), LinearConfig(8, 10).init(device))
+    model = DigitsMlp(LinearConfig(64, 8).init(device), Relu(), LinearConfig(8, 10).init(device))
     assert "bf16-mixed" in repr(Learner(model, AdamConfig().init(), 1e-3, precision="bf16-mixed"))
     with pytest.raises(ConfigError, match="GradScaler"):
         Learner(model, AdamConfig().init(), 1e-3, grad_scaler=object())

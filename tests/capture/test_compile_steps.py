@@ -9,7 +9,7 @@ import pytest
 
 import ember
 from ember import Device, Distribution, Module, Tensor
-from ember.backend.fusion.kernels import Call
+from ember.backend.fusion.scheduler import Call
 from ember.nn import Conv2d, Conv2dConfig, Linear, LinearConfig, MaxPool2d, MaxPool2dConfig, Relu
 from ember.nn.loss import CrossEntropyLoss
 from ember.optim import AdamConfig, GradientsParams

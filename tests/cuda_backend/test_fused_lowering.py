@@ -12,8 +12,8 @@ import ember
 from ember import Device, Tensor
 from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
 from ember.backend.fusion.expand import expand
-from ember.backend.fusion.kernels import Kernel, Matmul, schedule
 from ember.backend.fusion.replay import Replay
+from ember.backend.fusion.scheduler import Kernel, Matmul, schedule
 from ember.nn import LinearConfig, Relu
 from ember.nn.loss import CrossEntropyLoss
 from ember.optim import AdamConfig, GradientsParams

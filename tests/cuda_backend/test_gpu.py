@@ -12,6 +12,7 @@ import ember
 from ember import Device, Distribution, Tensor
 from ember.errors import DeviceMemoryError
 from tests.conftest import assert_close
+from tests.shared_models import Mlp
 
 
 @pytest.fixture
@@ -98,22 +99,13 @@ def test_matmul_against_numpy(cuda, rng, dtype):
 
 
 def _mlp_step(device):
-    from ember.nn import Linear, LinearConfig, Relu
     from ember.nn.loss import MseLoss, Reduction
     from ember.optim import AdamConfig, GradientsParams
-
-    class Mlp(ember.Module):
-        l1: Linear
-        act: Relu
-        l2: Linear
-
-        def forward(self, x):
-            return self.l2(self.act(self.l1(x)))
 
     device.seed(42)
     x = Tensor.random([64, 4], Distribution.uniform(-1.0, 1.0), device=device)
     y = x.matmul(Tensor.from_floats([[1.0], [-2.0], [0.5], [3.0]], device=device)).add_scalar(0.5)
-    model = Mlp(l1=LinearConfig(4, 16).init(device), act=Relu(), l2=LinearConfig(16, 1).init(device))
+    model = Mlp.new(device)
     optim = AdamConfig().init()
 
     def step(model, x, y):

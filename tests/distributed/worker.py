@@ -182,14 +182,14 @@ def check_sampler() -> None:
     print(f"ok sampler rank {r}", flush=True)
 
 
-class Mlp(Module):
+class MlpWithExtra(Module):
     l1: Linear
     act: Relu
     l2: Linear
     extra: Linear  # used only on some ranks in the unused-parameter check
 
     @classmethod
-    def new(cls, device: Device, hidden: int = 16) -> Mlp:
+    def new(cls, device: Device, hidden: int = 16) -> MlpWithExtra:
         return cls(
             LinearConfig(6, hidden).init(device),
             Relu(),
@@ -234,7 +234,7 @@ def check_ddp() -> None:
     steps = [permutation(48, 3, e)[k * global_batch : (k + 1) * global_batch] for e in range(2) for k in range(4)]
     mine = [s[r::n] for s in steps]  # what a DistributedSampler deals this rank
     for make_optim, tol in ((SgdConfig().init, 2e-6), (AdamConfig().init, 5e-5)):
-        dp = dist.DataParallel(Mlp.new(device), bucket_cap_mb=0.0004)  # several buckets
+        dp = dist.DataParallel(MlpWithExtra.new(device), bucket_cap_mb=0.0004)  # several buckets
         start = dp.model
         assert len(dp._plan) > 1, dp._plan
         ref = _train(start, make_optim(), x, y, steps)  # one process, the whole batch
@@ -253,13 +253,13 @@ def check_ddp() -> None:
         everyone = dist.all_gather_object({k: v.tobytes() for k, v in a.items()})
         assert all(e == everyone[0] for e in everyone), "ranks' parameters differ"
     # A parameter used only on rank 0 still gets the same gradient everywhere.
-    dp = dist.DataParallel(Mlp.new(device))
+    dp = dist.DataParallel(MlpWithExtra.new(device))
     model = _train(dp.model, SgdConfig().init(), x, y, mine[:2], dp, use_extra=lambda step: r == 0)
     dp.assert_in_sync(model)
     # Models that differ between ranks are refused at the start, on every rank.
     for bad in (
-        lambda: Mlp.new(device, hidden=16 + r),
-        lambda: Mlp.new(device).map_params(
+        lambda: MlpWithExtra.new(device, hidden=16 + r),
+        lambda: MlpWithExtra.new(device).map_params(
             lambda p, path: p if r == 0 or path != "l2.bias" else p.map(lambda t: t.cast("float64"))
         ),
     ):
@@ -298,7 +298,7 @@ def check_compiled() -> None:
         assert step._grads.stats["replays"] > 0 and update.stats["replays"] > 0, "not compiled"
         return model
 
-    dp = dist.DataParallel(Mlp.new(device), bucket_cap_mb=0.0004)  # several buckets
+    dp = dist.DataParallel(MlpWithExtra.new(device), bucket_cap_mb=0.0004)  # several buckets
     start = dp.model
     ref = _train(start, AdamConfig().init(), x, y, steps)  # one process, eager, the whole batch
     try:  # sharding needs a gradient for every trainable parameter; "extra" gets none
@@ -366,7 +366,7 @@ def check_fault(mode: str) -> None:
     freezes (stopped: alive but silent, like a hung node)."""
     r = dist.rank()
     device = Device.flex().autodiff()
-    dp = dist.DataParallel(Mlp.new(device))
+    dp = dist.DataParallel(MlpWithExtra.new(device))
     model, optim = dp.model, SgdConfig().init()
     x = Tensor.ones([4, 6], device=device)
     for step in range(10_000):

@@ -34,12 +34,17 @@ class Case:
         self.graph.outputs = [o.ref for o in outputs]
         return self.graph.abstract_scalars()
 
-    def run(self, executor, outputs: list[Value]) -> tuple[list[np.ndarray], list[np.ndarray], object]:
-        """(compiled results, replayed results, plan)."""
+    def run(
+        self, executor, outputs: list[Value], lowered: bool = True
+    ) -> tuple[list[np.ndarray], list[np.ndarray], object]:
+        """(compiled results, replayed results, plan). The plan must have lowered the
+        graph (``lowered``): a plan that fell back replays, which is the oracle itself."""
         graph, scalars = self.abstract(outputs)
         flex = FlexBackend()
         plan = executor.plan(graph)
         compiled = [np.array(a) for a in plan.run(flex, list(self.values), scalars)]
+        if lowered:
+            assert plan.replay is None and plan.variants, "the plan fell back to replay: its lowering failed"
         replayed = [np.array(a) for a in Replay(graph, check=True).run(flex, list(self.values), scalars)]
         return compiled, replayed, plan
 

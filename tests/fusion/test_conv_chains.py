@@ -11,8 +11,8 @@ import ember
 from ember import Device, Distribution, Module, Tensor
 from ember.backend.flex import FlexBackend
 from ember.backend.fusion.chains import fuse_conv_chains
-from ember.backend.fusion.kernels import Call, Library
 from ember.backend.fusion.llvm import LLVMExecutor
+from ember.backend.fusion.scheduler import Call, Library
 from ember.backend.fusion.steps import ConvChain, Kernel
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 from ember.nn import Conv2dConfig, Linear, LinearConfig, MaxPool2dConfig, Relu

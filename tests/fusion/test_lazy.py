@@ -8,6 +8,7 @@ import pytest
 from ember import Device, Distribution, Tensor
 from ember.backend.fusion import LazyTensor, ReplayExecutor
 from ember.errors import DeviceError, GraphError, IndexOutOfBoundsError
+from tests.shared_models import Mlp
 
 
 def test_reprs_specs_and_stacking():
@@ -123,24 +124,14 @@ def test_long_streams_run_in_pieces():
 
 
 def test_replayed_training_matches_eager_bit_for_bit():
-    from ember import Module
-    from ember.nn import Linear, LinearConfig, Relu
     from ember.nn.loss import MseLoss, Reduction
     from ember.optim import AdamConfig, GradientsParams
-
-    class Mlp(Module):
-        l1: Linear
-        act: Relu
-        l2: Linear
-
-        def forward(self, x):
-            return self.l2(self.act(self.l1(x)))
 
     def losses(device):
         device.seed(42)
         x = Tensor.random([64, 4], Distribution.uniform(-1.0, 1.0), device=device)
         y = x.matmul(Tensor.from_floats([[1.0], [-2.0], [0.5], [3.0]], device=device)).add_scalar(0.5)
-        model = Mlp(l1=LinearConfig(4, 16).init(device), act=Relu(), l2=LinearConfig(16, 1).init(device))
+        model = Mlp.new(device)
         optim = AdamConfig().init()
         out, built = [], []
         for _ in range(20):

@@ -8,9 +8,9 @@ import pytest
 
 from ember import Device, Distribution, Tensor
 from ember.backend.flex import FlexBackend
-from ember.backend.fusion.kernels import Call, Library
 from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.fusion.replay import PartialRun
+from ember.backend.fusion.scheduler import Call, Library
 from ember.errors import IndexOutOfBoundsError
 from tests.fusion.oracle import FLOATS, Case, assert_same
 

@@ -14,7 +14,8 @@ from ember.module import RunningState
 from ember.module.record import load_record, save_record
 from ember.nn import Linear, LinearConfig, Relu
 from tests.conftest import import_torch
-from tests.module.test_module import Mlp, Stack
+from tests.module.test_module import Stack
+from tests.shared_models import Mlp
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from ember.errors import RecordError
 from ember.module.record import load_arrays, load_record, read_safetensors, save_record
 from ember.module.safetensors_file import MAX_HEADER_BYTES
 from ember.nn import Linear, LinearConfig
-from tests.module.test_module import Mlp
+from tests.shared_models import Mlp
 
 
 def forge(header, data=b"", header_len=None) -> bytes:

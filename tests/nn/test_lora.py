@@ -64,7 +64,7 @@ def linear64(rng: np.random.Generator, d_in: int, d_out: int, device: Device) ->
     )
 
 
-class Mlp(Module):
+class ProjMlp(Module):
     q_proj: Linear
     act: Relu
     v_proj: Linear
@@ -74,9 +74,9 @@ class Mlp(Module):
         return self.head(self.v_proj(self.act(self.q_proj(x))))
 
 
-def mlp64(rng: np.random.Generator, device: Device = AD) -> Mlp:
+def mlp64(rng: np.random.Generator, device: Device = AD) -> ProjMlp:
     """A float64 MLP 5-7-6-3 with PyTorch-like weights."""
-    return Mlp(linear64(rng, 5, 7, device), Relu(), linear64(rng, 7, 6, device), linear64(rng, 6, 3, device))
+    return ProjMlp(linear64(rng, 5, 7, device), Relu(), linear64(rng, 7, 6, device), linear64(rng, 6, 3, device))
 
 
 def values(model: Module) -> dict[str, np.ndarray]:
@@ -184,7 +184,7 @@ def test_config_validation_and_json():
 
 
 # ---------------------------------------------------------------------- against torch
-def torch_twin(torch, model: Mlp):
+def torch_twin(torch, model: ProjMlp):
     """The LoRA model in PyTorch: frozen ``nn.Linear``s (ember's weights transposed) and
     adapters in PEFT's layout (``lora_A = lora_a.T``, ``lora_B = lora_b.T``)."""
     layers, adapters = {}, {}

@@ -25,7 +25,9 @@ TORCH_PATHS = {"l1.weight": "0.weight", "l1.bias": "0.bias", "l2.weight": "2.wei
 STEPS = 50
 
 
-class Mlp(Module):
+class TanhMlp(Module):
+    """The optimizer problems' model: tanh between two Linear layers (4-8-3), torch-shaped."""
+
     l1: Linear
     act: Tanh
     l2: Linear
@@ -48,27 +50,27 @@ def problem(seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarra
     return weights, x, y
 
 
-def ember_model(weights: dict[str, np.ndarray], device: Device = AD) -> Mlp:
+def ember_model(weights: dict[str, np.ndarray], device: Device = AD) -> TanhMlp:
     def linear(name: str) -> Linear:
         return Linear(
             weight=Param.from_tensor(Tensor.from_data(weights[f"{name}.weight"], device=device)),
             bias=Param.from_tensor(Tensor.from_data(weights[f"{name}.bias"], device=device)),
         )
 
-    return Mlp(l1=linear("l1"), act=Tanh(), l2=linear("l2"))
+    return TanhMlp(l1=linear("l1"), act=Tanh(), l2=linear("l2"))
 
 
 def snapshot(model: Module) -> dict[str, np.ndarray]:
     return {path: param.val().to_numpy().copy() for path, param in model.named_params()}
 
 
-def ember_loss(model: Mlp, x: np.ndarray, y: np.ndarray) -> Tensor:
+def ember_loss(model: TanhMlp, x: np.ndarray, y: np.ndarray) -> Tensor:
     xs, ys = Tensor.from_data(x, device=AD), Tensor.from_data(y, device=AD)
     return MseLoss().forward(model(xs), ys, Reduction.MEAN)
 
 
 def ember_run(
-    optim, lr: float | Callable[[int], float], seed: int = 0, steps: int = STEPS, model: Mlp | None = None
+    optim, lr: float | Callable[[int], float], seed: int = 0, steps: int = STEPS, model: TanhMlp | None = None
 ) -> tuple[list[dict[str, np.ndarray]], list[float]]:
     """Parameters after each step, and the loss before each step."""
     weights, x, y = problem(seed)

@@ -9,7 +9,7 @@ from ember import Device, Tensor
 from ember.errors import ConfigError, GraphError
 from ember.module import ParamGroup
 from ember.optim import AdamConfig, GradientsAccumulator, GradientsParams, SgdConfig
-from tests.module.test_module import Mlp
+from tests.shared_models import Mlp
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from ember.errors import GraphError, RecordError, ShapeError
 from ember.nn import LinearConfig
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, AdamWConfig, GradientsParams
-from tests.module.test_module import Mlp
 from tests.optim.test_optimizer_configs import CONFIGS, make_optimizer
+from tests.shared_models import Mlp
 
 
 def batch(device):

@@ -10,7 +10,7 @@ from ember.errors import ConfigError, RecordError
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams, SgdConfig
 from ember.optim.lr_scheduler import LinearLrSchedulerConfig
-from tests.module.test_module import Mlp
+from tests.shared_models import Mlp
 
 
 def _setup(device):

@@ -47,6 +47,7 @@ class CubeBackend(Backend):
     """
 
     name = "cube"
+    fusion_target = "wgsl"  # fused WGSL kernels, tapes of repeated plans
 
     def __init__(self, adapter: Any, api: str = "wgpu", kind: str = "DefaultDevice") -> None:
         self.adapter = adapter

@@ -225,6 +225,7 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
     ``flex.malloc``)."""
 
     name = "flex"
+    fusion_target = "llvm"  # compiled by llvmlite when it imports
 
     def __init__(self) -> None:
         blas.load()

@@ -2,7 +2,7 @@
 
 See :mod:`ember.backend.fusion.graph` for the IR,
 :mod:`ember.backend.fusion.backend` for ``Device.fusion()``,
-:mod:`ember.backend.fusion.kernels` (over :mod:`~ember.backend.fusion.exprs`,
+:mod:`ember.backend.fusion.scheduler` (over :mod:`~ember.backend.fusion.exprs`,
 :mod:`~ember.backend.fusion.steps` and :mod:`~ember.backend.fusion.views`) and
 :mod:`ember.backend.fusion.memory` for the target-independent fusion analysis,
 :mod:`ember.backend.fusion.llvm` for the CPU lowering and

@@ -1,6 +1,8 @@
 """Which executor a fusion device uses.
 
-A fusion device over flex compiles its streams with the LLVM executor
+A backend declares its fusion target (``Backend.fusion_target``; :data:`TARGETS`
+maps each to its executor, whose plans share :mod:`ember.backend.fusion.plan`). A
+fusion device over flex compiles its streams with the LLVM executor
 (:mod:`ember.backend.fusion.llvm`) when llvmlite imports; over cube (wgpu) the WGSL
 executor (:mod:`ember.backend.fusion.wgsl`) lowers them to fused kernels and replays
 repeated plans from tapes; over the cuda backend the CUDA executor
@@ -19,10 +21,12 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ember.backend.fusion.graph import Graph
 from ember.backend.fusion.replay import Replay
+from ember.errors import FallbackWarning
 
 #: Environment variable choosing the executor of fusion devices: llvm | wgsl | replay.
 EXECUTOR_ENV = "EMBER_FUSION_EXECUTOR"
@@ -60,7 +64,7 @@ def _llvm() -> Any:
             warnings.warn(
                 f"ember: fusion: the LLVM executor is unavailable ({error}); fusion devices over flex replay "
                 "their ops without compiling them. Install llvmlite to compile them.",
-                RuntimeWarning,
+                FallbackWarning,
                 stacklevel=4,
             )
         _SHARED["llvm"] = executor
@@ -78,7 +82,7 @@ def _cuda(inner: Any) -> Any:
         return executor
 
 
-def _wgsl() -> Any:
+def _wgsl(inner: Any) -> Any:
     """The process's WGSL executor (one, so lowered plans are shared)."""
     with _LOCK:
         executor = _SHARED.get("wgsl")
@@ -89,11 +93,14 @@ def _wgsl() -> Any:
         return executor
 
 
-def default_executor(inner: Any) -> Any:
-    """The executor for a fusion device wrapping the backend ``inner``."""
-    from ember.backend.cube.backend import CubeBackend
-    from ember.backend.flex import FlexBackend
+#: Per fusion target a backend declares (``Backend.fusion_target``): its executor for
+#: that backend (``None`` where it cannot load: the device replays).
+TARGETS: dict[str, Callable[[Any], Any]] = {"llvm": lambda inner: _llvm(), "wgsl": _wgsl, "cuda": _cuda}
 
+
+def default_executor(inner: Any) -> Any:
+    """The executor for a fusion device wrapping the backend ``inner``: the one of the
+    fusion target ``inner`` declares (``fusion_target``), else replay."""
     choice = os.environ.get(EXECUTOR_ENV, "").strip().lower()
     if choice not in ("", "llvm", "wgsl", "replay"):
         from ember.errors import ConfigError
@@ -101,17 +108,11 @@ def default_executor(inner: Any) -> Any:
         raise ConfigError(f"ember: {EXECUTOR_ENV}={choice!r}: expected 'llvm', 'wgsl' or 'replay'")
     if choice == "replay":
         return ReplayExecutor()
-    from ember.backend.cube.cuda.backend import CudaBackend  # no CUDA import: the runtime opens lazily
-
-    if isinstance(inner, CudaBackend):  # captured steps as CUDA Graphs (fusion.cuda)
-        return _cuda(inner)
-    if isinstance(inner, CubeBackend):  # fused WGSL kernels, tapes of repeated plans (fusion.wgsl)
-        return _wgsl()
-    if not isinstance(inner, FlexBackend):
-        return ReplayExecutor()
-    executor = _llvm()
+    target = getattr(inner, "fusion_target", None)
+    make = TARGETS.get(target) if target is not None else None
+    executor = make(inner) if make is not None else None
     if executor is None:
-        if choice == "llvm":
+        if choice == "llvm" and target == "llvm":
             from ember.errors import BackendUnavailableError
 
             raise BackendUnavailableError(

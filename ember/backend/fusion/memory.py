@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ember.backend.fusion.kernels import Kernel, Schedule
+from ember.backend.fusion.scheduler import Kernel, Schedule
 from ember.backend.fusion.views import View, size_of
 
 #: Byte alignment of every arena buffer (a cache line; enough for any vector load).

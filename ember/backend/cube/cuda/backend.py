@@ -51,6 +51,7 @@ class CudaBackend(Backend):
     """The NVIDIA backend (see the module docstring). The device opens on the first op."""
 
     name = "cuda"
+    fusion_target = "cuda"  # captured steps as CUDA Graphs
 
     def __init__(self, index: int = 0, runtime: CudaRuntime | None = None) -> None:
         self.index = index

@@ -40,6 +40,9 @@ class RecordingRuntime:
     """A stand-in for :class:`~ember.backend.cube.cuda.runtime.CudaRuntime` that
     records the kernels an op would compile and launch, with no GPU."""
 
+    #: No stream to capture: plans launch op by op (see ``CudaRuntime.graphs``).
+    graphs = False
+
     def __init__(self, arch: str = "sm_90") -> None:
         self.arch = arch
         self.index = 0

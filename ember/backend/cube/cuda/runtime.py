@@ -73,6 +73,9 @@ def device_count() -> int:
 class CudaRuntime:
     """One CUDA device's memory pool, stream and loaded kernels (see the module docstring)."""
 
+    #: Whether the stream's work can be captured as CUDA Graphs (the fusion plans' fast path).
+    graphs = True
+
     def __init__(self, index: int) -> None:
         cupy = import_cupy(f"Device.cuda({index})")
         self.cupy = cupy

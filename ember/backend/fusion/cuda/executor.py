@@ -24,7 +24,7 @@ memory) replays op by op from then on: the same results, with one launch per op.
 from __future__ import annotations
 
 import ctypes
-import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,9 +34,10 @@ from ember.backend.cube.cuda.runtime import CaptureUnsupported, DeviceScalar
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.expand import expand, float_operands
 from ember.backend.fusion.graph import Graph, Ref
-from ember.backend.fusion.replay import Replay
+from ember.backend.fusion.plan import Executor, Plan
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call, Kernel, Matmul
+from ember.errors import FallbackWarning
 
 #: Composites a plan expands into primitives (float32/float64 operands).
 EXPANDED = frozenset(
@@ -57,26 +58,32 @@ def _symbols(args: Any, out: dict[int, SymScalar]) -> None:
             _symbols(a, out)
 
 
-class CudaExecutor:
+class CudaExecutor(Executor):
     """Plans for cuda devices (see the module docstring). ``graphs=False`` never
     captures (every run replays op by op). ``fuse=True`` lowers the expanded graph
     through the fusion analysis first (:class:`_FusedVariant`: fused CUDA C kernels,
-    cuBLAS matmuls, eager calls for the rest), captured the same way."""
+    cuBLAS matmuls, eager calls for the rest), captured the same way. Its plans are
+    not cached (a cuda device's fusion backend and ``ember.compile`` keep theirs) and
+    take their fixed scalars on every run."""
 
     name = "cuda"
 
     def __init__(self, graphs: bool = True, fuse: bool = False) -> None:
+        super().__init__()
         self.graphs = graphs
         self.fuse = fuse
         self.stats = {"plans": 0, "captures": 0, "graph_launches": 0, "replays": 0, "capture_failures": 0}
 
-    def plan(self, graph: Graph) -> CudaPlan:
-        self.stats["plans"] += 1
+    def plan(self, graph: Graph) -> CudaPlan:  # type: ignore[override]  # no fixed scalars
+        self.count("plans")
         return CudaPlan(graph, self)
 
 
 class _Variant:
     """One expansion of the graph for the truth tests its scalars answered."""
+
+    offered: tuple = ()  # no donations (see CudaPlan)
+    donated: tuple = ()
 
     def __init__(self, graph: Graph, scalars: Sequence[Any]) -> None:
         self.expanded = expand(graph, list(scalars), _wants)
@@ -118,7 +125,7 @@ class _FusedVariant(_Variant):
 
     def __init__(self, graph: Graph, scalars: Sequence[Any]) -> None:
         from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
-        from ember.backend.fusion.kernels import schedule
+        from ember.backend.fusion.scheduler import schedule
 
         target = CudaTarget()
         self.expanded = expand(graph, list(scalars), target.expands)
@@ -199,54 +206,47 @@ class _FusedVariant(_Variant):
             buffers[buf] = backend.contiguous(leaf)
 
 
-class CudaPlan:
-    """A graph for a cuda backend: its variants and their CUDA Graphs."""
+class CudaPlan(Plan):
+    """A graph for a cuda backend: its variants and their CUDA Graphs. It takes no
+    donations (``ember.compile`` offers them): every output is a fresh buffer."""
 
-    MAX_VARIANTS = 8
+    target = "CUDA"
+    executor: CudaExecutor
 
-    def __init__(self, graph: Graph, executor: CudaExecutor) -> None:
-        self.graph = graph
-        self.executor = executor
-        self.variants: list[_Variant] = []
-        self.replay: Replay | None = None  # set if expansion failed
-        self._lock = threading.Lock()
+    def lower(self, backend: Any, scalars: Sequence[Any], donated: tuple) -> _Variant:
+        return (_FusedVariant if self.executor.fuse else _Variant)(self.graph, scalars)
 
-    def run(self, backend: Any, inputs: list[Any], scalars: Sequence[Any] = (), donated: tuple = ()) -> list[Any]:
-        """The graph's outputs for ``inputs`` and run-time ``scalars``; ``donated``
-        (offered by ``ember.compile``) is ignored: every output is a fresh buffer."""
-        with self._lock:
-            if self.replay is not None:
-                return self.replay.run(backend, inputs, scalars)
-            for variant in self.variants:
-                values = variant.values(scalars)
-                if values is not None:
-                    return self._run(variant, backend, inputs, values)
-            try:
-                variant = (_FusedVariant if self.executor.fuse else _Variant)(self.graph, scalars)
-            except Exception:
-                self.replay = Replay(self.graph)
-                return self.replay.run(backend, inputs, scalars)
-            if len(self.variants) >= self.MAX_VARIANTS:
-                self.variants.pop(0)
-            self.variants.append(variant)
-            values = variant.values(scalars)
-            assert values is not None, "a variant's guards hold for the scalars it was built from"
-            return self._run(variant, backend, inputs, values)
+    def lowered(self, variant: Any) -> None:
+        pass  # the executor counts plans, not variants
+
+    def run_variant(self, variant: Any, backend: Any, inputs: list[Any], scalars: Sequence[Any]) -> list[Any] | None:
+        values = variant.values(scalars)
+        return None if values is None else self._run(variant, backend, inputs, values)
 
     def _run(self, v: _Variant, backend: Any, inputs: list[Any], values: list[Any]) -> list[Any]:
         v.runs += 1
         if v.graph_exec is None and (
-            v.failed or not self.executor.graphs or v.runs < 2 or not hasattr(backend, "runtime")
+            v.failed
+            or not self.executor.graphs
+            or v.runs < 2
+            or not getattr(getattr(backend, "runtime", None), "graphs", False)
         ):
             self.executor.stats["replays"] += 1
             return v.replay(backend, inputs, lambda s: values[v.slot[id(s)]])
         if v.graph_exec is None:
             try:
                 self._capture(v, backend, inputs)
-            except Exception:
+            except Exception as error:
+                if not isinstance(error, CaptureUnsupported):  # expected: an op reads back (module docstring)
+                    warnings.warn(
+                        f"ember: fusion: the CUDA executor could not capture a graph of {len(self.graph.nodes)} nodes "
+                        f"as a CUDA Graph ({type(error).__name__}: {error}); it launches op by op instead.",
+                        FallbackWarning,
+                        stacklevel=4,
+                    )
                 v.failed = True
-                self.executor.stats["capture_failures"] += 1
-                self.executor.stats["replays"] += 1
+                self.executor.count("capture_failures")
+                self.executor.count("replays")
                 return v.replay(backend, inputs, lambda s: values[v.slot[id(s)]])
         return self._launch(v, backend, inputs, values)
 

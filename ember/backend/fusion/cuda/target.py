@@ -1,6 +1,6 @@
 """What the CUDA C lowering compiles in a fusion schedule, and the schedule's kernels.
 
-:class:`CudaTarget` answers the fusion analysis (:func:`ember.backend.fusion.kernels.schedule`):
+:class:`CudaTarget` answers the fusion analysis (:func:`ember.backend.fusion.scheduler.schedule`):
 elementwise ops lowered for their dtype family (all eight dtypes, float64 and int64
 natively), layout ops, reductions along one dim, and matmuls (cuBLAS, or the integer
 template). :func:`schedule_kernels` turns every :class:`~ember.backend.fusion.steps.Kernel`
@@ -17,7 +17,7 @@ from ember.backend.cube.cuda.codegen import KernelBuilder, KernelCode
 from ember.backend.cube.cuda.lowering import lowers_binary, lowers_unary
 from ember.backend.fusion.expand import float_operands
 from ember.backend.fusion.graph import Graph, Node
-from ember.backend.fusion.kernels import ELEMENTWISE_OPS, LAYOUT_OPS, Target
+from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.fusion.steps import Kernel, Schedule
 from ember.backend.fusion.views import size_of
 

@@ -3,7 +3,7 @@
 ``LLVMExecutor`` is the executor ``Device.flex().fusion()`` uses when llvmlite is
 installed (see :func:`ember.backend.fusion.executors.default_executor`). The
 target-independent analysis it shares with the other lowerings lives in
-:mod:`ember.backend.fusion.kernels` and :mod:`ember.backend.fusion.memory`; this
+:mod:`ember.backend.fusion.scheduler` and :mod:`ember.backend.fusion.memory`; this
 package holds only what is specific to LLVM and the CPU:
 
 * :mod:`.support`: what compiles (ops, dtypes, the BLAS threshold);

@@ -6,7 +6,7 @@
 literals: betas, epsilon), which compile as constants.
 On its first run a plan compiles a *variant*: it expands the graph's composites
 for the scalars given (:mod:`~ember.backend.fusion.expand`), groups it into kernels
-(:mod:`~ember.backend.fusion.kernels`), runs each convolution chain per sample
+(:mod:`~ember.backend.fusion.scheduler`), runs each convolution chain per sample
 (:mod:`~ember.backend.fusion.chains`, unless ``LLVMExecutor(conv_chains=False)``), places its buffers in an arena
 (:mod:`~ember.backend.fusion.memory`), generates one LLVM function per run of
 compiled steps (:mod:`~ember.backend.fusion.llvm.codegen`) and JIT-compiles them.
@@ -37,11 +37,8 @@ import array
 import ctypes
 import itertools
 import sys
-import threading
 import time
-import warnings
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,7 +49,6 @@ from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph, Ref
-from ember.backend.fusion.kernels import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.llvm import arrays, jit
 from ember.backend.fusion.llvm.chains import chain_scratch
 from ember.backend.fusion.llvm.codegen import ModuleBuilder
@@ -60,8 +56,10 @@ from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.loops import scratch_bytes
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
-from ember.backend.fusion.replay import PartialRun, Replay, ReplayError
+from ember.backend.fusion.plan import Executor, Plan
+from ember.backend.fusion.replay import PartialRun, ReplayError
 from ember.backend.fusion.scalars import SymScalar
+from ember.backend.fusion.scheduler import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.steps import ConvChain
 from ember.backend.fusion.views import View, size_of
 
@@ -145,93 +143,42 @@ def _symbols(args: Any) -> list[SymScalar]:
     return []
 
 
-def _fixed_key(fixed: dict[int, Any] | None) -> tuple:
-    return tuple(sorted((k, type(v).__name__, repr(v)) for k, v in (fixed or {}).items()))
-
-
-class LLVMExecutor:
+class LLVMExecutor(Executor):
     """Compiles fusion graphs for the CPU. Plans are cached by structure, in-process."""
 
     name = "llvm"
-    #: Plans kept (least recently used are dropped first).
-    MAX_PLANS = 512
 
     def __init__(self, blas_threshold: int = BLAS_THRESHOLD, conv_chains: bool = True) -> None:
+        super().__init__()
+        self.plan_class = LLVMPlan
         self.blas = blas_mod.load()
         self.target = LLVMTarget(self.blas, blas_threshold)
         #: Whether a convolution, its elementwise epilogue and a max pooling run per
         #: sample as one step (:mod:`ember.backend.fusion.chains`).
         self.conv_chains = conv_chains
-        self._plans: OrderedDict[tuple, LLVMPlan] = OrderedDict()
-        self._lock = threading.Lock()
-        self.stats = {"plans": 0, "compile_s": 0.0, "compile_cpu_s": 0.0}
+        self.stats["compile_cpu_s"] = 0.0
 
     def plan(self, graph: Graph, fixed_scalars: dict[int, Any] | None = None) -> LLVMPlan:
-        """The plan of ``graph`` (cached by structure). ``fixed_scalars`` maps
-        placeholders that keep one value to it; runs need not pass them."""
-        # A structure leaves out constant values: graphs with other constants (another
-        # trace's) get their own plan. The plan keeps its constants alive, so ids stay unique.
-        key = (graph.structure(), tuple(id(v) for v in graph.consts.values()), _fixed_key(fixed_scalars))
-        with self._lock:
-            plan = self._plans.get(key)
-            if plan is not None:
-                self._plans.move_to_end(key)
-                return plan
-        plan = LLVMPlan(graph, self, fixed_scalars)
-        with self._lock:
-            self._plans[key] = plan
-            while len(self._plans) > self.MAX_PLANS:
-                self._plans.popitem(last=False)
+        plan = super().plan(graph, fixed_scalars)
+        assert isinstance(plan, LLVMPlan)
         return plan
 
-    def _compiled(self, variant: Variant) -> None:
-        with self._lock:
-            self.stats["plans"] += 1
-            self.stats["compile_s"] += variant.compile_s
-            self.stats["compile_cpu_s"] += variant.compile_cpu_s
 
-    def cache_size(self) -> int:
-        """Plans cached (each may hold several compiled variants)."""
-        return len(self._plans)
-
-
-class LLVMPlan:
+class LLVMPlan(Plan):
     """A graph structure for the CPU: its compiled variants, one per answer to the
     truth tests its decompositions make on run-time scalars (usually one) and per
-    set of donations offered."""
+    set of donations offered (see :class:`~ember.backend.fusion.plan.Plan`)."""
 
-    #: Variants kept per plan (a graph whose scalars keep flipping zero-ness).
-    MAX_VARIANTS = 8
+    target = "LLVM"
+    accepts_donations = True
+    executor: LLVMExecutor
 
-    def __init__(self, graph: Graph, executor: LLVMExecutor, fixed_scalars: dict[int, Any] | None = None):
-        self.graph = graph
-        self.executor = executor
-        self.fixed = dict(fixed_scalars or {})
-        self.variants: list[Variant] = []
-        self.replay: Replay | None = None  # set if compiling failed
-        self._lock = threading.RLock()  # a binding's runner may run while its miss handler holds it
+    def lower(self, backend: Any, scalars: Sequence[Any], donated: tuple) -> Variant:
+        return Variant(self.graph, scalars, self.executor, self.fixed, donated)
 
-    def run(self, backend: Any, inputs: list[Any], scalars: Sequence[Any] = (), donated: tuple = ()) -> list[Any]:
-        """The outputs of the graph for its ``inputs`` (flex arrays) and run-time
-        ``scalars``; ``donated`` offers (output, input) pairs (see the module
-        docstring). One run at a time: a variant's arena and pointer table are its own."""
-        with self._lock:
-            if self.replay is not None:
-                return self.replay.run(backend, inputs, scalars)
-            for variant in self.variants:
-                if variant.offered == donated:
-                    out = variant.run(backend, inputs, scalars)
-                    if out is not None:
-                        return out
-            fresh = self._compile(scalars, donated)
-            if fresh is None:
-                replay = self.replay
-                assert replay is not None, "a plan whose compiling failed replays"
-                return replay.run(backend, inputs, scalars)
-            out = fresh.run(backend, inputs, scalars)
-            if out is None:  # pragma: no cover - a fresh variant answers its own guards
-                raise ReplayError("ember: fusion: a fresh variant failed its own scalar guards")
-            return out
+    def lowered(self, variant: Variant) -> None:
+        super().lowered(variant)
+        self.executor.count("compile_cpu_s", variant.compile_cpu_s)
 
     def bind(self, donated: tuple, arrays: list[np.ndarray]) -> Binding | None:
         """A :class:`Binding` that holds the inputs of the pairs of ``donated`` this
@@ -248,39 +195,6 @@ class LLVMPlan:
         if len({id(a) for a in arrays}) != len(arrays):
             return None
         return Binding(self, donated, accepted, positions, list(arrays))
-
-    def _compile(self, scalars: Sequence[Any], donated: tuple) -> Variant | None:
-        """A new variant for ``scalars`` (``None`` if compiling failed: the plan replays)."""
-        try:
-            variant = Variant(self.graph, scalars, self.executor, self.fixed, tuple(donated))
-        except Exception as error:  # a lowering bug must not lose the user's computation
-            warnings.warn(
-                f"ember: fusion: the LLVM executor could not compile a graph of {len(self.graph.nodes)} "
-                f"nodes ({type(error).__name__}: {error}); it runs op by op instead. Please report this "
-                "with the graph (str(graph)).",
-                RuntimeWarning,
-                stacklevel=5,
-            )
-            self.replay = Replay(self.graph, fixed=self.fixed)
-            return None
-        self.executor._compiled(variant)
-        if len(self.variants) >= self.MAX_VARIANTS:
-            self.variants.pop(0)
-        self.variants.append(variant)
-        return variant
-
-    def donated(self, donated: tuple) -> tuple[tuple[int, int], ...]:
-        """The pairs of ``donated`` the latest variant compiled for them accepted
-        (empty before the first such run, or when the plan replays)."""
-        for variant in reversed(self.variants):
-            if variant.offered == donated:
-                return variant.donated
-        return ()
-
-    # The latest variant's parts, for inspection (tests, benchmarks).
-    @property
-    def schedule(self) -> Any:
-        return self.variants[-1].schedule
 
     @property
     def memory(self) -> Any:
@@ -334,7 +248,7 @@ class Binding:
                     if out is not None:
                         self.run = runner
                         return out
-            fresh = plan._compile(scalars, self.offered)
+            fresh = plan._lower(backend, scalars, self.offered)
             if fresh is None or fresh.donated != self.accepted:
                 return None
             self.run = self.runner(fresh)

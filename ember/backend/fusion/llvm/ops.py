@@ -1,6 +1,6 @@
 """The elementwise ops of the protocol as LLVM IR, with flex's (numpy's) semantics.
 
-:class:`OpEmitter` turns one :class:`~ember.backend.fusion.kernels.Expr` node into
+:class:`OpEmitter` turns one :class:`~ember.backend.fusion.scheduler.Expr` node into
 IR given its operands' IR values: unary and binary ops per dtype family, ``where``,
 ``clamp`` and casts. :data:`LOWERED_UNARY` and :data:`LOWERED_BINARY` list what is
 lowered per dtype kind (``"f"`` float32/float64, ``"i"`` int32/int64, ``"u"``

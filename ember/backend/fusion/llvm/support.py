@@ -1,4 +1,4 @@
-"""What the LLVM lowering compiles: the :class:`~ember.backend.fusion.kernels.Target`
+"""What the LLVM lowering compiles: the :class:`~ember.backend.fusion.scheduler.Target`
 answers of the CPU backend.
 
 Compiled: elementwise ops (per dtype, see :mod:`ember.backend.fusion.llvm.ops`),
@@ -19,9 +19,9 @@ import numpy as np
 from ember.backend.flex.memory import physical_memory
 from ember.backend.fusion.expand import float_operands
 from ember.backend.fusion.graph import Graph, Node, Ref
-from ember.backend.fusion.kernels import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
+from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.fusion.views import View
 from ember.backend.ops import ReduceOp
 

@@ -3,7 +3,7 @@
 ``CubeExecutor`` is the executor ``Device.wgpu().fusion()`` uses (see
 :func:`ember.backend.fusion.executors.default_executor`) and the one
 ``ember.compile`` plans cube steps with. The analysis it shares with the other
-lowerings lives in :mod:`ember.backend.fusion.kernels`; this package holds what is
+lowerings lives in :mod:`ember.backend.fusion.scheduler`; this package holds what is
 specific to WGSL and the cube backend:
 
 * :mod:`.support`: what compiles (ops, dtypes, which composites expand);

@@ -4,7 +4,7 @@
 :class:`~ember.backend.fusion.graph.Sc` placeholders. On its first run a plan makes
 a *variant*: it expands the graph's composites for the scalars given
 (:mod:`~ember.backend.fusion.expand`), groups it into kernels
-(:mod:`~ember.backend.fusion.kernels`) and turns the steps into cube launches
+(:mod:`~ember.backend.fusion.scheduler`) and turns the steps into cube launches
 (:mod:`.launches`). ``plan.run(cube, inputs, scalars)`` computes the variant's
 scalars from the run's (a decomposition's truth test on one is a guard: other
 answers make another variant) and makes the launches in order; the nodes left to
@@ -17,127 +17,60 @@ the run-time scalars written into their parameter words, no Python per launch.
 
 from __future__ import annotations
 
-import threading
 import time
-import warnings
-from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph
-from ember.backend.fusion.kernels import Call, schedule
-from ember.backend.fusion.replay import PartialRun, Replay
+from ember.backend.fusion.plan import Executor, Plan
+from ember.backend.fusion.replay import PartialRun
+from ember.backend.fusion.scheduler import Call, schedule
 from ember.backend.fusion.wgsl.launches import Eager, lower, symbols, view
 from ember.backend.fusion.wgsl.support import CubeTarget
 from ember.backend.fusion.wgsl.tape import Recording, Tape
 
 
-class CubeExecutor:
+class CubeExecutor(Executor):
     """Compiles fusion graphs into cube launches. Plans are cached by structure.
 
     ``tape``: whether plans record their launches and replay them (on by default;
     ``False`` makes every run go through the launches' Python, for comparisons)."""
 
     name = "wgsl"
-    #: Plans kept (least recently used are dropped first).
-    MAX_PLANS = 512
 
     def __init__(self, tape: bool = True) -> None:
+        super().__init__()
+        self.plan_class = CubePlan
         self.target = CubeTarget()
         self.tape = tape
-        self._plans: OrderedDict[tuple, CubePlan] = OrderedDict()
-        self._lock = threading.Lock()
         #: ``plans`` (variants) made and their ``compile_s``; ``tapes`` recorded, ``untaped``
         #: recordings that gave none (a read-back inside), tape ``replays``, and
         #: ``tape_fallbacks`` (runs whose inputs did not fit their tape)
-        self.stats = {"plans": 0, "compile_s": 0.0, "tapes": 0, "untaped": 0, "replays": 0, "tape_fallbacks": 0}
+        self.stats.update({"tapes": 0, "untaped": 0, "replays": 0, "tape_fallbacks": 0})
 
     def plan(self, graph: Graph, fixed_scalars: dict[int, Any] | None = None) -> CubePlan:
-        key = (
-            graph.structure(),
-            tuple(id(v) for v in graph.consts.values()),
-            tuple(sorted((fixed_scalars or {}).items())),
-        )
-        with self._lock:
-            plan = self._plans.get(key)
-            if plan is not None:
-                self._plans.move_to_end(key)
-                return plan
-        plan = CubePlan(graph, self, fixed_scalars)
-        with self._lock:
-            self._plans[key] = plan
-            while len(self._plans) > self.MAX_PLANS:
-                self._plans.popitem(last=False)
+        plan = super().plan(graph, fixed_scalars)
+        assert isinstance(plan, CubePlan)
         return plan
 
-    def cache_size(self) -> int:
-        return len(self._plans)
 
-    def _count(self, name: str) -> None:
-        with self._lock:
-            self.stats[name] += 1
-
-
-class CubePlan:
+class CubePlan(Plan):
     """A graph structure for the cube backend: its variants, one per answer to the
-    truth tests its decompositions make on run-time scalars (usually one)."""
+    truth tests its decompositions make on run-time scalars (usually one). It takes
+    no donations: outputs never overwrite inputs (a replayed tape alternates its own
+    buffers instead, see :mod:`.tape`)."""
 
-    MAX_VARIANTS = 8
+    target = "WGSL"
+    executor: CubeExecutor
 
-    def __init__(self, graph: Graph, executor: CubeExecutor, fixed: dict[int, Any] | None = None):
-        self.graph = graph
-        self.executor = executor
-        self.fixed = dict(fixed or {})
-        self.variants: list[Variant] = []
-        self.replay: Replay | None = None  # set if lowering failed
-        self._lock = threading.Lock()
+    def lower(self, backend: Any, scalars: Sequence[Any], donated: tuple) -> Variant:
+        return Variant(self.graph, self.all_scalars(scalars), self.executor, backend)
 
-    def _all_scalars(self, scalars: Any) -> list[Any]:
-        """The run's scalars with the fixed ones in their slots."""
-        if not self.fixed:
-            return scalars if type(scalars) is list else list(scalars)
-        given = iter(scalars)
-        total = len(scalars) + len(self.fixed)
-        return [self.fixed[i] if i in self.fixed else next(given) for i in range(total)]
-
-    def run(self, backend: Any, inputs: list[Any], scalars: Any = (), donated: tuple = ()) -> list[Any]:
-        """The outputs of the graph for its ``inputs`` (cube tensors) and run-time
-        ``scalars``. ``donated`` is accepted for the compile layer's interface and
-        ignored: outputs never overwrite inputs (a replayed tape alternates its own
-        buffers instead, see :mod:`.tape`)."""
-        scalars = self._all_scalars(scalars)
-        with self._lock:
-            if self.replay is not None:
-                return self.replay.run(backend, inputs, scalars)
-            for variant in self.variants:
-                values = variant.scalars(scalars)
-                if values is not None:
-                    return variant.run(backend, inputs, values)
-            try:
-                variant = Variant(self.graph, scalars, self.executor, backend)
-            except Exception as error:  # a lowering bug must not lose the user's computation
-                warnings.warn(
-                    f"ember: fusion: the WGSL executor could not lower a graph of {len(self.graph.nodes)} nodes "
-                    f"({type(error).__name__}: {error}); it runs op by op instead. Please report this with the "
-                    "graph (str(graph)).",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                self.replay = Replay(self.graph)
-                return self.replay.run(backend, inputs, scalars)
-            with self.executor._lock:
-                self.executor.stats["plans"] += 1
-                self.executor.stats["compile_s"] += variant.compile_s
-            if len(self.variants) >= self.MAX_VARIANTS:
-                self.variants.pop(0)
-            self.variants.append(variant)
-            return variant.run(backend, inputs, variant.scalars(scalars))
-
-    # The latest variant's parts, for inspection (tests, benchmarks).
-    @property
-    def schedule(self) -> Any:
-        return self.variants[-1].schedule
+    def run_variant(self, variant: Any, backend: Any, inputs: list[Any], scalars: Sequence[Any]) -> list[Any] | None:
+        values = variant.scalars(self.all_scalars(scalars))
+        return None if values is None else variant.run(backend, inputs, values)
 
     @property
     def launches(self) -> list[Any]:
@@ -150,6 +83,9 @@ class CubePlan:
 
 class Variant:
     """One lowered expansion of a plan's graph (see the module docstring)."""
+
+    offered: tuple = ()  # no donations (see CubePlan)
+    donated: tuple = ()
 
     def __init__(self, graph: Graph, scalars: list[Any], executor: CubeExecutor, backend: Any):
         start = time.perf_counter()
@@ -206,9 +142,9 @@ class Variant:
             except Exception as error:  # nothing of it was computed
                 raise PartialRun(error, {}) from error
             if out is not None:
-                self.executor._count("replays")
+                self.executor.count("replays")
                 return out
-            self.executor._count("tape_fallbacks")
+            self.executor.count("tape_fallbacks")
         elif tape is None and self.runs == 1 and self.executor.tape and backend.runtime.tapes:
             return self._record(backend, inputs, scalars)
         return self._run(backend, inputs, scalars)
@@ -244,7 +180,7 @@ class Variant:
             outs = self._run(backend, inputs, scalars, recording, capture)
         consts = [value for _, value in self._consts]
         self.tape = Tape.build(runtime, capture, recording, inputs, consts, outs, scalars, self.eager) or False
-        self.executor._count("tapes" if self.tape else "untaped")
+        self.executor.count("tapes" if self.tape else "untaped")
         return outs
 
     @staticmethod
