@@ -67,9 +67,7 @@ REFUSED_OPS: dict[str, str] = {
         "BitCast",
         "CausalConvWithState",
         "DeformConv",
-        "Det",
         "LinearAttention",
-        "MeanVarianceNormalization",
         "TensorScatter",
     ),
     **_each(

@@ -1,4 +1,4 @@
-"""Layer operators: MatMul, Gemm, Conv, ConvTranspose, MaxPool, AveragePool, LpPool (1-3 d),
+"""Layer operators: MatMul, Gemm, Det, Conv, ConvTranspose, MaxPool, AveragePool, LpPool (1-3 d),
 GlobalAveragePool, GlobalMaxPool, LRN."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.linalg import det as linalg_det
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
 from ember.tensor import module as M
@@ -373,5 +374,15 @@ def lrn(node: Node) -> Callable[..., Any]:
         for i in range(1, size):
             total = total + squares.narrow(1, i, c)
         return x / (total * (alpha / size) + bias).powf_scalar(beta)
+
+    return run
+
+
+@op("Det", since=11)
+def det(node: Node) -> Callable[..., Any]:
+    def run(x: Tensor) -> Tensor:
+        if x.rank < 2 or x.dims()[-1] != x.dims()[-2]:
+            raise node.error(f"X must be [..., M, M] (square matrices), got {x.dims()}")
+        return linalg_det(x)
 
     return run

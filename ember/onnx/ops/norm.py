@@ -18,7 +18,7 @@ from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.module import RunningState
 from ember.onnx.dtypes import ember_dtype
-from ember.onnx.ops.common import axis, scalar
+from ember.onnx.ops.common import axes, axis, scalar
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
 
@@ -204,5 +204,18 @@ def bernoulli(node: Node) -> Callable[..., Any]:
         dtype = p.dtype if to is None else ember_dtype(int(to), node.label)
         draw = Tensor.random(p.dims(), Distribution.uniform(0.0, 1.0), device=p.device, dtype=p.dtype)
         return draw.lower(p).cast(dtype)
+
+    return run
+
+
+@op("MeanVarianceNormalization", since=9)
+def mean_variance_norm(node: Node) -> Callable[..., Any]:
+    wanted = node.ints("axes", [0, 2, 3])
+
+    def run(x: Tensor) -> Tensor:
+        dims = sorted(set(axes(node, wanted, x.rank)))
+        mean = x.mean_dims(dims)
+        variance = (x * x).mean_dims(dims) - mean * mean  # the spec's E[x^2] - E[x]^2
+        return (x - mean) / (variance.sqrt() + 1e-9)
 
     return run
