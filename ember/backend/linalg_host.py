@@ -17,6 +17,7 @@ functions) fills the failed elements with NaN and returns the info.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any, Literal
 
 import numpy as np
@@ -156,11 +157,29 @@ def slogdet(a: np.ndarray) -> Arrays:
     return np.asarray(sign), np.asarray(logabs)
 
 
-def cholesky(a: np.ndarray, check: bool) -> Arrays:
+@cache
+def _potrf(dtype: np.dtype) -> Any:
+    """scipy's LAPACK ``potrf`` for ``dtype`` when scipy is installed (the ``fft`` extra
+    brings it), else ``None``: numpy's bundled LAPACK factors a single matrix 1.4-1.8x
+    slower (``benchmarks/ops.py linalg``)."""
     try:
-        return np.linalg.cholesky(a), _ok(a)
-    except np.linalg.LinAlgError:
-        pass
+        from scipy.linalg import get_lapack_funcs
+    except ImportError:
+        return None
+    return get_lapack_funcs(("potrf",), dtype=dtype)[0]
+
+
+def cholesky(a: np.ndarray, check: bool) -> Arrays:
+    potrf = _potrf(a.dtype) if a.ndim == 2 and a.shape[0] >= 32 else None
+    if potrf is not None:  # one matrix: scipy's potrf (lower, upper triangle zeroed)
+        factor, info = potrf(a, lower=1, clean=1, overwrite_a=0)
+        if info == 0:
+            return factor, _ok(a)
+    else:
+        try:
+            return np.linalg.cholesky(a), _ok(a)
+        except np.linalg.LinAlgError:
+            pass
     flat = a.reshape((-1,) + a.shape[-2:])
     info = np.array([cholesky_failed_minor(m) for m in flat], np.int32).reshape(a.shape[:-2])
     if not info.any():  # LAPACK failed where the float64 check passed: report the last minor
