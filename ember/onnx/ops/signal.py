@@ -111,3 +111,41 @@ def dft(node: Node) -> Callable[..., Any]:
         return Tensor.stack([real, imag], real.rank)
 
     return run
+
+
+@op("STFT", host=(1, 3), since=17)
+def stft(node: Node) -> Callable[..., Any]:
+    """The short-time Fourier transform: frames of ``frame_length`` every ``frame_step``
+    samples (no padding), each multiplied by ``window`` and transformed as :func:`dft`
+    does (two matrix products): ``[batch, frames, bins, 2]``."""
+    onesided = bool(node.attr("onesided", 1))
+
+    def run(x: Tensor, step: Any, window: Tensor | None = None, length: Any = None) -> Tensor:
+        hop = int(scalar(step))
+        size = int(scalar(length)) if length is not None and np.size(length) else None
+        if window is not None:
+            if size is not None and size != window.dims()[0]:
+                raise node.error(f"frame_length {size} differs from the window's length {window.dims()[0]}")
+            size = window.dims()[0]
+        if size is None:
+            raise node.error("needs a window or a frame_length")
+        if x.rank != 3 or x.dims()[2] not in (1, 2):
+            raise node.error(f"signal must be [batch, length, 1 or 2], got {x.dims()}")
+        if hop < 1 or size > x.dims()[1]:
+            raise node.error(f"frame_step {hop} and frame_length {size} do not fit a signal of {x.dims()[1]} samples")
+        frames = (x.dims()[1] - size) // hop + 1
+        parts = [x.narrow(2, i, 1).squeeze_dim(2) for i in range(x.dims()[2])]
+        framed = [Tensor.stack([p.narrow(1, f * hop, size) for f in range(frames)], 1) for p in parts]
+        if window is not None:
+            w = window.cast(x.dtype).reshape([1, 1, size])
+            framed = [f * w for f in framed]
+        count = size // 2 + 1 if onesided else size
+        k, n = np.arange(count)[:, None], np.arange(size)[None, :]
+        angle = -2 * np.pi * k * n / size
+        cos, sin = np.cos(angle), np.sin(angle)
+        real, imag = _along(framed[0], 2, cos), _along(framed[0], 2, sin)
+        if len(framed) == 2:
+            real, imag = real - _along(framed[1], 2, sin), imag + _along(framed[1], 2, cos)
+        return Tensor.stack([real, imag], 3)
+
+    return run
