@@ -77,12 +77,17 @@ def test_a_model_failing_the_checker(onnx):
 
 def test_an_unsupported_operator_names_the_op_the_node_and_the_opset(onnx):
     helper = onnx.helper
-    nodes = [helper.make_node("Relu", ["x"], ["h"], name="act"), helper.make_node("Det", ["h"], ["y"], name="det_1")]
-    data = onnx_model(onnx, nodes, [("x", 1, [3, 3])], [("y", 1, [])], opset=17)
-    with pytest.raises(OnnxError, match=r"unsupported ONNX operator Det \(node 'det_1', opset 17\).*describe"):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"], name="act"),
+        helper.make_node("Binarizer", ["h"], ["y"], name="bin_1", domain="ai.onnx.ml"),
+    ]
+    data = onnx_model(onnx, nodes, [("x", 1, [3, 3])], [("y", 1, [3, 3])], opset=17, domains={"ai.onnx.ml": 3})
+    with pytest.raises(
+        OnnxError, match=r"unsupported ONNX operator ai.onnx.ml.Binarizer \(node 'bin_1', opset 3\).*describe"
+    ):
         ember.onnx.load(data)
     report = ember.onnx.describe(data)
-    assert not report.supported and "Det" in str(report) and "UNSUPPORTED" in str(report)
+    assert not report.supported and "Binarizer" in str(report) and "UNSUPPORTED" in str(report)
 
 
 def test_a_custom_domain_operator(onnx):
@@ -233,7 +238,8 @@ def test_an_input_that_is_not_a_tensor_sequence_or_optional_is_named_as_such(onn
 
 def test_the_describe_hint_follows_how_the_model_came(onnx, tmp_path):
     helper = onnx.helper
-    data = onnx_model(onnx, [helper.make_node("Det", ["x"], ["y"], name="det")], [("x", 1, [3, 3])], [("y", 1, [])])
+    node = helper.make_node("Binarizer", ["x"], ["y"], name="bin", domain="ai.onnx.ml")
+    data = onnx_model(onnx, [node], [("x", 1, [3, 3])], [("y", 1, [3, 3])], domains={"ai.onnx.ml": 3})
     with pytest.raises(OnnxError, match=r"describe\(\) of the same bytes lists") as info:
         ember.onnx.load(data)
     assert "describe(path)" not in str(info.value)
