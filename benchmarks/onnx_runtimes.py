@@ -82,7 +82,7 @@ def resnet50(torch: Any) -> Any:
 def bert_base(torch: Any) -> Any:
     import transformers
 
-    model = transformers.BertModel(transformers.BertConfig(), add_pooling_layer=False, attn_implementation="eager")
+    model = transformers.BertModel(transformers.BertConfig(attn_implementation="eager"), add_pooling_layer=False)
 
     class Hidden(torch.nn.Module):
         def __init__(self):
