@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 
-from ember import capture
+from ember.capture import compile as compile_fn
 from ember.device import Device
 from ember.errors import OnnxError
 from ember.onnx.model import OnnxModel, _run_eager
@@ -93,7 +93,7 @@ def load(
         file = with_input_shapes(file, input_shapes)
     check_trainable(trainable)
     program, params, states = Planner(file, device, untie=untie, trainable=trainable).build()
-    compiled = capture.compile(_run_eager) if compile else None
+    compiled = compile_fn(_run_eager) if compile else None
     return OnnxModel(weights=params, states=states, program=program, compiled=compiled)
 
 
