@@ -42,10 +42,10 @@ class OnnxModel(Module):
 
     def forward(self, *args: Tensor, **kwargs: Tensor) -> Any:
         compiled = self.compiled
-        if compiled is None or current_trace() is not None or any(_tracks_grad(a) for a in args):
-            return self.forward_eager(*args, **kwargs)
         if kwargs:
             args = self._arrange(args, kwargs)
+        if compiled is None or current_trace() is not None or any(_tracks_grad(a) for a in args):
+            return self.forward_eager(*args)
         self._check_count(args)
         return compiled(self, *args)
 

@@ -83,7 +83,7 @@ def test_autodiff_device_runs_eagerly_and_differentiates(torch, rng):
     x = rng.standard_normal((2, 1, 28, 28)).astype(np.float32)
     compiled, eager = _pair(export(torch, models.small_cnn(torch), (torch.from_numpy(x),)), device)
     xt = Tensor.from_data(x, device=device)
-    grads = [GradientsParams.from_grads(m(xt).sum().backward(), m) for m in (compiled, eager)]
+    grads = [GradientsParams.from_grads(m(x=xt).sum().backward(), m) for m in (compiled, eager)]
     for (path, p), (_, q) in zip(compiled.named_params(), eager.named_params()):
         np.testing.assert_allclose(
             grads[0].get(p.id).to_numpy(), grads[1].get(q.id).to_numpy(), rtol=RTOL, atol=1e-6, err_msg=path
