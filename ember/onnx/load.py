@@ -5,9 +5,10 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 
+from ember.capture import compile as compile_fn
 from ember.device import Device
 from ember.errors import OnnxError
-from ember.onnx.model import OnnxModel
+from ember.onnx.model import OnnxModel, _run_eager
 from ember.onnx.plan import Planner
 from ember.onnx.proto import ModelFile, Source, UnknownOperator, read_model
 from ember.onnx.support import check_node, unsupported_error
@@ -24,6 +25,7 @@ def load(
     input_shapes: Mapping[str, Dims] | None = None,
     untie: bool = True,
     trainable: Trainable = None,
+    compile: bool = False,
 ) -> OnnxModel:
     """Import an ONNX model (a path, the file's bytes, or an ``onnx.ModelProto``).
 
@@ -51,6 +53,14 @@ def load(
     types that read it, and the rule's answer ``info.default``: ``lambda name, info:
     info.default or "position" in name`` adds to the rule). An initializer holding
     infinities or NaN never trains.
+
+    ``compile=True`` runs ``forward`` through ``ember.compile``: the first call per
+    input shapes traces the graph, later calls replay it without Python per op (an op
+    the capture cannot trace, such as one whose output shape depends on values, makes
+    that call run eagerly, with one ``CompileWarning``); ``model.stats`` counts traces
+    and replays. It compiles the forward only: on an autodiff device, and inside
+    another compiled function, the model runs eagerly; compile a training step whole
+    with ``ember.compile``.
 
     ``untie=False`` keeps ``Identity(initializer)`` aliases tied (exporters use them to
     deduplicate initializers whose values happen to be equal).
@@ -83,7 +93,8 @@ def load(
         file = with_input_shapes(file, input_shapes)
     check_trainable(trainable)
     program, params, states = Planner(file, device, untie=untie, trainable=trainable).build()
-    return OnnxModel(weights=params, states=states, program=program)
+    compiled = compile_fn(_run_eager) if compile else None
+    return OnnxModel(weights=params, states=states, program=program, compiled=compiled)
 
 
 def with_input_shapes(file: ModelFile, input_shapes: Mapping[str, Dims]) -> ModelFile:

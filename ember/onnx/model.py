@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.backend.fusion.trace import current_trace
 from ember.errors import ModuleError
 from ember.module import Module, Param, RunningState
 from ember.onnx.program import Program
@@ -24,21 +25,50 @@ class OnnxModel(Module):
 
     Call it with one tensor per graph input (positionally, or by input name); it
     returns a Tensor, or a tuple of them when the graph has several outputs.
+
+    ``compiled`` (set by ``ember.onnx.load(..., compile=True)``) is an
+    ``ember.compile`` of :meth:`forward_eager` taking the model as an argument (so the
+    weights are inputs of the trace, and every copy ``map`` or an optimizer step makes
+    shares the traces): a call traces once per input shapes and replays after. It
+    compiles the forward only: a call on an autodiff device, or inside another
+    ``ember.compile`` trace, runs :meth:`forward_eager` (compile a training step whole
+    with ``ember.compile`` instead).
     """
 
     weights: dict[str, Param]
     states: dict[str, RunningState]
     program: Program
+    compiled: Any = None
 
     def forward(self, *args: Tensor, **kwargs: Tensor) -> Any:
+        compiled = self.compiled
+        if kwargs:
+            args = self._arrange(args, kwargs)
+        if compiled is None or current_trace() is not None or any(_tracks_grad(a) for a in args):
+            return self.forward_eager(*args)
+        self._check_count(args)
+        return compiled(self, *args)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The compiled forward's counters (``calls``, ``traces``, ``replays``,
+        ``eager``...); empty for a model loaded without ``compile=True``."""
+        return dict(self.compiled.stats) if self.compiled is not None else {}
+
+    def forward_eager(self, *args: Tensor, **kwargs: Tensor) -> Any:
+        """The graph run op by op (what ``forward`` does without ``compile=True``)."""
         program = self.program
         if kwargs:
             args = self._arrange(args, kwargs)
+        self._check_count(args)
+        outputs = program.run(args, self.weights, self.states)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _check_count(self, args: tuple[Tensor, ...]) -> None:
+        program = self.program
         if len(args) != len(program.inputs):
             names = ", ".join(spec.name for spec in program.inputs)
             raise ModuleError(f"ember: this ONNX model takes {len(program.inputs)} input(s) ({names}), got {len(args)}")
-        outputs = program.run(args, self.weights, self.states)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _arrange(self, args: tuple[Tensor, ...], kwargs: dict[str, Tensor]) -> tuple[Tensor, ...]:
         inputs = self.program.inputs
@@ -90,3 +120,12 @@ class OnnxModel(Module):
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{spec.name}: {spec.describe_dims()}" for spec in self.program.inputs)
         return f"inputs: ({inputs}), outputs: ({', '.join(self.output_names)}), steps: {len(self.program.steps)}"
+
+
+def _run_eager(model: OnnxModel, *args: Tensor) -> Any:
+    """The function ``compile=True`` compiles: the model is an argument, not a closure."""
+    return model.forward_eager(*args)
+
+
+def _tracks_grad(value: Any) -> bool:
+    return isinstance(value, Tensor) and value._d.is_autodiff()

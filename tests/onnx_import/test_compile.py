@@ -1,0 +1,94 @@
+"""``ember.onnx.load(..., compile=True)``: the forward runs through ``ember.compile``
+(traced once per input shapes, then replayed) and matches the eager import."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ember
+import ember.onnx
+from ember import Device, Tensor
+from ember.capture import CompileWarning
+from ember.optim import GradientsParams
+from tests.onnx_import import models
+from tests.onnx_import.helpers import export, onnx_model
+
+RTOL = 1e-5
+
+
+def _pair(data: bytes, device: Device) -> tuple[ember.onnx.OnnxModel, ember.onnx.OnnxModel]:
+    return ember.onnx.load(data, device, compile=True), ember.onnx.load(data, device)
+
+
+def test_cnn_matches_eager_and_replays(torch, rng):
+    x = rng.standard_normal((4, 1, 28, 28)).astype(np.float32)
+    compiled, eager = _pair(export(torch, models.small_cnn(torch), (torch.from_numpy(x),)), Device.flex())
+    xt = Tensor.from_data(x, device=Device.flex())
+    want = eager(xt).to_numpy()
+    np.testing.assert_allclose(compiled(xt).to_numpy(), want, rtol=RTOL, atol=1e-6)
+    assert compiled.stats["traces"] == 1 and compiled.stats["replays"] == 0
+    x2 = Tensor.from_data(rng.standard_normal((4, 1, 28, 28)).astype(np.float32), device=Device.flex())
+    np.testing.assert_allclose(compiled(x2).to_numpy(), eager(x2).to_numpy(), rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(compiled(xt).to_numpy(), want, rtol=RTOL, atol=1e-6)
+    assert compiled.stats["traces"] == 1 and compiled.stats["replays"] == 2
+    assert eager.stats == {}
+
+
+def test_encoder_matches_eager_per_batch(torch, rng):
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    data = export(torch, models.encoder(torch), (torch.from_numpy(x),), dynamic={"x": {0: "b"}, "y": {0: "b"}})
+    compiled, eager = _pair(data, Device.flex())
+    for batch in (2, 3, 2):
+        xt = Tensor.from_data(rng.standard_normal((batch, 5, 16)).astype(np.float32), device=Device.flex())
+        np.testing.assert_allclose(compiled(x=xt).to_numpy(), eager(xt).to_numpy(), rtol=RTOL, atol=1e-5)
+    assert compiled.stats["traces"] == 2 and compiled.stats["replays"] == 1
+
+
+def test_updated_weights_are_inputs_not_constants(torch, rng):
+    x = rng.standard_normal((2, 1, 28, 28)).astype(np.float32)
+    compiled, _ = _pair(export(torch, models.small_cnn(torch), (torch.from_numpy(x),)), Device.flex())
+    xt = Tensor.from_data(x, device=Device.flex())
+    first = compiled(xt).to_numpy()
+    doubled = compiled.map_params(lambda p, path: p.map(lambda t: t * 2.0))
+    np.testing.assert_allclose(doubled(xt).to_numpy(), doubled.forward_eager(xt).to_numpy(), rtol=RTOL, atol=1e-5)
+    assert not np.allclose(doubled(xt).to_numpy(), first)
+    assert compiled.stats["traces"] == 1  # the copy shares the trace
+
+
+def test_data_dependent_graph_runs_eagerly_with_one_warning(onnx, rng):
+    t = onnx.TensorProto
+    data = onnx_model(
+        onnx,
+        [onnx.helper.make_node("NonZero", ["x"], ["y"])],
+        [("x", t.FLOAT, [3, 4])],
+        [("y", t.INT64, None)],
+    )
+    compiled = ember.onnx.load(data, Device.flex(), compile=True)
+    x = (rng.standard_normal((3, 4)) > 0).astype(np.float32)
+    xt = Tensor.from_data(x, device=Device.flex())
+    with pytest.warns(CompileWarning):
+        out = compiled(xt).to_numpy()
+    np.testing.assert_array_equal(out, np.stack(np.nonzero(x)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        np.testing.assert_array_equal(compiled(xt).to_numpy(), np.stack(np.nonzero(x)))
+    assert compiled.stats["eager"] == 2
+
+
+def test_autodiff_device_runs_eagerly_and_differentiates(torch, rng):
+    device = Device.flex().autodiff()
+    x = rng.standard_normal((2, 1, 28, 28)).astype(np.float32)
+    compiled, eager = _pair(export(torch, models.small_cnn(torch), (torch.from_numpy(x),)), device)
+    xt = Tensor.from_data(x, device=device)
+    grads = [GradientsParams.from_grads(m(x=xt).sum().backward(), m) for m in (compiled, eager)]
+    for (path, p), (_, q) in zip(compiled.named_params(), eager.named_params()):
+        np.testing.assert_allclose(
+            grads[0].get(p.id).to_numpy(), grads[1].get(q.id).to_numpy(), rtol=RTOL, atol=1e-6, err_msg=path
+        )
+    valid = compiled.valid()
+    xv = Tensor.from_data(x, device=Device.flex())
+    np.testing.assert_allclose(valid(xv).to_numpy(), eager.valid()(xv).to_numpy(), rtol=RTOL, atol=1e-6)
+    assert compiled.stats["traces"] == 1
