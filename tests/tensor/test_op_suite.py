@@ -11,6 +11,7 @@ file as a script for the coverage table:
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from ember import Tensor
+from ember.errors import FallbackWarning
 from tests.tensor.op_suite_cases import CATEGORIES, Case
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -113,6 +115,16 @@ def _run(torch: Any, spec: Case, device: Any) -> None:
         )
 
 
+#: Cases whose composite is wider than one WGSL kernel may bind (32 buffers on Mesa): on a
+#: cube+fusion device the WGSL executor runs them op by op, with a FallbackWarning (an
+#: error elsewhere in the suite); the values are still compared.
+WGSL_TOO_WIDE = {"erfinv"}
+
+
+def _wgsl_fusion(device) -> bool:
+    return device.is_fusion() and "Cube(" in repr(device)
+
+
 @pytest.mark.parametrize("category", sorted(CATEGORIES))
 def test_op_suite(torch, device, category):
     failures = []
@@ -120,6 +132,11 @@ def test_op_suite(torch, device, category):
         if spec.unsupported:
             continue
         try:
+            if spec.name in WGSL_TOO_WIDE and _wgsl_fusion(device):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FallbackWarning)
+                    _run(torch, spec, device)
+                continue
             _run(torch, spec, device)
         except Exception as error:  # collect every failing case of the category
             failures.append(f"{spec.name}: {type(error).__name__}: {str(error).strip()[:400]}")

@@ -5,11 +5,14 @@ and float32 values and gradients on every device."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import ember.special as S
 from ember import Tensor
+from ember.errors import FallbackWarning
 
 SPECIAL_POINTS = np.array([0.0, -0.0, 1.0, 2.0, -1.0, -2.5, np.inf, -np.inf, np.nan, 1e-300, 1e300, -1e-5, 0.5])
 
@@ -154,6 +157,9 @@ def test_float64_gradients_match_torch(flex, torch, rng, name):
 def test_float32_on_every_device(device, torch, rng, name):
     if device.is_fusion() and name in ("erfinv", "ndtri", "zeta", "bessel_j0", "i0e"):
         pytest.skip("covered on the other devices: its long composite takes the fusion compiler ~30 s")
+    if name == "log_ndtr" and device.is_fusion() and "Cube(" in repr(device):
+        # wider than one WGSL kernel may bind (32 buffers on Mesa): runs op by op, values checked
+        warnings.simplefilter("ignore", FallbackWarning)
     x = rng.uniform(0.05, 0.95, 24).astype(np.float32) * (1 if name in ("erfinv", "ndtri") else 8)
     tx = torch.tensor(x, requires_grad=True)
     ex = Tensor.from_data(x, device=device).require_grad()
