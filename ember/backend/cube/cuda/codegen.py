@@ -1,4 +1,4 @@
-"""One fusion :class:`~ember.backend.fusion.steps.Kernel` as a CUDA C ``__global__`` function.
+"""One fusion :class:`~ember.backend.kernel.steps.Kernel` as a CUDA C ``__global__`` function.
 
 A kernel's iteration space is simplified first (size-1 dims dropped, neighbouring
 dims that every access walks as one run merged, the reduced dim kept apart), so a
@@ -39,9 +39,9 @@ from ember.backend.cube.cuda.dtypes import (
 )
 from ember.backend.cube.cuda.lowering import CExpr, cast_code, scalar_code
 from ember.backend.dtype import DType
-from ember.backend.fusion.exprs import Expr
-from ember.backend.fusion.steps import Kernel, Reduction
-from ember.backend.fusion.views import View, size_of
+from ember.backend.kernel.exprs import Expr
+from ember.backend.kernel.steps import Kernel, Reduction
+from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import ReduceOp
 
 #: Threads per block of every generated kernel.

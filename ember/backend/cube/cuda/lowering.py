@@ -1,7 +1,7 @@
 """The CUDA C lowering of the kernel IR's expressions, with flex's (numpy's) semantics.
 
-:class:`CExpr` turns the :class:`~ember.backend.fusion.exprs.Expr` trees of a
-fusion :class:`~ember.backend.fusion.steps.Kernel` into straight-line CUDA C: one
+:class:`CExpr` turns the :class:`~ember.backend.kernel.exprs.Expr` trees of a
+fusion :class:`~ember.backend.kernel.steps.Kernel` into straight-line CUDA C: one
 ``const`` local per node, in dependency order, so shared subexpressions are
 computed once. Where a leaf comes from is the caller's business: ``load`` gives
 the C code reading a load node's element, ``scalar`` the code of a run-time
@@ -22,7 +22,7 @@ import numpy as np
 
 from ember.backend.cube.cuda.dtypes import UNSIGNED, compute_type, dtype_of, family, literal, round_code
 from ember.backend.dtype import DType
-from ember.backend.fusion.exprs import Expr
+from ember.backend.kernel.exprs import Expr
 from ember.backend.ops import BinaryOp, UnaryOp
 
 _COMPARE = {

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.fusion.llvm.mathlib import F32, F64, I1, MathLib, reg_type
+from ember.backend.kernel.llvm.mathlib import F32, F64, I1, MathLib, reg_type
 from ember.backend.ops import BinaryOp, UnaryOp
 
 _FLOAT_UNARY = frozenset(UnaryOp) - {UnaryOp.BITWISE_NOT}

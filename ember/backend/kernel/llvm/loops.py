@@ -1,5 +1,5 @@
 """Loop nests in LLVM IR: counted loops, a kernel's simplified iteration space, and
-the emitter that turns one :class:`~ember.backend.fusion.steps.Kernel` into loops.
+the emitter that turns one :class:`~ember.backend.kernel.steps.Kernel` into loops.
 
 A kernel's space is simplified first: size-1 dims are dropped and neighbouring dims
 that every access walks as one run are merged, so a dense elementwise kernel is one
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.fusion.exprs import Expr
-from ember.backend.fusion.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
-from ember.backend.fusion.llvm.ops import OpEmitter
-from ember.backend.fusion.steps import Kernel
-from ember.backend.fusion.views import View, size_of
+from ember.backend.kernel.exprs import Expr
+from ember.backend.kernel.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
+from ember.backend.kernel.llvm.ops import OpEmitter
+from ember.backend.kernel.steps import Kernel
+from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import ReduceOp
 
 _F64 = np.dtype(np.float64)

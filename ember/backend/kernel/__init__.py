@@ -1,0 +1,14 @@
+"""``kernel``: the kernel IR and the LLVM layer, below the backends.
+
+flex, cube and fusion all import this package (it imports only the backend protocol,
+numpy and llvmlite; tests/test_layers.py checks it):
+
+* :mod:`.exprs`: a kernel's per-element expression DAG;
+* :mod:`.views`: strided views, the layout ops as index arithmetic;
+* :mod:`.steps`: loop nests (:class:`~.steps.Kernel`) and matrix products over buffers;
+* :mod:`.llvm`: the CPU printer of that IR (LLVM IR through llvmlite), the JIT and the
+  math library every compiled CPU kernel uses.
+
+The fusion compiler builds these from its graph (:mod:`ember.backend.fusion.scheduler`);
+cube's CUDA C target prints them too (:mod:`ember.backend.cube.cuda.codegen`).
+"""
