@@ -91,6 +91,44 @@ class Loops:
         b.position_at_end(done)
         return list(new)
 
+    def count(
+        self,
+        count: ir.Value,
+        body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+        carry: list[ir.Value] | None = None,
+    ) -> list[ir.Value]:
+        """:meth:`run` for a run-time ``count`` (an ``i64`` value, maybe 0 or negative:
+        then the body never runs and the carried values keep their initial ones)."""
+        b = self.b
+        carry = carry or []
+        pre = b.block
+        head = b.append_basic_block("loop")
+        done = b.append_basic_block("done")
+        b.cbranch(b.icmp_signed("<=", count, ir.Constant(I64, 0)), done, head)
+        b.position_at_end(head)
+        index = b.phi(I64)
+        index.add_incoming(ir.Constant(I64, 0), pre)
+        phis = []
+        for value in carry:
+            phi = b.phi(value.type)
+            phi.add_incoming(value, pre)
+            phis.append(phi)
+        new = body(index, list(phis))
+        step = b.add(index, ir.Constant(I64, 1))
+        latch = b.block
+        index.add_incoming(step, latch)
+        for phi, value in zip(phis, new):
+            phi.add_incoming(value, latch)
+        b.cbranch(b.icmp_signed("<", step, count), head, done)
+        b.position_at_end(done)
+        results = []
+        for init, value in zip(carry, new):
+            merged = b.phi(init.type)
+            merged.add_incoming(init, pre)
+            merged.add_incoming(value, latch)
+            results.append(merged)
+        return results
+
     def nest(
         self, sizes: list[int], body: Callable[[list[ir.Value]], None], prefix: list[ir.Value] | None = None
     ) -> None:
