@@ -301,6 +301,8 @@ class Planner:
         attrs.update(self.overrides.get(id(node), {}))
         consts = [v.const if v is not None and v.kind == CONST else None for v in values]
         shapes = [v.shape if v is not None else None for v in values]
+        types = [self.shapes.get(name, (None, None))[0] if name else None for name in node.input]
+        out_types = [self.shapes.get(name, (None, None))[0] if name else None for name in outputs_of(node)]
         return Node(
             node.op_type,
             node.name,
@@ -311,6 +313,8 @@ class Planner:
             outputs_of(node),
             consts,
             shapes,
+            types,
+            out_types,
         )
 
     def add_node(self, node: Any, opdef: OpDef, version: int) -> None:

@@ -39,16 +39,6 @@ REFUSED_TYPES: dict[str, str] = {
 #: Operators ember does not implement (domain-qualified outside ONNX's own).
 REFUSED_OPS: dict[str, str] = {
     **_each(
-        "quantization ops: not implemented (the quantization issue)",
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "DynamicQuantizeLinear",
-        "QLinearMatMul",
-        "QLinearConv",
-        "MatMulInteger",
-        "ConvInteger",
-    ),
-    **_each(
         "string ops: ember has no string tensors",
         "RegexFullMatch",
         "StringConcat",
