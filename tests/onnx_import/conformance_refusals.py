@@ -50,10 +50,7 @@ REFUSED_OPS: dict[str, str] = {
     "ImageDecoder": "image decoding is not a tensor op",
     **_each(
         "not implemented",
-        "BitCast",
-        "CausalConvWithState",
         "DeformConv",
-        "LinearAttention",
         "TensorScatter",
     ),
     **_each(
