@@ -77,7 +77,6 @@ REFUSED_CASES: dict[str, str] = {
         "test_gridsample_bicubic_align_corners_0_additional_1",
         "test_gridsample_bicubic_align_corners_1_additional_1",
     ),
-    "test_lstm_with_peepholes": "LSTM peephole weights (input P): ember's LSTM has no peephole connections",
     "test_scan_sum": "Scan at opset 8 (a batch axis and sequence_lens) is not supported; opset 9's is",
     "test_col2im_5d": "Col2Im: ember folds 2-d images only",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",
