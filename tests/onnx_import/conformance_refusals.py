@@ -55,7 +55,6 @@ REFUSED_OPS: dict[str, str] = {
     ),
     **_each(
         "preview operators: not implemented",
-        "ai.onnx.preview.FlexAttention",
         "ai.onnx.preview.training.Adagrad",
         "ai.onnx.preview.training.Adam",
         "ai.onnx.preview.training.Momentum",
