@@ -54,12 +54,6 @@ REFUSED_OPS: dict[str, str] = {
         "TensorScatter",
     ),
     **_each(
-        "preview operators: not implemented",
-        "ai.onnx.preview.training.Adagrad",
-        "ai.onnx.preview.training.Adam",
-        "ai.onnx.preview.training.Momentum",
-    ),
-    **_each(
         "ONNX-ML operators: not implemented",
         "ai.onnx.ml.ArrayFeatureExtractor",
         "ai.onnx.ml.Binarizer",

@@ -23,6 +23,7 @@ from ember.onnx.ops import (
     select,
     sequence,
     signal,
+    training,
 )
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
@@ -53,4 +54,5 @@ __all__ = [
     "sequence",
     "signal",
     "supported_ops",
+    "training",
 ]
