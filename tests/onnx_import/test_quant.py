@@ -91,6 +91,10 @@ def test_models_quantized_by_onnxruntime_match_onnxruntime(tmp_path, rng, recipe
     (want,) = run_ort(ort, data, x)
     got = ember.onnx.load(data)(Tensor.from_data(x)).to_numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if recipe == "static-qoperator-per-channel":  # the integer ops trace and replay under ember.compile
+        compiled = ember.onnx.load(data, compile=True)
+        for _ in range(2):
+            np.testing.assert_allclose(compiled(Tensor.from_data(x)).to_numpy(), want, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------- one node against onnxruntime
