@@ -49,11 +49,6 @@ REFUSED_OPS: dict[str, str] = {
     "MelWeightMatrix": "signal processing: not implemented",
     "ImageDecoder": "image decoding is not a tensor op",
     **_each(
-        "not implemented",
-        "DeformConv",
-        "TensorScatter",
-    ),
-    **_each(
         "ONNX-ML operators: not implemented",
         "ai.onnx.ml.ArrayFeatureExtractor",
         "ai.onnx.ml.Binarizer",

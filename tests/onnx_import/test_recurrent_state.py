@@ -1,4 +1,4 @@
-"""Opset 26-27's CausalConvWithState, LinearAttention and BitCast: against float64 numpy
+"""Opset 24-27's TensorScatter, CausalConvWithState, LinearAttention and BitCast: against float64 numpy
 oracles written here from the spec's formulas, and streaming (a run in pieces that carries
 the state equals one run over the whole sequence)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ember.onnx
-from ember import Tensor
+from ember import Device, Tensor
 from ember.backend.dtype import DType
 from ember.errors import OnnxError
 from tests.onnx_import.helpers import import_onnx, onnx_model
@@ -161,3 +161,33 @@ def test_bitcast_reads_the_bits_of_the_onnx_type(rng, source, target):
     got = ember.onnx.load(data)(Tensor.from_data(x, dtype=held)).to_numpy()
     want = x.view(np_target)
     np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_writes_each_batch_element_at_its_position_and_differentiates(rng, mode):
+    onnx = import_onnx("onnx")
+    T = onnx.TensorProto
+    node = onnx.helper.make_node("TensorScatter", ["past", "update", "write"], ["present"], mode=mode, axis=2)
+    data = onnx_model(
+        onnx,
+        [node],
+        [("past", T.FLOAT, [2, 3, 5, 4]), ("update", T.FLOAT, [2, 3, 2, 4]), ("write", T.INT64, [2])],
+        [("present", T.FLOAT, [2, 3, 5, 4])],
+        opset=24,
+    )
+    past = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    update = rng.standard_normal((2, 3, 2, 4)).astype(np.float32)
+    write = np.array([1, 4 if mode == "circular" else 3])
+    want = past.copy()
+    for b, start in enumerate(write):
+        for s in range(2):
+            want[b, :, (start + s) % 5] = update[b, :, s]
+    device = Device.flex().autodiff()
+    model = ember.onnx.load(data, device)
+    upd = Tensor.from_data(update, device=device).set_require_grad(True)
+    got = model(Tensor.from_data(past, device=device), upd, Tensor.from_data(write, device=device))
+    np.testing.assert_array_equal(got.to_numpy(), want)
+    g = rng.standard_normal(past.shape).astype(np.float32)
+    grads = (got * Tensor.from_data(g, device=device)).sum().backward()
+    want_grad = np.stack([g[b][:, [(write[b] + s) % 5 for s in range(2)]] for b in range(2)])
+    np.testing.assert_array_equal(upd.grad(grads).to_numpy(), want_grad)
