@@ -217,14 +217,7 @@ class Branches:
         flag = bool(np.asarray(cond.to_numpy() if isinstance(cond, Tensor) else cond).reshape(-1)[0])
         steps, outs = self.blocks[flag]
         env = dict(zip(self.outer, values))
-        for fn, ins, out in steps:
-            result = fn(*[env[j] for j in ins])
-            if isinstance(out, tuple):
-                for slot, value in zip(out, result):
-                    if slot >= 0:
-                        env[slot] = value
-            else:
-                env[out] = result
+        _run(steps, env)
         device = env[DEVICE_SLOT]
         results = [
             host_to_tensor(np.asarray(env[s]), device, "an If output")
@@ -265,14 +258,7 @@ class Iterations:
             env[self.formal[0]] = np.array(i, np.int64)
             env[self.formal[1]] = np.array(go)
             env.update(zip(self.formal[2:], values))
-            for fn, ins, out in self.steps:
-                result = fn(*[env[j] for j in ins])
-                if isinstance(out, tuple):
-                    for slot, value in zip(out, result):
-                        if slot >= 0:
-                            env[slot] = value
-                else:
-                    env[out] = result
+            _run(self.steps, env)
             got = [env[s] for s in self.outs]
             go = bool(_host(got[0]))
             values = [_tensor(v, device) for v in got[1 : 1 + self.carried]]
@@ -284,8 +270,7 @@ class Iterations:
             if not scan:
                 raise OnnxError(f"ember: {self.where}: a scan output of a loop that ran no iteration has no shape")
             stacked.append(Tensor.stack(scan, 0))
-        final = [*values, *stacked][: self.wanted]
-        return tuple(final) if self.wanted > 1 else final[0]
+        return _outputs([*values, *stacked], self.wanted)
 
 
 class Scanner:
@@ -337,8 +322,7 @@ class Scanner:
                 raise OnnxError(f"ember: {self.where}: a scan output over an empty sequence has no shape")
             items = scan[::-1] if back else scan
             stacked.append(Tensor.stack(items, a + items[0].rank + 1 if a < 0 else a))
-        final = [*states, *stacked][: self.wanted]
-        return tuple(final) if self.wanted > 1 else final[0]
+        return _outputs([*states, *stacked], self.wanted)
 
 
 class Mapper:
@@ -360,12 +344,12 @@ class Mapper:
             _run(self.steps, env)
             for result, slot in zip(results, self.outs):
                 result.append(_tensor(env[slot], base[DEVICE_SLOT]))
-        final = results[: self.wanted]
-        return tuple(final) if self.wanted > 1 else final[0]
+        return _outputs(results, self.wanted)
 
 
 def _run(steps: list[Any], env: dict[int, Any]) -> None:
-    """A block's steps over ``env`` (slot -> value)."""
+    """A block's steps (``(fn, input slots, output slot or slots)``) run over ``env``
+    (slot -> value), each result stored in its slot (``-1``: an output no one reads)."""
     for fn, ins, out in steps:
         result = fn(*[env[j] for j in ins])
         if isinstance(out, tuple):
@@ -374,6 +358,11 @@ def _run(steps: list[Any], env: dict[int, Any]) -> None:
                     env[slot] = value
         else:
             env[out] = result
+
+
+def _outputs(values: list[Any], wanted: int) -> Any:
+    """The node's first ``wanted`` outputs: a tuple, or the value itself for one."""
+    return tuple(values[:wanted]) if wanted > 1 else values[0]
 
 
 def _host(value: Any) -> Any:

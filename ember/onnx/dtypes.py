@@ -92,6 +92,14 @@ def onnx_name(elem_type: int) -> str:
     return ONNX_NAMES.get(int(elem_type), str(int(elem_type)))
 
 
+def onnx_type(dtype: np.dtype) -> int | None:
+    """The ONNX element type of a numpy dtype that ember reads from files, else ``None``."""
+    for elem, known in _NUMPY.items():
+        if known == dtype:
+            return elem
+    return None
+
+
 def numpy_dtype(elem_type: int, where: str) -> np.dtype:
     """The numpy dtype of an ONNX element type (host values keep ONNX's exact type)."""
     try:

@@ -30,6 +30,7 @@ from ember.module import Param, ParamId, RunningState
 from ember.onnx import proto
 from ember.onnx.control import CONTROL_FLOW, add_control
 from ember.onnx.dtypes import dtype_of_array, ember_dtype
+from ember.onnx.flex_attention import add_flex_attention
 from ember.onnx.ops import Node, OpDef
 from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, explain, host_to_tensor
 from ember.onnx.support import (
@@ -301,6 +302,8 @@ class Planner:
         attrs.update(self.overrides.get(id(node), {}))
         consts = [v.const if v is not None and v.kind == CONST else None for v in values]
         shapes = [v.shape if v is not None else None for v in values]
+        types = [self.shapes.get(name, (None, None))[0] if name else None for name in node.input]
+        out_types = [self.shapes.get(name, (None, None))[0] if name else None for name in outputs_of(node)]
         return Node(
             node.op_type,
             node.name,
@@ -311,11 +314,16 @@ class Planner:
             outputs_of(node),
             consts,
             shapes,
+            types,
+            out_types,
         )
 
     def add_node(self, node: Any, opdef: OpDef, version: int) -> None:
         if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
             add_control(self, node)
+            return
+        if node.op_type == "FlexAttention" and node.domain == "ai.onnx.preview":
+            add_flex_attention(self, node)
             return
         values: list[Value | None] = []
         for name in node.input:

@@ -39,16 +39,6 @@ REFUSED_TYPES: dict[str, str] = {
 #: Operators ember does not implement (domain-qualified outside ONNX's own).
 REFUSED_OPS: dict[str, str] = {
     **_each(
-        "quantization ops: not implemented (the quantization issue)",
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "DynamicQuantizeLinear",
-        "QLinearMatMul",
-        "QLinearConv",
-        "MatMulInteger",
-        "ConvInteger",
-    ),
-    **_each(
         "string ops: ember has no string tensors",
         "RegexFullMatch",
         "StringConcat",
@@ -58,21 +48,6 @@ REFUSED_OPS: dict[str, str] = {
     ),
     "MelWeightMatrix": "signal processing: not implemented",
     "ImageDecoder": "image decoding is not a tensor op",
-    **_each(
-        "not implemented",
-        "BitCast",
-        "CausalConvWithState",
-        "DeformConv",
-        "LinearAttention",
-        "TensorScatter",
-    ),
-    **_each(
-        "preview operators: not implemented",
-        "ai.onnx.preview.FlexAttention",
-        "ai.onnx.preview.training.Adagrad",
-        "ai.onnx.preview.training.Adam",
-        "ai.onnx.preview.training.Momentum",
-    ),
     **_each(
         "ONNX-ML operators: not implemented",
         "ai.onnx.ml.ArrayFeatureExtractor",
@@ -90,7 +65,6 @@ REFUSED_CASES: dict[str, str] = {
         "test_gridsample_bicubic_align_corners_0_additional_1",
         "test_gridsample_bicubic_align_corners_1_additional_1",
     ),
-    "test_lstm_with_peepholes": "LSTM peephole weights (input P): ember's LSTM has no peephole connections",
     "test_scan_sum": "Scan at opset 8 (a batch axis and sequence_lens) is not supported; opset 9's is",
     "test_col2im_5d": "Col2Im: ember folds 2-d images only",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool: storage_order=1 (column-major indices) is not supported",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.onnx_import.conformance import cases, refusal_reason, run_case
+from tests.onnx_import.conformance import cases, held, refusal_reason, run_case
 from tests.onnx_import.conformance_refusals import REFUSED_CASES, REFUSED_OPS
 from tests.onnx_import.helpers import import_onnx
 
@@ -35,3 +35,12 @@ def test_the_refused_operators_are_the_ones_ember_lacks():
     import ember.onnx
 
     assert sorted(set(REFUSED_OPS) & set(ember.onnx.supported_ops())) == []
+
+
+def test_at_least_95_percent_of_the_held_cases_pass():
+    """Issue 32's target. A held case with no listed refusal reason must pass
+    (test_node_case), so their share bounds the pass rate from below without running them."""
+    import_onnx("onnx")
+    kept = [case for case in cases().values() if held(case)]
+    unlisted = [case for case in kept if refusal_reason(case) is None]
+    assert len(unlisted) >= 0.95 * len(kept), f"{len(unlisted)} of {len(kept)} held cases may pass"

@@ -96,7 +96,7 @@ def test_imported_lstm_weights_train_and_their_gradients_match_torch(rng):
     assert seen == 3
 
 
-def node_model(onnx, op, attrs, x, w, r, b=None, seq_lens=None, h0=None, c0=None, n_out=2):
+def node_model(onnx, op, attrs, x, w, r, b=None, seq_lens=None, h0=None, c0=None, n_out=2, p=None):
     helper, TP = onnx.helper, onnx.TensorProto
     names, inputs, feeds = [], [], []
 
@@ -116,6 +116,7 @@ def node_model(onnx, op, attrs, x, w, r, b=None, seq_lens=None, h0=None, c0=None
     add("H", h0)
     if op == "LSTM":
         add("C", c0)
+        add("P", p)
     while names and names[-1] == "":
         names.pop()
     outs = ["Y", "Y_h", "Y_c"][:n_out]
@@ -168,6 +169,29 @@ def test_hand_built_nodes_match_onnxruntime(rng, op, attrs, n_out, lengths):
     model = ember.onnx.load(data)
     ours = model(*[Tensor.from_data(f) for f in feeds])
     for got, want in zip(ours, expected):
+        np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{}, {"direction": "bidirectional", "clip": 0.9}, {"direction": "reverse"}],
+    ids=["forward", "bi-clip", "reverse"],
+)
+@pytest.mark.parametrize("lengths", [False, True], ids=["full", "lengths"])
+def test_lstm_peepholes_match_onnxruntime(rng, attrs, lengths):
+    onnx = import_onnx()
+    ort = import_onnx("onnxruntime")
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    x = rng.standard_normal((SEQ, BATCH, D_IN)).astype(np.float32)
+    w = (rng.standard_normal((dirs, 4 * HIDDEN, D_IN)) * 0.5).astype(np.float32)
+    r = (rng.standard_normal((dirs, 4 * HIDDEN, HIDDEN)) * 0.5).astype(np.float32)
+    b = (rng.standard_normal((dirs, 8 * HIDDEN)) * 0.3).astype(np.float32)
+    h0, c0 = (rng.standard_normal((dirs, BATCH, HIDDEN)).astype(np.float32) for _ in range(2))
+    p = rng.standard_normal((dirs, 3 * HIDDEN)).astype(np.float32)
+    seq_lens = np.array([SEQ, 2, 4], dtype=np.int32) if lengths else None
+    data, feeds = node_model(onnx, "LSTM", {"hidden_size": HIDDEN, **attrs}, x, w, r, b, seq_lens, h0, c0, 3, p)
+    ours = ember.onnx.load(data)(*[Tensor.from_data(f) for f in feeds])
+    for got, want in zip(ours, run_ort(ort, data, *feeds)):
         np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-4, atol=1e-5)
 
 

@@ -1,5 +1,5 @@
 """GridSample against onnxruntime (opset 16's and 20's mode names, every padding mode,
-align_corners) and a torch export's gradients."""
+align_corners) and a torch export's gradients; DeformConv against onnxruntime."""
 
 from __future__ import annotations
 
@@ -62,3 +62,31 @@ def test_a_torch_export_gives_torchs_gradients(rng):
     (Warp()(tx, tg) * 2.0).sum().backward()
     np.testing.assert_allclose(ex.grad(grads).to_numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(eg.grad(grads).to_numpy(), tg.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_mask", [False, True], ids=["v1", "v2-mask"])
+def test_deform_conv_matches_onnxruntime(rng, with_mask):
+    """Groups, offset groups, asymmetric pads, strides and dilations; offsets large enough
+    to sample outside the input (zeros there)."""
+    onnx = import_onnx()
+    ort = import_onnx("onnxruntime")
+    TP = onnx.TensorProto
+    x = rng.standard_normal((2, 4, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3, 2)).astype(np.float32)
+    oh, ow = (6 + 2 - 3) // 2 + 1, (7 + 2 - 3) // 1 + 1
+    arrays = [
+        x,
+        w,
+        (rng.standard_normal((2, 2 * 6 * 2, oh, ow)) * 1.5).astype(np.float32),
+        rng.standard_normal(6).astype(np.float32),
+    ]
+    if with_mask:
+        arrays.append(rng.uniform(0, 1, (2, 2 * 6, oh, ow)).astype(np.float32))
+    names = ["x", "w", "offset", "b", "mask"][: len(arrays)]
+    node = onnx.helper.make_node(
+        "DeformConv", names, ["y"], group=2, offset_group=2, pads=[1, 0, 1, 2], strides=[2, 1], dilations=[1, 2]
+    )
+    inputs = [(n, TP.FLOAT, list(a.shape)) for n, a in zip(names, arrays)]
+    data = onnx_model(onnx, [node], inputs, [("y", TP.FLOAT, None)], opset=19)
+    got = ember.onnx.load(data)(*[Tensor.from_data(a) for a in arrays]).to_numpy()
+    np.testing.assert_allclose(got, run_ort(ort, data, *arrays)[0], rtol=1e-4, atol=1e-5)

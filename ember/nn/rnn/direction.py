@@ -89,14 +89,31 @@ def lstm_direction(
     batch_first: bool = False,
     clip: float | None = None,
     activations: tuple[Activation, Activation, Activation] | None = None,
+    peepholes: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """An LSTM direction over ``x``: ``(y, h, c)`` (gates ``i, f, g, o``; see
-    :func:`~ember.nn.rnn.functional.lstm_scan` for ``clip`` and ``activations``)."""
+    :func:`~ember.nn.rnn.functional.lstm_scan` for ``clip``, ``activations`` and
+    ``peepholes``, each ``[d_hidden]``)."""
     xs, (h, c), masks, tdim = _prepare(
         "lstm_direction", 4, x, w_ih, w_hh, [("h0", h0), ("c0", c0)], lengths, batch_first
     )
+    size = w_hh.dims()[0]
+    if peepholes is not None and (len(peepholes) != 3 or any(p.dims() != [size] for p in peepholes)):
+        shapes = [p.dims() for p in peepholes]
+        raise ShapeError(f"ember: lstm_direction: peepholes must be three [d_hidden={size}] tensors, got {shapes}")
     outs, h, c = lstm_scan(
-        xs, w_ih, w_hh, _bias(b_ih), _bias(b_hh), h, c, valid=masks, reverse=reverse, clip=clip, activations=activations
+        xs,
+        w_ih,
+        w_hh,
+        _bias(b_ih),
+        _bias(b_hh),
+        h,
+        c,
+        valid=masks,
+        reverse=reverse,
+        clip=clip,
+        activations=activations,
+        peepholes=None if peepholes is None else (peepholes[0].float(), peepholes[1].float(), peepholes[2].float()),
     )
     return Tensor.stack(outs, tdim), h, c
 

@@ -79,11 +79,14 @@ def lstm_scan(
     reverse: bool = False,
     clip: float | None = None,
     activations: tuple[Activation, Activation, Activation] | None = None,
+    peepholes: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[list[Tensor], Tensor, Tensor]:
     """One LSTM direction: ``(outputs, h, c)``. Per step, ``z = x w_ih + b_ih + h w_hh + b_hh``
     split into ``i, f, g, o``; ``c = f(f) * c + f(i) * g(g)``, ``h = f(o) * h(c)`` with
     ``activations = (f, g, h)`` (default sigmoid, tanh, tanh); ``clip`` bounds ``z``
-    (ONNX's ``clip``). See the module docstring for the layouts."""
+    (ONNX's ``clip``). ``peepholes = (p_i, p_f, p_o)`` (each ``[d_hidden]``, ONNX's ``P``)
+    add ``p_i * c`` and ``p_f * c`` to the input and forget gates and ``p_o * c_new`` to the
+    output gate, before the clip. See the module docstring for the layouts."""
     size = h.dims()[-1]
     gate_f, cell_g, out_h = activations or (F.sigmoid, F.tanh, F.tanh)
     bias = b_ih if b_hh is None else (b_hh if b_ih is None else b_ih.add(b_hh))
@@ -91,7 +94,18 @@ def lstm_scan(
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
     for t in _steps(len(xs), reverse):
-        z = _clipped(_affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None)), clip)
+        z = _affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None))
+        if peepholes is not None:
+            p_i, p_f, p_o = peepholes
+            i = gate_f(_clipped(z.narrow(-1, 0, size).add(p_i.mul(c)), clip))
+            f = gate_f(_clipped(z.narrow(-1, size, size).add(p_f.mul(c)), clip))
+            g = cell_g(_clipped(z.narrow(-1, 2 * size, size), clip))
+            c_new = f.mul(c).add(i.mul(g))
+            o = gate_f(_clipped(z.narrow(-1, 3 * size, size).add(p_o.mul(c_new)), clip))
+            c, _ = _keep_padded(c, c_new, valid, pads, t)
+            h, outs[t] = _keep_padded(h, o.mul(out_h(c_new)), valid, pads, t)
+            continue
+        z = _clipped(z, clip)
         if default:  # one sigmoid over the four gates (the cell gate's quarter is unused)
             s = F.sigmoid(z)
             i, f, o = s.narrow(-1, 0, size), s.narrow(-1, size, size), s.narrow(-1, 3 * size, size)

@@ -4,6 +4,8 @@ by the modules below (one family each)."""
 from ember.onnx.ops import (
     activation,
     attention,
+    bitcast,
+    cache,
     control,
     crop,
     detection,
@@ -13,13 +15,16 @@ from ember.onnx.ops import (
     loss,
     nn,
     norm,
+    quant,
     recurrent,
+    recurrent_state,
     reduce,
     resize,
     sampling,
     select,
     sequence,
     signal,
+    training,
 )
 from ember.onnx.ops.registry import OPS, Node, OpDef, lookup, supported_ops
 
@@ -29,6 +34,8 @@ __all__ = [
     "OpDef",
     "activation",
     "attention",
+    "bitcast",
+    "cache",
     "control",
     "crop",
     "detection",
@@ -39,7 +46,9 @@ __all__ = [
     "lookup",
     "nn",
     "norm",
+    "quant",
     "recurrent",
+    "recurrent_state",
     "reduce",
     "resize",
     "sampling",
@@ -47,4 +56,5 @@ __all__ = [
     "sequence",
     "signal",
     "supported_ops",
+    "training",
 ]

@@ -1,6 +1,7 @@
-"""Control-flow operators: ``If``, ``Loop`` and ``Scan``. Its subgraphs are planned by :mod:`ember.onnx.control`
-(inlined when the condition is a constant, a run-time choice otherwise); the entry here
-registers the operator."""
+"""Operators with subgraphs: ``If``, ``Loop``, ``Scan`` and ``SequenceMap``, planned by
+:mod:`ember.onnx.control` (an ``If`` on a constant condition is inlined, otherwise a
+run-time choice), and ``ai.onnx.preview.FlexAttention``, planned by
+:mod:`ember.onnx.flex_attention`; the entries here register the operators."""
 
 from __future__ import annotations
 
@@ -23,3 +24,8 @@ def sequence_map(node: Node) -> Callable[..., Any]:
 @op("Scan", since=9)  # opset 8's Scan (a batch axis and sequence_lens) is not implemented
 def scan(node: Node) -> Callable[..., Any]:
     return control_flow(node)
+
+
+@op("FlexAttention", domain="ai.onnx.preview")
+def flex_attention(node: Node) -> Callable[..., Any]:
+    return control_flow(node)  # planned with its score_mod/prob_mod subgraphs by ember.onnx.flex_attention

@@ -7,7 +7,8 @@ ONNX stores each direction's weights fused (``W`` ``[dirs, G * hidden, input]``,
 ``i, f, g, o``; GRU ``r, z, n``) and transposed into ember's ``[in, out]`` layout with
 tensor ops, so initializers that train get their gradients through the reordering.
 ``sequence_lens`` is read on the host (it shapes the step masks). Peepholes (``P``)
-and ``input_forget`` are refused unless they change nothing.
+add ``p_i * c``, ``p_f * c`` and ``p_o * c_new`` to the gates (``ember.nn.rnn``'s
+``lstm_direction(peepholes=...)``); ``input_forget`` is refused unless it is 0.
 """
 
 from __future__ import annotations
@@ -147,6 +148,31 @@ class _Layer:
             return None
         return [int(v) for v in np.asarray(seq_lens).reshape(-1)]
 
+    def directions(
+        self,
+        one: Callable[..., tuple[Tensor, ...]],
+        x: Tensor,
+        w: Tensor,
+        r: Tensor,
+        b: Tensor | None,
+        seq_lens: Any,
+        *states: Tensor | None,
+    ) -> tuple[Tensor, ...]:
+        """The node's outputs: ``one(d, x, weights, states, **common)`` run for each direction
+        ``d`` (``weights`` as :meth:`weights` gives them, ``states`` its initial states,
+        ``common`` the keywords every ``ember.nn.rnn`` direction takes), returning
+        ``(y, *final states)``, then stacked as ONNX lays them out."""
+        common = {"lengths": self.lengths(seq_lens), "batch_first": bool(self.layout), "clip": self.clip}
+        ys: list[Tensor] = []
+        finals: list[list[Tensor]] = [[] for _ in states]
+        for d, reverse in enumerate(self.reverse):
+            initial = [self.state(s, d) for s in states]
+            y, *ends = one(d, x, self.weights(d, w, r, b), initial, reverse=reverse, **common)
+            ys.append(y)
+            for kind, end in zip(finals, ends):
+                kind.append(end)
+        return self.outputs(ys, finals)
+
     def outputs(self, ys: list[Tensor], finals: list[list[Tensor]]) -> tuple[Tensor, ...]:
         """``Y`` (``[seq, dirs, batch, hidden]``, or ``[batch, seq, dirs, hidden]``) and the
         final states (``[dirs, batch, hidden]``, or ``[batch, dirs, hidden]``)."""
@@ -155,15 +181,22 @@ class _Layer:
         return (y, *states)[: max(self.n_outputs, 1)]
 
 
-def _peepholes(node: Node) -> None:
-    if not node.has(7):
-        return
+def _peepholes(node: Node, dirs: int) -> Callable[[Tensor | None, int], tuple[Tensor, Tensor, Tensor] | None]:
+    """Direction ``d``'s peephole weights ``(p_i, p_f, p_o)`` from ``P`` ``[dirs, 3 * hidden]``
+    (ONNX's order ``i, o, f``); ``None`` without ``P`` or for an all-zero constant one."""
     p = node.const(7)
-    if p is None or np.any(p != 0):
-        raise node.error(
-            "peephole weights (input P) are not supported: ember's LSTM has no peephole connections "
-            "(PyTorch's and most exporters' LSTMs have none); an all-zero constant P is accepted"
-        )
+    if not node.has(7) or (p is not None and not np.any(p)):
+        return lambda p, d: None
+
+    def of(p: Tensor | None, d: int) -> tuple[Tensor, Tensor, Tensor] | None:
+        if p is None:
+            return None
+        if p.rank != 2 or p.dims()[0] != dirs or p.dims()[1] % 3:
+            raise node.error(f"P must be [num_directions={dirs}, 3 * hidden_size], got {p.dims()}")
+        p_i, p_o, p_f = p.narrow(0, d, 1).squeeze_dim(0).chunk(3, 0)
+        return p_i, p_f, p_o
+
+    return of
 
 
 @op("LSTM", host=(4,))
@@ -171,7 +204,7 @@ def lstm(node: Node) -> Callable[..., Any]:
     layer = _Layer(node, _LSTM_GATES, 3, ("Sigmoid", "Tanh", "Tanh"))
     if int(node.attr("input_forget", 0)):
         raise node.attr_error("input_forget", "coupled input and forget gates are not supported")
-    _peepholes(node)
+    peepholes = _peepholes(node, len(layer.reverse))
 
     def run(
         x: Tensor,
@@ -183,25 +216,11 @@ def lstm(node: Node) -> Callable[..., Any]:
         c0: Tensor | None = None,
         p: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
-        lengths = layer.lengths(seq_lens)
-        ys, hs, cs = [], [], []
-        for d, reverse in enumerate(layer.reverse):
+        def one(d: int, x: Tensor, weights: Any, states: list[Any], **common: Any) -> tuple[Tensor, ...]:
             f, g, h = layer.activations[d]
-            y, h_n, c_n = lstm_direction(
-                x,
-                *layer.weights(d, w, r, b),
-                layer.state(h0, d),
-                layer.state(c0, d),
-                lengths=lengths,
-                reverse=reverse,
-                batch_first=bool(layer.layout),
-                clip=layer.clip,
-                activations=(f, g, h),
-            )
-            ys.append(y)
-            hs.append(h_n)
-            cs.append(c_n)
-        return layer.outputs(ys, [hs, cs])
+            return lstm_direction(x, *weights, *states, activations=(f, g, h), peepholes=peepholes(p, d), **common)
+
+        return layer.directions(one, x, w, r, b, seq_lens, h0, c0)
 
     return run
 
@@ -219,24 +238,11 @@ def gru(node: Node) -> Callable[..., Any]:
         seq_lens: Any = None,
         h0: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
-        lengths = layer.lengths(seq_lens)
-        ys, hs = [], []
-        for d, reverse in enumerate(layer.reverse):
+        def one(d: int, x: Tensor, weights: Any, states: list[Any], **common: Any) -> tuple[Tensor, ...]:
             f, g = layer.activations[d]
-            y, h_n = gru_direction(
-                x,
-                *layer.weights(d, w, r, b),
-                layer.state(h0, d),
-                lengths=lengths,
-                reverse=reverse,
-                batch_first=bool(layer.layout),
-                reset_after=reset_after,
-                clip=layer.clip,
-                activations=(f, g),
-            )
-            ys.append(y)
-            hs.append(h_n)
-        return layer.outputs(ys, [hs])
+            return gru_direction(x, *weights, *states, reset_after=reset_after, activations=(f, g), **common)
+
+        return layer.directions(one, x, w, r, b, seq_lens, h0)
 
     return run
 
@@ -253,22 +259,10 @@ def rnn(node: Node) -> Callable[..., Any]:
         seq_lens: Any = None,
         h0: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
-        lengths = layer.lengths(seq_lens)
-        ys, hs = [], []
-        for d, reverse in enumerate(layer.reverse):
+        def one(d: int, x: Tensor, weights: Any, states: list[Any], **common: Any) -> tuple[Tensor, ...]:
             (act,) = layer.activations[d]
-            y, h_n = rnn_direction(
-                x,
-                *layer.weights(d, w, r, b),
-                layer.state(h0, d),
-                lengths=lengths,
-                reverse=reverse,
-                batch_first=bool(layer.layout),
-                nonlinearity=act,
-                clip=layer.clip,
-            )
-            ys.append(y)
-            hs.append(h_n)
-        return layer.outputs(ys, [hs])
+            return rnn_direction(x, *weights, *states, nonlinearity=act, **common)
+
+        return layer.directions(one, x, w, r, b, seq_lens, h0)
 
     return run

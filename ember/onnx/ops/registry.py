@@ -105,6 +105,8 @@ class Node:
         outputs: list[str],
         consts: list[np.ndarray | None],
         shapes: list[tuple[int | None, ...] | None],
+        types: Sequence[int | None] = (),
+        out_types: Sequence[int | None] = (),
     ):
         self.op_type = op_type
         self.name = name
@@ -115,6 +117,8 @@ class Node:
         self.outputs = outputs
         self._consts = consts
         self._shapes = shapes
+        self._types = list(types)
+        self._out_types = list(out_types)
         self.read: set[str] = set()  # the attributes a builder asked for (the rest are refused)
 
     @property
@@ -177,6 +181,25 @@ class Node:
     def shape(self, i: int) -> tuple[int | None, ...] | None:
         """Input ``i``'s static shape (``None`` for unknown dims), or ``None`` if unknown."""
         return self._shapes[i] if i < len(self._shapes) else None
+
+    def elem_type(self, i: int) -> int | None:
+        """Input ``i``'s ONNX element type as the file declares or infers it (``TensorProto.INT8``
+        is 3), read from a constant's exact numpy dtype otherwise; ``None`` if unknown. Narrow
+        ints are held wider on a device: this is the type the values stand for."""
+        known = self._types[i] if i < len(self._types) else None
+        if known:
+            return known
+        value = self.const(i)
+        if value is None:
+            return None
+        from ember.onnx.dtypes import onnx_type
+
+        return onnx_type(value.dtype)
+
+    def out_elem_type(self, i: int = 0) -> int | None:
+        """Output ``i``'s ONNX element type from shape inference, or ``None`` if unknown."""
+        known = self._out_types[i] if i < len(self._out_types) else None
+        return known or None
 
     def rank(self, i: int) -> int | None:
         shape = self.shape(i)
