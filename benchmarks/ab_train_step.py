@@ -9,8 +9,9 @@ takes the median us per step over its repeats; the table gives the medians over
 rounds and the median of the per-round after/before ratios. ``--clock cpu`` times
 with the process's CPU time (less sensitive to other processes on a shared machine).
 ``--clock instructions`` counts the instructions of a step instead (valgrind's
-callgrind, run twice per tree and workload with two step counts; the difference
-over the extra steps): deterministic, so one round serves, and unaffected by the
+callgrind, run twice per tree and workload with two step counts, instrumenting
+only after the warm-up (so a run takes about a minute); the difference over the
+extra steps): deterministic, so one round serves, and unaffected by the
 machine's load; a proxy for time that misses memory stalls and BLAS threading.
 """
 
@@ -44,7 +45,9 @@ extra = int(clock[6:]) if clock.startswith("count:") else None  # steps to run u
 def timed(step, steps, repeats, warmup):
     for _ in range(warmup):
         step()
-    if extra is not None:
+    if extra is not None:  # under callgrind: count from here (imports and warm-up left out)
+        import subprocess
+        subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True, check=False)
         for _ in range(extra):
             step()
         return 0.0
@@ -82,13 +85,14 @@ COUNTS = {"w1": (50, 250), "w2": (4, 24)}
 
 def instructions(root: str, names: list[str]) -> list[float]:
     """Thousands of instructions per step of each workload (callgrind)."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+    # The hash seed fixed: set and dict orders (and so the instructions) repeat run to run.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"), PYTHONHASHSEED="0")
     out = []
     for name in names:
         totals = []
         for count in COUNTS[name]:
             result = subprocess.run(
-                ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+                ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
                 + [sys.executable, "-c", WORKER, root, f"count:{count}", name],
                 capture_output=True,
                 text=True,
