@@ -8,13 +8,11 @@ import copy
 import json
 import logging
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 from ember.data import DataLoader
 from ember.device import Device
-from ember.device.generator import is_legacy_state, legacy_seed
 from ember.errors import ConfigError, DeviceError, RecordError
 from ember.module.config import atomic_write_text
 from ember.optim import GradientsAccumulator
@@ -31,6 +29,7 @@ from ember.train.plot import BackgroundPlotter, matplotlib_available
 from ember.train.renderer import EpochReport, TrainingInfo, TrainingProgress, make_renderer
 from ember.train.renderer.plain import epoch_line
 from ember.train.result import TrainingResult
+from ember.train.run_checkpoints import apply_strategy, resume, save_checkpoint
 from ember.train.summary import LearnerSummary
 from ember.train.tensorboard import TensorBoardLogger
 
@@ -144,23 +143,6 @@ class TrainingRun:
         log.info(text)
         self.renderer.message(text)
 
-    def _restore_rng(self, state: Any) -> None:
-        """The checkpoint's generator state; one from ember's former PCG64 generator
-        cannot be restored, so the run goes on from a seed derived from it (the same
-        for every resume of that checkpoint), with a warning."""
-        if is_legacy_state(state):
-            seed = legacy_seed(state)
-            self.device.seed(seed)
-            message = (
-                "The checkpoint's random state comes from the PCG64 generator of an older ember; "
-                f"resuming with the device seeded with {seed:#x} (derived from it): random draws "
-                "(dropout, Tensor.random) differ from the uninterrupted run"
-            )
-            log.warning(message)
-            self.renderer.message(message)
-            return
-        self.device.set_rng_state(state)
-
     # ------------------------------------------------------------------ run
     def run(self) -> TrainingResult:
         self.renderer = make_renderer(self.training._renderer if self.main else "none")
@@ -175,7 +157,7 @@ class TrainingRun:
                 handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
                 log.addHandler(handler)
                 log.setLevel(logging.INFO)
-            position = self._resume()
+            position = resume(self)
             self.model = self.parallel.prepare_model(self.model)
             self._start_logger(position)
             self._start_tensorboard()
@@ -276,106 +258,6 @@ class TrainingRun:
         self.tensorboard = board
         board.start()
 
-    # ------------------------------------------------------------------ resume
-    def _resume(self) -> CheckpointPosition | None:
-        ckpt = self.checkpointer
-        if ckpt is None:
-            return None
-        target = self._resume_target(ckpt) if self.main else None
-        # Rank 0 chooses (and prunes); every rank loads the same checkpoint.
-        chosen = self.parallel.broadcast(None if target is None else (target.epoch, target.rank, target.batch))
-        if chosen is None:
-            return None
-        return self._load_checkpoint(ckpt, CheckpointPosition(*chosen))
-
-    def _resume_target(self, ckpt: FileCheckpointer) -> CheckpointPosition | None:
-        ckpt.clean_temporary()
-        positions = ckpt.list()
-        wanted = self.training._checkpoint
-        target: CheckpointPosition | None
-        if wanted is not None:
-            target = CheckpointPosition.of(wanted, "done")
-            if target not in positions:
-                raise RecordError(
-                    f"ember: SupervisedTraining.checkpoint({wanted}): {ckpt.directory} has no checkpoint for the end of "
-                    f"epoch {wanted}; the finished epochs with checkpoints are {ckpt.epochs() or 'none'}"
-                )
-            for newer in [p for p in positions if p > target]:
-                ckpt.delete(newer)
-                self.note(f"Removed checkpoint {newer.name}: training restarts from epoch {wanted}")
-        else:
-            target = self._newest_intact(ckpt, positions)
-        return target
-
-    def _newest_intact(self, ckpt: FileCheckpointer, positions: list[CheckpointPosition]) -> CheckpointPosition | None:
-        """The newest checkpoint whose files match their manifest. Damaged newer ones are
-        skipped with a warning naming them; if every one is damaged, the newest's error."""
-        failures: list[tuple[CheckpointPosition, RecordError]] = []
-        for position in reversed(positions):
-            try:
-                ckpt.verify(position)
-            except RecordError as error:
-                failures.append((position, error))
-                continue
-            if failures:
-                skipped = ", ".join(p.name for p, _ in failures)
-                text = (
-                    f"Skipped checkpoint {skipped}: it is damaged ({failures[0][1]}). Resuming from the newest "
-                    f"intact checkpoint, {position.name}"
-                )
-                warnings.warn(f"ember: {text}", RuntimeWarning, stacklevel=5)
-                self.note(text)
-            self._verified = position
-            return position
-        if not failures:
-            return None
-        newest_failure = failures[0][1]
-        if len(failures) > 1:
-            raise RecordError(f"{newest_failure} (the {len(failures) - 1} older checkpoints are damaged too)") from None
-        raise newest_failure
-
-    def _load_checkpoint(self, ckpt: FileCheckpointer, target: CheckpointPosition) -> CheckpointPosition:
-        verified = self._verified == target  # checked just now while choosing it
-        model, records, state = ckpt.load(
-            target, self.model, self.learner.optim, self.device.inner(), check=not verified
-        )
-        try:
-            self.learner.lr_scheduler.load_record(records["scheduler"])
-            if self.learner.grad_scaler.is_enabled() and "grad_scaler" in records:
-                self.learner.grad_scaler.load_state_dict(records["grad_scaler"])
-            self._restore_rng(records["rng"])
-            self.history = MetricHistory.from_dict(state["history"])
-            self.elapsed_before = float(state.get("elapsed", 0.0))
-            self._resume_state = state
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise RecordError(
-                f"ember: checkpoint {ckpt.path(target)} does not fit this training ({type(error).__name__}: {error}); "
-                "train in a new artifact directory or delete the checkpoint folder"
-            ) from None
-        self.model = model
-        self.last_checkpoint = ckpt.path(target)
-        self.note(f"Resumed from checkpoint {target.name} ({target.describe()})")
-        target = self._rescale_position(target, state)
-        if target.phase == "done" and target.epoch >= self.num_epochs:
-            self.note(f"The checkpoint already completes {target.epoch} epochs; raise num_epochs to train further")
-        return target
-
-    def _rescale_position(self, target: CheckpointPosition, state: dict) -> CheckpointPosition:
-        """A checkpoint taken inside a training epoch under another world size: the
-        same number of items read, in batches of this run (exact when it divides)."""
-        saved = int(state.get("world_size", 1))
-        now = self.parallel.world_size
-        if target.phase != "train" or saved == now:
-            return target
-        items = target.batch * saved
-        if items % now:
-            raise RecordError(
-                f"ember: checkpoint {self.last_checkpoint} was taken after {target.batch} batches per rank on {saved} "
-                f"ranks, which is not a whole number of steps on {now} ranks; resume it on {saved} ranks (or a "
-                f"world size dividing {items}), or from the end of an epoch with SupervisedTraining.checkpoint(epoch)"
-            )
-        return CheckpointPosition.of(target.epoch, "train", items // now)
-
     # ------------------------------------------------------------------ loop
     def _loop(self, position: CheckpointPosition | None) -> None:
         phase, batch, metric_state, train_values = "train", 0, None, None
@@ -391,7 +273,8 @@ class TrainingRun:
             if phase == "train":
                 train_values, done = self._train_epoch(epoch, batch, metric_state)
                 if train_values is None:
-                    self._checkpoint(
+                    save_checkpoint(
+                        self,
                         CheckpointPosition.of(epoch, "train", done),
                         metrics=self.parallel.merged_states(self.train_group),
                     )
@@ -399,12 +282,12 @@ class TrainingRun:
                     break
             if self._should_stop():
                 self._note_interrupt()
-                self._checkpoint(CheckpointPosition.of(epoch, "valid"), train_values=train_values)
+                save_checkpoint(self, CheckpointPosition.of(epoch, "valid"), train_values=train_values)
                 self.interrupted = True
                 break
             valid_values = self._valid_epoch(epoch)
             if valid_values is None:
-                self._checkpoint(CheckpointPosition.of(epoch, "valid"), train_values=train_values)
+                save_checkpoint(self, CheckpointPosition.of(epoch, "valid"), train_values=train_values)
                 self.interrupted = True
                 break
             assert train_values is not None  # from this epoch's training, or restored with a valid-phase checkpoint
@@ -628,9 +511,9 @@ class TrainingRun:
             self.tensorboard.log_epoch(epoch, splits, self._last_lr, self.model)
         self._plot()
         if self.checkpointer is not None:
-            self._checkpoint(CheckpointPosition.of(epoch, "done"))
+            save_checkpoint(self, CheckpointPosition.of(epoch, "done"))
             if self.main:
-                self._apply_strategy(epoch)
+                apply_strategy(self, epoch)
         report = EpochReport(
             epoch,
             self.num_epochs,
@@ -664,44 +547,3 @@ class TrainingRun:
             text = f"Plots failed: {type(error).__name__}: {error}"
             log.warning(text)
             self.renderer.message(text)
-
-    # ------------------------------------------------------------------ checkpoints
-    def _checkpoint(
-        self, position: CheckpointPosition, metrics: dict | None = None, train_values: dict | None = None
-    ) -> None:
-        if self.checkpointer is None:
-            if position.phase != "done":
-                reason = "no artifact directory" if self.artifact_dir is None else "checkpointing is off"
-                self.note(f"Stopped at {position.describe()}; no checkpoint saved ({reason})")
-            return
-        if not self.main:  # rank 0 alone writes checkpoints
-            return
-        state = {
-            "position": {"epoch": position.epoch, "phase": position.phase, "batch": position.batch},
-            "history": self.history.to_dict(),
-            "metrics": metrics,
-            "train_values": train_values,
-            "num_epochs": self.num_epochs,
-            "model": type(self.model).__name__,
-            "elapsed": self.elapsed_before + time.perf_counter() - self._run_started,
-            "world_size": self.parallel.world_size,
-            "epoch_lr": self._lr_of_epoch if getattr(self.learner, "lr_step", "iteration") == "epoch" else None,
-        }
-        records = {"scheduler": self.learner.lr_scheduler.to_record(), "rng": self.device.rng_state()}
-        if self.learner.grad_scaler.is_enabled():
-            records["grad_scaler"] = self.learner.grad_scaler.state_dict()
-        self.last_checkpoint = self.checkpointer.save(position, self.model, self.learner.optim, records, state)
-        if position.phase != "done":
-            self.note(f"Saved checkpoint {position.name} ({position.describe()}); run fit again to resume")
-
-    def _apply_strategy(self, epoch: int) -> None:
-        ckpt = self.checkpointer
-        assert ckpt is not None  # called only when checkpointing
-        for position in ckpt.list():
-            if position.phase != "done" and position.epoch <= epoch:
-                ckpt.delete(position)
-        epochs = ckpt.epochs()
-        keep = self.strategy.keep(epochs, self.history) | {max(epochs)}
-        for e in epochs:
-            if e not in keep:
-                ckpt.delete(CheckpointPosition.of(e, "done"))
