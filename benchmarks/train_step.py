@@ -11,11 +11,15 @@ W3: the small CNN of the nn issue, cross-entropy, Adam, batch 64 of 1x28x28.
 W4: a character-level GPT (3 pre-norm blocks, d_model 128, 4 heads, exact GELU,
     block 64, vocabulary 65), cross-entropy, Adam, batch 16: the training step and
     the eval forward (``model.valid()``; torch under ``no_grad``), from the same
-    weights, with one BLAS thread on both sides.
+    weights, with one BLAS thread on both sides; each eager and through
+    ``ember.compile``, the compiled ones beside their GEMM floor (the step's own
+    sgemm calls timed alone, ``benchmarks/gemm_floor.py``).
 
 Targets (issue "optim"): W1 at most 150 us per step and at most half of PyTorch
 eager's time; W2 at most 1.0x PyTorch eager. Issue 14: W4 at most 1.2x PyTorch
-eager per training step and 1.3x per eval forward, in the same run.
+eager per training step and 1.3x per eval forward, in the same run. Issue 27: W4
+compiled at most 0.85x torch eager and 1.3x its GEMM floor per step, at most 0.7x
+torch eager per eval forward.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import ember
 from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from benchmarks.gemm_floor import gemm_calls, gemm_runner
 from ember import Device, Module, Tensor
 from ember.nn import Linear, LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
@@ -123,6 +129,34 @@ def ember_step_fn(model, x, y, loss_fn):
         state["model"] = optim.step(1e-3, m, grads)
 
     return step
+
+
+def compiled_step_fn(model, x, y, loss_fn):
+    """``ember_step_fn``'s step through ``ember.compile``: the step function and the
+    compiled function (whose trace ``benchmarks/gemm_floor.py`` reads)."""
+    optim = AdamConfig().init()
+    state = {"model": model}
+
+    def train_step(m, x, y):
+        loss = loss_fn(m(x), y)
+        return optim.step(1e-3, m, GradientsParams.from_grads(loss.backward(), m)), loss
+
+    compiled = ember.compile(train_step)
+
+    def step():
+        state["model"], loss = compiled(state["model"], x, y)
+        loss.into_scalar()
+
+    return step, compiled
+
+
+def _forward_gemms(calls):
+    """How many of a training step's products come before its backward: the trace
+    records the forward first, and the first transposed operand opens the backward."""
+    for i, call in enumerate(calls):
+        if call[4] or call[5]:
+            return i
+    return len(calls)
 
 
 def torch_step_fn(torch, net, x, y, loss_fn):
@@ -354,13 +388,29 @@ def workload_w4(torch, rows):
     x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
     x_eval = Tensor.from_data(x_np, device=device.inner())
     ce = CrossEntropyLoss()
-    ember_step = ember_step_fn(model, x, y, lambda p, t: ce.forward(p.reshape([-1, vocab]), t.reshape([-1])))
+
+    def w4_loss(p, t):
+        return ce.forward(p.reshape([-1, vocab]), t.reshape([-1]))
+
+    ember_step = ember_step_fn(model, x, y, w4_loss)
+    compiled_step, compiled = compiled_step_fn(model, x, y, w4_loss)
     state = {}
 
     def ember_eval():
         if "valid" not in state:
             state["valid"] = model.valid()
         state["valid"](x_eval).to_data()
+
+    compiled_forward = ember.compile(lambda m, inputs: m(inputs))
+
+    def compiled_eval():
+        if "valid" not in state:
+            state["valid"] = model.valid()
+        compiled_forward(state["valid"], x_eval).to_data()
+
+    compiled_step()  # the trace, read for the GEMM floor
+    calls = gemm_calls(compiled)
+    eval_calls = calls[: _forward_gemms(calls)]
 
     if torch is None:
         rows.append(
@@ -383,30 +433,40 @@ def workload_w4(torch, rows):
                 net(tx).numpy()
 
         medians, ratios = alternating_us(
-            {"ember step": ember_step, "torch step": torch_step, "ember eval": ember_eval, "torch eval": torch_eval},
+            {
+                "ember step": ember_step,
+                "compiled step": compiled_step,
+                "torch step": torch_step,
+                "ember eval": ember_eval,
+                "compiled eval": compiled_eval,
+                "torch eval": torch_eval,
+                "step floor": gemm_runner(calls),
+                "eval floor": gemm_runner(eval_calls),
+            },
             repeats=REPEATS,
             min_time=0.3,
         )
     finally:
         torch.set_num_threads(threads)
-    rows.append(
-        row(
-            "W4 GPT 3x128, block 64, Adam, 16: step",
-            medians["ember step"],
-            medians["torch step"],
-            None,
-            ratios[("ember step", "torch step")],
-        )
-    )
-    rows.append(
-        row(
-            "W4 GPT: eval forward",
-            medians["ember eval"],
-            medians["torch eval"],
-            None,
-            ratios[("ember eval", "torch eval")],
-        )
-    )
+    for name, key, floor in (
+        ("W4 GPT 3x128, block 64, Adam, 16: step", "ember step", None),
+        ("W4 step, compiled", "compiled step", "step floor"),
+        ("W4 GPT: eval forward", "ember eval", None),
+        ("W4 eval forward, compiled", "compiled eval", "eval floor"),
+    ):
+        torch_key = "torch step" if "step" in key else "torch eval"
+        rows.append(row(name, medians[key], medians[torch_key], None, ratios[(key, torch_key)]))
+        if floor is not None:
+            rows.append(
+                [
+                    f"  its GEMM floor ({len(calls if key == 'compiled step' else eval_calls)} sgemm)",
+                    fmt(medians[floor]),
+                    "-",
+                    f"{ratios[(key, floor)]:.2f}x of floor",
+                    "-",
+                    "-",
+                ]
+            )
 
 
 def row(name, t_ember, t_torch, t_jax, ratio=None):
