@@ -4,7 +4,9 @@ Every sub-module whose class has a quantized form (its :meth:`Module.quantized` 
 a module: ``Linear``, ``Conv1d``, ``Conv2d``) and whose weight path the
 :class:`ParamGroup` selects is replaced by that form; everything else is shared. The
 default group is every such layer except the head (a layer whose field is named
-``head``, ``lm_head`` or ``classifier``); embeddings have no quantized form. A
+``head``, ``lm_head`` or ``classifier``); embeddings have no quantized form. Under the
+default group a layer the scheme cannot take (an int4 block that does not divide its
+input size) stays in float, with a warning naming it; under a given group it is an error. A
 ``"static"`` scheme first runs the float model over ``calibration`` (an iterable of
 inputs, each passed as ``model(x)``, or ``model(*x)`` for a tuple) and records each
 selected layer's largest input magnitude, whose ``/ 127`` becomes the layer's fixed
@@ -14,10 +16,11 @@ activation scale.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ember.errors import ConfigError
+from ember.errors import ConfigError, ShapeError
 from ember.module.group import ParamGroup
 from ember.module.module import Module
 from ember.tensor import Tensor
@@ -44,10 +47,12 @@ def quantize_module(
             f"ember: Module.quantize: expected a QuantScheme (QuantScheme.int8(), QuantScheme.int4(block=32)), "
             f"got {type(scheme).__name__}"
         )
+    explicit = group is not None
     group = DEFAULT_GROUP if group is None else group
     if not isinstance(group, ParamGroup):
         raise ConfigError(f"ember: Module.quantize: group must be a ParamGroup, got {type(group).__name__}")
     chosen = _selected(module, group)
+    scales: dict[str, float] = {}
     if scheme.activations == "static":
         if calibration is None:
             raise ConfigError(
@@ -55,13 +60,32 @@ def quantize_module(
                 "inputs from which each layer's input scale is measured"
             )
         scales = _calibrate(module, chosen, calibration)
-        return _replace(module, "", lambda path, layer: layer.quantized(scheme, scales[path]) if path in chosen else None)
-    if calibration is not None:
+    elif calibration is not None:
         raise ConfigError(
             f"ember: Module.quantize: calibration= sets static activation scales; {scheme!r} has none "
             "(use QuantScheme.int8(activations='static'))"
         )
-    return _replace(module, "", lambda path, layer: layer.quantized(scheme) if path in chosen else None)
+    skipped: list[str] = []
+
+    def convert(path: str, layer: Module) -> Module | None:
+        if path not in chosen:
+            return None
+        try:
+            return layer.quantized(scheme, scales.get(path))
+        except ShapeError as error:
+            if explicit:
+                raise ShapeError(f"ember: Module.quantize: layer {path or '(root)'!r}: {error}") from None
+            skipped.append(path)
+            return None
+
+    out = _replace(module, "", convert)
+    if skipped:
+        warnings.warn(
+            f"ember: Module.quantize: {scheme!r} does not fit the layers {skipped[:6]} (their input size is not a "
+            "multiple of the block); they stay in float. Pass a group to choose layers explicitly.",
+            stacklevel=3,
+        )
+    return out
 
 
 def _selected(module: Module, group: ParamGroup) -> set[str]:
