@@ -160,6 +160,8 @@ def quantize_array(array: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, 
     if scheme.symmetric:
         amax = np.maximum(np.abs(lo), np.abs(hi))
         scale = (amax / qmax).astype(np.float32)
+        if scheme.value == "int4" and scheme.level != "tensor":
+            scale = _search_scale(grouped, amax, qmin, qmax)
         zero = None
     else:
         lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
@@ -180,6 +182,27 @@ def quantize_array(array: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, 
     scales = scale.reshape(scale.shape[0], scale.shape[1])
     zps = None if zero is None else zero.astype(np.uint8).reshape(scales.shape)
     return values, scales, zps
+
+
+#: Divisors of the largest magnitude tried for a symmetric int4 scale (7 maps it to 7,
+#: 8 to -8 with the full 16 levels, clipping larger values of the other sign).
+_INT4_DIVISORS = (7.0, 7.25, 7.5, 7.75, 8.0, 8.5, 9.0)
+
+
+def _search_scale(grouped: np.ndarray, amax: np.ndarray, qmin: int, qmax: int) -> np.ndarray:
+    """Per group, the scale among ``amax / d`` (:data:`_INT4_DIVISORS`) with the least
+    squared error after rounding and clipping: int4's 15-16 levels are coarse enough
+    that clipping a few large values beats spreading the levels over them."""
+    best_scale = np.zeros_like(amax, dtype=np.float32)
+    best_err = np.full(amax.shape, np.inf)
+    for d in _INT4_DIVISORS:
+        scale = (amax / d).astype(np.float32)
+        s64 = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float64)
+        err = ((np.clip(np.rint(grouped / s64), qmin, qmax) * s64 - grouped) ** 2).sum(axis=2, keepdims=True)
+        better = err < best_err
+        best_err = np.where(better, err, best_err)
+        best_scale = np.where(better, scale, best_scale)
+    return best_scale
 
 
 def dequantize_parts(
