@@ -33,9 +33,19 @@ def reference(w: np.ndarray, scheme: QuantScheme) -> np.ndarray:
             src = whole if scheme.level == "tensor" else part
             lo, hi = src.min(), src.max()
             if scheme.symmetric:
-                scale = np.float32(max(abs(lo), abs(hi)) / scheme.qmax)
-                q = np.clip(np.rint(part / float(scale)), scheme.qmin, scheme.qmax)
-                out[r, start : start + g] = q * float(scale)
+                amax = max(abs(lo), abs(hi))
+                # int4 (not per tensor): the scale amax / d of least squared error
+                divisors = (7.0, 7.25, 7.5, 7.75, 8.0, 8.5, 9.0) if scheme.value == "int4" else (scheme.qmax,)
+                if scheme.level == "tensor":
+                    divisors = (scheme.qmax,)
+                best = None
+                for d in divisors:
+                    scale = float(np.float32(amax / d))
+                    value = np.clip(np.rint(part / scale), scheme.qmin, scheme.qmax) * scale
+                    err = ((value - part) ** 2).sum()
+                    if best is None or err < best[0]:
+                        best = (err, value)
+                out[r, start : start + g] = best[1]
             else:
                 lo, hi = min(lo, 0.0), max(hi, 0.0)
                 scale = np.float32((hi - lo) / (scheme.qmax - scheme.qmin))
@@ -52,7 +62,8 @@ def test_dequantize_matches_the_formula_and_stays_within_half_a_step(scheme, rng
     got = q.dequantize().to_numpy()
     np.testing.assert_allclose(got, reference(w, scheme), rtol=1e-6, atol=1e-6)
     step = q.scales.to_numpy().max()
-    assert np.abs(got - w).max() <= 0.5 * step * (1 + 1e-5)
+    if scheme.value == "int8":  # int4 may clip a block's largest value when that lowers the block's error
+        assert np.abs(got - w).max() <= 0.5 * step * (1 + 1e-5)
     assert q.dims() == [6, 64] and q.shape == Tensor.zeros([6, 64]).shape
     assert q.dtype == "q" + scheme.value
 
