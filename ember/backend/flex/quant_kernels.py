@@ -1,19 +1,19 @@
 """flex's quantized GEMM kernels, compiled once per process with llvmlite (as
 :mod:`ember.backend.flex.native`): no kernel ever writes a float weight to memory.
 
-* ``weight-only`` (``ember_q{s8,u8,u4}_gemm_mr{4,1}``): ``y = x @ dequantize(w).T + bias``
+* ``weight-only`` (``ember_q{s8,u8,u4}_gemm_{mr}x{nr}``): ``y = x @ dequantize(w).T + bias``
   with ``w`` int8, uint8 or packed int4 ``[N, K]`` and one scale (and zero point) per
   group of ``G`` values of a row. Each step loads 32 stored values (32 bytes of int8,
   16 bytes of int4: one mask and one shift unpack them), converts them to float and
   dequantizes them in registers (``q * s - z * s``, one FMA), then accumulates them
-  against 4 (or 1) rows of ``x``.
-* ``dynamic int8`` (``ember_i8i8_gemm_{vnni,portable}_mr{4,1}``): ``xq`` int8 ``[M, K]``
+  against ``mr`` rows of ``x`` for ``nr`` rows of ``w`` at once (a register tile).
+* ``dynamic int8`` (``ember_i8i8_{vnni,portable}_{mr}x{nr}``): ``xq`` int8 ``[M, K]``
   (one scale per row) times ``w`` int8 ``[N, K]`` in int32. ``vpdpbusd`` multiplies
   unsigned by signed bytes, so the weight is flipped to ``w + 128`` in registers and
   the epilogue subtracts ``128 * sum(xq row)``; it then applies both scales and the
   bias. The portable path computes the same sums with widening multiplies.
 
-Rows of ``w`` are taken in blocks of :data:`N_BLOCK`, and every 4-row block of ``x``
+Rows of ``w`` are taken in blocks of :data:`N_BLOCK`, and every tile of rows of ``x``
 passes over one block while it is in cache, so each weight byte comes from memory once.
 """
 
@@ -30,8 +30,10 @@ __all__ = ["QuantKernels", "has_vnni", "quant_kernels"]
 
 #: Rows of the weight per cache block.
 N_BLOCK = 64
-#: Rows of ``x`` per register tile.
-M_TILE = 4
+#: Register tiles ``(rows of x, rows of w)`` compiled: a wide one for many rows, one
+#: sharing each load of ``x`` among several weight rows for decode, and ``1 x 1`` for the rest.
+WEIGHT_ONLY_TILES = ((4, 1), (1, 4), (1, 1))
+INT8_TILES = ((6, 4), (1, 4), (1, 1))
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}
@@ -39,7 +41,7 @@ _STATE: dict[str, Any] = {}
 
 @dataclass(frozen=True)
 class QuantKernels:
-    """ctypes entry points, keyed ``(kind, mr)``; ``kind`` is ``s8``, ``u8``, ``u4``,
+    """ctypes entry points, keyed ``(kind, mr, nr)``; ``kind`` is ``s8``, ``u8``, ``u4``,
     ``vnni`` or ``portable``."""
 
     engine: Any
@@ -78,11 +80,11 @@ def _build() -> QuantKernels | None:
         llvm.initialize_native_asmprinter()
         emitter = _QuantEmitter(ir)
         for kind in ("s8", "u8", "u4"):
-            for mr in (M_TILE, 1):
-                emitter.weight_only(kind, mr)
+            for mr, nr in WEIGHT_ONLY_TILES:
+                emitter.weight_only(kind, mr, nr)
         for kind in ("vnni", "portable") if vnni else ("portable",):
-            for mr in (M_TILE, 1):
-                emitter.int8_int8(kind, mr)
+            for mr, nr in INT8_TILES:
+                emitter.int8_int8(kind, mr, nr)
         target = llvm.Target.from_default_triple()
         machine = target.create_target_machine(
             cpu=llvm.get_host_cpu_name(),
@@ -101,15 +103,15 @@ def _build() -> QuantKernels | None:
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
     p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-    gemm: dict[tuple[str, int], Any] = {}
+    gemm: dict[tuple[str, int, int], Any] = {}
     for kind in ("s8", "u8", "u4"):
-        for mr in (M_TILE, 1):
-            address = engine.get_function_address(f"ember_q{kind}_gemm_mr{mr}")
-            gemm[(kind, mr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32)(address)
+        for mr, nr in WEIGHT_ONLY_TILES:
+            address = engine.get_function_address(f"ember_q{kind}_gemm_{mr}x{nr}")
+            gemm[(kind, mr, nr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32, i64)(address)
     for kind in ("vnni", "portable") if vnni else ("portable",):
-        for mr in (M_TILE, 1):
-            address = engine.get_function_address(f"ember_i8i8_gemm_{kind}_mr{mr}")
-            gemm[(kind, mr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64)(address)
+        for mr, nr in INT8_TILES:
+            address = engine.get_function_address(f"ember_i8i8_{kind}_{mr}x{nr}")
+            gemm[(kind, mr, nr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)(address)
     return QuantKernels(engine=engine, gemm=gemm, vnni=vnni)
 
 
@@ -142,8 +144,9 @@ class _QuantEmitter(_Emitter):
             self._intrinsics[name] = fn
         return b.call(fn, args)
 
-    def blocked_rows(self, b: Any, m_count: Any, n_count: Any, mr: int, row: Any) -> None:
-        """``for nb (N_BLOCK rows of w): for mb (mr rows of x): for n in block: row(b, m0, n)``."""
+    def blocked_rows(self, b: Any, m_count: Any, n_count: Any, mr: int, nr: int, tile: Any) -> None:
+        """``for nb (N_BLOCK rows of w): for mt (mr rows of x): for n in block step nr:
+        tile(b, m0, n0)``; ``m_count`` a multiple of ``mr``, ``n_count`` of ``nr``."""
         blocks = b.sdiv(b.add(n_count, self.k64(N_BLOCK - 1)), self.k64(N_BLOCK))
         m_tiles = b.sdiv(m_count, self.k64(mr))
 
@@ -151,84 +154,97 @@ class _QuantEmitter(_Emitter):
             n0 = b.mul(nb, self.k64(N_BLOCK))
             rest = b.sub(n_count, n0)
             small = b.icmp_signed("<", rest, self.k64(N_BLOCK))
-            width = b.select(small, rest, self.k64(N_BLOCK))
+            width = b.sdiv(b.select(small, rest, self.k64(N_BLOCK)), self.k64(nr))
 
             def per_tile(b: Any, mt: Any) -> None:
                 m0 = b.mul(mt, self.k64(mr))
-                self.loop(b, width, lambda b, i: row(b, m0, b.add(n0, i)))
+                self.loop(b, width, lambda b, i: tile(b, m0, b.add(n0, b.mul(i, self.k64(nr)))))
 
             self.loop(b, m_tiles, per_tile)
 
         self.loop(b, blocks, per_block)
 
     # ------------------------------------------------------------------ weight-only
-    def weight_only(self, kind: str, mr: int) -> None:
-        """``ember_q{kind}_gemm_mr{mr}(x, w, s, z, bias, y, M, N, K, G, zconst)``; M a
-        multiple of ``mr``, G a multiple of 32, ``z``/``bias`` may be null."""
+    def weight_only(self, kind: str, mr: int, nr: int) -> None:
+        """``ember_q{kind}_gemm_{mr}x{nr}(x, w, s, z, bias, y, M, N, K, G, zconst, ldy)``:
+        M a multiple of ``mr``, N of ``nr``, G of 32; ``z``/``bias`` may be null; ``y``'s
+        rows are ``ldy`` apart."""
         ir, p = self.ir, self.ptr
-        fn, b = self.function(f"ember_q{kind}_gemm_mr{mr}", [p, p, p, p, p, p, self.i64, self.i64, self.i64,
-                                                              self.i64, self.f32])
-        x, w, s, z, bias, y, m_count, n_count, k_count, g_count, zconst = fn.args
+        args = [p, p, p, p, p, p, self.i64, self.i64, self.i64, self.i64, self.f32, self.i64]
+        fn, b = self.function(f"ember_q{kind}_gemm_{mr}x{nr}", args)
+        x, w, s, z, bias, y, m_count, n_count, k_count, g_count, zconst, ldy = fn.args
         groups = b.sdiv(k_count, g_count)
         steps = b.sdiv(g_count, self.k64(32))
         packed = kind == "u4"
         row_bytes = b.sdiv(k_count, self.k64(2)) if packed else k_count
+        half_g = b.sdiv(g_count, self.k64(2))
         zero_v = ir.Constant(self.v16f, [0.0] * 16)
         has_z = b.icmp_unsigned("!=", z, ir.Constant(p, None))
         has_bias = b.icmp_unsigned("!=", bias, ir.Constant(p, None))
         mask = ir.Constant(self.v16i8, [15] * 16)
         four = ir.Constant(self.v16i8, [4] * 16)
         fma = "llvm.fma.v16f32"
+        conv = b.sitofp if kind == "s8" else b.uitofp
 
-        def row(b: Any, m0: Any, n: Any) -> None:
+        def tile(b: Any, m0: Any, n0: Any) -> None:
+            ns = [b.add(n0, self.k64(c)) for c in range(nr)]
+            xrows = [b.mul(b.add(m0, self.k64(r)), k_count) for r in range(mr)]
+            wrows = [b.mul(n, row_bytes) for n in ns]
+
             def per_group(b: Any, gi: Any, *accs: Any) -> list[Any]:
-                si = b.add(b.mul(n, groups), gi)
-                sb = self.load(b, s, si)
-                zp = b.gep(z, [si], source_etype=self.i8)
-                # a select cannot skip the load: load from z only when it is set
-                zb = self._zero_point(b, has_z, zp, zconst)
-                cb = b.fmul(b.fsub(ir.Constant(self.f32, 0.0), zb), sb)
-                sv, cv = self.splat(b, sb, self.v16f), self.splat(b, cb, self.v16f)
+                svs, cvs = [], []
+                for n in ns:
+                    si = b.add(b.mul(n, groups), gi)
+                    sb = self.load(b, s, si)
+                    zb = self._zero_point(b, has_z, b.gep(z, [si], source_etype=self.i8), zconst)
+                    cb = b.fmul(b.fsub(ir.Constant(self.f32, 0.0), zb), sb)
+                    svs.append(self.splat(b, sb, self.v16f))
+                    cvs.append(self.splat(b, cb, self.v16f))
                 k_group = b.mul(gi, g_count)
 
                 def per_step(b: Any, j: Any, *accs: Any) -> list[Any]:
                     if packed:
-                        off = b.add(b.add(b.mul(n, row_bytes), b.sdiv(k_group, self.k64(2))), b.mul(j, self.k64(16)))
-                        q = self.vload(b, self.v16i8, w, off, self.i8)
-                        q0, q1 = b.and_(q, mask), b.lshr(q, four)
                         k0 = b.add(k_group, b.mul(j, self.k64(16)))
-                        k1 = b.add(k0, b.sdiv(g_count, self.k64(2)))
-                        f0, f1 = b.uitofp(q0, self.v16f), b.uitofp(q1, self.v16f)
+                        k1 = b.add(k0, half_g)
+                        off = b.sdiv(k_group, self.k64(2))
+                        off = b.add(off, b.mul(j, self.k64(16)))
                     else:
                         k0 = b.add(k_group, b.mul(j, self.k64(32)))
                         k1 = b.add(k0, self.k64(16))
-                        base = b.mul(n, row_bytes)
-                        q0 = self.vload(b, self.v16i8, w, b.add(base, k0), self.i8)
-                        q1 = self.vload(b, self.v16i8, w, b.add(base, k1), self.i8)
-                        conv = b.sitofp if kind == "s8" else b.uitofp
-                        f0, f1 = conv(q0, self.v16f), conv(q1, self.v16f)
-                    w0 = self.call(b, fma, self.v16f, [f0, sv, cv])
-                    w1 = self.call(b, fma, self.v16f, [f1, sv, cv])
-                    out = []
+                    ws = []
+                    for c in range(nr):
+                        if packed:
+                            q = self.vload(b, self.v16i8, w, b.add(wrows[c], off), self.i8)
+                            f0, f1 = b.uitofp(b.and_(q, mask), self.v16f), b.uitofp(b.lshr(q, four), self.v16f)
+                        else:
+                            f0 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k0), self.i8), self.v16f)
+                            f1 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k1), self.i8), self.v16f)
+                        ws.append(
+                            (self.call(b, fma, self.v16f, [f0, svs[c], cvs[c]]),
+                             self.call(b, fma, self.v16f, [f1, svs[c], cvs[c]]))
+                        )
+                    out = list(accs)
                     for r in range(mr):
-                        xrow = b.mul(b.add(m0, self.k64(r)), k_count)
-                        x0 = self.vload(b, self.v16f, x, b.add(xrow, k0), self.f32)
-                        x1 = self.vload(b, self.v16f, x, b.add(xrow, k1), self.f32)
-                        out.append(self.call(b, fma, self.v16f, [x0, w0, accs[2 * r]]))
-                        out.append(self.call(b, fma, self.v16f, [x1, w1, accs[2 * r + 1]]))
+                        x0 = self.vload(b, self.v16f, x, b.add(xrows[r], k0), self.f32)
+                        x1 = self.vload(b, self.v16f, x, b.add(xrows[r], k1), self.f32)
+                        for c in range(nr):
+                            i = 2 * (r * nr + c)
+                            out[i] = self.call(b, fma, self.v16f, [x0, ws[c][0], out[i]])
+                            out[i + 1] = self.call(b, fma, self.v16f, [x1, ws[c][1], out[i + 1]])
                     return out
 
                 return self.loop(b, steps, per_step, [(self.v16f, a) for a in accs])
 
-            accs = self.loop(b, groups, per_group, [(self.v16f, zero_v)] * (2 * mr))
-            bias_value = self._optional(b, has_bias, bias, n)
-            for r in range(mr):
-                total = b.fadd(accs[2 * r], accs[2 * r + 1])
-                red = self.call(b, "llvm.vector.reduce.fadd.v16f32", self.f32, [ir.Constant(self.f32, 0.0), total])
-                out = b.fadd(red, bias_value)
-                self.store(b, out, y, b.add(b.mul(b.add(m0, self.k64(r)), n_count), n))
+            accs = self.loop(b, groups, per_group, [(self.v16f, zero_v)] * (2 * mr * nr))
+            for c, n in enumerate(ns):
+                bias_value = self._optional(b, has_bias, bias, n)
+                for r in range(mr):
+                    i = 2 * (r * nr + c)
+                    total = b.fadd(accs[i], accs[i + 1])
+                    red = self.call(b, "llvm.vector.reduce.fadd.v16f32", self.f32, [ir.Constant(self.f32, 0.0), total])
+                    self.store(b, b.fadd(red, bias_value), y, b.add(b.mul(b.add(m0, self.k64(r)), ldy), n))
 
-        self.blocked_rows(b, m_count, n_count, mr, row)
+        self.blocked_rows(b, m_count, n_count, mr, nr, tile)
         b.ret_void()
 
     def _zero_point(self, b: Any, has_z: Any, zp: Any, zconst: Any) -> Any:
@@ -260,50 +276,56 @@ class _QuantEmitter(_Emitter):
         return phi
 
     # ------------------------------------------------------------------ int8 x int8
-    def int8_int8(self, kind: str, mr: int) -> None:
-        """``ember_i8i8_gemm_{kind}_mr{mr}(xq, w, sx, xsum, sw, bias, y, M, N, K)``:
+    def int8_int8(self, kind: str, mr: int, nr: int) -> None:
+        """``ember_i8i8_{kind}_{mr}x{nr}(xq, w, sx, xsum, sw, bias, y, M, N, K, ldy)``:
         ``y[m, n] = sx[m] sw[n] (sum_k (w[n, k] + 128) xq[m, k] - 128 xsum[m]) + bias[n]``;
-        K a multiple of 64."""
+        K a multiple of 64, M of ``mr``, N of ``nr``."""
         ir, p = self.ir, self.ptr
-        fn, b = self.function(f"ember_i8i8_gemm_{kind}_mr{mr}", [p, p, p, p, p, p, p, self.i64, self.i64, self.i64])
-        xq, w, sx, xsum, sw, bias, y, m_count, n_count, k_count = fn.args
+        args = [p, p, p, p, p, p, p, self.i64, self.i64, self.i64, self.i64]
+        fn, b = self.function(f"ember_i8i8_{kind}_{mr}x{nr}", args)
+        xq, w, sx, xsum, sw, bias, y, m_count, n_count, k_count, ldy = fn.args
         steps = b.sdiv(k_count, self.k64(64))
         has_bias = b.icmp_unsigned("!=", bias, ir.Constant(p, None))
         flip64 = ir.Constant(self.v64i8, [-128] * 64)
         zero_i = ir.Constant(self.v16i32, [0] * 16)
 
-        def row(b: Any, m0: Any, n: Any) -> None:
-            wrow = b.mul(n, k_count)
+        def tile(b: Any, m0: Any, n0: Any) -> None:
+            ns = [b.add(n0, self.k64(c)) for c in range(nr)]
+            wrows = [b.mul(n, k_count) for n in ns]
+            xrows = [b.mul(b.add(m0, self.k64(r)), k_count) for r in range(mr)]
 
             def per_step(b: Any, j: Any, *accs: Any) -> list[Any]:
                 k = b.mul(j, self.k64(64))
-                wu = b.xor(self.vload(b, self.v64i8, w, b.add(wrow, k), self.i8), flip64)
-                out = []
+                wus = [b.xor(self.vload(b, self.v64i8, w, b.add(row, k), self.i8), flip64) for row in wrows]
+                out = list(accs)
                 for r in range(mr):
-                    xrow = b.mul(b.add(m0, self.k64(r)), k_count)
-                    xv = self.vload(b, self.v64i8, xq, b.add(xrow, k), self.i8)
-                    if kind == "vnni":
-                        out.append(self.call(b, "llvm.x86.avx512.vpdpbusd.512", self.v16i32, [accs[r], wu, xv]))
-                    else:
-                        acc = accs[r]
-                        for part in range(4):
-                            idx = ir.Constant(ir.VectorType(self.i32, 16), list(range(16 * part, 16 * part + 16)))
-                            wp = b.shuffle_vector(wu, ir.Constant(self.v64i8, ir.Undefined), idx)
-                            xp = b.shuffle_vector(xv, ir.Constant(self.v64i8, ir.Undefined), idx)
-                            acc = b.add(acc, b.mul(b.zext(wp, self.v16i32), b.sext(xp, self.v16i32)))
-                        out.append(acc)
+                    xv = self.vload(b, self.v64i8, xq, b.add(xrows[r], k), self.i8)
+                    for c in range(nr):
+                        i = r * nr + c
+                        if kind == "vnni":
+                            out[i] = self.call(b, "llvm.x86.avx512.vpdpbusd.512", self.v16i32, [out[i], wus[c], xv])
+                        else:
+                            acc = out[i]
+                            for part in range(4):
+                                idx = ir.Constant(ir.VectorType(self.i32, 16), list(range(16 * part, 16 * part + 16)))
+                                undef = ir.Constant(self.v64i8, ir.Undefined)
+                                wp = b.shuffle_vector(wus[c], undef, idx)
+                                xp = b.shuffle_vector(xv, undef, idx)
+                                acc = b.add(acc, b.mul(b.zext(wp, self.v16i32), b.sext(xp, self.v16i32)))
+                            out[i] = acc
                 return out
 
-            accs = self.loop(b, steps, per_step, [(self.v16i32, zero_i)] * mr)
-            bias_value = self._optional(b, has_bias, bias, n)
-            swn = self.load(b, sw, n)
-            for r in range(mr):
-                m = b.add(m0, self.k64(r))
-                total = self.call(b, "llvm.vector.reduce.add.v16i32", self.i32, [accs[r]])
-                xs = b.load(b.gep(xsum, [m], source_etype=self.i32), typ=self.i32, align=4)
-                total = b.sub(total, b.shl(xs, ir.Constant(self.i32, 7)))
-                scaled = b.fmul(b.fmul(b.sitofp(total, self.f32), self.load(b, sx, m)), swn)
-                self.store(b, b.fadd(scaled, bias_value), y, b.add(b.mul(m, n_count), n))
+            accs = self.loop(b, steps, per_step, [(self.v16i32, zero_i)] * (mr * nr))
+            for c, n in enumerate(ns):
+                bias_value = self._optional(b, has_bias, bias, n)
+                swn = self.load(b, sw, n)
+                for r in range(mr):
+                    m = b.add(m0, self.k64(r))
+                    total = self.call(b, "llvm.vector.reduce.add.v16i32", self.i32, [accs[r * nr + c]])
+                    xs = b.load(b.gep(xsum, [m], source_etype=self.i32), typ=self.i32, align=4)
+                    total = b.sub(total, b.shl(xs, ir.Constant(self.i32, 7)))
+                    scaled = b.fmul(b.fmul(b.sitofp(total, self.f32), self.load(b, sx, m)), swn)
+                    self.store(b, b.fadd(scaled, bias_value), y, b.add(b.mul(m, ldy), n))
 
-        self.blocked_rows(b, m_count, n_count, mr, row)
+        self.blocked_rows(b, m_count, n_count, mr, nr, tile)
         b.ret_void()

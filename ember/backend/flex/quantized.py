@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.flex.native import address
-from ember.backend.flex.quant_kernels import M_TILE, quant_kernels
+from ember.backend.flex.quant_kernels import INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
 from ember.errors import BackendUnavailableError
 
 __all__ = ["quantized_linear", "quantize_rows_int8", "dequantize_array"]
@@ -106,23 +106,44 @@ def _weight_only(
     zps = None if zero_points is None else np.ascontiguousarray(zero_points, dtype=np.uint8)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
     out = np.empty((m, n), dtype=_F32)
-    full = m - m % M_TILE
-    for start, count, mr in ((0, full, M_TILE), (full, m - full, 1)):
-        if count:
-            kernels.gemm[(kind, mr)](
-                address(rows) + start * k * 4,
-                address(values),
-                address(scales),
-                None if zps is None else address(zps),
-                None if b is None else address(b),
-                address(out) + start * n * 4,
-                count,
-                n,
-                k,
-                group,
-                ctypes.c_float(zconst),
-            )
+    groups = scales.shape[1]
+    row_bytes = values.shape[1]
+    for m0, mc, n0, nc, mr, nr in plan(m, n, WEIGHT_ONLY_TILES):
+        kernels.gemm[(kind, mr, nr)](
+            address(rows) + m0 * k * 4,
+            address(values) + n0 * row_bytes,
+            address(scales) + n0 * groups * 4,
+            None if zps is None else address(zps) + n0 * groups,
+            None if b is None else address(b) + n0 * 4,
+            address(out) + (m0 * n + n0) * 4,
+            mc,
+            nc,
+            k,
+            group,
+            ctypes.c_float(zconst),
+            n,
+        )
     return out
+
+
+def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int, int, int, int]]:
+    """Kernel calls ``(m0, rows, n0, cols, mr, nr)`` covering ``[m, n]`` with the compiled
+    register tiles: the wide tile over whole row tiles, ``1 x nr`` over the other rows,
+    and a tile of one weight row over the columns left."""
+    wide = next(t for t in tiles if t[0] > 1)
+    narrow = next(t for t in tiles if t[0] == 1 and t[1] > 1)
+    m_wide = m - m % wide[0]
+    calls = []
+    for m0, rows, (mr, nr) in ((0, m_wide, wide), (m_wide, m - m_wide, narrow)):
+        if rows == 0:
+            continue
+        n_main = n - n % nr
+        if n_main:
+            calls.append((m0, rows, 0, n_main, mr, nr))
+        if n_main < n:
+            tail_mr = mr if (mr, 1) in tiles else 1
+            calls.append((m0, rows, n_main, n - n_main, tail_mr, 1))
+    return calls
 
 
 def _int8_int8(
@@ -139,7 +160,7 @@ def _int8_int8(
     sw = np.ascontiguousarray(scales.reshape(n), dtype=_F32)
     kernels = quant_kernels() if path != "numpy" else None
     kind = path or ("vnni" if kernels is not None and kernels.vnni else "portable")
-    if kernels is None or k % 64 or (kind, 1) not in kernels.gemm:
+    if kernels is None or k % 64 or (kind, 1, 1) not in kernels.gemm:
         if path not in (None, "numpy"):
             raise BackendUnavailableError(f"ember: quantized_linear: no compiled {path!r} kernel on this CPU")
         acc = xq.astype(np.float64) @ values.astype(np.float64).T  # exact: |sum| < 2^53
@@ -149,19 +170,18 @@ def _int8_int8(
     values = np.ascontiguousarray(values)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
     out = np.empty((m, n), dtype=_F32)
-    full = m - m % M_TILE
-    for start, count, mr in ((0, full, M_TILE), (full, m - full, 1)):
-        if count:
-            kernels.gemm[(kind, mr)](
-                address(xq) + start * k,
-                address(values),
-                address(sx) + start * 4,
-                address(xsum) + start * 4,
-                address(sw),
-                None if b is None else address(b),
-                address(out) + start * n * 4,
-                count,
-                n,
-                k,
-            )
+    for m0, mc, n0, nc, mr, nr in plan(m, n, INT8_TILES):
+        kernels.gemm[(kind, mr, nr)](
+            address(xq) + m0 * k,
+            address(values) + n0 * k,
+            address(sx) + m0 * 4,
+            address(xsum) + m0 * 4,
+            address(sw) + n0 * 4,
+            None if b is None else address(b) + n0 * 4,
+            address(out) + (m0 * n + n0) * 4,
+            mc,
+            nc,
+            k,
+            n,
+        )
     return out
