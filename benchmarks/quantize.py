@@ -25,15 +25,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch  # noqa: E402
-from ember import Device, Tensor  # noqa: E402
-from ember.backend.flex.quant_kernels import has_vnni  # noqa: E402
-from ember.models import GPT2LMHeadModel, Gpt2Config, generate  # noqa: E402
-from ember.module import Param  # noqa: E402
-from ember.nn import Linear  # noqa: E402
-from ember.quantization import ParamGroup, QuantScheme  # noqa: E402
+from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from ember import Device, Tensor
+from ember.backend.flex.quant_kernels import has_vnni
+from ember.models import Gpt2Config, GPT2LMHeadModel, generate
+from ember.module import Param
+from ember.nn import Linear
+from ember.quantization import ParamGroup, QuantScheme
 
 SCHEMES = {
     "int8": QuantScheme.int8(),
@@ -82,8 +82,16 @@ def kernels_section(torch, repeats: int) -> None:
         for name, us in medians.items():
             vs_float = ratios[("float32", name)] if name != "float32" else 1.0
             vs_torch = ratios[("torch dyn-int8", name)] if torch is not None and name != "torch dyn-int8" else None
-            rows.append([f"{label} [{m},{d}]x[{d},{d}]", name, fmt(us, " us"), fmt(flops / us / 1e3, ""),
-                         f"{vs_float:.2f}x", "-" if vs_torch is None else f"{vs_torch:.2f}x"])
+            rows.append(
+                [
+                    f"{label} [{m},{d}]x[{d},{d}]",
+                    name,
+                    fmt(us, " us"),
+                    fmt(flops / us / 1e3, ""),
+                    f"{vs_float:.2f}x",
+                    "-" if vs_torch is None else f"{vs_torch:.2f}x",
+                ]
+            )
     print_table(
         f"Linear {d}->{d}, 1 thread (VNNI: {has_vnni()}); speed = time of float32 (or torch dyn-int8) / time "
         f"(median of {repeats} alternating rounds)",
@@ -97,8 +105,14 @@ def decoder(device: Device, small: bool) -> GPT2LMHeadModel:
     vocabulary (6.3M, tied): ~92M parameters (``--quick``: 4 layers)."""
     device.seed(0)
     config = Gpt2Config(
-        vocab_size=8192, n_positions=512, n_embd=768, n_layer=4 if small else 12, n_head=12,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        vocab_size=8192,
+        n_positions=512,
+        n_embd=768,
+        n_layer=4 if small else 12,
+        n_head=12,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
     return GPT2LMHeadModel.from_config(config, device)
 
@@ -118,7 +132,9 @@ def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
     quantize_s = time.perf_counter() - start
     if "bytes" in sections:
         base = model_bytes(model)
-        rows = [[name, f"{model_bytes(m) / 1e6:.1f} MB", f"{model_bytes(m) / base:.3f}x"] for name, m in variants.items()]
+        rows = [
+            [name, f"{model_bytes(m) / 1e6:.1f} MB", f"{model_bytes(m) / base:.3f}x"] for name, m in variants.items()
+        ]
         print_table(
             f"parameter bytes of a {count / 1e6:.0f}M-parameter decoder (embeddings and head stay float32; "
             f"quantizing both took {quantize_s:.1f} s)",
@@ -135,7 +151,7 @@ def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
     new_tokens = 16 if quick else 32
     prompt = np.random.default_rng(0).integers(0, 8192, (1, 16))
     samples: dict[str, list[float]] = {name: [] for name in variants}
-    for name, m in variants.items():
+    for m in variants.values():
         generate(m, prompt, 2, compile=False)  # warm: kernels compiled, caches built
     for _ in range(rounds):
         for name, m in variants.items():
@@ -155,8 +171,16 @@ def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
 def accuracy_section() -> None:
     device = Device.flex()
     device.seed(0)
-    config = Gpt2Config(vocab_size=256, n_positions=128, n_embd=128, n_layer=2, n_head=4, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0)
+    config = Gpt2Config(
+        vocab_size=256,
+        n_positions=128,
+        n_embd=128,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     model = GPT2LMHeadModel.from_config(config, device)
     ids = Tensor.from_data(np.random.default_rng(0).integers(0, 256, (4, 128)))
     a = model(ids).to_numpy().reshape(-1, 256)

@@ -293,9 +293,7 @@ class Module:
             )
         )
 
-    def quantize(
-        self, scheme: Any = None, group: ParamGroup | None = None, *, calibration: Any = None
-    ) -> Module:
+    def quantize(self, scheme: Any = None, group: ParamGroup | None = None, *, calibration: Any = None) -> Module:
         """A new module whose Linear and Conv layers (those ``group`` selects; by default
         all but the head) hold quantized weights (``ember.quantization``); this one is
         unchanged: ``model = model.quantize(QuantScheme.int8())``. ``scheme`` defaults to

@@ -146,7 +146,9 @@ class _Observer(Module):
 
 def _calibrate(module: Module, chosen: set[str], calibration: Iterable[Any]) -> dict[str, float]:
     seen: dict[str, list[float]] = {path: [] for path in chosen}
-    observed = _replace(module, "", lambda path, layer: _Observer(layer=layer, seen=seen[path]) if path in chosen else None)
+    observed = _replace(
+        module, "", lambda path, layer: _Observer(layer=layer, seen=seen[path]) if path in chosen else None
+    )
     batches = 0
     for batch in calibration:
         observed(*batch) if isinstance(batch, tuple) else observed(batch)
@@ -166,11 +168,8 @@ def _calibrate(module: Module, chosen: set[str], calibration: Iterable[Any]) -> 
 
 def schemes_of(module: Module) -> dict[str, QuantScheme]:
     """``{path: scheme}`` of the quantized layers of ``module``."""
-    return {
-        path: layer.scheme
-        for path, layer in module.modules()
-        if isinstance(getattr(layer, "scheme", None), QuantScheme)
-    }
+    found = {path: getattr(layer, "scheme", None) for path, layer in module.modules()}
+    return {path: scheme for path, scheme in found.items() if isinstance(scheme, QuantScheme)}
 
 
 def quantization_metadata(module: Module) -> dict[str, str]:
@@ -203,5 +202,9 @@ def requantize_for_record(module: Module, metadata: dict[str, str], source: Any)
             "quantizable layer for; load it into the module it was saved from"
         )
     return _replace(
-        module, "", lambda path, layer: layer.quantized(todo[path], 1.0 if todo[path].activations == "static" else None) if path in todo else None
+        module,
+        "",
+        lambda path, layer: (
+            layer.quantized(todo[path], 1.0 if todo[path].activations == "static" else None) if path in todo else None
+        ),
     )

@@ -310,7 +310,6 @@ def save_record(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | N
     tensors: dict[str, np.ndarray] = {}
     structure = _flatten(tree, tensors)
     meta = {"format": FORMAT, "version": str(FORMAT_VERSION), "kind": "tree", "tree": json.dumps(structure)}
-    meta.update(quantization_metadata(module))
     if metadata:
         meta.update({f"user.{k}": str(v) for k, v in metadata.items()})
     write_safetensors(path, tensors, meta)

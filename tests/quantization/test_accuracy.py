@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ember import Device, Tensor
-from ember.models import GPT2LMHeadModel, Gpt2Config, generate
+from ember.models import Gpt2Config, GPT2LMHeadModel, generate
 from ember.nn.loss import CrossEntropyLossConfig
 from ember.optim import AdamConfig, GradientsParams
 from ember.quantization import QuantizedConv2d, QuantizedLinear, QuantScheme
@@ -43,7 +43,7 @@ def test_digits_cnn_int8_keeps_accuracy_within_half_a_point():
     device.seed(0)
     model, optim = example.DigitsCnn.new(device), AdamConfig().init()
     batch = 64
-    for epoch in range(3):
+    for _ in range(3):
         for start in range(0, 1437 - batch + 1, batch):
             part = slice(start, start + batch)
             x = Tensor.from_data(images[train][part][:, None].astype(np.float32) / 16.0, device=device)
@@ -64,7 +64,13 @@ def gpt2(seed: int = 0) -> GPT2LMHeadModel:
     device = Device.flex()
     device.seed(seed)
     config = Gpt2Config(
-        vocab_size=256, n_positions=128, n_embd=128, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+        vocab_size=256,
+        n_positions=128,
+        n_embd=128,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
         attn_pdrop=0.0,
     )
     return GPT2LMHeadModel.from_config(config, device)
@@ -97,7 +103,13 @@ def test_gpt2_int4_block32_top1_agreement_on_a_trained_model():
     device = Device.flex().autodiff()
     device.seed(0)
     config = Gpt2Config(
-        vocab_size=vocab, n_positions=64, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+        vocab_size=vocab,
+        n_positions=64,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
         attn_pdrop=0.0,
     )
     model, optim = GPT2LMHeadModel.from_config(config, device), AdamConfig().init()

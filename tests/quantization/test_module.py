@@ -56,7 +56,12 @@ def inputs(device: Device) -> tuple[Tensor, Tensor]:
     return x, image
 
 
-SCHEMES = [QuantScheme.int8(), QuantScheme.int4(), QuantScheme.int8(activations="dynamic"), QuantScheme.int8(symmetric=False)]
+SCHEMES = [
+    QuantScheme.int8(),
+    QuantScheme.int4(),
+    QuantScheme.int8(activations="dynamic"),
+    QuantScheme.int8(symmetric=False),
+]
 
 
 def test_default_group_takes_linear_and_conv_but_not_the_embedding_or_the_head():
@@ -186,7 +191,9 @@ def test_quantize_errors_name_the_fix():
         model.quantize(QuantScheme.int8(activations="static"), calibration=[])
     from ember.errors import ShapeError
 
-    with pytest.raises(ShapeError, match="layer 'conv': ember: quantize: block size 64 does not divide the last dimension \\(32\\)"):
+    with pytest.raises(
+        ShapeError, match="layer 'conv': ember: quantize: block size 64 does not divide the last dimension \\(32\\)"
+    ):
         model.quantize(QuantScheme.int4(block=64), ParamGroup.all())
     with pytest.warns(UserWarning, match=r"does not fit the layers \['conv'\]"):
         q = model.quantize(QuantScheme.int4(block=64))

@@ -45,7 +45,7 @@ class QuantKernels:
     ``vnni`` or ``portable``."""
 
     engine: Any
-    gemm: dict[tuple[str, int], Any]
+    gemm: dict[tuple[str, int, int], Any]
     vnni: bool
 
 
@@ -220,8 +220,10 @@ class _QuantEmitter(_Emitter):
                             f0 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k0), self.i8), self.v16f)
                             f1 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k1), self.i8), self.v16f)
                         ws.append(
-                            (self.call(b, fma, self.v16f, [f0, svs[c], cvs[c]]),
-                             self.call(b, fma, self.v16f, [f1, svs[c], cvs[c]]))
+                            (
+                                self.call(b, fma, self.v16f, [f0, svs[c], cvs[c]]),
+                                self.call(b, fma, self.v16f, [f1, svs[c], cvs[c]]),
+                            )
                         )
                     out = list(accs)
                     for r in range(mr):

@@ -8,8 +8,8 @@ from ember.device import Device
 from ember.module import Config, Module, Param
 from ember.nn.conv.checks import PaddingSpec, as_tuple, check_groups, check_padding, conv_params, describe_conv
 from ember.nn.init import Initializer, KaimingUniform
-from ember.tensor import Tensor
 from ember.nn.quantized.conv import QuantizedConv1d, quantized_parts
+from ember.tensor import Tensor
 from ember.tensor.module import conv1d
 from ember.tensor.quant import QuantScheme
 
@@ -82,7 +82,9 @@ class Conv1d(Module):
     def quantized(self, scheme: QuantScheme, input_scale: float | None = None) -> QuantizedConv1d:
         """This layer with its weight quantized per output channel (see ``Module.quantize``)."""
         parts = quantized_parts(self.weight.val(), self.bias, scheme, input_scale)
-        return QuantizedConv1d(**parts, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+        return QuantizedConv1d(
+            **parts, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups
+        )
 
     @property
     def kernel_size(self) -> int:

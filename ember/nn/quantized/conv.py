@@ -34,9 +34,7 @@ class QuantizedConv(Module):
     def weight(self) -> QuantizedTensor:
         """The quantized weight as a matrix ``[channels_out, rest]``."""
         out = self.kernel_shape[0]
-        return qtensor(
-            self.values, self.scales, self.zero_points, self.scheme, (out, math.prod(self.kernel_shape[1:]))
-        )
+        return qtensor(self.values, self.scales, self.zero_points, self.scheme, (out, math.prod(self.kernel_shape[1:])))
 
     def float_weight(self) -> Tensor:
         return self.weight.dequantize().reshape(list(self.kernel_shape))

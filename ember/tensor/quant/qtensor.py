@@ -15,9 +15,11 @@ Quantizing runs on the host (numpy, once per weight); :meth:`QuantizedTensor.deq
 runs as tensor ops on the tensor's device.
 
 >>> from ember import Tensor
->>> q = quantize(Tensor.from_floats([[0.5, -1.0, 0.25, 1.0]]), QuantScheme.int8())
->>> q.values.dtype, q.dims(), q.dequantize().tolist()
-(DType.INT8, [1, 4], [[0.5, -1.0, 0.25, 1.0]])
+>>> q = quantize(Tensor.from_floats([[0.5, -1.27, 0.25, 1.27]]), QuantScheme.int8())
+>>> q.values.tolist(), q.scales.tolist()  # one scale per row: max |w| / 127
+([[50, -127, 25, 127]], [[0.009999999776482582]])
+>>> [round(v, 4) for v in q.dequantize().tolist()[0]]
+[0.5, -1.27, 0.25, 1.27]
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import numpy as np
 from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import DTypeError, ShapeError, ValueRangeError
+from ember.tensor.quant.scheme import QuantScheme
 from ember.tensor.shape import Shape
 from ember.tensor.tensor import Tensor
-from ember.tensor.quant.scheme import QuantScheme
 
 __all__ = ["QuantizedTensor", "quantize", "quantize_array"]
 
@@ -229,9 +231,7 @@ def dequantize_parts(
     return q.mul(s).reshape(list(shape))
 
 
-def _check_parts(
-    values: Any, scales: Any, zero_points: Any, scheme: QuantScheme, shape: tuple[int, ...]
-) -> None:
+def _check_parts(values: Any, scales: Any, zero_points: Any, scheme: QuantScheme, shape: tuple[int, ...]) -> None:
     if not isinstance(values, Tensor) or not isinstance(scales, Tensor):
         raise DTypeError("ember: QuantizedTensor: values and scales must be Tensors")
     if not isinstance(scheme, QuantScheme):

@@ -65,8 +65,9 @@ class QuantScheme:
             )
 
     @staticmethod
-    def int8(level: str = "channel", *, symmetric: bool = True, block: int | None = None,
-             activations: str | None = None) -> QuantScheme:
+    def int8(
+        level: str = "channel", *, symmetric: bool = True, block: int | None = None, activations: str | None = None
+    ) -> QuantScheme:
         """int8 weights (per channel by default); ``activations="dynamic"`` also
         quantizes each input row to int8 at run time."""
         if block is not None and level == "channel":
