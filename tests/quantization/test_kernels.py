@@ -34,7 +34,7 @@ def parts(w: np.ndarray, scheme: QuantScheme):
 
 @needs_kernels
 @pytest.mark.parametrize("scheme", WEIGHT_ONLY, ids=repr)
-@pytest.mark.parametrize("m", [1, 6])
+@pytest.mark.parametrize("m", [1, 6, 40])  # 40 rows: the dequantized tile and sgemm
 def test_weight_only_kernel_matches_float64_of_the_dequantized_weight(scheme, m, rng):
     n, k = 70, 256  # 70 rows: one full cache block and a partial one
     w = rng.standard_normal((n, k)).astype(np.float32)

@@ -13,6 +13,10 @@
   the epilogue subtracts ``128 * sum(xq row)``; it then applies both scales and the
   bias. The portable path computes the same sums with widening multiplies.
 
+* ``dequantize rows`` (``ember_q{s8,u8,u4}_dequant``): rows of ``w`` as float32, used for
+  prefill (many rows of ``x``), a cache-sized tile of rows at a time, each tile then
+  multiplied with sgemm (:mod:`ember.backend.flex.quantized`).
+
 Rows of ``w`` are taken in blocks of :data:`N_BLOCK`, and every tile of rows of ``x``
 passes over one block while it is in cache, so each weight byte comes from memory once.
 """
@@ -32,7 +36,7 @@ __all__ = ["QuantKernels", "has_vnni", "quant_kernels"]
 N_BLOCK = 64
 #: Register tiles ``(rows of x, rows of w)`` compiled: a wide one for many rows, one
 #: sharing each load of ``x`` among several weight rows for decode, and ``1 x 1`` for the rest.
-WEIGHT_ONLY_TILES = ((4, 1), (1, 4), (1, 1))
+WEIGHT_ONLY_TILES = ((8, 1), (1, 4), (1, 1))
 INT8_TILES = ((6, 4), (1, 4), (1, 1))
 
 _LOCK = threading.Lock()
@@ -46,6 +50,7 @@ class QuantKernels:
 
     engine: Any
     gemm: dict[tuple[str, int, int], Any]
+    dequant: dict[str, Any]
     vnni: bool
 
 
@@ -80,6 +85,7 @@ def _build() -> QuantKernels | None:
         llvm.initialize_native_asmprinter()
         emitter = _QuantEmitter(ir)
         for kind in ("s8", "u8", "u4"):
+            emitter.dequantize_rows(kind)
             for mr, nr in WEIGHT_ONLY_TILES:
                 emitter.weight_only(kind, mr, nr)
         for kind in ("vnni", "portable") if vnni else ("portable",):
@@ -108,11 +114,17 @@ def _build() -> QuantKernels | None:
         for mr, nr in WEIGHT_ONLY_TILES:
             address = engine.get_function_address(f"ember_q{kind}_gemm_{mr}x{nr}")
             gemm[(kind, mr, nr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32, i64)(address)
+    dequant = {
+        kind: ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, i64, f32)(
+            engine.get_function_address(f"ember_q{kind}_dequant")
+        )
+        for kind in ("s8", "u8", "u4")
+    }
     for kind in ("vnni", "portable") if vnni else ("portable",):
         for mr, nr in INT8_TILES:
             address = engine.get_function_address(f"ember_i8i8_{kind}_{mr}x{nr}")
             gemm[(kind, mr, nr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)(address)
-    return QuantKernels(engine=engine, gemm=gemm, vnni=vnni)
+    return QuantKernels(engine=engine, gemm=gemm, dequant=dequant, vnni=vnni)
 
 
 class _QuantEmitter(_Emitter):
@@ -247,6 +259,58 @@ class _QuantEmitter(_Emitter):
                     self.store(b, b.fadd(red, bias_value), y, b.add(b.mul(b.add(m0, self.k64(r)), ldy), n))
 
         self.blocked_rows(b, m_count, n_count, mr, nr, tile)
+        b.ret_void()
+
+    def dequantize_rows(self, kind: str) -> None:
+        """``ember_q{kind}_dequant(w, s, z, out, N, K, G, zconst)``: rows of ``w`` as float32
+        rows of ``out`` (``[N, K]``); for prefill, a cache-sized tile at a time."""
+        ir, p = self.ir, self.ptr
+        args = [p, p, p, p, self.i64, self.i64, self.i64, self.f32]
+        fn, b = self.function(f"ember_q{kind}_dequant", args)
+        w, s, z, out, n_count, k_count, g_count, zconst = fn.args
+        groups = b.sdiv(k_count, g_count)
+        steps = b.sdiv(g_count, self.k64(32))
+        packed = kind == "u4"
+        row_bytes = b.sdiv(k_count, self.k64(2)) if packed else k_count
+        half_g = b.sdiv(g_count, self.k64(2))
+        has_z = b.icmp_unsigned("!=", z, ir.Constant(p, None))
+        mask = ir.Constant(self.v16i8, [15] * 16)
+        four = ir.Constant(self.v16i8, [4] * 16)
+        conv = b.sitofp if kind == "s8" else b.uitofp
+
+        def per_row(b: Any, n: Any) -> None:
+            wrow = b.mul(n, row_bytes)
+            orow = b.mul(n, k_count)
+
+            def per_group(b: Any, gi: Any) -> None:
+                si = b.add(b.mul(n, groups), gi)
+                sb = self.load(b, s, si)
+                zb = self._zero_point(b, has_z, b.gep(z, [si], source_etype=self.i8), zconst)
+                cb = b.fmul(b.fsub(ir.Constant(self.f32, 0.0), zb), sb)
+                sv, cv = self.splat(b, sb, self.v16f), self.splat(b, cb, self.v16f)
+                k_group = b.mul(gi, g_count)
+
+                def per_step(b: Any, j: Any) -> None:
+                    if packed:
+                        k0 = b.add(k_group, b.mul(j, self.k64(16)))
+                        k1 = b.add(k0, half_g)
+                        off = b.add(b.sdiv(k_group, self.k64(2)), b.mul(j, self.k64(16)))
+                        q = self.vload(b, self.v16i8, w, b.add(wrow, off), self.i8)
+                        f0, f1 = b.uitofp(b.and_(q, mask), self.v16f), b.uitofp(b.lshr(q, four), self.v16f)
+                    else:
+                        k0 = b.add(k_group, b.mul(j, self.k64(32)))
+                        k1 = b.add(k0, self.k64(16))
+                        f0 = conv(self.vload(b, self.v16i8, w, b.add(wrow, k0), self.i8), self.v16f)
+                        f1 = conv(self.vload(b, self.v16i8, w, b.add(wrow, k1), self.i8), self.v16f)
+                    for k, f in ((k0, f0), (k1, f1)):
+                        value = self.call(b, "llvm.fma.v16f32", self.v16f, [f, sv, cv])
+                        b.store(value, b.gep(out, [b.add(orow, k)], source_etype=self.f32), align=4)
+
+                self.loop(b, steps, per_step)
+
+            self.loop(b, groups, per_group)
+
+        self.loop(b, n_count, per_row)
         b.ret_void()
 
     def _zero_point(self, b: Any, has_z: Any, zp: Any, zconst: Any) -> Any:

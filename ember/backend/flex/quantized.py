@@ -21,6 +21,11 @@ from ember.errors import BackendUnavailableError
 __all__ = ["quantized_linear", "quantize_rows_int8", "dequantize_array"]
 
 _F32 = np.dtype(np.float32)
+#: From this many rows of ``x`` on (prefill), weight-only products dequantize ``TILE_ROWS``
+#: rows of the weight at a time into a cache-sized float tile (1 MiB for 4096 inputs) and
+#: call sgemm on it; fewer rows (decode) run the register-tiled kernels.
+TILE_GEMM_ROWS = 32
+TILE_ROWS = 64
 
 
 def quantized_linear(
@@ -108,6 +113,24 @@ def _weight_only(
     out = np.empty((m, n), dtype=_F32)
     groups = scales.shape[1]
     row_bytes = values.shape[1]
+    if m >= TILE_GEMM_ROWS:
+        # Many rows: dequantize TILE_ROWS weight rows at a time into a cache-sized float
+        # tile and multiply it with sgemm; the float weight as a whole never exists.
+        tile = np.empty((TILE_ROWS, k), dtype=_F32)
+        for n0 in range(0, n, TILE_ROWS):
+            nc = min(TILE_ROWS, n - n0)
+            kernels.dequant[kind](
+                address(values) + n0 * row_bytes,
+                address(scales) + n0 * groups * 4,
+                None if zps is None else address(zps) + n0 * groups,
+                address(tile),
+                nc,
+                k,
+                group,
+                ctypes.c_float(zconst),
+            )
+            np.matmul(rows, tile[:nc].T, out=out[:, n0 : n0 + nc])
+        return out if b is None else np.add(out, b, out=out)
     for m0, mc, n0, nc, mr, nr in plan(m, n, WEIGHT_ONLY_TILES):
         kernels.gemm[(kind, mr, nr)](
             address(rows) + m0 * k * 4,
