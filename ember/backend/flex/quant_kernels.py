@@ -86,6 +86,7 @@ def _build() -> QuantKernels | None:
         emitter = _QuantEmitter(ir)
         for kind in ("s8", "u8", "u4"):
             emitter.dequantize_rows(kind)
+        for kind in ("s8", "s8c", "u8", "u4"):
             for mr, nr in WEIGHT_ONLY_TILES:
                 emitter.weight_only(kind, mr, nr)
         for kind in ("vnni", "portable") if vnni else ("portable",):
@@ -110,7 +111,7 @@ def _build() -> QuantKernels | None:
         return None
     p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     gemm: dict[tuple[str, int, int], Any] = {}
-    for kind in ("s8", "u8", "u4"):
+    for kind in ("s8", "s8c", "u8", "u4"):
         for mr, nr in WEIGHT_ONLY_TILES:
             address = engine.get_function_address(f"ember_q{kind}_gemm_{mr}x{nr}")
             gemm[(kind, mr, nr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32, i64)(address)
@@ -180,7 +181,9 @@ class _QuantEmitter(_Emitter):
     def weight_only(self, kind: str, mr: int, nr: int) -> None:
         """``ember_q{kind}_gemm_{mr}x{nr}(x, w, s, z, bias, y, M, N, K, G, zconst, ldy)``:
         M a multiple of ``mr``, N of ``nr``, G of 32; ``z``/``bias`` may be null; ``y``'s
-        rows are ``ldy`` apart."""
+        rows are ``ldy`` apart. Kind ``s8c`` (symmetric int8, one scale per row: G = K)
+        accumulates ``x q`` and applies the row's scale once, after the reduction."""
+        per_row = kind == "s8c"
         ir, p = self.ir, self.ptr
         args = [p, p, p, p, p, p, self.i64, self.i64, self.i64, self.i64, self.f32, self.i64]
         fn, b = self.function(f"ember_q{kind}_gemm_{mr}x{nr}", args)
@@ -196,7 +199,7 @@ class _QuantEmitter(_Emitter):
         mask = ir.Constant(self.v16i8, [15] * 16)
         four = ir.Constant(self.v16i8, [4] * 16)
         fma = "llvm.fma.v16f32"
-        conv = b.sitofp if kind == "s8" else b.uitofp
+        conv = b.sitofp if kind in ("s8", "s8c") else b.uitofp
 
         def tile(b: Any, m0: Any, n0: Any) -> None:
             ns = [b.add(n0, self.k64(c)) for c in range(nr)]
@@ -204,8 +207,9 @@ class _QuantEmitter(_Emitter):
             wrows = [b.mul(n, row_bytes) for n in ns]
 
             def per_group(b: Any, gi: Any, *accs: Any) -> list[Any]:
-                svs, cvs = [], []
-                for n in ns:
+                svs: list[Any] = []
+                cvs: list[Any] = []
+                for n in [] if per_row else ns:
                     si = b.add(b.mul(n, groups), gi)
                     sb = self.load(b, s, si)
                     zb = self._zero_point(b, has_z, b.gep(z, [si], source_etype=self.i8), zconst)
@@ -231,12 +235,15 @@ class _QuantEmitter(_Emitter):
                         else:
                             f0 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k0), self.i8), self.v16f)
                             f1 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k1), self.i8), self.v16f)
-                        ws.append(
-                            (
-                                self.call(b, fma, self.v16f, [f0, svs[c], cvs[c]]),
-                                self.call(b, fma, self.v16f, [f1, svs[c], cvs[c]]),
+                        if per_row:
+                            ws.append((f0, f1))
+                        else:
+                            ws.append(
+                                (
+                                    self.call(b, fma, self.v16f, [f0, svs[c], cvs[c]]),
+                                    self.call(b, fma, self.v16f, [f1, svs[c], cvs[c]]),
+                                )
                             )
-                        )
                     out = list(accs)
                     for r in range(mr):
                         x0 = self.vload(b, self.v16f, x, b.add(xrows[r], k0), self.f32)
@@ -256,6 +263,8 @@ class _QuantEmitter(_Emitter):
                     i = 2 * (r * nr + c)
                     total = b.fadd(accs[i], accs[i + 1])
                     red = self.call(b, "llvm.vector.reduce.fadd.v16f32", self.f32, [ir.Constant(self.f32, 0.0), total])
+                    if per_row:
+                        red = b.fmul(red, self.load(b, s, n))
                     self.store(b, b.fadd(red, bias_value), y, b.add(b.mul(b.add(m0, self.k64(r)), ldy), n))
 
         self.blocked_rows(b, m_count, n_count, mr, nr, tile)

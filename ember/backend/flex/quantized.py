@@ -131,8 +131,9 @@ def _weight_only(
             )
             np.matmul(rows, tile[:nc].T, out=out[:, n0 : n0 + nc])
         return out if b is None else np.add(out, b, out=out)
+    gemm_kind = "s8c" if kind == "s8" and groups == 1 else kind  # one scale per row: applied once
     for m0, mc, n0, nc, mr, nr in plan(m, n, WEIGHT_ONLY_TILES):
-        kernels.gemm[(kind, mr, nr)](
+        kernels.gemm[(gemm_kind, mr, nr)](
             address(rows) + m0 * k * 4,
             address(values) + n0 * row_bytes,
             address(scales) + n0 * groups * 4,

@@ -196,11 +196,13 @@ def _search_scale(grouped: np.ndarray, amax: np.ndarray, qmin: int, qmax: int) -
     squared error after rounding and clipping: int4's 15-16 levels are coarse enough
     that clipping a few large values beats spreading the levels over them."""
     best_scale = np.zeros_like(amax, dtype=np.float32)
-    best_err = np.full(amax.shape, np.inf)
+    best_err = np.full(amax.shape, np.inf, dtype=np.float32)
+    values = grouped.astype(np.float32)  # float32 is enough to rank the candidates
     for d in _INT4_DIVISORS:
         scale = (amax / d).astype(np.float32)
-        s64 = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float64)
-        err = ((np.clip(np.rint(grouped / s64), qmin, qmax) * s64 - grouped) ** 2).sum(axis=2, keepdims=True)
+        s32 = np.where(scale > 0, scale, np.float32(1.0))
+        q = np.clip(np.rint(values / s32), qmin, qmax)
+        err = np.square(q * s32 - values).sum(axis=2, keepdims=True)
         better = err < best_err
         best_err = np.where(better, err, best_err)
         best_scale = np.where(better, scale, best_scale)
