@@ -34,20 +34,31 @@ LAYERS = [
     "errors",
 ]
 
-# Inside ember.backend: the protocol at the bottom, backends over it, decorators on top.
-# A decorator never depends on a concrete backend, except fusion's lowerings (a lowering
-# is written for the backend it targets).
+# Inside ember.backend: the protocol at the bottom, the kernel IR over it (expressions,
+# views, loop steps, the LLVM JIT and math library: docs/design.md, "kernel IR"), the
+# backends over both, decorators on top. A decorator never depends on a concrete backend,
+# except fusion's lowerings (a lowering is written for the backend it targets); flex and
+# cube never import fusion, and share compiled code through ``kernel`` instead.
 BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox", "linalg_host"}
 BACKEND_ALLOWED = {
-    "flex": BACKEND_PROTOCOL | {"flex"},
-    "cube": BACKEND_PROTOCOL | {"cube"},
+    "kernel": BACKEND_PROTOCOL | {"kernel"},
+    "flex": BACKEND_PROTOCOL | {"kernel", "flex"},
+    "cube": BACKEND_PROTOCOL | {"kernel", "cube"},
     "autodiff": BACKEND_PROTOCOL | {"autodiff"},
-    "fusion": BACKEND_PROTOCOL | {"fusion", "flex", "cube"},
+    "fusion": BACKEND_PROTOCOL | {"kernel", "fusion", "flex", "cube"},
 }
-# The kernel IR is target-independent: the cube backend's CUDA runtime builds its eager
-# kernels from it (issue 17: "the eager kernels of this backend come from the same IR"),
-# while the rest of fusion (analysis, executors, lowerings) stays above the backends.
-BACKEND_IR = {"fusion.exprs", "fusion.steps", "fusion.views"}
+
+
+def _backend_violation(own: str, module: str) -> str | None:
+    """Why ``ember.backend.<own>`` may not import ``module`` (an ``ember.backend``
+    module), or ``None`` where it may."""
+    target = module.split(".")[2]
+    allowed = BACKEND_ALLOWED.get(own)
+    if allowed is not None and target not in allowed:
+        return f"ember.backend.{own} imports {module}"
+    if own in BACKEND_PROTOCOL and target not in BACKEND_PROTOCOL:
+        return f"the backend protocol imports {module}"
+    return None
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
@@ -83,13 +94,9 @@ def _violations() -> list[str]:
                 bad.append(f"{path}:{line}: ember.{layer} imports {module} (a higher layer)")
             if layer == "backend" and target[1] == "backend" and len(parts) > 1 and len(target) > 2:
                 own = parts[1]
-                allowed = BACKEND_ALLOWED.get(own)
-                if own == "cube" and ".".join(target[2:4]) in BACKEND_IR:
-                    continue
-                if allowed is not None and target[2] not in allowed:
-                    bad.append(f"{path}:{line}: ember.backend.{own} imports {module}")
-                if own in BACKEND_PROTOCOL and target[2] not in BACKEND_PROTOCOL:
-                    bad.append(f"{path}:{line}: the backend protocol imports {module}")
+                why = _backend_violation(own, module)
+                if why is not None:
+                    bad.append(f"{path}:{line}: {why}")
                 if parts[1:3] == ("cube", "kernels") and module == "ember.backend.cube.backend":
                     bad.append(f"{path}:{line}: a cube kernel imports the whole backend; take a KernelContext")
     return bad
@@ -97,3 +104,16 @@ def _violations() -> list[str]:
 
 def test_imports_point_down():
     assert _violations() == []
+
+
+def test_kernel_is_below_the_backends():
+    # flex, cube and fusion share the kernel IR and its LLVM layer; the kernel package
+    # imports only the protocol; flex and cube still never import fusion.
+    for own in ("flex", "cube", "fusion"):
+        assert _backend_violation(own, "ember.backend.kernel.llvm.jit") is None
+    assert _backend_violation("kernel", "ember.backend.ops") is None
+    assert _backend_violation("kernel", "ember.backend.fusion.graph") is not None
+    assert _backend_violation("kernel", "ember.backend.flex.blas") is not None
+    assert _backend_violation("flex", "ember.backend.fusion.graph") is not None
+    assert _backend_violation("cube", "ember.backend.fusion.exprs") is not None
+    assert _backend_violation("ops", "ember.backend.kernel.exprs") is not None

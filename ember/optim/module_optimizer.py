@@ -113,8 +113,6 @@ class ModuleOptimizer:
             self._check_ids(module)
         entries = grads.entries(module)
         paths = self._paths
-        for param, path, _ in entries:
-            paths[param.id] = path
         buckets = self._buckets(lr, entries)
         updates: dict[ParamId, Param] = {}
         new_states: dict[ParamId, OptimizerState] = {}  # committed once every bucket has stepped
@@ -124,6 +122,7 @@ class ModuleOptimizer:
             values, grads_inner = [], []
             device = inner = None
             for param, path, grad in items:
+                paths[param.id] = path
                 value = param.val()
                 if value._d is not device:
                     device = value._d

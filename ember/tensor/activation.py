@@ -71,9 +71,10 @@ def _hard_clamp(x: Tensor, low: float, high: float) -> Tensor:
 
 def relu(x: Tensor) -> Tensor:
     """``max(x, 0)``; the gradient at 0 is 0. Ints stay ints."""
-    if _int(x):
-        return x.clamp(0, None)
-    x = _float("relu", x)
+    if not isinstance(x, Tensor) or x._p.dtype not in FLOAT_NP:
+        if _int(x):
+            return x.clamp(0, None)
+        x = _float("relu", x)
     d = x._d
     return Tensor(fused(FusedOp.RELU, d, x._p), d)
 

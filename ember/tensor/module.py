@@ -64,11 +64,13 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             check_device("linear", x, bias)
     if x._p.dtype != weight._p.dtype:
         x = x.cast(weight.dtype)
+    b = None if bias is None else bias._p
+    if len(xshape) > 1:
+        return Tensor(fused(FusedOp.LINEAR, d, x._p, weight._p, b), d)
     # A vector goes in as one row: the backends' linear, its backward and the fusion's
     # decomposition take matmul operands of rank >= 2.
-    rows = x.reshape([1, xshape[0]]) if len(xshape) == 1 else x
-    out = Tensor(fused(FusedOp.LINEAR, d, rows._p, weight._p, None if bias is None else bias._p), d)
-    return out.reshape([wshape[1]]) if len(xshape) == 1 else out
+    rows = x.reshape([1, xshape[0]])
+    return Tensor(fused(FusedOp.LINEAR, d, rows._p, weight._p, b), d).reshape([wshape[1]])
 
 
 @composite(FusedOp.LINEAR)

@@ -24,8 +24,8 @@ from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY, CExp
 from ember.backend.cube.cuda.prelude import COMMON
 from ember.backend.dtype import DType
 from ember.backend.flex import FlexBackend
-from ember.backend.fusion.exprs import Exprs
-from ember.backend.fusion.views import View
+from ember.backend.kernel.exprs import Exprs
+from ember.backend.kernel.views import View
 from ember.backend.ops import BinaryOp, UnaryOp
 
 SHIMS = r"""

@@ -13,7 +13,8 @@ from ember.backend.flex import FlexBackend
 from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.fusion.scheduler import Call, Library
-from ember.backend.fusion.steps import ConvChain, Kernel
+from ember.backend.fusion.steps import ConvChain
+from ember.backend.kernel.steps import Kernel
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 from ember.nn import Conv2dConfig, Linear, LinearConfig, MaxPool2dConfig, Relu
 from ember.nn.loss import CrossEntropyLoss

@@ -15,9 +15,9 @@ from ember.backend.flex import FlexBackend
 from ember.backend.fusion import executors
 from ember.backend.fusion.backend import FusionBackend
 from ember.backend.fusion.llvm import LLVMExecutor
-from ember.backend.fusion.llvm.ops import LOWERED_BINARY, LOWERED_UNARY
 from ember.backend.fusion.scheduler import Call, Kernel, Matmul
-from ember.backend.fusion.views import View
+from ember.backend.kernel.llvm.ops import LOWERED_BINARY, LOWERED_UNARY
+from ember.backend.kernel.views import View
 from ember.backend.ops import BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import FallbackWarning
 from tests.fusion.oracle import DTYPES, FLOATS, Case, assert_same, sample

@@ -145,7 +145,7 @@ class AutodiffBackend(
             return self._backward_hooked(node, order, seed, grads, hook)
         if wanted is None and not create_graph and not self._balanced:
             _backward_first_order(ops, node, order, seed, grads, retain)
-            return _leaf_hooks(hooked, grads)
+            return _leaf_hooks(hooked, grads) if hooked else grads
         # ``reaches`` is set exactly when ``wanted`` is; the loop reads ``wanted_ids`` only
         # after a ``reaches is not None`` check.
         reaches: set[int] | None = None
@@ -192,7 +192,7 @@ class AutodiffBackend(
                 n.step = n.saved = n.ctx = n.recompute = None
                 n.parents = ()
                 n.consumed = True
-        return _leaf_hooks(hooked, grads)
+        return _leaf_hooks(hooked, grads) if hooked else grads
 
     def _backward_hooked(self, node: Node, order: list[Node], seed: Any, grads: Gradients, hook: Any) -> Gradients:
         """``backward`` that calls ``hook(leaf id, grad)`` once each leaf's gradient is

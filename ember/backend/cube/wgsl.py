@@ -22,6 +22,7 @@ import numpy as np
 
 from ember.backend.cube import complex64, int64
 from ember.backend.cube.dtypes import Storage
+from ember.backend.kernel.op_table import BINARY_MATH, UNARY_MATH
 from ember.backend.ops import BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, BinaryOp, UnaryOp
 
 MAX_RANK = 8
@@ -333,35 +334,14 @@ _C = complex64.C
 # op -> {compute type: template}
 UNARY: dict[str, dict[str, str]] = {
     UnaryOp.NEG: {_F: "(-{a})", _I: "(-{a})", _L: "neg_l({a})"},
-    UnaryOp.ABS: {_F: "abs({a})", _I: "abs({a})", _L: "abs_l({a})"},
-    UnaryOp.EXP: {_F: "exp({a})"},
-    UnaryOp.LOG: {_F: "log({a})"},
-    UnaryOp.LOG1P: {_F: "log1p_f({a})"},
-    UnaryOp.EXPM1: {_F: "expm1_f({a})"},
-    UnaryOp.SQRT: {_F: "sqrt({a})"},
+    UnaryOp.ABS: {_I: "abs({a})", _L: "abs_l({a})"},
     UnaryOp.RSQRT: {_F: "(1.0 / sqrt({a}))"},
     UnaryOp.RECIP: {_F: "(1.0 / {a})"},
-    UnaryOp.SIN: {_F: "sin({a})"},
-    UnaryOp.COS: {_F: "cos({a})"},
-    UnaryOp.TAN: {_F: "tan({a})"},
-    UnaryOp.TANH: {_F: "tanh_f({a})"},
-    UnaryOp.SINH: {_F: "sinh_f({a})"},
-    UnaryOp.COSH: {_F: "cosh({a})"},
-    UnaryOp.ASIN: {_F: "asin_f({a})"},
-    UnaryOp.ACOS: {_F: "acos_f({a})"},
-    UnaryOp.ATAN: {_F: "atan_f({a})"},
-    UnaryOp.ERF: {_F: "erf_f({a})"},
-    UnaryOp.LOG2: {_F: "log2({a})"},
-    UnaryOp.LOG10: {_F: "log10_f({a})"},
-    UnaryOp.EXP2: {_F: "exp2({a})"},
-    UnaryOp.ASINH: {_F: "asinh_f({a})"},
-    UnaryOp.ACOSH: {_F: "acosh_f({a})"},
-    UnaryOp.ATANH: {_F: "atanh_f({a})"},
     UnaryOp.SIGN: {_F: "sign_f({a})", _I: "sign({a})", _L: "sign_l({a})"},
-    UnaryOp.ROUND: {_F: "round({a})", _I: "{a}", _L: "{a}"},
-    UnaryOp.FLOOR: {_F: "floor({a})", _I: "{a}", _L: "{a}"},
-    UnaryOp.CEIL: {_F: "ceil({a})", _I: "{a}", _L: "{a}"},
-    UnaryOp.TRUNC: {_F: "trunc({a})", _I: "{a}", _L: "{a}"},
+    UnaryOp.ROUND: {_I: "{a}", _L: "{a}"},
+    UnaryOp.FLOOR: {_I: "{a}", _L: "{a}"},
+    UnaryOp.CEIL: {_I: "{a}", _L: "{a}"},
+    UnaryOp.TRUNC: {_I: "{a}", _L: "{a}"},
     UnaryOp.SQUARE: {_F: "({a} * {a})", _I: "({a} * {a})", _L: "mul_l({a}, {a})"},
     UnaryOp.IS_NAN: {_F: "is_nan_f({a})", _I: "false", _B: "false", _L: "false"},
     UnaryOp.IS_INF: {_F: "is_inf_f({a})", _I: "false", _B: "false", _L: "false"},
@@ -383,9 +363,7 @@ BINARY: dict[str, dict[str, str]] = {
     BinaryOp.DIV: {_F: "({a} / {b})", _I: "floordiv_i({a}, {b})", _L: "floordiv_l({a}, {b})"},
     BinaryOp.REMAINDER: {_F: "rem_f({a}, {b})", _I: "rem_i({a}, {b})", _L: "rem_l({a}, {b})"},
     BinaryOp.FLOOR_DIV: {_F: "floordiv_f({a}, {b})", _I: "floordiv_i({a}, {b})", _L: "floordiv_l({a}, {b})"},
-    BinaryOp.POW: {_F: "pow_f({a}, {b})", _I: "pow_i({a}, {b})", _L: "pow_l({a}, {b})"},
-    BinaryOp.ATAN2: {_F: "atan2_f({a}, {b})"},
-    BinaryOp.COPYSIGN: {_F: "copysign_f({a}, {b})"},
+    BinaryOp.POW: {_I: "pow_i({a}, {b})", _L: "pow_l({a}, {b})"},
     BinaryOp.MAXIMUM: {_F: "max_f({a}, {b})", _I: "max({a}, {b})", _B: "({a} || {b})", _L: "max_l({a}, {b})"},
     BinaryOp.MINIMUM: {_F: "min_f({a}, {b})", _I: "min({a}, {b})", _B: "({a} && {b})", _L: "min_l({a}, {b})"},
     BinaryOp.EQ: {_F: "({a} == {b})", _I: "({a} == {b})", _B: "({a} == {b})", _L: "eq_l({a}, {b})"},
@@ -404,6 +382,11 @@ BINARY: dict[str, dict[str, str]] = {
     BinaryOp.LEFT_SHIFT: {_I: "select({a} << u32({b}), 0, u32({b}) >= 32u)", _L: "shl_by_l({a}, {b})"},
     BinaryOp.RIGHT_SHIFT: {_I: "({a} >> min(u32({b}), 31u))", _L: "shr_by_l({a}, {b})"},
 }
+# The float functions: one spelling per printer in the kernel layer's op table.
+for _uop, _fn in UNARY_MATH.items():
+    UNARY.setdefault(_uop, {})[_F] = f"{_fn.wgsl}({{a}})"
+for _bop, _fn in BINARY_MATH.items():
+    BINARY.setdefault(_bop, {})[_F] = f"{_fn.wgsl}({{a}}, {{b}})"
 for _op, _template in complex64.UNARY.items():
     UNARY.setdefault(_op, {})[_C] = _template
 for _op, _template in complex64.BINARY.items():

@@ -2,8 +2,8 @@
 
 See :mod:`ember.backend.fusion.graph` for the IR,
 :mod:`ember.backend.fusion.backend` for ``Device.fusion()``,
-:mod:`ember.backend.fusion.scheduler` (over :mod:`~ember.backend.fusion.exprs`,
-:mod:`~ember.backend.fusion.steps` and :mod:`~ember.backend.fusion.views`) and
+:mod:`ember.backend.fusion.scheduler` (over :mod:`~ember.backend.kernel.exprs`,
+:mod:`~ember.backend.fusion.steps` and :mod:`~ember.backend.kernel.views`) and
 :mod:`ember.backend.fusion.memory` for the target-independent fusion analysis,
 :mod:`ember.backend.fusion.llvm` for the CPU lowering and
 :mod:`ember.backend.fusion.wgsl` for the cube (wgpu) lowering.

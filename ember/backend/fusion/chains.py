@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.backend.fusion.exprs import Expr, Exprs
-from ember.backend.fusion.steps import ConvChain, Kernel, Library, Schedule, Step, Store
-from ember.backend.fusion.views import View, size_of
+from ember.backend.fusion.steps import ConvChain, Library, Schedule, Step
+from ember.backend.kernel.exprs import Expr, Exprs
+from ember.backend.kernel.steps import Kernel, Store
+from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import BinaryOp
 
 

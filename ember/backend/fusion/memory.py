@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ember.backend.fusion.scheduler import Kernel, Schedule
-from ember.backend.fusion.views import View, size_of
+from ember.backend.kernel.views import View, size_of
 
 #: Byte alignment of every arena buffer (a cache line; enough for any vector load).
 ALIGN = 64

@@ -6,8 +6,8 @@ expanded graph (:mod:`ember.backend.fusion.expand`) in program order and produce
 a list of *steps*:
 
 * :class:`Kernel`: one loop nest over an iteration space. Its outputs are
-  expression trees (:mod:`ember.backend.fusion.exprs`) whose leaves read buffers
-  through strided views (:mod:`ember.backend.fusion.views`), constants and
+  expression trees (:mod:`ember.backend.kernel.exprs`) whose leaves read buffers
+  through strided views (:mod:`ember.backend.kernel.views`), constants and
   run-time scalars.
   A kernel may carry reductions along one dim: then its *prologue* (expressions
   over the full space, such as ``x * x`` or ``exp(x - max)``) feeds accumulators,
@@ -37,22 +37,12 @@ from typing import Any
 import numpy as np
 
 from ember.backend.fusion.expand import Expanded
-from ember.backend.fusion.exprs import Expr, Exprs
 from ember.backend.fusion.graph import Node, Ref
 from ember.backend.fusion.scalars import SymScalar
-from ember.backend.fusion.steps import (
-    Buffer,
-    Call,
-    Kernel,
-    Library,
-    Matmul,
-    Reduction,
-    Schedule,
-    Step,
-    Store,
-    Target,
-)
-from ember.backend.fusion.views import View, size_of
+from ember.backend.fusion.steps import Call, Library, Schedule, Step, Target
+from ember.backend.kernel.exprs import Expr, Exprs
+from ember.backend.kernel.steps import Buffer, Kernel, Matmul, Reduction, Store
+from ember.backend.kernel.views import View, size_of
 
 #: Deepest expression a kernel inlines; a longer chain of ops is stored and read back
 #: (it bounds the recursion of analysis and code generation, and costs one pass per

@@ -1,12 +1,15 @@
-"""Steps: what a schedule runs, in order, and the buffers they read and write.
+"""The fusion compiler's schedule: what a plan runs, in order.
 
-A :class:`Kernel` is one loop nest (elementwise, or with reductions along one dim);
-a :class:`Matmul` a (batched) matrix product; a :class:`Library` a node with a
-hand-written lowering (convolution, pooling, gather/scatter); a :class:`Call` a node
-left to the eager backend; a :class:`ConvChain` a convolution with the elementwise kernel
-and the max pooling after it, run per sample (built by :mod:`ember.backend.fusion.chains`). A :class:`Schedule` lists them with their :class:`Buffer` s, where
-each returned value lives and the run-time scalars; a lowering compiles it and a
-:class:`Target` tells the analysis what that lowering can compile.
+The loop-level steps (:class:`~ember.backend.kernel.steps.Kernel`,
+:class:`~ember.backend.kernel.steps.Matmul`) and :class:`~ember.backend.kernel.steps.Buffer`
+are the kernel IR's (:mod:`ember.backend.kernel.steps`). Here are the steps that refer
+to the fusion graph: a :class:`Library` a node with a hand-written lowering
+(convolution, pooling, gather/scatter); a :class:`Call` a node left to the eager
+backend; a :class:`ConvChain` a convolution with the elementwise kernel and the max
+pooling after it, run per sample (built by :mod:`ember.backend.fusion.chains`). A
+:class:`Schedule` lists the steps with their buffers, where each returned value lives
+and the run-time scalars; a lowering compiles it and a :class:`Target` tells the
+analysis what that lowering can compile.
 """
 
 from __future__ import annotations
@@ -17,82 +20,9 @@ from typing import Any
 import numpy as np
 
 from ember.backend.fusion.expand import Expanded
-from ember.backend.fusion.exprs import Expr
 from ember.backend.fusion.graph import Graph, Node
-from ember.backend.fusion.views import View, size_of
-from ember.backend.ops import ReduceOp
-
-
-@dataclass
-class Buffer:
-    """Storage for values: a graph input or constant, a result of an eager call, or a
-    buffer the plan owns (``kind == "temp"``; the memory plan places it)."""
-
-    id: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    kind: str  # input | const | call | temp
-    value: int = -1  # the graph value it holds (input, const, call)
-    scratch: bool = False  # a target's private buffer for one step (see memory.plan_memory)
-
-    @property
-    def nbytes(self) -> int:
-        return size_of(self.shape) * self.dtype.itemsize
-
-
-@dataclass
-class Reduction:
-    op: ReduceOp
-    expr: Expr  # over the full space
-    dtype: np.dtype  # the result's dtype
-    count: int  # elements reduced (for mean)
-
-
-@dataclass
-class Store:
-    buffer: int
-    expr: Expr
-    reduced: bool  # over the reduced space (an epilogue) rather than the full one
-
-
-@dataclass
-class Kernel:
-    """One loop nest over ``space``; with reductions, along ``dim``."""
-
-    space: tuple[int, ...]
-    dim: int | None
-    reductions: list[Reduction]
-    stores: list[Store]
-
-    @property
-    def reduced_space(self) -> tuple[int, ...]:
-        if self.dim is None:
-            return self.space
-        return self.space[: self.dim] + (1,) + self.space[self.dim + 1 :]
-
-    def reads(self) -> set[int]:
-        return {e.op for s in self.stores for e in s.expr.walk() if e.kind == "load"} | {
-            e.op for r in self.reductions for e in r.expr.walk() if e.kind == "load"
-        }
-
-    def writes(self) -> set[int]:
-        return {s.buffer for s in self.stores}
-
-
-@dataclass
-class Matmul:
-    """``out = a @ b`` with batch dims broadcast; operands are strided views."""
-
-    a: tuple[int, View]
-    b: tuple[int, View]
-    out: int
-    dtype: np.dtype
-
-    def reads(self) -> set[int]:
-        return {self.a[0], self.b[0]}
-
-    def writes(self) -> set[int]:
-        return {self.out}
+from ember.backend.kernel.steps import Buffer, Kernel, Matmul
+from ember.backend.kernel.views import View
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from ember.backend.autodiff.graph import Gradients
 from ember.errors import DTypeError, GraphError, ShapeError
 from ember.tensor.checks import FLOAT_NP, NP_TO_DTYPE
 from ember.tensor.ops.base import TensorOpsBase
@@ -117,8 +118,6 @@ class AutodiffOps(TensorOpsBase):
     def _check_grads(op: str, grads: Any) -> None:
         """``grads`` must be the ``Gradients`` of a ``backward`` (anything else, a dict
         say, would find no gradient and answer ``None`` as if there were none)."""
-        from ember.backend.autodiff.graph import Gradients
-
         if isinstance(grads, Gradients):
             return
         name = type(grads).__name__
@@ -195,7 +194,8 @@ class AutodiffOps(TensorOpsBase):
         or a tracked tensor on this autodiff device when ``grads`` came from
         ``backward(create_graph=True)``."""
         backend = self._autodiff_backend("grad")
-        self._check_grads("grad", grads)
+        if type(grads) is not Gradients:
+            self._check_grads("grad", grads)
         g = backend.grad(self._p, grads)
         return None if g is None else self.__class__(g, self._grad_device(grads))
 
@@ -206,7 +206,8 @@ class AutodiffOps(TensorOpsBase):
         if inner is None:
             raise self._no_autodiff("grad_remove")
         backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
-        self._check_grads("grad_remove", grads)
+        if type(grads) is not Gradients:
+            self._check_grads("grad_remove", grads)
         g = backend.grad_remove(self._p, grads)
         if g is None:
             return None
@@ -216,7 +217,8 @@ class AutodiffOps(TensorOpsBase):
         """Sets this tensor's gradient in ``grads`` to ``grad`` (a tensor on the inner
         device, or on this autodiff device for ``create_graph`` gradients)."""
         backend = self._autodiff_backend("grad_replace")
-        self._check_grads("grad_replace", grads)
+        if type(grads) is not Gradients:
+            self._check_grads("grad_replace", grads)
         from ember.tensor.tensor import Tensor
 
         if not isinstance(grad, Tensor):

@@ -14,7 +14,9 @@ def _mse_step(ops, g, saved, ctx):
     n = 1
     for d in diff.shape:
         n *= d
-    scale = ops.binary(BinaryOp.MUL, ops.reshape(g, ()), 2.0 / n if mean else 2.0)  # g: shape [1]
+    if not diff.shape:  # the [1]-shaped seed of a 0-d input's loss: its gradient stays 0-d
+        g = ops.reshape(g, ())
+    scale = ops.binary(BinaryOp.MUL, g, 2.0 / n if mean else 2.0)
     grad = ops.binary(BinaryOp.MUL, diff, scale)
     return (grad if track_pred else None, ops.unary(UnaryOp.NEG, grad) if track_target else None)
 

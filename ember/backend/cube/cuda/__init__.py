@@ -8,7 +8,7 @@ Why here: in Burn, CUDA is a *runtime* of the cube backend next to wgpu (the rep
 ``Cube(Cuda(...))``), and docs/design.md's backend layer lists cube as "GPU: wgpu and cuda
 runtimes". The package shares no code with the WGSL side (different language, memory
 model and launch API); what it shares with the rest of ember is the kernel IR of the
-fusion layer (:mod:`ember.backend.fusion.exprs`, ``steps``, ``views``), which
+fusion layer (:mod:`ember.backend.kernel.exprs`, ``steps``, ``views``), which
 :mod:`.lowering` turns into CUDA C. It imports only from ``ember.backend`` (a backend
 layer package) and never touches the GPU at import.
 

@@ -26,9 +26,9 @@ from ember.backend.cube.cuda.runtime import CudaRuntime, DeviceScalar
 from ember.backend.cube.cuda.tensor import CudaTensor
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
-from ember.backend.fusion.exprs import Expr, Exprs
-from ember.backend.fusion.steps import Kernel, Reduction, Store
-from ember.backend.fusion.views import View, size_of
+from ember.backend.kernel.exprs import Expr, Exprs
+from ember.backend.kernel.steps import Kernel, Reduction, Store
+from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import BOOL_RESULT_BINARY, ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
 from ember.errors import IndexOutOfBoundsError
 

@@ -1,8 +1,10 @@
-"""One fusion :class:`~ember.backend.fusion.steps.Kernel` as a CUDA C ``__global__`` function.
+"""One fusion :class:`~ember.backend.kernel.steps.Kernel` as a CUDA C ``__global__`` function.
 
-A kernel's iteration space is simplified first (size-1 dims dropped, neighbouring
-dims that every access walks as one run merged, the reduced dim kept apart), so a
-dense elementwise kernel is one flat grid-stride loop with no index arithmetic.
+A kernel's iteration space is simplified first by the kernel layer's
+:func:`~ember.backend.kernel.space.simplify` (size-1 dims dropped, neighbouring dims
+that every access walks as one run merged, the reduced dim kept apart; the LLVM loops
+share it), so a dense elementwise kernel is one flat grid-stride loop with no index
+arithmetic.
 
 Two ways to give the geometry (sizes, strides, offsets):
 
@@ -39,9 +41,10 @@ from ember.backend.cube.cuda.dtypes import (
 )
 from ember.backend.cube.cuda.lowering import CExpr, cast_code, scalar_code
 from ember.backend.dtype import DType
-from ember.backend.fusion.exprs import Expr
-from ember.backend.fusion.steps import Kernel, Reduction
-from ember.backend.fusion.views import View, size_of
+from ember.backend.kernel.exprs import Expr
+from ember.backend.kernel.space import Space, simplify
+from ember.backend.kernel.steps import Kernel, Reduction
+from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import ReduceOp
 
 #: Threads per block of every generated kernel.
@@ -53,68 +56,6 @@ MAX_GRID = 1 << 20
 
 _F64 = np.dtype(np.float64)
 _BOOL = np.dtype(np.bool_)
-
-
-# ---------------------------------------------------------------------- geometry
-@dataclass
-class Geometry:
-    """A kernel's simplified space: ``sizes`` (outermost first), the position of the
-    reduced dim (``red``), and per access (loads, then stores) strides and offset."""
-
-    sizes: list[int]
-    red: int | None
-    strides: list[list[int]]  # [access][dim]
-    offsets: list[int]
-
-    def flat(self, access: int) -> bool:
-        """Whether ``access`` walks the space row-major (address = offset + linear index)."""
-        step = 1
-        for size, stride in zip(reversed(self.sizes), reversed(self.strides[access])):
-            if size != 1 and stride != step:
-                return False
-            step *= size
-        return True
-
-    def mode(self, access: int) -> str:
-        """``"z"`` (one element: every stride 0), ``"f"`` (flat) or ``"g"`` (general)."""
-        if all(s == 0 or z == 1 for s, z in zip(self.strides[access], self.sizes)):
-            return "z"
-        return "f" if self.flat(access) else "g"
-
-    def args(self) -> list[int]:
-        """The dynamic geometry parameters' values, in parameter order."""
-        return list(self.sizes) + [s for row in self.strides for s in row] + list(self.offsets)
-
-
-def _full(view: View, space: tuple[int, ...], dim: int | None) -> View:
-    """A view over the reduced space (or one element), seen over the full space."""
-    if view.shape == () or view.size == 1:
-        return View(space, (0,) * len(space), view.offset)
-    if dim is None or view.shape == space:
-        return view
-    strides = list(view.strides)
-    strides[dim] = 0
-    return View(space, tuple(strides), view.offset)
-
-
-def simplify(space: tuple[int, ...], dim: int | None, views: list[View]) -> Geometry:
-    full = [_full(v, space, dim) for v in views]
-    kept = [k for k in range(len(space)) if space[k] != 1 or k == dim]
-    dims: list[tuple[int, list[int]]] = []
-    red = None
-    for k in kept:
-        strides = [f.strides[k] for f in full]
-        if dims and k != dim and red != len(dims) - 1:
-            size0, strides0 = dims[-1]
-            if all(s0 == s * space[k] for s0, s in zip(strides0, strides)):
-                dims[-1] = (size0 * space[k], strides)
-                continue
-        if k == dim:
-            red = len(dims)
-        dims.append((space[k], strides))
-    return Geometry(
-        [d[0] for d in dims], red, [[d[1][a] for d in dims] for a in range(len(views))], [f.offset for f in full]
-    )
 
 
 # ---------------------------------------------------------------------- accumulators
@@ -420,7 +361,7 @@ class KernelBuilder:
                 work = math.prod(g.sizes[: g.red]) * math.prod(g.sizes[g.red + 1 :])
         return min(max(-(-work // BLOCK), 1), MAX_GRID)
 
-    def _reduction_body(self, g: Geometry, sizes, emitter, stores, decompose) -> list[str]:
+    def _reduction_body(self, g: Space, sizes, emitter, stores, decompose) -> list[str]:
         kernel = self.kernel
         ix = self.index
         rank = len(g.sizes)
@@ -553,4 +494,4 @@ class KernelBuilder:
         return lines
 
 
-__all__ = ["BLOCK", "Geometry", "KernelBuilder", "KernelCode", "acc_dtype", "simplify"]
+__all__ = ["BLOCK", "KernelBuilder", "KernelCode", "acc_dtype"]

@@ -1,7 +1,7 @@
 """The CUDA C lowering of the kernel IR's expressions, with flex's (numpy's) semantics.
 
-:class:`CExpr` turns the :class:`~ember.backend.fusion.exprs.Expr` trees of a
-fusion :class:`~ember.backend.fusion.steps.Kernel` into straight-line CUDA C: one
+:class:`CExpr` turns the :class:`~ember.backend.kernel.exprs.Expr` trees of a
+fusion :class:`~ember.backend.kernel.steps.Kernel` into straight-line CUDA C: one
 ``const`` local per node, in dependency order, so shared subexpressions are
 computed once. Where a leaf comes from is the caller's business: ``load`` gives
 the C code reading a load node's element, ``scalar`` the code of a run-time
@@ -11,7 +11,9 @@ kernels from these same trees (one op is a one-node tree), and the fusion layer
 can lower a whole schedule's kernels with it (:mod:`.codegen`).
 
 :data:`LOWERED_UNARY` and :data:`LOWERED_BINARY` list the ops lowered per dtype
-family (``"f"`` floats, ``"i"`` int32/int64, ``"u"`` uint8, ``"b"`` bool).
+family (``"f"`` floats, ``"i"`` int32/int64, ``"u"`` uint8, ``"b"`` bool) and the float
+functions' CUDA names come from the kernel layer's op table
+(:mod:`ember.backend.kernel.op_table`), shared with the LLVM and WGSL printers.
 """
 
 from __future__ import annotations
@@ -22,105 +24,19 @@ import numpy as np
 
 from ember.backend.cube.cuda.dtypes import UNSIGNED, compute_type, dtype_of, family, literal, round_code
 from ember.backend.dtype import DType
-from ember.backend.fusion.exprs import Expr
+from ember.backend.kernel.exprs import Expr
+from ember.backend.kernel.op_table import BINARY_MATH, COMPARE, UNARY_MATH, MathFn
+from ember.backend.kernel.op_table import LOWERED_BINARY as OP_TABLE_BINARY
+from ember.backend.kernel.op_table import LOWERED_UNARY as OP_TABLE_UNARY
 from ember.backend.ops import BinaryOp, UnaryOp
 
-_COMPARE = {
-    BinaryOp.EQ: "==",
-    BinaryOp.NE: "!=",
-    BinaryOp.GT: ">",
-    BinaryOp.GE: ">=",
-    BinaryOp.LT: "<",
-    BinaryOp.LE: "<=",
-}
 _LOGICAL = {BinaryOp.LOGICAL_AND: "&&", BinaryOp.LOGICAL_OR: "||", BinaryOp.LOGICAL_XOR: "!="}
 _BITWISE = {BinaryOp.BITWISE_AND: "&", BinaryOp.BITWISE_OR: "|", BinaryOp.BITWISE_XOR: "^"}
 
-_FLOAT_UNARY = frozenset(UnaryOp) - {UnaryOp.BITWISE_NOT}
-_INT_UNARY = frozenset(
-    {
-        UnaryOp.NEG,
-        UnaryOp.ABS,
-        UnaryOp.SIGN,
-        UnaryOp.SQUARE,
-        UnaryOp.IS_NAN,
-        UnaryOp.IS_INF,
-        UnaryOp.IS_FINITE,
-        UnaryOp.LOGICAL_NOT,
-        UnaryOp.BITWISE_NOT,
-    }
-)
-_BOOL_UNARY = frozenset({UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT, UnaryOp.BITWISE_NOT})
-LOWERED_UNARY = {"f": _FLOAT_UNARY, "i": _INT_UNARY, "u": _INT_UNARY, "b": _BOOL_UNARY}
-
-_FLOAT_BINARY = (
-    frozenset(
-        {
-            BinaryOp.ADD,
-            BinaryOp.SUB,
-            BinaryOp.MUL,
-            BinaryOp.DIV,
-            BinaryOp.REMAINDER,
-            BinaryOp.FLOOR_DIV,
-            BinaryOp.POW,
-            BinaryOp.ATAN2,
-            BinaryOp.COPYSIGN,
-            BinaryOp.MAXIMUM,
-            BinaryOp.MINIMUM,
-        }
-    )
-    | set(_COMPARE)
-    | set(_LOGICAL)
-)
-_INT_BINARY = (
-    frozenset(
-        {
-            BinaryOp.ADD,
-            BinaryOp.SUB,
-            BinaryOp.MUL,
-            BinaryOp.DIV,
-            BinaryOp.REMAINDER,
-            BinaryOp.FLOOR_DIV,
-            BinaryOp.MAXIMUM,
-            BinaryOp.MINIMUM,
-            BinaryOp.LEFT_SHIFT,
-            BinaryOp.RIGHT_SHIFT,
-        }
-    )
-    | set(_COMPARE)
-    | set(_LOGICAL)
-    | set(_BITWISE)
-)
-_BOOL_BINARY = frozenset({BinaryOp.MAXIMUM, BinaryOp.MINIMUM}) | set(_COMPARE) | set(_LOGICAL) | set(_BITWISE)
-LOWERED_BINARY = {"f": _FLOAT_BINARY, "i": _INT_BINARY, "u": _INT_BINARY, "b": _BOOL_BINARY}
-
-# Float functions with one CUDA math call each: (float name, double name).
-_MATH_UNARY = {
-    UnaryOp.EXP: "exp",
-    UnaryOp.LOG: "log",
-    UnaryOp.LOG1P: "log1p",
-    UnaryOp.EXPM1: "expm1",
-    UnaryOp.SQRT: "sqrt",
-    UnaryOp.SIN: "sin",
-    UnaryOp.COS: "cos",
-    UnaryOp.TAN: "tan",
-    UnaryOp.TANH: "tanh",
-    UnaryOp.SINH: "sinh",
-    UnaryOp.COSH: "cosh",
-    UnaryOp.ASIN: "asin",
-    UnaryOp.ACOS: "acos",
-    UnaryOp.ATAN: "atan",
-    UnaryOp.ERF: "erf",
-    UnaryOp.LOG2: "log2",
-    UnaryOp.EXP2: "exp2",
-    UnaryOp.ASINH: "asinh",
-    UnaryOp.ACOSH: "acosh",
-    UnaryOp.ATANH: "atanh",
-    UnaryOp.ROUND: "rint",
-    UnaryOp.FLOOR: "floor",
-    UnaryOp.CEIL: "ceil",
-    UnaryOp.TRUNC: "trunc",
-    UnaryOp.ABS: "fabs",
+#: The kernel layer's op table, with integer ``div`` (floored, as flex).
+LOWERED_UNARY = OP_TABLE_UNARY
+LOWERED_BINARY = {
+    family: ops | {BinaryOp.DIV} if family in ("i", "u") else ops for family, ops in OP_TABLE_BINARY.items()
 }
 
 
@@ -141,6 +57,13 @@ def _fn(name: str, dtype: np.dtype | DType) -> str:
     return name if dtype_of(dtype) is DType.FLOAT64 else name + "f"
 
 
+def math_code(fn: MathFn, dtype: np.dtype | DType, *args: str) -> str:
+    """C code of the float function ``fn`` (an entry of the kernel layer's op table)."""
+    if fn.f32_via_f64 and dtype_of(dtype) is not DType.FLOAT64:
+        return f"(float){fn.c}({', '.join(f'(double){a}' for a in args)})"
+    return f"{_fn(fn.c, dtype)}({', '.join(args)})"
+
+
 # ---------------------------------------------------------------------- single ops
 def unary_code(op: UnaryOp, x: str, dtype: np.dtype | DType) -> str:
     """C code of ``op(x)`` for an operand of ``dtype`` (its compute type)."""
@@ -155,12 +78,10 @@ def unary_code(op: UnaryOp, x: str, dtype: np.dtype | DType) -> str:
         return f"(!{x})"
     t = compute_type(dtype)
     if fam == "f":
+        if op in UNARY_MATH:
+            return math_code(UNARY_MATH[op], dtype, x)
         if op == UnaryOp.NEG:
             return f"(-{x})"
-        if op in _MATH_UNARY:
-            return f"{_fn(_MATH_UNARY[op], dtype)}({x})"
-        if op == UnaryOp.LOG10:  # in float64 for narrower floats, as flex (exact at powers of ten)
-            return f"log10({x})" if t == "double" else f"(float)log10((double){x})"
         if op == UnaryOp.RSQRT:
             return f"(({t})1 / {_fn('sqrt', dtype)}({x}))"
         if op == UnaryOp.RECIP:
@@ -206,8 +127,8 @@ def binary_code(op: BinaryOp, x: str, y: str, dtype: np.dtype | DType) -> str:
     t = compute_type(dtype)
     if op in _LOGICAL:
         return f"(({x} != 0) {_LOGICAL[op]} ({y} != 0))"
-    if op in _COMPARE:
-        return f"({x} {_COMPARE[op]} {y})"
+    if op in COMPARE:
+        return f"({x} {COMPARE[op]} {y})"
     if op in _BITWISE:
         return f"(({t})({x} {_BITWISE[op]} {y}))"
     if fam == "b":
@@ -221,12 +142,8 @@ def binary_code(op: BinaryOp, x: str, y: str, dtype: np.dtype | DType) -> str:
             return f"({x} * {y})"
         if op == BinaryOp.DIV:
             return f"({x} / {y})"
-        if op == BinaryOp.POW:
-            return f"{_fn('pow', dtype)}({x}, {y})"
-        if op == BinaryOp.ATAN2:
-            return f"{_fn('atan2', dtype)}({x}, {y})"
-        if op == BinaryOp.COPYSIGN:
-            return f"{_fn('copysign', dtype)}({x}, {y})"
+        if op in BINARY_MATH:
+            return math_code(BINARY_MATH[op], dtype, x, y)
         if op == BinaryOp.MAXIMUM:
             return f"nan_max<{t}>({x}, {y})"
         if op == BinaryOp.MINIMUM:

@@ -2,7 +2,7 @@
 
 The layout ops (``permute``, ``expand``, ``flip``, ``slice``, and ``reshape`` where
 the strides allow) only make a new handle; kernels read every operand through its
-:class:`~ember.backend.fusion.views.View` (the same views the fusion IR uses).
+:class:`~ember.backend.kernel.views.View` (the same views the fusion IR uses).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.fusion.views import View
+from ember.backend.kernel.views import View
 
 
 class CudaTensor:

@@ -36,7 +36,8 @@ from ember.backend.fusion.expand import expand, float_operands
 from ember.backend.fusion.graph import Graph, Ref
 from ember.backend.fusion.plan import Executor, Plan
 from ember.backend.fusion.scalars import SymScalar
-from ember.backend.fusion.steps import Call, Kernel, Matmul
+from ember.backend.fusion.steps import Call
+from ember.backend.kernel.steps import Kernel, Matmul
 from ember.errors import FallbackWarning
 
 #: Composites a plan expands into primitives (float32/float64 operands).

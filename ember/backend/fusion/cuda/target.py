@@ -3,7 +3,7 @@
 :class:`CudaTarget` answers the fusion analysis (:func:`ember.backend.fusion.scheduler.schedule`):
 elementwise ops lowered for their dtype family (all eight dtypes, float64 and int64
 natively), layout ops, reductions along one dim, and matmuls (cuBLAS, or the integer
-template). :func:`schedule_kernels` turns every :class:`~ember.backend.fusion.steps.Kernel`
+template). :func:`schedule_kernels` turns every :class:`~ember.backend.kernel.steps.Kernel`
 step of a schedule into CUDA C with its geometry as literals and the run-time
 scalars read from a ``double`` array (so one compiled plan serves every run, and a
 CUDA Graph of it sees each run's learning rate and step count).
@@ -18,8 +18,9 @@ from ember.backend.cube.cuda.lowering import lowers_binary, lowers_unary
 from ember.backend.fusion.expand import float_operands
 from ember.backend.fusion.graph import Graph, Node
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
-from ember.backend.fusion.steps import Kernel, Schedule
-from ember.backend.fusion.views import size_of
+from ember.backend.fusion.steps import Schedule
+from ember.backend.kernel.steps import Kernel
+from ember.backend.kernel.views import size_of
 
 #: Composites the CUDA lowering expands into primitives (float32/float64 operands).
 EXPANDED = frozenset(

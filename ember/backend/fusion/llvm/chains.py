@@ -15,10 +15,11 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph
 from ember.backend.fusion.llvm.library import Emitter, Scratch, conv_core, conv_geometry, max_pool_rows
-from ember.backend.fusion.llvm.loops import KernelEmitter
-from ember.backend.fusion.llvm.mathlib import I64, mem_type
-from ember.backend.fusion.steps import Buffer, ConvChain
-from ember.backend.fusion.views import size_of
+from ember.backend.fusion.steps import ConvChain
+from ember.backend.kernel.llvm.loops import KernelEmitter
+from ember.backend.kernel.llvm.mathlib import I64, mem_type
+from ember.backend.kernel.steps import Buffer
+from ember.backend.kernel.views import size_of
 
 
 def chain_scratch(graph: Graph, step: ConvChain, buffers: list[Buffer]) -> dict[str, int]:

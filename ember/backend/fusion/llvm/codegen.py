@@ -3,12 +3,12 @@
 Each run of consecutive compiled steps (a *segment*) becomes one exported function
 ``void <prefix>_s<n>(i8* arena, i8** ext, double* scalars)``: it computes every
 buffer's address (an arena offset, or read through ``ext``, where a run stores the
-numpy arrays it passes: see :mod:`~ember.backend.fusion.llvm.arrays`) and calls
+numpy arrays it passes: see :mod:`~ember.backend.kernel.llvm.arrays`) and calls
 one internal function per step with the buffers as ``noalias`` arguments (a step
 never writes a buffer it reads, so the vectoriser needs no overlap checks); LLVM
 inlines them.
 
-A kernel is a loop nest over its iteration space (:mod:`.loops`).
+A kernel is a loop nest over its iteration space (:mod:`ember.backend.kernel.llvm.loops`).
 
 Matmuls call BLAS (``cblas_?gemm`` through an address registered with the JIT)
 above a size threshold (:data:`~ember.backend.fusion.llvm.support.BLAS_THRESHOLD`
@@ -28,12 +28,13 @@ from llvmlite import ir
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
-from ember.backend.fusion.llvm.loops import KernelEmitter, Loops
-from ember.backend.fusion.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
-from ember.backend.fusion.llvm.ops import OpEmitter
 from ember.backend.fusion.llvm.support import blas_layout
-from ember.backend.fusion.steps import ConvChain, Kernel, Library, Matmul, Schedule
-from ember.backend.fusion.views import View, size_of
+from ember.backend.fusion.steps import ConvChain, Library, Schedule
+from ember.backend.kernel.llvm.loops import KernelEmitter, Loops
+from ember.backend.kernel.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
+from ember.backend.kernel.llvm.ops import OpEmitter
+from ember.backend.kernel.steps import Kernel, Matmul
+from ember.backend.kernel.views import View, size_of
 
 PTR = ir.PointerType()
 VOID = ir.VoidType()
@@ -56,7 +57,7 @@ class ModuleBuilder:
         status: int = 0,
         stop_on_failure: bool = False,
     ):
-        from ember.backend.fusion.llvm import jit
+        from ember.backend.kernel.llvm import jit
 
         self.schedule = schedule
         self.prefix = prefix

@@ -49,11 +49,9 @@ from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph, Ref
-from ember.backend.fusion.llvm import arrays, jit
 from ember.backend.fusion.llvm.chains import chain_scratch
 from ember.backend.fusion.llvm.codegen import ModuleBuilder
 from ember.backend.fusion.llvm.library import LIBRARY
-from ember.backend.fusion.llvm.loops import scratch_bytes
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
 from ember.backend.fusion.plan import Executor, Plan
@@ -61,7 +59,9 @@ from ember.backend.fusion.replay import PartialRun, ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.scheduler import Buffer, Call, Kernel, Library, schedule
 from ember.backend.fusion.steps import ConvChain
-from ember.backend.fusion.views import View, size_of
+from ember.backend.kernel.llvm import arrays, jit
+from ember.backend.kernel.llvm.loops import scratch_bytes
+from ember.backend.kernel.views import View, size_of
 
 _ENTRY = ctypes.CFUNCTYPE(None)
 _PLAN_IDS = itertools.count()

@@ -38,9 +38,9 @@ from llvmlite import ir
 
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph, Node, Ref
-from ember.backend.fusion.llvm.loops import Loops
-from ember.backend.fusion.llvm.mathlib import I64, const, mem_type, reg_type
-from ember.backend.fusion.views import contiguous_strides, size_of
+from ember.backend.kernel.llvm.loops import Loops
+from ember.backend.kernel.llvm.mathlib import I64, const, mem_type, reg_type
+from ember.backend.kernel.views import contiguous_strides, size_of
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _INDEX = np.dtype(np.int64)

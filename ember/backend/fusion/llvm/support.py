@@ -1,7 +1,7 @@
 """What the LLVM lowering compiles: the :class:`~ember.backend.fusion.scheduler.Target`
 answers of the CPU backend.
 
-Compiled: elementwise ops (per dtype, see :mod:`ember.backend.fusion.llvm.ops`),
+Compiled: elementwise ops (per dtype, see :mod:`ember.backend.kernel.llvm.ops`),
 ``full``, layout ops, reductions, and matmuls of float32/float64, over the dtypes
 float64, float32, int64, int32, uint8 and bool; convolutions (``conv_transpose``
 with stride 1), max pooling with its backward, ``gather`` (``embedding`` expands to one) and ``scatter_add`` as
@@ -20,9 +20,9 @@ from ember.backend.flex.memory import physical_memory
 from ember.backend.fusion.expand import float_operands
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.library import LIBRARY
-from ember.backend.fusion.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
-from ember.backend.fusion.views import View
+from ember.backend.kernel.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
+from ember.backend.kernel.views import View
 from ember.backend.ops import ReduceOp
 
 DTYPES = frozenset(np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_))

@@ -14,9 +14,9 @@ specific to WGSL and the cube backend:
   once and no Python per launch;
 * :mod:`.executor`: plans, their variants and runs.
 
-Two expression IRs, one per level. The fusion :class:`~ember.backend.fusion.exprs.Expr`
+Two expression IRs, one per level. The fusion :class:`~ember.backend.kernel.exprs.Expr`
 is the *kernel IR*: numpy dtypes, loads of schedule buffers through strided
-:class:`~ember.backend.fusion.views.View` s, run-time scalars by slot; the
+:class:`~ember.backend.kernel.views.View` s, run-time scalars by slot; the
 scheduler builds and interns it, and every target (LLVM, WGSL, CUDA C) reads the
 same trees. cube's :class:`~ember.backend.cube.ir.Expr` is the *WGSL emitter's
 input*: WGSL compute types (``f32``, ``i32``, ``i64`` on two words, ``bool``),

@@ -37,13 +37,14 @@ from ember.backend.cube.kernels import matmul as cube_matmul
 from ember.backend.cube.runtime import INFO_WORDS
 from ember.backend.dtype import DType
 from ember.backend.fusion.decompose import call_node
-from ember.backend.fusion.exprs import Expr, Exprs
 from ember.backend.fusion.graph import Ref
 from ember.backend.fusion.replay import ReplayError
 from ember.backend.fusion.scalars import SymScalar
-from ember.backend.fusion.steps import Buffer, Call, Kernel, Matmul, Schedule, Store
-from ember.backend.fusion.views import View
+from ember.backend.fusion.steps import Call, Schedule
 from ember.backend.fusion.wgsl.translate import Translation
+from ember.backend.kernel.exprs import Expr, Exprs
+from ember.backend.kernel.steps import Buffer, Kernel, Matmul, Store
+from ember.backend.kernel.views import View
 
 _F32 = np.dtype(np.float32)
 #: Info words of an elementwise launch: numel, rank, shape, then per operand a block.

@@ -1,7 +1,7 @@
 """Fusion expressions as cube expressions: the one step from the kernel IR to the
 WGSL emitter's input.
 
-A :class:`Translation` turns the :class:`~ember.backend.fusion.exprs.Expr` trees of
+A :class:`Translation` turns the :class:`~ember.backend.kernel.exprs.Expr` trees of
 one launch into :class:`~ember.backend.cube.ir.Expr` trees and collects what the
 launch binds: its *operands* (each distinct ``(buffer, view)`` a load reads, in
 order: ``load(j)``) and its *scalars* (each run-time scalar slot, with the compute
@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from ember.backend.cube import ir
-from ember.backend.fusion.exprs import Expr
-from ember.backend.fusion.views import View
 from ember.backend.fusion.wgsl.support import ctype
+from ember.backend.kernel.exprs import Expr
+from ember.backend.kernel.views import View
 from ember.backend.ops import BinaryOp
 
 _U8 = np.dtype(np.uint8)

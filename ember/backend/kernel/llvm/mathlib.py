@@ -12,8 +12,12 @@ Transcendentals. float32 ``exp`` is computed here in float32 arithmetic and
 then rounded: within about one float32 ulp of the correctly rounded result, and
 vectorisable. float32 ``erf`` is flex's own
 formula (Abramowitz & Stegun 7.1.26 with a series near zero, absolute error below
-1.5e-7). Everything else, and every float64 function, calls the C library (which
-is what numpy's float64 loops compute too, up to its own SIMD variants).
+1.5e-7); :meth:`MathLib.normal_tail_f32` is the same formula in the normal tail's
+variable (exact GELU), and :meth:`MathLib.exp_f32_flushed` an ``exp`` that flushes
+subnormal results to 0 (flex's native kernels). Everything else, and every float64
+function, calls the C library (which is what numpy's float64 loops compute too, up
+to its own SIMD variants). This is the one math library of ember's compiled CPU code:
+fusion's plans and flex's native kernels both emit through it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
+
+# Abramowitz & Stegun 7.1.26 in the normal tail's variable: erf(x) with x = z / sqrt 2,
+# its coefficients halved (Q = (1 - erf) / 2).
+_P_NORMAL = 0.3275911 * math.sqrt(0.5)
+_B_NORMAL = tuple(a / 2 for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
 
 #: Fast-math flags of reductions' accumulation (reassociation lets LLVM vectorise
 #: them; results stay within float tolerance, and NaN/inf are untouched).
@@ -144,11 +153,28 @@ class MathLib:
         two-part ``ln 2``, a degree-7 Taylor polynomial in ``r`` with fused multiply-adds,
         and ``2^n`` as two exponent-built halves, so results that are subnormal or
         overflow round once, correctly."""
+        f = lambda v: ir.Constant(F32, v)  # noqa: E731
+        x = b.select(b.fcmp_ordered("<", x, f(-104.0)), f(-104.0), x)
+        x = b.select(b.fcmp_ordered(">", x, f(89.0)), f(89.0), x)
+        return self._exp_f32_core(b, x)
+
+    def exp_f32_flushed(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        """:meth:`exp_f32` with results below the smallest normal float32 (``x <
+        -87.33``) flushed to 0, and ``inf`` above 88.72; NaN stays NaN. Keeping every
+        lane off the CPU's slow subnormal path matters where many inputs are very
+        negative (masked attention scores sit at -1e4): flex's native kernels use it."""
+        f = lambda v: ir.Constant(F32, v)  # noqa: E731
+        low, high = -87.33654, 88.72283
+        under = b.fcmp_ordered("<", x, f(low))
+        over = b.fcmp_ordered(">", x, f(high))
+        value = self._exp_f32_core(b, b.select(under, f(low), b.select(over, f(high), x)))
+        return b.select(under, f(0.0), b.select(over, f(math.inf), value))
+
+    def _exp_f32_core(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        """``exp`` of a clamped float32 ``x`` (see :meth:`exp_f32`)."""
         fma = lambda a, m, c: self.intr(b, "llvm.fma", a, m, c)  # noqa: E731
         f = lambda v: ir.Constant(F32, v)  # noqa: E731
         shifter = 12582912.0  # 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
-        x = b.select(b.fcmp_ordered("<", x, f(-104.0)), f(-104.0), x)
-        x = b.select(b.fcmp_ordered(">", x, f(89.0)), f(89.0), x)
         t = fma(x, f(1.4426950408889634), f(shifter))
         n = b.fsub(t, f(shifter))
         r = fma(n, f(-0.693359375), x)
@@ -230,3 +256,17 @@ class MathLib:
         q = fma(x2, q, c(1.0))
         near = b.fmul(b.fmul(c(2.0 / math.sqrt(math.pi)), x), q)
         return b.select(b.fcmp_ordered("<", a, c(0.5)), near, far)
+
+    def normal_tail_f32(self, b: ir.IRBuilder, z: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """``(Q(z), exp(-z^2 / 2))`` in float32 for ``z >= 0``, where ``Q(z) =
+        erfc(z / sqrt 2) / 2`` is the normal tail: the :meth:`erf_f32` formula (Abramowitz
+        & Stegun 7.1.26) in ``z``, as flex's exact GELU computes it
+        (``ember.backend.flex.special``), with :meth:`exp_f32_flushed`."""
+        c = lambda v: ir.Constant(F32, v)  # noqa: E731
+        t = b.fdiv(c(1.0), b.fadd(b.fmul(z, c(_P_NORMAL)), c(1.0)))
+        poly = c(_B_NORMAL[4])
+        for coefficient in _B_NORMAL[3::-1]:
+            poly = b.fadd(b.fmul(poly, t), c(coefficient))
+        poly = b.fmul(poly, t)
+        e = self.exp_f32_flushed(b, b.fmul(b.fmul(z, z), c(-0.5)))
+        return b.fmul(poly, e), e

@@ -1,9 +1,10 @@
 """Loop nests in LLVM IR: counted loops, a kernel's simplified iteration space, and
-the emitter that turns one :class:`~ember.backend.fusion.steps.Kernel` into loops.
+the emitter that turns one :class:`~ember.backend.kernel.steps.Kernel` into loops.
 
-A kernel's space is simplified first: size-1 dims are dropped and neighbouring dims
-that every access walks as one run are merged, so a dense elementwise kernel is one
-flat loop. Loop-invariant subexpressions (constants, run-time scalars, one-element
+A kernel's space is simplified first (:func:`ember.backend.kernel.space.simplify`,
+which the CUDA C printer shares): size-1 dims are dropped and neighbouring dims that
+every access walks as one run are merged, so a dense elementwise kernel is one flat
+loop. Loop-invariant subexpressions (constants, run-time scalars, one-element
 loads) are computed once before the loops. A reduction keeps its dim apart: along
 the innermost dim its accumulators live in registers (float32 sums accumulate in
 float64, reassociated so they vectorise); along an outer dim they accumulate a row
@@ -19,11 +20,12 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.fusion.exprs import Expr
-from ember.backend.fusion.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
-from ember.backend.fusion.llvm.ops import OpEmitter
-from ember.backend.fusion.steps import Kernel
-from ember.backend.fusion.views import View, size_of
+from ember.backend.kernel.exprs import Expr
+from ember.backend.kernel.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
+from ember.backend.kernel.llvm.ops import OpEmitter
+from ember.backend.kernel.space import simplify
+from ember.backend.kernel.steps import Kernel
+from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import ReduceOp
 
 _F64 = np.dtype(np.float64)
@@ -91,6 +93,44 @@ class Loops:
         b.position_at_end(done)
         return list(new)
 
+    def count(
+        self,
+        count: ir.Value,
+        body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+        carry: list[ir.Value] | None = None,
+    ) -> list[ir.Value]:
+        """:meth:`run` for a run-time ``count`` (an ``i64`` value, maybe 0 or negative:
+        then the body never runs and the carried values keep their initial ones)."""
+        b = self.b
+        carry = carry or []
+        pre = b.block
+        head = b.append_basic_block("loop")
+        done = b.append_basic_block("done")
+        b.cbranch(b.icmp_signed("<=", count, ir.Constant(I64, 0)), done, head)
+        b.position_at_end(head)
+        index = b.phi(I64)
+        index.add_incoming(ir.Constant(I64, 0), pre)
+        phis = []
+        for value in carry:
+            phi = b.phi(value.type)
+            phi.add_incoming(value, pre)
+            phis.append(phi)
+        new = body(index, list(phis))
+        step = b.add(index, ir.Constant(I64, 1))
+        latch = b.block
+        index.add_incoming(step, latch)
+        for phi, value in zip(phis, new):
+            phi.add_incoming(value, latch)
+        b.cbranch(b.icmp_signed("<", step, count), head, done)
+        b.position_at_end(done)
+        results = []
+        for init, value in zip(carry, new):
+            merged = b.phi(init.type)
+            merged.add_incoming(init, pre)
+            merged.add_incoming(value, latch)
+            results.append(merged)
+        return results
+
     def nest(
         self, sizes: list[int], body: Callable[[list[ir.Value]], None], prefix: list[ir.Value] | None = None
     ) -> None:
@@ -105,42 +145,6 @@ class Loops:
             return []
 
         self.run(sizes[0], inner)
-
-
-class Space:
-    """A kernel's simplified iteration space: dims and every access's strides on them."""
-
-    def __init__(self, kernel: Kernel, views: list[View]):
-        space, dim = kernel.space, kernel.dim
-        full = [self._full(v, kernel) for v in views]
-        kept = [k for k in range(len(space)) if space[k] != 1 or k == dim]
-        dims: list[tuple[int, list[int]]] = []  # (size, strides per access), outermost first
-        red = None
-        for k in kept:
-            strides = [f.strides[k] for f in full]
-            if dims and k != dim and red != len(dims) - 1:
-                size0, strides0 = dims[-1]
-                if all(s0 == s * space[k] for s0, s in zip(strides0, strides)):
-                    dims[-1] = (size0 * space[k], strides)
-                    continue
-            if k == dim:
-                red = len(dims)
-            dims.append((space[k], strides))
-        self.sizes = [d[0] for d in dims]
-        self.strides = [d[1] for d in dims]  # strides[dim][access]
-        self.offsets = [f.offset for f in full]
-        self.red = red
-
-    @staticmethod
-    def _full(view: View, kernel: Kernel) -> View:
-        """A view over the reduced space, seen over the full space (stride 0 along dim)."""
-        if view.shape == () or view.size == 1:
-            return View(kernel.space, (0,) * len(kernel.space), view.offset)
-        if kernel.dim is None or view.shape == kernel.space:
-            return view
-        strides = list(view.strides)
-        strides[kernel.dim] = 0
-        return View(kernel.space, tuple(strides), view.offset)
 
 
 class KernelEmitter:
@@ -178,7 +182,7 @@ class KernelEmitter:
         red_space = kernel.reduced_space
         self.store_views = [View.contiguous(red_space if s.reduced else kernel.space) for s in stores]
         views = [ld.args[0] for ld in self.loads] + self.store_views
-        self.space = Space(kernel, views)
+        self.space = simplify(tuple(kernel.space), kernel.dim, views)
         self.n_loads = len(self.loads)
         self.load_index = {id(e): i for i, e in enumerate(self.loads)}
         self.invariant: dict[int, ir.Value] = {}
@@ -200,8 +204,7 @@ class KernelEmitter:
     def address(self, access: int, indices: list[ir.Value]) -> ir.Value:
         b = self.b
         total: ir.Value = ir.Constant(I64, self.space.offsets[access])
-        for index, strides in zip(indices, self.space.strides):
-            stride = strides[access]
+        for index, stride in zip(indices, self.space.strides[access]):
             if stride and index is not None:
                 total = b.add(total, b.mul(index, ir.Constant(I64, stride)))
         return total
@@ -395,7 +398,7 @@ class KernelEmitter:
         """Reduction along an outer dim: a row of accumulators per reduction in scratch."""
         b = self.b
         sizes, red = self.space.sizes, self.space.red
-        assert red is not None, "the kernel reduces along a dim, which Space keeps"
+        assert red is not None, "the kernel reduces along a dim, which simplify keeps"
         outer_sizes, inner_sizes = sizes[:red], sizes[red + 1 :]
         row = size_of(tuple(inner_sizes))
         used = self._reductions()
@@ -470,13 +473,13 @@ def scratch_bytes(kernel: Kernel) -> int:
     views = [e.args[0] for s in kernel.stores for e in s.expr.walk() if e.kind == "load"]
     views += [e.args[0] for r in kernel.reductions for e in r.expr.walk() if e.kind == "load"]
     views += [View.contiguous(kernel.reduced_space if s.reduced else kernel.space) for s in kernel.stores]
-    space = Space(kernel, views)
+    space = simplify(tuple(kernel.space), kernel.dim, views)
     red = space.red
-    assert red is not None, "the kernel reduces along a dim, which Space keeps"
+    assert red is not None, "the kernel reduces along a dim, which simplify keeps"
     if red == len(space.sizes) - 1:
         return 0
     row = size_of(tuple(space.sizes[red + 1 :]))
     return row * 8 * len(kernel.reductions)
 
 
-__all__ = ["KernelEmitter", "Loops", "Space", "scratch_bytes"]
+__all__ = ["KernelEmitter", "Loops", "scratch_bytes"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.fusion.views import View
+from ember.backend.kernel.views import View
 
 
 class Expr:

@@ -81,9 +81,9 @@ def _init() -> dict[str, Any]:
         return _STATE
 
 
-def _machine() -> Any:
+def _machine(opt: int = 2) -> Any:
     return _STATE["target"].create_target_machine(
-        cpu=_STATE["cpu"], features=_STATE["features"], opt=2, jit=True, codemodel="jitdefault"
+        cpu=_STATE["cpu"], features=_STATE["features"], opt=opt, jit=True, codemodel="jitdefault"
     )
 
 
@@ -105,9 +105,13 @@ class Compiled:
     codegen_s: float
 
 
-def compile_module(ir_text: str, names: list[str]) -> Compiled:
-    """Optimises (O3 pipeline, no interleaving/unrolling) and JIT-compiles ``ir_text``;
-    returns the addresses of the functions ``names``."""
+def compile_module(ir_text: str, names: list[str], *, unroll: bool = False, codegen_opt: int = 2) -> Compiled:
+    """Optimises (O3 pipeline) and JIT-compiles ``ir_text``; returns the addresses of
+    the functions ``names``.
+
+    ``unroll`` turns on loop interleaving and unrolling (off for the fusion layer's
+    many small kernels, see above; flex's few native kernels, compiled once per
+    process, keep them); ``codegen_opt`` is the machine code generator's level (0-3)."""
     import time
 
     state = _init()
@@ -116,14 +120,14 @@ def compile_module(ir_text: str, names: list[str]) -> Compiled:
         module = llvm.parse_assembly(ir_text)
         module.verify()
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_interleaving = False
-        tuning.loop_unrolling = False
+        tuning.loop_interleaving = unroll
+        tuning.loop_unrolling = unroll
         tuning.loop_vectorization = True
         tuning.slp_vectorization = True
         builder = llvm.create_pass_builder(state["machine"], tuning)
         builder.getModulePassManager().run(module, builder)
         middle = time.perf_counter()
-        engine = llvm.create_mcjit_compiler(module, _machine())  # the engine owns its target machine
+        engine = llvm.create_mcjit_compiler(module, _machine(codegen_opt))  # the engine owns its machine
         engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in names}
         end = time.perf_counter()

@@ -1,10 +1,11 @@
 """The elementwise ops of the protocol as LLVM IR, with flex's (numpy's) semantics.
 
-:class:`OpEmitter` turns one :class:`~ember.backend.fusion.scheduler.Expr` node into
-IR given its operands' IR values: unary and binary ops per dtype family, ``where``,
-``clamp`` and casts. :data:`LOWERED_UNARY` and :data:`LOWERED_BINARY` list what is
-lowered per dtype kind (``"f"`` float32/float64, ``"i"`` int32/int64, ``"u"``
-uint8, ``"b"`` bool); anything else runs eagerly on flex.
+:class:`OpEmitter` turns one :class:`~ember.backend.kernel.exprs.Expr` node into IR
+given its operands' IR values: unary and binary ops per dtype family, ``where``,
+``clamp`` and casts. What is lowered per dtype kind (:data:`LOWERED_UNARY`,
+:data:`LOWERED_BINARY`) and each float function's spelling come from the kernel
+layer's op table (:mod:`ember.backend.kernel.op_table`), shared with the CUDA C and
+WGSL printers; anything else runs eagerly on flex.
 """
 
 from __future__ import annotations
@@ -14,93 +15,18 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.fusion.llvm.mathlib import F32, F64, I1, MathLib, reg_type
+from ember.backend.kernel.llvm.mathlib import F32, F64, I1, MathLib, reg_type
+from ember.backend.kernel.op_table import (
+    BINARY_MATH,
+    BITWISE,
+    COMPARE,
+    LOGICAL,
+    LOWERED_BINARY,
+    LOWERED_UNARY,
+    UNARY_MATH,
+    MathFn,
+)
 from ember.backend.ops import BinaryOp, UnaryOp
-
-_FLOAT_UNARY = frozenset(UnaryOp) - {UnaryOp.BITWISE_NOT}
-_INT_UNARY = frozenset(
-    {
-        UnaryOp.NEG,
-        UnaryOp.ABS,
-        UnaryOp.SIGN,
-        UnaryOp.SQUARE,
-        UnaryOp.IS_NAN,
-        UnaryOp.IS_INF,
-        UnaryOp.IS_FINITE,
-        UnaryOp.LOGICAL_NOT,
-        UnaryOp.BITWISE_NOT,
-    }
-)
-_BOOL_UNARY = frozenset({UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE, UnaryOp.LOGICAL_NOT, UnaryOp.BITWISE_NOT})
-LOWERED_UNARY = {"f": _FLOAT_UNARY, "i": _INT_UNARY, "u": _INT_UNARY, "b": _BOOL_UNARY}
-
-_COMPARE = {
-    BinaryOp.EQ: "==",
-    BinaryOp.NE: "!=",
-    BinaryOp.GT: ">",
-    BinaryOp.GE: ">=",
-    BinaryOp.LT: "<",
-    BinaryOp.LE: "<=",
-}
-_LOGICAL = frozenset({BinaryOp.LOGICAL_AND, BinaryOp.LOGICAL_OR, BinaryOp.LOGICAL_XOR})
-_BITWISE = frozenset({BinaryOp.BITWISE_AND, BinaryOp.BITWISE_OR, BinaryOp.BITWISE_XOR})
-_FLOAT_BINARY = (
-    frozenset(
-        {
-            BinaryOp.ADD,
-            BinaryOp.SUB,
-            BinaryOp.MUL,
-            BinaryOp.DIV,
-            BinaryOp.REMAINDER,
-            BinaryOp.FLOOR_DIV,
-            BinaryOp.POW,
-            BinaryOp.ATAN2,
-            BinaryOp.COPYSIGN,
-            BinaryOp.MAXIMUM,
-            BinaryOp.MINIMUM,
-        }
-    )
-    | set(_COMPARE)
-    | _LOGICAL
-)
-_INT_BINARY = (
-    frozenset(
-        {
-            BinaryOp.ADD,
-            BinaryOp.SUB,
-            BinaryOp.MUL,
-            BinaryOp.REMAINDER,
-            BinaryOp.FLOOR_DIV,
-            BinaryOp.MAXIMUM,
-            BinaryOp.MINIMUM,
-            BinaryOp.LEFT_SHIFT,
-            BinaryOp.RIGHT_SHIFT,
-        }
-    )
-    | set(_COMPARE)
-    | _LOGICAL
-    | _BITWISE
-)
-_BOOL_BINARY = frozenset({BinaryOp.MAXIMUM, BinaryOp.MINIMUM}) | set(_COMPARE) | _LOGICAL | _BITWISE
-LOWERED_BINARY = {"f": _FLOAT_BINARY, "i": _INT_BINARY, "u": _INT_BINARY, "b": _BOOL_BINARY}
-
-_LIBM_UNARY = {
-    UnaryOp.LOG1P: "log1p",
-    UnaryOp.EXPM1: "expm1",
-    UnaryOp.SIN: "sin",
-    UnaryOp.COS: "cos",
-    UnaryOp.TAN: "tan",
-    UnaryOp.SINH: "sinh",
-    UnaryOp.COSH: "cosh",
-    UnaryOp.ASIN: "asin",
-    UnaryOp.ACOS: "acos",
-    UnaryOp.ATAN: "atan",
-    UnaryOp.LOG2: "log2",
-    UnaryOp.EXP2: "exp2",
-    UnaryOp.ASINH: "asinh",
-    UnaryOp.ACOSH: "acosh",
-    UnaryOp.ATANH: "atanh",
-}
 
 
 def lowers_cast(src: np.dtype, dst: np.dtype) -> bool:
@@ -147,6 +73,20 @@ class OpEmitter:
             return x if dst.itemsize == 8 else b.fptrunc(x, F32)
         return self.cast(b, x, np.dtype(np.float64), dst)
 
+    # ------------------------------------------------------------------ float functions
+    def math(self, b: ir.IRBuilder, fn: MathFn, *args: ir.Value) -> ir.Value:
+        """The float function ``fn`` (an entry of the kernel layer's op table) of
+        ``args``: its intrinsic, its float32 decomposition, or a libm call."""
+        m = self.m
+        if fn.llvm_intrinsic is not None:
+            return m.intr(b, fn.llvm_intrinsic, *args)
+        f32 = args[0].type == F32
+        if f32 and fn.llvm_f32 is not None:
+            return getattr(m, fn.llvm_f32)(b, *args)
+        if f32 and fn.f32_via_f64:
+            return b.fptrunc(m.call(b, fn.c, *(b.fpext(a, F64) for a in args)), F32)
+        return m.call(b, fn.c, *args)
+
     # ------------------------------------------------------------------ unary
     def unary(self, b: ir.IRBuilder, op: UnaryOp, x: ir.Value, dtype: np.dtype) -> ir.Value:
         kind = dtype.kind
@@ -178,25 +118,11 @@ class OpEmitter:
         m = self.m
         t = x.type
         one = ir.Constant(t, 1.0)
-        f32 = t == F32
+        fn = UNARY_MATH.get(op)
+        if fn is not None:
+            return self.math(b, fn, x)
         if op == UnaryOp.NEG:
             return b.fneg(x)
-        if op == UnaryOp.ABS:
-            return m.intr(b, "llvm.fabs", x)
-        if op == UnaryOp.EXP:
-            return m.exp_f32(b, x) if f32 else m.call(b, "exp", x)
-        if op == UnaryOp.LOG:
-            return m.log_f32(b, x) if f32 else m.call(b, "log", x)
-        if op == UnaryOp.TANH:
-            return m.tanh_f32(b, x) if f32 else m.call(b, "tanh", x)
-        if op == UnaryOp.ERF:
-            return m.erf_f32(b, x) if f32 else m.call(b, "erf", x)
-        if op in _LIBM_UNARY:
-            return m.call(b, _LIBM_UNARY[op], x)
-        if op == UnaryOp.LOG10:  # in float64 for float32, as flex (exact at powers of ten)
-            return b.fptrunc(m.call(b, "log10", b.fpext(x, F64)), F32) if f32 else m.call(b, "log10", x)
-        if op == UnaryOp.SQRT:
-            return m.intr(b, "llvm.sqrt", x)
         if op == UnaryOp.RSQRT:
             return b.fdiv(one, m.intr(b, "llvm.sqrt", x))
         if op == UnaryOp.RECIP:
@@ -205,14 +131,6 @@ class OpEmitter:
             zero = ir.Constant(t, 0.0)
             out = b.select(b.fcmp_ordered("<", x, zero), ir.Constant(t, -1.0), zero)
             return b.select(b.fcmp_ordered(">", x, zero), one, out)
-        if op == UnaryOp.ROUND:
-            return m.intr(b, "llvm.roundeven", x)
-        if op == UnaryOp.FLOOR:
-            return m.intr(b, "llvm.floor", x)
-        if op == UnaryOp.CEIL:
-            return m.intr(b, "llvm.ceil", x)
-        if op == UnaryOp.TRUNC:
-            return m.intr(b, "llvm.trunc", x)
         if op == UnaryOp.SQUARE:
             return b.fmul(x, x)
         if op == UnaryOp.IS_NAN:
@@ -229,16 +147,16 @@ class OpEmitter:
         """``op(x, y)`` for operands of ``dtype``."""
         kind = dtype.kind
         m = self.m
-        if op in _LOGICAL:
+        if op in LOGICAL:
             x, y = m.nonzero(b, x), m.nonzero(b, y)
             return {BinaryOp.LOGICAL_AND: b.and_, BinaryOp.LOGICAL_OR: b.or_, BinaryOp.LOGICAL_XOR: b.xor}[op](x, y)
-        if op in _BITWISE:
+        if op in BITWISE:
             return {BinaryOp.BITWISE_AND: b.and_, BinaryOp.BITWISE_OR: b.or_, BinaryOp.BITWISE_XOR: b.xor}[op](x, y)
         if kind == "f":
             return self._float_binary(b, op, x, y)
-        if op in _COMPARE:
+        if op in COMPARE:
             cmp = b.icmp_signed if kind == "i" else b.icmp_unsigned
-            return cmp(_COMPARE[op], x, y)
+            return cmp(COMPARE[op], x, y)
         if kind == "b":  # maximum / minimum of bools
             return b.or_(x, y) if op == BinaryOp.MAXIMUM else b.and_(x, y)
         signed = kind == "i"
@@ -273,16 +191,13 @@ class OpEmitter:
             return m.fmax(b, x, y)
         if op == BinaryOp.MINIMUM:
             return m.fmin(b, x, y)
-        if op in _COMPARE:
+        if op in COMPARE:
             if op == BinaryOp.NE:
                 return b.fcmp_unordered("!=", x, y)
-            return b.fcmp_ordered(_COMPARE[op], x, y)
-        if op == BinaryOp.POW:
-            return m.call(b, "pow", x, y)
-        if op == BinaryOp.ATAN2:
-            return m.call(b, "atan2", x, y)
-        if op == BinaryOp.COPYSIGN:
-            return m.intr(b, "llvm.copysign", x, y)
+            return b.fcmp_ordered(COMPARE[op], x, y)
+        fn = BINARY_MATH.get(op)
+        if fn is not None:
+            return self.math(b, fn, x, y)
         if op in (BinaryOp.REMAINDER, BinaryOp.FLOOR_DIV):
             return self._float_divmod(b, op, x, y)
         raise NotImplementedError(op)
