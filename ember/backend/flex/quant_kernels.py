@@ -1,5 +1,6 @@
-"""flex's quantized GEMM kernels, compiled once per process with llvmlite (as
-:mod:`ember.backend.flex.native`): no kernel ever writes a float weight to memory.
+"""flex's quantized GEMM kernels, written as LLVM IR and compiled once per process
+through the kernel layer's JIT (:mod:`ember.backend.kernel.llvm`, as
+:mod:`ember.backend.flex.native`): no kernel ever writes a whole float weight to memory.
 
 * ``weight-only`` (``ember_q{s8,u8,u4}_gemm_{mr}x{nr}``): ``y = x @ dequantize(w).T + bias``
   with ``w`` int8, uint8 or packed int4 ``[N, K]`` and one scale (and zero point) per
@@ -25,10 +26,9 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from ember.backend.flex.native import _Emitter, _host_features
 
 __all__ = ["QuantKernels", "has_vnni", "quant_kernels"]
 
@@ -57,7 +57,9 @@ class QuantKernels:
 def has_vnni() -> bool:
     """Whether this CPU runs AVX-512 VNNI (``vpdpbusd`` on 512-bit vectors)."""
     try:
-        features = _host_features()
+        from ember.backend.kernel.llvm import jit
+
+        features = jit.host_features()
     except Exception:  # pragma: no cover - llvmlite is a runtime dependency
         return False
     return "+avx512vnni" in features and "+avx512bw" in features
@@ -75,68 +77,93 @@ def quant_kernels() -> QuantKernels | None:
 
 def _build() -> QuantKernels | None:
     try:
-        import llvmlite.binding as llvm
         from llvmlite import ir
+
+        from ember.backend.kernel.llvm import jit
     except ImportError:  # pragma: no cover
         return None
     vnni = has_vnni()
+    int8_kinds = ("vnni", "portable") if vnni else ("portable",)
+    weight_kinds = ("s8", "s8c", "u8", "u4")
+    names = [f"ember_q{kind}_dequant" for kind in ("s8", "u8", "u4")]
+    names += [f"ember_q{kind}_gemm_{mr}x{nr}" for kind in weight_kinds for mr, nr in WEIGHT_ONLY_TILES]
+    names += [f"ember_i8i8_{kind}_{mr}x{nr}" for kind in int8_kinds for mr, nr in INT8_TILES]
     try:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        emitter = _QuantEmitter(ir)
+        emitter = _QuantEmitter(ir, jit.vector_width())
         for kind in ("s8", "u8", "u4"):
             emitter.dequantize_rows(kind)
-        for kind in ("s8", "s8c", "u8", "u4"):
+        for kind in weight_kinds:
             for mr, nr in WEIGHT_ONLY_TILES:
                 emitter.weight_only(kind, mr, nr)
-        for kind in ("vnni", "portable") if vnni else ("portable",):
+        for kind in int8_kinds:
             for mr, nr in INT8_TILES:
                 emitter.int8_int8(kind, mr, nr)
-        target = llvm.Target.from_default_triple()
-        machine = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(),
-            features=llvm.get_host_cpu_features().flatten(),
-            opt=3,
-            jit=True,
-            codemodel="jitdefault",
-        )
-        module = llvm.parse_assembly(str(emitter.module))
-        module.verify()
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        builder = llvm.create_pass_builder(machine, tuning)
-        builder.getModulePassManager().run(module, builder)
-        engine = llvm.create_mcjit_compiler(module, machine)
-        engine.finalize_object()
+        compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
     p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    at = compiled.addresses
     gemm: dict[tuple[str, int, int], Any] = {}
-    for kind in ("s8", "s8c", "u8", "u4"):
+    for kind in weight_kinds:
         for mr, nr in WEIGHT_ONLY_TILES:
-            address = engine.get_function_address(f"ember_q{kind}_gemm_{mr}x{nr}")
-            gemm[(kind, mr, nr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32, i64)(address)
+            signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32, i64)
+            gemm[(kind, mr, nr)] = signature(at[f"ember_q{kind}_gemm_{mr}x{nr}"])
     dequant = {
-        kind: ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, i64, f32)(
-            engine.get_function_address(f"ember_q{kind}_dequant")
-        )
+        kind: ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, i64, f32)(at[f"ember_q{kind}_dequant"])
         for kind in ("s8", "u8", "u4")
     }
-    for kind in ("vnni", "portable") if vnni else ("portable",):
+    for kind in int8_kinds:
         for mr, nr in INT8_TILES:
-            address = engine.get_function_address(f"ember_i8i8_{kind}_{mr}x{nr}")
-            gemm[(kind, mr, nr)] = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)(address)
-    return QuantKernels(engine=engine, gemm=gemm, dequant=dequant, vnni=vnni)
+            signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)
+            gemm[(kind, mr, nr)] = signature(at[f"ember_i8i8_{kind}_{mr}x{nr}"])
+    return QuantKernels(engine=compiled.engine, gemm=gemm, dequant=dequant, vnni=vnni)
 
 
-class _QuantEmitter(_Emitter):
-    def __init__(self, ir: Any):
-        super().__init__(ir)
-        self.module.name = "ember_flex_quant"
+class _QuantEmitter:
+    """Emits the kernels into one module (counted loops from the kernel layer)."""
+
+    def __init__(self, ir: Any, width: int | None):
+        self.ir = ir
+        self.module = ir.Module(name="ember_flex_quant")
+        self.f32 = ir.FloatType()
+        self.i32 = ir.IntType(32)
+        self.i64 = ir.IntType(64)
         self.i8 = ir.IntType(8)
+        self.ptr = ir.PointerType()
+        self.void = ir.VoidType()
+        self.width = width
         self.v16f = ir.VectorType(self.f32, 16)
         self.v16i8 = ir.VectorType(self.i8, 16)
         self.v64i8 = ir.VectorType(self.i8, 64)
         self.v16i32 = ir.VectorType(self.i32, 16)
+        self._intrinsics: dict[str, Any] = {}
+
+    def function(self, name: str, args: list[Any]) -> tuple[Any, Any]:
+        fn = self.ir.Function(self.module, self.ir.FunctionType(self.void, args), name=name)
+        for i, arg in enumerate(fn.args):
+            if args[i] is self.ptr:
+                arg.add_attribute("noalias")
+        fn.attributes.add("nounwind")
+        if self.width:
+            set.add(fn.attributes, f'"prefer-vector-width"="{self.width}"')  # a string attribute llvmlite does not list
+        return fn, self.ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def loop(self, b: Any, count: Any, body: Any, carried: Sequence[tuple[Any, Any]] = ()) -> list[Any]:
+        """``for i in range(count): carried = body(b, i, *carried)`` (a run-time count);
+        returns the final carried values. ``carried`` is ``[(type, initial value)]``."""
+        from ember.backend.kernel.llvm.loops import Loops
+
+        def step(i: Any, phis: list[Any]) -> list[Any]:
+            out = body(b, i, *phis)
+            return list(out) if carried else []
+
+        return Loops(b).count(count, step, [init for _, init in carried])
+
+    def load(self, b: Any, base: Any, index: Any) -> Any:
+        return b.load(b.gep(base, [index], source_etype=self.f32), typ=self.f32, align=4)
+
+    def store(self, b: Any, value: Any, base: Any, index: Any) -> None:
+        b.store(value, b.gep(base, [index], source_etype=self.f32), align=4)
 
     def k64(self, value: int) -> Any:
         return self.ir.Constant(self.i64, value)
