@@ -20,6 +20,7 @@ LAYERS = [
     "func",
     "optim",
     "onnx",  # imports ONNX graphs as modules over ember.nn's functional ops
+    "quantization",  # gathers QuantScheme (tensor), the kernels (backend), Module.quantize and the layers (nn)
     "nn",
     "special",  # torch.special's functions, composites over ember.tensor
     "fft",  # torch.fft's names over ember.tensor.fft

@@ -258,6 +258,27 @@ class Backend(ModuleOps, ABC):
         makes a vector one row) and ``weight`` of shape ``[d_in, d_out]``."""
         return NotImplemented
 
+    def quantized_linear(
+        self,
+        x: Primitive,
+        values: Primitive,
+        scales: Primitive,
+        zero_points: Primitive | None,
+        bias: Primitive | None,
+        input_scale: Primitive | None,
+        value: str,
+        group: int,
+        activations: str,
+    ) -> Primitive:
+        """``x @ dequantize(weight).T + bias`` for a quantized weight ``[d_out, d_in]``
+        (``ember.tensor.quant``'s layout): ``values`` int8/uint8 ``[d_out, d_in]`` or int4
+        packed ``[d_out, d_in / 2]`` (``value`` is ``"int8"`` or ``"int4"``), float32 ``scales``
+        and uint8 ``zero_points`` (``None`` when symmetric) of shape ``[d_out, d_in / group]``
+        (``[1, 1]`` per tensor). ``activations``: ``""`` (weight-only), ``"dynamic"`` (each
+        row of ``x`` quantized to int8 with its own scale) or ``"static"`` (one scale,
+        ``input_scale`` ``[1]``). A kernel never materialises the float weight."""
+        return NotImplemented
+
     def linear_backward(
         self, x: Primitive, weight: Primitive, grad: Primitive, need_x: bool, need_weight: bool, need_bias: bool
     ) -> tuple[Primitive | None, Primitive | None, Primitive | None]:

@@ -280,7 +280,7 @@ class FusedOp(OpName):
     ``LAYER_NORM``: ``ember.tensor.norm``; ``LINEAR``: ``ember.tensor.module``;
     ``MSE_LOSS``, ``CROSS_ENTROPY``: ``ember.tensor.loss``;
     ``ATTENTION``: ``ember.tensor.attention``; ``GRID_SAMPLE``: ``ember.tensor.grid_sample``;
-    ``ADAM_STEP_MANY``: ``ember.optim.adam``
+    ``ADAM_STEP_MANY``: ``ember.optim.adam``; ``QUANTIZED_LINEAR``: ``ember.tensor.quant.linear``
     (registered when ``ember.optim`` is imported).
 
     The backward kernels (``Backend.linear_backward``, ``gelu_backward``,
@@ -299,6 +299,7 @@ class FusedOp(OpName):
     CROSS_ENTROPY = "cross_entropy"
     LAYER_NORM = "layer_norm"
     ATTENTION = "attention"
+    QUANTIZED_LINEAR = "quantized_linear"
     GRID_SAMPLE = "grid_sample"
     ADAM_STEP_MANY = "adam_step_many"
 

@@ -293,6 +293,23 @@ class Module:
             )
         )
 
+    def quantize(self, scheme: Any = None, group: ParamGroup | None = None, *, calibration: Any = None) -> Module:
+        """A new module whose Linear and Conv layers (those ``group`` selects; by default
+        all but the head) hold quantized weights (``ember.quantization``); this one is
+        unchanged: ``model = model.quantize(QuantScheme.int8())``. ``scheme`` defaults to
+        int8 per channel, weight-only. ``calibration`` (an iterable of model inputs) sets
+        the activation scales of a ``"static"`` scheme."""
+        from ember.module.quantize import quantize_module
+        from ember.tensor.quant import QuantScheme
+
+        return quantize_module(self, QuantScheme.int8() if scheme is None else scheme, group, calibration)
+
+    def quantized(self, scheme: Any, input_scale: float | None = None) -> Module | None:
+        """This layer in quantized form (``Module.quantize`` calls it), or ``None`` where the
+        layer has none (the default); ``input_scale`` is a ``"static"`` scheme's calibrated
+        activation scale."""
+        return None
+
     # ------------------------------------------------------------------ records
     def save_file(self, path: Any, **kwargs: Any) -> None:
         """Save parameters and states to a safetensors file (see ``ember.module.record``)."""

@@ -24,6 +24,7 @@ from ember.device import Device
 from ember.errors import DTypeError, RecordError
 from ember.module.module import Module
 from ember.module.param import Param, ParamId, RunningState
+from ember.module.quantize import quantization_metadata, requantize_for_record
 from ember.module.safetensors_file import parse_json, read_safetensors, write_safetensors
 from ember.module.visitor import FnMapper
 from ember.tensor import Tensor
@@ -95,6 +96,7 @@ def save_file(module: Module, path: str | os.PathLike, metadata: dict[str, str] 
         "module": type(module).__name__,
         "entries": json.dumps(entries),
     }
+    meta.update(quantization_metadata(module))
     if metadata:
         meta.update({f"user.{k}": str(v) for k, v in metadata.items()})
     write_safetensors(path, tensors, meta)
@@ -119,6 +121,7 @@ def load_file(
     if "entries" not in metadata:
         raise RecordError(f"ember: {path} is corrupt: its entry table is missing")
     entries = check_entries(path, parse_json(metadata["entries"], "its entry table", path), tensors)
+    module = requantize_for_record(module, metadata, path)
     check_shared_ids(path, module, entries)
     return load_entries(module, path, tensors, entries, strict=strict, dtype_policy=dtype_policy)
 

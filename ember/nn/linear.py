@@ -10,8 +10,10 @@ from ember.device import Device
 from ember.errors import ConfigError
 from ember.module import Config, Module, Param
 from ember.nn.init import Initializer, KaimingUniform
+from ember.nn.quantized.linear import QuantizedLinear
 from ember.tensor import Tensor
 from ember.tensor.module import linear
+from ember.tensor.quant import QuantScheme
 
 
 class LinearConfig(Config):
@@ -52,6 +54,10 @@ class Linear(Module):
         """``x`` of shape ``[..., d_input]`` to ``[..., d_output]``."""
         bias = self.bias
         return linear(x, self.weight.val(), None if bias is None else bias.val())
+
+    def quantized(self, scheme: QuantScheme, input_scale: float | None = None) -> QuantizedLinear:
+        """This layer with its weight quantized by ``scheme`` (see ``Module.quantize``)."""
+        return QuantizedLinear.from_weight(self.weight.val(), self.bias, scheme, input_scale)
 
     def adapt_pytorch(self, field: str, array: np.ndarray) -> np.ndarray:
         """PyTorch stores the weight as ``[d_output, d_input]``: transposed here."""

@@ -55,7 +55,8 @@ def composite_of(op: FusedOp) -> Callable[..., Any]:
         import ember.tensor.grid_sample
         import ember.tensor.loss
         import ember.tensor.module
-        import ember.tensor.norm  # noqa: F401
+        import ember.tensor.norm
+        import ember.tensor.quant.linear  # noqa: F401
 
         fn = _COMPOSITES.get(op)
     if fn is None:

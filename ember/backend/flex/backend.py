@@ -24,6 +24,7 @@ from ember.backend.flex.attention import attention_backward as _attention_backwa
 from ember.backend.flex.attention import softmax_last_dim
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
+from ember.backend.flex.quantized import quantized_linear as _quantized_linear
 from ember.backend.flex.quiet import quiet_reset, quiet_set, quietly
 from ember.backend.flex.special import erf
 from ember.backend.flex.spectral import FlexSpectral
@@ -458,6 +459,11 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
             return out
         finally:
             quiet_reset(token)
+
+    def quantized_linear(self, x, values, scales, zero_points, bias, input_scale, value, group, activations):
+        if x.dtype != np.float32:
+            return NotImplemented
+        return _quantized_linear(x, values, scales, zero_points, bias, input_scale, value, group, activations)
 
     def linear_backward(self, x, weight, grad, need_x, need_weight, need_bias):
         if grad.dtype in _HALF:

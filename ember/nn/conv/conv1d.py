@@ -8,8 +8,10 @@ from ember.device import Device
 from ember.module import Config, Module, Param
 from ember.nn.conv.checks import PaddingSpec, as_tuple, check_groups, check_padding, conv_params, describe_conv
 from ember.nn.init import Initializer, KaimingUniform
+from ember.nn.quantized.conv import QuantizedConv1d, quantized_parts
 from ember.tensor import Tensor
 from ember.tensor.module import conv1d
+from ember.tensor.quant import QuantScheme
 
 
 class Conv1dConfig(Config):
@@ -75,6 +77,13 @@ class Conv1d(Module):
             self.padding,
             self.dilation,
             self.groups,
+        )
+
+    def quantized(self, scheme: QuantScheme, input_scale: float | None = None) -> QuantizedConv1d:
+        """This layer with its weight quantized per output channel (see ``Module.quantize``)."""
+        parts = quantized_parts(self.weight.val(), self.bias, scheme, input_scale)
+        return QuantizedConv1d(
+            **parts, stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups
         )
 
     @property

@@ -1,0 +1,234 @@
+"""Quantized inference on flex, one thread (issue 29's benchmark).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/quantize.py [--quick] [--sections kernels bytes generate accuracy]
+
+- kernels: a Linear [4096 -> 4096] at the decode shape (1 row) and a prefill shape
+  (128 rows): ember float32 (numpy's sgemm), ember int8 / int4 block 32 weight-only,
+  ember dynamic int8 (int8 x int8, VNNI where the CPU has it), and torch's
+  ``torch.ao.quantization.quantize_dynamic`` on the same Linear as the peer, with torch's
+  float Linear for reference; alternating rounds, medians, ratios per round;
+- bytes: a ~100M-parameter GPT-2-style decoder's parameter bytes, float32 / int8 / int4;
+- generate: greedy ``generate`` tokens/s of that decoder (random weights), float32 against
+  int8 and int4 weight-only, batch 1: decode (the new tokens after the prefill) and end to end;
+- accuracy: int8 / int4 logits against float32 on a small random GPT-2 (cosine, top-1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from ember import Device, Tensor
+from ember.backend.flex.quant_kernels import has_vnni
+from ember.models import Gpt2Config, GPT2LMHeadModel, generate
+from ember.module import Param
+from ember.nn import Linear
+from ember.quantization import ParamGroup, QuantScheme
+
+SCHEMES = {
+    "int8": QuantScheme.int8(),
+    "int4": QuantScheme.int4(block=32),
+    "dyn-int8": QuantScheme.int8(activations="dynamic"),
+}
+
+
+def kernels_section(torch, repeats: int) -> None:
+    rng = np.random.default_rng(0)
+    d = 4096
+    w = (rng.standard_normal((d, d)) * 0.02).astype(np.float32)
+    bias = np.zeros(d, np.float32)
+    layer = Linear(weight=Param.from_tensor(Tensor.from_data(w)), bias=Param.from_tensor(Tensor.from_data(bias)))
+    layers = {name: layer.quantize(s, ParamGroup.all()).valid() for name, s in SCHEMES.items()}
+    layer = layer.valid()
+    peer = peer_float = None
+    if torch is not None:
+        torch.set_num_threads(1)
+        peer_float = torch.nn.Sequential(torch.nn.Linear(d, d))
+        with torch.no_grad():
+            peer_float[0].weight.copy_(torch.from_numpy(w.T.copy()))
+            peer_float[0].bias.zero_()
+        peer = torch.ao.quantization.quantize_dynamic(peer_float, {torch.nn.Linear}, dtype=torch.qint8)
+    rows = []
+    for label, m in (("decode", 1), ("prefill", 128)):
+        x = (rng.standard_normal((m, d))).astype(np.float32)
+        xt = Tensor.from_data(x)
+        fns = {"float32": lambda: layer(xt)}
+        fns.update({name: (lambda q=q: q(xt)) for name, q in layers.items()})
+        if torch is not None:
+            xp = torch.from_numpy(x)
+
+            def torch_dynamic(xp=xp):
+                with torch.no_grad():
+                    return peer(xp)
+
+            def torch_float(xp=xp):
+                with torch.no_grad():
+                    return peer_float(xp)
+
+            fns["torch dyn-int8"] = torch_dynamic
+            fns["torch float32"] = torch_float
+        medians, ratios = alternating_us(fns, repeats=repeats, min_time=0.2)
+        flops = 2.0 * m * d * d
+        for name, us in medians.items():
+            vs_float = ratios[("float32", name)] if name != "float32" else 1.0
+            vs_torch = ratios[("torch dyn-int8", name)] if torch is not None and name != "torch dyn-int8" else None
+            rows.append(
+                [
+                    f"{label} [{m},{d}]x[{d},{d}]",
+                    name,
+                    fmt(us, " us"),
+                    fmt(flops / us / 1e3, ""),
+                    f"{vs_float:.2f}x",
+                    "-" if vs_torch is None else f"{vs_torch:.2f}x",
+                ]
+            )
+    print_table(
+        f"Linear {d}->{d}, 1 thread (VNNI: {has_vnni()}); speed = time of float32 (or torch dyn-int8) / time "
+        f"(median of {repeats} alternating rounds)",
+        ["shape", "kernel", "time", "GFLOP/s", "vs ember float32", "vs torch dyn-int8"],
+        rows,
+    )
+
+
+def decoder(device: Device, small: bool) -> GPT2LMHeadModel:
+    """A GPT-2-style decoder: 12 layers of 768 (85M in the blocks) and an 8192-token
+    vocabulary (6.3M, tied): ~92M parameters (``--quick``: 4 layers)."""
+    device.seed(0)
+    config = Gpt2Config(
+        vocab_size=8192,
+        n_positions=512,
+        n_embd=768,
+        n_layer=4 if small else 12,
+        n_head=12,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    return GPT2LMHeadModel.from_config(config, device)
+
+
+def model_bytes(model) -> int:
+    return sum(p.val().to_numpy().nbytes for _, p in model.named_params())
+
+
+def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
+    device = Device.flex()
+    model = decoder(device, quick)
+    count = model.num_params()
+    start = time.perf_counter()
+    variants = {"float32": model}
+    for name in ("int8", "int4"):
+        variants[name] = model.quantize(SCHEMES[name])
+    quantize_s = time.perf_counter() - start
+    if "bytes" in sections:
+        base = model_bytes(model)
+        rows = [
+            [name, f"{model_bytes(m) / 1e6:.1f} MB", f"{model_bytes(m) / base:.3f}x"] for name, m in variants.items()
+        ]
+        print_table(
+            f"parameter bytes of a {count / 1e6:.0f}M-parameter decoder (embeddings and head stay float32; "
+            f"quantizing both took {quantize_s:.1f} s)",
+            ["model", "bytes", "vs float32"],
+            rows,
+        )
+        blocks = {
+            name: sum(p.val().to_numpy().nbytes for path, p in m.named_params() if ".h." in f".{path}")
+            for name, m in variants.items()
+        }
+        print("  the blocks alone: " + ", ".join(f"{n} {b / blocks['float32']:.3f}x" for n, b in blocks.items()))
+    if "generate" not in sections:
+        return
+    new_tokens = 16 if quick else 32
+    prompt = np.random.default_rng(0).integers(0, 8192, (1, 16))
+    for m in variants.values():
+        generate(m, prompt, 2, compile=False)  # warm: kernels compiled, caches built
+    # Each round times generate(1 token) (the prefill) and generate(1 + new_tokens); decode
+    # tokens/s is new_tokens over the difference, end to end is over the whole call.
+    decode: dict[str, list[float]] = {name: [] for name in variants}
+    whole: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, m in variants.items():
+            start = time.perf_counter()
+            generate(m, prompt, 1, compile=False)
+            prefill = time.perf_counter() - start
+            start = time.perf_counter()
+            generate(m, prompt, 1 + new_tokens, compile=False)
+            total = time.perf_counter() - start
+            decode[name].append(new_tokens / max(total - prefill, 1e-9))
+            whole[name].append((1 + new_tokens) / total)
+
+    def ratio(samples: dict[str, list[float]], name: str) -> str:
+        return f"{np.median(np.array(samples[name]) / np.array(samples['float32'])):.2f}x"
+
+    rows = [
+        [
+            name,
+            f"{np.median(decode[name]):.1f}",
+            ratio(decode, name),
+            f"{np.median(whole[name]):.1f}",
+            ratio(whole, name),
+        ]
+        for name in variants
+    ]
+    print_table(
+        f"greedy generate, batch 1, 16-token prompt + {1 + new_tokens} new tokens, eager (compile=False); "
+        f"median of {rounds} alternating rounds",
+        ["model", "decode tokens/s", "vs float32", "end-to-end tokens/s", "vs float32"],
+        rows,
+    )
+
+
+def accuracy_section() -> None:
+    device = Device.flex()
+    device.seed(0)
+    config = Gpt2Config(
+        vocab_size=256,
+        n_positions=128,
+        n_embd=128,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    model = GPT2LMHeadModel.from_config(config, device)
+    ids = Tensor.from_data(np.random.default_rng(0).integers(0, 256, (4, 128)))
+    a = model(ids).to_numpy().reshape(-1, 256)
+    rows = []
+    for name in ("int8", "int4"):
+        b = model.quantize(SCHEMES[name])(ids).to_numpy().reshape(-1, 256)
+        cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        rows.append([name, f"{cosine.min():.5f}", f"{(a.argmax(1) == b.argmax(1)).mean() * 100:.1f}%"])
+    print_table(
+        "a random GPT-2 (2 x 128, std 0.02), 512 positions: logits against float32",
+        ["scheme", "min cosine", "top-1 agreement"],
+        rows,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", nargs="+", default=["kernels", "bytes", "generate", "accuracy"])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, a 4-layer decoder")
+    args = parser.parse_args()
+    torch = try_import_torch()
+    if "kernels" in args.sections:
+        kernels_section(torch, 3 if args.quick else 7)
+    if "bytes" in args.sections or "generate" in args.sections:
+        generate_sections(args.sections, args.quick, 2 if args.quick else 5)
+    if "accuracy" in args.sections:
+        accuracy_section()
+
+
+if __name__ == "__main__":
+    main()

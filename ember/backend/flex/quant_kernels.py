@@ -1,0 +1,433 @@
+"""flex's quantized GEMM kernels, written as LLVM IR and compiled once per process
+through the kernel layer's JIT (:mod:`ember.backend.kernel.llvm`, as
+:mod:`ember.backend.flex.native`): no kernel ever writes a whole float weight to memory.
+
+* ``weight-only`` (``ember_q{s8,u8,u4}_gemm_{mr}x{nr}``): ``y = x @ dequantize(w).T + bias``
+  with ``w`` int8, uint8 or packed int4 ``[N, K]`` and one scale (and zero point) per
+  group of ``G`` values of a row. Each step loads 32 stored values (32 bytes of int8,
+  16 bytes of int4: one mask and one shift unpack them), converts them to float and
+  dequantizes them in registers (``q * s - z * s``, one FMA), then accumulates them
+  against ``mr`` rows of ``x`` for ``nr`` rows of ``w`` at once (a register tile).
+* ``dynamic int8`` (``ember_i8i8_{vnni,portable}_{mr}x{nr}``): ``xq`` int8 ``[M, K]``
+  (one scale per row) times ``w`` int8 ``[N, K]`` in int32. ``vpdpbusd`` multiplies
+  unsigned by signed bytes, so the weight is flipped to ``w + 128`` in registers and
+  the epilogue subtracts ``128 * sum(xq row)``; it then applies both scales and the
+  bias. The portable path computes the same sums with widening multiplies.
+
+* ``dequantize rows`` (``ember_q{s8,u8,u4}_dequant``): rows of ``w`` as float32, used for
+  prefill (many rows of ``x``), a cache-sized tile of rows at a time, each tile then
+  multiplied with sgemm (:mod:`ember.backend.flex.quantized`).
+
+Rows of ``w`` are taken in blocks of :data:`N_BLOCK`, and every tile of rows of ``x``
+passes over one block while it is in cache, so each weight byte comes from memory once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["QuantKernels", "has_vnni", "quant_kernels"]
+
+#: Rows of the weight per cache block.
+N_BLOCK = 64
+#: Register tiles ``(rows of x, rows of w)`` compiled: a wide one for many rows, one
+#: sharing each load of ``x`` among several weight rows for decode, and ``1 x 1`` for the rest.
+WEIGHT_ONLY_TILES = ((8, 1), (1, 4), (1, 1))
+INT8_TILES = ((6, 4), (1, 4), (1, 1))
+
+_LOCK = threading.Lock()
+_STATE: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class QuantKernels:
+    """ctypes entry points, keyed ``(kind, mr, nr)``; ``kind`` is ``s8``, ``u8``, ``u4``,
+    ``vnni`` or ``portable``."""
+
+    engine: Any
+    gemm: dict[tuple[str, int, int], Any]
+    dequant: dict[str, Any]
+    vnni: bool
+
+
+def has_vnni() -> bool:
+    """Whether this CPU runs AVX-512 VNNI (``vpdpbusd`` on 512-bit vectors)."""
+    try:
+        from ember.backend.kernel.llvm import jit
+
+        features = jit.host_features()
+    except Exception:  # pragma: no cover - llvmlite is a runtime dependency
+        return False
+    return "+avx512vnni" in features and "+avx512bw" in features
+
+
+def quant_kernels() -> QuantKernels | None:
+    """The compiled kernels, built on first use; ``None`` where llvmlite cannot compile."""
+    if "kernels" in _STATE:
+        return _STATE["kernels"]
+    with _LOCK:
+        if "kernels" not in _STATE:
+            _STATE["kernels"] = _build()
+    return _STATE["kernels"]
+
+
+def _build() -> QuantKernels | None:
+    try:
+        from llvmlite import ir
+
+        from ember.backend.kernel.llvm import jit
+    except ImportError:  # pragma: no cover
+        return None
+    vnni = has_vnni()
+    int8_kinds = ("vnni", "portable") if vnni else ("portable",)
+    weight_kinds = ("s8", "s8c", "u8", "u4")
+    names = [f"ember_q{kind}_dequant" for kind in ("s8", "u8", "u4")]
+    names += [f"ember_q{kind}_gemm_{mr}x{nr}" for kind in weight_kinds for mr, nr in WEIGHT_ONLY_TILES]
+    names += [f"ember_i8i8_{kind}_{mr}x{nr}" for kind in int8_kinds for mr, nr in INT8_TILES]
+    try:
+        emitter = _QuantEmitter(ir, jit.vector_width())
+        for kind in ("s8", "u8", "u4"):
+            emitter.dequantize_rows(kind)
+        for kind in weight_kinds:
+            for mr, nr in WEIGHT_ONLY_TILES:
+                emitter.weight_only(kind, mr, nr)
+        for kind in int8_kinds:
+            for mr, nr in INT8_TILES:
+                emitter.int8_int8(kind, mr, nr)
+        compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3)
+    except Exception:  # an unsupported host or llvmlite version: numpy instead
+        return None
+    p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    at = compiled.addresses
+    gemm: dict[tuple[str, int, int], Any] = {}
+    for kind in weight_kinds:
+        for mr, nr in WEIGHT_ONLY_TILES:
+            signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32, i64)
+            gemm[(kind, mr, nr)] = signature(at[f"ember_q{kind}_gemm_{mr}x{nr}"])
+    dequant = {
+        kind: ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, i64, f32)(at[f"ember_q{kind}_dequant"])
+        for kind in ("s8", "u8", "u4")
+    }
+    for kind in int8_kinds:
+        for mr, nr in INT8_TILES:
+            signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)
+            gemm[(kind, mr, nr)] = signature(at[f"ember_i8i8_{kind}_{mr}x{nr}"])
+    return QuantKernels(engine=compiled.engine, gemm=gemm, dequant=dequant, vnni=vnni)
+
+
+class _QuantEmitter:
+    """Emits the kernels into one module (counted loops from the kernel layer)."""
+
+    def __init__(self, ir: Any, width: int | None):
+        self.ir = ir
+        self.module = ir.Module(name="ember_flex_quant")
+        self.f32 = ir.FloatType()
+        self.i32 = ir.IntType(32)
+        self.i64 = ir.IntType(64)
+        self.i8 = ir.IntType(8)
+        self.ptr = ir.PointerType()
+        self.void = ir.VoidType()
+        self.width = width
+        self.v16f = ir.VectorType(self.f32, 16)
+        self.v16i8 = ir.VectorType(self.i8, 16)
+        self.v64i8 = ir.VectorType(self.i8, 64)
+        self.v16i32 = ir.VectorType(self.i32, 16)
+        self._intrinsics: dict[str, Any] = {}
+
+    def function(self, name: str, args: list[Any]) -> tuple[Any, Any]:
+        fn = self.ir.Function(self.module, self.ir.FunctionType(self.void, args), name=name)
+        for i, arg in enumerate(fn.args):
+            if args[i] is self.ptr:
+                arg.add_attribute("noalias")
+        fn.attributes.add("nounwind")
+        if self.width:
+            set.add(fn.attributes, f'"prefer-vector-width"="{self.width}"')  # a string attribute llvmlite does not list
+        return fn, self.ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def loop(self, b: Any, count: Any, body: Any, carried: Sequence[tuple[Any, Any]] = ()) -> list[Any]:
+        """``for i in range(count): carried = body(b, i, *carried)`` (a run-time count);
+        returns the final carried values. ``carried`` is ``[(type, initial value)]``."""
+        from ember.backend.kernel.llvm.loops import Loops
+
+        def step(i: Any, phis: list[Any]) -> list[Any]:
+            out = body(b, i, *phis)
+            return list(out) if carried else []
+
+        return Loops(b).count(count, step, [init for _, init in carried])
+
+    def load(self, b: Any, base: Any, index: Any) -> Any:
+        return b.load(b.gep(base, [index], source_etype=self.f32), typ=self.f32, align=4)
+
+    def store(self, b: Any, value: Any, base: Any, index: Any) -> None:
+        b.store(value, b.gep(base, [index], source_etype=self.f32), align=4)
+
+    def k64(self, value: int) -> Any:
+        return self.ir.Constant(self.i64, value)
+
+    def splat(self, b: Any, value: Any, vtype: Any) -> Any:
+        undef = self.ir.Constant(vtype, self.ir.Undefined)
+        one = b.insert_element(undef, value, self.ir.Constant(self.i32, 0))
+        zeros = self.ir.Constant(self.ir.VectorType(self.i32, vtype.count), [0] * vtype.count)
+        return b.shuffle_vector(one, undef, zeros)
+
+    def vload(self, b: Any, vtype: Any, base: Any, index: Any, elem: Any) -> Any:
+        return b.load(b.gep(base, [index], source_etype=elem), typ=vtype, align=1)
+
+    def call(self, b: Any, name: str, ret: Any, args: list[Any]) -> Any:
+        fn = self._intrinsics.get(name)
+        if fn is None:
+            fn = self.ir.Function(self.module, self.ir.FunctionType(ret, [a.type for a in args]), name=name)
+            self._intrinsics[name] = fn
+        return b.call(fn, args)
+
+    def blocked_rows(self, b: Any, m_count: Any, n_count: Any, mr: int, nr: int, tile: Any) -> None:
+        """``for nb (N_BLOCK rows of w): for mt (mr rows of x): for n in block step nr:
+        tile(b, m0, n0)``; ``m_count`` a multiple of ``mr``, ``n_count`` of ``nr``."""
+        blocks = b.sdiv(b.add(n_count, self.k64(N_BLOCK - 1)), self.k64(N_BLOCK))
+        m_tiles = b.sdiv(m_count, self.k64(mr))
+
+        def per_block(b: Any, nb: Any) -> None:
+            n0 = b.mul(nb, self.k64(N_BLOCK))
+            rest = b.sub(n_count, n0)
+            small = b.icmp_signed("<", rest, self.k64(N_BLOCK))
+            width = b.sdiv(b.select(small, rest, self.k64(N_BLOCK)), self.k64(nr))
+
+            def per_tile(b: Any, mt: Any) -> None:
+                m0 = b.mul(mt, self.k64(mr))
+                self.loop(b, width, lambda b, i: tile(b, m0, b.add(n0, b.mul(i, self.k64(nr)))))
+
+            self.loop(b, m_tiles, per_tile)
+
+        self.loop(b, blocks, per_block)
+
+    # ------------------------------------------------------------------ weight-only
+    def weight_only(self, kind: str, mr: int, nr: int) -> None:
+        """``ember_q{kind}_gemm_{mr}x{nr}(x, w, s, z, bias, y, M, N, K, G, zconst, ldy)``:
+        M a multiple of ``mr``, N of ``nr``, G of 32; ``z``/``bias`` may be null; ``y``'s
+        rows are ``ldy`` apart. Kind ``s8c`` (symmetric int8, one scale per row: G = K)
+        accumulates ``x q`` and applies the row's scale once, after the reduction."""
+        per_row = kind == "s8c"
+        ir, p = self.ir, self.ptr
+        args = [p, p, p, p, p, p, self.i64, self.i64, self.i64, self.i64, self.f32, self.i64]
+        fn, b = self.function(f"ember_q{kind}_gemm_{mr}x{nr}", args)
+        x, w, s, z, bias, y, m_count, n_count, k_count, g_count, zconst, ldy = fn.args
+        groups = b.sdiv(k_count, g_count)
+        steps = b.sdiv(g_count, self.k64(32))
+        packed = kind == "u4"
+        row_bytes = b.sdiv(k_count, self.k64(2)) if packed else k_count
+        half_g = b.sdiv(g_count, self.k64(2))
+        zero_v = ir.Constant(self.v16f, [0.0] * 16)
+        has_z = b.icmp_unsigned("!=", z, ir.Constant(p, None))
+        has_bias = b.icmp_unsigned("!=", bias, ir.Constant(p, None))
+        mask = ir.Constant(self.v16i8, [15] * 16)
+        four = ir.Constant(self.v16i8, [4] * 16)
+        fma = "llvm.fma.v16f32"
+        conv = b.sitofp if kind in ("s8", "s8c") else b.uitofp
+
+        def tile(b: Any, m0: Any, n0: Any) -> None:
+            ns = [b.add(n0, self.k64(c)) for c in range(nr)]
+            xrows = [b.mul(b.add(m0, self.k64(r)), k_count) for r in range(mr)]
+            wrows = [b.mul(n, row_bytes) for n in ns]
+
+            def per_group(b: Any, gi: Any, *accs: Any) -> list[Any]:
+                svs: list[Any] = []
+                cvs: list[Any] = []
+                for n in [] if per_row else ns:
+                    si = b.add(b.mul(n, groups), gi)
+                    sb = self.load(b, s, si)
+                    zb = self._zero_point(b, has_z, b.gep(z, [si], source_etype=self.i8), zconst)
+                    cb = b.fmul(b.fsub(ir.Constant(self.f32, 0.0), zb), sb)
+                    svs.append(self.splat(b, sb, self.v16f))
+                    cvs.append(self.splat(b, cb, self.v16f))
+                k_group = b.mul(gi, g_count)
+
+                def per_step(b: Any, j: Any, *accs: Any) -> list[Any]:
+                    if packed:
+                        k0 = b.add(k_group, b.mul(j, self.k64(16)))
+                        k1 = b.add(k0, half_g)
+                        off = b.sdiv(k_group, self.k64(2))
+                        off = b.add(off, b.mul(j, self.k64(16)))
+                    else:
+                        k0 = b.add(k_group, b.mul(j, self.k64(32)))
+                        k1 = b.add(k0, self.k64(16))
+                    ws = []
+                    for c in range(nr):
+                        if packed:
+                            q = self.vload(b, self.v16i8, w, b.add(wrows[c], off), self.i8)
+                            f0, f1 = b.uitofp(b.and_(q, mask), self.v16f), b.uitofp(b.lshr(q, four), self.v16f)
+                        else:
+                            f0 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k0), self.i8), self.v16f)
+                            f1 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k1), self.i8), self.v16f)
+                        if per_row:
+                            ws.append((f0, f1))
+                        else:
+                            ws.append(
+                                (
+                                    self.call(b, fma, self.v16f, [f0, svs[c], cvs[c]]),
+                                    self.call(b, fma, self.v16f, [f1, svs[c], cvs[c]]),
+                                )
+                            )
+                    out = list(accs)
+                    for r in range(mr):
+                        x0 = self.vload(b, self.v16f, x, b.add(xrows[r], k0), self.f32)
+                        x1 = self.vload(b, self.v16f, x, b.add(xrows[r], k1), self.f32)
+                        for c in range(nr):
+                            i = 2 * (r * nr + c)
+                            out[i] = self.call(b, fma, self.v16f, [x0, ws[c][0], out[i]])
+                            out[i + 1] = self.call(b, fma, self.v16f, [x1, ws[c][1], out[i + 1]])
+                    return out
+
+                return self.loop(b, steps, per_step, [(self.v16f, a) for a in accs])
+
+            accs = self.loop(b, groups, per_group, [(self.v16f, zero_v)] * (2 * mr * nr))
+            for c, n in enumerate(ns):
+                bias_value = self._optional(b, has_bias, bias, n)
+                for r in range(mr):
+                    i = 2 * (r * nr + c)
+                    total = b.fadd(accs[i], accs[i + 1])
+                    red = self.call(b, "llvm.vector.reduce.fadd.v16f32", self.f32, [ir.Constant(self.f32, 0.0), total])
+                    if per_row:
+                        red = b.fmul(red, self.load(b, s, n))
+                    self.store(b, b.fadd(red, bias_value), y, b.add(b.mul(b.add(m0, self.k64(r)), ldy), n))
+
+        self.blocked_rows(b, m_count, n_count, mr, nr, tile)
+        b.ret_void()
+
+    def dequantize_rows(self, kind: str) -> None:
+        """``ember_q{kind}_dequant(w, s, z, out, N, K, G, zconst)``: rows of ``w`` as float32
+        rows of ``out`` (``[N, K]``); for prefill, a cache-sized tile at a time."""
+        ir, p = self.ir, self.ptr
+        args = [p, p, p, p, self.i64, self.i64, self.i64, self.f32]
+        fn, b = self.function(f"ember_q{kind}_dequant", args)
+        w, s, z, out, n_count, k_count, g_count, zconst = fn.args
+        groups = b.sdiv(k_count, g_count)
+        steps = b.sdiv(g_count, self.k64(32))
+        packed = kind == "u4"
+        row_bytes = b.sdiv(k_count, self.k64(2)) if packed else k_count
+        half_g = b.sdiv(g_count, self.k64(2))
+        has_z = b.icmp_unsigned("!=", z, ir.Constant(p, None))
+        mask = ir.Constant(self.v16i8, [15] * 16)
+        four = ir.Constant(self.v16i8, [4] * 16)
+        conv = b.sitofp if kind == "s8" else b.uitofp
+
+        def per_row(b: Any, n: Any) -> None:
+            wrow = b.mul(n, row_bytes)
+            orow = b.mul(n, k_count)
+
+            def per_group(b: Any, gi: Any) -> None:
+                si = b.add(b.mul(n, groups), gi)
+                sb = self.load(b, s, si)
+                zb = self._zero_point(b, has_z, b.gep(z, [si], source_etype=self.i8), zconst)
+                cb = b.fmul(b.fsub(ir.Constant(self.f32, 0.0), zb), sb)
+                sv, cv = self.splat(b, sb, self.v16f), self.splat(b, cb, self.v16f)
+                k_group = b.mul(gi, g_count)
+
+                def per_step(b: Any, j: Any) -> None:
+                    if packed:
+                        k0 = b.add(k_group, b.mul(j, self.k64(16)))
+                        k1 = b.add(k0, half_g)
+                        off = b.add(b.sdiv(k_group, self.k64(2)), b.mul(j, self.k64(16)))
+                        q = self.vload(b, self.v16i8, w, b.add(wrow, off), self.i8)
+                        f0, f1 = b.uitofp(b.and_(q, mask), self.v16f), b.uitofp(b.lshr(q, four), self.v16f)
+                    else:
+                        k0 = b.add(k_group, b.mul(j, self.k64(32)))
+                        k1 = b.add(k0, self.k64(16))
+                        f0 = conv(self.vload(b, self.v16i8, w, b.add(wrow, k0), self.i8), self.v16f)
+                        f1 = conv(self.vload(b, self.v16i8, w, b.add(wrow, k1), self.i8), self.v16f)
+                    for k, f in ((k0, f0), (k1, f1)):
+                        value = self.call(b, "llvm.fma.v16f32", self.v16f, [f, sv, cv])
+                        b.store(value, b.gep(out, [b.add(orow, k)], source_etype=self.f32), align=4)
+
+                self.loop(b, steps, per_step)
+
+            self.loop(b, groups, per_group)
+
+        self.loop(b, n_count, per_row)
+        b.ret_void()
+
+    def _zero_point(self, b: Any, has_z: Any, zp: Any, zconst: Any) -> Any:
+        pre = b.block
+        load_bb = b.append_basic_block("zload")
+        join = b.append_basic_block("zjoin")
+        b.cbranch(has_z, load_bb, join)
+        b.position_at_end(load_bb)
+        loaded = b.uitofp(b.load(zp, typ=self.i8, align=1), self.f32)
+        b.branch(join)
+        b.position_at_end(join)
+        phi = b.phi(self.f32)
+        phi.add_incoming(zconst, pre)
+        phi.add_incoming(loaded, load_bb)
+        return phi
+
+    def _optional(self, b: Any, present: Any, base: Any, index: Any) -> Any:
+        pre = b.block
+        load_bb = b.append_basic_block("opt_load")
+        join = b.append_basic_block("opt_join")
+        b.cbranch(present, load_bb, join)
+        b.position_at_end(load_bb)
+        loaded = self.load(b, base, index)
+        b.branch(join)
+        b.position_at_end(join)
+        phi = b.phi(self.f32)
+        phi.add_incoming(self.ir.Constant(self.f32, 0.0), pre)
+        phi.add_incoming(loaded, load_bb)
+        return phi
+
+    # ------------------------------------------------------------------ int8 x int8
+    def int8_int8(self, kind: str, mr: int, nr: int) -> None:
+        """``ember_i8i8_{kind}_{mr}x{nr}(xq, w, sx, xsum, sw, bias, y, M, N, K, ldy)``:
+        ``y[m, n] = sx[m] sw[n] (sum_k (w[n, k] + 128) xq[m, k] - 128 xsum[m]) + bias[n]``;
+        K a multiple of 64, M of ``mr``, N of ``nr``."""
+        ir, p = self.ir, self.ptr
+        args = [p, p, p, p, p, p, p, self.i64, self.i64, self.i64, self.i64]
+        fn, b = self.function(f"ember_i8i8_{kind}_{mr}x{nr}", args)
+        xq, w, sx, xsum, sw, bias, y, m_count, n_count, k_count, ldy = fn.args
+        steps = b.sdiv(k_count, self.k64(64))
+        has_bias = b.icmp_unsigned("!=", bias, ir.Constant(p, None))
+        flip64 = ir.Constant(self.v64i8, [-128] * 64)
+        zero_i = ir.Constant(self.v16i32, [0] * 16)
+
+        def tile(b: Any, m0: Any, n0: Any) -> None:
+            ns = [b.add(n0, self.k64(c)) for c in range(nr)]
+            wrows = [b.mul(n, k_count) for n in ns]
+            xrows = [b.mul(b.add(m0, self.k64(r)), k_count) for r in range(mr)]
+
+            def per_step(b: Any, j: Any, *accs: Any) -> list[Any]:
+                k = b.mul(j, self.k64(64))
+                wus = [b.xor(self.vload(b, self.v64i8, w, b.add(row, k), self.i8), flip64) for row in wrows]
+                out = list(accs)
+                for r in range(mr):
+                    xv = self.vload(b, self.v64i8, xq, b.add(xrows[r], k), self.i8)
+                    for c in range(nr):
+                        i = r * nr + c
+                        if kind == "vnni":
+                            out[i] = self.call(b, "llvm.x86.avx512.vpdpbusd.512", self.v16i32, [out[i], wus[c], xv])
+                        else:
+                            acc = out[i]
+                            for part in range(4):
+                                idx = ir.Constant(ir.VectorType(self.i32, 16), list(range(16 * part, 16 * part + 16)))
+                                undef = ir.Constant(self.v64i8, ir.Undefined)
+                                wp = b.shuffle_vector(wus[c], undef, idx)
+                                xp = b.shuffle_vector(xv, undef, idx)
+                                acc = b.add(acc, b.mul(b.zext(wp, self.v16i32), b.sext(xp, self.v16i32)))
+                            out[i] = acc
+                return out
+
+            accs = self.loop(b, steps, per_step, [(self.v16i32, zero_i)] * (mr * nr))
+            for c, n in enumerate(ns):
+                bias_value = self._optional(b, has_bias, bias, n)
+                swn = self.load(b, sw, n)
+                for r in range(mr):
+                    m = b.add(m0, self.k64(r))
+                    total = self.call(b, "llvm.vector.reduce.add.v16i32", self.i32, [accs[r * nr + c]])
+                    xs = b.load(b.gep(xsum, [m], source_etype=self.i32), typ=self.i32, align=4)
+                    total = b.sub(total, b.shl(xs, ir.Constant(self.i32, 7)))
+                    scaled = b.fmul(b.fmul(b.sitofp(total, self.f32), self.load(b, sx, m)), swn)
+                    self.store(b, b.fadd(scaled, bias_value), y, b.add(b.mul(m, ldy), n))
+
+        self.blocked_rows(b, m_count, n_count, mr, nr, tile)
+        b.ret_void()

@@ -1,0 +1,211 @@
+"""flex's ``quantized_linear``: the compiled kernels of
+:mod:`ember.backend.flex.quant_kernels` where the shapes suit them, and a numpy
+reference (which does dequantize the weight) elsewhere.
+
+``path`` picks the implementation: ``None`` the fastest available, ``"vnni"`` or
+``"portable"`` one of the int8 x int8 kernels, ``"numpy"`` the reference (tests
+compare them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from ember.backend.flex.native import address
+from ember.backend.flex.quant_kernels import INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
+from ember.errors import BackendUnavailableError
+
+__all__ = ["quantized_linear", "quantize_rows_int8", "dequantize_array"]
+
+_F32 = np.dtype(np.float32)
+#: From this many rows of ``x`` on (prefill), weight-only products dequantize ``TILE_ROWS``
+#: rows of the weight at a time into a cache-sized float tile (1 MiB for 4096 inputs) and
+#: call sgemm on it; fewer rows (decode) run the register-tiled kernels.
+TILE_GEMM_ROWS = 32
+TILE_ROWS = 64
+
+
+def quantized_linear(
+    x: np.ndarray,
+    values: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    bias: np.ndarray | None,
+    input_scale: np.ndarray | None,
+    value: str,
+    group: int,
+    activations: str,
+    path: str | None = None,
+) -> np.ndarray:
+    """``x [..., K] @ dequantize(w).T + bias`` with ``w`` stored ``[N, K]`` (packed)."""
+    lead = x.shape[:-1]
+    k = x.shape[-1]
+    n = values.shape[0]
+    rows = np.ascontiguousarray(x.reshape(-1, k), dtype=_F32)
+    if scales.shape[0] != n:  # one scale per tensor: one per row for the kernels
+        scales = np.broadcast_to(scales, (n, scales.shape[1]))
+        zero_points = None if zero_points is None else np.broadcast_to(zero_points, (n, zero_points.shape[1]))
+    if activations:
+        out = _int8_int8(rows, values, scales, bias, input_scale, path)
+    else:
+        out = _weight_only(rows, values, scales, zero_points, bias, value, group, path)
+    return out.reshape(lead + (n,))
+
+
+def quantize_rows_int8(rows: np.ndarray, input_scale: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of ``rows`` as int8 with scale ``max|row| / 127`` (or the static scale)."""
+    if input_scale is None:
+        scale = np.abs(rows).max(axis=1) / np.float32(127.0)
+        scale = np.maximum(scale, np.float32(1e-30)).astype(_F32)
+    else:
+        scale = np.full(rows.shape[0], input_scale.reshape(-1)[0], dtype=_F32)
+    q = np.clip(np.rint(rows / scale[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def dequantize_array(
+    values: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, value: str, group: int
+) -> np.ndarray:
+    """The float32 weight ``[N, K]`` of packed values (the reference path only)."""
+    n = values.shape[0]
+    if value == "int4":
+        k = values.shape[1] * 2
+        v = values.reshape(n, k // group, group // 2)
+        q = np.concatenate([v & 15, v >> 4], axis=2).astype(np.float32)
+        offset: Any = np.float32(8.0)
+    else:
+        k = values.shape[1]
+        q = values.reshape(n, k // group, group).astype(np.float32)
+        offset = np.float32(0.0)
+    if zero_points is not None:
+        offset = zero_points.astype(np.float32)[:, :, None]
+    return ((q - offset) * scales.astype(np.float32)[:, :, None]).reshape(n, k)
+
+
+def _weight_only(
+    rows: np.ndarray,
+    values: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    bias: np.ndarray | None,
+    value: str,
+    group: int,
+    path: str | None,
+) -> np.ndarray:
+    m, k = rows.shape
+    n = values.shape[0]
+    kernels = quant_kernels() if path != "numpy" else None
+    if kernels is None or group % 32 or rows.shape[0] == 0:
+        if path not in (None, "numpy"):
+            raise BackendUnavailableError(f"ember: quantized_linear: no compiled kernel for path {path!r} here")
+        w = dequantize_array(values, scales, zero_points, value, group)
+        out = rows @ w.T
+        return out if bias is None else out + bias
+    kind = "u4" if value == "int4" else ("s8" if values.dtype == np.int8 else "u8")
+    zconst = 8.0 if value == "int4" else 0.0
+    values = np.ascontiguousarray(values)
+    scales = np.ascontiguousarray(scales, dtype=_F32)
+    zps = None if zero_points is None else np.ascontiguousarray(zero_points, dtype=np.uint8)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+    out = np.empty((m, n), dtype=_F32)
+    groups = scales.shape[1]
+    row_bytes = values.shape[1]
+    if m >= TILE_GEMM_ROWS:
+        # Many rows: dequantize TILE_ROWS weight rows at a time into a cache-sized float
+        # tile and multiply it with sgemm; the float weight as a whole never exists.
+        tile = np.empty((TILE_ROWS, k), dtype=_F32)
+        for n0 in range(0, n, TILE_ROWS):
+            nc = min(TILE_ROWS, n - n0)
+            kernels.dequant[kind](
+                address(values) + n0 * row_bytes,
+                address(scales) + n0 * groups * 4,
+                None if zps is None else address(zps) + n0 * groups,
+                address(tile),
+                nc,
+                k,
+                group,
+                ctypes.c_float(zconst),
+            )
+            np.matmul(rows, tile[:nc].T, out=out[:, n0 : n0 + nc])
+        return out if b is None else np.add(out, b, out=out)
+    gemm_kind = "s8c" if kind == "s8" and groups == 1 else kind  # one scale per row: applied once
+    for m0, mc, n0, nc, mr, nr in plan(m, n, WEIGHT_ONLY_TILES):
+        kernels.gemm[(gemm_kind, mr, nr)](
+            address(rows) + m0 * k * 4,
+            address(values) + n0 * row_bytes,
+            address(scales) + n0 * groups * 4,
+            None if zps is None else address(zps) + n0 * groups,
+            None if b is None else address(b) + n0 * 4,
+            address(out) + (m0 * n + n0) * 4,
+            mc,
+            nc,
+            k,
+            group,
+            ctypes.c_float(zconst),
+            n,
+        )
+    return out
+
+
+def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int, int, int, int]]:
+    """Kernel calls ``(m0, rows, n0, cols, mr, nr)`` covering ``[m, n]`` with the compiled
+    register tiles: the wide tile over whole row tiles, ``1 x nr`` over the other rows,
+    and a tile of one weight row over the columns left."""
+    wide = next(t for t in tiles if t[0] > 1)
+    narrow = next(t for t in tiles if t[0] == 1 and t[1] > 1)
+    m_wide = m - m % wide[0]
+    calls = []
+    for m0, rows, (mr, nr) in ((0, m_wide, wide), (m_wide, m - m_wide, narrow)):
+        if rows == 0:
+            continue
+        n_main = n - n % nr
+        if n_main:
+            calls.append((m0, rows, 0, n_main, mr, nr))
+        if n_main < n:
+            tail_mr = mr if (mr, 1) in tiles else 1
+            calls.append((m0, rows, n_main, n - n_main, tail_mr, 1))
+    return calls
+
+
+def _int8_int8(
+    rows: np.ndarray,
+    values: np.ndarray,
+    scales: np.ndarray,
+    bias: np.ndarray | None,
+    input_scale: np.ndarray | None,
+    path: str | None,
+) -> np.ndarray:
+    m, k = rows.shape
+    n = values.shape[0]
+    xq, sx = quantize_rows_int8(rows, input_scale)
+    sw = np.ascontiguousarray(scales.reshape(n), dtype=_F32)
+    kernels = quant_kernels() if path != "numpy" else None
+    kind = path or ("vnni" if kernels is not None and kernels.vnni else "portable")
+    if kernels is None or k % 64 or (kind, 1, 1) not in kernels.gemm:
+        if path not in (None, "numpy"):
+            raise BackendUnavailableError(f"ember: quantized_linear: no compiled {path!r} kernel on this CPU")
+        acc = xq.astype(np.float64) @ values.astype(np.float64).T  # exact: |sum| < 2^53
+        out = (acc * sx[:, None].astype(np.float64) * sw.astype(np.float64)).astype(_F32)
+        return out if bias is None else out + bias
+    xsum = xq.sum(axis=1, dtype=np.int32)
+    values = np.ascontiguousarray(values)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+    out = np.empty((m, n), dtype=_F32)
+    for m0, mc, n0, nc, mr, nr in plan(m, n, INT8_TILES):
+        kernels.gemm[(kind, mr, nr)](
+            address(xq) + m0 * k,
+            address(values) + n0 * k,
+            address(sx) + m0 * 4,
+            address(xsum) + m0 * 4,
+            address(sw) + n0 * 4,
+            None if b is None else address(b) + n0 * 4,
+            address(out) + (m0 * n + n0) * 4,
+            mc,
+            nc,
+            k,
+            n,
+        )
+    return out

@@ -1,0 +1,111 @@
+"""``QuantizedConv1d`` and ``QuantizedConv2d``: convolutions with a quantized weight.
+
+The weight ``[channels_out, channels_in / groups, *kernel]`` is stored as a matrix
+``[channels_out, channels_in / groups * prod(kernel)]`` quantized per row (per output
+channel), so a block runs along the flattened input channels and kernel taps. The
+forward dequantizes the weight (tensor ops, on every device) and runs the float
+convolution: the bytes are saved, the speed is not (yet).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ember.module import Module, Param
+from ember.nn.quantized.weight import qtensor, weight_params
+from ember.tensor import Tensor
+from ember.tensor.module import conv1d, conv2d
+from ember.tensor.quant import QuantizedTensor, QuantScheme
+from ember.tensor.quant.linear import fake_quantize_int8
+
+
+class QuantizedConv(Module):
+    """The fields both convolutions share; build one with ``Conv2d.quantized(scheme)``."""
+
+    values: Param
+    scales: Param
+    zero_points: Param | None
+    bias: Param | None
+    input_scale: Param | None
+    scheme: QuantScheme
+    kernel_shape: tuple[int, ...]
+
+    @property
+    def weight(self) -> QuantizedTensor:
+        """The quantized weight as a matrix ``[channels_out, rest]``."""
+        out = self.kernel_shape[0]
+        return qtensor(self.values, self.scales, self.zero_points, self.scheme, (out, math.prod(self.kernel_shape[1:])))
+
+    def float_weight(self) -> Tensor:
+        return self.weight.dequantize().reshape(list(self.kernel_shape))
+
+    def quantized_input(self, x: Tensor) -> Tensor:
+        """``x`` on the int8 grid of a dynamic or static activation scheme (per sample)."""
+        if not self.scheme.activations:
+            return x
+        scale = self.input_scale
+        if scale is not None:
+            return fake_quantize_int8(x, scale.val())
+        batch = x.dims()[0]
+        return fake_quantize_int8(x.reshape([batch, -1]), None).reshape(x.dims())
+
+
+def quantized_parts(weight: Tensor, bias: Param | None, scheme: QuantScheme, input_scale: float | None) -> dict:
+    dims = weight.dims()
+    values, scales, zero_points = weight_params(weight.reshape([dims[0], -1]), scheme)
+    scale = None
+    if input_scale is not None:
+        scale = Param.from_tensor(Tensor.from_floats([input_scale], device=values.device), require_grad=False)
+    if bias is not None:
+        bias = Param.from_mapped_value(bias.id, bias.val().detach(), require_grad=False)
+    return dict(
+        values=values,
+        scales=scales,
+        zero_points=zero_points,
+        bias=bias,
+        input_scale=scale,
+        scheme=scheme,
+        kernel_shape=tuple(dims),
+    )
+
+
+class QuantizedConv1d(QuantizedConv):
+    """A :class:`~ember.nn.Conv1d` with a quantized weight."""
+
+    stride: int = 1
+    padding: object = "valid"
+    dilation: int = 1
+    groups: int = 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        bias = self.bias
+        return conv1d(
+            self.quantized_input(x),
+            self.float_weight(),
+            None if bias is None else bias.val(),
+            self.stride,
+            self.padding,  # type: ignore[arg-type]
+            self.dilation,
+            self.groups,
+        )
+
+
+class QuantizedConv2d(QuantizedConv):
+    """A :class:`~ember.nn.Conv2d` with a quantized weight."""
+
+    stride: tuple[int, int] = (1, 1)
+    padding: object = "valid"
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        bias = self.bias
+        return conv2d(
+            self.quantized_input(x),
+            self.float_weight(),
+            None if bias is None else bias.val(),
+            self.stride,
+            self.padding,  # type: ignore[arg-type]
+            self.dilation,
+            self.groups,
+        )

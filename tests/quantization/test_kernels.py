@@ -1,0 +1,108 @@
+"""flex's quantized kernels against a float64 reference computed from the dequantized
+weights: weight-only int8/uint8/int4 (both row tiles: M not a multiple of 4, N not a
+multiple of the cache block), and the dynamic int8 x int8 GEMM on its VNNI and its
+portable path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import Tensor
+from ember.backend.flex.quant_kernels import has_vnni, quant_kernels
+from ember.backend.flex.quantized import dequantize_array, quantize_rows_int8, quantized_linear
+from ember.quantization import QuantScheme, quantize
+
+WEIGHT_ONLY = [
+    QuantScheme.int8(),
+    QuantScheme.int8(symmetric=False),
+    QuantScheme.int8(level="tensor"),
+    QuantScheme.int8(block=64),
+    QuantScheme.int4(),
+    QuantScheme.int4(symmetric=False),
+    QuantScheme.int4(block=None),
+]
+
+needs_kernels = pytest.mark.skipif(quant_kernels() is None, reason="llvmlite cannot compile for this host")
+
+
+def parts(w: np.ndarray, scheme: QuantScheme):
+    q = quantize(Tensor.from_data(w), scheme)
+    zp = q.zero_points
+    return q, q.values.to_numpy(), q.scales.to_numpy(), None if zp is None else zp.to_numpy()
+
+
+@needs_kernels
+@pytest.mark.parametrize("scheme", WEIGHT_ONLY, ids=repr)
+@pytest.mark.parametrize("m", [1, 6, 40])  # 40 rows: the dequantized tile and sgemm
+def test_weight_only_kernel_matches_float64_of_the_dequantized_weight(scheme, m, rng):
+    n, k = 70, 256  # 70 rows: one full cache block and a partial one
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    q, values, scales, zps = parts(w, scheme)
+    expected = x.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T + bias
+    got = quantized_linear(x, values, scales, zps, bias, None, scheme.value, q.group, "")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-5 * np.sqrt(k))
+    nobias = quantized_linear(x, values, scales, zps, None, None, scheme.value, q.group, "")
+    np.testing.assert_allclose(nobias, expected - bias, rtol=1e-5, atol=2e-5 * np.sqrt(k))
+
+
+def test_numpy_reference_path_and_small_groups(rng):
+    """Groups that are not a multiple of 32 run the numpy reference (the same function)."""
+    w = rng.standard_normal((5, 48)).astype(np.float32)
+    x = rng.standard_normal((3, 48)).astype(np.float32)
+    scheme = QuantScheme.int4(block=16)
+    q, values, scales, zps = parts(w, scheme)
+    expected = x.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T
+    for path in (None, "numpy"):
+        got = quantized_linear(x, values, scales, zps, None, None, "int4", 16, "", path=path)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dequantize_array(values, scales, zps, "int4", 16), q.dequantize().to_numpy())
+
+
+PATHS = ["portable", "numpy", pytest.param("vnni", marks=pytest.mark.skipif(not has_vnni(), reason="no AVX-512 VNNI"))]
+
+
+@needs_kernels
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("m", [1, 7])
+def test_dynamic_int8_gemm_is_exact_in_int32(path, m, rng):
+    n, k = 67, 320
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    x[0, 5] = 40.0  # an outlier sets that row's scale
+    bias = rng.standard_normal(n).astype(np.float32)
+    q, values, scales, _ = parts(w, QuantScheme.int8(activations="dynamic"))
+    xq, sx = quantize_rows_int8(x, None)
+    assert xq.dtype == np.int8 and np.abs(xq).max() == 127
+    acc = xq.astype(np.int64) @ values.astype(np.int64).T  # the exact integer products
+    expected = acc * sx[:, None].astype(np.float64) * scales.reshape(-1).astype(np.float64) + bias
+    got = quantized_linear(x, values, scales, None, bias, None, "int8", k, "dynamic", path=path)
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-5)
+    # the float64 reference of the dequantized weight with fake-quantized activations
+    fake = (xq.astype(np.float64) * sx[:, None]) @ q.dequantize().to_numpy().astype(np.float64).T + bias
+    np.testing.assert_allclose(got, fake, rtol=1e-5, atol=1e-4)
+
+
+@needs_kernels
+@pytest.mark.parametrize("path", PATHS)
+def test_static_int8_gemm_uses_the_calibrated_scale(path, rng):
+    n, k = 16, 128
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x = rng.standard_normal((5, k)).astype(np.float32)
+    _, values, scales, _ = parts(w, QuantScheme.int8(activations="static"))
+    scale = np.array([0.02], np.float32)
+    xq = np.clip(np.rint(x / scale[0]), -127, 127)
+    expected = (xq @ values.astype(np.float64).T) * float(scale[0]) * scales.reshape(-1)
+    got = quantized_linear(x, values, scales, None, None, scale, "int8", k, "static", path=path)
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-5)
+
+
+def test_a_path_this_cpu_lacks_is_an_ember_error(rng):
+    from ember.errors import BackendUnavailableError
+
+    x = rng.standard_normal((2, 100)).astype(np.float32)  # K = 100: no int8 x int8 kernel
+    values = np.ones((3, 100), np.int8)
+    with pytest.raises(BackendUnavailableError, match="no compiled 'portable' kernel"):
+        quantized_linear(x, values, np.ones((3, 1), np.float32), None, None, None, "int8", 100, "dynamic", "portable")
