@@ -221,6 +221,40 @@ def test_a_chain_without_a_pool(chained, unchained, rng):
     assert chain.pool is None
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_chain_ending_in_max_pool_without_indices(chained, unchained, dtype, rng):
+    """An inference's ``max_pool`` (values only) joins the chain as ``max_pool_with_indices`` does."""
+    case = Case()
+    y, pool = _layer(case, rng, dtype, _CHAINS[1])
+    pooled = case.ops.max_pool(case.ops.relu(y), *pool)
+    compiled, plain, replayed, plan = _run_both(case, [pooled], chained, unchained)
+    assert_same(compiled[0], plain[0], "pooled")
+    _close(compiled[0], replayed[0])
+    assert [type(s) for s in plan.schedule.steps] == [ConvChain]
+    (chain,) = _chains(plan)
+    assert chain.pool is not None and chain.pool.node.op == "max_pool"
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["local", "stored"])
+def test_a_pointwise_conv_chain_reads_its_input_as_the_columns(chained, unchained, stored, rng):
+    """A 1x1 stride-1 conv (a ResNet bottleneck's) with a residual epilogue; stored: its
+    output is returned too, so the chain needs no scratch at all."""
+    case = Case()
+    x = case.input(rng.standard_normal((3, 8, 6, 5)).astype(np.float32))
+    w = case.input(rng.standard_normal((4, 8, 1, 1)).astype(np.float32))
+    bias = case.input(rng.standard_normal(4).astype(np.float32))
+    residual = case.input(rng.standard_normal((3, 4, 6, 5)).astype(np.float32))
+    y = case.ops.conv(x, w, None if stored else bias, (1, 1), ((0, 0), (0, 0)), (1, 1), 1)
+    h = case.ops.relu(case.ops.binary(BinaryOp.ADD, y, residual))
+    outs = [h, y] if stored else [h]
+    compiled, plain, replayed, plan = _run_both(case, outs, chained, unchained)
+    for a, p, e in zip(compiled, plain, replayed):
+        assert_same(a, p, "pointwise")
+        _close(a, e)
+    (chain,) = _chains(plan)
+    assert (chain.conv.outs[0] in chain.local) is not stored
+
+
 def _fallback_graphs(case: Case, rng):
     """Graphs that do not match the pattern: (name, outputs)."""
     f32 = np.dtype(np.float32)

@@ -23,7 +23,7 @@ The pattern, exactly (anything else keeps the steps as they are):
   the convolution's output only densely (element for element), whose other reads
   can be split by sample (a view over the convolution's output shape, with one
   stride along the sample dim per buffer), and that stores only over its full space;
-* optionally, directly after that, a ``max_pool_with_indices`` library step whose
+* optionally, directly after that, a ``max_pool`` or ``max_pool_with_indices`` library step whose
   input is one of the kernel's stores, with the same samples.
 """
 
@@ -108,7 +108,7 @@ def _match(schedule: Schedule, index: int, readers: dict[int, list[int]], return
 
 def _pools(step: Library, epilogue: Kernel, shape: tuple[int, ...], avals: list) -> bool:
     """Whether ``step`` max-pools a value the epilogue stores, with the same samples."""
-    if step.node.op != "max_pool_with_indices":
+    if step.node.op not in ("max_pool", "max_pool_with_indices"):
         return False
     x = step.node.args[0]
     ((buf, view),) = step.args.values()

@@ -11,6 +11,7 @@ in the result:
   and a NaN wins), with padding as ``-inf``; the index is the flat position in the
   input plane, each coordinate clipped into the input (the first real element of
   a window whose maximum is ``-inf``);
+  ``max_pool`` (an inference's pooling) is the same loop without the indices;
 * ``max_pool_backward``: zeros, then each output's gradient added at its index;
 * ``conv`` (and ``conv_transpose`` with stride 1, a convolution with the kernel
   flipped and transposed): per sample and group, the windows copied into a column
@@ -262,13 +263,15 @@ def _pool_supports(graph: Graph, node: Node, target: Any) -> bool:
 
 def _max_pool(e: Emitter) -> None:
     x_shape = e.shape(e.node.args[0])
-    max_pool_rows(e, e.args[e.node.args[0]], e.outs[0], e.outs[1], x_shape[0] * x_shape[1])
+    indices = e.outs[1] if len(e.outs) > 1 else None  # max_pool: the values only
+    max_pool_rows(e, e.args[e.node.args[0]], e.outs[0], indices, x_shape[0] * x_shape[1])
 
 
-def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value, rows: int) -> None:
+def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value | None, rows: int) -> None:
     """The max pooling of ``e.node`` over ``rows`` planes: ``x`` (the first plane's
-    first element), ``values`` and ``indices`` (their first output's); a convolution
-    chain pools one sample's planes at a time."""
+    first element), ``values`` and ``indices`` (their first output's; ``None`` for
+    ``max_pool``, which returns the values only); a convolution chain pools one
+    sample's planes at a time."""
     x_ref, kernel, stride, padding, dilation, _ceil = e.node.args
     x_shape = e.shape(x_ref)
     dtype = e.dtype(x_ref)
@@ -308,10 +311,12 @@ def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value, 
                 continue
             take = b.or_(b.fcmp_ordered(">", value, best), b.fcmp_unordered("uno", value, value))
             best = b.select(take, value, best)
-            best_index = b.select(take, flat, best_index)
+            if indices is not None:
+                best_index = b.select(take, flat, best_index)
         target = b.add(b.mul(row, ir.Constant(I64, out_plane)), e.linear(opos, o_strides))
         e.store(best, values, target, dtype)
-        e.store(best_index, indices, target, _INDEX)
+        if indices is not None:
+            e.store(best_index, indices, target, _INDEX)
 
     e.loops.nest([rows, *out], body)
 
@@ -401,6 +406,11 @@ class _Conv:
         return all(s == 1 for s in self.stride)
 
     @property
+    def pointwise(self) -> bool:
+        """A 1x1 kernel, stride 1, no padding: the input *is* the columns (no copy)."""
+        return all(k == 1 for k in self.kernel) and self.unit and not any(self.pad) and self.out == self.spatial
+
+    @property
     def padded(self) -> tuple[int, ...]:
         """The padded input a stride-1 convolution reads: as far as its windows reach."""
         return tuple(o + d * (k - 1) for o, d, k in zip(self.out, self.dilation, self.kernel))
@@ -417,9 +427,10 @@ class _Conv:
         regions = {}
         if flipped:
             regions["flipped"] = scratch.add(flipped)
-        if self.unit:
-            regions["padded"] = scratch.add(self.cg * size_of(self.padded) * self.item)
-        regions["cols"] = scratch.add(self.ck * self.positions * self.item)
+        if not self.pointwise:
+            if self.unit:
+                regions["padded"] = scratch.add(self.cg * size_of(self.padded) * self.item)
+            regions["cols"] = scratch.add(self.ck * self.positions * self.item)
         if weight_grad:
             regions["acc"] = scratch.add(self.groups * self.ck * self.og * self.item)
         regions["size"] = scratch.size
@@ -570,11 +581,14 @@ def _columns(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, cols: ir.Value
 
 
 def _sample_columns(e: Emitter, c: _Conv, x: ir.Value, i: ir.Value, g: int, dtype: np.dtype) -> ir.Value:
-    """The columns of sample ``i``, group ``g`` (in scratch)."""
+    """The columns of sample ``i``, group ``g`` (in scratch; a pointwise
+    convolution's are the sample's input itself)."""
     b = e.b
     x_base = b.mul(
         b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)), ir.Constant(I64, size_of(c.spatial))
     )
+    if c.pointwise:
+        return e.at(x, x_base, dtype)
     cols = _region(e, "cols")
     if c.unit:
         padded = _region(e, "padded")
@@ -892,6 +906,7 @@ def _no_scratch(graph: Graph, node: Node) -> dict[str, int]:
 LIBRARY: dict[str, LibraryOp] = {
     "gather": LibraryOp(_gather_supports, _no_scratch, _gather, checks=True),
     "scatter_add": LibraryOp(_scatter_supports, _no_scratch, _scatter_add, checks=True),
+    "max_pool": LibraryOp(_pool_supports, _no_scratch, _max_pool),
     "max_pool_with_indices": LibraryOp(_pool_supports, _no_scratch, _max_pool),
     "max_pool_backward": LibraryOp(_pool_backward_supports, _no_scratch, _max_pool_backward, checks=True),
     "conv": LibraryOp(_conv_supports, _conv_scratch, _conv),
