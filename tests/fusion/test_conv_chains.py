@@ -221,6 +221,86 @@ def test_a_chain_without_a_pool(chained, unchained, rng):
     assert chain.pool is None
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_chain_ending_in_max_pool_without_indices(chained, unchained, dtype, rng):
+    """An inference's ``max_pool`` (values only) joins the chain as ``max_pool_with_indices`` does."""
+    case = Case()
+    y, pool = _layer(case, rng, dtype, _CHAINS[1])
+    pooled = case.ops.max_pool(case.ops.relu(y), *pool)
+    compiled, plain, replayed, plan = _run_both(case, [pooled], chained, unchained)
+    assert_same(compiled[0], plain[0], "pooled")
+    _close(compiled[0], replayed[0])
+    assert [type(s) for s in plan.schedule.steps] == [ConvChain]
+    (chain,) = _chains(plan)
+    assert chain.pool is not None and chain.pool.node.op == "max_pool"
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["local", "stored"])
+def test_a_pointwise_conv_chain_reads_its_input_as_the_columns(chained, unchained, stored, rng):
+    """A 1x1 stride-1 conv (a ResNet bottleneck's) with a residual epilogue; stored: its
+    output is returned too, so the chain needs no scratch at all."""
+    case = Case()
+    x = case.input(rng.standard_normal((3, 8, 6, 5)).astype(np.float32))
+    w = case.input(rng.standard_normal((4, 8, 1, 1)).astype(np.float32))
+    bias = case.input(rng.standard_normal(4).astype(np.float32))
+    residual = case.input(rng.standard_normal((3, 4, 6, 5)).astype(np.float32))
+    y = case.ops.conv(x, w, None if stored else bias, (1, 1), ((0, 0), (0, 0)), (1, 1), 1)
+    h = case.ops.relu(case.ops.binary(BinaryOp.ADD, y, residual))
+    outs = [h, y] if stored else [h]
+    compiled, plain, replayed, plan = _run_both(case, outs, chained, unchained)
+    for a, p, e in zip(compiled, plain, replayed):
+        assert_same(a, p, "pointwise")
+        _close(a, e)
+    (chain,) = _chains(plan)
+    assert (chain.conv.outs[0] in chain.local) is not stored
+
+
+def test_a_batch_norms_per_channel_kernels_move_before_the_conv(chained, unchained, rng):
+    """An unfolded inference batch norm: its per-channel scale and shift (kernels over
+    the channels, scheduled after the conv) move before it, so conv -> norm -> relu ->
+    pool is one chain."""
+    case = Case()
+    y, pool = _layer(case, rng, np.dtype(np.float32), _CHAINS[0])
+    channels = y.shape[1]
+    gamma, beta, mean = (case.input(rng.standard_normal(channels).astype(np.float32)) for _ in range(3))
+    var = case.input(rng.uniform(0.5, 2.0, channels).astype(np.float32))
+    ops = case.ops
+    scale = ops.binary(BinaryOp.DIV, gamma, ops.unary(UnaryOp.SQRT, ops.binary(BinaryOp.ADD, var, 1e-5)))
+    shift = ops.binary(BinaryOp.SUB, beta, ops.binary(BinaryOp.MUL, mean, scale))
+    per_channel = (channels, 1, 1)
+    h = ops.binary(
+        BinaryOp.ADD, ops.binary(BinaryOp.MUL, y, ops.reshape(scale, per_channel)), ops.reshape(shift, per_channel)
+    )
+    pooled = ops.max_pool(ops.relu(h), *pool)
+    compiled, plain, replayed, plan = _run_both(case, [pooled], chained, unchained)
+    assert_same(compiled[0], plain[0], "pooled")
+    _close(compiled[0], replayed[0])
+    steps = plan.schedule.steps
+    assert isinstance(steps[-1], ConvChain) and steps[-1].pool is not None
+    assert all(isinstance(s, Kernel) and len(s.space) == 1 for s in steps[:-1])
+
+
+def test_hoisting_without_a_chain_leaves_the_order(chained, unchained, rng):
+    """A kernel independent of the conv stays where it was when no chain forms (the
+    conv's output is read transposed)."""
+    case = Case()
+    y, _ = _layer(case, rng, np.dtype(np.float32), _CHAINS[0])
+    other = case.ops.unary(UnaryOp.SQRT, case.input(rng.uniform(1.0, 2.0, 5).astype(np.float32)))
+    h = case.ops.relu(case.ops.permute(y, (0, 1, 3, 2)))
+    compiled, plain, replayed, plan = _run_both(case, [h, other], chained, unchained)
+    for a, p, e in zip(compiled, plain, replayed):
+        assert_same(a, p, "unchained")
+        _close(a, e)
+    graph, _ = case.abstract([h, other])
+    plain_plan = unchained.plan(graph)
+    plain_plan.run(FlexBackend(), list(case.values), case.abstract([h, other])[1])
+
+    def order(p) -> list[str]:
+        return [type(s).__name__ + str(getattr(s, "space", "")) for s in p.schedule.steps]
+
+    assert not _chains(plan) and order(plan) == order(plain_plan)
+
+
 def _fallback_graphs(case: Case, rng):
     """Graphs that do not match the pattern: (name, outputs)."""
     f32 = np.dtype(np.float32)

@@ -120,6 +120,24 @@ def test_max_pool_and_its_backward_match_flex_bit_for_bit(executor, config, dtyp
     assert not _calls(plan)
 
 
+@pytest.mark.parametrize("config", _POOLS, ids=lambda c: f"{c[0]}k{c[1]}s{c[2]}")
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_max_pool_without_indices_matches_flex_bit_for_bit(executor, config, dtype, rng):
+    """``max_pool`` (an inference's pooling, no indices): the same loop, the values only."""
+    shape, kernel, stride, padding, dilation, ceil_mode = config
+    values = rng.standard_normal(shape)
+    values.flat[::7] = np.round(values.flat[::7])
+    values.flat[3] = np.nan  # a NaN wins its windows, as np.maximum does
+    values.flat[10] = -np.inf
+    values.reshape(shape[0] * shape[1], -1)[-1] = -np.inf
+    case = Case()
+    x = case.input(values.astype(dtype))
+    pooled = case.ops.max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+    compiled, replayed, plan = case.run(executor, [pooled])
+    assert_same(compiled[0], replayed[0], "values")
+    assert _libraries(plan) == ["max_pool"] and not _calls(plan)
+
+
 # ---------------------------------------------------------------------- convolution
 _CONVS = [
     # (x shape, weight shape, stride, padding, dilation, groups, bias)
@@ -130,6 +148,9 @@ _CONVS = [
     ((2, 3, 7, 7), (4, 3, 3, 3), (1, 1), ((0, 0), (0, 0)), (2, 2), 1, True),
     ((3, 2, 13), (4, 2, 3), (2,), ((1, 1),), (1,), 1, True),
     ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), (1, 1, 1), ((1, 1), (1, 0), (0, 0)), (1, 1, 1), 1, True),
+    ((3, 6, 5, 4), (8, 6, 1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1, True),  # pointwise: no columns
+    ((2, 6, 5, 4), (4, 3, 1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 2, False),  # pointwise, grouped
+    ((2, 6, 7, 5), (4, 6, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1, True),  # 1x1, stride 2: columns
 ]
 
 

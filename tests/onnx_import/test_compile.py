@@ -14,7 +14,7 @@ from ember import Device, Tensor
 from ember.capture import CompileWarning
 from ember.optim import GradientsParams
 from tests.onnx_import import models
-from tests.onnx_import.helpers import export, onnx_model
+from tests.onnx_import.helpers import export, onnx_model, run_ort
 
 RTOL = 1e-5
 
@@ -92,3 +92,58 @@ def test_autodiff_device_runs_eagerly_and_differentiates(torch, rng):
     xv = Tensor.from_data(x, device=Device.flex())
     np.testing.assert_allclose(valid(xv).to_numpy(), eager.valid()(xv).to_numpy(), rtol=RTOL, atol=1e-6)
     assert compiled.stats["traces"] == 1
+
+
+def test_conv_batch_norm_and_pools_compile_into_chains(torch, ort, rng, monkeypatch):
+    """A CNN block as inference exports it: Conv, an unfolded BatchNormalization, Relu
+    and MaxPool (values only), then a 1x1 Conv with a residual Add. Compiled, each conv
+    runs with its epilogue (and pooling) as one convolution chain; outputs match
+    onnxruntime and torch."""
+    from ember.backend.fusion.llvm import executor as llvm_executor
+    from ember.backend.fusion.steps import ConvChain, Library
+
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+            self.norm = nn.BatchNorm2d(8)
+            self.pool = nn.MaxPool2d(2)
+            self.point = nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            h = self.pool(torch.relu(self.norm(self.conv(x))))
+            return torch.relu(self.point(h) + h)
+
+    torch.manual_seed(0)
+    net = Block().eval()
+    with torch.no_grad():
+        net.norm.running_mean.normal_()
+        net.norm.running_var.uniform_(0.5, 2.0)
+    x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    # PRESERVE keeps the BatchNormalization node (eval mode folds it into the conv).
+    data = export(
+        torch, net, (torch.from_numpy(x),), training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False
+    )
+    compiled = ember.onnx.load(data, Device.flex(), compile=True)
+    xt = Tensor.from_data(x, device=Device.flex())
+    variants = []
+    original = llvm_executor.Variant.__init__
+
+    def record(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        variants.append(self)
+
+    monkeypatch.setattr(llvm_executor.Variant, "__init__", record)
+    for _ in range(3):  # trace, then compile on the second call, then replay
+        got = compiled(xt).to_numpy()
+    with torch.no_grad():
+        np.testing.assert_allclose(got, net(torch.from_numpy(x)).numpy(), rtol=RTOL, atol=1e-5)
+    (want,) = run_ort(ort, data, x)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-5)
+    (variant,) = variants
+    steps = variant.schedule.steps
+    chains = [s for s in steps if isinstance(s, ConvChain)]
+    assert len(chains) == 2 and chains[0].pool is not None and chains[0].pool.node.op == "max_pool"
+    assert not [s for s in steps if isinstance(s, Library)]  # no conv or pool left outside a chain

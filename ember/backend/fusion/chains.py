@@ -19,11 +19,12 @@ steps (the bias is one addition either way), so the results are bit-identical.
 The pattern, exactly (anything else keeps the steps as they are):
 
 * a ``conv`` library step;
-* directly after it, a kernel without reductions over as many elements, that reads
+* directly after it (once independent kernels scheduled in between, such as a batch
+  norm's per-channel scale and shift, are moved before it), a kernel without reductions over as many elements, that reads
   the convolution's output only densely (element for element), whose other reads
   can be split by sample (a view over the convolution's output shape, with one
   stride along the sample dim per buffer), and that stores only over its full space;
-* optionally, directly after that, a ``max_pool_with_indices`` library step whose
+* optionally, directly after that, a ``max_pool`` or ``max_pool_with_indices`` library step whose
   input is one of the kernel's stores, with the same samples.
 """
 
@@ -37,11 +38,15 @@ from ember.backend.kernel.steps import Kernel, Store
 from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import BinaryOp
 
+#: The most independent kernels moved from between a convolution and its epilogue.
+MAX_HOISTED = 4
+
 
 def fuse_conv_chains(schedule: Schedule) -> Schedule:
     """``schedule`` with each convolution chain (see the module docstring) as one
     :class:`ConvChain` step (the schedule is changed in place and returned)."""
-    steps = schedule.steps
+    original = schedule.steps
+    steps = schedule.steps = _hoisted(original)
     returned = {buf for buf, _ in schedule.outputs}
     readers: dict[int, list[int]] = {}
     for index, step in enumerate(steps):
@@ -60,7 +65,35 @@ def fuse_conv_chains(schedule: Schedule) -> Schedule:
     if len(out) != len(steps):
         schedule.steps = out
         schedule.producer = {buf: i for i, step in enumerate(out) for buf in step.writes()}
+    else:
+        schedule.steps = original  # no chain: the order stays as scheduled
     return schedule
+
+
+def _hoisted(steps: list[Step]) -> list[Step]:
+    """``steps`` with the kernels that sit between a convolution and the kernel reading
+    its output, and are independent of the convolution, moved before it (at most
+    :data:`MAX_HOISTED` each). An unfolded inference batch norm schedules its
+    per-channel scale and shift (``gamma * rsqrt(var + eps)``, ...) there, which would
+    keep the normalization, the activation and the pooling out of the chain."""
+    out = list(steps)
+    for index in range(len(out)):
+        conv = out[index]
+        if not (isinstance(conv, Library) and conv.node.op == "conv"):
+            continue
+        reads, writes = conv.reads(), conv.writes()
+        end = index + 1
+        while (
+            end < len(out)
+            and end - index <= MAX_HOISTED
+            and isinstance(out[end], Kernel)
+            and not (out[end].reads() & writes)
+            and not (out[end].writes() & (reads | writes))
+        ):
+            end += 1
+        if end > index + 1 and end < len(out) and isinstance(out[end], Kernel) and out[end].reads() & writes:
+            out[index:end] = out[index + 1 : end] + [conv]
+    return out
 
 
 def _match(schedule: Schedule, index: int, readers: dict[int, list[int]], returned: set[int]) -> ConvChain | None:
@@ -108,7 +141,7 @@ def _match(schedule: Schedule, index: int, readers: dict[int, list[int]], return
 
 def _pools(step: Library, epilogue: Kernel, shape: tuple[int, ...], avals: list) -> bool:
     """Whether ``step`` max-pools a value the epilogue stores, with the same samples."""
-    if step.node.op != "max_pool_with_indices":
+    if step.node.op not in ("max_pool", "max_pool_with_indices"):
         return False
     x = step.node.args[0]
     ((buf, view),) = step.args.values()

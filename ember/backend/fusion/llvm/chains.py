@@ -81,8 +81,8 @@ def emit_chain(
         pooled = graph.avals[pool.node.outs[0]].shape
         rows, out_plane = pooled[1], size_of(pooled[1:])
         p = Emitter(module, b, graph, pool.node, {}, [], {}, None, 0)
-        values, indices = (at(buf, i, out_plane) for buf in pool.outs)
-        max_pool_rows(p, at(source, i, per_sample), values, indices, rows)
+        values, *indices = (at(buf, i, out_plane) for buf in pool.outs)  # max_pool: no indices
+        max_pool_rows(p, at(source, i, per_sample), values, indices[0] if indices else None, rows)
 
     conv_core(e, c, args[x], args[weight], None, None, dtype, lambda i: at(out, i, per_sample), epilogue)
 

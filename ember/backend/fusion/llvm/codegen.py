@@ -138,8 +138,9 @@ class ModuleBuilder:
                 buffers = sorted(step.reads() | step.writes())
                 regions = self._chain_regions(step)
                 args = [pointer(buf) for buf in buffers]
-                base = pointer(self.scratch[index])
-                args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
+                if regions:  # none: a pointwise convolution whose values later steps read
+                    base = pointer(self.scratch[index])
+                    args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
                 b.call(self.chain(f"{name}_c{index}", step, buffers, sorted(regions)), args + [scalars])
             else:
                 assert isinstance(step, Matmul), f"an unknown step {type(step).__name__}"

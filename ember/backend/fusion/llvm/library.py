@@ -11,12 +11,15 @@ in the result:
   and a NaN wins), with padding as ``-inf``; the index is the flat position in the
   input plane, each coordinate clipped into the input (the first real element of
   a window whose maximum is ``-inf``);
+  ``max_pool`` (an inference's pooling) is the same loop without the indices;
 * ``max_pool_backward``: zeros, then each output's gradient added at its index;
 * ``conv`` (and ``conv_transpose`` with stride 1, a convolution with the kernel
   flipped and transposed): per sample and group, the windows copied into a column
   buffer in the step's scratch (*im2col*; padding, strides and dilations are
   compile-time constants, so each kernel position copies dense runs and zeroes
-  the padding without a test per element), one ``?gemm`` straight into the
+  the padding without a test per element; ``conv_transpose`` and the weight
+  gradient copy stride-1 columns from a zero-padded copy of the input; a
+  pointwise convolution's columns are its input), one ``?gemm`` straight into the
   output, and the bias added while the sample's output is in cache;
 * ``conv_weight_grad``: the same columns per sample, the weight gradient
   accumulated by one ``?gemm`` per sample.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -262,13 +265,15 @@ def _pool_supports(graph: Graph, node: Node, target: Any) -> bool:
 
 def _max_pool(e: Emitter) -> None:
     x_shape = e.shape(e.node.args[0])
-    max_pool_rows(e, e.args[e.node.args[0]], e.outs[0], e.outs[1], x_shape[0] * x_shape[1])
+    indices = e.outs[1] if len(e.outs) > 1 else None  # max_pool: the values only
+    max_pool_rows(e, e.args[e.node.args[0]], e.outs[0], indices, x_shape[0] * x_shape[1])
 
 
-def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value, rows: int) -> None:
+def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value | None, rows: int) -> None:
     """The max pooling of ``e.node`` over ``rows`` planes: ``x`` (the first plane's
-    first element), ``values`` and ``indices`` (their first output's); a convolution
-    chain pools one sample's planes at a time."""
+    first element), ``values`` and ``indices`` (their first output's; ``None`` for
+    ``max_pool``, which returns the values only); a convolution chain pools one
+    sample's planes at a time."""
     x_ref, kernel, stride, padding, dilation, _ceil = e.node.args
     x_shape = e.shape(x_ref)
     dtype = e.dtype(x_ref)
@@ -308,10 +313,12 @@ def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value, 
                 continue
             take = b.or_(b.fcmp_ordered(">", value, best), b.fcmp_unordered("uno", value, value))
             best = b.select(take, value, best)
-            best_index = b.select(take, flat, best_index)
+            if indices is not None:
+                best_index = b.select(take, flat, best_index)
         target = b.add(b.mul(row, ir.Constant(I64, out_plane)), e.linear(opos, o_strides))
         e.store(best, values, target, dtype)
-        e.store(best_index, indices, target, _INDEX)
+        if indices is not None:
+            e.store(best_index, indices, target, _INDEX)
 
     e.loops.nest([rows, *out], body)
 
@@ -369,7 +376,7 @@ class Scratch:
 
 @dataclass(frozen=True)
 class _Conv:
-    """A convolution's geometry (stride-1 ones run "on the grid", see :func:`conv_core`)."""
+    """A convolution's geometry (see :func:`conv_core`)."""
 
     n: int
     c_in: int
@@ -382,6 +389,11 @@ class _Conv:
     pad: tuple[int, ...]
     dilation: tuple[int, ...]
     item: int
+    #: Whether stride-1 columns are copied from a padded copy of the input (the weight
+    #: gradient and ``conv_transpose``); a forward convolution copies them straight
+    #: from the input (one copy, not two: 7% less CPU time for compiled ResNet-50 and
+    #: the small CNN at inference, and faster to compile).
+    pad_copy: bool = True
 
     @property
     def cg(self) -> int:
@@ -397,8 +409,18 @@ class _Conv:
 
     @property
     def unit(self) -> bool:
-        """Stride 1: the columns are copied from a padded input in dense runs."""
-        return all(s == 1 for s in self.stride)
+        """Stride 1 (with ``pad_copy``): the columns are copied from a padded input in dense runs."""
+        return self.pad_copy and all(s == 1 for s in self.stride)
+
+    @property
+    def pointwise(self) -> bool:
+        """A 1x1 kernel, stride 1, no padding: the input *is* the columns (no copy)."""
+        return (
+            all(k == 1 for k in self.kernel)
+            and all(s == 1 for s in self.stride)
+            and not any(self.pad)
+            and self.out == self.spatial
+        )
 
     @property
     def padded(self) -> tuple[int, ...]:
@@ -417,9 +439,10 @@ class _Conv:
         regions = {}
         if flipped:
             regions["flipped"] = scratch.add(flipped)
-        if self.unit:
-            regions["padded"] = scratch.add(self.cg * size_of(self.padded) * self.item)
-        regions["cols"] = scratch.add(self.ck * self.positions * self.item)
+        if not self.pointwise:
+            if self.unit:
+                regions["padded"] = scratch.add(self.cg * size_of(self.padded) * self.item)
+            regions["cols"] = scratch.add(self.ck * self.positions * self.item)
         if weight_grad:
             regions["acc"] = scratch.add(self.groups * self.ck * self.og * self.item)
         regions["size"] = scratch.size
@@ -570,11 +593,14 @@ def _columns(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, cols: ir.Value
 
 
 def _sample_columns(e: Emitter, c: _Conv, x: ir.Value, i: ir.Value, g: int, dtype: np.dtype) -> ir.Value:
-    """The columns of sample ``i``, group ``g`` (in scratch)."""
+    """The columns of sample ``i``, group ``g`` (in scratch; a pointwise
+    convolution's are the sample's input itself)."""
     b = e.b
     x_base = b.mul(
         b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)), ir.Constant(I64, size_of(c.spatial))
     )
+    if c.pointwise:
+        return e.at(x, x_base, dtype)
     cols = _region(e, "cols")
     if c.unit:
         padded = _region(e, "padded")
@@ -674,7 +700,7 @@ def conv_geometry(graph: Graph, node: Node) -> _Conv:
     x, weight, _bias, stride, padding, dilation, groups = node.args
     avals = graph.avals
     w_shape = avals[weight].shape
-    return _geometry(
+    c = _geometry(
         avals[x].shape,
         w_shape[0],
         w_shape[2:],
@@ -685,6 +711,7 @@ def conv_geometry(graph: Graph, node: Node) -> _Conv:
         groups,
         avals[x].dtype.itemsize,
     )
+    return replace(c, pad_copy=False)
 
 
 def _conv_scratch(graph: Graph, node: Node) -> dict[str, int]:
@@ -892,6 +919,7 @@ def _no_scratch(graph: Graph, node: Node) -> dict[str, int]:
 LIBRARY: dict[str, LibraryOp] = {
     "gather": LibraryOp(_gather_supports, _no_scratch, _gather, checks=True),
     "scatter_add": LibraryOp(_scatter_supports, _no_scratch, _scatter_add, checks=True),
+    "max_pool": LibraryOp(_pool_supports, _no_scratch, _max_pool),
     "max_pool_with_indices": LibraryOp(_pool_supports, _no_scratch, _max_pool),
     "max_pool_backward": LibraryOp(_pool_backward_supports, _no_scratch, _max_pool_backward, checks=True),
     "conv": LibraryOp(_conv_supports, _conv_scratch, _conv),
