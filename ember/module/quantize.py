@@ -149,6 +149,13 @@ class _Observer(Module):
     layer: Module
     seen: list
 
+    def __getattr__(self, name: str) -> Any:
+        # The layer's own attributes (a parent may read ``output.d_output`` while it runs).
+        layer = self.__dict__.get("layer")
+        if layer is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(layer, name)
+
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
         self.seen.append(float(x.detach().abs().max().into_scalar()))
         return self.layer(x, *args, **kwargs)
