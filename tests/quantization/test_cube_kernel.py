@@ -23,7 +23,7 @@ WEIGHT_ONLY = [
 
 
 @pytest.mark.parametrize("scheme", WEIGHT_ONLY, ids=repr)
-@pytest.mark.parametrize("shape", [(1,), (3, 5)], ids=["vector-row", "batch"])
+@pytest.mark.parametrize("shape", [(1,), (3, 5), (32,)], ids=["vector-row", "batch", "32-rows"])
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
 def test_weight_only_kernel_matches_float64_of_the_dequantized_weight(scheme, shape, with_bias, rng):
     cube = make_device("cube")
@@ -54,6 +54,21 @@ def test_decorated_cube_devices_and_a_strided_input(name, rng):
     q = quantize(Tensor.from_data(w), QuantScheme.int4(block=16))
     expected = x.T.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T
     got = quantized_linear(Tensor.from_data(x, device=device).swap_dims(0, 1), q.to_device(device.inner()))
+    np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_rows_take_the_composite(rng):
+    from ember.backend.cube.kernels.quant_matmul import MAX_ROWS
+
+    cube = make_device("cube")
+    w = rng.standard_normal((8, 32)).astype(np.float32)
+    x = rng.standard_normal((MAX_ROWS + 1, 32)).astype(np.float32)
+    q = quantize(Tensor.from_data(w), QuantScheme.int4(block=16))
+    expected = x.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T
+    stats = cube.backend.runtime.stats
+    launches = stats["launches"]
+    got = quantized_linear(Tensor.from_data(x, device=cube), q.to_device(cube))
+    assert stats["launches"] - launches > 1  # dequantize, then the float matmul
     np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-5, atol=1e-5)
 
 

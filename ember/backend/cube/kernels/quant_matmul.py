@@ -5,13 +5,16 @@ The weight is ``ember.tensor.quant``'s layout, ``[d_out, d_in]`` with a scale (a
 zero point) per tensor, per row or per group of ``g`` values along the row. On cube an
 int8 or uint8 value is held in one ``i32`` word (see :mod:`ember.backend.cube.dtypes`),
 and an int4 byte is one word holding two nibbles: byte ``j`` of a group holds value ``j``
-in its low nibble and value ``j + g/2`` in its high nibble. One invocation computes one
-output ``(row, col)``: for each group it sums ``x * (q - z)`` over the group's values,
-unpacking the nibbles with a mask and a shift, and adds ``s * sum`` (one multiply by the
-scale per group), then the bias. No float weight is written to memory.
+in its low nibble and value ``j + g/2`` in its high nibble. One invocation computes the
+outputs of one column for ``tm`` rows (1 at decode, up to 8, so that each
+weight value is read and dequantized once for them): for each group it sums
+``x * (q - z)`` over the group's values, unpacking the nibbles with a mask and a shift,
+and adds ``s * sum`` (one multiply by the scale per group), then the bias. No float
+weight is written to memory.
 
-Only weight-only schemes run here; the activation-quantized ones (``"dynamic"``,
-``"static"``) take the composite (dequantize, then the float matmul).
+Only weight-only schemes and at most :data:`MAX_ROWS` rows run here (decode, small
+batches); prefill and the activation-quantized schemes (``"dynamic"``, ``"static"``)
+take the composite (dequantize, then the tiled float matmul).
 """
 
 from __future__ import annotations
@@ -28,10 +31,16 @@ if TYPE_CHECKING:
     from ember.backend.cube.kernels.context import KernelContext
 
 _WG = wgsl.WORKGROUP
+#: The most rows the kernel takes. With more, each invocation's column of weights is
+#: reused too little against the tiled float matmul: dequantizing once and multiplying
+#: wins (Mesa's llvmpipe, [128, 1024] x [1024, 1024]: the kernel 2-3x slower, at 32 rows
+#: on par, at 1 row 5-12x faster), as flex switches to a dequantized tile at 32 rows.
+MAX_ROWS = 32
 
 
-def _source(value: str, zero_points: bool, bias: bool, per_tensor: bool) -> KernelSource:
-    """The kernel for one kind of weight (the sizes are parameters: ``info``)."""
+def _source(value: str, zero_points: bool, bias: bool, per_tensor: bool, tm: int) -> KernelSource:
+    """The kernel for one kind of weight and ``tm`` rows per invocation (the sizes are
+    parameters: ``info``)."""
     z = "in3" if zero_points else None
     b = "in4" if zero_points and bias else ("in3" if bias else None)
     scale_at = "0u" if per_tensor else "n * groups + gi_"
@@ -39,6 +48,7 @@ def _source(value: str, zero_points: bool, bias: bool, per_tensor: bool) -> Kern
         zero = f"f32({z}[{scale_at}])"
     else:
         zero = "8.0" if value == "int4" else "0.0"
+    rows = range(tm)
     if value == "int4":
         inner = [
             "        let h = g >> 1u;",
@@ -47,38 +57,39 @@ def _source(value: str, zero_points: bool, bias: bool, per_tensor: bool) -> Kern
             "            let w = in1[vb + j];",
             "            let lo = f32(w & 15) - z;",
             "            let hi = f32((w >> 4u) & 15) - z;",
-            "            part = part + in0[xb + j] * lo + in0[xb + j + h] * hi;",
+            *(f"            part{i} = part{i} + in0[xb{i} + j] * lo + in0[xb{i} + j + h] * hi;" for i in rows),
             "        }",
         ]
     else:
         inner = [
             "        let vb = vrow + gi_ * g;",
             "        for (var j = 0u; j < g; j++) {",
-            "            part = part + in0[xb + j] * (f32(in1[vb + j]) - z);",
+            "            let q = f32(in1[vb + j]) - z;",
+            *(f"            part{i} = part{i} + in0[xb{i} + j] * q;" for i in rows),
             "        }",
         ]
     body = [
         "    if (gi >= info[0]) { return; }",
-        "    let n_out = info[1]; let k = info[2]; let g = info[3]; let kb = info[4];",
+        "    let n_out = info[1]; let k = info[2]; let g = info[3]; let kb = info[4]; let m = info[5];",
         "    let groups = k / g;",
-        "    let r = gi / n_out; let n = gi % n_out;",
-        "    let xrow = r * k; let vrow = n * kb;",
-        "    var acc = 0.0;",
+        f"    let r0 = (gi / n_out) * {tm}u; let n = gi % n_out;",
+        "    let vrow = n * kb;",
+        # rows past the last are clamped to it (no bounds checks in the loop); only stores check
+        *(f"    let xrow{i} = min(r0 + {i}u, m - 1u) * k; var acc{i} = 0.0;" for i in rows),
         "    for (var gi_ = 0u; gi_ < groups; gi_++) {",
         f"        let s = in2[{scale_at}];",
         f"        let z = {zero};",
-        "        let xb = xrow + gi_ * g;",
-        "        var part = 0.0;",
+        *(f"        let xb{i} = xrow{i} + gi_ * g; var part{i} = 0.0;" for i in rows),
         *inner,
-        "        acc = acc + s * part;",
+        *(f"        acc{i} = acc{i} + s * part{i};" for i in rows),
         "    }",
     ]
-    if b is not None:
-        body.append(f"    acc = acc + {b}[n];")
-    body.append("    out0[gi] = acc;")
+    add = f" + {b}[n]" if b is not None else ""
+    body += [f"    if (r0 + {i}u < m) {{ out0[(r0 + {i}u) * n_out + n] = acc{i}{add}; }}" for i in rows]
     code = wgsl.main_linear("\n".join(body))
     inputs = ["f32", "i32", "f32"] + (["i32"] if zero_points else []) + (["f32"] if bias else [])
-    name = f"quantized_linear_{value}{'_z' if zero_points else ''}{'_b' if bias else ''}{'_t' if per_tensor else ''}"
+    flags = f"{'_z' if zero_points else ''}{'_b' if bias else ''}{'_t' if per_tensor else ''}"
+    name = f"quantized_linear_{value}{flags}_r{tm}"
     return KernelSource(name, "\n".join([wgsl.bindings(inputs, ["f32"]), code]), len(inputs), 1)
 
 
@@ -93,7 +104,8 @@ def quantized_linear(
     group: int,
 ) -> CubeTensor | None:
     """``x [..., d_in] @ dequantize(values).T + bias`` as ``[..., d_out]`` float32, or
-    ``None`` where this kernel does not apply (a non-float32 operand)."""
+    ``None`` where this kernel does not apply (a non-float32 operand, more than
+    :data:`MAX_ROWS` rows)."""
     parts = [x, scales] + ([bias] if bias is not None else [])
     if any(p.storage.wgsl != "f32" for p in parts) or values.storage.wgsl != "i32":
         return None
@@ -102,13 +114,16 @@ def quantized_linear(
     d_out, kb = values.shape
     d_in = x.shape[-1]
     rows = math.prod(x.shape[:-1])
+    if rows > MAX_ROWS or rows == 0:
+        return None
     per_tensor = tuple(scales.shape) == (1, 1)
-    key = ("quantized_linear", value, zero_points is not None, bias is not None, per_tensor)
-    kernel = backend.cache.get(key, lambda: _source(value, zero_points is not None, bias is not None, per_tensor))
+    tm = 1 if rows < 4 else (4 if rows < 16 else 8)  # rows sharing each dequantized weight value
+    key = ("quantized_linear", value, zero_points is not None, bias is not None, per_tensor, tm)
+    kernel = backend.cache.get(key, lambda: _source(value, zero_points is not None, bias is not None, per_tensor, tm))
     out = backend.empty((*x.shape[:-1], d_out), backend.storage_f32())
     operands = [x, values, scales] + [p for p in (zero_points, bias) if p is not None]
     dense = [layout.contiguous(backend, p) for p in operands]  # held until the launch is recorded
     buffers = [p.buffer for p in dense] + [out.buffer]
-    total = rows * d_out
-    backend.runtime.launch(kernel, buffers, [total, d_out, d_in, group, kb], -(-total // _WG))
+    total = -(-rows // tm) * d_out
+    backend.runtime.launch(kernel, buffers, [total, d_out, d_in, group, kb, rows], -(-total // _WG))
     return out
