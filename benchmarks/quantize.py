@@ -137,8 +137,7 @@ def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
     if "bytes" in sections:
         base = model_bytes(model)
         rows = [
-            [name, f"{model_bytes(m) / 1e6:.1f} MB", f"{model_bytes(m) / base:.3f}x"]
-            for name, m in variants.items()
+            [name, f"{model_bytes(m) / 1e6:.1f} MB", f"{model_bytes(m) / base:.3f}x"] for name, m in variants.items()
         ]
         print_table(
             f"parameter bytes of a {count / 1e6:.0f}M-parameter decoder (int8/int4: the default group, embeddings "

@@ -9,9 +9,9 @@ from ember.device import Device
 from ember.errors import ConfigError
 from ember.module import Config, Module, Param
 from ember.nn.init import Initializer, Normal
+from ember.nn.quantized.embedding import QuantizedEmbedding
 from ember.tensor import Tensor
 from ember.tensor.module import embedding
-from ember.nn.quantized.embedding import QuantizedEmbedding
 from ember.tensor.quant import QuantScheme
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ember import Device, Tensor
-from ember.models import GPT2LMHeadModel, Gpt2Config, LlamaConfig, LlamaForCausalLM, generate
+from ember.models import Gpt2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, generate
 from ember.module import Param
 from ember.module.safetensors_file import read_safetensors
 from ember.nn import Embedding, EmbeddingConfig, Linear
@@ -111,7 +111,9 @@ def test_tied_gpt2_head_reads_the_packed_table(scheme, rng):
     # and the embedding input is the float64 rows of the packed tables
     positions = np.arange(8)
     x0 = decode(wte)[ids.to_numpy()] + decode(q.transformer.wpe)[positions]
-    np.testing.assert_allclose(q.transformer.wte(ids).add(q.transformer.wpe(Tensor.from_data(positions))), x0, atol=1e-6)
+    np.testing.assert_allclose(
+        q.transformer.wte(ids).add(q.transformer.wpe(Tensor.from_data(positions))), x0, atol=1e-6
+    )
     reference = model(ids).to_numpy()
     cosine = (logits * reference).sum(-1) / np.linalg.norm(logits, axis=-1) / np.linalg.norm(reference, axis=-1)
     assert cosine.min() > (0.99 if scheme.value == "int8" else 0.9)

@@ -24,7 +24,6 @@ import dataclasses
 
 from ember.backend.dtype import DType
 from ember.device import Device
-
 from ember.module import Module, Param
 from ember.nn.quantized.weight import qtensor, weight_params
 from ember.tensor import Tensor

@@ -6,7 +6,7 @@ zero point) per tensor, per row or per group of ``g`` values along the row. On c
 int8 or uint8 value is held in one ``i32`` word (see :mod:`ember.backend.cube.dtypes`),
 and an int4 byte is one word holding two nibbles: byte ``j`` of a group holds value ``j``
 in its low nibble and value ``j + g/2`` in its high nibble. One invocation computes the
-outputs of one column for ``tm`` rows (1 at decode, up to 8, so that each
+outputs of one column for ``tm`` rows (1 at decode, else 4, so that each
 weight value is read and dequantized once for them): for each group it sums
 ``x * (q - z)`` over the group's values, unpacking the nibbles with a mask and a shift,
 and adds ``s * sum`` (one multiply by the scale per group), then the bias. No float
@@ -31,11 +31,12 @@ if TYPE_CHECKING:
     from ember.backend.cube.kernels.context import KernelContext
 
 _WG = wgsl.WORKGROUP
-#: The most rows the kernel takes. With more, each invocation's column of weights is
-#: reused too little against the tiled float matmul: dequantizing once and multiplying
-#: wins (Mesa's llvmpipe, [128, 1024] x [1024, 1024]: the kernel 2-3x slower, at 32 rows
-#: on par, at 1 row 5-12x faster), as flex switches to a dequantized tile at 32 rows.
-MAX_ROWS = 32
+#: The most rows the kernel takes. With more, each weight value is reused too little
+#: against the tiled float matmul, and dequantizing once then multiplying wins. Measured on
+#: Mesa's llvmpipe, [m, 1024] x [1024, 1024] (medians of 9): at 1 row the kernel is
+#: 6-13x faster than the composite, at 16 on par (int8) or 2x faster (int4), at 32 1.7x
+#: slower (int8), at 128 2-3x slower. flex switches to a dequantized tile at 32 rows too.
+MAX_ROWS = 16
 
 
 def _source(value: str, zero_points: bool, bias: bool, per_tensor: bool, tm: int) -> KernelSource:
@@ -117,7 +118,7 @@ def quantized_linear(
     if rows > MAX_ROWS or rows == 0:
         return None
     per_tensor = tuple(scales.shape) == (1, 1)
-    tm = 1 if rows < 4 else (4 if rows < 16 else 8)  # rows sharing each dequantized weight value
+    tm = 1 if rows < 4 else 4  # rows sharing each dequantized weight value
     key = ("quantized_linear", value, zero_points is not None, bias is not None, per_tensor, tm)
     kernel = backend.cache.get(key, lambda: _source(value, zero_points is not None, bias is not None, per_tensor, tm))
     out = backend.empty((*x.shape[:-1], d_out), backend.storage_f32())
