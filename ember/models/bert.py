@@ -280,7 +280,7 @@ class BertLMPredictionHead(Module):
         hidden = self.transform(hidden)
         if self.decoder is not None:
             return self.decoder(hidden)
-        return hidden.matmul(word_embeddings.weight.val().transpose()).add(self.bias.val())
+        return word_embeddings.attend(hidden).add(self.bias.val())
 
 
 class BertOnlyMLMHead(Module):

@@ -250,7 +250,7 @@ class GPT2LMHeadModel(PretrainedModel):
         if self.lm_head is not None:
             logits = self.lm_head(hidden)
         else:
-            logits = hidden.matmul(self.transformer.wte.weight.val().transpose())
+            logits = self.transformer.wte.attend(hidden)
         return logits if cache is None else (logits, new_cache)
 
     def new_cache(
@@ -263,7 +263,7 @@ class GPT2LMHeadModel(PretrainedModel):
                 f"ember: GPT2LMHeadModel.new_cache: max_len={max_len} exceeds the model's n_positions="
                 f"{self.config.n_positions} (its position embeddings end there)"
             )
-        weight = self.transformer.wte.weight
+        table = self.transformer.wte
         d_head = self.config.n_embd // self.config.n_head
         return KvCache.empty(
             len(self.transformer.h),
@@ -271,8 +271,8 @@ class GPT2LMHeadModel(PretrainedModel):
             self.config.n_head,
             max_len,
             d_head,
-            device or weight.device,
-            dtype or weight.dtype,
+            device or table.device,
+            dtype or table.dtype,
         )
 
     def weight_map(self) -> WeightMap:

@@ -256,7 +256,7 @@ class LlamaForCausalLM(PretrainedModel):
         if self.lm_head is not None:
             logits = self.lm_head(hidden)
         else:
-            logits = hidden.matmul(self.model.embed_tokens.weight.val().transpose())
+            logits = self.model.embed_tokens.attend(hidden)
         return logits if cache is None else (logits, new_cache)
 
     def new_cache(
@@ -271,15 +271,15 @@ class LlamaForCausalLM(PretrainedModel):
                 f"max_position_embeddings={rotary.freq_complex.shape[0]} (its rotary table ends there; a "
                 "'dynamic' rope scaling extends it)"
             )
-        weight = self.model.embed_tokens.weight
+        table = self.model.embed_tokens
         return KvCache.empty(
             len(self.model.layers),
             batch,
             self.config.n_kv_heads,
             max_len,
             self.config.d_head,
-            device or weight.device,
-            dtype or weight.dtype,
+            device or table.device,
+            dtype or table.dtype,
         )
 
     def weight_map(self) -> WeightMap:

@@ -293,16 +293,26 @@ class Module:
             )
         )
 
-    def quantize(self, scheme: Any = None, group: ParamGroup | None = None, *, calibration: Any = None) -> Module:
+    def quantize(
+        self,
+        scheme: Any = None,
+        group: ParamGroup | None = None,
+        *,
+        calibration: Any = None,
+        include_embeddings: bool = False,
+    ) -> Module:
         """A new module whose Linear and Conv layers (those ``group`` selects; by default
         all but the head) hold quantized weights (``ember.quantization``); this one is
         unchanged: ``model = model.quantize(QuantScheme.int8())``. ``scheme`` defaults to
         int8 per channel, weight-only. ``calibration`` (an iterable of model inputs) sets
-        the activation scales of a ``"static"`` scheme."""
+        the activation scales of a ``"static"`` scheme. ``include_embeddings=True`` also
+        quantizes the embeddings the group selects (weight-only; a head tied to one reads
+        the packed table)."""
         from ember.module.quantize import quantize_module
         from ember.tensor.quant import QuantScheme
 
-        return quantize_module(self, QuantScheme.int8() if scheme is None else scheme, group, calibration)
+        scheme = QuantScheme.int8() if scheme is None else scheme
+        return quantize_module(self, scheme, group, calibration, include_embeddings)
 
     def quantized(self, scheme: Any, input_scale: float | None = None) -> Module | None:
         """This layer in quantized form (``Module.quantize`` calls it), or ``None`` where the

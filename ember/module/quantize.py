@@ -4,7 +4,9 @@ Every sub-module whose class has a quantized form (its :meth:`Module.quantized` 
 a module: ``Linear``, ``Conv1d``, ``Conv2d``) and whose weight path the
 :class:`ParamGroup` selects is replaced by that form; everything else is shared. The
 default group is every such layer except the head (a layer whose field is named
-``head``, ``lm_head`` or ``classifier``); embeddings have no quantized form. Under the
+``head``, ``lm_head`` or ``classifier``). Embeddings (a class with ``quantize_opt_in``)
+are left in float unless ``include_embeddings=True``, as in Burn and torchao; then the
+group selects them as any other layer, and a head tied to one reads its packed table. Under the
 default group a layer the scheme cannot take (an int4 block that does not divide its
 input size) stays in float, with a warning naming it; under a given group it is an error. A
 ``"static"`` scheme first runs the float model over ``calibration`` (an iterable of
@@ -41,6 +43,7 @@ def quantize_module(
     scheme: QuantScheme,
     group: ParamGroup | None = None,
     calibration: Iterable[Any] | None = None,
+    include_embeddings: bool = False,
 ) -> Module:
     if not isinstance(scheme, QuantScheme):
         raise ConfigError(
@@ -51,7 +54,7 @@ def quantize_module(
     group = DEFAULT_GROUP if group is None else group
     if not isinstance(group, ParamGroup):
         raise ConfigError(f"ember: Module.quantize: group must be a ParamGroup, got {type(group).__name__}")
-    chosen = _selected(module, group)
+    chosen = _selected(module, group, include_embeddings)
     scales: dict[str, float] = {}
     if scheme.activations == "static":
         if calibration is None:
@@ -59,7 +62,9 @@ def quantize_module(
                 "ember: Module.quantize: a 'static' activation scheme needs calibration=, an iterable of model "
                 "inputs from which each layer's input scale is measured"
             )
-        scales = _calibrate(module, chosen, calibration)
+        # An embedding's input is indices: it is quantized weight-only, and not observed.
+        layers = dict(module.modules())
+        scales = _calibrate(module, {p for p in chosen if not _opt_in(layers[p])}, calibration)
     elif calibration is not None:
         raise ConfigError(
             f"ember: Module.quantize: calibration= sets static activation scales; {scheme!r} has none "
@@ -88,11 +93,16 @@ def quantize_module(
     return out
 
 
-def _selected(module: Module, group: ParamGroup) -> set[str]:
+def _opt_in(layer: Module) -> bool:
+    """Whether a layer is quantized only on request (an embedding)."""
+    return bool(getattr(type(layer), "quantize_opt_in", False))
+
+
+def _selected(module: Module, group: ParamGroup, include_embeddings: bool = False) -> set[str]:
     """Paths of the layers with a quantized form whose weight the group selects."""
     chosen = set()
     for path, layer in module.modules():
-        if type(layer).quantized is Module.quantized:
+        if type(layer).quantized is Module.quantized or (_opt_in(layer) and not include_embeddings):
             continue
         weight = getattr(layer, "weight", None)
         if weight is None:
@@ -138,6 +148,13 @@ class _Observer(Module):
 
     layer: Module
     seen: list
+
+    def __getattr__(self, name: str) -> Any:
+        # The layer's own attributes (a parent may read ``output.d_output`` while it runs).
+        layer = self.__dict__.get("layer")
+        if layer is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(layer, name)
 
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
         self.seen.append(float(x.detach().abs().max().into_scalar()))

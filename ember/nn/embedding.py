@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from ember.backend.dtype import DType
 from ember.device import Device
 from ember.errors import ConfigError
 from ember.module import Config, Module, Param
 from ember.nn.init import Initializer, Normal
+from ember.nn.quantized.embedding import QuantizedEmbedding
 from ember.tensor import Tensor
 from ember.tensor.module import embedding
+from ember.tensor.quant import QuantScheme
 
 
 class EmbeddingConfig(Config):
@@ -40,9 +45,30 @@ class Embedding(Module):
     ``Embedding(weight=Param.from_tensor(w))``."""
 
     weight: Param
+    #: ``Module.quantize`` takes an embedding only when asked (``include_embeddings=True``).
+    quantize_opt_in: ClassVar[bool] = True
 
     def forward(self, indices: Tensor) -> Tensor:
         return embedding(self.weight.val(), indices)
+
+    def attend(self, x: Tensor) -> Tensor:
+        """``x [..., d_model] @ weight.T``: ``[..., n_embedding]``, the logits of an output
+        layer tied to this embedding (Flax's ``Embed.attend``)."""
+        return x.matmul(self.weight.val().transpose())
+
+    def quantized(self, scheme: QuantScheme, input_scale: float | None = None) -> QuantizedEmbedding:
+        """This table quantized by ``scheme`` along ``d_model`` (weight-only; see
+        ``ember.nn.quantized.QuantizedEmbedding``)."""
+        return QuantizedEmbedding.from_weight(self.weight.val(), scheme)
+
+    @property
+    def dtype(self) -> DType:
+        """The dtype of the vectors it gives (the table's)."""
+        return self.weight.dtype
+
+    @property
+    def device(self) -> Device:
+        return self.weight.device
 
     def extra_repr(self) -> str:
         n, d = self.weight.lazy_shape()

@@ -7,7 +7,8 @@ The pieces live in the layers they belong to and are gathered here:
 * the kernels (flex's LLVM kernels in ``ember.backend.flex.quant_kernels``: int8/int4
   weight-only GEMV/GEMM dequantizing in registers, dynamic int8 x int8 with VNNI);
 * ``Module.quantize`` (``ember.module.quantize``) and the quantized layers
-  (``ember.nn.quantized``).
+  (``ember.nn.quantized``), embeddings and their tied heads included on request
+  (``include_embeddings=True``).
 
 >>> from ember.nn import LinearConfig
 >>> layer = LinearConfig(64, 16).init()
@@ -18,7 +19,7 @@ The pieces live in the layers they belong to and are gathered here:
 
 from ember.module.group import ParamGroup
 from ember.module.quantize import DEFAULT_GROUP, HEAD_NAMES, schemes_of
-from ember.nn.quantized import QuantizedConv1d, QuantizedConv2d, QuantizedLinear
+from ember.nn.quantized import QuantizedConv1d, QuantizedConv2d, QuantizedEmbedding, QuantizedLinear
 from ember.tensor.quant import QuantizedTensor, QuantScheme, quantize, quantized_linear
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "QuantScheme",
     "QuantizedConv1d",
     "QuantizedConv2d",
+    "QuantizedEmbedding",
     "QuantizedLinear",
     "QuantizedTensor",
     "quantize",

@@ -21,7 +21,19 @@ from ember.backend.cube import ir, spectral
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
 from ember.backend.cube.dtypes import Storage, check_scalar, storage_for
-from ember.backend.cube.kernels import elementwise, index, layout, matmul, module, optim, random, reduce, scan, sort
+from ember.backend.cube.kernels import (
+    elementwise,
+    index,
+    layout,
+    matmul,
+    module,
+    optim,
+    quant_matmul,
+    random,
+    reduce,
+    scan,
+    sort,
+)
 from ember.backend.cube.runtime import Runtime
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
@@ -354,6 +366,12 @@ class CubeBackend(Backend):
 
     def linear(self, x: CubeTensor, weight: CubeTensor, bias: CubeTensor | None) -> CubeTensor:
         return matmul.matmul(self, x, weight, bias)
+
+    def quantized_linear(self, x, values, scales, zero_points, bias, input_scale, value, group, activations):
+        if activations:  # an int8 x int8 product: the composite (dequantize, then the float matmul)
+            return NotImplemented
+        out = quant_matmul.quantized_linear(self, x, values, scales, zero_points, bias, value, group)
+        return NotImplemented if out is None else out
 
     def adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options):
         return optim.adam_step_many(self, params, grads, moments_1, moments_2, max_moments_2, **options)
