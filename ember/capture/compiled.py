@@ -19,6 +19,14 @@ those arrays; the steady state holds them in a ``Binding`` and passes only the
 other inputs per call. A call with a model this entry did not return, or with
 states it did not write, first copies them (the caller's arrays stay untouched).
 
+On a fusion device (``Device.flex().fusion()``, ``Device.wgpu().fusion()``, with or
+without autodiff) a compiled function is whole-step fusion: it is traced for the
+backend under the fusion decorator and planned by the device's executor (LLVM over
+flex, WGSL over wgpu). Each call first runs the ops the device has queued, reads its
+inputs as their ready values and returns the device's lazy tensors, holding the
+results; which of these steps a call takes is chosen when it is traced, so other
+devices pay nothing for them.
+
 When the function cannot be traced (it reads a tensor's value, calls an op with no
 graph rule, ...), that guard key runs eagerly from then on, with a one-time warning
 naming the cause; results are the same either way.

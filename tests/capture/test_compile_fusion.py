@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember import Device, Distribution, Tensor
+from ember import Device, Tensor
 from ember.backend.fusion.backend import LazyTensor
 from ember.backend.fusion.llvm.executor import LLVMPlan
 from ember.nn.loss import MseLoss, Reduction
@@ -102,7 +102,9 @@ def test_pending_arguments_are_run_before_the_step_reads_them():
     for i in range(4):  # new, queued arguments each call
         xi, yi = x.mul_scalar(1.0 + i), y.add_scalar(0.5 * i)
         model, loss = step(model, xi, yi, 1e-2)
-        eager_model, eager_loss = eager_step(eager_model, eager_x.mul_scalar(1.0 + i), eager_y.add_scalar(0.5 * i), 1e-2)
+        eager_model, eager_loss = eager_step(
+            eager_model, eager_x.mul_scalar(1.0 + i), eager_y.add_scalar(0.5 * i), 1e-2
+        )
         assert_close(loss.into_scalar(), eager_loss.into_scalar())
 
 
