@@ -122,6 +122,7 @@ class FusionBackend(Backend):
         self.name = f"fusion<{inner.name}>"
         self._stream = Stream()
         self._plans: dict[tuple, Any] = {}
+        self._newest: tuple[tuple, Any] | None = None  # the last flush's (key, plan): last in _plans
         self.executor = executor if executor is not None else default_executor(inner)
         self.stats = {"flushes": 0, "nodes": 0, "plans_built": 0}
         self._dtypes: set[np.dtype] = set()  # result dtypes the wrapped backend holds
@@ -255,13 +256,20 @@ class FusionBackend(Backend):
         # stream.keys, in recording order), and the outputs.
         key = (tuple(stream.keys), tuple(outputs))
         stats = self.stats
-        plan = self._plans.pop(key, None)
+        plans = self._plans
+        plan = plans.get(key)  # hashing the key is most of a lookup's cost: once per flush
         if plan is None:
             plan = self.executor.plan(graph.prune())
             stats["plans_built"] += 1
-            if len(self._plans) >= self.MAX_PLANS:
-                self._plans.pop(next(iter(self._plans)))
-        self._plans[key] = plan
+            if len(plans) >= self.MAX_PLANS:
+                plans.pop(next(iter(plans)))
+            plans[key] = plan
+        else:  # least recently used first: move it to the end (unless it is there)
+            newest = self._newest
+            if newest is None or newest[1] is not plan or newest[0] != key:
+                del plans[key]
+                plans[key] = plan
+        self._newest = (key, plan)
         stats["flushes"] += 1
         stats["nodes"] += len(graph.nodes)
         try:
