@@ -13,6 +13,8 @@ callgrind, run twice per tree and workload with two step counts, instrumenting
 only after the warm-up (so a run takes about a minute); the difference over the
 extra steps): deterministic, so one round serves, and unaffected by the
 machine's load; a proxy for time that misses memory stalls and BLAS threading.
+``--workloads`` picks among ``w1``, ``w2`` and ``w1f`` (W1 on ``Device.flex().fusion()``,
+whose per-op cost is recording the lazy stream).
 """
 
 from __future__ import annotations
@@ -62,12 +64,15 @@ def timed(step, steps, repeats, warmup):
 rng = np.random.default_rng(0)
 device = Device.flex().autodiff()
 out = []
-if "w1" in names:
+for name in names:
+    if name not in ("w1", "w1f"):
+        continue
+    on = device if name == "w1" else Device.flex().fusion().autodiff()  # w1f: W1 on the fusion device
     x_np = rng.uniform(-1, 1, (64, 4)).astype(np.float32)
     y_np = (x_np @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32) + 0.5).astype(np.float32)
-    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    x, y = Tensor.from_data(x_np, device=on), Tensor.from_data(y_np, device=on)
     mse = MseLoss()
-    step = ember_step_fn(mlp([4, 16, 1], device), x, y, lambda p, t: mse.forward(p, t, Reduction.MEAN))
+    step = ember_step_fn(mlp([4, 16, 1], on), x, y, lambda p, t: mse.forward(p, t, Reduction.MEAN))
     out.append(timed(step, 200, 5, 20))
 if "w2" in names:
     x = Tensor.from_data(rng.standard_normal((128, 784)).astype(np.float32), device=device)
@@ -80,7 +85,7 @@ print(" ".join(f"{v:.2f}" for v in out))
 
 
 # (fewer, more) steps per workload for --clock instructions
-COUNTS = {"w1": (50, 250), "w2": (4, 24)}
+COUNTS = {"w1": (50, 250), "w1f": (50, 250), "w2": (4, 24)}
 
 
 def instructions(root: str, names: list[str]) -> list[float]:

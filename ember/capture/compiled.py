@@ -19,6 +19,14 @@ those arrays; the steady state holds them in a ``Binding`` and passes only the
 other inputs per call. A call with a model this entry did not return, or with
 states it did not write, first copies them (the caller's arrays stay untouched).
 
+On a fusion device (``Device.flex().fusion()``, ``Device.wgpu().fusion()``, with or
+without autodiff) a compiled function is whole-step fusion: it is traced for the
+backend under the fusion decorator and planned by the device's executor (LLVM over
+flex, WGSL over wgpu). Each call first runs the ops the device has queued, reads its
+inputs as their ready values and returns the device's lazy tensors, holding the
+results; which of these steps a call takes is chosen when it is traced, so other
+devices pay nothing for them.
+
 When the function cannot be traced (it reads a tensor's value, calls an op with no
 graph rule, ...), that guard key runs eagerly from then on, with a one-time warning
 naming the cause; results are the same either way.
@@ -294,8 +302,14 @@ class _Entry:
         result_leaves: list[Any],
         backend: Any,
         leaves: list[Any],
+        fusion: Any = None,
     ) -> None:
         self.backend = backend
+        # On a fusion device (``fusion``, its FusionBackend) the plan runs on the backend
+        # under it: inputs are read as ready values, outputs wrapped as lazy tensors.
+        self.fusion = fusion
+        self.ready: Callable[[Any], Any] | None = None if fusion is None else fusion._ready
+        self.wrap: Callable[[Any], Any] | None = None if fusion is None else fusion._wrap
         graph = trace.graph
         self.sources = trace.input_sources
         self.state_reads = trace.state_reads
@@ -346,7 +360,7 @@ class _Entry:
         abstract, literals = graph.abstract_scalars(offset=n_sym)
         self.scalar_program = trace.scalars.compile(trace.scalar_wanted)
         self.graph = abstract
-        executor = compiled.executor_for(backend)
+        executor = compiled.executor_for(backend, fusion)
         # The trace's literals (betas, epsilon, a loss's scale) never change: constants.
         fixed = {n_sym + i: value for i, value in enumerate(literals)}
         self.literals: list[Any] = []
@@ -459,6 +473,12 @@ class _Entry:
         }
         lines = ["def run(leaves):"]
         add = lines.append
+        fusion = self.fusion is not None
+        if fusion:
+            # A fusion device: its queued ops run first (they may read the arrays this run
+            # updates in place); inputs are read ready (RD), outputs wrapped (WR).
+            env["RD"], env["WR"], env["FLUSH"] = self.ready, self.wrap, self.fusion.flush
+            add("    FLUSH()")
 
         def const(value: Any, prefix: str) -> str:
             name = f"{prefix}{len(env)}"
@@ -526,6 +546,9 @@ class _Entry:
                     scalars.append(f"drawn[{inner[1]}][{inner[2]}]")
                 else:
                     scalars.append(f"{state_var(inner[1], inner[2])}.{inner[3]}")
+        places = list(inputs)  # where each input is held (assigned when packed)
+        if fusion:
+            inputs = [f"RD({expr})" for expr in inputs]
         # The inputs the plan holds, if it binds them (see the docstring).
         accepted = self.plan.donated(self.donated) if _accepts_donations(self.plan) and not self.bind_failed else ()
         binding = bool(accepted)
@@ -553,7 +576,7 @@ class _Entry:
             # their owners rebound to the views: the state a step updates is contiguous.
             add(f"        H = pack({held_exprs})")
             for n, i in enumerate(held):
-                add(f"        {inputs[i]} = H[{n}]")
+                add(f"        {places[i]} = {'WR(H[' + str(n) + '])' if fusion else 'H[' + str(n) + ']'}")
             add("        B = E.binding = bind(DONATED, H)")
             add("        if B is None:")
             add("            E.bind_failed = True")
@@ -589,13 +612,15 @@ class _Entry:
             add(f"    outs = plan_run(backend, [{', '.join(inputs)}], {run_scalars}, DONATED)")
 
         def out_array(k: int) -> str:
-            """The expression of output ``k``: for a held one, the held array."""
+            """The expression of output ``k`` (a primitive of the device): for a held
+            one, the held array."""
             if not binding:
-                return f"outs[{k}]"
-            index = written[k]
-            if index >= 0:
-                return f"outs[{index}]"
-            return f"B.arrays[{-1 - index}]"
+                expr = f"outs[{k}]"
+            elif written[k] >= 0:
+                expr = f"outs[{written[k]}]"
+            else:
+                expr = f"B.arrays[{-1 - written[k]}]"
+            return f"WR({expr})" if fusion else expr
 
         def out(k: int) -> str | None:
             """The expression of output ``k``; ``None`` for a held one (updated in place)."""
@@ -817,6 +842,9 @@ class _Entry:
 
     def _run_generic(self, leaves: list[Any]) -> Any:
         self.binding = None  # this run may replace the arrays a binding holds
+        ready, wrap = self.ready, self.wrap
+        if self.fusion is not None:  # see _specialize
+            self.fusion.flush()
         inputs: list[Any] = []
         scalar_inputs: list[Any] = []
         module_cache: dict[int, tuple[list[Param], list[RunningState]]] = {}
@@ -830,7 +858,7 @@ class _Entry:
             if source[0] == "scalar":
                 scalar_inputs.append(value)
             else:
-                inputs.append(value)
+                inputs.append(value if ready is None else ready(value))
         for owner, key, template in self.state_reads:
             if _state_template(dict.get(owner, key)) != template:
                 return _RETRACE
@@ -858,7 +886,7 @@ class _Entry:
             fields = {}
             for name, kind, *rest in layout:
                 if kind == "tensor":
-                    fields[name] = _tensor_on(values[rest[0]], rest[1])
+                    fields[name] = _tensor_on(values[rest[0]], rest[1], wrap)
                 elif kind == "scalar":
                     fields[name] = rest[1](scalars[rest[0]])
                 else:
@@ -872,13 +900,13 @@ class _Entry:
             if leaves[i] is self.model_out and self.model_out is not None:
                 continue  # the module this entry returned: _module_out updates its states' tensors
             found = module_cache.get(i) or _module_leaves(leaves[i])
-            found[1][j]._value = _tensor_on(values[index], device)
+            found[1][j]._value = _tensor_on(values[index], device, wrap)
         self._own_states()
         out_leaves: list[Any] = []
         for item in self.result_plan:
             kind = item[0]
             if kind == "tensor":
-                out_leaves.append(_tensor_on(values[item[1]], item[2]))
+                out_leaves.append(_tensor_on(values[item[1]], item[2], wrap))
             elif kind == "module":
                 out_leaves.append(self._module_out(item[2], values, item[1]))
             elif kind == "scalar":
@@ -889,11 +917,12 @@ class _Entry:
 
     def _module_out(self, traced: Module, values: list[Any], first: int) -> Module:
         """The returned module: built once, then its buffers updated in place."""
+        wrap = self.wrap
         if self.model_out is None:
             params, states = _module_leaves(traced)
             arrays = iter(values[first:])
-            new_params = {p.id: Param(p.id, _tensor_on(next(arrays), p.device), p.require_grad) for p in params}
-            new_states = {id(s): RunningState(_tensor_on(next(arrays), s.value()._d), s.id) for s in states}
+            new_params = {p.id: Param(p.id, _tensor_on(next(arrays), p.device, wrap), p.require_grad) for p in params}
+            new_states = {id(s): RunningState(_tensor_on(next(arrays), s.value()._d, wrap), s.id) for s in states}
             from ember.module.visitor import FnMapper
 
             self.model_out = traced.map(FnMapper(lambda p, path: new_params[p.id], lambda s, path: new_states[id(s)]))
@@ -904,6 +933,8 @@ class _Entry:
             self.model_slots = [("autodiff", t._p) if t._d.is_autodiff() else ("plain", t) for t in values_out]
             return self.model_out
         for (kind, holder), array in zip(self.model_slots, values[first : first + len(self.model_slots)]):
+            if wrap is not None:
+                array = wrap(array)
             if kind == "autodiff":
                 holder.inner = array
             else:
@@ -1010,7 +1041,11 @@ def _state_template(value: Any) -> Any:
     return _state_fields(value)[1]
 
 
-def _tensor_on(array: Any, device: Device) -> Tensor:
+def _tensor_on(array: Any, device: Device, wrap: Callable[[Any], Any] | None = None) -> Tensor:
+    """A tensor of ``device`` holding ``array`` (a plan's output; wrapped by ``wrap``,
+    a fusion device's ``_wrap``, first)."""
+    if wrap is not None:
+        array = wrap(array)
     if device.is_autodiff():
         # An autodiff device's backend is an AutodiffProtocol (cast() would be a call per output).
         return Tensor(device._b.wrap(array), device)  # type: ignore[attr-defined]
@@ -1065,15 +1100,16 @@ class CompiledFunction:
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "compiled")
 
-    def executor_for(self, backend: Any) -> Any:
+    def executor_for(self, backend: Any, fusion: Any = None) -> Any:
         """The executor of this function's plans: the one given, else the fusion
         layer's default for the backend (LLVM over flex, WGSL tapes over wgpu, CUDA
-        Graphs over cuda, replay elsewhere)."""
+        Graphs over cuda, replay elsewhere); on a fusion device (``fusion``, its
+        FusionBackend, over ``backend``), the device's own executor."""
         if self.executor is not None:
             return self.executor
         from ember.backend.fusion.executors import default_executor
 
-        executor = default_executor(backend)
+        executor = fusion.executor if fusion is not None else default_executor(backend)
         return _ReplayExecutor() if isinstance(executor, ReplayExecutor) else executor
 
     def cache_size(self) -> int:
@@ -1173,7 +1209,8 @@ class CompiledFunction:
                 result = self.fn(*t_args, **t_kwargs)
                 result_leaves: list[Any] = []
                 result_spec = _flatten_result(result, result_leaves)
-                entry = _Entry(self, trace, spec, result_spec, result_leaves, trace.backends[0].inner, leaves)
+                tracer = trace.backends[0]
+                entry = _Entry(self, trace, spec, result_spec, result_leaves, tracer.inner, leaves, tracer.fusion)
         except GraphBreak as error:
             return self._fall_back(key, args, kwargs, str(error))
         self.stats["traces"] += 1

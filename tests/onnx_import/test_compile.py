@@ -37,6 +37,25 @@ def test_cnn_matches_eager_and_replays(torch, rng):
     assert eager.stats == {}
 
 
+def test_cnn_compiles_on_a_fusion_device(torch, rng):
+    """On ``Device.flex().fusion()`` the compiled forward is one plan of the LLVM executor
+    over flex (its inputs read from the device's lazy tensors, queued ones run first)."""
+    from ember.backend.fusion.llvm.executor import LLVMPlan
+
+    x = rng.standard_normal((4, 1, 28, 28)).astype(np.float32)
+    data = export(torch, models.small_cnn(torch), (torch.from_numpy(x),))
+    fusion = Device.flex().fusion()
+    compiled, eager = ember.onnx.load(data, fusion, compile=True), ember.onnx.load(data, Device.flex())
+    for scale in (1.0, 2.0, 0.5):
+        want = eager(Tensor.from_data(x * scale, device=Device.flex())).to_numpy()
+        got = compiled(Tensor.from_data(x, device=fusion).mul_scalar(scale))
+        assert got.device == fusion
+        np.testing.assert_allclose(got.to_numpy(), want, rtol=RTOL, atol=1e-5)
+    assert compiled.stats["traces"] == 1 and compiled.stats["replays"] == 2
+    (entry,) = compiled.compiled._entries.values()
+    assert isinstance(entry.plan, LLVMPlan)
+
+
 def test_encoder_matches_eager_per_batch(torch, rng):
     x = rng.standard_normal((2, 5, 16)).astype(np.float32)
     data = export(torch, models.encoder(torch), (torch.from_numpy(x),), dynamic={"x": {0: "b"}, "y": {0: "b"}})

@@ -16,8 +16,8 @@ from ember.train import AccuracyMetric, Learner, LossMetric, SupervisedTraining
 from tests.train.models import Classifier, loaders, params
 
 
-def run(tmp_path, compile: bool, epochs: int = 2, accumulation: int | None = None, optim=None):
-    device = Device.flex().autodiff()
+def run(tmp_path, compile: bool, epochs: int = 2, accumulation: int | None = None, optim=None, device=None):
+    device = device or Device.flex().autodiff()
     device.seed(0)
     train, valid = loaders()
     training = (

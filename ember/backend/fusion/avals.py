@@ -29,6 +29,9 @@ class NotTraceable(Exception):
 
 def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """numpy's broadcast of ``shapes`` (the tensor layer has checked they broadcast)."""
+    first = shapes[0]
+    if all(s == first for s in shapes):  # the common case, cheaply
+        return first
     rank = max(len(s) for s in shapes)
     out = []
     for i in range(rank):
@@ -54,7 +57,12 @@ def _unary(op: Any, x: Any) -> Aval:
 
 
 def _binary(op: Any, a: Any, b: Any) -> Aval:
-    return Aval(broadcast(tuple(a.shape), _shape(b)), _BOOL if op in BOOL_RESULT_BINARY else a.dtype)
+    shape = tuple(a.shape)
+    if hasattr(b, "shape"):
+        other = tuple(b.shape)
+        if other != shape:
+            shape = broadcast(shape, other)
+    return Aval(shape, _BOOL if op in BOOL_RESULT_BINARY else a.dtype)
 
 
 def _where(cond: Any, a: Any, b: Any) -> Aval:

@@ -27,7 +27,7 @@ import numpy as np
 from ember.backend.base import Backend
 from ember.backend.fusion.avals import TRACEABLE, infer
 from ember.backend.fusion.executors import default_executor
-from ember.backend.fusion.graph import RUNTIME_KWARGS, Aval, Graph, Ref, Sc, map_refs
+from ember.backend.fusion.graph import LEAF, RUNTIME_KWARGS, Aval, Graph, Node, Ref, Sc
 from ember.backend.fusion.replay import PartialRun
 from ember.errors import GraphError
 
@@ -122,6 +122,7 @@ class FusionBackend(Backend):
         self.name = f"fusion<{inner.name}>"
         self._stream = Stream()
         self._plans: dict[tuple, Any] = {}
+        self._newest: tuple[tuple, Any] | None = None  # the last flush's (key, plan): last in _plans
         self.executor = executor if executor is not None else default_executor(inner)
         self.stats = {"flushes": 0, "nodes": 0, "plans_built": 0}
         self._dtypes: set[np.dtype] = set()  # result dtypes the wrapped backend holds
@@ -149,18 +150,29 @@ class FusionBackend(Backend):
         ref = stream.bound.get(id(x))
         if ref is None:
             ref = stream.graph.add_input(Aval(x.shape, x.dtype))
+            stream.keys.append((x.shape, x.dtype))  # part of the plan's key (see flush)
             stream.bound[id(x)] = ref
             stream.input_values.append(x.value)
             stream.keep.append(x)
         return ref
 
     def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        # The per-op cost of a fusion device: kept to one pass over the arguments and,
+        # for the common single-tensor result, no tree walks.
         result = infer(op, args, kwargs)
-        for aval in _avals(result):
-            if aval.dtype not in self._dtypes:  # the wrapped backend's dtype errors, raised now
-                self.inner.check_dtype(aval.dtype)
-                self._dtypes.add(aval.dtype)
+        single = type(result) is Aval
+        dtypes = self._dtypes
+        if single:
+            if result.dtype not in dtypes:  # the wrapped backend's dtype errors, raised now
+                self.inner.check_dtype(result.dtype)
+                dtypes.add(result.dtype)
+        else:
+            for aval in _avals(result):
+                if aval.dtype not in dtypes:
+                    self.inner.check_dtype(aval.dtype)
+                    dtypes.add(aval.dtype)
         stream = self._stream
+        graph = stream.graph
         # Recorded abstract: tensors by Ref, floats (and an optimizer's step count) as
         # run-time scalars, so streams of one structure share a plan without a rewrite.
         scalars = stream.scalars
@@ -181,9 +193,18 @@ class FusionBackend(Backend):
         else:
             node_kwargs = ()
         stream.keys.append(tuple(key))
-        refs = stream.graph.add_node(op, node_args, node_kwargs, result)
-        out = map_refs(refs, lambda ref: self._handle(stream, ref))
-        if len(stream) >= self.MAX_STREAM:
+        if single:  # Graph.add_node and _handle, inlined
+            avals = graph.avals
+            avals.append(result)
+            ref = Ref(len(avals) - 1)
+            graph.nodes.append(Node(op, node_args, node_kwargs, (ref,), None))
+            out = LazyTensor(result.shape, result.dtype, None, ref)
+            stream.handles.append((weakref.ref(out), ref))
+        else:  # a tree of results (linear_backward, adam_step_many): one walk
+            outs: list[Ref] = []
+            tree, out = _emit(result, graph.avals, outs, stream.handles)
+            graph.nodes.append(Node(op, node_args, node_kwargs, tuple(outs), tree))
+        if len(graph.nodes) >= self.MAX_STREAM:
             self.flush()
         return out
 
@@ -231,21 +252,26 @@ class FusionBackend(Backend):
             return
         graph = stream.graph
         graph.outputs = outputs
-        avals = graph.avals
-        key = (
-            tuple(stream.keys),
-            tuple([(avals[i].shape, avals[i].dtype) for i in graph.inputs]),
-            tuple(outputs),
-        )
-        plan = self._plans.pop(key, None)
+        # The structure: each node's key and each input's shape and dtype (both in
+        # stream.keys, in recording order), and the outputs.
+        key = (tuple(stream.keys), tuple(outputs))
+        stats = self.stats
+        plans = self._plans
+        plan = plans.get(key)  # hashing the key is most of a lookup's cost: once per flush
         if plan is None:
             plan = self.executor.plan(graph.prune())
-            self.stats["plans_built"] += 1
-            if len(self._plans) >= self.MAX_PLANS:
-                self._plans.pop(next(iter(self._plans)))
-        self._plans[key] = plan
-        self.stats["flushes"] += 1
-        self.stats["nodes"] += len(graph.nodes)
+            stats["plans_built"] += 1
+            if len(plans) >= self.MAX_PLANS:
+                plans.pop(next(iter(plans)))
+            plans[key] = plan
+        else:  # least recently used first: move it to the end (unless it is there)
+            newest = self._newest
+            if newest is None or newest[1] is not plan or newest[0] != key:
+                del plans[key]
+                plans[key] = plan
+        self._newest = (key, plan)
+        stats["flushes"] += 1
+        stats["nodes"] += len(graph.nodes)
         try:
             values = plan.run(self.inner, stream.input_values, stream.scalars)
         except PartialRun as partial:
@@ -291,30 +317,59 @@ class FusionBackend(Backend):
         return self._record("linalg", (op, inputs, options), {})
 
 
+#: Marks a tensor argument in a node's structure key (before its value number).
+_TENSOR = object()
+
+
 def _abstract(args: tuple | list, ref: Any, scalars: list[Any], key: list[Any]) -> Any:
     """A call's arguments as recorded: lazy tensors by Ref, floats as Sc placeholders
     (their values appended to ``scalars``), containers walked, the rest as is; ``key``
     gets their structure (a Ref and an equal int must differ there, a float's value
     must not count)."""
-    out = []
+    out: list[Any] = []
+    append, mark = out.append, key.append
     for a in args:
         kind = type(a)
         if kind is LazyTensor:
-            r = ref(a)
-            out.append(r)
-            key.append(("%", int(r)))
+            r = a.ref if a.value is None else ref(a)  # pending in this stream, or an input
+            append(r)
+            mark(_TENSOR)
+            mark(r)
         elif kind is float:
             scalars.append(a)
-            out.append(Sc(len(scalars) - 1))
-            key.append("$")
+            append(Sc(len(scalars) - 1))
+            mark("$")
         elif kind is tuple or kind is list:
-            key.append(kind)
-            out.append(_abstract(a, ref, scalars, key))
-            key.append(len(a))
+            mark(kind)
+            append(_abstract(a, ref, scalars, key))
+            mark(len(a))
         else:
-            out.append(a)
-            key.append(a)
+            append(a)
+            mark(a)
     return tuple(out) if type(args) is tuple else out
+
+
+def _emit(result: Any, avals: list[Aval], outs: list[Ref], handles: list) -> tuple[Any, Any]:
+    """A multi-output call's result recorded: a value per Aval of ``result`` (appended
+    to ``avals``, its Ref to ``outs``, its handle to ``handles``); returns the node's
+    tree (as :func:`~ember.backend.fusion.graph.flatten` makes it) and the result with
+    a :class:`LazyTensor` per tensor."""
+    if result is None:
+        return None, None
+    if not isinstance(result, (tuple, list)):
+        avals.append(result)
+        ref = Ref(len(avals) - 1)
+        outs.append(ref)
+        handle = LazyTensor(result.shape, result.dtype, None, ref)
+        handles.append((weakref.ref(handle), ref))
+        return LEAF, handle
+    trees, values = [], []
+    for item in result:
+        tree, value = _emit(item, avals, outs, handles)
+        trees.append(tree)
+        values.append(value)
+    is_list = type(result) is list
+    return (is_list, tuple(trees)), (values if is_list else tuple(values))
 
 
 def _avals(result: Any) -> list[Aval]:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ember.backend.fusion.backend import FusionBackend, LazyTensor
+from ember.backend.fusion.backend import FailedValue, FusionBackend, LazyTensor
 from ember.backend.fusion.graph import Graph, Ref, Sc
 from ember.backend.fusion.scalars import GraphBreak, ScalarProgram, SymScalar
 
@@ -66,6 +66,8 @@ class Trace:
     def add_input(self, primitive: Any, source: Any) -> Ref:
         """Registers a real primitive as an input of the graph (read from ``source``
         on each replay); a primitive registered twice is one input."""
+        if type(primitive) is LazyTensor:  # a fusion device's tensor: its (ready) value
+            primitive = _value_of(primitive)
         ref = self.input_ids.get(id(primitive))
         if ref is None:
             ref = self.graph.add_input(_aval(primitive))
@@ -192,14 +194,22 @@ class StateDict(dict):
 class TraceBackend(FusionBackend):
     """A :class:`FusionBackend` whose stream is a trace's graph and never runs: a sync
     point inside the traced function is a graph break. Ops from other threads than
-    the tracing one run on the real backend, untouched by the trace."""
+    the tracing one run on the real backend (``real``), untouched by the trace.
 
-    def __init__(self, inner: Any, trace: Trace, rng: Any = None):
+    On a fusion device the tracer takes the place of the device's
+    :class:`FusionBackend` and records for the backend under it (``inner``): a whole
+    captured step is one fused graph of that backend. The fusion device's tensors
+    (:class:`LazyTensor` s, ready ones: :func:`capture` runs the device's stream
+    first) enter the trace by their values."""
+
+    def __init__(self, inner: Any, trace: Trace, rng: Any = None, real: Any = None):
         super().__init__(inner)
         self.trace = trace
         self.rng = rng  # the traced device's generator
+        self.real = inner if real is None else real  # what other threads call
+        self.fusion: FusionBackend | None = real if isinstance(real, FusionBackend) else None
         self._stream.graph = trace.graph
-        self.name = inner.name
+        self.name = self.real.name
         self.thread = threading.get_ident()
 
     def _foreign(self) -> bool:
@@ -210,7 +220,7 @@ class TraceBackend(FusionBackend):
         if kind is LazyTensor:
             if x.value is None:
                 return x.ref
-            return self.trace.lift(x.value)
+            return self.trace.lift(_value_of(x))
         if kind is SymScalar:
             return self.trace.scalar_slot(x)
         if kind in (int, float, bool) or x is None or not (hasattr(x, "shape") and hasattr(x, "dtype")):
@@ -221,7 +231,7 @@ class TraceBackend(FusionBackend):
         from ember.backend.fusion.avals import NotTraceable, infer
 
         if self._foreign():
-            return getattr(self.inner, op)(*args, **kwargs)
+            return getattr(self.real, op)(*args, **kwargs)
         try:
             result = infer(op, _concrete(args), _concrete(kwargs))
         except NotTraceable as error:
@@ -245,9 +255,9 @@ class TraceBackend(FusionBackend):
         self.flush()
 
     def from_numpy(self, array: Any) -> LazyTensor:
-        value = self.inner.from_numpy(array)
         if self._foreign():
-            return value
+            return self.real.from_numpy(array)
+        value = self.inner.from_numpy(array)
         ref = self.trace.lift(value)
         aval = self.trace.graph.avals[ref]
         return LazyTensor(aval.shape, aval.dtype, None, ref)
@@ -256,18 +266,18 @@ class TraceBackend(FusionBackend):
         from ember.backend.philox import blocks_for
 
         if self._foreign():
-            return self.inner.random(shape, distribution, dtype, key, counter)
+            return self.real.random(shape, distribution, dtype, key, counter)
         blocks = blocks_for(math.prod(shape), dtype)
         sym_key, sym_counter = self.trace.random_input(self.rng, blocks, key, counter)
         return self._record("random", (tuple(shape), distribution, dtype, sym_key, sym_counter), {})
 
     def sync(self) -> None:
         if self._foreign():
-            self.inner.sync()
+            self.real.sync()
 
     def to_numpy(self, x: Any) -> Any:
         if self._foreign():
-            return self.inner.to_numpy(x)
+            return self.real.to_numpy(x)
         return super().to_numpy(x)
 
     def linalg(self, op: Any, inputs: tuple, options: tuple = ()) -> tuple:
@@ -275,7 +285,7 @@ class TraceBackend(FusionBackend):
         # backend's linalg). lstsq's result shapes depend on its values: computing it now
         # would bake this call's values into the graph, so the capture breaks instead.
         if self._foreign():
-            return self.inner.linalg(op, inputs, options)
+            return self.real.linalg(op, inputs, options)
         if op == "lstsq":
             raise GraphBreak(
                 "ember: compile: linalg.lstsq's result shapes depend on the ranks it finds, so it "
@@ -285,7 +295,7 @@ class TraceBackend(FusionBackend):
 
     def _eager(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self._foreign():
-            return getattr(self.inner, name)(*args, **kwargs)
+            return getattr(self.real, name)(*args, **kwargs)
         return super()._eager(name, *args, **kwargs)
 
 
@@ -312,6 +322,16 @@ def _concrete(args: Any) -> Any:
     if kind is dict:
         return {k: _concrete(v) for k, v in args.items()}
     return args
+
+
+def _value_of(lazy: LazyTensor) -> Any:
+    """The value of a ready :class:`LazyTensor` (its error, if its stream failed)."""
+    value = lazy.value
+    if type(value) is FailedValue:
+        value.reraise()
+    if value is None:  # pragma: no cover - capture runs the device's stream first
+        raise GraphBreak("ember: compile: a tensor of the fusion device is pending in another stream")
+    return value
 
 
 def _aval(primitive: Any) -> Any:
@@ -385,7 +405,13 @@ def capture(devices: list[Any]) -> Iterator[Trace]:
         try:
             for device in devices:
                 real = device._b
-                tracer = TraceBackend(real, trace, device._rng)
+                if isinstance(real, FusionBackend) and not isinstance(real, TraceBackend):
+                    # A fusion device: its queued ops run now (their results are the
+                    # trace's inputs), and the trace records for the backend it wraps.
+                    real.flush()
+                    tracer = TraceBackend(real.inner, trace, device._rng, real)
+                else:
+                    tracer = TraceBackend(real, trace, device._rng)
                 swaps.append((device._rng, "guard", device._rng.guard))
                 device._rng.guard = _refuse_generator_change
                 trace.backends.append(tracer)
