@@ -6,8 +6,10 @@
 ``n_fft`` in the middle; ones by default) and takes its FFT: ``[(B,) n_fft // 2 + 1,
 frames]`` complex (all ``n_fft`` bins when ``onesided=False``). ``istft`` inverts it
 by overlap-add divided by the summed squared window (it needs the window's overlaps
-to cover every sample, the NOLA condition). Both are composites of ``unfold``, the
-FFTs of ``ember.fft`` and ``scatter``: gradients flow through them.
+to cover every sample, the NOLA condition). The framing and window are the fused op
+``FusedOp.STFT_FRAMES`` (flex: one strided view of the padded signal times the window;
+elsewhere a composite of slices and ``cat``), then one FFT over the frames; ``istft`` is
+a composite of the FFTs of ``ember.fft`` and ``scatter``. Gradients flow through both.
 
 >>> import ember
 >>> from ember import Tensor
