@@ -363,6 +363,15 @@ class Backend(ModuleOps, ABC):
         ``[N, C, *out]`` (``torch.nn.functional.grid_sample``'s formulas)."""
         return NotImplemented
 
+    def stft_frames(
+        self, x: Primitive, window: Primitive | None, n_fft: int, hop: int, pad: int, pad_mode: str
+    ) -> Primitive:
+        """The windowed frames ``[..., frames, n_fft]`` of ``x`` ``[..., L]``: ``x`` padded
+        by ``pad`` on both sides in ``pad_mode`` (``"reflect"``, ``"replicate"`` or
+        ``"circular"``), an ``n_fft``-point frame every ``hop`` samples, each multiplied by
+        ``window`` ``[n_fft]`` (``None``: ones). ``torch.stft``'s framing."""
+        return NotImplemented
+
     def grid_sample_backward(
         self,
         grad: Primitive,

@@ -224,8 +224,13 @@ def eigvalsh(a: np.ndarray, uplo: Literal["L", "U"]) -> Arrays:
     return (np.linalg.eigvalsh(a, UPLO=uplo),)
 
 
-def lstsq(a: np.ndarray, b: np.ndarray, rcond: float | None) -> Arrays:
-    """LAPACK ``gelsd`` per batch element (numpy's ``lstsq`` is not batched)."""
+def lstsq(a: np.ndarray, b: np.ndarray, rcond: float | None, static_residuals: bool = False) -> Arrays:
+    """LAPACK ``gelsd`` per batch element (numpy's ``lstsq`` is not batched).
+
+    The residuals are ``[..., k]`` when ``m > n`` and every matrix has full rank, else
+    empty (PyTorch's rule). With ``static_residuals`` (compiled code, whose shapes may
+    not depend on values) they are ``[..., k]`` whenever ``m > n``, the squared norms of
+    ``B - A X`` also for rank-deficient matrices (JAX's rule under ``jit``)."""
     m, n = a.shape[-2:]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + a.shape[-2:]).reshape((-1, m, n))
@@ -242,6 +247,9 @@ def lstsq(a: np.ndarray, b: np.ndarray, rcond: float | None) -> Arrays:
         if r.size:
             res[i] = r
     k = b.shape[-1]
+    if static_residuals and m > n and not full:
+        res = (np.abs(b - a @ x) ** 2).sum(-2).astype(dtype)
+        full = True
     residuals = res.reshape(batch + (k,)) if full else np.zeros((0,), dtype)
     return x.reshape(batch + (n, k)), residuals, rank.reshape(batch), sv.reshape(batch + (min(m, n),))
 

@@ -280,6 +280,7 @@ class FusedOp(OpName):
     ``LAYER_NORM``: ``ember.tensor.norm``; ``LINEAR``: ``ember.tensor.module``;
     ``MSE_LOSS``, ``CROSS_ENTROPY``: ``ember.tensor.loss``;
     ``ATTENTION``: ``ember.tensor.attention``; ``GRID_SAMPLE``: ``ember.tensor.grid_sample``;
+    ``STFT_FRAMES``: ``ember.tensor.stft``;
     ``ADAM_STEP_MANY``: ``ember.optim.adam``; ``QUANTIZED_LINEAR``: ``ember.tensor.quant.linear``
     (registered when ``ember.optim`` is imported).
 
@@ -302,6 +303,7 @@ class FusedOp(OpName):
     QUANTIZED_LINEAR = "quantized_linear"
     GRID_SAMPLE = "grid_sample"
     ADAM_STEP_MANY = "adam_step_many"
+    STFT_FRAMES = "stft_frames"
 
 
 #: The backward kernels of fused ops: optional Backend methods (default

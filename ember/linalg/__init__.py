@@ -9,7 +9,9 @@ over leading dims and differentiable (twice, too) with PyTorch's gradient formul
 The norms, ``matrix_rank``, ``matrix_power`` and ``cross`` are composites.
 On a fusion device and under ``ember.compile`` each LAPACK call is one node of the graph,
 which the plan runs as a call of the wrapped backend (so a singular matrix raises when
-the plan runs); ``lstsq`` runs eagerly there (its result shapes depend on its values).
+the plan runs); there ``lstsq``'s residuals are ``[..., k]`` whenever ``m > n`` (the
+squared residual norms, also of rank-deficient systems), so that its shapes do not
+depend on the ranks it finds.
 
 >>> from ember import Device, Tensor, linalg
 >>> a = Tensor.from_data([[4.0, 2.0], [2.0, 3.0]], device=Device.flex())

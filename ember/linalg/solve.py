@@ -157,7 +157,8 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     """The least-squares solution of ``A X = B`` for ``A`` ``[..., m, n]`` and ``B``
     ``[..., m, k]`` (or ``[m]``), by LAPACK ``gelsd`` (SVD-based: rank-deficient systems
     get the minimum-norm solution). ``residuals`` (squared, ``[..., k]``) are given when
-    ``m > n`` and every matrix has full rank (else empty); ``rank`` and
+    ``m > n`` and every matrix has full rank (else empty; under ``ember.compile``
+    whenever ``m > n``, see ``ember.linalg``); ``rank`` and
     ``singular_values`` as PyTorch's ``gelsd`` driver. The gradient (of the solution)
     assumes full rank.
 

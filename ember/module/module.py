@@ -278,7 +278,13 @@ class Module:
         again; this one is unchanged: ``model = model.unfreeze(group)``."""
         group = group or ParamGroup.all()
         return self.map(
-            FnMapper(lambda p, path: p.set_require_grad(True) if group.matches(p.id, path) and p.dtype.is_float else p)
+            FnMapper(
+                lambda p, path: (
+                    p.set_require_grad(True)
+                    if group.matches(p.id, path) and (p.dtype.is_float or p.dtype.is_complex)
+                    else p
+                )
+            )
         )
 
     def clone(self) -> Module:
@@ -440,7 +446,9 @@ def _child_lines(field: str, value: Any, indent: str) -> list[str]:
     return lines
 
 
-_KIND = {dtype: dtype.kind for dtype in DType}
+# Complex parameters are trainable like float ones: the float hooks visit them
+# (optimizers step them, records save them, gradients are collected for them).
+_KIND = {dtype: "float" if dtype.is_complex else dtype.kind for dtype in DType}
 _NO_MAP = WeightMap()
 
 

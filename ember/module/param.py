@@ -11,7 +11,9 @@ from ember.backend.fusion.trace import current_trace
 from ember.device import Device
 from ember.errors import ModuleError
 from ember.tensor import Shape, Tensor
-from ember.tensor.checks import FLOAT_NP, NP_TO_DTYPE
+from ember.tensor.checks import COMPLEX_NP, FLOAT_NP, NP_TO_DTYPE
+
+_TRAINABLE_NP = FLOAT_NP | COMPLEX_NP  # the dtypes a parameter can be trained in
 
 if TYPE_CHECKING:
     from ember.backend.autodiff.protocol import AutodiffProtocol
@@ -57,7 +59,7 @@ def _prepare(tensor: Tensor, require_grad: bool) -> Tensor:
     if device._inner is not None:  # an autodiff device: a fresh leaf (or untracked)
         backend = cast("AutodiffProtocol", device._b)
         prim = tensor._p
-        if require_grad and prim.dtype in FLOAT_NP:
+        if require_grad and prim.dtype in _TRAINABLE_NP:
             return Tensor(backend.leaf(backend.unwrap(prim)), device)
         return Tensor(backend.detach(prim), device)
     return tensor
@@ -103,9 +105,9 @@ class Param:
 
     @staticmethod
     def from_tensor(tensor: Tensor, require_grad: bool | None = None) -> Param:
-        """A parameter with a new id; float tensors require grad unless told otherwise."""
+        """A parameter with a new id; float and complex tensors require grad unless told otherwise."""
         if require_grad is None:
-            require_grad = isinstance(tensor, Tensor) and tensor.is_float()
+            require_grad = isinstance(tensor, Tensor) and (tensor.is_float() or tensor.is_complex())
         return Param(ParamId(), tensor, require_grad)
 
     @staticmethod
@@ -121,7 +123,7 @@ class Param:
             return Param(param_id, value.to_device(device), require_grad)
         prim = value._p
         backend: AutodiffProtocol = device._b  # type: ignore[assignment]  # device is an autodiff device
-        leaf = backend.leaf(prim) if require_grad and prim.dtype in FLOAT_NP else backend.wrap(prim)
+        leaf = backend.leaf(prim) if require_grad and prim.dtype in _TRAINABLE_NP else backend.wrap(prim)
         param = Param.__new__(Param)
         param.id = param_id
         param.require_grad = bool(require_grad)

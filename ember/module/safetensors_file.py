@@ -50,6 +50,7 @@ DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
     "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
     "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "C64": np.dtype("<c8"),
 }
 _FIELDS = {"dtype", "shape", "data_offsets"}
 
@@ -111,6 +112,11 @@ def write_safetensors(path: str | os.PathLike, tensors: dict[str, np.ndarray], m
     arrays = {}
     for key, value in tensors.items():
         array = np.ascontiguousarray(value).reshape(np.shape(value))  # ascontiguousarray makes 0-d arrays 1-d
+        if array.dtype == np.complex128:
+            raise RecordError(
+                f"ember: cannot save {key[:80]!r}: safetensors has no complex128 dtype; cast the tensor to "
+                "complex64, or save its view_as_real (float64 [..., 2]) instead"
+            )
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         arrays[key] = array

@@ -16,6 +16,7 @@ from ember.optim.clipping import GradientClipping
 from ember.optim.grads import GradientsParams
 from ember.tensor import Tensor
 from ember.tensor.checks import is_symbolic
+from ember.tensor.ops.complex import view_as_complex, view_as_real
 
 
 @dataclass
@@ -135,7 +136,15 @@ class ModuleOptimizer:
                 values.append(value.to_device(inner))
                 grads_inner.append(grad if grad._d is inner else grad.to_device(inner))
             ids = [param.id for param, _, _ in items]
+            complex_at = [i for i, v in enumerate(values) if v._p.dtype.kind == "c"]
+            for i in complex_at:  # torch's optimizers step complex parameters through view_as_real
+                values[i], grads_inner[i] = view_as_real(values[i]), view_as_real(grads_inner[i])
             results = optimizer.step_many(group_lr, values, grads_inner, self.states.get_many(ids))
+            if complex_at:
+                results = list(results)
+            for i in complex_at:  # the state stays in the real view: [..., 2]
+                new_value, new_state = results[i]
+                results[i] = (view_as_complex(new_value), new_state)
             from_inner = Param.from_inner_value
             for pid, (param, _, _), (new_value, new_state) in zip(ids, items, results):
                 new_states[pid] = new_state

@@ -6,8 +6,10 @@
 ``n_fft`` in the middle; ones by default) and takes its FFT: ``[(B,) n_fft // 2 + 1,
 frames]`` complex (all ``n_fft`` bins when ``onesided=False``). ``istft`` inverts it
 by overlap-add divided by the summed squared window (it needs the window's overlaps
-to cover every sample, the NOLA condition). Both are composites of ``unfold``, the
-FFTs of ``ember.fft`` and ``scatter``: gradients flow through them.
+to cover every sample, the NOLA condition). The framing and window are the fused op
+``FusedOp.STFT_FRAMES`` (flex: one strided view of the padded signal times the window;
+elsewhere a composite of slices and ``cat``), then one FFT over the frames; ``istft`` is
+a composite of the FFTs of ``ember.fft`` and ``scatter``. Gradients flow through both.
 
 >>> import ember
 >>> from ember import Tensor
@@ -28,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from ember.backend.dtype import DType
+from ember.backend.ops import FusedOp
 from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
 from ember.tensor import fft as _fft
+from ember.tensor.fused import composite, fused
 from ember.tensor.tensor import Tensor
 
 _PAD_MODES = ("reflect", "constant", "replicate", "circular")
@@ -86,6 +90,43 @@ def _frame_index(length: int, n_fft: int, hop: int, pad: int, mode: str) -> np.n
     return index
 
 
+_MAX_PIECES = 8  # beyond this many hop-sized pieces per frame, one gather is cheaper
+
+
+def _frames(x: Tensor, length: int, n_fft: int, hop: int, pad: int, mode: str) -> Tensor:
+    """The frames ``[..., frames, n_fft]`` of ``x`` ``[..., length]`` padded by ``pad``
+    on both sides in ``mode``.
+
+    With ``hop`` a large part of ``n_fft`` (the usual 25-50%), the padded signal cut into
+    hop-sized blocks gives each frame as ``ceil(n_fft / hop)`` consecutive blocks: one
+    ``cat`` of that many shifted block views copies each sample once per frame reading
+    it, with no index. Otherwise one gather makes the frames, the padding included: each
+    frame position reads the sample that the padding would put there."""
+    lead = list(x.shape[:-1])
+    pieces = -(-n_fft // hop)
+    if pieces > _MAX_PIECES or (pad and mode == "circular"):
+        index = _frame_index(length, n_fft, hop, pad, mode)
+        return x.select(-1, Tensor.from_data(index, device=x.device)).reshape(lead + [-1, n_fft])
+    if pad:
+        x = x.pad((pad, pad), mode=mode)
+    total = length + 2 * pad
+    count = 1 + (total - n_fft) // hop
+    blocks = count + pieces - 1
+    need = blocks * hop  # the last block may run past the signal: those samples are never read
+    x = x.narrow(-1, 0, need) if need <= total else x.pad((0, need - total))
+    x = x.reshape(lead + [blocks, hop])
+    parts = [x.narrow(-2, j, count) for j in range(pieces)]
+    parts[-1] = parts[-1].narrow(-1, 0, n_fft - (pieces - 1) * hop)
+    return Tensor.cat(parts, -1) if pieces > 1 else parts[0]
+
+
+@composite(FusedOp.STFT_FRAMES)
+def stft_frames(x: Tensor, window: Tensor | None, n_fft: int, hop: int, pad: int, pad_mode: str) -> Tensor:
+    """``Backend.stft_frames``'s composite: :func:`_frames`, times the window."""
+    frames = _frames(x, x.shape[-1], n_fft, hop, pad, pad_mode)
+    return frames if window is None else frames.mul(window)
+
+
 def stft(
     input: Tensor,
     n_fft: int,
@@ -121,14 +162,10 @@ def stft(
         x, length, pad = x.pad((pad, pad)), length + 2 * pad, 0
     if length + 2 * pad < n_fft:
         raise ShapeError(f"ember: stft: the (padded) signal has {length + 2 * pad} samples, fewer than n_fft={n_fft}")
-    # One gather makes the frames, the padding included: each frame position reads the
-    # sample that reflect/replicate/circular padding would put there.
-    index = _frame_index(length, n_fft, hop, pad, pad_mode)
-    lead = list(x.shape[:-1])
-    frames = x.select(-1, Tensor.from_data(index, device=x.device)).reshape(lead + [-1, n_fft])
     w = _window("stft", window, n_fft, win, x)
-    if w is not None:
-        frames = frames.mul(w)
+    frames = Tensor(
+        fused(FusedOp.STFT_FRAMES, x.device, x._p, None if w is None else w._p, n_fft, hop, pad, pad_mode), x.device
+    )
     onesided = (not x.is_complex() and (w is None or not w.is_complex())) if onesided is None else onesided
     if onesided and frames.is_complex():
         raise DTypeError("ember: stft: onesided=True needs a real input and window; pass onesided=False")

@@ -27,6 +27,12 @@ STFT_CASES = [
     {"n_fft": 16, "hop_length": 3, "win_length": 10, "pad_mode": "constant"},
     {"n_fft": 12, "normalized": True, "onesided": False},
     {"n_fft": 8, "hop_length": 2, "pad_mode": "replicate", "window": None},
+    # the framing's paths: one gather (many pieces per frame, circular padding), hop-sized
+    # blocks (the last one past the signal, a hop longer than a frame)
+    {"n_fft": 16, "hop_length": 1},
+    {"n_fft": 16, "hop_length": 6, "pad_mode": "circular"},
+    {"n_fft": 13, "hop_length": 6, "center": False},
+    {"n_fft": 10, "hop_length": 13},
 ]
 
 
@@ -126,3 +132,19 @@ def test_errors(flex):
         ember.istft(spec, 8, 4, window=ember.hann_window(8, periodic=False), center=False)
     with pytest.raises(ShapeError, match="frequency bins"):
         ember.istft(spec, 10)
+
+
+@pytest.mark.parametrize("pad_mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize(("n_fft", "hop"), [(16, 4), (13, 6), (16, 1), (10, 13)])
+def test_flex_framing_kernel_matches_its_composite(rng, pad_mode, n_fft, hop):
+    """Flex's ``stft_frames`` (a strided view times the window) and the composite the
+    other devices run (hop-sized blocks or one gather) give the same frames."""
+    from ember.backend.ops import FusedOp
+    from ember.tensor.fused import composite_of
+
+    x = Tensor.from_data(rng.standard_normal((2, 50)))
+    for window in (ember.hann_window(n_fft, dtype="float64"), None):
+        prim = None if window is None else window.primitive
+        kernel = x.device.backend.stft_frames(x.primitive, prim, n_fft, hop, n_fft // 2, pad_mode)
+        expected = composite_of(FusedOp.STFT_FRAMES)(x, window, n_fft, hop, n_fft // 2, pad_mode)
+        np.testing.assert_array_equal(kernel, expected.to_numpy())

@@ -155,26 +155,55 @@ def _solve_svd_step(a, b):
 
 def _det_step(a, b):
     a = a.require_grad()
-    loss = linalg.det(a).add(linalg.lstsq(a, b).solution.sum())
-    return loss, a.grad(loss.backward())
+    fit = linalg.lstsq(a, b)
+    loss = linalg.det(a).add(fit.solution.sum())
+    return loss, a.grad(loss.backward()), fit.residuals, fit.rank
 
 
-@pytest.mark.parametrize("fn, captured", [(_solve_svd_step, True), (_det_step, False)])
-def test_compile_captures_lapack_calls_or_runs_eagerly(fn, captured):
-    """A LAPACK call is a library-call node of a compiled step (replayed with new values);
-    det's backward (which checks for a singular matrix) and lstsq (result shapes that
-    depend on its values) break the capture, and the step runs eagerly: right either way."""
+@pytest.mark.parametrize("fn", [_solve_svd_step, _det_step])
+def test_compile_captures_lapack_calls(fn):
+    """A LAPACK call is a library-call node of a compiled step (replayed with new values):
+    the forward calls, det's backward (branch-free: inverse or SVD adjugate per matrix)
+    and lstsq, without a graph break."""
     device = Device.flex().autodiff()
     rng = np.random.default_rng(0)
     step = ember.compile(fn)
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ember.errors.FallbackWarning)
         for _ in range(3):
             a = _t(rng.uniform(size=(3, 3)) + 3 * np.eye(3), device)
             b = _t(rng.uniform(size=(3, 2)), device)
             for ours, eager in zip(step(a, b), fn(a, b)):
                 np.testing.assert_allclose(ours.to_numpy(), eager.to_numpy(), rtol=1e-12, atol=1e-14)
-    assert step.stats["replays" if captured else "eager"] >= 2, step.stats
+    assert step.stats["replays"] >= 2 and not step.stats.get("eager"), step.stats
+
+
+def test_compiled_det_gradient_of_a_singular_matrix_and_lstsq_residuals():
+    """One compiled graph serves invertible and singular matrices (det's gradient is the
+    adjugate either way) and tall systems (lstsq's residuals, as eager for full rank;
+    in compiled code a rank-deficient system gives its squared residual norms)."""
+    device = Device.flex().autodiff()
+    rng = np.random.default_rng(1)
+
+    def fn(a, c, b):
+        a = a.require_grad()
+        fit = linalg.lstsq(c, b)
+        return a.grad(linalg.det(a).sum().backward()), fit.solution, fit.residuals
+
+    step = ember.compile(fn)
+    b = _t(rng.uniform(size=(4, 2)), device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ember.errors.FallbackWarning)
+        for a in (rng.uniform(size=(2, 3, 3)), np.stack([SINGULAR, np.eye(3)]), rng.uniform(size=(2, 3, 3))):
+            c = _t(rng.uniform(size=(4, 3)), device)
+            for ours, eager in zip(step(_t(a, device), c, b), fn(_t(a, device), c, b)):
+                np.testing.assert_allclose(ours.to_numpy(), eager.to_numpy(), rtol=1e-10, atol=1e-12)
+        deficient = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+        _, x, residuals = step(_t(np.stack([np.eye(3)] * 2), device), _t(deficient, device), b)
+    assert linalg.lstsq(_t(deficient, device), b).residuals.dims() == [0]  # eager: PyTorch's rule
+    expected = ((b.to_numpy() - deficient @ x.to_numpy()) ** 2).sum(0)
+    np.testing.assert_allclose(residuals.to_numpy(), expected, rtol=1e-10)
+    assert step.stats["replays"] >= 3, step.stats
 
 
 def test_a_compiled_step_raises_for_a_singular_matrix():

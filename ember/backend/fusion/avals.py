@@ -209,7 +209,18 @@ def _linalg(op: Any, inputs: tuple, options: tuple = ()) -> tuple:
         return (Aval(batch + (n, m), dtype),)
     if op is LinalgOp.MATRIX_EXP:
         return (Aval(shape, dtype),)
-    # lstsq: whether it gives residuals depends on the ranks it finds.
+    if op is LinalgOp.LSTSQ and len(options) > 1 and options[1]:  # static residuals (see TraceBackend.linalg)
+        b = inputs[1]
+        out = broadcast(batch, tuple(b.shape[:-2]))
+        q = b.shape[-1]
+        residuals = out + (q,) if m > n else (0,)
+        return (
+            Aval(out + (n, q), dtype),
+            Aval(residuals, dtype),
+            Aval(out, np.dtype(np.int64)),
+            Aval(out + (k,), dtype),
+        )
+    # lstsq with eager residuals: whether it gives them depends on the ranks it finds.
     raise NotTraceable(f"linalg.{op}'s result shapes depend on its values")
 
 

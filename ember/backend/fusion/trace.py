@@ -282,15 +282,13 @@ class TraceBackend(FusionBackend):
 
     def linalg(self, op: Any, inputs: tuple, options: tuple = ()) -> tuple:
         # A LAPACK call is a library-call node of the graph (a plan calls the wrapped
-        # backend's linalg). lstsq's result shapes depend on its values: computing it now
-        # would bake this call's values into the graph, so the capture breaks instead.
+        # backend's linalg). lstsq's residuals are empty or not depending on the ranks it
+        # finds; in a graph they take a fixed shape instead (``static_residuals``, the
+        # squared residual norms whenever m > n, as JAX under jit).
         if self._foreign():
             return self.real.linalg(op, inputs, options)
         if op == "lstsq":
-            raise GraphBreak(
-                "ember: compile: linalg.lstsq's result shapes depend on the ranks it finds, so it "
-                "cannot be captured in a graph; the function runs eagerly"
-            )
+            options = (options[0] if options else None, True)
         return self._record("linalg", (op, inputs, options), {})
 
     def _eager(self, name: str, *args: Any, **kwargs: Any) -> Any:

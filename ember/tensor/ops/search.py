@@ -5,6 +5,9 @@
 rounds of one gather, one comparison and two ``where`` each, on every backend.
 ``unique`` sorts and keeps the first element of each run (``argwhere`` gives the run
 starts: the one place the result's size is read back to the host, as in PyTorch).
+With ``dim``, ``unique``/``unique_consecutive`` compare whole slices: the slices are
+ordered on the host (numpy's lexicographic row sort; the result's size depends on
+the data, as in PyTorch) and the kept slices are gathered on the tensor's device.
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ember.backend.dtype import DType
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor.checks import BOOL_NP, FLOAT_NP
 from ember.tensor.ops.base import TensorOpsBase
+from ember.tensor.shape import normalize_dim
 
 if TYPE_CHECKING:
     from typing import Self
@@ -136,12 +142,10 @@ class SearchOps(TensorOpsBase):
         """The flattened tensor with each run of equal consecutive elements kept once
         (``torch.unique_consecutive`` with ``dim=None``); with ``return_inverse`` the
         index of each input element's run (the input's shape), with ``return_counts``
-        each run's length. Returns a tensor, or a tuple when either is asked for."""
+        each run's length. Returns a tensor, or a tuple when either is asked for. With
+        ``dim``, runs of equal consecutive slices along ``dim`` (inverse and counts per slice)."""
         if dim is not None:
-            raise ValueRangeError(
-                "ember: unique_consecutive: only dim=None (over the flattened tensor) is supported; "
-                "move the dim last and compare rows yourself, or flatten first"
-            )
+            return self._unique_dim("unique_consecutive", dim, False, return_inverse, return_counts)
         values, inverse, counts = self._runs(self.reshape([self.num_elements()]), return_inverse, return_counts)
         if inverse is not None:
             inverse = inverse.reshape(list(self._p.shape))
@@ -176,9 +180,16 @@ class SearchOps(TensorOpsBase):
         >>> x = Tensor.from_ints([3, 1, 3, 2, 1], device=Device.flex())
         >>> [t.tolist() for t in x.unique(return_inverse=True, return_counts=True)]
         [[1, 2, 3], [2, 0, 2, 1, 0], [2, 1, 2]]
+
+        With ``dim``, the distinct slices along ``dim`` in lexicographic order; the
+        inverse and counts are per slice (shape ``[size of dim]`` and ``[slices kept]``):
+
+        >>> rows = Tensor.from_ints([[1, 2], [0, 5], [1, 2]], device=Device.flex())
+        >>> [t.tolist() for t in rows.unique(dim=0, return_inverse=True, return_counts=True)]
+        [[[0, 5], [1, 2]], [1, 0, 1], [1, 2]]
         """
         if dim is not None:
-            raise ValueRangeError("ember: unique: only dim=None (over the flattened tensor) is supported")
+            return self._unique_dim("unique", dim, True, return_inverse, return_counts)
         flat = self.reshape([self.num_elements()])
         order = flat.argsort()
         values, inverse, counts = self._runs(flat.select(0, order), return_inverse, return_counts)
@@ -186,6 +197,38 @@ class SearchOps(TensorOpsBase):
             placed = inverse.zeros_like().scatter(0, order, inverse, "add")  # inverse[order[i]] = run of i
             inverse = placed.reshape(list(self._p.shape))
         return _pack(values, inverse if return_inverse else None, counts if return_counts else None)
+
+    def _unique_dim(self, op: str, dim: int, sort: bool, return_inverse: bool, return_counts: bool) -> Any:
+        """``unique``/``unique_consecutive`` over the slices along ``dim``: the slice order
+        is found on the host, the kept slices are gathered on the device."""
+        shape = tuple(self._p.shape)
+        dim = normalize_dim(op, dim, len(shape))
+        n = shape[dim]
+        if self._p.dtype.kind == "c" and sort:
+            raise DTypeError(f"ember: {op}: complex slices have no order; compare view_as_real(x) instead")
+        rows = np.moveaxis(np.asarray(self._d._b.to_numpy(self._p)), dim, 0).reshape(
+            n, math.prod(shape) // n if n else 0
+        )
+        if n == 0:
+            first = inverse = counts = np.zeros(0, np.int64)
+        elif rows.shape[1] == 0:  # empty slices are all equal
+            first, inverse, counts = np.zeros(1, np.int64), np.zeros(n, np.int64), np.array([n], np.int64)
+        elif sort:
+            _, first, inverse, counts = np.unique(
+                rows, axis=0, return_index=True, return_inverse=True, return_counts=True
+            )
+        else:
+            starts = np.concatenate([[True], np.any(rows[1:] != rows[:-1], axis=1)])
+            first = np.flatnonzero(starts)
+            inverse = np.cumsum(starts) - 1
+            counts = np.diff(np.append(first, n))
+        cls, device = self.__class__, self._d
+        values = self.select(dim, cls.from_data(np.asarray(first, np.int64).reshape(-1), device, DType.INT64))
+        return _pack(
+            values,
+            cls.from_data(np.asarray(inverse, np.int64).reshape(-1), device, DType.INT64) if return_inverse else None,
+            cls.from_data(np.asarray(counts, np.int64).reshape(-1), device, DType.INT64) if return_counts else None,
+        )
 
     def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Self:
         """A histogram of ``bins`` equal-width bins over ``[min, max]`` (the data's range

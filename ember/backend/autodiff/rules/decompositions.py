@@ -174,14 +174,18 @@ def _exclusive_prod(ops, s):
 
 
 def _det_step(ops, g, saved, ctx):
+    # Branch-free, so that one graph serves every input (ember.compile records it with
+    # no read of the values): the inverse's answer where LAPACK found no zero pivot,
+    # the SVD adjugate where it did (PyTorch's where(singular, svd form, LU form)).
     a, d = saved
     inverse, info = _lin(ops, LinalgOp.INV, (a,), (False,))
-    if not np.asarray(ops.to_numpy(info)).any():
-        return (_mul(ops, _t(ops, inverse), _scalar_mat(ops, _mul(ops, g, d))),)
+    regular = _mul(ops, _t(ops, inverse), _scalar_mat(ops, _mul(ops, g, d)))
     u, s, vh = _lin(ops, LinalgOp.SVD, (a,), (False,))
     sign = _mul(ops, _lin(ops, LinalgOp.DET, (u,))[0], _lin(ops, LinalgOp.DET, (vh,))[0])
     weights = _mul(ops, _col(ops, _mul(ops, g, sign)), _exclusive_prod(ops, s))
-    return (ops.matmul(_mul(ops, u, _row(ops, weights)), vh),)
+    adjugate = ops.matmul(_mul(ops, u, _row(ops, weights)), vh)
+    singular = _scalar_mat(ops, ops.binary(BinaryOp.NE, info, 0))
+    return (ops.where(singular, adjugate, regular),)
 
 
 def _slogdet_step(ops, g, saved, ctx):
