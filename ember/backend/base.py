@@ -390,6 +390,21 @@ class Backend(ModuleOps, ABC):
         """``grad * (Phi(x) + x * phi(x))``: the gradient of :meth:`gelu` at ``x``."""
         return NotImplemented
 
+    def lstm_cell(self, gates: Primitive, c: Primitive) -> tuple[Primitive, Primitive]:
+        """One LSTM state update: ``gates`` ``[..., 4H]`` holds the pre-activations of the
+        input, forget, cell and output gates (PyTorch's order) and ``c`` ``[..., H]`` the
+        cell state, with the same leading dims. ``i, f, o = sigmoid(...)``, ``g =
+        tanh(...)``, ``c' = f c + i g``, ``h' = o tanh(c')``; returns ``(h', c')``."""
+        return NotImplemented
+
+    def lstm_cell_backward(
+        self, gates: Primitive, c: Primitive, c_new: Primitive, grad_h: Primitive | None, grad_c: Primitive | None
+    ) -> tuple[Primitive, Primitive]:
+        """Gradients of :meth:`lstm_cell` for ``gates`` and ``c`` from the gradients of
+        ``h'`` and ``c'`` (either may be ``None``: no gradient reached it) and the
+        forward's inputs and ``c_new``."""
+        return NotImplemented
+
     def layer_norm(
         self, x: Primitive, gamma: Primitive | None, beta: Primitive | None, epsilon: float
     ) -> tuple[Primitive, Primitive, Primitive]:

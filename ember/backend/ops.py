@@ -281,11 +281,11 @@ class FusedOp(OpName):
     ``MSE_LOSS``, ``CROSS_ENTROPY``: ``ember.tensor.loss``;
     ``ATTENTION``: ``ember.tensor.attention``; ``GRID_SAMPLE``: ``ember.tensor.grid_sample``;
     ``ADAM_STEP_MANY``: ``ember.optim.adam``; ``QUANTIZED_LINEAR``: ``ember.tensor.quant.linear``
-    (registered when ``ember.optim`` is imported).
+    (registered when ``ember.optim`` is imported); ``LSTM_CELL``: ``ember.tensor.rnn_cell``.
 
     The backward kernels (``Backend.linear_backward``, ``gelu_backward``,
     ``layer_norm_backward``, ``cross_entropy_backward``, ``attention_backward``,
-    ``grid_sample_backward``) are not
+    ``grid_sample_backward``, ``lstm_cell_backward``) are not
     listed: each is called by its op's autodiff rule, which holds its composite.
     """
 
@@ -302,6 +302,7 @@ class FusedOp(OpName):
     QUANTIZED_LINEAR = "quantized_linear"
     GRID_SAMPLE = "grid_sample"
     ADAM_STEP_MANY = "adam_step_many"
+    LSTM_CELL = "lstm_cell"
 
 
 #: The backward kernels of fused ops: optional Backend methods (default
@@ -313,6 +314,7 @@ FUSED_BACKWARD_KERNELS = {
     "cross_entropy_backward": FusedOp.CROSS_ENTROPY,
     "attention_backward": FusedOp.ATTENTION,
     "grid_sample_backward": FusedOp.GRID_SAMPLE,
+    "lstm_cell_backward": FusedOp.LSTM_CELL,
 }
 
 

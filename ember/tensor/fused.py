@@ -56,7 +56,8 @@ def composite_of(op: FusedOp) -> Callable[..., Any]:
         import ember.tensor.loss
         import ember.tensor.module
         import ember.tensor.norm
-        import ember.tensor.quant.linear  # noqa: F401
+        import ember.tensor.quant.linear
+        import ember.tensor.rnn_cell  # noqa: F401
 
         fn = _COMPOSITES.get(op)
     if fn is None:
