@@ -1,0 +1,129 @@
+"""The fused LSTM cell (``ember.tensor.rnn_cell.lstm_cell``, ``FusedOp.LSTM_CELL``):
+values on every device against float64 numpy, gradients against torch, flex's kernel
+against the composite (values, gradients, special values), finite differences and a
+second-order case through the kernel's autodiff rule, and the layer that runs it
+(``Lstm``) against ``torch.nn.LSTM``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import Device, Tensor
+from ember.errors import ShapeError
+from ember.tensor.rnn_cell import lstm_cell, lstm_cell_composite
+from tests.autodiff.gradcheck import check_grad
+from tests.autodiff.second_order import ember_hvp, numeric_hvp
+from tests.conftest import assert_close
+
+B, H = 3, 5
+
+
+def _inputs(rng, scale: float = 2.0, dtype=np.float32):
+    return (rng.standard_normal((B, 4 * H)) * scale).astype(dtype), rng.standard_normal((B, H)).astype(dtype)
+
+
+def _reference(z: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    z, c = z.astype(np.float64), c.astype(np.float64)
+    i, f, g, o = (z[:, k * H : (k + 1) * H] for k in range(4))
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    c_new = sig(f) * c + sig(i) * np.tanh(g)
+    return sig(o) * np.tanh(c_new), c_new
+
+
+def test_values_on_every_device(device, rng):
+    z, c = _inputs(rng)
+    h, c_new = lstm_cell(Tensor.from_data(z, device=device), Tensor.from_data(c, device=device))
+    ref_h, ref_c = _reference(z, c)
+    assert h.dims() == [B, H] and c_new.dims() == [B, H]
+    assert_close(h, ref_h, rtol=1e-5, atol=1e-6)
+    assert_close(c_new, ref_c, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("through", ["both", "h", "c"])
+def test_gradients_on_every_autodiff_device_against_torch(device, rng, torch, through):
+    if not device.is_autodiff():
+        device = device.autodiff()
+    z, c = _inputs(rng)
+    wh, wc = rng.uniform(0.5, 1.5, (B, H)).astype(np.float32), rng.uniform(0.5, 1.5, (B, H)).astype(np.float32)
+    tz, tc = Tensor.from_data(z, device=device).require_grad(), Tensor.from_data(c, device=device).require_grad()
+    h, c_new = lstm_cell(tz, tc)
+    terms = {"h": h.mul(Tensor.from_data(wh, device=device)).sum(), "c": c_new.mul(Tensor.from_data(wc, device=device)).sum()}
+    loss = terms["h"].add(terms["c"]) if through == "both" else terms[through]
+    grads = loss.backward()
+
+    rz, rc = torch.tensor(z, dtype=torch.float64, requires_grad=True), torch.tensor(c, dtype=torch.float64, requires_grad=True)
+    i, f, g, o = rz.chunk(4, -1)
+    r_c = torch.sigmoid(f) * rc + torch.sigmoid(i) * torch.tanh(g)
+    r_h = torch.sigmoid(o) * torch.tanh(r_c)
+    r_terms = {"h": (r_h * torch.from_numpy(wh).double()).sum(), "c": (r_c * torch.from_numpy(wc).double()).sum()}
+    (r_terms["h"] + r_terms["c"] if through == "both" else r_terms[through]).backward()
+    assert_close(tz.grad(grads), rz.grad.numpy(), rtol=1e-5, atol=1e-6)
+    assert_close(tc.grad(grads), rc.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1e4])
+def test_flex_kernel_matches_the_composite(rng, scale):
+    """flex's kernel and the composite differentiated op by op agree, also where the
+    gates saturate (large pre-activations: finite values, zero-ish gradients)."""
+    device = Device.flex().autodiff()
+    z, c = _inputs(rng, scale)
+    results = []
+    for fn in (lstm_cell, lstm_cell_composite):
+        tz, tc = Tensor.from_data(z, device=device).require_grad(), Tensor.from_data(c, device=device).require_grad()
+        h, c_new = fn(tz, tc)
+        grads = h.mul_scalar(1.5).sum().add(c_new.mul_scalar(-0.5).sum()).backward()
+        results.append([h.to_numpy(), c_new.to_numpy(), tz.grad(grads).to_numpy(), tc.grad(grads).to_numpy()])
+    for ours, composite in zip(*results):
+        assert np.isfinite(ours).all()
+        np.testing.assert_allclose(ours, composite, rtol=1e-5, atol=1e-6)
+
+
+def test_special_values_propagate(flex):
+    z = np.zeros((1, 4 * H), np.float32)
+    z[0, 0], z[0, H + 1], z[0, 2 * H + 2], z[0, 3 * H + 3] = np.inf, -np.inf, np.inf, np.nan
+    c = np.ones((1, H), np.float32)
+    h, c_new = lstm_cell(Tensor.from_data(z, device=flex), Tensor.from_data(c, device=flex))
+    hc, cc = lstm_cell_composite(Tensor.from_data(z, device=flex), Tensor.from_data(c, device=flex))
+    np.testing.assert_array_equal(h.to_numpy(), hc.to_numpy())
+    np.testing.assert_array_equal(c_new.to_numpy(), cc.to_numpy())
+    assert np.isnan(h.to_numpy()[0, 3]) and not np.isnan(h.to_numpy()[0, :3]).any()
+
+
+def test_finite_differences_float64(rng):
+    z, c = _inputs(rng, dtype=np.float64)
+
+    def fn(a, b):
+        h, c_new = lstm_cell(a, b)
+        return h.add(c_new.mul_scalar(0.3))
+
+    check_grad(fn, [z, c], rtol=1e-6, atol=1e-8)
+
+
+def test_second_order_through_the_kernel_rule(rng):
+    z, c = _inputs(rng, scale=1.0, dtype=np.float64)
+
+    def fn(a, b):
+        h, c_new = lstm_cell(a, b)
+        return h.mul(c_new)
+
+    ours = ember_hvp(fn, [z, c], [0, 1])
+    numeric = numeric_hvp(fn, [z, c], [0, 1])
+    for i in (0, 1):
+        np.testing.assert_allclose(ours[i], numeric[i], rtol=1e-5, atol=1e-7)
+
+
+def test_half_precision_takes_the_composite(flex, rng):
+    z, c = _inputs(rng, scale=1.0)
+    h, c_new = lstm_cell(Tensor.from_data(z, device=flex).cast("float16"), Tensor.from_data(c, device=flex).cast("float16"))
+    ref_h, ref_c = _reference(z, c)
+    assert h.to_numpy().dtype == np.float16 and c_new.to_numpy().dtype == np.float16
+    assert_close(h, ref_h, rtol=1e-2, atol=1e-2)
+    assert_close(c_new, ref_c, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(("gates", "cell"), [([2, 20], [2, 4]), ([2, 20], [3, 5]), ([2, 1, 20], [2, 5])])
+def test_bad_shapes_name_the_operands(flex, gates, cell):
+    with pytest.raises(ShapeError, match=r"lstm_cell: gates must be \[\.\.\., 4 \* H\]"):
+        lstm_cell(Tensor.zeros(gates, device=flex), Tensor.zeros(cell, device=flex))
