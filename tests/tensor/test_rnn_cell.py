@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ember import Device, Tensor
+from ember.backend.flex import native
 from ember.errors import ShapeError
 from ember.tensor.rnn_cell import lstm_cell, lstm_cell_composite
 from tests.autodiff.gradcheck import check_grad
@@ -17,6 +18,19 @@ from tests.autodiff.second_order import ember_hvp, numeric_hvp
 from tests.conftest import assert_close
 
 B, H = 3, 5
+
+
+@pytest.fixture(params=["native", "numpy"])
+def path(request, monkeypatch):
+    """Runs a test on flex's native LSTM kernels and again on its numpy versions."""
+    kernels = native.kernels()
+    if request.param == "numpy":
+        monkeypatch.setitem(native._STATE, "kernels", None)
+    elif kernels is None:
+        pytest.skip("native kernels are unavailable on this machine")
+    else:
+        monkeypatch.setattr(native, "MIN_ELEMENTS", 0)  # the tests' small arrays take the native path too
+    return request.param
 
 
 def _inputs(rng, scale: float = 2.0, dtype=np.float32):
@@ -63,8 +77,9 @@ def test_gradients_on_every_autodiff_device_against_torch(device, rng, torch, th
     assert_close(tc.grad(grads), rc.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("through", ["both", "h", "c"])
 @pytest.mark.parametrize("scale", [1.0, 30.0, 1e4])
-def test_flex_kernel_matches_the_composite(rng, scale):
+def test_flex_kernel_matches_the_composite(rng, scale, path, through):
     """flex's kernel and the composite differentiated op by op agree, also where the
     gates saturate (large pre-activations: finite values, zero-ish gradients)."""
     device = Device.flex().autodiff()
@@ -73,22 +88,43 @@ def test_flex_kernel_matches_the_composite(rng, scale):
     for fn in (lstm_cell, lstm_cell_composite):
         tz, tc = Tensor.from_data(z, device=device).require_grad(), Tensor.from_data(c, device=device).require_grad()
         h, c_new = fn(tz, tc)
-        grads = h.mul_scalar(1.5).sum().add(c_new.mul_scalar(-0.5).sum()).backward()
+        terms = {"h": h.mul_scalar(1.5).sum(), "c": c_new.mul_scalar(-0.5).sum()}
+        grads = (terms["h"].add(terms["c"]) if through == "both" else terms[through]).backward()
         results.append([h.to_numpy(), c_new.to_numpy(), tz.grad(grads).to_numpy(), tc.grad(grads).to_numpy()])
     for ours, composite in zip(*results):
         assert np.isfinite(ours).all()
         np.testing.assert_allclose(ours, composite, rtol=1e-5, atol=1e-6)
 
 
-def test_special_values_propagate(flex):
+def test_special_values_propagate(flex, path):
     z = np.zeros((1, 4 * H), np.float32)
     z[0, 0], z[0, H + 1], z[0, 2 * H + 2], z[0, 3 * H + 3] = np.inf, -np.inf, np.inf, np.nan
     c = np.ones((1, H), np.float32)
     h, c_new = lstm_cell(Tensor.from_data(z, device=flex), Tensor.from_data(c, device=flex))
     hc, cc = lstm_cell_composite(Tensor.from_data(z, device=flex), Tensor.from_data(c, device=flex))
-    np.testing.assert_array_equal(h.to_numpy(), hc.to_numpy())
-    np.testing.assert_array_equal(c_new.to_numpy(), cc.to_numpy())
+    np.testing.assert_allclose(h.to_numpy(), hc.to_numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(c_new.to_numpy(), cc.to_numpy(), rtol=1e-6, atol=1e-7)
     assert np.isnan(h.to_numpy()[0, 3]) and not np.isnan(h.to_numpy()[0, :3]).any()
+
+
+def test_one_step_of_a_large_cell_takes_the_native_kernel(rng):
+    """A step of the benchmark's size (32 x 4 * 128 gate values) runs the native loops
+    by default; they agree with the float64 numpy path, forward and backward."""
+    from ember.backend.flex import lstm_cell as flex_cell
+
+    if native.kernels() is None:
+        pytest.skip("native kernels are unavailable on this machine")
+    z = (rng.standard_normal((32, 1, 512)) * 3).astype(np.float32)
+    c, gh, gc = (rng.standard_normal((32, 1, 128)).astype(np.float32) for _ in range(3))
+    assert z.size >= native.MIN_ELEMENTS
+    h, c_new = flex_cell.lstm_cell(z, c)
+    h64, c64 = flex_cell.lstm_cell(z.astype(np.float64), c.astype(np.float64))
+    np.testing.assert_allclose(h, h64, atol=1e-6)
+    np.testing.assert_allclose(c_new, c64, atol=1e-6)
+    d, dc = flex_cell.lstm_cell_backward(z, c, c_new, gh, gc)
+    d64, dc64 = flex_cell.lstm_cell_backward(z.astype(np.float64), c.astype(np.float64), c64, gh.astype(np.float64), gc.astype(np.float64))
+    np.testing.assert_allclose(d, d64, atol=2e-6)
+    np.testing.assert_allclose(dc, dc64, atol=2e-6)
 
 
 def test_finite_differences_float64(rng):

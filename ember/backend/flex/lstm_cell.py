@@ -3,15 +3,20 @@ dozen elementwise ops (and their autodiff nodes).
 
 The sigmoid gates are ``0.5 tanh(z / 2) + 0.5`` (finite everywhere, one ``tanh`` over
 the four gates' pre-activations); the backward recomputes the activations from the
-saved pre-activations rather than keeping four more arrays per step. float32 and
-float64 only; other dtypes take the composite (``ember.tensor.rnn_cell``).
+saved pre-activations rather than keeping four more arrays per step. float32 runs
+as native loops (:mod:`ember.backend.flex.native_rnn`) where the step is large enough
+(``native.MIN_ELEMENTS`` gate values), else, as float64, with numpy; other dtypes take
+the composite (``ember.tensor.rnn_cell``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ember.backend.flex import native
 from ember.backend.flex.quiet import quietly
+
+_F32 = np.dtype(np.float32)
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
@@ -42,6 +47,12 @@ def lstm_cell(gates: np.ndarray, c: np.ndarray):
     if not _usable(gates, c):
         return NotImplemented
     n = c.shape[-1]
+    kernels = native.kernels(gates.size) if gates.dtype == _F32 else None
+    if kernels is not None:
+        z, cs = np.ascontiguousarray(gates), np.ascontiguousarray(c)
+        h, c_new = np.empty_like(cs), np.empty_like(cs)
+        kernels.lstm_cell(*map(native.address, (z, cs, h, c_new)), cs.size // n, n)
+        return h, c_new
     act = _activations(gates, n)
     c_new = act[..., n : 2 * n] * c
     c_new += act[..., :n] * act[..., 2 * n : 3 * n]
@@ -56,6 +67,16 @@ def lstm_cell_backward(gates: np.ndarray, c: np.ndarray, c_new: np.ndarray, grad
     if not _usable(gates, c) or c_new.shape != c.shape:
         return NotImplemented
     n = c.shape[-1]
+    kernels = native.kernels(gates.size) if gates.dtype == _F32 else None
+    if kernels is not None:
+        arrays = [np.ascontiguousarray(a, dtype=_F32) for a in (gates, c, c_new)]
+        for grad in (grad_h, grad_c):
+            arrays.append(np.zeros(c.shape, _F32) if grad is None else np.ascontiguousarray(grad, dtype=_F32))
+        d, dc = np.empty_like(arrays[0]), np.empty_like(arrays[1])
+        kernels.lstm_cell_backward(*map(native.address, (*arrays, d, dc)), dc.size // n, n)
+        if grad_h is None:  # no gradient reached h': none for the output gate (as the numpy path)
+            d[..., 3 * n :] = 0.0
+        return d, dc
     act = _activations(gates, n)
     i, f, g, o = (act[..., k * n : (k + 1) * n] for k in range(4))
     d = np.empty_like(gates)

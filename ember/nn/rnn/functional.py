@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ember.errors import ConfigError
+from ember.nn.rnn.projection import input_projections
 from ember.tensor import Tensor
 from ember.tensor import activation as F
 from ember.tensor.module import linear
@@ -94,8 +95,9 @@ def lstm_scan(
     default = activations is None
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
+    proj = input_projections(xs, w_ih, bias)
     for t in _steps(len(xs), reverse):
-        z = _affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None))
+        z = proj[t].add(_affine(h, w_hh, None))
         if peepholes is not None:
             p_i, p_f, p_o = peepholes
             i = gate_f(_clipped(z.narrow(-1, 0, size).add(p_i.mul(c)), clip))
@@ -144,8 +146,9 @@ def gru_scan(
     b_n = None if b_hh is None else b_hh.narrow(-1, 2 * size, size)
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
+    proj = input_projections(xs, w_ih, b_ih)
     for t in _steps(len(xs), reverse):
-        xp = _affine(xs[t], w_ih, b_ih)
+        xp = proj[t]
         rz = gate_f(_clipped(xp.narrow(-1, 0, 2 * size).add(_affine(h, w_rz, b_rz)), clip))
         r, z = rz.narrow(-1, 0, size), rz.narrow(-1, size, size)
         xn = xp.narrow(-1, 2 * size, size)
@@ -178,8 +181,9 @@ def rnn_scan(
     bias = b_ih if b_hh is None else (b_hh if b_ih is None else b_ih.add(b_hh))
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
+    proj = input_projections(xs, w_ih, bias)
     for t in _steps(len(xs), reverse):
-        h_new = act(_clipped(_affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None)), clip))
+        h_new = act(_clipped(proj[t].add(_affine(h, w_hh, None)), clip))
         h, outs[t] = _keep_padded(h, h_new, valid, pads, t)
     return [o for o in outs if o is not None], h
 
