@@ -63,11 +63,17 @@ def test_gradients_on_every_autodiff_device_against_torch(device, rng, torch, th
     wh, wc = rng.uniform(0.5, 1.5, (B, H)).astype(np.float32), rng.uniform(0.5, 1.5, (B, H)).astype(np.float32)
     tz, tc = Tensor.from_data(z, device=device).require_grad(), Tensor.from_data(c, device=device).require_grad()
     h, c_new = lstm_cell(tz, tc)
-    terms = {"h": h.mul(Tensor.from_data(wh, device=device)).sum(), "c": c_new.mul(Tensor.from_data(wc, device=device)).sum()}
+    terms = {
+        "h": h.mul(Tensor.from_data(wh, device=device)).sum(),
+        "c": c_new.mul(Tensor.from_data(wc, device=device)).sum(),
+    }
     loss = terms["h"].add(terms["c"]) if through == "both" else terms[through]
     grads = loss.backward()
 
-    rz, rc = torch.tensor(z, dtype=torch.float64, requires_grad=True), torch.tensor(c, dtype=torch.float64, requires_grad=True)
+    rz, rc = (
+        torch.tensor(z, dtype=torch.float64, requires_grad=True),
+        torch.tensor(c, dtype=torch.float64, requires_grad=True),
+    )
     i, f, g, o = rz.chunk(4, -1)
     r_c = torch.sigmoid(f) * rc + torch.sigmoid(i) * torch.tanh(g)
     r_h = torch.sigmoid(o) * torch.tanh(r_c)
@@ -122,7 +128,9 @@ def test_one_step_of_a_large_cell_takes_the_native_kernel(rng):
     np.testing.assert_allclose(h, h64, atol=1e-6)
     np.testing.assert_allclose(c_new, c64, atol=1e-6)
     d, dc = flex_cell.lstm_cell_backward(z, c, c_new, gh, gc)
-    d64, dc64 = flex_cell.lstm_cell_backward(z.astype(np.float64), c.astype(np.float64), c64, gh.astype(np.float64), gc.astype(np.float64))
+    d64, dc64 = flex_cell.lstm_cell_backward(
+        z.astype(np.float64), c.astype(np.float64), c64, gh.astype(np.float64), gc.astype(np.float64)
+    )
     np.testing.assert_allclose(d, d64, atol=2e-6)
     np.testing.assert_allclose(dc, dc64, atol=2e-6)
 
@@ -152,7 +160,9 @@ def test_second_order_through_the_kernel_rule(rng):
 
 def test_half_precision_takes_the_composite(flex, rng):
     z, c = _inputs(rng, scale=1.0)
-    h, c_new = lstm_cell(Tensor.from_data(z, device=flex).cast("float16"), Tensor.from_data(c, device=flex).cast("float16"))
+    h, c_new = lstm_cell(
+        Tensor.from_data(z, device=flex).cast("float16"), Tensor.from_data(c, device=flex).cast("float16")
+    )
     ref_h, ref_c = _reference(z, c)
     assert h.to_numpy().dtype == np.float16 and c_new.to_numpy().dtype == np.float16
     assert_close(h, ref_h, rtol=1e-2, atol=1e-2)
