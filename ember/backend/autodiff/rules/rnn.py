@@ -62,11 +62,12 @@ class RnnRules(RecordMixin):
 
         def backward(grads: list[Any], values: list[Any], create_graph: bool) -> list[Any]:
             grad_h, grad_c = grads
+            z, c_old, c_next = values
             if create_graph:  # differentiable: the composite over this backend
-                return lstm_cell_backward_composite(self, *values, grad_h, grad_c)
-            out = inner.lstm_cell_backward(*values, grad_h, grad_c)
+                return lstm_cell_backward_composite(self, z, c_old, c_next, grad_h, grad_c)
+            out = inner.lstm_cell_backward(z, c_old, c_next, grad_h, grad_c)
             if out is NotImplemented:
-                return lstm_cell_backward_composite(inner, *values, grad_h, grad_c)
+                return lstm_cell_backward_composite(inner, z, c_old, c_next, grad_h, grad_c)
             return list(out)
 
         h_out, c_out = self.custom([gates, c], [(h, True), (c_new, True)], [gates, c, 1], backward)  # type: ignore[attr-defined]
