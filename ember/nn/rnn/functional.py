@@ -16,6 +16,10 @@ output is zero. ``reverse`` walks the steps from last to first; with ``valid`` t
 each sequence backwards from its own last real step (its padded tail keeps the initial
 state). The outputs come back in time order.
 
+Each loop computes the input projections ``x_t w_ih + b`` of all steps in one GEMM
+(:mod:`ember.nn.rnn.projection`); an LSTM with the default activations and no peepholes
+updates its state with one fused call per step (:func:`ember.tensor.rnn_cell.lstm_cell`).
+
 >>> from ember import Tensor
 >>> xs = [Tensor.ones([2, 3])] * 4
 >>> w_ih, w_hh = Tensor.ones([3, 8]).mul_scalar(0.1), Tensor.zeros([2, 8])
