@@ -405,6 +405,19 @@ class Backend(ModuleOps, ABC):
         forward's inputs and ``c_new``."""
         return NotImplemented
 
+    def gru_cell(self, xp: Primitive, hp: Primitive, h: Primitive) -> Primitive:
+        """One GRU state update (PyTorch's ``reset_after`` form) from the projections
+        ``xp = x W_ih + b_ih`` and ``hp = h W_hh + b_hh`` (each ``[..., 3H]``: reset, update,
+        new) and the state ``h`` ``[..., H]``, all with the same leading dims: ``r, z =
+        sigmoid(xp + hp)``, ``n = tanh(xp_n + r hp_n)``, ``h' = n + z (h - n)``."""
+        return NotImplemented
+
+    def gru_cell_backward(
+        self, xp: Primitive, hp: Primitive, h: Primitive, grad: Primitive
+    ) -> tuple[Primitive, Primitive, Primitive]:
+        """Gradients of :meth:`gru_cell` for ``xp``, ``hp`` and ``h`` from the gradient of ``h'``."""
+        return NotImplemented
+
     def layer_norm(
         self, x: Primitive, gamma: Primitive | None, beta: Primitive | None, epsilon: float
     ) -> tuple[Primitive, Primitive, Primitive]:

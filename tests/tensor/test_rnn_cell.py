@@ -1,4 +1,4 @@
-"""The fused LSTM cell (``ember.tensor.rnn_cell.lstm_cell``, ``FusedOp.LSTM_CELL``):
+"""The fused LSTM and GRU cells (``ember.tensor.rnn_cell``, ``FusedOp.LSTM_CELL``, ``GRU_CELL``):
 values on every device against float64 numpy, gradients against torch, flex's kernel
 against the composite (values, gradients, special values), finite differences and a
 second-order case through the kernel's autodiff rule, and the layer that runs it
@@ -12,7 +12,7 @@ import pytest
 from ember import Device, Tensor
 from ember.backend.flex import native
 from ember.errors import ShapeError
-from ember.tensor.rnn_cell import lstm_cell, lstm_cell_composite
+from ember.tensor.rnn_cell import gru_cell, gru_cell_composite, lstm_cell, lstm_cell_composite
 from tests.autodiff.gradcheck import check_grad
 from tests.autodiff.second_order import ember_hvp, numeric_hvp
 from tests.conftest import assert_close
@@ -173,3 +173,78 @@ def test_half_precision_takes_the_composite(flex, rng):
 def test_bad_shapes_name_the_operands(flex, gates, cell):
     with pytest.raises(ShapeError, match=r"lstm_cell: gates must be \[\.\.\., 4 \* H\]"):
         lstm_cell(Tensor.zeros(gates, device=flex), Tensor.zeros(cell, device=flex))
+
+
+# ---------------------------------------------------------------------- the GRU cell
+
+
+def _gru_inputs(rng, scale: float = 2.0, dtype=np.float32):
+    xp, hp = ((rng.standard_normal((B, 3 * H)) * scale).astype(dtype) for _ in range(2))
+    return xp, hp, rng.standard_normal((B, H)).astype(dtype)
+
+
+def _gru_reference(xp: np.ndarray, hp: np.ndarray, h: np.ndarray) -> np.ndarray:
+    xp, hp, h = (a.astype(np.float64) for a in (xp, hp, h))
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    r, z = sig(xp[:, :H] + hp[:, :H]), sig(xp[:, H : 2 * H] + hp[:, H : 2 * H])
+    new = np.tanh(xp[:, 2 * H :] + r * hp[:, 2 * H :])
+    return (1.0 - z) * new + z * h
+
+
+def test_gru_values_on_every_device(device, rng):
+    arrays = _gru_inputs(rng)
+    out = gru_cell(*(Tensor.from_data(a, device=device) for a in arrays))
+    assert_close(out, _gru_reference(*arrays), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_gru_gradients_on_every_autodiff_device_against_torch(device, rng, torch):
+    if not device.is_autodiff():
+        device = device.autodiff()
+    arrays = _gru_inputs(rng)
+    w = rng.uniform(0.5, 1.5, (B, H)).astype(np.float32)
+    ts = [Tensor.from_data(a, device=device).require_grad() for a in arrays]
+    grads = gru_cell(*ts).mul(Tensor.from_data(w, device=device)).sum().backward()
+    rs = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
+    xr, xz, xn = rs[0].chunk(3, -1)
+    hr, hz, hn = rs[1].chunk(3, -1)
+    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+    new = torch.tanh(xn + r * hn)
+    (((1 - z) * new + z * rs[2]) * torch.from_numpy(w).double()).sum().backward()
+    for t, ref in zip(ts, rs):
+        assert_close(t.grad(grads), ref.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1e4])
+def test_gru_flex_kernel_matches_the_composite(rng, scale):
+    device = Device.flex().autodiff()
+    arrays = _gru_inputs(rng, scale)
+    results = []
+    for fn in (gru_cell, gru_cell_composite):
+        ts = [Tensor.from_data(a, device=device).require_grad() for a in arrays]
+        out = fn(*ts)
+        grads = out.mul_scalar(1.5).sum().backward()
+        results.append([out.to_numpy(), *(t.grad(grads).to_numpy() for t in ts)])
+    for ours, composite in zip(*results):
+        assert np.isfinite(ours).all()
+        np.testing.assert_allclose(ours, composite, rtol=1e-5, atol=1e-6)
+
+
+def test_gru_finite_differences_and_second_order_float64(rng):
+    arrays = list(_gru_inputs(rng, scale=1.0, dtype=np.float64))
+    check_grad(lambda a, b, c: gru_cell(a, b, c), arrays, rtol=1e-6, atol=1e-8)
+
+    def fn(a, b, c):
+        out = gru_cell(a, b, c)
+        return out.mul(out)
+
+    ours = ember_hvp(fn, arrays, [0, 1, 2])
+    numeric = numeric_hvp(fn, arrays, [0, 1, 2])
+    for i in (0, 1, 2):
+        np.testing.assert_allclose(ours[i], numeric[i], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(("xp", "hp", "h"), [([2, 15], [2, 15], [2, 4]), ([2, 15], [2, 12], [2, 5])])
+def test_gru_bad_shapes_name_the_operands(flex, xp, hp, h):
+    with pytest.raises(ShapeError, match=r"gru_cell: xp and hp must be \[\.\.\., 3 \* H\]"):
+        gru_cell(*(Tensor.zeros(s, device=flex) for s in (xp, hp, h)))

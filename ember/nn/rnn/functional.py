@@ -18,7 +18,9 @@ state). The outputs come back in time order.
 
 Each loop computes the input projections ``x_t w_ih + b`` of all steps in one GEMM
 (:mod:`ember.nn.rnn.projection`); an LSTM with the default activations and no peepholes
-updates its state with one fused call per step (:func:`ember.tensor.rnn_cell.lstm_cell`).
+updates its state with one fused call per step (:func:`ember.tensor.rnn_cell.lstm_cell`),
+and so does a GRU in the ``reset_after`` form with the default activations and no clip
+(:func:`~ember.tensor.rnn_cell.gru_cell`).
 
 >>> from ember import Tensor
 >>> xs = [Tensor.ones([2, 3])] * 4
@@ -37,7 +39,7 @@ from ember.nn.rnn.projection import input_projections
 from ember.tensor import Tensor
 from ember.tensor import activation as F
 from ember.tensor.module import linear
-from ember.tensor.rnn_cell import lstm_cell
+from ember.tensor.rnn_cell import gru_cell, lstm_cell
 
 Activation = Callable[[Tensor], Tensor]
 
@@ -151,8 +153,12 @@ def gru_scan(
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
     proj = input_projections(xs, w_ih, b_ih)
+    fused_cell = reset_after and activations is None and clip is None
     for t in _steps(len(xs), reverse):
         xp = proj[t]
+        if fused_cell and xp.dims()[:-1] == h.dims()[:-1]:  # one GEMM and one fused call per step
+            h, outs[t] = _keep_padded(h, gru_cell(xp, _affine(h, w_hh, b_hh), h), valid, pads, t)
+            continue
         rz = gate_f(_clipped(xp.narrow(-1, 0, 2 * size).add(_affine(h, w_rz, b_rz)), clip))
         r, z = rz.narrow(-1, 0, size), rz.narrow(-1, size, size)
         xn = xp.narrow(-1, 2 * size, size)
