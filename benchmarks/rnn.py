@@ -13,6 +13,10 @@ step function through ``ember.compile`` (reported as failed, with the error, whe
 does not trace).
 
 Targets (issue 27): eager at most 1.2x torch eager, compiled at most 0.8x.
+
+Measured on the shared 2-core machine (load 6-12; this script run from main's and from
+this checkout, one after the other): LSTM eager 4.82x -> 2.38x (260 -> 125 ms, torch
+55 ms), compiled 3.46x -> 3.45x; GRU eager 1.81x -> 1.17x, compiled 1.35x -> 1.83x.
 """
 
 from __future__ import annotations
