@@ -399,6 +399,34 @@ class Backend(ModuleOps, ABC):
         """``grad * (Phi(x) + x * phi(x))``: the gradient of :meth:`gelu` at ``x``."""
         return NotImplemented
 
+    def lstm_cell(self, gates: Primitive, c: Primitive) -> tuple[Primitive, Primitive]:
+        """One LSTM state update: ``gates`` ``[..., 4H]`` holds the pre-activations of the
+        input, forget, cell and output gates (PyTorch's order) and ``c`` ``[..., H]`` the
+        cell state, with the same leading dims. ``i, f, o = sigmoid(...)``, ``g =
+        tanh(...)``, ``c' = f c + i g``, ``h' = o tanh(c')``; returns ``(h', c')``."""
+        return NotImplemented
+
+    def lstm_cell_backward(
+        self, gates: Primitive, c: Primitive, c_new: Primitive, grad_h: Primitive | None, grad_c: Primitive | None
+    ) -> tuple[Primitive, Primitive]:
+        """Gradients of :meth:`lstm_cell` for ``gates`` and ``c`` from the gradients of
+        ``h'`` and ``c'`` (either may be ``None``: no gradient reached it) and the
+        forward's inputs and ``c_new``."""
+        return NotImplemented
+
+    def gru_cell(self, xp: Primitive, hp: Primitive, h: Primitive) -> Primitive:
+        """One GRU state update (PyTorch's ``reset_after`` form) from the projections
+        ``xp = x W_ih + b_ih`` and ``hp = h W_hh + b_hh`` (each ``[..., 3H]``: reset, update,
+        new) and the state ``h`` ``[..., H]``, all with the same leading dims: ``r, z =
+        sigmoid(xp + hp)``, ``n = tanh(xp_n + r hp_n)``, ``h' = n + z (h - n)``."""
+        return NotImplemented
+
+    def gru_cell_backward(
+        self, xp: Primitive, hp: Primitive, h: Primitive, grad: Primitive
+    ) -> tuple[Primitive, Primitive, Primitive]:
+        """Gradients of :meth:`gru_cell` for ``xp``, ``hp`` and ``h`` from the gradient of ``h'``."""
+        return NotImplemented
+
     def layer_norm(
         self, x: Primitive, gamma: Primitive | None, beta: Primitive | None, epsilon: float
     ) -> tuple[Primitive, Primitive, Primitive]:

@@ -282,11 +282,11 @@ class FusedOp(OpName):
     ``ATTENTION``: ``ember.tensor.attention``; ``GRID_SAMPLE``: ``ember.tensor.grid_sample``;
     ``STFT_FRAMES``: ``ember.tensor.stft``;
     ``ADAM_STEP_MANY``: ``ember.optim.adam``; ``QUANTIZED_LINEAR``: ``ember.tensor.quant.linear``
-    (registered when ``ember.optim`` is imported).
+    (registered when ``ember.optim`` is imported); ``LSTM_CELL``, ``GRU_CELL``: ``ember.tensor.rnn_cell``.
 
     The backward kernels (``Backend.linear_backward``, ``gelu_backward``,
     ``layer_norm_backward``, ``cross_entropy_backward``, ``attention_backward``,
-    ``grid_sample_backward``) are not
+    ``grid_sample_backward``, ``lstm_cell_backward``, ``gru_cell_backward``) are not
     listed: each is called by its op's autodiff rule, which holds its composite.
     """
 
@@ -304,6 +304,8 @@ class FusedOp(OpName):
     GRID_SAMPLE = "grid_sample"
     ADAM_STEP_MANY = "adam_step_many"
     STFT_FRAMES = "stft_frames"
+    LSTM_CELL = "lstm_cell"
+    GRU_CELL = "gru_cell"
 
 
 #: The backward kernels of fused ops: optional Backend methods (default
@@ -315,6 +317,8 @@ FUSED_BACKWARD_KERNELS = {
     "cross_entropy_backward": FusedOp.CROSS_ENTROPY,
     "attention_backward": FusedOp.ATTENTION,
     "grid_sample_backward": FusedOp.GRID_SAMPLE,
+    "lstm_cell_backward": FusedOp.LSTM_CELL,
+    "gru_cell_backward": FusedOp.GRU_CELL,
 }
 
 

@@ -57,6 +57,7 @@ def composite_of(op: FusedOp) -> Callable[..., Any]:
         import ember.tensor.module
         import ember.tensor.norm
         import ember.tensor.quant.linear
+        import ember.tensor.rnn_cell
         import ember.tensor.stft  # noqa: F401
 
         fn = _COMPOSITES.get(op)

@@ -25,6 +25,7 @@ from ember.backend.autodiff.rules.loss import LossRules
 from ember.backend.autodiff.rules.module import ModuleRules
 from ember.backend.autodiff.rules.norm import NormRules
 from ember.backend.autodiff.rules.reduce import ReduceRules
+from ember.backend.autodiff.rules.rnn import RnnRules
 from ember.backend.autodiff.rules.spectral import SpectralRules
 from ember.backend.base import Backend
 from ember.backend.dtype import NUMPY_TO_DTYPE
@@ -44,6 +45,7 @@ class AutodiffBackend(
     GridSampleRules,
     LossRules,
     NormRules,
+    RnnRules,
     ModuleRules,
     CustomRules,
     SpectralRules,

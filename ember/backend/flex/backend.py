@@ -17,7 +17,9 @@ from ember.backend.flex import blas, malloc
 from ember.backend.flex import cross_entropy as _cross_entropy
 from ember.backend.flex import gelu as _gelu
 from ember.backend.flex import grid_sample as _grid_sample
+from ember.backend.flex import gru_cell as _gru_cell
 from ember.backend.flex import layer_norm as _layer_norm
+from ember.backend.flex import lstm_cell as _lstm_cell
 from ember.backend.flex.adam import FlexAdam
 from ember.backend.flex.attention import attention as _attention
 from ember.backend.flex.attention import attention_backward as _attention_backward
@@ -512,6 +514,18 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
 
     def gelu_backward(self, x, grad):
         return _gelu.gelu_backward(x, grad)
+
+    def lstm_cell(self, gates, c):
+        return _lstm_cell.lstm_cell(gates, c)
+
+    def lstm_cell_backward(self, gates, c, c_new, grad_h, grad_c):
+        return _lstm_cell.lstm_cell_backward(gates, c, c_new, grad_h, grad_c)
+
+    def gru_cell(self, xp, hp, h):
+        return _gru_cell.gru_cell(xp, hp, h)
+
+    def gru_cell_backward(self, xp, hp, h, grad):
+        return _gru_cell.gru_cell_backward(xp, hp, h, grad)
 
     def layer_norm(self, x, gamma, beta, epsilon):
         return _layer_norm.layer_norm(x, gamma, beta, epsilon)

@@ -1,5 +1,6 @@
 """flex's native kernels: the few float32 loops whose numpy form costs many passes
-over memory (exact GELU and its gradient, row softmax, layer norm and its gradient),
+over memory (exact GELU and its gradient, row softmax, layer norm and its gradient, the LSTM
+cell and its gradient),
 compiled once per process for the host CPU by the kernel layer's LLVM JIT
 (:mod:`ember.backend.kernel.llvm`; llvmlite is a runtime dependency), so that the loop
 vectoriser widens them to its SIMD width.
@@ -47,6 +48,8 @@ class Kernels:
     softmax_rows: Any
     layer_norm: Any
     layer_norm_backward: Any
+    lstm_cell: Any
+    lstm_cell_backward: Any
 
 
 #: Arrays with fewer elements run the numpy versions: compiling the kernels costs about
@@ -79,7 +82,15 @@ def _build() -> Kernels | None:
         from ember.backend.kernel.llvm import jit
     except ImportError:  # pragma: no cover - llvmlite is a runtime dependency
         return None
-    names = ["ember_gelu", "ember_gelu_backward", "ember_softmax_rows", "ember_layer_norm", "ember_layer_norm_backward"]
+    names = [
+        "ember_gelu",
+        "ember_gelu_backward",
+        "ember_softmax_rows",
+        "ember_layer_norm",
+        "ember_layer_norm_backward",
+        "ember_lstm_cell",
+        "ember_lstm_cell_backward",
+    ]
     try:
         compiled = jit.compile_module(_module(), names, unroll=True, codegen_opt=3)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
@@ -96,6 +107,8 @@ def _build() -> Kernels | None:
         softmax_rows=fn("ember_softmax_rows", p, p, i64, i64, i32),
         layer_norm=fn("ember_layer_norm", p, p, p, p, p, p, i64, i64, f32),
         layer_norm_backward=fn("ember_layer_norm_backward", p, p, p, p, p, p, p, p, i64, i64, i32),
+        lstm_cell=fn("ember_lstm_cell", p, p, p, p, i64, i64),
+        lstm_cell_backward=fn("ember_lstm_cell_backward", p, p, p, p, p, p, p, i64, i64),
     )
 
 
@@ -321,10 +334,14 @@ class _Emitter:
 
 
 def _module() -> str:
-    emitter = _Emitter()
+    from ember.backend.flex.native_rnn import RecurrentEmitter  # a subclass of _Emitter
+
+    emitter = RecurrentEmitter()
     emitter.gelu()
     emitter.gelu_backward()
     emitter.softmax_rows()
     emitter.layer_norm()
     emitter.layer_norm_backward()
+    emitter.lstm_cell()
+    emitter.lstm_cell_backward()
     return str(emitter.module)

@@ -16,6 +16,12 @@ output is zero. ``reverse`` walks the steps from last to first; with ``valid`` t
 each sequence backwards from its own last real step (its padded tail keeps the initial
 state). The outputs come back in time order.
 
+Each loop computes the input projections ``x_t w_ih + b`` of all steps in one GEMM
+(:mod:`ember.nn.rnn.projection`); an LSTM with the default activations and no peepholes
+updates its state with one fused call per step (:func:`ember.tensor.rnn_cell.lstm_cell`),
+and so does a GRU in the ``reset_after`` form with the default activations and no clip
+(:func:`~ember.tensor.rnn_cell.gru_cell`).
+
 >>> from ember import Tensor
 >>> xs = [Tensor.ones([2, 3])] * 4
 >>> w_ih, w_hh = Tensor.ones([3, 8]).mul_scalar(0.1), Tensor.zeros([2, 8])
@@ -29,9 +35,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ember.errors import ConfigError
+from ember.nn.rnn.projection import input_projections
 from ember.tensor import Tensor
 from ember.tensor import activation as F
 from ember.tensor.module import linear
+from ember.tensor.rnn_cell import gru_cell, lstm_cell
 
 Activation = Callable[[Tensor], Tensor]
 
@@ -93,8 +101,9 @@ def lstm_scan(
     default = activations is None
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
+    proj = input_projections(xs, w_ih, bias)
     for t in _steps(len(xs), reverse):
-        z = _affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None))
+        z = proj[t].add(_affine(h, w_hh, None))
         if peepholes is not None:
             p_i, p_f, p_o = peepholes
             i = gate_f(_clipped(z.narrow(-1, 0, size).add(p_i.mul(c)), clip))
@@ -106,14 +115,13 @@ def lstm_scan(
             h, outs[t] = _keep_padded(h, o.mul(out_h(c_new)), valid, pads, t)
             continue
         z = _clipped(z, clip)
-        if default:  # one sigmoid over the four gates (the cell gate's quarter is unused)
-            s = F.sigmoid(z)
-            i, f, o = s.narrow(-1, 0, size), s.narrow(-1, size, size), s.narrow(-1, 3 * size, size)
+        if default and z.dims()[:-1] == c.dims()[:-1]:  # one fused call (a kernel where the backend has one)
+            h_new, c_new = lstm_cell(z, c)
         else:
             i, f, o = (gate_f(z.narrow(-1, k * size, size)) for k in (0, 1, 3))
-        g = cell_g(z.narrow(-1, 2 * size, size))
-        c_new = f.mul(c).add(i.mul(g))
-        h_new = o.mul(out_h(c_new))
+            g = cell_g(z.narrow(-1, 2 * size, size))
+            c_new = f.mul(c).add(i.mul(g))
+            h_new = o.mul(out_h(c_new))
         c, _ = _keep_padded(c, c_new, valid, pads, t)
         h, outs[t] = _keep_padded(h, h_new, valid, pads, t)
     return [o for o in outs if o is not None], h, c
@@ -144,8 +152,13 @@ def gru_scan(
     b_n = None if b_hh is None else b_hh.narrow(-1, 2 * size, size)
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
+    proj = input_projections(xs, w_ih, b_ih)
+    fused_cell = reset_after and activations is None and clip is None
     for t in _steps(len(xs), reverse):
-        xp = _affine(xs[t], w_ih, b_ih)
+        xp = proj[t]
+        if fused_cell and xp.dims()[:-1] == h.dims()[:-1]:  # one GEMM and one fused call per step
+            h, outs[t] = _keep_padded(h, gru_cell(xp, _affine(h, w_hh, b_hh), h), valid, pads, t)
+            continue
         rz = gate_f(_clipped(xp.narrow(-1, 0, 2 * size).add(_affine(h, w_rz, b_rz)), clip))
         r, z = rz.narrow(-1, 0, size), rz.narrow(-1, size, size)
         xn = xp.narrow(-1, 2 * size, size)
@@ -178,8 +191,9 @@ def rnn_scan(
     bias = b_ih if b_hh is None else (b_hh if b_ih is None else b_ih.add(b_hh))
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
+    proj = input_projections(xs, w_ih, bias)
     for t in _steps(len(xs), reverse):
-        h_new = act(_clipped(_affine(xs[t], w_ih, bias).add(_affine(h, w_hh, None)), clip))
+        h_new = act(_clipped(proj[t].add(_affine(h, w_hh, None)), clip))
         h, outs[t] = _keep_padded(h, h_new, valid, pads, t)
     return [o for o in outs if o is not None], h
 

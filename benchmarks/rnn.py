@@ -1,0 +1,197 @@
+"""Recurrent training step: an LSTM classifier on ember/flex against PyTorch eager, in
+one run (1 BLAS thread on both sides, alternating rounds, medians).
+
+    python benchmarks/rnn.py              # the LSTM step: eager and ember.compile vs torch
+    python benchmarks/rnn.py gru          # the same classifier with a GRU
+    python benchmarks/rnn.py --profile    # cProfile of the ember eager step (top functions)
+
+The workload (issue 27's "LSTM classifier"): a 2-layer LSTM (``batch_first``, hidden
+128) over sequences of 64 steps of 32 features, batch 32, the last step's hidden state
+through a linear head to 10 classes, cross-entropy, Adam; both sides start from the same
+weights. ember eager runs on ``Device.flex().autodiff()``; the compiled step is the same
+step function through ``ember.compile`` (reported as failed, with the error, when it
+does not trace).
+
+Targets (issue 27): eager at most 1.2x torch eager, compiled at most 0.8x.
+
+Measured on the shared 2-core machine (load 6-12; this script run from main's and from
+this checkout, one after the other): LSTM eager 4.82x -> 2.38x (260 -> 125 ms, torch
+55 ms), compiled 3.46x -> 3.45x; GRU eager 1.81x -> 1.17x, compiled 1.35x -> 1.83x.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ember
+from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from ember import Device, Module, Tensor
+from ember.module.foreign import load_foreign
+from ember.nn import GruConfig, Linear, LinearConfig, LstmConfig
+from ember.nn.loss import CrossEntropyLoss
+from ember.optim import AdamConfig, GradientsParams
+
+BATCH, SEQ, FEATURES, HIDDEN, LAYERS, CLASSES = 32, 64, 32, 128, 2, 10
+REPEATS = 7
+
+
+class Classifier(Module):
+    """A recurrent stack and a linear head on the last step's hidden state."""
+
+    rnn: Module
+    head: Linear
+
+    def forward(self, x: Tensor) -> Tensor:
+        out, _ = self.rnn(x)
+        return self.head(out.narrow(1, SEQ - 1, 1).reshape([BATCH, HIDDEN]))
+
+
+def torch_twin(torch, kind: str):
+    nn = torch.nn
+
+    class TorchClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            cls = nn.LSTM if kind == "lstm" else nn.GRU
+            self.rnn = cls(FEATURES, HIDDEN, num_layers=LAYERS, batch_first=True)
+            self.head = nn.Linear(HIDDEN, CLASSES)
+
+        def forward(self, x):
+            out, _ = self.rnn(x)
+            return self.head(out[:, -1])
+
+    torch.manual_seed(0)
+    return TorchClassifier()
+
+
+def ember_twin(kind: str, device: Device, t_net) -> Classifier:
+    """The classifier on ``device``, with ``t_net``'s weights when torch is there."""
+    config = LstmConfig if kind == "lstm" else GruConfig
+    model = Classifier(
+        rnn=config(FEATURES, HIDDEN, num_layers=LAYERS).init(device), head=LinearConfig(HIDDEN, CLASSES).init(device)
+    )
+    if t_net is None:
+        return model
+    arrays = {k: v.detach().numpy().copy() for k, v in t_net.state_dict().items()}
+    return load_foreign(model, arrays, source="torch", op="benchmark")[0]
+
+
+def ember_step_fn(model: Classifier, x: Tensor, y: Tensor):
+    optim, ce = AdamConfig(epsilon=1e-5).init(), CrossEntropyLoss()
+    state = {"model": model}
+
+    def step():
+        m = state["model"]
+        loss = ce.forward(m(x), y)
+        loss.into_scalar()
+        state["model"] = optim.step(1e-3, m, GradientsParams.from_grads(loss.backward(), m))
+
+    return step
+
+
+def compiled_step_fn(model: Classifier, x: Tensor, y: Tensor):
+    optim, ce = AdamConfig(epsilon=1e-5).init(), CrossEntropyLoss()
+    state = {"model": model}
+
+    def train_step(m, x, y):
+        loss = ce.forward(m(x), y)
+        return optim.step(1e-3, m, GradientsParams.from_grads(loss.backward(), m)), loss
+
+    compiled = ember.compile(train_step)
+
+    def step():
+        state["model"], loss = compiled(state["model"], x, y)
+        loss.into_scalar()
+
+    return step
+
+
+def torch_step_fn(torch, net, x, y):
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, eps=1e-5)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.item()
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def data():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((BATCH, SEQ, FEATURES)).astype(np.float32), rng.integers(0, CLASSES, BATCH)
+
+
+def run(kind: str, torch) -> None:
+    x_np, y_np = data()
+    device = Device.flex().autodiff()
+    t_net = torch_twin(torch, kind) if torch is not None else None
+    model = ember_twin(kind, device, t_net)
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    fns = {"ember eager": ember_step_fn(model, x, y)}
+    failed = None
+    try:
+        compiled = compiled_step_fn(model, x, y)
+        compiled()
+        fns["ember compiled"] = compiled
+    except Exception as error:  # reported in the table, not hidden
+        failed = f"failed: {type(error).__name__}: {error}"[:90]
+    if torch is not None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        fns["torch eager"] = torch_step_fn(torch, t_net, torch.from_numpy(x_np), torch.from_numpy(y_np))
+    try:
+        medians, ratios = alternating_us(fns, repeats=REPEATS, min_time=0.5)
+    finally:
+        if torch is not None:
+            torch.set_num_threads(threads)
+    name = f"{kind.upper()} {LAYERS}x{HIDDEN}, seq {SEQ}, batch {BATCH}"
+    rows = []
+    for key in ("ember eager", "ember compiled", "torch eager"):
+        if key not in medians:
+            rows.append([f"{name}: {key}", failed or "-", "-"])
+            continue
+        ratio = ratios.get((key, "torch eager"))
+        rows.append([f"{name}: {key}", fmt(medians[key]), "-" if ratio is None else f"{ratio:.2f}x"])
+    print_table(
+        "recurrent classifier training step (CE, Adam), median us per step; x/torch is the median ratio "
+        "of alternating rounds (1 BLAS thread, torch 1 thread)",
+        ["workload", "us/step", "x/torch"],
+        rows,
+    )
+
+
+def profile(kind: str) -> None:
+    x_np, y_np = data()
+    device = Device.flex().autodiff()
+    model = ember_twin(kind, device, None)
+    step = ember_step_fn(model, Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device))
+    step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(5):
+        step()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    kind = "gru" if "gru" in args else "lstm"
+    if "--profile" in args:
+        profile(kind)
+        return
+    run(kind, try_import_torch())
+
+
+if __name__ == "__main__":
+    main()
