@@ -29,7 +29,7 @@ from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.checks import FLOAT_NP, INT_NP, check_device
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
 
 Pairs = tuple[tuple[int, int], ...]
@@ -69,12 +69,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     rows = x.reshape([1, xshape[0]]) if len(xshape) == 1 else x
     out = Tensor(fused(FusedOp.LINEAR, d, rows._p, weight._p, None if bias is None else bias._p), d)
     return out.reshape([wshape[1]]) if len(xshape) == 1 else out
-
-
-@composite(FusedOp.LINEAR)
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    out = x.matmul(weight)
-    return out if bias is None else out.add(bias)
 
 
 # ---------------------------------------------------------------------- argument checks
