@@ -63,6 +63,14 @@ def softmax(ops: Any, x: Any, dim: int) -> Any:
     return ops.binary(BinaryOp.DIV, e, ops.reduce(ReduceOp.SUM, e, dim))
 
 
+def softmax_backward(ops: Any, probs: Any, grad: Any, dim: int) -> Any:
+    """The gradient of :func:`softmax` for its input, from its output ``probs``:
+    ``probs * (grad - sum(grad * probs))`` along ``dim`` (autodiff's softmax and
+    attention rules)."""
+    dot = ops.reduce(ReduceOp.SUM, ops.binary(BinaryOp.MUL, grad, probs), dim)
+    return ops.binary(BinaryOp.MUL, probs, ops.binary(BinaryOp.SUB, grad, dot))
+
+
 @composite("log_softmax")
 def log_softmax(ops: Any, x: Any, dim: int) -> Any:
     """``s - log(sum(exp(s)))`` with ``s = x - max(x)`` along ``dim``."""

@@ -13,6 +13,7 @@ from typing import Any
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
 from ember.backend.composites import run
+from ember.backend.composites.activation import softmax_backward
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 
 
@@ -29,8 +30,7 @@ def _sigmoid_step(ops, g, saved, ctx):
 
 def _softmax_step(ops, g, saved, dim):
     (out,) = saved
-    dot = ops.reduce(ReduceOp.SUM, ops.binary(BinaryOp.MUL, g, out), dim)
-    return (ops.binary(BinaryOp.MUL, out, ops.binary(BinaryOp.SUB, g, dot)),)
+    return (softmax_backward(ops, out, g, dim),)
 
 
 def _log_softmax_step(ops, g, saved, dim):

@@ -22,8 +22,9 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
+from ember.backend.composites.activation import softmax_backward
 from ember.backend.composites.attention import hidden_keys
-from ember.backend.ops import BinaryOp, ReduceOp
+from ember.backend.ops import BinaryOp
 
 
 def _t(ops, x):
@@ -37,8 +38,7 @@ def _hidden(ops, scores_shape, mask, causal):
 
 
 def _scores_grad(ops, g_probs, probs, hidden):
-    dot = ops.reduce(ReduceOp.SUM, ops.binary(BinaryOp.MUL, g_probs, probs), len(probs.shape) - 1)
-    ds = ops.binary(BinaryOp.MUL, probs, ops.binary(BinaryOp.SUB, g_probs, dot))
+    ds = softmax_backward(ops, probs, g_probs, len(probs.shape) - 1)
     return ds if hidden is None else ops.where(hidden, 0.0, ds)
 
 
