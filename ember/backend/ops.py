@@ -282,7 +282,8 @@ class FusedOp(OpName):
     ``gelu_backward``, ``layer_norm_backward``, ``cross_entropy_backward``,
     ``attention_backward``, ``grid_sample_backward``) are not listed: each is called
     by its op's autodiff rule (through ``ember.backend.composites.run`` where
-    ``ember.backend.composites`` holds its composite: linear, gelu, cross entropy).
+    ``ember.backend.composites`` holds its composite: linear, gelu, layer norm, cross
+    entropy).
     """
 
     RELU = "relu"
