@@ -35,8 +35,7 @@ LAYERS = [
 
 # Inside ember.backend: the protocol at the bottom, backends over it, decorators on top.
 # A decorator never depends on a concrete backend, except fusion's lowerings (a lowering
-# is written for the backend it targets). ``composites`` (each fused op's math, written
-# once over the protocol) sits with the protocol: every backend and decorator may call it.
+# is written for the backend it targets).
 BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox", "linalg_host", "composites"}
 BACKEND_ALLOWED = {
     "flex": BACKEND_PROTOCOL | {"flex"},
