@@ -11,7 +11,7 @@ from typing import Any
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
 from ember.backend.autodiff.rules.spectral import COMPLEX_NP, conj
-from ember.backend.composites import run
+from ember.backend.composites import COMPOSITES
 
 
 def _transpose(ops, x):
@@ -32,7 +32,8 @@ def _matmul_step(ops, g, saved, ctx):
 def _linear_step(ops, g, saved, ctx):
     x, w = saved
     track_x, track_w, track_b = ctx
-    return run(ops, "linear_backward", x, w, g, track_x, track_w, track_b)
+    out = ops.linear_backward(x, w, g, track_x, track_w, track_b)  # (composites.run, inlined: every step)
+    return COMPOSITES["linear_backward"](ops, x, w, g, track_x, track_w, track_b) if out is NotImplemented else out
 
 
 class LinalgRules(RecordMixin):
