@@ -39,7 +39,7 @@ LAYERS = [
 # backends over both, decorators on top. A decorator never depends on a concrete backend,
 # except fusion's lowerings (a lowering is written for the backend it targets); flex and
 # cube never import fusion, and share compiled code through ``kernel`` instead.
-BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox", "linalg_host"}
+BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox", "linalg_host", "composites"}
 BACKEND_ALLOWED = {
     "kernel": BACKEND_PROTOCOL | {"kernel"},
     "flex": BACKEND_PROTOCOL | {"kernel", "flex"},

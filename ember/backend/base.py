@@ -13,11 +13,13 @@ before it calls a backend, so a backend may assume:
 * ``dim`` arguments are non-negative and in range; shapes are tuples of ints;
 * a scalar operand is a Python ``int``/``float``/``bool`` fitting the dtype.
 
-Composite ops (softmax, variance, losses, ...) are written once above this
-protocol, in ``ember.tensor`` and ``ember.nn``. A backend with a faster kernel for
-one of them implements the matching *fused* method below (named by
-:class:`ember.backend.ops.FusedOp`); its default returns ``NotImplemented`` and
-:func:`ember.tensor.fused.fused` falls back to the composite.
+Composite ops (variance, most losses, ...) are written once above this protocol, in
+``ember.tensor`` and ``ember.nn``. The ones a backend may run as one kernel are *fused*
+ops (:class:`ember.backend.ops.FusedOp`: softmax, layer norm, linear, Adam...): each is
+an optional method below whose default returns ``NotImplemented``, and its math is
+written once over this protocol in :mod:`ember.backend.composites`, which
+:func:`ember.tensor.fused.fused`, the fusion layer's executors and lowerings, and
+autodiff's rules all fall back to.
 
 Module ops (convolution, pooling, embedding and their backward ops) come from
 :class:`ember.backend.module_ops.ModuleOps`, whose defaults are written over the
@@ -233,9 +235,10 @@ class Backend(ModuleOps, ABC):
         return self.from_numpy(host_fft(op, self.to_numpy(x), sizes, dims, norm))
 
     # ------------------------------------------------------------------ fused (optional)
-    # One method per ember.backend.ops.FusedOp (plus linear_backward, LINEAR's backward
-    # kernel). Each returns NotImplemented unless the backend has a faster kernel;
-    # ember.tensor.fused.fused then runs the op's composite written over the primitives.
+    # One method per ember.backend.ops.FusedOp (plus the backward kernels of
+    # FUSED_BACKWARD_KERNELS). Each returns NotImplemented unless the backend has a faster
+    # kernel; callers then run the op's composite (ember.backend.composites: its one
+    # definition, over the primitives).
 
     def relu(self, x: Primitive) -> Primitive:
         """``max(x, 0)``."""
@@ -304,7 +307,7 @@ class Backend(ModuleOps, ABC):
     ) -> tuple[list[Primitive], list[Primitive], list[Primitive], list[Primitive] | None]:
         """One Adam/AdamW update of several tensors (one tensor: lists of one), all at
         step ``time`` (from 1) with the same options; the composite, which defines the
-        math and its order of operations, is ``ember.optim.adam.adam_step_many``.
+        math and its order of operations, is ``ember.backend.composites.optim.adam_step_many``.
         Moments are ``None`` on the first step; ``max_moments_2`` is ``None`` unless
         ``amsgrad`` and a maximum was kept. Returns the new parameters and moments
         (the maxima ``None`` unless ``amsgrad``)."""

@@ -272,22 +272,24 @@ class FusedOp(OpName):
     """Composite ops a backend may run as one kernel: each value is the name of an
     optional :class:`~ember.backend.base.Backend` method, which returns
     ``NotImplemented`` where the backend has no kernel. Each op's composite (its
-    decomposition over the primitives) is written once above the protocol and
-    registered with :func:`ember.tensor.fused.composite`; :func:`ember.tensor.fused.fused`
-    is the one way to call either.
+    decomposition over the primitives, the one definition of its math) is written once
+    over the protocol in :mod:`ember.backend.composites` (one module per family:
+    ``activation``, ``layers``, ``loss``, ``norm``, ``attention``, ``grid_sample``,
+    ``optim``); :func:`ember.tensor.fused.fused` is the tensor layer's one way to call
+    the kernel or the composite, and the fusion layer expands the same composite.
 
-    ``RELU``, ``SIGMOID``, ``GELU``, ``SOFTMAX``, ``LOG_SOFTMAX``: ``ember.tensor.activation``;
-    ``LAYER_NORM``: ``ember.tensor.norm``; ``LINEAR``: ``ember.tensor.module``;
-    ``MSE_LOSS``, ``CROSS_ENTROPY``: ``ember.tensor.loss``;
-    ``ATTENTION``: ``ember.tensor.attention``; ``GRID_SAMPLE``: ``ember.tensor.grid_sample``;
-    ``STFT_FRAMES``: ``ember.tensor.stft``;
-    ``ADAM_STEP_MANY``: ``ember.optim.adam``; ``QUANTIZED_LINEAR``: ``ember.tensor.quant.linear``
-    (registered when ``ember.optim`` is imported); ``LSTM_CELL``, ``GRU_CELL``: ``ember.tensor.rnn_cell``.
+    The backward kernels (``FUSED_BACKWARD_KERNELS``: ``Backend.linear_backward``,
+    ``gelu_backward``, ``layer_norm_backward``, ``cross_entropy_backward``,
+    ``attention_backward``, ``grid_sample_backward``, ``lstm_cell_backward``,
+    ``gru_cell_backward``) are not listed: each is called
+    by its op's autodiff rule (through ``ember.backend.composites.run`` where
+    ``ember.backend.composites`` holds its composite: linear, gelu, layer norm, cross
+    entropy).
 
-    The backward kernels (``Backend.linear_backward``, ``gelu_backward``,
-    ``layer_norm_backward``, ``cross_entropy_backward``, ``attention_backward``,
-    ``grid_sample_backward``, ``lstm_cell_backward``, ``gru_cell_backward``) are not
-    listed: each is called by its op's autodiff rule, which holds its composite.
+    Not yet moved there: ``QUANTIZED_LINEAR`` (``ember.tensor.quant.linear``),
+    ``STFT_FRAMES`` (``ember.tensor.stft``), ``LSTM_CELL`` and ``GRU_CELL``
+    (``ember.tensor.rnn_cell``) keep tensor-level composites, registered with
+    :func:`ember.tensor.fused.tensor_composite`.
     """
 
     RELU = "relu"
@@ -309,7 +311,7 @@ class FusedOp(OpName):
 
 
 #: The backward kernels of fused ops: optional Backend methods (default
-#: ``NotImplemented``) called by each op's autodiff rule, which holds the composite.
+#: ``NotImplemented``) called by each op's autodiff rule.
 FUSED_BACKWARD_KERNELS = {
     "linear_backward": FusedOp.LINEAR,
     "gelu_backward": FusedOp.GELU,

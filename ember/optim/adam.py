@@ -1,9 +1,9 @@
 """Adam and AdamW (Kingma & Ba; Loshchilov & Hutter).
 
 The update is the fused op ``FusedOp.ADAM_STEP_MANY``: one backend call for all the
-tensors of a step (flex: one numpy pass over them; cube: one launch per tensor);
-:func:`adam_step_many` below is its composite, the reference the kernels follow
-operation by operation.
+tensors of a step (flex: one numpy pass over them; cube: one launch per tensor); its
+composite, the reference the kernels follow operation by operation, is
+:func:`ember.backend.composites.optim.adam_step_many`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from typing import Any
 
 from ember.backend.ops import FusedOp
 from ember.optim.base import OptimizerConfig, OptimizerState, check_betas, check_range
-from ember.optim.momentum import AdaptiveMomentum
-from ember.optim.weight_decay import decoupled_decay, l2_penalty
 from ember.tensor import Tensor
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 
 
 @dataclasses.dataclass(slots=True)
@@ -141,50 +139,3 @@ class AdamWConfig(AdamConfig):
     weight_decay: float = 1e-4
 
     decoupled = True
-
-
-@composite(FusedOp.ADAM_STEP_MANY)
-def adam_step_many(
-    params: list[Tensor],
-    grads: list[Tensor],
-    moments_1: list[Tensor] | None,
-    moments_2: list[Tensor] | None,
-    max_moments_2: list[Tensor] | None,
-    *,
-    lr: float,
-    beta_1: float,
-    beta_2: float,
-    epsilon: float,
-    weight_decay: float,
-    decoupled: bool,
-    amsgrad: bool,
-    time: int,
-) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor] | None]:
-    """Adam/AdamW on each tensor (``Backend.adam_step_many``'s composite):
-    ``g += weight_decay * w`` (Adam); ``m, v`` by :class:`AdaptiveMomentum`; AMSGrad
-    keeps ``v_max = max(v_max, v)`` and uses it for ``v``; ``w *= 1 - lr * weight_decay``
-    (AdamW); ``w -= lr * m̂ / (sqrt(v̂) + epsilon)``."""
-    adaptive = AdaptiveMomentum(beta_1, beta_2, epsilon)
-    news: list[Tensor] = []
-    ms: list[Tensor] = []
-    vs: list[Tensor] = []
-    v_maxes: list[Tensor] = []
-    for i, (param, grad) in enumerate(zip(params, grads)):
-        if not decoupled:
-            grad = l2_penalty(grad, param, weight_decay)
-        m, v = adaptive.moments(
-            grad, None if moments_1 is None else moments_1[i], None if moments_2 is None else moments_2[i]
-        )
-        v_max = None
-        if amsgrad:
-            previous = None if max_moments_2 is None else max_moments_2[i]
-            v_max = v if previous is None else previous.maximum(v)
-        update = adaptive.direction(m, v if v_max is None else v_max, time, lr)
-        if decoupled:
-            param = decoupled_decay(param, lr, weight_decay)
-        news.append(param.sub(update))
-        ms.append(m)
-        vs.append(v)
-        if v_max is not None:  # every tensor's with amsgrad
-            v_maxes.append(v_max)
-    return news, ms, vs, (v_maxes if amsgrad else None)

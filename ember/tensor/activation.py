@@ -1,8 +1,8 @@
 """Activation functions, written once over the tensor ops.
 
-``relu``, ``sigmoid``, ``gelu``, ``softmax`` and ``log_softmax`` are fused ops: their
-composites below are registered with :mod:`ember.tensor.fused`, which runs the device's
-kernel where it has one. Composites are
+``relu``, ``sigmoid``, ``gelu``, ``softmax`` and ``log_softmax`` are fused ops
+(:mod:`ember.tensor.fused`): the device's kernel where it has one, else their composites
+in :mod:`ember.backend.composites.activation`. Composites are
 written to stay finite in both directions (no ``inf * 0`` in their gradients).
 
 At kinks and bounds the gradients follow PyTorch's conventions (tests/nn/test_kinks.py
@@ -29,12 +29,11 @@ from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.checks import FLOAT_NP, INT_NP
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 from ember.tensor.ops.rank0 import rank0_as_vector
 from ember.tensor.shape import normalize_dim
 from ember.tensor.tensor import Tensor
 
-_SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -79,11 +78,6 @@ def relu(x: Tensor) -> Tensor:
     return Tensor(fused(FusedOp.RELU, d, x._p), d)
 
 
-@composite(FusedOp.RELU)
-def _relu(x: Tensor) -> Tensor:
-    return x.mask_fill(x.lower_equal_elem(0.0), 0.0)
-
-
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
     """``x`` where positive, ``negative_slope * x`` elsewhere (also the slope at 0)."""
     x = _float("leaky_relu", x)
@@ -102,11 +96,6 @@ def sigmoid(x: Tensor) -> Tensor:
     x = _float("sigmoid", x)
     d = x._d
     return Tensor(fused(FusedOp.SIGMOID, d, x._p), d)
-
-
-@composite(FusedOp.SIGMOID)
-def _sigmoid(x: Tensor) -> Tensor:
-    return x.mul_scalar(0.5).tanh().add_scalar(1.0).mul_scalar(0.5)
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -155,11 +144,6 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         raise ValueRangeError(f"ember: gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     d = x._d
     return Tensor(fused(FusedOp.GELU, d, x._p), d)
-
-
-@composite(FusedOp.GELU)
-def _gelu(x: Tensor) -> Tensor:
-    return x.mul(x.mul_scalar(_SQRT_HALF).erf().add_scalar(1.0)).mul_scalar(0.5)
 
 
 def gelu_tanh(x: Tensor) -> Tensor:
@@ -261,12 +245,6 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     return Tensor(fused(FusedOp.SOFTMAX, d, x._p, dim), d)
 
 
-@composite(FusedOp.SOFTMAX)
-def _softmax(x: Tensor, dim: int) -> Tensor:
-    e = x.sub(x.max_dim(dim).detach()).exp()
-    return e.div(e.sum_dim(dim))
-
-
 @rank0_as_vector("dim")
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``log(softmax(x))`` along ``dim``, computed stably."""
@@ -278,11 +256,6 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
         return x
     d = x._d
     return Tensor(fused(FusedOp.LOG_SOFTMAX, d, x._p, dim), d)
-
-
-@composite(FusedOp.LOG_SOFTMAX)
-def _log_softmax(x: Tensor, dim: int) -> Tensor:
-    return x.sub(x.logsumexp(dim))
 
 
 def softmin(x: Tensor, dim: int) -> Tensor:

@@ -4,7 +4,7 @@ core that ``MultiHeadAttention`` shares with it.
 ``attention`` is a fused op (:mod:`ember.tensor.fused`): a backend with a kernel
 (flex: one numpy function) computes the scores, the mask, the softmax, dropout and
 the weighted sum in one call, and autodiff has one rule for it; other backends run
-the composite below. Both give the same values.
+its composite (:mod:`ember.backend.composites.attention`). Both give the same values.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 from ember.backend.distribution import Distribution
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
-from ember.tensor.activation import softmax
 from ember.tensor.checks import BOOL_NP, FLOAT_NP, check_device
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 from ember.tensor.shape import broadcast_shapes
 from ember.tensor.tensor import Tensor
 
@@ -111,42 +110,6 @@ def attention(
         None if keep is None else keep._p,
     )
     return Tensor(context, device), Tensor(weights, device)
-
-
-@composite(FusedOp.ATTENTION)
-def _attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None,
-    bias: Tensor | None,
-    fill: float,
-    scale: float,
-    causal: bool,
-    keep: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    """``Backend.attention``'s composite (operands already broadcast to ``[..., L, S]``)."""
-    device = query._d
-    n_q, n_k = query.dims()[-2], key.dims()[-2]
-    scores = query.matmul(key.swap_dims(-1, -2)).mul_scalar(scale)
-    if bias is not None:
-        scores = scores.add(bias)
-    hidden = mask
-    if causal:
-        later = (
-            Tensor.arange(n_k, device=device)
-            .unsqueeze_dim(0)
-            .greater(Tensor.arange(n_q, device=device).unsqueeze_dim(1))
-        )
-        hidden = later if hidden is None else hidden.bool_or(later)
-    if hidden is not None:
-        scores = scores.mask_fill(hidden, fill)
-    weights = softmax(scores, -1)
-    if fill == -math.inf or bias is not None:
-        empty = scores.detach().max_dim(-1).equal_elem(-math.inf)
-        weights = weights.mask_fill(empty, 0.0)
-    dropped = weights if keep is None else weights.mul(keep)
-    return dropped.matmul(value), weights
 
 
 def _gqa_group(query: Tensor, key: Tensor, value: Tensor) -> int:

@@ -1,10 +1,10 @@
 """The one path to fused kernels: :func:`fused` runs a :class:`FusedOp` on a device.
 
-A fused op is a composite op (a decomposition over the primitives, written once
-over the tensor ops and registered here with :func:`composite`) that a backend may
-run as one kernel, by implementing the method named by the op. :func:`fused` calls
-that method with backend values (primitives); where it returns ``NotImplemented``,
-the registered composite runs instead on the same arguments as Tensors.
+A fused op is a composite op that a backend may run as one kernel, by implementing the
+method named by the op. :func:`fused` calls that method with backend values
+(primitives); where it returns ``NotImplemented``, the op's composite runs instead on
+the same arguments: the one definition of its math, written over the backend protocol
+in :mod:`ember.backend.composites` (which the fusion layer's lowerings expand too).
 
 >>> from ember import Device, Tensor
 >>> from ember.backend.ops import FusedOp
@@ -18,71 +18,77 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ember.backend.composites import COMPOSITES
 from ember.backend.ops import FusedOp
 from ember.device import Device
 from ember.errors import EmberError
-from ember.tensor.tensor import Tensor
 
-__all__ = ["FusedOp", "composite", "composite_of", "fused"]
+__all__ = ["FusedOp", "composite_of", "fused", "tensor_composite"]
 
-_COMPOSITES: dict[FusedOp, Callable[..., Any]] = {}
 # The method names as plain str: getattr with a str subclass misses the type's lookup cache.
 _METHODS: dict[FusedOp, str] = {op: str(op) for op in FusedOp}
-_PLAIN = (int, float, bool, str)
 
 
-def composite(op: FusedOp) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Registers the decorated function as ``op``'s composite. It takes the backend
-    method's arguments with Tensors in place of primitives (lists of Tensors in place
-    of lists), and returns the method's result with Tensors in place of primitives."""
+#: Fused ops whose composite is still written over tensor ops (not yet moved to
+#: :mod:`ember.backend.composites`): ``op -> fn(*tensors and values)``, registered with
+#: :func:`tensor_composite` by the module that writes it (loaded on first use).
+_TENSOR_COMPOSITES: dict[FusedOp, Callable[..., Any]] = {}
+_TENSOR_COMPOSITE_MODULES = ("ember.tensor.quant.linear", "ember.tensor.rnn_cell", "ember.tensor.stft")
+
+
+def tensor_composite(op: FusedOp) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Registers a composite written over tensor ops (``fn(*tensors)``) for ``op``: a
+    transitional form for fused ops whose math has not moved to
+    :mod:`ember.backend.composites` yet (issue 25: one composite per fused op)."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if op in _COMPOSITES and _COMPOSITES[op] is not fn:
-            raise EmberError(f"ember: fused op {op.name} already has a composite ({_COMPOSITES[op].__qualname__})")
-        _COMPOSITES[op] = fn
+        _TENSOR_COMPOSITES[op] = fn
         return fn
 
     return register
 
 
-def composite_of(op: FusedOp) -> Callable[..., Any]:
-    """The registered composite of ``op`` (its decomposition over the tensor ops).
-    ``ADAM_STEP_MANY``'s is registered by ``ember.optim``."""
-    fn = _COMPOSITES.get(op)
-    if fn is None:  # the modules of ember.tensor that write composites load on first use
-        import ember.tensor.activation
-        import ember.tensor.attention
-        import ember.tensor.grid_sample
-        import ember.tensor.loss
-        import ember.tensor.module
-        import ember.tensor.norm
-        import ember.tensor.quant.linear
-        import ember.tensor.rnn_cell
-        import ember.tensor.stft  # noqa: F401
-
-        fn = _COMPOSITES.get(op)
+def _tensor_composite_of(op: FusedOp) -> Callable[..., Any]:
+    fn = _TENSOR_COMPOSITES.get(op)
     if fn is None:
-        raise EmberError(
-            f"ember: fused op {op.name} has no composite registered; import the module that writes it "
-            f"(see ember.backend.ops.FusedOp)"
-        )
+        import importlib
+
+        for name in _TENSOR_COMPOSITE_MODULES:
+            importlib.import_module(name)
+        fn = _TENSOR_COMPOSITES.get(op)
+    if fn is None:
+        raise EmberError(f"ember: fused op {op.name} has no composite; see ember.backend.composites")
     return fn
+
+
+def composite_of(op: FusedOp) -> Callable[..., Any]:
+    """``op``'s composite: ``fn(backend, *args, **options)`` over the primitive ops of
+    ``backend`` (see :mod:`ember.backend.composites`). For the ops not moved there yet,
+    the tensor-level composite (``fn(*tensors)``)."""
+    name = _METHODS[op]
+    return COMPOSITES[name] if name in COMPOSITES else _tensor_composite_of(op)
 
 
 def fused(op: FusedOp, device: Device, *args: Any, **options: Any) -> Any:
     """``device.backend.<op>(*args, **options)``, or ``op``'s composite where the backend
     has no kernel. ``args`` hold primitives of ``device`` (or lists of them, or
     ``None``) and plain values; so does the result."""
-    method = getattr(device._b, _METHODS[op])
-    out = method(*args, **options) if options else method(*args)
+    name = _METHODS[op]
+    backend = device._b
+    out = getattr(backend, name)(*args, **options) if options else getattr(backend, name)(*args)
     if out is NotImplemented:
-        out = composite_of(op)(*[_lift(a, device) for a in args], **options)
+        fn = COMPOSITES.get(name)
+        if fn is not None:
+            return fn(backend, *args, **options)
+        out = _tensor_composite_of(op)(*[_lift(a, device) for a in args], **options)
         return _lower(out)
     return out
 
 
 def _lift(value: Any, device: Device) -> Any:
-    if value is None or isinstance(value, _PLAIN):
+    from ember.tensor.tensor import Tensor
+
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
         return type(value)(None if v is None else Tensor(v, device) for v in value)
@@ -90,6 +96,8 @@ def _lift(value: Any, device: Device) -> Any:
 
 
 def _lower(value: Any) -> Any:
+    from ember.tensor.tensor import Tensor
+
     if isinstance(value, Tensor):
         return value._p
     if isinstance(value, (list, tuple)):

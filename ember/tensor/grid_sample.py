@@ -3,18 +3,14 @@
 
 ``grid_sample`` is a fused op (:class:`~ember.backend.ops.FusedOp` ``GRID_SAMPLE``):
 flex runs it, forward and backward, as vectorised numpy kernels
-(``ember/backend/flex/grid_sample.py``); on other backends the composite below runs
-over the tensor ops (``gather`` of each corner and a weighted sum), which autodiff
-differentiates for the input and the grid. Source coordinates follow PyTorch:
-``x = ((g + 1) * size - 1) / 2`` (``(g + 1) / 2 * (size - 1)`` with ``align_corners``),
-then clipped (``border``) or reflected and clipped (``reflection``); ``nearest`` rounds
-half to even.
+(``ember/backend/flex/grid_sample.py``); on other backends its composite
+(:mod:`ember.backend.composites.grid_sample`: a ``gather`` of each corner and a
+weighted sum) runs over the primitives, which autodiff differentiates for the input and
+the grid.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,7 +18,7 @@ import numpy as np
 from ember.backend.ops import FusedOp
 from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
 from ember.tensor.checks import FLOAT_NP
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
 
 _MODES = ("bilinear", "nearest")
@@ -75,82 +71,6 @@ def _check(x: Tensor, grid: Tensor, mode: str, padding_mode: str) -> None:
         )
     if x.device != grid.device:
         raise DeviceError(f"ember: grid_sample: input is on {x.device!r} but grid on {grid.device!r}; move one")
-
-
-def _reflect(c: Tensor, twice_low: int, twice_high: int) -> Tensor:
-    if twice_low == twice_high:
-        return c.zeros_like()
-    low = twice_low / 2
-    span = (twice_high - twice_low) / 2
-    c = c.sub_scalar(low).abs()
-    extra = c.fmod_scalar(span)
-    odd = c.div_scalar(span).floor().remainder_scalar(2).equal_elem(1)
-    return extra.add_scalar(low).mask_where(odd, extra.neg().add_scalar(span + low))
-
-
-def _source(g: Tensor, size: int, padding_mode: str, align_corners: bool) -> Tensor:
-    if align_corners:
-        c = g.add_scalar(1).div_scalar(2).mul_scalar(size - 1)
-    else:
-        c = g.add_scalar(1).mul_scalar(size).sub_scalar(1).div_scalar(2)
-    if padding_mode == "border":
-        c = c.clamp(0, size - 1)
-    elif padding_mode == "reflection":
-        twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
-        c = _reflect(c, *twice).clamp(0, size - 1)
-    return c
-
-
-@composite(FusedOp.GRID_SAMPLE)
-def grid_sample_composite(x: Tensor, grid: Tensor, mode: str, padding_mode: str, align_corners: bool) -> Tensor:
-    """``grid_sample`` over the tensor ops: one ``gather`` per corner and a weighted sum."""
-    n, c, *spatial = x.dims()
-    out = list(grid.dims())[1:-1]
-    rank = len(spatial)
-    points = math.prod(out)
-    g = grid.reshape([n, points, rank])
-    coords = [
-        _source(
-            g.slice([(0, n), (0, points), (rank - 1 - d, rank - d)]).reshape([n, points]),
-            size,
-            padding_mode,
-            align_corners,
-        )
-        for d, size in enumerate(spatial)
-    ]
-    strides = [math.prod(spatial[d + 1 :]) for d in range(rank)]
-    slab = x.reshape([n, c, math.prod(spatial)])
-    taps: list[tuple[list[Tensor], Tensor | None]]
-    if mode == "nearest":
-        taps = [([co.round() for co in coords], None)]
-    else:
-        low = [co.floor() for co in coords]
-        frac = [co.sub(f) for co, f in zip(coords, low)]
-        taps = []
-        for bits in itertools.product((0, 1), repeat=rank):
-            weight = None
-            for d, bit in enumerate(bits):
-                w = frac[d] if bit else frac[d].neg().add_scalar(1)
-                weight = w if weight is None else weight.mul(w)
-            taps.append(([f.add_scalar(bit) if bit else f for f, bit in zip(low, bits)], weight))
-    result = None
-    for at, weight in taps:
-        valid = None
-        flat = None
-        for i, size in zip(at, spatial):
-            inside = i.greater_equal_elem(0).bool_and(i.lower_equal_elem(size - 1))
-            valid = inside if valid is None else valid.bool_and(inside)
-        assert valid is not None
-        for i, stride in zip(at, strides):
-            index = i.detach().mask_fill(valid.bool_not(), 0).int().mul_scalar(stride)
-            flat = index if flat is None else flat.add(index)
-        assert flat is not None
-        w = valid.float().cast(x.dtype) if weight is None else weight.mask_fill(valid.bool_not(), 0)
-        values = slab.gather(2, flat.reshape([n, 1, points]).expand([n, c, points]))
-        term = values.mul(w.reshape([n, 1, points]))
-        result = term if result is None else result.add(term)
-    assert result is not None
-    return result.reshape([n, c, *out])
 
 
 def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None = None) -> Tensor:

@@ -1,5 +1,6 @@
-"""Functional losses written once over the tensor ops (``mse_loss`` is a fused op:
-see :mod:`ember.tensor.fused`). ``ember.nn.loss`` wraps them as modules."""
+"""Functional losses written once over the tensor ops (``mse_loss`` and the cross
+entropy of class indices are fused ops: see :mod:`ember.tensor.fused`; their composites
+are in :mod:`ember.backend.composites.loss`). ``ember.nn.loss`` wraps them as modules."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from ember.backend.ops import FusedOp
 from ember.errors import ShapeError
 from ember.tensor import autocast
 from ember.tensor.checks import FLOAT_NP, check_device
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
 
 
@@ -43,12 +44,6 @@ def mse_loss(pred: Tensor, target: Tensor, mean: bool = True) -> Tensor:
     return Tensor(fused(FusedOp.MSE_LOSS, d, pred._p, target._p, mean), d)
 
 
-@composite(FusedOp.MSE_LOSS)
-def _mse_loss(pred: Tensor, target: Tensor, mean: bool) -> Tensor:
-    values = squared_error(pred, target)
-    return values.mean() if mean else values.sum()
-
-
 def margin_ranking_loss(x1: Tensor, x2: Tensor, target: Tensor, margin: float = 0.0, mean: bool = True) -> Tensor:
     """``max(0, -target * (x1 - x2) + margin)``, averaged (or summed), shape ``[1]``
     (``torch.nn.functional.margin_ranking_loss``); ``target`` holds 1 or -1."""
@@ -63,12 +58,3 @@ def cross_entropy_indices(logits: Tensor, targets: Tensor) -> Tensor:
     t = targets if targets._p.dtype.itemsize == 8 else targets.int()
     d = logits._d
     return Tensor(fused(FusedOp.CROSS_ENTROPY, d, logits._p, t._p)[0], d)
-
-
-@composite(FusedOp.CROSS_ENTROPY)
-def _cross_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-    from ember.tensor.activation import log_softmax
-
-    n = logits.dims()[0]
-    log_probs = log_softmax(logits, 1)
-    return log_probs.gather(1, targets.reshape([n, 1])).reshape([n]).neg(), log_probs

@@ -29,7 +29,7 @@ from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError, ValueRangeError
 from ember.tensor import autocast
 from ember.tensor.checks import FLOAT_NP, INT_NP, check_device
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
 
 Pairs = tuple[tuple[int, int], ...]
@@ -71,12 +71,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     # decomposition take matmul operands of rank >= 2.
     rows = x.reshape([1, xshape[0]])
     return Tensor(fused(FusedOp.LINEAR, d, rows._p, weight._p, b), d).reshape([wshape[1]])
-
-
-@composite(FusedOp.LINEAR)
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    out = x.matmul(weight)
-    return out if bias is None else out.add(bias)
 
 
 # ---------------------------------------------------------------------- argument checks

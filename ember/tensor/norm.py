@@ -1,12 +1,13 @@
-"""Layer normalisation, written once over the tensor ops (a fused kernel when the
-device's backend has one)."""
+"""Layer normalisation: the fused op ``LAYER_NORM`` (the device's kernel, or its
+composite in :mod:`ember.backend.composites.norm`)."""
 
 from __future__ import annotations
 
+from ember.backend.dtype import promote
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError
 from ember.tensor.checks import FLOAT_NP, check_device
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
 
 
@@ -31,8 +32,13 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
             )
         if p._d is not x._d:
             check_device("layer_norm", x, p)
-    if any(p is not None and p._p.dtype != x._p.dtype for p in (gamma, beta)):
-        return _layer_norm(x, gamma, beta, epsilon)[0]  # the composite promotes
+    if any(p is not None and p._p.dtype != x._p.dtype for p in (gamma, beta)):  # one dtype, PyTorch's promotion
+        dtype = x.dtype
+        for p in (gamma, beta):
+            dtype = dtype if p is None else promote(dtype, p.dtype)
+        x = x.cast(dtype)
+        gamma = None if gamma is None else gamma.cast(dtype)
+        beta = None if beta is None else beta.cast(dtype)
     device = x._d
     out = fused(
         FusedOp.LAYER_NORM,
@@ -43,14 +49,3 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
         epsilon,
     )
     return Tensor(out[0], device)
-
-
-@composite(FusedOp.LAYER_NORM)
-def _layer_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, epsilon: float) -> tuple[Tensor, Tensor, Tensor]:
-    mean = x.mean_dim(-1)
-    centered = x.sub(mean)
-    rstd = centered.mul(centered).mean_dim(-1).add_scalar(epsilon).rsqrt()
-    out = centered.mul(rstd)
-    if gamma is not None:
-        out = out.mul(gamma)
-    return (out if beta is None else out.add(beta)), mean, rstd

@@ -16,13 +16,13 @@ from __future__ import annotations
 from ember.backend.ops import FusedOp
 from ember.errors import DeviceError, ShapeError
 from ember.tensor import activation as F
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused, tensor_composite
 from ember.tensor.tensor import Tensor
 
 __all__ = ["gru_cell", "lstm_cell"]
 
 
-@composite(FusedOp.LSTM_CELL)
+@tensor_composite(FusedOp.LSTM_CELL)
 def lstm_cell_composite(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     """``(h', c')`` from ``gates`` ``[..., 4H]`` (input, forget, cell, output) and ``c``
     ``[..., H]``: ``c' = sigmoid(f) c + sigmoid(i) tanh(g)``, ``h' = sigmoid(o) tanh(c')``."""
@@ -53,7 +53,7 @@ def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     return Tensor(h, gates.device), Tensor(c_new, gates.device)
 
 
-@composite(FusedOp.GRU_CELL)
+@tensor_composite(FusedOp.GRU_CELL)
 def gru_cell_composite(xp: Tensor, hp: Tensor, h: Tensor) -> Tensor:
     """``h'`` from the projections ``xp``, ``hp`` ``[..., 3H]`` (reset, update, new) and
     ``h`` ``[..., H]``: ``r, z = sigmoid(xp + hp)``, ``n = tanh(xp_n + r hp_n)``,

@@ -33,7 +33,7 @@ from ember.backend.dtype import DType
 from ember.backend.ops import FusedOp
 from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
 from ember.tensor import fft as _fft
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused, tensor_composite
 from ember.tensor.tensor import Tensor
 
 _PAD_MODES = ("reflect", "constant", "replicate", "circular")
@@ -120,7 +120,7 @@ def _frames(x: Tensor, length: int, n_fft: int, hop: int, pad: int, mode: str) -
     return Tensor.cat(parts, -1) if pieces > 1 else parts[0]
 
 
-@composite(FusedOp.STFT_FRAMES)
+@tensor_composite(FusedOp.STFT_FRAMES)
 def stft_frames(x: Tensor, window: Tensor | None, n_fft: int, hop: int, pad: int, pad_mode: str) -> Tensor:
     """``Backend.stft_frames``'s composite: :func:`_frames`, times the window."""
     frames = _frames(x, x.shape[-1], n_fft, hop, pad, pad_mode)

@@ -14,6 +14,7 @@ from ember.backend.ops import BinaryOp, UnaryOp
 from ember.tensor import activation as act
 from ember.tensor import module as fm
 from ember.tensor.loss import mse_loss
+from ember.tensor.norm import layer_norm
 from tests.autodiff.second_order import ember_hvp, numeric_hvp, torch_hvp
 
 
@@ -235,6 +236,18 @@ def _cases():
         "silu": (act.silu, lambda t, x: fn(t).silu(x), [u(3, 4)]),
         "gelu": (act.gelu, lambda t, x: fn(t).gelu(x), [u(3, 4)]),
         "gelu_tanh": (act.gelu_tanh, lambda t, x: fn(t).gelu(x, approximate="tanh"), [u(3, 4)]),
+        # flex's layer norm kernel and its backward kernel; the second order differentiates
+        # the backward's composite (ember.backend.composites.norm)
+        "layer_norm": (
+            lambda x, g, b: layer_norm(x, g, b).mul(x),
+            lambda t, x, g, b: fn(t).layer_norm(x, (4,), g, b) * x,
+            [u(3, 4), u(4), u(4)],
+        ),
+        "layer_norm_plain": (
+            lambda x: layer_norm(x).square(),
+            lambda t, x: fn(t).layer_norm(x, (4,)).square(),
+            [u(2, 3, 4)],
+        ),
         "mish": (act.mish, lambda t, x: fn(t).mish(x), [u(3, 4)]),
         "elu": (act.elu, lambda t, x: fn(t).elu(x), [away(3, 4)]),
         # ---- module ops (conv, pooling, embedding)

@@ -1,5 +1,5 @@
 """One Adam: the backend kernel (``FusedOp.ADAM_STEP_MANY``) against its composite in
-``ember.optim.adam``, bit for bit on flex (one tensor, several small tensors in one
+``ember.backend.composites.optim``, bit for bit on flex (one tensor, several small tensors in one
 pass, large tensors in cache blocks); step counts that differ between tensors; the
 composite fallback; records of the previous layout."""
 
@@ -44,34 +44,34 @@ SETTINGS = {
 
 
 def _kernel_and_composite(device, shapes, options, rng, dtype=np.float32):
-    """Three steps of the kernel (through ``fused``) and of the composite, from the same
-    start; yields each step's (kernel, composite) results as numpy arrays."""
+    """Three steps of the kernel (through ``fused``) and of the composite (over the same
+    backend), from the same start; yields each step's (kernel, composite) results as
+    numpy arrays."""
     settings = {**SETTINGS, **options}
     composite = composite_of(FusedOp.ADAM_STEP_MANY)
+    backend = device.backend
     params = [rng.standard_normal(s).astype(dtype) for s in shapes]
     k_state = c_state = (None, None, None)
-    k_params = [device.backend.from_numpy(p) for p in params]
-    c_params = [Tensor.from_data(p, device=device) for p in params]
+    k_params = [backend.from_numpy(p) for p in params]
+    c_params = [backend.from_numpy(p) for p in params]
     for time in (1, 2, 3):
         grads = [rng.standard_normal(s).astype(dtype) for s in shapes]
         k_out = fused(
             FusedOp.ADAM_STEP_MANY,
             device,
             k_params,
-            [device.backend.from_numpy(g) for g in grads],
+            [backend.from_numpy(g) for g in grads],
             *k_state,
             time=time,
             **settings,
         )
-        c_out = composite(
-            c_params, [Tensor.from_data(g, device=device) for g in grads], *c_state, time=time, **settings
-        )
+        c_out = composite(backend, c_params, [backend.from_numpy(g) for g in grads], *c_state, time=time, **settings)
         k_params, c_params = k_out[0], c_out[0]
         k_state, c_state = k_out[1:], c_out[1:]
-        to_np = device.backend.to_numpy
+        to_np = backend.to_numpy
         yield (
             [[to_np(p) for p in column] if column is not None else None for column in k_out],
-            [[t.to_numpy() for t in column] if column is not None else None for column in c_out],
+            [[to_np(t) for t in column] if column is not None else None for column in c_out],
         )
 
 

@@ -71,7 +71,7 @@ def adam(p, g, m1, m2, vm_old, lr, beta_1, beta_2, epsilon, weight_decay, decoup
 
 def adam_block(p, g, m1, m2, vm_old, amsgrad, scalars, out=None, m=None, v=None, v_max=None, a=None, b=None, gd=None):
     """One Adam update, returning ``(param, m, v, v_max)``: the operations of the
-    composite (``ember.optim.adam.adam_step_many``), in its order, so both give the same
+    composite (``ember.backend.composites.optim.adam_step``), in its order, so both give the same
     bits. Results go into ``out, m, v, v_max`` and temporaries into ``a, b`` (and ``gd``
     with an L2 penalty) when given; numpy allocates them otherwise."""
     one_b1, one_b2, beta_1, beta_2, sqrt_c2, epsilon, step_size, l2, keep = scalars

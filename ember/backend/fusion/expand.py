@@ -3,9 +3,10 @@
 :func:`expand` walks a source graph and builds a *lowered* graph:
 
 * composite calls the lowering asks for (softmax, linear, adam_step_many, ...) are
-  replaced by their decompositions (:mod:`ember.backend.fusion.decompose`), run
-  over a :class:`GraphBuilder` (a backend whose ops record nodes), so each
-  decomposition is written once for eager fallbacks and lowerings alike;
+  replaced by their decompositions (:mod:`ember.backend.fusion.decompose`: the fused
+  ops' composites of :mod:`ember.backend.composites`), run over a
+  :class:`GraphBuilder` (a backend whose ops record nodes), so each composite is
+  written once for eager fallbacks and lowerings alike;
 * the run-time scalars of the source graph (its :class:`~ember.backend.fusion.graph.Sc`
   placeholders: learning rates, bias corrections, ``time``) become inputs of a
   :class:`~ember.backend.fusion.scalars.ScalarProgram`, so the arithmetic a

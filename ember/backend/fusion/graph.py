@@ -8,8 +8,9 @@ replaced by a :class:`Ref` to a value, and its outputs are new values. Values
 enter a graph as *inputs* (bound at run time) or *constants* (held by the graph).
 
 Composite calls (``linear``, ``softmax``, ``mse_loss``, ``adam_step_many``, conv and
-pool ops) stay single nodes; a lowering without a kernel for one expands it with
-``ember.backend.fusion.decompose`` into primitive nodes.
+pool ops) stay single nodes; a lowering without a kernel for one expands it into
+primitive nodes with its composite (``ember.backend.composites``, through
+``ember.backend.fusion.decompose``).
 
 Because a node *is* a backend call, any backend executes any graph
 (:mod:`ember.backend.fusion.replay`): that is the reference executor, and the

@@ -18,6 +18,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from ember.backend.composites.registry import scalar_sqrt as scalar_sqrt  # re-exported (optimizers import it here)
 from ember.errors import GraphError
 
 
@@ -182,11 +183,6 @@ class SymScalar:
 
     def __repr__(self) -> str:
         return f"SymScalar(${self.index}, traced as {self.value!r})"
-
-
-def scalar_sqrt(x: Any) -> Any:
-    """``math.sqrt`` that also takes a :class:`SymScalar` (recorded)."""
-    return x.sqrt() if type(x) is SymScalar else math.sqrt(x)
 
 
 class ScalarProgram:

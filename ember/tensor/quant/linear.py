@@ -13,7 +13,7 @@ from ember.backend.dtype import DType
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError
 from ember.tensor.checks import check_device
-from ember.tensor.fused import composite, fused
+from ember.tensor.fused import fused, tensor_composite
 from ember.tensor.quant.qtensor import QuantizedTensor, dequantize_parts
 from ember.tensor.quant.scheme import QuantScheme
 from ember.tensor.tensor import Tensor
@@ -84,7 +84,7 @@ def quantized_linear(
     return out.reshape([shape[0]]) if len(xshape) == 1 else out
 
 
-@composite(FusedOp.QUANTIZED_LINEAR)
+@tensor_composite(FusedOp.QUANTIZED_LINEAR)
 def _quantized_linear(
     x: Tensor,
     values: Tensor,

@@ -1,21 +1,20 @@
 """Fused activations: forward recording and backward steps side by side.
 
 Each wraps the inner backend's fused kernel; when the inner backend has none, the
-rule returns ``NotImplemented`` and the tensor layer differentiates the composite.
+rule returns ``NotImplemented`` and the tensor layer runs the composite
+(:mod:`ember.backend.composites`) over this backend's primitives, which differentiates it.
 """
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
+from ember.backend.composites import run
+from ember.backend.composites.activation import softmax_backward
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
-
-_SQRT_HALF = math.sqrt(0.5)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _relu_step(ops, g, saved, ctx):
@@ -31,8 +30,7 @@ def _sigmoid_step(ops, g, saved, ctx):
 
 def _softmax_step(ops, g, saved, dim):
     (out,) = saved
-    dot = ops.reduce(ReduceOp.SUM, ops.binary(BinaryOp.MUL, g, out), dim)
-    return (ops.binary(BinaryOp.MUL, out, ops.binary(BinaryOp.SUB, g, dot)),)
+    return (softmax_backward(ops, out, g, dim),)
 
 
 def _log_softmax_step(ops, g, saved, dim):
@@ -43,20 +41,7 @@ def _log_softmax_step(ops, g, saved, dim):
 
 def _gelu_step(ops, g, saved, ctx):
     (x,) = saved
-    out = ops.gelu_backward(x, g)
-    if out is NotImplemented:  # Phi(x) + x phi(x) from the primitives
-        half = ops.binary(
-            BinaryOp.MUL,
-            ops.binary(BinaryOp.ADD, ops.unary(UnaryOp.ERF, ops.binary(BinaryOp.MUL, x, _SQRT_HALF)), 1.0),
-            0.5,
-        )
-        pdf = ops.binary(
-            BinaryOp.MUL,
-            ops.unary(UnaryOp.EXP, ops.binary(BinaryOp.MUL, ops.binary(BinaryOp.MUL, x, x), -0.5)),
-            _INV_SQRT_2PI,
-        )
-        out = ops.binary(BinaryOp.MUL, g, ops.binary(BinaryOp.ADD, half, ops.binary(BinaryOp.MUL, x, pdf)))
-    return (out,)
+    return (run(ops, "gelu_backward", x, g),)
 
 
 class ActivationRules(RecordMixin):

@@ -10,7 +10,8 @@ attention loss). With ``P`` the weights, ``D = P * keep`` the dropped weights an
 * ``dQ = scale * dS K``, ``dK = scale * dS^T Q``, ``dBias = dS``.
 
 A backend with a fused ``attention_backward`` (flex) computes the context's step in
-one call; the steps below are the composite over the primitives.
+one call; the steps below are the composite over the primitives (the forward's is
+``ember.backend.composites.attention``).
 
 Compute-bound: the inputs and the weights are kept.
 """
@@ -21,8 +22,9 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
-from ember.backend.dtype import DType
-from ember.backend.ops import BinaryOp, ReduceOp
+from ember.backend.composites.activation import softmax_backward
+from ember.backend.composites.attention import hidden_keys
+from ember.backend.ops import BinaryOp
 
 
 def _t(ops, x):
@@ -31,20 +33,12 @@ def _t(ops, x):
 
 
 def _hidden(ops, scores_shape, mask, causal):
-    """The bool ``[..., L, S]`` of hidden keys (or ``None``)."""
-    hidden = mask
-    if causal:
-        rows, cols = scores_shape[-2:]
-        r = ops.reshape(ops.arange(0, rows, 1, DType.INT64), (rows, 1))
-        c = ops.reshape(ops.arange(0, cols, 1, DType.INT64), (1, cols))
-        later = ops.binary(BinaryOp.GT, c, r)
-        hidden = later if hidden is None else ops.binary(BinaryOp.LOGICAL_OR, hidden, later)
-    return hidden
+    """The bool ``[..., L, S]`` of hidden keys (or ``None``), as the forward's composite."""
+    return hidden_keys(ops, scores_shape[-2], scores_shape[-1], mask, causal)
 
 
 def _scores_grad(ops, g_probs, probs, hidden):
-    dot = ops.reduce(ReduceOp.SUM, ops.binary(BinaryOp.MUL, g_probs, probs), len(probs.shape) - 1)
-    ds = ops.binary(BinaryOp.MUL, probs, ops.binary(BinaryOp.SUB, g_probs, dot))
+    ds = softmax_backward(ops, probs, g_probs, len(probs.shape) - 1)
     return ds if hidden is None else ops.where(hidden, 0.0, ds)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
 from ember.backend.autodiff.rules.spectral import COMPLEX_NP, conj
-from ember.backend.ops import ReduceOp
+from ember.backend.composites import COMPOSITES
 
 
 def _transpose(ops, x):
@@ -32,18 +32,8 @@ def _matmul_step(ops, g, saved, ctx):
 def _linear_step(ops, g, saved, ctx):
     x, w = saved
     track_x, track_w, track_b = ctx
-    fused = ops.linear_backward(x, w, g, track_x, track_w, track_b)
-    if fused is not NotImplemented:
-        return fused
-    d_out = g.shape[-1]
-    gx = ops.matmul(g, _transpose(ops, w)) if track_x else None
-    g2 = ops.reshape(g, (-1, d_out)) if len(g.shape) != 2 else g
-    gw = None
-    if track_w:
-        x2 = ops.reshape(x, (-1, x.shape[-1])) if len(x.shape) != 2 else x
-        gw = ops.matmul(_transpose(ops, x2), g2)
-    gb = ops.reshape(ops.reduce(ReduceOp.SUM, g2, 0), (d_out,)) if track_b else None
-    return (gx, gw, gb)
+    out = ops.linear_backward(x, w, g, track_x, track_w, track_b)  # (composites.run, inlined: every step)
+    return COMPOSITES["linear_backward"](ops, x, w, g, track_x, track_w, track_b) if out is NotImplemented else out
 
 
 class LinalgRules(RecordMixin):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
+from ember.backend.composites import run
 from ember.backend.ops import BinaryOp, UnaryOp
 
 
@@ -23,13 +24,7 @@ def _mse_step(ops, g, saved, ctx):
 
 def _cross_entropy_step(ops, g, saved, ctx):
     log_probs, targets = saved
-    out = ops.cross_entropy_backward(log_probs, targets, g)
-    if out is NotImplemented:  # softmax * g, with g taken off at the targets
-        n = log_probs.shape[0]
-        column = ops.reshape(g, (n, 1))
-        out = ops.binary(BinaryOp.MUL, ops.unary(UnaryOp.EXP, log_probs), column)
-        out = ops.scatter_add(out, 1, ops.reshape(targets, (n, 1)), ops.unary(UnaryOp.NEG, column))
-    return (out,)
+    return (run(ops, "cross_entropy_backward", log_probs, targets, g),)
 
 
 class LossRules(RecordMixin):

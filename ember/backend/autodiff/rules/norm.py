@@ -1,7 +1,9 @@
 """Fused layer norm: forward recording and backward step side by side.
 
 The forward's row statistics (mean and ``1 / std``, ``[..., 1]``) are kept with the
-input, so the backward is one call of the inner backend's ``layer_norm_backward``.
+input, so the backward is one call of the inner backend's ``layer_norm_backward`` (or,
+where a backend has none, as when differentiating the backward itself, its composite
+in :mod:`ember.backend.composites.norm`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,18 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
+from ember.backend.composites import COMPOSITES, run
 
 
 def _layer_norm_step(ops, g, saved, ctx):
     x, gamma, mean, rstd = saved
-    need_x, need_gamma, need_beta = ctx
-    return ops.layer_norm_backward(x, gamma, mean, rstd, g, need_x, need_gamma, need_beta)
+    need_x, need_gamma, need_beta, epsilon = ctx
+    is_tracked = getattr(ops, "is_tracked", None)
+    if is_tracked is not None and is_tracked(x):
+        # Differentiating the backward (create_graph): the kept statistics are constants,
+        # so take them again from x, through the forward's composite.
+        _, mean, rstd = COMPOSITES["layer_norm"](ops, x, None, None, epsilon)
+    return run(ops, "layer_norm_backward", x, gamma, mean, rstd, g, need_x, need_gamma, need_beta)
 
 
 class NormRules(RecordMixin):
@@ -36,6 +44,6 @@ class NormRules(RecordMixin):
             return (AutodiffTensor(out, None), *stats)
         saved = (self._keep(x), None if gamma is None else self._keep(gamma), mean, rstd)
         node = self._record(
-            out, (nx, ng, nb), _layer_norm_step, saved, (nx is not None, ng is not None, nb is not None)
+            out, (nx, ng, nb), _layer_norm_step, saved, (nx is not None, ng is not None, nb is not None, epsilon)
         )
         return (node, *stats)
