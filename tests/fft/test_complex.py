@@ -46,6 +46,19 @@ def test_creation_and_read_out(device, rng):
         Tensor.from_data(a, device=device, dtype="float32")
 
 
+def test_special_values_are_classified_by_both_parts(device):
+    """is_nan/is_inf/is_finite of complex values, against numpy: a value is NaN or
+    infinite where either part is, finite where both parts are."""
+    if not holds_complex(device):
+        return
+    inf, nan = np.inf, np.nan
+    a = np.array([complex(inf, 0), complex(0, -inf), complex(nan, 0), complex(0, nan), 1 + 2j, complex(inf, nan)])
+    t = Tensor.from_data(a.astype(np.complex64), device=device)
+    assert t.is_finite().tolist() == np.isfinite(a).tolist()
+    assert t.is_inf().tolist() == np.isinf(a).tolist()
+    assert t.is_nan().tolist() == np.isnan(a).tolist()
+
+
 def test_arithmetic_against_numpy(device, rng):
     if not holds_complex(device):
         return

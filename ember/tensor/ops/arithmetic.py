@@ -226,18 +226,20 @@ class ArithmeticOps(TensorOpsBase):
         return self._integral_or(UnaryOp.TRUNC)
 
     def is_nan(self) -> Self:
-        """A bool tensor, true where ``self`` is NaN."""
-        if self._p.dtype not in FLOAT_NP:
+        """A bool tensor, true where ``self`` is NaN (a complex value where either part is)."""
+        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
             return self.full_like(False).cast("bool")
         return unary(self, UnaryOp.IS_NAN, "is_nan", "any")
 
     def is_inf(self) -> Self:
-        if self._p.dtype not in FLOAT_NP:
+        """A bool tensor, true where ``self`` is infinite (a complex value where either part is)."""
+        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
             return self.full_like(False).cast("bool")
         return unary(self, UnaryOp.IS_INF, "is_inf", "any")
 
     def is_finite(self) -> Self:
-        if self._p.dtype not in FLOAT_NP:
+        """A bool tensor, true where ``self`` is finite (a complex value where both parts are)."""
+        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
             return self.full_like(True).cast("bool")
         return unary(self, UnaryOp.IS_FINITE, "is_finite", "any")
 
