@@ -403,9 +403,9 @@ def matmul_threshold(repeats: int) -> None:
     """sgemm through the fused path against generated loops, over matmul sizes: where
     BLAS starts to win is ``BLAS_THRESHOLD`` in ember/backend/fusion/llvm/support.py."""
     from ember.backend.flex import FlexBackend
-    from ember.backend.fusion.expand import GraphBuilder, Value
     from ember.backend.fusion.graph import Aval, Graph
     from ember.backend.fusion.llvm import LLVMExecutor
+    from ember.backend.fusion.primitive_graph import GraphBuilder, Value
 
     flex = FlexBackend()
     rows = []

@@ -98,14 +98,14 @@ def test_sync_waits_for_recorded_work_and_returns_none():
     assert Device.flex().autodiff().sync() is None
     fused = Device.flex().fusion()
     pending = Tensor.from_floats([1.0, 2.0], device=fused).mul_scalar(2.0)
-    assert pending._p.value is None  # recorded, not run
+    assert pending._primitive.value is None  # recorded, not run
     assert fused.sync() is None
-    assert pending._p.value is not None  # the sync point ran it
+    assert pending._primitive.value is not None  # the sync point ran it
     np.testing.assert_array_equal(pending.to_numpy(), [2.0, 4.0])
 
 
 def test_cuda_without_a_gpu_is_a_clear_error():
-    from ember.backend.cube.cuda.runtime import device_count
+    from ember.backend.cuda.runtime import device_count
 
     if device_count():
         pytest.skip("a CUDA device is present")

@@ -37,15 +37,16 @@ LAYERS = [
 # Inside ember.backend: the protocol at the bottom, the kernel IR over it (expressions,
 # views, loop steps, the LLVM JIT and math library: docs/design.md, "kernel IR"), the
 # backends over both, decorators on top. A decorator never depends on a concrete backend,
-# except fusion's lowerings (a lowering is written for the backend it targets); flex and
-# cube never import fusion, and share compiled code through ``kernel`` instead.
+# except fusion's lowerings (a lowering is written for the backend it targets); flex,
+# cube and cuda never import fusion, and share compiled code through ``kernel`` instead.
 BACKEND_PROTOCOL = {"base", "ops", "dtype", "distribution", "module_ops", "philox", "linalg_host", "composites"}
 BACKEND_ALLOWED = {
     "kernel": BACKEND_PROTOCOL | {"kernel"},
     "flex": BACKEND_PROTOCOL | {"kernel", "flex"},
     "cube": BACKEND_PROTOCOL | {"kernel", "cube"},
+    "cuda": BACKEND_PROTOCOL | {"kernel", "cuda"},
     "autodiff": BACKEND_PROTOCOL | {"autodiff"},
-    "fusion": BACKEND_PROTOCOL | {"kernel", "fusion", "flex", "cube"},
+    "fusion": BACKEND_PROTOCOL | {"kernel", "fusion", "flex", "cube", "cuda"},
 }
 
 

@@ -40,10 +40,10 @@ def tracked_device(
         tracked.append(is_tracked)
         if is_tracked:
             if device is None:
-                device = a._d
-            elif a._d is not device:
+                device = a._device
+            elif a._device is not device:
                 raise DeviceError(
-                    f"ember: {name}: input {i} lives on {a._d!r}, an earlier tracked input on {device!r}; "
+                    f"ember: {name}: input {i} lives on {a._device!r}, an earlier tracked input on {device!r}; "
                     "move the inputs to one autodiff device"
                 )
     return device, tracked
@@ -71,18 +71,20 @@ def record(
 
     The backward step holds the saved values, and of the inputs and outputs only
     their shapes and dtypes."""
-    backend = cast("AutodiffProtocol", device._b)
+    backend = cast("AutodiffProtocol", device._backend)
     positions = [j for j, o in enumerate(outputs) if isinstance(o, Tensor)]
     prims = []
     out_avals = []
     for j in positions:
         out = _on(name, f"output {j}", outputs[j], device)
-        differentiable = out._p.dtype in FLOAT_NP and not any(out._p is m._p for m in non_differentiable)
-        prims.append((backend.unwrap(out._p), differentiable))
-        out_avals.append((out.dims(), NP_TO_DTYPE[out._p.dtype]))
+        differentiable = out._primitive.dtype in FLOAT_NP and not any(
+            out._primitive is m._primitive for m in non_differentiable
+        )
+        prims.append((backend.unwrap(out._primitive), differentiable))
+        out_avals.append((out.dims(), NP_TO_DTYPE[out._primitive.dtype]))
     arg_avals = [_Aval(a) for a in args]
     n_outputs = len(outputs)
-    inputs = [a._p if t else None for a, t in zip(args, tracked)]
+    inputs = [a._primitive if t else None for a, t in zip(args, tracked)]
     handles: list[Any] = []
     for value in saved:
         if value is None:
@@ -101,7 +103,7 @@ def record(
                 by_position[j] = Tensor.zeros(shape, device=dev, dtype=dtype)
         saved_tensors = [None if v is None else Tensor(v, dev) for v in values]
         returned = backward(by_position, saved_tensors, dev)
-        return [None if g is None else g._p for g in input_grads(name, returned, arg_avals, tracked, dev)]
+        return [None if g is None else g._primitive for g in input_grads(name, returned, arg_avals, tracked, dev)]
 
     results = backend.custom(inputs, prims, handles, step)
     out_list = list(outputs)
@@ -118,18 +120,18 @@ class _Aval:
 
     def __init__(self, arg: Any):
         self.is_tensor = isinstance(arg, Tensor)
-        self.shape = tuple(arg._p.shape) if self.is_tensor else ()
-        self.dtype: Any = arg._p.dtype if self.is_tensor else None  # a numpy dtype
+        self.shape = tuple(arg._primitive.shape) if self.is_tensor else ()
+        self.dtype: Any = arg._primitive.dtype if self.is_tensor else None  # a numpy dtype
         self.kind = type(arg).__name__
 
 
 def _on(name: str, what: str, t: Tensor, device: Device) -> Tensor:
-    if t._d is device:
+    if t._device is device:
         return t
-    if t._d is device.inner() or t._d.inner() is device.inner():
+    if t._device is device.inner() or t._device.inner() is device.inner():
         return t.to_device(device)
     raise DeviceError(
-        f"ember: {name}: {what} lives on {t._d!r}, the tracked inputs on {device!r}; compute on one device"
+        f"ember: {name}: {what} lives on {t._device!r}, the tracked inputs on {device!r}; compute on one device"
     )
 
 
@@ -149,12 +151,12 @@ def _saved_handle(
             "keep other values as attributes of ctx (ctx.k = k)"
         )
     for k, j in enumerate(positions):
-        if value is outputs[j] or value._p is outputs[j]._p:
+        if value is outputs[j] or value._primitive is outputs[j]._primitive:
             return k
     for a, b, t in zip(args, seen, tracked):
-        if t and (value is b or value._p is b._p):
-            return a._p
-    return _on(name, "a saved tensor", value, device)._p
+        if t and (value is b or value._primitive is b._primitive):
+            return a._primitive
+    return _on(name, "a saved tensor", value, device)._primitive
 
 
 def input_grads(
@@ -191,7 +193,7 @@ def input_grads(
                 f"ember: {name}: backward returned a {type(g).__name__} as the gradient of input {i}; "
                 "return a Tensor (or None)"
             )
-        if tuple(g._p.shape) != a.shape:
+        if tuple(g._primitive.shape) != a.shape:
             raise ShapeError(
                 f"ember: {name}: backward returned a gradient of shape {g.dims()} for input {i}, which has "
                 f"shape {list(a.shape)}; a gradient has the shape of its input"
@@ -199,9 +201,9 @@ def input_grads(
         if not tracked[i]:
             out.append(None)
             continue
-        if g._p.dtype != a.dtype:
+        if g._primitive.dtype != a.dtype:
             g = g.cast(NP_TO_DTYPE[a.dtype])
-        if g._d is not device:
+        if g._device is not device:
             g = g.to_device(device)
         out.append(g)
     return out

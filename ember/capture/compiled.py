@@ -266,16 +266,16 @@ _LEAVES_KEPT = 4
 
 
 def _innermost(tensor: Tensor) -> Any:
-    device = tensor._d
+    device = tensor._device
     # An autodiff device's backend is an AutodiffProtocol (cast() would be a call per input).
-    return device._b.unwrap(tensor._p) if device.is_autodiff() else tensor._p  # type: ignore[attr-defined]
+    return device._backend.unwrap(tensor._primitive) if device.is_autodiff() else tensor._primitive  # type: ignore[attr-defined]
 
 
 def _tensor_key(t: Tensor) -> tuple:
-    p = t._p
-    d = t._d
+    p = t._primitive
+    d = t._device
     # An autodiff device's backend is an AutodiffProtocol (cast() would be a call per argument).
-    tracked = d.is_autodiff() and d._b.is_tracked(p)  # type: ignore[attr-defined]
+    tracked = d.is_autodiff() and d._backend.is_tracked(p)  # type: ignore[attr-defined]
     return (tuple(p.shape), p.dtype.str, d, tracked)
 
 
@@ -284,7 +284,9 @@ def _module_key(module: Module) -> tuple:
     return (
         type(module),
         tuple((p.id, p._shape, p.dtype, p.device, p.require_grad) for p in params),
-        tuple((s.id, tuple(s.value()._p.shape), s.value()._p.dtype.str, s.value()._d) for s in states),
+        tuple(
+            (s.id, tuple(s.value()._primitive.shape), s.value()._primitive.dtype.str, s.value()._device) for s in states
+        ),
     )
 
 
@@ -320,7 +322,7 @@ class _Entry:
         self.result_plan: list[Any] = []
         for leaf in result_leaves:
             if isinstance(leaf, Tensor):
-                self.result_plan.append(("tensor", len(outputs), leaf._d))
+                self.result_plan.append(("tensor", len(outputs), leaf._device))
                 outputs.append(_output_ref(trace, _innermost(leaf)))
             elif isinstance(leaf, Module):
                 params, states = _module_leaves(leaf)
@@ -342,7 +344,7 @@ class _Entry:
             ] = []  # (name, "tensor", output, device) | (name, "scalar", slot, type) | (name, "static", value)
             for name, item in fields:
                 if isinstance(item, Tensor):
-                    layout.append((name, "tensor", len(outputs), item._d))
+                    layout.append((name, "tensor", len(outputs), item._device))
                     outputs.append(_output_ref(trace, _innermost(item)))
                 elif type(item) is SymScalar:
                     layout.append((name, "scalar", trace.scalar_slot(item), type(item.value)))
@@ -352,7 +354,7 @@ class _Entry:
         self.running_plan: list[tuple[int, int, int, Device]] = []
         for state, value in trace.running_writes.values():
             i, j = trace.running_index[id(state)]
-            self.running_plan.append((i, j, len(outputs), value._d))
+            self.running_plan.append((i, j, len(outputs), value._device))
             outputs.append(_output_ref(trace, _innermost(value)))
         graph.outputs = outputs
         graph = graph.prune()
@@ -504,7 +506,7 @@ class _Entry:
             add("        return generic(leaves)")
         n_params = len(_module_leaves(self.model_out)[0]) if self.model_out is not None else 0
         slot_names = [const(holder, "slot") for _, holder in self.model_slots]
-        slot_attr = ["inner" if kind == "autodiff" else "_p" for kind, _ in self.model_slots]
+        slot_attr = ["inner" if kind == "autodiff" else "_primitive" for kind, _ in self.model_slots]
         states: dict[tuple[int, Any], str] = {}
 
         def state_var(owner: Any, key: Any) -> str:
@@ -527,17 +529,17 @@ class _Entry:
             kind = source[0]
             if kind == "arg":
                 leaf = leaves[source[1]]
-                inner = ".inner" if leaf._d.is_autodiff() else ""
-                inputs.append(f"leaves[{source[1]}]._p{inner}")
+                inner = ".inner" if leaf._device.is_autodiff() else ""
+                inputs.append(f"leaves[{source[1]}]._primitive{inner}")
             elif kind == "param" and not returns_model:
-                inputs.append(f"m{source[1]}[{source[2]}]._value._p")
+                inputs.append(f"m{source[1]}[{source[2]}]._value._primitive")
             elif kind in ("param", "running"):
                 j = source[2] + (n_params if kind == "running" else 0)
                 inputs.append(f"{slot_names[j]}.{slot_attr[j]}")
             elif kind == "state":
                 _, owner, key, name = source
                 var = state_var(owner, key)
-                inputs.append(f"{var}._p" if name == "" else f"{var}.{name}._p")
+                inputs.append(f"{var}._primitive" if name == "" else f"{var}.{name}._primitive")
             else:
                 inner = source[1]
                 if inner[0] == "arg":
@@ -646,7 +648,7 @@ class _Entry:
                     if kind == "tensor":
                         value = out(rest[0])
                         if value is not None:
-                            inner = "._p.inner" if rest[1].is_autodiff() else "._p"
+                            inner = "._primitive.inner" if rest[1].is_autodiff() else "._primitive"
                             add(f"    {var}.{name}{inner} = {value}")
                     elif kind == "scalar":
                         add(f"    {var}.{name} = {scalar_var(rest[1], int(rest[0]))}")
@@ -679,7 +681,7 @@ class _Entry:
             add("        pass")
             for name, kind, *rest in layout:
                 if kind == "tensor":
-                    inner = "._p.inner" if rest[1].is_autodiff() else "._p"
+                    inner = "._primitive.inner" if rest[1].is_autodiff() else "._primitive"
                     add(f"        cur.{name}{inner} = {out_array(rest[0])}")
                 elif kind == "scalar":
                     add(f"        cur.{name} = {dict(values)[name]}")
@@ -748,14 +750,14 @@ class _Entry:
         outputs = [
             (item[1], leaf)
             for item, leaf in zip(self.result_plan, result_leaves)
-            if item[0] == "tensor" and not leaf._d.is_autodiff()
+            if item[0] == "tensor" and not leaf._device.is_autodiff()
         ]
         used: set[int] = set()
         pairs: list[tuple[int, int]] = []
         for leaf_index in wanted:
             i = index.get(leaf_index)
             tensor = leaves[leaf_index]
-            if i is None or tensor._d.is_autodiff():
+            if i is None or tensor._device.is_autodiff():
                 continue
             shape, dtype = tensor.dims(), tensor.dtype
             for k, out in outputs:
@@ -786,7 +788,7 @@ class _Entry:
         refs = {}
         for i in model_leaves:
             for p in _module_leaves(leaves[i])[0]:
-                if p._value is None or p._value._d.is_autodiff():
+                if p._value is None or p._value._device.is_autodiff():
                     return None
             refs[i] = weakref.ref(leaves[i])
         return refs
@@ -808,7 +810,9 @@ class _Entry:
     @staticmethod
     def _tensor_expr(value: str, device: Device, const: Callable[[Any, str], str]) -> str:
         if device.is_autodiff():
-            return f"Tensor({const(cast('AutodiffProtocol', device._b).wrap, 'W')}({value}), {const(device, 'D')})"
+            return (
+                f"Tensor({const(cast('AutodiffProtocol', device._backend).wrap, 'W')}({value}), {const(device, 'D')})"
+            )
         return f"Tensor({value}, {const(device, 'D')})"
 
     # ------------------------------------------------------------------ replay
@@ -922,7 +926,7 @@ class _Entry:
             params, states = _module_leaves(traced)
             arrays = iter(values[first:])
             new_params = {p.id: Param(p.id, _tensor_on(next(arrays), p.device, wrap), p.require_grad) for p in params}
-            new_states = {id(s): RunningState(_tensor_on(next(arrays), s.value()._d, wrap), s.id) for s in states}
+            new_states = {id(s): RunningState(_tensor_on(next(arrays), s.value()._device, wrap), s.id) for s in states}
             from ember.module.visitor import FnMapper
 
             self.model_out = traced.map(FnMapper(lambda p, path: new_params[p.id], lambda s, path: new_states[id(s)]))
@@ -930,7 +934,9 @@ class _Entry:
             # What a replay updates in place: each value's autodiff wrapper or tensor.
             out_params, out_states = _module_leaves(self.model_out)
             values_out = [p.val() for p in out_params] + [s.value() for s in out_states]
-            self.model_slots = [("autodiff", t._p) if t._d.is_autodiff() else ("plain", t) for t in values_out]
+            self.model_slots = [
+                ("autodiff", t._primitive) if t._device.is_autodiff() else ("plain", t) for t in values_out
+            ]
             return self.model_out
         for (kind, holder), array in zip(self.model_slots, values[first : first + len(self.model_slots)]):
             if wrap is not None:
@@ -938,7 +944,7 @@ class _Entry:
             if kind == "autodiff":
                 holder.inner = array
             else:
-                holder._p = array
+                holder._primitive = array
         return self.model_out
 
 
@@ -1048,7 +1054,7 @@ def _tensor_on(array: Any, device: Device, wrap: Callable[[Any], Any] | None = N
         array = wrap(array)
     if device.is_autodiff():
         # An autodiff device's backend is an AutodiffProtocol (cast() would be a call per output).
-        return Tensor(device._b.wrap(array), device)  # type: ignore[attr-defined]
+        return Tensor(device._backend.wrap(array), device)  # type: ignore[attr-defined]
     return Tensor(array, device)
 
 
@@ -1293,7 +1299,7 @@ def _devices(leaves: list[Any]) -> list[Device]:
     found: list[Device] = []
     for leaf in leaves:
         if isinstance(leaf, Tensor):
-            candidates = [leaf._d]
+            candidates = [leaf._device]
         elif isinstance(leaf, Module):
             candidates = [p.device for p in _module_leaves(leaf)[0]]
         else:

@@ -45,7 +45,7 @@ class Device:
     Device<Autodiff { device: Flex(Cpu), checkpointing: Disabled }>
     """
 
-    __slots__ = ("_b", "_key", "_inner", "_body", "_fused", "_rng", "__weakref__")
+    __slots__ = ("_backend", "_key", "_inner", "_body", "_fused", "_rng", "__weakref__")
 
     _interned: dict[tuple, Device] = {}
     _intern_lock = threading.RLock()
@@ -54,7 +54,7 @@ class Device:
     def __init__(
         self, backend: Backend, key: tuple, body: str, inner: Device | None = None, fused: Device | None = None
     ):
-        self._b = backend
+        self._backend = backend
         self._key = key
         self._body = body
         self._inner = inner  # the device an autodiff device wraps
@@ -114,7 +114,7 @@ class Device:
             raise DeviceError(f"ember: Device.cuda(index): index must be a non-negative int, got {index!r}")
 
         def make() -> Device:
-            from ember.backend.cube.cuda.device import make_cuda_backend
+            from ember.backend.cuda.device import make_cuda_backend
 
             backend, body = make_cuda_backend(index)
             return Device(backend, ("cuda", index), body)
@@ -230,7 +230,9 @@ class Device:
             from ember.backend.autodiff import AutodiffBackend
 
             body = f"Autodiff {{ device: {self._body}, checkpointing: {checkpointing.label} }}"
-            return Device(AutodiffBackend(self._b, checkpointing), self._key + ("autodiff", checkpointing), body, self)
+            return Device(
+                AutodiffBackend(self._backend, checkpointing), self._key + ("autodiff", checkpointing), body, self
+            )
 
         return self._intern(self._key + ("autodiff", checkpointing), make)
 
@@ -255,7 +257,7 @@ class Device:
             from ember.backend.fusion import FusionBackend
 
             return Device(
-                FusionBackend(self._b), self._key + ("fusion",), f"Fusion {{ device: {self._body} }}", fused=self
+                FusionBackend(self._backend), self._key + ("fusion",), f"Fusion {{ device: {self._body} }}", fused=self
             )
 
         return self._intern(self._key + ("fusion",), make)
@@ -283,17 +285,17 @@ class Device:
     @property
     def checkpointing(self) -> Checkpointing | None:
         """The autodiff device's checkpointing strategy (``None`` for a plain device)."""
-        return getattr(self._b, "checkpointing", None)
+        return getattr(self._backend, "checkpointing", None)
 
     # ------------------------------------------------------------------ state
     @property
     def backend(self) -> Backend:
         """The backend instance that runs this device's ops."""
-        return self._b
+        return self._backend
 
     @property
     def backend_name(self) -> str:
-        return self.base()._b.name
+        return self.base()._backend.name
 
     def seed(self, seed: int) -> None:
         """Seed this device's generator (shared with its autodiff wrapper): Philox4x32-10
@@ -306,7 +308,7 @@ class Device:
 
     def sync(self) -> None:
         """Wait until every op queued on this device has finished."""
-        self.inner()._b.sync()
+        self.inner()._backend.sync()
 
     def rng_state(self) -> dict[str, Any]:
         """The generator state (``{"algorithm", "seed", "offset"}``, JSON-friendly), to

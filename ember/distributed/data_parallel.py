@@ -288,7 +288,7 @@ class GradSession:
             return
         param = self.params[param_id][0]
         inner = param.device.inner()
-        self.sync.put(param_id, inner._b.to_numpy(grad))
+        self.sync.put(param_id, inner._backend.to_numpy(grad))
 
     def finish(self, grads: GradientsParams) -> GradientsParams:
         """The reduced gradients (the ones given, for parameters outside the buckets)."""

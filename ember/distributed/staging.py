@@ -47,8 +47,8 @@ def to_host(tensor: Tensor) -> np.ndarray:
     inner = device.inner()
     prim = tensor.primitive
     if device.is_autodiff():
-        prim = cast("AutodiffProtocol", device._b).unwrap(prim)
-    array = inner._b.to_numpy(prim)
+        prim = cast("AutodiffProtocol", device._backend).unwrap(prim)
+    array = inner._backend.to_numpy(prim)
     wire = _WIRE_OF.get(array.dtype) or wire_dtype(array.dtype)
     if wire != array.dtype:
         array = array.astype(wire)
@@ -79,7 +79,7 @@ def host_to_device(array: np.ndarray, device: Device, dtype: np.dtype) -> Tensor
     if inner.backend_name == "flex":
         prim = np.ascontiguousarray(array)  # flex's primitive is the array itself: no copy
     else:
-        prim = inner._b.from_numpy(np.ascontiguousarray(array))
+        prim = inner._backend.from_numpy(np.ascontiguousarray(array))
     if device.is_autodiff():
-        prim = cast("AutodiffProtocol", device._b).wrap(prim)
+        prim = cast("AutodiffProtocol", device._backend).wrap(prim)
     return Tensor(prim, device)

@@ -98,13 +98,13 @@ def _run(fn: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...], op: str
 def _backward(
     out: Tensor, lifted: Lifted, create_graph: bool, seed: Tensor | None = None, retain_graph: bool | None = None
 ) -> Any:
-    if not out._d.is_autodiff() or not out.is_require_grad():
+    if not out._device.is_autodiff() or not out.is_require_grad():
         return _NoGrads(create_graph)
     for t in lifted.tensors():
-        if t._d is not out._d:
+        if t._device is not out._device:
             raise GraphError(
-                f"ember: the function's output lives on {out._d!r} but a differentiated argument on "
-                f"{t._d!r}; compute on one device"
+                f"ember: the function's output lives on {out._device!r} but a differentiated argument on "
+                f"{t._device!r}; compute on one device"
             )
     return out.backward(create_graph, retain_graph=retain_graph, gradient=seed, inputs=lifted.tensors())
 
@@ -125,8 +125,8 @@ def _wants_graph(create_graph: bool | None) -> bool:
 
 def _returned(out: Tensor, lifted: Lifted, keep_graph: bool) -> Tensor:
     value = value_of(out, keep_graph)
-    inner = value._d.inner()
-    if not keep_graph and value._d is not inner and lifted.slots and all(s.home is inner for s in lifted.slots):
+    inner = value._device.inner()
+    if not keep_graph and value._device is not inner and lifted.slots and all(s.home is inner for s in lifted.slots):
         return value.to_device(inner)
     return value
 
@@ -235,23 +235,25 @@ def jvp(
     if not isinstance(out, Tensor):
         raise GraphError(f"ember: {op}: the function must return a Tensor, got {type(out).__name__}")
     value = _returned(out, lifted, keep)
-    if not out._d.is_autodiff() or not out.is_require_grad():
-        return value, Tensor.zeros(out._p.shape, value._d, out.dtype)
-    backend = cast("AutodiffProtocol", out._d._b)
-    dummy = Tensor(backend.leaf(backend.unwrap(out._d._b.full(out._p.shape, 0, out.dtype))), out._d)
+    if not out._device.is_autodiff() or not out.is_require_grad():
+        return value, Tensor.zeros(out._primitive.shape, value._device, out.dtype)
+    backend = cast("AutodiffProtocol", out._device._backend)
+    dummy = Tensor(
+        backend.leaf(backend.unwrap(out._device._backend.full(out._primitive.shape, 0, out.dtype))), out._device
+    )
     grads = out.backward(True, gradient=dummy, inputs=lifted.tensors())
     total = None
     for spec, tangent in zip(specs, tangents):
         for g, t in _pairs(lifted.gradient(spec, grads), tangent, op):
-            term = g.mul(t.to_device(g._d) if t._d is not g._d else t).sum()
+            term = g.mul(t.to_device(g._device) if t._device is not g._device else t).sum()
             total = term if total is None else total.add(term)
     if total is None or not total.is_require_grad():
-        return value, Tensor.zeros(out._p.shape, value._d, out.dtype)
+        return value, Tensor.zeros(out._primitive.shape, value._device, out.dtype)
     product = dummy.grad(total.backward(keep, inputs=[dummy]))
     if product is None:
-        product = Tensor.zeros(out._p.shape, out._d if keep else out._d.inner(), out.dtype)
-    if not keep and value._d is not product._d:
-        product = product.to_device(value._d)
+        product = Tensor.zeros(out._primitive.shape, out._device if keep else out._device.inner(), out.dtype)
+    if not keep and value._device is not product._device:
+        product = product.to_device(value._device)
     return value, product
 
 
@@ -280,7 +282,7 @@ def hessian_vector_product(
         total: Tensor | None = None
         for gi, vi in zip(gs, vectors):
             for a, b in _pairs(gi, vi, "hessian_vector_product"):
-                term = a.mul(b.to_device(a._d) if b._d is not a._d else b).sum()
+                term = a.mul(b.to_device(a._device) if b._device is not a._device else b).sum()
                 total = term if total is None else total.add(term)
         return total
 
@@ -292,7 +294,7 @@ def _pairs(gradient: Any, vector: Any, op: str) -> list[tuple[Tensor, Tensor]]:
     from ember.optim import GradientsParams
 
     if isinstance(gradient, Tensor):
-        if not isinstance(vector, Tensor) or vector._p.shape != gradient._p.shape:
+        if not isinstance(vector, Tensor) or vector._primitive.shape != gradient._primitive.shape:
             raise ShapeError(
                 f"ember: {op}: a vector must match its argument's shape {gradient.dims()}, got "
                 f"{vector.dims() if isinstance(vector, Tensor) else type(vector).__name__}"

@@ -41,10 +41,10 @@ class _LiftParams(ModuleMapper):
         if not param.require_grad:
             return param
         value = param.val()
-        if not value._d.is_autodiff():
+        if not value._device.is_autodiff():
             raise GraphError(
-                f"ember: {self.lifted.op}: the module of {self.where} lives on {value._d!r}, which has no "
-                f"autodiff; build it on {value._d!r}.autodiff() (its parameters must be trackable)"
+                f"ember: {self.lifted.op}: the module of {self.where} lives on {value._device!r}, which has no "
+                f"autodiff; build it on {value._device!r}.autodiff() (its parameters must be trackable)"
             )
         slot = self.lifted.slot(value, f"{self.where} ({path})")
         self.slots.append((param, path, slot))
@@ -64,23 +64,23 @@ class Lifted:
         """``x`` as a tracked tensor of its own: a new leaf when ``x`` is untracked (on a
         plain device: on that device's autodiff wrapper), ``x`` itself when it is tracked
         (so that an enclosing transform differentiates through it)."""
-        if x._p.dtype not in FLOAT_NP:
+        if x._primitive.dtype not in FLOAT_NP:
             raise DTypeError(
                 f"ember: {self.op}: {where} is a {x.dtype} tensor; only float tensors have gradients "
                 "(cast it with .float(), or leave it out of argnums)"
             )
-        home = x._d
+        home = x._device
         device = home if home.is_autodiff() else home.autodiff()
-        backend = cast("AutodiffProtocol", device._b)
+        backend = cast("AutodiffProtocol", device._backend)
         if home is not device:
-            prim = backend.leaf(x._p)
+            prim = backend.leaf(x._primitive)
         else:
-            prim = x._p
+            prim = x._primitive
             node = prim.node
             if node is None or node.consumed:
                 prim = backend.leaf(backend.unwrap(prim))
             elif node.id in self._seen:  # the same tensor twice: each position gets its own gradient
-                prim = device._b.reshape(prim, prim.shape)
+                prim = device._backend.reshape(prim, prim.shape)
         self._seen.add(prim.node.id)
         slot = _Slot(Tensor(prim, device), home)
         self.slots.append(slot)
@@ -107,7 +107,7 @@ class Lifted:
 
     def lifted_devices(self) -> dict[Any, Any]:
         """Plain devices whose tensors were lifted onto their autodiff wrappers."""
-        return {s.home: s.tensor._d for s in self.slots if s.home is not s.tensor._d}
+        return {s.home: s.tensor._device for s in self.slots if s.home is not s.tensor._device}
 
     def tensors(self) -> list[Tensor]:
         return [s.tensor for s in self.slots]
@@ -138,7 +138,7 @@ def follow(value: Any, moves: dict[Any, Any]) -> Any:
     if not moves:
         return value
     if isinstance(value, Tensor):
-        target = moves.get(value._d)
+        target = moves.get(value._device)
         return value if target is None else value.to_device(target)
     if isinstance(value, Module):
         devices = value.devices()
@@ -157,14 +157,14 @@ def _grad_of(slot: _Slot, grads: Any, module: bool = False) -> Tensor:
     passes; otherwise on the caller's device (the inner device for module parameters,
     as ``GradientsParams.from_grads`` gives them)."""
     t = slot.tensor
-    device = t._d
-    g = cast("AutodiffProtocol", device._b).grad(t._p, grads)
+    device = t._device
+    g = cast("AutodiffProtocol", device._backend).grad(t._primitive, grads)
     if grads.create_graph:
         if g is None:
-            return Tensor.zeros(t._p.shape, device, t.dtype)
+            return Tensor.zeros(t._primitive.shape, device, t.dtype)
         return Tensor(g, device)
     inner = device.inner()
-    out = Tensor.zeros(t._p.shape, inner, t.dtype) if g is None else Tensor(g, inner)
+    out = Tensor.zeros(t._primitive.shape, inner, t.dtype) if g is None else Tensor(g, inner)
     if module or slot.home is inner:
         return out
     return out.to_device(slot.home)
@@ -180,14 +180,14 @@ def cotangent_like(out: Tensor, value: Any, op: str) -> Tensor:
     """``value`` (a tensor of ``out``'s shape) on ``out``'s device and dtype."""
     if not isinstance(value, Tensor):
         raise DTypeError(f"ember: {op}: the cotangent must be a Tensor, got {type(value).__name__}")
-    if value._p.shape != out._p.shape:
+    if value._primitive.shape != out._primitive.shape:
         from ember.errors import ShapeError
 
         raise ShapeError(
             f"ember: {op}: the cotangent has shape {value.dims()}, the output {out.dims()}; they must match"
         )
-    if value._p.dtype != out._p.dtype:
+    if value._primitive.dtype != out._primitive.dtype:
         value = value.cast(out.dtype)
-    if value._d is not out._d:
-        value = value.to_device(out._d)
+    if value._device is not out._device:
+        value = value.to_device(out._device)
     return value

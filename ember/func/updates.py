@@ -20,8 +20,8 @@ class _Apply(ModuleMapper):
         if update is None:
             return param
         value = param.val()
-        if update._d is not value._d:
-            update = update.to_device(value._d)
+        if update._device is not value._device:
+            update = update.to_device(value._device)
         return Param.from_tracked_value(param.id, self.fn(value, update), param.require_grad)
 
 

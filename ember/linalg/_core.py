@@ -61,8 +61,8 @@ def check_batch(op: str, a: Tensor, b: Tensor) -> None:
 
 def run(op: LinalgOp, tensors: tuple[Tensor, ...], options: tuple = ()) -> list[Tensor]:
     """``Backend.linalg`` on the tensors' device."""
-    device = tensors[0]._d
-    outs = device._b.linalg(op, tuple(t._p for t in tensors), options)
+    device = tensors[0]._device
+    outs = device._backend.linalg(op, tuple(t._primitive for t in tensors), options)
     return [Tensor(o, device) for o in outs]
 
 

@@ -132,7 +132,7 @@ def matrix_rank(A: Tensor, *, atol: float | None = None, rtol: float | None = No
     s = svdvals(A.detach())
     last = len(s.dims()) - 1
     if s.dims()[-1] == 0:
-        return Tensor.zeros(A.dims()[:-2], device=A._d, dtype="int64")
+        return Tensor.zeros(A.dims()[:-2], device=A._device, dtype="int64")
     top = s.max_dim(last)
     tol = top.mul_scalar(rtol).clamp_min(atol or 0.0)
     return s.greater(tol).int().sum_dim(last).squeeze_dim(last)

@@ -225,7 +225,7 @@ def matrix_power(A: Tensor, n: int) -> Tensor:
     check_matrix("matrix_power", A, square=True)
     if n == 0:
         size = A.dims()[-1]
-        eye = Tensor.eye(size, device=A._d, dtype=A.dtype)
+        eye = Tensor.eye(size, device=A._device, dtype=A.dtype)
         return eye.expand(A.dims())
     base = inv(A) if n < 0 else A
     n = abs(n)

@@ -55,10 +55,10 @@ def _prepare(tensor: Tensor, require_grad: bool) -> Tensor:
     """A parameter value is a leaf: tracked when it requires grad on an autodiff device."""
     if not isinstance(tensor, Tensor):
         raise ModuleError(f"ember: Param: expected a Tensor, got {type(tensor).__name__}")
-    device = tensor._d
+    device = tensor._device
     if device._inner is not None:  # an autodiff device: a fresh leaf (or untracked)
-        backend = cast("AutodiffProtocol", device._b)
-        prim = tensor._p
+        backend = cast("AutodiffProtocol", device._backend)
+        prim = tensor._primitive
         if require_grad and prim.dtype in _TRAINABLE_NP:
             return Tensor(backend.leaf(backend.unwrap(prim)), device)
         return Tensor(backend.detach(prim), device)
@@ -98,9 +98,9 @@ class Param:
         self._value = value = _prepare(value, require_grad)
         self._init = None
         self._key = None
-        prim = value._p
+        prim = value._primitive
         self._shape = prim.shape
-        self._device = value._d
+        self._device = value._device
         self._dtype = NP_TO_DTYPE[prim.dtype]
 
     @staticmethod
@@ -119,10 +119,10 @@ class Param:
     def from_inner_value(param_id: ParamId, value: Tensor, device: Device, require_grad: bool = True) -> Param:
         """A parameter on ``device`` from a value on its inner device (what an optimizer
         computes): the autodiff leaf is made directly, without an intermediate copy."""
-        if device._inner is None or value._d is not device._inner:
+        if device._inner is None or value._device is not device._inner:
             return Param(param_id, value.to_device(device), require_grad)
-        prim = value._p
-        backend: AutodiffProtocol = device._b  # type: ignore[assignment]  # device is an autodiff device
+        prim = value._primitive
+        backend: AutodiffProtocol = device._backend  # type: ignore[assignment]  # device is an autodiff device
         leaf = backend.leaf(prim) if require_grad and prim.dtype in _TRAINABLE_NP else backend.wrap(prim)
         param = Param.__new__(Param)
         param.id = param_id
@@ -142,14 +142,14 @@ class Param:
         module stays differentiable with respect to whatever ``tensor`` came from."""
         if not isinstance(tensor, Tensor):
             raise ModuleError(f"ember: Param: expected a Tensor, got {type(tensor).__name__}")
-        prim = tensor._p
+        prim = tensor._primitive
         param = Param.__new__(Param)
         param.id = param_id
         param.require_grad = bool(require_grad)
         param._value = tensor
         param._init = None
         param._shape = prim.shape
-        param._device = tensor._d
+        param._device = tensor._device
         param._dtype = NP_TO_DTYPE[prim.dtype]
         return param
 

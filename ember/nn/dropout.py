@@ -7,7 +7,7 @@ from typing import Any
 from ember.errors import ConfigError
 from ember.module import Config, Module
 from ember.tensor import Tensor
-from ember.tensor.module import dropout
+from ember.tensor.layer_ops import dropout
 
 
 class DropoutConfig(Config):

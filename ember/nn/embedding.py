@@ -11,7 +11,7 @@ from ember.module import Config, Module, Param
 from ember.nn.init import Initializer, Normal
 from ember.nn.quantized.embedding import QuantizedEmbedding
 from ember.tensor import Tensor
-from ember.tensor.module import embedding
+from ember.tensor.layer_ops import embedding
 from ember.tensor.quant import QuantScheme
 
 

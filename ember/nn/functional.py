@@ -2,7 +2,7 @@
 ``torch.nn.functional`` (``import ember.nn.functional as F``).
 
 Each name is defined once below ``ember.nn`` (activations in
-``ember.tensor.activation``, layer math in ``ember.tensor.module``, resizing,
+``ember.tensor.activation``, layer math in ``ember.tensor.layer_ops``, resizing,
 attention, unfolding and distances in their own modules); this module only gathers
 them, plus ``pad`` and ``one_hot`` in PyTorch's function form.
 """
@@ -46,8 +46,7 @@ from ember.tensor.attention import scaled_dot_product_attention
 from ember.tensor.distance import cdist, cosine_similarity, normalize, pairwise_distance
 from ember.tensor.grid_sample import affine_grid, grid_sample
 from ember.tensor.interpolate import interpolate
-from ember.tensor.loss import margin_ranking_loss, mse_loss
-from ember.tensor.module import (
+from ember.tensor.layer_ops import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
     avg_pool1d,
@@ -66,6 +65,7 @@ from ember.tensor.module import (
     max_pool2d,
     max_pool2d_with_indices,
 )
+from ember.tensor.loss import margin_ranking_loss, mse_loss
 from ember.tensor.pool3d import avg_pool3d, max_pool3d, max_pool3d_with_indices
 from ember.tensor.sampling import gumbel_softmax
 from ember.tensor.tensor import Tensor

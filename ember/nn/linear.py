@@ -12,7 +12,7 @@ from ember.module import Config, Module, Param
 from ember.nn.init import Initializer, KaimingUniform
 from ember.nn.quantized.linear import QuantizedLinear
 from ember.tensor import Tensor
-from ember.tensor.module import linear
+from ember.tensor.layer_ops import linear
 from ember.tensor.quant import QuantScheme
 
 

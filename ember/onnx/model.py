@@ -128,4 +128,4 @@ def _run_eager(model: OnnxModel, *args: Tensor) -> Any:
 
 
 def _tracks_grad(value: Any) -> bool:
-    return isinstance(value, Tensor) and value._d.is_autodiff()
+    return isinstance(value, Tensor) and value._device.is_autodiff()

@@ -117,14 +117,17 @@ class Program:
         for (slot, dims, static, dtype), value in zip(self._expected, args):
             if (
                 type(value) is not Tensor
-                or value._p.dtype != dtype
-                or (dims is not None and (value._p.shape != dims if static else not _fits(value._p.shape, dims)))
+                or value._primitive.dtype != dtype
+                or (
+                    dims is not None
+                    and (value._primitive.shape != dims if static else not _fits(value._primitive.shape, dims))
+                )
             ):
                 self._bind_inputs(env, args)  # converts what it can, raises for the rest
                 break
             env[slot] = value
             if device is None:
-                device = value._d
+                device = value._device
         env[DEVICE_SLOT] = device = env[DEVICE_SLOT] or device or self._fallback_device
         for slot, name in self.param_slots:
             env[slot] = params[name].val()
@@ -187,7 +190,7 @@ class Program:
                     )
                 items = [v if v.dtype is spec.dtype else v.cast(spec.dtype) for v in value]
                 if device is None and items:
-                    device = items[0]._d
+                    device = items[0]._device
                 env[spec.slot] = items
                 continue
             if not isinstance(value, Tensor):
@@ -195,7 +198,7 @@ class Program:
                     f"ember: the ONNX model's input {spec.name!r} must be an ember Tensor, got {type(value).__name__} "
                     "(make one with Tensor.from_data(array, device=...))"
                 )
-            if spec.dims is not None and not _fits(value._p.shape, spec.dims):
+            if spec.dims is not None and not _fits(value._primitive.shape, spec.dims):
                 raise ShapeError(
                     f"ember: the ONNX model's input {spec.name!r} must have shape {spec.describe_dims()}, got "
                     f"{value.dims()}; a dim the export fixed cannot change (export with dynamic axes, e.g. "
@@ -209,7 +212,7 @@ class Program:
                     )
                 value = value.cast(spec.dtype)
             if device is None:
-                device = value._d
+                device = value._device
             env[spec.slot] = value
         if device is None:
             device = self._fallback_device
@@ -259,8 +262,8 @@ def _shape_key(value: Any) -> Any:
     if value is None:  # an empty optional input
         return None
     if isinstance(value, list):  # a sequence input
-        return tuple(tuple(v._p.shape) for v in value)
-    return tuple(value._p.shape)
+        return tuple(tuple(v._primitive.shape) for v in value)
+    return tuple(value._primitive.shape)
 
 
 def _fits(shape: tuple[int, ...], dims: tuple[int | None, ...]) -> bool:

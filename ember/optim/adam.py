@@ -56,11 +56,11 @@ class AdamConfig(OptimizerConfig):
         if not params:
             return []
         # One fused call per (device, step count, AMSGrad maximum kept): usually one.
-        device, first = params[0]._d, states[0]
+        device, first = params[0]._device, states[0]
         time, has_max = (0, False) if first is None else (first.time, first.max_moment_2 is not None)
         uniform = True
         for p, s in zip(params, states):
-            if p._d is not device or (
+            if p._device is not device or (
                 (s is not None)
                 if first is None
                 else (s is None or s.time != time or (s.max_moment_2 is not None) != has_max)
@@ -71,13 +71,13 @@ class AdamConfig(OptimizerConfig):
             return self._step_batch(lr, device, params, grads, states, time, has_max)
         batches: dict[tuple[int, int, bool], list[int]] = {}
         for i, (p, s) in enumerate(zip(params, states)):
-            key = (id(p._d), 0, False) if s is None else (id(p._d), s.time, s.max_moment_2 is not None)
+            key = (id(p._device), 0, False) if s is None else (id(p._device), s.time, s.max_moment_2 is not None)
             batches.setdefault(key, []).append(i)
         results: list[Any] = [None] * len(params)
         for (_, time, has_max), indices in batches.items():
             stepped = self._step_batch(
                 lr,
-                params[indices[0]]._d,
+                params[indices[0]]._device,
                 [params[i] for i in indices],
                 [grads[i] for i in indices],
                 [states[i] for i in indices],
@@ -105,11 +105,11 @@ class AdamConfig(OptimizerConfig):
         new, m, v, v_max = fused(
             FusedOp.ADAM_STEP_MANY,
             device,
-            [p._p for p in params],
-            [g._p for g in grads],
-            None if first_step else [s.moment_1._p for s in old],
-            None if first_step else [s.moment_2._p for s in old],
-            [s.max_moment_2._p for s in old] if has_max else None,
+            [p._primitive for p in params],
+            [g._primitive for g in grads],
+            None if first_step else [s.moment_1._primitive for s in old],
+            None if first_step else [s.moment_2._primitive for s in old],
+            [s.max_moment_2._primitive for s in old] if has_max else None,
             lr=lr,
             beta_1=self.beta_1,
             beta_2=self.beta_2,

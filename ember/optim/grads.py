@@ -26,7 +26,7 @@ class _FromGrads(ModuleVisitor):
         if self.only is not None and param.id not in self.only:
             return
         value = param._value
-        if value is None or not param.require_grad or value._d._inner is None:
+        if value is None or not param.require_grad or value._device._inner is None:
             return  # lazy (not initialised), frozen, or not on an autodiff device
         grad = value.grad_remove(self.grads)  # None for an untracked value
         if grad is not None:

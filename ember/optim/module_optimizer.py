@@ -125,18 +125,18 @@ class ModuleOptimizer:
             for param, path, grad in items:
                 paths[param.id] = path
                 value = param.val()
-                if value._d is not device:
-                    device = value._d
+                if value._device is not device:
+                    device = value._device
                     inner = device.inner()
-                if grad._p.shape != value._p.shape:
+                if grad._primitive.shape != value._primitive.shape:
                     raise ConfigError(
                         f"ember: optimizer step: the gradient of {path!r} has shape {grad.dims()}, "
                         f"but the parameter has {value.dims()}"
                     )
                 values.append(value.to_device(inner))
-                grads_inner.append(grad if grad._d is inner else grad.to_device(inner))
+                grads_inner.append(grad if grad._device is inner else grad.to_device(inner))
             ids = [param.id for param, _, _ in items]
-            complex_at = [i for i, v in enumerate(values) if v._p.dtype.kind == "c"]
+            complex_at = [i for i, v in enumerate(values) if v._primitive.dtype.kind == "c"]
             for i in complex_at:  # torch's optimizers step complex parameters through view_as_real
                 values[i], grads_inner[i] = view_as_real(values[i]), view_as_real(grads_inner[i])
             results = optimizer.step_many(group_lr, values, grads_inner, self.states.get_many(ids))

@@ -43,14 +43,14 @@ def _float(op: str, x: Tensor) -> Tensor:
     """``x`` itself when it is a float tensor (functions never mutate it), else cast."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"ember: {op}: expected a Tensor, got {type(x).__name__}")
-    return x if x._p.dtype in FLOAT_NP else x.float()
+    return x if x._primitive.dtype in FLOAT_NP else x.float()
 
 
 def _int(x: Tensor) -> bool:
     """Whether ``x`` is an int tensor, which the piecewise-linear activations (``relu``,
     ``relu6``, ``hard_tanh``, ``threshold``) keep int, as PyTorch (their bounds are
     truncated to ints, as PyTorch's)."""
-    return isinstance(x, Tensor) and x._p.dtype in INT_NP
+    return isinstance(x, Tensor) and x._primitive.dtype in INT_NP
 
 
 def _split(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -70,12 +70,12 @@ def _hard_clamp(x: Tensor, low: float, high: float) -> Tensor:
 
 def relu(x: Tensor) -> Tensor:
     """``max(x, 0)``; the gradient at 0 is 0. Ints stay ints."""
-    if not isinstance(x, Tensor) or x._p.dtype not in FLOAT_NP:
+    if not isinstance(x, Tensor) or x._primitive.dtype not in FLOAT_NP:
         if _int(x):
             return x.clamp(0, None)
         x = _float("relu", x)
-    d = x._d
-    return Tensor(fused(FusedOp.RELU, d, x._p), d)
+    d = x._device
+    return Tensor(fused(FusedOp.RELU, d, x._primitive), d)
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
@@ -94,8 +94,8 @@ def relu6(x: Tensor) -> Tensor:
 def sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))``."""
     x = _float("sigmoid", x)
-    d = x._d
-    return Tensor(fused(FusedOp.SIGMOID, d, x._p), d)
+    d = x._device
+    return Tensor(fused(FusedOp.SIGMOID, d, x._primitive), d)
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -142,8 +142,8 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         return gelu_tanh(x)
     if approximate != "none":
         raise ValueRangeError(f"ember: gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    d = x._d
-    return Tensor(fused(FusedOp.GELU, d, x._p), d)
+    d = x._device
+    return Tensor(fused(FusedOp.GELU, d, x._primitive), d)
 
 
 def gelu_tanh(x: Tensor) -> Tensor:
@@ -241,8 +241,8 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     dim = normalize_dim("softmax", dim, x.rank)
     if x.num_elements() == 0:
         return x  # nothing to normalise (as PyTorch: an empty result, even over an empty dim)
-    d = x._d
-    return Tensor(fused(FusedOp.SOFTMAX, d, x._p, dim), d)
+    d = x._device
+    return Tensor(fused(FusedOp.SOFTMAX, d, x._primitive, dim), d)
 
 
 @rank0_as_vector("dim")
@@ -254,8 +254,8 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     dim = normalize_dim("log_softmax", dim, x.rank)
     if x.num_elements() == 0:
         return x
-    d = x._d
-    return Tensor(fused(FusedOp.LOG_SOFTMAX, d, x._p, dim), d)
+    d = x._device
+    return Tensor(fused(FusedOp.LOG_SOFTMAX, d, x._primitive, dim), d)
 
 
 def softmin(x: Tensor, dim: int) -> Tensor:

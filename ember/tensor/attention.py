@@ -28,7 +28,7 @@ def _operand(name: str, t: Any, query: Any) -> Tensor:
         raise ShapeError(
             f"ember: scaled_dot_product_attention: {name} must have rank >= 2 [..., seq, dim], got {t.dims()}"
         )
-    if isinstance(query, Tensor) and t._d is not query._d:
+    if isinstance(query, Tensor) and t._device is not query._device:
         check_device("scaled_dot_product_attention", query, t)
     return t
 
@@ -62,8 +62,8 @@ def attention(
         group = _gqa_group(query, key, value)
         if group > 1:
             return _grouped(query, key, value, group, mask, bias, fill, scale, causal, dropout, training)
-    device = query._d
-    if query._p.dtype not in FLOAT_NP:
+    device = query._device
+    if query._primitive.dtype not in FLOAT_NP:
         query = query.float()
     dtype = query.dtype
     key, value = key.cast(dtype), value.cast(dtype)
@@ -83,9 +83,9 @@ def attention(
     value = value.expand(batch + tuple(value.dims()[-2:]))
     full = batch + (n_q, n_k)
     if mask is not None:
-        if not isinstance(mask, Tensor) or mask._p.dtype != BOOL_NP:
+        if not isinstance(mask, Tensor) or mask._primitive.dtype != BOOL_NP:
             raise DTypeError(f"ember: scaled_dot_product_attention: the mask must be a bool Tensor, got {mask!r:.80}")
-        mask = mask.to_device(device) if mask._d is not device else mask
+        mask = mask.to_device(device) if mask._device is not device else mask
         mask = _broadcast("mask", mask, full)
     if bias is not None:
         bias = _broadcast("bias", bias.cast(dtype), full)
@@ -99,15 +99,15 @@ def attention(
     context, weights = fused(
         FusedOp.ATTENTION,
         device,
-        query._p,
-        key._p,
-        value._p,
-        None if mask is None else mask._p,
-        None if bias is None else bias._p,
+        query._primitive,
+        key._primitive,
+        value._primitive,
+        None if mask is None else mask._primitive,
+        None if bias is None else bias._primitive,
         float(fill),
         scale,
         bool(causal),
-        None if keep is None else keep._p,
+        None if keep is None else keep._primitive,
     )
     return Tensor(context, device), Tensor(weights, device)
 
@@ -151,14 +151,14 @@ def _grouped(
         broadcast_shapes("scaled_dot_product_attention", tuple(lead_q), tuple(key.dims()[:-3])),
         tuple(value.dims()[:-3]),
     )
-    device = query._d
+    device = query._device
     if causal:
         later = (
             Tensor.arange(n_k, device=device)
             .unsqueeze_dim(0)
             .greater(Tensor.arange(n_q, device=device).unsqueeze_dim(1))
         )
-        if mask is not None and (not isinstance(mask, Tensor) or mask._p.dtype != BOOL_NP):
+        if mask is not None and (not isinstance(mask, Tensor) or mask._primitive.dtype != BOOL_NP):
             raise DTypeError(f"ember: scaled_dot_product_attention: the mask must be a bool Tensor, got {mask!r:.80}")
         mask = later if mask is None else mask.to_device(device).bool_or(later)
     full = lead + (hq, n_q, n_k)
@@ -167,8 +167,8 @@ def _grouped(
     def fold(name: str, t: Tensor | None) -> Tensor | None:
         if t is None or not isinstance(t, Tensor):
             return t
-        t = t.to_device(device) if t._d is not device else t
-        if broadcast_shapes(f"scaled_dot_product_attention ({name})", t._p.shape, full) != full:
+        t = t.to_device(device) if t._device is not device else t
+        if broadcast_shapes(f"scaled_dot_product_attention ({name})", t._primitive.shape, full) != full:
             raise ShapeError(
                 f"ember: scaled_dot_product_attention: the {name} {t.dims()} does not broadcast to {list(full)}"
             )
@@ -196,11 +196,11 @@ def _grouped(
 
 
 def _broadcast(name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
-    if broadcast_shapes(f"scaled_dot_product_attention ({name})", t._p.shape, shape) != shape:
+    if broadcast_shapes(f"scaled_dot_product_attention ({name})", t._primitive.shape, shape) != shape:
         raise ShapeError(
             f"ember: scaled_dot_product_attention: the {name} {t.dims()} does not broadcast to {list(shape)}"
         )
-    return t.expand(shape) if t._p.shape != shape else t
+    return t.expand(shape) if t._primitive.shape != shape else t
 
 
 def scaled_dot_product_attention(
@@ -225,7 +225,7 @@ def scaled_dot_product_attention(
             raise DTypeError(
                 f"ember: scaled_dot_product_attention: attn_mask must be a Tensor, got {type(attn_mask).__name__}"
             )
-        if attn_mask._p.dtype == BOOL_NP:
+        if attn_mask._primitive.dtype == BOOL_NP:
             mask = attn_mask.bool_not()
         else:
             bias = attn_mask

@@ -184,9 +184,9 @@ def cast_inputs(op: str, *tensors: Any) -> tuple[Any, ...]:
         return tensors
     out = []
     for t in tensors:
-        p = getattr(t, "_p", None)
+        p = getattr(t, "_primitive", None)
         if p is not None and p.dtype in _ELIGIBLE:
-            policy = state.get(_base(t._d))
+            policy = state.get(_base(t._device))
             target = None if policy is None else policy.target(op)
             if target is not None and target.np != p.dtype:
                 t = t.cast(target)

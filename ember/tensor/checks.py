@@ -28,10 +28,10 @@ _INT_RANGE = {d.np: d.int_range for d in DType if d.is_int}
 
 def check_device(op: str, a: TensorLike, b: TensorLike) -> None:
     """Raise unless ``a`` and ``b`` live on the same device."""
-    if a._d != b._d:
+    if a._device != b._device:
         raise DeviceError(
-            f"ember: {op}: operands live on different devices, {a._d!r} and {b._d!r}; "
-            f"move one with .to_device(...) first{_autodiff_hint(a._d, b._d)}"
+            f"ember: {op}: operands live on different devices, {a._device!r} and {b._device!r}; "
+            f"move one with .to_device(...) first{_autodiff_hint(a._device, b._device)}"
         )
 
 
@@ -91,10 +91,10 @@ def check_float_range(op: str, value: int) -> None:
 
 def promote_pair(op: str, a: TensorLike, b: TensorLike) -> tuple[Any, Any]:
     """Both primitives cast to their common dtype (PyTorch's promotion rules)."""
-    pa, pb = a._p, b._p
+    pa, pb = a._primitive, b._primitive
     da, db = NP_TO_DTYPE[pa.dtype], NP_TO_DTYPE[pb.dtype]
     target = promote(da, db)
-    backend = a._d._b
+    backend = a._device._backend
     if da is not target:
         pa = backend.cast(pa, target)
     if db is not target:

@@ -55,14 +55,14 @@ def _norm(name: str, norm: str | None) -> str:
 
 
 def _as_complex(name: str, x: Tensor) -> Tensor:
-    dt = x._p.dtype
+    dt = x._primitive.dtype
     if dt in (_C64, _C128):
         return x
     return x.cast(DType.COMPLEX128 if dt == _F64 else DType.COMPLEX64)
 
 
 def _as_real(name: str, x: Tensor) -> Tensor:
-    dt = x._p.dtype
+    dt = x._primitive.dtype
     if dt in (_F32, _F64):
         return x
     if dt.kind == "c":
@@ -120,7 +120,7 @@ def _run(name: str, op: FftOp, x: Tensor, dims: tuple[int, ...], sizes: tuple[in
             raise ShapeError(
                 f"ember: fft.{name}: dim {d} of shape {list(x.shape)} gives a signal of {n} points; needs >= 1"
             )
-    return Tensor(x._d._b.fft(op, x._p, sizes, dims, norm), x._d)
+    return Tensor(x._device._backend.fft(op, x._primitive, sizes, dims, norm), x._device)
 
 
 def _c2c(name: str, op: FftOp, x: Any, s: Sizes, dim: Dims, norm: str | None, default_all: bool) -> Tensor:

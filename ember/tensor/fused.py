@@ -74,7 +74,7 @@ def fused(op: FusedOp, device: Device, *args: Any, **options: Any) -> Any:
     has no kernel. ``args`` hold primitives of ``device`` (or lists of them, or
     ``None``) and plain values; so does the result."""
     name = _METHODS[op]
-    backend = device._b
+    backend = device._backend
     out = getattr(backend, name)(*args, **options) if options else getattr(backend, name)(*args)
     if out is NotImplemented:
         fn = COMPOSITES.get(name)
@@ -99,7 +99,7 @@ def _lower(value: Any) -> Any:
     from ember.tensor.tensor import Tensor
 
     if isinstance(value, Tensor):
-        return value._p
+        return value._primitive
     if isinstance(value, (list, tuple)):
         return type(value)(_lower(v) for v in value)
     return value

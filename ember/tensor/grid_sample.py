@@ -48,7 +48,10 @@ def grid_sample(
     """
     align = bool(align_corners) if align_corners is not None else False
     _check(input, grid, mode, padding_mode)
-    return Tensor(fused(FusedOp.GRID_SAMPLE, input.device, input._p, grid._p, mode, padding_mode, align), input.device)
+    return Tensor(
+        fused(FusedOp.GRID_SAMPLE, input.device, input._primitive, grid._primitive, mode, padding_mode, align),
+        input.device,
+    )
 
 
 def _check(x: Tensor, grid: Tensor, mode: str, padding_mode: str) -> None:
@@ -65,7 +68,7 @@ def _check(x: Tensor, grid: Tensor, mode: str, padding_mode: str) -> None:
             f"ember: grid_sample: needs input [N, C, H, W] with grid [N, Ho, Wo, 2] (or 5-D input with grid "
             f"[N, Do, Ho, Wo, 3]), got input {list(xs)} and grid {list(gs)}"
         )
-    if x._p.dtype not in FLOAT_NP or grid._p.dtype != x._p.dtype:
+    if x._primitive.dtype not in FLOAT_NP or grid._primitive.dtype != x._primitive.dtype:
         raise DTypeError(
             f"ember: grid_sample: input and grid must be floats of one dtype, got {x.dtype} and {grid.dtype}; cast first"
         )
@@ -85,7 +88,7 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None =
     [[[[-1.0, -1.0], [1.0, -1.0]], [[-1.0, 1.0], [1.0, 1.0]]]]
     """
     align = bool(align_corners) if align_corners is not None else False
-    if not isinstance(theta, Tensor) or theta._p.dtype not in FLOAT_NP:
+    if not isinstance(theta, Tensor) or theta._primitive.dtype not in FLOAT_NP:
         raise DTypeError("ember: affine_grid: theta must be a float Tensor")
     size = [int(s) for s in size]
     rank = len(size) - 2
@@ -102,6 +105,6 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None =
         axes.append(line if align else line * (n - 1) / n)
     mesh = np.meshgrid(*axes[::-1], indexing="ij")  # the spatial dims in order
     base = np.stack([*mesh[::-1], np.ones(spatial)], axis=-1).reshape(-1, rank + 1)
-    base_t = Tensor.from_data(base.astype(theta._p.dtype), device=theta.device)
+    base_t = Tensor.from_data(base.astype(theta._primitive.dtype), device=theta.device)
     grid = base_t.unsqueeze_dim(0).matmul(theta.swap_dims(1, 2))  # [N, P, rank]
     return grid.reshape([size[0], *spatial, rank])

@@ -148,15 +148,15 @@ def interpolate(
     if any(n < 1 for n in n_out):
         raise ShapeError(f"ember: interpolate: the output size {n_out} must be >= 1 in every dim")
     if mode == "area":
-        from ember.tensor.module import adaptive_avg_pool1d, adaptive_avg_pool2d
+        from ember.tensor.layer_ops import adaptive_avg_pool1d, adaptive_avg_pool2d
 
         if spatial == 3:
             raise ShapeError("ember: interpolate: mode 'area' takes 1 or 2 spatial dims")
         return (adaptive_avg_pool1d if spatial == 1 else adaptive_avg_pool2d)(x, tuple(n_out))
     source = x.dtype
-    if linear and x._p.dtype not in FLOAT_NP:
+    if linear and x._primitive.dtype not in FLOAT_NP:
         x = x.float()
-    work = np.float64 if x._p.dtype == np.float64 else np.float32
+    work = np.float64 if x._primitive.dtype == np.float64 else np.float32
     out = x
     image = linear and source is DType.UINT8
     dims = list(enumerate(zip(n_in, n_out, scales)))

@@ -13,12 +13,12 @@ from ember.tensor.tensor import Tensor
 
 
 def check_same_shape(name: str, pred: Tensor, target: Tensor) -> None:
-    if pred._p.shape != target._p.shape:
+    if pred._primitive.shape != target._primitive.shape:
         raise ShapeError(
             f"ember: {name}: predictions {pred.dims()} and targets {target.dims()} must have one shape; "
             "reshape the targets (e.g. .unsqueeze_dim(-1)) to match"
         )
-    if pred._d is not target._d:
+    if pred._device is not target._device:
         check_device(name, pred, target)
 
 
@@ -36,12 +36,12 @@ def mse_loss(pred: Tensor, target: Tensor, mean: bool = True) -> Tensor:
     check_same_shape("mse_loss", pred, target)
     if autocast.ACTIVE:
         pred, target = autocast.cast_inputs("mse_loss", pred, target)
-    if pred._p.dtype not in FLOAT_NP:
+    if pred._primitive.dtype not in FLOAT_NP:
         pred = pred.float()
-    if target._p.dtype != pred._p.dtype:
+    if target._primitive.dtype != pred._primitive.dtype:
         target = target.cast(pred.dtype)
-    d = pred._d
-    return Tensor(fused(FusedOp.MSE_LOSS, d, pred._p, target._p, mean), d)
+    d = pred._device
+    return Tensor(fused(FusedOp.MSE_LOSS, d, pred._primitive, target._primitive, mean), d)
 
 
 def margin_ranking_loss(x1: Tensor, x2: Tensor, target: Tensor, margin: float = 0.0, mean: bool = True) -> Tensor:
@@ -55,6 +55,6 @@ def cross_entropy_indices(logits: Tensor, targets: Tensor) -> Tensor:
     """``-log_softmax(logits)[i, targets[i]]`` per row of float ``logits`` ``[N, C]``
     with int ``targets`` ``[N]`` (each in ``[0, C)``) on the same device: the fused op
     ``CROSS_ENTROPY`` (one kernel where the backend has one)."""
-    t = targets if targets._p.dtype.itemsize == 8 else targets.int()
-    d = logits._d
-    return Tensor(fused(FusedOp.CROSS_ENTROPY, d, logits._p, t._p)[0], d)
+    t = targets if targets._primitive.dtype.itemsize == 8 else targets.int()
+    d = logits._device
+    return Tensor(fused(FusedOp.CROSS_ENTROPY, d, logits._primitive, t._primitive)[0], d)

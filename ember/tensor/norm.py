@@ -17,7 +17,7 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
     to float32."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"ember: layer_norm: expected a Tensor, got {type(x).__name__}")
-    if x._p.dtype not in FLOAT_NP:
+    if x._primitive.dtype not in FLOAT_NP:
         x = x.float()
     if x.rank < 1:
         raise ShapeError("ember: layer_norm: the input needs at least one dim to normalise over")
@@ -30,22 +30,24 @@ def layer_norm(x: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
             raise ShapeError(
                 f"ember: layer_norm: {name} must be a Tensor of shape [{d}] (the input's last dim), got {shape}"
             )
-        if p._d is not x._d:
+        if p._device is not x._device:
             check_device("layer_norm", x, p)
-    if any(p is not None and p._p.dtype != x._p.dtype for p in (gamma, beta)):  # one dtype, PyTorch's promotion
+    if any(
+        p is not None and p._primitive.dtype != x._primitive.dtype for p in (gamma, beta)
+    ):  # one dtype, PyTorch's promotion
         dtype = x.dtype
         for p in (gamma, beta):
             dtype = dtype if p is None else promote(dtype, p.dtype)
         x = x.cast(dtype)
         gamma = None if gamma is None else gamma.cast(dtype)
         beta = None if beta is None else beta.cast(dtype)
-    device = x._d
+    device = x._device
     out = fused(
         FusedOp.LAYER_NORM,
         device,
-        x._p,
-        None if gamma is None else gamma._p,
-        None if beta is None else beta._p,
+        x._primitive,
+        None if gamma is None else gamma._primitive,
+        None if beta is None else beta._primitive,
         epsilon,
     )
     return Tensor(out[0], device)

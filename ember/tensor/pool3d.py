@@ -1,9 +1,9 @@
 """Volumetric pooling, ``max_pool3d`` and ``avg_pool3d`` (``torch.nn.functional``'s),
-over the same module ops as the 1-D and 2-D forms (``ember.tensor.module``)."""
+over the same module ops as the 1-D and 2-D forms (``ember.tensor.layer_ops``)."""
 
 from __future__ import annotations
 
-from ember.tensor.module import IntOrTuple, Padding, _avg_pool, _max_pool
+from ember.tensor.layer_ops import IntOrTuple, Padding, _avg_pool, _max_pool
 from ember.tensor.tensor import Tensor
 
 

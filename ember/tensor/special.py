@@ -51,7 +51,7 @@ _CF_FROM = 2.0
 def _float(x: Tensor, op: str) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"ember: special.{op}: expects a Tensor, got {type(x).__name__}")
-    return x if x._p.dtype in FLOAT_NP else x.float()
+    return x if x._primitive.dtype in FLOAT_NP else x.float()
 
 
 def _where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
@@ -203,7 +203,7 @@ def zeta(input: Tensor, other: Tensor | float) -> Tensor:
         q_shift = q.add(steps)
     else:
         q_shift = q
-    qs = q_shift.clamp_min(1e-300 if x._p.dtype.itemsize == 8 else 1e-30)
+    qs = q_shift.clamp_min(1e-300 if x._primitive.dtype.itemsize == 8 else 1e-30)
     s = qs.pow(xs.neg())
     a = qs
     b = s
@@ -218,7 +218,7 @@ def zeta(input: Tensor, other: Tensor | float) -> Tensor:
     s = s.add(b.mul(w).div(xs.sub_scalar(1))).sub(b.mul_scalar(0.5))
     factor = x.ones_like()
     done = s.equal_elem(math.inf)
-    eps = 1.1e-16 if x._p.dtype.itemsize == 8 else 6e-8
+    eps = 1.1e-16 if x._primitive.dtype.itemsize == 8 else 6e-8
     k = 0
     for coefficient in _ZETA_A:
         factor = factor.mul(xs.add_scalar(k))
@@ -470,7 +470,7 @@ def ndtri(input: Tensor) -> Tensor:
     NaN outside ``[0, 1]``."""
     p = _float(input, "ndtri")
     upper = p.greater_elem(0.5)
-    lower_p = _where(upper, p.neg().add_scalar(1), p).clamp(1e-300 if p._p.dtype.itemsize == 8 else 1e-38, 0.5)
+    lower_p = _where(upper, p.neg().add_scalar(1), p).clamp(1e-300 if p._primitive.dtype.itemsize == 8 else 1e-38, 0.5)
     x = _ndtri_lower(lower_p)
     out = _where(upper, x.neg(), x)
     out = out.mask_fill(p.equal_elem(0.0), -math.inf).mask_fill(p.equal_elem(1.0), math.inf)
@@ -487,7 +487,7 @@ def erfinv(input: Tensor) -> Tensor:
     guess = _winitzki(ys.square().neg().log1p()).mul(ys.sign())
     near = _newton(guess, ys, lambda v: v.erf(), lambda v: v.square().neg().exp().mul_scalar(2 / _SQRT_PI), 3)
     # |y| >= 0.5: erfinv(|y|) = -ndtri((1 - |y|) / 2) / sqrt 2, (1 - |y|) exact there.
-    tail_p = ay.neg().add_scalar(1).mul_scalar(0.5).clamp(1e-300 if y._p.dtype.itemsize == 8 else 1e-38, 0.25)
+    tail_p = ay.neg().add_scalar(1).mul_scalar(0.5).clamp(1e-300 if y._primitive.dtype.itemsize == 8 else 1e-38, 0.25)
     far = _ndtri_lower(tail_p).mul_scalar(-1 / _SQRT2).mul(y.sign())
     out = _where(small, near, far)
     out = out.mask_fill(y.equal_elem(1.0), math.inf).mask_fill(y.equal_elem(-1.0), -math.inf)

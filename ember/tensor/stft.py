@@ -164,7 +164,10 @@ def stft(
         raise ShapeError(f"ember: stft: the (padded) signal has {length + 2 * pad} samples, fewer than n_fft={n_fft}")
     w = _window("stft", window, n_fft, win, x)
     frames = Tensor(
-        fused(FusedOp.STFT_FRAMES, x.device, x._p, None if w is None else w._p, n_fft, hop, pad, pad_mode), x.device
+        fused(
+            FusedOp.STFT_FRAMES, x.device, x._primitive, None if w is None else w._primitive, n_fft, hop, pad, pad_mode
+        ),
+        x.device,
     )
     onesided = (not x.is_complex() and (w is None or not w.is_complex())) if onesided is None else onesided
     if onesided and frames.is_complex():

@@ -86,12 +86,12 @@ class Tensor(
     54.0
     """
 
-    __slots__ = ("_p", "_d")
+    __slots__ = ("_primitive", "_device")
     __array_ufunc__ = None  # numpy defers to Tensor's operators instead of converting it
 
     def __init__(self, primitive: Any, device: Device):
-        self._p = primitive
-        self._d = device
+        self._primitive = primitive
+        self._device = device
 
     if not TYPE_CHECKING:  # the checker reports a missing attribute itself
 
@@ -111,7 +111,7 @@ class Tensor(
         device = _device(device)
         array = to_array("Tensor.from_data", data, None if dtype is None else DType.parse(dtype))
         try:
-            return cls(device._b.from_numpy(array), device)
+            return cls(device._backend.from_numpy(array), device)
         except MemoryError as error:
             if isinstance(error, DeviceMemoryError):  # the device's own, naming its memory
                 raise
@@ -151,7 +151,7 @@ class Tensor(
         check_value_fits("Tensor.full", value, dtype)
         shape = as_shape("Tensor.full", shape)
         check_addressable("Tensor.full", shape, dtype.itemsize)
-        return cls(device._b.full(shape, value, dtype), device)
+        return cls(device._backend.full(shape, value, dtype), device)
 
     @classmethod
     def zeros(cls, shape: Any, device: Device | None = None, dtype: DType | str | None = None) -> Tensor:
@@ -169,13 +169,13 @@ class Tensor(
         return cls.zeros(shape, device, dtype)
 
     def zeros_like(self) -> Tensor:
-        return Tensor.zeros(self._p.shape, self._d, self.dtype)
+        return Tensor.zeros(self._primitive.shape, self._device, self.dtype)
 
     def ones_like(self) -> Tensor:
-        return Tensor.ones(self._p.shape, self._d, self.dtype)
+        return Tensor.ones(self._primitive.shape, self._device, self.dtype)
 
     def full_like(self, value: Any) -> Tensor:
-        return Tensor.full(self._p.shape, value, self._d, self.dtype)
+        return Tensor.full(self._primitive.shape, value, self._device, self.dtype)
 
     @classmethod
     def arange(
@@ -207,7 +207,7 @@ class Tensor(
             check_int_fits("Tensor.arange", min(start, last), max(start, last), dtype)
         if n * dtype.itemsize > MAX_HOST_BYTES:  # past what any device (or len(range)) can count
             raise memory_error((n,), dtype, n * dtype.itemsize, "Tensor.arange")
-        return cls(device._b.arange(start, end, step, dtype), device)
+        return cls(device._backend.arange(start, end, step, dtype), device)
 
     @classmethod
     def eye(
@@ -244,10 +244,10 @@ class Tensor(
         if dtype is not DType.FLOAT64:
             philox.check_float32(distribution)
         key, counter = device._rng.current().reserve(philox.blocks_for(numel(shape), dtype))
-        return cls(device._b.random(shape, distribution, dtype, key, counter), device)
+        return cls(device._backend.random(shape, distribution, dtype, key, counter), device)
 
     def random_like(self, distribution: Distribution | None = None) -> Tensor:
-        return Tensor.random(self._p.shape, distribution, self._d, self.dtype)
+        return Tensor.random(self._primitive.shape, distribution, self._device, self.dtype)
 
     def multinomial(self, num_samples: builtins.int = 1, replacement: builtins.bool = False) -> Tensor:
         """Category indices drawn from this tensor of weights ``[C]`` or ``[R, C]`` with
@@ -260,43 +260,43 @@ class Tensor(
     # ------------------------------------------------------------------ read-out
     @property
     def shape(self) -> Shape:
-        return Shape(self._p.shape)
+        return Shape(self._primitive.shape)
 
     def dims(self) -> list[builtins.int]:
-        return list(self._p.shape)
+        return list(self._primitive.shape)
 
     def size(self, dim: builtins.int | None = None) -> Shape | builtins.int:
         """PyTorch's ``size()``: the shape (as :attr:`shape`), or the size of ``dim``."""
         if dim is None:
-            return Shape(self._p.shape)
-        return self._p.shape[normalize_dim("size", dim, len(self._p.shape))]
+            return Shape(self._primitive.shape)
+        return self._primitive.shape[normalize_dim("size", dim, len(self._primitive.shape))]
 
     @property
     def rank(self) -> builtins.int:
-        return len(self._p.shape)
+        return len(self._primitive.shape)
 
     ndim = rank
 
     def num_elements(self) -> builtins.int:
-        return numel(self._p.shape)
+        return numel(self._primitive.shape)
 
     numel = num_elements
 
     @property
     def dtype(self) -> DType:
-        return NP_TO_DTYPE[self._p.dtype]
+        return NP_TO_DTYPE[self._primitive.dtype]
 
     @property
     def device(self) -> Device:
-        return self._d
+        return self._device
 
     @property
     def primitive(self) -> Any:
         """The backend primitive (for backend authors)."""
-        return self._p
+        return self._primitive
 
     def is_float(self) -> builtins.bool:
-        return self._p.dtype in FLOAT_NP
+        return self._primitive.dtype in FLOAT_NP
 
     def to_data(self) -> TensorData:
         """A copy of the values on the host."""
@@ -310,11 +310,13 @@ class Tensor(
         """A fresh host array of the values; a ``DeviceMemoryError`` naming the size
         when the host cannot hold it."""
         try:
-            return np.array(self._d._b.to_numpy(self._p), copy=True)
+            return np.array(self._device._backend.to_numpy(self._primitive), copy=True)
         except MemoryError as error:
             if isinstance(error, DeviceMemoryError):
                 raise
-            raise memory_error(self._p.shape, self.dtype, self.num_elements() * self.dtype.itemsize, op) from None
+            raise memory_error(
+                self._primitive.shape, self.dtype, self.num_elements() * self.dtype.itemsize, op
+            ) from None
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         array = self.to_numpy()
@@ -325,13 +327,13 @@ class Tensor(
 
     def into_scalar(self) -> builtins.int | builtins.float | builtins.bool:
         """The value of a one-element tensor as a Python number (a sync point)."""
-        n = numel(self._p.shape)
+        n = numel(self._primitive.shape)
         if n != 1:
             raise ShapeError(
                 f"ember: into_scalar needs a tensor with exactly one element, got shape "
-                f"{list(self._p.shape)}; reduce it first (e.g. .sum() or .mean())"
+                f"{list(self._primitive.shape)}; reduce it first (e.g. .sum() or .mean())"
             )
-        array = self._d._b.to_numpy(self._p)
+        array = self._device._backend.to_numpy(self._primitive)
         dtype = array.dtype
         if dtype.kind == "V" or dtype == _FLOAT16:  # ml_dtypes' bfloat16 (and float16) as a Python float
             return float(array.reshape(-1)[0])
@@ -346,7 +348,7 @@ class Tensor(
         return int(self.into_scalar())
 
     def __index__(self) -> builtins.int:
-        if self._p.dtype not in FLOAT_NP and self._p.dtype != np.bool_:
+        if self._primitive.dtype not in FLOAT_NP and self._primitive.dtype != np.bool_:
             return int(self.into_scalar())
         raise DTypeError(
             f"ember: only an int tensor with one element can be used as an index, got {self.dtype}; "
@@ -354,9 +356,9 @@ class Tensor(
         )
 
     def __bool__(self) -> builtins.bool:
-        if numel(self._p.shape) != 1:
+        if numel(self._primitive.shape) != 1:
             raise ShapeError(
-                f"ember: the truth value of a tensor with shape {list(self._p.shape)} is ambiguous; "
+                f"ember: the truth value of a tensor with shape {list(self._primitive.shape)} is ambiguous; "
                 "use .any() or .all()"
             )
         return bool(self.into_scalar())
@@ -371,9 +373,9 @@ class Tensor(
         )
 
     def __len__(self) -> builtins.int:
-        if not self._p.shape:
+        if not self._primitive.shape:
             raise RankError("ember: len() of a rank-0 tensor; it has one value (.item()) and no length")
-        return self._p.shape[0]
+        return self._primitive.shape[0]
 
     def __iter__(self):
         for i in range(len(self)):
@@ -382,15 +384,17 @@ class Tensor(
     __hash__ = object.__hash__
 
     def __reduce__(self):
-        return (_rebuild, (self.to_numpy(), self._d))
+        return (_rebuild, (self.to_numpy(), self._device))
 
     def __repr__(self) -> str:
-        array = self._d._b.to_numpy(self._p)
+        array = self._device._backend.to_numpy(self._primitive)
         if array.dtype.kind == "V":
             array = array.astype(np.float32)
         body = np.array2string(array, separator=", ", threshold=200, edgeitems=3, precision=6, prefix="Tensor(")
         extra = ", require_grad=True" if self.is_require_grad() else ""
-        return f"Tensor({body}, shape={list(self._p.shape)}, dtype={self.dtype}, device={self._d!r}{extra})"
+        return (
+            f"Tensor({body}, shape={list(self._primitive.shape)}, dtype={self.dtype}, device={self._device!r}{extra})"
+        )
 
     # ------------------------------------------------------------------ device and dtype
     def to_device(self, device: Device) -> Tensor:
@@ -399,44 +403,48 @@ class Tensor(
         Between a device and its autodiff wrapper this keeps the values and wraps or
         unwraps them (moving to the inner device detaches); between backends it copies.
         """
-        src = self._d
+        src = self._device
         if device is src:
-            return self.__class__(self._p, self._d)
+            return self.__class__(self._primitive, self._device)
         # The wrap/unwrap/move_from calls below run on autodiff devices' backends only.
         if device is src._inner:  # fast path: autodiff device -> its inner device
-            backend: AutodiffProtocol = src._b  # type: ignore[assignment]  # src is an autodiff device
-            return Tensor(backend.unwrap(self._p), device)
+            backend: AutodiffProtocol = src._backend  # type: ignore[assignment]  # src is an autodiff device
+            return Tensor(backend.unwrap(self._primitive), device)
         device = _device(device)
         if src is device._inner:  # fast path: device -> its autodiff wrapper
-            return Tensor(cast("AutodiffProtocol", device._b).wrap(self._p), device)
+            return Tensor(cast("AutodiffProtocol", device._backend).wrap(self._primitive), device)
         if device.inner() is src.inner() or device.inner() == src.inner():
-            prim = self._p
+            prim = self._primitive
             if src.is_autodiff():
-                prim = cast("AutodiffProtocol", src._b).unwrap(prim)
+                prim = cast("AutodiffProtocol", src._backend).unwrap(prim)
             if device.is_autodiff():
-                prim = cast("AutodiffProtocol", device._b).wrap(prim)
+                prim = cast("AutodiffProtocol", device._backend).wrap(prim)
             return Tensor(prim, device)
-        prim = self._p
+        prim = self._primitive
         if src.is_autodiff() and device.is_autodiff():
-            return Tensor(cast("AutodiffProtocol", device._b).move_from(prim, src._b), device)
+            return Tensor(cast("AutodiffProtocol", device._backend).move_from(prim, src._backend), device)
         if src.is_autodiff():
-            prim = cast("AutodiffProtocol", src._b).unwrap(prim)
-        array = src.inner()._b.to_numpy(prim)
-        prim = device.inner()._b.from_numpy(np.ascontiguousarray(array))
+            prim = cast("AutodiffProtocol", src._backend).unwrap(prim)
+        array = src.inner()._backend.to_numpy(prim)
+        prim = device.inner()._backend.from_numpy(np.ascontiguousarray(array))
         if device.is_autodiff():
-            prim = cast("AutodiffProtocol", device._b).wrap(prim)
+            prim = cast("AutodiffProtocol", device._backend).wrap(prim)
         return Tensor(prim, device)
 
     def cast(self, dtype: DType | str) -> Tensor:
         """This tensor converted to ``dtype`` (floats to ints truncate toward zero)."""
         dtype = DType.parse(dtype)
-        if dtype.np == self._p.dtype:
-            return self.__class__(self._p, self._d)
-        return Tensor(self._d._b.cast(self._p, dtype), self._d)
+        if dtype.np == self._primitive.dtype:
+            return self.__class__(self._primitive, self._device)
+        return Tensor(self._device._backend.cast(self._primitive, dtype), self._device)
 
     def float(self) -> Tensor:
         """Cast to float32 unless already a float."""
-        return self.__class__(self._p, self._d) if self._p.dtype in FLOAT_NP else self.cast(DType.FLOAT32)
+        return (
+            self.__class__(self._primitive, self._device)
+            if self._primitive.dtype in FLOAT_NP
+            else self.cast(DType.FLOAT32)
+        )
 
     def int(self) -> Tensor:
         """Cast to int64."""
@@ -449,7 +457,7 @@ class Tensor(
     def clone(self) -> Tensor:
         """A new handle to the same values (cheap: values are immutable; item assignment
         on one handle leaves the other unchanged)."""
-        return self.__class__(self._p, self._d)
+        return self.__class__(self._primitive, self._device)
 
     @staticmethod
     def stack(tensors: Sequence[Tensor], dim: builtins.int = 0) -> Tensor:

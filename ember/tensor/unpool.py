@@ -29,7 +29,7 @@ def _max_unpool(
     op = f"max_unpool{rank}d"
     if not isinstance(x, Tensor) or not isinstance(indices, Tensor):
         raise DTypeError(f"ember: {op}: the input and the indices must be Tensors")
-    if indices._p.dtype not in INT_NP:
+    if indices._primitive.dtype not in INT_NP:
         raise DTypeError(f"ember: {op}: the indices must be an int tensor, got {indices.dtype}")
     if x.dims() != indices.dims():
         raise ShapeError(f"ember: {op}: the input {x.dims()} and the indices {indices.dims()} must have one shape")

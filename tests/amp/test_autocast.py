@@ -25,7 +25,7 @@ from ember.nn.loss import (
     SmoothL1LossConfig,
 )
 from ember.tensor import activation as act
-from ember.tensor import module as fm
+from ember.tensor import layer_ops as fm
 
 
 def _ops():

@@ -9,8 +9,8 @@ import pytest
 from ember import Tensor
 from ember.backend.autodiff import Checkpointing
 from ember.tensor import activation as act
+from ember.tensor.layer_ops import linear
 from ember.tensor.loss import mse_loss
-from ember.tensor.module import linear
 from tests.autodiff.gradcheck import check_grad
 
 

@@ -12,7 +12,7 @@ from ember.backend.autodiff import Checkpointing
 from ember.backend.autodiff.rules.elementwise import BINARY, UNARY
 from ember.backend.ops import BinaryOp, UnaryOp
 from ember.tensor import activation as act
-from ember.tensor import module as fm
+from ember.tensor import layer_ops as fm
 from ember.tensor.loss import mse_loss
 from ember.tensor.norm import layer_norm
 from tests.autodiff.second_order import ember_hvp, numeric_hvp, torch_hvp

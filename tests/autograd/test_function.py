@@ -372,7 +372,7 @@ def test_the_node_keeps_only_the_saved_values():
     ad = Device.flex().autodiff()
     x = Tensor.from_data(np.ones((64, 64), np.float32), device=ad).require_grad()
     h = x.mul_scalar(2.0)  # its value is needed by nobody but RoundSte's input
-    value = weakref.ref(h._p.inner)
+    value = weakref.ref(h._primitive.inner)
     y = RoundSte.apply(h)
     del h
     gc.collect()

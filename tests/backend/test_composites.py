@@ -12,8 +12,8 @@ import pytest
 
 from ember.backend.composites import run
 from ember.backend.flex import FlexBackend
-from ember.backend.fusion.expand import GraphBuilder, Value, expand
 from ember.backend.fusion.graph import Aval, Graph, flatten
+from ember.backend.fusion.primitive_graph import GraphBuilder, Value, expand
 from ember.backend.fusion.replay import Replay
 from ember.backend.ops import FUSED_BACKWARD_KERNELS, FusedOp
 from ember.device import Device
@@ -98,7 +98,7 @@ def _leaves(result):
 def test_the_fallback_and_the_lowerings_expansion_agree_bit_for_bit(index, rng):
     op, arrays, static, options = _cases(rng)[index]
     if op in FUSED_BACKWARD_KERNELS:
-        backend = DEVICE._b
+        backend = DEVICE._backend
         eager = getattr(backend, op)(*arrays, *static, **options)
         assert eager is NotImplemented
         eager = run(backend, op, *arrays, *static, **options)

@@ -14,7 +14,7 @@ from tests.conftest import assert_close, import_torch
 
 pytestmark = pytest.mark.torch
 
-FLEX = Device.flex()._b
+FLEX = Device.flex()._backend
 
 
 class Defaults:

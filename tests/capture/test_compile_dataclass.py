@@ -69,9 +69,9 @@ def test_a_donated_argument_is_updated_in_place(rng):
         assert_close(total, want.to_numpy(), atol=1e-6)
         assert_close(cache.v, eager.v.to_numpy(), atol=1e-6)
         if i == 2:
-            arrays = (cache.k._p, cache.v._p)
+            arrays = (cache.k._primitive, cache.v._primitive)
     # From the compiled runs on, the cache's arrays are the ones passed in, written in place.
-    assert arrays is not None and cache.k._p is arrays[0] and cache.v._p is arrays[1]
+    assert arrays is not None and cache.k._primitive is arrays[0] and cache.v._primitive is arrays[1]
     assert compiled.stats["traces"] == 1
 
 

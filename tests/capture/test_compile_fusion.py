@@ -59,7 +59,10 @@ def test_a_training_step_on_a_fusion_device_matches_the_eager_step():
     entry = _only_entry(step)
     assert isinstance(entry.plan, LLVMPlan) and entry.binding is not None
     # The tensors a step returns are the fusion device's, ready.
-    assert all(type(p.val()._p.inner) is LazyTensor and p.val()._p.inner.value is not None for p in model_c.params())
+    assert all(
+        type(p.val()._primitive.inner) is LazyTensor and p.val()._primitive.inner.value is not None
+        for p in model_c.params()
+    )
 
 
 def test_two_compiled_runs_on_a_fusion_device_are_bit_identical():
@@ -121,7 +124,7 @@ def test_compiled_inference_on_a_fusion_device_matches_eager(batch):
         x = Tensor.from_data(data, device=fusion).mul_scalar(2.0)  # queued
         want = reference(Tensor.from_data(data, device=flex).mul_scalar(2.0)).tanh().to_data().to_numpy()
         out = forward(model, x)
-        assert out.device == fusion and type(out._p) is LazyTensor
+        assert out.device == fusion and type(out._primitive) is LazyTensor
         assert_close(out.to_data().to_numpy(), want)
     assert forward.stats["traces"] == 1 and forward.stats["replays"] == 2
     assert isinstance(_only_entry(forward).plan, LLVMPlan)

@@ -113,7 +113,7 @@ def test_the_model_passed_in_is_read_not_changed():
     device = Device.flex().autodiff()
     model, x, y = mlp_problem(device)
     original = [p.val().to_data().to_numpy() for p in model.params()]
-    arrays = [p.val()._p.inner for p in model.params()]
+    arrays = [p.val()._primitive.inner for p in model.params()]
     optim = AdamConfig().init()
     ce = CrossEntropyLoss()
 
@@ -127,7 +127,7 @@ def test_the_model_passed_in_is_read_not_changed():
         returned, _ = step(returned, x, y)
     again, _ = step(returned, x, y)  # the steady-state runner binds (and packs) the donated arrays
     assert again is returned
-    held = [p.val()._p.inner for p in returned.params()]
+    held = [p.val()._primitive.inner for p in returned.params()]
     for _ in range(3):
         again, _ = step(returned, x, y)
         assert again is returned
@@ -135,7 +135,7 @@ def test_the_model_passed_in_is_read_not_changed():
         np.testing.assert_array_equal(array, before)  # the caller's arrays are untouched
         np.testing.assert_array_equal(p.val().to_data().to_numpy(), before)
     # The returned model's parameters are updated in place from step to step.
-    assert all(p.val()._p.inner is a for p, a in zip(returned.params(), held))
+    assert all(p.val()._primitive.inner is a for p, a in zip(returned.params(), held))
     # A second compiled step from the original model starts from its values again.
     again, loss = step(model, x, y)
     expected = ce.forward(model(x), y).into_scalar()
@@ -194,5 +194,5 @@ def test_bound_parameters_and_moments_lie_in_one_block():
     bases = {id(a.base) for a in held}
     assert len(bases) == 1 and all(a.flags.c_contiguous for a in held)
     assert all(a.ctypes.data % 64 == 0 for a in held)
-    params = [p.val()._p.inner for p in model.params()]
+    params = [p.val()._primitive.inner for p in model.params()]
     assert all(any(p is a for a in held) for p in params)  # the model reads the packed views

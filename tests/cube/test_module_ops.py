@@ -157,7 +157,7 @@ def test_adaptive_pool_and_embedding(cube):
 
 def test_conv_layer_trains_on_the_gpu(gpu):
     from ember.nn import Conv2dConfig
-    from ember.tensor import module as F
+    from ember.tensor import layer_ops as F
 
     device = gpu.autodiff()
     device.seed(0)

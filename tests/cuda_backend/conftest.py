@@ -17,7 +17,7 @@ REQUIRE_NVRTC = os.environ.get("EMBER_REQUIRE_NVRTC") == "1"
 def require_nvrtc() -> None:
     """Skip (or fail, with ``EMBER_REQUIRE_NVRTC=1``) unless NVRTC loads."""
     try:
-        from ember.backend.cube.cuda import nvrtc
+        from ember.backend.cuda import nvrtc
 
         nvrtc.version()
     except Exception as error:

@@ -1,6 +1,6 @@
 """Every kernel the cuda backend can emit compiles with NVRTC, with no GPU.
 
-The catalogue (:mod:`ember.backend.cube.cuda.catalog`) runs every op of the backend
+The catalogue (:mod:`ember.backend.cuda.catalog`) runs every op of the backend
 over every dtype it is defined for and each layout class the generator tells apart,
 on a recording runtime. Its kernels are compiled in batches (one compilation unit per
 batch, each kernel in its own namespace) to cubin for sm_80 and sm_90, with ptxas's
@@ -30,7 +30,7 @@ MAX_STACK_BYTES = 40
 
 @functools.lru_cache(maxsize=1)
 def _batches() -> tuple[list[str], list[list[str]]]:
-    from ember.backend.cube.cuda.catalog import batches, kernels
+    from ember.backend.cuda.catalog import batches, kernels
 
     found = sorted(kernels().values())
     names = [[name for name, _ in found[i : i + BATCH]] for i in range(0, len(found), BATCH)]
@@ -38,7 +38,7 @@ def _batches() -> tuple[list[str], list[list[str]]]:
 
 
 def test_catalogue_covers_every_op_and_dtype():
-    from ember.backend.cube.cuda.catalog import kernels
+    from ember.backend.cuda.catalog import kernels
     from ember.backend.ops import ArgReduceOp, CumulativeOp
 
     found = kernels()
@@ -76,7 +76,7 @@ def test_ptx_cubin_and_resources(arch, batch):
     the driver JIT-compiles on a later GPU) and the cubin (what runs on sm_XX), and
     ptxas's resource report for each kernel."""
     require_nvrtc()
-    from ember.backend.cube.cuda.nvrtc import compile_ptx_and_cubin, resources
+    from ember.backend.cuda.nvrtc import compile_ptx_and_cubin, resources
 
     sources, names = _batches()
     if batch >= len(sources):
@@ -97,13 +97,13 @@ def test_ptx_cubin_and_resources(arch, batch):
 
 def test_every_protocol_op_has_a_cuda_lowering():
     from ember.backend.base import Backend
-    from ember.backend.cube.cuda.backend import CudaBackend
-    from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY
+    from ember.backend.cuda.backend import CudaBackend
+    from ember.backend.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY
     from ember.backend.ops import BinaryOp, UnaryOp
 
     assert set().union(*LOWERED_UNARY.values()) == set(UnaryOp)
     assert set().union(*LOWERED_BINARY.values()) == set(BinaryOp)
     abstract = {name for name in dir(Backend) if getattr(getattr(Backend, name), "__isabstractmethod__", False)}
     # Defined by the CUDA backend itself (its classes: the backend and its op mixins), not inherited defaults.
-    own = set().union(*(vars(c) for c in CudaBackend.__mro__ if c.__module__.startswith("ember.backend.cube.cuda.")))
+    own = set().union(*(vars(c) for c in CudaBackend.__mro__ if c.__module__.startswith("ember.backend.cuda.")))
     assert not CudaBackend.__abstractmethods__ and abstract <= own

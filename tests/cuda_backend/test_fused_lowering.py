@@ -11,7 +11,7 @@ import pytest
 import ember
 from ember import Device, Tensor
 from ember.backend.fusion.cuda.target import CudaTarget, schedule_kernels
-from ember.backend.fusion.expand import expand
+from ember.backend.fusion.primitive_graph import expand
 from ember.backend.fusion.replay import Replay
 from ember.backend.fusion.scheduler import Kernel, Matmul, schedule
 from ember.nn import LinearConfig, Relu
@@ -74,7 +74,7 @@ def test_training_step_schedule_lowers_and_compiles():
     assert len(codes) == len([k for k in kernels if all(n for n in k.space)])
     assert any("sc[" in c.source for c in codes.values()), "Adam's scalars are read from the scalar array"
     require_nvrtc()
-    from ember.backend.cube.cuda.nvrtc import compile_ptx_and_cubin, full_source, resources
+    from ember.backend.cuda.nvrtc import compile_ptx_and_cubin, full_source, resources
 
     source = full_source("\n".join(c.source for c in codes.values()))
     for arch in ("sm_80", "sm_90"):

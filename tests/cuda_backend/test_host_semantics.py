@@ -1,7 +1,7 @@
 """The CUDA C lowering's semantics, checked on the host against flex (numpy).
 
-The expression code the cuda backend generates (:mod:`ember.backend.cube.cuda.lowering`
-with the helpers of :mod:`ember.backend.cube.cuda.prelude`) is plain C++ apart from a
+The expression code the cuda backend generates (:mod:`ember.backend.cuda.lowering`
+with the helpers of :mod:`ember.backend.cuda.prelude`) is plain C++ apart from a
 few CUDA intrinsics; here it is compiled for the CPU with g++ (shims for the bit casts,
 ``_Float16`` for half conversions) and run on special values: signed zeros, infinities,
 NaN, integer extremes, zero divisors, shifts past the width. Results must equal flex's
@@ -19,9 +19,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from ember.backend.cube.cuda.dtypes import load_code, storage_type, store_code
-from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY, CExpr
-from ember.backend.cube.cuda.prelude import COMMON
+from ember.backend.cuda.dtypes import load_code, storage_type, store_code
+from ember.backend.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY, CExpr
+from ember.backend.cuda.prelude import COMMON
 from ember.backend.dtype import DType
 from ember.backend.flex import FlexBackend
 from ember.backend.kernel.exprs import Exprs

@@ -9,8 +9,8 @@ import pytest
 
 import ember
 from ember import Device, Distribution, Tensor
-from ember.backend.cube.cuda.backend import CudaBackend
-from ember.backend.cube.cuda.catalog import RecordingRuntime, batches
+from ember.backend.cuda.backend import CudaBackend
+from ember.backend.cuda.catalog import RecordingRuntime, batches
 from ember.nn import LinearConfig, Relu
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
@@ -69,7 +69,7 @@ def test_eager_and_compiled_steps_emit_kernels_that_compile():
     assert len(runtime.sources) > eager_kernels  # the expanded Adam update's kernels
 
     require_nvrtc()
-    from ember.backend.cube.cuda.nvrtc import compile_ptx_and_cubin
+    from ember.backend.cuda.nvrtc import compile_ptx_and_cubin
 
     for unit in batches(sorted(runtime.sources.values()), 200):
         _, cubin, _ = compile_ptx_and_cubin(unit, "sm_90")
@@ -108,7 +108,7 @@ def test_fused_plans_run_their_schedule_and_compile():
     assert len(plans) == step.stats["traces"], (step.stats, executor.stats)  # one module per traced step
     assert per_step < 40  # fused: far fewer launches than the eager step's ops
     require_nvrtc()
-    from ember.backend.cube.cuda.nvrtc import compile_ptx_and_cubin
+    from ember.backend.cuda.nvrtc import compile_ptx_and_cubin
 
     for unit in batches(sorted(runtime.sources.values()), 200):
         _, cubin, _ = compile_ptx_and_cubin(unit, "sm_90")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ember.backend.flex import FlexBackend
-from ember.backend.fusion.expand import GraphBuilder, Value
 from ember.backend.fusion.graph import Aval, Graph
+from ember.backend.fusion.primitive_graph import GraphBuilder, Value
 from ember.backend.fusion.replay import Replay
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))

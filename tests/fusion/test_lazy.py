@@ -36,12 +36,12 @@ def test_ops_are_recorded_until_a_sync_point():
     before = dict(backend.stats)
     a = Tensor.from_floats([[1.0, -2.0], [3.0, 4.0]], device=device)
     b = a.mul_scalar(2.0).add_scalar(1.0).exp().sum_dim(1)
-    assert isinstance(b._p, LazyTensor) and b._p.value is None
+    assert isinstance(b._primitive, LazyTensor) and b._primitive.value is None
     assert backend.stats["flushes"] == before["flushes"]
     expected = np.exp(np.array([[1.0, -2.0], [3.0, 4.0]], np.float32) * 2 + 1).sum(1, keepdims=True)
     np.testing.assert_allclose(b.to_data().to_numpy(), expected, rtol=1e-6)
     assert backend.stats["flushes"] == before["flushes"] + 1
-    assert b._p.value is not None
+    assert b._primitive.value is not None
 
 
 def test_dead_intermediates_are_not_materialised(monkeypatch):
@@ -64,7 +64,7 @@ def test_dead_intermediates_are_not_materialised(monkeypatch):
     assert out.into_scalar() == pytest.approx(3.0 * (np.exp([1.0, 2.0, 3.0]) + 1.0).sum(), rel=1e-6)
     ((nodes, outputs),) = planned
     assert nodes >= 4 and len(outputs) == 2  # exp, add, mul, sum recorded; only kept and out come out
-    assert kept._p.value is not None  # alive from Python: computed
+    assert kept._primitive.value is not None  # alive from Python: computed
 
 
 def test_one_plan_per_structure_floats_included():

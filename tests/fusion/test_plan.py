@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember.backend.cube.cuda.backend import CudaBackend
-from ember.backend.cube.cuda.catalog import RecordingRuntime
+from ember.backend.cuda.backend import CudaBackend
+from ember.backend.cuda.catalog import RecordingRuntime
 from ember.backend.flex import FlexBackend
 from ember.backend.fusion import ReplayExecutor, executors
 from ember.backend.fusion.cuda.executor import CudaExecutor, CudaPlan

@@ -174,8 +174,8 @@ def test_integer_and_bool_chains_match_eager_cube(fused, rng):
 def test_fixed_scalars_are_constants_of_the_plan():
     """The compile layer may fix the trace's literals (``fixed_scalars``): a run passes
     the other scalars only."""
-    from ember.backend.fusion.expand import GraphBuilder, Value
     from ember.backend.fusion.graph import Aval, Graph, Sc
+    from ember.backend.fusion.primitive_graph import GraphBuilder, Value
     from ember.backend.ops import BinaryOp
 
     cube = _gpu_device().backend

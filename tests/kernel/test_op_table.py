@@ -46,7 +46,7 @@ def test_every_entry_names_an_existing_function():
 def test_the_printers_spell_table_functions_from_the_table():
     import numpy as np
 
-    from ember.backend.cube.cuda.lowering import binary_code, unary_code
+    from ember.backend.cuda.lowering import binary_code, unary_code
 
     for op, fn in UNARY_MATH.items():
         assert wgsl.UNARY[op]["f32"] == f"{fn.wgsl}({{a}})"

@@ -24,7 +24,7 @@ def _tsym(x):
 
 
 def _spd(x):
-    return _sym(x).add(Tensor.eye(x.dims()[-1], device=x._d, dtype=x.dtype).mul_scalar(3.0))
+    return _sym(x).add(Tensor.eye(x.dims()[-1], device=x._device, dtype=x.dtype).mul_scalar(3.0))
 
 
 def _tspd(torch, x):
@@ -46,7 +46,7 @@ def _tflat_cat(torch, parts):
 def _gauge_svd(x, full=False):
     u, s, vh = linalg.svd(x, full_matrices=full)
     k = s.dims()[-1]
-    c = Tensor.from_data(_weights(k).astype(x.to_numpy().dtype), device=x._d)
+    c = Tensor.from_data(_weights(k).astype(x.to_numpy().dtype), device=x._device)
     u, vh = u.narrow(-1, 0, k), vh.narrow(-2, 0, k)
     return _flat_cat([u.mul(c).matmul(vh), s])
 
@@ -60,7 +60,7 @@ def _tgauge_svd(torch, x, full=False):
 
 def _gauge_eigh(x):
     w, v = linalg.eigh(_sym(x))
-    c = Tensor.from_data(_weights(w.dims()[-1]).astype(x.to_numpy().dtype), device=x._d)
+    c = Tensor.from_data(_weights(w.dims()[-1]).astype(x.to_numpy().dtype), device=x._device)
     return _flat_cat([w, v.mul(c).matmul(v.swap_dims(-1, -2))])
 
 

@@ -1,4 +1,4 @@
-"""The functional module ops (ember.tensor.module) on every device: values and
+"""The functional module ops (ember.tensor.layer_ops) on every device: values and
 gradients against PyTorch, gradients by finite differences (float64), and the
 errors for bad calls."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from ember import Device, Tensor
 from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
-from ember.tensor import module as F
+from ember.tensor import layer_ops as F
 from tests.autodiff.gradcheck import check_grad
 from tests.conftest import assert_close, import_torch
 from tests.nn.parity import autodiff_of, leaf, rand, to_torch, weighted_backward

@@ -18,7 +18,7 @@ from ember.module.record import read_safetensors
 from ember.nn import LayerNorm, LayerNormConfig, Linear, LinearConfig, Relu, lora
 from ember.nn.loss import MseLoss, Reduction
 from ember.optim import AdamConfig, GradientsParams
-from ember.tensor.module import dropout as dropout_fn
+from ember.tensor.layer_ops import dropout as dropout_fn
 from tests.conftest import parity_device
 
 AD = parity_device()

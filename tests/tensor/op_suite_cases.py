@@ -21,7 +21,7 @@ from ember import Tensor, linalg
 from ember.nn import loss as L
 from ember.nn.loss import Reduction
 from ember.tensor import activation as A
-from ember.tensor import module as M
+from ember.tensor import layer_ops as M
 
 try:
     import torch

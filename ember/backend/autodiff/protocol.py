@@ -5,7 +5,7 @@ device (``device.is_autodiff()``): moving primitives in and out of the graph, ma
 leaves, and reading gradients. They are not part of the ``Backend`` ABC (a plain
 backend has no graph); this protocol types them. ``AutodiffBackend`` satisfies it
 (checked by mypy in ``ember/backend/autodiff/backend.py``); a caller that knows its
-device is an autodiff one writes ``cast("AutodiffProtocol", device._b)``.
+device is an autodiff one writes ``cast("AutodiffProtocol", device._backend)``.
 """
 
 from __future__ import annotations

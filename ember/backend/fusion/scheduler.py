@@ -2,7 +2,7 @@
 
 This is the target-independent half of every lowering (LLVM on the CPU today;
 WGSL and CUDA C use the same schedule). :func:`schedule` walks the nodes of an
-expanded graph (:mod:`ember.backend.fusion.expand`) in program order and produces
+expanded graph (:mod:`ember.backend.fusion.primitive_graph`) in program order and produces
 a list of *steps*:
 
 * :class:`Kernel`: one loop nest over an iteration space. Its outputs are
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.fusion.expand import Expanded
 from ember.backend.fusion.graph import Node, Ref
+from ember.backend.fusion.primitive_graph import Expanded
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call, Library, Schedule, Step, Target
 from ember.backend.kernel.exprs import Expr, Exprs

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.fusion.expand import Expanded
 from ember.backend.fusion.graph import Graph, Node
+from ember.backend.fusion.primitive_graph import Expanded
 from ember.backend.kernel.steps import Buffer, Kernel, Matmul
 from ember.backend.kernel.views import View
 

@@ -339,14 +339,14 @@ def _aval(primitive: Any) -> Any:
 
 
 def _is_tensor(x: Any) -> bool:
-    return hasattr(x, "_p") and hasattr(x, "_d")
+    return hasattr(x, "_primitive") and hasattr(x, "_device")
 
 
 def _innermost(tensor: Any) -> Any:
     """The primitive of the device that runs kernels, under any autodiff wrapper."""
-    device = tensor._d
-    p = tensor._p
-    return device._b.unwrap(p) if device.is_autodiff() else p
+    device = tensor._device
+    p = tensor._primitive
+    return device._backend.unwrap(p) if device.is_autodiff() else p
 
 
 def _state_fields(value: Any) -> tuple[dict[str, Any], Any]:
@@ -366,7 +366,7 @@ def _field_kind(item: Any) -> Any:
     if item is None:
         return "none"
     if _is_tensor(item):
-        return ("tensor", tuple(item._p.shape), str(item._p.dtype), item._d)
+        return ("tensor", tuple(item._primitive.shape), str(item._primitive.dtype), item._device)
     if isinstance(item, bool) or not isinstance(item, (int, float)):
         return ("static", item)
     return "number"
@@ -402,7 +402,7 @@ def capture(devices: list[Any]) -> Iterator[Trace]:
             raise GraphBreak("ember: compile: a compiled function called another while tracing")
         try:
             for device in devices:
-                real = device._b
+                real = device._backend
                 if isinstance(real, FusionBackend) and not isinstance(real, TraceBackend):
                     # A fusion device: its queued ops run now (their results are the
                     # trace's inputs), and the trace records for the backend it wraps.
@@ -413,12 +413,12 @@ def capture(devices: list[Any]) -> Iterator[Trace]:
                 swaps.append((device._rng, "guard", device._rng.guard))
                 device._rng.guard = _refuse_generator_change
                 trace.backends.append(tracer)
-                swaps.append((device, "_b", real))
-                device._b = tracer
+                swaps.append((device, "_backend", real))
+                device._backend = tracer
                 for other in device.wrappers():
                     if other._inner is device:
-                        swaps.append((other._b, "inner", other._b.inner))
-                        other._b.inner = tracer
+                        swaps.append((other._backend, "inner", other._backend.inner))
+                        other._backend.inner = tracer
             _local.trace = trace
             yield trace
         finally:

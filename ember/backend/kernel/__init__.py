@@ -13,6 +13,6 @@ numpy and llvmlite; tests/test_layers.py checks it):
   math library every compiled CPU kernel uses (fusion's plans, flex's native kernels).
 
 The fusion compiler builds these from its graph (:mod:`ember.backend.fusion.scheduler`);
-cube's CUDA C target prints them too (:mod:`ember.backend.cube.cuda.codegen`).
+cube's CUDA C target prints them too (:mod:`ember.backend.cuda.codegen`).
 See docs/design.md, "The kernel IR and its printers".
 """

@@ -2,7 +2,7 @@
 each float function.
 
 One table for the three printers of the kernel IR: LLVM IR
-(:mod:`ember.backend.kernel.llvm.ops`), CUDA C (:mod:`ember.backend.cube.cuda.lowering`)
+(:mod:`ember.backend.kernel.llvm.ops`), CUDA C (:mod:`ember.backend.cuda.lowering`)
 and WGSL (:mod:`ember.backend.cube.wgsl`). :data:`LOWERED_UNARY` and
 :data:`LOWERED_BINARY` list the ops compiled per dtype family (``"f"`` floats, ``"i"``
 signed ints, ``"u"`` uint8, ``"b"`` bool); anything else runs eagerly.

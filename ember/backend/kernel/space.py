@@ -4,7 +4,7 @@
 (each load's and store's :class:`~ember.backend.kernel.views.View`) walks as one run,
 keeping a reduced dim apart; a dense elementwise kernel becomes one flat loop with no
 index arithmetic. The LLVM loops (:mod:`ember.backend.kernel.llvm.loops`) and the CUDA C
-printer (:mod:`ember.backend.cube.cuda.codegen`) both start from it.
+printer (:mod:`ember.backend.cuda.codegen`) both start from it.
 """
 
 from __future__ import annotations

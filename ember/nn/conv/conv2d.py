@@ -10,7 +10,7 @@ from ember.nn.conv.checks import PaddingSpec, as_tuple, check_groups, check_padd
 from ember.nn.init import Initializer, KaimingUniform
 from ember.nn.quantized.conv import QuantizedConv2d, quantized_parts
 from ember.tensor import Tensor
-from ember.tensor.module import conv2d
+from ember.tensor.layer_ops import conv2d
 from ember.tensor.quant import QuantScheme
 
 

@@ -9,7 +9,7 @@ from ember.module import Config, Module, Param
 from ember.nn.conv.checks import as_tuple, check_groups, check_padding_out, conv_transpose_params, describe_conv
 from ember.nn.init import Initializer, KaimingUniform
 from ember.tensor import Tensor
-from ember.tensor.module import conv_transpose1d
+from ember.tensor.layer_ops import conv_transpose1d
 
 
 class ConvTranspose1dConfig(Config):

@@ -9,7 +9,7 @@ from ember.module import Module, Param
 from ember.nn.dropout import Dropout
 from ember.nn.linear import Linear
 from ember.tensor import Tensor
-from ember.tensor.module import linear
+from ember.tensor.layer_ops import linear
 
 if TYPE_CHECKING:
     from ember.nn.lora.config import LoraConfig

@@ -7,7 +7,7 @@ from typing import Any
 from ember.module import Config, Module
 from ember.nn.conv.checks import as_tuple
 from ember.tensor import Tensor
-from ember.tensor.module import adaptive_avg_pool2d
+from ember.tensor.layer_ops import adaptive_avg_pool2d
 
 
 class AdaptiveAvgPool2dConfig(Config):

@@ -7,7 +7,7 @@ from typing import Any
 from ember.module import Config, Module
 from ember.nn.conv.checks import PaddingSpec, as_tuple, check_padding
 from ember.tensor import Tensor
-from ember.tensor.module import avg_pool1d
+from ember.tensor.layer_ops import avg_pool1d
 
 
 class AvgPool1dConfig(Config):
@@ -36,7 +36,7 @@ class AvgPool1dConfig(Config):
 
 
 class AvgPool1d(Module):
-    """1-d average pooling (see :func:`ember.tensor.module.avg_pool1d`)."""
+    """1-d average pooling (see :func:`ember.tensor.layer_ops.avg_pool1d`)."""
 
     kernel_size: int
     stride: int | None = None

@@ -7,7 +7,7 @@ from typing import Any
 from ember.module import Config, Module
 from ember.nn.conv.checks import PaddingSpec, as_tuple, check_padding
 from ember.tensor import Tensor
-from ember.tensor.module import avg_pool2d
+from ember.tensor.layer_ops import avg_pool2d
 
 
 class AvgPool2dConfig(Config):
@@ -38,7 +38,7 @@ class AvgPool2dConfig(Config):
 
 
 class AvgPool2d(Module):
-    """2-d average pooling (see :func:`ember.tensor.module.avg_pool2d`)."""
+    """2-d average pooling (see :func:`ember.tensor.layer_ops.avg_pool2d`)."""
 
     kernel_size: tuple[int, int]
     stride: tuple[int, int] | None = None

@@ -38,7 +38,7 @@ class AvgPool3dConfig(Config):
 
 
 class AvgPool3d(Module):
-    """3-d average pooling (see :func:`ember.tensor.module.avg_pool3d`)."""
+    """3-d average pooling (see :func:`ember.tensor.layer_ops.avg_pool3d`)."""
 
     kernel_size: tuple[int, int, int]
     stride: tuple[int, int, int] | None = None

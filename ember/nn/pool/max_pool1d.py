@@ -7,7 +7,7 @@ from typing import Any
 from ember.module import Config, Module
 from ember.nn.conv.checks import PaddingSpec, as_tuple, check_padding
 from ember.tensor import Tensor
-from ember.tensor.module import max_pool1d, max_pool1d_with_indices
+from ember.tensor.layer_ops import max_pool1d, max_pool1d_with_indices
 
 
 class MaxPool1dConfig(Config):
@@ -37,7 +37,7 @@ class MaxPool1dConfig(Config):
 
 
 class MaxPool1d(Module):
-    """1-d max pooling (see :func:`ember.tensor.module.max_pool1d`)."""
+    """1-d max pooling (see :func:`ember.tensor.layer_ops.max_pool1d`)."""
 
     kernel_size: int
     stride: int | None = None

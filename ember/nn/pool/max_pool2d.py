@@ -7,7 +7,7 @@ from typing import Any
 from ember.module import Config, Module
 from ember.nn.conv.checks import PaddingSpec, as_tuple, check_padding
 from ember.tensor import Tensor
-from ember.tensor.module import max_pool2d, max_pool2d_with_indices
+from ember.tensor.layer_ops import max_pool2d, max_pool2d_with_indices
 
 
 class MaxPool2dConfig(Config):
@@ -45,7 +45,7 @@ class MaxPool2dConfig(Config):
 
 
 class MaxPool2d(Module):
-    """2-d max pooling (see :func:`ember.tensor.module.max_pool2d`)."""
+    """2-d max pooling (see :func:`ember.tensor.layer_ops.max_pool2d`)."""
 
     kernel_size: tuple[int, int]
     stride: tuple[int, int] | None = None

@@ -45,7 +45,7 @@ class MaxPool3dConfig(Config):
 
 
 class MaxPool3d(Module):
-    """3-d max pooling (see :func:`ember.tensor.module.max_pool3d`)."""
+    """3-d max pooling (see :func:`ember.tensor.layer_ops.max_pool3d`)."""
 
     kernel_size: tuple[int, int, int]
     stride: tuple[int, int, int] | None = None

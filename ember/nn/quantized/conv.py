@@ -14,7 +14,7 @@ import math
 from ember.module import Module, Param
 from ember.nn.quantized.weight import qtensor, weight_params
 from ember.tensor import Tensor
-from ember.tensor.module import conv1d, conv2d
+from ember.tensor.layer_ops import conv1d, conv2d
 from ember.tensor.quant import QuantizedTensor, QuantScheme
 from ember.tensor.quant.linear import fake_quantize_int8
 

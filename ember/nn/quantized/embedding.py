@@ -27,7 +27,7 @@ from ember.device import Device
 from ember.module import Module, Param
 from ember.nn.quantized.weight import qtensor, weight_params
 from ember.tensor import Tensor
-from ember.tensor.module import embedding
+from ember.tensor.layer_ops import embedding
 from ember.tensor.quant import QuantizedTensor, QuantScheme, dequantize_parts, quantized_linear
 
 

@@ -38,7 +38,7 @@ from ember.errors import ConfigError
 from ember.nn.rnn.projection import input_projections
 from ember.tensor import Tensor
 from ember.tensor import activation as F
-from ember.tensor.module import linear
+from ember.tensor.layer_ops import linear
 from ember.tensor.rnn_cell import gru_cell, lstm_cell
 
 Activation = Callable[[Tensor], Tensor]

@@ -16,7 +16,7 @@ from typing import Any
 
 from ember.autograd import Function
 from ember.tensor import Tensor
-from ember.tensor.module import linear
+from ember.tensor.layer_ops import linear
 
 
 class _Steps(Function):

@@ -15,7 +15,7 @@ from ember.nn.rnn.cells import RecurrentCell, new_gates
 from ember.nn.rnn.checks import check_sequence, final_state, initial_states, step_masks
 from ember.nn.rnn.pytorch_keys import rename_stack_keys
 from ember.tensor import Tensor
-from ember.tensor.module import dropout
+from ember.tensor.layer_ops import dropout
 
 
 def check_stack_config(name: str, d_input: int, d_hidden: int, num_layers: int, drop: float) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from ember.linalg import det as linalg_det
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
-from ember.tensor import module as M
+from ember.tensor import layer_ops as M
 
 
 # ---------------------------------------------------------------------- products

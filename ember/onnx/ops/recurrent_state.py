@@ -18,7 +18,7 @@ from typing import Any
 from ember.backend.dtype import DType
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
-from ember.tensor import module as M
+from ember.tensor import layer_ops as M
 from ember.tensor.activation import silu
 
 

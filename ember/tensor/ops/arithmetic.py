@@ -81,9 +81,9 @@ class ArithmeticOps(TensorOpsBase):
     def powi(self, other: Any) -> Self:
         """``self ** other`` with an int exponent; int tensors stay int (exponent >= 0)."""
         if isinstance(other, self.__class__):
-            if other._p.dtype in FLOAT_NP or other._p.dtype == BOOL_NP:
+            if other._primitive.dtype in FLOAT_NP or other._primitive.dtype == BOOL_NP:
                 raise DTypeError(f"ember: powi: the exponent must be an int tensor, got {other.dtype}")
-            if self._p.dtype not in FLOAT_NP and bool(other.lower_elem(0).any().into_scalar()):
+            if self._primitive.dtype not in FLOAT_NP and bool(other.lower_elem(0).any().into_scalar()):
                 raise ValueRangeError("ember: powi: an int tensor cannot take negative exponents; use powf")
             return binary(self, other, BinaryOp.POW, "powi", "arith")
         return self.powi_scalar(other)
@@ -92,7 +92,7 @@ class ArithmeticOps(TensorOpsBase):
         if not is_integral(value):
             raise DTypeError(f"ember: powi_scalar: the exponent must be an int, got {value!r}; use powf_scalar")
         value = int(value)
-        if self._p.dtype not in FLOAT_NP:
+        if self._primitive.dtype not in FLOAT_NP:
             if value < 0:
                 raise ValueRangeError(
                     "ember: powi_scalar: an int tensor cannot take negative exponents; use powf_scalar"
@@ -105,8 +105,8 @@ class ArithmeticOps(TensorOpsBase):
 
     def pow(self, other: Any) -> Self:
         """``self ** other``: ``powi`` for int exponents on int tensors, else ``powf``."""
-        if self._p.dtype not in FLOAT_NP and (
-            is_integral(other) or (isinstance(other, self.__class__) and other._p.dtype not in FLOAT_NP)
+        if self._primitive.dtype not in FLOAT_NP and (
+            is_integral(other) or (isinstance(other, self.__class__) and other._primitive.dtype not in FLOAT_NP)
         ):
             return self.powi(other)
         if is_integral(other):
@@ -119,13 +119,13 @@ class ArithmeticOps(TensorOpsBase):
 
     def maximum(self, other: Any) -> Self:
         """The elementwise maximum (NaN propagates; bools stay bool). Burn's ``max_pair``."""
-        if self._p.dtype == BOOL_NP and _is_bool(other, self.__class__):
+        if self._primitive.dtype == BOOL_NP and _is_bool(other, self.__class__):
             return binary(self, other, BinaryOp.LOGICAL_OR, "maximum", "bool")
         return binary(self, other, BinaryOp.MAXIMUM, "maximum", "arith")
 
     def minimum(self, other: Any) -> Self:
         """The elementwise minimum (NaN propagates; bools stay bool). Burn's ``min_pair``."""
-        if self._p.dtype == BOOL_NP and _is_bool(other, self.__class__):
+        if self._primitive.dtype == BOOL_NP and _is_bool(other, self.__class__):
             return binary(self, other, BinaryOp.LOGICAL_AND, "minimum", "bool")
         return binary(self, other, BinaryOp.MINIMUM, "minimum", "arith")
 
@@ -138,19 +138,19 @@ class ArithmeticOps(TensorOpsBase):
 
     def abs(self) -> Self:
         """The absolute value; of a complex tensor its modulus (a float tensor)."""
-        if self._p.dtype.kind == "c":
+        if self._primitive.dtype.kind == "c":
             return self._complex_abs()  # type: ignore[attr-defined]  # ComplexOps, mixed into Tensor
         return unary(self, UnaryOp.ABS, "abs", "numeric")
 
     def sign(self) -> Self:
         """-1, 0 or 1 by the sign (a bool tensor is its own sign, as in PyTorch)."""
-        if self._p.dtype == BOOL_NP:
-            return self.__class__(self._p, self._d)
+        if self._primitive.dtype == BOOL_NP:
+            return self.__class__(self._primitive, self._device)
         return unary(self, UnaryOp.SIGN, "sign", "numeric")
 
     def square(self) -> Self:
         """``x * x`` (a bool tensor gives int64, as in PyTorch)."""
-        if self._p.dtype == BOOL_NP:
+        if self._primitive.dtype == BOOL_NP:
             return self.int()
         return unary(self, UnaryOp.SQUARE, "square", "numeric")
 
@@ -208,8 +208,10 @@ class ArithmeticOps(TensorOpsBase):
         return unary(self, UnaryOp.ERF, "erf", "float")
 
     def _integral_or(self, op: UnaryOp) -> Self:
-        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":  # ints are integral; complex is refused
-            return self.__class__(self._p, self._d)
+        if (
+            self._primitive.dtype not in FLOAT_NP and self._primitive.dtype.kind != "c"
+        ):  # ints are integral; complex is refused
+            return self.__class__(self._primitive, self._device)
         return unary(self, op, str(op), "float")
 
     def round(self) -> Self:
@@ -227,19 +229,19 @@ class ArithmeticOps(TensorOpsBase):
 
     def is_nan(self) -> Self:
         """A bool tensor, true where ``self`` is NaN (a complex value where either part is)."""
-        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
+        if self._primitive.dtype not in FLOAT_NP and self._primitive.dtype.kind != "c":
             return self.full_like(False).cast("bool")
         return unary(self, UnaryOp.IS_NAN, "is_nan", "any")
 
     def is_inf(self) -> Self:
         """A bool tensor, true where ``self`` is infinite (a complex value where either part is)."""
-        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
+        if self._primitive.dtype not in FLOAT_NP and self._primitive.dtype.kind != "c":
             return self.full_like(False).cast("bool")
         return unary(self, UnaryOp.IS_INF, "is_inf", "any")
 
     def is_finite(self) -> Self:
         """A bool tensor, true where ``self`` is finite (a complex value where both parts are)."""
-        if self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
+        if self._primitive.dtype not in FLOAT_NP and self._primitive.dtype.kind != "c":
             return self.full_like(True).cast("bool")
         return unary(self, UnaryOp.IS_FINITE, "is_finite", "any")
 
@@ -249,7 +251,7 @@ class ArithmeticOps(TensorOpsBase):
         promote, a NaN bound gives NaN, and where ``min > max`` the result is ``max``)."""
         if min is None and max is None:
             raise ValueRangeError("ember: clamp: give min, max or both")
-        if self._p.dtype == BOOL_NP:
+        if self._primitive.dtype == BOOL_NP:
             raise DTypeError("ember: clamp: not defined on bool tensors; cast first")
         if isinstance(min, self.__class__) or isinstance(max, self.__class__):
             return self._clamp_tensors(min, max)
@@ -257,11 +259,11 @@ class ArithmeticOps(TensorOpsBase):
         hi = None if max is None else as_scalar("clamp", max)
         if lo is not None and hi is not None and lo > hi:
             raise ValueRangeError(f"ember: clamp: min {lo} is greater than max {hi}")
-        p = self._p
+        p = self._primitive
         fractional = (lo is not None and not is_integral(lo)) or (hi is not None and not is_integral(hi))
         if p.dtype not in FLOAT_NP and fractional:
-            p = self._d._b.cast(p, DType.FLOAT32)
-        return self.__class__(self._d._b.clamp(p, lo, hi), self._d)
+            p = self._device._backend.cast(p, DType.FLOAT32)
+        return self.__class__(self._device._backend.clamp(p, lo, hi), self._device)
 
     def _clamp_tensors(self, lo: Any, hi: Any) -> Self:
         """``clamp`` with a tensor bound: ``minimum(maximum(self, lo), hi)``, whose
@@ -271,14 +273,14 @@ class ArithmeticOps(TensorOpsBase):
         for bound in (lo, hi):
             if bound is not None and not isinstance(bound, self.__class__):
                 as_scalar("clamp", bound)
-            elif isinstance(bound, self.__class__) and bound._p.dtype == BOOL_NP:
+            elif isinstance(bound, self.__class__) and bound._primitive.dtype == BOOL_NP:
                 raise DTypeError("ember: clamp: a bool tensor cannot be a bound; cast it first")
         out = self
         if lo is not None:
             out = out.maximum(lo)
         if hi is not None:
             out = out.minimum(hi)
-        if not self._d.is_autodiff() or out._p.dtype not in FLOAT_NP:
+        if not self._device.is_autodiff() or out._primitive.dtype not in FLOAT_NP:
             return out
         dtype = out.dtype
         x = self if self.dtype == dtype else self.cast(dtype)
@@ -311,10 +313,10 @@ class ArithmeticOps(TensorOpsBase):
             raise DTypeError(f"ember: matmul: expected a Tensor, got {type(other).__name__}")
         if autocast.ACTIVE:
             self, other = autocast.cast_inputs("matmul", self, other)
-        d = self._d
-        if other._d is not d:
+        d = self._device
+        if other._device is not d:
             check_device("matmul", self, other)
-        a, b = self._p, other._p
+        a, b = self._primitive, other._primitive
         if a.dtype != b.dtype:
             a, b = promote_pair("matmul", self, other)
         if a.dtype == BOOL_NP:
@@ -322,7 +324,7 @@ class ArithmeticOps(TensorOpsBase):
         sa, sb = a.shape, b.shape
         if len(sa) == 0 or len(sb) == 0:
             raise ShapeError(f"ember: matmul: needs rank >= 1 operands, got shapes {list(sa)} and {list(sb)}")
-        backend = d._b
+        backend = d._backend
         squeeze_a = squeeze_b = False
         if len(sa) == 1:
             a, sa, squeeze_a = backend.reshape(a, (1,) + sa), (1,) + sa, True
@@ -330,7 +332,7 @@ class ArithmeticOps(TensorOpsBase):
             b, sb, squeeze_b = backend.reshape(b, sb + (1,)), sb + (1,), True
         if sa[-1] != sb[-2]:
             raise ShapeError(
-                f"ember: matmul: shapes {list(self._p.shape)} and {list(other._p.shape)} do not "
+                f"ember: matmul: shapes {list(self._primitive.shape)} and {list(other._primitive.shape)} do not "
                 f"line up: the left's last dim ({sa[-1]}) must equal the right's second-to-last "
                 f"({sb[-2]}); transpose or reshape an operand"
             )
@@ -403,7 +405,7 @@ class ArithmeticOps(TensorOpsBase):
         return self.neg()
 
     def __pos__(self) -> Self:
-        return self.__class__(self._p, self._d)
+        return self.__class__(self._primitive, self._device)
 
     def __abs__(self) -> Self:
         return self.abs()
@@ -423,4 +425,4 @@ def _as(value: Any, dtype: DType) -> Any:
 
 
 def _is_bool(value: Any, cls: type[Any]) -> bool:
-    return isinstance(value, bool) or (isinstance(value, cls) and value._p.dtype == BOOL_NP)
+    return isinstance(value, bool) or (isinstance(value, cls) and value._primitive.dtype == BOOL_NP)

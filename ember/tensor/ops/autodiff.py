@@ -31,29 +31,31 @@ class AutodiffOps(TensorOpsBase):
         return self.set_require_grad(True)
 
     def set_require_grad(self, require_grad: bool) -> Self:
-        d = self._d
+        d = self._device
         if not d.is_autodiff():
-            return self.__class__(self._p, self._d)
-        if require_grad and self._p.dtype not in FLOAT_NP and self._p.dtype.kind != "c":
+            return self.__class__(self._primitive, self._device)
+        if require_grad and self._primitive.dtype not in FLOAT_NP and self._primitive.dtype.kind != "c":
             raise DTypeError(
                 f"ember: require_grad: only float and complex tensors have gradients, got {self.dtype}; cast first"
             )
-        return self.__class__(cast("AutodiffProtocol", d._b).set_require_grad(self._p, bool(require_grad)), d)
+        return self.__class__(
+            cast("AutodiffProtocol", d._backend).set_require_grad(self._primitive, bool(require_grad)), d
+        )
 
     def is_require_grad(self) -> bool:
         """Whether this tensor is tracked (a leaf requiring grad or computed from one)."""
-        d = self._d
-        return d.is_autodiff() and cast("AutodiffProtocol", d._b).is_tracked(self._p)
+        d = self._device
+        return d.is_autodiff() and cast("AutodiffProtocol", d._backend).is_tracked(self._primitive)
 
     def detach(self) -> Self:
         """The same values, cut from the graph (no gradient flows through)."""
-        d = self._d
+        d = self._device
         if not d.is_autodiff():
-            return self.__class__(self._p, self._d)
-        backend = cast("AutodiffProtocol", d._b)
-        if not backend.is_tracked(self._p):
-            return self.__class__(self._p, self._d)
-        return self.__class__(backend.detach(self._p), d)
+            return self.__class__(self._primitive, self._device)
+        backend = cast("AutodiffProtocol", d._backend)
+        if not backend.is_tracked(self._primitive):
+            return self.__class__(self._primitive, self._device)
+        return self.__class__(backend.detach(self._primitive), d)
 
     def register_hook(self, hook: Callable[[Any], Any]) -> RemovableHandle:
         """Calls ``hook(grad)`` with this tensor's gradient in every backward that
@@ -80,8 +82,8 @@ class AutodiffOps(TensorOpsBase):
             raise DTypeError(f"ember: register_hook: expected a function of the gradient, got {type(hook).__name__}")
         from ember.tensor.tensor import Tensor
 
-        d = self._d
-        shape, dtype = tuple(self._p.shape), self._p.dtype
+        d = self._device
+        shape, dtype = tuple(self._primitive.shape), self._primitive.dtype
         name = getattr(hook, "__name__", type(hook).__name__)
 
         def run(grad: Any, create_graph: bool) -> Any:
@@ -94,24 +96,24 @@ class AutodiffOps(TensorOpsBase):
                     f"ember: register_hook: the hook {name} returned {type(new).__name__}; "
                     "return a Tensor (the new gradient) or None (keep it)"
                 )
-            if tuple(new._p.shape) != shape:
+            if tuple(new._primitive.shape) != shape:
                 raise ShapeError(
-                    f"ember: register_hook: the hook {name} returned a gradient of shape {list(new._p.shape)}, "
+                    f"ember: register_hook: the hook {name} returned a gradient of shape {list(new._primitive.shape)}, "
                     f"but the tensor has shape {list(shape)}; a gradient has the shape of its tensor"
                 )
-            if new._p.dtype != dtype:
+            if new._primitive.dtype != dtype:
                 new = new.cast(NP_TO_DTYPE[dtype])
-            if new._d is not device:
+            if new._device is not device:
                 new = new.to_device(device)
-            return new._p
+            return new._primitive
 
-        return backend.register_hook(self._p, run)
+        return backend.register_hook(self._primitive, run)
 
     def _autodiff_backend(self, op: str) -> AutodiffProtocol:
-        d = self._d
+        d = self._device
         if d._inner is None:
             raise self._no_autodiff(op)
-        backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
+        backend: AutodiffProtocol = d._backend  # type: ignore[assignment]  # d is an autodiff device
         return backend
 
     @staticmethod
@@ -128,7 +130,7 @@ class AutodiffOps(TensorOpsBase):
         )
 
     def _no_autodiff(self, op: str) -> GraphError:
-        d = self._d
+        d = self._device
         return GraphError(
             f"ember: {op}: the tensor lives on {d!r}, which has no autodiff; create the model "
             f"and data on {d!r}.autodiff() (e.g. Device.flex().autodiff())"
@@ -160,14 +162,14 @@ class AutodiffOps(TensorOpsBase):
         if inputs is not None:
             wanted = []
             for t in inputs:
-                if t._d is not self._d:
+                if t._device is not self._device:
                     raise GraphError(
-                        f"ember: backward: an input lives on {t._d!r}, the loss on {self._d!r}; "
+                        f"ember: backward: an input lives on {t._device!r}, the loss on {self._device!r}; "
                         "inputs must be tensors of the loss's autodiff device"
                     )
-                wanted.append(t._p)
+                wanted.append(t._primitive)
         return backend.backward(
-            self._p, seed, create_graph=bool(create_graph), retain_graph=retain_graph, inputs=wanted
+            self._primitive, seed, create_graph=bool(create_graph), retain_graph=retain_graph, inputs=wanted
         )
 
     def _seed(self, op: str, gradient: Any) -> Any:
@@ -176,18 +178,18 @@ class AutodiffOps(TensorOpsBase):
 
         if not isinstance(gradient, Tensor):
             raise DTypeError(f"ember: {op}: gradient must be a Tensor, got {type(gradient).__name__}")
-        if gradient._p.shape != self._p.shape:
+        if gradient._primitive.shape != self._primitive.shape:
             raise ShapeError(
                 f"ember: {op}: gradient has shape {gradient.dims()}, the tensor {self.dims()}; they must match"
             )
-        if gradient._p.dtype != self._p.dtype:
+        if gradient._primitive.dtype != self._primitive.dtype:
             gradient = gradient.cast(self.dtype)
-        if gradient._d is not self._d:
-            gradient = gradient.to_device(self._d)
-        return gradient._p
+        if gradient._device is not self._device:
+            gradient = gradient.to_device(self._device)
+        return gradient._primitive
 
     def _grad_device(self, grads: Any) -> Any:
-        return self._d if getattr(grads, "create_graph", False) else self._d.inner()
+        return self._device if getattr(grads, "create_graph", False) else self._device.inner()
 
     def grad(self, grads: Any) -> Self | None:
         """This tensor's gradient in ``grads`` or ``None``: a tensor on the inner device,
@@ -196,19 +198,19 @@ class AutodiffOps(TensorOpsBase):
         backend = self._autodiff_backend("grad")
         if type(grads) is not Gradients:
             self._check_grads("grad", grads)
-        g = backend.grad(self._p, grads)
+        g = backend.grad(self._primitive, grads)
         return None if g is None else self.__class__(g, self._grad_device(grads))
 
     def grad_remove(self, grads: Any) -> Self | None:
         """Like :meth:`grad`, and removes the gradient from ``grads``."""
-        d = self._d
+        d = self._device
         inner = d._inner
         if inner is None:
             raise self._no_autodiff("grad_remove")
-        backend: AutodiffProtocol = d._b  # type: ignore[assignment]  # d is an autodiff device
+        backend: AutodiffProtocol = d._backend  # type: ignore[assignment]  # d is an autodiff device
         if type(grads) is not Gradients:
             self._check_grads("grad_remove", grads)
-        g = backend.grad_remove(self._p, grads)
+        g = backend.grad_remove(self._primitive, grads)
         if g is None:
             return None
         return self.__class__(g, d if grads.create_graph else inner)
@@ -223,12 +225,12 @@ class AutodiffOps(TensorOpsBase):
 
         if not isinstance(grad, Tensor):
             raise DTypeError(f"ember: grad_replace: the new gradient must be a Tensor, got {type(grad).__name__}")
-        if tuple(grad._p.shape) != tuple(self._p.shape):
+        if tuple(grad._primitive.shape) != tuple(self._primitive.shape):
             raise ShapeError(
-                f"ember: grad_replace: the new gradient has shape {list(grad._p.shape)}, the tensor has "
-                f"{list(self._p.shape)}; a gradient has the shape of its tensor"
+                f"ember: grad_replace: the new gradient has shape {list(grad._primitive.shape)}, the tensor has "
+                f"{list(self._primitive.shape)}; a gradient has the shape of its tensor"
             )
         target = self._grad_device(grads)
-        if grad._d != target:
+        if grad._device != target:
             grad = grad.to_device(target)
-        backend.grad_replace(self._p, grads, grad._p)
+        backend.grad_replace(self._primitive, grads, grad._primitive)

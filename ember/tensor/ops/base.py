@@ -1,7 +1,7 @@
 """What the op mixins need of the tensor they are mixed into: a protocol for the checker.
 
 ``Tensor`` is assembled from mixins by family (``ember/tensor/ops``); a mixin's method
-reads the primitive ``_p`` and the device ``_d``, builds results with
+reads the primitive ``_primitive`` and the device ``_device``, builds results with
 ``self.__class__(primitive, device)`` and calls ops that other mixins (or ``Tensor``
 itself) define. :class:`TensorLike` declares those, so each mixin type-checks alone and
 its methods return ``Self`` (``Tensor`` on a tensor). At run time the mixins derive from
@@ -28,8 +28,8 @@ class TensorLike(Protocol):
     """The tensor a mixin method runs on (``int``/``float``/``bool`` are also op names
     here, so annotations spell the builtins ``builtins.int``...)."""
 
-    _p: Any
-    _d: Device
+    _primitive: Any
+    _device: Device
 
     def __init__(self, primitive: Any, device: Device) -> None: ...
 

@@ -83,7 +83,7 @@ class CompareOps(TensorOpsBase):
 
     def bitwise_not(self) -> Self:
         """``~x`` on ints; logical not on bool (as PyTorch)."""
-        if self._p.dtype == BOOL_NP:
+        if self._primitive.dtype == BOOL_NP:
             return self.bool_not()
         return unary(self, UnaryOp.BITWISE_NOT, "bitwise_not", "int")
 
@@ -102,7 +102,7 @@ class CompareOps(TensorOpsBase):
         if not isinstance(other, self.__class__):
             other = self.full_like(as_scalar("is_close", other))
         same = self.equal(other)
-        if self._p.dtype == BOOL_NP and other._p.dtype == BOOL_NP:
+        if self._primitive.dtype == BOOL_NP and other._primitive.dtype == BOOL_NP:
             return same
         a, b = self.float(), other.float()
         bound = b.abs().mul_scalar(rtol).add_scalar(atol)
@@ -148,7 +148,7 @@ class CompareOps(TensorOpsBase):
         return self.lower_equal(other)
 
     def _logic(self, other: Any, bool_op: str, int_op: str) -> Self:
-        if self._p.dtype.kind == "b":
+        if self._primitive.dtype.kind == "b":
             return getattr(self, bool_op)(other)
         return getattr(self, int_op)(other)
 
@@ -166,7 +166,7 @@ class CompareOps(TensorOpsBase):
     __rxor__ = __xor__
 
     def __invert__(self) -> Self:
-        return self.bool_not() if self._p.dtype.kind == "b" else self.bitwise_not()
+        return self.bool_not() if self._primitive.dtype.kind == "b" else self.bitwise_not()
 
     def __lshift__(self, other: Any) -> Self:
         return self.bitwise_left_shift(other)

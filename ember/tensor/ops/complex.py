@@ -80,14 +80,14 @@ def check_complex_binary(name: str, op: BinaryOp, prim: Any) -> None:
 
 
 def _complex_op(self: TensorLike, op: ComplexOp, name: str) -> Any:
-    p = self._p
+    p = self._primitive
     if p.dtype not in COMPLEX_NP:
         raise DTypeError(f"ember: {name}: needs a complex tensor, got dtype {self.dtype}; see Tensor.is_complex()")
-    return self.__class__(self._d._b.complex_unary(op, p), self._d)
+    return self.__class__(self._device._backend.complex_unary(op, p), self._device)
 
 
 def _float_part(op: str, t: Any) -> Any:
-    if t._p.dtype not in FLOAT_NP:
+    if t._primitive.dtype not in FLOAT_NP:
         raise DTypeError(f"ember: {op}: needs float tensors, got dtype {t.dtype}; cast with .float() first")
     if t.dtype in (DType.FLOAT16, DType.BFLOAT16):
         return t.cast(DType.FLOAT32)
@@ -102,12 +102,12 @@ class ComplexOps(TensorOpsBase):
 
     def is_complex(self) -> bool:
         """Whether the dtype is ``complex64`` or ``complex128``."""
-        return self._p.dtype in COMPLEX_NP
+        return self._primitive.dtype in COMPLEX_NP
 
     def real(self) -> Self:
         """The real part (a float tensor of the same precision); a real tensor itself."""
-        if self._p.dtype not in COMPLEX_NP:
-            return self.__class__(self._p, self._d)
+        if self._primitive.dtype not in COMPLEX_NP:
+            return self.__class__(self._primitive, self._device)
         return _complex_op(self, ComplexOp.REAL, "real")
 
     def imag(self) -> Self:
@@ -116,15 +116,15 @@ class ComplexOps(TensorOpsBase):
 
     def conj(self) -> Self:
         """The complex conjugate; a real tensor itself."""
-        if self._p.dtype not in COMPLEX_NP:
-            return self.__class__(self._p, self._d)
+        if self._primitive.dtype not in COMPLEX_NP:
+            return self.__class__(self._primitive, self._device)
         return _complex_op(self, ComplexOp.CONJ, "conj")
 
     def angle(self) -> Self:
         """The argument ``atan2(imag, real)`` in ``(-pi, pi]``; of a real tensor ``pi``
         where it is negative, else 0 (as PyTorch; float result)."""
-        if self._p.dtype not in COMPLEX_NP:
-            x = self if self._p.dtype in FLOAT_NP else self.float()
+        if self._primitive.dtype not in COMPLEX_NP:
+            x = self if self._primitive.dtype in FLOAT_NP else self.float()
             return x.lower_elem(0).cast(x.dtype).mul_scalar(np.pi).mask_where(x.is_nan(), x)
         return _complex_op(self, ComplexOp.ANGLE, "angle")
 
@@ -150,7 +150,7 @@ def complex(real: Any, imag: Any) -> Any:
         )
     if real.shape != imag.shape:
         real, imag = real.expand(_broadcast(real, imag)), imag.expand(_broadcast(real, imag))
-    return real.__class__(real._d._b.complex(real._p, imag._p), real._d)
+    return real.__class__(real._device._backend.complex(real._primitive, imag._primitive), real._device)
 
 
 def _broadcast(a: Any, b: Any) -> list[int]:
@@ -174,14 +174,14 @@ def polar(abs: Any, angle: Any) -> Any:
 def view_as_real(z: Any) -> Any:
     """A complex tensor ``[...]`` as a float tensor ``[..., 2]`` of (real, imag) pairs
     (``torch.view_as_real``; a copy: ember's tensors are values)."""
-    if z._p.dtype not in COMPLEX_NP:
+    if z._primitive.dtype not in COMPLEX_NP:
         raise DTypeError(f"ember: view_as_real: needs a complex tensor, got dtype {z.dtype}")
     return z.__class__.stack([z.real(), z.imag()], -1)
 
 
 def view_as_complex(x: Any) -> Any:
     """A float32/float64 tensor ``[..., 2]`` as the complex tensor ``[...]`` (``torch.view_as_complex``)."""
-    if x._p.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+    if x._primitive.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise DTypeError(f"ember: view_as_complex: needs a float32 or float64 tensor, got dtype {x.dtype}")
     if x.rank == 0 or x.shape[-1] != 2:
         raise ShapeError(f"ember: view_as_complex: the last dim must have size 2, got shape {list(x.shape)}")

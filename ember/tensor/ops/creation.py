@@ -107,7 +107,7 @@ class CreationOps(TensorOpsBase):
         if indexing not in ("ij", "xy"):
             raise ValueRangeError(f"ember: meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
         for i, t in enumerate(tensors):
-            if not hasattr(t, "_p") or len(t._p.shape) > 1:
+            if not hasattr(t, "_primitive") or len(t._primitive.shape) > 1:
                 raise ShapeError(f"ember: meshgrid: input {i} must be a rank-1 (or rank-0) tensor, got {t!r:.80}")
         flat = [t.reshape((-1,)) for t in tensors]
         positions = list(range(len(flat)))
@@ -115,11 +115,11 @@ class CreationOps(TensorOpsBase):
             positions[0], positions[1] = 1, 0
         shape = [0] * len(flat)
         for t, pos in zip(flat, positions):
-            shape[pos] = t._p.shape[0]
+            shape[pos] = t._primitive.shape[0]
         out = []
         for t, pos in zip(flat, positions):
             view = [1] * len(flat)
-            view[pos] = t._p.shape[0]
+            view[pos] = t._primitive.shape[0]
             out.append(t.reshape(tuple(view)).expand(tuple(shape)))
         return out
 

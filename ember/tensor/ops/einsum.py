@@ -81,9 +81,9 @@ def _take_diagonals(t: Any, letters: list[str]) -> tuple[Any, list[str]]:
         for i, c in enumerate(letters):
             j = letters.index(c, i + 1) if letters.count(c) > 1 else -1
             if j >= 0:
-                if t._p.shape[i] != t._p.shape[j]:
+                if t._primitive.shape[i] != t._primitive.shape[j]:
                     raise ShapeError(
-                        f"ember: einsum: the repeated letter {c!r} spans dims of sizes {t._p.shape[i]} and {t._p.shape[j]}"
+                        f"ember: einsum: the repeated letter {c!r} spans dims of sizes {t._primitive.shape[i]} and {t._primitive.shape[j]}"
                     )
                 t = t.diagonal(0, i, j)
                 letters = [x for k, x in enumerate(letters) if k not in (i, j)] + [c]
@@ -96,7 +96,7 @@ def _contract(a: Any, la: list[str], b: Any, lb: list[str], keep: set[str]) -> t
     summed = [c for c in la if c in lb and c not in keep]
     left = [c for c in la if c not in lb]
     right = [c for c in lb if c not in la]
-    size = {c: n for c, n in zip(la, a._p.shape)} | {c: n for c, n in zip(lb, b._p.shape)}
+    size = {c: n for c, n in zip(la, a._primitive.shape)} | {c: n for c, n in zip(lb, b._primitive.shape)}
     a = a.permute([la.index(c) for c in batch + left + summed])
     b = b.permute([lb.index(c) for c in batch + summed + right])
     nb, nl, ns, nr = (numel(size[c] for c in group) for group in (batch, left, summed, right))
@@ -120,9 +120,9 @@ def einsum(equation: str, *operands: Any) -> Any:
     if not operands:
         raise ValueRangeError("ember: einsum: needs at least one operand")
     for i, t in enumerate(operands):
-        if not hasattr(t, "_p"):
+        if not hasattr(t, "_primitive"):
             raise DTypeError(f"ember: einsum: operand {i} is a {type(t).__name__}, not a Tensor")
-    terms, output = _parse(equation, [len(t._p.shape) for t in operands])
+    terms, output = _parse(equation, [len(t._primitive.shape) for t in operands])
     tensors, letters = [], []
     for t, term in zip(operands, terms):
         t, term = _take_diagonals(t, list(term))
@@ -131,13 +131,13 @@ def einsum(equation: str, *operands: Any) -> Any:
     # Sizes agree, or are 1 and broadcast.
     size: dict[str, int] = {}
     for t, term in zip(tensors, letters):
-        for c, n in zip(term, t._p.shape):
+        for c, n in zip(term, t._primitive.shape):
             if size.get(c, 1) == 1:
                 size[c] = n
             elif n not in (1, size[c]):
                 raise ShapeError(f"ember: einsum: letter {c!r} spans dims of sizes {size[c]} and {n} in {equation!r}")
     tensors = [
-        t.expand(tuple(size[c] for c in term)) if tuple(size[c] for c in term) != t._p.shape else t
+        t.expand(tuple(size[c] for c in term)) if tuple(size[c] for c in term) != t._primitive.shape else t
         for t, term in zip(tensors, letters)
     ]
     # Sum out letters only one operand holds and the output lacks.

@@ -68,13 +68,13 @@ def binary(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
     """``self <op> other`` for a tensor or a Python scalar ``other``."""
     if autocast.ACTIVE:
         self, other = autocast.cast_inputs(name, self, other)
-    d = self._d
-    a = self._p
+    d = self._device
+    a = self._primitive
     if op == BinaryOp.SUB and mode == "arith":
         _check_no_bool_sub(name, self, other)
     if isinstance(other, self.__class__):
-        b = other._p
-        if other._d is not d:
+        b = other._primitive
+        if other._device is not d:
             check_device(name, self, other)
         if a.dtype != b.dtype:
             a, b = promote_pair(name, self, other)
@@ -86,19 +86,19 @@ def binary(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
                 if dt == BOOL_NP:
                     op = _bool_arith(name, op)
                 elif op in _INT_DIVISION and dt not in FLOAT_NP:
-                    _check_no_zero(name, b, d._b)
+                    _check_no_zero(name, b, d._backend)
             elif mode == "float":
                 if dt not in FLOAT_NP:
-                    a, b = d._b.cast(a, _F32), d._b.cast(b, _F32)
+                    a, b = d._backend.cast(a, _F32), d._backend.cast(b, _F32)
             else:
-                a = _fit(name, mode, a, d._b)
-                b = _fit(name, mode, b, d._b)
+                a = _fit(name, mode, a, d._backend)
+                b = _fit(name, mode, b, d._backend)
         elif op not in _EQUALITY and a.dtype in COMPLEX_NP:
             _check_complex_binary(name, op, a)
         if a.shape != b.shape:
             broadcast_shapes(name, a.shape, b.shape)
-        return self.__class__(d._b.binary(op, a, b), d)
-    backend = d._b
+        return self.__class__(d._backend.binary(op, a, b), d)
+    backend = d._backend
     a, s = scalar_for(name, a, other, backend)
     if mode == "arith" and a.dtype == BOOL_NP:  # a bool tensor with a bool scalar
         return self.__class__(backend.binary(_bool_arith(name, op), a, s), d)
@@ -150,7 +150,7 @@ def _bool_arith(name: str, op: BinaryOp) -> BinaryOp:
 
 def _check_no_bool_sub(name: str, a: Any, b: Any) -> None:
     """PyTorch refuses ``-`` with a bool tensor operand (its meaning as a mask is unclear)."""
-    if a._p.dtype == BOOL_NP or (isinstance(b, a.__class__) and b._p.dtype == BOOL_NP):
+    if a._primitive.dtype == BOOL_NP or (isinstance(b, a.__class__) and b._primitive.dtype == BOOL_NP):
         raise DTypeError(
             f"ember: {name}: subtraction with a bool tensor is not defined (as in PyTorch); use bool_xor (^) "
             "for the difference of two masks, bool_not() to invert one, or cast to int first"
@@ -177,7 +177,7 @@ def _check_no_zero(name: str, divisor: Any, backend: Any) -> None:
 def reverse_scalar(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T:
     """``other <op> self`` for a Python scalar ``other``: the scalar becomes a tensor."""
     value = as_scalar(name, other, complex_ok=True)
-    p = self._p
+    p = self._primitive
     dtype = NP_TO_DTYPE[p.dtype]
     if isinstance(value, complex) and not dtype.is_complex:
         dtype = DType.COMPLEX128 if dtype is DType.FLOAT64 else DType.COMPLEX64
@@ -185,7 +185,7 @@ def reverse_scalar(self: T, other: Any, op: BinaryOp, name: str, mode: str) -> T
         dtype = _F32
     elif dtype is DType.BOOL and not isinstance(value, bool):
         dtype = _I64
-    lhs = self.__class__(self._d._b.full((), value, dtype), self._d)
+    lhs = self.__class__(self._device._backend.full((), value, dtype), self._device)
     return binary(lhs, self, op, name, mode)
 
 
@@ -194,15 +194,15 @@ def unary(self: T, op: UnaryOp, name: str, mode: str) -> T:
     (ints and floats, bools rejected) and ``"any"``."""
     if autocast.ACTIVE:
         self = autocast.cast_input(name, self)
-    p = self._p
-    d = self._d
+    p = self._primitive
+    d = self._device
     dt = p.dtype
     if mode == "float":
         if dt not in FLOAT_NP:
             if dt in COMPLEX_NP:
                 _check_complex_unary(name, op, p)
             else:
-                p = d._b.cast(p, _F32)
+                p = d._backend.cast(p, _F32)
     elif mode == "numeric":
         if dt == BOOL_NP:
             raise DTypeError(
@@ -213,8 +213,8 @@ def unary(self: T, op: UnaryOp, name: str, mode: str) -> T:
     elif dt in COMPLEX_NP:
         _check_complex_unary(name, op, p)
     elif mode != "any":
-        p = _fit(name, mode, p, d._b)
-    return self.__class__(d._b.unary(op, p), d)
+        p = _fit(name, mode, p, d._backend)
+    return self.__class__(d._backend.unary(op, p), d)
 
 
 def is_integral(value: Any) -> bool:

@@ -33,7 +33,7 @@ class LayoutOps(TensorOpsBase):
         if isinstance(shape, int) and not isinstance(shape, bool):
             shape = (shape,)
         dims = [_index_value("reshape", d) for d in shape]
-        old = self._p.shape
+        old = self._primitive.shape
         n = numel(old)
         if dims.count(-1) > 1 or any(d < -1 for d in dims):
             raise ShapeError(f"ember: reshape: shape {dims} may hold one -1 and no other negative dim")
@@ -51,16 +51,16 @@ class LayoutOps(TensorOpsBase):
                 f"({numel(new)} elements); the element counts must match"
             )
         if new == old:
-            return self.__class__(self._p, self._d)
+            return self.__class__(self._primitive, self._device)
         if not n:
             check_addressable("reshape", new, self.dtype.itemsize)
-        return self.__class__(self._d._b.reshape(self._p, new), self._d)
+        return self.__class__(self._device._backend.reshape(self._primitive, new), self._device)
 
     view = reshape
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Dims ``start_dim..=end_dim`` merged into one."""
-        shape = self._p.shape
+        shape = self._primitive.shape
         if not shape:
             return self.reshape((1,))
         s = normalize_dim("flatten", start_dim, len(shape))
@@ -74,21 +74,21 @@ class LayoutOps(TensorOpsBase):
         that have size 1; a named dim of another size stays, as PyTorch's ``squeeze``
         (Burn's :meth:`squeeze_dim` and :meth:`squeeze_dims` raise there)."""
         if dim is None:
-            return self.reshape(tuple(d for d in self._p.shape if d != 1))
-        shape = self._p.shape
+            return self.reshape(tuple(d for d in self._primitive.shape if d != 1))
+        shape = self._primitive.shape
         named = normalize_dims("squeeze", [dim] if isinstance(dim, int) else dim, len(shape), wrap_scalar=True)
         if not shape:
-            return self.__class__(self._p, self._d)
+            return self.__class__(self._primitive, self._device)
         return self.reshape(tuple(n for i, n in enumerate(shape) if i not in named or n != 1))
 
     def squeeze_dim(self, dim: int) -> Self:
         """Without dim ``dim``, which must have size 1 (Burn's rule; PyTorch's
         :meth:`squeeze` keeps a dim of another size). Dims 0 and -1 of a 0-d tensor
         give it unchanged, as PyTorch."""
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim("squeeze_dim", dim, len(shape), wrap_scalar=True)
         if not shape:
-            return self.__class__(self._p, self._d)
+            return self.__class__(self._primitive, self._device)
         if shape[dim] != 1:
             raise ShapeError(
                 f"ember: squeeze_dim: dim {dim} of shape {list(shape)} has size {shape[dim]}, not 1; "
@@ -101,10 +101,10 @@ class LayoutOps(TensorOpsBase):
         (Burn's rule; PyTorch's ``squeeze(x, ())`` squeezes none)."""
         if not len(dims):
             return self.squeeze()
-        shape = self._p.shape
+        shape = self._primitive.shape
         ds = normalize_dims("squeeze_dims", dims, len(shape), wrap_scalar=True)
         if not shape:
-            return self.__class__(self._p, self._d)
+            return self.__class__(self._primitive, self._device)
         for d in ds:
             if shape[d] != 1:
                 raise ShapeError(
@@ -115,7 +115,7 @@ class LayoutOps(TensorOpsBase):
 
     def unsqueeze_dim(self, dim: int) -> Self:
         """A new size-1 dim at ``dim`` (negative counts from the end of the result)."""
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim("unsqueeze_dim", dim, len(shape), extra=1)
         return self.reshape(shape[:dim] + (1,) + shape[dim:])
 
@@ -124,9 +124,9 @@ class LayoutOps(TensorOpsBase):
         return self.unsqueeze_dim(dim)
 
     def unsqueeze_dims(self, dims: Sequence[int]) -> Self:
-        rank = len(self._p.shape) + len(dims)
+        rank = len(self._primitive.shape) + len(dims)
         ds = normalize_dims("unsqueeze_dims", dims, rank)
-        it = iter(self._p.shape)
+        it = iter(self._primitive.shape)
         return self.reshape(tuple(1 if i in ds else next(it) for i in range(rank)))
 
     # ------------------------------------------------------------------ dim order
@@ -134,17 +134,17 @@ class LayoutOps(TensorOpsBase):
         """Dims reordered: result dim ``i`` is dim ``axes[i]`` of this tensor."""
         if len(axes) == 1 and not isinstance(axes[0], int):
             axes = tuple(axes[0])
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         if len(axes) != rank:
             raise ShapeError(f"ember: permute: {list(axes)} must name each of the {rank} dims once")
         axes = normalize_dims("permute", axes, rank)
         if axes == tuple(range(rank)):
-            return self.__class__(self._p, self._d)
-        return self.__class__(self._d._b.permute(self._p, axes), self._d)
+            return self.__class__(self._primitive, self._device)
+        return self.__class__(self._device._backend.permute(self._primitive, axes), self._device)
 
     @rank0_as_vector("dim1", "dim2")
     def swap_dims(self, dim1: int, dim2: int) -> Self:
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         a = normalize_dim("swap_dims", dim1, rank)
         b = normalize_dim("swap_dims", dim2, rank)
         axes = list(range(rank))
@@ -155,8 +155,8 @@ class LayoutOps(TensorOpsBase):
         """The last two dims swapped (or ``dim1`` and ``dim2``); rank < 2 is unchanged."""
         if dim1 is not None or dim2 is not None:
             return self.swap_dims(dim1 if dim1 is not None else -2, dim2 if dim2 is not None else -1)
-        if len(self._p.shape) < 2:
-            return self.__class__(self._p, self._d)
+        if len(self._primitive.shape) < 2:
+            return self.__class__(self._primitive, self._device)
         return self.swap_dims(-2, -1)
 
     @property
@@ -167,7 +167,7 @@ class LayoutOps(TensorOpsBase):
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Dims ``source`` moved to positions ``destination`` (ints or equal-length lists);
         the other dims keep their order (``torch.movedim``)."""
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         sources = [source] if isinstance(source, int) else list(source)
         targets = [destination] if isinstance(destination, int) else list(destination)
         if len(sources) != len(targets):
@@ -187,16 +187,16 @@ class LayoutOps(TensorOpsBase):
         """Elements reversed along ``dims``."""
         if isinstance(dims, int):
             dims = (dims,)
-        axes = normalize_dims("flip", dims, len(self._p.shape))
+        axes = normalize_dims("flip", dims, len(self._primitive.shape))
         if not axes:
-            return self.__class__(self._p, self._d)
-        return self.__class__(self._d._b.flip(self._p, axes), self._d)
+            return self.__class__(self._primitive, self._device)
+        return self.__class__(self._device._backend.flip(self._primitive, axes), self._device)
 
     # ------------------------------------------------------------------ broadcast and repeat
     def expand(self, shape: Any) -> Self:
         """Broadcast to ``shape`` (size-1 dims stretch; -1 keeps a dim; new dims go in front)."""
         dims = [_index_value("expand", d) for d in (shape if not isinstance(shape, int) else (shape,))]
-        old = self._p.shape
+        old = self._primitive.shape
         if len(dims) < len(old):
             raise ShapeError(f"ember: expand: cannot expand shape {list(old)} to fewer dims {dims}")
         offset = len(dims) - len(old)
@@ -209,38 +209,38 @@ class LayoutOps(TensorOpsBase):
         if broadcast_shapes("expand", old, new) != new:
             raise ShapeError(f"ember: expand: shape {list(old)} cannot be broadcast to {list(new)}")
         if new == old:
-            return self.__class__(self._p, self._d)
+            return self.__class__(self._primitive, self._device)
         check_addressable("expand", new, self.dtype.itemsize)
-        return self.__class__(self._d._b.expand(self._p, new), self._d)
+        return self.__class__(self._device._backend.expand(self._primitive, new), self._device)
 
     def broadcast_to(self, shape: Any) -> Self:
         return self.expand(shape)
 
     def repeat_dim(self, dim: int, times: int) -> Self:
         """The tensor repeated ``times`` times along ``dim`` (``[a, b]`` -> ``[a, b, a, b]``)."""
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim("repeat_dim", dim, len(shape))
         times = _index_value("repeat_dim", times)
         if times < 0:
             raise ValueRangeError(f"ember: repeat_dim: times must be >= 0, got {times}")
         if times == 1:
-            return self.__class__(self._p, self._d)
+            return self.__class__(self._primitive, self._device)
         expanded = self.unsqueeze_dim(dim).expand(shape[:dim] + (times,) + shape[dim:])
         return expanded.reshape(shape[:dim] + (shape[dim] * times,) + shape[dim + 1 :])
 
     def repeat(self, sizes: Sequence[int]) -> Self:
         """The tensor tiled ``sizes[i]`` times along each dim (as ``torch.Tensor.repeat``)."""
         sizes = list(sizes)
-        if len(sizes) < len(self._p.shape):
-            raise ShapeError(f"ember: repeat: {sizes} names fewer dims than the tensor's {len(self._p.shape)}")
-        out = self.reshape((1,) * (len(sizes) - len(self._p.shape)) + self._p.shape)
+        if len(sizes) < len(self._primitive.shape):
+            raise ShapeError(f"ember: repeat: {sizes} names fewer dims than the tensor's {len(self._primitive.shape)}")
+        out = self.reshape((1,) * (len(sizes) - len(self._primitive.shape)) + self._primitive.shape)
         for dim, times in enumerate(sizes):
             out = out.repeat_dim(dim, times)
         return out
 
     # ------------------------------------------------------------------ slicing
     def _normalize_slices(self, op: str, ranges: Sequence[Any]) -> tuple[tuple[int, int, int], ...]:
-        shape = self._p.shape
+        shape = self._primitive.shape
         if len(ranges) > len(shape):
             raise IndexOutOfBoundsError(f"ember: {op}: {len(ranges)} ranges for a rank-{len(shape)} tensor")
         out = []
@@ -307,9 +307,9 @@ class LayoutOps(TensorOpsBase):
         [2, 2, 2]
         """
         slices = self._normalize_slices("slice", list(ranges))
-        if all(s == (0, n, 1) for s, n in zip(slices, self._p.shape)):
-            return self.__class__(self._p, self._d)
-        return self.__class__(self._d._b.slice(self._p, slices), self._d)
+        if all(s == (0, n, 1) for s, n in zip(slices, self._primitive.shape)):
+            return self.__class__(self._primitive, self._device)
+        return self.__class__(self._device._backend.slice(self._primitive, slices), self._device)
 
     def slice_assign(self, ranges: Sequence[Any], value: Any) -> Self:
         """A copy with the region ``ranges`` replaced by ``value`` (a tensor of the region's
@@ -317,23 +317,25 @@ class LayoutOps(TensorOpsBase):
         slices = self._normalize_slices("slice_assign", list(ranges))
         region = tuple(len(range(*s)) for s in slices)
         if not isinstance(value, self.__class__):
-            value = self.__class__.full(region, as_scalar("slice_assign", value), self._d, self.dtype)
-        if value._d is not self._d:
+            value = self.__class__.full(region, as_scalar("slice_assign", value), self._device, self.dtype)
+        if value._device is not self._device:
             check_device("slice_assign", self, value)
-        if value._p.shape != region:
+        if value._primitive.shape != region:
             try:
-                fits = broadcast_shapes("slice_assign", value._p.shape, region) == region
+                fits = broadcast_shapes("slice_assign", value._primitive.shape, region) == region
             except ShapeError:
                 fits = False
             if not fits:
                 raise ShapeError(
-                    f"ember: slice_assign: a value of shape {list(value._p.shape)} does not fit the "
+                    f"ember: slice_assign: a value of shape {list(value._primitive.shape)} does not fit the "
                     f"region {list(region)}; give a tensor of the region's shape (or one that broadcasts to it)"
                 )
             value = value.expand(region)
-        if value._p.dtype != self._p.dtype:
+        if value._primitive.dtype != self._primitive.dtype:
             value = value.cast(self.dtype)
-        return self.__class__(self._d._b.slice_assign(self._p, slices, value._p), self._d)
+        return self.__class__(
+            self._device._backend.slice_assign(self._primitive, slices, value._primitive), self._device
+        )
 
     def slice_fill(self, ranges: Sequence[Any], value: Any) -> Self:
         """A copy with the region ``ranges`` set to the scalar ``value``."""
@@ -341,7 +343,7 @@ class LayoutOps(TensorOpsBase):
 
     def narrow(self, dim: int, start: int, length: int) -> Self:
         """``length`` elements of ``dim`` from ``start``."""
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim("narrow", dim, len(shape))
         start, length = _index_value("narrow", start), _index_value("narrow", length)
         if start < 0:
@@ -356,7 +358,7 @@ class LayoutOps(TensorOpsBase):
     def split_with_sizes(self, sizes: Sequence[int], dim: int = 0) -> list[Any]:
         """Consecutive pieces of the given sizes along ``dim`` (they must sum to its size);
         a zero size gives an empty piece (PyTorch's rule: one piece per size; Burn drops them)."""
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim("split_with_sizes", dim, len(shape))
         sizes = [_index_value("split_with_sizes", s) for s in sizes]
         if sum(sizes) != shape[dim] or any(s < 0 for s in sizes):
@@ -372,7 +374,7 @@ class LayoutOps(TensorOpsBase):
         given sizes when ``split_size`` is a list."""
         if not isinstance(split_size, int):
             return self.split_with_sizes(split_size, dim)
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim("split", dim, len(shape))
         if split_size <= 0:
             raise ValueRangeError(f"ember: split: split_size must be > 0, got {split_size}")
@@ -384,7 +386,7 @@ class LayoutOps(TensorOpsBase):
         """At most ``chunks`` pieces of equal size (the last may be smaller), as PyTorch."""
         if chunks <= 0:
             raise ValueRangeError(f"ember: chunk: chunks must be > 0, got {chunks}")
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim("chunk", dim, len(shape))
         n = shape[dim]
         size = max(1, -(-n // chunks))
@@ -397,45 +399,54 @@ class LayoutOps(TensorOpsBase):
         if not tensors:
             raise ShapeError("ember: cat: needs at least one tensor")
         first = tensors[0]
-        rank = len(first._p.shape)
+        rank = len(first._primitive.shape)
         dim = normalize_dim("cat", dim, rank)
-        dtype = NP_TO_DTYPE[first._p.dtype]
+        dtype = NP_TO_DTYPE[first._primitive.dtype]
         for i, t in enumerate(tensors):
-            if not hasattr(t, "_p"):
+            if not hasattr(t, "_primitive"):
                 raise DTypeError(f"ember: cat: element {i} is a {type(t).__name__}, not a Tensor")
-            if t._d is not first._d:
+            if t._device is not first._device:
                 check_device("cat", first, t)
-            s = t._p.shape
-            if len(s) != rank or s[:dim] != first._p.shape[:dim] or s[dim + 1 :] != first._p.shape[dim + 1 :]:
+            s = t._primitive.shape
+            if (
+                len(s) != rank
+                or s[:dim] != first._primitive.shape[:dim]
+                or s[dim + 1 :] != first._primitive.shape[dim + 1 :]
+            ):
                 raise ShapeError(
                     f"ember: cat: tensor {i} has shape {list(s)}, but along dim {dim} every tensor must "
-                    f"match {list(first._p.shape)} in the other dims"
+                    f"match {list(first._primitive.shape)} in the other dims"
                 )
-            dtype = promote(dtype, NP_TO_DTYPE[t._p.dtype])
+            dtype = promote(dtype, NP_TO_DTYPE[t._primitive.dtype])
         if len(tensors) == 1:
             return first
-        prims = [t._p if t._p.dtype == dtype.np else t._d._b.cast(t._p, dtype) for t in tensors]
-        return first.__class__(first._d._b.cat(prims, dim), first._d)
+        prims = [
+            t._primitive if t._primitive.dtype == dtype.np else t._device._backend.cast(t._primitive, dtype)
+            for t in tensors
+        ]
+        return first.__class__(first._device._backend.cat(prims, dim), first._device)
 
     @staticmethod
     def _stack(tensors: Sequence[Any], dim: int) -> Any:
         tensors = list(tensors)
         if not tensors:
             raise ShapeError("ember: stack: needs at least one tensor")
-        shape = tensors[0]._p.shape
+        shape = tensors[0]._primitive.shape
         for i, t in enumerate(tensors):
-            if t._p.shape != shape:
-                raise ShapeError(f"ember: stack: tensor {i} has shape {list(t._p.shape)}, expected {list(shape)}")
+            if t._primitive.shape != shape:
+                raise ShapeError(
+                    f"ember: stack: tensor {i} has shape {list(t._primitive.shape)}, expected {list(shape)}"
+                )
         dim = normalize_dim("stack", dim, len(shape), extra=1)
         return LayoutOps._cat([t.unsqueeze_dim(dim) for t in tensors], dim)
 
     # ------------------------------------------------------------------ triangles
     def _triangle_mask(self, op: str, diagonal: int, upper: bool) -> Self:
-        shape = self._p.shape
+        shape = self._primitive.shape
         if len(shape) < 2:
             raise ShapeError(f"ember: {op}: needs rank >= 2, got shape {list(shape)}")
-        rows = self.__class__.arange(shape[-2], device=self._d).unsqueeze_dim(1)
-        cols = self.__class__.arange(shape[-1], device=self._d).unsqueeze_dim(0)
+        rows = self.__class__.arange(shape[-2], device=self._device).unsqueeze_dim(1)
+        cols = self.__class__.arange(shape[-1], device=self._device).unsqueeze_dim(0)
         diff = cols.sub(rows)
         return diff.lower_elem(diagonal) if upper else diff.greater_elem(diagonal)
 

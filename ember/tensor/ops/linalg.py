@@ -27,23 +27,23 @@ class LinalgOps(TensorOpsBase):
 
     def outer(self, other: Any) -> Self:
         """The outer product of two rank-1 tensors, ``[n, m]``."""
-        if len(self._p.shape) != 1 or not hasattr(other, "_p") or len(other._p.shape) != 1:
+        if len(self._primitive.shape) != 1 or not hasattr(other, "_primitive") or len(other._primitive.shape) != 1:
             raise ShapeError("ember: outer: needs two rank-1 tensors")
         return self.unsqueeze_dim(1).mul(other.unsqueeze_dim(0))
 
     def trace(self) -> Self:
         """The sum of the main diagonal of a matrix, shape ``[1]``."""
-        if len(self._p.shape) != 2:
-            raise ShapeError(f"ember: trace: needs a matrix, got shape {list(self._p.shape)}")
+        if len(self._primitive.shape) != 2:
+            raise ShapeError(f"ember: trace: needs a matrix, got shape {list(self._primitive.shape)}")
         return self.diagonal().sum()
 
     def cross(self, other: Any, dim: int = -1) -> Self:
         """The cross product of 3-vectors along ``dim`` (shapes broadcast)."""
-        dim = normalize_dim("cross", dim, len(self._p.shape))
-        if self._p.shape[dim] != 3 or other._p.shape[dim - len(self._p.shape)] != 3:
+        dim = normalize_dim("cross", dim, len(self._primitive.shape))
+        if self._primitive.shape[dim] != 3 or other._primitive.shape[dim - len(self._primitive.shape)] != 3:
             raise ShapeError(f"ember: cross: dim {dim} must have size 3 in both operands")
         a = [self.narrow(dim, i, 1) for i in range(3)]
-        b = [other.narrow(dim - len(self._p.shape), i, 1) for i in range(3)]
+        b = [other.narrow(dim - len(self._primitive.shape), i, 1) for i in range(3)]
         parts = [
             a[1].mul(b[2]).sub(a[2].mul(b[1])),
             a[2].mul(b[0]).sub(a[0].mul(b[2])),
@@ -54,17 +54,17 @@ class LinalgOps(TensorOpsBase):
     def tensordot(self, other: Any, dims: int | Sequence[Sequence[int]] = 2) -> Self:
         """The sum of products over the last ``dims`` dims of ``self`` and the first of
         ``other`` (or the given pairs of dims), as ``torch.tensordot``."""
-        ra, rb = len(self._p.shape), len(other._p.shape)
+        ra, rb = len(self._primitive.shape), len(other._primitive.shape)
         if isinstance(dims, int):
             da, db = list(range(ra - dims, ra)), list(range(dims))
         else:
             da, db = list(normalize_dims("tensordot", dims[0], ra)), list(normalize_dims("tensordot", dims[1], rb))
-        if [self._p.shape[d] for d in da] != [other._p.shape[d] for d in db]:
+        if [self._primitive.shape[d] for d in da] != [other._primitive.shape[d] for d in db]:
             raise ShapeError(f"ember: tensordot: contracted dims {da} and {db} differ in size")
         keep_a = [d for d in range(ra) if d not in da]
         keep_b = [d for d in range(rb) if d not in db]
-        k = numel(self._p.shape[d] for d in da)
-        left = self.permute(keep_a + da).reshape((numel(self._p.shape[d] for d in keep_a), k))
-        right = other.permute(db + keep_b).reshape((k, numel(other._p.shape[d] for d in keep_b)))
-        shape = tuple(self._p.shape[d] for d in keep_a) + tuple(other._p.shape[d] for d in keep_b)
+        k = numel(self._primitive.shape[d] for d in da)
+        left = self.permute(keep_a + da).reshape((numel(self._primitive.shape[d] for d in keep_a), k))
+        right = other.permute(db + keep_b).reshape((k, numel(other._primitive.shape[d] for d in keep_b)))
+        shape = tuple(self._primitive.shape[d] for d in keep_a) + tuple(other._primitive.shape[d] for d in keep_b)
         return left.matmul(right).reshape(shape)

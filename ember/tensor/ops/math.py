@@ -125,16 +125,16 @@ class MathOps(TensorOpsBase):
         ``self`` (``remainder`` takes the divisor's). Exact, computed as
         ``s * remainder(s * self, |other|)`` with ``s = copysign(1, self)``; ints stay ints.
         Its gradient is PyTorch's: 1 for ``self``, ``-trunc(self / other)`` for ``other``."""
-        if self._p.dtype == BOOL_NP:
+        if self._primitive.dtype == BOOL_NP:
             raise DTypeError("ember: fmod: not defined on bool tensors; cast first")
         divisor: Any
         if isinstance(other, self.__class__):
-            divisor = other.mul(_unit_sign(other)) if other._p.dtype in FLOAT_NP else other.abs()
+            divisor = other.mul(_unit_sign(other)) if other._primitive.dtype in FLOAT_NP else other.abs()
         else:
             divisor = abs(as_scalar("fmod", other))
-        if self._p.dtype not in FLOAT_NP:
+        if self._primitive.dtype not in FLOAT_NP:
             magnitude = self.abs().remainder(divisor)
-            if magnitude._p.dtype in FLOAT_NP:
+            if magnitude._primitive.dtype in FLOAT_NP:
                 return magnitude.copysign(self.float())
             return magnitude.mul(self.sign())
         # |x|, |y| and the result's sign as products with a constant +-1 (-0.0 gives -1):
@@ -194,7 +194,7 @@ class MathOps(TensorOpsBase):
 
     def _nan_ignoring(self, other: Any, op: str) -> Self:
         both = self.maximum(other) if op == "fmax" else self.minimum(other)
-        if both._p.dtype not in FLOAT_NP:
+        if both._primitive.dtype not in FLOAT_NP:
             return both
         a = self.cast(both.dtype) if self.dtype != both.dtype else self
         b = other.cast(both.dtype) if isinstance(other, self.__class__) else both.full_like(float(other))
@@ -212,8 +212,8 @@ class MathOps(TensorOpsBase):
 
     def frac(self) -> Self:
         """The fractional part, ``self - trunc(self)`` (sign of ``self``)."""
-        if self._p.dtype not in FLOAT_NP:
-            return self.zeros_like() if self._p.dtype != BOOL_NP else self.int().zeros_like()
+        if self._primitive.dtype not in FLOAT_NP:
+            return self.zeros_like() if self._primitive.dtype != BOOL_NP else self.int().zeros_like()
         return self.sub(self.trunc())
 
     def lgamma(self) -> Self:
@@ -273,9 +273,9 @@ class MathOps(TensorOpsBase):
     def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Self:
         """NaN, +inf and -inf replaced (infinities by the dtype's largest finite values
         unless given)."""
-        if self._p.dtype not in FLOAT_NP:
-            return self.__class__(self._p, self._d)
-        info = ml_dtypes.finfo(self._p.dtype)
+        if self._primitive.dtype not in FLOAT_NP:
+            return self.__class__(self._primitive, self._device)
+        info = ml_dtypes.finfo(self._primitive.dtype)
         out = self.mask_fill(self.is_nan(), float(nan))
         out = out.mask_fill(self.equal_elem(math.inf), float(info.max if posinf is None else posinf))
         return out.mask_fill(self.equal_elem(-math.inf), float(info.min if neginf is None else neginf))
@@ -294,9 +294,9 @@ def div_rounded(self: Any, other: Any, rounding_mode: str) -> Any:
     if rounding_mode != "trunc":
         raise ValueRangeError(f"ember: div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     cls = self.__class__
-    a = self.int() if self._p.dtype == BOOL_NP else self
-    b = other.int() if isinstance(other, cls) and other._p.dtype == BOOL_NP else other
-    if a._p.dtype in FLOAT_NP or (b._p.dtype in FLOAT_NP if isinstance(b, cls) else not is_integral(b)):
+    a = self.int() if self._primitive.dtype == BOOL_NP else self
+    b = other.int() if isinstance(other, cls) and other._primitive.dtype == BOOL_NP else other
+    if a._primitive.dtype in FLOAT_NP or (b._primitive.dtype in FLOAT_NP if isinstance(b, cls) else not is_integral(b)):
         return a.div(b).trunc()
     # Ints: the floor quotient, one up where the remainder is nonzero and the signs differ.
     floor = a.floor_div(b)

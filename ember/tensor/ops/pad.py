@@ -35,7 +35,7 @@ class PadOps(TensorOpsBase):
             if isinstance(p, bool) or not hasattr(p, "__index__"):
                 raise IndexOutOfBoundsError(f"ember: pad: expected ints, got {p!r}")
             widths.append(int(p))
-        shape = self._p.shape
+        shape = self._primitive.shape
         if len(widths) % 2 or len(widths) // 2 > len(shape):
             raise ShapeError(f"ember: pad: padding {widths} must be pairs for at most {len(shape)} dims")
         if mode not in _MODES:
@@ -44,7 +44,7 @@ class PadOps(TensorOpsBase):
         for i in range(len(widths) // 2):
             dim = len(shape) - 1 - i
             before, after = widths[2 * i], widths[2 * i + 1]
-            n = out._p.shape[dim]
+            n = out._primitive.shape[dim]
             if (before < 0 or after < 0) and mode in ("reflect", "replicate", "edge"):
                 out = out._pad_from_uncropped(dim, before, after, mode)
                 continue
@@ -64,7 +64,7 @@ class PadOps(TensorOpsBase):
         """Reflect or replicate padding with a negative width: output ``j`` reads the
         uncropped input at ``j - before``, mirrored or clamped into it (PyTorch's rule;
         cropping first would mirror the cropped tensor instead)."""
-        n = self._p.shape[dim]
+        n = self._primitive.shape[dim]
         size = n + before + after
         if size < 0:
             raise ValueRangeError(
@@ -83,15 +83,15 @@ class PadOps(TensorOpsBase):
             source = np.where(source >= n, period - source, source)
         else:
             source = np.clip(source, 0, max(n - 1, 0))
-        return self.select(dim, self.__class__.from_data(source, device=self._d))
+        return self.select(dim, self.__class__.from_data(source, device=self._device))
 
     def _pad_dim(self, dim: int, before: int, after: int, value: Any, mode: str) -> Self:
-        n = self._p.shape[dim]
+        n = self._primitive.shape[dim]
         cls = self.__class__
         if mode == "constant":
-            shape = list(self._p.shape)
+            shape = list(self._primitive.shape)
             shape[dim] = n + before + after
-            out = cls.full(tuple(shape), as_scalar("pad", value), self._d, self.dtype)
+            out = cls.full(tuple(shape), as_scalar("pad", value), self._device, self.dtype)
             ranges: list[Any] = [None] * dim + [(before, before + n)]
             return out.slice_assign(ranges, self)
         pieces = []

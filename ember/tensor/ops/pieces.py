@@ -33,7 +33,7 @@ class PiecesOps(TensorOpsBase):
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueRangeError(f"ember: diff: n must be an int >= 0, got {n!r}")
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         if rank == 0:
             raise ShapeError("ember: diff: needs at least one dim, got a scalar")
         dim = normalize_dim("diff", dim, rank)
@@ -42,17 +42,17 @@ class PiecesOps(TensorOpsBase):
             if extra is None:
                 continue
             if not isinstance(extra, self.__class__):
-                shape = list(self._p.shape)
+                shape = list(self._primitive.shape)
                 shape[dim] = 1
-                extra = self.__class__.full(tuple(shape), extra, self._d, self.dtype)
+                extra = self.__class__.full(tuple(shape), extra, self._device, self.dtype)
             parts.append(extra)
         x = self.__class__.cat(parts, dim) if len(parts) > 1 else self
         for _ in range(n):
-            length = x._p.shape[dim]
+            length = x._primitive.shape[dim]
             if length == 0:
                 break
             later, earlier = x.narrow(dim, 1, length - 1), x.narrow(dim, 0, length - 1)
-            x = later.not_equal(earlier) if x._p.dtype == BOOL_NP else later.sub(earlier)
+            x = later.not_equal(earlier) if x._primitive.dtype == BOOL_NP else later.sub(earlier)
         return x
 
     def tensor_split(self, indices_or_sections: Any, dim: int = 0) -> list[Self]:
@@ -63,9 +63,9 @@ class PiecesOps(TensorOpsBase):
         >>> [p.tolist() for p in Tensor.arange(7, device=Device.flex()).tensor_split(3)]
         [[0, 1, 2], [3, 4], [5, 6]]
         """
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         dim = normalize_dim("tensor_split", dim, rank)
-        size = self._p.shape[dim]
+        size = self._primitive.shape[dim]
         if isinstance(indices_or_sections, self.__class__):
             indices_or_sections = indices_or_sections.tolist()
         if isinstance(indices_or_sections, int) and not isinstance(indices_or_sections, bool):
@@ -94,14 +94,14 @@ class PiecesOps(TensorOpsBase):
     def slice_dim(self, dim: int, spec: Any) -> Self:
         """This tensor cut along one dim (Burn's ``slice_dim``): ``spec`` is an index, a
         ``slice`` (steps allowed, negative ones too), a ``range`` or a ``(start, end)`` pair."""
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         dim = normalize_dim("slice_dim", dim, rank)
         if isinstance(spec, range):
             spec = slice(spec.start, spec.stop, spec.step)
         elif isinstance(spec, tuple) and len(spec) == 2:
             spec = slice(spec[0], spec[1])
         elif isinstance(spec, int) and not isinstance(spec, bool):
-            n = self._p.shape[dim]
+            n = self._primitive.shape[dim]
             i = spec + n if spec < 0 else spec
             if not 0 <= i < n:
                 raise ValueRangeError(f"ember: slice_dim: index {spec} is outside dim {dim} of size {n}")
@@ -130,17 +130,17 @@ class PiecesOps(TensorOpsBase):
         flat = self.reshape([n])
         values = source.reshape([count]).cast(self.dtype)
         out = flat.scatter(0, flat_index, values, "add" if accumulate else "assign")
-        return out.reshape(list(self._p.shape))
+        return out.reshape(list(self._primitive.shape))
 
     def masked_scatter(self, mask: Any, source: Any) -> Self:
         """A copy with the positions where ``mask`` (bool, broadcast to this shape) is
         true filled, in order, from the leading elements of ``source``
         (``torch.Tensor.masked_scatter``). Differentiable for both."""
-        if not isinstance(mask, self.__class__) or mask._p.dtype != BOOL_NP:
+        if not isinstance(mask, self.__class__) or mask._primitive.dtype != BOOL_NP:
             raise DTypeError("ember: masked_scatter: mask must be a bool Tensor")
         if not isinstance(source, self.__class__):
             raise DTypeError("ember: masked_scatter: source must be a Tensor")
-        shape = list(self._p.shape)
+        shape = list(self._primitive.shape)
         mask = mask.expand(shape)
         n = max(1, math.prod(shape))
         flat_mask = mask.reshape([n])
@@ -152,7 +152,7 @@ class PiecesOps(TensorOpsBase):
 
     def logical_not(self) -> Self:
         """Bool: true where this tensor is zero (``torch.logical_not``; any dtype)."""
-        if self._p.dtype == BOOL_NP:
+        if self._primitive.dtype == BOOL_NP:
             return self.bool_not()
         return self.equal_elem(0)
 
@@ -170,6 +170,6 @@ class PiecesOps(TensorOpsBase):
 
 
 def _truth(x: Any) -> Any:
-    if not hasattr(x, "_p"):
+    if not hasattr(x, "_primitive"):
         raise DTypeError(f"ember: logical ops take Tensors, got {type(x).__name__}")
-    return x if x._p.dtype == BOOL_NP else x.not_equal_elem(0)
+    return x if x._primitive.dtype == BOOL_NP else x.not_equal_elem(0)

@@ -76,7 +76,7 @@ class RandomOps(TensorOpsBase):
     def randint_like(self, low: builtins.int, high: builtins.int | None = None) -> Self:
         """:meth:`randint` with this tensor's shape, device and (int) dtype."""
         dtype = self.dtype if self.dtype.is_int else DType.INT64
-        return self.__class__.randint(low, high, list(self._p.shape), self._d, dtype)
+        return self.__class__.randint(low, high, list(self._primitive.shape), self._device, dtype)
 
     @classmethod
     def randperm(cls, n: builtins.int, device: Device | None = None, dtype: DType | str | None = None) -> Self:

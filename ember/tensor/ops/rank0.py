@@ -32,7 +32,7 @@ def rank0_as_vector(*dim_params: str) -> Callable[[F], F]:
 
         @functools.wraps(op)
         def run(x: Any, *args: Any, **kwargs: Any) -> Any:
-            if x._p.shape != ():
+            if x._primitive.shape != ():
                 return op(x, *args, **kwargs)
             binding = signature.bind(x, *args, **kwargs)
             binding.apply_defaults()
@@ -59,12 +59,12 @@ def rank0_as_vector(*dim_params: str) -> Callable[[F], F]:
 
 
 def _vector(value: Any, cls: type[Any]) -> Any:
-    return value.reshape((1,)) if isinstance(value, cls) and value._p.shape == () else value
+    return value.reshape((1,)) if isinstance(value, cls) and value._primitive.shape == () else value
 
 
 def _scalar(value: Any, cls: type[Any]) -> Any:
     if isinstance(value, cls):
-        return value.reshape(()) if value._p.shape == (1,) else value
+        return value.reshape(()) if value._primitive.shape == (1,) else value
     if isinstance(value, (tuple, list)):
         return type(value)(_scalar(v, cls) for v in value)
     return value

@@ -43,8 +43,8 @@ class ReduceOps(TensorOpsBase):
     def _reduce(self, op: ReduceOp, name: str, dim: int | None) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
-        p = self._p
-        backend = self._d._b
+        p = self._primitive
+        backend = self._device._backend
         extreme = op in (ReduceOp.MAX, ReduceOp.MIN)
         if p.dtype.kind == "c":
             if op not in (ReduceOp.SUM, ReduceOp.MEAN, ReduceOp.ANY, ReduceOp.ALL):
@@ -72,8 +72,8 @@ class ReduceOps(TensorOpsBase):
         else:
             dim = normalize_dim(name, dim, len(p.shape))
         if p.shape[dim] == 0 and extreme:
-            raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(self._p.shape)})")
-        return self.__class__(backend.reduce(op, p, dim), self._d)
+            raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(self._primitive.shape)})")
+        return self.__class__(backend.reduce(op, p, dim), self._device)
 
     def sum(self, *args: Any, **kwargs: Any) -> Self:
         """The sum of all elements, shape ``[1]``."""
@@ -88,16 +88,16 @@ class ReduceOps(TensorOpsBase):
     @rank0_as_vector("dims")
     def sum_dims(self, dims: Sequence[int]) -> Self:
         out = self
-        for d in normalize_dims("sum_dims", dims, len(self._p.shape)):
+        for d in normalize_dims("sum_dims", dims, len(self._primitive.shape)):
             out = out.sum_dim(d)
         return out
 
     @rank0_as_vector("dims")
     def sum_dims_squeeze(self, dims: Sequence[int]) -> Self:
         """The sum along ``dims``, which are removed (Burn's ``sum_dims_squeeze``)."""
-        dims = normalize_dims("sum_dims_squeeze", dims, len(self._p.shape))
+        dims = normalize_dims("sum_dims_squeeze", dims, len(self._primitive.shape))
         out = self.sum_dims(dims)
-        return out.reshape(tuple(n for i, n in enumerate(out._p.shape) if i not in dims)) if dims else out
+        return out.reshape(tuple(n for i, n in enumerate(out._primitive.shape) if i not in dims)) if dims else out
 
     def mean(self, *args: Any, **kwargs: Any) -> Self:
         if args or kwargs:  # PyTorch's x.mean(dim): ember's spelling is in the error
@@ -110,7 +110,7 @@ class ReduceOps(TensorOpsBase):
     @rank0_as_vector("dims")
     def mean_dims(self, dims: Sequence[int]) -> Self:
         out = self
-        for d in normalize_dims("mean_dims", dims, len(self._p.shape)):
+        for d in normalize_dims("mean_dims", dims, len(self._primitive.shape)):
             out = out.mean_dim(d)
         return out
 
@@ -133,7 +133,7 @@ class ReduceOps(TensorOpsBase):
     @rank0_as_vector("dims")
     def _fold_dims(self, name: str, dims: Sequence[int], method: str) -> Self:
         out = self
-        for d in normalize_dims(name, [dims] if isinstance(dims, int) else dims, len(self._p.shape)):
+        for d in normalize_dims(name, [dims] if isinstance(dims, int) else dims, len(self._primitive.shape)):
             out = getattr(out, method)(d)
         return out
 
@@ -141,7 +141,7 @@ class ReduceOps(TensorOpsBase):
     def _torch_reduce(self, name: str, dim: Any, keepdim: bool, method: str, full: str) -> Self:
         """PyTorch's form of a reduction: all dims (``dim=None``) or some, squeezed
         unless ``keepdim``."""
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         if dim is None:
             out = getattr(self, full)()
             return out.reshape((1,) * rank) if keepdim else out.reshape(())
@@ -169,17 +169,17 @@ class ReduceOps(TensorOpsBase):
 
     def max_abs(self) -> Self:
         """The largest absolute value, shape ``[1]`` (Burn's)."""
-        return self.abs().max() if self._p.dtype != BOOL_NP else self.max()
+        return self.abs().max() if self._primitive.dtype != BOOL_NP else self.max()
 
     def max_abs_dim(self, dim: int) -> Self:
-        return (self.abs() if self._p.dtype != BOOL_NP else self).max_dim(dim)
+        return (self.abs() if self._primitive.dtype != BOOL_NP else self).max_dim(dim)
 
     def max_abs_dims(self, dims: Sequence[int]) -> Self:
-        return (self.abs() if self._p.dtype != BOOL_NP else self).max_dims(dims)
+        return (self.abs() if self._primitive.dtype != BOOL_NP else self).max_dims(dims)
 
     def count_nonzero(self, dim: int | None = None) -> Self:
         """The number of nonzero elements (int64): all (shape ``[1]``) or along ``dim`` (kept)."""
-        nonzero = self.not_equal_elem(False if self._p.dtype == BOOL_NP else 0).int()
+        nonzero = self.not_equal_elem(False if self._primitive.dtype == BOOL_NP else 0).int()
         return nonzero.sum() if dim is None else nonzero.sum_dim(dim)
 
     def nansum(self) -> Self:
@@ -199,7 +199,7 @@ class ReduceOps(TensorOpsBase):
         return self._without_nan().float().sum_dim(dim).div(kept.sum_dim(dim))
 
     def _without_nan(self) -> Self:
-        if self._p.dtype not in FLOAT_NP:
+        if self._primitive.dtype not in FLOAT_NP:
             return self
         return self.mask_fill(self.is_nan(), 0.0)
 
@@ -231,7 +231,7 @@ class ReduceOps(TensorOpsBase):
     @rank0_as_vector("dim")
     def _extreme_with_indices(self, arg: ArgReduceOp, name: str, dim: int) -> tuple[Any, Any]:
         indices = self._arg_reduce(arg, name, dim)
-        return self.gather(normalize_dim(name, dim, len(self._p.shape)), indices), indices
+        return self.gather(normalize_dim(name, dim, len(self._primitive.shape)), indices), indices
 
     def max_dim_with_indices(self, dim: int) -> tuple[Any, Any]:
         """``(values, indices)`` of the maxima along ``dim`` (kept); gradients flow
@@ -243,15 +243,15 @@ class ReduceOps(TensorOpsBase):
 
     @rank0_as_vector("dim")
     def _arg_reduce(self, op: ArgReduceOp, name: str, dim: int) -> Self:
-        p = self._p
+        p = self._primitive
         dim = normalize_dim(name, dim, len(p.shape))
         if p.shape[dim] == 0:
             raise ShapeError(f"ember: {name}: cannot reduce an empty dim (shape {list(p.shape)})")
         if p.dtype == BOOL_NP:
-            p = self._d._b.cast(p, DType.INT64)
+            p = self._device._backend.cast(p, DType.INT64)
         elif p.dtype.kind == "c":
             raise DTypeError(f"ember: {name}: not defined on complex tensors (dtype {self.dtype}); use .abs() first")
-        return self.__class__(self._d._b.arg_reduce(op, p, dim), self._d)
+        return self.__class__(self._device._backend.arg_reduce(op, p, dim), self._device)
 
     def argmax(self, dim: int | None = None, keepdim: bool | None = None) -> Self:
         """Indices (int64) of the maxima along ``dim``, kept with size 1 (Burn's form)
@@ -321,8 +321,8 @@ class ReduceOps(TensorOpsBase):
             x, dim = x.reshape((-1,)), 0
         if isinstance(correction, bool) or not isinstance(correction, (int, float)):
             raise ValueRangeError(f"ember: {name}: correction must be a number, got {correction!r}")
-        dim = normalize_dim(name, dim, len(x._p.shape))
-        n = x._p.shape[dim]
+        dim = normalize_dim(name, dim, len(x._primitive.shape))
+        n = x._primitive.shape[dim]
         diff = x.sub(x.mean_dim(dim))
         return diff.mul(diff).sum_dim(dim).div_scalar(float(max(n - correction, 0)))
 
@@ -332,8 +332,8 @@ class ReduceOps(TensorOpsBase):
         x = self.float()
         if autocast.ACTIVE:
             x = autocast.cast_input("logsumexp", x)
-        dim = normalize_dim("logsumexp", dim, len(x._p.shape))
-        if x._p.shape[dim] == 0:
+        dim = normalize_dim("logsumexp", dim, len(x._primitive.shape))
+        if x._primitive.shape[dim] == 0:
             return x.sum_dim(dim).log()  # log(0) = -inf, as PyTorch
         peak = x.max_dim(dim).detach()
         peak = peak.mask_fill(peak.is_inf(), 0.0)
@@ -365,19 +365,19 @@ class ReduceOps(TensorOpsBase):
     def _scan(self, op: CumulativeOp, dim: int) -> Self:
         if autocast.ACTIVE:
             self = autocast.cast_input(op.value, self)
-        p = self._p
-        backend = self._d._b
+        p = self._primitive
+        backend = self._device._backend
         dim = normalize_dim(op, dim, len(p.shape))
         if p.dtype.kind == "c":
             if op != CumulativeOp.CUMSUM:
                 raise DTypeError(f"ember: {op}: not defined on complex tensors (dtype {self.dtype}); use cumsum")
-            return self.__class__(backend.cumulative(op, p, dim), self._d)
+            return self.__class__(backend.cumulative(op, p, dim), self._device)
         if op in _WIDENING and p.dtype not in FLOAT_NP and p.dtype != _I64_NP:
-            return self.__class__(backend.cumulative(op, backend.cast(p, DType.INT64), dim), self._d)
+            return self.__class__(backend.cumulative(op, backend.cast(p, DType.INT64), dim), self._device)
         if p.dtype == BOOL_NP:  # running max/min of bools stay bool, as in PyTorch
             out = backend.cumulative(op, backend.cast(p, DType.UINT8), dim)
-            return self.__class__(backend.cast(out, DType.BOOL), self._d)
-        return self.__class__(backend.cumulative(op, p, dim), self._d)
+            return self.__class__(backend.cast(out, DType.BOOL), self._device)
+        return self.__class__(backend.cumulative(op, p, dim), self._device)
 
     def cumsum(self, dim: int) -> Self:
         """Running sums along ``dim``."""
@@ -406,24 +406,26 @@ class ReduceOps(TensorOpsBase):
     @rank0_as_vector("dim")
     def _scan_with_indices(self, op: CumulativeOp, dim: int) -> tuple[Any, Any]:
         values = self._scan(op, dim)
-        dim = normalize_dim(op, dim, len(self._p.shape))
-        x = self if self._p.dtype != BOOL_NP else self.int()
+        dim = normalize_dim(op, dim, len(self._primitive.shape))
+        x = self if self._primitive.dtype != BOOL_NP else self.int()
         source = x.equal(values)
-        if x._p.dtype in FLOAT_NP:
+        if x._primitive.dtype in FLOAT_NP:
             source = source.bool_or(x.is_nan())
-        n = self._p.shape[dim]
-        positions = self.__class__.arange(n, device=self._d).reshape(
-            tuple(n if d == dim else 1 for d in range(len(self._p.shape)))
+        n = self._primitive.shape[dim]
+        positions = self.__class__.arange(n, device=self._device).reshape(
+            tuple(n if d == dim else 1 for d in range(len(self._primitive.shape)))
         )
-        indices = positions.expand(self._p.shape).mask_fill(source.bool_not(), 0).cummax(dim)
+        indices = positions.expand(self._primitive.shape).mask_fill(source.bool_not(), 0).cummax(dim)
         return values, indices
 
     @rank0_as_vector("dim")
     def logcumsumexp(self, dim: int) -> Self:
         """``log(cumsum(exp(x)))`` along ``dim``, computed stably (a scan of ``logaddexp``)."""
         x = self.float()
-        dim = normalize_dim("logcumsumexp", dim, len(x._p.shape))
-        return self.__class__(self._d._b.cumulative(CumulativeOp.LOGCUMSUMEXP, x._p, dim), self._d)
+        dim = normalize_dim("logcumsumexp", dim, len(x._primitive.shape))
+        return self.__class__(
+            self._device._backend.cumulative(CumulativeOp.LOGCUMSUMEXP, x._primitive, dim), self._device
+        )
 
     # ------------------------------------------------------------------ order statistics
     def median(self, dim: int | None = None) -> Self:
@@ -437,18 +439,20 @@ class ReduceOps(TensorOpsBase):
     @rank0_as_vector("dim")
     def median_with_indices(self, dim: int) -> tuple[Any, Any]:
         """``(values, indices)`` of :meth:`median` along ``dim`` (kept)."""
-        dim = normalize_dim("median", dim, len(self._p.shape))
-        n = self._p.shape[dim]
+        dim = normalize_dim("median", dim, len(self._primitive.shape))
+        n = self._primitive.shape[dim]
         if n == 0:
-            raise ShapeError(f"ember: median: cannot take the median of an empty dim (shape {list(self._p.shape)})")
+            raise ShapeError(
+                f"ember: median: cannot take the median of an empty dim (shape {list(self._primitive.shape)})"
+            )
         return self._kth(dim, (n - 1) // 2, "median")
 
     @rank0_as_vector("dim")
     def kthvalue(self, k: int, dim: int = -1) -> tuple[Any, Any]:
         """``(values, indices)`` of the ``k``-th smallest element (1-based) along ``dim``
         (kept); NaN counts as the largest."""
-        dim = normalize_dim("kthvalue", dim, len(self._p.shape))
-        n = self._p.shape[dim]
+        dim = normalize_dim("kthvalue", dim, len(self._primitive.shape))
+        n = self._primitive.shape[dim]
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
             raise ValueRangeError(f"ember: kthvalue: k must be an int in [1, {n}], got {k!r}")
         order = self.argsort(dim).narrow(dim, k - 1, 1)
@@ -457,7 +461,7 @@ class ReduceOps(TensorOpsBase):
     def _kth(self, dim: int, position: int, name: str) -> tuple[Any, Any]:
         order = self.argsort(dim).narrow(dim, position, 1)
         values = self.gather(dim, order)
-        if self._p.dtype not in FLOAT_NP:
+        if self._primitive.dtype not in FLOAT_NP:
             return values, order
         nan = self.is_nan()
         has_nan = nan.any_dim(dim)
@@ -468,17 +472,17 @@ class ReduceOps(TensorOpsBase):
     @rank0_as_vector("dim")
     def argsort(self, dim: int = -1, descending: bool = False) -> Self:
         """Indices (int64) that sort along ``dim``; stable; NaN sorts as the largest."""
-        p = self._p
+        p = self._primitive
         dim = normalize_dim("argsort", dim, len(p.shape))
         if p.dtype == BOOL_NP:
-            p = self._d._b.cast(p, DType.UINT8)
-        return self.__class__(self._d._b.argsort(p, dim, bool(descending)), self._d)
+            p = self._device._backend.cast(p, DType.UINT8)
+        return self.__class__(self._device._backend.argsort(p, dim, bool(descending)), self._device)
 
     @rank0_as_vector("dim")
     def sort_with_indices(self, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
         """``(values, indices)`` sorted along ``dim``; gradients flow through ``indices``."""
         indices = self.argsort(dim, descending)
-        return self.gather(normalize_dim("sort", dim, len(self._p.shape)), indices), indices
+        return self.gather(normalize_dim("sort", dim, len(self._primitive.shape)), indices), indices
 
     def sort(self, dim: int = -1, descending: bool = False) -> Self:
         return self.sort_with_indices(dim, descending)[0]
@@ -487,8 +491,8 @@ class ReduceOps(TensorOpsBase):
     def topk_with_indices(self, k: int, dim: int = -1, largest: bool = True) -> tuple[Any, Any]:
         """The ``k`` largest values along ``dim``, largest first, with their indices
         (``largest=False``: the ``k`` smallest, smallest first)."""
-        dim = normalize_dim("topk", dim, len(self._p.shape))
-        n = self._p.shape[dim]
+        dim = normalize_dim("topk", dim, len(self._primitive.shape))
+        n = self._primitive.shape[dim]
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
             raise ValueRangeError(f"ember: topk: k must be an int in [0, {n}] for dim {dim}, got {k!r}")
         indices = self.argsort(dim, descending=bool(largest)).narrow(dim, 0, k)

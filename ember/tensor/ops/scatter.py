@@ -35,10 +35,10 @@ def _combine(op: str, a: Any, b: Any) -> Any:
 
 def _shift(x: Any, dim: int, k: int, fill: Any) -> Any:
     """``x`` moved ``k`` places toward higher indices along ``dim``, ``fill`` in front."""
-    n = x._p.shape[dim]
-    shape = list(x._p.shape)
+    n = x._primitive.shape[dim]
+    shape = list(x._primitive.shape)
     shape[dim] = min(k, n)
-    front = x.__class__.full(tuple(shape), fill, x._d, x.dtype)
+    front = x.__class__.full(tuple(shape), fill, x._device, x.dtype)
     if k >= n:
         return front
     return x.__class__.cat([front, x.narrow(dim, 0, n - k)], dim)
@@ -50,22 +50,22 @@ class ScatterOps(TensorOpsBase):
     __slots__ = ()
 
     def _scatter_args(self, op: str, dim: int, indices: Any, values: Any, allow_larger: bool) -> tuple[int, Any, Any]:
-        shape = self._p.shape
+        shape = self._primitive.shape
         dim = normalize_dim(op, dim, len(shape))
         indices = self._index_tensor(op, indices)
-        if isinstance(values, self.__class__) and values._p.dtype != self._p.dtype:
+        if isinstance(values, self.__class__) and values._primitive.dtype != self._primitive.dtype:
             raise DTypeError(
                 f"ember: {op}: the values ({values.dtype}) must have the tensor's dtype ({self.dtype}), as in "
                 f"PyTorch; cast them first: values.cast({str(self.dtype)!r})"
             )
         values = self._like(values, op)
-        ishape = indices._p.shape
+        ishape = indices._primitive.shape
         if len(ishape) != len(shape) or any(ishape[d] > shape[d] for d in range(len(shape)) if d != dim):
             raise ShapeError(
                 f"ember: {op}: indices of shape {list(ishape)} must have the rank of the tensor "
                 f"{list(shape)} and no larger dims except dim {dim}"
             )
-        vshape = values._p.shape
+        vshape = values._primitive.shape
         if vshape != ishape:
             if not allow_larger or len(vshape) != len(ishape) or any(v < i for v, i in zip(vshape, ishape)):
                 raise ShapeError(
@@ -87,9 +87,12 @@ class ScatterOps(TensorOpsBase):
             raise ValueRangeError(f"ember: scatter: update must be one of {', '.join(_UPDATES)}, got {update!r}")
         dim, indices, values = self._scatter_args("scatter", dim, indices, values, False)
         if update == "add":
-            if self._p.dtype == BOOL_NP:
+            if self._primitive.dtype == BOOL_NP:
                 return self.int().scatter(dim, indices, values.int()).bool()
-            return self.__class__(self._d._b.scatter_add(self._p, dim, indices._p, values._p), self._d)
+            return self.__class__(
+                self._device._backend.scatter_add(self._primitive, dim, indices._primitive, values._primitive),
+                self._device,
+            )
         return self._scatter_rule(dim, indices, values, update, True)
 
     def scatter_add(self, dim: int, indices: Any, values: Any) -> Self:
@@ -120,7 +123,7 @@ class ScatterOps(TensorOpsBase):
         if include_self:
             total, counts = total.add(self), counts.add_scalar(1)
         counts = counts.clamp_min(1)
-        if self._p.dtype in FLOAT_NP:
+        if self._primitive.dtype in FLOAT_NP:
             mean = total.div(counts.cast(self.dtype))
         else:
             mean = total.div(counts, rounding_mode="floor").cast(self.dtype)
@@ -132,7 +135,7 @@ class ScatterOps(TensorOpsBase):
         order = indices.argsort(dim)
         targets = indices.gather(dim, order)
         scanned = values.gather(dim, order)
-        n = targets._p.shape[dim]
+        n = targets._primitive.shape[dim]
         if op is not None:
             # Shifted-in positions get target -1, never a real one, so their fill value
             # (0) is never combined.
@@ -142,22 +145,22 @@ class ScatterOps(TensorOpsBase):
                 scanned = _combine(op, _shift(scanned, dim, k, 0), scanned).mask_where(same.bool_not(), scanned)
                 k *= 2
         following = targets.narrow(dim, 1, n - 1) if n > 1 else targets.narrow(dim, 0, 0)
-        last_shape = list(targets._p.shape)
+        last_shape = list(targets._primitive.shape)
         last_shape[dim] = 1
-        sentinel = targets.__class__.full(tuple(last_shape), -1, targets._d, targets.dtype)
+        sentinel = targets.__class__.full(tuple(last_shape), -1, targets._device, targets.dtype)
         ends = targets.not_equal(targets.__class__.cat([following, sentinel], dim))
         return targets, scanned, ends
 
     def _scatter_rule(self, dim: int, indices: Any, values: Any, op: str, include_self: bool) -> Self:
         """``assign`` / ``mul`` / ``min`` / ``max`` scatter, exact (see the module docstring)."""
-        if self._p.dtype == BOOL_NP:
+        if self._primitive.dtype == BOOL_NP:
             out = self.int()._scatter_rule(dim, indices, values.int(), op, include_self)
             return out.bool()
         tracked = self.is_require_grad() or values.is_require_grad()
         if op in ("min", "max") and tracked:
             return self._scatter_extreme_tracked(dim, indices, values, op, include_self)
         targets, scanned, ends = self._segments(dim, indices, values, None if op == "assign" else op)
-        zero = False if self._p.dtype == BOOL_NP else 0
+        zero = False if self._primitive.dtype == BOOL_NP else 0
         placed = self.zeros_like().scatter(dim, targets, scanned.mask_fill(ends.bool_not(), zero))
         hit = self.int().zeros_like().scatter(dim, targets, ends.int()).greater_elem(0)
         if op != "assign" and include_self:

@@ -30,14 +30,14 @@ if TYPE_CHECKING:
 def _search(seq: Any, values: Any, right: bool) -> Any:
     """For ``seq`` ``[..., M]`` sorted along its last dim and ``values`` ``[..., K]``
     (the same leading dims): the int64 insertion points ``[..., K]``."""
-    m = seq._p.shape[-1]
+    m = seq._primitive.shape[-1]
     lo = values.zeros_like().int()
     hi = lo.add_scalar(m)
     if m == 0:
         return lo
     for _ in range(max(1, math.ceil(math.log2(m + 1)))):
         mid = lo.add(hi).floor_div(2)
-        probe = seq.gather(len(seq._p.shape) - 1, mid.clamp_max(m - 1))
+        probe = seq.gather(len(seq._primitive.shape) - 1, mid.clamp_max(m - 1))
         go_right = probe.lower_equal(values) if right else probe.lower(values)
         go_right = go_right.bool_and(mid.lower_elem(m))
         lo = lo.mask_where(go_right, mid.add_scalar(1))
@@ -79,34 +79,34 @@ class SearchOps(TensorOpsBase):
         seq = self
         if sorter is not None:
             sorter = self._index_tensor("searchsorted", sorter)
-            if tuple(sorter._p.shape) != tuple(seq._p.shape):
+            if tuple(sorter._primitive.shape) != tuple(seq._primitive.shape):
                 raise ShapeError(
-                    f"ember: searchsorted: sorter {list(sorter._p.shape)} must have the sequence's shape "
-                    f"{list(seq._p.shape)}"
+                    f"ember: searchsorted: sorter {list(sorter._primitive.shape)} must have the sequence's shape "
+                    f"{list(seq._primitive.shape)}"
                 )
-            seq = seq.gather(len(seq._p.shape) - 1, sorter)
+            seq = seq.gather(len(seq._primitive.shape) - 1, sorter)
         scalar = not isinstance(values, self.__class__)
-        v = self.__class__.full((), values, self._d, self.dtype) if scalar else values
-        if v._p.dtype != seq._p.dtype:
-            common = DType.FLOAT64 if DType.FLOAT64.np in (v._p.dtype, seq._p.dtype) else None
-            if v._p.dtype in FLOAT_NP or seq._p.dtype in FLOAT_NP:
-                target = common or (v.dtype if v._p.dtype in FLOAT_NP else seq.dtype)
+        v = self.__class__.full((), values, self._device, self.dtype) if scalar else values
+        if v._primitive.dtype != seq._primitive.dtype:
+            common = DType.FLOAT64 if DType.FLOAT64.np in (v._primitive.dtype, seq._primitive.dtype) else None
+            if v._primitive.dtype in FLOAT_NP or seq._primitive.dtype in FLOAT_NP:
+                target = common or (v.dtype if v._primitive.dtype in FLOAT_NP else seq.dtype)
             else:
                 target = DType.INT64
             v, seq = v.cast(target), seq.cast(target)
-        if seq._p.dtype == BOOL_NP:
+        if seq._primitive.dtype == BOOL_NP:
             v, seq = v.int(), seq.int()
-        if len(seq._p.shape) == 0:
+        if len(seq._primitive.shape) == 0:
             raise ShapeError("ember: searchsorted: the sorted sequence needs at least one dim")
-        if len(seq._p.shape) == 1:
-            shape = list(v._p.shape)
+        if len(seq._primitive.shape) == 1:
+            shape = list(v._primitive.shape)
             flat = v.reshape([1, max(1, math.prod(shape))]) if shape else v.reshape([1, 1])
-            out = _search(seq.reshape([1, seq._p.shape[0]]), flat, right).reshape(shape)
+            out = _search(seq.reshape([1, seq._primitive.shape[0]]), flat, right).reshape(shape)
         else:
-            if tuple(v._p.shape[:-1]) != tuple(seq._p.shape[:-1]):
+            if tuple(v._primitive.shape[:-1]) != tuple(seq._primitive.shape[:-1]):
                 raise ShapeError(
-                    f"ember: searchsorted: the values {list(v._p.shape)} must share the leading dims of the "
-                    f"sorted sequence {list(seq._p.shape)} (or the sequence must be 1-D)"
+                    f"ember: searchsorted: the values {list(v._primitive.shape)} must share the leading dims of the "
+                    f"sorted sequence {list(seq._primitive.shape)} (or the sequence must be 1-D)"
                 )
             out = _search(seq, v, right)
         return out.cast(DType.INT32) if out_int32 else out
@@ -114,7 +114,7 @@ class SearchOps(TensorOpsBase):
     def bucketize(self, boundaries: Any, *, right: bool = False, out_int32: bool = False) -> Self:
         """The bucket of each element between the 1-D sorted ``boundaries``
         (``torch.bucketize``): ``boundaries.searchsorted(self, right=right)``."""
-        if not isinstance(boundaries, self.__class__) or len(boundaries._p.shape) != 1:
+        if not isinstance(boundaries, self.__class__) or len(boundaries._primitive.shape) != 1:
             raise ShapeError("ember: bucketize: boundaries must be a 1-D Tensor")
         return boundaries.searchsorted(self, right=right, out_int32=out_int32)
 
@@ -122,17 +122,17 @@ class SearchOps(TensorOpsBase):
         """Bool: whether each element occurs in ``test_elements`` (a Tensor or a scalar),
         negated with ``invert`` (``torch.isin``)."""
         if not isinstance(test_elements, self.__class__):
-            test_elements = self.__class__.full((1,), test_elements, self._d, self.dtype)
+            test_elements = self.__class__.full((1,), test_elements, self._device, self.dtype)
         pool = test_elements.reshape([test_elements.num_elements()])
         if pool.num_elements() == 0:
-            out = self.zeros_like().bool() if self._p.dtype != BOOL_NP else self.bool_and(self.bool_not())
+            out = self.zeros_like().bool() if self._primitive.dtype != BOOL_NP else self.bool_and(self.bool_not())
             return out.bool_not() if invert else out
-        x, pool = (self, pool) if pool._p.dtype == self._p.dtype else (self.float(), pool.float())
-        if x._p.dtype == BOOL_NP:
+        x, pool = (self, pool) if pool._primitive.dtype == self._primitive.dtype else (self.float(), pool.float())
+        if x._primitive.dtype == BOOL_NP:
             x, pool = x.int(), pool.int()
         ordered = pool.sort()
         at = ordered.searchsorted(x).clamp_max(ordered.num_elements() - 1)
-        shape = list(x._p.shape)
+        shape = list(x._primitive.shape)
         found = ordered.select(0, at.reshape([max(1, math.prod(shape))])).reshape(shape).equal(x)
         return found.bool_not() if invert else found
 
@@ -148,25 +148,25 @@ class SearchOps(TensorOpsBase):
             return self._unique_dim("unique_consecutive", dim, False, return_inverse, return_counts)
         values, inverse, counts = self._runs(self.reshape([self.num_elements()]), return_inverse, return_counts)
         if inverse is not None:
-            inverse = inverse.reshape(list(self._p.shape))
+            inverse = inverse.reshape(list(self._primitive.shape))
         return _pack(values, inverse if return_inverse else None, counts if return_counts else None)
 
     def _runs(self, flat: Any, need_inverse: bool, need_counts: bool) -> tuple[Any, Any, Any]:
-        n = flat._p.shape[0]
+        n = flat._primitive.shape[0]
         if n == 0:
-            empty = self.__class__.zeros([0], self._d, DType.INT64)
+            empty = self.__class__.zeros([0], self._device, DType.INT64)
             return flat, empty, empty
-        key = flat.int() if flat._p.dtype == BOOL_NP else flat
+        key = flat.int() if flat._primitive.dtype == BOOL_NP else flat
         change = key.narrow(0, 1, n - 1).not_equal(key.narrow(0, 0, n - 1))
-        first = self.__class__.full((1,), True, self._d, DType.BOOL)
+        first = self.__class__.full((1,), True, self._device, DType.BOOL)
         starts_mask = self.__class__.cat([first, change], 0)
         starts = starts_mask.argwhere().reshape([-1])
         values = flat.select(0, starts)
         inverse = starts_mask.int().cumsum(0).sub_scalar(1) if need_inverse else None
         counts = None
         if need_counts:
-            end = self.__class__.full((1,), n, self._d, DType.INT64)
-            counts = self.__class__.cat([starts.narrow(0, 1, starts._p.shape[0] - 1), end], 0).sub(starts)
+            end = self.__class__.full((1,), n, self._device, DType.INT64)
+            counts = self.__class__.cat([starts.narrow(0, 1, starts._primitive.shape[0] - 1), end], 0).sub(starts)
         return values, inverse, counts
 
     def unique(
@@ -195,18 +195,18 @@ class SearchOps(TensorOpsBase):
         values, inverse, counts = self._runs(flat.select(0, order), return_inverse, return_counts)
         if return_inverse:
             placed = inverse.zeros_like().scatter(0, order, inverse, "add")  # inverse[order[i]] = run of i
-            inverse = placed.reshape(list(self._p.shape))
+            inverse = placed.reshape(list(self._primitive.shape))
         return _pack(values, inverse if return_inverse else None, counts if return_counts else None)
 
     def _unique_dim(self, op: str, dim: int, sort: bool, return_inverse: bool, return_counts: bool) -> Any:
         """``unique``/``unique_consecutive`` over the slices along ``dim``: the slice order
         is found on the host, the kept slices are gathered on the device."""
-        shape = tuple(self._p.shape)
+        shape = tuple(self._primitive.shape)
         dim = normalize_dim(op, dim, len(shape))
         n = shape[dim]
-        if self._p.dtype.kind == "c" and sort:
+        if self._primitive.dtype.kind == "c" and sort:
             raise DTypeError(f"ember: {op}: complex slices have no order; compare view_as_real(x) instead")
-        rows = np.moveaxis(np.asarray(self._d._b.to_numpy(self._p)), dim, 0).reshape(
+        rows = np.moveaxis(np.asarray(self._device._backend.to_numpy(self._primitive)), dim, 0).reshape(
             n, math.prod(shape) // n if n else 0
         )
         if n == 0:
@@ -222,7 +222,7 @@ class SearchOps(TensorOpsBase):
             first = np.flatnonzero(starts)
             inverse = np.cumsum(starts) - 1
             counts = np.diff(np.append(first, n))
-        cls, device = self.__class__, self._d
+        cls, device = self.__class__, self._device
         values = self.select(dim, cls.from_data(np.asarray(first, np.int64).reshape(-1), device, DType.INT64))
         return _pack(
             values,
@@ -233,7 +233,7 @@ class SearchOps(TensorOpsBase):
     def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Self:
         """A histogram of ``bins`` equal-width bins over ``[min, max]`` (the data's range
         when both are 0); elements outside are ignored (``torch.histc``). Float result."""
-        if self._p.dtype not in FLOAT_NP:
+        if self._primitive.dtype not in FLOAT_NP:
             raise DTypeError(f"ember: histc: needs a float tensor, got {self.dtype}; convert with .float()")
         if isinstance(bins, bool) or not isinstance(bins, int) or bins <= 0:
             raise ValueRangeError(f"ember: histc: bins must be a positive int, got {bins!r}")
@@ -249,7 +249,7 @@ class SearchOps(TensorOpsBase):
         index = flat.sub_scalar(lo).mul_scalar(bins).div_scalar(hi - lo).floor().int().clamp(0, bins - 1)
         index = index.mask_fill(inside.bool_not(), 0)
         ones = inside.cast(self.dtype)
-        return self.__class__.zeros([bins], self._d, self.dtype).scatter(0, index, ones, "add")
+        return self.__class__.zeros([bins], self._device, self.dtype).scatter(0, index, ones, "add")
 
 
 def _pack(values: Any, inverse: Any, counts: Any) -> Any:

@@ -69,25 +69,25 @@ class SubscriptOps(TensorOpsBase):
         if isinstance(k, bool):
             raise _index_error("a bare bool is not an index; use a bool tensor or list as a mask")
         if isinstance(k, cls):
-            dt = k._p.dtype
+            dt = k._primitive.dtype
             if dt == BOOL_NP:
                 return "mask", k
             if dt not in INT_NP:
                 raise _index_error(f"index tensors must be int or bool, got {k.dtype} (cast with .int() or .bool())")
-            if not k._p.shape:
+            if not k._primitive.shape:
                 return "int", int(k.into_scalar())
             return "index", k
         if isinstance(k, (list, tuple, np.ndarray)):
             array = np.asarray(k)
             if array.dtype == np.bool_:
-                return "mask", cls.from_data(array, device=self._d)
+                return "mask", cls.from_data(array, device=self._device)
             if array.size == 0:
                 array = array.astype(np.int64)
             if array.dtype.kind not in "iu":
                 raise _index_error(f"index lists must hold ints or bools, got {array.dtype} values")
             if array.ndim == 0:
                 return "int", int(array)
-            return "index", cls.from_data(array.astype(np.int64), device=self._d)
+            return "index", cls.from_data(array.astype(np.int64), device=self._device)
         if hasattr(k, "__index__"):
             return "int", int(k)
         raise _index_error(f"cannot index with {k!r}")
@@ -95,11 +95,13 @@ class SubscriptOps(TensorOpsBase):
     def _resolve(self, key: Any) -> _Key:
         if not isinstance(key, tuple):
             key = (key,)
-        shape = self._p.shape
+        shape = self._primitive.shape
         items = [self._classify(k) for k in key]
         if sum(1 for kind, _ in items if kind == "ellipsis") > 1:
             raise _index_error("at most one ... (Ellipsis)")
-        used = sum(len(v._p.shape) if kind == "mask" else 1 for kind, v in items if kind not in ("new", "ellipsis"))
+        used = sum(
+            len(v._primitive.shape) if kind == "mask" else 1 for kind, v in items if kind not in ("new", "ellipsis")
+        )
         if used > len(shape):
             raise _index_error(f"{used} indices for a rank-{len(shape)} tensor")
         advanced = any(kind in ("index", "mask") for kind, _ in items)
@@ -120,7 +122,7 @@ class SubscriptOps(TensorOpsBase):
                 if not -n <= value < n:
                     raise _index_error(f"index {value} is out of bounds for dim {dim} of size {n}")
                 if advanced:
-                    entries.append(("adv", self.__class__.full((), value % n, self._d, DType.INT64), dim))
+                    entries.append(("adv", self.__class__.full((), value % n, self._device, DType.INT64), dim))
                 else:
                     entries.append(("int", value % n, dim))
                 dim += 1
@@ -128,10 +130,10 @@ class SubscriptOps(TensorOpsBase):
                 entries.append(("adv", self._wrap_index(value, shape[dim]), dim))
                 dim += 1
             else:  # mask
-                k = len(value._p.shape)
-                if value._p.shape != shape[dim : dim + k]:
+                k = len(value._primitive.shape)
+                if value._primitive.shape != shape[dim : dim + k]:
                     raise _index_error(
-                        f"the bool mask of shape {list(value._p.shape)} does not match dims {dim}..{dim + k - 1} "
+                        f"the bool mask of shape {list(value._primitive.shape)} does not match dims {dim}..{dim + k - 1} "
                         f"of the tensor {list(shape)}"
                     )
                 if k == 0:
@@ -147,15 +149,15 @@ class SubscriptOps(TensorOpsBase):
 
     def _wrap_index(self, index: Any, n: int) -> Self:
         """Negative indices counted from the end (bounds are checked by ``select``)."""
-        if index._d is not self._d:
-            index = index.to_device(self._d)
+        if index._device is not self._device:
+            index = index.to_device(self._device)
         if index.dtype is not DType.INT64:
             index = index.cast(DType.INT64)
         return index.mask_where(index.lower_elem(0), index.add_scalar(n))
 
     # ------------------------------------------------------------------ plans
     def _basic(self, key: _Key) -> Self:
-        ranges = [None] * len(self._p.shape)
+        ranges = [None] * len(self._primitive.shape)
         drop, insert, out_dim = [], [], 0
         for entry in key.entries:
             if entry[0] == "new":
@@ -169,7 +171,7 @@ class SubscriptOps(TensorOpsBase):
                 drop.append(entry[2])
         out = self.slice(ranges)
         if drop:
-            shape = out._p.shape
+            shape = out._primitive.shape
             out = out.reshape(tuple(n for i, n in enumerate(shape) if i not in drop))
         for d in insert:
             out = out.unsqueeze_dim(d)
@@ -179,7 +181,7 @@ class SubscriptOps(TensorOpsBase):
         """How an advanced key reads the tensor: the region's slices, the permutation
         that brings the indexed dims together (at ``pos``), the linear index into them,
         the broadcast shape ``B`` and where ``None`` adds dims."""
-        rank = len(self._p.shape)
+        rank = len(self._primitive.shape)
         ranges: list[Any] = [None] * rank
         adv_dims, adv_index, positions = [], [], []
         for i, entry in enumerate(key.entries):
@@ -192,12 +194,12 @@ class SubscriptOps(TensorOpsBase):
         adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
         b_shape: tuple[int, ...] = ()
         for t in adv_index:
-            b_shape = broadcast_shapes("indexing", b_shape, t._p.shape)
+            b_shape = broadcast_shapes("indexing", b_shape, t._primitive.shape)
         region = self.slice(ranges)
-        sizes = [region._p.shape[d] for d in adv_dims]
+        sizes = [region._primitive.shape[d] for d in adv_dims]
         linear = None
         for t, n in zip(adv_index, sizes):
-            t = t.expand(b_shape) if t._p.shape != b_shape else t
+            t = t.expand(b_shape) if t._primitive.shape != b_shape else t
             linear = t if linear is None else linear.mul_scalar(n).add(t)
         basic = [d for d in range(rank) if d not in adv_dims]
         if adjacent:
@@ -230,7 +232,7 @@ class SubscriptOps(TensorOpsBase):
 
     def _merged(self, plan: dict) -> Self:
         region = plan["region"].permute(plan["order"])
-        shape = region._p.shape
+        shape = region._primitive.shape
         pos, k = plan["pos"], len(plan["sizes"])
         return region.reshape(shape[:pos] + (numel(plan["sizes"]),) + shape[pos + k :])
 
@@ -239,7 +241,7 @@ class SubscriptOps(TensorOpsBase):
         (one range per dim, dims to drop, dims to insert); ``None`` for any other key."""
         if not isinstance(key, tuple):
             key = (key,)
-        shape = self._p.shape
+        shape = self._primitive.shape
         n_real = 0
         ellipsis = False
         for k in key:
@@ -283,7 +285,7 @@ class SubscriptOps(TensorOpsBase):
             ranges, drop, insert = basic
             out = self.slice(ranges)
             if drop:
-                shape = out._p.shape
+                shape = out._primitive.shape
                 out = out.reshape(tuple(n for i, n in enumerate(shape) if i not in drop))
             for d in insert:
                 out = out.unsqueeze_dim(d)
@@ -295,7 +297,7 @@ class SubscriptOps(TensorOpsBase):
         merged = self._merged(plan)
         pos = plan["pos"]
         picked = merged.select(pos, plan["linear"].reshape((-1,)))
-        shape = picked._p.shape
+        shape = picked._primitive.shape
         out = picked.reshape(shape[:pos] + plan["b_shape"] + shape[pos + 1 :])
         for d in plan["inserts"]:
             out = out.unsqueeze_dim(d)
@@ -310,45 +312,45 @@ class SubscriptOps(TensorOpsBase):
         basic = self._basic_key(key)
         if basic is not None and not basic[2]:
             updated: Any = self._set_ranges(basic[0], value)
-            self._p = updated._p
+            self._primitive = updated._primitive
             return
         resolved = self._resolve(key)
         if not resolved.advanced:
-            self._p = self._set_basic(resolved, value)._p
+            self._primitive = self._set_basic(resolved, value)._primitive
             return
         fast = self._mask_fast_path(key, value)
         if fast is not None:
-            self._p = fast._p
+            self._primitive = fast._primitive
             return
         plan = self._advanced_plan(resolved)
         merged = self._merged(plan)
         pos = plan["pos"]
         target = self._result_shape(plan, merged)
         if not isinstance(value, cls):
-            value = cls.full((), value, self._d, self.dtype)
+            value = cls.full((), value, self._device, self.dtype)
         value = self._fit_value(value, target)
         for d in reversed(plan["inserts"]):
             value = value.squeeze_dim(d)
-        shape = merged._p.shape
+        shape = merged._primitive.shape
         count = numel(plan["b_shape"])
         value = value.reshape(shape[:pos] + (count,) + shape[pos + 1 :])
         index_shape = (1,) * pos + (count,) + (1,) * (len(shape) - pos - 1)
-        index = plan["linear"].reshape(index_shape).expand(value._p.shape)
-        if value._p.dtype != merged._p.dtype:
+        index = plan["linear"].reshape(index_shape).expand(value._primitive.shape)
+        if value._primitive.dtype != merged._primitive.dtype:
             value = value.cast(merged.dtype)
         updated = merged.scatter(pos, index, value, "assign")
-        region_perm = plan["region"].permute(plan["order"])._p.shape
+        region_perm = plan["region"].permute(plan["order"])._primitive.shape
         inverse = [0] * len(plan["order"])
         for i, d in enumerate(plan["order"]):
             inverse[d] = i
         region = updated.reshape(region_perm).permute(inverse)
         if all(r is None or r == _FULL for r in plan["ranges"]):
-            self._p = region.cast(self.dtype)._p
+            self._primitive = region.cast(self.dtype)._primitive
         else:
-            self._p = self.slice_assign(plan["ranges"], region)._p
+            self._primitive = self.slice_assign(plan["ranges"], region)._primitive
 
     def _result_shape(self, plan: dict, merged: Any) -> tuple[int, ...]:
-        shape = merged._p.shape
+        shape = merged._primitive.shape
         pos = plan["pos"]
         out = list(shape[:pos] + plan["b_shape"] + shape[pos + 1 :])
         for d in plan["inserts"]:
@@ -356,27 +358,27 @@ class SubscriptOps(TensorOpsBase):
         return tuple(out)
 
     def _fit_value(self, value: Any, target: tuple[int, ...]) -> Any:
-        if value._d is not self._d:
-            value = value.to_device(self._d)
-        if value._p.dtype != self._p.dtype:
+        if value._device is not self._device:
+            value = value.to_device(self._device)
+        if value._primitive.dtype != self._primitive.dtype:
             value = value.cast(self.dtype)
-        if value._p.shape == target:
+        if value._primitive.shape == target:
             return value
         try:
-            fits = broadcast_shapes("__setitem__", value._p.shape, target) == target
+            fits = broadcast_shapes("__setitem__", value._primitive.shape, target) == target
         except ShapeError:
             fits = False
         if not fits:
-            if numel(value._p.shape) == numel(target):
+            if numel(value._primitive.shape) == numel(target):
                 return value.reshape(target)
             raise ShapeError(
-                f"ember: __setitem__: a value of shape {list(value._p.shape)} does not fit the indexed "
+                f"ember: __setitem__: a value of shape {list(value._primitive.shape)} does not fit the indexed "
                 f"region {list(target)}; give a tensor of that shape (or one that broadcasts to it)"
             )
         return value.expand(target)
 
     def _set_basic(self, key: _Key, value: Any) -> Self:
-        ranges: list[Any] = [None] * len(self._p.shape)
+        ranges: list[Any] = [None] * len(self._primitive.shape)
         for entry in key.entries:
             if entry[0] == "new":
                 continue
@@ -387,7 +389,7 @@ class SubscriptOps(TensorOpsBase):
         if isinstance(value, self.__class__):
             slices = self._normalize_slices("__setitem__", ranges)
             region = tuple(len(range(*s)) for s in slices)
-            value = self._fit_value(value, region) if value._p.shape != region else value
+            value = self._fit_value(value, region) if value._primitive.shape != region else value
         return self.slice_assign(ranges, value)
 
     def _mask_fast_path(self, key: Any, value: Any) -> Self | None:
@@ -399,25 +401,25 @@ class SubscriptOps(TensorOpsBase):
                 return None
             key = key[0]
         if isinstance(key, cls):
-            if key._p.dtype != BOOL_NP:
+            if key._primitive.dtype != BOOL_NP:
                 return None
             mask = key
         elif isinstance(key, list) and key and all(isinstance(k, bool) for k in key):
-            mask = cls.from_bools(key, device=self._d)
+            mask = cls.from_bools(key, device=self._device)
         else:
             return None
-        shape = self._p.shape
-        k = len(mask._p.shape)
+        shape = self._primitive.shape
+        k = len(mask._primitive.shape)
         rest = shape[k:]
-        if mask._p.shape != shape[:k]:
+        if mask._primitive.shape != shape[:k]:
             return None
         if not isinstance(value, cls):
-            value = cls.full((), value, self._d, self.dtype)
-        vshape = value._p.shape
+            value = cls.full((), value, self._device, self.dtype)
+        vshape = value._primitive.shape
         try:
             if len(vshape) > len(rest) or broadcast_shapes("__setitem__", vshape, rest) != rest:
                 return None
         except ShapeError:
             return None
         value = self._fit_value(value, rest).expand(shape)
-        return self.mask_where(mask.reshape(mask._p.shape + (1,) * len(rest)), value)
+        return self.mask_where(mask.reshape(mask._primitive.shape + (1,) * len(rest)), value)

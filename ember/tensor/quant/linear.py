@@ -62,14 +62,14 @@ def quantized_linear(
     def prim(t: Tensor | None) -> object:
         if t is None:
             return None
-        return (t.to_device(d) if tracked and t.device is not d else t)._p
+        return (t.to_device(d) if tracked and t.device is not d else t)._primitive
 
     zp = weight.zero_points
     out = Tensor(
         fused(
             FusedOp.QUANTIZED_LINEAR,
             d,
-            rows._p,
+            rows._primitive,
             prim(weight.values),
             prim(weight.scales),
             prim(zp),

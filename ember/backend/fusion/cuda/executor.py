@@ -5,7 +5,7 @@ inputs, scalars)`` computes the graph's outputs (the executor interface of
 :mod:`ember.backend.fusion.executors`).
 
 A plan *expands* the graph's composites (Adam, linear, softmax, ... over float
-operands) for the run's scalars (:func:`ember.backend.fusion.expand.expand`), so
+operands) for the run's scalars (:func:`ember.backend.fusion.primitive_graph.expand`), so
 every run-time scalar (a learning rate, a bias correction computed from the step
 count) is an entry of the expansion's scalar program. Its first run replays the
 expanded graph eagerly (compiling every kernel); its second *captures* it: the
@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.cube.cuda.runtime import CaptureUnsupported, DeviceScalar
+from ember.backend.cuda.runtime import CaptureUnsupported, DeviceScalar
 from ember.backend.fusion.decompose import call_node
-from ember.backend.fusion.expand import expand, float_operands
 from ember.backend.fusion.graph import Graph, Ref
 from ember.backend.fusion.plan import Executor, Plan
+from ember.backend.fusion.primitive_graph import expand, float_operands
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call
 from ember.backend.kernel.steps import Kernel, Matmul
@@ -147,7 +147,7 @@ class _FusedVariant(_Variant):
         self.functions: dict[str, Any] | None = None
 
     def replay(self, backend: Any, inputs: list[Any], scalar_of: Any) -> list[Any]:
-        from ember.backend.cube.cuda.codegen import BLOCK
+        from ember.backend.cuda.codegen import BLOCK
 
         sched, graph = self.schedule, self.expanded.graph
         rt = backend.runtime

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.backend.cube.cuda.codegen import KernelBuilder, KernelCode
-from ember.backend.cube.cuda.lowering import lowers_binary, lowers_unary
-from ember.backend.fusion.expand import float_operands
+from ember.backend.cuda.codegen import KernelBuilder, KernelCode
+from ember.backend.cuda.lowering import lowers_binary, lowers_unary
 from ember.backend.fusion.graph import Graph, Node
+from ember.backend.fusion.primitive_graph import float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.fusion.steps import Schedule
 from ember.backend.kernel.steps import Kernel

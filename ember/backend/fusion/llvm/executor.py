@@ -5,7 +5,7 @@
 ``fixed_scalars`` names placeholders whose values never change (a captured step's
 literals: betas, epsilon), which compile as constants.
 On its first run a plan compiles a *variant*: it expands the graph's composites
-for the scalars given (:mod:`~ember.backend.fusion.expand`), groups it into kernels
+for the scalars given (:mod:`~ember.backend.fusion.primitive_graph`), groups it into kernels
 (:mod:`~ember.backend.fusion.scheduler`), runs each convolution chain per sample
 (:mod:`~ember.backend.fusion.chains`, unless ``LLVMExecutor(conv_chains=False)``), places its buffers in an arena
 (:mod:`~ember.backend.fusion.memory`), generates one LLVM function per run of
@@ -47,7 +47,6 @@ import numpy as np
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.decompose import call_node
-from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph, Ref
 from ember.backend.fusion.llvm.chains import chain_scratch
 from ember.backend.fusion.llvm.codegen import ModuleBuilder
@@ -55,6 +54,7 @@ from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.memory import ALIGN, plan_memory
 from ember.backend.fusion.plan import Executor, Plan
+from ember.backend.fusion.primitive_graph import expand
 from ember.backend.fusion.replay import PartialRun, ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.scheduler import Buffer, Call, Kernel, Library, schedule

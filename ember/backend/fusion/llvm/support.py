@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from ember.backend.flex.memory import physical_memory
-from ember.backend.fusion.expand import float_operands
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.library import LIBRARY
+from ember.backend.fusion.primitive_graph import float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.kernel.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
 from ember.backend.kernel.views import View

@@ -3,7 +3,7 @@
 ``CubeExecutor().plan(graph)`` takes a graph whose run-time scalars are
 :class:`~ember.backend.fusion.graph.Sc` placeholders. On its first run a plan makes
 a *variant*: it expands the graph's composites for the scalars given
-(:mod:`~ember.backend.fusion.expand`), groups it into kernels
+(:mod:`~ember.backend.fusion.primitive_graph`), groups it into kernels
 (:mod:`~ember.backend.fusion.scheduler`) and turns the steps into cube launches
 (:mod:`.launches`). ``plan.run(cube, inputs, scalars)`` computes the variant's
 scalars from the run's (a decomposition's truth test on one is a guard: other
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ember.backend.cube.buffer import CubeTensor
-from ember.backend.fusion.expand import expand
 from ember.backend.fusion.graph import Graph
 from ember.backend.fusion.plan import Executor, Plan
+from ember.backend.fusion.primitive_graph import expand
 from ember.backend.fusion.replay import PartialRun
 from ember.backend.fusion.scheduler import Call, schedule
 from ember.backend.fusion.wgsl.launches import Eager, lower, symbols, view

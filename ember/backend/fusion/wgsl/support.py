@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from ember.backend.cube import wgsl
-from ember.backend.fusion.expand import float_operands
 from ember.backend.fusion.graph import Graph, Node, Ref
+from ember.backend.fusion.primitive_graph import float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.ops import BOOL_REDUCE_OPS, ReduceOp
 

@@ -3,7 +3,7 @@
 float32 and float64 multiply in their own precision (TF32 is off unless
 ``allow_tf32`` is set on the backend's handle, as in PyTorch); float16 and bfloat16
 multiply on tensor cores with float32 accumulation. Integer and bool products run
-the template kernel of :func:`ember.backend.cube.cuda.templates.matmul_int`
+the template kernel of :func:`ember.backend.cuda.templates.matmul_int`
 (cuBLAS has no such GEMM). Batch dims broadcast: an operand without them is read
 with batch stride 0; a partly broadcast one is copied first.
 """
@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ember.backend.cube.cuda import templates
-from ember.backend.cube.cuda.codegen import BLOCK, MAX_GRID
-from ember.backend.cube.cuda.dtypes import dtype_of
-from ember.backend.cube.cuda.tensor import CudaTensor
+from ember.backend.cuda import templates
+from ember.backend.cuda.codegen import BLOCK, MAX_GRID
+from ember.backend.cuda.dtypes import dtype_of
+from ember.backend.cuda.tensor import CudaTensor
 from ember.backend.dtype import DType
 
 if TYPE_CHECKING:
-    from ember.backend.cube.cuda.backend import CudaBackend
+    from ember.backend.cuda.backend import CudaBackend
 
 # cuBLAS / CUDA library enums.
 _CUDA_R = {DType.FLOAT32: 0, DType.FLOAT64: 1, DType.FLOAT16: 2, DType.BFLOAT16: 14}

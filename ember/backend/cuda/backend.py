@@ -19,12 +19,12 @@ import numpy as np
 
 from ember.backend import philox
 from ember.backend.base import Backend, Slices
-from ember.backend.cube.cuda import templates
-from ember.backend.cube.cuda.codegen import BLOCK, KernelBuilder
-from ember.backend.cube.cuda.dtypes import dtype_of, scalar_param_type
-from ember.backend.cube.cuda.indexing import CudaIndexing, _grid, _ptr
-from ember.backend.cube.cuda.runtime import CudaRuntime, DeviceScalar
-from ember.backend.cube.cuda.tensor import CudaTensor
+from ember.backend.cuda import templates
+from ember.backend.cuda.codegen import BLOCK, KernelBuilder
+from ember.backend.cuda.dtypes import dtype_of, scalar_param_type
+from ember.backend.cuda.indexing import CudaIndexing, _grid, _ptr
+from ember.backend.cuda.runtime import CudaRuntime, DeviceScalar
+from ember.backend.cuda.tensor import CudaTensor
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.kernel.exprs import Expr, Exprs
@@ -330,7 +330,7 @@ class CudaBackend(CudaIndexing, Backend):
 
     # ------------------------------------------------------------------ matmul
     def matmul(self, a: CudaTensor, b: CudaTensor) -> CudaTensor:
-        from ember.backend.cube.cuda import blas
+        from ember.backend.cuda import blas
 
         return blas.matmul(self, a, b)
 

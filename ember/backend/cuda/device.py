@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ember.backend.cube.cuda.backend import CudaBackend
+    from ember.backend.cuda.backend import CudaBackend
 
 
 def make_cuda_backend(index: int) -> tuple[CudaBackend, str]:
@@ -13,8 +13,8 @@ def make_cuda_backend(index: int) -> tuple[CudaBackend, str]:
     ``Cube(Cuda(CudaDevice { index: 0 }))``). The CUDA runtime opens now, so a missing
     driver, GPU or CuPy raises :class:`ember.errors.BackendUnavailableError` here,
     naming the fix."""
-    from ember.backend.cube.cuda.backend import CudaBackend
-    from ember.backend.cube.cuda.runtime import CudaRuntime
+    from ember.backend.cuda.backend import CudaBackend
+    from ember.backend.cuda.runtime import CudaRuntime
 
     runtime = CudaRuntime(index)
     return CudaBackend(index, runtime), f"Cube(Cuda(CudaDevice {{ index: {index} }}))"

@@ -6,7 +6,7 @@ every op of the enums, every dtype an op is defined for, and each layout class t
 generated code distinguishes (contiguous, broadcast, strided, one element, 64-bit
 indexing; short rows, long rows and columns for reductions). The result, a map from
 kernel key to ``(name, source)``, is what CI compiles with NVRTC for sm_80 and sm_90
-(``tests/cuda/test_compile.py``); ``python -m ember.backend.cube.cuda.catalog`` prints
+(``tests/cuda/test_compile.py``); ``python -m ember.backend.cuda.catalog`` prints
 how many there are and can fill the on-disk cache for an architecture.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.cube.cuda.backend import CudaBackend
-from ember.backend.cube.cuda.dtypes import family
-from ember.backend.cube.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY
+from ember.backend.cuda.backend import CudaBackend
+from ember.backend.cuda.dtypes import family
+from ember.backend.cuda.lowering import LOWERED_BINARY, LOWERED_UNARY
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, BinaryOp, CumulativeOp, ReduceOp, UnaryOp
@@ -37,7 +37,7 @@ class _Mem:
 
 
 class RecordingRuntime:
-    """A stand-in for :class:`~ember.backend.cube.cuda.runtime.CudaRuntime` that
+    """A stand-in for :class:`~ember.backend.cuda.runtime.CudaRuntime` that
     records the kernels an op would compile and launch, with no GPU."""
 
     #: No stream to capture: plans launch op by op (see ``CudaRuntime.graphs``).
@@ -190,7 +190,7 @@ def kernels(arch: str = "sm_90") -> dict[Any, tuple[str, str]]:
 def batches(sources: list[tuple[str, str]], size: int) -> list[str]:
     """Sources joined into compilation units of ``size`` kernels; each kernel sits in
     its own namespace, so helpers of different templates never collide."""
-    from ember.backend.cube.cuda.nvrtc import full_source
+    from ember.backend.cuda.nvrtc import full_source
 
     out = []
     for start in range(0, len(sources), size):
@@ -204,7 +204,7 @@ def main(argv: list[str]) -> int:
     found = kernels()
     print(f"{len(found)} kernels")
     if argv and argv[0] == "--warm":
-        from ember.backend.cube.cuda.nvrtc import compile_source, full_source
+        from ember.backend.cuda.nvrtc import compile_source, full_source
 
         arch = argv[1] if len(argv) > 1 else "sm_90"
         for name, src in found.values():

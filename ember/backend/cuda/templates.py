@@ -11,7 +11,7 @@ tensor), which every caller arranges first.
 from __future__ import annotations
 
 from ember.backend import philox
-from ember.backend.cube.cuda.dtypes import SHORT, compute_type, dtype_of, load_code, storage_type, store_code
+from ember.backend.cuda.dtypes import SHORT, compute_type, dtype_of, load_code, storage_type, store_code
 from ember.backend.dtype import DType
 from ember.backend.ops import ArgReduceOp, CumulativeOp
 

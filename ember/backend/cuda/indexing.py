@@ -1,6 +1,6 @@
 """The indexing ops of the CUDA backend (gather, scatter-add, select, select-add,
 argwhere, and the general scatter), as CUDA templates with index checks; mixed into
-:class:`~ember.backend.cube.cuda.backend.CudaBackend`."""
+:class:`~ember.backend.cuda.backend.CudaBackend`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.base import Backend
-from ember.backend.cube.cuda import templates
-from ember.backend.cube.cuda.codegen import BLOCK, MAX_GRID
-from ember.backend.cube.cuda.dtypes import dtype_of
-from ember.backend.cube.cuda.tensor import CudaTensor
+from ember.backend.cuda import templates
+from ember.backend.cuda.codegen import BLOCK, MAX_GRID
+from ember.backend.cuda.dtypes import dtype_of
+from ember.backend.cuda.tensor import CudaTensor
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, CumulativeOp, ReduceOp
 from ember.errors import IndexOutOfBoundsError

@@ -10,7 +10,7 @@ Convolution and pooling take channels-first input ``[batch, channels, *spatial]`
 ONNX do).
 
 >>> from ember import Tensor
->>> from ember.tensor.module import conv2d, max_pool2d
+>>> from ember.tensor.layer_ops import conv2d, max_pool2d
 >>> x = Tensor.ones([1, 1, 4, 4])
 >>> conv2d(x, Tensor.ones([2, 1, 3, 3]), padding="same").dims()
 [1, 2, 4, 4]
@@ -45,8 +45,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise DTypeError(f"ember: linear: the input must be a Tensor, got {type(x).__name__}")
     if autocast.ACTIVE:
         x, weight, bias = autocast.cast_inputs("linear", x, weight, bias)
-    wshape = weight._p.shape
-    xshape = x._p.shape
+    wshape = weight._primitive.shape
+    xshape = x._primitive.shape
     if len(wshape) != 2:
         raise ShapeError(f"ember: linear: the weight must have rank 2 [d_input, d_output], got {list(wshape)}")
     if not xshape or xshape[-1] != wshape[0]:
@@ -54,23 +54,25 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             f"ember: linear: the input's last dim must be d_input={wshape[0]}, got input shape {list(xshape)}; "
             f"reshape the input or build the layer with d_input={xshape[-1] if xshape else '?'}"
         )
-    d = x._d
-    if weight._d is not d:
+    d = x._device
+    if weight._device is not d:
         check_device("linear", x, weight)
     if bias is not None:
-        if bias._p.shape != (wshape[1],):
-            raise ShapeError(f"ember: linear: the bias must have shape [{wshape[1]}], got {list(bias._p.shape)}")
-        if bias._d is not d:
+        if bias._primitive.shape != (wshape[1],):
+            raise ShapeError(
+                f"ember: linear: the bias must have shape [{wshape[1]}], got {list(bias._primitive.shape)}"
+            )
+        if bias._device is not d:
             check_device("linear", x, bias)
-    if x._p.dtype != weight._p.dtype:
+    if x._primitive.dtype != weight._primitive.dtype:
         x = x.cast(weight.dtype)
-    b = None if bias is None else bias._p
+    b = None if bias is None else bias._primitive
     if len(xshape) > 1:
-        return Tensor(fused(FusedOp.LINEAR, d, x._p, weight._p, b), d)
+        return Tensor(fused(FusedOp.LINEAR, d, x._primitive, weight._primitive, b), d)
     # A vector goes in as one row: the backends' linear, its backward and the fusion's
     # decomposition take matmul operands of rank >= 2.
     rows = x.reshape([1, xshape[0]])
-    return Tensor(fused(FusedOp.LINEAR, d, rows._p, weight._p, b), d).reshape([wshape[1]])
+    return Tensor(fused(FusedOp.LINEAR, d, rows._primitive, weight._primitive, b), d).reshape([wshape[1]])
 
 
 # ---------------------------------------------------------------------- argument checks
@@ -146,7 +148,7 @@ def _input(op: str, x: Any, rank: int) -> tuple[Tensor, bool]:
         raise DTypeError(f"ember: {op}: the input must be a Tensor, got {type(x).__name__}")
     names = ["length"] if rank == 1 else ["height", "width"] if rank == 2 else ["depth", "height", "width"]
     layout = ", ".join(["batch", "channels", *names])
-    if x._p.dtype not in FLOAT_NP:
+    if x._primitive.dtype not in FLOAT_NP:
         raise DTypeError(f"ember: {op}: the input must be a float tensor, got {x.dtype}; convert with .float()")
     if x.rank == rank + 1:
         return x.unsqueeze_dim(0), True
@@ -159,30 +161,30 @@ def _input(op: str, x: Any, rank: int) -> tuple[Tensor, bool]:
 
 
 def _out(y: Any, x: Tensor, unbatched: bool) -> Tensor:
-    out = Tensor(y, x._d)
+    out = Tensor(y, x._device)
     return out.squeeze_dim(0) if unbatched else out
 
 
 def _weight(op: str, x: Tensor, weight: Any, bias: Any, rank: int) -> tuple[Tensor, Tensor, Tensor | None]:
     if not isinstance(weight, Tensor):
         raise DTypeError(f"ember: {op}: the weight must be a Tensor, got {type(weight).__name__}")
-    if weight._p.dtype not in FLOAT_NP:
+    if weight._primitive.dtype not in FLOAT_NP:
         raise DTypeError(f"ember: {op}: the weight must be a float tensor, got {weight.dtype}")
     if autocast.ACTIVE:
         kind = "conv_transpose" if op.startswith("conv_transpose") else "conv"
         x, weight, bias = autocast.cast_inputs(kind, x, weight, bias)
     if weight.rank != rank + 2:
         raise ShapeError(f"ember: {op}: the weight must have rank {rank + 2}, got shape {weight.dims()}")
-    if weight._d is not x._d:
+    if weight._device is not x._device:
         check_device(op, x, weight)
-    if x._p.dtype != weight._p.dtype:
+    if x._primitive.dtype != weight._primitive.dtype:
         x = x.cast(weight.dtype)
     if bias is not None:
         if not isinstance(bias, Tensor):
             raise DTypeError(f"ember: {op}: the bias must be a Tensor or None, got {type(bias).__name__}")
-        if bias._d is not x._d:
+        if bias._device is not x._device:
             check_device(op, x, bias)
-        if bias._p.dtype != weight._p.dtype:
+        if bias._primitive.dtype != weight._primitive.dtype:
             bias = bias.cast(weight.dtype)
     return x, weight, bias
 
@@ -194,7 +196,7 @@ def _groups(op: str, groups: Any) -> int:
 
 
 def _check_bias(op: str, bias: Tensor | None, channels: int) -> None:
-    if bias is not None and bias._p.shape != (channels,):
+    if bias is not None and bias._primitive.shape != (channels,):
         raise ShapeError(
             f"ember: {op}: the bias must have shape [{channels}] (one per output channel), got {bias.dims()}"
         )
@@ -217,25 +219,27 @@ def _conv(
     groups = _groups(op, groups)
     stride = _per_dim(op, "stride", stride, rank, 1)
     dilation = _per_dim(op, "dilation", dilation, rank, 1)
-    c_out, c_per_group = weight._p.shape[:2]
-    kernel = tuple(weight._p.shape[2:])
-    channels = x._p.shape[1]
+    c_out, c_per_group = weight._primitive.shape[:2]
+    kernel = tuple(weight._primitive.shape[2:])
+    channels = x._primitive.shape[1]
     if channels % groups or c_out % groups:
         raise ShapeError(
             f"ember: {op}: channels must be divisible by groups={groups}: the input has {channels} channels "
-            f"and the weight {list(weight._p.shape)} has {c_out} output channels"
+            f"and the weight {list(weight._primitive.shape)} has {c_out} output channels"
         )
     if channels != c_per_group * groups:
         raise ShapeError(
-            f"ember: {op}: the input has {channels} channels but the weight {list(weight._p.shape)} expects "
+            f"ember: {op}: the input has {channels} channels but the weight {list(weight._primitive.shape)} expects "
             f"{c_per_group * groups} ({c_per_group} per group x {groups} groups); input shape {x.dims()}"
         )
     _check_bias(op, bias, c_out)
-    spatial = tuple(x._p.shape[2:])
+    spatial = tuple(x._primitive.shape[2:])
     pads = _padding(op, padding, spatial, kernel, stride, dilation)
     out = tuple(conv_output_size(*a) for a in zip(spatial, kernel, stride, pads, dilation))
     _check_output(op, x, out, f"the kernel {list(kernel)} (dilation {list(dilation)}) is larger than the padded input")
-    y = x._d._b.conv(x._p, weight._p, None if bias is None else bias._p, stride, pads, dilation, groups)
+    y = x._device._backend.conv(
+        x._primitive, weight._primitive, None if bias is None else bias._primitive, stride, pads, dilation, groups
+    )
     return _out(y, x, unbatched)
 
 
@@ -300,13 +304,13 @@ def _conv_transpose(
     output_padding = _per_dim(op, "output_padding", output_padding, rank, 0)
     if isinstance(padding, str):
         raise ValueRangeError(f"ember: {op}: padding must be an int or per-dim values, got {padding!r}")
-    pads = _padding(op, padding, tuple(x._p.shape[2:]), (1,) * rank, stride, dilation)
-    c_in, c_per_group = weight._p.shape[:2]
-    kernel = tuple(weight._p.shape[2:])
-    channels = x._p.shape[1]
+    pads = _padding(op, padding, tuple(x._primitive.shape[2:]), (1,) * rank, stride, dilation)
+    c_in, c_per_group = weight._primitive.shape[:2]
+    kernel = tuple(weight._primitive.shape[2:])
+    channels = x._primitive.shape[1]
     if channels != c_in:
         raise ShapeError(
-            f"ember: {op}: the input has {channels} channels but the weight {list(weight._p.shape)} "
+            f"ember: {op}: the input has {channels} channels but the weight {list(weight._primitive.shape)} "
             f"[channels_in, channels_out / groups, *kernel] expects {c_in}; input shape {x.dims()}"
         )
     if c_in % groups:
@@ -319,11 +323,19 @@ def _conv_transpose(
             )
     _check_bias(op, bias, c_per_group * groups)
     out = tuple(
-        conv_transpose_output_size(*a) for a in zip(x._p.shape[2:], kernel, stride, pads, output_padding, dilation)
+        conv_transpose_output_size(*a)
+        for a in zip(x._primitive.shape[2:], kernel, stride, pads, output_padding, dilation)
     )
     _check_output(op, x, out, f"the padding {list(pads)} removes the whole output")
-    y = x._d._b.conv_transpose(
-        x._p, weight._p, None if bias is None else bias._p, stride, pads, output_padding, dilation, groups
+    y = x._device._backend.conv_transpose(
+        x._primitive,
+        weight._primitive,
+        None if bias is None else bias._primitive,
+        stride,
+        pads,
+        output_padding,
+        dilation,
+        groups,
     )
     return _out(y, x, unbatched)
 
@@ -379,7 +391,7 @@ def _pool_args(
     kernel = _per_dim(op, "kernel_size", kernel_size, rank, 1)
     stride = kernel if stride is None else _per_dim(op, "stride", stride, rank, 1)
     dilation = _per_dim(op, "dilation", dilation, rank, 1)
-    spatial = tuple(x._p.shape[2:])
+    spatial = tuple(x._primitive.shape[2:])
     pads = _padding(op, padding, spatial, kernel, stride, dilation)
     for (lo, hi), k, d in zip(pads, kernel, dilation):
         half = (d * (k - 1) + 1) // 2
@@ -396,7 +408,7 @@ def _pool_args(
 def _int_pool(x: Any) -> Any:
     """For an int input: the float dtype that pools it exactly (float64, or float32 on
     devices without it), else ``None``."""
-    if not isinstance(x, Tensor) or x._p.dtype not in INT_NP:
+    if not isinstance(x, Tensor) or x._primitive.dtype not in INT_NP:
         return None
     return "float32" if x.device.backend_name == "cube" else "float64"
 
@@ -409,10 +421,10 @@ def _max_pool(op: str, rank: int, x, kernel_size, stride, padding, dilation, cei
     x, unbatched, kernel, stride, pads, dilation, _ = _pool_args(
         op, rank, x, kernel_size, stride, padding, dilation, ceil_mode
     )
-    b = x._d._b
+    b = x._device._backend
     if not with_indices:
-        return _out(b.max_pool(x._p, kernel, stride, pads, dilation, bool(ceil_mode)), x, unbatched)
-    y, indices = b.max_pool_with_indices(x._p, kernel, stride, pads, dilation, bool(ceil_mode))
+        return _out(b.max_pool(x._primitive, kernel, stride, pads, dilation, bool(ceil_mode)), x, unbatched)
+    y, indices = b.max_pool_with_indices(x._primitive, kernel, stride, pads, dilation, bool(ceil_mode))
     return _out(y, x, unbatched), _out(indices, x, unbatched)
 
 
@@ -471,7 +483,7 @@ def _avg_pool(op: str, rank: int, x, kernel_size, stride, padding, count_include
         out = _avg_pool(op, rank, x.cast(work), kernel_size, stride, padding, count_include_pad, ceil_mode)
         return out.trunc().cast(x.dtype)
     x, unbatched, kernel, stride, pads, _, _ = _pool_args(op, rank, x, kernel_size, stride, padding, 1, ceil_mode)
-    y = x._d._b.avg_pool(x._p, kernel, stride, pads, bool(count_include_pad), bool(ceil_mode))
+    y = x._device._backend.avg_pool(x._primitive, kernel, stride, pads, bool(count_include_pad), bool(ceil_mode))
     return _out(y, x, unbatched)
 
 
@@ -503,7 +515,7 @@ def avg_pool2d(
 def _adaptive_avg_pool(op: str, rank: int, x: Any, output_size: Any) -> Tensor:
     x, unbatched = _input(op, x, rank)
     out = _per_dim(op, "output_size", output_size, rank, 1)
-    y = x._d._b.adaptive_avg_pool(x._p, out)
+    y = x._device._backend.adaptive_avg_pool(x._primitive, out)
     return _out(y, x, unbatched)
 
 
@@ -526,18 +538,18 @@ def embedding(weights: Tensor, indices: Tensor) -> Tensor:
         raise DTypeError("ember: embedding: weights and indices must be Tensors")
     if weights.rank != 2:
         raise ShapeError(f"ember: embedding: the weights must have rank 2 [n_embedding, d_model], got {weights.dims()}")
-    if indices._p.dtype not in INT_NP:
+    if indices._primitive.dtype not in INT_NP:
         raise DTypeError(
             f"ember: embedding: the indices must be an int tensor, got {indices.dtype}; convert with .int()"
         )
-    if indices._d is not weights._d:
-        if indices._d.inner() == weights._d.inner():
-            indices = indices.to_device(weights._d)
+    if indices._device is not weights._device:
+        if indices._device.inner() == weights._device.inner():
+            indices = indices.to_device(weights._device)
         else:
             check_device("embedding", weights, indices)
-    if indices._p.dtype.itemsize != 8:
+    if indices._primitive.dtype.itemsize != 8:
         indices = indices.int()
-    return Tensor(weights._d._b.embedding(weights._p, indices._p), weights._d)
+    return Tensor(weights._device._backend.embedding(weights._primitive, indices._primitive), weights._device)
 
 
 def dropout(x: Tensor, prob: float, training: bool = True) -> Tensor:
@@ -553,5 +565,5 @@ def dropout(x: Tensor, prob: float, training: bool = True) -> Tensor:
     x = x.float()
     if prob == 1.0:
         return x.mul_scalar(0.0)
-    keep = Tensor.random(x._p.shape, Distribution.bernoulli(1.0 - prob), device=x._d, dtype=x.dtype)
+    keep = Tensor.random(x._primitive.shape, Distribution.bernoulli(1.0 - prob), device=x._device, dtype=x.dtype)
     return x.mul(keep.mul_scalar(1.0 / (1.0 - prob)))

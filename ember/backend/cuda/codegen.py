@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.cube.cuda.dtypes import (
+from ember.backend.cuda.dtypes import (
     UNSIGNED,
     compute_type,
     dtype_of,
@@ -39,7 +39,7 @@ from ember.backend.cube.cuda.dtypes import (
     storage_type,
     store_code,
 )
-from ember.backend.cube.cuda.lowering import CExpr, cast_code, scalar_code
+from ember.backend.cuda.lowering import CExpr, cast_code, scalar_code
 from ember.backend.dtype import DType
 from ember.backend.kernel.exprs import Expr
 from ember.backend.kernel.space import Space, simplify

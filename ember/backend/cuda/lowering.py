@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ember.backend.cube.cuda.dtypes import UNSIGNED, compute_type, dtype_of, family, literal, round_code
+from ember.backend.cuda.dtypes import UNSIGNED, compute_type, dtype_of, family, literal, round_code
 from ember.backend.dtype import DType
 from ember.backend.kernel.exprs import Expr
 from ember.backend.kernel.op_table import BINARY_MATH, COMPARE, UNARY_MATH, MathFn

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.cube.cuda import nvrtc
+from ember.backend.cuda import nvrtc
 from ember.errors import BackendUnavailableError, DeviceMemoryError, EmberError
 
 _FIX = (

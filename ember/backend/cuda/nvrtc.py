@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ember.backend.cube.cuda.prelude import PRELUDE
+from ember.backend.cuda.prelude import PRELUDE
 from ember.errors import BackendUnavailableError, EmberError
 
 #: Options every kernel is compiled with: IEEE division and square roots, denormals
