@@ -99,11 +99,18 @@ class CudaIndexing(Backend):
             return dtype
         return _F32 if d.is_float else _I64
 
+    def _accumulator(self, x: CudaTensor) -> tuple[np.dtype, CudaTensor]:
+        """The dtype atomic adds run in for ``x`` and a fresh copy of ``x`` in it, for
+        scatter_add and select_add to add into."""
+        wide = self._atomic_dtype(x.dtype)
+        out = self._map(
+            lambda e, ld, sc: e.make("cast", None, (ld[0],), wide) if wide != x.dtype else ld[0], [x], x.shape, wide
+        )
+        return wide, out
+
     def scatter_add(self, x: CudaTensor, dim: int, indices: CudaTensor, values: CudaTensor) -> CudaTensor:
         self._check("scatter", indices, x.shape[dim], dim)
-        wide = self._atomic_dtype(x.dtype)
-        out = self.cast(x, dtype_of(wide))
-        out = self._map(lambda e, ld, sc: ld[0], [out], out.shape, wide)  # a fresh copy to add into
+        wide, out = self._accumulator(x)
         vals = self.contiguous(self.cast(self.slice(values, tuple((0, n, 1) for n in indices.shape)), dtype_of(wide)))
         idx, outer, m, inner = self._lines(indices, dim)
         if idx.size:
@@ -169,10 +176,7 @@ class CudaIndexing(Backend):
 
     def select_add(self, x: CudaTensor, dim: int, indices: CudaTensor, values: CudaTensor) -> CudaTensor:
         self._check("select_assign", indices, x.shape[dim], dim)
-        wide = self._atomic_dtype(x.dtype)
-        out = self._map(
-            lambda e, ld, sc: e.make("cast", None, (ld[0],), wide) if wide != x.dtype else ld[0], [x], x.shape, wide
-        )
+        wide, out = self._accumulator(x)
         vals = self.contiguous(self.cast(values, dtype_of(wide)))
         outer, length, inner = math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1 :])
         m = indices.shape[0]
