@@ -117,7 +117,7 @@ def describe(source: proto.Source) -> ModelDescription:
     opsets = file.opsets()
     onnx = proto.import_onnx()
     try:
-        inferred = onnx.shape_inference.infer_shapes(file.model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(file.light, check_type=False, strict_mode=False, data_prop=True)
         known = {info.name: info for info in [*inferred.graph.value_info, *inferred.graph.output]}
     except Exception:
         known = {}

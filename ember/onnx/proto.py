@@ -35,6 +35,15 @@ class ModelFile:
 
     model: Any  # onnx.ModelProto
     label: str  # the path, or "<bytes>"
+    _light: Any = None
+
+    @property
+    def light(self) -> Any:
+        """The model without its large initializers' values (see :func:`without_weights`):
+        what the checker and shape inference read, so they do not serialize the weights."""
+        if self._light is None:
+            self._light = without_weights(self.model)
+        return self._light
 
     @property
     def graph(self) -> Any:
@@ -89,13 +98,72 @@ def read_model(source: Source, check: bool = True) -> ModelFile:
             raise OnnxError(f"ember: {label}: cannot read the model or its external data: {error}") from None
     else:
         raise OnnxError(f"ember: expected a path, bytes or an onnx.ModelProto, got {type(source).__name__}")
+    file = ModelFile(model, label)
     if check:
         try:
-            _check(onnx, model, label)
+            _check(onnx, file)
         except UnknownOperator as error:
-            error.file = ModelFile(model, label)
+            error.file = file
             raise
-    return ModelFile(model, label)
+    return file
+
+
+#: Initializers of at least this many values leave the copy the checker and shape
+#: inference read: both serialize the model they are given (twice for inference), which
+#: took seconds for a BERT-base export; small ones stay for shape inference to read
+#: values from (a Reshape's shape, a Slice's bounds).
+LARGE_INITIALIZER = 256
+
+
+def without_weights(model: Any) -> Any:
+    """A copy of ``model`` whose large initializers are graph inputs of the same type and
+    dims instead: the graph's structure and shapes unchanged, without the weights' bytes.
+    Their values are checked where they are read (:func:`to_array` names a tensor whose
+    values do not match its dims)."""
+    onnx = import_onnx()
+    graph = model.graph
+    large = [
+        t
+        for t in graph.initializer
+        if t.data_location != onnx.TensorProto.EXTERNAL and _elements(t) >= LARGE_INITIALIZER
+    ]
+    if not large:
+        return model
+    light = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    moved = {t.name for t in large}
+    for field, value in graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(light.graph, field, value)
+    light.graph.initializer.extend(t for t in graph.initializer if t.name not in moved)
+    declared = {info.name for info in graph.input}
+    for tensor in large:
+        if tensor.name not in declared:
+            light.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+    return light
+
+
+def _copy_field(target: Any, field: Any, value: Any) -> None:
+    """Sets protobuf ``field`` of ``target`` to ``value`` (a scalar, message or list)."""
+    if hasattr(value, "extend"):  # a repeated field
+        getattr(target, field.name).extend(value)
+    elif field.message_type is None:
+        setattr(target, field.name, value)
+    else:
+        getattr(target, field.name).CopyFrom(value)
+
+
+def _elements(tensor: Any) -> int:
+    """How many values a TensorProto holds, from its dims (reading ``raw_data`` would
+    copy its bytes)."""
+    count = 1
+    for d in tensor.dims:
+        count *= int(d)
+    return count
 
 
 class UnknownOperator(OnnxError):
@@ -104,11 +172,12 @@ class UnknownOperator(OnnxError):
     file: ModelFile  # the model, set by read_model before the error leaves it
 
 
-def _check(onnx: Any, model: Any, label: str) -> None:
+def _check(onnx: Any, file: ModelFile) -> None:
+    model, label = file.model, file.label
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise OnnxError(f"ember: {label} holds no graph (an empty or truncated ONNX file)")
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(file.light)
     except onnx.checker.ValidationError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if "should be stored in" in first:
@@ -133,7 +202,7 @@ def infer_shapes(file: ModelFile) -> dict[str, tuple[int, tuple[int | None, ...]
     dim or a rank it cannot tell). Values it cannot infer are missing."""
     onnx = import_onnx()
     try:
-        inferred = onnx.shape_inference.infer_shapes(file.model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(file.light, check_type=False, strict_mode=False, data_prop=True)
         infos = list(inferred.graph.value_info)
     except Exception:  # inference is an aid, not a requirement
         infos = []
