@@ -13,8 +13,10 @@ callgrind, run twice per tree and workload with two step counts, instrumenting
 only after the warm-up (so a run takes about a minute); the difference over the
 extra steps): deterministic, so one round serves, and unaffected by the
 machine's load; a proxy for time that misses memory stalls and BLAS threading.
-``--workloads`` picks among ``w1``, ``w2`` and ``w1f`` (W1 on ``Device.flex().fusion()``,
-whose per-op cost is recording the lazy stream).
+``--workloads`` picks among ``w1``-``w4`` (eager), ``w1c``-``w4c`` (the same steps through
+``ember.compile``; W1-W3 as benchmarks/compile.py builds them, W4 benchmarks/gpt.py's GPT)
+and ``w1f`` (W1 on ``Device.flex().fusion()``, whose per-op cost is recording the lazy
+stream).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def timed(step, steps, repeats, warmup):
 
 rng = np.random.default_rng(0)
 device = Device.flex().autodiff()
-out = []
+out = {}
 for name in names:
     if name not in ("w1", "w1f"):
         continue
@@ -73,19 +75,59 @@ for name in names:
     x, y = Tensor.from_data(x_np, device=on), Tensor.from_data(y_np, device=on)
     mse = MseLoss()
     step = ember_step_fn(mlp([4, 16, 1], on), x, y, lambda p, t: mse.forward(p, t, Reduction.MEAN))
-    out.append(timed(step, 200, 5, 20))
+    out[name] = timed(step, 200, 5, 20)
 if "w2" in names:
     x = Tensor.from_data(rng.standard_normal((128, 784)).astype(np.float32), device=device)
     y = Tensor.from_data(rng.integers(0, 10, 128), device=device)
     ce = CrossEntropyLoss()
     step = ember_step_fn(mlp([784, 256, 10], device), x, y, lambda p, t: ce.forward(p, t))
-    out.append(timed(step, 30, 5, 5))
-print(" ".join(f"{v:.2f}" for v in out))
+    out["w2"] = timed(step, 30, 5, 5)
+for name in names:  # W3, and W1-W3 compiled: benchmarks/compile.py's steps
+    if name in ("w3", "w1c", "w2c", "w3c"):
+        from benchmarks.compile import ember_step
+        kind = "compiled" if name.endswith("c") else "eager"
+        step = ember_step(name[:2].upper(), kind)
+        out[name] = timed(step, {"w1": 200, "w2": 30, "w3": 5}[name[:2]], 5, {"w1": 20, "w2": 5, "w3": 3}[name[:2]])
+for name in names:  # W4 (benchmarks/train_step.py's GPT), eager and compiled
+    if name in ("w4", "w4c"):
+        import ember
+        from benchmarks.gpt import ember_gpt
+        from ember.optim import AdamConfig, GradientsParams
+        device.seed(0)
+        model = ember_gpt(device, vocab=65, block=64)
+        x = Tensor.from_data(rng.integers(0, 65, (16, 64)), device=device)
+        y = Tensor.from_data(rng.integers(0, 65, (16, 64)), device=device)
+        ce = CrossEntropyLoss()
+        optim = AdamConfig().init()
+
+        def train_step(model, x, y):
+            loss = ce.forward(model(x).reshape([-1, 65]), y.reshape([-1]))
+            return optim.step(1e-3, model, GradientsParams.from_grads(loss.backward(), model)), loss
+
+        fn = ember.compile(train_step) if name == "w4c" else train_step
+        state = {"model": model}
+
+        def step():
+            state["model"], loss = fn(state["model"], x, y)
+            loss.into_scalar()
+
+        out[name] = timed(step, 3, 5, 2)
+print(" ".join(f"{out[name]:.2f}" for name in names))
 """
 
 
 # (fewer, more) steps per workload for --clock instructions
-COUNTS = {"w1": (50, 250), "w1f": (50, 250), "w2": (4, 24)}
+COUNTS = {
+    "w1": (50, 250),
+    "w1f": (50, 250),
+    "w2": (4, 24),
+    "w3": (2, 6),
+    "w4": (1, 3),
+    "w1c": (50, 250),
+    "w2c": (4, 24),
+    "w3c": (2, 6),
+    "w4c": (1, 3),
+}
 
 
 def instructions(root: str, names: list[str]) -> list[float]:
