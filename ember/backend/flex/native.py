@@ -92,7 +92,7 @@ def _build() -> Kernels | None:
         "ember_lstm_cell_backward",
     ]
     try:
-        compiled = jit.compile_module(_module(), names, unroll=True, codegen_opt=3)
+        compiled = jit.compile_module(_module(), names, unroll=True, codegen_opt=3, cache=True)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
     p, i64, f32, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int32

@@ -98,7 +98,7 @@ def _build() -> QuantKernels | None:
         for kind in int8_kinds:
             for mr, nr in INT8_TILES:
                 emitter.int8_int8(kind, mr, nr)
-        compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3)
+        compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3, cache=True)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
     p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float

@@ -21,6 +21,8 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from ember.backend.kernel.llvm import object_cache
+
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}
 
@@ -105,16 +107,26 @@ class Compiled:
     codegen_s: float
 
 
-def compile_module(ir_text: str, names: list[str], *, unroll: bool = False, codegen_opt: int = 2) -> Compiled:
+def compile_module(
+    ir_text: str, names: list[str], *, unroll: bool = False, codegen_opt: int = 2, cache: bool = False
+) -> Compiled:
     """Optimises (O3 pipeline) and JIT-compiles ``ir_text``; returns the addresses of
     the functions ``names``.
 
     ``unroll`` turns on loop interleaving and unrolling (off for the fusion layer's
     many small kernels, see above; flex's few native kernels, compiled once per
-    process, keep them); ``codegen_opt`` is the machine code generator's level (0-3)."""
+    process, keep them); ``codegen_opt`` is the machine code generator's level (0-3).
+    ``cache=True`` (for IR that is the same in every process: no baked-in addresses)
+    loads the machine code an earlier process compiled, and keeps what it compiles
+    (:mod:`~ember.backend.kernel.llvm.object_cache`)."""
     import time
 
     state = _init()
+    name = _cache_key(ir_text, unroll, codegen_opt) if cache else None
+    if name is not None:
+        found = _load_cached(name, names, codegen_opt)
+        if found is not None:
+            return found
     with _LOCK:
         start = time.perf_counter()
         module = llvm.parse_assembly(ir_text)
@@ -128,10 +140,49 @@ def compile_module(ir_text: str, names: list[str], *, unroll: bool = False, code
         builder.getModulePassManager().run(module, builder)
         middle = time.perf_counter()
         engine = llvm.create_mcjit_compiler(module, _machine(codegen_opt))  # the engine owns its machine
+        objects: list[bytes] = []
+        if name is not None:
+            engine.set_object_cache(notify_func=lambda _module, buffer: objects.append(bytes(buffer)))
         engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in names}
         end = time.perf_counter()
+    if name is not None and len(objects) == 1:
+        object_cache.store(name, objects[0])
     return Compiled(engine, addresses, middle - start, end - middle)
+
+
+def _cache_key(ir_text: str, unroll: bool, codegen_opt: int) -> str | None:
+    """The object cache's name for a module, or ``None`` when the cache is off."""
+    if object_cache.directory() is None:
+        return None
+    import llvmlite
+
+    state = _STATE
+    version = ".".join(map(str, llvm.llvm_version_info))
+    return object_cache.key(
+        llvmlite.__version__, version, state["triple"], state["cpu"], state["features"], unroll, codegen_opt, ir_text
+    )
+
+
+def _load_cached(name: str, names: list[str], codegen_opt: int) -> Compiled | None:
+    """The module from the object cache with all of ``names`` found, or ``None``."""
+    import time
+
+    payload = object_cache.load(name)
+    if payload is None:
+        return None
+    with _LOCK:
+        start = time.perf_counter()
+        try:
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _machine(codegen_opt))
+            engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
+            engine.finalize_object()
+            addresses = {n: engine.get_function_address(n) for n in names}
+        except RuntimeError:
+            return None
+    if not all(addresses.values()):
+        return None
+    return Compiled(engine, addresses, 0.0, time.perf_counter() - start)
 
 
 def host_features() -> str:
