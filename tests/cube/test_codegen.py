@@ -138,3 +138,23 @@ def test_helpers_pull_in_their_dependencies():
     assert code.index("fn expm1_f") < code.index("fn sinh_f")
     assert code.index("fn is_nan_f") < code.index("fn max_f")
     assert code.count("fn is_nan_f") == 1
+
+
+def test_a_fused_clamp_is_a_maximum_then_a_minimum():
+    exprs = Exprs()
+    f32 = np.dtype(np.float32)
+    x = exprs.load(0, View.contiguous((4,)), f32)
+    low, high = exprs.const(-1.0, f32), exprs.const(2.0, f32)
+    emitter = ir.Emitter({0: "x"}, {})
+    assert emitter.emit(ir.Launch()(exprs.make("clamp", None, (x, low, high), f32))) == "v4"
+    lo, hi = wgsl.literal(-1.0, "f32"), wgsl.literal(2.0, "f32")
+    assert emitter.lines == [
+        "    let v0: f32 = x;",
+        f"    let v1: f32 = {lo};",
+        "    let v2: f32 = max_f(v0, v1);",
+        f"    let v3: f32 = {hi};",
+        "    let v4: f32 = min_f(v2, v3);",
+    ]
+    only_low = ir.Emitter({0: "x"}, {})
+    only_low.emit(ir.Launch()(exprs.make("clamp", None, (x, low, None), f32)))
+    assert only_low.lines[-1] == "    let v2: f32 = max_f(v0, v1);"

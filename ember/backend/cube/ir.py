@@ -237,11 +237,15 @@ class Emitter:
         elif kind == "where":
             c, a, b = (self.emit(x) for x in args)
             code = f"select({b}, {a}, {c})"
-        elif kind == "clamp":
+        elif kind == "clamp":  # max with the low bound, then min with the high one
             code = self.emit(args[0])
-            for bound, fn in ((args[1], BinaryOp.MAXIMUM), (args[2], BinaryOp.MINIMUM)):
-                if bound is not None:
-                    code = self._let(wgsl.BINARY[fn][ct].format(a=code, b=self.emit(bound)), ct)
+            low, high = args[1], args[2]
+            if low is not None:
+                code = wgsl.BINARY[BinaryOp.MAXIMUM][ct].format(a=code, b=self.emit(low))
+            if high is not None:
+                if low is not None:
+                    code = self._let(code, ct)
+                code = wgsl.BINARY[BinaryOp.MINIMUM][ct].format(a=code, b=self.emit(high))
         elif kind == "cast":
             code = wgsl.convert(self.emit(args[0]), type_of(args[0]), ct)
         else:  # pragma: no cover - no builder or scheduler makes another kind
