@@ -11,20 +11,57 @@ from ember.backend.cube.buffer import coalesce
 from ember.backend.cube.dtypes import storage_for
 from ember.backend.cube.kernels import elementwise
 from ember.backend.dtype import DType
+from ember.backend.kernel.exprs import Exprs
+from ember.backend.kernel.views import View
 
 
 def test_expressions_are_typed_and_hashable():
     x = ir.load(0, "f32")
     e1 = ir.binary("mul", ir.unary("exp", x), ir.scalar(0, "f32"))
     e2 = ir.binary("mul", ir.unary("exp", ir.load(0, "f32")), ir.scalar(0, "f32"))
-    assert e1 == e2 and hash(e1) == hash(e2) and e1.type == "f32"
-    assert ir.binary("lt", x, x).type == "bool"
-    assert ir.convert(x, "i32").type == "i32" and ir.convert(x, "f32") is x
+    assert e1 == e2 and hash(e1) == hash(e2) and ir.type_of(e1) == "f32"
+    assert ir.type_of(ir.binary("lt", x, x)) == "bool"
+    assert ir.type_of(ir.convert(x, "i32")) == "i32" and ir.convert(x, "f32") is x
     assert ir.num_inputs(ir.select(ir.load(2, "bool"), x, x)) == 3
     with pytest.raises(TypeError):
         ir.binary("add", x, ir.load(1, "i32"))
     with pytest.raises(TypeError):
         ir.unary("exp", ir.load(0, "bool"))
+
+
+def test_a_tree_is_keyed_by_its_structure_wherever_it_was_built():
+    # The eager builders and a fusion launch make the same kernel-IR value.
+    exprs = Exprs()
+    f32 = np.dtype(np.float32)
+    load = exprs.load(7, View.contiguous((4,)), f32)
+    fused = exprs.make("unary", "exp", (exprs.make("binary", "mul", (load, exprs.const(2.0, f32)), f32),), f32)
+    launch = ir.Launch()
+    eager = ir.unary("exp", ir.binary("mul", ir.load(0, "f32"), ir.const(2, "f32")))
+    assert launch(fused) == eager and hash(launch(fused)) == hash(eager)
+    assert launch.operands == [(7, View.contiguous((4,)).normalized())]
+    # Constants are compared by their bits: -0.0 is not 0.0, NaN is itself.
+    assert ir.const(-0.0, "f32") != ir.const(0.0, "f32")
+    assert ir.const(float("nan"), "f32") == ir.const(float("nan"), "f32")
+    assert exprs.const(-0.0, f32) is not exprs.const(0.0, f32)
+
+
+def test_a_fused_uint8_result_is_masked_where_it_is_made():
+    exprs = Exprs()
+    u8 = np.dtype(np.uint8)
+    x = exprs.load(0, View.contiguous((4,)), u8)
+    tree = ir.Launch()(exprs.make("binary", "add", (x, x), u8))
+    emitter = ir.Emitter({0: "x"}, {})
+    assert emitter.emit(tree) == "v2"
+    byte = wgsl.literal(255, "i32")
+    assert emitter.lines == [
+        "    let v0: i32 = x;",
+        "    let v1: i32 = (v0 + v0);",
+        f"    let v2: i32 = (v1 & {byte});",
+    ]
+    # An eager tree is typed by compute type: its store masks instead.
+    eager = ir.Emitter({0: "x"}, {})
+    eager.emit(ir.binary("add", ir.load(0, "i32"), ir.load(0, "i32")))
+    assert eager.lines == ["    let v0: i32 = x;", "    let v1: i32 = (v0 + v0);"]
 
 
 def test_generated_source_is_self_contained():
@@ -101,3 +138,23 @@ def test_helpers_pull_in_their_dependencies():
     assert code.index("fn expm1_f") < code.index("fn sinh_f")
     assert code.index("fn is_nan_f") < code.index("fn max_f")
     assert code.count("fn is_nan_f") == 1
+
+
+def test_a_fused_clamp_is_a_maximum_then_a_minimum():
+    exprs = Exprs()
+    f32 = np.dtype(np.float32)
+    x = exprs.load(0, View.contiguous((4,)), f32)
+    low, high = exprs.const(-1.0, f32), exprs.const(2.0, f32)
+    emitter = ir.Emitter({0: "x"}, {})
+    assert emitter.emit(ir.Launch()(exprs.make("clamp", None, (x, low, high), f32))) == "v4"
+    lo, hi = wgsl.literal(-1.0, "f32"), wgsl.literal(2.0, "f32")
+    assert emitter.lines == [
+        "    let v0: f32 = x;",
+        f"    let v1: f32 = {lo};",
+        "    let v2: f32 = max_f(v0, v1);",
+        f"    let v3: f32 = {hi};",
+        "    let v4: f32 = min_f(v2, v3);",
+    ]
+    only_low = ir.Emitter({0: "x"}, {})
+    only_low.emit(ir.Launch()(exprs.make("clamp", None, (x, low, None), f32)))
+    assert only_low.lines[-1] == "    let v2: f32 = max_f(v0, v1);"

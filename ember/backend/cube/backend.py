@@ -204,7 +204,7 @@ class CubeBackend(Backend):
     # ------------------------------------------------------------------ elementwise
     def unary(self, op: UnaryOp, x: CubeTensor) -> CubeTensor:
         expr = ir.unary(op, ir.load(0, x.storage.compute))
-        out_storage = self.storage(DType.BOOL) if expr.type == "bool" else x.storage
+        out_storage = self.storage(DType.BOOL) if ir.type_of(expr) == "bool" else x.storage
         return elementwise.run(self, expr, [x], out_storage, x.shape)
 
     def _operand(self, op: str, value, storage: Storage, position: int, inputs: list, scalars: list, types: list):
@@ -224,7 +224,7 @@ class CubeBackend(Backend):
         left = ir.load(0, a.storage.compute)
         right = self._operand(op, b, a.storage, 1, inputs, scalars, types)
         expr = ir.binary(op, left, right)
-        out_storage = self.storage(DType.BOOL) if expr.type == "bool" else a.storage
+        out_storage = self.storage(DType.BOOL) if ir.type_of(expr) == "bool" else a.storage
         shape = _broadcast(a.shape, b.shape) if isinstance(b, CubeTensor) else a.shape
         return elementwise.run(self, expr, inputs, out_storage, shape, scalars, types)
 

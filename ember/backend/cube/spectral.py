@@ -30,7 +30,7 @@ _KERNEL = {
 
 def complex_unary(backend: CubeBackend, op: ComplexOp, x: CubeTensor) -> CubeTensor:
     expr = ir.unary(_KERNEL[op], ir.load(0, "c64"))
-    storage = x.storage if expr.type == "c64" else backend.storage(DType.FLOAT32)
+    storage = x.storage if ir.type_of(expr) == "c64" else backend.storage(DType.FLOAT32)
     return elementwise.run(backend, expr, [x], storage, x.shape)
 
 

@@ -4,6 +4,14 @@ An :class:`Expr` is a load through a strided view, a constant, a run-time scalar
 an elementwise op of other expressions, or a reduction's result (in an epilogue).
 :class:`Exprs` builds them interned, so equal subexpressions are one object and a
 code generator computes each once. Every target lowers these same trees.
+
+An :class:`Expr` is also a value: equal and hashed by its structure (kind, op,
+operands, dtype), with the hash computed once, so a tree built anywhere in the
+process keys a kernel cache (cube's eager kernels build theirs one op at a time,
+:mod:`ember.backend.cube.ir`). A launch's trees may number their leaves instead of
+naming buffers: ``load`` with op ``j`` and no view reads the launch's operand ``j``,
+``acc`` with op ``k`` is its reduction ``k``, and ``index`` is the element's linear
+index.
 """
 
 from __future__ import annotations
@@ -20,20 +28,39 @@ class Expr:
     """A node of a kernel's expression DAG. Built through :class:`Exprs`, which
     interns them, so equal subexpressions are one object (computed once)."""
 
-    __slots__ = ("kind", "op", "args", "dtype", "depth", "__weakref__")
+    __slots__ = ("kind", "op", "args", "dtype", "depth", "_hash", "__weakref__")
 
     def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
-        self.kind = kind  # load | const | scalar | unary | binary | where | clamp | cast | acc
+        self.kind = kind  # load | const | scalar | unary | binary | where | clamp | cast | acc | index
         self.op = op  # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
         self.args = args  # load: (View,); clamp: (x, low, high) with None for a missing bound
         self.dtype = dtype  # the value's numpy dtype
         self.depth: int = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
+        self._hash: int | None = None
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            h = self._hash = hash((self.kind, op_key(self.kind, self.op), self.args, self.dtype.str))
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not Expr or hash(self) != hash(other):
+            return False
+        return (
+            self.kind == other.kind
+            and self.dtype == other.dtype
+            and op_key(self.kind, self.op) == op_key(other.kind, other.op)
+            and self.args == other.args
+        )
 
     def __repr__(self) -> str:
-        if self.kind == "load":
+        if self.kind == "load" and self.args:
             v = self.args[0]
             return f"B{self.op}[{list(v.shape)}:{list(v.strides)}+{v.offset}]"
-        if self.kind in ("const", "scalar", "acc"):
+        if self.kind in ("const", "scalar", "acc", "load", "index"):
             return f"{self.kind}({self.op})"
         return f"{self.kind}.{self.op}({', '.join(map(repr, self.args))})"
 
@@ -56,6 +83,16 @@ class Expr:
         return any(e.kind == kind for e in self.walk())
 
 
+def op_key(kind: str, op: Any) -> Any:
+    """``op`` as compared in a structural key: a constant by its type and, for a float,
+    its bits (so ``-0.0`` and ``0.0`` stay apart and NaN equals itself)."""
+    if kind != "const":
+        return op
+    if isinstance(op, (float, np.floating)):
+        return (type(op), float(op).hex())
+    return (type(op), op)
+
+
 class Exprs:
     """The interning factory of one schedule's expressions."""
 
@@ -65,7 +102,7 @@ class Exprs:
     def make(self, kind: str, op: Any, args: tuple, dtype: np.dtype) -> Expr:
         key = (
             kind,
-            op if kind != "const" else (type(op), op),
+            op_key(kind, op),
             tuple(a if type(a) is not Expr else id(a) for a in args),
             dtype.str,
         )

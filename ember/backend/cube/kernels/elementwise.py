@@ -1,6 +1,6 @@
 """Elementwise kernels: one generated kernel per (expression, storages, layout classes).
 
-Any :class:`~ember.backend.cube.ir.Expr` tree (a single op or a fused chain) over
+Any kernel-IR tree (:class:`~ember.backend.kernel.exprs.Expr`, printed by :mod:`ember.backend.cube.ir`) (a single op or a fused chain) over
 inputs of any layout becomes one kernel; :func:`run_many` stores several trees over
 one iteration space from one kernel (the fusion executor's multi-output kernels). When every operand is dense or uniform and the
 sizes are whole quads, the kernel reads and writes ``vec4`` words, four elements per
@@ -25,7 +25,7 @@ from ember.backend.cube import wgsl
 from ember.backend.cube.buffer import CubeTensor, broadcast_strides, coalesce, contiguous_strides
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage, scalar_words
-from ember.backend.cube.ir import Emitter, Expr
+from ember.backend.cube.ir import Emitter, Expr, type_of
 from ember.errors import ShapeError
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def source(
         value = emitter.emit(expr)
         lines.extend(emitter.lines)
         emitter.lines = []
-        lines.append(f"    out{k}[{target}] = {wgsl.store(out, wgsl.convert(value, expr.type, out.compute))};")
+        lines.append(f"    out{k}[{target}] = {wgsl.store(out, wgsl.convert(value, type_of(expr), out.compute))};")
     body = wgsl.main_linear("\n".join(lines))
     helper_names = "".join(s.store for s in (*ins, *outs))
     text = "\n".join([wgsl.bindings(list(ins), list(outs)), wgsl.helpers_for(body + helper_names), body])
@@ -105,7 +105,7 @@ def source(
 
 
 def _name(exprs: tuple[Expr, ...]) -> str:
-    return exprs[0].op if len(exprs) == 1 else f"{exprs[0].op}_x{len(exprs)}"
+    return exprs[0].kind if len(exprs) == 1 else f"{exprs[0].kind}_x{len(exprs)}"
 
 
 #: Storage words that WGSL has ``vec4`` of (int64's two-word elements are not among them).
@@ -137,7 +137,7 @@ def _source_vec4(
         emitter = Emitter(loads, _ScalarSlots(slots[-1]), f"i32(gi * 4u + {lane}u)", f"v{x}")
         for k, (expr, out) in enumerate(zip(exprs, outs)):
             value = emitter.emit(expr)
-            stored[k].append(wgsl.store(out, wgsl.convert(value, expr.type, out.compute)))
+            stored[k].append(wgsl.store(out, wgsl.convert(value, type_of(expr), out.compute)))
         lines.extend(emitter.lines)
     for k, out in enumerate(outs):
         lines.append(f"    out{k}[gi] = vec4<{out.wgsl}>({', '.join(stored[k])});")

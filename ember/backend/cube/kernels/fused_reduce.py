@@ -11,7 +11,8 @@ chosen as for :mod:`.reduce`: a thread per output (``lane``) for short rows, a
 workgroup per output (``tree``, combined through subgroups or workgroup memory,
 :mod:`.rows`) for long ones.
 
-Expressions are :class:`~ember.backend.cube.ir.Expr` trees: ``load(j)`` reads
+Expressions are kernel-IR trees (:class:`~ember.backend.kernel.exprs.Expr`, printed by
+:mod:`ember.backend.cube.ir`): ``load(j)`` reads
 operand ``j`` at the current element (in the epilogue: at the row's first element,
 so an epilogue operand has stride 0 along the reduced dim), ``acc(k)`` is
 reduction ``k``'s result (epilogue only), ``scalar(k)`` a launch scalar.
@@ -28,7 +29,7 @@ from ember.backend.cube import wgsl
 from ember.backend.cube.buffer import CubeTensor, broadcast_strides, coalesce, contiguous_strides
 from ember.backend.cube.cache import KernelSource
 from ember.backend.cube.dtypes import Storage, scalar_words
-from ember.backend.cube.ir import Emitter, Expr
+from ember.backend.cube.ir import Emitter, Expr, type_of
 from ember.backend.cube.kernels import rows
 from ember.backend.cube.kernels.reduce import _COMBINE, _INIT
 from ember.backend.ops import ReduceOp
@@ -77,7 +78,8 @@ def source(spec: FusedReduction, mode: str, wg: int, subgroups: bool) -> KernelS
     slots = {k: scalar_at + 2 * k for k in range(64)}
     decls: list[str] = []
     # Prologue: every reduction's expression (and the full-space stores) per element.
-    body = [f"    var acc{k}: {expr.type} = {_INIT[op][expr.type]};" for k, (op, expr) in enumerate(spec.reductions)]
+    types = [type_of(expr) for _, expr in spec.reductions]
+    body = [f"    var acc{k}: {ct} = {_INIT[op][ct]};" for k, ((op, _), ct) in enumerate(zip(spec.reductions, types))]
     step = "1u" if mode == "lane" else f"{wg}u"
     start = "0u" if mode == "lane" else "lid"
     body.append(f"    for (var r = {start}; r < n; r += {step}) {{")
@@ -91,19 +93,17 @@ def source(spec: FusedReduction, mode: str, wg: int, subgroups: bool) -> KernelS
         value = emitter.emit(expr)
         block = n_in + slot
         stored.append(
-            f"        out{j}[u32(o{block} + ri * rs{block})] = {wgsl.store(st, wgsl.convert(value, expr.type, st.compute))};"
+            f"        out{j}[u32(o{block} + ri * rs{block})] = {wgsl.store(st, wgsl.convert(value, type_of(expr), st.compute))};"
         )
     body += ["    " + line for line in emitter.lines]
     for k, ((op, expr), value) in enumerate(zip(spec.reductions, values)):
-        body.append(f"        acc{k} = {_COMBINE[op][expr.type].format(a=f'acc{k}', b=value)};")
+        body.append(f"        acc{k} = {_COMBINE[op][type_of(expr)].format(a=f'acc{k}', b=value)};")
     body += stored
     body.append("    }")
     finals: dict[int, str] = {}
     if mode == "tree":
-        for k, (op, expr) in enumerate(spec.reductions):
-            more, decl = rows.combine_lines(
-                f"acc{k}", op, _COMBINE[op][expr.type], _INIT[op][expr.type], expr.type, wg, subgroups, f"a{k}"
-            )
+        for k, ((op, _), ct) in enumerate(zip(spec.reductions, types)):
+            more, decl = rows.combine_lines(f"acc{k}", op, _COMBINE[op][ct], _INIT[op][ct], ct, wg, subgroups, f"a{k}")
             body += more
             decls.append(decl)
             finals[k] = f"acc{k}_all"
@@ -120,7 +120,7 @@ def source(spec: FusedReduction, mode: str, wg: int, subgroups: bool) -> KernelS
     for j, (expr, st, reduced) in enumerate(spec.stores):
         if reduced:
             value = epilogue.emit(expr)
-            tail.append(f"out{j}[row] = {wgsl.store(st, wgsl.convert(value, expr.type, st.compute))};")
+            tail.append(f"out{j}[row] = {wgsl.store(st, wgsl.convert(value, type_of(expr), st.compute))};")
     epi_lines = [line.strip() for line in epilogue.lines]
     if mode == "tree":
         body.append("    if (lid == 0u) {")

@@ -9,7 +9,7 @@ three modes, chosen in :func:`operand_mode` from its strides:
   four rows (A) or columns (B) at a time;
 * ``"s"``: any strides (and every non-f32 storage): scalar loads through the strides.
 
-An epilogue is an :class:`~ember.backend.cube.ir.Expr` applied to each output element
+An epilogue is a kernel-IR :class:`~ember.backend.kernel.exprs.Expr` applied to each output element
 before it is stored: ``load(0)`` is the product, ``load(j)`` (j >= 1) the element of the
 ``j``-th extra operand at the same position (broadcast to the output's shape), and
 ``scalar(k)`` a launch scalar. ``linear``'s bias is ``load(0) + load(1)``.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ember.backend.cube import wgsl
 from ember.backend.cube.dtypes import Storage
-from ember.backend.cube.ir import Emitter, Expr
+from ember.backend.cube.ir import Emitter, Expr, type_of
 
 MR = wgsl.MAX_RANK
 #: info: M, N, K, batch count, batch base, column-tile base, row-tile base, batch rank,
@@ -145,9 +145,9 @@ def epilogue_function(spec: EpilogueSpec | None, ctype: str, out: Storage) -> st
     stores = []
     for j, (expr, st) in enumerate(spec.outputs):
         more = emitter.emit(expr)
-        stores.append(f"    out{1 + j}[gi] = {wgsl.store(st, wgsl.convert(more, expr.type, st.compute))};")
+        stores.append(f"    out{1 + j}[gi] = {wgsl.store(st, wgsl.convert(more, type_of(expr), st.compute))};")
     lines += emitter.lines + stores
-    lines.append(f"    return {wgsl.store(out, wgsl.convert(value, spec.expr.type, out.compute))};")
+    lines.append(f"    return {wgsl.store(out, wgsl.convert(value, type_of(spec.expr), out.compute))};")
     lines.append("}")
     return "\n".join(lines)
 

@@ -1,5 +1,5 @@
 """Matrix multiply: ``a @ b`` over broadcast batch dims, with an optional epilogue
-(``linear``'s bias, an activation, a residual: any :class:`~ember.backend.cube.ir.Expr`
+(``linear``'s bias, an activation, a residual: any kernel-IR :class:`~ember.backend.kernel.exprs.Expr`
 applied to each output element before it is stored).
 
 Two templates, chosen by shape and adapter in :func:`choose` (its docstring gives the

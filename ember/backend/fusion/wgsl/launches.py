@@ -31,6 +31,7 @@ import numpy as np
 
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.dtypes import storage_for
+from ember.backend.cube.ir import Launch
 from ember.backend.cube.kernels import elementwise, fused_reduce, layout
 from ember.backend.cube.kernels import gemm_common as gc
 from ember.backend.cube.kernels import matmul as cube_matmul
@@ -41,7 +42,6 @@ from ember.backend.fusion.graph import Ref
 from ember.backend.fusion.replay import ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call, Schedule
-from ember.backend.fusion.wgsl.translate import Translation
 from ember.backend.kernel.exprs import Expr, Exprs
 from ember.backend.kernel.steps import Buffer, Kernel, Matmul, Store
 from ember.backend.kernel.views import View
@@ -75,7 +75,7 @@ class Elementwise:
 
     def __init__(self, space: tuple[int, ...], stores: list[Store], buffers: list[Any]):
         self.space = space
-        tr = Translation()
+        tr = Launch()
         self.exprs = tuple(tr(s.expr) for s in stores)
         self.operands = tr.operands
         self.scalars = tr.scalars
@@ -96,7 +96,7 @@ class Reduction:
     def __init__(self, kernel: Kernel, buffers: list[Any]):
         assert kernel.dim is not None, "a kernel with reductions reduces along a dim"
         self.space, self.dim = kernel.space, kernel.dim
-        tr = Translation()
+        tr = Launch()
         reductions = tuple((r.op, tr(r.expr)) for r in kernel.reductions)
         stores = tuple((tr(s.expr), storage(buffers[s.buffer].dtype), s.reduced) for s in kernel.stores)
         self.operands = tr.operands
@@ -127,7 +127,7 @@ class Product:
         self.scalars: list[tuple[int, str]] = []
         if epilogue is not None:
             stores, exprs, shape = epilogue
-            tr = Translation()
+            tr = Launch()
             tr.operand(step.out, View.contiguous(shape).normalized())
             translated = [tr(e) for e in exprs]
             self.epilogue = translated[0]

@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.backend.cube import wgsl
+from ember.backend.cube import ir, wgsl
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.primitive_graph import float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.ops import BOOL_REDUCE_OPS, ReduceOp
 
-#: numpy dtype -> the WGSL compute type its cube storage computes in.
-CTYPES = {
-    np.dtype(np.float32): "f32",
-    np.dtype(np.int32): "i32",
-    np.dtype(np.uint8): "i32",
-    np.dtype(np.int64): "i64",
-    np.dtype(np.bool_): "bool",
-}
+#: The dtypes the lowering compiles, each to the WGSL compute type its cube storage
+#: computes in (complex64, which cube's eager kernels compute as ``c64``, runs as calls).
+CTYPES = {dtype: ct for dtype, ct in ir.CTYPES.items() if ct != "c64"}
 _F32 = np.dtype(np.float32)
 
 #: Composite calls expanded into primitives (float32 only), as on the CPU: their
@@ -45,10 +40,6 @@ _REDUCE = {
     ReduceOp.ANY: ("bool",),
     ReduceOp.ALL: ("bool",),
 }
-
-
-def ctype(dtype: np.dtype) -> str:
-    return CTYPES[dtype]
 
 
 class CubeTarget(Target):

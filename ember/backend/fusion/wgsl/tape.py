@@ -21,7 +21,7 @@ the buffers into *slots*:
 Bind groups are built once per combination of the slots' buffers and cached (a
 training loop has two). The run-time scalars are patched into the recorded
 parameter words: the positions of a fused kernel's scalars are known (its
-:class:`~ember.backend.fusion.wgsl.translate.Translation` appends them after its
+:class:`~ember.backend.cube.ir.Launch` appends them after its
 layout words); a cube call given run-time scalars (a random draw's Philox key and
 counter, an optimizer step the target does not expand) is run again *dry* at each
 replay (``Runtime.capture(dry=True)``: its Python computes the parameter words,

@@ -69,12 +69,50 @@ class Loops:
         """Emits ``for i in range(n)``; ``body(i, carried) -> new carried``; returns the
         carried values after the loop. ``n`` is at least 1."""
         b = self.b
-        carry = carry or []
-        fn = b.function
-        pre = b.block
-        head = fn.append_basic_block("loop")
-        done = fn.append_basic_block("done")
+        head = b.function.append_basic_block("loop")
+        done = b.function.append_basic_block("done")
         b.branch(head)
+        new, _, _ = self._loop(
+            head, done, body, carry or [], lambda step: b.icmp_unsigned("<", step, ir.Constant(I64, n))
+        )
+        return new
+
+    def count(
+        self,
+        count: ir.Value,
+        body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+        carry: list[ir.Value] | None = None,
+    ) -> list[ir.Value]:
+        """:meth:`run` for a run-time ``count`` (an ``i64`` value, maybe 0 or negative:
+        then the body never runs and the carried values keep their initial ones)."""
+        b = self.b
+        carry = carry or []
+        head = b.append_basic_block("loop")
+        done = b.append_basic_block("done")
+        b.cbranch(b.icmp_signed("<=", count, ir.Constant(I64, 0)), done, head)
+        new, pre, latch = self._loop(head, done, body, carry, lambda step: b.icmp_signed("<", step, count))
+        results = []
+        for init, value in zip(carry, new):
+            merged = b.phi(init.type)
+            merged.add_incoming(init, pre)
+            merged.add_incoming(value, latch)
+            results.append(merged)
+        return results
+
+    def _loop(
+        self,
+        head: ir.Block,
+        done: ir.Block,
+        body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+        carry: list[ir.Value],
+        more: Callable[[ir.Value], ir.Value],
+    ) -> tuple[list[ir.Value], ir.Block, ir.Block]:
+        """The loop's header and latch, entered from the current block (which the caller
+        has branched to ``head``): the index and carried values as phis, ``body``, the
+        step and ``more(step)`` as the back edge's condition; positioned at ``done``.
+        Returns the new carried values, the entry block and the latch block."""
+        b = self.b
+        pre = b.block
         b.position_at_end(head)
         index = b.phi(I64, "i")
         index.add_incoming(ir.Constant(I64, 0), pre)
@@ -89,47 +127,9 @@ class Loops:
         index.add_incoming(step, latch)
         for phi, value in zip(phis, new):
             phi.add_incoming(value, latch)
-        b.cbranch(b.icmp_unsigned("<", step, ir.Constant(I64, n)), head, done)
+        b.cbranch(more(step), head, done)
         b.position_at_end(done)
-        return list(new)
-
-    def count(
-        self,
-        count: ir.Value,
-        body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
-        carry: list[ir.Value] | None = None,
-    ) -> list[ir.Value]:
-        """:meth:`run` for a run-time ``count`` (an ``i64`` value, maybe 0 or negative:
-        then the body never runs and the carried values keep their initial ones)."""
-        b = self.b
-        carry = carry or []
-        pre = b.block
-        head = b.append_basic_block("loop")
-        done = b.append_basic_block("done")
-        b.cbranch(b.icmp_signed("<=", count, ir.Constant(I64, 0)), done, head)
-        b.position_at_end(head)
-        index = b.phi(I64)
-        index.add_incoming(ir.Constant(I64, 0), pre)
-        phis = []
-        for value in carry:
-            phi = b.phi(value.type)
-            phi.add_incoming(value, pre)
-            phis.append(phi)
-        new = body(index, list(phis))
-        step = b.add(index, ir.Constant(I64, 1))
-        latch = b.block
-        index.add_incoming(step, latch)
-        for phi, value in zip(phis, new):
-            phi.add_incoming(value, latch)
-        b.cbranch(b.icmp_signed("<", step, count), head, done)
-        b.position_at_end(done)
-        results = []
-        for init, value in zip(carry, new):
-            merged = b.phi(init.type)
-            merged.add_incoming(init, pre)
-            merged.add_incoming(value, latch)
-            results.append(merged)
-        return results
+        return list(new), pre, latch
 
     def nest(
         self, sizes: list[int], body: Callable[[list[ir.Value]], None], prefix: list[ir.Value] | None = None
