@@ -42,7 +42,7 @@ def bound_runner(entry: Entry) -> Callable[[list[Any]], Any]:
     plan's binding, number fields of owned states written back)."""
     assert entry.binding is not None and entry.model_out is not None and not entry.draws
     model, owned, generic, dict_get = entry.model_out, entry.owned, entry.run_generic, dict.get
-    checks = [(owner, key, k) for k, (owner, key, _) in enumerate(entry.state_reads)]
+    checks = [(read.owner, read.key, k) for k, read in enumerate(entry.state_reads)]
     held = {i for _, i in entry.plan.donated(entry.donated)}
     readers: list[Callable[[list[Any]], Any]] = []
     for n, source in enumerate(entry.tensor_sources):

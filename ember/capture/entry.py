@@ -263,9 +263,9 @@ class Entry:
         read state as it is now when it has the structure the trace read, else a
         marker no state is (the replay then takes the generic path and its checks)."""
         owned = []
-        for owner, key, template in self.state_reads:
-            state = dict.get(owner, key)
-            owned.append(state if state_template(state) == template else NOT_OWNED)
+        for read in self.state_reads:
+            state = read.current()
+            owned.append(state if state_template(state) == read.template else NOT_OWNED)
         self.owned[:] = owned  # the list generated code reads
 
     # ------------------------------------------------------------------ replay
@@ -318,8 +318,8 @@ class Entry:
                 scalar_inputs.append(value)  # a RandomDraw is filled once the guards below pass
             else:
                 inputs.append(value if ready is None else ready(value))
-        for owner, key, template in self.state_reads:
-            if state_template(dict.get(owner, key)) != template:
+        for read in self.state_reads:
+            if state_template(read.current()) != read.template:
                 return RETRACE
         drawn: list[tuple[int, int]] = []
         if self.draws:

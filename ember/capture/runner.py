@@ -144,9 +144,9 @@ def build_runner(entry: Entry, leaves: list[Any]) -> Callable[[list[Any]], Any]:
     # Each state read must be the object the last run left there (with the structure
     # the trace read, see Entry.own_states).
     read_templates: dict[tuple[int, Any], Any] = {}
-    for k, (owner, key, template) in enumerate(entry.state_reads):
-        var = gen.state_var(owner, key)
-        read_templates[(id(owner), key)] = template
+    for k, read in enumerate(entry.state_reads):
+        var = gen.state_var(read.owner, read.key)
+        read_templates[(id(read.owner), read.key)] = read.template
         add(f"    if {var} is not OWNED[{k}]: return generic(leaves)")
     inputs = [s.code(gen) for s in entry.tensor_sources]
     scalar_inputs = [s.code(gen) for s in entry.sources if s.scalar]

@@ -142,6 +142,22 @@ class StateField(Source):
         return ("state", id(self.owner), self.key, self.field)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class StateRead:
+    """A whole optimizer state the trace read (``owner[key]``), with its *template*
+    (its class and each field's kind, ``None`` for no state): a replay reads its fields
+    through :class:`StateField` and :class:`StateNumber` only after checking that the
+    state there still has this template."""
+
+    owner: StateDict
+    key: Any
+    template: Any
+
+    def current(self) -> Any:
+        """The state there now (``None`` if none)."""
+        return dict.get(self.owner, self.key)
+
+
 # ---------------------------------------------------------------------- run-time scalars
 @dataclass(frozen=True, slots=True)
 class ScalarArgument(Source):

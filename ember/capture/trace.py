@@ -30,7 +30,7 @@ from ember.backend.fusion.backend import FusionBackend, LazyTensor
 from ember.backend.fusion.graph import Aval, Graph, Ref, Sc
 from ember.backend.fusion.scalars import GraphBreak, ScalarProgram, SymScalar
 from ember.capture.leaves import innermost
-from ember.capture.sources import RandomDraw, Running, Source, StateField, StateNumber
+from ember.capture.sources import RandomDraw, Running, Source, StateField, StateNumber, StateRead
 from ember.capture.tracer import TraceBackend, value_of
 from ember.tensor import Tensor, capture_hook
 from ember.tensor.capture_hook import StateDict
@@ -50,7 +50,7 @@ class Trace:
         self.sources: list[Source] = []  # per input (tensor or scalar): where a replay reads it
         self.sym_slots: dict[int, Sc] = {}  # SymScalar entry -> Sc placeholder
         self.scalar_wanted: list[int] = []  # scalar program entries, in Sc order
-        self.state_reads: list[tuple[StateDict, Any, Any]] = []  # (owner, key, template)
+        self.state_reads: list[StateRead] = []
         self.state_writes: dict[tuple[int, Any], tuple[StateDict, Any, Any]] = {}
         self.running_sources: dict[int, Running] = {}  # id(RunningState) -> where it was read
         self.running_writes: dict[int, tuple[Any, Any]] = {}  # id(RunningState) -> (state, new value)
@@ -130,7 +130,7 @@ class Trace:
         """``owner[key]`` as the trace sees it: its tensors registered as inputs, its
         numbers as run-time scalars; the replay reads the entry again each call."""
         if value is None:
-            self.state_reads.append((owner, key, None))
+            self.state_reads.append(StateRead(owner, key, None))
             return None
         fields, template = state_fields(value)
         lifted: dict[str, Any] = {}
@@ -142,7 +142,7 @@ class Trace:
                 lifted[name] = self.scalar_input(item, StateNumber(owner, key, name))
             else:
                 lifted[name] = item
-        self.state_reads.append((owner, key, template))
+        self.state_reads.append(StateRead(owner, key, template))
         if "" in lifted:
             return lifted[""]
         return type(value)(**lifted)
