@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ember.backend.dtype import DType
-from ember.backend.fusion.trace import current_trace
 from ember.device import Device
 from ember.errors import ModuleError
 from ember.tensor import Shape, Tensor
+from ember.tensor.capture_hook import current_capture
 from ember.tensor.checks import COMPLEX_NP, FLOAT_NP, NP_TO_DTYPE
 
 _TRAINABLE_NP = FLOAT_NP | COMPLEX_NP  # the dtypes a parameter can be trained in
@@ -274,18 +274,18 @@ class RunningState:
         self._value = value.detach()
 
     def value(self) -> Tensor:
-        trace = current_trace()
-        if trace is not None:  # inside ember.compile: the value this trace last wrote
-            written = trace.running_value(self)
+        capture = current_capture()
+        if capture is not None:  # inside ember.compile: the value this trace last wrote
+            written = capture.running_value(self)
             if written is not None:
                 return written
         return self._value
 
     def update(self, value: Tensor) -> None:
         value = value.detach()
-        trace = current_trace()
-        if trace is not None:  # recorded; the compiled step's replays write it
-            trace.write_running(self, value)
+        capture = current_capture()
+        if capture is not None:  # recorded; the compiled step's replays write it
+            capture.write_running(self, value)
             return
         self._value = value
 

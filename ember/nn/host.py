@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.backend.fusion.trace import current_trace
 from ember.tensor import Tensor
+from ember.tensor.capture_hook import capturing
 
 
 def cheap_values(t: Tensor) -> np.ndarray | None:
@@ -13,6 +13,6 @@ def cheap_values(t: Tensor) -> np.ndarray | None:
     eager flex tensor), else ``None``: the caller then skips its check. Used for the
     checks of run-time positions (rotary encoding, the KV cache) that must not stop
     ``ember.compile`` from tracing a decode step once."""
-    if current_trace() is not None or t.device.is_fusion() or t.device.backend_name != "flex":
+    if capturing() or t.device.is_fusion() or t.device.backend_name != "flex":
         return None
     return t.to_numpy()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.backend.fusion.trace import current_trace
 from ember.errors import ModuleError
 from ember.module import Module, Param, RunningState
 from ember.onnx.program import Program
 from ember.onnx.trainable import InitializerRole, ParamsDescription
 from ember.tensor import Tensor
+from ember.tensor.capture_hook import capturing
 
 
 class OnnxModel(Module):
@@ -44,7 +44,7 @@ class OnnxModel(Module):
         compiled = self.compiled
         if kwargs:
             args = self._arrange(args, kwargs)
-        if compiled is None or current_trace() is not None or any(_tracks_grad(a) for a in args):
+        if compiled is None or capturing() or any(_tracks_grad(a) for a in args):
             return self.forward_eager(*args)
         self._check_count(args)
         return compiled(self, *args)

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from ember.backend.dtype import DType
-from ember.backend.fusion.trace import current_trace
 from ember.device import Device
 from ember.errors import DTypeError, EmberError, OnnxError, ShapeError
 from ember.onnx.trainable import InitializerRole
 from ember.tensor import Tensor
+from ember.tensor.capture_hook import capturing
 
 DEVICE_SLOT = 0  # the device of this call (for constants made at run time)
 NONE_SLOT = 1  # always None: an omitted optional input
@@ -158,7 +158,7 @@ class Program:
                 for slot in drops:
                     env[slot] = None
         except Exception as error:
-            if current_trace() is not None:  # ember.compile's own signals (graph breaks) pass unchanged
+            if capturing():  # ember.compile's own signals (graph breaks) pass unchanged
                 raise
             if isinstance(error, OnnxError) and str(error).startswith("ember: ONNX node"):
                 raise  # an operator's own check: it names the node already
@@ -229,7 +229,7 @@ class Program:
             made = [
                 (slot, Tensor.from_data(array, device=device, dtype=dtype)) for slot, array, dtype in self.const_tensors
             ]
-            if current_trace() is None:  # inside ember.compile they are the trace's constants
+            if not capturing():  # inside ember.compile they are the trace's constants
                 self._device_consts[device] = made
         return made
 

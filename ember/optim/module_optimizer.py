@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ember.backend.fusion.trace import StateDict
 from ember.device import Device
 from ember.errors import ConfigError, RecordError
 from ember.module import Module, ModuleMapper, Param, ParamGroup, ParamId
@@ -15,7 +14,7 @@ from ember.optim.base import OptimizerConfig, OptimizerState
 from ember.optim.clipping import GradientClipping
 from ember.optim.grads import GradientsParams
 from ember.tensor import Tensor
-from ember.tensor.checks import is_symbolic
+from ember.tensor.capture_hook import StateDict, is_symbolic
 from ember.tensor.ops.complex import view_as_complex, view_as_real
 
 

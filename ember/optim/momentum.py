@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ember.backend.fusion.scalars import scalar_sqrt
 from ember.tensor import Tensor
+from ember.tensor.capture_hook import scalar_sqrt
 
 
 def ema(previous: Tensor | None, value: Tensor, beta: float) -> Tensor:

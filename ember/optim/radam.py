@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ember.backend.fusion.scalars import scalar_sqrt
 from ember.optim.base import OptimizerConfig, OptimizerState, check_betas, check_range
 from ember.optim.momentum import AdaptiveMomentum
 from ember.optim.weight_decay import decoupled_decay, l2_penalty
 from ember.tensor import Tensor
+from ember.tensor.capture_hook import scalar_sqrt
 
 
 @dataclasses.dataclass(slots=True)

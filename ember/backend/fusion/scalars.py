@@ -18,7 +18,6 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from ember.backend.composites.registry import scalar_sqrt as scalar_sqrt  # re-exported (optimizers import it here)
 from ember.errors import GraphError
 
 
@@ -233,6 +232,10 @@ class ScalarProgram:
         """``f(inputs)`` computing the entries ``wanted`` (in order), as Python code; it
         returns ``None`` when a guard answers differently than while tracing. Entries
         neither wanted nor guarded are left out.
+
+        Generated Python rather than a list of bound steps: on the W1 Adam step's program
+        (9 entries) a call costs 0.19 us against 2.0 us for one closure per entry run in a
+        loop (``benchmarks/capture_runner.py``).
 
         With ``pack=(buffer, count)`` the first ``count`` wanted values are written into
         ``buffer`` as native doubles (``struct.pack_into``: compiled code reads them
