@@ -15,8 +15,8 @@ time-major: ``[seq, batch, features]``.
 
 from __future__ import annotations
 
-from ember.backend.ops import FusedOp
 from ember.backend.dtype import DType
+from ember.backend.ops import FusedOp
 from ember.errors import DeviceError, ShapeError
 from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
@@ -76,7 +76,14 @@ def gru_sequence(
     if b_hh is not None and b_hh.dims() != [w_hh.dims()[1]]:
         raise ShapeError(f"ember: gru_sequence: b_hh must be [{w_hh.dims()[1]}], got {b_hh.dims()}")
     out = fused(
-        FusedOp.GRU_SEQUENCE, proj.device, proj.primitive, w_hh.primitive, _prim(b_hh), h0.primitive, _prim(valid), reverse
+        FusedOp.GRU_SEQUENCE,
+        proj.device,
+        proj.primitive,
+        w_hh.primitive,
+        _prim(b_hh),
+        h0.primitive,
+        _prim(valid),
+        reverse,
     )
     return Tensor(out[0], proj.device), Tensor(out[1], proj.device)
 

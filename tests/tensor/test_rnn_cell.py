@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 
 from ember import Device, Tensor
+from ember.backend.composites import COMPOSITES
 from ember.backend.flex import native
 from ember.errors import ShapeError
-from ember.backend.composites import COMPOSITES
 from ember.tensor.rnn_cell import gru_cell, lstm_cell
+from tests.autodiff.gradcheck import check_grad
+from tests.autodiff.second_order import ember_hvp, numeric_hvp
+from tests.conftest import assert_close
 
 
 def lstm_cell_composite(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
@@ -24,9 +27,7 @@ def lstm_cell_composite(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
 
 def gru_cell_composite(xp: Tensor, hp: Tensor, h: Tensor) -> Tensor:
     return Tensor(COMPOSITES["gru_cell"](xp.device._backend, xp.primitive, hp.primitive, h.primitive), xp.device)
-from tests.autodiff.gradcheck import check_grad
-from tests.autodiff.second_order import ember_hvp, numeric_hvp
-from tests.conftest import assert_close
+
 
 B, H = 3, 5
 
