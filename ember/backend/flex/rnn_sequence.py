@@ -15,9 +15,11 @@ import numpy as np
 
 from ember.backend.flex import gru_cell as gru
 from ember.backend.flex import lstm_cell as lstm
+from ember.backend.flex import native
 from ember.backend.flex.quiet import quietly
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_F32 = np.dtype(np.float32)
 
 
 def _order(steps: int, reverse: bool) -> range:
@@ -34,6 +36,13 @@ def _usable(proj: np.ndarray, w_hh: np.ndarray, *others: np.ndarray | None) -> b
         and w_hh.shape[1] == proj.shape[2]
         and all(a is None or a.dtype == dtype for a in others)
     )
+
+
+def _state_grad(grad: np.ndarray | None, like: np.ndarray) -> np.ndarray:
+    """A fresh C-contiguous copy of a state's gradient (zeros where none reached it)."""
+    if grad is None:
+        return np.zeros(like.shape, like.dtype)
+    return np.array(grad, dtype=like.dtype, order="C", copy=True)
 
 
 def _weight_grad(h_in: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -53,6 +62,9 @@ def lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     y = np.empty((steps, batch, n), proj.dtype)
     h_in, c_in = np.empty_like(y), np.empty_like(y)
     h, c = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
+    kernels = native.kernels(batch * 4 * n) if proj.dtype == _F32 and valid is None else None
+    if kernels is not None:
+        return _lstm_native(kernels, np.ascontiguousarray(proj), w_hh, h, c, reverse, (y, h_in, c_in, z))
     for t in _order(steps, reverse):
         h_in[t], c_in[t] = h, c
         np.matmul(h, w_hh, out=z[t])
@@ -67,17 +79,71 @@ def lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     return y, h, c, h_in, c_in, z
 
 
+def _lstm_native(kernels, proj, w_hh, h0, c0, reverse, outs):
+    """The unmasked float32 forward with the native cell, called by address: per step
+    one GEMM, one add and one kernel call; the cell writes ``c'`` straight into the
+    next step's ``c_in`` and ``h'`` into ``y``, which is ``h_in`` shifted by one step."""
+    y, h_in, c_in, z = outs
+    steps, batch, n = y.shape
+    runs = list(_order(steps, reverse))
+    c_n = np.empty_like(c0)
+    c_in[runs[0]] = c0
+    za, ya, ca = native.address(z), native.address(y), native.address(c_in)
+    z_step, s_step = z[0].nbytes, y[0].nbytes
+    h = h0
+    for k, t in enumerate(runs):
+        np.matmul(h, w_hh, out=z[t])
+        z[t] += proj[t]
+        c_next = native.address(c_n) if k + 1 == steps else ca + runs[k + 1] * s_step
+        kernels.lstm_cell(za + t * z_step, ca + t * s_step, ya + t * s_step, c_next, batch, n)
+        h = y[t]
+    h_in[runs[0]] = h0
+    if steps > 1:
+        h_in[runs[1:]] = y[runs[:-1]]
+    return y, y[runs[-1]].copy(), c_n, h_in, c_in, z
+
+
+def _lstm_backward_native(kernels, w_t, runs, c_in, c_n, z, grad_y, dh, dc):
+    """The unmasked float32 backward with the native cell, called by address: per step
+    at most one add, one kernel call and one GEMM (``dh = dZ_t w_hh^T``)."""
+    steps, batch, n = c_in.shape
+    d_z = np.empty_like(z)
+    to_h, dc_other = np.empty_like(dh), np.empty_like(dc)
+    za, dza, ca = native.address(z), native.address(d_z), native.address(c_in)
+    z_step, s_step = z[0].nbytes, c_in[0].nbytes
+    dh_at, to_h_at = native.address(dh), native.address(to_h)
+    dc_at, other_at = native.address(dc), native.address(dc_other)
+    for k in range(steps - 1, -1, -1):
+        t = runs[k]
+        c_after = native.address(c_n) if k == steps - 1 else ca + runs[k + 1] * s_step
+        gh_at = dh_at
+        if grad_y is not None:
+            np.add(dh, grad_y[t], out=to_h)
+            gh_at = to_h_at
+        kernels.lstm_cell_backward(
+            za + t * z_step, ca + t * s_step, c_after, gh_at, dc_at, dza + t * z_step, other_at, batch, n
+        )
+        dc, dc_other, dc_at, other_at = dc_other, dc, other_at, dc_at
+        np.matmul(d_z[t], w_t, out=dh)
+    return d_z, dh, dc
+
+
 @quietly
 def lstm_sequence_backward(w_hh, valid, reverse, h_in, c_in, c_n, z, grad_y, grad_h, grad_c):
     """See ``Backend.lstm_sequence_backward``."""
     if not _usable(z, w_hh, h_in, c_in, c_n, grad_y, grad_h, grad_c):
         return NotImplemented
     steps = z.shape[0]
-    dh = np.zeros_like(c_n) if grad_h is None else np.array(grad_h, copy=True)
-    dc = np.zeros_like(c_n) if grad_c is None else np.array(grad_c, copy=True)
+    dh = _state_grad(grad_h, c_n)
+    dc = _state_grad(grad_c, c_n)
     w_t = np.ascontiguousarray(w_hh.T)
-    d_z = np.empty_like(z)
     runs = list(_order(steps, reverse))
+    kernels = native.kernels(z[0].size) if z.dtype == _F32 and valid is None else None
+    if kernels is not None:
+        c_n, c_in, z = (np.ascontiguousarray(a) for a in (c_n, c_in, z))
+        d_z, dh, dc = _lstm_backward_native(kernels, w_t, runs, c_in, c_n, z, grad_y, dh, dc)
+        return d_z, _weight_grad(h_in, d_z), dh, dc
+    d_z = np.empty_like(z)
     for k in range(steps - 1, -1, -1):
         t = runs[k]
         c_after = c_n if k == steps - 1 else c_in[runs[k + 1]]  # the cell's c' wherever a gradient reaches it
@@ -126,7 +192,7 @@ def gru_sequence_backward(w_hh, valid, reverse, proj, h_in, hp, grad_y, grad_h):
     """See ``Backend.gru_sequence_backward``."""
     if not _usable(proj, w_hh, h_in, hp, grad_y, grad_h):
         return NotImplemented
-    dh = np.zeros_like(h_in[0]) if grad_h is None else np.array(grad_h, copy=True)
+    dh = _state_grad(grad_h, h_in[0])
     w_t = np.ascontiguousarray(w_hh.T)
     d_xp, d_hp = np.empty_like(proj), np.empty_like(hp)
     for t in reversed(_order(proj.shape[0], reverse)):
