@@ -72,6 +72,8 @@ def test_compiled_lstm_classifier_matches_eager(bidirectional):
 
 
 def test_compiled_gru_classifier_matches_eager():
-    compiled, _ = train("gru", False, 30, True)
-    eager, _ = train("gru", False, 30, False)
+    compiled, step = train("gru", False, 100, True)
+    eager, _ = train("gru", False, 100, False)
     np.testing.assert_allclose(compiled, eager, rtol=REL)
+    ops = [s.node.op for s in next(iter(step._entries.values())).plan.schedule.steps if isinstance(s, Library)]
+    assert ops.count("gru_sequence") == 2 and ops.count("gru_sequence_backward") == 2

@@ -204,11 +204,13 @@ def test_gru_flex_kernel_matches_the_composite(rng, monkeypatch):
 
 
 @pytest.mark.parametrize("reverse,masked", CASES)
-def test_compiled_step_runs_the_sequence_as_library_steps(rng, reverse, masked, monkeypatch):
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_compiled_step_runs_the_sequence_as_library_steps(rng, kind, reverse, masked, monkeypatch):
     """Under ``ember.compile`` the sequence and its backward are one library step each
     of the LLVM plan (not ``seq`` unrolled steps), with eager's values and gradients."""
     emitted: list[str] = []
-    for name in ("lstm_sequence", "lstm_sequence_backward"):
+    names = [f"{kind}_sequence", f"{kind}_sequence_backward"]
+    for name in names:
         op = library.LIBRARY[name]
 
         def emit(e, op=op, name=name):
@@ -216,15 +218,15 @@ def test_compiled_step_runs_the_sequence_as_library_steps(rng, reverse, masked, 
             op.emit(e)
 
         monkeypatch.setitem(library.LIBRARY, name, type(op)(op.supports, op.scratch, emit, op.checks))
-    arrays, valid = _lstm_inputs(rng), _mask(masked)
+    arrays, valid = (_lstm_inputs(rng) if kind == "lstm" else _gru_inputs(rng)), _mask(masked)
     device = Device.flex().autodiff()
     mask = None if valid is None else Tensor.from_data(valid, device=device)
     gy = Tensor.from_data(rng.standard_normal((S, B, H)).astype(np.float32), device=device)
 
     def step(*ts):
         ts = [t.require_grad() for t in ts]
-        y, h, c = lstm_sequence(*ts, mask, reverse)
-        loss = y.mul(gy).sum().add(h.sum().mul_scalar(0.3)).add(c.sum().mul_scalar(-0.7))
+        outs = lstm_sequence(*ts, mask, reverse) if kind == "lstm" else gru_sequence(*ts, mask, reverse)
+        loss = outs[0].mul(gy).sum().add(outs[1].sum().mul_scalar(0.3)).add(outs[-1].sum().mul_scalar(-0.7))
         grads = loss.backward()
         return loss, *(t.grad(grads) for t in ts)
 
@@ -233,7 +235,7 @@ def test_compiled_step_runs_the_sequence_as_library_steps(rng, reverse, masked, 
     compiled = ember.compile(step)
     compiled(*args)  # the first call replays; the plan compiles for the next
     ours = compiled(*args)
-    assert sorted(set(emitted)) == ["lstm_sequence", "lstm_sequence_backward"]
+    assert sorted(set(emitted)) == names
     for a, b in zip(ours, eager):
         assert_close(a, b.to_numpy(), rtol=1e-5, atol=1e-6)
 

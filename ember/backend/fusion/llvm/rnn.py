@@ -91,6 +91,14 @@ def _copy(e: Emitter, src: ir.Value, dst: ir.Value, count: int) -> None:
     e.span(0, count, lambda i: e.store(e.load(src, i, _F32), dst, i, _F32))
 
 
+def _copy_or_zero(e: Emitter, src: ir.Value | None, dst: ir.Value, count: int) -> None:
+    if src is None:
+        zero = ir.Constant(ir.FloatType(), 0.0)
+        e.span(0, count, lambda i: e.store(zero, dst, i, _F32))
+    else:
+        _copy(e, src, dst, count)
+
+
 def _mask(e: Emitter, valid: ir.Value | None, t: ir.Value, r: ir.Value, batch: int) -> ir.Value | None:
     if valid is None:
         return None
@@ -164,11 +172,8 @@ def _lstm_sequence_backward(e: Emitter) -> None:
     state = batch * n
     one = ir.Constant(ir.FloatType(), 1.0)
     zero = ir.Constant(ir.FloatType(), 0.0)
-    for src, dst in ((gh, dh), (gc, dc)):
-        if src is None:
-            e.span(0, state, lambda i, dst=dst: e.store(zero, dst, i, _F32))
-        else:
-            _copy(e, src, dst, state)
+    _copy_or_zero(e, gh, dh, state)
+    _copy_or_zero(e, gc, dc, state)
     back = bool(reverse)
 
     def step(q: ir.Value, _: list) -> list:
@@ -222,8 +227,163 @@ def _lstm_sequence_backward(e: Emitter) -> None:
     e.gemm(_F32, True, False, n, width, steps * batch, h_in, n, d_z, width, zero, d_w, width)
 
 
+def _gru_forward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    proj, w_hh, b_hh, h0, valid, _ = node.args
+    return target.blas is not None and _refs_ok(graph, [proj, w_hh, b_hh, h0], valid)
+
+
+def _gru_backward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    w_hh, valid, _, proj, h_in, hp, *grads = node.args
+    return target.blas is not None and _refs_ok(graph, [w_hh, proj, h_in, hp, *grads], valid)
+
+
+def _gru_gates(e: Emitter, cell: _Cell, xp: ir.Value, hp: ir.Value, base: ir.Value, n: int, j: ir.Value):
+    """``(r, z, new, hp_n)`` of the GRU step's row at ``base`` (column ``j``)."""
+    b = e.b
+
+    def at(k: int) -> ir.Value:
+        return b.add(base, b.add(j, _const(k * n)))
+
+    r = cell.sigmoid(b.fadd(e.load(xp, at(0), _F32), e.load(hp, at(0), _F32)))
+    z = cell.sigmoid(b.fadd(e.load(xp, at(1), _F32), e.load(hp, at(1), _F32)))
+    hp_n = e.load(hp, at(2), _F32)
+    return r, z, cell.tanh(b.fadd(e.load(xp, at(2), _F32), b.fmul(r, hp_n))), hp_n
+
+
+def _gru_sequence(e: Emitter) -> None:
+    proj_ref, w_ref, b_ref, h0_ref, valid_ref, reverse = e.node.args
+    steps, batch, width = e.shape(proj_ref)
+    n = width // 3
+    proj, w_hh, h0 = (e.args[r] for r in (proj_ref, w_ref, h0_ref))
+    b_hh, valid = _arg(e, b_ref), _arg(e, valid_ref)
+    y, h, h_in, hp = e.outs
+    b, cell = e.b, _Cell(e)
+    state = batch * n
+    _copy(e, h0, h, state)
+    one = ir.Constant(ir.FloatType(), 1.0)
+    zero = ir.Constant(ir.FloatType(), 0.0)
+
+    def step(k: ir.Value, _: list) -> list:
+        t = _time(b, k, steps, bool(reverse))
+        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
+        _copy(e, h, e.at(h_in, at_state, _F32), state)
+        hp_t, xp_t = e.at(hp, at_gates, _F32), e.at(proj, at_gates, _F32)
+        if b_hh is None:
+            e.span(0, batch * width, lambda i: e.store(zero, hp_t, i, _F32))
+        else:
+            e.span(0, batch, lambda r: _copy(e, b_hh, e.at(hp_t, b.mul(r, _const(width)), _F32), width))
+        e.gemm(_F32, False, False, batch, width, n, h, n, w_hh, width, one, hp_t, width)
+
+        def row(r: ir.Value) -> None:
+            m = _mask(e, valid, t, r, batch)
+            base_g, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+
+            def col(j: ir.Value) -> None:
+                _, zg, new, _ = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
+                at = b.add(base_s, j)
+                h_old = e.load(h, at, _F32)
+                h_new = b.fadd(new, b.fmul(zg, b.fsub(h_old, new)))
+                if m is None:
+                    e.store(h_new, h, at, _F32)
+                    e.store(h_new, y, b.add(at_state, at), _F32)
+                    return
+                e.store(b.select(m, h_new, h_old), h, at, _F32)
+                e.store(b.select(m, h_new, zero), y, b.add(at_state, at), _F32)
+
+            e.span(0, n, col)
+
+        e.span(0, batch, row)
+        return []
+
+    e.loops.run(steps, step)
+
+
+def _gru_sequence_backward(e: Emitter) -> None:
+    w_ref, valid_ref, reverse, proj_ref, h_in_ref, hp_ref, gy_ref, gh_ref = e.node.args
+    steps, batch, width = e.shape(proj_ref)
+    n = width // 3
+    w_hh, proj, h_in, hp = (e.args[r] for r in (w_ref, proj_ref, h_in_ref, hp_ref))
+    valid, gy, gh = (_arg(e, r) for r in (valid_ref, gy_ref, gh_ref))
+    d_xp, d_w, d_b, dh = e.outs
+    b, cell = e.b, _Cell(e)
+    state = batch * n
+    one = ir.Constant(ir.FloatType(), 1.0)
+    zero = ir.Constant(ir.FloatType(), 0.0)
+    _copy_or_zero(e, gh, dh, state)
+    back = bool(reverse)
+
+    def step(q: ir.Value, _: list) -> list:
+        t = _time(b, b.sub(_const(steps - 1), q), steps, back)
+        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
+        xp_t, hp_t, dxp_t = (e.at(v, at_gates, _F32) for v in (proj, hp, d_xp))
+
+        def row(r: ir.Value) -> None:
+            m = _mask(e, valid, t, r, batch)
+            base_g, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+
+            def col(j: ir.Value) -> None:
+                rg, zg, new, hp_n = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
+                at = b.add(base_s, j)
+                dh_old = e.load(dh, at, _F32)
+                to_h = dh_old if gy is None else b.fadd(dh_old, e.load(gy, b.add(at_state, at), _F32))
+                if m is not None:
+                    to_h = b.select(m, to_h, zero)
+                d_n = b.fmul(b.fmul(to_h, b.fsub(one, zg)), b.fsub(one, b.fmul(new, new)))
+                d_r = b.fmul(b.fmul(d_n, hp_n), b.fmul(rg, b.fsub(one, rg)))
+                h_old = e.load(h_in, b.add(at_state, at), _F32)
+                d_z = b.fmul(b.fmul(to_h, b.fsub(h_old, new)), b.fmul(zg, b.fsub(one, zg)))
+                for slot, value in enumerate((d_r, d_z, d_n)):
+                    e.store(value, dxp_t, b.add(base_g, b.add(j, _const(slot * n))), _F32)
+                direct = b.fmul(to_h, zg)  # through h' = n + z (h - n)
+                e.store(direct if m is None else b.select(m, direct, dh_old), dh, at, _F32)
+
+            e.span(0, n, col)
+
+        e.span(0, batch, row)
+        # d hp[t] is d xp[t] with the new gate scaled by r: form it in the scratch row
+        # block, then dh += d hp[t] w_hh^T.
+        scratch = e.regions["d_hp"]
+        dhp_t = e.at(scratch, at_gates, _F32)
+
+        def hp_row(r: ir.Value) -> None:
+            base_g = b.mul(r, _const(width))
+
+            def col(j: ir.Value) -> None:
+                rg = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)[0]
+                for slot in range(3):
+                    at = b.add(base_g, b.add(j, _const(slot * n)))
+                    value = e.load(dxp_t, at, _F32)
+                    e.store(b.fmul(value, rg) if slot == 2 else value, dhp_t, at, _F32)
+
+            e.span(0, n, col)
+
+        e.span(0, batch, hp_row)
+        e.gemm(_F32, False, True, batch, n, width, dhp_t, width, w_hh, width, one, dh, n)
+        return []
+
+    e.loops.run(steps, step)
+    d_hp = e.regions["d_hp"]
+    e.gemm(_F32, True, False, n, width, steps * batch, h_in, n, d_hp, width, zero, d_w, width)
+    e.span(0, width, lambda j: e.store(zero, d_b, j, _F32))
+
+    def sum_row(i: ir.Value) -> None:
+        base = b.mul(i, _const(width))
+        e.span(
+            0, width, lambda j: e.store(b.fadd(e.load(d_b, j, _F32), e.load(d_hp, b.add(base, j), _F32)), d_b, j, _F32)
+        )
+
+    e.span(0, steps * batch, sum_row)
+
+
+def _gru_backward_scratch(graph: Graph, node: Node) -> dict[str, int]:
+    size = graph.avals[node.args[3]].nbytes  # d hp: one [S, B, 3H] float32 block
+    return {"d_hp": 0, "size": size}
+
+
 #: The recurrent sequences' lowerings, registered in :data:`.library.LIBRARY`.
 RNN_LIBRARY: dict[str, LibraryOp] = {
     "lstm_sequence": LibraryOp(_forward_supports, _no_scratch, _lstm_sequence),
     "lstm_sequence_backward": LibraryOp(_backward_supports, _no_scratch, _lstm_sequence_backward),
+    "gru_sequence": LibraryOp(_gru_forward_supports, _no_scratch, _gru_sequence),
+    "gru_sequence_backward": LibraryOp(_gru_backward_supports, _gru_backward_scratch, _gru_sequence_backward),
 }
