@@ -15,6 +15,8 @@ from ember.backend.flex import native
 from ember.backend.fusion.llvm import library
 from ember.errors import ShapeError
 from ember.tensor.rnn_sequence import gru_sequence, lstm_sequence
+from tests.autodiff.gradcheck import check_grad
+from tests.autodiff.second_order import ember_hvp, numeric_hvp
 from tests.conftest import assert_close
 
 S, B, H = 5, 3, 4
@@ -238,6 +240,32 @@ def test_compiled_step_runs_the_sequence_as_library_steps(rng, kind, reverse, ma
     assert sorted(set(emitted)) == names
     for a, b in zip(ours, eager):
         assert_close(a, b.to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_first_and_second_order_through_the_kernel_rule(rng, kind):
+    """float64 gradients by finite differences, and a double backward (the rule's
+    ``create_graph`` path: the backward's composite differentiated) against finite
+    differences of the gradient; masked and reversed."""
+    steps, batch, n, gates = 3, 2, 2, (4 if kind == "lstm" else 3)
+    valid = (np.arange(steps)[:, None] < np.array([3, 2])[None, :])[:, :, None]
+    arrays = [
+        rng.standard_normal((steps, batch, gates * n)),
+        rng.standard_normal((n, gates * n)) * 0.5,
+        rng.standard_normal(gates * n) if kind == "gru" else rng.standard_normal((batch, n)),
+        rng.standard_normal((batch, n)),
+    ]
+
+    def fn(*ts):
+        mask = Tensor.from_data(valid, device=ts[0].device)
+        outs = lstm_sequence(*ts, mask, True) if kind == "lstm" else gru_sequence(*ts, mask, True)
+        return outs[0].reshape([steps, batch * n]).sum_dim(0).reshape([batch, n]).mul(outs[-1])
+
+    check_grad(fn, arrays, rtol=1e-6, atol=1e-8)
+    wrt = [0, 1, 2, 3]
+    ours, numeric = ember_hvp(fn, arrays, wrt), numeric_hvp(fn, arrays, wrt)
+    for i in wrt:
+        np.testing.assert_allclose(ours[i], numeric[i], rtol=1e-5, atol=1e-7)
 
 
 def test_errors_name_the_shapes():

@@ -10,7 +10,10 @@ its three inputs.
 A sequence (``lstm_sequence``, ``gru_sequence``: one direction over all steps) records
 one function node whose outputs are the step outputs and the final states (the saved
 states and gates ride along untracked); its backward is one ``*_sequence_backward``
-call, which forms the hidden weight's gradient as one product over all steps.
+call, which forms the hidden weight's gradient as one product over all steps. A
+``create_graph`` backward recomputes the forward with the composite over the autodiff
+backend (the saved states then depend on the inputs) and differentiates the
+backward's composite.
 """
 
 from __future__ import annotations
@@ -82,12 +85,14 @@ class RnnRules(RecordMixin):
         y, h_n, c_n, h_in, c_in, z = result
 
         def backward(grads: list[Any], values: list[Any], create_graph: bool) -> list[Any]:
-            w, m, hs, cs, c_last, zs = values
+            w, m, hs, cs, c_last, zs, p, h, c = values
+            if create_graph:  # the saved states as functions of the inputs, to differentiate through
+                _, _, c_last, hs, cs, zs = COMPOSITES["lstm_sequence"](self, p, w, h, c, m, reverse)
             args = [w, m, reverse, hs, cs, c_last, zs, *grads[:3]]
             return _backward(inner, self, "lstm_sequence_backward", args, create_graph)
 
         outputs = [(y, True), (h_n, True), (c_n, True), (h_in, False), (c_in, False), (z, False)]
-        saved = [w_hh, None if valid is None else AutodiffTensor(mask, None), 3, 4, 2, 5]
+        saved = [w_hh, None if valid is None else AutodiffTensor(mask, None), 3, 4, 2, 5, proj, h0, c0]
         return tuple(self.custom([proj, w_hh, h0, c0], outputs, saved, backward))  # type: ignore[attr-defined]
 
     def gru_sequence(
@@ -107,12 +112,14 @@ class RnnRules(RecordMixin):
         y, h_n, h_in, hp = result
 
         def backward(grads: list[Any], values: list[Any], create_graph: bool) -> list[Any]:
-            w, m, xp, hs, hps = values
+            w, m, xp, hs, hps, b, h = values
+            if create_graph:  # the saved states as functions of the inputs, to differentiate through
+                _, _, hs, hps = COMPOSITES["gru_sequence"](self, xp, w, b, h, m, reverse)
             d_proj, d_w, d_b, d_h0 = _backward(
                 inner, self, "gru_sequence_backward", [w, m, reverse, xp, hs, hps, *grads[:2]], create_graph
             )
             return [d_proj, d_w, None if b_hh is None else d_b, d_h0]
 
         outputs = [(y, True), (h_n, True), (h_in, False), (hp, False)]
-        saved = [w_hh, None if valid is None else AutodiffTensor(mask, None), proj, 2, 3]
+        saved = [w_hh, None if valid is None else AutodiffTensor(mask, None), proj, 2, 3, b_hh, h0]
         return tuple(self.custom([proj, w_hh, b_hh, h0], outputs, saved, backward))  # type: ignore[attr-defined]
