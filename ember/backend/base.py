@@ -430,6 +430,69 @@ class Backend(ModuleOps, ABC):
         """Gradients of :meth:`gru_cell` for ``xp``, ``hp`` and ``h`` from the gradient of ``h'``."""
         return NotImplemented
 
+    def lstm_sequence(
+        self, proj: Primitive, w_hh: Primitive, h0: Primitive, c0: Primitive, valid: Primitive | None, reverse: bool
+    ) -> tuple[Primitive, ...]:
+        """One LSTM direction over a whole sequence (time-major): per step ``t`` (from
+        last to first with ``reverse``) ``z_t = proj[t] + h @ w_hh`` and :meth:`lstm_cell`.
+        ``proj`` ``[S, B, 4H]`` is the input projection (``x W_ih + b_ih + b_hh``),
+        ``w_hh`` ``[H, 4H]`` (``[in, out]``), ``h0``/``c0`` ``[B, H]``, ``valid`` ``None``
+        or bool ``[S, B, 1]`` (a padded step keeps the states and outputs zeros).
+        Returns ``(y [S, B, H], h_n, c_n, h_in, c_in, z)``: the outputs, the final
+        states, and for the backward the states entering each step ``[S, B, H]`` and
+        the gates' pre-activations ``[S, B, 4H]``."""
+        return NotImplemented
+
+    def lstm_sequence_backward(
+        self,
+        w_hh: Primitive,
+        valid: Primitive | None,
+        reverse: bool,
+        h_in: Primitive,
+        c_in: Primitive,
+        c_n: Primitive,
+        z: Primitive,
+        grad_y: Primitive | None,
+        grad_h: Primitive | None,
+        grad_c: Primitive | None,
+    ) -> tuple[Primitive, Primitive, Primitive, Primitive]:
+        """Gradients of :meth:`lstm_sequence` ``(d proj, d w_hh, d h0, d c0)`` from those
+        of ``y``, ``h_n`` and ``c_n`` (each may be ``None``); ``d w_hh`` is one product
+        ``h_in^T d z`` over all steps."""
+        return NotImplemented
+
+    def gru_sequence(
+        self,
+        proj: Primitive,
+        w_hh: Primitive,
+        b_hh: Primitive | None,
+        h0: Primitive,
+        valid: Primitive | None,
+        reverse: bool,
+    ) -> tuple[Primitive, ...]:
+        """One GRU direction (``reset_after``) over a whole sequence: per step ``hp_t = h
+        @ w_hh + b_hh`` and :meth:`gru_cell` of ``(proj[t], hp_t, h)``. ``proj`` ``[S, B,
+        3H]`` is ``x W_ih + b_ih``, ``w_hh`` ``[H, 3H]``, ``b_hh`` ``[3H]`` or ``None``,
+        ``h0`` ``[B, H]``, ``valid`` as :meth:`lstm_sequence`. Returns ``(y, h_n, h_in,
+        hp)``: the outputs, the final state, the states entering each step and the
+        hidden projections ``[S, B, 3H]``."""
+        return NotImplemented
+
+    def gru_sequence_backward(
+        self,
+        w_hh: Primitive,
+        valid: Primitive | None,
+        reverse: bool,
+        proj: Primitive,
+        h_in: Primitive,
+        hp: Primitive,
+        grad_y: Primitive | None,
+        grad_h: Primitive | None,
+    ) -> tuple[Primitive, Primitive, Primitive, Primitive]:
+        """Gradients of :meth:`gru_sequence` ``(d proj, d w_hh, d b_hh, d h0)`` from those
+        of ``y`` and ``h_n`` (either may be ``None``)."""
+        return NotImplemented
+
     def layer_norm(
         self, x: Primitive, gamma: Primitive | None, beta: Primitive | None, epsilon: float
     ) -> tuple[Primitive, Primitive, Primitive]:

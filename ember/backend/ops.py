@@ -275,20 +275,20 @@ class FusedOp(OpName):
     decomposition over the primitives, the one definition of its math) is written once
     over the protocol in :mod:`ember.backend.composites` (one module per family:
     ``activation``, ``layers``, ``loss``, ``norm``, ``attention``, ``grid_sample``,
-    ``optim``); :func:`ember.tensor.fused.fused` is the tensor layer's one way to call
+    ``optim``, ``rnn``); :func:`ember.tensor.fused.fused` is the tensor layer's one way to call
     the kernel or the composite, and the fusion layer expands the same composite.
 
     The backward kernels (``FUSED_BACKWARD_KERNELS``: ``Backend.linear_backward``,
     ``gelu_backward``, ``layer_norm_backward``, ``cross_entropy_backward``,
     ``attention_backward``, ``grid_sample_backward``, ``lstm_cell_backward``,
-    ``gru_cell_backward``) are not listed: each is called
-    by its op's autodiff rule (through ``ember.backend.composites.run`` where
-    ``ember.backend.composites`` holds its composite: linear, gelu, layer norm, cross
-    entropy).
+    ``gru_cell_backward``, ``lstm_sequence_backward``, ``gru_sequence_backward``) are
+    not listed: each is called by its op's autodiff rule (through
+    ``ember.backend.composites.run`` where ``ember.backend.composites`` holds its
+    composite: linear, gelu, layer norm, cross entropy, the recurrent cells and
+    sequences).
 
-    Not yet moved there: ``QUANTIZED_LINEAR`` (``ember.tensor.quant.linear``),
-    ``STFT_FRAMES`` (``ember.tensor.stft``), ``LSTM_CELL`` and ``GRU_CELL``
-    (``ember.tensor.rnn_cell``) keep tensor-level composites, registered with
+    Not yet moved there: ``QUANTIZED_LINEAR`` (``ember.tensor.quant.linear``) and
+    ``STFT_FRAMES`` (``ember.tensor.stft``) keep tensor-level composites, registered with
     :func:`ember.tensor.fused.tensor_composite`.
     """
 
@@ -308,6 +308,8 @@ class FusedOp(OpName):
     STFT_FRAMES = "stft_frames"
     LSTM_CELL = "lstm_cell"
     GRU_CELL = "gru_cell"
+    LSTM_SEQUENCE = "lstm_sequence"
+    GRU_SEQUENCE = "gru_sequence"
 
 
 #: The backward kernels of fused ops: optional Backend methods (default
@@ -321,6 +323,8 @@ FUSED_BACKWARD_KERNELS = {
     "grid_sample_backward": FusedOp.GRID_SAMPLE,
     "lstm_cell_backward": FusedOp.LSTM_CELL,
     "gru_cell_backward": FusedOp.GRU_CELL,
+    "lstm_sequence_backward": FusedOp.LSTM_SEQUENCE,
+    "gru_sequence_backward": FusedOp.GRU_SEQUENCE,
 }
 
 

@@ -3,7 +3,7 @@
 :func:`lstm_cell` and :func:`gru_cell` are what :func:`ember.nn.rnn.functional.lstm_scan`
 and :func:`~ember.nn.rnn.functional.gru_scan` run at each step:
 the backend's kernel where it has one (flex: one call forward and one backward per
-step), else the composite below, differentiated op by op.
+step), else the composite (:mod:`ember.backend.composites.rnn`), differentiated op by op.
 
 >>> from ember import Tensor
 >>> h, c = lstm_cell(Tensor.zeros([1, 8]), Tensor.ones([1, 2]))
@@ -15,23 +15,10 @@ from __future__ import annotations
 
 from ember.backend.ops import FusedOp
 from ember.errors import DeviceError, ShapeError
-from ember.tensor import activation as F
-from ember.tensor.fused import fused, tensor_composite
+from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
 
 __all__ = ["gru_cell", "lstm_cell"]
-
-
-@tensor_composite(FusedOp.LSTM_CELL)
-def lstm_cell_composite(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
-    """``(h', c')`` from ``gates`` ``[..., 4H]`` (input, forget, cell, output) and ``c``
-    ``[..., H]``: ``c' = sigmoid(f) c + sigmoid(i) tanh(g)``, ``h' = sigmoid(o) tanh(c')``."""
-    n = c.dims()[-1]
-    s = F.sigmoid(gates)  # one sigmoid over the four gates (the cell gate's quarter is unused)
-    i, f, o = s.narrow(-1, 0, n), s.narrow(-1, n, n), s.narrow(-1, 3 * n, n)
-    g = F.tanh(gates.narrow(-1, 2 * n, n))
-    c_new = f.mul(c).add(i.mul(g))
-    return o.mul(F.tanh(c_new)), c_new
 
 
 def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
@@ -51,18 +38,6 @@ def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
         )
     h, c_new = fused(FusedOp.LSTM_CELL, gates.device, gates.primitive, c.primitive)
     return Tensor(h, gates.device), Tensor(c_new, gates.device)
-
-
-@tensor_composite(FusedOp.GRU_CELL)
-def gru_cell_composite(xp: Tensor, hp: Tensor, h: Tensor) -> Tensor:
-    """``h'`` from the projections ``xp``, ``hp`` ``[..., 3H]`` (reset, update, new) and
-    ``h`` ``[..., H]``: ``r, z = sigmoid(xp + hp)``, ``n = tanh(xp_n + r hp_n)``,
-    ``h' = n + z (h - n)``."""
-    n = h.dims()[-1]
-    rz = F.sigmoid(xp.narrow(-1, 0, 2 * n).add(hp.narrow(-1, 0, 2 * n)))
-    r, z = rz.narrow(-1, 0, n), rz.narrow(-1, n, n)
-    new = F.tanh(xp.narrow(-1, 2 * n, n).add(r.mul(hp.narrow(-1, 2 * n, n))))
-    return new.add(z.mul(h.sub(new)))
 
 
 def gru_cell(xp: Tensor, hp: Tensor, h: Tensor) -> Tensor:

@@ -20,6 +20,7 @@ from ember.backend.flex import grid_sample as _grid_sample
 from ember.backend.flex import gru_cell as _gru_cell
 from ember.backend.flex import layer_norm as _layer_norm
 from ember.backend.flex import lstm_cell as _lstm_cell
+from ember.backend.flex import rnn_sequence as _rnn_sequence
 from ember.backend.flex.adam import FlexAdam
 from ember.backend.flex.attention import attention as _attention
 from ember.backend.flex.attention import attention_backward as _attention_backward
@@ -526,6 +527,18 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
 
     def gru_cell_backward(self, xp, hp, h, grad):
         return _gru_cell.gru_cell_backward(xp, hp, h, grad)
+
+    def lstm_sequence(self, proj, w_hh, h0, c0, valid, reverse):
+        return _rnn_sequence.lstm_sequence(proj, w_hh, h0, c0, valid, reverse)
+
+    def lstm_sequence_backward(self, w_hh, valid, reverse, h_in, c_in, c_n, z, grad_y, grad_h, grad_c):
+        return _rnn_sequence.lstm_sequence_backward(w_hh, valid, reverse, h_in, c_in, c_n, z, grad_y, grad_h, grad_c)
+
+    def gru_sequence(self, proj, w_hh, b_hh, h0, valid, reverse):
+        return _rnn_sequence.gru_sequence(proj, w_hh, b_hh, h0, valid, reverse)
+
+    def gru_sequence_backward(self, w_hh, valid, reverse, proj, h_in, hp, grad_y, grad_h):
+        return _rnn_sequence.gru_sequence_backward(w_hh, valid, reverse, proj, h_in, hp, grad_y, grad_h)
 
     def layer_norm(self, x, gamma, beta, epsilon):
         return _layer_norm.layer_norm(x, gamma, beta, epsilon)

@@ -125,6 +125,28 @@ def _linear_backward(x, weight, grad, need_x, need_weight, need_bias):
     )
 
 
+def _lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
+    steps, dt = (proj.shape[0], proj.shape[1], h0.shape[-1]), proj.dtype
+    state = Aval(tuple(h0.shape), dt)
+    return (Aval(steps, dt), state, state, Aval(steps, dt), Aval(steps, dt), Aval(tuple(proj.shape), dt))
+
+
+def _lstm_sequence_backward(w_hh, valid, reverse, h_in, c_in, c_n, z, *grads):
+    state, dt = Aval(tuple(c_n.shape), z.dtype), z.dtype
+    return (Aval(tuple(z.shape), dt), Aval(tuple(w_hh.shape), dt), state, state)
+
+
+def _gru_sequence(proj, w_hh, b_hh, h0, valid, reverse):
+    steps, dt = (proj.shape[0], proj.shape[1], h0.shape[-1]), proj.dtype
+    return (Aval(steps, dt), Aval(tuple(h0.shape), dt), Aval(steps, dt), Aval(tuple(proj.shape), dt))
+
+
+def _gru_sequence_backward(w_hh, valid, reverse, proj, h_in, hp, *grads):
+    dt = proj.dtype
+    g = proj.shape[-1]
+    return (Aval(tuple(proj.shape), dt), Aval(tuple(w_hh.shape), dt), Aval((g,), dt), Aval(tuple(h_in.shape[1:]), dt))
+
+
 def _adam_step_many(params, grads, moments_1, moments_2, max_moments_2, **options):
     avals = [Aval(tuple(p.shape), p.dtype) for p in params]
     return (avals, list(avals), list(avals), list(avals) if options["amsgrad"] else None)
@@ -284,6 +306,10 @@ _RULES: dict[str, Callable[..., Any]] = {
     "linear": _linear,
     "linear_backward": _linear_backward,
     "adam_step_many": _adam_step_many,
+    "lstm_sequence": _lstm_sequence,
+    "lstm_sequence_backward": _lstm_sequence_backward,
+    "gru_sequence": _gru_sequence,
+    "gru_sequence_backward": _gru_sequence_backward,
     "mse_loss": lambda pred, target, mean: Aval((1,), pred.dtype),
     "conv": _conv,
     "conv_transpose": _conv_transpose,

@@ -15,7 +15,7 @@ from ember.device import Device
 from ember.errors import ShapeError
 from ember.module import Module
 from ember.nn.init import Initializer
-from ember.nn.rnn.functional import gru_scan, lstm_scan, rnn_scan
+from ember.nn.rnn.functional import gru_layer, gru_scan, lstm_layer, lstm_scan, rnn_scan
 from ember.nn.rnn.gate_controller import GateController, stacked
 from ember.nn.rnn.pytorch_keys import join_cell_keys, split_cell_keys
 from ember.tensor import Tensor
@@ -82,6 +82,19 @@ class RecurrentCell(Module):
         :mod:`ember.nn.rnn.functional`)."""
         raise NotImplementedError
 
+    def sequence(
+        self, x: Tensor, states: tuple[Tensor, ...], valid: Tensor | None, reverse: bool
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The outputs ``[seq, batch, d_hidden]`` over the time-major ``x`` ``[seq, batch,
+        d_input]`` and the last states (each ``[batch, d_hidden]``); ``valid`` a bool
+        ``[seq, batch, 1]`` mask or ``None``. By default :meth:`scan` over the steps; the
+        LSTM and GRU run the whole sequence as one fused call."""
+        seq, batch = x.dims()[0], x.dims()[1]
+        xs = [x.narrow(0, t, 1).squeeze_dim(0) for t in range(seq)]
+        masks = None if valid is None else [valid.narrow(0, t, 1).reshape([batch, 1]) for t in range(seq)]
+        outs, last = self.scan(xs, states, masks, reverse)
+        return Tensor.stack(outs, 0), last
+
     def adapt_pytorch_keys(self, prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """PyTorch's ``weight_ih`` etc. (gates stacked in PyTorch's order) split into the gates."""
         return split_cell_keys(prefix, arrays, self.gate_names)
@@ -129,6 +142,12 @@ class LstmCell(RecurrentCell):
         outs, h, c = lstm_scan(xs, *self.weights(), states[0], states[1], valid=valid, reverse=reverse)
         return outs, (h, c)
 
+    def sequence(
+        self, x: Tensor, states: tuple[Tensor, ...], valid: Tensor | None, reverse: bool
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        y, h, c = lstm_layer(x, *self.weights(), states[0], states[1], valid=valid, reverse=reverse)
+        return y, (h, c)
+
 
 class GruCell(RecurrentCell):
     """One GRU direction of one layer (PyTorch's ``nn.GRUCell`` on one step, with
@@ -154,6 +173,14 @@ class GruCell(RecurrentCell):
     ) -> tuple[list[Tensor], tuple[Tensor, ...]]:
         outs, h = gru_scan(xs, *self.weights(), states[0], valid=valid, reverse=reverse, reset_after=self.reset_after)
         return outs, (h,)
+
+    def sequence(
+        self, x: Tensor, states: tuple[Tensor, ...], valid: Tensor | None, reverse: bool
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        if not self.reset_after:
+            return super().sequence(x, states, valid, reverse)
+        y, h = gru_layer(x, *self.weights(), states[0], valid=valid, reverse=reverse)
+        return y, (h,)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, reset_after: {self.reset_after}"

@@ -58,6 +58,18 @@ def step_masks(name: str, lengths: Any, batch: int, seq: int, batch_first: bool,
     return [Tensor.from_data(valid[t].reshape(shape), device=like.device) for t in range(seq)]
 
 
+def sequence_mask(name: str, lengths: Any, batch: int, seq: int, like: Tensor) -> Tensor | None:
+    """A bool ``[seq, batch, 1]`` tensor, true where the step is within its sequence's
+    length; ``None`` when every sequence fills all ``seq`` steps."""
+    if lengths is None:
+        return None
+    values = lengths_of(name, lengths, batch, seq)
+    if np.all(values == seq):
+        return None
+    valid = np.arange(seq)[:, None] < values[None, :]
+    return Tensor.from_data(valid[:, :, None], device=like.device)
+
+
 def initial_states(
     name: str,
     given: Sequence[tuple[str, Any]],

@@ -22,14 +22,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.errors import ShapeError
-from ember.nn.rnn.checks import step_masks
-from ember.nn.rnn.functional import Activation, gru_scan, lstm_scan, rnn_scan
+from ember.nn.rnn.checks import sequence_mask, step_masks
+from ember.nn.rnn.functional import Activation, gru_layer, gru_scan, lstm_layer, lstm_scan, rnn_scan
 from ember.tensor import Tensor
 
 __all__ = ["gru_direction", "lstm_direction", "rnn_direction"]
 
 
-def _prepare(
+_Scan = Callable[[list[Tensor], list[Tensor], list[Tensor] | None], tuple]
+_Layer = Callable[[Tensor, list[Tensor], Tensor | None], tuple]
+
+
+def _direction(
     name: str,
     gates: int,
     x: Any,
@@ -38,8 +42,13 @@ def _prepare(
     states: list[tuple[str, Tensor | None]],
     lengths: Any,
     batch_first: bool,
-) -> tuple[list[Tensor], list[Tensor], list[Tensor] | None, int]:
-    """The steps ``[batch, d_input]``, the initial states, the step masks and ``tdim``."""
+    scan: _Scan,
+    layer: _Layer | None = None,
+) -> tuple[Tensor, ...]:
+    """``(y, final states...)`` of one direction: the checks, then ``layer(x [seq, batch,
+    d_input], initial states, valid [seq, batch, 1] or None)`` over the whole sequence
+    (the fused path) where given, else ``scan(steps [batch, d_input], initial states,
+    step masks [batch, 1] or None)``; ``y`` back in ``x``'s layout."""
     if not isinstance(x, Tensor) or x.rank != 3:
         shape = x.dims() if isinstance(x, Tensor) else type(x).__name__
         layout = "[batch, seq, d_input]" if batch_first else "[seq, batch, d_input]"
@@ -64,11 +73,15 @@ def _prepare(
             shape = t.dims() if isinstance(t, Tensor) else type(t).__name__
             raise ShapeError(f"ember: {name}: {label} must be [batch={batch}, d_hidden={size}], got {shape}")
         init.append(t.float())
+    x = x.float()
+    if layer is not None:
+        y, *final = layer(x.swap_dims(0, 1) if batch_first else x, init, sequence_mask(name, lengths, batch, seq, x))
+        return (y.swap_dims(0, 1) if batch_first else y, *final)
     masks = step_masks(name, lengths, batch, seq, True, x)
     if masks is not None:
         masks = [m.squeeze_dim(1) for m in masks]  # [batch, 1] for [batch, d_hidden] states
-    xs = [x.float().narrow(tdim, t, 1).squeeze_dim(tdim) for t in range(seq)]
-    return xs, init, masks, tdim
+    outs, *final = scan([x.narrow(tdim, t, 1).squeeze_dim(tdim) for t in range(seq)], init, masks)
+    return (Tensor.stack(outs, tdim), *final)
 
 
 def _bias(b: Tensor | None) -> Tensor | None:
@@ -93,29 +106,47 @@ def lstm_direction(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """An LSTM direction over ``x``: ``(y, h, c)`` (gates ``i, f, g, o``; see
     :func:`~ember.nn.rnn.functional.lstm_scan` for ``clip``, ``activations`` and
-    ``peepholes``, each ``[d_hidden]``)."""
-    xs, (h, c), masks, tdim = _prepare(
-        "lstm_direction", 4, x, w_ih, w_hh, [("h0", h0), ("c0", c0)], lengths, batch_first
-    )
-    size = w_hh.dims()[0]
+    ``peepholes``, each ``[d_hidden]``). Without those, the whole sequence is one fused
+    call (:func:`~ember.nn.rnn.functional.lstm_layer`)."""
+    size = w_hh.dims()[0] if isinstance(w_hh, Tensor) and w_hh.rank == 2 else None
     if peepholes is not None and (len(peepholes) != 3 or any(p.dims() != [size] for p in peepholes)):
         shapes = [p.dims() for p in peepholes]
         raise ShapeError(f"ember: lstm_direction: peepholes must be three [d_hidden={size}] tensors, got {shapes}")
-    outs, h, c = lstm_scan(
-        xs,
+    b_i, b_h = _bias(b_ih), _bias(b_hh)
+
+    def scan(xs: list[Tensor], init: list[Tensor], masks: list[Tensor] | None) -> tuple:
+        peep = None if peepholes is None else tuple(p.float() for p in peepholes)
+        return lstm_scan(
+            xs,
+            w_ih,
+            w_hh,
+            b_i,
+            b_h,
+            *init,
+            valid=masks,
+            reverse=reverse,
+            clip=clip,
+            activations=activations,
+            peepholes=peep,  # type: ignore[arg-type]
+        )
+
+    def layer(x: Tensor, init: list[Tensor], valid: Tensor | None) -> tuple:
+        return lstm_layer(x, w_ih, w_hh, b_i, b_h, *init, valid=valid, reverse=reverse)
+
+    fused = clip is None and activations is None and peepholes is None
+    y, h, c = _direction(
+        "lstm_direction",
+        4,
+        x,
         w_ih,
         w_hh,
-        _bias(b_ih),
-        _bias(b_hh),
-        h,
-        c,
-        valid=masks,
-        reverse=reverse,
-        clip=clip,
-        activations=activations,
-        peepholes=None if peepholes is None else (peepholes[0].float(), peepholes[1].float(), peepholes[2].float()),
+        [("h0", h0), ("c0", c0)],
+        lengths,
+        batch_first,
+        scan,
+        layer if fused else None,
     )
-    return Tensor.stack(outs, tdim), h, c
+    return y, h, c
 
 
 def gru_direction(
@@ -134,22 +165,34 @@ def gru_direction(
     activations: tuple[Activation, Activation] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """A GRU direction over ``x``: ``(y, h)`` (gates ``r, z, n``; ``reset_after`` is ONNX's
-    ``linear_before_reset=1``; see :func:`~ember.nn.rnn.functional.gru_scan`)."""
-    xs, (h,), masks, tdim = _prepare("gru_direction", 3, x, w_ih, w_hh, [("h0", h0)], lengths, batch_first)
-    outs, h = gru_scan(
-        xs,
-        w_ih,
-        w_hh,
-        _bias(b_ih),
-        _bias(b_hh),
-        h,
-        valid=masks,
-        reverse=reverse,
-        reset_after=reset_after,
-        clip=clip,
-        activations=activations,
+    ``linear_before_reset=1``; see :func:`~ember.nn.rnn.functional.gru_scan`). In the
+    ``reset_after`` form without ``clip`` or ``activations``, the whole sequence is one
+    fused call (:func:`~ember.nn.rnn.functional.gru_layer`)."""
+    b_i, b_h = _bias(b_ih), _bias(b_hh)
+
+    def scan(xs: list[Tensor], init: list[Tensor], masks: list[Tensor] | None) -> tuple:
+        return gru_scan(
+            xs,
+            w_ih,
+            w_hh,
+            b_i,
+            b_h,
+            *init,
+            valid=masks,
+            reverse=reverse,
+            reset_after=reset_after,
+            clip=clip,
+            activations=activations,
+        )
+
+    def layer(x: Tensor, init: list[Tensor], valid: Tensor | None) -> tuple:
+        return gru_layer(x, w_ih, w_hh, b_i, b_h, *init, valid=valid, reverse=reverse)
+
+    fused = reset_after and clip is None and activations is None
+    y, h = _direction(
+        "gru_direction", 3, x, w_ih, w_hh, [("h0", h0)], lengths, batch_first, scan, layer if fused else None
     )
-    return Tensor.stack(outs, tdim), h
+    return y, h
 
 
 def rnn_direction(
@@ -167,8 +210,20 @@ def rnn_direction(
     clip: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """An Elman RNN direction over ``x``: ``(y, h)`` (see :func:`~ember.nn.rnn.functional.rnn_scan`)."""
-    xs, (h,), masks, tdim = _prepare("rnn_direction", 1, x, w_ih, w_hh, [("h0", h0)], lengths, batch_first)
-    outs, h = rnn_scan(
-        xs, w_ih, w_hh, _bias(b_ih), _bias(b_hh), h, valid=masks, reverse=reverse, nonlinearity=nonlinearity, clip=clip
-    )
-    return Tensor.stack(outs, tdim), h
+
+    def scan(xs: list[Tensor], init: list[Tensor], masks: list[Tensor] | None) -> tuple:
+        return rnn_scan(
+            xs,
+            w_ih,
+            w_hh,
+            _bias(b_ih),
+            _bias(b_hh),
+            *init,
+            valid=masks,
+            reverse=reverse,
+            nonlinearity=nonlinearity,
+            clip=clip,
+        )
+
+    y, h = _direction("rnn_direction", 1, x, w_ih, w_hh, [("h0", h0)], lengths, batch_first, scan)
+    return y, h

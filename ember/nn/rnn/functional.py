@@ -20,7 +20,10 @@ Each loop computes the input projections ``x_t w_ih + b`` of all steps in one GE
 (:mod:`ember.nn.rnn.projection`); an LSTM with the default activations and no peepholes
 updates its state with one fused call per step (:func:`ember.tensor.rnn_cell.lstm_cell`),
 and so does a GRU in the ``reset_after`` form with the default activations and no clip
-(:func:`~ember.tensor.rnn_cell.gru_cell`).
+(:func:`~ember.tensor.rnn_cell.gru_cell`). :func:`lstm_layer` and :func:`gru_layer` take
+the whole sequence as one time-major tensor and run it as one fused call
+(:mod:`ember.tensor.rnn_sequence`): what the layers and the direction functions use
+where those defaults hold.
 
 >>> from ember import Tensor
 >>> xs = [Tensor.ones([2, 3])] * 4
@@ -40,10 +43,11 @@ from ember.tensor import Tensor
 from ember.tensor import activation as F
 from ember.tensor.layer_ops import linear
 from ember.tensor.rnn_cell import gru_cell, lstm_cell
+from ember.tensor.rnn_sequence import gru_sequence, lstm_sequence
 
 Activation = Callable[[Tensor], Tensor]
 
-__all__ = ["gru_scan", "lstm_scan", "rnn_scan"]
+__all__ = ["gru_layer", "gru_scan", "lstm_layer", "lstm_scan", "rnn_scan"]
 
 
 def _steps(n: int, reverse: bool) -> range:
@@ -97,7 +101,7 @@ def lstm_scan(
     output gate, before the clip. See the module docstring for the layouts."""
     size = h.dims()[-1]
     gate_f, cell_g, out_h = activations or (F.sigmoid, F.tanh, F.tanh)
-    bias = b_ih if b_hh is None else (b_hh if b_ih is None else b_ih.add(b_hh))
+    bias = _bias_sum(b_ih, b_hh)
     default = activations is None
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
@@ -125,6 +129,46 @@ def lstm_scan(
         c, _ = _keep_padded(c, c_new, valid, pads, t)
         h, outs[t] = _keep_padded(h, h_new, valid, pads, t)
     return [o for o in outs if o is not None], h, c
+
+
+def _bias_sum(b_ih: Tensor | None, b_hh: Tensor | None) -> Tensor | None:
+    return b_ih if b_hh is None else (b_hh if b_ih is None else b_ih.add(b_hh))
+
+
+def lstm_layer(
+    x: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor | None,
+    b_hh: Tensor | None,
+    h: Tensor,
+    c: Tensor,
+    *,
+    valid: Tensor | None = None,
+    reverse: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One LSTM direction (default activations) over ``x`` ``[seq, batch, d_input]``:
+    ``(y [seq, batch, d_hidden], h, c)``; the states ``[batch, d_hidden]``, ``valid`` a
+    bool ``[seq, batch, 1]`` mask or ``None``. The input projection is one GEMM, the
+    recurrence one fused call (:func:`~ember.tensor.rnn_sequence.lstm_sequence`)."""
+    return lstm_sequence(linear(x, w_ih, _bias_sum(b_ih, b_hh)), w_hh, h, c, valid, reverse)
+
+
+def gru_layer(
+    x: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor | None,
+    b_hh: Tensor | None,
+    h: Tensor,
+    *,
+    valid: Tensor | None = None,
+    reverse: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """One GRU direction (``reset_after``, default activations) over ``x`` ``[seq, batch,
+    d_input]``: ``(y, h)`` as :func:`lstm_layer`
+    (:func:`~ember.tensor.rnn_sequence.gru_sequence`)."""
+    return gru_sequence(linear(x, w_ih, b_ih), w_hh, b_hh, h, valid, reverse)
 
 
 def gru_scan(
@@ -188,7 +232,7 @@ def rnn_scan(
     """One Elman RNN direction: ``(outputs, h)`` with ``h = act(x w_ih + b_ih + h w_hh + b_hh)``;
     ``nonlinearity`` is ``"tanh"``, ``"relu"`` or a function."""
     act = nonlinearity_of(nonlinearity)
-    bias = b_ih if b_hh is None else (b_hh if b_ih is None else b_ih.add(b_hh))
+    bias = _bias_sum(b_ih, b_hh)
     pads = _pads(valid)
     outs: list[Tensor | None] = [None] * len(xs)
     proj = input_projections(xs, w_ih, bias)

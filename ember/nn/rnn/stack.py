@@ -12,7 +12,7 @@ from ember.errors import ConfigError
 from ember.module import Module
 from ember.nn.init import Initializer
 from ember.nn.rnn.cells import RecurrentCell, new_gates
-from ember.nn.rnn.checks import check_sequence, final_state, initial_states, step_masks
+from ember.nn.rnn.checks import check_sequence, final_state, initial_states, sequence_mask
 from ember.nn.rnn.pytorch_keys import rename_stack_keys
 from ember.tensor import Tensor
 from ember.tensor.layer_ops import dropout
@@ -85,24 +85,23 @@ class RecurrentStack(Module):
         x = check_sequence(name, x, self.d_input, self.batch_first)
         tdim = 1 if self.batch_first else 0
         batch, seq = x.dims()[1 - tdim], x.dims()[tdim]
-        valid = step_masks(name, lengths, batch, seq, self.batch_first, x)
+        valid = sequence_mask(name, lengths, batch, seq, x)
         init, two_d = initial_states(name, given, len(cells), batch, self.d_hidden, self.batch_first, x)
-        xs = [x.narrow(tdim, t, 1) for t in range(seq)]
+        seq_x = x.swap_dims(0, 1) if self.batch_first else x  # time-major: [seq, batch, features]
         training = self.dropout > 0.0 and x.device.is_autodiff()
         finals: list[tuple[Tensor, ...]] = []
-        outs: list[list[Tensor]] = []
         for layer in range(self.num_layers):
             outs = []
             for d in range(directions):
                 k = layer * directions + d
-                o, states = cells[k].scan(xs, init[k], valid, d == 1)
+                states = tuple(s.squeeze_dim(tdim) for s in init[k])
+                o, last = cells[k].sequence(seq_x, states, valid, d == 1)
                 outs.append(o)
-                finals.append(states)
-            if layer + 1 < self.num_layers:
-                xs = outs[0] if directions == 1 else [Tensor.cat([a, b], 2) for a, b in zip(*outs)]
-                if training:
-                    xs = [dropout(s, self.dropout) for s in xs]
-        out = Tensor.cat(outs[0], tdim) if directions == 1 else Tensor.cat([Tensor.cat(o, tdim) for o in outs], 2)
+                finals.append(tuple(s.unsqueeze_dim(tdim) for s in last))
+            seq_x = outs[0] if directions == 1 else Tensor.cat(outs, 2)
+            if training and layer + 1 < self.num_layers:
+                seq_x = dropout(seq_x, self.dropout)
+        out = seq_x.swap_dims(0, 1) if self.batch_first else seq_x
         kinds = len(given)
         return out, [final_state([f[i] for f in finals], self.batch_first, two_d) for i in range(kinds)]
 

@@ -1,10 +1,19 @@
-"""The fused recurrent cells: forward recording and backward steps side by side.
+"""The fused recurrent cells and sequences: forward recording and backward steps side by side.
 
-One call records one function node with two outputs (``h'`` and ``c'``, see
+The LSTM cell records one function node with two outputs (``h'`` and ``c'``, see
 :mod:`ember.backend.autodiff.rules.custom`); its backward is one call of the inner
-backend's ``lstm_cell_backward``, or the composite below, over the protocol, where
-the inner backend has none or the backward itself is differentiated (``create_graph``).
-The GRU cell has one output: an ordinary node over its three inputs.
+backend's ``lstm_cell_backward``, or its composite (:mod:`ember.backend.composites.rnn`)
+over the protocol, where the inner backend has none or the backward itself is
+differentiated (``create_graph``). The GRU cell has one output: an ordinary node over
+its three inputs.
+
+A sequence (``lstm_sequence``, ``gru_sequence``: one direction over all steps) records
+one function node whose outputs are the step outputs and the final states (the saved
+states and gates ride along untracked); its backward is one ``*_sequence_backward``
+call, which forms the hidden weight's gradient as one product over all steps. A
+``create_graph`` backward recomputes the forward with the composite over the autodiff
+backend (the saved states then depend on the inputs) and differentiates the
+backward's composite.
 """
 
 from __future__ import annotations
@@ -13,82 +22,29 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin
-from ember.backend.ops import BinaryOp, UnaryOp
-
-_ADD, _MUL = BinaryOp.ADD, BinaryOp.MUL
-
-
-def lstm_cell_backward_composite(ops: Any, gates: Any, c: Any, c_new: Any, grad_h: Any, grad_c: Any) -> list[Any]:
-    """``[d gates, d c]`` of ``Backend.lstm_cell`` over the primitives of ``ops``."""
-    n = c.shape[-1]
-    last = len(gates.shape) - 1
-
-    def quarter(k: int) -> Any:
-        lead = tuple((0, size, 1) for size in gates.shape[:-1])
-        return ops.slice(gates, (*lead, (k * n, (k + 1) * n, 1)))
-
-    def sigmoid(z: Any) -> Any:
-        return ops.binary(_ADD, ops.binary(_MUL, ops.unary(UnaryOp.TANH, ops.binary(_MUL, z, 0.5)), 0.5), 0.5)
-
-    def one_minus(v: Any) -> Any:
-        return ops.binary(_ADD, ops.unary(UnaryOp.NEG, v), 1.0)
-
-    i, f, o = sigmoid(quarter(0)), sigmoid(quarter(1)), sigmoid(quarter(3))
-    g = ops.unary(UnaryOp.TANH, quarter(2))
-    dc = grad_c
-    if grad_h is not None:
-        tc = ops.unary(UnaryOp.TANH, c_new)
-        d_o = ops.binary(_MUL, ops.binary(_MUL, grad_h, tc), ops.binary(_MUL, o, one_minus(o)))
-        through_h = ops.binary(_MUL, ops.binary(_MUL, grad_h, o), one_minus(ops.binary(_MUL, tc, tc)))
-        dc = through_h if dc is None else ops.binary(_ADD, dc, through_h)
-    else:
-        d_o = ops.binary(_MUL, o, 0.0)
-    if dc is None:
-        dc = ops.binary(_MUL, c, 0.0)
-    d_i = ops.binary(_MUL, ops.binary(_MUL, dc, g), ops.binary(_MUL, i, one_minus(i)))
-    d_f = ops.binary(_MUL, ops.binary(_MUL, dc, c), ops.binary(_MUL, f, one_minus(f)))
-    d_g = ops.binary(_MUL, ops.binary(_MUL, dc, i), one_minus(ops.binary(_MUL, g, g)))
-    return [ops.cat([d_i, d_f, d_g, d_o], last), ops.binary(_MUL, dc, f)]
-
-
-def gru_cell_backward_composite(ops: Any, xp: Any, hp: Any, h: Any, grad: Any) -> tuple[Any, Any, Any]:
-    """``(d xp, d hp, d h)`` of ``Backend.gru_cell`` over the primitives of ``ops``."""
-    n = h.shape[-1]
-    last = len(xp.shape) - 1
-    lead = tuple((0, size, 1) for size in xp.shape[:-1])
-
-    def part(v: Any, k: int) -> Any:
-        return ops.slice(v, (*lead, (k * n, (k + 1) * n, 1)))
-
-    def sigmoid(v: Any) -> Any:
-        return ops.binary(_ADD, ops.binary(_MUL, ops.unary(UnaryOp.TANH, ops.binary(_MUL, v, 0.5)), 0.5), 0.5)
-
-    def one_minus(v: Any) -> Any:
-        return ops.binary(_ADD, ops.unary(UnaryOp.NEG, v), 1.0)
-
-    r, z = sigmoid(ops.binary(_ADD, part(xp, 0), part(hp, 0))), sigmoid(ops.binary(_ADD, part(xp, 1), part(hp, 1)))
-    hp_n = part(hp, 2)
-    new = ops.unary(UnaryOp.TANH, ops.binary(_ADD, part(xp, 2), ops.binary(_MUL, r, hp_n)))
-    d_n = ops.binary(_MUL, ops.binary(_MUL, grad, one_minus(z)), one_minus(ops.binary(_MUL, new, new)))
-    d_r = ops.binary(_MUL, ops.binary(_MUL, d_n, hp_n), ops.binary(_MUL, r, one_minus(r)))
-    diff = ops.binary(_ADD, h, ops.unary(UnaryOp.NEG, new))
-    d_z = ops.binary(_MUL, ops.binary(_MUL, grad, diff), ops.binary(_MUL, z, one_minus(z)))
-    d_xp = ops.cat([d_r, d_z, d_n], last)
-    d_hp = ops.cat([d_r, d_z, ops.binary(_MUL, d_n, r)], last)
-    return d_xp, d_hp, ops.binary(_MUL, grad, z)
+from ember.backend.composites import COMPOSITES, run
 
 
 def _gru_cell_step(ops: Any, g: Any, saved: tuple, ctx: Any) -> tuple[Any, Any, Any]:
     xp, hp, h = saved
-    out = ops.gru_cell_backward(xp, hp, h, g)
-    if out is NotImplemented:  # a create_graph pass (ops is autodiff) or no kernel
-        return gru_cell_backward_composite(ops, xp, hp, h, g)
-    return out
+    return run(ops, "gru_cell_backward", xp, hp, h, g)  # the composite in a create_graph pass
+
+
+def _inner(x: AutodiffTensor | None) -> Any:
+    return None if x is None else x.inner
+
+
+def _backward(inner: Any, tracked: Any, name: str, args: list[Any], create_graph: bool) -> list[Any]:
+    """``name``'s kernel on ``inner``, or its composite (over the tracked backend under
+    ``create_graph``, so that the backward is differentiated too)."""
+    if create_graph:
+        return list(COMPOSITES[name](tracked, *args))
+    return list(run(inner, name, *args))
 
 
 class RnnRules(RecordMixin):
-    """Recording of the fused LSTM cell (the inputs and ``c'`` are kept) and GRU cell
-    (the inputs are kept)."""
+    """Recording of the fused LSTM cell (the inputs and ``c'`` are kept), GRU cell (the
+    inputs are kept) and the LSTM and GRU sequences."""
 
     def gru_cell(self, xp: AutodiffTensor, hp: AutodiffTensor, h: AutodiffTensor) -> Any:
         out = self.inner.gru_cell(xp.inner, hp.inner, h.inner)
@@ -107,14 +63,63 @@ class RnnRules(RecordMixin):
         inner = self.inner
 
         def backward(grads: list[Any], values: list[Any], create_graph: bool) -> list[Any]:
-            grad_h, grad_c = grads
-            z, c_old, c_next = values
-            if create_graph:  # differentiable: the composite over this backend
-                return lstm_cell_backward_composite(self, z, c_old, c_next, grad_h, grad_c)
-            out = inner.lstm_cell_backward(z, c_old, c_next, grad_h, grad_c)
-            if out is NotImplemented:
-                return lstm_cell_backward_composite(inner, z, c_old, c_next, grad_h, grad_c)
-            return list(out)
+            return _backward(inner, self, "lstm_cell_backward", [*values, *grads], create_graph)
 
         h_out, c_out = self.custom([gates, c], [(h, True), (c_new, True)], [gates, c, 1], backward)  # type: ignore[attr-defined]
         return h_out, c_out
+
+    def lstm_sequence(
+        self,
+        proj: AutodiffTensor,
+        w_hh: AutodiffTensor,
+        h0: AutodiffTensor,
+        c0: AutodiffTensor,
+        valid: AutodiffTensor | None,
+        reverse: bool,
+    ) -> Any:
+        inner = self.inner
+        mask = _inner(valid)
+        result = inner.lstm_sequence(proj.inner, w_hh.inner, h0.inner, c0.inner, mask, reverse)
+        if result is NotImplemented:
+            return NotImplemented
+        y, h_n, c_n, h_in, c_in, z = result
+
+        def backward(grads: list[Any], values: list[Any], create_graph: bool) -> list[Any]:
+            w, m, hs, cs, c_last, zs, p, h, c = values
+            if create_graph:  # the saved states as functions of the inputs, to differentiate through
+                _, _, c_last, hs, cs, zs = COMPOSITES["lstm_sequence"](self, p, w, h, c, m, reverse)
+            args = [w, m, reverse, hs, cs, c_last, zs, *grads[:3]]
+            return _backward(inner, self, "lstm_sequence_backward", args, create_graph)
+
+        outputs = [(y, True), (h_n, True), (c_n, True), (h_in, False), (c_in, False), (z, False)]
+        saved = [w_hh, None if valid is None else AutodiffTensor(mask, None), 3, 4, 2, 5, proj, h0, c0]
+        return tuple(self.custom([proj, w_hh, h0, c0], outputs, saved, backward))  # type: ignore[attr-defined]
+
+    def gru_sequence(
+        self,
+        proj: AutodiffTensor,
+        w_hh: AutodiffTensor,
+        b_hh: AutodiffTensor | None,
+        h0: AutodiffTensor,
+        valid: AutodiffTensor | None,
+        reverse: bool,
+    ) -> Any:
+        inner = self.inner
+        mask = _inner(valid)
+        result = inner.gru_sequence(proj.inner, w_hh.inner, _inner(b_hh), h0.inner, mask, reverse)
+        if result is NotImplemented:
+            return NotImplemented
+        y, h_n, h_in, hp = result
+
+        def backward(grads: list[Any], values: list[Any], create_graph: bool) -> list[Any]:
+            w, m, xp, hs, hps, b, h = values
+            if create_graph:  # the saved states as functions of the inputs, to differentiate through
+                _, _, hs, hps = COMPOSITES["gru_sequence"](self, xp, w, b, h, m, reverse)
+            d_proj, d_w, d_b, d_h0 = _backward(
+                inner, self, "gru_sequence_backward", [w, m, reverse, xp, hs, hps, *grads[:2]], create_graph
+            )
+            return [d_proj, d_w, None if b_hh is None else d_b, d_h0]
+
+        outputs = [(y, True), (h_n, True), (h_in, False), (hp, False)]
+        saved = [w_hh, None if valid is None else AutodiffTensor(mask, None), proj, 2, 3, b_hh, h0]
+        return tuple(self.custom([proj, w_hh, b_hh, h0], outputs, saved, backward))  # type: ignore[attr-defined]

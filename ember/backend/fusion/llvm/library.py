@@ -927,4 +927,8 @@ LIBRARY: dict[str, LibraryOp] = {
     "conv_weight_grad": LibraryOp(_weight_grad_supports, _weight_grad_scratch, _conv_weight_grad),
 }
 
+from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)
+
+LIBRARY.update(RNN_LIBRARY)
+
 __all__ = ["LIBRARY", "Emitter", "LibraryOp", "Scratch", "conv_core", "conv_geometry", "max_pool_rows"]

@@ -1,0 +1,418 @@
+"""The LSTM sequence as hand-written lowerings (:class:`~.library.LibraryOp`): one
+direction's whole recurrence in one step of the plan, forward and backward, instead of
+``seq`` unrolled steps of graph.
+
+``lstm_sequence`` (float32): the running states live in the ``h_n``/``c_n`` outputs;
+per step the states entering it are copied to ``h_in[t]``/``c_in[t]``, the step's
+input projection to ``z[t]``, one ``?gemm`` adds ``h @ w_hh`` into it, and one loop
+over the batch rows applies the cell (sigmoid ``1 / (1 + exp(-v))``, tanh ``1 - 2 / (1
++ exp(2v))``, as flex's native cell) and the padding mask.
+
+``lstm_sequence_backward``: the running gradients live in the ``d h0``/``d c0``
+outputs; per step (the forward's order reversed) one loop computes the step's gate
+gradients ``dZ[t]`` (into ``d proj``) and the cell state's gradient, and one ``?gemm``
+adds ``dZ[t] w_hh^T`` into ``d h``; ``d w_hh`` is one ``?gemm`` ``h_in^T dZ`` over all
+steps at the end. The state after a step stands for its ``c'`` (they differ only at
+padded steps, where no gradient reaches the cell).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from ember.backend.fusion.graph import Graph, Node, Ref
+from ember.backend.fusion.llvm.library import Emitter, LibraryOp
+from ember.backend.kernel.llvm.mathlib import I64, mem_type
+
+_F32 = np.dtype(np.float32)
+_BOOL = np.dtype(np.bool_)
+
+
+def _refs_ok(graph: Graph, values: list[Any], mask: Any) -> bool:
+    avals = graph.avals
+    if any(type(v) is not Ref or avals[v].dtype != _F32 for v in values if v is not None):
+        return False
+    return mask is None or (type(mask) is Ref and avals[mask].dtype == _BOOL)
+
+
+def _forward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    proj, w_hh, h0, c0, valid, _ = node.args
+    return target.blas is not None and _refs_ok(graph, [proj, w_hh, h0, c0], valid)
+
+
+def _backward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    w_hh, valid, _, h_in, c_in, c_n, z, *grads = node.args
+    return target.blas is not None and _refs_ok(graph, [w_hh, h_in, c_in, c_n, z, *grads], valid)
+
+
+def _no_scratch(graph: Graph, node: Node) -> dict[str, int]:
+    return {}
+
+
+class _Cell:
+    """The LSTM cell's arithmetic on float32 registers."""
+
+    def __init__(self, e: Emitter):
+        self.e, self.b = e, e.b
+        self.math = e.module.math
+
+    def c(self, v: float) -> ir.Constant:
+        return ir.Constant(ir.FloatType(), v)
+
+    def sigmoid(self, v: ir.Value) -> ir.Value:
+        b = self.b
+        return b.fdiv(self.c(1.0), b.fadd(self.c(1.0), self.math.exp_f32_flushed(b, b.fneg(v))))
+
+    def tanh(self, v: ir.Value) -> ir.Value:
+        b = self.b
+        e = self.math.exp_f32_flushed(b, b.fmul(v, self.c(2.0)))
+        return b.fsub(self.c(1.0), b.fdiv(self.c(2.0), b.fadd(self.c(1.0), e)))
+
+    def gates(self, z: ir.Value, base: ir.Value, n: int, j: ir.Value) -> tuple[ir.Value, ...]:
+        """``(i, f, g, o)`` activated, of the gate row at ``base`` (column ``j``)."""
+        e, b = self.e, self.b
+        raw = [e.load(z, b.add(base, b.add(j, ir.Constant(I64, k * n))), _F32) for k in range(4)]
+        return self.sigmoid(raw[0]), self.sigmoid(raw[1]), self.tanh(raw[2]), self.sigmoid(raw[3])
+
+
+def _const(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def _time(b: ir.IRBuilder, k: ir.Value, steps: int, reverse: bool) -> ir.Value:
+    """The time index of the ``k``-th step the forward runs."""
+    return b.sub(_const(steps - 1), k) if reverse else k
+
+
+def _copy(e: Emitter, src: ir.Value, dst: ir.Value, count: int) -> None:
+    e.span(0, count, lambda i: e.store(e.load(src, i, _F32), dst, i, _F32))
+
+
+def _transposed(e: Emitter, w: ir.Value, rows: int, cols: int) -> ir.Value:
+    """``w`` ``[rows, cols]`` copied transposed into the scratch region ``w_t``: the
+    per-step ``dZ w^T`` as a plain ``?gemm`` (OpenBLAS's transposed-B path measured
+    2.7x slower at these shapes)."""
+    b, w_t = e.b, e.regions["w_t"]
+
+    def row(r: ir.Value) -> None:
+        e.span(
+            0,
+            cols,
+            lambda j: e.store(
+                e.load(w, b.add(b.mul(r, _const(cols)), j), _F32), w_t, b.add(b.mul(j, _const(rows)), r), _F32
+            ),
+        )
+
+    e.span(0, rows, row)
+    return w_t
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64
+
+
+def _lstm_backward_scratch(graph: Graph, node: Node) -> dict[str, int]:
+    return {"w_t": 0, "size": graph.avals[node.args[0]].nbytes}
+
+
+def _copy_or_zero(e: Emitter, src: ir.Value | None, dst: ir.Value, count: int) -> None:
+    if src is None:
+        zero = ir.Constant(ir.FloatType(), 0.0)
+        e.span(0, count, lambda i: e.store(zero, dst, i, _F32))
+    else:
+        _copy(e, src, dst, count)
+
+
+def _mask(e: Emitter, valid: ir.Value | None, t: ir.Value, r: ir.Value, batch: int) -> ir.Value | None:
+    if valid is None:
+        return None
+    b = e.b
+    flag = b.load(b.gep(valid, [b.add(b.mul(t, _const(batch)), r)], source_etype=mem_type(_BOOL)), typ=mem_type(_BOOL))
+    return b.icmp_unsigned("!=", flag, ir.Constant(flag.type, 0))
+
+
+def _arg(e: Emitter, value: Any) -> ir.Value | None:
+    return None if value is None else e.args[value]
+
+
+def _lstm_sequence(e: Emitter) -> None:
+    proj_ref, w_ref, h0_ref, c0_ref, valid_ref, reverse = e.node.args
+    steps, batch, width = e.shape(proj_ref)
+    n = width // 4
+    proj, w_hh, h0, c0 = (e.args[r] for r in (proj_ref, w_ref, h0_ref, c0_ref))
+    valid = _arg(e, valid_ref)
+    y, h, c, h_in, c_in, z = e.outs
+    b, cell = e.b, _Cell(e)
+    state = batch * n
+    _copy(e, h0, h, state)
+    _copy(e, c0, c, state)
+    one = ir.Constant(ir.FloatType(), 1.0)
+    zero = ir.Constant(ir.FloatType(), 0.0)
+
+    def step(k: ir.Value, _: list) -> list:
+        t = _time(b, k, steps, bool(reverse))
+        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
+        _copy(e, h, e.at(h_in, at_state, _F32), state)
+        _copy(e, c, e.at(c_in, at_state, _F32), state)
+        z_t = e.at(z, at_gates, _F32)
+        _copy(e, e.at(proj, at_gates, _F32), z_t, batch * width)
+        e.gemm(_F32, False, False, batch, width, n, h, n, w_hh, width, one, z_t, width)
+
+        def row(r: ir.Value) -> None:
+            m = _mask(e, valid, t, r, batch)
+            base_z, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+
+            def col(j: ir.Value) -> None:
+                i, f, g, o = cell.gates(z_t, base_z, n, j)
+                at = b.add(base_s, j)
+                c_old = e.load(c, at, _F32)
+                c_new = b.fadd(b.fmul(f, c_old), b.fmul(i, g))
+                h_new = b.fmul(o, cell.tanh(c_new))
+                if m is None:
+                    e.store(c_new, c, at, _F32)
+                    e.store(h_new, h, at, _F32)
+                    e.store(h_new, y, b.add(at_state, at), _F32)
+                    return
+                e.store(b.select(m, c_new, c_old), c, at, _F32)
+                e.store(b.select(m, h_new, e.load(h, at, _F32)), h, at, _F32)
+                e.store(b.select(m, h_new, zero), y, b.add(at_state, at), _F32)
+
+            e.span(0, n, col)
+
+        e.span(0, batch, row)
+        return []
+
+    e.loops.run(steps, step)
+
+
+def _lstm_sequence_backward(e: Emitter) -> None:
+    w_ref, valid_ref, reverse, h_in_ref, c_in_ref, c_n_ref, z_ref, gy_ref, gh_ref, gc_ref = e.node.args
+    steps, batch, width = e.shape(z_ref)
+    n = width // 4
+    w_hh, h_in, c_in, c_n, z = (e.args[r] for r in (w_ref, h_in_ref, c_in_ref, c_n_ref, z_ref))
+    valid, gy, gh, gc = (_arg(e, r) for r in (valid_ref, gy_ref, gh_ref, gc_ref))
+    d_z, d_w, dh, dc = e.outs
+    b, cell = e.b, _Cell(e)
+    state = batch * n
+    one = ir.Constant(ir.FloatType(), 1.0)
+    zero = ir.Constant(ir.FloatType(), 0.0)
+    _copy_or_zero(e, gh, dh, state)
+    _copy_or_zero(e, gc, dc, state)
+    w_t = _transposed(e, w_hh, n, width)
+    back = bool(reverse)
+
+    def step(q: ir.Value, _: list) -> list:
+        k = b.sub(_const(steps - 1), q)  # the forward's k-th step, last first
+        t = _time(b, k, steps, back)
+        nxt = b.sub(t, _const(1)) if back else b.add(t, _const(1))
+        last = b.icmp_unsigned("==", k, _const(steps - 1))
+        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
+        # The state after step t: c_n after the last step, else the state entering the next one.
+        c_after = b.select(last, c_n, e.at(c_in, b.mul(b.select(last, t, nxt), _const(state)), _F32))
+        dz_t = e.at(d_z, at_gates, _F32)
+
+        def row(r: ir.Value) -> None:
+            m = _mask(e, valid, t, r, batch)
+            base_z, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+
+            def col(j: ir.Value) -> None:
+                i, f, g, o = cell.gates(e.at(z, at_gates, _F32), base_z, n, j)
+                at = b.add(base_s, j)
+                c_old = e.load(c_in, b.add(at_state, at), _F32)
+                tc = cell.tanh(e.load(c_after, at, _F32))
+                dh_old, dc_old = e.load(dh, at, _F32), e.load(dc, at, _F32)
+                to_h = dh_old if gy is None else b.fadd(dh_old, e.load(gy, b.add(at_state, at), _F32))
+                to_c = dc_old
+                if m is not None:
+                    to_h, to_c = b.select(m, to_h, zero), b.select(m, dc_old, zero)
+                d_c = b.fadd(to_c, b.fmul(b.fmul(to_h, o), b.fsub(one, b.fmul(tc, tc))))
+                grads = (
+                    b.fmul(b.fmul(d_c, g), b.fmul(i, b.fsub(one, i))),
+                    b.fmul(b.fmul(d_c, c_old), b.fmul(f, b.fsub(one, f))),
+                    b.fmul(b.fmul(d_c, i), b.fsub(one, b.fmul(g, g))),
+                    b.fmul(b.fmul(to_h, tc), b.fmul(o, b.fsub(one, o))),
+                )
+                for slot, value in enumerate(grads):
+                    e.store(value, dz_t, b.add(base_z, b.add(j, _const(slot * n))), _F32)
+                through = b.fmul(d_c, f)
+                if m is None:
+                    e.store(through, dc, at, _F32)
+                    return
+                e.store(b.select(m, through, dc_old), dc, at, _F32)
+                e.store(b.select(m, zero, dh_old), dh, at, _F32)  # a padded step passes dh on
+
+            e.span(0, n, col)
+
+        e.span(0, batch, row)
+        # dh = dZ[t] w_hh^T (+ what padded rows passed on)
+        e.gemm(_F32, False, False, batch, n, width, dz_t, width, w_t, n, zero if valid is None else one, dh, n)
+        return []
+
+    e.loops.run(steps, step)
+    e.gemm(_F32, True, False, n, width, steps * batch, h_in, n, d_z, width, zero, d_w, width)
+
+
+def _gru_forward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    proj, w_hh, b_hh, h0, valid, _ = node.args
+    return target.blas is not None and _refs_ok(graph, [proj, w_hh, b_hh, h0], valid)
+
+
+def _gru_backward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    w_hh, valid, _, proj, h_in, hp, *grads = node.args
+    return target.blas is not None and _refs_ok(graph, [w_hh, proj, h_in, hp, *grads], valid)
+
+
+def _gru_gates(e: Emitter, cell: _Cell, xp: ir.Value, hp: ir.Value, base: ir.Value, n: int, j: ir.Value):
+    """``(r, z, new, hp_n)`` of the GRU step's row at ``base`` (column ``j``)."""
+    b = e.b
+
+    def at(k: int) -> ir.Value:
+        return b.add(base, b.add(j, _const(k * n)))
+
+    r = cell.sigmoid(b.fadd(e.load(xp, at(0), _F32), e.load(hp, at(0), _F32)))
+    z = cell.sigmoid(b.fadd(e.load(xp, at(1), _F32), e.load(hp, at(1), _F32)))
+    hp_n = e.load(hp, at(2), _F32)
+    return r, z, cell.tanh(b.fadd(e.load(xp, at(2), _F32), b.fmul(r, hp_n))), hp_n
+
+
+def _gru_sequence(e: Emitter) -> None:
+    proj_ref, w_ref, b_ref, h0_ref, valid_ref, reverse = e.node.args
+    steps, batch, width = e.shape(proj_ref)
+    n = width // 3
+    proj, w_hh, h0 = (e.args[r] for r in (proj_ref, w_ref, h0_ref))
+    b_hh, valid = _arg(e, b_ref), _arg(e, valid_ref)
+    y, h, h_in, hp = e.outs
+    b, cell = e.b, _Cell(e)
+    state = batch * n
+    _copy(e, h0, h, state)
+    one = ir.Constant(ir.FloatType(), 1.0)
+    zero = ir.Constant(ir.FloatType(), 0.0)
+
+    def step(k: ir.Value, _: list) -> list:
+        t = _time(b, k, steps, bool(reverse))
+        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
+        _copy(e, h, e.at(h_in, at_state, _F32), state)
+        hp_t, xp_t = e.at(hp, at_gates, _F32), e.at(proj, at_gates, _F32)
+        if b_hh is None:
+            e.span(0, batch * width, lambda i: e.store(zero, hp_t, i, _F32))
+        else:
+            e.span(0, batch, lambda r: _copy(e, b_hh, e.at(hp_t, b.mul(r, _const(width)), _F32), width))
+        e.gemm(_F32, False, False, batch, width, n, h, n, w_hh, width, one, hp_t, width)
+
+        def row(r: ir.Value) -> None:
+            m = _mask(e, valid, t, r, batch)
+            base_g, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+
+            def col(j: ir.Value) -> None:
+                _, zg, new, _ = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
+                at = b.add(base_s, j)
+                h_old = e.load(h, at, _F32)
+                h_new = b.fadd(new, b.fmul(zg, b.fsub(h_old, new)))
+                if m is None:
+                    e.store(h_new, h, at, _F32)
+                    e.store(h_new, y, b.add(at_state, at), _F32)
+                    return
+                e.store(b.select(m, h_new, h_old), h, at, _F32)
+                e.store(b.select(m, h_new, zero), y, b.add(at_state, at), _F32)
+
+            e.span(0, n, col)
+
+        e.span(0, batch, row)
+        return []
+
+    e.loops.run(steps, step)
+
+
+def _gru_sequence_backward(e: Emitter) -> None:
+    w_ref, valid_ref, reverse, proj_ref, h_in_ref, hp_ref, gy_ref, gh_ref = e.node.args
+    steps, batch, width = e.shape(proj_ref)
+    n = width // 3
+    w_hh, proj, h_in, hp = (e.args[r] for r in (w_ref, proj_ref, h_in_ref, hp_ref))
+    valid, gy, gh = (_arg(e, r) for r in (valid_ref, gy_ref, gh_ref))
+    d_xp, d_w, d_b, dh = e.outs
+    b, cell = e.b, _Cell(e)
+    state = batch * n
+    one = ir.Constant(ir.FloatType(), 1.0)
+    zero = ir.Constant(ir.FloatType(), 0.0)
+    _copy_or_zero(e, gh, dh, state)
+    w_t = _transposed(e, w_hh, n, width)
+    back = bool(reverse)
+
+    def step(q: ir.Value, _: list) -> list:
+        t = _time(b, b.sub(_const(steps - 1), q), steps, back)
+        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
+        xp_t, hp_t, dxp_t = (e.at(v, at_gates, _F32) for v in (proj, hp, d_xp))
+
+        def row(r: ir.Value) -> None:
+            m = _mask(e, valid, t, r, batch)
+            base_g, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+
+            def col(j: ir.Value) -> None:
+                rg, zg, new, hp_n = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
+                at = b.add(base_s, j)
+                dh_old = e.load(dh, at, _F32)
+                to_h = dh_old if gy is None else b.fadd(dh_old, e.load(gy, b.add(at_state, at), _F32))
+                if m is not None:
+                    to_h = b.select(m, to_h, zero)
+                d_n = b.fmul(b.fmul(to_h, b.fsub(one, zg)), b.fsub(one, b.fmul(new, new)))
+                d_r = b.fmul(b.fmul(d_n, hp_n), b.fmul(rg, b.fsub(one, rg)))
+                h_old = e.load(h_in, b.add(at_state, at), _F32)
+                d_z = b.fmul(b.fmul(to_h, b.fsub(h_old, new)), b.fmul(zg, b.fsub(one, zg)))
+                for slot, value in enumerate((d_r, d_z, d_n)):
+                    e.store(value, dxp_t, b.add(base_g, b.add(j, _const(slot * n))), _F32)
+                direct = b.fmul(to_h, zg)  # through h' = n + z (h - n)
+                e.store(direct if m is None else b.select(m, direct, dh_old), dh, at, _F32)
+
+            e.span(0, n, col)
+
+        e.span(0, batch, row)
+        # d hp[t] is d xp[t] with the new gate scaled by r: form it in the scratch row
+        # block, then dh += d hp[t] w_hh^T.
+        scratch = e.regions["d_hp"]
+        dhp_t = e.at(scratch, at_gates, _F32)
+
+        def hp_row(r: ir.Value) -> None:
+            base_g = b.mul(r, _const(width))
+
+            def col(j: ir.Value) -> None:
+                rg = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)[0]
+                for slot in range(3):
+                    at = b.add(base_g, b.add(j, _const(slot * n)))
+                    value = e.load(dxp_t, at, _F32)
+                    e.store(b.fmul(value, rg) if slot == 2 else value, dhp_t, at, _F32)
+
+            e.span(0, n, col)
+
+        e.span(0, batch, hp_row)
+        e.gemm(_F32, False, False, batch, n, width, dhp_t, width, w_t, n, one, dh, n)
+        return []
+
+    e.loops.run(steps, step)
+    d_hp = e.regions["d_hp"]
+    e.gemm(_F32, True, False, n, width, steps * batch, h_in, n, d_hp, width, zero, d_w, width)
+    e.span(0, width, lambda j: e.store(zero, d_b, j, _F32))
+
+    def sum_row(i: ir.Value) -> None:
+        base = b.mul(i, _const(width))
+        e.span(
+            0, width, lambda j: e.store(b.fadd(e.load(d_b, j, _F32), e.load(d_hp, b.add(base, j), _F32)), d_b, j, _F32)
+        )
+
+    e.span(0, steps * batch, sum_row)
+
+
+def _gru_backward_scratch(graph: Graph, node: Node) -> dict[str, int]:
+    d_hp = _aligned(graph.avals[node.args[3]].nbytes)  # d hp: one [S, B, 3H] float32 block
+    return {"d_hp": 0, "w_t": d_hp, "size": d_hp + graph.avals[node.args[0]].nbytes}
+
+
+#: The recurrent sequences' lowerings, registered in :data:`.library.LIBRARY`.
+RNN_LIBRARY: dict[str, LibraryOp] = {
+    "lstm_sequence": LibraryOp(_forward_supports, _no_scratch, _lstm_sequence),
+    "lstm_sequence_backward": LibraryOp(_backward_supports, _lstm_backward_scratch, _lstm_sequence_backward),
+    "gru_sequence": LibraryOp(_gru_forward_supports, _no_scratch, _gru_sequence),
+    "gru_sequence_backward": LibraryOp(_gru_backward_supports, _gru_backward_scratch, _gru_sequence_backward),
+}
