@@ -10,6 +10,7 @@ from ember.module import Config, Module, RunningState
 from ember.nn.host import cheap_values
 from ember.nn.rope_scaling import RopeScaling, base_frequencies, inverse_frequencies
 from ember.tensor import Tensor
+from ember.tensor.layer_ops import embedding
 
 
 class RotaryEncodingConfig(Config):
@@ -119,7 +120,9 @@ class RotaryEncoding(Module):
                     f"ember: RotaryEncoding.apply_positions: positions {values.min()}..{values.max()} lie outside "
                     f"[0, max_sequence_length={max_length})"
                 )
-            rows = self._table(x).select(0, positions.reshape([-1]).int())
+            # A gather of table rows (embedding: a compiled plan runs it as a loop).
+            table = self._table(x).reshape([max_length, 2 * half])
+            rows = embedding(table, positions.reshape([-1]).int()).reshape([-1, half, 2])
             cos = rows.narrow(-1, 0, 1).reshape(pdims + [half])
             sin = rows.narrow(-1, 1, 1).reshape(pdims + [half])
         if positions.rank == 2:  # [B, T, half] -> [B, 1, ..., T, half]
@@ -166,14 +169,21 @@ class RotaryEncoding(Module):
             cos, sin = cos.cast(x.dtype), sin.cast(x.dtype)
         dims = x.dims()
         half = dims[-1] // 2
-        if self.interleaved:
-            pairs = x.reshape(dims[:-1] + [half, 2])
-            even, odd = pairs.narrow(-1, 0, 1), pairs.narrow(-1, 1, 1)
+        # Each pair (x1, x2) becomes (x1 cos - x2 sin, x2 cos + x1 sin): x cos plus x with
+        # the pair's halves swapped (a flip) times (-sin, sin). Elementwise ops over
+        # views only (no cat), so a compiled plan fuses it into one kernel; the same
+        # bits as the two halves computed apart (a + (-b) is a - b).
+        if self.interleaved:  # pairs are neighbours: [..., half, 2]
+            pairs, axis = x.reshape(dims[:-1] + [half, 2]), -1
             cos, sin = cos.unsqueeze_dim(-1), sin.unsqueeze_dim(-1)
-            rotated = Tensor.cat([even.mul(cos).sub(odd.mul(sin)), even.mul(sin).add(odd.mul(cos))], -1)
-            return rotated.reshape(dims)
-        first, second = x.narrow(-1, 0, half), x.narrow(-1, half, half)
-        return Tensor.cat([first.mul(cos).sub(second.mul(sin)), second.mul(cos).add(first.mul(sin))], -1)
+            signs = [[-1.0, 1.0]]
+        else:  # pairs are the two halves: [..., 2, half]
+            pairs, axis = x.reshape(dims[:-1] + [2, half]), -2
+            cos, sin = cos.unsqueeze_dim(-2), sin.unsqueeze_dim(-2)
+            signs = [[-1.0], [1.0]]
+        sign = Tensor.from_data(np.array(signs, dtype=x.dtype.np), device=x.device)
+        rotated = pairs.mul(cos).add(pairs.flip([axis]).mul(sin.mul(sign)))
+        return rotated.reshape(dims)
 
     def extra_repr(self) -> str:
         max_length, half, _ = self.freq_complex.shape
