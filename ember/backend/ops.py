@@ -275,7 +275,7 @@ class FusedOp(OpName):
     decomposition over the primitives, the one definition of its math) is written once
     over the protocol in :mod:`ember.backend.composites` (one module per family:
     ``activation``, ``layers``, ``loss``, ``norm``, ``attention``, ``grid_sample``,
-    ``optim``); :func:`ember.tensor.fused.fused` is the tensor layer's one way to call
+    ``optim``, ``spectral``); :func:`ember.tensor.fused.fused` is the tensor layer's one way to call
     the kernel or the composite, and the fusion layer expands the same composite.
 
     The backward kernels (``FUSED_BACKWARD_KERNELS``: ``Backend.linear_backward``,
@@ -287,7 +287,7 @@ class FusedOp(OpName):
     entropy).
 
     Not yet moved there: ``QUANTIZED_LINEAR`` (``ember.tensor.quant.linear``),
-    ``STFT_FRAMES`` (``ember.tensor.stft``), ``LSTM_CELL`` and ``GRU_CELL``
+    ``LSTM_CELL`` and ``GRU_CELL``
     (``ember.tensor.rnn_cell``) keep tensor-level composites, registered with
     :func:`ember.tensor.fused.tensor_composite`.
     """
