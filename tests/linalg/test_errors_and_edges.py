@@ -37,6 +37,35 @@ def test_inv_of_a_singular_matrix_names_the_batch_element_and_the_pivot(device):
         linalg.solve(a, _t(np.ones((5, 3, 1)), device, dtype)).to_numpy()
 
 
+def test_non_converging_inputs_raise_ember_errors(device, capfd):
+    """An inf or NaN stops LAPACK's iterations (SVD, the symmetric eigensolver, least
+    squares): an ember LinAlgError names the op and the batch element, as torch.linalg
+    raises (numpy's own error and LAPACK's stderr notes stay inside)."""
+    dtype = "float64" if float64_supported(device) else "float32"
+    a = np.stack([np.eye(3) * 3 + 0.1 for _ in range(4)])
+    a[2, 1, 0] = np.nan  # in the lower triangle, which eigh reads
+    x, b = _t(a, device, dtype), _t(np.ones((4, 3, 2)), device, dtype)
+    for name, call in [
+        ("svd", lambda: linalg.svd(x)[1]),
+        ("svdvals", lambda: linalg.svdvals(x)),
+        ("eigh", lambda: linalg.eigh(x)[0]),
+        ("eigvalsh", lambda: linalg.eigvalsh(x)),
+        ("pinv", lambda: linalg.pinv(x)),
+        ("svdvals", lambda: linalg.matrix_rank(x)),
+        ("lstsq", lambda: linalg.lstsq(x, b).solution),
+    ]:
+        # A fusion device records the call and raises when the stream runs (reading the result).
+        with pytest.raises(
+            LinAlgError,
+            match=rf"linalg\.{name}: the algorithm did not converge: the matrix at "
+            r"batch index 2 holds non-finite values",
+        ):
+            call().to_numpy()
+    with pytest.raises(LinAlgError, match=r"linalg\.svd: .*: the matrix holds non-finite values \(inf or NaN\)"):
+        linalg.svd(_t(a[2], device, dtype))[0].to_numpy()
+    assert "DLASCL" not in capfd.readouterr().err
+
+
 def test_a_multi_dim_batch_index_is_named_too():
     a = _batch_with_singular(4, SINGULAR).reshape(1, 5, 3, 3)
     with pytest.raises(LinAlgError, match=r"batch index 4 \(index \[0, 4\]\)"):
