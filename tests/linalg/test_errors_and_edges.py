@@ -250,3 +250,42 @@ def test_a_single_matrix_gives_0d_results(device):
     assert [t.dims() for t in linalg.slogdet(a)] == [[], []]
     assert linalg.inv_ex(a).info.dims() == []
     assert linalg.cholesky_ex(a).info.dims() == []
+
+
+def test_complex_norms_and_cross_match_torch(device, torch):
+    """vector_norm, matrix_norm (every ord but the singular-value ones) and cross take
+    complex tensors, values and gradients as torch's; the decompositions refuse complex
+    matrices with an error naming the real-block workaround."""
+    from tests.fft.helpers import complex_dtype, holds_complex
+
+    if not holds_complex(device):
+        return
+    dtype = complex_dtype(device)
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((2, 3, 3)) + 1j * rng.standard_normal((2, 3, 3))).astype(dtype)
+    b = (rng.standard_normal((2, 3, 3)) + 1j * rng.standard_normal((2, 3, 3))).astype(dtype)
+    cases = [
+        (lambda x, y: linalg.vector_norm(x, 3, dim=-1), lambda x, y: torch.linalg.vector_norm(x, 3, dim=-1)),
+        (lambda x, y: linalg.vector_norm(x), lambda x, y: torch.linalg.vector_norm(x)),
+        (lambda x, y: linalg.matrix_norm(x), lambda x, y: torch.linalg.matrix_norm(x)),
+        (lambda x, y: linalg.matrix_norm(x, 1), lambda x, y: torch.linalg.matrix_norm(x, 1)),
+        (lambda x, y: linalg.matrix_norm(x, -np.inf), lambda x, y: torch.linalg.matrix_norm(x, -np.inf)),
+        (lambda x, y: linalg.cross(x, y).abs(), lambda x, y: torch.linalg.cross(x, y).abs()),
+    ]
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == np.complex64 else {"rtol": 1e-10, "atol": 1e-12}
+    for ours_fn, torch_fn in cases:
+        tx, ty = (torch.tensor(v, requires_grad=True) for v in (a, b))
+        expected = torch_fn(tx, ty)
+        expected.sum().backward()
+        x, y = (Tensor.from_data(v, device=device) for v in (a, b))
+        if device.is_autodiff():
+            x, y = x.require_grad(), y.require_grad()
+        out = ours_fn(x, y)
+        np.testing.assert_allclose(out.to_numpy(), expected.detach().numpy(), **tol)
+        if device.is_autodiff():
+            grads = out.sum().backward()
+            np.testing.assert_allclose(x.grad(grads).to_numpy(), tx.grad.resolve_conj().numpy(), **tol)
+    with pytest.raises(DTypeError, match=r"linalg\.inv: A is complex.*real block matrix"):
+        linalg.inv(Tensor.from_data(a, device=device))
+    with pytest.raises(DTypeError, match=r"linalg\.matrix_norm: A is complex"):
+        linalg.matrix_norm(Tensor.from_data(a, device=device), "nuc")
