@@ -132,11 +132,11 @@ def _channels_last(x: np.ndarray, work: Any) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(n, c, -1).transpose(0, 2, 1), dtype=work)
 
 
-def _native(work: Any, x: np.ndarray, points: int) -> native_grid.GridKernels | None:
+def _native(work: Any, x: np.ndarray, points: int, corners: int) -> native_grid.GridKernels | None:
     """The native kernels for float32 work on large enough arrays (int32 indices)."""
     if work is not np.float32 or math.prod(x.shape[2:]) >= 2**31:
         return None
-    return native_grid.kernels(x.shape[0] * x.shape[1] * points)
+    return native_grid.kernels(corners, x.shape[0] * x.shape[1] * points)
 
 
 def _stacked(points: list) -> tuple[np.ndarray, np.ndarray]:
@@ -161,7 +161,7 @@ def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, a
     coords, _ = source_coords(grid, spatial, padding_mode, align_corners, work)
     points = corners(coords, spatial, mode, work)
     flat_points = math.prod(out_spatial)
-    kernels = _native(work, x, flat_points)
+    kernels = _native(work, x, flat_points, len(points))
     if kernels is not None:
         idx, w = _stacked(points)
         out = native_grid.forward(kernels, _planes(x), idx, w, flat_points)
@@ -200,7 +200,7 @@ def grid_sample_backward(
     g = grad.reshape(n, c, -1).astype(work, copy=False)
     gx = ggrid = None
     dots: list[np.ndarray] | None = None
-    kernels = _native(work, x, points[0][0].shape[1])
+    kernels = _native(work, x, points[0][0].shape[1], len(points))
     if kernels is not None:
         idx, w = _stacked(points)
         need_dot = need_grid and mode != "nearest"

@@ -6,8 +6,8 @@ The sampling points come from numpy (:func:`ember.backend.flex.grid_sample.corne
 the coordinate maps, padding modes and ``align_corners`` stay in one place): per batch
 entry and output point, ``K`` flat indices into the input's spatial positions (int32)
 and ``K`` weights (zero where a corner lies outside), ``K`` = 1 (nearest), 4
-(bilinear) or 8 (trilinear), each ``K`` a kernel of its own with the corner loop
-unrolled. Per channel plane (which stays in cache) the kernels then run:
+(bilinear) or 8 (trilinear), each ``K`` kernels of their own with the corner loop
+unrolled, compiled on the first call that needs them. Per channel plane (which stays in cache) the kernels then run:
 
 * forward: ``out[p] = sum_k w[p, k] * x[idx[p, k]]`` (the corners summed in order, as
   the numpy version does, so both give the same bits);
@@ -15,9 +15,10 @@ unrolled. Per channel plane (which stays in cache) the kernels then run:
   with ``bincount`` per channel) and ``dot[p, k] += g[p] * x[idx[p, k]]`` summed over
   channels, the grid gradient's per-corner term.
 
-Compiled once per process on first use (a separate module from
-:mod:`ember.backend.flex.native`'s, so processes that never sample do not pay for it);
-``EMBER_FLEX_NATIVE=0`` turns it off like the other native kernels.
+Compiled once per process and corner count on first use (modules separate from
+:mod:`ember.backend.flex.native`'s, so processes that never sample do not pay for
+them: about 0.5 s each); ``EMBER_FLEX_NATIVE=0`` turns them off like the other native
+kernels.
 """
 
 from __future__ import annotations
@@ -41,52 +42,45 @@ _STATE: dict[str, Any] = {}
 
 @dataclass(frozen=True)
 class GridKernels:
-    """ctypes entry points by corner count (and the engine that owns them)."""
+    """ctypes entry points for one corner count (and the engine that owns them)."""
 
     engine: Any
-    forward: dict[int, Any]
-    backward_x: dict[int, Any]
-    backward_dot: dict[int, Any]
+    forward: Any
+    backward_x: Any
+    backward_dot: Any
 
 
-def kernels(size: int | None = None) -> GridKernels | None:
-    """The compiled kernels, built on first use; ``None`` where they cannot be (or are
-    turned off), or for an output of ``size`` elements below
-    :data:`ember.backend.flex.native.MIN_ELEMENTS`."""
+def kernels(corners: int = 4, size: int | None = None) -> GridKernels | None:
+    """The compiled kernels for ``corners`` (one of :data:`CORNERS`), built on first
+    use; ``None`` where they cannot be (or are turned off), or for an output of
+    ``size`` elements below :data:`ember.backend.flex.native.MIN_ELEMENTS`. Tests turn
+    them off with ``_STATE["off"] = True``."""
     if size is not None and size < native.MIN_ELEMENTS:
         return None
-    if "kernels" in _STATE:
-        return _STATE["kernels"]
+    if _STATE.get("off") or corners not in CORNERS:
+        return None
+    if corners in _STATE:
+        return _STATE[corners]
     with _LOCK:
-        if "kernels" not in _STATE:
-            _STATE["kernels"] = _build() if os.environ.get(native.NATIVE_ENV, "1") != "0" else None
-    return _STATE["kernels"]
+        if corners not in _STATE:
+            _STATE[corners] = _build(corners) if os.environ.get(native.NATIVE_ENV, "1") != "0" else None
+    return _STATE[corners]
 
 
-def _build() -> GridKernels | None:
+def _build(k: int) -> GridKernels | None:
     try:
         from ember.backend.kernel.llvm import jit
     except ImportError:  # pragma: no cover - llvmlite is a runtime dependency
         return None
     emitter = _GridEmitter()
-    names = []
-    for k in CORNERS:
-        names += [emitter.forward(k), emitter.backward_x(k), emitter.backward_dot(k)]
+    names = [emitter.forward(k), emitter.backward_x(k), emitter.backward_dot(k)]
     try:
         compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
     p, i64 = ctypes.c_void_p, ctypes.c_int64
-
-    def fn(name: str) -> Any:
-        return ctypes.CFUNCTYPE(None, p, p, p, p, p, i64, i64, i64, i64)(compiled.addresses[name])
-
-    return GridKernels(
-        engine=compiled.engine,
-        forward={k: fn(f"ember_grid_sample_k{k}") for k in CORNERS},
-        backward_x={k: fn(f"ember_grid_sample_backward_x_k{k}") for k in CORNERS},
-        backward_dot={k: fn(f"ember_grid_sample_backward_dot_k{k}") for k in CORNERS},
-    )
+    fns = [ctypes.CFUNCTYPE(None, p, p, p, p, p, i64, i64, i64, i64)(compiled.addresses[name]) for name in names]
+    return GridKernels(compiled.engine, *fns)
 
 
 class _GridEmitter(native._Emitter):
@@ -186,7 +180,7 @@ def forward(k: GridKernels, x: np.ndarray, idx: np.ndarray, w: np.ndarray, point
     """``[N, C, P]`` sampled from ``x`` ``[N, C, S]`` (contiguous float32)."""
     n, c = x.shape[:2]
     out = np.empty((n, c, points), np.float32)
-    _call(k.forward[idx.shape[2]], x, out, idx, w, None)
+    _call(k.forward, x, out, idx, w, None)
     return out
 
 
@@ -194,12 +188,11 @@ def backward(
     k: GridKernels, x: np.ndarray, g: np.ndarray, idx: np.ndarray, w: np.ndarray, need_x: bool, need_grid: bool
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """``(gx [N, C, S], dot [N, P, K])`` for ``g`` ``[N, C, P]`` (``None`` where not needed)."""
-    corners = idx.shape[2]
     gx = dot = None
     if need_x:
         gx = np.zeros(x.shape, np.float32)
-        _call(k.backward_x[corners], gx, g, idx, w, None)
+        _call(k.backward_x, gx, g, idx, w, None)
     if need_grid:
         dot = np.zeros(idx.shape, np.float32)
-        _call(k.backward_dot[corners], x, g, idx, w, dot)
+        _call(k.backward_dot, x, g, idx, w, dot)
     return gx, dot
