@@ -37,7 +37,7 @@ from ember.backend.flex import native
 CORNERS = (1, 4, 8)
 
 _LOCK = threading.Lock()
-_STATE: dict[str, Any] = {}
+_STATE: dict[str | int, Any] = {}  # corner count -> kernels; "off" -> True turns them off
 
 
 @dataclass(frozen=True)
