@@ -49,7 +49,8 @@ class ScalarOverflowError(ValueRangeError, OverflowError):
 class LinAlgError(EmberError, ValueError):
     """A matrix a decomposition or solve cannot handle: singular to ``inv``/``solve``,
     not positive-definite to ``cholesky`` (the message names the batch element and the
-    pivot or leading minor, as ``torch.linalg``'s)."""
+    pivot or leading minor, as ``torch.linalg``'s), or one on which an iterative
+    decomposition (``svd``, ``eigh``, ``lstsq``, ...) does not converge (an inf or NaN)."""
 
 
 class GraphError(EmberError, RuntimeError):

@@ -72,9 +72,11 @@ class GradScaler:
         return loss.float().mul_scalar(self._scale)
 
     def unscale(self, grads: GradientsParams) -> GradientsParams:
-        """The gradients divided by the scale (in float32), and whether any of them is
-        inf or NaN, remembered for :meth:`step` and :meth:`update` (one sync point).
-        Call it before clipping; :meth:`step` then does not unscale again."""
+        """The gradients divided by the scale (real ones in float32, complex ones in
+        their own dtype), and whether any of them is inf or NaN (a complex value where
+        either part is, as PyTorch checks a complex gradient through its real view),
+        remembered for :meth:`step` and :meth:`update` (one sync point). Call it
+        before clipping; :meth:`step` then does not unscale again."""
         if not isinstance(grads, GradientsParams):
             raise ConfigError(f"ember: GradScaler.unscale: expected GradientsParams, got {type(grads).__name__}")
         if not self._enabled:
@@ -85,7 +87,12 @@ class GradScaler:
         out = GradientsParams()
         bad = None
         for pid, g in grads.items():
-            u = g.float().mul_scalar(inverse) if g.dtype.is_float else g
+            if g.dtype.is_float:
+                u = g.float().mul_scalar(inverse)
+            elif g.dtype.is_complex:
+                u = g.mul_scalar(inverse)
+            else:
+                u = g
             out._grads[pid] = u
             flag = u.is_finite().all().bool_not()
             bad = flag if bad is None else bad.bool_or(flag)

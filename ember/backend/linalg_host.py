@@ -11,7 +11,10 @@ to find which matrix failed and where (the first zero pivot of an LU with partia
 pivoting, or the first leading minor of a Cholesky that is not positive), as
 ``torch.linalg``'s ``info``; then a ``check`` kernel raises
 :class:`~ember.errors.LinAlgError` naming both, and an unchecked one (the ``*_ex``
-functions) fills the failed elements with NaN and returns the info.
+functions) fills the failed elements with NaN and returns the info. The iterative
+decompositions (SVD, the symmetric eigensolver, least squares and those built on them)
+raise :class:`~ember.errors.LinAlgError` when LAPACK does not converge, naming the
+first matrix holding an inf or a NaN (the usual cause), as ``torch.linalg`` does.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ def _ok(a: np.ndarray) -> np.ndarray:
     return np.zeros(a.shape[:-2], np.int32)
 
 
-def _where(flat: int, batch: tuple[int, ...]) -> str:
+def _which(flat: int, batch: tuple[int, ...]) -> str:
+    """``the matrix`` (one matrix) or ``the matrix at batch index ...``."""
     if len(batch) <= 1:
-        return f"batch index {flat}" if batch else "the matrix"
-    return f"batch index {flat} (index {[int(i) for i in np.unravel_index(flat, batch)]})"
+        return f"the matrix at batch index {flat}" if batch else "the matrix"
+    return f"the matrix at batch index {flat} (index {[int(i) for i in np.unravel_index(flat, batch)]})"
 
 
 def _first_failure(info: np.ndarray) -> tuple[int, int]:
@@ -89,12 +93,39 @@ def _singular(op: str, a: np.ndarray, check: bool) -> np.ndarray:
     if check and info.any():
         index, pivot = _first_failure(info)
         raise LinAlgError(
-            f"ember: linalg.{op}: the matrix at {_where(index, a.shape[:-2])} is singular "
+            f"ember: linalg.{op}: {_which(index, a.shape[:-2])} is singular "
             f"(pivot {pivot} of its LU factorization is zero), so it has no inverse; "
             f"use linalg.lstsq or linalg.pinv for a least-squares answer, or linalg.{op}_ex "
             "to get the info tensor instead of this error"
         )
     return info
+
+
+def _not_converged(op: str, a: np.ndarray) -> LinAlgError:
+    """The error for LAPACK not converging on ``a``: names the first matrix holding an
+    inf or a NaN, or says the matrix is too ill-conditioned."""
+    flat = a.reshape((-1,) + a.shape[-2:])
+    bad = np.flatnonzero(~np.isfinite(flat).all(axis=(-2, -1)))
+    if bad.size:
+        cause = f"{_which(int(bad[0]), a.shape[:-2])} holds non-finite values (inf or NaN)"
+        fix = "replace them first (e.g. with .nan_to_num())"
+    else:
+        cause = "the input is too ill-conditioned (or has too many repeated values) for LAPACK's iteration"
+        fix = "rescale or regularize it (e.g. add a small multiple of the identity), or compute in float64"
+    return LinAlgError(f"ember: linalg.{op}: the algorithm did not converge: {cause}; {fix}")
+
+
+def _converging(op: str, fn: Callable[..., Arrays]) -> Callable[..., Arrays]:
+    """``fn`` with numpy's non-convergence error turned into :func:`_not_converged`'s."""
+
+    def call(a: np.ndarray, *rest: Any) -> Arrays:
+        try:
+            return fn(a, *rest)
+        except np.linalg.LinAlgError:
+            raise _not_converged(op, a) from None
+
+    call.__doc__, call.__name__ = fn.__doc__, fn.__name__
+    return call
 
 
 def inv(a: np.ndarray, check: bool) -> Arrays:
@@ -187,7 +218,7 @@ def cholesky(a: np.ndarray, check: bool) -> Arrays:
     if check:
         index, minor = _first_failure(info)
         raise LinAlgError(
-            f"ember: linalg.cholesky: the matrix at {_where(index, a.shape[:-2])} is not "
+            f"ember: linalg.cholesky: {_which(index, a.shape[:-2])} is not "
             f"positive-definite (its leading minor of order {minor} is not); pass a symmetric "
             "positive-definite matrix (add a multiple of the identity to regularize it), or use "
             "linalg.cholesky_ex to get the info tensor instead of this error"
@@ -232,6 +263,8 @@ def lstsq(a: np.ndarray, b: np.ndarray, rcond: float | None, static_residuals: b
     not depend on values) they are ``[..., k]`` whenever ``m > n``, the squared norms of
     ``B - A X`` also for rank-deficient matrices (JAX's rule under ``jit``)."""
     m, n = a.shape[-2:]
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):  # LAPACK would print to stderr, then fail
+        raise _not_converged("lstsq", a if not np.isfinite(a).all() else b)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + a.shape[-2:]).reshape((-1, m, n))
     b = np.broadcast_to(b, batch + b.shape[-2:]).reshape((-1, m, b.shape[-1]))
@@ -324,12 +357,12 @@ HOST: dict[LinalgOp, Callable[..., Arrays]] = {
     LinalgOp.SLOGDET: slogdet,
     LinalgOp.CHOLESKY: cholesky,
     LinalgOp.QR: qr,
-    LinalgOp.SVD: svd,
-    LinalgOp.SVDVALS: svdvals,
-    LinalgOp.EIGH: eigh,
-    LinalgOp.EIGVALSH: eigvalsh,
-    LinalgOp.LSTSQ: lstsq,
-    LinalgOp.PINV: pinv,
+    LinalgOp.SVD: _converging("svd", svd),
+    LinalgOp.SVDVALS: _converging("svdvals", svdvals),
+    LinalgOp.EIGH: _converging("eigh", eigh),
+    LinalgOp.EIGVALSH: _converging("eigvalsh", eigvalsh),
+    LinalgOp.LSTSQ: _converging("lstsq", lstsq),
+    LinalgOp.PINV: _converging("pinv", pinv),
     LinalgOp.MATRIX_EXP: matrix_exp,
 }
 

@@ -21,6 +21,12 @@ def check_matrix(op: str, a: Any, *, square: bool = False, name: str = "A") -> T
             f"ember: linalg.{op}: {name} must be a matrix or a batch of matrices [..., m, n], "
             f"got shape {shape}; reshape a vector to [n, 1] or [1, n]"
         )
+    if a.dtype.is_complex:
+        raise DTypeError(
+            f"ember: linalg.{op}: {name} is {a.dtype.name.lower()}; ember.linalg's decompositions and solves "
+            "take real float32 or float64 matrices (complex ones are not supported yet): for a complex "
+            "system work with the real block matrix [[re, -im], [im, re]]"
+        )
     if a.dtype not in _FLOATS:
         raise DTypeError(
             f"ember: linalg.{op}: {name} has dtype {a.dtype.name.lower()}; the decompositions take "
@@ -33,12 +39,13 @@ def check_matrix(op: str, a: Any, *, square: bool = False, name: str = "A") -> T
     return a
 
 
-def check_operand(op: str, a: Tensor, b: Any, name: str = "B") -> Tensor:
-    """``b`` as a tensor on ``a``'s device with ``a``'s dtype."""
+def check_operand(op: str, a: Tensor, b: Any, name: str = "B", *, complex_ok: bool = False) -> Tensor:
+    """``b`` as a tensor on ``a``'s device with ``a``'s dtype (float, or complex where
+    ``complex_ok``)."""
     if not isinstance(b, Tensor):
         raise DTypeError(f"ember: linalg.{op}: {name} must be an ember Tensor, got {type(b).__name__}")
     check_device(f"linalg.{op}", a, b)
-    if b.dtype not in _FLOATS:
+    if b.dtype not in _FLOATS and not (complex_ok and b.dtype.is_complex):
         raise DTypeError(
             f"ember: linalg.{op}: {name} has dtype {b.dtype.name.lower()}; cast it to A's "
             f"({a.dtype.name.lower()}) with .cast({a.dtype.name.lower()!r})"

@@ -47,15 +47,18 @@ def _finish(out: Tensor, x: Tensor, dims: list[int], keepdim: bool) -> Tensor:
 
 def vector_norm(x: Tensor, ord: float = 2, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     """The ``ord``-norm of ``x`` over ``dim`` (all dims when ``None``): ``(sum |x|^ord)^(1/ord)``;
-    ``inf``/``-inf`` the largest/smallest magnitude, ``0`` the count of nonzeros.
+    ``inf``/``-inf`` the largest/smallest magnitude, ``0`` the count of nonzeros. A
+    complex ``x`` gives the real norm of its magnitudes (as PyTorch).
 
     >>> from ember import Device, Tensor, linalg
     >>> linalg.vector_norm(Tensor.from_data([3.0, 4.0], device=Device.flex())).item()
     5.0
     """
-    if not isinstance(x, Tensor) or not x.dtype.is_float:
-        raise DTypeError("ember: linalg.vector_norm: x must be a float tensor; cast it with .float()")
+    if not isinstance(x, Tensor) or not (x.dtype.is_float or x.dtype.is_complex):
+        raise DTypeError("ember: linalg.vector_norm: x must be a float or complex tensor; cast it with .float()")
     dims = _dims("vector_norm", x, dim)
+    if x.dtype.is_complex:
+        x = x.abs()
     moved = _to_end(x, dims)
     keep = moved.dims()[: len(moved.dims()) - len(dims)]
     flat = moved.reshape(keep + [-1] if dims else keep + [1])
@@ -68,7 +71,8 @@ _MATRIX_ORDS = ("fro", "nuc", 1, -1, 2, -2, _INF, -_INF)
 def matrix_norm(A: Tensor, ord: str | float = "fro", dim: tuple[int, int] = (-2, -1), keepdim: bool = False) -> Tensor:
     """A matrix norm over the two dims ``dim``: ``"fro"`` (Frobenius), ``"nuc"`` (sum of
     singular values), ``2``/``-2`` (largest/smallest singular value), ``1``/``-1``
-    (max/min column sum of ``|A|``), ``inf``/``-inf`` (max/min row sum).
+    (max/min column sum of ``|A|``), ``inf``/``-inf`` (max/min row sum). Complex
+    matrices take every ``ord`` but the singular-value ones (``"nuc"``, ``2``, ``-2``).
 
     >>> from ember import Device, Tensor, linalg
     >>> a = Tensor.from_data([[1.0, -2.0], [3.0, 4.0]], device=Device.flex())
@@ -86,6 +90,8 @@ def matrix_norm(A: Tensor, ord: str | float = "fro", dim: tuple[int, int] = (-2,
         raise ShapeError(f"ember: linalg.matrix_norm: dim must name two dims, got {dim}")
     if ord == "fro":
         return vector_norm(A, 2, dims, keepdim)
+    if A.dtype.is_complex and ord not in ("nuc", 2, -2):
+        A = A.abs()  # noqa: N806 -- torch.linalg's argument name
     check_matrix("matrix_norm", A)
     moved = _to_end(A, dims)
     last = len(moved.dims()) - 1
@@ -139,7 +145,8 @@ def matrix_rank(A: Tensor, *, atol: float | None = None, rtol: float | None = No
 
 
 def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
-    """The cross product of 3-vectors along ``dim``; the other dims broadcast.
+    """The cross product of 3-vectors (float or complex) along ``dim``; the other dims
+    broadcast.
 
     >>> from ember import Device, Tensor, linalg
     >>> x = Tensor.from_data([1.0, 0.0, 0.0], device=Device.flex())
@@ -147,7 +154,9 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     >>> linalg.cross(x, y).tolist()
     [0.0, 0.0, 1.0]
     """
-    check_operand("cross", input, other, name="other")
+    if not isinstance(input, Tensor) or not (input.dtype.is_float or input.dtype.is_complex):
+        raise DTypeError("ember: linalg.cross: input must be a float or complex tensor; cast it with .float()")
+    check_operand("cross", input, other, name="other", complex_ok=True)
     if len(input.dims()) != len(other.dims()):
         raise ShapeError(
             f"ember: linalg.cross: the operands must have the same rank (as PyTorch's), got shapes "

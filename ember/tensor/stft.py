@@ -8,7 +8,8 @@ frames]`` complex (all ``n_fft`` bins when ``onesided=False``). ``istft`` invert
 by overlap-add divided by the summed squared window (it needs the window's overlaps
 to cover every sample, the NOLA condition). The framing and window are the fused op
 ``FusedOp.STFT_FRAMES`` (flex: one strided view of the padded signal times the window;
-elsewhere a composite of slices and ``cat``), then one FFT over the frames; ``istft`` is
+elsewhere its composite in :mod:`ember.backend.composites.spectral`, slices and one
+``cat``), then one FFT over the frames; ``istft`` is
 a composite of the FFTs of ``ember.fft`` and ``scatter``. Gradients flow through both.
 
 >>> import ember
@@ -24,7 +25,6 @@ True
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from ember.backend.dtype import DType
 from ember.backend.ops import FusedOp
 from ember.errors import DeviceError, DTypeError, ShapeError, ValueRangeError
 from ember.tensor import fft as _fft
-from ember.tensor.fused import fused, tensor_composite
+from ember.tensor.fused import fused
 from ember.tensor.tensor import Tensor
 
 _PAD_MODES = ("reflect", "constant", "replicate", "circular")
@@ -70,61 +70,6 @@ def _window(name: str, window: Tensor | None, n_fft: int, win: int, like: Tensor
         window = window.to_device(like.device)  # a device and its autodiff wrapper: the same values
     left = (n_fft - win) // 2
     return window.pad((left, n_fft - win - left)) if win != n_fft else window
-
-
-@lru_cache(maxsize=64)
-def _frame_index(length: int, n_fft: int, hop: int, pad: int, mode: str) -> np.ndarray:
-    """The sample each frame position reads, ``[frames * n_fft]``, for a signal of
-    ``length`` padded by ``pad`` on both sides in ``mode`` (read-only: cached)."""
-    frames = 1 + (length + 2 * pad - n_fft) // hop
-    pos = np.arange(frames)[:, None] * hop + np.arange(n_fft)[None, :] - pad
-    if mode == "reflect":
-        pos = np.abs(pos)
-        pos = np.where(pos >= length, 2 * (length - 1) - pos, pos)
-    elif mode == "replicate":
-        pos = np.clip(pos, 0, length - 1)
-    elif mode == "circular":
-        pos = pos % length
-    index = pos.reshape(-1).astype(np.int64)
-    index.flags.writeable = False
-    return index
-
-
-_MAX_PIECES = 8  # beyond this many hop-sized pieces per frame, one gather is cheaper
-
-
-def _frames(x: Tensor, length: int, n_fft: int, hop: int, pad: int, mode: str) -> Tensor:
-    """The frames ``[..., frames, n_fft]`` of ``x`` ``[..., length]`` padded by ``pad``
-    on both sides in ``mode``.
-
-    With ``hop`` a large part of ``n_fft`` (the usual 25-50%), the padded signal cut into
-    hop-sized blocks gives each frame as ``ceil(n_fft / hop)`` consecutive blocks: one
-    ``cat`` of that many shifted block views copies each sample once per frame reading
-    it, with no index. Otherwise one gather makes the frames, the padding included: each
-    frame position reads the sample that the padding would put there."""
-    lead = list(x.shape[:-1])
-    pieces = -(-n_fft // hop)
-    if pieces > _MAX_PIECES or (pad and mode == "circular"):
-        index = _frame_index(length, n_fft, hop, pad, mode)
-        return x.select(-1, Tensor.from_data(index, device=x.device)).reshape(lead + [-1, n_fft])
-    if pad:
-        x = x.pad((pad, pad), mode=mode)
-    total = length + 2 * pad
-    count = 1 + (total - n_fft) // hop
-    blocks = count + pieces - 1
-    need = blocks * hop  # the last block may run past the signal: those samples are never read
-    x = x.narrow(-1, 0, need) if need <= total else x.pad((0, need - total))
-    x = x.reshape(lead + [blocks, hop])
-    parts = [x.narrow(-2, j, count) for j in range(pieces)]
-    parts[-1] = parts[-1].narrow(-1, 0, n_fft - (pieces - 1) * hop)
-    return Tensor.cat(parts, -1) if pieces > 1 else parts[0]
-
-
-@tensor_composite(FusedOp.STFT_FRAMES)
-def stft_frames(x: Tensor, window: Tensor | None, n_fft: int, hop: int, pad: int, pad_mode: str) -> Tensor:
-    """``Backend.stft_frames``'s composite: :func:`_frames`, times the window."""
-    frames = _frames(x, x.shape[-1], n_fft, hop, pad, pad_mode)
-    return frames if window is None else frames.mul(window)
 
 
 def stft(

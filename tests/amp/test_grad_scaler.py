@@ -134,3 +134,59 @@ def test_float16_run_recovers_from_forced_overflow():
     assert np.isfinite(losses[-1])
     for p in _params(model):
         assert p.dtype == np.float32 and np.isfinite(p).all()  # float32 masters
+
+
+def test_complex_gradients_are_unscaled_and_checked_as_torch(rng):
+    """A complex Param trained through the scaler with SGD: its gradients are divided
+    by the scale (complex64 kept) and an inf in an imaginary part skips the step and
+    backs off the scale. The oracle is torch's GradScaler on the parameter's real view
+    (``torch.view_as_real``: how torch's optimizers step complex parameters; its CPU
+    unscale kernel refuses complex gradients themselves)."""
+    from ember import DType
+    from tests.conftest import import_torch
+    from tests.module.test_complex_params import _complex, _model
+
+    torch = import_torch()
+    ad = Device.flex().autodiff()
+    w, b, x, target = _complex(rng, (3, 2)), _complex(rng, (2,)), _complex(rng, (5, 3)), _complex(rng, (5, 2))
+    model = _model(ad, w, b)
+    optim = SgdConfig().init()
+    scaler = GradScaler(init_scale=2.0**10, growth_interval=2)
+    tw, tb = (torch.tensor(v.view(np.float32).reshape(*v.shape, 2), requires_grad=True) for v in (w, b))
+    topt = torch.optim.SGD([tw, tb], lr=0.05)
+    tscaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    for step in range(5):
+        loss = model(Tensor.from_data(x, device=ad)).sub(Tensor.from_data(target, device=ad)).abs().square().mean()
+        grads = GradientsParams.from_grads(scaler.scale(loss).backward(), model)
+        topt.zero_grad()
+        out = torch.tensor(x) @ torch.view_as_complex(tw) + torch.view_as_complex(tb)
+        tscaler.scale((out - torch.tensor(target)).abs().square().mean()).backward()
+        if step == 2:  # an overflow in one imaginary part only
+            clean = grads.get(model.weight.id)
+            g = clean.to_numpy().copy()
+            g[1, 0] = complex(0.5, np.inf)
+            grads.register(model.weight.id, Tensor.from_data(g, device=clean.device))
+            tw.grad[1, 0, 1] = float("inf")
+        unscaled = scaler.unscale(grads)
+        assert unscaled.get(model.weight.id).dtype is DType.COMPLEX64
+        tscaler.unscale_(topt)
+        if step != 2:
+            np.testing.assert_allclose(
+                unscaled.get(model.weight.id).to_numpy().view(np.float32).reshape(3, 2, 2),
+                tw.grad.numpy(),
+                rtol=1e-5,
+                atol=1e-6,
+            )
+        assert scaler.found_inf() is (step == 2)
+        model = scaler.step(optim, 0.05, model, grads)
+        tscaler.step(topt)
+        scaler.update()
+        tscaler.update()
+        assert scaler.get_scale() == tscaler.get_scale()
+        np.testing.assert_allclose(
+            model.weight.val().to_numpy(), torch.view_as_complex(tw.detach()).numpy(), rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            model.bias.val().to_numpy(), torch.view_as_complex(tb.detach()).numpy(), rtol=1e-5, atol=1e-6
+        )
+    assert scaler.skipped_steps == 1

@@ -145,7 +145,18 @@ GRAD_CASES = [
     ("irfft2", {"s": (4, 5)}),
     ("rfftn", {"s": (2, 5), "dim": (0, 1)}),
     ("irfftn", {"dim": (0, 1), "norm": "forward"}),
+    ("ifft2", {"s": (4, 5), "norm": "ortho"}),
+    ("fftn", {"dim": (0,)}),
+    ("ifftn", {"s": (2, 7)}),
+    ("fftshift", {}),
+    ("ifftshift", {"dim": 1}),
 ]
+#: ember.fft's functions that make tensors from sizes (nothing to differentiate).
+NOT_DIFFERENTIABLE = {"fftfreq", "rfftfreq"}
+
+
+def test_every_transform_has_a_gradient_case():
+    assert set(ember.fft.__all__) - NOT_DIFFERENTIABLE == {name for name, _ in GRAD_CASES}
 
 
 @pytest.mark.parametrize(("name", "kwargs"), GRAD_CASES)

@@ -138,13 +138,20 @@ def test_errors(flex):
 @pytest.mark.parametrize(("n_fft", "hop"), [(16, 4), (13, 6), (16, 1), (10, 13)])
 def test_flex_framing_kernel_matches_its_composite(rng, pad_mode, n_fft, hop):
     """Flex's ``stft_frames`` (a strided view times the window) and the composite the
-    other devices run (hop-sized blocks or one gather) give the same frames."""
+    other devices run (``ember.backend.composites``, over the protocol: hop-sized
+    blocks or one gather) give the same frames, for real and complex signals."""
+    from ember.backend.composites import COMPOSITES
     from ember.backend.ops import FusedOp
     from ember.tensor.fused import composite_of
 
-    x = Tensor.from_data(rng.standard_normal((2, 50)))
-    for window in (ember.hann_window(n_fft, dtype="float64"), None):
-        prim = None if window is None else window.primitive
-        kernel = x.device.backend.stft_frames(x.primitive, prim, n_fft, hop, n_fft // 2, pad_mode)
-        expected = composite_of(FusedOp.STFT_FRAMES)(x, window, n_fft, hop, n_fft // 2, pad_mode)
-        np.testing.assert_array_equal(kernel, expected.to_numpy())
+    assert composite_of(FusedOp.STFT_FRAMES) is COMPOSITES["stft_frames"]  # not a tensor-level composite
+    real = rng.standard_normal((2, 50))
+    for signal in (real, real + 1j * rng.standard_normal((2, 50)), real[0].astype(np.float32)):
+        x = Tensor.from_data(signal)
+        backend = x.device.backend
+        for window in (ember.hann_window(n_fft, dtype="float64"), None):
+            prim = None if window is None else window.primitive
+            kernel = backend.stft_frames(x.primitive, prim, n_fft, hop, n_fft // 2, pad_mode)
+            expected = COMPOSITES["stft_frames"](backend, x.primitive, prim, n_fft, hop, n_fft // 2, pad_mode)
+            assert kernel.dtype == expected.dtype
+            np.testing.assert_array_equal(kernel, expected)

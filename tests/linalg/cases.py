@@ -189,6 +189,23 @@ CASES = {
     ),
 }
 
+CASES["inv_ex"] = (
+    lambda a: linalg.inv_ex(a).inverse,
+    lambda t, a: t.linalg.inv_ex(a).inverse,
+    _arrays(31, (2, 3, 3), shift=3.0),
+)
+CASES["solve_ex"] = (
+    lambda a, b: linalg.solve_ex(a, b).result,
+    lambda t, a, b: t.linalg.solve_ex(a, b).result,
+    _arrays(32, (2, 3, 3), (3, 2), shift=3.0),
+)
+CASES["cholesky_ex"] = (
+    lambda a: linalg.cholesky_ex(_spd(a)).L,
+    lambda t, a: t.linalg.cholesky_ex(_tspd(t, a)).L,
+    _arrays(33, (2, 3, 3)),
+)
+CASES["norm"] = (lambda a: linalg.norm(a), lambda t, a: t.linalg.norm(a), _arrays(34, (2, 3, 4)))
+
 for _ord in ("fro", "nuc", 1, -1, 2, -2, INF, -INF):
     CASES[f"matrix_norm_{_ord}"] = (
         (lambda o: lambda a: linalg.matrix_norm(a, o))(_ord),
@@ -202,6 +219,9 @@ for _ord, _dim in ((2, None), (1, -1), (INF, (0, 2)), (3, 1)):
         (lambda o, d: lambda t, a: t.linalg.vector_norm(a, o, d))(_ord, _dim),
         _arrays(30, (2, 3, 4)),
     )
+
+#: The public functions of ember.linalg without a gradient: matrix_rank gives ints.
+NOT_DIFFERENTIABLE = {"matrix_rank"}
 
 #: The cases whose fn has a second derivative worth checking against PyTorch's.
 SECOND_ORDER = [

@@ -11,7 +11,7 @@ from ember import Device, Tensor
 from tests.autodiff.gradcheck import check_grad
 from tests.autodiff.second_order import ember_hvp, numeric_hvp, torch_hvp
 from tests.conftest import float64_supported, make_device
-from tests.linalg.cases import CASES, SECOND_ORDER
+from tests.linalg.cases import CASES, NOT_DIFFERENTIABLE, SECOND_ORDER
 
 AUTODIFF_DEVICES = ["flex+autodiff", "flex+fusion+autodiff", "cube+autodiff"]
 
@@ -32,6 +32,16 @@ def _torch_value(torch, name, arrays, dtype, require_grad=False):
     _, torch_fn, _ = CASES[name]
     ts = [torch.tensor(a.astype(dtype), requires_grad=require_grad) for a in arrays]
     return ts, torch_fn(torch, *ts)
+
+
+def test_every_function_has_a_case():
+    """Each public ember.linalg function is differentiated in CASES (or listed as not
+    differentiable, as in torch)."""
+    import ember.linalg
+
+    functions = {n for n in ember.linalg.__all__ if n[0].islower()}
+    covered = {name for name in CASES if name in functions} | {n for n in functions for c in CASES if c.startswith(n)}
+    assert functions - NOT_DIFFERENTIABLE <= covered, sorted(functions - NOT_DIFFERENTIABLE - covered)
 
 
 @pytest.mark.torch

@@ -37,6 +37,35 @@ def test_inv_of_a_singular_matrix_names_the_batch_element_and_the_pivot(device):
         linalg.solve(a, _t(np.ones((5, 3, 1)), device, dtype)).to_numpy()
 
 
+def test_non_converging_inputs_raise_ember_errors(device, capfd):
+    """An inf or NaN stops LAPACK's iterations (SVD, the symmetric eigensolver, least
+    squares): an ember LinAlgError names the op and the batch element, as torch.linalg
+    raises (numpy's own error and LAPACK's stderr notes stay inside)."""
+    dtype = "float64" if float64_supported(device) else "float32"
+    a = np.stack([np.eye(3) * 3 + 0.1 for _ in range(4)])
+    a[2, 1, 0] = np.nan  # in the lower triangle, which eigh reads
+    x, b = _t(a, device, dtype), _t(np.ones((4, 3, 2)), device, dtype)
+    for name, call in [
+        ("svd", lambda: linalg.svd(x)[1]),
+        ("svdvals", lambda: linalg.svdvals(x)),
+        ("eigh", lambda: linalg.eigh(x)[0]),
+        ("eigvalsh", lambda: linalg.eigvalsh(x)),
+        ("pinv", lambda: linalg.pinv(x)),
+        ("svdvals", lambda: linalg.matrix_rank(x)),
+        ("lstsq", lambda: linalg.lstsq(x, b).solution),
+    ]:
+        # A fusion device records the call and raises when the stream runs (reading the result).
+        with pytest.raises(
+            LinAlgError,
+            match=rf"linalg\.{name}: the algorithm did not converge: the matrix at "
+            r"batch index 2 holds non-finite values",
+        ):
+            call().to_numpy()
+    with pytest.raises(LinAlgError, match=r"linalg\.svd: .*: the matrix holds non-finite values \(inf or NaN\)"):
+        linalg.svd(_t(a[2], device, dtype))[0].to_numpy()
+    assert "DLASCL" not in capfd.readouterr().err
+
+
 def test_a_multi_dim_batch_index_is_named_too():
     a = _batch_with_singular(4, SINGULAR).reshape(1, 5, 3, 3)
     with pytest.raises(LinAlgError, match=r"batch index 4 \(index \[0, 4\]\)"):
@@ -221,3 +250,70 @@ def test_a_single_matrix_gives_0d_results(device):
     assert [t.dims() for t in linalg.slogdet(a)] == [[], []]
     assert linalg.inv_ex(a).info.dims() == []
     assert linalg.cholesky_ex(a).info.dims() == []
+
+
+def test_complex_norms_and_cross_match_torch(device, torch):
+    """vector_norm, matrix_norm (every ord but the singular-value ones) and cross take
+    complex tensors, values and gradients as torch's; the decompositions refuse complex
+    matrices with an error naming the real-block workaround."""
+    from tests.fft.helpers import complex_dtype, holds_complex
+
+    if not holds_complex(device):
+        return
+    dtype = complex_dtype(device)
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((2, 3, 3)) + 1j * rng.standard_normal((2, 3, 3))).astype(dtype)
+    b = (rng.standard_normal((2, 3, 3)) + 1j * rng.standard_normal((2, 3, 3))).astype(dtype)
+    cases = [
+        (lambda x, y: linalg.vector_norm(x, 3, dim=-1), lambda x, y: torch.linalg.vector_norm(x, 3, dim=-1)),
+        (lambda x, y: linalg.vector_norm(x), lambda x, y: torch.linalg.vector_norm(x)),
+        (lambda x, y: linalg.matrix_norm(x), lambda x, y: torch.linalg.matrix_norm(x)),
+        (lambda x, y: linalg.matrix_norm(x, 1), lambda x, y: torch.linalg.matrix_norm(x, 1)),
+        (lambda x, y: linalg.matrix_norm(x, -np.inf), lambda x, y: torch.linalg.matrix_norm(x, -np.inf)),
+        (lambda x, y: linalg.cross(x, y).abs(), lambda x, y: torch.linalg.cross(x, y).abs()),
+    ]
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == np.complex64 else {"rtol": 1e-10, "atol": 1e-12}
+    for ours_fn, torch_fn in cases:
+        tx, ty = (torch.tensor(v, requires_grad=True) for v in (a, b))
+        expected = torch_fn(tx, ty)
+        expected.sum().backward()
+        x, y = (Tensor.from_data(v, device=device) for v in (a, b))
+        if device.is_autodiff():
+            x, y = x.require_grad(), y.require_grad()
+        out = ours_fn(x, y)
+        np.testing.assert_allclose(out.to_numpy(), expected.detach().numpy(), **tol)
+        if device.is_autodiff():
+            grads = out.sum().backward()
+            np.testing.assert_allclose(x.grad(grads).to_numpy(), tx.grad.resolve_conj().numpy(), **tol)
+    with pytest.raises(DTypeError, match=r"linalg\.inv: A is complex.*real block matrix"):
+        linalg.inv(Tensor.from_data(a, device=device))
+    with pytest.raises(DTypeError, match=r"linalg\.matrix_norm: A is complex"):
+        linalg.matrix_norm(Tensor.from_data(a, device=device), "nuc")
+
+
+@pytest.mark.parametrize("name", ["flex+autodiff", "flex+fusion+autodiff"])
+def test_compiled_ir_holds_lapack_and_fft_calls(name):
+    """In a compiled step (forward and backward) the decompositions and the FFT are
+    nodes of the captured graph, replayed with new values, not graph breaks."""
+    from tests.conftest import make_device
+
+    device = make_device(name)
+
+    def step(a, x):
+        a = a.require_grad()
+        loss = linalg.svdvals(a).sum().add(linalg.solve(a, a).sum()).add(ember.fft.rfft(x).abs().sum())
+        return loss, a.grad(loss.backward())
+
+    compiled = ember.compile(step)
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ember.errors.FallbackWarning)
+        for _ in range(3):
+            a = _t(rng.uniform(size=(3, 3)) + 3 * np.eye(3), device)
+            x = _t(rng.standard_normal(8), device)
+            for ours, eager in zip(compiled(a, x), step(a, x)):
+                np.testing.assert_allclose(ours.to_numpy(), eager.to_numpy(), rtol=1e-10, atol=1e-12)
+    assert compiled.stats["traces"] == 1 and compiled.stats["replays"] == 2 and not compiled.stats["eager"]
+    (entry,) = compiled._entries.values()
+    calls = [(node.op, str(node.args[0])) for node in entry.graph.nodes if node.op in ("linalg", "fft")]
+    assert {op for _, op in calls} >= {"svdvals", "solve", "svd", "rfft"}, calls

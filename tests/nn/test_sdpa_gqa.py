@@ -77,3 +77,34 @@ def test_enable_gqa_errors(rng):
         scaled_dot_product_attention(q.reshape([3, 2, 4]), k.reshape([2, 2, 4]), k.reshape([2, 2, 4]), enable_gqa=True)
     with pytest.raises(ShapeError):  # without enable_gqa the heads must broadcast
         scaled_dot_product_attention(q.narrow(1, 0, 2).repeat([1, 2, 1, 1]), k, k)
+
+
+def test_enable_gqa_on_every_device(device, torch, rng):
+    """Grouped heads with a causal mask and a boolean mask, values (and gradients on the
+    autodiff devices) against torch."""
+    q, k, v = rand(rng, 2, 4, 3, 8), rand(rng, 2, 2, 5, 8), rand(rng, 2, 2, 5, 6)
+    keep = rng.random((2, 4, 3, 5)) > 0.3
+    keep[..., 0] = True
+    theirs = [torch.from_numpy(a).requires_grad_() for a in (q, k, v)]
+    for options, their_mask in [({"is_causal": True}, None), ({}, keep)]:
+        ours = [Tensor.from_data(a, device=device) for a in (q, k, v)]
+        if device.is_autodiff():
+            ours = [t.require_grad() for t in ours]
+        mask = None if their_mask is None else Tensor.from_data(their_mask, device=device)
+        out = scaled_dot_product_attention(*ours, attn_mask=mask, enable_gqa=True, **options)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            *theirs,
+            attn_mask=None if their_mask is None else torch.from_numpy(their_mask),
+            enable_gqa=True,
+            **options,
+        )
+        assert_close(out, expected.detach().numpy(), rtol=1e-4, atol=1e-5)
+        if not device.is_autodiff():
+            continue
+        w = rand(rng, *out.dims())
+        grads = out.mul(Tensor.from_data(w, device=device)).sum().backward()
+        for t in theirs:
+            t.grad = None
+        (expected * torch.from_numpy(w)).sum().backward()
+        for a, b in zip(ours, theirs):
+            assert_close(a.grad(grads), b.grad.numpy(), rtol=1e-4, atol=1e-4)

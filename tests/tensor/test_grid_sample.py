@@ -103,3 +103,52 @@ def test_grid_sample_errors(flex):
         grid_sample(x, g.cast("float64"))
     with pytest.raises(ShapeError, match="affine_grid"):
         affine_grid(Tensor.zeros([1, 2, 3], device=flex), [1, 1, 4, 4, 4])
+
+
+@pytest.fixture(params=["native", "numpy"])
+def flex_paths(request, monkeypatch):
+    """flex's native (LLVM) grid_sample kernels, then its numpy versions."""
+    from ember.backend.flex import native, native_grid
+
+    if request.param == "numpy":
+        monkeypatch.setitem(native_grid._STATE, "off", True)
+    elif native_grid.kernels() is None:
+        pytest.skip("native kernels are unavailable on this machine")
+    else:
+        monkeypatch.setattr(native, "MIN_ELEMENTS", 0)  # small arrays take the native path too
+    return request.param
+
+
+@pytest.mark.parametrize("mode,padding,align", CASES)
+def test_grid_sample_native_and_numpy_kernels_match_torch(flex_paths, flex, torch, rng, mode, padding, align):
+    """Both flex kernels (float32), 2-D and 3-D, values and both gradients, against torch."""
+    x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    grid = rng.uniform(-1.3, 1.3, (2, 4, 3, 2)).astype(np.float32)
+    _run(flex.autodiff(), torch, x, grid, mode, padding, align)
+    x3 = rng.standard_normal((2, 2, 4, 5, 3)).astype(np.float32)
+    grid3 = rng.uniform(-1.3, 1.3, (2, 2, 3, 4, 3)).astype(np.float32)
+    _run(flex.autodiff(), torch, x3, grid3, mode, padding, align)
+
+
+def test_grid_sample_native_kernels_equal_numpy_bits(flex, rng, monkeypatch):
+    """The native forward sums the same corners in the same order as numpy: same bits;
+    the gradients within float32 rounding (the scatter's order differs)."""
+    from ember.backend.flex import grid_sample as kernels
+    from ember.backend.flex import native_grid
+
+    if native_grid.kernels() is None:
+        pytest.skip("native kernels are unavailable on this machine")
+    x = rng.standard_normal((2, 4, 40, 50)).astype(np.float32)
+    grid = rng.uniform(-1.2, 1.2, (2, 30, 40, 2)).astype(np.float32)
+    grid[0, 0, 0] = np.nan
+    g = rng.standard_normal((2, 4, 30, 40)).astype(np.float32)
+    for mode in ("bilinear", "nearest"):
+        native = kernels.grid_sample(x, grid, mode, "zeros", False)
+        native_grads = kernels.grid_sample_backward(g, x, grid, mode, "zeros", False, True, True)
+        with monkeypatch.context() as m:
+            m.setitem(native_grid._STATE, "off", True)
+            plain = kernels.grid_sample(x, grid, mode, "zeros", False)
+            plain_grads = kernels.grid_sample_backward(g, x, grid, mode, "zeros", False, True, True)
+        np.testing.assert_array_equal(native, plain)
+        for a, b in zip(native_grads, plain_grads):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

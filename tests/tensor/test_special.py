@@ -186,3 +186,78 @@ def test_tensor_methods_and_errors(flex):
 
     with pytest.raises(ValueRangeError, match="polygamma: n must be an int >= 0"):
         S.polygamma(-1, x)
+
+
+# Every public function of ember.special: how to call it and torch's, and its inputs
+# (one or two float64 arrays). Functions torch does not differentiate map to None.
+_EVERY = {
+    "bessel_j0": None,  # torch.special.bessel_j0 has no derivative
+    "bessel_j1": None,
+    "zeta": None,  # torch: "the derivative for 'zeta' is not implemented"
+    "digamma": ("digamma", lambda r: r.uniform(0.2, 6, 12)),
+    "psi": ("psi", lambda r: r.uniform(0.2, 6, 12)),
+    "lgamma": ("gammaln", lambda r: r.uniform(0.2, 6, 12)),
+    "gammaln": ("gammaln", lambda r: r.uniform(0.2, 6, 12)),
+    "i0": ("i0", lambda r: r.uniform(-8, 8, 12)),
+    "i0e": ("i0e", lambda r: r.uniform(-8, 8, 12)),
+    "i1": ("i1", lambda r: r.uniform(-8, 8, 12)),
+    "i1e": ("i1e", lambda r: r.uniform(-8, 8, 12)),
+    "erf": ("erf", lambda r: r.uniform(-3, 3, 12)),
+    "erfc": ("erfc", lambda r: r.uniform(-3, 3, 12)),
+    "erfcx": ("erfcx", lambda r: r.uniform(-3, 10, 12)),
+    "erfinv": ("erfinv", lambda r: r.uniform(-0.99, 0.99, 12)),
+    "ndtr": ("ndtr", lambda r: r.uniform(-5, 5, 12)),
+    "ndtri": ("ndtri", lambda r: r.uniform(0.01, 0.99, 12)),
+    "log_ndtr": ("log_ndtr", lambda r: r.uniform(-20, 5, 12)),
+    "entr": ("entr", lambda r: r.uniform(0.05, 4, 12)),
+    "sinc": ("sinc", lambda r: r.uniform(-4, 4, 12)),
+    "expit": ("expit", lambda r: r.uniform(-6, 6, 12)),
+    "logit": ("logit", lambda r: r.uniform(0.05, 0.95, 12)),
+    "exp2": ("exp2", lambda r: r.uniform(-4, 4, 12)),
+    "expm1": ("expm1", lambda r: r.uniform(-4, 4, 12)),
+    "log1p": ("log1p", lambda r: r.uniform(-0.9, 4, 12)),
+    "polygamma": (
+        (lambda t, x: t.special.polygamma(2, x)),
+        lambda r: r.uniform(0.3, 6, 12),
+        lambda x: S.polygamma(2, x),
+    ),
+    "multigammaln": (
+        (lambda t, x: t.special.multigammaln(x, 3)),
+        lambda r: r.uniform(1.2, 6, 12),
+        lambda x: S.multigammaln(x, 3),
+    ),
+    "xlogy": ("xlogy", lambda r: (r.uniform(0.1, 3, 12), r.uniform(0.1, 3, 12))),
+    "xlog1py": ("xlog1py", lambda r: (r.uniform(0.1, 3, 12), r.uniform(-0.5, 3, 12))),
+    "softmax": ((lambda t, x: t.special.softmax(x, 0)), lambda r: r.uniform(-3, 3, 12), lambda x: S.softmax(x, 0)),
+    "log_softmax": (
+        (lambda t, x: t.special.log_softmax(x, 0)),
+        lambda r: r.uniform(-3, 3, 12),
+        lambda x: S.log_softmax(x, 0),
+    ),
+    "logsumexp": (
+        (lambda t, x: t.special.logsumexp(x, 0)),
+        lambda r: r.uniform(-3, 3, 12),
+        lambda x: S.logsumexp(x, 0),
+    ),
+}
+
+
+def test_every_special_function_is_covered_here():
+    assert set(S.__all__) == set(_EVERY), "a new ember.special function needs a row in _EVERY"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, row in _EVERY.items() if row is not None))
+def test_differentiable_where_torch_is(flex, torch, rng, name):
+    """Each function torch differentiates has torch's gradient (every argument)."""
+    torch_name, inputs, *ours = _EVERY[name]
+    arrays = inputs(rng)
+    arrays = arrays if isinstance(arrays, tuple) else (arrays,)
+    torch_fn = (lambda t, *xs: getattr(t.special, torch_name)(*xs)) if isinstance(torch_name, str) else torch_name
+    fn = ours[0] if ours else getattr(S, name)
+    tx = [torch.tensor(a, requires_grad=True) for a in arrays]
+    weights = np.cos(np.arange(arrays[0].size))
+    (torch_fn(torch, *tx) * torch.tensor(weights)).sum().backward()
+    ex = [Tensor.from_data(a, device=flex.autodiff()).require_grad() for a in arrays]
+    grads = fn(*ex).mul(Tensor.from_data(weights, device=flex.autodiff())).sum().backward()
+    for e, t in zip(ex, tx):
+        np.testing.assert_allclose(e.grad(grads).to_numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12)

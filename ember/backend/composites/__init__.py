@@ -36,6 +36,7 @@ from ember.backend.composites import (  # noqa: F401
     optim,
     rnn,
     rnn_sequence,
+    spectral,
 )
 from ember.backend.composites.registry import COMPOSITES, composite, run, scalar_sqrt, stop_gradient
 

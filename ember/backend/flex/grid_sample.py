@@ -10,6 +10,10 @@ with one ``np.bincount`` per batch entry, and the grid's gradient is the derivat
 of the weights, ``sum_c grad * value`` per corner, times the coordinate map's slope
 (zero where ``border``/``reflection`` clip, negative where reflection mirrors).
 PyTorch's formulas (``grid_sampler_compute_source_index``) throughout.
+
+In float32, above :data:`ember.backend.flex.native.MIN_ELEMENTS` output elements, the
+gathers and the scatter run as LLVM loops instead
+(:mod:`ember.backend.flex.native_grid`; the same points and the same sums).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from ember.backend.flex import native_grid
 
 
 def _work(dtype: np.dtype) -> Any:
@@ -126,6 +132,24 @@ def _channels_last(x: np.ndarray, work: Any) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(n, c, -1).transpose(0, 2, 1), dtype=work)
 
 
+def _native(work: Any, x: np.ndarray, points: int, corners: int) -> native_grid.GridKernels | None:
+    """The native kernels for float32 work on large enough arrays (int32 indices)."""
+    if work is not np.float32 or math.prod(x.shape[2:]) >= 2**31:
+        return None
+    return native_grid.kernels(corners, x.shape[0] * x.shape[1] * points)
+
+
+def _stacked(points: list) -> tuple[np.ndarray, np.ndarray]:
+    """The corners as ``idx`` (int32) and ``w`` (float32), both ``[N, P, K]``."""
+    idx = np.stack([flat for flat, _, _, _ in points], axis=-1).astype(np.int32)
+    w = np.stack([weight for _, weight, _, _ in points], axis=-1)
+    return idx, np.ascontiguousarray(w, dtype=np.float32)
+
+
+def _planes(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.reshape(x.shape[0], x.shape[1], -1), dtype=np.float32)
+
+
 def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, align_corners: bool) -> Any:
     """``x`` ``[N, C, *spatial]`` sampled at ``grid`` ``[N, *out, D]``: ``[N, C, *out]``."""
     if mode not in ("bilinear", "nearest"):
@@ -136,8 +160,13 @@ def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, a
     out_spatial = tuple(grid.shape[1:-1])
     coords, _ = source_coords(grid, spatial, padding_mode, align_corners, work)
     points = corners(coords, spatial, mode, work)
-    rows = _channels_last(x, work)
     flat_points = math.prod(out_spatial)
+    kernels = _native(work, x, flat_points, len(points))
+    if kernels is not None:
+        idx, w = _stacked(points)
+        out = native_grid.forward(kernels, _planes(x), idx, w, flat_points)
+        return out.reshape((n, c, *out_spatial))
+    rows = _channels_last(x, work)
     out = np.empty((n, c, flat_points), work)
     for b in range(n):
         acc = np.zeros((flat_points, c), work)
@@ -170,6 +199,15 @@ def grid_sample_backward(
     points = corners(coords, spatial, mode, work)
     g = grad.reshape(n, c, -1).astype(work, copy=False)
     gx = ggrid = None
+    dots: list[np.ndarray] | None = None
+    kernels = _native(work, x, points[0][0].shape[1], len(points))
+    if kernels is not None:
+        idx, w = _stacked(points)
+        need_dot = need_grid and mode != "nearest"
+        gx, dot = native_grid.backward(kernels, _planes(x), np.ascontiguousarray(g), idx, w, need_x, need_dot)
+        gx = None if gx is None else gx.reshape(x.shape)
+        dots = None if dot is None else [dot[:, :, q] for q in range(len(points))]
+        need_x = False
     if need_x:
         gx = np.empty((n, c, size), work)
         flat_count = points[0][0].shape[1]
@@ -185,15 +223,19 @@ def grid_sample_backward(
         rank = len(spatial)
         gc = [np.zeros(coords[0].shape, work) for _ in range(rank)]
         if mode != "nearest":
-            rows = _channels_last(x, work)
-            grad_rows = _channels_last(g, work)
+            if dots is None:
+                rows = _channels_last(x, work)
+                grad_rows = _channels_last(g, work)
             low = [np.floor(co) for co in coords]
             frac = [co - f for co, f in zip(coords, low)]
-            for flat, _, valid, bits in points:
-                dot = np.empty(flat.shape, work)
-                for b in range(n):
-                    dot[b] = np.einsum("pc,pc->p", grad_rows[b], np.take(rows[b], flat[b], axis=0))
-                dot *= valid
+            for q, (flat, _, valid, bits) in enumerate(points):
+                if dots is not None:
+                    dot = dots[q] * valid
+                else:
+                    dot = np.empty(flat.shape, work)
+                    for b in range(n):
+                        dot[b] = np.einsum("pc,pc->p", grad_rows[b], np.take(rows[b], flat[b], axis=0))
+                    dot *= valid
                 for d in range(rank):
                     # d weight / d coordinate d: the other dims' factors, signed by this dim's bit.
                     factor = np.ones(flat.shape, work)
