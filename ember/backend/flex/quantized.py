@@ -104,8 +104,6 @@ def _weight_only(
         w = dequantize_array(values, scales, zero_points, value, group)
         out = rows @ w.T
         return out if bias is None else out + bias
-    kind = "u4" if value == "int4" else ("s8" if values.dtype == np.int8 else "u8")
-    zconst = 8.0 if value == "int4" else 0.0
     values = np.ascontiguousarray(values)
     scales = np.ascontiguousarray(scales, dtype=_F32)
     zps = None if zero_points is None else np.ascontiguousarray(zero_points, dtype=np.uint8)
@@ -116,6 +114,8 @@ def _weight_only(
     if m >= TILE_GEMM_ROWS:
         # Many rows: dequantize TILE_ROWS weight rows at a time into a cache-sized float
         # tile and multiply it with sgemm; the float weight as a whole never exists.
+        kind = "u4" if value == "int4" else ("s8" if values.dtype == np.int8 else "u8")
+        zconst = ctypes.c_float(8.0 if value == "int4" else 0.0)
         tile = np.empty((TILE_ROWS, k), dtype=_F32)
         for n0 in range(0, n, TILE_ROWS):
             nc = min(TILE_ROWS, n - n0)
@@ -127,24 +127,30 @@ def _weight_only(
                 nc,
                 k,
                 group,
-                ctypes.c_float(zconst),
+                zconst,
             )
             np.matmul(rows, tile[:nc].T, out=out[:, n0 : n0 + nc])
         return out if b is None else np.add(out, b, out=out)
-    gemm_kind = "s8c" if kind == "s8" and groups == 1 else kind  # one scale per row: applied once
+    if value == "int4":
+        kind = "u4" if zps is None else "u4z"
+    else:
+        kind = "s8" if values.dtype == np.int8 else "u8"
+    g32 = group == 32 and kind.startswith("u4")
+    x_at, w_at, s_at, y_at = address(rows), address(values), address(scales), address(out)
+    z_at = None if zps is None else address(zps)
+    b_at = None if b is None else address(b)
     for m0, mc, n0, nc, mr, nr in plan(m, n, WEIGHT_ONLY_TILES):
-        kernels.gemm[(gemm_kind, mr, nr)](
-            address(rows) + m0 * k * 4,
-            address(values) + n0 * row_bytes,
-            address(scales) + n0 * groups * 4,
-            None if zps is None else address(zps) + n0 * groups,
-            None if b is None else address(b) + n0 * 4,
-            address(out) + (m0 * n + n0) * 4,
+        kernels.weight_only[(kind, g32, mr, nr)](
+            x_at + m0 * k * 4,
+            w_at + n0 * row_bytes,
+            s_at + n0 * groups * 4,
+            None if z_at is None else z_at + n0 * groups,
+            None if b_at is None else b_at + n0 * 4,
+            y_at + (m0 * n + n0) * 4,
             mc,
             nc,
             k,
             group,
-            ctypes.c_float(zconst),
             n,
         )
     return out
