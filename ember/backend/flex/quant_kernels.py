@@ -87,9 +87,15 @@ def _build() -> QuantKernels | None:
     vnni = has_vnni()
     int8_kinds = ("vnni", "portable") if vnni else ("portable",)
     # int4's default block is 32: a variant without the inner loop; int8's groups are long.
+    # int4 on AVX-512 looks its values up in a register (vpermps): ``lut``.
+    lut = "+avx512f" in jit.host_features().split(",")
     variants = [(kind, g32) for kind in WEIGHT_KINDS for g32 in ((False, True) if kind.startswith("u4") else (False,))]
     names = [f"ember_q{kind}_dequant" for kind in ("s8", "u8", "u4")]
-    names += [weight_only_name(kind, mr, nr, g32) for kind, g32 in variants for mr, nr in WEIGHT_ONLY_TILES]
+    names += [
+        weight_only_name(kind, mr, nr, g32, lut and kind.startswith("u4"))
+        for kind, g32 in variants
+        for mr, nr in WEIGHT_ONLY_TILES
+    ]
     names += [f"ember_i8i8_{kind}_{mr}x{nr}" for kind in int8_kinds for mr, nr in INT8_TILES]
     try:
         emitter = _QuantEmitter(ir, jit.vector_width())
@@ -97,7 +103,7 @@ def _build() -> QuantKernels | None:
             emitter.dequantize_rows(kind)
         for kind, g32 in variants:
             for mr, nr in WEIGHT_ONLY_TILES:
-                emit_weight_only(emitter, kind, mr, nr, g32)
+                emit_weight_only(emitter, kind, mr, nr, g32, lut and kind.startswith("u4"))
         for kind in int8_kinds:
             for mr, nr in INT8_TILES:
                 emitter.int8_int8(kind, mr, nr)
@@ -110,7 +116,8 @@ def _build() -> QuantKernels | None:
     signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, i64)
     for kind, g32 in variants:
         for mr, nr in WEIGHT_ONLY_TILES:
-            weight_only[(kind, g32, mr, nr)] = signature(at[weight_only_name(kind, mr, nr, g32)])
+            name = weight_only_name(kind, mr, nr, g32, lut and kind.startswith("u4"))
+            weight_only[(kind, g32, mr, nr)] = signature(at[name])
     dequant = {
         kind: ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, i64, f32)(at[f"ember_q{kind}_dequant"])
         for kind in ("s8", "u8", "u4")
