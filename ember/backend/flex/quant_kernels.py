@@ -35,7 +35,7 @@ N_BLOCK = 64
 #: Register tiles ``(rows of x, rows of w)`` compiled: a wide one for many rows, one
 #: sharing each load of ``x`` among several weight rows for decode, and ``1 x 1`` for the rest.
 WEIGHT_ONLY_TILES = ((8, 1), (1, 4), (1, 1))
-INT8_TILES = ((6, 4), (1, 4), (1, 1))
+INT8_TILES = ((6, 4), (6, 1), (1, 4), (1, 1))
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}
@@ -49,6 +49,7 @@ class QuantKernels:
     or ``portable``, ``dequant`` keyed ``s8``/``u8``/``u4``."""
 
     engine: Any
+    quantize_rows: Any
     weight_only: dict[tuple[str, bool, int, int], Any]
     gemm: dict[tuple[str, int, int], Any]
     dequant: dict[str, Any]
@@ -66,31 +67,36 @@ def has_vnni() -> bool:
     return "+avx512vnni" in features and "+avx512bw" in features
 
 
-def quant_kernels() -> QuantKernels | None:
-    """The compiled kernels, built on first use; ``None`` where llvmlite cannot compile."""
-    if "kernels" in _STATE:
-        return _STATE["kernels"]
+def quant_kernels(portable: bool = False) -> QuantKernels | None:
+    """The compiled kernels, built on first use; ``None`` where llvmlite cannot compile.
+
+    ``portable`` builds the paths a CPU without AVX-512 VNNI and AVX-512 runs (no
+    ``vpdpbusd``, no int4 table lookups) on this one too, so that tests cover them."""
+    key = "portable" if portable else "kernels"
+    if key in _STATE:
+        return _STATE[key]
     with _LOCK:
-        if "kernels" not in _STATE:
-            _STATE["kernels"] = _build()
-    return _STATE["kernels"]
+        if key not in _STATE:
+            _STATE[key] = _build(portable)
+    return _STATE[key]
 
 
-def _build() -> QuantKernels | None:
+def _build(portable: bool) -> QuantKernels | None:
     try:
         from llvmlite import ir
 
+        from ember.backend.flex.quant_activations import QUANTIZE_ROWS, emit_quantize_rows
         from ember.backend.flex.quant_weight_only import WEIGHT_KINDS, emit_weight_only, weight_only_name
         from ember.backend.kernel.llvm import jit
     except ImportError:  # pragma: no cover
         return None
-    vnni = has_vnni()
+    vnni = has_vnni() and not portable
     int8_kinds = ("vnni", "portable") if vnni else ("portable",)
     # int4's default block is 32: a variant without the inner loop; int8's groups are long.
     # int4 on AVX-512 looks its values up in a register (vpermps): ``lut``.
-    lut = "+avx512f" in jit.host_features().split(",")
+    lut = "+avx512f" in jit.host_features().split(",") and not portable
     variants = [(kind, g32) for kind in WEIGHT_KINDS for g32 in ((False, True) if kind.startswith("u4") else (False,))]
-    names = [f"ember_q{kind}_dequant" for kind in ("s8", "u8", "u4")]
+    names = [QUANTIZE_ROWS] + [f"ember_q{kind}_dequant" for kind in ("s8", "u8", "u4")]
     names += [
         weight_only_name(kind, mr, nr, g32, lut and kind.startswith("u4"))
         for kind, g32 in variants
@@ -99,6 +105,7 @@ def _build() -> QuantKernels | None:
     names += [f"ember_i8i8_{kind}_{mr}x{nr}" for kind in int8_kinds for mr, nr in INT8_TILES]
     try:
         emitter = _QuantEmitter(ir, jit.vector_width())
+        emit_quantize_rows(emitter)
         for kind in ("s8", "u8", "u4"):
             emitter.dequantize_rows(kind)
         for kind, g32 in variants:
@@ -127,7 +134,15 @@ def _build() -> QuantKernels | None:
         for mr, nr in INT8_TILES:
             signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)
             gemm[(kind, mr, nr)] = signature(at[f"ember_i8i8_{kind}_{mr}x{nr}"])
-    return QuantKernels(engine=compiled.engine, weight_only=weight_only, gemm=gemm, dequant=dequant, vnni=vnni)
+    quantize_rows = ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, f32)(at[QUANTIZE_ROWS])
+    return QuantKernels(
+        engine=compiled.engine,
+        quantize_rows=quantize_rows,
+        weight_only=weight_only,
+        gemm=gemm,
+        dequant=dequant,
+        vnni=vnni,
+    )
 
 
 class _QuantEmitter:

@@ -3,7 +3,8 @@
 reference (which does dequantize the weight) elsewhere.
 
 ``path`` picks the implementation: ``None`` the fastest available, ``"vnni"`` or
-``"portable"`` one of the int8 x int8 kernels, ``"numpy"`` the reference (tests
+``"portable"`` one of the int8 x int8 kernels (weight-only: ``"portable"`` the kernels
+of a CPU without AVX-512, compiled on request), ``"numpy"`` the reference (tests
 compare them).
 """
 
@@ -97,9 +98,13 @@ def _weight_only(
 ) -> np.ndarray:
     m, k = rows.shape
     n = values.shape[0]
-    kernels = quant_kernels() if path != "numpy" else None
+    if path not in (None, "numpy", "portable"):
+        raise BackendUnavailableError(
+            f"ember: quantized_linear: weight-only kernels have the paths None, 'portable' and 'numpy', got {path!r}"
+        )
+    kernels = None if path == "numpy" else quant_kernels(portable=path == "portable")
     if kernels is None or group % 32 or rows.shape[0] == 0:
-        if path not in (None, "numpy"):
+        if path == "portable":
             raise BackendUnavailableError(f"ember: quantized_linear: no compiled kernel for path {path!r} here")
         w = dequantize_array(values, scales, zero_points, value, group)
         out = rows @ w.T
@@ -186,32 +191,47 @@ def _int8_int8(
 ) -> np.ndarray:
     m, k = rows.shape
     n = values.shape[0]
-    xq, sx = quantize_rows_int8(rows, input_scale)
     sw = np.ascontiguousarray(scales.reshape(n), dtype=_F32)
     kernels = quant_kernels() if path != "numpy" else None
     kind = path or ("vnni" if kernels is not None and kernels.vnni else "portable")
     if kernels is None or k % 64 or (kind, 1, 1) not in kernels.gemm:
         if path not in (None, "numpy"):
             raise BackendUnavailableError(f"ember: quantized_linear: no compiled {path!r} kernel on this CPU")
+        xq, sx = quantize_rows_int8(rows, input_scale)
         acc = xq.astype(np.float64) @ values.astype(np.float64).T  # exact: |sum| < 2^53
         out = (acc * sx[:, None].astype(np.float64) * sw.astype(np.float64)).astype(_F32)
         return out if bias is None else out + bias
-    xsum = xq.sum(axis=1, dtype=np.int32)
+    # From one full register tile of rows on, the rows are padded to whole tiles (zero
+    # rows, dropped from the result): no row is left to the one-row kernel, which would
+    # read the whole weight again for it.
+    tile_m = INT8_TILES[0][0]
+    mp = m if m < tile_m else -(-m // tile_m) * tile_m
+    xq = np.empty((mp, k), dtype=np.int8)
+    sx = np.empty(mp, dtype=_F32)
+    xsum = np.empty(mp, dtype=np.int32)
+    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
+    kernels.quantize_rows(address(rows), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static))
+    if mp > m:
+        xq[m:] = 0
+        sx[m:] = 0.0
+        xsum[m:] = 0
     values = np.ascontiguousarray(values)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
-    out = np.empty((m, n), dtype=_F32)
-    for m0, mc, n0, nc, mr, nr in plan(m, n, INT8_TILES):
+    out = np.empty((mp, n), dtype=_F32)
+    xq_at, w_at, sx_at, xs_at, sw_at, y_at = (address(a) for a in (xq, values, sx, xsum, sw, out))
+    b_at = None if b is None else address(b)
+    for m0, mc, n0, nc, mr, nr in plan(mp, n, INT8_TILES):
         kernels.gemm[(kind, mr, nr)](
-            address(xq) + m0 * k,
-            address(values) + n0 * k,
-            address(sx) + m0 * 4,
-            address(xsum) + m0 * 4,
-            address(sw) + n0 * 4,
-            None if b is None else address(b) + n0 * 4,
-            address(out) + (m0 * n + n0) * 4,
+            xq_at + m0 * k,
+            w_at + n0 * k,
+            sx_at + m0 * 4,
+            xs_at + m0 * 4,
+            sw_at + n0 * 4,
+            None if b_at is None else b_at + n0 * 4,
+            y_at + (m0 * n + n0) * 4,
             mc,
             nc,
             k,
             n,
         )
-    return out
+    return out[:m]
