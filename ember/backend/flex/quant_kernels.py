@@ -216,6 +216,31 @@ class _QuantEmitter:
         zero = self.ir.Constant(self.f32, 0.0)
         return self.call(b, "llvm.vector.reduce.fadd.v16f32", self.f32, [zero, v], fastmath=("reassoc",))
 
+    def reduce4(self, b: Any, vs: Sequence[Any], add: Any) -> Any:
+        """The lane sums of four 16-lane vectors as one 4-lane vector, by halving and
+        interleaving (7 shuffle pairs and adds, where four separate reductions take 16)."""
+        ir, i32 = self.ir, self.i32
+
+        def half(u: Any, v: Any, width: int) -> Any:
+            """Lanes of ``u`` and ``v`` in runs of ``width``: each run's two halves added."""
+            lanes = u.type.count
+            runs = range(0, lanes, width)
+            first = [i + j for i in runs for j in range(width // 2)]
+            second = [i + width // 2 + j for i in runs for j in range(width // 2)]
+            pick = [*first, *(lanes + i for i in first)], [*second, *(lanes + i for i in second)]
+            a = b.shuffle_vector(u, v, ir.Constant(ir.VectorType(i32, lanes), pick[0]))
+            c = b.shuffle_vector(u, v, ir.Constant(ir.VectorType(i32, lanes), pick[1]))
+            return add(a, c)
+
+        # 16 lanes each -> pairs of 8-lane partial sums (u0|u1, u2|u3), then 4 + 4 ...
+        s01 = half(vs[0], vs[1], 16)
+        s23 = half(vs[2], vs[3], 16)
+        s = half(s01, s23, 8)  # lanes: 4 of vs[0], 4 of vs[1], 4 of vs[2], 4 of vs[3]
+        quads = [
+            b.shuffle_vector(s, s, ir.Constant(ir.VectorType(i32, 4), [j, 4 + j, 8 + j, 12 + j])) for j in range(4)
+        ]
+        return add(add(quads[0], quads[1]), add(quads[2], quads[3]))
+
     def prefetch(self, b: Any, base: Any, index: Any) -> None:
         """A read prefetch of byte ``index`` of ``base`` into every cache level."""
         i32 = self.i32
@@ -313,18 +338,22 @@ class _QuantEmitter:
         phi.add_incoming(loaded, load_bb)
         return phi
 
-    def optional(self, b: Any, present: Any, base: Any, index: Any) -> Any:
-        """``base[index]`` where ``present`` (a pointer's test), else 0."""
+    def optional(self, b: Any, present: Any, base: Any, index: Any, vtype: Any = None) -> Any:
+        """``base[index]`` (a ``vtype`` vector from there, if given) where ``present`` (a
+        pointer's test), else zeros."""
+        ir = self.ir
+        typ = vtype or self.f32
         pre = b.block
         load_bb = b.append_basic_block("opt_load")
         join = b.append_basic_block("opt_join")
         b.cbranch(present, load_bb, join)
         b.position_at_end(load_bb)
-        loaded = self.load(b, base, index)
+        loaded = b.load(b.gep(base, [index], source_etype=self.f32), typ=typ, align=4)
         b.branch(join)
         b.position_at_end(join)
-        phi = b.phi(self.f32)
-        phi.add_incoming(self.ir.Constant(self.f32, 0.0), pre)
+        phi = b.phi(typ)
+        zero = ir.Constant(typ, [0.0] * typ.count) if vtype is not None else ir.Constant(self.f32, 0.0)
+        phi.add_incoming(zero, pre)
         phi.add_incoming(loaded, load_bb)
         return phi
 
@@ -369,12 +398,27 @@ class _QuantEmitter:
                 return out
 
             accs = self.loop(b, steps, per_step, [(self.v16i32, zero_i)] * (mr * nr))
+            if nr == 4:  # a row's four sums in one transposing tree, its epilogue in 4 lanes
+                v4f = ir.VectorType(self.f32, 4)
+                swv = b.load(b.gep(sw, [n0], source_etype=self.f32), typ=v4f, align=4)
+                biasv = self.optional(b, has_bias, bias, n0, v4f)
+                for r in range(mr):
+                    m = b.add(m0, self.k64(r))
+                    four = self.reduce4(b, accs[r * nr : r * nr + 4], b.add)
+                    xs = b.load(b.gep(xsum, [m], source_etype=self.i32), typ=self.i32, align=4)
+                    total = b.sub(four, self.splat(b, b.shl(xs, ir.Constant(self.i32, 7)), ir.VectorType(self.i32, 4)))
+                    sxv = self.splat(b, self.load(b, sx, m), v4f)
+                    scaled = b.fmul(b.fmul(b.sitofp(total, v4f), sxv), swv)
+                    at = b.gep(y, [b.add(b.mul(m, ldy), n0)], source_etype=self.f32)
+                    b.store(b.fadd(scaled, biasv), at, align=4)
+                return
             for c, n in enumerate(ns):
                 bias_value = self.optional(b, has_bias, bias, n)
                 swn = self.load(b, sw, n)
                 for r in range(mr):
                     m = b.add(m0, self.k64(r))
-                    total = self.call(b, "llvm.vector.reduce.add.v16i32", self.i32, [accs[r * nr + c]])
+                    acc = accs[r * nr + c]
+                    total = self.call(b, "llvm.vector.reduce.add.v16i32", self.i32, [acc])
                     xs = b.load(b.gep(xsum, [m], source_etype=self.i32), typ=self.i32, align=4)
                     total = b.sub(total, b.shl(xs, ir.Constant(self.i32, 7)))
                     scaled = b.fmul(b.fmul(b.sitofp(total, self.f32), self.load(b, sx, m)), swn)
