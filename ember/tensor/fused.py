@@ -33,7 +33,7 @@ _METHODS: dict[FusedOp, str] = {op: str(op) for op in FusedOp}
 #: :mod:`ember.backend.composites`): ``op -> fn(*tensors and values)``, registered with
 #: :func:`tensor_composite` by the module that writes it (loaded on first use).
 _TENSOR_COMPOSITES: dict[FusedOp, Callable[..., Any]] = {}
-_TENSOR_COMPOSITE_MODULES = ("ember.tensor.quant.linear", "ember.tensor.rnn_cell", "ember.tensor.stft")
+_TENSOR_COMPOSITE_MODULES = ("ember.tensor.rnn_cell", "ember.tensor.stft")
 
 
 def tensor_composite(op: FusedOp) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -170,3 +170,28 @@ def test_a_nan_input_row_gives_nan_outputs(rng):
     _, values, scales, _ = parts(w, QuantScheme.int8(activations="dynamic"))
     got = quantized_linear(x, values, scales, None, None, None, "int8", 64, "dynamic")
     assert np.isfinite(got[0]).all() and np.isnan(got[1]).all()
+
+
+@pytest.mark.parametrize(
+    "scheme", [QuantScheme.int4(), QuantScheme.int8(symmetric=False), QuantScheme.int8(activations="dynamic")], ids=repr
+)
+def test_the_composite_over_the_protocol_matches_the_kernels(scheme, rng):
+    """``ember.backend.composites.quantized`` (what devices without a kernel run), over
+    flex's primitive ops, against flex's kernel and the float64 reference."""
+    from ember.backend.composites import COMPOSITES
+    from ember.backend.flex import FlexBackend
+
+    w = rng.standard_normal((12, 64)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 64)).astype(np.float32)
+    bias = rng.standard_normal(12).astype(np.float32)
+    q, values, scales, zps = parts(w, scheme)
+    act = scheme.activations or ""
+    got = COMPOSITES["quantized_linear"](FlexBackend(), x, values, scales, zps, bias, None, scheme.value, q.group, act)
+    kernel = quantized_linear(x, values, scales, zps, bias, None, scheme.value, q.group, act)
+    xs = x.reshape(-1, 64)
+    if act:
+        xq, sx = quantize_rows_int8(xs, None)
+        xs = xq.astype(np.float64) * sx[:, None]
+    expected = xs.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T + bias
+    np.testing.assert_allclose(got.reshape(-1, 12), expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-4)

@@ -26,7 +26,16 @@ uses :func:`scalar_sqrt` instead of ``math.sqrt``.
 
 from __future__ import annotations
 
-from ember.backend.composites import activation, attention, grid_sample, layers, loss, norm, optim  # noqa: F401
+from ember.backend.composites import (  # noqa: F401
+    activation,
+    attention,
+    grid_sample,
+    layers,
+    loss,
+    norm,
+    optim,
+    quantized,
+)
 from ember.backend.composites.registry import COMPOSITES, composite, run, scalar_sqrt, stop_gradient
 
 __all__ = ["COMPOSITES", "composite", "run", "scalar_sqrt", "stop_gradient"]
