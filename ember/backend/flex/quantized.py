@@ -11,6 +11,7 @@ compare them).
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 import numpy as np
@@ -161,7 +162,8 @@ def _weight_only(
     return out
 
 
-def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int, int, int, int]]:
+@functools.lru_cache(maxsize=512)  # a pure function of the shape, called per layer and step
+def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int, int, int, int, int], ...]:
     """Kernel calls ``(m0, rows, n0, cols, mr, nr)`` covering ``[m, n]`` with the compiled
     register tiles: the wide tile over whole row tiles, ``1 x nr`` over the other rows,
     and a tile of one weight row over the columns left."""
@@ -178,7 +180,7 @@ def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> list[tuple[int, 
         if n_main < n:
             tail_mr = mr if (mr, 1) in tiles else 1
             calls.append((m0, rows, n_main, n - n_main, tail_mr, 1))
-    return calls
+    return tuple(calls)
 
 
 def _int8_int8(
