@@ -1,6 +1,9 @@
 """Quantized inference on flex, one thread (issue 29's benchmark).
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/quantize.py [--quick] [--sections kernels bytes generate accuracy]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/quantize.py [--quick] [--cpu-time] [--sections kernels bytes generate accuracy]
+
+``--cpu-time`` times with the process's CPU time instead of the wall clock (on a machine
+shared with other load, the scheduler stretches wall-clock times unevenly).
 
 - kernels: a Linear [4096 -> 4096] at the decode shape (1 row) and a prefill shape
   (128 rows): ember float32 (numpy's sgemm), ember int8 / int4 block 32 weight-only,
@@ -43,7 +46,7 @@ SCHEMES = {
 }
 
 
-def kernels_section(torch, repeats: int) -> None:
+def kernels_section(torch, repeats: int, clock=time.perf_counter) -> None:
     rng = np.random.default_rng(0)
     d = 4096
     w = (rng.standard_normal((d, d)) * 0.02).astype(np.float32)
@@ -78,7 +81,7 @@ def kernels_section(torch, repeats: int) -> None:
 
             fns["torch dyn-int8"] = torch_dynamic
             fns["torch float32"] = torch_float
-        medians, ratios = alternating_us(fns, repeats=repeats, min_time=0.2)
+        medians, ratios = alternating_us(fns, repeats=repeats, min_time=0.2, clock=clock)
         flops = 2.0 * m * d * d
         for name, us in medians.items():
             vs_float = ratios[("float32", name)] if name != "float32" else 1.0
@@ -95,7 +98,7 @@ def kernels_section(torch, repeats: int) -> None:
             )
     print_table(
         f"Linear {d}->{d}, 1 thread (VNNI: {has_vnni()}); speed = time of float32 (or torch dyn-int8) / time "
-        f"(median of {repeats} alternating rounds)",
+        f"(median of {repeats} alternating rounds{', CPU time' if clock is time.process_time else ''})",
         ["shape", "kernel", "time", "GFLOP/s", "vs ember float32", "vs torch dyn-int8"],
         rows,
     )
@@ -122,7 +125,7 @@ def model_bytes(model) -> int:
     return sum(p.val().to_numpy().nbytes for _, p in model.named_params())
 
 
-def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
+def generate_sections(sections: list[str], quick: bool, rounds: int, clock=time.perf_counter) -> None:
     device = Device.flex()
     model = decoder(device, quick)
     count = model.num_params()
@@ -162,12 +165,12 @@ def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
     whole: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, m in variants.items():
-            start = time.perf_counter()
+            start = clock()
             generate(m, prompt, 1, compile=False)
-            prefill = time.perf_counter() - start
-            start = time.perf_counter()
+            prefill = clock() - start
+            start = clock()
             generate(m, prompt, 1 + new_tokens, compile=False)
-            total = time.perf_counter() - start
+            total = clock() - start
             decode[name].append(new_tokens / max(total - prefill, 1e-9))
             whole[name].append((1 + new_tokens) / total)
 
@@ -186,7 +189,7 @@ def generate_sections(sections: list[str], quick: bool, rounds: int) -> None:
     ]
     print_table(
         f"greedy generate, batch 1, 16-token prompt + {1 + new_tokens} new tokens, eager (compile=False); "
-        f"median of {rounds} alternating rounds",
+        f"median of {rounds} alternating rounds{' (CPU time)' if clock is time.process_time else ''}",
         ["model", "decode tokens/s", "vs float32", "end-to-end tokens/s", "vs float32"],
         rows,
     )
@@ -224,12 +227,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", nargs="+", default=["kernels", "bytes", "generate", "accuracy"])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, a 4-layer decoder")
+    parser.add_argument("--cpu-time", action="store_true", help="time CPU time (process_time), not the wall clock")
     args = parser.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
     torch = try_import_torch()
     if "kernels" in args.sections:
-        kernels_section(torch, 3 if args.quick else 7)
+        kernels_section(torch, 3 if args.quick else 7, clock)
     if "bytes" in args.sections or "generate" in args.sections:
-        generate_sections(args.sections, args.quick, 2 if args.quick else 5)
+        generate_sections(args.sections, args.quick, 2 if args.quick else 5, clock)
     if "accuracy" in args.sections:
         accuracy_section()
 

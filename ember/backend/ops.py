@@ -275,7 +275,7 @@ class FusedOp(OpName):
     decomposition over the primitives, the one definition of its math) is written once
     over the protocol in :mod:`ember.backend.composites` (one module per family:
     ``activation``, ``layers``, ``loss``, ``norm``, ``attention``, ``grid_sample``,
-    ``optim``, ``rnn``, ``spectral``); :func:`ember.tensor.fused.fused` is the tensor layer's one way to call
+    ``optim``, ``quantized``, ``rnn``, ``rnn_sequence``, ``spectral``); :func:`ember.tensor.fused.fused` is the tensor layer's one way to call
     the kernel or the composite, and the fusion layer expands the same composite.
 
     The backward kernels (``FUSED_BACKWARD_KERNELS``: ``Backend.linear_backward``,
@@ -286,10 +286,6 @@ class FusedOp(OpName):
     ``ember.backend.composites.run`` where ``ember.backend.composites`` holds its
     composite: linear, gelu, layer norm, cross entropy, the recurrent cells and
     sequences).
-
-    Not yet moved there: ``QUANTIZED_LINEAR`` (``ember.tensor.quant.linear``) keeps a
-    tensor-level composite, registered with
-    :func:`ember.tensor.fused.tensor_composite`.
     """
 
     RELU = "relu"

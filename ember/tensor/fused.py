@@ -23,50 +23,19 @@ from ember.backend.ops import FusedOp
 from ember.device import Device
 from ember.errors import EmberError
 
-__all__ = ["FusedOp", "composite_of", "fused", "tensor_composite"]
+__all__ = ["FusedOp", "composite_of", "fused"]
 
 # The method names as plain str: getattr with a str subclass misses the type's lookup cache.
 _METHODS: dict[FusedOp, str] = {op: str(op) for op in FusedOp}
 
 
-#: Fused ops whose composite is still written over tensor ops (not yet moved to
-#: :mod:`ember.backend.composites`): ``op -> fn(*tensors and values)``, registered with
-#: :func:`tensor_composite` by the module that writes it (loaded on first use).
-_TENSOR_COMPOSITES: dict[FusedOp, Callable[..., Any]] = {}
-_TENSOR_COMPOSITE_MODULES = ("ember.tensor.quant.linear",)
-
-
-def tensor_composite(op: FusedOp) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Registers a composite written over tensor ops (``fn(*tensors)``) for ``op``: a
-    transitional form for fused ops whose math has not moved to
-    :mod:`ember.backend.composites` yet (issue 25: one composite per fused op)."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _TENSOR_COMPOSITES[op] = fn
-        return fn
-
-    return register
-
-
-def _tensor_composite_of(op: FusedOp) -> Callable[..., Any]:
-    fn = _TENSOR_COMPOSITES.get(op)
-    if fn is None:
-        import importlib
-
-        for name in _TENSOR_COMPOSITE_MODULES:
-            importlib.import_module(name)
-        fn = _TENSOR_COMPOSITES.get(op)
+def composite_of(op: FusedOp) -> Callable[..., Any]:
+    """``op``'s composite: ``fn(backend, *args, **options)`` over the primitive ops of
+    ``backend`` (see :mod:`ember.backend.composites`)."""
+    fn = COMPOSITES.get(_METHODS[op])
     if fn is None:
         raise EmberError(f"ember: fused op {op.name} has no composite; see ember.backend.composites")
     return fn
-
-
-def composite_of(op: FusedOp) -> Callable[..., Any]:
-    """``op``'s composite: ``fn(backend, *args, **options)`` over the primitive ops of
-    ``backend`` (see :mod:`ember.backend.composites`). For the ops not moved there yet,
-    the tensor-level composite (``fn(*tensors)``)."""
-    name = _METHODS[op]
-    return COMPOSITES[name] if name in COMPOSITES else _tensor_composite_of(op)
 
 
 def fused(op: FusedOp, device: Device, *args: Any, **options: Any) -> Any:
@@ -77,29 +46,5 @@ def fused(op: FusedOp, device: Device, *args: Any, **options: Any) -> Any:
     backend = device._backend
     out = getattr(backend, name)(*args, **options) if options else getattr(backend, name)(*args)
     if out is NotImplemented:
-        fn = COMPOSITES.get(name)
-        if fn is not None:
-            return fn(backend, *args, **options)
-        out = _tensor_composite_of(op)(*[_lift(a, device) for a in args], **options)
-        return _lower(out)
+        return composite_of(op)(backend, *args, **options)
     return out
-
-
-def _lift(value: Any, device: Device) -> Any:
-    from ember.tensor.tensor import Tensor
-
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(None if v is None else Tensor(v, device) for v in value)
-    return Tensor(value, device)
-
-
-def _lower(value: Any) -> Any:
-    from ember.tensor.tensor import Tensor
-
-    if isinstance(value, Tensor):
-        return value._primitive
-    if isinstance(value, (list, tuple)):
-        return type(value)(_lower(v) for v in value)
-    return value

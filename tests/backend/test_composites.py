@@ -200,3 +200,15 @@ def test_the_composites_match_flexs_kernels_with_gradients(name, rng):
 def _grad_or_zeros(x, grads):
     g = x.grad(grads)
     return np.zeros(x.dims(), np.float32) if g is None else g.to_numpy()
+
+
+def test_every_fused_op_has_one_composite_over_the_protocol():
+    """Issue 25 item 1: each FusedOp's math is written once, in ember.backend.composites
+    (no tensor-level composites remain)."""
+    from ember.backend.composites import COMPOSITES
+    from ember.tensor.fused import composite_of
+
+    missing = [op.name for op in FusedOp if str(op) not in COMPOSITES]
+    assert not missing, f"fused ops without a composite in ember.backend.composites: {missing}"
+    for op in FusedOp:
+        assert composite_of(op) is COMPOSITES[str(op)]

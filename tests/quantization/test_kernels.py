@@ -32,20 +32,34 @@ def parts(w: np.ndarray, scheme: QuantScheme):
     return q, q.values.to_numpy(), q.scales.to_numpy(), None if zp is None else zp.to_numpy()
 
 
-@needs_kernels
-@pytest.mark.parametrize("scheme", WEIGHT_ONLY, ids=repr)
-@pytest.mark.parametrize("m", [1, 6, 40])  # 40 rows: the dequantized tile and sgemm
-def test_weight_only_kernel_matches_float64_of_the_dequantized_weight(scheme, m, rng):
+def check_weight_only(scheme, m, rng, path=None):
     n, k = 70, 256  # 70 rows: one full cache block and a partial one
     w = rng.standard_normal((n, k)).astype(np.float32)
     x = rng.standard_normal((m, k)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     q, values, scales, zps = parts(w, scheme)
     expected = x.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T + bias
-    got = quantized_linear(x, values, scales, zps, bias, None, scheme.value, q.group, "")
+    got = quantized_linear(x, values, scales, zps, bias, None, scheme.value, q.group, "", path=path)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-5 * np.sqrt(k))
-    nobias = quantized_linear(x, values, scales, zps, None, None, scheme.value, q.group, "")
+    nobias = quantized_linear(x, values, scales, zps, None, None, scheme.value, q.group, "", path=path)
     np.testing.assert_allclose(nobias, expected - bias, rtol=1e-5, atol=2e-5 * np.sqrt(k))
+
+
+@needs_kernels
+@pytest.mark.parametrize("scheme", WEIGHT_ONLY, ids=repr)
+@pytest.mark.parametrize("m", [1, 6, 40])  # 40 rows: the dequantized tile and sgemm
+def test_weight_only_kernel_matches_float64_of_the_dequantized_weight(scheme, m, rng):
+    check_weight_only(scheme, m, rng)
+
+
+@needs_kernels
+@pytest.mark.slow  # compiles the portable module (~10 s)
+@pytest.mark.parametrize("scheme", WEIGHT_ONLY, ids=repr)
+def test_portable_weight_only_kernels_match_float64(scheme, rng):
+    """The kernels of a CPU without AVX-512 (int4 unpacked by mask and shift, not
+    looked up), compiled here on request."""
+    for m in (1, 6):
+        check_weight_only(scheme, m, rng, path="portable")
 
 
 def test_numpy_reference_path_and_small_groups(rng):
@@ -106,3 +120,78 @@ def test_a_path_this_cpu_lacks_is_an_ember_error(rng):
     values = np.ones((3, 100), np.int8)
     with pytest.raises(BackendUnavailableError, match="no compiled 'portable' kernel"):
         quantized_linear(x, values, np.ones((3, 1), np.float32), None, None, None, "int8", 100, "dynamic", "portable")
+
+
+@needs_kernels
+@pytest.mark.parametrize("static", [None, 0.02])
+def test_compiled_row_quantization_is_numpys_bit_for_bit(static, rng):
+    """The in-kernel activation quantization (max |x|, true division, half-to-even
+    rounding, clamp, row sums) against :func:`quantize_rows_int8`."""
+    import ctypes
+
+    from ember.backend.flex.native import address
+
+    m, k = 9, 192
+    x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
+    x[1] = 0.0  # an all-zero row: the 1e-30 floor
+    x[2, :4] = [0.5, 1.5, -2.5, 127.0]  # ties round to even once scaled by 1
+    x[2, 4:] = 0.0
+    scale = None if static is None else np.array([static], np.float32)
+    want_q, want_s = quantize_rows_int8(x, scale)
+    xq, sx, xsum = np.empty((m, k), np.int8), np.empty(m, np.float32), np.empty(m, np.int32)
+    kernels = quant_kernels()
+    kernels.quantize_rows(address(x), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static or 0.0))
+    np.testing.assert_array_equal(xq, want_q)
+    np.testing.assert_array_equal(sx, want_s)
+    np.testing.assert_array_equal(xsum, want_q.sum(axis=1, dtype=np.int32))
+
+
+@needs_kernels
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("m", [6, 13])  # whole register tiles of rows, and rows padded to them
+def test_dynamic_int8_gemm_on_padded_row_tiles(path, m, rng):
+    n, k = 9, 128  # 9 columns: the 6 x 4 tile and the 6 x 1 tile on the rest
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    q, values, scales, _ = parts(w, QuantScheme.int8(activations="dynamic"))
+    xq, sx = quantize_rows_int8(x, None)
+    expected = (xq.astype(np.int64) @ values.astype(np.int64).T) * sx[:, None].astype(np.float64)
+    expected = expected * scales.reshape(-1).astype(np.float64)
+    got = quantized_linear(x, values, scales, None, None, None, "int8", k, "dynamic", path=path)
+    assert got.shape == (m, n)
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-5)
+
+
+@needs_kernels
+def test_a_nan_input_row_gives_nan_outputs(rng):
+    w = rng.standard_normal((4, 64)).astype(np.float32)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    x[1, 3] = np.nan
+    _, values, scales, _ = parts(w, QuantScheme.int8(activations="dynamic"))
+    got = quantized_linear(x, values, scales, None, None, None, "int8", 64, "dynamic")
+    assert np.isfinite(got[0]).all() and np.isnan(got[1]).all()
+
+
+@pytest.mark.parametrize(
+    "scheme", [QuantScheme.int4(), QuantScheme.int8(symmetric=False), QuantScheme.int8(activations="dynamic")], ids=repr
+)
+def test_the_composite_over_the_protocol_matches_the_kernels(scheme, rng):
+    """``ember.backend.composites.quantized`` (what devices without a kernel run), over
+    flex's primitive ops, against flex's kernel and the float64 reference."""
+    from ember.backend.composites import COMPOSITES
+    from ember.backend.flex import FlexBackend
+
+    w = rng.standard_normal((12, 64)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 64)).astype(np.float32)
+    bias = rng.standard_normal(12).astype(np.float32)
+    q, values, scales, zps = parts(w, scheme)
+    act = scheme.activations or ""
+    got = COMPOSITES["quantized_linear"](FlexBackend(), x, values, scales, zps, bias, None, scheme.value, q.group, act)
+    kernel = quantized_linear(x, values, scales, zps, bias, None, scheme.value, q.group, act)
+    xs = x.reshape(-1, 64)
+    if act:
+        xq, sx = quantize_rows_int8(xs, None)
+        xs = xq.astype(np.float64) * sx[:, None]
+    expected = xs.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T + bias
+    np.testing.assert_allclose(got.reshape(-1, 12), expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, kernel, rtol=1e-5, atol=1e-4)

@@ -34,6 +34,7 @@ from ember.backend.composites import (  # noqa: F401
     loss,
     norm,
     optim,
+    quantized,
     rnn,
     rnn_sequence,
     spectral,

@@ -2,12 +2,10 @@
 through the kernel layer's JIT (:mod:`ember.backend.kernel.llvm`, as
 :mod:`ember.backend.flex.native`): no kernel ever writes a whole float weight to memory.
 
-* ``weight-only`` (``ember_q{s8,u8,u4}_gemm_{mr}x{nr}``): ``y = x @ dequantize(w).T + bias``
-  with ``w`` int8, uint8 or packed int4 ``[N, K]`` and one scale (and zero point) per
-  group of ``G`` values of a row. Each step loads 32 stored values (32 bytes of int8,
-  16 bytes of int4: one mask and one shift unpack them), converts them to float and
-  dequantizes them in registers (``q * s - z * s``, one FMA), then accumulates them
-  against ``mr`` rows of ``x`` for ``nr`` rows of ``w`` at once (a register tile).
+* ``weight-only`` (``ember_q{s8,u8,u4,u4z}_gemm_{mr}x{nr}[_g32]``, emitted by
+  :mod:`ember.backend.flex.quant_weight_only`): ``y = x @ dequantize(w).T + bias`` with
+  ``w`` int8, uint8 or packed int4 ``[N, K]``, dequantized in registers against ``mr``
+  rows of ``x`` for ``nr`` rows of ``w`` at once (a register tile).
 * ``dynamic int8`` (``ember_i8i8_{vnni,portable}_{mr}x{nr}``): ``xq`` int8 ``[M, K]``
   (one scale per row) times ``w`` int8 ``[N, K]`` in int32. ``vpdpbusd`` multiplies
   unsigned by signed bytes, so the weight is flipped to ``w + 128`` in registers and
@@ -37,7 +35,7 @@ N_BLOCK = 64
 #: Register tiles ``(rows of x, rows of w)`` compiled: a wide one for many rows, one
 #: sharing each load of ``x`` among several weight rows for decode, and ``1 x 1`` for the rest.
 WEIGHT_ONLY_TILES = ((8, 1), (1, 4), (1, 1))
-INT8_TILES = ((6, 4), (1, 4), (1, 1))
+INT8_TILES = ((6, 4), (6, 1), (1, 4), (1, 1))
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}
@@ -45,10 +43,14 @@ _STATE: dict[str, Any] = {}
 
 @dataclass(frozen=True)
 class QuantKernels:
-    """ctypes entry points, keyed ``(kind, mr, nr)``; ``kind`` is ``s8``, ``u8``, ``u4``,
-    ``vnni`` or ``portable``."""
+    """ctypes entry points: ``weight_only`` keyed ``(kind, g32, mr, nr)`` (``kind`` in
+    :data:`~ember.backend.flex.quant_weight_only.WEIGHT_KINDS`, ``g32``: the variant for
+    groups of 32), ``gemm`` (int8 x int8) keyed ``(kind, mr, nr)`` with ``kind`` ``vnni``
+    or ``portable``, ``dequant`` keyed ``s8``/``u8``/``u4``."""
 
     engine: Any
+    quantize_rows: Any
+    weight_only: dict[tuple[str, bool, int, int], Any]
     gemm: dict[tuple[str, int, int], Any]
     dequant: dict[str, Any]
     vnni: bool
@@ -65,36 +67,50 @@ def has_vnni() -> bool:
     return "+avx512vnni" in features and "+avx512bw" in features
 
 
-def quant_kernels() -> QuantKernels | None:
-    """The compiled kernels, built on first use; ``None`` where llvmlite cannot compile."""
-    if "kernels" in _STATE:
-        return _STATE["kernels"]
+def quant_kernels(portable: bool = False) -> QuantKernels | None:
+    """The compiled kernels, built on first use; ``None`` where llvmlite cannot compile.
+
+    ``portable`` builds the paths a CPU without AVX-512 VNNI and AVX-512 runs (no
+    ``vpdpbusd``, no int4 table lookups) on this one too, so that tests cover them."""
+    key = "portable" if portable else "kernels"
+    if key in _STATE:
+        return _STATE[key]
     with _LOCK:
-        if "kernels" not in _STATE:
-            _STATE["kernels"] = _build()
-    return _STATE["kernels"]
+        if key not in _STATE:
+            _STATE[key] = _build(portable)
+    return _STATE[key]
 
 
-def _build() -> QuantKernels | None:
+def _build(portable: bool) -> QuantKernels | None:
     try:
         from llvmlite import ir
 
+        from ember.backend.flex.quant_activations import QUANTIZE_ROWS, emit_quantize_rows
+        from ember.backend.flex.quant_weight_only import WEIGHT_KINDS, emit_weight_only, weight_only_name
         from ember.backend.kernel.llvm import jit
     except ImportError:  # pragma: no cover
         return None
-    vnni = has_vnni()
+    vnni = has_vnni() and not portable
     int8_kinds = ("vnni", "portable") if vnni else ("portable",)
-    weight_kinds = ("s8", "s8c", "u8", "u4")
-    names = [f"ember_q{kind}_dequant" for kind in ("s8", "u8", "u4")]
-    names += [f"ember_q{kind}_gemm_{mr}x{nr}" for kind in weight_kinds for mr, nr in WEIGHT_ONLY_TILES]
+    # int4's default block is 32: a variant without the inner loop; int8's groups are long.
+    # int4 on AVX-512 looks its values up in a register (vpermps): ``lut``.
+    lut = "+avx512f" in jit.host_features().split(",") and not portable
+    variants = [(kind, g32) for kind in WEIGHT_KINDS for g32 in ((False, True) if kind.startswith("u4") else (False,))]
+    names = [QUANTIZE_ROWS] + [f"ember_q{kind}_dequant" for kind in ("s8", "u8", "u4")]
+    names += [
+        weight_only_name(kind, mr, nr, g32, lut and kind.startswith("u4"))
+        for kind, g32 in variants
+        for mr, nr in WEIGHT_ONLY_TILES
+    ]
     names += [f"ember_i8i8_{kind}_{mr}x{nr}" for kind in int8_kinds for mr, nr in INT8_TILES]
     try:
         emitter = _QuantEmitter(ir, jit.vector_width())
+        emit_quantize_rows(emitter)
         for kind in ("s8", "u8", "u4"):
             emitter.dequantize_rows(kind)
-        for kind in weight_kinds:
+        for kind, g32 in variants:
             for mr, nr in WEIGHT_ONLY_TILES:
-                emitter.weight_only(kind, mr, nr)
+                emit_weight_only(emitter, kind, mr, nr, g32, lut and kind.startswith("u4"))
         for kind in int8_kinds:
             for mr, nr in INT8_TILES:
                 emitter.int8_int8(kind, mr, nr)
@@ -103,20 +119,30 @@ def _build() -> QuantKernels | None:
         return None
     p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     at = compiled.addresses
-    gemm: dict[tuple[str, int, int], Any] = {}
-    for kind in weight_kinds:
+    weight_only: dict[tuple[str, bool, int, int], Any] = {}
+    signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, i64)
+    for kind, g32 in variants:
         for mr, nr in WEIGHT_ONLY_TILES:
-            signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64, f32, i64)
-            gemm[(kind, mr, nr)] = signature(at[f"ember_q{kind}_gemm_{mr}x{nr}"])
+            name = weight_only_name(kind, mr, nr, g32, lut and kind.startswith("u4"))
+            weight_only[(kind, g32, mr, nr)] = signature(at[name])
     dequant = {
         kind: ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, i64, f32)(at[f"ember_q{kind}_dequant"])
         for kind in ("s8", "u8", "u4")
     }
+    gemm: dict[tuple[str, int, int], Any] = {}
     for kind in int8_kinds:
         for mr, nr in INT8_TILES:
             signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)
             gemm[(kind, mr, nr)] = signature(at[f"ember_i8i8_{kind}_{mr}x{nr}"])
-    return QuantKernels(engine=compiled.engine, gemm=gemm, dequant=dequant, vnni=vnni)
+    quantize_rows = ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, f32)(at[QUANTIZE_ROWS])
+    return QuantKernels(
+        engine=compiled.engine,
+        quantize_rows=quantize_rows,
+        weight_only=weight_only,
+        gemm=gemm,
+        dequant=dequant,
+        vnni=vnni,
+    )
 
 
 class _QuantEmitter:
@@ -177,12 +203,54 @@ class _QuantEmitter:
     def vload(self, b: Any, vtype: Any, base: Any, index: Any, elem: Any) -> Any:
         return b.load(b.gep(base, [index], source_etype=elem), typ=vtype, align=1)
 
-    def call(self, b: Any, name: str, ret: Any, args: list[Any]) -> Any:
+    def call(self, b: Any, name: str, ret: Any, args: list[Any], fastmath: tuple[str, ...] = ()) -> Any:
         fn = self._intrinsics.get(name)
         if fn is None:
             fn = self.ir.Function(self.module, self.ir.FunctionType(ret, [a.type for a in args]), name=name)
             self._intrinsics[name] = fn
-        return b.call(fn, args)
+        return b.call(fn, args, fastmath=fastmath)
+
+    def reduce_fadd(self, b: Any, v: Any) -> Any:
+        """The sum of a ``<16 x float>``'s lanes, in a tree (``reassoc``: 4 dependent adds,
+        not 16)."""
+        zero = self.ir.Constant(self.f32, 0.0)
+        return self.call(b, "llvm.vector.reduce.fadd.v16f32", self.f32, [zero, v], fastmath=("reassoc",))
+
+    def reduce4(self, b: Any, vs: Sequence[Any], add: Any) -> Any:
+        """The lane sums of four 16-lane vectors as one 4-lane vector, by halving and
+        interleaving (7 shuffle pairs and adds, where four separate reductions take 16)."""
+        ir, i32 = self.ir, self.i32
+
+        def half(u: Any, v: Any, width: int) -> Any:
+            """Lanes of ``u`` and ``v`` in runs of ``width``: each run's two halves added."""
+            lanes = u.type.count
+            runs = range(0, lanes, width)
+            first = [i + j for i in runs for j in range(width // 2)]
+            second = [i + width // 2 + j for i in runs for j in range(width // 2)]
+            pick = [*first, *(lanes + i for i in first)], [*second, *(lanes + i for i in second)]
+            a = b.shuffle_vector(u, v, ir.Constant(ir.VectorType(i32, lanes), pick[0]))
+            c = b.shuffle_vector(u, v, ir.Constant(ir.VectorType(i32, lanes), pick[1]))
+            return add(a, c)
+
+        # 16 lanes each -> pairs of 8-lane partial sums (u0|u1, u2|u3), then 4 + 4 ...
+        s01 = half(vs[0], vs[1], 16)
+        s23 = half(vs[2], vs[3], 16)
+        s = half(s01, s23, 8)  # lanes: 4 of vs[0], 4 of vs[1], 4 of vs[2], 4 of vs[3]
+        quads = [
+            b.shuffle_vector(s, s, ir.Constant(ir.VectorType(i32, 4), [j, 4 + j, 8 + j, 12 + j])) for j in range(4)
+        ]
+        return add(add(quads[0], quads[1]), add(quads[2], quads[3]))
+
+    def prefetch(self, b: Any, base: Any, index: Any) -> None:
+        """A read prefetch of byte ``index`` of ``base`` into every cache level."""
+        i32 = self.i32
+        args = [b.gep(base, [index], source_etype=self.i8), *(self.ir.Constant(i32, v) for v in (0, 3, 1))]
+        fn = self._intrinsics.get("llvm.prefetch.p0")
+        if fn is None:
+            ftype = self.ir.FunctionType(self.void, [self.ptr, i32, i32, i32])
+            fn = self.ir.Function(self.module, ftype, name="llvm.prefetch.p0")
+            self._intrinsics["llvm.prefetch.p0"] = fn
+        b.call(fn, args)
 
     def blocked_rows(self, b: Any, m_count: Any, n_count: Any, mr: int, nr: int, tile: Any) -> None:
         """``for nb (N_BLOCK rows of w): for mt (mr rows of x): for n in block step nr:
@@ -203,99 +271,6 @@ class _QuantEmitter:
             self.loop(b, m_tiles, per_tile)
 
         self.loop(b, blocks, per_block)
-
-    # ------------------------------------------------------------------ weight-only
-    def weight_only(self, kind: str, mr: int, nr: int) -> None:
-        """``ember_q{kind}_gemm_{mr}x{nr}(x, w, s, z, bias, y, M, N, K, G, zconst, ldy)``:
-        M a multiple of ``mr``, N of ``nr``, G of 32; ``z``/``bias`` may be null; ``y``'s
-        rows are ``ldy`` apart. Kind ``s8c`` (symmetric int8, one scale per row: G = K)
-        accumulates ``x q`` and applies the row's scale once, after the reduction."""
-        per_row = kind == "s8c"
-        ir, p = self.ir, self.ptr
-        args = [p, p, p, p, p, p, self.i64, self.i64, self.i64, self.i64, self.f32, self.i64]
-        fn, b = self.function(f"ember_q{kind}_gemm_{mr}x{nr}", args)
-        x, w, s, z, bias, y, m_count, n_count, k_count, g_count, zconst, ldy = fn.args
-        groups = b.sdiv(k_count, g_count)
-        steps = b.sdiv(g_count, self.k64(32))
-        packed = kind == "u4"
-        row_bytes = b.sdiv(k_count, self.k64(2)) if packed else k_count
-        half_g = b.sdiv(g_count, self.k64(2))
-        zero_v = ir.Constant(self.v16f, [0.0] * 16)
-        has_z = b.icmp_unsigned("!=", z, ir.Constant(p, None))
-        has_bias = b.icmp_unsigned("!=", bias, ir.Constant(p, None))
-        mask = ir.Constant(self.v16i8, [15] * 16)
-        four = ir.Constant(self.v16i8, [4] * 16)
-        fma = "llvm.fma.v16f32"
-        conv = b.sitofp if kind in ("s8", "s8c") else b.uitofp
-
-        def tile(b: Any, m0: Any, n0: Any) -> None:
-            ns = [b.add(n0, self.k64(c)) for c in range(nr)]
-            xrows = [b.mul(b.add(m0, self.k64(r)), k_count) for r in range(mr)]
-            wrows = [b.mul(n, row_bytes) for n in ns]
-
-            def per_group(b: Any, gi: Any, *accs: Any) -> list[Any]:
-                svs: list[Any] = []
-                cvs: list[Any] = []
-                for n in [] if per_row else ns:
-                    si = b.add(b.mul(n, groups), gi)
-                    sb = self.load(b, s, si)
-                    zb = self._zero_point(b, has_z, b.gep(z, [si], source_etype=self.i8), zconst)
-                    cb = b.fmul(b.fsub(ir.Constant(self.f32, 0.0), zb), sb)
-                    svs.append(self.splat(b, sb, self.v16f))
-                    cvs.append(self.splat(b, cb, self.v16f))
-                k_group = b.mul(gi, g_count)
-
-                def per_step(b: Any, j: Any, *accs: Any) -> list[Any]:
-                    if packed:
-                        k0 = b.add(k_group, b.mul(j, self.k64(16)))
-                        k1 = b.add(k0, half_g)
-                        off = b.sdiv(k_group, self.k64(2))
-                        off = b.add(off, b.mul(j, self.k64(16)))
-                    else:
-                        k0 = b.add(k_group, b.mul(j, self.k64(32)))
-                        k1 = b.add(k0, self.k64(16))
-                    ws = []
-                    for c in range(nr):
-                        if packed:
-                            q = self.vload(b, self.v16i8, w, b.add(wrows[c], off), self.i8)
-                            f0, f1 = b.uitofp(b.and_(q, mask), self.v16f), b.uitofp(b.lshr(q, four), self.v16f)
-                        else:
-                            f0 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k0), self.i8), self.v16f)
-                            f1 = conv(self.vload(b, self.v16i8, w, b.add(wrows[c], k1), self.i8), self.v16f)
-                        if per_row:
-                            ws.append((f0, f1))
-                        else:
-                            ws.append(
-                                (
-                                    self.call(b, fma, self.v16f, [f0, svs[c], cvs[c]]),
-                                    self.call(b, fma, self.v16f, [f1, svs[c], cvs[c]]),
-                                )
-                            )
-                    out = list(accs)
-                    for r in range(mr):
-                        x0 = self.vload(b, self.v16f, x, b.add(xrows[r], k0), self.f32)
-                        x1 = self.vload(b, self.v16f, x, b.add(xrows[r], k1), self.f32)
-                        for c in range(nr):
-                            i = 2 * (r * nr + c)
-                            out[i] = self.call(b, fma, self.v16f, [x0, ws[c][0], out[i]])
-                            out[i + 1] = self.call(b, fma, self.v16f, [x1, ws[c][1], out[i + 1]])
-                    return out
-
-                return self.loop(b, steps, per_step, [(self.v16f, a) for a in accs])
-
-            accs = self.loop(b, groups, per_group, [(self.v16f, zero_v)] * (2 * mr * nr))
-            for c, n in enumerate(ns):
-                bias_value = self._optional(b, has_bias, bias, n)
-                for r in range(mr):
-                    i = 2 * (r * nr + c)
-                    total = b.fadd(accs[i], accs[i + 1])
-                    red = self.call(b, "llvm.vector.reduce.fadd.v16f32", self.f32, [ir.Constant(self.f32, 0.0), total])
-                    if per_row:
-                        red = b.fmul(red, self.load(b, s, n))
-                    self.store(b, b.fadd(red, bias_value), y, b.add(b.mul(b.add(m0, self.k64(r)), ldy), n))
-
-        self.blocked_rows(b, m_count, n_count, mr, nr, tile)
-        b.ret_void()
 
     def dequantize_rows(self, kind: str) -> None:
         """``ember_q{kind}_dequant(w, s, z, out, N, K, G, zconst)``: rows of ``w`` as float32
@@ -363,17 +338,22 @@ class _QuantEmitter:
         phi.add_incoming(loaded, load_bb)
         return phi
 
-    def _optional(self, b: Any, present: Any, base: Any, index: Any) -> Any:
+    def optional(self, b: Any, present: Any, base: Any, index: Any, vtype: Any = None) -> Any:
+        """``base[index]`` (a ``vtype`` vector from there, if given) where ``present`` (a
+        pointer's test), else zeros."""
+        ir = self.ir
+        typ = vtype or self.f32
         pre = b.block
         load_bb = b.append_basic_block("opt_load")
         join = b.append_basic_block("opt_join")
         b.cbranch(present, load_bb, join)
         b.position_at_end(load_bb)
-        loaded = self.load(b, base, index)
+        loaded = b.load(b.gep(base, [index], source_etype=self.f32), typ=typ, align=4)
         b.branch(join)
         b.position_at_end(join)
-        phi = b.phi(self.f32)
-        phi.add_incoming(self.ir.Constant(self.f32, 0.0), pre)
+        phi = b.phi(typ)
+        zero = ir.Constant(typ, [0.0] * typ.count) if vtype is not None else ir.Constant(self.f32, 0.0)
+        phi.add_incoming(zero, pre)
         phi.add_incoming(loaded, load_bb)
         return phi
 
@@ -418,12 +398,27 @@ class _QuantEmitter:
                 return out
 
             accs = self.loop(b, steps, per_step, [(self.v16i32, zero_i)] * (mr * nr))
+            if nr == 4:  # a row's four sums in one transposing tree, its epilogue in 4 lanes
+                v4f = ir.VectorType(self.f32, 4)
+                swv = b.load(b.gep(sw, [n0], source_etype=self.f32), typ=v4f, align=4)
+                biasv = self.optional(b, has_bias, bias, n0, v4f)
+                for r in range(mr):
+                    m = b.add(m0, self.k64(r))
+                    four = self.reduce4(b, accs[r * nr : r * nr + 4], b.add)
+                    xs = b.load(b.gep(xsum, [m], source_etype=self.i32), typ=self.i32, align=4)
+                    total = b.sub(four, self.splat(b, b.shl(xs, ir.Constant(self.i32, 7)), ir.VectorType(self.i32, 4)))
+                    sxv = self.splat(b, self.load(b, sx, m), v4f)
+                    scaled = b.fmul(b.fmul(b.sitofp(total, v4f), sxv), swv)
+                    at = b.gep(y, [b.add(b.mul(m, ldy), n0)], source_etype=self.f32)
+                    b.store(b.fadd(scaled, biasv), at, align=4)
+                return
             for c, n in enumerate(ns):
-                bias_value = self._optional(b, has_bias, bias, n)
+                bias_value = self.optional(b, has_bias, bias, n)
                 swn = self.load(b, sw, n)
                 for r in range(mr):
                     m = b.add(m0, self.k64(r))
-                    total = self.call(b, "llvm.vector.reduce.add.v16i32", self.i32, [accs[r * nr + c]])
+                    acc = accs[r * nr + c]
+                    total = self.call(b, "llvm.vector.reduce.add.v16i32", self.i32, [acc])
                     xs = b.load(b.gep(xsum, [m], source_etype=self.i32), typ=self.i32, align=4)
                     total = b.sub(total, b.shl(xs, ir.Constant(self.i32, 7)))
                     scaled = b.fmul(b.fmul(b.sitofp(total, self.f32), self.load(b, sx, m)), swn)

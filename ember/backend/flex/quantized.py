@@ -3,13 +3,15 @@
 reference (which does dequantize the weight) elsewhere.
 
 ``path`` picks the implementation: ``None`` the fastest available, ``"vnni"`` or
-``"portable"`` one of the int8 x int8 kernels, ``"numpy"`` the reference (tests
+``"portable"`` one of the int8 x int8 kernels (weight-only: ``"portable"`` the kernels
+of a CPU without AVX-512, compiled on request), ``"numpy"`` the reference (tests
 compare them).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 import numpy as np
@@ -97,15 +99,17 @@ def _weight_only(
 ) -> np.ndarray:
     m, k = rows.shape
     n = values.shape[0]
-    kernels = quant_kernels() if path != "numpy" else None
+    if path not in (None, "numpy", "portable"):
+        raise BackendUnavailableError(
+            f"ember: quantized_linear: weight-only kernels have the paths None, 'portable' and 'numpy', got {path!r}"
+        )
+    kernels = None if path == "numpy" else quant_kernels(portable=path == "portable")
     if kernels is None or group % 32 or rows.shape[0] == 0:
-        if path not in (None, "numpy"):
+        if path == "portable":
             raise BackendUnavailableError(f"ember: quantized_linear: no compiled kernel for path {path!r} here")
         w = dequantize_array(values, scales, zero_points, value, group)
         out = rows @ w.T
         return out if bias is None else out + bias
-    kind = "u4" if value == "int4" else ("s8" if values.dtype == np.int8 else "u8")
-    zconst = 8.0 if value == "int4" else 0.0
     values = np.ascontiguousarray(values)
     scales = np.ascontiguousarray(scales, dtype=_F32)
     zps = None if zero_points is None else np.ascontiguousarray(zero_points, dtype=np.uint8)
@@ -116,6 +120,8 @@ def _weight_only(
     if m >= TILE_GEMM_ROWS:
         # Many rows: dequantize TILE_ROWS weight rows at a time into a cache-sized float
         # tile and multiply it with sgemm; the float weight as a whole never exists.
+        kind = "u4" if value == "int4" else ("s8" if values.dtype == np.int8 else "u8")
+        zconst = ctypes.c_float(8.0 if value == "int4" else 0.0)
         tile = np.empty((TILE_ROWS, k), dtype=_F32)
         for n0 in range(0, n, TILE_ROWS):
             nc = min(TILE_ROWS, n - n0)
@@ -127,30 +133,37 @@ def _weight_only(
                 nc,
                 k,
                 group,
-                ctypes.c_float(zconst),
+                zconst,
             )
             np.matmul(rows, tile[:nc].T, out=out[:, n0 : n0 + nc])
         return out if b is None else np.add(out, b, out=out)
-    gemm_kind = "s8c" if kind == "s8" and groups == 1 else kind  # one scale per row: applied once
+    if value == "int4":
+        kind = "u4" if zps is None else "u4z"
+    else:
+        kind = "s8" if values.dtype == np.int8 else "u8"
+    g32 = group == 32 and kind.startswith("u4")
+    x_at, w_at, s_at, y_at = address(rows), address(values), address(scales), address(out)
+    z_at = None if zps is None else address(zps)
+    b_at = None if b is None else address(b)
     for m0, mc, n0, nc, mr, nr in plan(m, n, WEIGHT_ONLY_TILES):
-        kernels.gemm[(gemm_kind, mr, nr)](
-            address(rows) + m0 * k * 4,
-            address(values) + n0 * row_bytes,
-            address(scales) + n0 * groups * 4,
-            None if zps is None else address(zps) + n0 * groups,
-            None if b is None else address(b) + n0 * 4,
-            address(out) + (m0 * n + n0) * 4,
+        kernels.weight_only[(kind, g32, mr, nr)](
+            x_at + m0 * k * 4,
+            w_at + n0 * row_bytes,
+            s_at + n0 * groups * 4,
+            None if z_at is None else z_at + n0 * groups,
+            None if b_at is None else b_at + n0 * 4,
+            y_at + (m0 * n + n0) * 4,
             mc,
             nc,
             k,
             group,
-            ctypes.c_float(zconst),
             n,
         )
     return out
 
 
-def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int, int, int, int]]:
+@functools.lru_cache(maxsize=512)  # a pure function of the shape, called per layer and step
+def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int, int, int, int, int], ...]:
     """Kernel calls ``(m0, rows, n0, cols, mr, nr)`` covering ``[m, n]`` with the compiled
     register tiles: the wide tile over whole row tiles, ``1 x nr`` over the other rows,
     and a tile of one weight row over the columns left."""
@@ -167,7 +180,7 @@ def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> list[tuple[int, 
         if n_main < n:
             tail_mr = mr if (mr, 1) in tiles else 1
             calls.append((m0, rows, n_main, n - n_main, tail_mr, 1))
-    return calls
+    return tuple(calls)
 
 
 def _int8_int8(
@@ -180,32 +193,47 @@ def _int8_int8(
 ) -> np.ndarray:
     m, k = rows.shape
     n = values.shape[0]
-    xq, sx = quantize_rows_int8(rows, input_scale)
     sw = np.ascontiguousarray(scales.reshape(n), dtype=_F32)
     kernels = quant_kernels() if path != "numpy" else None
     kind = path or ("vnni" if kernels is not None and kernels.vnni else "portable")
     if kernels is None or k % 64 or (kind, 1, 1) not in kernels.gemm:
         if path not in (None, "numpy"):
             raise BackendUnavailableError(f"ember: quantized_linear: no compiled {path!r} kernel on this CPU")
+        xq, sx = quantize_rows_int8(rows, input_scale)
         acc = xq.astype(np.float64) @ values.astype(np.float64).T  # exact: |sum| < 2^53
         out = (acc * sx[:, None].astype(np.float64) * sw.astype(np.float64)).astype(_F32)
         return out if bias is None else out + bias
-    xsum = xq.sum(axis=1, dtype=np.int32)
+    # From one full register tile of rows on, the rows are padded to whole tiles (zero
+    # rows, dropped from the result): no row is left to the one-row kernel, which would
+    # read the whole weight again for it.
+    tile_m = INT8_TILES[0][0]
+    mp = m if m < tile_m else -(-m // tile_m) * tile_m
+    xq = np.empty((mp, k), dtype=np.int8)
+    sx = np.empty(mp, dtype=_F32)
+    xsum = np.empty(mp, dtype=np.int32)
+    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
+    kernels.quantize_rows(address(rows), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static))
+    if mp > m:
+        xq[m:] = 0
+        sx[m:] = 0.0
+        xsum[m:] = 0
     values = np.ascontiguousarray(values)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
-    out = np.empty((m, n), dtype=_F32)
-    for m0, mc, n0, nc, mr, nr in plan(m, n, INT8_TILES):
+    out = np.empty((mp, n), dtype=_F32)
+    xq_at, w_at, sx_at, xs_at, sw_at, y_at = (address(a) for a in (xq, values, sx, xsum, sw, out))
+    b_at = None if b is None else address(b)
+    for m0, mc, n0, nc, mr, nr in plan(mp, n, INT8_TILES):
         kernels.gemm[(kind, mr, nr)](
-            address(xq) + m0 * k,
-            address(values) + n0 * k,
-            address(sx) + m0 * 4,
-            address(xsum) + m0 * 4,
-            address(sw) + n0 * 4,
-            None if b is None else address(b) + n0 * 4,
-            address(out) + (m0 * n + n0) * 4,
+            xq_at + m0 * k,
+            w_at + n0 * k,
+            sx_at + m0 * 4,
+            xs_at + m0 * 4,
+            sw_at + n0 * 4,
+            None if b_at is None else b_at + n0 * 4,
+            y_at + (m0 * n + n0) * 4,
             mc,
             nc,
             k,
             n,
         )
-    return out
+    return out[:m]

@@ -305,6 +305,9 @@ _RULES: dict[str, Callable[..., Any]] = {
     "log_softmax": _same,
     "linear": _linear,
     "linear_backward": _linear_backward,
+    # The packed weight stays packed: the plan calls the wrapped backend's kernel (flex's
+    # never materialises the float weight), its composite where that declines.
+    "quantized_linear": lambda x, values, *rest: Aval(tuple(x.shape[:-1]) + (values.shape[0],), np.dtype(np.float32)),
     "adam_step_many": _adam_step_many,
     "lstm_sequence": _lstm_sequence,
     "lstm_sequence_backward": _lstm_sequence_backward,

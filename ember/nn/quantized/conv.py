@@ -10,9 +10,11 @@ convolution: the bytes are saved, the speed is not (yet).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from ember.module import Module, Param
-from ember.nn.quantized.weight import qtensor, weight_params
+from ember.nn.quantized.weight import qtensor, quantized_fields
 from ember.tensor import Tensor
 from ember.tensor.layer_ops import conv1d, conv2d
 from ember.tensor.quant import QuantizedTensor, QuantScheme
@@ -20,7 +22,8 @@ from ember.tensor.quant.linear import fake_quantize_int8
 
 
 class QuantizedConv(Module):
-    """The fields both convolutions share; build one with ``Conv2d.quantized(scheme)``."""
+    """The fields and forward both convolutions share (they differ in the functional
+    and the defaults); build one with ``Conv2d.quantized(scheme)``."""
 
     values: Param
     scales: Param
@@ -29,6 +32,12 @@ class QuantizedConv(Module):
     input_scale: Param | None
     scheme: QuantScheme
     kernel_shape: tuple[int, ...]
+    stride: Any
+    padding: object
+    dilation: Any
+    groups: int
+    #: The float convolution (``conv1d``/``conv2d``) the forward runs.
+    _functional: ClassVar[Callable[..., Tensor]]
 
     @property
     def weight(self) -> QuantizedTensor:
@@ -49,63 +58,43 @@ class QuantizedConv(Module):
         batch = x.dims()[0]
         return fake_quantize_int8(x.reshape([batch, -1]), None).reshape(x.dims())
 
+    def forward(self, x: Tensor) -> Tensor:
+        """The float convolution of the (quantized) input with the dequantized weight."""
+        bias = self.bias
+        return type(self)._functional(
+            self.quantized_input(x),
+            self.float_weight(),
+            None if bias is None else bias.val(),
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+        )
+
 
 def quantized_parts(weight: Tensor, bias: Param | None, scheme: QuantScheme, input_scale: float | None) -> dict:
+    """The shared fields of a quantized convolution with float ``weight``
+    ``[channels_out, channels_in / groups, *kernel]`` (quantized as a matrix, per row)."""
     dims = weight.dims()
-    values, scales, zero_points = weight_params(weight.reshape([dims[0], -1]), scheme)
-    scale = None
-    if input_scale is not None:
-        scale = Param.from_tensor(Tensor.from_floats([input_scale], device=values.device), require_grad=False)
-    if bias is not None:
-        bias = Param.from_mapped_value(bias.id, bias.val().detach(), require_grad=False)
-    return dict(
-        values=values,
-        scales=scales,
-        zero_points=zero_points,
-        bias=bias,
-        input_scale=scale,
-        scheme=scheme,
-        kernel_shape=tuple(dims),
-    )
+    fields = quantized_fields(weight.reshape([dims[0], -1]), bias, scheme, input_scale)
+    return dict(fields, scheme=scheme, kernel_shape=tuple(dims))
 
 
 class QuantizedConv1d(QuantizedConv):
     """A :class:`~ember.nn.Conv1d` with a quantized weight."""
 
+    _functional: ClassVar[Callable[..., Tensor]] = staticmethod(conv1d)
     stride: int = 1
     padding: object = "valid"
     dilation: int = 1
     groups: int = 1
 
-    def forward(self, x: Tensor) -> Tensor:
-        bias = self.bias
-        return conv1d(
-            self.quantized_input(x),
-            self.float_weight(),
-            None if bias is None else bias.val(),
-            self.stride,
-            self.padding,  # type: ignore[arg-type]
-            self.dilation,
-            self.groups,
-        )
-
 
 class QuantizedConv2d(QuantizedConv):
     """A :class:`~ember.nn.Conv2d` with a quantized weight."""
 
+    _functional: ClassVar[Callable[..., Tensor]] = staticmethod(conv2d)
     stride: tuple[int, int] = (1, 1)
     padding: object = "valid"
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
-
-    def forward(self, x: Tensor) -> Tensor:
-        bias = self.bias
-        return conv2d(
-            self.quantized_input(x),
-            self.float_weight(),
-            None if bias is None else bias.val(),
-            self.stride,
-            self.padding,  # type: ignore[arg-type]
-            self.dilation,
-            self.groups,
-        )

@@ -15,7 +15,7 @@ on the other devices it dequantizes with tensor ops first.
 from __future__ import annotations
 
 from ember.module import Module, Param
-from ember.nn.quantized.weight import qtensor, weight_params
+from ember.nn.quantized.weight import qtensor, quantized_fields
 from ember.tensor import Tensor
 from ember.tensor.quant import QuantizedTensor, QuantScheme, quantized_linear
 
@@ -39,22 +39,8 @@ class QuantizedLinear(Module):
     ) -> QuantizedLinear:
         """From a float weight ``[d_input, d_output]`` (``Linear``'s layout)."""
         d_input, d_output = weight.dims()
-        values, scales, zero_points = weight_params(weight.swap_dims(0, 1), scheme)
-        scale = None
-        if input_scale is not None:
-            scale = Param.from_tensor(Tensor.from_floats([input_scale], device=values.device), require_grad=False)
-        if bias is not None:
-            bias = Param.from_mapped_value(bias.id, bias.val().detach(), require_grad=False)
-        return QuantizedLinear(
-            values=values,
-            scales=scales,
-            zero_points=zero_points,
-            bias=bias,
-            input_scale=scale,
-            scheme=scheme,
-            d_input=d_input,
-            d_output=d_output,
-        )
+        fields = quantized_fields(weight.swap_dims(0, 1), bias, scheme, input_scale)
+        return QuantizedLinear(**fields, scheme=scheme, d_input=d_input, d_output=d_output)
 
     @property
     def weight(self) -> QuantizedTensor:

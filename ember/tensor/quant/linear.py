@@ -2,25 +2,24 @@
 weight stored ``[d_output, d_input]``, as the fused op ``QUANTIZED_LINEAR``.
 
 A backend with a kernel (flex) never materialises the float weight; elsewhere the
-composite below dequantizes with tensor ops and runs the float matmul, quantizing the
-activations the same way the kernel does (per row to int8 for ``"dynamic"``, with the
-calibrated scale for ``"static"``), so every device computes the same function.
+composite (:mod:`ember.backend.composites.quantized`) dequantizes with primitive ops
+and runs the float matmul, quantizing the activations the same way the kernel does
+(per row to int8 for ``"dynamic"``, with the calibrated scale for ``"static"``), so
+every device computes the same function.
 """
 
 from __future__ import annotations
 
+from ember.backend.composites.quantized import fake_quantize_int8 as composite_fake_quantize
 from ember.backend.dtype import DType
 from ember.backend.ops import FusedOp
 from ember.errors import DTypeError, ShapeError
 from ember.tensor.checks import check_device
-from ember.tensor.fused import fused, tensor_composite
-from ember.tensor.quant.qtensor import QuantizedTensor, dequantize_parts
-from ember.tensor.quant.scheme import QuantScheme
+from ember.tensor.fused import fused
+from ember.tensor.quant.qtensor import QuantizedTensor
 from ember.tensor.tensor import Tensor
 
 __all__ = ["quantized_linear"]
-
-_INT8_MAX = 127.0
 
 
 def quantized_linear(
@@ -84,40 +83,12 @@ def quantized_linear(
     return out.reshape([shape[0]]) if len(xshape) == 1 else out
 
 
-@tensor_composite(FusedOp.QUANTIZED_LINEAR)
-def _quantized_linear(
-    x: Tensor,
-    values: Tensor,
-    scales: Tensor,
-    zero_points: Tensor | None,
-    bias: Tensor | None,
-    input_scale: Tensor | None,
-    value: str,
-    group: int,
-    activations: str,
-) -> Tensor:
-    d_out = values.dims()[0]
-    d_in = x.dims()[-1]
-    if group == d_in and scales.dims() == [1, 1]:
-        level, block = "tensor", None
-    elif group == d_in:
-        level, block = "channel", None
-    else:
-        level, block = "block", group
-    scheme = QuantScheme(value, zero_points is None, level, block)
-    weight = dequantize_parts(values, scales, zero_points, scheme, (d_out, d_in))
-    if activations:
-        x = fake_quantize_int8(x, input_scale)
-    out = x.matmul(weight.swap_dims(0, 1))
-    return out if bias is None else out.add(bias)
-
-
 def fake_quantize_int8(x: Tensor, input_scale: Tensor | None) -> Tensor:
-    """``x`` rounded to the int8 grid the kernels use: per row ``max|x| / 127`` (dynamic),
-    or the calibrated ``input_scale`` (static), values clamped to ``[-127, 127]``."""
-    if input_scale is None:
-        scale = x.abs().max_dim(-1).div_scalar(_INT8_MAX)
-        scale = scale.clamp_min(1e-30)
-    else:
-        scale = input_scale
-    return x.div(scale).round().clamp(-_INT8_MAX, _INT8_MAX).mul(scale)
+    """``x`` rounded to the int8 grid the kernels use: per row ``max |x| / 127`` (dynamic),
+    or the calibrated ``input_scale`` (static), values clamped to ``[-127, 127]`` (the
+    composite's math, :func:`ember.backend.composites.quantized.fake_quantize_int8`)."""
+    d = x.device
+    scale = None
+    if input_scale is not None:
+        scale = (input_scale if input_scale.device is d else input_scale.to_device(d))._primitive
+    return Tensor(composite_fake_quantize(d._backend, x._primitive, scale), d)

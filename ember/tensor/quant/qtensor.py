@@ -24,6 +24,7 @@ runs as tensor ops on the tensor's device.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -215,7 +216,7 @@ def dequantize_parts(
     """The float32 tensor of shape ``shape`` that packed values stand for (tensor ops)."""
     cols = shape[-1]
     g = scheme.group_size(cols)
-    rows = int(np.prod(shape)) // cols
+    rows = math.prod(shape) // cols
     srows = scales.dims()[0]
     v = values.cast(DType.FLOAT32)
     if scheme.value == "int4":
@@ -242,7 +243,7 @@ def _check_parts(values: Any, scales: Any, zero_points: Any, scheme: QuantScheme
         raise ShapeError(f"ember: QuantizedTensor: needs a non-empty shape of rank >= 1, got {list(shape)}")
     cols = shape[-1]
     g = scheme.group_size(cols)
-    rows = int(np.prod(shape)) // cols
+    rows = math.prod(shape) // cols
     want_dtype = DType.INT8 if scheme.value == "int8" and scheme.symmetric else DType.UINT8
     packed = list(shape[:-1]) + [cols // 2 if scheme.value == "int4" else cols]
     if values.dtype != want_dtype or values.dims() != packed:
