@@ -59,16 +59,36 @@ def tensor_key(t: Tensor) -> tuple:
     return (tuple(p.shape), p.dtype.str, d, tracked)
 
 
-def module_key(module: Module) -> tuple:
+class ModuleKey:
+    """A module's part of a guard key, hashed once: a transformer's key holds a tuple
+    per parameter, and a compiled call looks its whole key up in a dict."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is ModuleKey and self._hash == other._hash and self.value == other.value)
+
+
+def module_key(module: Module) -> ModuleKey:
     """A module argument's part of the guard key: its class and its leaves' ids,
     shapes, dtypes and devices."""
     params, states = module_leaves(module)
-    return (
-        type(module),
-        tuple((p.id, p._shape, p.dtype, p.device, p.require_grad) for p in params),
-        tuple(
-            (s.id, tuple(s.value()._primitive.shape), s.value()._primitive.dtype.str, s.value()._device) for s in states
-        ),
+    return ModuleKey(
+        (
+            type(module),
+            tuple((p.id, p._shape, p.dtype, p.device, p.require_grad) for p in params),
+            tuple(
+                (s.id, tuple(s.value()._primitive.shape), s.value()._primitive.dtype.str, s.value()._device)
+                for s in states
+            ),
+        )
     )
 
 

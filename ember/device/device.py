@@ -45,7 +45,7 @@ class Device:
     Device<Autodiff { device: Flex(Cpu), checkpointing: Disabled }>
     """
 
-    __slots__ = ("_backend", "_key", "_inner", "_body", "_fused", "_rng", "__weakref__")
+    __slots__ = ("_backend", "_key", "_hash", "_inner", "_body", "_fused", "_rng", "__weakref__")
 
     _interned: dict[tuple, Device] = {}
     _intern_lock = threading.RLock()
@@ -56,6 +56,7 @@ class Device:
     ):
         self._backend = backend
         self._key = key
+        self._hash = hash(key)  # devices key compiled-function guards: hashed per call
         self._body = body
         self._inner = inner  # the device an autodiff device wraps
         self._fused = fused  # the device a fusion device wraps
@@ -346,7 +347,7 @@ class Device:
         return self is other or (isinstance(other, Device) and self._key == other._key)
 
     def __hash__(self) -> int:
-        return hash(self._key)
+        return self._hash
 
     def __repr__(self) -> str:
         return f"Device<{self._body}>"
