@@ -16,7 +16,9 @@ machine's load; a proxy for time that misses memory stalls and BLAS threading.
 ``--workloads`` picks among ``w1``-``w4`` (eager), ``w1c``-``w4c`` (the same steps through
 ``ember.compile``; W1-W3 as benchmarks/compile.py builds them, W4 benchmarks/gpt.py's GPT)
 and ``w1f`` (W1 on ``Device.flex().fusion()``, whose per-op cost is recording the lazy
-stream).
+stream). Under ``--clock instructions`` W3 and W4 take tens of minutes (valgrind runs
+their convolutions, GEMMs and, compiled, the LLVM compile about 50x slower): time them
+with ``--clock cpu`` instead.
 """
 
 from __future__ import annotations
