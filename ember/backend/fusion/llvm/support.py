@@ -62,6 +62,8 @@ class LLVMTarget(Target):
             return avals[weights].dtype in _FLOATS and avals[indices].dtype == np.dtype(np.int64)
         if node.op not in EXPANDED or not float_operands(graph, node):
             return False
+        if node.op in LIBRARY and self.library(graph, node):  # a row kernel (softmax) instead
+            return False
         if node.op in ("linear", "linear_backward"):
             # Expanded into matmuls: only when those compile (BLAS, or small enough).
             return self.blas is not None or _work(graph, node) < self.blas_threshold
