@@ -96,18 +96,54 @@ def profile_variant(variant: Any, rounds: int = 15, inner: int = 20) -> list[tup
         builder.entry(names[-1], f"ember_prof_s{i}", variant._arena_addr, variant._ptrs_addr, variant._scalars_addr)
     module = jit.compile_module(builder.build(), names)
     entries = [_ENTRY(module.addresses[n]) for n in names]
+    floors = {i: _numpy_product(sched, sched.steps[i]) for i in compiled if isinstance(sched.steps[i], Matmul)}
     samples: dict[int, list[float]] = collections.defaultdict(list)
+    floor_samples: dict[int, list[float]] = collections.defaultdict(list)
     for _ in range(rounds):
         for i, fn in zip(compiled, entries):
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
             samples[i].append((time.perf_counter() - start) / inner * 1e6)
+            if i in floors:
+                start = time.perf_counter()
+                for _ in range(inner):
+                    floors[i]()
+                floor_samples[i].append((time.perf_counter() - start) / inner * 1e6)
     out = []
     for i in compiled:
         kind, what = describe(sched, sched.steps[i])
+        if i in floors:
+            what += f" (numpy {statistics.median(floor_samples[i]):.0f} us)"
         out.append((i, kind, what, statistics.median(samples[i])))
+    numpy_total = sum(statistics.median(v) for v in floor_samples.values())
+    out.append((-1, "numpy matmul (not in the step)", "the same products with numpy", numpy_total))
     return out
+
+
+def _numpy_product(sched: Any, step: Matmul) -> Any:
+    """``np.matmul`` of random operands of ``step``'s shapes and layouts (a transposed
+    operand as a transposed view), into a preallocated output: what the product
+    costs through numpy's BLAS."""
+    from ember.backend.fusion.llvm.support import blas_layout
+
+    rng = np.random.default_rng(0)
+    operands = []
+    for _, view in (step.a, step.b):
+        shape = view.shape
+        layout = blas_layout(view)
+        if layout is not None and layout[0]:
+            dense = rng.standard_normal(shape[:-2] + (shape[-1], shape[-2])).astype(step.dtype)
+            operands.append(np.swapaxes(dense, -1, -2))
+        else:
+            operands.append(rng.standard_normal(shape).astype(step.dtype))
+    out = np.empty(sched.buffers[step.out].shape, step.dtype)
+    a, b = operands
+
+    def run() -> None:
+        np.matmul(a, b, out=out.reshape(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + out.shape[-2:]))
+
+    return run
 
 
 def _blas() -> Any:
@@ -126,14 +162,14 @@ def report(title: str, profile: list[tuple[int, str, str, float]], total_us: flo
     by_kind: dict[str, list[float]] = collections.defaultdict(list)
     for _, kind, _, us in profile:
         by_kind[kind].append(us)
-    steps_sum = sum(us for *_, us in profile)
+    steps_sum = sum(us for i, *_, us in profile if i >= 0)
     print(f"\n{title}: whole run {total_us:.0f} us, compiled steps alone {steps_sum:.0f} us")
-    print(f"  {'kind':<22}{'steps':>6}{'us':>10}{'share':>8}")
+    print(f"  {'kind':<32}{'steps':>6}{'us':>10}{'share':>8}")
     for kind, times in sorted(by_kind.items(), key=lambda kv: -sum(kv[1])):
-        print(f"  {kind:<22}{len(times):>6}{sum(times):>10.0f}{sum(times) / steps_sum:>8.1%}")
+        print(f"  {kind[:30]:<32}{len(times):>6}{sum(times):>10.0f}{sum(times) / steps_sum:>8.1%}")
     if top:
         print(f"  the {top} slowest steps:")
-        for i, _kind, what, us in sorted(profile, key=lambda p: -p[3])[:top]:
+        for i, _kind, what, us in sorted((p for p in profile if p[0] >= 0), key=lambda p: -p[3])[:top]:
             print(f"    [{i:>3}] {us:8.1f} us  {what}")
 
 

@@ -281,6 +281,8 @@ _RULES: dict[str, Callable[..., Any]] = {
     "sigmoid": _same,
     "softmax": _same,
     "log_softmax": _same,
+    "gelu": _same,
+    "gelu_backward": _same,
     "linear": _linear,
     "linear_backward": _linear_backward,
     "adam_step_many": _adam_step_many,

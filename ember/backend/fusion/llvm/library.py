@@ -16,7 +16,9 @@ in the result:
 * convolutions (``conv``, ``conv_transpose``, ``conv_weight_grad``): im2col and one
   ``?gemm`` per sample, in :mod:`.conv`;
 * ``softmax``/``log_softmax`` along the last dim of float32 values: one row at a
-  time, in :mod:`.rows`.
+  time, in :mod:`.rows`;
+* ``gelu``/``gelu_backward`` of float32 values: flex's native formula, in
+  :mod:`.activations`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -34,6 +36,7 @@ from typing import Any
 from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
+from ember.backend.fusion.llvm.activations import ACTIVATION_OPS
 from ember.backend.fusion.llvm.conv import CONV_OPS, Scratch, conv_core, conv_geometry
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
@@ -222,6 +225,7 @@ LIBRARY: dict[str, LibraryOp] = {
     "max_pool_backward": LibraryOp(_pool_backward_supports, no_scratch, _max_pool_backward, checks=True),
     **CONV_OPS,
     **ROW_OPS,
+    **ACTIVATION_OPS,
 }
 
 __all__ = ["LIBRARY", "Emitter", "LibraryOp", "Scratch", "conv_core", "conv_geometry", "max_pool_rows"]

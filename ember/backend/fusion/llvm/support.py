@@ -38,7 +38,18 @@ BLAS_THRESHOLD = 2048
 
 #: Composite calls the LLVM path expands into primitives (float32/float64 only).
 EXPANDED = frozenset(
-    {"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+    {
+        "relu",
+        "sigmoid",
+        "gelu",
+        "gelu_backward",
+        "softmax",
+        "log_softmax",
+        "linear",
+        "linear_backward",
+        "mse_loss",
+        "adam_step_many",
+    }
 )
 
 _REDUCE_INT = frozenset(ReduceOp) - {ReduceOp.MEAN}
