@@ -6,6 +6,7 @@ in the result:
 
 * ``gather``/``scatter_add`` (``np.take_along_axis``/``np.add.at``): one loop over
   the indices, in row-major order (a repeated index accumulates in that order);
+  ``embedding_backward`` the same over whole rows;
 * ``max_pool_with_indices``: a running maximum over the kernel positions in order,
   taking a later value when it is greater or NaN (so the first maximum wins ties
   and a NaN wins), with padding as ``-inf``; the index is the flat position in the
@@ -109,6 +110,43 @@ def _scatter_add(e: Emitter) -> None:
         e.store(b.fadd(old, add) if dtype.kind == "f" else b.add(old, add), out, target, dtype)
 
     e.loops.nest(list(shape), body)
+
+
+def _embedding_backward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    grad, indices, n = node.args
+    avals = graph.avals
+    if type(grad) is not Ref or type(indices) is not Ref or avals[indices].dtype != _INDEX:
+        return False
+    g, ix = avals[grad].shape, avals[indices].shape
+    return avals[grad].dtype in _FLOATS and len(g) >= 1 and g[:-1] == ix and isinstance(n, int) and n >= 0
+
+
+def _embedding_backward(e: Emitter) -> None:
+    """``out = zeros([n, d]); out[indices[i]] += grad[i]`` per index in row-major order
+    (``np.add.at``'s order: a repeated index accumulates in that order)."""
+    grad, indices, n = e.node.args
+    d = e.shape(grad)[-1]
+    dtype = e.dtype(grad)
+    b = e.b
+    out = e.outs[0]
+    e.fill(out, ir.Constant(I64, 0), n * d, const(dtype, 0.0), dtype)
+    rows = size_of(e.shape(indices))
+    if rows == 0 or d == 0:
+        return
+
+    def row(i: ir.Value, _: list) -> list:
+        index = e.check_index(e.load(e.args[indices], i, _INDEX), n)
+        target = b.mul(index, ir.Constant(I64, d))
+        source = b.mul(i, ir.Constant(I64, d))
+
+        def add(j: ir.Value) -> None:
+            at = b.add(target, j)
+            e.store(b.fadd(e.load(out, at, dtype), e.load(e.args[grad], b.add(source, j), dtype)), out, at, dtype)
+
+        e.span(0, d, add)
+        return []
+
+    e.loops.run(rows, row)
 
 
 # ---------------------------------------------------------------------- max pooling
@@ -220,6 +258,7 @@ def _max_pool_backward(e: Emitter) -> None:
 LIBRARY: dict[str, LibraryOp] = {
     "gather": LibraryOp(_gather_supports, no_scratch, _gather, checks=True),
     "scatter_add": LibraryOp(_scatter_supports, no_scratch, _scatter_add, checks=True),
+    "embedding_backward": LibraryOp(_embedding_backward_supports, no_scratch, _embedding_backward, checks=True),
     "max_pool": LibraryOp(_pool_supports, no_scratch, _max_pool),
     "max_pool_with_indices": LibraryOp(_pool_supports, no_scratch, _max_pool),
     "max_pool_backward": LibraryOp(_pool_backward_supports, no_scratch, _max_pool_backward, checks=True),
