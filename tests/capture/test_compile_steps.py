@@ -225,10 +225,10 @@ def _gpt_losses(steps: int, compiled: bool, batch: int, block: int):
     return np.array(losses), step
 
 
-def _check_gpt(steps: int, batch: int, block: int) -> None:
+def _check_gpt(steps: int, batch: int, block: int, atol: float = 0.0) -> None:
     compiled, step = _gpt_losses(steps, True, batch, block)
     eager, _ = _gpt_losses(steps, False, batch, block)
-    np.testing.assert_allclose(compiled, eager, rtol=REL)
+    np.testing.assert_allclose(compiled, eager, rtol=REL, atol=atol)
     assert compiled[-1] < compiled[0]  # it trains
     plan = next(iter(step._entries.values())).plan
     if hasattr(plan, "variants"):  # the LLVM executor: softmax and GELU as row kernels
@@ -246,4 +246,7 @@ def test_compiled_gpt_steps_match_eager_over_100_steps():
 
 @pytest.mark.slow
 def test_compiled_w4_steps_match_eager_over_100_steps():
-    _check_gpt(100, 16, 64)
+    """The whole W4. It memorizes its fixed batch (loss 4.3 -> 0.01): the first 30 or
+    so steps agree bit for bit, then float32 rounding drifts apart by up to 1.1e-5
+    relative (1e-6 absolute) once the loss is below 0.1."""
+    _check_gpt(100, 16, 64, atol=1e-6)
