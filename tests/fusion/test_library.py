@@ -221,3 +221,29 @@ def test_values_and_gradients_through_the_lowerings_match_eager():
     eager = run(Device.flex().autodiff())
     for a, e in zip(fused, eager):
         np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- embedding backward
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize(("index_shape", "n"), [((4, 5), 7), ((9,), 3), ((2, 0), 4), ((3, 2), 1)])
+def test_embedding_backward_matches_flex_bit_for_bit(executor, dtype, index_shape, n, rng):
+    case = Case()
+    grad = case.input(rng.standard_normal((*index_shape, 6)).astype(dtype))
+    idx = case.input(rng.integers(0, n, index_shape).astype(np.int64))  # repeats accumulate in order
+    out = case.ops.embedding_backward(grad, idx, n)
+    compiled, replayed, plan = case.run(executor, [out])
+    assert_same(compiled[0], replayed[0], "embedding_backward")
+    assert _libraries(plan) == ["embedding_backward"] and not _calls(plan)
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_embedding_backward_with_an_index_out_of_range_raises(executor, bad):
+    case = Case()
+    grad = case.input(np.ones((3, 2), np.float32))
+    idx = case.input(np.array([0, bad, 2], np.int64))
+    graph, scalars = case.abstract([case.ops.embedding_backward(grad, idx, 5)])
+    plan = executor.plan(graph)
+    with pytest.raises(PartialRun) as caught:
+        plan.run(FlexBackend(), list(case.values), scalars)
+    assert isinstance(caught.value.error, IndexOutOfBoundsError)
+    assert f"index {bad} is out of bounds for 5 embeddings" in str(caught.value.error)

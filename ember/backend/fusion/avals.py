@@ -303,6 +303,8 @@ _RULES: dict[str, Callable[..., Any]] = {
     "sigmoid": _same,
     "softmax": _same,
     "log_softmax": _same,
+    "gelu": _same,
+    "gelu_backward": _same,
     "linear": _linear,
     "linear_backward": _linear_backward,
     # The packed weight stays packed: the plan calls the wrapped backend's kernel (flex's

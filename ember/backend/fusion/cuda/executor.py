@@ -42,7 +42,18 @@ from ember.errors import FallbackWarning
 
 #: Composites a plan expands into primitives (float32/float64 operands).
 EXPANDED = frozenset(
-    {"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+    {
+        "relu",
+        "sigmoid",
+        "gelu",
+        "gelu_backward",
+        "softmax",
+        "log_softmax",
+        "linear",
+        "linear_backward",
+        "mse_loss",
+        "adam_step_many",
+    }
 )
 
 

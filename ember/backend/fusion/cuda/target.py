@@ -24,7 +24,18 @@ from ember.backend.kernel.views import size_of
 
 #: Composites the CUDA lowering expands into primitives (float32/float64 operands).
 EXPANDED = frozenset(
-    {"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+    {
+        "relu",
+        "sigmoid",
+        "gelu",
+        "gelu_backward",
+        "softmax",
+        "log_softmax",
+        "linear",
+        "linear_backward",
+        "mse_loss",
+        "adam_step_many",
+    }
 )
 
 

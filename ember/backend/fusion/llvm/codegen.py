@@ -295,6 +295,16 @@ class ModuleBuilder:
         gemv = self.gemv(step.dtype) if use_blas and k > 1 and (m == 1) != (n == 1) else None
         vector = None if gemv is None else _gemv_args(a_view, b_view, la, lb, m, n, k)
 
+        if use_blas and vector is None and batch and _folds(a_view, b_view, la, m):
+            # A shared B and batches of A rows one after another: one product with all
+            # the rows (OpenBLAS packs B once instead of once per batch).
+            assert la is not None  # _folds says so
+            m *= size_of(batch)
+            batch = ()
+            a_view = View((m, k), (la[1], a_view.strides[-1]), a_view.offset)
+            b_view = View((k, n), (b_view.strides[-2], b_view.strides[-1]), b_view.offset)
+            out_shape = (m, n)
+
         def one(indices: list[ir.Value]) -> None:
             a_off = _offset(b, a_view, indices)
             b_off = _offset(b, b_view, indices)
@@ -446,6 +456,21 @@ def _gemv_args(
         # a is [m, k]: stored as is (plain gemv) or as [k, m] (gemv of its transpose).
         return (True, k, m, ld, inc, 1, True) if trans else (False, m, k, ld, inc, 1, True)
     return None
+
+
+def _folds(a: View, b: View, layout: tuple[bool, int] | None, m: int) -> bool:
+    """Whether a batched product is one product with the batches' rows stacked: ``b``
+    the same matrix in every batch, ``a`` untransposed with each batch's rows right
+    after the previous batch's (its batch dims walk rows at the row stride)."""
+    rank = len(a.shape) - 2
+    if layout is None or layout[0] or m < 1 or any(s != 0 for s in b.strides[:rank]):
+        return False
+    expected = m * layout[1]
+    for d in range(rank - 1, -1, -1):
+        if a.shape[d] != 1 and a.strides[d] != expected:
+            return False
+        expected *= a.shape[d]
+    return True
 
 
 def _offset(b: ir.IRBuilder, view: View, indices: list[ir.Value]) -> ir.Value:

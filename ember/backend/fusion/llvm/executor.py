@@ -607,6 +607,9 @@ class Variant:
         if node.op == "max_pool_backward":
             size = size_of(tuple(node.args[2][2:]))
             what = f"ember: max_pool_backward: index {bad} is out of bounds for a plane of size {size}"
+        elif node.op == "embedding_backward":
+            size = node.args[2]
+            what = f"ember: embedding: index {bad} is out of bounds for {size} embeddings"
         else:
             dim = node.args[1]
             size = avals[node.args[0]].shape[dim]

@@ -38,7 +38,18 @@ BLAS_THRESHOLD = 2048
 
 #: Composite calls the LLVM path expands into primitives (float32/float64 only).
 EXPANDED = frozenset(
-    {"relu", "sigmoid", "softmax", "log_softmax", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+    {
+        "relu",
+        "sigmoid",
+        "gelu",
+        "gelu_backward",
+        "softmax",
+        "log_softmax",
+        "linear",
+        "linear_backward",
+        "mse_loss",
+        "adam_step_many",
+    }
 )
 
 _REDUCE_INT = frozenset(ReduceOp) - {ReduceOp.MEAN}
@@ -61,6 +72,8 @@ class LLVMTarget(Target):
             avals = graph.avals
             return avals[weights].dtype in _FLOATS and avals[indices].dtype == np.dtype(np.int64)
         if node.op not in EXPANDED or not float_operands(graph, node):
+            return False
+        if node.op in LIBRARY and self.library(graph, node):  # a row kernel (softmax) instead
             return False
         if node.op in ("linear", "linear_backward"):
             # Expanded into matmuls: only when those compile (BLAS, or small enough).

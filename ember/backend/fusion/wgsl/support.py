@@ -29,7 +29,9 @@ _F32 = np.dtype(np.float32)
 #: epilogue, an optimizer update into one kernel per tensor). softmax and
 #: log_softmax stay calls: cube's row kernel does in one launch what their
 #: decomposition needs three for (a max, a sum of exponentials, the quotient).
-EXPANDED = frozenset({"relu", "sigmoid", "linear", "linear_backward", "mse_loss", "adam_step_many"})
+EXPANDED = frozenset(
+    {"relu", "sigmoid", "gelu", "gelu_backward", "linear", "linear_backward", "mse_loss", "adam_step_many"}
+)
 
 _REDUCE = {
     ReduceOp.SUM: ("f32", "i32", "i64"),

@@ -1,0 +1,168 @@
+"""What a hand-written lowering (:class:`~ember.backend.fusion.steps.Library` step) is
+and emits with: :class:`LibraryOp` (whether it applies to a node, its scratch, its
+IR) and :class:`Emitter` (the builder, loops, the module's BLAS and math, the step's
+pointers). The lowerings themselves: :mod:`.library` (gather, scatter, pooling and
+the registry), :mod:`.conv` (convolutions), :mod:`.rows` (row kernels: softmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from ember.backend.flex import blas as blas_mod
+from ember.backend.fusion.graph import Graph, Node
+from ember.backend.kernel.llvm.loops import Loops
+from ember.backend.kernel.llvm.mathlib import I64, mem_type, reg_type
+
+FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+INDEX = np.dtype(np.int64)
+
+
+@dataclass(frozen=True)
+class LibraryOp:
+    """A hand-written lowering: whether it applies to a node, the scratch it needs
+    (named regions: name -> byte offset, and ``"size"``; each region reaches the
+    code as its own ``noalias`` pointer), the IR it emits, and whether it checks
+    indices (then the step may stop the run: see the module docstring)."""
+
+    supports: Callable[[Graph, Node, Any], bool]
+    scratch: Callable[[Graph, Node], dict[str, int]]
+    emit: Callable[..., None]
+    checks: bool = False
+
+
+class Emitter:
+    """What a lowering emits with: the builder, loops, the module builder (BLAS
+    routines, math) and the step's pointers."""
+
+    def __init__(
+        self,
+        module: Any,
+        b: ir.IRBuilder,
+        graph: Graph,
+        node: Node,
+        args: dict[int, ir.Value],
+        outs: list[ir.Value],
+        regions: dict[str, ir.Value],
+        status: ir.Value | None,
+        code: int,
+    ):
+        self.module = module
+        self.b = b
+        self.loops = Loops(b)
+        self.graph = graph
+        self.node = node
+        self.args = args  # value -> pointer to its first element
+        self.outs = outs
+        self.regions = regions  # scratch region name -> pointer
+        self.status = status
+        self.code = code  # what a failure records in status[0]
+
+    def shape(self, ref: int) -> tuple[int, ...]:
+        return self.graph.avals[ref].shape
+
+    def dtype(self, ref: int) -> np.dtype:
+        return self.graph.avals[ref].dtype
+
+    # ------------------------------------------------------------------ helpers
+    def at(self, ptr: ir.Value, index: ir.Value, dtype: np.dtype) -> ir.Value:
+        return self.b.gep(ptr, [index], source_etype=mem_type(dtype))
+
+    def load(self, ptr: ir.Value, index: ir.Value, dtype: np.dtype) -> ir.Value:
+        return self.b.load(self.at(ptr, index, dtype), typ=mem_type(dtype), align=dtype.itemsize)
+
+    def store(self, value: ir.Value, ptr: ir.Value, index: ir.Value, dtype: np.dtype) -> None:
+        self.b.store(value, self.at(ptr, index, dtype), align=dtype.itemsize)
+
+    def span(self, lo: int, hi: int, body: Callable[[ir.Value], None]) -> None:
+        """``for i in range(lo, hi): body(i)`` (nothing when empty)."""
+        if hi <= lo:
+            return
+        b = self.b
+
+        def step(i: ir.Value, _: list) -> list:
+            body(b.add(i, ir.Constant(I64, lo)) if lo else i)
+            return []
+
+        self.loops.run(hi - lo, step)
+
+    def fill(self, ptr: ir.Value, start: ir.Value, count: int, value: ir.Value, dtype: np.dtype) -> None:
+        """``ptr[start:start + count] = value``."""
+        self.span(0, count, lambda i: self.store(value, ptr, self.b.add(start, i), dtype))
+
+    def linear(self, indices: list[ir.Value], strides: tuple[int, ...], base: ir.Value | None = None) -> ir.Value:
+        b = self.b
+        total = base if base is not None else ir.Constant(I64, 0)
+        for index, stride in zip(indices, strides):
+            if stride:
+                total = b.add(total, b.mul(index, ir.Constant(I64, stride)))
+        return total
+
+    def check_index(self, index: ir.Value, size: int) -> ir.Value:
+        """``index`` if it lies in ``[0, size)``; otherwise records it as the step's
+        failure and gives 0 (so nothing is read or written out of bounds)."""
+        b = self.b
+        ok = b.and_(b.icmp_signed(">=", index, ir.Constant(I64, 0)), b.icmp_signed("<", index, ir.Constant(I64, size)))
+        with b.if_then(b.not_(ok), likely=False):
+            first = b.load(self.status, typ=I64)
+            with b.if_then(b.icmp_signed("==", first, ir.Constant(I64, 0))):
+                b.store(ir.Constant(I64, self.code), self.status)
+                b.store(index, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
+        return b.select(ok, index, ir.Constant(I64, 0))
+
+    def gemm(
+        self,
+        dtype: np.dtype,
+        trans_a: bool,
+        trans_b: bool,
+        m: int,
+        n: int,
+        k: int,
+        a: ir.Value,
+        lda: int,
+        bm: ir.Value,
+        ldb: int,
+        beta: ir.Value,
+        c: ir.Value,
+        ldc: int,
+    ) -> None:
+        """``C = A @ B + beta * C`` (row-major, ``?gemm`` of the plan's BLAS)."""
+        blas = self.module.blas
+        nt = I64 if blas.int_bits == 64 else ir.IntType(32)
+        i32 = ir.IntType(32)
+        t = reg_type(dtype)
+
+        def trans(flag: bool) -> ir.Constant:
+            return ir.Constant(i32, blas_mod.TRANS if flag else blas_mod.NO_TRANS)
+
+        self.b.call(
+            self.module.gemm(dtype),
+            [
+                ir.Constant(i32, blas_mod.ROW_MAJOR),
+                trans(trans_a),
+                trans(trans_b),
+                ir.Constant(nt, m),
+                ir.Constant(nt, n),
+                ir.Constant(nt, k),
+                ir.Constant(t, 1.0),
+                a,
+                ir.Constant(nt, lda),
+                bm,
+                ir.Constant(nt, ldb),
+                beta,
+                c,
+                ir.Constant(nt, ldc),
+            ],
+        )
+
+
+def no_scratch(graph: Graph, node: Node) -> dict[str, int]:
+    return {}
+
+
+__all__ = ["FLOATS", "INDEX", "Emitter", "LibraryOp", "no_scratch"]
