@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from ember.backend.ops import LinalgOp
 from ember.errors import ValueRangeError
-from ember.linalg._core import check_matrix, mt, run
+from ember.linalg._core import check_matrix, mh, run
 from ember.tensor import Tensor
 
 
@@ -55,7 +55,7 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -
     order of the first leading minor that is not positive-definite (``L`` is then NaN)."""
     check_matrix("cholesky", A, square=True)
     low, info = run(LinalgOp.CHOLESKY, (A,), (check_errors,))
-    return CholeskyEx(mt(low) if upper else low, info)
+    return CholeskyEx(mh(low) if upper else low, info)
 
 
 def qr(A: Tensor, mode: str = "reduced") -> QR:
