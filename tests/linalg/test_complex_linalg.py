@@ -88,7 +88,14 @@ CASES = {
         1.0,
         True,
     ),
-    "slogdet_sign": (lambda a: linalg.slogdet(a).sign, lambda t, a: t.linalg.slogdet(a).sign, [(2, 3, 3)], 1.0, False),
+    "slogdet_sign": (lambda a: linalg.slogdet(a).sign, lambda t, a: t.linalg.slogdet(a).sign, [(2, 3, 3)], 1.0, True),
+    "slogdet_both": (
+        lambda a: _cat(list(linalg.slogdet(a))),
+        lambda t, a: _tcat(t, list(t.linalg.slogdet(a))),
+        [(2, 3, 3)],
+        1.0,
+        True,
+    ),
     "solve": (linalg.solve, lambda t, a, b: t.linalg.solve(a, b), [(2, 3, 3), (3, 2)], 3.0, True),
     "solve_vector": (linalg.solve, lambda t, a, b: t.linalg.solve(a, b), [(3, 3), (3,)], 3.0, True),
     "solve_right": (
@@ -133,7 +140,7 @@ CASES = {
         lambda t, a: t.linalg.pinv(_thm(a), hermitian=True),
         [(3, 3)],
         0,
-        False,
+        True,
     ),
     "lstsq": (
         lambda a, b: linalg.lstsq(a, b).solution,
@@ -141,6 +148,13 @@ CASES = {
         [(2, 5, 3), (2, 5, 2)],
         0,
         True,
+    ),
+    "lstsq_all": (
+        lambda a, b: _cat(list(linalg.lstsq(a, b))),
+        lambda t, a, b: _tcat(t, list(t.linalg.lstsq(a, b, driver="gelsd"))),
+        [(2, 5, 3), (2, 5, 2)],
+        0,
+        False,
     ),
     "matrix_rank": (
         lambda a: linalg.matrix_rank(a.matmul(a.swap_dims(-1, -2))),
@@ -243,3 +257,31 @@ def test_complex_operands_must_match():
         linalg.solve(a, Tensor.from_data(np.ones((3, 1), np.complex64), device=device))
     with pytest.raises(DTypeError, match=r"linalg\.inv: A has dtype int64.*complex64"):
         linalg.inv(Tensor.from_data(np.eye(3, dtype=np.int64), device=device))
+
+
+@pytest.mark.parametrize("device_name", DEVICES)
+def test_real_results_of_complex_matrices_are_real(device_name):
+    """Singular values, eigenvalues, log|det|, lstsq's residuals and singular values are
+    real (float64 of complex128), as PyTorch's, also when autodiff tracks them."""
+    device = make_device(device_name)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 4, 3)) + 1j * rng.standard_normal((2, 4, 3))
+    x = Tensor.from_data(a, device=device)
+    if device.is_autodiff():
+        x = x.require_grad()
+    sq = x.narrow(-2, 0, 3)
+    lst = linalg.lstsq(x, x.narrow(-1, 0, 1))
+    real = {
+        "S": linalg.svd(x).S,
+        "svdvals": linalg.svdvals(x),
+        "eigenvalues": linalg.eigh(sq).eigenvalues,
+        "eigvalsh": linalg.eigvalsh(sq),
+        "logabsdet": linalg.slogdet(sq).logabsdet,
+        "residuals": lst.residuals,
+        "singular_values": lst.singular_values,
+        "nuc": linalg.matrix_norm(x, "nuc"),
+    }
+    for name, t in real.items():
+        assert t.dtype.name.lower() == "float64", (name, t.dtype)
+    assert linalg.slogdet(sq).sign.dtype.name.lower() == "complex128"
+    np.testing.assert_allclose(linalg.svd(x).S.to_numpy(), np.linalg.svd(a, compute_uv=False), rtol=1e-10)

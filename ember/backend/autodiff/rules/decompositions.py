@@ -7,13 +7,22 @@ are PyTorch's (``FunctionsManual.cpp``), real case:
 * ``inv``: ``gA = -X^T G X^T``; ``solve``: ``gB = A^-T G``, ``gA = -gB X^T``;
   ``solve_triangular``: the same, kept in ``A``'s triangle;
 * ``det``: ``gA = g det(A) A^-T``; for a singular matrix the adjugate from the SVD,
-  ``U diag(g det(U) det(V^T) prod_{j!=i} s_j) V^T``; ``slogdet``: ``gA = g A^-T``;
+  ``U diag(g det(U) det(V^T) prod_{j!=i} s_j) V^T``; ``slogdet``: ``gA = g A^-T`` (complex:
+  also through the sign, see ``_complex_slogdet_step``);
 * ``cholesky``: ``gA = L^-T Phi(L^T G) L^-1``, ``Phi`` the symmetric part of the lower
   triangle with its diagonal halved;
 * ``qr`` (reduced, ``m >= n``): ``gA = (gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T``;
 * ``svd``: the gauge-invariant formula (distinct singular values); ``eigh`` likewise;
 * ``pinv`` and ``lstsq`` (through ``X = pinv(A) B``); ``matrix_exp``: the upper-right
   block of ``exp([[A^T, G], [0, A^T]])``.
+
+Complex matrices follow PyTorch's convention (the gradient of a real loss is
+``dL/dRe + i dL/dIm``, see ``rules.spectral``): the same formulas with conjugate
+transposes (``^H`` for ``^T``) and ``conj(det)`` for ``det``; ``cholesky``'s ``Phi`` is
+the Hermitian part, ``qr``'s ``copyltu`` keeps the real part of the diagonal (``R``'s
+is real), ``svd`` adds the phase term ``i Im(diag(U^H gU)) / S``. Packed outputs of one
+node share the complex dtype; the real ones (singular values, eigenvalues) are given
+back as real parts.
 
 An op with several differentiable outputs (``qr``, ``svd``, ``eigh``) records one node
 for all of them, packed into one vector, and gives each output as a tracked slice of
@@ -211,6 +220,17 @@ def _slogdet_step(ops, g, saved, ctx):
     return (_mul(ops, _h(ops, inverse), _like(ops, _scalar_mat(ops, g), inverse)),)
 
 
+def _complex_slogdet_step(ops, g, saved, ctx):
+    """Both outputs of a complex ``slogdet``: ``gA = (g_logabs + i Im(g_sign conj(sign))) A^-H``
+    (the sign ``e^{i arg det}`` moves with ``Im tr(A^-1 dA)``)."""
+    sign, _ = _unpack(ops, saved[1], ctx)
+    g_sign, g_logabs = _unpack(ops, g, ctx)
+    turn = _mul(ops, g_sign, conj(ops, sign))
+    coefficient = _add(ops, _real_part(ops, g_logabs), _sub(ops, turn, _real_part(ops, turn)))
+    inverse = _lin(ops, LinalgOp.INV, (saved[0],), (False,))[0]
+    return (_mul(ops, _h(ops, inverse), _scalar_mat(ops, coefficient)),)
+
+
 def _cholesky_step(ops, g, saved, ctx):
     low = saved[0]
     lh = _h(ops, low)
@@ -371,6 +391,8 @@ class DecompositionRules(RecordMixin):
             plain[0] = self._single(outs[0], inputs, _inv_step, (Own(outs[0]),), None)
         elif op is LinalgOp.DET:
             plain[0] = self._single(outs[0], inputs, _det_step, (keep[0], Own(outs[0])), None)
+        elif op is LinalgOp.SLOGDET and outs[0].dtype in COMPLEX_NP:  # the sign is differentiable too
+            plain = self._packed(outs, inputs, _complex_slogdet_step, keep, lambda shapes: shapes)
         elif op is LinalgOp.SLOGDET:
             plain[1] = self._single(outs[1], inputs, _slogdet_step, keep, None)
         elif op is LinalgOp.CHOLESKY:
