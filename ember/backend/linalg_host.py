@@ -219,7 +219,7 @@ def cholesky(a: np.ndarray, check: bool) -> Arrays:
         index, minor = _first_failure(info)
         raise LinAlgError(
             f"ember: linalg.cholesky: {_which(index, a.shape[:-2])} is not "
-            f"positive-definite (its leading minor of order {minor} is not); pass a symmetric "
+            f"positive-definite (its leading minor of order {minor} is not); pass a symmetric (complex: Hermitian) "
             "positive-definite matrix (add a multiple of the identity to regularize it), or use "
             "linalg.cholesky_ex to get the info tensor instead of this error"
         )
