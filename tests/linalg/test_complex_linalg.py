@@ -302,3 +302,33 @@ def test_complex_singular_and_not_positive_definite_matrices():
         linalg.cholesky(Tensor.from_data(indefinite, device=device))
     batch = np.stack([indefinite, np.eye(2, dtype=np.complex128)])
     assert linalg.cholesky_ex(Tensor.from_data(batch, device=device)).info.tolist() == [2, 0]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, case in CASES.items() if case[4]))
+def test_complex_second_derivatives_match_torch(name, torch):
+    """A double backward (``create_graph``) of ``S = Re(sum(dL/dx * conj(v)))`` matches
+    torch's, complex128 on flex+autodiff."""
+    fn, torch_fn, _, _, _ = CASES[name]
+    arrays = _arrays(name, np.complex128)
+    rng = np.random.default_rng(7)
+    vs = [rng.uniform(-1, 1, a.shape) + 1j * rng.uniform(-1, 1, a.shape) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    expected = torch_fn(torch, *ts)
+    w = rng.uniform(-1, 1, tuple(expected.shape)) + 1j * rng.uniform(-1, 1, tuple(expected.shape))
+    tw = torch.tensor(w)
+    tloss = (expected * tw.conj()).real.sum() if expected.is_complex() else (expected * tw.real).sum()
+    tgrads = torch.autograd.grad(tloss, ts, create_graph=True)
+    ts_ = sum((g * torch.tensor(v).conj()).real.sum() for g, v in zip(tgrads, vs))
+    want = torch.autograd.grad(ts_, ts, allow_unused=True)
+    device = make_device("flex+autodiff")
+    xs = [Tensor.from_data(a, device=device).require_grad() for a in arrays]
+    grads = _real_loss(fn(*xs), Tensor.from_data(w, device=device)).backward(create_graph=True)
+    s = None
+    for x, v in zip(xs, vs):
+        term = x.grad(grads).mul(Tensor.from_data(v, device=device).conj()).real().sum()
+        s = term if s is None else s.add(term)
+    second = s.backward()
+    for x, t in zip(xs, want):
+        got = x.grad(second)
+        expect = np.zeros(x.dims(), np.complex128) if t is None else t.resolve_conj().numpy()
+        np.testing.assert_allclose(np.zeros(x.dims()) if got is None else got.to_numpy(), expect, rtol=1e-7, atol=1e-8)

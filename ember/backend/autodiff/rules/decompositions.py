@@ -270,7 +270,9 @@ def _svd_step(ops, g, saved, ctx):
     if vh.shape[-2] != k:
         vh, gvh = _narrow(ops, vh, len(vh.shape) - 2, 0, k), _narrow(ops, gvh, len(gvh.shape) - 2, 0, k)
     v, gv = _h(ops, vh), _h(ops, gvh)
-    s, gs = _like(ops, s, u), _like(ops, gs, u)
+    # Real outputs packed as complex (see DecompositionRules._packed): their real parts,
+    # so that a double backward sends them real gradients too.
+    s, gs = _real_part(ops, _like(ops, s, u)), _real_part(ops, _like(ops, gs, u))
     s2 = _mul(ops, s, s)
     eye = _const(ops, np.eye(k), s)
     e = _add(ops, _sub(ops, _row(ops, s2), _col(ops, s2)), eye)  # E_ij = s_j^2 - s_i^2, 1 on the diagonal
@@ -303,7 +305,7 @@ def _eigh_step(ops, g, saved, ctx):
     shapes = ctx
     w, v = _unpack(ops, saved[0], shapes)
     gw, gv = _unpack(ops, g, shapes)
-    w, gw = _like(ops, w, v), _like(ops, gw, v)
+    w, gw = _real_part(ops, _like(ops, w, v)), _real_part(ops, _like(ops, gw, v))  # as in _svd_step
     vhgv = ops.matmul(_h(ops, v), gv)
     skew = _mul(ops, _sub(ops, vhgv, _h(ops, vhgv)), 0.5)
     e = _add(ops, _sub(ops, _row(ops, w), _col(ops, w)), _const(ops, np.eye(w.shape[-1]), w))
