@@ -51,7 +51,7 @@ def _first_failure(info: np.ndarray) -> tuple[int, int]:
 def lu_zero_pivot(m: np.ndarray) -> int:
     """The 1-based column of the first zero pivot of ``m``'s LU with partial pivoting
     (LAPACK ``getrf``'s ``info``), or 0 when there is none."""
-    u = np.array(m, dtype=np.float64)
+    u = np.array(m, dtype=np.result_type(m, np.float64))
     n = u.shape[0]
     first = 0
     for k in range(n):
@@ -66,17 +66,17 @@ def lu_zero_pivot(m: np.ndarray) -> int:
 
 
 def cholesky_failed_minor(m: np.ndarray) -> int:
-    """The order of the first leading minor of symmetric ``m`` (lower triangle read)
-    that is not positive-definite (LAPACK ``potrf``'s ``info``), or 0."""
-    a = np.tril(np.array(m, dtype=np.float64))
+    """The order of the first leading minor of symmetric (Hermitian) ``m`` (lower
+    triangle read) that is not positive-definite (LAPACK ``potrf``'s ``info``), or 0."""
+    a = np.tril(np.array(m, dtype=np.result_type(m, np.float64)))
     n = a.shape[0]
     low = np.zeros_like(a)
     for k in range(n):
-        d = a[k, k] - low[k, :k] @ low[k, :k]
+        d = (a[k, k] - low[k, :k] @ low[k, :k].conj()).real
         if not d > 0:  # also NaN
             return k + 1
         low[k, k] = np.sqrt(d)
-        low[k + 1 :, k] = (a[k + 1 :, k] - low[k + 1 :, :k] @ low[k, :k]) / low[k, k]
+        low[k + 1 :, k] = (a[k + 1 :, k] - low[k + 1 :, :k] @ low[k, :k].conj()) / low[k, k]
     return 0
 
 
@@ -219,7 +219,7 @@ def cholesky(a: np.ndarray, check: bool) -> Arrays:
         index, minor = _first_failure(info)
         raise LinAlgError(
             f"ember: linalg.cholesky: {_which(index, a.shape[:-2])} is not "
-            f"positive-definite (its leading minor of order {minor} is not); pass a symmetric "
+            f"positive-definite (its leading minor of order {minor} is not); pass a symmetric (complex: Hermitian) "
             "positive-definite matrix (add a multiple of the identity to regularize it), or use "
             "linalg.cholesky_ex to get the info tensor instead of this error"
         )
@@ -255,6 +255,16 @@ def eigvalsh(a: np.ndarray, uplo: Literal["L", "U"]) -> Arrays:
     return (np.linalg.eigvalsh(a, UPLO=uplo),)
 
 
+def _real(dtype: Any) -> np.dtype:
+    """The real dtype of ``dtype`` (``float32`` for ``complex64``)."""
+    return np.zeros((), dtype).real.dtype
+
+
+def _h(a: np.ndarray) -> np.ndarray:
+    """The conjugate transpose of each matrix."""
+    return np.swapaxes(a, -1, -2).conj()
+
+
 def lstsq(a: np.ndarray, b: np.ndarray, rcond: float | None, static_residuals: bool = False) -> Arrays:
     """LAPACK ``gelsd`` per batch element (numpy's ``lstsq`` is not batched).
 
@@ -269,10 +279,11 @@ def lstsq(a: np.ndarray, b: np.ndarray, rcond: float | None, static_residuals: b
     a = np.broadcast_to(a, batch + a.shape[-2:]).reshape((-1, m, n))
     b = np.broadcast_to(b, batch + b.shape[-2:]).reshape((-1, m, b.shape[-1]))
     dtype = np.result_type(a, b)
+    real = _real(dtype)
     x = np.zeros((a.shape[0], n, b.shape[-1]), dtype)
-    res = np.zeros((a.shape[0], b.shape[-1]), dtype)
+    res = np.zeros((a.shape[0], b.shape[-1]), real)
     rank = np.zeros(a.shape[0], np.int64)
-    sv = np.zeros((a.shape[0], min(m, n)), dtype)
+    sv = np.zeros((a.shape[0], min(m, n)), real)
     full = m > n
     for i in range(a.shape[0]):
         x[i], r, rank[i], sv[i] = np.linalg.lstsq(a[i], b[i], rcond=rcond)
@@ -281,9 +292,9 @@ def lstsq(a: np.ndarray, b: np.ndarray, rcond: float | None, static_residuals: b
             res[i] = r
     k = b.shape[-1]
     if static_residuals and m > n and not full:
-        res = (np.abs(b - a @ x) ** 2).sum(-2).astype(dtype)
+        res = (np.abs(b - a @ x) ** 2).sum(-2).astype(real)
         full = True
-    residuals = res.reshape(batch + (k,)) if full else np.zeros((0,), dtype)
+    residuals = res.reshape(batch + (k,)) if full else np.zeros((0,), real)
     return x.reshape(batch + (n, k)), residuals, rank.reshape(batch), sv.reshape(batch + (min(m, n),))
 
 
@@ -296,15 +307,15 @@ def pinv(a: np.ndarray, atol: float | None, rtol: float | None, hermitian: bool)
     if hermitian:
         w, v = np.linalg.eigh(a)
         s = np.abs(w)
-        u, vh = v * np.sign(w)[..., None, :], np.swapaxes(v, -1, -2)
+        u, vh = v * np.sign(w)[..., None, :], _h(v)
     else:
         u, s, vh = np.linalg.svd(a, full_matrices=False)
     if s.shape[-1] == 0:
         return (np.zeros(a.shape[:-2] + (n, m), a.dtype),)
     cutoff = np.maximum(atol or 0.0, rtol * np.max(s, axis=-1, keepdims=True))
     with np.errstate(divide="ignore"):
-        s_inv = np.where(s > cutoff, 1.0 / s, 0.0).astype(a.dtype)
-    return ((np.swapaxes(vh, -1, -2) * s_inv[..., None, :]) @ np.swapaxes(u, -1, -2),)
+        s_inv = np.where(s > cutoff, 1.0 / s, 0.0).astype(s.dtype)
+    return ((_h(vh) * s_inv[..., None, :]) @ _h(u),)
 
 
 _PADE13 = (
@@ -326,8 +337,9 @@ _PADE13 = (
 
 
 def matrix_exp(a: np.ndarray) -> Arrays:
-    """Scaling and squaring with the [13/13] Padé approximant (Higham 2005), in float64."""
-    x = np.asarray(a, np.float64)
+    """Scaling and squaring with the [13/13] Padé approximant (Higham 2005), in float64
+    (complex128 for a complex matrix)."""
+    x = np.asarray(a, np.result_type(a, np.float64))
     n = x.shape[-1]
     if x.size == 0:
         return (np.zeros(a.shape, a.dtype),)

@@ -1,11 +1,14 @@
-"""``ember.linalg``: PyTorch's ``torch.linalg`` for ember tensors (real dtypes).
+"""``ember.linalg``: PyTorch's ``torch.linalg`` for ember tensors (float32, float64,
+complex64 and complex128).
 
 Inverses, solves, determinants and the decompositions (``inv``, ``solve``,
 ``solve_triangular``, ``det``, ``slogdet``, ``cholesky``, ``qr``, ``svd``, ``svdvals``,
 ``eigh``, ``eigvalsh``, ``lstsq``, ``pinv``, ``matrix_exp``) are one LAPACK call each,
 through the backend protocol's ``linalg`` op: numpy's LAPACK on flex's arrays, and on a
 GPU device a copy to the host and back (documented on each backend). All are batched
-over leading dims and differentiable (twice, too) with PyTorch's gradient formulas.
+over leading dims and differentiable (twice, too) with PyTorch's gradient formulas; a
+complex matrix gets PyTorch's results (Hermitian where torch reads it so; singular values,
+eigenvalues and norms real) and gradients (``dL/dRe + i dL/dIm`` of a real loss).
 The norms, ``matrix_rank``, ``matrix_power`` and ``cross`` are composites.
 On a fusion device and under ``ember.compile`` each LAPACK call is one node of the graph,
 which the plan runs as a call of the wrapped backend (so a singular matrix raises when

@@ -9,10 +9,11 @@ from ember.tensor import Tensor
 from ember.tensor.checks import check_device
 
 _FLOATS = (DType.FLOAT32, DType.FLOAT64)
+_COMPLEX = (DType.COMPLEX64, DType.COMPLEX128)
 
 
 def check_matrix(op: str, a: Any, *, square: bool = False, name: str = "A") -> Tensor:
-    """``a`` as a float tensor of matrices ``[..., m, n]`` (square when asked)."""
+    """``a`` as a float or complex tensor of matrices ``[..., m, n]`` (square when asked)."""
     if not isinstance(a, Tensor):
         raise DTypeError(f"ember: linalg.{op}: {name} must be an ember Tensor, got {type(a).__name__}")
     shape = a.dims()
@@ -21,16 +22,11 @@ def check_matrix(op: str, a: Any, *, square: bool = False, name: str = "A") -> T
             f"ember: linalg.{op}: {name} must be a matrix or a batch of matrices [..., m, n], "
             f"got shape {shape}; reshape a vector to [n, 1] or [1, n]"
         )
-    if a.dtype.is_complex:
-        raise DTypeError(
-            f"ember: linalg.{op}: {name} is {a.dtype.name.lower()}; ember.linalg's decompositions and solves "
-            "take real float32 or float64 matrices (complex ones are not supported yet): for a complex "
-            "system work with the real block matrix [[re, -im], [im, re]]"
-        )
-    if a.dtype not in _FLOATS:
+    if a.dtype not in _FLOATS + _COMPLEX:
         raise DTypeError(
             f"ember: linalg.{op}: {name} has dtype {a.dtype.name.lower()}; the decompositions take "
-            f"float32 or float64 matrices: cast first with {name.lower()}.float() (or .cast('float64'))"
+            f"float32, float64, complex64 or complex128 matrices: cast first with {name.lower()}.float() "
+            "(or .cast('float64'))"
         )
     if square and shape[-1] != shape[-2]:
         raise ShapeError(
@@ -39,13 +35,12 @@ def check_matrix(op: str, a: Any, *, square: bool = False, name: str = "A") -> T
     return a
 
 
-def check_operand(op: str, a: Tensor, b: Any, name: str = "B", *, complex_ok: bool = False) -> Tensor:
-    """``b`` as a tensor on ``a``'s device with ``a``'s dtype (float, or complex where
-    ``complex_ok``)."""
+def check_operand(op: str, a: Tensor, b: Any, name: str = "B") -> Tensor:
+    """``b`` as a tensor on ``a``'s device with ``a``'s dtype (float or complex)."""
     if not isinstance(b, Tensor):
         raise DTypeError(f"ember: linalg.{op}: {name} must be an ember Tensor, got {type(b).__name__}")
     check_device(f"linalg.{op}", a, b)
-    if b.dtype not in _FLOATS and not (complex_ok and b.dtype.is_complex):
+    if b.dtype not in _FLOATS + _COMPLEX:
         raise DTypeError(
             f"ember: linalg.{op}: {name} has dtype {b.dtype.name.lower()}; cast it to A's "
             f"({a.dtype.name.lower()}) with .cast({a.dtype.name.lower()!r})"
@@ -76,3 +71,8 @@ def run(op: LinalgOp, tensors: tuple[Tensor, ...], options: tuple = ()) -> list[
 def mt(x: Tensor) -> Tensor:
     """The matrix transpose (last two dims swapped)."""
     return x.swap_dims(-1, -2)
+
+
+def mh(x: Tensor) -> Tensor:
+    """The conjugate transpose (the transpose of a real matrix)."""
+    return x.swap_dims(-1, -2).conj() if x.dtype.is_complex else x.swap_dims(-1, -2)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from ember.backend.ops import LinalgOp
 from ember.errors import ValueRangeError
-from ember.linalg._core import check_matrix, mt, run
+from ember.linalg._core import check_matrix, mh, run
 from ember.tensor import Tensor
 
 
@@ -38,9 +38,9 @@ class Eigh(NamedTuple):
 
 
 def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
-    """The Cholesky factor ``L`` (lower, ``A = L L^T``; ``upper=True``: ``U = L^T``) of
-    each symmetric positive-definite matrix of ``A`` ``[..., n, n]`` (its lower triangle
-    is read). Raises :class:`~ember.errors.LinAlgError` naming the batch element and the
+    """The Cholesky factor ``L`` (lower, ``A = L L^H``; ``upper=True``: ``U = L^H``) of
+    each symmetric (complex: Hermitian) positive-definite matrix of ``A`` ``[..., n, n]``
+    (its lower triangle is read). Raises :class:`~ember.errors.LinAlgError` naming the batch element and the
     leading minor that is not positive-definite (:func:`cholesky_ex` returns the info).
 
     >>> from ember import Device, Tensor, linalg
@@ -55,7 +55,7 @@ def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -
     order of the first leading minor that is not positive-definite (``L`` is then NaN)."""
     check_matrix("cholesky", A, square=True)
     low, info = run(LinalgOp.CHOLESKY, (A,), (check_errors,))
-    return CholeskyEx(mt(low) if upper else low, info)
+    return CholeskyEx(mh(low) if upper else low, info)
 
 
 def qr(A: Tensor, mode: str = "reduced") -> QR:
@@ -78,7 +78,7 @@ def qr(A: Tensor, mode: str = "reduced") -> QR:
 
 
 def svd(A: Tensor, full_matrices: bool = True) -> SVD:
-    """``(U, S, Vh)`` with ``A = U diag(S) Vh``, ``S`` descending (LAPACK ``gesdd``, as
+    """``(U, S, Vh)`` with ``A = U diag(S) Vh``, ``S`` real and descending (LAPACK ``gesdd``, as
     PyTorch's CPU and numpy). ``full_matrices=False`` gives the reduced factors
     (``U`` ``[..., m, k]``, ``Vh`` ``[..., k, n]``). The gradient is PyTorch's
     gauge-invariant formula: defined for distinct singular values (and, for ``U`` or
@@ -107,9 +107,10 @@ def _uplo(op: str, UPLO: str) -> str:
 
 
 def eigh(A: Tensor, UPLO: str = "L") -> Eigh:
-    """``(eigenvalues, eigenvectors)`` of each symmetric matrix of ``A`` ``[..., n, n]``
-    (only its ``UPLO`` triangle is read): eigenvalues ascending, eigenvectors as
-    columns. The gradient assumes distinct eigenvalues.
+    """``(eigenvalues, eigenvectors)`` of each symmetric (complex: Hermitian) matrix of
+    ``A`` ``[..., n, n]`` (only its ``UPLO`` triangle is read): eigenvalues real and
+    ascending, eigenvectors as columns. The gradient assumes distinct eigenvalues (and,
+    for complex vectors, a loss invariant to their phases).
 
     >>> from ember import Device, Tensor, linalg
     >>> linalg.eigh(Tensor.from_data([[2.0, 1.0], [1.0, 2.0]], device=Device.flex())).eigenvalues.tolist()
@@ -121,6 +122,7 @@ def eigh(A: Tensor, UPLO: str = "L") -> Eigh:
 
 
 def eigvalsh(A: Tensor, UPLO: str = "L") -> Tensor:
-    """The eigenvalues (ascending) of each symmetric matrix (its ``UPLO`` triangle read)."""
+    """The eigenvalues (real, ascending) of each symmetric (complex: Hermitian) matrix
+    (its ``UPLO`` triangle read)."""
     check_matrix("eigvalsh", A, square=True)
     return run(LinalgOp.EIGVALSH, (A,), (_uplo("eigvalsh", UPLO),))[0]

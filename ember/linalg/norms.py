@@ -72,7 +72,7 @@ def matrix_norm(A: Tensor, ord: str | float = "fro", dim: tuple[int, int] = (-2,
     """A matrix norm over the two dims ``dim``: ``"fro"`` (Frobenius), ``"nuc"`` (sum of
     singular values), ``2``/``-2`` (largest/smallest singular value), ``1``/``-1``
     (max/min column sum of ``|A|``), ``inf``/``-inf`` (max/min row sum). Complex
-    matrices take every ``ord`` but the singular-value ones (``"nuc"``, ``2``, ``-2``).
+    matrices take every ``ord`` (the norms are real).
 
     >>> from ember import Device, Tensor, linalg
     >>> a = Tensor.from_data([[1.0, -2.0], [3.0, 4.0]], device=Device.flex())
@@ -156,7 +156,7 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     """
     if not isinstance(input, Tensor) or not (input.dtype.is_float or input.dtype.is_complex):
         raise DTypeError("ember: linalg.cross: input must be a float or complex tensor; cast it with .float()")
-    check_operand("cross", input, other, name="other", complex_ok=True)
+    check_operand("cross", input, other, name="other")
     if len(input.dims()) != len(other.dims()):
         raise ShapeError(
             f"ember: linalg.cross: the operands must have the same rank (as PyTorch's), got shapes "

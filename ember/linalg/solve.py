@@ -135,7 +135,8 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True, un
 
 def det(A: Tensor) -> Tensor:
     """The determinant of each square matrix of ``A`` ``[..., n, n]``, shape ``[...]``.
-    Its gradient is the adjugate's transpose, also at singular matrices (from the SVD).
+    Its gradient is the adjugate's (conjugate) transpose, also at singular matrices (from
+    the SVD).
 
     >>> from ember import Device, Tensor, linalg
     >>> linalg.det(Tensor.from_data([[1.0, 2.0], [3.0, 4.0]], device=Device.flex())).item()
@@ -147,7 +148,9 @@ def det(A: Tensor) -> Tensor:
 
 def slogdet(A: Tensor) -> Slogdet:
     """``(sign, logabsdet)`` of each square matrix: ``det = sign * exp(logabsdet)``, without
-    overflow (a singular matrix gives sign 0 and ``-inf``). Differentiable in ``logabsdet``."""
+    overflow (a singular matrix gives sign 0 and ``-inf``); for a complex matrix the sign
+    is complex (``det / |det|``) and ``logabsdet`` real. Differentiable in ``logabsdet``
+    (and in a complex sign)."""
     check_matrix("slogdet", A, square=True)
     sign, logabs = run(LinalgOp.SLOGDET, (A,))
     return Slogdet(sign, logabs)

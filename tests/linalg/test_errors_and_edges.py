@@ -253,9 +253,9 @@ def test_a_single_matrix_gives_0d_results(device):
 
 
 def test_complex_norms_and_cross_match_torch(device, torch):
-    """vector_norm, matrix_norm (every ord but the singular-value ones) and cross take
-    complex tensors, values and gradients as torch's; the decompositions refuse complex
-    matrices with an error naming the real-block workaround."""
+    """vector_norm, matrix_norm and cross take
+    complex tensors, values and gradients as torch's; so do the decompositions (inv and
+    the nuclear norm here, on every device)."""
     from tests.fft.helpers import complex_dtype, holds_complex
 
     if not holds_complex(device):
@@ -285,10 +285,12 @@ def test_complex_norms_and_cross_match_torch(device, torch):
         if device.is_autodiff():
             grads = out.sum().backward()
             np.testing.assert_allclose(x.grad(grads).to_numpy(), tx.grad.resolve_conj().numpy(), **tol)
-    with pytest.raises(DTypeError, match=r"linalg\.inv: A is complex.*real block matrix"):
-        linalg.inv(Tensor.from_data(a, device=device))
-    with pytest.raises(DTypeError, match=r"linalg\.matrix_norm: A is complex"):
-        linalg.matrix_norm(Tensor.from_data(a, device=device), "nuc")
+    # The decompositions take complex matrices on every device (on the host where the
+    # device has no LAPACK of its own); tests/linalg/test_complex_linalg.py has the rest.
+    x = Tensor.from_data(a, device=device)
+    np.testing.assert_allclose(linalg.inv(x).to_numpy(), np.linalg.inv(a), **tol)
+    nuc = torch.linalg.matrix_norm(torch.tensor(a), "nuc").numpy()
+    np.testing.assert_allclose(linalg.matrix_norm(x, "nuc").to_numpy(), nuc, **tol)
 
 
 @pytest.mark.parametrize("name", ["flex+autodiff", "flex+fusion+autodiff"])

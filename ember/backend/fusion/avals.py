@@ -198,6 +198,7 @@ def _linalg(op: Any, inputs: tuple, options: tuple = ()) -> tuple:
     call, run by a plan as a call of the wrapped backend."""
     a = inputs[0]
     shape, dtype = tuple(a.shape), a.dtype
+    real = np.dtype(dtype).type(0).real.dtype  # singular values, eigenvalues, log|det|, residuals
     batch, (m, n) = shape[:-2], shape[-2:]
     k = min(m, n)
     if op in (LinalgOp.SOLVE, LinalgOp.SOLVE_TRIANGULAR):
@@ -211,7 +212,7 @@ def _linalg(op: Any, inputs: tuple, options: tuple = ()) -> tuple:
     if op is LinalgOp.DET:
         return (Aval(batch, dtype),)
     if op is LinalgOp.SLOGDET:
-        return (Aval(batch, dtype), Aval(batch, dtype))
+        return (Aval(batch, dtype), Aval(batch, real))
     if op is LinalgOp.QR:
         mode = options[0]
         if mode == "r":
@@ -220,13 +221,13 @@ def _linalg(op: Any, inputs: tuple, options: tuple = ()) -> tuple:
         return (Aval(batch + (m, q), dtype), Aval(batch + (q, n), dtype))
     if op is LinalgOp.SVD:
         left, right = (m, n) if options[0] else (k, k)
-        return (Aval(batch + (m, left), dtype), Aval(batch + (k,), dtype), Aval(batch + (right, n), dtype))
+        return (Aval(batch + (m, left), dtype), Aval(batch + (k,), real), Aval(batch + (right, n), dtype))
     if op is LinalgOp.SVDVALS:
-        return (Aval(batch + (k,), dtype),)
+        return (Aval(batch + (k,), real),)
     if op is LinalgOp.EIGH:
-        return (Aval(batch + (n,), dtype), Aval(shape, dtype))
+        return (Aval(batch + (n,), real), Aval(shape, dtype))
     if op is LinalgOp.EIGVALSH:
-        return (Aval(batch + (n,), dtype),)
+        return (Aval(batch + (n,), real),)
     if op is LinalgOp.PINV:
         return (Aval(batch + (n, m), dtype),)
     if op is LinalgOp.MATRIX_EXP:
@@ -238,9 +239,9 @@ def _linalg(op: Any, inputs: tuple, options: tuple = ()) -> tuple:
         residuals = out + (q,) if m > n else (0,)
         return (
             Aval(out + (n, q), dtype),
-            Aval(residuals, dtype),
+            Aval(residuals, real),
             Aval(out, np.dtype(np.int64)),
-            Aval(out + (k,), dtype),
+            Aval(out + (k,), real),
         )
     # lstsq with eager residuals: whether it gives them depends on the ranks it finds.
     raise NotTraceable(f"linalg.{op}'s result shapes depend on its values")

@@ -7,13 +7,22 @@ are PyTorch's (``FunctionsManual.cpp``), real case:
 * ``inv``: ``gA = -X^T G X^T``; ``solve``: ``gB = A^-T G``, ``gA = -gB X^T``;
   ``solve_triangular``: the same, kept in ``A``'s triangle;
 * ``det``: ``gA = g det(A) A^-T``; for a singular matrix the adjugate from the SVD,
-  ``U diag(g det(U) det(V^T) prod_{j!=i} s_j) V^T``; ``slogdet``: ``gA = g A^-T``;
+  ``U diag(g det(U) det(V^T) prod_{j!=i} s_j) V^T``; ``slogdet``: ``gA = g A^-T`` (complex:
+  also through the sign, see ``_complex_slogdet_step``);
 * ``cholesky``: ``gA = L^-T Phi(L^T G) L^-1``, ``Phi`` the symmetric part of the lower
   triangle with its diagonal halved;
 * ``qr`` (reduced, ``m >= n``): ``gA = (gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T``;
 * ``svd``: the gauge-invariant formula (distinct singular values); ``eigh`` likewise;
 * ``pinv`` and ``lstsq`` (through ``X = pinv(A) B``); ``matrix_exp``: the upper-right
   block of ``exp([[A^T, G], [0, A^T]])``.
+
+Complex matrices follow PyTorch's convention (the gradient of a real loss is
+``dL/dRe + i dL/dIm``, see ``rules.spectral``): the same formulas with conjugate
+transposes (``^H`` for ``^T``) and ``conj(det)`` for ``det``; ``cholesky``'s ``Phi`` is
+the Hermitian part, ``qr``'s ``copyltu`` keeps the real part of the diagonal (``R``'s
+is real), ``svd`` adds the phase term ``i Im(diag(U^H gU)) / S``. Packed outputs of one
+node share the complex dtype; the real ones (singular values, eigenvalues) are given
+back as real parts.
 
 An op with several differentiable outputs (``qr``, ``svd``, ``eigh``) records one node
 for all of them, packed into one vector, and gives each output as a tracked slice of
@@ -31,8 +40,9 @@ import numpy as np
 
 from ember.backend.autodiff.graph import AutodiffTensor, Own
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
+from ember.backend.autodiff.rules.spectral import COMPLEX_NP, conj
 from ember.backend.dtype import DType
-from ember.backend.ops import BinaryOp, CumulativeOp, LinalgOp, UnaryOp
+from ember.backend.ops import BinaryOp, ComplexOp, CumulativeOp, LinalgOp, UnaryOp
 from ember.errors import GraphError
 
 
@@ -40,6 +50,23 @@ from ember.errors import GraphError
 def _t(ops, x):
     rank = len(x.shape)
     return ops.permute(x, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+
+
+def _h(ops, x):
+    """The conjugate transpose (the transpose of a real matrix)."""
+    return conj(ops, _t(ops, x))
+
+
+def _like(ops, x, ref):
+    """Real ``x`` cast to complex ``ref``'s dtype (``x`` itself otherwise)."""
+    if ref.dtype in COMPLEX_NP and x.dtype not in COMPLEX_NP:
+        return ops.cast(x, DType.from_numpy(ref.dtype))
+    return x
+
+
+def _real_part(ops, x):
+    """``Re(x)`` kept in ``x``'s dtype (``x`` itself when real)."""
+    return _mul(ops, _add(ops, x, conj(ops, x)), 0.5) if x.dtype in COMPLEX_NP else x
 
 
 def _add(ops, a, b):
@@ -102,9 +129,9 @@ def _lin(ops, op, inputs, options=()):
     return ops.linalg(op, tuple(inputs), tuple(options))
 
 
-def _right_solve_upper_t(ops, c, r):
-    """``C R^-T`` for upper-triangular ``R``: ``(R^-1 C^T)^T``."""
-    return _t(ops, _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (r, _t(ops, c)), (True, False))[0])
+def _right_solve_upper_h(ops, c, r):
+    """``C R^-H`` for upper-triangular ``R``: ``(R^-1 C^H)^H``."""
+    return _h(ops, _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (r, _h(ops, c)), (True, False))[0])
 
 
 def _unpack(ops, packed, shapes):
@@ -119,17 +146,17 @@ def _unpack(ops, packed, shapes):
 def pinv_backward(ops, g, p, a):
     """PyTorch's ``pinv_backward``: the gradient for ``A`` of ``P = pinv(A)`` (constant rank)."""
     m, n = a.shape[-2:]
-    pt, gt = _t(ops, p), _t(ops, g)
+    pt, gt = _h(ops, p), _h(ops, g)
     if m <= n:
         k = ops.matmul(gt, p)
         kpt = ops.matmul(k, pt)
-        first = _sub(ops, kpt, _t(ops, ops.matmul(p, k)))
+        first = _sub(ops, kpt, _h(ops, ops.matmul(p, k)))
         second = ops.matmul(ops.matmul(a, p), kpt)
         third = ops.matmul(ops.matmul(pt, p), _sub(ops, gt, ops.matmul(k, a)))
         return _add(ops, _sub(ops, first, second), third)
     k = ops.matmul(p, gt)
     ptk = ops.matmul(pt, k)
-    first = _sub(ops, ptk, _t(ops, ops.matmul(k, p)))
+    first = _sub(ops, ptk, _h(ops, ops.matmul(k, p)))
     second = ops.matmul(ops.matmul(_sub(ops, gt, ops.matmul(a, k)), p), pt)
     third = ops.matmul(ops.matmul(ptk, p), a)
     return _sub(ops, _add(ops, first, second), third)
@@ -137,25 +164,25 @@ def pinv_backward(ops, g, p, a):
 
 # ---------------------------------------------------------------------- steps
 def _inv_step(ops, g, saved, ctx):
-    xt = _t(ops, saved[0])
-    return (_neg(ops, ops.matmul(ops.matmul(xt, g), xt)),)
+    xh = _h(ops, saved[0])
+    return (_neg(ops, ops.matmul(ops.matmul(xh, g), xh)),)
 
 
 def _solve_step(ops, g, saved, ctx):
     a, x = saved
     shape_a, shape_b, track_a, track_b = ctx
-    gb = _lin(ops, LinalgOp.SOLVE, (_t(ops, a), g), (False,))[0]
-    ga = unbroadcast(ops, _neg(ops, ops.matmul(gb, _t(ops, x))), shape_a) if track_a else None
+    gb = _lin(ops, LinalgOp.SOLVE, (_h(ops, a), g), (False,))[0]
+    ga = unbroadcast(ops, _neg(ops, ops.matmul(gb, _h(ops, x))), shape_a) if track_a else None
     return (ga, unbroadcast(ops, gb, shape_b) if track_b else None)
 
 
 def _solve_triangular_step(ops, g, saved, ctx):
     a, x = saved
     shape_a, shape_b, track_a, track_b, upper, unit = ctx
-    gb = _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (_t(ops, a), g), (not upper, unit))[0]
+    gb = _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (_h(ops, a), g), (not upper, unit))[0]
     ga = None
     if track_a:
-        full = _neg(ops, ops.matmul(gb, _t(ops, x)))
+        full = _neg(ops, ops.matmul(gb, _h(ops, x)))
         diag_off = 1 if unit else 0
         full = _triu(ops, full, diag_off) if upper else _tril(ops, full, -diag_off)
         ga = unbroadcast(ops, full, shape_a)
@@ -179,10 +206,10 @@ def _det_step(ops, g, saved, ctx):
     # the SVD adjugate where it did (PyTorch's where(singular, svd form, LU form)).
     a, d = saved
     inverse, info = _lin(ops, LinalgOp.INV, (a,), (False,))
-    regular = _mul(ops, _t(ops, inverse), _scalar_mat(ops, _mul(ops, g, d)))
+    regular = _mul(ops, _h(ops, inverse), _scalar_mat(ops, _mul(ops, g, conj(ops, d))))
     u, s, vh = _lin(ops, LinalgOp.SVD, (a,), (False,))
     sign = _mul(ops, _lin(ops, LinalgOp.DET, (u,))[0], _lin(ops, LinalgOp.DET, (vh,))[0])
-    weights = _mul(ops, _col(ops, _mul(ops, g, sign)), _exclusive_prod(ops, s))
+    weights = _mul(ops, _col(ops, _mul(ops, g, conj(ops, sign))), _like(ops, _exclusive_prod(ops, s), a))
     adjugate = ops.matmul(_mul(ops, u, _row(ops, weights)), vh)
     singular = _scalar_mat(ops, ops.binary(BinaryOp.NE, info, 0))
     return (ops.where(singular, adjugate, regular),)
@@ -190,16 +217,28 @@ def _det_step(ops, g, saved, ctx):
 
 def _slogdet_step(ops, g, saved, ctx):
     inverse = _lin(ops, LinalgOp.INV, (saved[0],), (False,))[0]
-    return (_mul(ops, _t(ops, inverse), _scalar_mat(ops, g)),)
+    return (_mul(ops, _h(ops, inverse), _like(ops, _scalar_mat(ops, g), inverse)),)
+
+
+def _complex_slogdet_step(ops, g, saved, ctx):
+    """Both outputs of a complex ``slogdet``: ``gA = (g_logabs + i Im(g_sign conj(sign))) A^-H``
+    (the sign ``e^{i arg det}`` moves with ``Im tr(A^-1 dA)``)."""
+    sign, _ = _unpack(ops, saved[1], ctx)
+    g_sign, g_logabs = _unpack(ops, g, ctx)
+    turn = _mul(ops, g_sign, conj(ops, sign))
+    coefficient = _add(ops, _real_part(ops, g_logabs), _sub(ops, turn, _real_part(ops, turn)))
+    inverse = _lin(ops, LinalgOp.INV, (saved[0],), (False,))[0]
+    return (_mul(ops, _h(ops, inverse), _scalar_mat(ops, coefficient)),)
 
 
 def _cholesky_step(ops, g, saved, ctx):
     low = saved[0]
-    lt = _t(ops, low)
-    tri = _tril(ops, ops.matmul(lt, g))
-    phi = _mul(ops, _add(ops, tri, _t(ops, _tril(ops, tri, -1))), 0.5)
-    x = _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (lt, phi), (True, False))[0]  # L^-T Phi
-    return (_right_solve_upper_t(ops, x, lt),)  # (L^-T Phi) L^-1
+    lh = _h(ops, low)
+    tri = _tril(ops, ops.matmul(lh, g))
+    half = _sub(ops, tri, _mul(ops, tri, _const(ops, np.eye(tri.shape[-1]) * 0.5, tri)))  # diagonal halved
+    phi = _mul(ops, _add(ops, half, _h(ops, half)), 0.5)
+    x = _lin(ops, LinalgOp.SOLVE_TRIANGULAR, (lh, phi), (True, False))[0]  # L^-H Phi
+    return (_right_solve_upper_h(ops, x, lh),)  # (L^-H Phi) L^-1
 
 
 def _qr_step(ops, g, saved, ctx):
@@ -212,10 +251,12 @@ def _qr_step(ops, g, saved, ctx):
         )
     q, r = _unpack(ops, saved[1], shapes)
     gq, gr = _unpack(ops, g, shapes)
-    mm = _sub(ops, ops.matmul(r, _t(ops, gr)), ops.matmul(_t(ops, gq), q))
-    sym = _add(ops, _tril(ops, mm), _t(ops, _tril(ops, mm, -1)))
+    mm = _sub(ops, ops.matmul(r, _h(ops, gr)), ops.matmul(_h(ops, gq), q))
+    low = _tril(ops, mm, -1)  # copyltu, with the real part of the diagonal (R's is real)
+    diag = _real_part(ops, _mul(ops, mm, _const(ops, np.eye(mm.shape[-1]), mm)))
+    sym = _add(ops, _add(ops, low, _h(ops, low)), diag)
     c = _add(ops, gq, ops.matmul(q, sym))
-    return (_right_solve_upper_t(ops, c, r),)
+    return (_right_solve_upper_h(ops, c, r),)
 
 
 def _svd_step(ops, g, saved, ctx):
@@ -228,46 +269,53 @@ def _svd_step(ops, g, saved, ctx):
         u, gu = _narrow(ops, u, len(u.shape) - 1, 0, k), _narrow(ops, gu, len(gu.shape) - 1, 0, k)
     if vh.shape[-2] != k:
         vh, gvh = _narrow(ops, vh, len(vh.shape) - 2, 0, k), _narrow(ops, gvh, len(gvh.shape) - 2, 0, k)
-    v, gv = _t(ops, vh), _t(ops, gvh)
+    v, gv = _h(ops, vh), _h(ops, gvh)
+    # Real outputs packed as complex (see DecompositionRules._packed): their real parts,
+    # so that a double backward sends them real gradients too.
+    s, gs = _real_part(ops, _like(ops, s, u)), _real_part(ops, _like(ops, gs, u))
     s2 = _mul(ops, s, s)
     eye = _const(ops, np.eye(k), s)
     e = _add(ops, _sub(ops, _row(ops, s2), _col(ops, s2)), eye)  # E_ij = s_j^2 - s_i^2, 1 on the diagonal
-    uhgu = ops.matmul(_t(ops, u), gu)
+    uhgu = ops.matmul(_h(ops, u), gu)
     vhgv = ops.matmul(vh, gv)
-    skew_u = _sub(ops, uhgu, _t(ops, uhgu))
-    skew_v = _sub(ops, vhgv, _t(ops, vhgv))
+    skew_u = _sub(ops, uhgu, _h(ops, uhgu))
+    skew_v = _sub(ops, vhgv, _h(ops, vhgv))
     inner = _div(ops, _add(ops, _mul(ops, skew_u, _row(ops, s)), _mul(ops, _col(ops, s), skew_v)), e)
     inner = _add(ops, inner, _diag_embed(ops, gs))
+    if u.dtype in COMPLEX_NP:  # the phase: i Im(diag(U^H gU)) / S (PyTorch's, for a gauge-invariant loss)
+        diag_u = _mul(ops, skew_u, _const(ops, np.eye(k), u))
+        inner = _add(ops, inner, _div(ops, _mul(ops, diag_u, 0.5), _row(ops, s)))
     if m > k:
         gusinv = _div(ops, gu, _row(ops, s))
-        proj = _sub(ops, gusinv, ops.matmul(u, ops.matmul(_t(ops, u), gusinv)))
+        proj = _sub(ops, gusinv, ops.matmul(u, ops.matmul(_h(ops, u), gusinv)))
         return (ops.matmul(_add(ops, ops.matmul(u, inner), proj), vh),)
     if n > k:
         gvsinv = _div(ops, gv, _row(ops, s))
-        proj = _sub(ops, _t(ops, gvsinv), ops.matmul(ops.matmul(_t(ops, gvsinv), v), vh))
+        proj = _sub(ops, _h(ops, gvsinv), ops.matmul(ops.matmul(_h(ops, gvsinv), v), vh))
         return (ops.matmul(u, _add(ops, ops.matmul(inner, vh), proj)),)
     return (ops.matmul(u, ops.matmul(inner, vh)),)
 
 
 def _svdvals_step(ops, g, saved, ctx):
     u, _, vh = _lin(ops, LinalgOp.SVD, (saved[0],), (False,))
-    return (ops.matmul(_mul(ops, u, _row(ops, g)), vh),)
+    return (ops.matmul(_mul(ops, u, _row(ops, _like(ops, g, u))), vh),)
 
 
 def _eigh_step(ops, g, saved, ctx):
     shapes = ctx
     w, v = _unpack(ops, saved[0], shapes)
     gw, gv = _unpack(ops, g, shapes)
-    vhgv = ops.matmul(_t(ops, v), gv)
-    skew = _mul(ops, _sub(ops, vhgv, _t(ops, vhgv)), 0.5)
+    w, gw = _real_part(ops, _like(ops, w, v)), _real_part(ops, _like(ops, gw, v))  # as in _svd_step
+    vhgv = ops.matmul(_h(ops, v), gv)
+    skew = _mul(ops, _sub(ops, vhgv, _h(ops, vhgv)), 0.5)
     e = _add(ops, _sub(ops, _row(ops, w), _col(ops, w)), _const(ops, np.eye(w.shape[-1]), w))
     inner = _add(ops, _div(ops, skew, e), _diag_embed(ops, gw))
-    return (ops.matmul(v, ops.matmul(inner, _t(ops, v))),)
+    return (ops.matmul(v, ops.matmul(inner, _h(ops, v))),)
 
 
 def _eigvalsh_step(ops, g, saved, ctx):
     _, v = _lin(ops, LinalgOp.EIGH, (saved[0],), (ctx,))
-    return (ops.matmul(_mul(ops, v, _row(ops, g)), _t(ops, v)),)
+    return (ops.matmul(_mul(ops, v, _row(ops, _like(ops, g, v))), _h(ops, v)),)
 
 
 def _pinv_step(ops, g, saved, ctx):
@@ -279,10 +327,10 @@ def _lstsq_step(ops, g, saved, ctx):
     a, b = saved
     shape_a, shape_b, track_a, track_b = ctx
     p = _lin(ops, LinalgOp.PINV, (a,), (None, None, False))[0]
-    gb = unbroadcast(ops, ops.matmul(_t(ops, p), g), shape_b) if track_b else None
+    gb = unbroadcast(ops, ops.matmul(_h(ops, p), g), shape_b) if track_b else None
     ga = None
     if track_a:
-        gp = ops.matmul(g, _t(ops, b))
+        gp = ops.matmul(g, _h(ops, b))
         if gp.shape != p.shape:
             p = ops.expand(p, gp.shape)
             a = ops.expand(a, gp.shape[:-2] + a.shape[-2:])
@@ -291,7 +339,7 @@ def _lstsq_step(ops, g, saved, ctx):
 
 
 def _matrix_exp_step(ops, g, saved, ctx):
-    at = _t(ops, saved[0])
+    at = _h(ops, saved[0])
     n = at.shape[-1]
     rank = len(at.shape)
     zeros = ops.full(at.shape, 0, DType.from_numpy(at.dtype))
@@ -311,12 +359,17 @@ class DecompositionRules(RecordMixin):
         """One node for several outputs (see the module docstring)."""
         inner = self.inner
         shapes = tuple(tuple(o.shape) for o in outs)
-        packed = inner.cat([inner.reshape(o, (-1,)) for o in outs], 0)
+        # Complex factors pack their real outputs (singular values, eigenvalues) as
+        # complex; the views give them back as real parts.
+        dtype = next((o.dtype for o in outs if o.dtype in COMPLEX_NP), outs[0].dtype)
+        flat = [inner.reshape(o if o.dtype == dtype else inner.cast(o, DType.from_numpy(dtype)), (-1,)) for o in outs]
+        packed = inner.cat(flat, 0)
         node_out = self._record(packed, tuple(x.node for x in inputs), step, saved + (Own(packed),), ctx_of(shapes))
         views, start = [], 0
-        for shape in shapes:
+        for shape, o in zip(shapes, outs):
             size = int(np.prod(shape))
-            views.append(self.reshape(self.slice(node_out, ((start, start + size, 1),)), shape))  # type: ignore[attr-defined]
+            view = self.reshape(self.slice(node_out, ((start, start + size, 1),)), shape)  # type: ignore[attr-defined]
+            views.append(view if o.dtype == dtype else self.complex_unary(ComplexOp.REAL, view))  # type: ignore[attr-defined]
             start += size
         return views
 
@@ -340,6 +393,8 @@ class DecompositionRules(RecordMixin):
             plain[0] = self._single(outs[0], inputs, _inv_step, (Own(outs[0]),), None)
         elif op is LinalgOp.DET:
             plain[0] = self._single(outs[0], inputs, _det_step, (keep[0], Own(outs[0])), None)
+        elif op is LinalgOp.SLOGDET and outs[0].dtype in COMPLEX_NP:  # the sign is differentiable too
+            plain = self._packed(outs, inputs, _complex_slogdet_step, keep, lambda shapes: shapes)
         elif op is LinalgOp.SLOGDET:
             plain[1] = self._single(outs[1], inputs, _slogdet_step, keep, None)
         elif op is LinalgOp.CHOLESKY:
