@@ -8,6 +8,7 @@ is used as it is instead of concatenating them again.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from typing import Any
@@ -223,6 +224,10 @@ class FlexAdam:
         views = tuple([flat[a:b] if shape is None else flat[a:b].reshape(shape) for a, b, shape in spans])
         remembered = self._views
         if len(remembered) >= _REMEMBERED:
-            del remembered[next(iter(remembered))]
+            # Threads training on one device share this instance: another one may evict
+            # the same entry, or change the dict, between these steps (no lock: a miss
+            # in _flat only costs a concatenation, it checks the views by identity).
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del remembered[next(iter(remembered))]
         remembered[id(flat)] = views
         return list(views)
