@@ -8,7 +8,6 @@ is used as it is instead of concatenating them again.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
 from typing import Any
@@ -227,7 +226,9 @@ class FlexAdam:
             # Threads training on one device share this instance: another one may evict
             # the same entry, or change the dict, between these steps (no lock: a miss
             # in _flat only costs a concatenation, it checks the views by identity).
-            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+            try:  # noqa: SIM105 (contextlib.suppress costs a context manager per step)
                 del remembered[next(iter(remembered))]
+            except (KeyError, RuntimeError, StopIteration):
+                pass
         remembered[id(flat)] = views
         return list(views)
