@@ -88,6 +88,25 @@ class Expanded:
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
+#: The composites the compiling lowerings (LLVM, CUDA C; WGSL less softmax and
+#: log_softmax) replace by their decompositions when their operands are float32 or
+#: float64 (:func:`float_operands`).
+FLOAT_EXPANSIONS = frozenset(
+    {
+        "relu",
+        "sigmoid",
+        "gelu",
+        "gelu_backward",
+        "softmax",
+        "log_softmax",
+        "linear",
+        "linear_backward",
+        "mse_loss",
+        "adam_step_many",
+    }
+)
+
+
 def float_operands(graph: Graph, node: Node) -> bool:
     """Whether every tensor a node reads is float32 or float64, all of one dtype."""
     dtypes = {graph.avals[r].dtype for r in node.refs()}

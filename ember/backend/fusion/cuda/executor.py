@@ -34,31 +34,16 @@ from ember.backend.cuda.runtime import CaptureUnsupported, DeviceScalar
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.graph import Graph, Ref
 from ember.backend.fusion.plan import Executor, Plan
-from ember.backend.fusion.primitive_graph import expand, float_operands
+from ember.backend.fusion.primitive_graph import FLOAT_EXPANSIONS, expand, float_operands
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.steps import Call
 from ember.backend.kernel.steps import Kernel, Matmul
 from ember.errors import FallbackWarning
 
-#: Composites a plan expands into primitives (float32/float64 operands).
-EXPANDED = frozenset(
-    {
-        "relu",
-        "sigmoid",
-        "gelu",
-        "gelu_backward",
-        "softmax",
-        "log_softmax",
-        "linear",
-        "linear_backward",
-        "mse_loss",
-        "adam_step_many",
-    }
-)
-
 
 def _wants(graph: Graph, node: Any) -> bool:
-    return node.op in EXPANDED and float_operands(graph, node)
+    """The composites the CUDA lowering expands (``CudaTarget.expands``'s rule)."""
+    return node.op in FLOAT_EXPANSIONS and float_operands(graph, node)
 
 
 def _symbols(args: Any, out: dict[int, SymScalar]) -> None:

@@ -16,27 +16,14 @@ import numpy as np
 from ember.backend.cuda.codegen import KernelBuilder, KernelCode
 from ember.backend.cuda.lowering import lowers_binary, lowers_unary
 from ember.backend.fusion.graph import Graph, Node
-from ember.backend.fusion.primitive_graph import float_operands
+from ember.backend.fusion.primitive_graph import FLOAT_EXPANSIONS, float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.fusion.steps import Schedule
 from ember.backend.kernel.steps import Kernel
 from ember.backend.kernel.views import size_of
 
 #: Composites the CUDA lowering expands into primitives (float32/float64 operands).
-EXPANDED = frozenset(
-    {
-        "relu",
-        "sigmoid",
-        "gelu",
-        "gelu_backward",
-        "softmax",
-        "log_softmax",
-        "linear",
-        "linear_backward",
-        "mse_loss",
-        "adam_step_many",
-    }
-)
+EXPANDED = FLOAT_EXPANSIONS
 
 
 class CudaTarget(Target):

@@ -19,7 +19,7 @@ import numpy as np
 from ember.backend.flex.memory import physical_memory
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.library import LIBRARY
-from ember.backend.fusion.primitive_graph import float_operands
+from ember.backend.fusion.primitive_graph import FLOAT_EXPANSIONS, float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.kernel.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
 from ember.backend.kernel.views import View
@@ -37,20 +37,7 @@ _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 BLAS_THRESHOLD = 2048
 
 #: Composite calls the LLVM path expands into primitives (float32/float64 only).
-EXPANDED = frozenset(
-    {
-        "relu",
-        "sigmoid",
-        "gelu",
-        "gelu_backward",
-        "softmax",
-        "log_softmax",
-        "linear",
-        "linear_backward",
-        "mse_loss",
-        "adam_step_many",
-    }
-)
+EXPANDED = FLOAT_EXPANSIONS
 
 _REDUCE_INT = frozenset(ReduceOp) - {ReduceOp.MEAN}
 #: A value larger than the machine's memory is left to flex, which names the problem.

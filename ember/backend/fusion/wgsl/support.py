@@ -15,7 +15,7 @@ import numpy as np
 
 from ember.backend.cube import ir, wgsl
 from ember.backend.fusion.graph import Graph, Node, Ref
-from ember.backend.fusion.primitive_graph import float_operands
+from ember.backend.fusion.primitive_graph import FLOAT_EXPANSIONS, float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.ops import BOOL_REDUCE_OPS, ReduceOp
 
@@ -29,9 +29,7 @@ _F32 = np.dtype(np.float32)
 #: epilogue, an optimizer update into one kernel per tensor). softmax and
 #: log_softmax stay calls: cube's row kernel does in one launch what their
 #: decomposition needs three for (a max, a sum of exponentials, the quotient).
-EXPANDED = frozenset(
-    {"relu", "sigmoid", "gelu", "gelu_backward", "linear", "linear_backward", "mse_loss", "adam_step_many"}
-)
+EXPANDED = FLOAT_EXPANSIONS - {"softmax", "log_softmax"}
 
 _REDUCE = {
     ReduceOp.SUM: ("f32", "i32", "i64"),
