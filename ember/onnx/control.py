@@ -12,8 +12,10 @@ after iteration (the trip count and the condition read on the host), carrying it
 and stacking its scan outputs; gradients flow through every iteration. ``Scan`` runs its
 body once per position along its inputs' scan axes, ``SequenceMap`` once per element.
 
-A subgraph reads values of the enclosing graph by name (ONNX's outer scope); its own
-initializers are constants.
+A subgraph reads values of the enclosing graph by name (ONNX's outer scope). Its own
+initializers follow the weight rule of :mod:`ember.onnx.trainable` as the main graph's
+do: a weight (a ``Conv`` weight, a ``MatMul`` operand of rank >= 2...) is a ``Param``
+read from the enclosing scope, anything else a constant.
 """
 
 from __future__ import annotations
@@ -176,6 +178,8 @@ def plan_branch(planner: Planner, graph: Any, where: str, entries: dict[str, Val
     planner.values.update(entries or {})
     try:
         for tensor in graph.initializer:
+            if tensor.name in planner.params:  # a weight (the rule of ember.onnx.trainable): a Param
+                continue
             array = proto.to_array(tensor, f"{where}: initializer {tensor.name!r}")
             planner.values[tensor.name] = Value(CONST, -1, array, array.shape)
         found = []
