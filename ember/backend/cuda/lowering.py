@@ -68,11 +68,10 @@ def math_code(fn: MathFn, dtype: np.dtype | DType, *args: str) -> str:
 def unary_code(op: UnaryOp | KernelFn, x: str, dtype: np.dtype | DType) -> str:
     """C code of ``op(x)`` for an operand of ``dtype`` (its compute type)."""
     fam = family(dtype)
-    if type(op) is KernelFn:
+    if isinstance(op, KernelFn):
         if fam != "f":
             raise LoweringError(f"ember: cuda: {op.value} is not defined for {dtype_of(dtype)}")
         return math_code(KERNEL_MATH[op], dtype, x)
-    assert isinstance(op, UnaryOp)
     if op not in LOWERED_UNARY[fam]:
         raise LoweringError(f"ember: cuda: unary {op} is not defined for {dtype_of(dtype)}")
     if op in (UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE) and fam != "f":

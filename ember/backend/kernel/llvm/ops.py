@@ -92,11 +92,10 @@ class OpEmitter:
     # ------------------------------------------------------------------ unary
     def unary(self, b: ir.IRBuilder, op: UnaryOp | KernelFn, x: ir.Value, dtype: np.dtype) -> ir.Value:
         kind = dtype.kind
-        if type(op) is KernelFn:
+        if isinstance(op, KernelFn):
             if x.type != F32:  # float32 decompositions only (flex's native kernels)
                 raise NotImplementedError(f"{op.value} of {dtype}")
             return self.math(b, KERNEL_MATH[op], x)
-        assert isinstance(op, UnaryOp)
         if op in (UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE) and kind != "f":
             return ir.Constant(I1, int(op == UnaryOp.IS_FINITE))
         if op == UnaryOp.LOGICAL_NOT:
