@@ -42,11 +42,14 @@ def test_table_covers_its_enum(name):
 
 def test_cube_elementwise_tables_cover_the_protocol():
     # cube's tables also hold its fused ops (relu, sigmoid) and the kernels of ComplexOp and
-    # Backend.complex (complex64's parts), which are plain strings.
+    # Backend.complex (complex64's parts), which are plain strings, and the op table's
+    # kernel-only functions (KernelFn).
+    from ember.backend.kernel.op_table import KernelFn
+
     parts = {"real", "imag", "conj", "cabs", "angle"}
     assert set(UnaryOp) <= set(wgsl.UNARY)
     assert set(BinaryOp) <= set(wgsl.BINARY)
-    assert {k for k in wgsl.UNARY if not isinstance(k, UnaryOp)} == {"relu", "sigmoid"} | parts
+    assert {k for k in wgsl.UNARY if not isinstance(k, UnaryOp)} == {"relu", "sigmoid"} | parts | set(KernelFn)
     assert {k for k in wgsl.BINARY if not isinstance(k, BinaryOp)} == {"complex"}
     assert wgsl.BOOL_RESULT == ops.BOOL_RESULT_BINARY | ops.BOOL_RESULT_UNARY
 

@@ -539,7 +539,7 @@ def test_unlowered_nodes_run_on_flex_between_segments(executor, rng):
 
 @pytest.mark.replays("the fallback itself is under test")
 def test_a_graph_that_fails_to_compile_runs_op_by_op_with_a_warning(monkeypatch, rng):
-    import ember.backend.fusion.llvm.executor as module
+    import ember.backend.fusion.llvm.variant as module
 
     def broken(*args, **kwargs):
         raise RuntimeError("a lowering bug")
@@ -647,9 +647,9 @@ def test_missing_llvmlite_falls_back_to_replay_with_one_notice(monkeypatch):
 def test_short_segments_are_called_as_builtins_and_long_ones_through_ctypes(executor, rng):
     import ctypes
 
-    from ember.backend.fusion.llvm import executor as module
+    from ember.backend.fusion.llvm import native_calls as module
 
-    if module._NATIVE is None:
+    if module.NATIVE is None:
         pytest.skip("no CPython API")
     flex = FlexBackend()
     for n, native in ((64, True), (1 << 18, False)):

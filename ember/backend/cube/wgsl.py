@@ -22,7 +22,7 @@ import numpy as np
 
 from ember.backend.cube import complex64, int64
 from ember.backend.cube.dtypes import Storage
-from ember.backend.kernel.op_table import BINARY_MATH, UNARY_MATH
+from ember.backend.kernel.op_table import BINARY_MATH, KERNEL_MATH, UNARY_MATH
 from ember.backend.ops import BOOL_RESULT_BINARY, BOOL_RESULT_UNARY, BinaryOp, UnaryOp
 
 MAX_RANK = 8
@@ -356,6 +356,17 @@ HELPERS["sigmoid_f"] = """fn sigmoid_f(x: f32) -> f32 {
     return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
 }"""
 
+HELPERS["exp_flushed_f"] = """fn exp_flushed_f(x: f32) -> f32 {
+    if (x < -87.33654) { return 0.0; }
+    if (x > 88.72283) { return inf_f(); }
+    return exp(x);
+}"""
+HELPERS["normal_tail_f"] = """fn normal_tail_f(z: f32) -> f32 {
+    let t = 1.0 / (z * 0.23164188826636045 + 1.0);
+    let poly = ((((0.5307027145 * t + -0.7265760135) * t + 0.7107068705) * t + -0.142248368) * t + 0.127414796) * t;
+    return poly * exp_flushed_f(z * z * -0.5);
+}"""
+
 BINARY: dict[str, dict[str, str]] = {
     BinaryOp.ADD: {_F: "({a} + {b})", _I: "({a} + {b})", _B: "({a} || {b})", _L: "add_l({a}, {b})"},
     BinaryOp.SUB: {_F: "({a} - {b})", _I: "({a} - {b})", _L: "sub_l({a}, {b})"},
@@ -383,7 +394,7 @@ BINARY: dict[str, dict[str, str]] = {
     BinaryOp.RIGHT_SHIFT: {_I: "({a} >> min(u32({b}), 31u))", _L: "shr_by_l({a}, {b})"},
 }
 # The float functions: one spelling per printer in the kernel layer's op table.
-for _uop, _fn in UNARY_MATH.items():
+for _uop, _fn in [*UNARY_MATH.items(), *KERNEL_MATH.items()]:
     UNARY.setdefault(_uop, {})[_F] = f"{_fn.wgsl}({{a}})"
 for _bop, _fn in BINARY_MATH.items():
     BINARY.setdefault(_bop, {})[_F] = f"{_fn.wgsl}({{a}}, {{b}})"

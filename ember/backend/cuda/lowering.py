@@ -25,7 +25,7 @@ import numpy as np
 from ember.backend.cuda.dtypes import UNSIGNED, compute_type, dtype_of, family, literal, round_code
 from ember.backend.dtype import DType
 from ember.backend.kernel.exprs import Expr
-from ember.backend.kernel.op_table import BINARY_MATH, COMPARE, UNARY_MATH, MathFn
+from ember.backend.kernel.op_table import BINARY_MATH, COMPARE, KERNEL_MATH, UNARY_MATH, KernelFn, MathFn
 from ember.backend.kernel.op_table import LOWERED_BINARY as OP_TABLE_BINARY
 from ember.backend.kernel.op_table import LOWERED_UNARY as OP_TABLE_UNARY
 from ember.backend.ops import BinaryOp, UnaryOp
@@ -65,9 +65,13 @@ def math_code(fn: MathFn, dtype: np.dtype | DType, *args: str) -> str:
 
 
 # ---------------------------------------------------------------------- single ops
-def unary_code(op: UnaryOp, x: str, dtype: np.dtype | DType) -> str:
+def unary_code(op: UnaryOp | KernelFn, x: str, dtype: np.dtype | DType) -> str:
     """C code of ``op(x)`` for an operand of ``dtype`` (its compute type)."""
     fam = family(dtype)
+    if isinstance(op, KernelFn):
+        if fam != "f":
+            raise LoweringError(f"ember: cuda: {op.value} is not defined for {dtype_of(dtype)}")
+        return math_code(KERNEL_MATH[op], dtype, x)
     if op not in LOWERED_UNARY[fam]:
         raise LoweringError(f"ember: cuda: unary {op} is not defined for {dtype_of(dtype)}")
     if op in (UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE) and fam != "f":

@@ -97,6 +97,19 @@ template <typename T> __device__ __forceinline__ T int_min(T a, T b) { return a 
 template <typename T> __device__ __forceinline__ T fsign(T x) {
   return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : (T)0);
 }
+/* The op table's kernel functions (ember.backend.kernel.op_table.KernelFn): exp with
+   subnormal results flushed to 0, and the normal tail Q(z) of A&S 7.1.26 for z >= 0. */
+__device__ __forceinline__ float ember_exp_flushedf(float x) {
+  return x < -87.33654f ? 0.0f : (x > 88.72283f ? __int_as_float(0x7f800000) : expf(x));
+}
+__device__ __forceinline__ double ember_exp_flushed(double x) { return x < -708.3964185322641 ? 0.0 : exp(x); }
+template <typename T, typename E> __device__ __forceinline__ T ember_normal_tail_t(T z, E e) {
+  T t = (T)1 / (z * (T)0.23164188826636045 + (T)1);
+  T poly = (((((T)0.5307027145 * t + (T)-0.7265760135) * t + (T)0.7107068705) * t + (T)-0.142248368) * t + (T)0.127414796) * t;
+  return poly * e(z * z * (T)-0.5);
+}
+__device__ __forceinline__ float ember_normal_tailf(float z) { return ember_normal_tail_t(z, ember_exp_flushedf); }
+__device__ __forceinline__ double ember_normal_tail(double z) { return ember_normal_tail_t(z, ember_exp_flushed); }
 """
 
 PRELUDE = HALF_PTX + COMMON

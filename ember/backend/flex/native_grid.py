@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,57 @@ def _build(k: int) -> GridKernels | None:
     return GridKernels(compiled.engine, *fns)
 
 
-class _GridEmitter(native._Emitter):
+class _Emitter:
+    """Builds functions into one module over the kernel layer's loops (gathers and
+    scatters: indexed accesses that row programs do not express)."""
+
+    def __init__(self) -> None:
+        from llvmlite import ir
+
+        from ember.backend.kernel.llvm import jit
+
+        self.ir = ir
+        self.module = ir.Module(name="ember_flex_native")
+        self.f32 = ir.FloatType()
+        self.i32 = ir.IntType(32)
+        self.i64 = ir.IntType(64)
+        self.ptr = ir.PointerType()
+        self.void = ir.VoidType()
+        self.width = jit.vector_width()
+        self.b: Any = None
+
+    def c(self, value: float) -> Any:
+        return self.ir.Constant(self.f32, value)
+
+    def function(self, name: str, args: list[Any]) -> Any:
+        """A new function ``name``; :attr:`b` builds its body. Returns its arguments."""
+        fn = self.ir.Function(self.module, self.ir.FunctionType(self.void, args), name=name)
+        for i, arg in enumerate(fn.args):
+            if args[i] is self.ptr:
+                arg.add_attribute("noalias")
+        fn.attributes.add("nounwind")
+        if self.width:
+            set.add(fn.attributes, f'"prefer-vector-width"="{self.width}"')  # a string attribute llvmlite does not list
+        self.b = self.ir.IRBuilder(fn.append_basic_block("entry"))
+        return fn.args
+
+    def loop(self, count: Any, body: Callable[..., Any], carried: list[Any] | None = None) -> list[Any]:
+        """``for i in range(count): carried = body(i, *carried)`` (a run-time count);
+        returns the final carried values (reductions)."""
+        from ember.backend.kernel.llvm.loops import Loops
+
+        return Loops(self.b).count(count, lambda i, phis: body(i, *phis) or [], carried)
+
+    def load(self, base: Any, index: Any) -> Any:
+        b = self.b
+        return b.load(b.gep(base, [index], source_etype=self.f32), typ=self.f32, align=4)
+
+    def store(self, value: Any, base: Any, index: Any) -> None:
+        b = self.b
+        b.store(value, b.gep(base, [index], source_etype=self.f32), align=4)
+
+
+class _GridEmitter(_Emitter):
     """The three loop nests, each ``for n: for c: for p: for k (unrolled)`` over
     ``x``/``gx`` ``[N, C, S]``, ``g``/``out`` ``[N, C, P]`` and ``idx``/``w``/``dot``
     ``[N, P, K]``."""

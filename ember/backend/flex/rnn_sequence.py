@@ -51,40 +51,56 @@ def _weight_grad(h_in: np.ndarray, d: np.ndarray) -> np.ndarray:
     return h_in.reshape(s * b, n).T @ d.reshape(s * b, d.shape[-1])
 
 
+def _recur(proj, w_hh, states, valid, reverse, gates, cell):
+    """The forward recurrence both cells share: per step ``t`` (in run order) the
+    states entering it are saved, ``h @ w_hh`` (``h`` the first state) is written into
+    ``gates[t]``, and ``cell(t, states)`` gives the new states, ``h'`` first; ``y[t]``
+    is ``h'``. Rows that ``valid`` marks padded keep their states and output 0.
+    Returns ``y``, the final states and the saved ones (``[steps, batch, n]`` each)."""
+    steps, batch, _ = proj.shape
+    y = np.empty((steps, batch, states[0].shape[-1]), proj.dtype)
+    saved = [np.empty_like(y) for _ in states]
+    states = [np.ascontiguousarray(s) for s in states]
+    for t in _order(steps, reverse):
+        for into, state in zip(saved, states):
+            into[t] = state
+        np.matmul(states[0], w_hh, out=gates[t])
+        new = cell(t, states)
+        if valid is None:
+            y[t] = new[0]
+            states = list(new)
+        else:
+            m = valid[t]
+            y[t] = np.where(m, new[0], 0)
+            states = [np.where(m, a, s) for a, s in zip(new, states)]
+    return y, states, saved
+
+
 @quietly
 def lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     """See ``Backend.lstm_sequence``."""
     if not _usable(proj, w_hh, h0, c0) or proj.shape[2] != 4 * h0.shape[-1]:
         return NotImplemented
-    steps, batch, _ = proj.shape
-    n = h0.shape[-1]
     z = np.empty_like(proj)
-    y = np.empty((steps, batch, n), proj.dtype)
-    h_in, c_in = np.empty_like(y), np.empty_like(y)
-    h, c = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
-    kernels = native.kernels(batch * 4 * n) if proj.dtype == _F32 and valid is None else None
+    kernels = native.kernels(proj.shape[1] * proj.shape[2]) if proj.dtype == _F32 and valid is None else None
     if kernels is not None:
-        return _lstm_native(kernels, np.ascontiguousarray(proj), w_hh, h, c, reverse, (y, h_in, c_in, z))
-    for t in _order(steps, reverse):
-        h_in[t], c_in[t] = h, c
-        np.matmul(h, w_hh, out=z[t])
+        return _lstm_native(kernels, np.ascontiguousarray(proj), w_hh, np.ascontiguousarray(h0), c0, reverse, z)
+
+    def cell(t, states):
         z[t] += proj[t]
-        h_new, c_new = lstm.lstm_cell(z[t], c)
-        if valid is None:
-            y[t], h, c = h_new, h_new, c_new
-        else:
-            m = valid[t]
-            y[t] = np.where(m, h_new, 0)
-            h, c = np.where(m, h_new, h), np.where(m, c_new, c)
+        return lstm.lstm_cell(z[t], states[1])
+
+    y, (h, c), (h_in, c_in) = _recur(proj, w_hh, [h0, c0], valid, reverse, z, cell)
     return y, h, c, h_in, c_in, z
 
 
-def _lstm_native(kernels, proj, w_hh, h0, c0, reverse, outs):
+def _lstm_native(kernels, proj, w_hh, h0, c0, reverse, z):
     """The unmasked float32 forward with the native cell, called by address: per step
     one GEMM, one add and one kernel call; the cell writes ``c'`` straight into the
     next step's ``c_in`` and ``h'`` into ``y``, which is ``h_in`` shifted by one step."""
-    y, h_in, c_in, z = outs
-    steps, batch, n = y.shape
+    steps, batch, n = z.shape[0], z.shape[1], h0.shape[-1]
+    y = np.empty((steps, batch, n), z.dtype)
+    h_in, c_in = np.empty_like(y), np.empty_like(y)
     runs = list(_order(steps, reverse))
     c_n = np.empty_like(c0)
     c_in[runs[0]] = c0
@@ -166,24 +182,14 @@ def gru_sequence(proj, w_hh, b_hh, h0, valid, reverse):
     """See ``Backend.gru_sequence``."""
     if not _usable(proj, w_hh, b_hh, h0) or proj.shape[2] != 3 * h0.shape[-1]:
         return NotImplemented
-    steps, batch, _ = proj.shape
-    n = h0.shape[-1]
     hp = np.empty_like(proj)
-    y = np.empty((steps, batch, n), proj.dtype)
-    h_in = np.empty_like(y)
-    h = np.ascontiguousarray(h0)
-    for t in _order(steps, reverse):
-        h_in[t] = h
-        np.matmul(h, w_hh, out=hp[t])
+
+    def cell(t, states):
         if b_hh is not None:
             hp[t] += b_hh
-        h_new = gru.gru_cell(proj[t], hp[t], h)
-        if valid is None:
-            y[t], h = h_new, h_new
-        else:
-            m = valid[t]
-            y[t] = np.where(m, h_new, 0)
-            h = np.where(m, h_new, h)
+        return (gru.gru_cell(proj[t], hp[t], states[0]),)
+
+    y, (h,), (h_in,) = _recur(proj, w_hh, [h0], valid, reverse, hp, cell)
     return y, h, h_in, hp
 
 

@@ -5,7 +5,9 @@ numpy and llvmlite; tests/test_layers.py checks it):
 
 * :mod:`.exprs`: a kernel's per-element expression DAG;
 * :mod:`.views`: strided views, the layout ops as index arithmetic;
-* :mod:`.steps`: loop nests (:class:`~.steps.Kernel`) and matrix products over buffers;
+* :mod:`.steps`: loop nests (:class:`~.steps.Kernel`) and matrix products over buffers,
+  and row programs (:class:`~.steps.RowProgram`: sizes as arguments, several passes per
+  row; flex's native kernels), whose expressions :mod:`.row_exprs` builds;
 * :mod:`.space`: a loop nest's simplified iteration space, which every printer loops over;
 * :mod:`.op_table`: the ops each printer compiles and each float function's spelling
   per printer (LLVM, CUDA C, WGSL);

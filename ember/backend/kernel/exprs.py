@@ -11,7 +11,9 @@ process keys a kernel cache (cube's eager kernels build theirs one op at a time,
 :mod:`ember.backend.cube.ir`). A launch's trees may number their leaves instead of
 naming buffers: ``load`` with op ``j`` and no view reads the launch's operand ``j``,
 ``acc`` with op ``k`` is its reduction ``k``, and ``index`` is the element's linear
-index.
+index. A row program (:class:`~ember.backend.kernel.steps.RowProgram`, whose sizes are
+known only at run time) loads through a :class:`~ember.backend.kernel.steps.RowView`
+instead of a view, and reads its sizes as ``size`` leaves (op 0: rows, 1: columns).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Expr:
     __slots__ = ("kind", "op", "args", "dtype", "depth", "_hash", "__weakref__")
 
     def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
-        self.kind = kind  # load | const | scalar | unary | binary | where | clamp | cast | acc | index
+        self.kind = kind  # load | const | scalar | unary | binary | where | clamp | cast | acc | index | size
         self.op = op  # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
         self.args = args  # load: (View,); clamp: (x, low, high) with None for a missing bound
         self.dtype = dtype  # the value's numpy dtype
@@ -57,10 +59,10 @@ class Expr:
         )
 
     def __repr__(self) -> str:
-        if self.kind == "load" and self.args:
+        if self.kind == "load" and self.args and type(self.args[0]) is View:
             v = self.args[0]
             return f"B{self.op}[{list(v.shape)}:{list(v.strides)}+{v.offset}]"
-        if self.kind in ("const", "scalar", "acc", "load", "index"):
+        if self.kind in ("const", "scalar", "acc", "load", "index", "size"):
             return f"{self.kind}({self.op})"
         return f"{self.kind}.{self.op}({', '.join(map(repr, self.args))})"
 

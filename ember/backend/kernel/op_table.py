@@ -13,11 +13,17 @@ LLVM intrinsic or the float32 decomposition of
 
 Adding a transcendental is one :class:`MathFn` here, plus its decompositions where a
 printer has no library call for it (a ``MathLib`` method, a WGSL helper).
+
+:class:`KernelFn` names float functions that kernels use but the backend protocol has
+no op for (flex's native kernels: the flushed ``exp`` of softmax and the LSTM cell,
+GELU's normal tail); :data:`KERNEL_MATH` spells them per printer like the others, and
+an :class:`~ember.backend.kernel.exprs.Expr` ``unary`` node takes one as its op.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from ember.backend.ops import BinaryOp, UnaryOp
 
@@ -67,6 +73,23 @@ UNARY_MATH: dict[UnaryOp, MathFn] = {
     UnaryOp.FLOOR: MathFn("floor", "floor", llvm_intrinsic="llvm.floor"),
     UnaryOp.CEIL: MathFn("ceil", "ceil", llvm_intrinsic="llvm.ceil"),
     UnaryOp.TRUNC: MathFn("trunc", "trunc", llvm_intrinsic="llvm.trunc"),
+}
+
+
+class KernelFn(str, Enum):
+    """Float functions of kernels that are not ops of the backend protocol."""
+
+    #: ``exp`` with results below the smallest normal float flushed to 0 (and ``inf``
+    #: above the largest): no lane takes the CPU's slow subnormal path.
+    EXP_FLUSHED = "exp_flushed"
+    #: The normal tail ``Q(z) = erfc(z / sqrt 2) / 2`` for ``z >= 0`` (Abramowitz &
+    #: Stegun 7.1.26 with the flushed ``exp``): exact GELU is ``relu(x) - |x| Q(|x|)``.
+    NORMAL_TAIL = "normal_tail"
+
+
+KERNEL_MATH: dict[KernelFn, MathFn] = {
+    KernelFn.EXP_FLUSHED: MathFn("ember_exp_flushed", "exp_flushed_f", llvm_f32="exp_f32_flushed"),
+    KernelFn.NORMAL_TAIL: MathFn("ember_normal_tail", "normal_tail_f", llvm_f32="normal_tail_q_f32"),
 }
 
 BINARY_MATH: dict[BinaryOp, MathFn] = {
@@ -140,6 +163,7 @@ OWN_UNARY = frozenset(
 
 __all__ = [
     "BINARY_MATH",
+    "KERNEL_MATH",
     "BITWISE",
     "COMPARE",
     "LOGICAL",
@@ -147,5 +171,6 @@ __all__ = [
     "LOWERED_UNARY",
     "OWN_UNARY",
     "UNARY_MATH",
+    "KernelFn",
     "MathFn",
 ]

@@ -4,14 +4,18 @@ A :class:`Kernel` is one loop nest over an iteration space (elementwise, or with
 reductions along one dim) whose :class:`Store` s write expressions
 (:mod:`ember.backend.kernel.exprs`) to :class:`Buffer` s; a :class:`Matmul` is a
 (batched) matrix product of two strided views. Every printer (LLVM, WGSL, CUDA C)
-compiles these; the fusion compiler's graph-level steps (calls left to the eager
+compiles these. A :class:`RowProgram` is a kernel whose sizes are arguments (compiled
+once, run at any shape) over a ``[rows, cols]`` space walked row by row: per row,
+several :class:`Pass` es over its columns share the row loop, so that a row stays in
+cache between them (softmax: the maximum, then the sum of exponentials, then the
+quotient). The LLVM printer compiles these (flex's native kernels); the fusion compiler's graph-level steps (calls left to the eager
 backend, library nodes, convolution chains) and its :class:`Schedule` live in
 :mod:`ember.backend.fusion.steps`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,3 +94,63 @@ class Matmul:
 
     def writes(self) -> set[int]:
         return {self.out}
+
+
+@dataclass(frozen=True)
+class RowView:
+    """An access of a :class:`RowProgram`: element ``(r, c)`` of its run-time
+    ``[rows, cols]`` space is element ``r * (row_cols * cols + row_step) + c *
+    col_step + offset_cols * cols`` of the buffer. A dense ``[rows, cols]`` array is
+    ``RowView(1, 0, 1)``, a per-column vector ``RowView(0, 0, 1)``, a per-row one
+    ``RowView(0, 1, 0)``, block ``k`` of a ``[rows, 4 cols]`` array ``RowView(4, 0, 1, k)``."""
+
+    row_cols: int
+    row_step: int
+    col_step: int
+    offset_cols: int = 0
+
+
+@dataclass
+class RowStore:
+    buffer: int  # the program's buffer argument
+    view: RowView
+    expr: Expr
+
+
+@dataclass
+class Pass:
+    """One loop over a row's columns: ``reductions`` over them (read after the pass
+    as ``acc`` expressions with op ``(pass, k)``) and ``stores``; skipped for a row
+    where ``when`` (a bool of scalars and row values) is false."""
+
+    reductions: list[Reduction] = field(default_factory=list)
+    stores: list[RowStore] = field(default_factory=list)
+    when: Expr | None = None
+    #: Values computed first, in this order: the order of the instructions decides
+    #: which NaN an operation on two NaNs returns, so a kernel that must keep an
+    #: older version's bits (flex's LSTM cell) fixes it.
+    order: list[Expr] = field(default_factory=list)
+
+
+@dataclass
+class RowProgram:
+    """A kernel over a ``[rows, cols]`` space whose sizes are arguments.
+
+    Its function takes a pointer per entry of ``buffers`` (their element dtypes, in
+    argument order), then ``rows`` (when ``by_rows``) and ``cols`` as int64, then one
+    argument per entry of ``scalars`` (``scalar`` expressions with op ``k``). Per row
+    it runs ``passes`` in order, then ``row_stores`` (values of the row). Without
+    ``by_rows`` it is one elementwise pass over ``cols`` elements.
+
+    Reductions follow flex's native kernels: a sum accumulates in its dtype,
+    reassociated (so it vectorises); a float32 maximum compares the values' ordered
+    integer keys (NaN with the sign bit clear ranks above ``inf``, one with it set
+    below ``-inf``), which vectorises without fast-math flags.
+    """
+
+    name: str
+    buffers: list[np.dtype]
+    scalars: list[np.dtype]
+    passes: list[Pass]
+    row_stores: list[RowStore] = field(default_factory=list)
+    by_rows: bool = True

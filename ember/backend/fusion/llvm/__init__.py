@@ -13,7 +13,9 @@ plans on the CPU:
 * :mod:`.library` and :mod:`.chains`: hand-written loop nests (convolution, pooling,
   gather/scatter) and convolution chains;
 * :mod:`ember.backend.flex.blas`: numpy's OpenBLAS and the thread count ember sets;
-* :mod:`.executor`: plans and their runs.
+* :mod:`.executor`: plans and bindings; :mod:`.variant`: a plan's compiled
+  expansions; :mod:`.runner`: a variant's generated run function;
+  :mod:`.native_calls`: compiled segments called as Python builtins.
 """
 
 from ember.backend.fusion.llvm.executor import LLVMExecutor, LLVMPlan

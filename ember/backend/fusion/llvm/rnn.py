@@ -18,7 +18,8 @@ padded steps, where no gradient reaches the cell).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -29,6 +30,8 @@ from ember.backend.kernel.llvm.mathlib import I64, mem_type
 
 _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
+_ONE = ir.Constant(ir.FloatType(), 1.0)
+_ZERO = ir.Constant(ir.FloatType(), 0.0)
 
 
 def _refs_ok(graph: Graph, values: list[Any], mask: Any) -> bool:
@@ -138,121 +141,160 @@ def _arg(e: Emitter, value: Any) -> ir.Value | None:
     return None if value is None else e.args[value]
 
 
-def _lstm_sequence(e: Emitter) -> None:
-    proj_ref, w_ref, h0_ref, c0_ref, valid_ref, reverse = e.node.args
-    steps, batch, width = e.shape(proj_ref)
-    n = width // 4
-    proj, w_hh, h0, c0 = (e.args[r] for r in (proj_ref, w_ref, h0_ref, c0_ref))
-    valid = _arg(e, valid_ref)
-    y, h, c, h_in, c_in, z = e.outs
-    b, cell = e.b, _Cell(e)
-    state = batch * n
-    _copy(e, h0, h, state)
-    _copy(e, c0, c, state)
-    one = ir.Constant(ir.FloatType(), 1.0)
-    zero = ir.Constant(ir.FloatType(), 0.0)
+class _Step(NamedTuple):
+    """One step of the recurrence: its place ``k`` in the forward's order, its time
+    index ``t``, and the offsets of its ``[batch, n]`` state and ``[batch, width]``
+    gate blocks."""
 
-    def step(k: ir.Value, _: list) -> list:
-        t = _time(b, k, steps, bool(reverse))
-        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
-        _copy(e, h, e.at(h_in, at_state, _F32), state)
-        _copy(e, c, e.at(c_in, at_state, _F32), state)
-        z_t = e.at(z, at_gates, _F32)
-        _copy(e, e.at(proj, at_gates, _F32), z_t, batch * width)
-        e.gemm(_F32, False, False, batch, width, n, h, n, w_hh, width, one, z_t, width)
+    k: ir.Value
+    t: ir.Value
+    at_state: ir.Value
+    at_gates: ir.Value
+
+
+class _Sequence:
+    """One direction's recurrence over ``[steps, batch, width]`` gates and ``[batch, n]``
+    states: the loop over steps, each step's loop over its cells, and the GEMMs that
+    the LSTM's and the GRU's forward and backward passes share."""
+
+    def __init__(self, e: Emitter, gates: Ref, per_unit: int, valid: ir.Value | None, reverse: Any):
+        self.e = e
+        self.steps, self.batch, self.width = e.shape(gates)
+        self.n = self.width // per_unit
+        self.state = self.batch * self.n
+        self.valid = valid
+        self.reverse = bool(reverse)
+
+    def run(self, body: Callable[[_Step], None], backward: bool = False) -> None:
+        """``body`` per step, in the forward's order (the last step first when ``backward``)."""
+        b = self.e.b
+
+        def step(q: ir.Value, _: list) -> list:
+            k = b.sub(_const(self.steps - 1), q) if backward else q
+            t = _time(b, k, self.steps, self.reverse)
+            body(_Step(k, t, b.mul(t, _const(self.state)), b.mul(t, _const(self.batch * self.width))))
+            return []
+
+        self.e.loops.run(self.steps, step)
+
+    def cells(self, step: _Step, cell: Callable[[ir.Value | None, ir.Value, ir.Value, ir.Value], None]) -> None:
+        """``cell(mask, gate_row, state_row, j)`` for each batch row (its offsets in the
+        gate and state blocks, and its padding mask: ``None`` when unmasked) and column
+        ``j < n``."""
+        e, b = self.e, self.e.b
 
         def row(r: ir.Value) -> None:
-            m = _mask(e, valid, t, r, batch)
-            base_z, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+            m = _mask(e, self.valid, step.t, r, self.batch)
+            base_g, base_s = b.mul(r, _const(self.width)), b.mul(r, _const(self.n))
+            e.span(0, self.n, lambda j: cell(m, base_g, base_s, j))
 
-            def col(j: ir.Value) -> None:
-                i, f, g, o = cell.gates(z_t, base_z, n, j)
-                at = b.add(base_s, j)
-                c_old = e.load(c, at, _F32)
-                c_new = b.fadd(b.fmul(f, c_old), b.fmul(i, g))
-                h_new = b.fmul(o, cell.tanh(c_new))
-                if m is None:
-                    e.store(c_new, c, at, _F32)
-                    e.store(h_new, h, at, _F32)
-                    e.store(h_new, y, b.add(at_state, at), _F32)
-                    return
-                e.store(b.select(m, c_new, c_old), c, at, _F32)
-                e.store(b.select(m, h_new, e.load(h, at, _F32)), h, at, _F32)
-                e.store(b.select(m, h_new, zero), y, b.add(at_state, at), _F32)
+        e.span(0, self.batch, row)
 
-            e.span(0, n, col)
+    def add_recurrent(self, h: ir.Value, w_hh: ir.Value, gates_t: ir.Value) -> None:
+        """``gates_t += h @ w_hh``."""
+        n, width = self.n, self.width
+        self.e.gemm(_F32, False, False, self.batch, width, n, h, n, w_hh, width, _ONE, gates_t, width)
 
-        e.span(0, batch, row)
-        return []
+    def state_grad(self, d_gates: ir.Value, w_t: ir.Value, dh: ir.Value, accumulate: bool) -> None:
+        """``dh = d_gates w_hh^T`` (``+= `` when ``accumulate``), ``w_t`` being ``w_hh^T``."""
+        n, width = self.n, self.width
+        beta = _ONE if accumulate else _ZERO
+        self.e.gemm(_F32, False, False, self.batch, n, width, d_gates, width, w_t, n, beta, dh, n)
 
-    e.loops.run(steps, step)
+    def weight_grad(self, h_in: ir.Value, d_gates: ir.Value, d_w: ir.Value) -> None:
+        """``d_w = h_in^T d_gates`` over all steps."""
+        n, width = self.n, self.width
+        self.e.gemm(_F32, True, False, n, width, self.steps * self.batch, h_in, n, d_gates, width, _ZERO, d_w, width)
+
+
+def _lstm_sequence(e: Emitter) -> None:
+    proj_ref, w_ref, h0_ref, c0_ref, valid_ref, reverse = e.node.args
+    seq = _Sequence(e, proj_ref, 4, _arg(e, valid_ref), reverse)
+    n, width, state = seq.n, seq.width, seq.state
+    proj, w_hh, h0, c0 = (e.args[r] for r in (proj_ref, w_ref, h0_ref, c0_ref))
+    y, h, c, h_in, c_in, z = e.outs
+    b, cell = e.b, _Cell(e)
+    _copy(e, h0, h, state)
+    _copy(e, c0, c, state)
+
+    def step(s: _Step) -> None:
+        _copy(e, h, e.at(h_in, s.at_state, _F32), state)
+        _copy(e, c, e.at(c_in, s.at_state, _F32), state)
+        z_t = e.at(z, s.at_gates, _F32)
+        _copy(e, e.at(proj, s.at_gates, _F32), z_t, seq.batch * width)
+        seq.add_recurrent(h, w_hh, z_t)
+
+        def col(m: ir.Value | None, base_z: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
+            i, f, g, o = cell.gates(z_t, base_z, n, j)
+            at = b.add(base_s, j)
+            c_old = e.load(c, at, _F32)
+            c_new = b.fadd(b.fmul(f, c_old), b.fmul(i, g))
+            h_new = b.fmul(o, cell.tanh(c_new))
+            if m is None:
+                e.store(c_new, c, at, _F32)
+                e.store(h_new, h, at, _F32)
+                e.store(h_new, y, b.add(s.at_state, at), _F32)
+                return
+            e.store(b.select(m, c_new, c_old), c, at, _F32)
+            e.store(b.select(m, h_new, e.load(h, at, _F32)), h, at, _F32)
+            e.store(b.select(m, h_new, _ZERO), y, b.add(s.at_state, at), _F32)
+
+        seq.cells(s, col)
+
+    seq.run(step)
 
 
 def _lstm_sequence_backward(e: Emitter) -> None:
     w_ref, valid_ref, reverse, h_in_ref, c_in_ref, c_n_ref, z_ref, gy_ref, gh_ref, gc_ref = e.node.args
-    steps, batch, width = e.shape(z_ref)
-    n = width // 4
+    seq = _Sequence(e, z_ref, 4, _arg(e, valid_ref), reverse)
+    steps, n, width, state = seq.steps, seq.n, seq.width, seq.state
     w_hh, h_in, c_in, c_n, z = (e.args[r] for r in (w_ref, h_in_ref, c_in_ref, c_n_ref, z_ref))
-    valid, gy, gh, gc = (_arg(e, r) for r in (valid_ref, gy_ref, gh_ref, gc_ref))
+    gy, gh, gc = (_arg(e, r) for r in (gy_ref, gh_ref, gc_ref))
     d_z, d_w, dh, dc = e.outs
     b, cell = e.b, _Cell(e)
-    state = batch * n
-    one = ir.Constant(ir.FloatType(), 1.0)
-    zero = ir.Constant(ir.FloatType(), 0.0)
     _copy_or_zero(e, gh, dh, state)
     _copy_or_zero(e, gc, dc, state)
     w_t = _transposed(e, w_hh, n, width)
-    back = bool(reverse)
 
-    def step(q: ir.Value, _: list) -> list:
-        k = b.sub(_const(steps - 1), q)  # the forward's k-th step, last first
-        t = _time(b, k, steps, back)
-        nxt = b.sub(t, _const(1)) if back else b.add(t, _const(1))
-        last = b.icmp_unsigned("==", k, _const(steps - 1))
-        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
+    def step(s: _Step) -> None:
+        t = s.t
+        nxt = b.sub(t, _const(1)) if seq.reverse else b.add(t, _const(1))
+        last = b.icmp_unsigned("==", s.k, _const(steps - 1))
         # The state after step t: c_n after the last step, else the state entering the next one.
         c_after = b.select(last, c_n, e.at(c_in, b.mul(b.select(last, t, nxt), _const(state)), _F32))
-        dz_t = e.at(d_z, at_gates, _F32)
+        dz_t = e.at(d_z, s.at_gates, _F32)
 
-        def row(r: ir.Value) -> None:
-            m = _mask(e, valid, t, r, batch)
-            base_z, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+        def col(m: ir.Value | None, base_z: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
+            i, f, g, o = cell.gates(e.at(z, s.at_gates, _F32), base_z, n, j)
+            at = b.add(base_s, j)
+            c_old = e.load(c_in, b.add(s.at_state, at), _F32)
+            tc = cell.tanh(e.load(c_after, at, _F32))
+            dh_old, dc_old = e.load(dh, at, _F32), e.load(dc, at, _F32)
+            to_h = dh_old if gy is None else b.fadd(dh_old, e.load(gy, b.add(s.at_state, at), _F32))
+            to_c = dc_old
+            if m is not None:
+                to_h, to_c = b.select(m, to_h, _ZERO), b.select(m, dc_old, _ZERO)
+            d_c = b.fadd(to_c, b.fmul(b.fmul(to_h, o), b.fsub(_ONE, b.fmul(tc, tc))))
+            grads = (
+                b.fmul(b.fmul(d_c, g), b.fmul(i, b.fsub(_ONE, i))),
+                b.fmul(b.fmul(d_c, c_old), b.fmul(f, b.fsub(_ONE, f))),
+                b.fmul(b.fmul(d_c, i), b.fsub(_ONE, b.fmul(g, g))),
+                b.fmul(b.fmul(to_h, tc), b.fmul(o, b.fsub(_ONE, o))),
+            )
+            for slot, value in enumerate(grads):
+                e.store(value, dz_t, b.add(base_z, b.add(j, _const(slot * n))), _F32)
+            through = b.fmul(d_c, f)
+            if m is None:
+                e.store(through, dc, at, _F32)
+                return
+            e.store(b.select(m, through, dc_old), dc, at, _F32)
+            e.store(b.select(m, _ZERO, dh_old), dh, at, _F32)  # a padded step passes dh on
 
-            def col(j: ir.Value) -> None:
-                i, f, g, o = cell.gates(e.at(z, at_gates, _F32), base_z, n, j)
-                at = b.add(base_s, j)
-                c_old = e.load(c_in, b.add(at_state, at), _F32)
-                tc = cell.tanh(e.load(c_after, at, _F32))
-                dh_old, dc_old = e.load(dh, at, _F32), e.load(dc, at, _F32)
-                to_h = dh_old if gy is None else b.fadd(dh_old, e.load(gy, b.add(at_state, at), _F32))
-                to_c = dc_old
-                if m is not None:
-                    to_h, to_c = b.select(m, to_h, zero), b.select(m, dc_old, zero)
-                d_c = b.fadd(to_c, b.fmul(b.fmul(to_h, o), b.fsub(one, b.fmul(tc, tc))))
-                grads = (
-                    b.fmul(b.fmul(d_c, g), b.fmul(i, b.fsub(one, i))),
-                    b.fmul(b.fmul(d_c, c_old), b.fmul(f, b.fsub(one, f))),
-                    b.fmul(b.fmul(d_c, i), b.fsub(one, b.fmul(g, g))),
-                    b.fmul(b.fmul(to_h, tc), b.fmul(o, b.fsub(one, o))),
-                )
-                for slot, value in enumerate(grads):
-                    e.store(value, dz_t, b.add(base_z, b.add(j, _const(slot * n))), _F32)
-                through = b.fmul(d_c, f)
-                if m is None:
-                    e.store(through, dc, at, _F32)
-                    return
-                e.store(b.select(m, through, dc_old), dc, at, _F32)
-                e.store(b.select(m, zero, dh_old), dh, at, _F32)  # a padded step passes dh on
+        seq.cells(s, col)
+        seq.state_grad(dz_t, w_t, dh, accumulate=seq.valid is not None)  # (+ what padded rows passed on)
 
-            e.span(0, n, col)
-
-        e.span(0, batch, row)
-        # dh = dZ[t] w_hh^T (+ what padded rows passed on)
-        e.gemm(_F32, False, False, batch, n, width, dz_t, width, w_t, n, zero if valid is None else one, dh, n)
-        return []
-
-    e.loops.run(steps, step)
-    e.gemm(_F32, True, False, n, width, steps * batch, h_in, n, d_z, width, zero, d_w, width)
+    seq.run(step, backward=True)
+    seq.weight_grad(h_in, d_z, d_w)
 
 
 def _gru_forward_supports(graph: Graph, node: Node, target: Any) -> bool:
@@ -280,99 +322,75 @@ def _gru_gates(e: Emitter, cell: _Cell, xp: ir.Value, hp: ir.Value, base: ir.Val
 
 def _gru_sequence(e: Emitter) -> None:
     proj_ref, w_ref, b_ref, h0_ref, valid_ref, reverse = e.node.args
-    steps, batch, width = e.shape(proj_ref)
-    n = width // 3
+    seq = _Sequence(e, proj_ref, 3, _arg(e, valid_ref), reverse)
+    n, width, state = seq.n, seq.width, seq.state
     proj, w_hh, h0 = (e.args[r] for r in (proj_ref, w_ref, h0_ref))
-    b_hh, valid = _arg(e, b_ref), _arg(e, valid_ref)
+    b_hh = _arg(e, b_ref)
     y, h, h_in, hp = e.outs
     b, cell = e.b, _Cell(e)
-    state = batch * n
     _copy(e, h0, h, state)
-    one = ir.Constant(ir.FloatType(), 1.0)
-    zero = ir.Constant(ir.FloatType(), 0.0)
 
-    def step(k: ir.Value, _: list) -> list:
-        t = _time(b, k, steps, bool(reverse))
-        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
-        _copy(e, h, e.at(h_in, at_state, _F32), state)
-        hp_t, xp_t = e.at(hp, at_gates, _F32), e.at(proj, at_gates, _F32)
+    def step(s: _Step) -> None:
+        _copy(e, h, e.at(h_in, s.at_state, _F32), state)
+        hp_t, xp_t = e.at(hp, s.at_gates, _F32), e.at(proj, s.at_gates, _F32)
         if b_hh is None:
-            e.span(0, batch * width, lambda i: e.store(zero, hp_t, i, _F32))
+            e.span(0, seq.batch * width, lambda i: e.store(_ZERO, hp_t, i, _F32))
         else:
-            e.span(0, batch, lambda r: _copy(e, b_hh, e.at(hp_t, b.mul(r, _const(width)), _F32), width))
-        e.gemm(_F32, False, False, batch, width, n, h, n, w_hh, width, one, hp_t, width)
+            e.span(0, seq.batch, lambda r: _copy(e, b_hh, e.at(hp_t, b.mul(r, _const(width)), _F32), width))
+        seq.add_recurrent(h, w_hh, hp_t)
 
-        def row(r: ir.Value) -> None:
-            m = _mask(e, valid, t, r, batch)
-            base_g, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+        def col(m: ir.Value | None, base_g: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
+            _, zg, new, _ = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
+            at = b.add(base_s, j)
+            h_old = e.load(h, at, _F32)
+            h_new = b.fadd(new, b.fmul(zg, b.fsub(h_old, new)))
+            if m is None:
+                e.store(h_new, h, at, _F32)
+                e.store(h_new, y, b.add(s.at_state, at), _F32)
+                return
+            e.store(b.select(m, h_new, h_old), h, at, _F32)
+            e.store(b.select(m, h_new, _ZERO), y, b.add(s.at_state, at), _F32)
 
-            def col(j: ir.Value) -> None:
-                _, zg, new, _ = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
-                at = b.add(base_s, j)
-                h_old = e.load(h, at, _F32)
-                h_new = b.fadd(new, b.fmul(zg, b.fsub(h_old, new)))
-                if m is None:
-                    e.store(h_new, h, at, _F32)
-                    e.store(h_new, y, b.add(at_state, at), _F32)
-                    return
-                e.store(b.select(m, h_new, h_old), h, at, _F32)
-                e.store(b.select(m, h_new, zero), y, b.add(at_state, at), _F32)
+        seq.cells(s, col)
 
-            e.span(0, n, col)
-
-        e.span(0, batch, row)
-        return []
-
-    e.loops.run(steps, step)
+    seq.run(step)
 
 
 def _gru_sequence_backward(e: Emitter) -> None:
     w_ref, valid_ref, reverse, proj_ref, h_in_ref, hp_ref, gy_ref, gh_ref = e.node.args
-    steps, batch, width = e.shape(proj_ref)
-    n = width // 3
+    seq = _Sequence(e, proj_ref, 3, _arg(e, valid_ref), reverse)
+    n, width, state = seq.n, seq.width, seq.state
     w_hh, proj, h_in, hp = (e.args[r] for r in (w_ref, proj_ref, h_in_ref, hp_ref))
-    valid, gy, gh = (_arg(e, r) for r in (valid_ref, gy_ref, gh_ref))
+    gy, gh = (_arg(e, r) for r in (gy_ref, gh_ref))
     d_xp, d_w, d_b, dh = e.outs
     b, cell = e.b, _Cell(e)
-    state = batch * n
-    one = ir.Constant(ir.FloatType(), 1.0)
-    zero = ir.Constant(ir.FloatType(), 0.0)
     _copy_or_zero(e, gh, dh, state)
     w_t = _transposed(e, w_hh, n, width)
-    back = bool(reverse)
+    d_hp = e.regions["d_hp"]
 
-    def step(q: ir.Value, _: list) -> list:
-        t = _time(b, b.sub(_const(steps - 1), q), steps, back)
-        at_state, at_gates = b.mul(t, _const(state)), b.mul(t, _const(batch * width))
-        xp_t, hp_t, dxp_t = (e.at(v, at_gates, _F32) for v in (proj, hp, d_xp))
+    def step(s: _Step) -> None:
+        xp_t, hp_t, dxp_t = (e.at(v, s.at_gates, _F32) for v in (proj, hp, d_xp))
 
-        def row(r: ir.Value) -> None:
-            m = _mask(e, valid, t, r, batch)
-            base_g, base_s = b.mul(r, _const(width)), b.mul(r, _const(n))
+        def col(m: ir.Value | None, base_g: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
+            rg, zg, new, hp_n = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
+            at = b.add(base_s, j)
+            dh_old = e.load(dh, at, _F32)
+            to_h = dh_old if gy is None else b.fadd(dh_old, e.load(gy, b.add(s.at_state, at), _F32))
+            if m is not None:
+                to_h = b.select(m, to_h, _ZERO)
+            d_n = b.fmul(b.fmul(to_h, b.fsub(_ONE, zg)), b.fsub(_ONE, b.fmul(new, new)))
+            d_r = b.fmul(b.fmul(d_n, hp_n), b.fmul(rg, b.fsub(_ONE, rg)))
+            h_old = e.load(h_in, b.add(s.at_state, at), _F32)
+            d_z = b.fmul(b.fmul(to_h, b.fsub(h_old, new)), b.fmul(zg, b.fsub(_ONE, zg)))
+            for slot, value in enumerate((d_r, d_z, d_n)):
+                e.store(value, dxp_t, b.add(base_g, b.add(j, _const(slot * n))), _F32)
+            direct = b.fmul(to_h, zg)  # through h' = n + z (h - n)
+            e.store(direct if m is None else b.select(m, direct, dh_old), dh, at, _F32)
 
-            def col(j: ir.Value) -> None:
-                rg, zg, new, hp_n = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
-                at = b.add(base_s, j)
-                dh_old = e.load(dh, at, _F32)
-                to_h = dh_old if gy is None else b.fadd(dh_old, e.load(gy, b.add(at_state, at), _F32))
-                if m is not None:
-                    to_h = b.select(m, to_h, zero)
-                d_n = b.fmul(b.fmul(to_h, b.fsub(one, zg)), b.fsub(one, b.fmul(new, new)))
-                d_r = b.fmul(b.fmul(d_n, hp_n), b.fmul(rg, b.fsub(one, rg)))
-                h_old = e.load(h_in, b.add(at_state, at), _F32)
-                d_z = b.fmul(b.fmul(to_h, b.fsub(h_old, new)), b.fmul(zg, b.fsub(one, zg)))
-                for slot, value in enumerate((d_r, d_z, d_n)):
-                    e.store(value, dxp_t, b.add(base_g, b.add(j, _const(slot * n))), _F32)
-                direct = b.fmul(to_h, zg)  # through h' = n + z (h - n)
-                e.store(direct if m is None else b.select(m, direct, dh_old), dh, at, _F32)
-
-            e.span(0, n, col)
-
-        e.span(0, batch, row)
+        seq.cells(s, col)
         # d hp[t] is d xp[t] with the new gate scaled by r: form it in the scratch row
         # block, then dh += d hp[t] w_hh^T.
-        scratch = e.regions["d_hp"]
-        dhp_t = e.at(scratch, at_gates, _F32)
+        dhp_t = e.at(d_hp, s.at_gates, _F32)
 
         def hp_row(r: ir.Value) -> None:
             base_g = b.mul(r, _const(width))
@@ -386,14 +404,12 @@ def _gru_sequence_backward(e: Emitter) -> None:
 
             e.span(0, n, col)
 
-        e.span(0, batch, hp_row)
-        e.gemm(_F32, False, False, batch, n, width, dhp_t, width, w_t, n, one, dh, n)
-        return []
+        e.span(0, seq.batch, hp_row)
+        seq.state_grad(dhp_t, w_t, dh, accumulate=True)
 
-    e.loops.run(steps, step)
-    d_hp = e.regions["d_hp"]
-    e.gemm(_F32, True, False, n, width, steps * batch, h_in, n, d_hp, width, zero, d_w, width)
-    e.span(0, width, lambda j: e.store(zero, d_b, j, _F32))
+    seq.run(step, backward=True)
+    seq.weight_grad(h_in, d_hp, d_w)
+    e.span(0, width, lambda j: e.store(_ZERO, d_b, j, _F32))
 
     def sum_row(i: ir.Value) -> None:
         base = b.mul(i, _const(width))
@@ -401,7 +417,7 @@ def _gru_sequence_backward(e: Emitter) -> None:
             0, width, lambda j: e.store(b.fadd(e.load(d_b, j, _F32), e.load(d_hp, b.add(base, j), _F32)), d_b, j, _F32)
         )
 
-    e.span(0, steps * batch, sum_row)
+    e.span(0, seq.steps * seq.batch, sum_row)
 
 
 def _gru_backward_scratch(graph: Graph, node: Node) -> dict[str, int]:

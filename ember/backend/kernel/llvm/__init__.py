@@ -9,5 +9,7 @@ flex's native kernels (:mod:`ember.backend.flex.native`) both compile through it
   :mod:`ember.backend.kernel.op_table`, over :mod:`.mathlib`);
 * :mod:`.loops`: a :class:`~ember.backend.kernel.steps.Kernel` as loop nests
   (reductions in registers or scratch rows);
+* :mod:`.row_program`: a :class:`~ember.backend.kernel.steps.RowProgram` as a function
+  with run-time sizes (flex's native kernels);
 * :mod:`.arrays`: passing numpy arrays to compiled code cheaply.
 """

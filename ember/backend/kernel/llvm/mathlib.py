@@ -270,3 +270,9 @@ class MathLib:
         poly = b.fmul(poly, t)
         e = self.exp_f32_flushed(b, b.fmul(b.fmul(z, z), c(-0.5)))
         return b.fmul(poly, e), e
+
+    def normal_tail_q_f32(self, b: ir.IRBuilder, z: ir.Value) -> ir.Value:
+        """``Q(z)`` of :meth:`normal_tail_f32` (the op table's ``NORMAL_TAIL``); a kernel
+        that also needs the density spells it ``exp_flushed(z * z * -0.5)``, the same
+        instructions, which LLVM computes once."""
+        return self.normal_tail_f32(b, z)[0]

@@ -20,10 +20,12 @@ from ember.backend.kernel.op_table import (
     BINARY_MATH,
     BITWISE,
     COMPARE,
+    KERNEL_MATH,
     LOGICAL,
     LOWERED_BINARY,
     LOWERED_UNARY,
     UNARY_MATH,
+    KernelFn,
     MathFn,
 )
 from ember.backend.ops import BinaryOp, UnaryOp
@@ -88,8 +90,12 @@ class OpEmitter:
         return m.call(b, fn.c, *args)
 
     # ------------------------------------------------------------------ unary
-    def unary(self, b: ir.IRBuilder, op: UnaryOp, x: ir.Value, dtype: np.dtype) -> ir.Value:
+    def unary(self, b: ir.IRBuilder, op: UnaryOp | KernelFn, x: ir.Value, dtype: np.dtype) -> ir.Value:
         kind = dtype.kind
+        if isinstance(op, KernelFn):
+            if x.type != F32:  # float32 decompositions only (flex's native kernels)
+                raise NotImplementedError(f"{op.value} of {dtype}")
+            return self.math(b, KERNEL_MATH[op], x)
         if op in (UnaryOp.IS_NAN, UnaryOp.IS_INF, UnaryOp.IS_FINITE) and kind != "f":
             return ir.Constant(I1, int(op == UnaryOp.IS_FINITE))
         if op == UnaryOp.LOGICAL_NOT:
