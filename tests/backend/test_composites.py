@@ -59,7 +59,20 @@ def _cases(rng):
         ("mse_loss", [x, _f32(rng, 5, 7)], (True,), {}),
         ("adam_step_many", [params, grads, None, None, None], (), {**adam, "time": 1}),
         ("adam_step_many", [params, grads, *moments], (), {**adam, "decoupled": True, "time": 4}),
+        ("layer_norm", [x, _f32(rng, 7), _f32(rng, 7)], (1e-5,), {}),
+        ("layer_norm", [x, None, None], (1e-3,), {}),
+        ("layer_norm_backward", [x, _f32(rng, 7), *_stats(x), _f32(rng, 5, 7)], (True, True, True), {}),
+        ("layer_norm_backward", [x, None, *_stats(x), _f32(rng, 5, 7)], (True, False, True), {}),
     ]
+
+
+def _stats(x):
+    """The row statistics ``(mean, rstd)`` of ``x`` (float32, ``[..., 1]``)."""
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    return mean.astype(np.float32), (1.0 / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5)).astype(
+        np.float32
+    )
 
 
 def _expanded(op, arrays, static, options):
@@ -94,7 +107,7 @@ def _leaves(result):
     return [np.asarray(result)]
 
 
-@pytest.mark.parametrize("index", range(9))
+@pytest.mark.parametrize("index", range(13))
 def test_the_fallback_and_the_lowerings_expansion_agree_bit_for_bit(index, rng):
     op, arrays, static, options = _cases(rng)[index]
     if op in FUSED_BACKWARD_KERNELS:
@@ -180,8 +193,9 @@ NON_RECORDED = [
 
 @pytest.mark.parametrize("name", NON_RECORDED)
 def test_the_composites_match_flexs_kernels_with_gradients(name, rng):
-    """The composites a fusion device records as primitives (no node of their own) and
-    autodiff differentiates, against flex's kernels and their backward kernels."""
+    """The composites (the forward's differentiated by autodiff where a backend has no
+    kernel, the backward's called by the rules), against flex's kernels and their
+    backward kernels."""
     from ember import Tensor
 
     tracked, other = _inputs(name, rng)

@@ -125,6 +125,20 @@ def _linear_backward(x, weight, grad, need_x, need_weight, need_bias):
     )
 
 
+def _layer_norm(x, gamma, beta, epsilon):
+    stats = Aval(tuple(x.shape[:-1]) + (1,), x.dtype)
+    return (Aval(tuple(x.shape), x.dtype), stats, stats)
+
+
+def _layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
+    d = (x.shape[-1],)
+    return (
+        Aval(tuple(x.shape), grad.dtype) if need_x else None,
+        Aval(d, grad.dtype) if need_gamma and gamma is not None else None,
+        Aval(d, grad.dtype) if need_beta else None,
+    )
+
+
 def _lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     steps, dt = (proj.shape[0], proj.shape[1], h0.shape[-1]), proj.dtype
     state = Aval(tuple(h0.shape), dt)
@@ -306,6 +320,8 @@ _RULES: dict[str, Callable[..., Any]] = {
     "log_softmax": _same,
     "gelu": _same,
     "gelu_backward": _same,
+    "layer_norm": _layer_norm,
+    "layer_norm_backward": _layer_norm_backward,
     "linear": _linear,
     "linear_backward": _linear_backward,
     # The packed weight stays packed: the plan calls the wrapped backend's kernel (flex's

@@ -97,6 +97,8 @@ FLOAT_EXPANSIONS = frozenset(
         "sigmoid",
         "gelu",
         "gelu_backward",
+        "layer_norm",
+        "layer_norm_backward",
         "softmax",
         "log_softmax",
         "linear",
