@@ -354,6 +354,34 @@ _RULES: dict[str, Callable[..., Any]] = {
 #: The backend calls a graph can record.
 TRACEABLE = frozenset(_RULES) - {"argwhere"}
 
+#: Calls with a dim argument: op -> (the dim's position, the position of the tensor
+#: (for ``cat``, the list of tensors) whose dims it counts).
+DIM_ARGS: dict[str, tuple[int, int]] = {
+    "reduce": (2, 1),
+    "arg_reduce": (2, 1),
+    "cumulative": (2, 1),
+    "argsort": (1, 0),
+    "softmax": (1, 0),
+    "log_softmax": (1, 0),
+    "gather": (1, 0),
+    "scatter_add": (1, 0),
+    "select": (1, 0),
+    "select_add": (1, 0),
+    "cat": (1, 0),
+}
+
+
+def normalize_dim(op: str, args: tuple) -> tuple:
+    """``args`` of a call in :data:`DIM_ARGS` with a negative dim counted from the front
+    (the protocol takes numpy's negative dims; the shape rules and the lowerings index
+    shapes with the dim, so a graph records it non-negative)."""
+    at, of = DIM_ARGS[op]
+    dim = args[at]
+    if type(dim) is not int or dim >= 0:
+        return args
+    x = args[of][0] if op == "cat" else args[of]
+    return (*args[:at], dim + len(x.shape), *args[at + 1 :])
+
 
 def _resolve_reshape(old: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...]:
     if -1 not in new:
