@@ -63,6 +63,10 @@ def _cases(rng):
         ("layer_norm", [x, None, None], (1e-3,), {}),
         ("layer_norm_backward", [x, _f32(rng, 7), *_stats(x), _f32(rng, 5, 7)], (True, True, True), {}),
         ("layer_norm_backward", [x, None, *_stats(x), _f32(rng, 5, 7)], (True, False, True), {}),
+        ("rms_norm", [x, _f32(rng, 7)], (1e-5,), {}),
+        ("rms_norm", [x, None], (1e-3,), {}),
+        ("rms_norm_backward", [x, _f32(rng, 7), _stats(x)[1], _f32(rng, 5, 7)], (True, True), {}),
+        ("rms_norm_backward", [x, _f32(rng, 7), _stats(x)[1], _f32(rng, 5, 7)], (False, True), {}),
     ]
 
 
@@ -107,7 +111,7 @@ def _leaves(result):
     return [np.asarray(result)]
 
 
-@pytest.mark.parametrize("index", range(13))
+@pytest.mark.parametrize("index", range(17))
 def test_the_fallback_and_the_lowerings_expansion_agree_bit_for_bit(index, rng):
     op, arrays, static, options = _cases(rng)[index]
     if op in FUSED_BACKWARD_KERNELS:

@@ -196,3 +196,116 @@ def test_a_fusion_device_runs_layer_norm_with_its_epsilon_at_run_time(rng):
     out = layer_norm(*args, 1e-6).to_data().to_numpy()
     eager = layer_norm(*(Tensor.from_data(a) for a in (x_np, g_np, b_np)), 1e-6).to_data().to_numpy()
     np.testing.assert_allclose(out, eager, rtol=2e-6, atol=2e-6)
+
+
+# ---------------------------------------------------------------------- RMS norm
+def _rms_oracle(x, gamma):
+    x = x.astype(np.float64)
+    rstd = 1.0 / np.sqrt((x * x).mean(-1, keepdims=True) + EPS)
+    return (x * rstd if gamma is None else x * rstd * gamma), rstd
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (2, 3, 64), (5, 1), (4, 65), (1, 300)], ids=str)
+@pytest.mark.parametrize("with_gamma", [True, False], ids=["gamma", "no gamma"])
+def test_rms_norm_and_its_backward_match_the_composites_and_a_float64_oracle(executor, shape, with_gamma, rng):
+    x_np = (rng.standard_normal(shape) * 3 + 1).astype(F32)
+    g_np = rng.standard_normal(shape[-1]).astype(F32) if with_gamma else None
+    grad_np = rng.standard_normal(shape).astype(F32)
+    case = Case()
+    x, grad = case.input(x_np), case.input(grad_np)
+    g = None if g_np is None else case.input(g_np)
+    out, rstd = case.ops.rms_norm(x, g, EPS)
+    backward = [r for r in case.ops.rms_norm_backward(x, g, rstd, grad, True, True) if r is not None]
+    compiled, replayed, plan = case.run(executor, [out, rstd, *backward])
+    assert sorted(_libraries(plan)) == ["rms_norm", "rms_norm_backward"]
+    flex = FlexBackend()
+    composite = list(COMPOSITES["rms_norm"](flex, x_np, g_np, EPS))
+    composite += [
+        r for r in COMPOSITES["rms_norm_backward"](flex, x_np, g_np, composite[1], grad_np, True, True) if r is not None
+    ]
+    expected_out, expected_rstd = _rms_oracle(x_np, g_np)
+    xhat = x_np.astype(np.float64) * expected_rstd
+    h = grad_np if g_np is None else grad_np * g_np.astype(np.float64)
+    expected = [expected_out, expected_rstd, expected_rstd * (h - xhat * (h * xhat).mean(-1, keepdims=True))]
+    if with_gamma:
+        expected.append((grad_np * xhat).reshape(-1, shape[-1]).sum(0))
+    names = ("out", "rstd", "dx", "dgamma")
+    assert len(compiled) == len(expected)
+    for name, got, ref, comp, want in zip(names, compiled, replayed, composite, expected):
+        assert_same(got, ref, name, rtol=1e-5, atol=1e-5)
+        assert_same(got, np.asarray(comp, F32), name, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_rms_norm_special_rows_match_its_composite(executor, rng):
+    x_np = np.array(
+        [
+            [1.0, 2.0, 3.0, 4.0],
+            [0.0, -0.0, 0.0, -0.0],  # all zeros: rstd = 1 / sqrt(epsilon), out 0
+            [np.nan, 0.0, 1.0, 2.0],
+            [np.inf, 0.0, 1.0, 2.0],
+            [1e18, 3e18, -2e18, 5e18],
+            [1e-40, -1e-40, 3e-41, 0.0],
+        ],
+        F32,
+    )
+    g_np = np.array([1.0, -2.0, 0.5, 3.0], F32)
+    grad_np = rng.standard_normal(x_np.shape).astype(F32)
+    case = Case()
+    x, g, grad = (case.input(a) for a in (x_np, g_np, grad_np))
+    out, rstd = case.ops.rms_norm(x, g, EPS)
+    dx, dg = case.ops.rms_norm_backward(x, g, rstd, grad, True, True)
+    compiled, replayed, plan = case.run(executor, [out, rstd, dx, dg])
+    assert sorted(_libraries(plan)) == ["rms_norm", "rms_norm_backward"]
+    flex = FlexBackend()
+    with np.errstate(all="ignore"):
+        composite = list(COMPOSITES["rms_norm"](flex, x_np, g_np, EPS))
+        composite += COMPOSITES["rms_norm_backward"](flex, x_np, g_np, composite[1], grad_np, True, True)
+    for name, got, ref, comp in zip(("out", "rstd", "dx", "dgamma"), compiled, replayed, composite):
+        assert_same(got, ref, name, rtol=1e-5, atol=1e-5)
+        assert_same(got, np.asarray(comp, F32), name, rtol=1e-5, atol=1e-5)
+    assert (compiled[0][1] == 0).all() and np.isfinite(compiled[2][1]).all()
+    np.testing.assert_allclose(compiled[1][1], 1 / np.sqrt(np.float32(EPS)), rtol=1e-6)
+    assert np.isnan(compiled[0][2]).all() and np.isnan(compiled[2][2]).all()  # NaN spreads through the row
+    assert np.isnan(compiled[0][3, 0]) and (compiled[0][3, 1:] == 0).all()  # rstd 0: inf * 0, as torch
+
+
+def _rms_step(model, x):
+    y = model(x)
+    loss = y.mul(y).mul(x).sum()
+    grads = loss.backward()
+    return y, x.grad(grads), model.gamma.val().grad(grads)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_a_compiled_rms_norm_layer_matches_eager_and_torch(dtype, rng, torch):
+    from ember.module import Param
+    from ember.nn import RmsNorm
+
+    x_np = (rng.standard_normal((4, 5, 33)) * 2 + 0.5).astype(dtype)
+    g_np = rng.standard_normal(33).astype(dtype)
+    device = Device.flex().autodiff()
+    model = RmsNorm(gamma=Param.from_tensor(Tensor.from_data(g_np, device=device)), epsilon=EPS)
+    x = Tensor.from_data(x_np, device=device).require_grad()
+    compiled = ember.compile(_rms_step)
+    for _ in range(3):
+        got = [t.to_data().to_numpy() for t in compiled(model, x)]
+    eager = [t.to_data().to_numpy() for t in _rms_step(model, x)]
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for name, c, e in zip(("y", "dx", "dgamma"), got, eager):
+        np.testing.assert_allclose(c, e, rtol=tol, atol=tol, err_msg=name)
+
+    xt, gt = torch.tensor(x_np, requires_grad=True), torch.tensor(g_np, requires_grad=True)
+    yt = torch.nn.functional.rms_norm(xt, (33,), gt, EPS)
+    (yt * yt * xt).sum().backward()
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    for name, c, t in zip(("y", "dx", "dgamma"), got, (yt.detach().numpy(), xt.grad.numpy(), gt.grad.numpy())):
+        np.testing.assert_allclose(c, t, rtol=tol, atol=tol, err_msg=name)
+
+    entry = next(iter(compiled._entries.values()))
+    ops = collections.Counter(n.op for n in entry.graph.nodes)
+    assert ops["rms_norm"] == 1 and ops["rms_norm_backward"] == 1 and ops["reduce"] == 0
+    steps = entry.plan.variants[-1].schedule.steps
+    library = sorted(s.node.op for s in steps if isinstance(s, Library))
+    assert library == (["rms_norm", "rms_norm_backward"] if dtype == np.float32 else [])
+    assert not any(isinstance(s, Call) for s in steps)

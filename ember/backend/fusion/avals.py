@@ -139,6 +139,17 @@ def _layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_be
     )
 
 
+def _rms_norm(x, gamma, epsilon):
+    return (Aval(tuple(x.shape), x.dtype), Aval(tuple(x.shape[:-1]) + (1,), x.dtype))
+
+
+def _rms_norm_backward(x, gamma, rstd, grad, need_x, need_gamma):
+    return (
+        Aval(tuple(x.shape), grad.dtype) if need_x else None,
+        Aval((x.shape[-1],), grad.dtype) if need_gamma and gamma is not None else None,
+    )
+
+
 def _lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     steps, dt = (proj.shape[0], proj.shape[1], h0.shape[-1]), proj.dtype
     state = Aval(tuple(h0.shape), dt)
@@ -322,6 +333,8 @@ _RULES: dict[str, Callable[..., Any]] = {
     "gelu_backward": _same,
     "layer_norm": _layer_norm,
     "layer_norm_backward": _layer_norm_backward,
+    "rms_norm": _rms_norm,
+    "rms_norm_backward": _rms_norm_backward,
     "linear": _linear,
     "linear_backward": _linear_backward,
     # The packed weight stays packed: the plan calls the wrapped backend's kernel (flex's

@@ -101,6 +101,8 @@ FLOAT_EXPANSIONS = frozenset(
         "gelu_backward",
         "layer_norm",
         "layer_norm_backward",
+        "rms_norm",
+        "rms_norm_backward",
         "softmax",
         "log_softmax",
         "linear",

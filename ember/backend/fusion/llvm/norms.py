@@ -1,18 +1,24 @@
-"""Layer norm forward and backward as hand-written lowerings (see :mod:`.library` for the
-contract), for float32 values along the last dim: one pass over the rows each, instead
-of the composites' expansion (two reductions and an elementwise pass forward, four
-reductions and the elementwise chain rule backward, each over the whole value).
+"""Layer norm and RMS norm, forward and backward, as hand-written lowerings (see
+:mod:`.library` for the contract), for float32 values along the last dim: one pass
+over the rows each, instead of the composites' expansion (two reductions and an
+elementwise pass forward, four reductions and the elementwise chain rule backward,
+each over the whole value).
 
-Forward, per row of ``D`` values: the sum and ``mean = sum / D``, the sum of squared
-deviations, ``rstd = 1 / sqrt(sq / D + epsilon)``, then ``(x - mean) rstd gamma + beta``
-(the product and the sum skipped where ``gamma``/``beta`` is absent); the statistics go
-to the ``[..., 1]`` outputs the backward reads. Backward, per row: ``a = sum(h) / D``
-and ``b = sum(h xhat) / D`` with ``h = g gamma`` and ``xhat = (x - mean) rstd``, then
-``dx = (h - a - xhat b) rstd``; ``dgamma += g xhat`` and ``dbeta += g`` row after row
-(zeroed first). These are flex's native kernels (``ember.backend.flex.native``) in the
-same order of operations, so compiled and eager agree to rounding (the sums are
-reassociated, so they vectorise). ``epsilon`` is a constant where the plan fixed it
-(a captured step's literal), else read from the plan's run-time scalars.
+Layer norm forward, per row of ``D`` values: the sum and ``mean = sum / D``, the sum
+of squared deviations, ``rstd = 1 / sqrt(sq / D + epsilon)``, then ``(x - mean) rstd
+gamma + beta`` (the product and the sum skipped where ``gamma``/``beta`` is absent);
+the statistics go to the ``[..., 1]`` outputs the backward reads. Backward, per row:
+``a = sum(h) / D`` and ``b = sum(h xhat) / D`` with ``h = g gamma`` and ``xhat = (x -
+mean) rstd``, then ``dx = (h - a - xhat b) rstd``; ``dgamma += g xhat`` and ``dbeta +=
+g`` row after row (zeroed first). RMS norm is the same without the mean: ``rstd = 1 /
+sqrt(sum(x^2) / D + epsilon)``, ``out = x rstd gamma``; ``dx = (h - xhat b) rstd``
+with ``xhat = x rstd``, and ``dgamma``.
+
+Layer norm's are flex's native kernels (``ember.backend.flex.native``) in the same
+order of operations; RMS norm's follow its composite's. Compiled and eager agree to
+rounding (the sums are reassociated, so they vectorise). ``epsilon`` is a constant
+where the plan fixed it (a captured step's literal), else read from the plan's
+run-time scalars.
 """
 
 from __future__ import annotations
@@ -180,10 +186,118 @@ def _layer_norm_backward(e: Emitter) -> None:
     e.loops.run(rows, row)
 
 
+def _rms_supports(graph: Graph, node: Node, target: Any) -> bool:
+    x, gamma, epsilon = node.args
+    if not _is_f32(graph, x) or type(epsilon) not in (float, int, Sc, SymScalar):
+        return False
+    shape = graph.avals[x].shape
+    return bool(shape) and shape[-1] > 0 and _param_ok(graph, gamma, shape[-1])
+
+
+def _rms_backward_supports(graph: Graph, node: Node, target: Any) -> bool:
+    x, gamma, rstd, grad, *_ = node.args
+    if not _is_f32(graph, x):
+        return False
+    shape = graph.avals[x].shape
+    if not shape or shape[-1] == 0 or not _is_f32(graph, grad, shape):
+        return False
+    return _is_f32(graph, rstd, shape[:-1] + (1,)) and _param_ok(graph, gamma, shape[-1])
+
+
+def _rms_norm(e: Emitter) -> None:
+    x_ref, gamma_ref, epsilon = e.node.args
+    rows, cols = _geometry(e, x_ref)
+    if rows == 0:
+        return
+    b = e.b
+    x, gamma = e.args[x_ref], e.args.get(gamma_ref)
+    out, rstd_out = e.outs
+    d = ir.Constant(F32, float(cols))
+    eps = e.scalar(epsilon, _F32)
+    zero, one = ir.Constant(F32, 0.0), ir.Constant(F32, 1.0)
+
+    def row(r: ir.Value, _: list) -> list:
+        base = b.mul(r, ir.Constant(I64, cols))
+
+        def load(j: ir.Value) -> ir.Value:
+            return e.load(x, b.add(base, j), _F32)
+
+        def square(j: ir.Value, s: list) -> list:
+            v = load(j)
+            return [b.fadd(s[0], b.fmul(v, v), flags=_REASSOC)]
+
+        (sq,) = e.loops.run(cols, square, [zero])
+        rstd = b.fdiv(one, e.module.math.intr(b, "llvm.sqrt", b.fadd(b.fdiv(sq, d), eps)))
+
+        def norm(j: ir.Value, _: list) -> list:
+            value = b.fmul(load(j), rstd)
+            if gamma is not None:
+                value = b.fmul(value, e.load(gamma, j, _F32))
+            e.store(value, out, b.add(base, j), _F32)
+            return []
+
+        e.loops.run(cols, norm)
+        e.store(rstd, rstd_out, r, _F32)
+        return []
+
+    e.loops.run(rows, row)
+
+
+def _rms_norm_backward(e: Emitter) -> None:
+    x_ref, gamma_ref, rstd_ref, grad_ref, need_x, need_gamma = e.node.args
+    rows, cols = _geometry(e, x_ref)
+    outs = iter(e.outs)
+    dx = next(outs) if need_x else None
+    dgamma = next(outs) if need_gamma and gamma_ref is not None else None
+    b = e.b
+    zero = ir.Constant(F32, 0.0)
+    if dgamma is not None:
+        e.fill(dgamma, ir.Constant(I64, 0), cols, zero, _F32)
+    if rows == 0:
+        return
+    x, gamma, g, rstd_in = e.args[x_ref], e.args.get(gamma_ref), e.args[grad_ref], e.args[rstd_ref]
+    d = ir.Constant(F32, float(cols))
+
+    def row(r: ir.Value, _: list) -> list:
+        base = b.mul(r, ir.Constant(I64, cols))
+        rstd = e.load(rstd_in, r, _F32)
+
+        def xhat(j: ir.Value) -> ir.Value:
+            return b.fmul(e.load(x, b.add(base, j), _F32), rstd)
+
+        def grad(j: ir.Value) -> ir.Value:
+            return e.load(g, b.add(base, j), _F32)
+
+        def h(j: ir.Value) -> ir.Value:
+            return grad(j) if gamma is None else b.fmul(grad(j), e.load(gamma, j, _F32))
+
+        if dx is not None:
+            (shx,) = e.loops.run(cols, lambda j, s: [b.fadd(s[0], b.fmul(h(j), xhat(j)), flags=_REASSOC)], [zero])
+            mean_hx = b.fdiv(shx, d)
+
+            def grad_x(j: ir.Value, _: list) -> list:
+                e.store(b.fmul(b.fsub(h(j), b.fmul(xhat(j), mean_hx)), rstd), dx, b.add(base, j), _F32)
+                return []
+
+            e.loops.run(cols, grad_x)
+        if dgamma is not None:
+
+            def grad_gamma(j: ir.Value, _: list) -> list:
+                e.store(b.fadd(e.load(dgamma, j, _F32), b.fmul(grad(j), xhat(j))), dgamma, j, _F32)
+                return []
+
+            e.loops.run(cols, grad_gamma)
+        return []
+
+    e.loops.run(rows, row)
+
+
 #: op -> its lowering.
 NORM_OPS: dict[str, LibraryOp] = {
     "layer_norm": LibraryOp(_forward_supports, no_scratch, _layer_norm),
     "layer_norm_backward": LibraryOp(_backward_supports, no_scratch, _layer_norm_backward),
+    "rms_norm": LibraryOp(_rms_supports, no_scratch, _rms_norm),
+    "rms_norm_backward": LibraryOp(_rms_backward_supports, no_scratch, _rms_norm_backward),
 }
 
 __all__ = ["NORM_OPS"]
