@@ -156,12 +156,14 @@ def _calls(name):
     from ember.tensor.attention import attention
     from ember.tensor.grid_sample import grid_sample
     from ember.tensor.loss import cross_entropy_indices
-    from ember.tensor.norm import layer_norm
+    from ember.tensor.norm import layer_norm, rms_norm
 
     if name == "gelu":
         return lambda x: activation.gelu(x)
     if name == "layer_norm":
         return lambda x, gamma, beta: layer_norm(x, gamma, beta)
+    if name == "rms_norm":
+        return lambda x, gamma: rms_norm(x, gamma).mul(x)
     if name == "cross_entropy":
         return lambda logits, targets: cross_entropy_indices(logits, targets)
     if name == "attention":
@@ -176,6 +178,8 @@ def _inputs(name, rng):
         return [_f32(rng, 4, 6, scale=3.0)], []
     if name == "layer_norm":
         return [_f32(rng, 3, 5), _f32(rng, 5), _f32(rng, 5)], []
+    if name == "rms_norm":
+        return [_f32(rng, 3, 5), _f32(rng, 5)], []
     if name == "cross_entropy":
         return [_f32(rng, 6, 4, scale=5.0)], [rng.integers(0, 4, 6)]
     if name == "attention":
@@ -187,6 +191,7 @@ def _inputs(name, rng):
 NON_RECORDED = [
     "gelu",
     "layer_norm",
+    "rms_norm",
     "cross_entropy",
     "attention",
     "grid_sample-bilinear-zeros",
