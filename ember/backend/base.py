@@ -516,6 +516,19 @@ class Backend(ModuleOps, ABC):
         not needed), from the forward's ``mean`` and ``rstd``."""
         return NotImplemented
 
+    def rms_norm(self, x: Primitive, gamma: Primitive | None, epsilon: float) -> tuple[Primitive, Primitive]:
+        """Root-mean-square normalisation over the last dim: ``x * rstd * gamma`` with
+        ``rstd = 1 / sqrt(mean(x^2) + epsilon)``; ``gamma`` ``[D]`` or ``None``. Returns
+        ``(out, rstd)``, the last ``[..., 1]``."""
+        return NotImplemented
+
+    def rms_norm_backward(
+        self, x: Primitive, gamma: Primitive | None, rstd: Primitive, grad: Primitive, need_x: bool, need_gamma: bool
+    ) -> tuple[Primitive | None, Primitive | None]:
+        """Gradients of :meth:`rms_norm` for ``x`` and ``gamma`` (``None`` where not
+        needed), from the forward's ``rstd``."""
+        return NotImplemented
+
     def cross_entropy(self, logits: Primitive, targets: Primitive) -> tuple[Primitive, Primitive]:
         """Cross entropy of float ``logits`` ``[N, C]`` against int64 class ``targets``
         ``[N]`` (each in ``[0, C)``): ``(losses [N], log_probs [N, C])`` with

@@ -59,7 +59,24 @@ def _cases(rng):
         ("mse_loss", [x, _f32(rng, 5, 7)], (True,), {}),
         ("adam_step_many", [params, grads, None, None, None], (), {**adam, "time": 1}),
         ("adam_step_many", [params, grads, *moments], (), {**adam, "decoupled": True, "time": 4}),
+        ("layer_norm", [x, _f32(rng, 7), _f32(rng, 7)], (1e-5,), {}),
+        ("layer_norm", [x, None, None], (1e-3,), {}),
+        ("layer_norm_backward", [x, _f32(rng, 7), *_stats(x), _f32(rng, 5, 7)], (True, True, True), {}),
+        ("layer_norm_backward", [x, None, *_stats(x), _f32(rng, 5, 7)], (True, False, True), {}),
+        ("rms_norm", [x, _f32(rng, 7)], (1e-5,), {}),
+        ("rms_norm", [x, None], (1e-3,), {}),
+        ("rms_norm_backward", [x, _f32(rng, 7), _stats(x)[1], _f32(rng, 5, 7)], (True, True), {}),
+        ("rms_norm_backward", [x, _f32(rng, 7), _stats(x)[1], _f32(rng, 5, 7)], (False, True), {}),
     ]
+
+
+def _stats(x):
+    """The row statistics ``(mean, rstd)`` of ``x`` (float32, ``[..., 1]``)."""
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    return mean.astype(np.float32), (1.0 / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5)).astype(
+        np.float32
+    )
 
 
 def _expanded(op, arrays, static, options):
@@ -94,7 +111,7 @@ def _leaves(result):
     return [np.asarray(result)]
 
 
-@pytest.mark.parametrize("index", range(9))
+@pytest.mark.parametrize("index", range(17))
 def test_the_fallback_and_the_lowerings_expansion_agree_bit_for_bit(index, rng):
     op, arrays, static, options = _cases(rng)[index]
     if op in FUSED_BACKWARD_KERNELS:
@@ -139,12 +156,14 @@ def _calls(name):
     from ember.tensor.attention import attention
     from ember.tensor.grid_sample import grid_sample
     from ember.tensor.loss import cross_entropy_indices
-    from ember.tensor.norm import layer_norm
+    from ember.tensor.norm import layer_norm, rms_norm
 
     if name == "gelu":
         return lambda x: activation.gelu(x)
     if name == "layer_norm":
         return lambda x, gamma, beta: layer_norm(x, gamma, beta)
+    if name == "rms_norm":
+        return lambda x, gamma: rms_norm(x, gamma).mul(x)
     if name == "cross_entropy":
         return lambda logits, targets: cross_entropy_indices(logits, targets)
     if name == "attention":
@@ -159,6 +178,8 @@ def _inputs(name, rng):
         return [_f32(rng, 4, 6, scale=3.0)], []
     if name == "layer_norm":
         return [_f32(rng, 3, 5), _f32(rng, 5), _f32(rng, 5)], []
+    if name == "rms_norm":
+        return [_f32(rng, 3, 5), _f32(rng, 5)], []
     if name == "cross_entropy":
         return [_f32(rng, 6, 4, scale=5.0)], [rng.integers(0, 4, 6)]
     if name == "attention":
@@ -170,6 +191,7 @@ def _inputs(name, rng):
 NON_RECORDED = [
     "gelu",
     "layer_norm",
+    "rms_norm",
     "cross_entropy",
     "attention",
     "grid_sample-bilinear-zeros",
@@ -180,8 +202,9 @@ NON_RECORDED = [
 
 @pytest.mark.parametrize("name", NON_RECORDED)
 def test_the_composites_match_flexs_kernels_with_gradients(name, rng):
-    """The composites a fusion device records as primitives (no node of their own) and
-    autodiff differentiates, against flex's kernels and their backward kernels."""
+    """The composites (the forward's differentiated by autodiff where a backend has no
+    kernel, the backward's called by the rules), against flex's kernels and their
+    backward kernels."""
     from ember import Tensor
 
     tracked, other = _inputs(name, rng)

@@ -546,6 +546,12 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
     def layer_norm_backward(self, x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
         return _layer_norm.layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta)
 
+    def rms_norm(self, x, gamma, epsilon):
+        return _layer_norm.rms_norm(x, gamma, epsilon)
+
+    def rms_norm_backward(self, x, gamma, rstd, grad, need_x, need_gamma):
+        return _layer_norm.rms_norm_backward(x, gamma, rstd, grad, need_x, need_gamma)
+
     def grid_sample(self, x, grid, mode, padding_mode, align_corners):
         return _grid_sample.grid_sample(x, grid, mode, padding_mode, align_corners)
 

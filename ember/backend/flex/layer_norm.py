@@ -1,4 +1,4 @@
-"""flex's fused layer norm over the last dim, forward and backward.
+"""flex's fused layer norm and RMS norm over the last dim, forward and backward.
 
 The composite takes nine tensor ops forward and about twenty backward, each a pass
 over the activations and a node of the graph; these are six passes forward and
@@ -121,3 +121,46 @@ def layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_bet
         h *= r
         gx = h.reshape(x.shape)
     return gx, g_gamma, g_beta
+
+
+@quietly
+def rms_norm(x, gamma, epsilon):
+    """See :meth:`ember.backend.base.Backend.rms_norm` (numpy, in place where it can: a
+    row's sum of squares, ``rstd``, the scaled rows)."""
+    if x.dtype not in _FLOATS or x.ndim == 0 or x.shape[-1] == 0:
+        return NotImplemented
+    if gamma is not None and gamma.dtype != x.dtype:
+        return NotImplemented
+    rows = _rows(x)
+    rstd = _row_dot(rows, rows)
+    rstd /= rows.shape[1]
+    rstd += x.dtype.type(epsilon)
+    np.sqrt(rstd, out=rstd)
+    np.reciprocal(rstd, out=rstd)
+    out = rows * rstd
+    if gamma is not None:
+        out *= gamma
+    return out.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))
+
+
+@quietly
+def rms_norm_backward(x, gamma, rstd, grad, need_x, need_gamma):
+    """See :meth:`ember.backend.base.Backend.rms_norm_backward`. With ``xhat = x rstd``
+    and ``h = grad * gamma``: ``dx = rstd (h - xhat mean(h xhat))``, ``dgamma = sum(grad
+    xhat)`` over the rows."""
+    if x.dtype not in _FLOATS or grad.dtype != x.dtype:
+        return NotImplemented
+    rows, g = _rows(x), _rows(grad)
+    r = rstd.reshape(-1, 1)
+    xhat = rows * r
+    g_gamma = np.einsum("ij,ij->j", g, xhat) if need_gamma and gamma is not None else None
+    gx = None
+    if need_x:
+        h = g * gamma if gamma is not None else g.copy()
+        b = _row_dot(h, xhat)
+        b /= rows.shape[1]
+        xhat *= b
+        h -= xhat
+        h *= r
+        gx = h.reshape(x.shape)
+    return gx, g_gamma

@@ -125,6 +125,31 @@ def _linear_backward(x, weight, grad, need_x, need_weight, need_bias):
     )
 
 
+def _layer_norm(x, gamma, beta, epsilon):
+    stats = Aval(tuple(x.shape[:-1]) + (1,), x.dtype)
+    return (Aval(tuple(x.shape), x.dtype), stats, stats)
+
+
+def _layer_norm_backward(x, gamma, mean, rstd, grad, need_x, need_gamma, need_beta):
+    d = (x.shape[-1],)
+    return (
+        Aval(tuple(x.shape), grad.dtype) if need_x else None,
+        Aval(d, grad.dtype) if need_gamma and gamma is not None else None,
+        Aval(d, grad.dtype) if need_beta else None,
+    )
+
+
+def _rms_norm(x, gamma, epsilon):
+    return (Aval(tuple(x.shape), x.dtype), Aval(tuple(x.shape[:-1]) + (1,), x.dtype))
+
+
+def _rms_norm_backward(x, gamma, rstd, grad, need_x, need_gamma):
+    return (
+        Aval(tuple(x.shape), grad.dtype) if need_x else None,
+        Aval((x.shape[-1],), grad.dtype) if need_gamma and gamma is not None else None,
+    )
+
+
 def _lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     steps, dt = (proj.shape[0], proj.shape[1], h0.shape[-1]), proj.dtype
     state = Aval(tuple(h0.shape), dt)
@@ -306,6 +331,10 @@ _RULES: dict[str, Callable[..., Any]] = {
     "log_softmax": _same,
     "gelu": _same,
     "gelu_backward": _same,
+    "layer_norm": _layer_norm,
+    "layer_norm_backward": _layer_norm_backward,
+    "rms_norm": _rms_norm,
+    "rms_norm_backward": _rms_norm_backward,
     "linear": _linear,
     "linear_backward": _linear_backward,
     # The packed weight stays packed: the plan calls the wrapped backend's kernel (flex's
@@ -337,6 +366,34 @@ _RULES: dict[str, Callable[..., Any]] = {
 
 #: The backend calls a graph can record.
 TRACEABLE = frozenset(_RULES) - {"argwhere"}
+
+#: Calls with a dim argument: op -> (the dim's position, the position of the tensor
+#: (for ``cat``, the list of tensors) whose dims it counts).
+DIM_ARGS: dict[str, tuple[int, int]] = {
+    "reduce": (2, 1),
+    "arg_reduce": (2, 1),
+    "cumulative": (2, 1),
+    "argsort": (1, 0),
+    "softmax": (1, 0),
+    "log_softmax": (1, 0),
+    "gather": (1, 0),
+    "scatter_add": (1, 0),
+    "select": (1, 0),
+    "select_add": (1, 0),
+    "cat": (1, 0),
+}
+
+
+def normalize_dim(op: str, args: tuple) -> tuple:
+    """``args`` of a call in :data:`DIM_ARGS` with a negative dim counted from the front
+    (the protocol takes numpy's negative dims; the shape rules and the lowerings index
+    shapes with the dim, so a graph records it non-negative)."""
+    at, of = DIM_ARGS[op]
+    dim = args[at]
+    if type(dim) is not int or dim >= 0:
+        return args
+    x = args[of][0] if op == "cat" else args[of]
+    return (*args[:at], dim + len(x.shape), *args[at + 1 :])
 
 
 def _resolve_reshape(old: tuple[int, ...], new: tuple[int, ...]) -> tuple[int, ...]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.base import Backend
-from ember.backend.fusion.avals import TRACEABLE, infer
+from ember.backend.fusion.avals import DIM_ARGS, TRACEABLE, infer, normalize_dim
 from ember.backend.fusion.executors import default_executor
 from ember.backend.fusion.graph import LEAF, RUNTIME_KWARGS, Aval, Graph, Node, Ref, Sc
 from ember.backend.fusion.replay import PartialRun
@@ -159,6 +159,8 @@ class FusionBackend(Backend):
     def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         # The per-op cost of a fusion device: kept to one pass over the arguments and,
         # for the common single-tensor result, no tree walks.
+        if op in DIM_ARGS:
+            args = normalize_dim(op, args)
         result = infer(op, args, kwargs)
         single = type(result) is Aval
         dtypes = self._dtypes

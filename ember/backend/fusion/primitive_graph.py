@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backend.fusion.avals import TRACEABLE, infer
+from ember.backend.fusion.avals import DIM_ARGS, TRACEABLE, infer, normalize_dim
 from ember.backend.fusion.decompose import DECOMPOSITIONS
 from ember.backend.fusion.graph import Aval, Graph, Node, Ref, Sc, flatten, map_refs
 from ember.backend.fusion.scalars import ScalarProgram, SymScalar
@@ -65,6 +65,8 @@ class GraphBuilder:
 
     def record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         graph = self.graph
+        if op in DIM_ARGS:
+            args = normalize_dim(op, args)
         avals = _map_values(args, lambda v: graph.avals[v.ref])
         result = infer(op, avals, kwargs)
         refs = graph.add_node(op, _map_values(args, lambda v: v.ref), tuple(sorted(kwargs.items())), result)
@@ -97,6 +99,10 @@ FLOAT_EXPANSIONS = frozenset(
         "sigmoid",
         "gelu",
         "gelu_backward",
+        "layer_norm",
+        "layer_norm_backward",
+        "rms_norm",
+        "rms_norm_backward",
         "softmax",
         "log_softmax",
         "linear",

@@ -299,7 +299,9 @@ class _Scheduler:
                 buf, view = dense, View.contiguous(view.shape)
             args[r] = (buf, view)
         outs = [self.new_buffer(self.shape(o), self.dtype(o), "temp") for o in node.outs]
-        self.emit(Library(node, args, outs))
+        slots = self.scalar_slots
+        scalars = {a: slots.setdefault(a, len(slots)) for a in node.args if type(a) is SymScalar}
+        self.emit(Library(node, args, outs, scalars))
         for o, buf in zip(node.outs, outs):
             self.loc[o] = ("buf", buf, View.contiguous(self.shape(o)))
 

@@ -14,7 +14,7 @@ analysis what that lowering can compile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,11 +47,13 @@ class Library:
     """A node the target lowers with a hand-written loop nest (a convolution, a pooling,
     a gather or scatter): ``node`` of the lowered graph, its tensor arguments in dense
     row-major buffers (``args``: value -> (buffer, view), each view contiguous, maybe
-    at an offset), one fresh buffer per output."""
+    at an offset), one fresh buffer per output; ``scalars``: each run-time scalar among
+    its arguments -> its slot in the plan's scalar buffer."""
 
     node: Node
     args: dict[int, tuple[int, View]]
     outs: list[int]
+    scalars: dict[Any, int] = field(default_factory=dict)
 
     def reads(self) -> set[int]:
         return {b for b, _ in self.args.values()}

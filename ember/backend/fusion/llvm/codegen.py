@@ -128,7 +128,7 @@ class ModuleBuilder:
                 if regions:
                     base = pointer(self.scratch[index])
                     args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
-                b.call(self.library(f"{name}_l{index}", step, index, buffers, sorted(regions)), args)
+                b.call(self.library(f"{name}_l{index}", step, index, buffers, sorted(regions)), args + [scalars])
                 if LIBRARY[step.node.op].checks and self.stop_on_failure:
                     # A failed index check stops the segment (see library.py).
                     status = b.inttoptr(ir.Constant(I64, self.status), PTR)
@@ -207,8 +207,8 @@ class ModuleBuilder:
 
     def library(self, name: str, step: Library, index: int, buffers: list[int], regions: list[str]) -> ir.Function:
         """A hand-written lowering's function (see :mod:`.library`): one ``noalias``
-        pointer per buffer and per scratch region."""
-        fn = self._function(name, len(buffers) + len(regions), [])
+        pointer per buffer and per scratch region, and the run-time scalars."""
+        fn = self._function(name, len(buffers) + len(regions), [PTR])
         base = dict(zip(buffers, fn.args))
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         args = {}
@@ -222,7 +222,8 @@ class ModuleBuilder:
         scratch = dict(zip(regions, fn.args[len(buffers) :]))
         op = LIBRARY[step.node.op]
         status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
-        op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1))
+        scalars = (fn.args[-1], step.scalars)
+        op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1, scalars))
         b.ret_void()
         return fn
 

@@ -16,8 +16,9 @@ from llvmlite import ir
 
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph, Node
+from ember.backend.fusion.scalars import SymScalar
 from ember.backend.kernel.llvm.loops import Loops
-from ember.backend.kernel.llvm.mathlib import I64, mem_type, reg_type
+from ember.backend.kernel.llvm.mathlib import F64, I64, const, mem_type, reg_type
 
 FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 INDEX = np.dtype(np.int64)
@@ -51,6 +52,7 @@ class Emitter:
         regions: dict[str, ir.Value],
         status: ir.Value | None,
         code: int,
+        scalars: tuple[ir.Value, dict[Any, int]] | None = None,
     ):
         self.module = module
         self.b = b
@@ -62,12 +64,24 @@ class Emitter:
         self.regions = regions  # scratch region name -> pointer
         self.status = status
         self.code = code  # what a failure records in status[0]
+        self.scalars = scalars  # (the plan's scalar buffer, run-time scalar -> its slot)
 
     def shape(self, ref: int) -> tuple[int, ...]:
         return self.graph.avals[ref].shape
 
     def dtype(self, ref: int) -> np.dtype:
         return self.graph.avals[ref].dtype
+
+    def scalar(self, value: Any, dtype: np.dtype) -> ir.Value:
+        """A scalar argument of the node as a ``dtype`` register: a constant, or a
+        run-time scalar read from the plan's scalar buffer (float64 there)."""
+        if type(value) is not SymScalar:
+            return const(dtype, float(value))
+        assert self.scalars is not None, "a run-time scalar reaches a step that was not given the scalar buffer"
+        buffer, slots = self.scalars
+        slot = self.b.gep(buffer, [ir.Constant(I64, slots[value])], source_etype=F64)
+        number = self.b.load(slot, typ=F64, align=8)
+        return number if dtype == np.dtype(np.float64) else self.b.fptrunc(number, reg_type(dtype))
 
     # ------------------------------------------------------------------ helpers
     def at(self, ptr: ir.Value, index: ir.Value, dtype: np.dtype) -> ir.Value:

@@ -19,7 +19,9 @@ in the result:
 * ``softmax``/``log_softmax`` along the last dim of float32 values: one row at a
   time, in :mod:`.rows`;
 * ``gelu``/``gelu_backward`` of float32 values: flex's native formula, in
-  :mod:`.activations`.
+  :mod:`.activations`;
+* ``layer_norm``/``layer_norm_backward`` along the last dim of float32 values: one
+  pass over the rows each, in :mod:`.norms`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -42,6 +44,7 @@ from ember.backend.fusion.llvm.conv import CONV_OPS, Scratch, conv_core, conv_ge
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
+from ember.backend.fusion.llvm.norms import NORM_OPS
 from ember.backend.fusion.llvm.rows import ROW_OPS
 from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
 from ember.backend.kernel.views import contiguous_strides, size_of
@@ -265,6 +268,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **CONV_OPS,
     **ROW_OPS,
     **ACTIVATION_OPS,
+    **NORM_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)
