@@ -76,23 +76,26 @@ def quantized_conv(
     _check_output(op, x, outs, f"the kernel {list(kernel)} (dilation {list(dilation)}) is larger than the padded input")
     flat = [p for before, after in reversed(pads) for p in (before, after)]
     padded = x.pad(flat, 0.0) if any(flat) else x
+    rank_x = x.rank
+    # Each tap's block as [batch, *out, channels, 1] (views), joined along the last dim (one copy):
+    # [batch, *out, channels, taps], i.e. rows [batch * positions, groups, c_per_group * taps].
+    channels_last = [0, *range(2, rank_x), 1, rank_x]
+    unit = padded.unsqueeze_dim(rank_x)
     blocks = []
     for offsets in itertools.product(*[range(k) for k in kernel]):
         ranges = [(o * d, o * d + (size - 1) * s + 1, s) for o, d, size, s in zip(offsets, dilation, outs, stride)]
-        blocks.append(padded.slice([None, None, *ranges]))
+        blocks.append(unit.slice([None, None, *ranges, None]).permute(channels_last))
     positions = math.prod(outs)
     taps = len(blocks)
-    # [batch, groups, c_per_group * taps, positions] -> per group rows [batch * positions, c_per_group * taps]
-    columns = Tensor.stack(blocks, 2).reshape([n, groups, c_per_group * taps, positions])
+    rows = Tensor.cat(blocks, rank_x).reshape([n * positions, groups, c_per_group * taps])
     per_group = c_out // groups
     results = []
     for g in range(groups):
-        rows = columns.select_dim(1, g).swap_dims(1, 2).reshape([n * positions, c_per_group * taps])
         part = weight if groups == 1 else _rows(weight, g * per_group, per_group)
         b = None if bias is None else (bias if groups == 1 else bias.narrow(0, g * per_group, per_group))
-        results.append(quantized_linear(rows, part, b, input_scale))
+        results.append(quantized_linear(rows.select_dim(1, g), part, b, input_scale))
     y = results[0] if groups == 1 else Tensor.cat(results, 1)
-    y = y.reshape([n, positions, c_out]).swap_dims(1, 2).reshape([n, c_out, *outs])
+    y = y.reshape([n, *outs, c_out]).permute([0, rank_x - 1, *range(1, rank_x - 1)])
     return y.squeeze_dim(0) if unbatched else y
 
 
