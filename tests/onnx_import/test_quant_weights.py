@@ -248,3 +248,24 @@ def test_a_dequantized_weight_read_otherwise_stays_a_float_constant(rng):
     x = rng.standard_normal((16, 16)).astype(np.float32)
     (want,) = run_ort(ort, data, x)
     np.testing.assert_allclose(loaded(Tensor.from_data(x)).to_numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cube", "flex+fusion"])
+def test_quantized_readers_on_other_devices(rng, name):
+    """The same model on cube (its WGSL quantized matmul) and under fusion (quantized_linear
+    recorded as one call), against onnxruntime."""
+    from tests.conftest import make_device
+
+    onnx = import_onnx("onnx")
+    ort = import_onnx("onnxruntime")
+    reader, shape, dtype, level, zero_kind, axis, attrs = CASES["matmul-int8-axis-signed-zero"]
+    w = rng.integers(-128, 128, shape).astype(dtype)
+    scale = (np.abs(rng.standard_normal(shape[1])) * 0.02 + 0.001).astype(np.float32)
+    zero = rng.integers(-64, 64, shape[1]).astype(dtype)
+    data = _dequantize_then(onnx, reader, w, scale, zero, axis, ["x", "w"], attrs, (2, 3, shape[0]))
+    device = make_device(name)
+    loaded = ember.onnx.load(data, device=device)
+    assert len(quantized_steps(loaded)) == 1
+    x = rng.standard_normal((2, 3, shape[0])).astype(np.float32)
+    (want,) = run_ort_as_written(ort, data, x)
+    np.testing.assert_allclose(loaded(Tensor.from_data(x, device=device)).to_numpy(), want, rtol=1e-5, atol=1e-5)
