@@ -16,6 +16,11 @@ Two patterns, both found before the graph is planned:
   weight, scale 1: the integer sum accumulated in float32 instead of int32, so equal to the
   graph's result while partial sums stay below 2**24 and within float32 rounding above.
 
+- **QLinear products**: ``QLinearMatMul`` and ``QLinearConv`` with an int8 or uint8
+  initializer weight whose float32 sum is exact for every input (checked at load:
+  ``255 * sum |w - z|`` per output, plus its bias, below 2**24): the same integers as the
+  int32 accumulator, requantized as the plain operator does, so the same result.
+
 ONNX's signed weights with a non-zero zero point are stored as ember's asymmetric uint8
 (values and zero points shifted by 128, an exact change of representation); a weight whose
 scales vary along the reduced axis, or another layout, is left to the plain operators.
@@ -33,6 +38,7 @@ from ember.backend.dtype import DType
 from ember.errors import OnnxError
 from ember.onnx import proto
 from ember.onnx.ops.nn import _conv_pads
+from ember.onnx.ops.quant import _output_type, _quant_type, requantize_conv, requantize_matmul
 from ember.onnx.program import NONE_SLOT, Step
 from ember.onnx.support import check_attributes
 from ember.tensor import Tensor
@@ -48,6 +54,11 @@ __all__ = ["QuantizedUse", "find_quantized_weights", "add_quantized"]
 _ONNX = ("", "ai.onnx")
 _READERS = {"MatMul", "Gemm", "Conv"}
 _INTEGER = {"MatMulInteger": "MatMul", "ConvInteger": "Conv"}
+_QLINEAR = {"QLinearMatMul", "QLinearConv"}
+#: Each reader's inputs (omitted trailing ones are passed as None).
+_ARITY = {"MatMul": 2, "Gemm": 3, "Conv": 3, "MatMulInteger": 4, "ConvInteger": 4, "QLinearMatMul": 8, "QLinearConv": 9}
+#: Float32 holds every integer up to this exactly: an integer sum bounded by it is exact in any order.
+_EXACT = 2**24
 
 
 @dataclass
@@ -62,6 +73,8 @@ class QuantizedUse:
     scheme: QuantScheme
     onnx_shape: tuple[int, ...]
     output: str | None = None
+    #: the reader's inputs the packed parts replace (the weight, and an integer product's weight zero point)
+    replaced: tuple[int, ...] = (1,)
 
 
 def find_quantized_weights(
@@ -105,6 +118,10 @@ def find_quantized_weights(
             use.output = cast.output[0]
             dropped.add(id(cast))
             uses[id(node)] = use
+        elif node.op_type in _QLINEAR and len(node.input) > 5 and node.input[3] in initializers:
+            use = _integer_parts(node, initializers)
+            if use is not None:
+                uses[id(node)] = use
     kept = [(n, c) for n, c in zip(nodes, checked) if id(n) not in dropped]
     return [n for n, _ in kept], [c for _, c in kept], uses
 
@@ -172,12 +189,19 @@ def _dequantize_parts(node: Any, initializers: dict[str, np.ndarray], reader: An
 
 
 def _integer_parts(node: Any, initializers: dict[str, np.ndarray]) -> QuantizedUse | None:
-    names = list(node.input) + [""] * 4
-    w = initializers.get(names[1])
-    zero = initializers.get(names[3]) if names[3] else None
-    if w is None or w.dtype not in (np.int8, np.uint8) or (names[3] and zero is None):
+    """The weight of an integer product (``MatMulInteger``/``ConvInteger``: weight 1, zero
+    point 3; ``QLinearMatMul``/``QLinearConv``: weight 3, zero point 5) as a packed
+    matrix with scale 1. A QLinear operator requantizes its sum, so it takes the packed
+    weight only where the float32 sum is exact for every input: ``255 * sum |w - z|`` over
+    each output's weights (plus its bias) below 2**24."""
+    qlinear = node.op_type in _QLINEAR
+    weight_at, zero_at = (3, 5) if qlinear else (1, 3)
+    names = list(node.input) + [""] * 9
+    w = initializers.get(names[weight_at])
+    zero = initializers.get(names[zero_at]) if names[zero_at] else None
+    if w is None or w.dtype not in (np.int8, np.uint8) or (names[zero_at] and zero is None):
         return None
-    conv = node.op_type == "ConvInteger"
+    conv = node.op_type in ("ConvInteger", "QLinearConv")
     if (conv and w.ndim < 3) or (not conv and w.ndim != 2):
         return None
     rows = w.shape[0] if conv else w.shape[1]
@@ -185,10 +209,21 @@ def _integer_parts(node: Any, initializers: dict[str, np.ndarray]) -> QuantizedU
     if zero is not None and zero.size not in (1, rows):
         return None
     matrix = w.reshape(rows, cols) if conv else w.T
+    if qlinear:
+        centered = matrix.astype(np.int64) - (0 if zero is None else zero.reshape(-1, 1).astype(np.int64))
+        bound = 255 * np.abs(centered).sum(axis=1)
+        if node.op_type == "QLinearConv" and names[8]:
+            bias = initializers.get(names[8])
+            if bias is None:
+                return None
+            bound = bound + np.abs(bias.astype(np.int64)).reshape(-1)
+        if int(bound.max()) >= _EXACT:
+            return None
     level = "tensor" if zero is None or zero.size == 1 else "channel"
     shape = (1, 1) if level == "tensor" else (rows, 1)
     z = None if zero is None else zero.reshape(shape)
     use = _use(np.ascontiguousarray(matrix), np.ones(shape, np.float32), z, level, cols, w.shape)
+    use.replaced = (weight_at, zero_at)
     return use
 
 
@@ -216,13 +251,13 @@ def add_quantized(planner: Planner, node: Any, opdef: OpDef, version: int, use: 
     """Plan ``node`` (a reader of a quantized weight) as one step over the packed parts."""
     from ember.onnx.plan import TENSOR, Value, outputs_of
 
-    weight_at = 1
+    names = list(node.input) + [""] * (_ARITY[node.op_type] - len(node.input))
     values: list[Value | None] = []
-    for i, name in enumerate(node.input):
-        if not name:
-            values.append(None)
-        elif i == weight_at:
+    for i, name in enumerate(names):
+        if i == use.replaced[0]:
             values.append(Value(TENSOR, -1, None, use.onnx_shape))
+        elif not name or i in use.replaced:
+            values.append(None)
         else:
             value = planner.values.get(name)
             if value is None:
@@ -234,8 +269,7 @@ def add_quantized(planner: Planner, node: Any, opdef: OpDef, version: int, use: 
     view = planner.node_view(node, version, values)
     fn = _runner(node.op_type, view, use)
     ins = [
-        NONE_SLOT if v is None or i == weight_at else planner.tensor_input(node.input[i], v)
-        for i, v in enumerate(values)
+        NONE_SLOT if v is None or i in use.replaced else planner.tensor_input(names[i], v) for i, v in enumerate(values)
     ]
     ins += [_const(planner, use.values), _const(planner, use.scales)]
     ins.append(NONE_SLOT if use.zero_points is None else _const(planner, use.zero_points))
@@ -276,6 +310,26 @@ def _runner(op_type: str, view: Any, use: QuantizedUse) -> Callable[..., Tensor]
             return quantized_linear(_centered(a, a_zero, -2), weight(values, scales, zps))
 
         return matmul_integer
+    if op_type == "QLinearMatMul":
+        elem = _quant_type(view, _output_type(view, 7, view.elem_type(0)), "the quantized output")
+
+        def qlinear_matmul(
+            a: Tensor,
+            a_scale: Tensor,
+            a_zero: Tensor | None,
+            _w: None,
+            b_scale: Tensor,
+            _wz: None,
+            y_scale: Tensor,
+            y_zero: Tensor | None,
+            values: Tensor,
+            scales: Tensor,
+            zps: Tensor | None,
+        ) -> Tensor:
+            acc = quantized_linear(_centered(a, a_zero, -2), weight(values, scales, zps))
+            return requantize_matmul(acc, a, a_scale, b_scale, y_scale, y_zero, elem)
+
+        return qlinear_matmul
     if op_type == "Gemm":
         alpha, beta = float(view.attr("alpha", 1.0)), float(view.attr("beta", 1.0))
         view.uses("transA", "transB")
@@ -310,12 +364,35 @@ def _runner(op_type: str, view: Any, use: QuantizedUse) -> Callable[..., Tensor]
 
         return conv
 
-    def conv_integer(
-        x: Tensor, _w: None, x_zero: Tensor | None, _wz: None, values: Tensor, scales: Tensor, zps: Tensor | None
-    ) -> Tensor:
-        return conv_of(_centered(x, x_zero, None), None, values, scales, zps)
+    if op_type == "ConvInteger":
 
-    return conv_integer
+        def conv_integer(
+            x: Tensor, _w: None, x_zero: Tensor | None, _wz: None, values: Tensor, scales: Tensor, zps: Tensor | None
+        ) -> Tensor:
+            return conv_of(_centered(x, x_zero, None), None, values, scales, zps)
+
+        return conv_integer
+    elem_out = _quant_type(view, _output_type(view, 7, view.elem_type(0)), "the quantized output")
+
+    def qlinear_conv(
+        x: Tensor,
+        x_scale: Tensor,
+        x_zero: Tensor | None,
+        _w: None,
+        w_scale: Tensor,
+        _wz: None,
+        y_scale: Tensor,
+        y_zero: Tensor | None,
+        bias: Tensor | None,
+        values: Tensor,
+        scales: Tensor,
+        zps: Tensor | None,
+    ) -> Tensor:
+        b = None if bias is None else bias.cast(DType.FLOAT32)  # exact: bounded at load
+        acc = conv_of(_centered(x, x_zero, None), b, values, scales, zps)
+        return requantize_conv(acc, x_scale, w_scale, y_scale, y_zero, elem_out)
+
+    return qlinear_conv
 
 
 def _float(x: Tensor) -> Tensor:

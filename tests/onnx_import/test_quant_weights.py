@@ -1,7 +1,7 @@
 """Quantized ONNX weights imported as ember's packed ``QuantizedTensor`` and run by the
 quantized kernels (``ember/onnx/quant_weights.py``), against onnxruntime: models quantized by
-onnxruntime's own tool (``quantize_dynamic``; ``quantize_static`` in the QDQ format) from a
-torch MLP and CNN, and hand-built ``DequantizeLinear`` readers (per tensor, per axis with
+onnxruntime's own tool (``quantize_dynamic``; ``quantize_static`` in the QDQ and QOperator
+formats) from a torch MLP and CNN, and hand-built ``DequantizeLinear`` readers (per tensor, per axis with
 signed and unsigned zero points, blocked, Gemm with alpha/beta, grouped Conv) and integer
 products (``MatMulInteger``/``ConvInteger`` then ``Cast``). Every reader must run on the packed
 weight: no float copy of it among the model's constants."""
@@ -33,14 +33,15 @@ def float_constants(model) -> list[tuple[int, ...]]:
 
 
 def _mlp(torch):
-    class Mlp(torch.nn.Module):
+    class Mlp(torch.nn.Module):  # MatMul + Add layers (every quantizer format takes MatMul)
         def __init__(self):
             super().__init__()
-            self.a = torch.nn.Linear(64, 96)
-            self.b = torch.nn.Linear(96, 10)
+            self.a = torch.nn.Parameter(torch.randn(64, 96) * 0.1)
+            self.b = torch.nn.Parameter(torch.randn(96, 10) * 0.1)
+            self.bias = torch.nn.Parameter(torch.randn(96) * 0.1)
 
         def forward(self, x):
-            return self.b(torch.relu(self.a(x)))
+            return torch.relu(x @ self.a + self.bias) @ self.b
 
     return Mlp(), (4, 64)
 
@@ -60,7 +61,9 @@ def _cnn(torch):
 
 
 @pytest.mark.parametrize("net", ["mlp", "cnn"])
-@pytest.mark.parametrize("recipe", ["dynamic", "dynamic-uint8-per-channel", "qdq", "qdq-per-channel"])
+@pytest.mark.parametrize(
+    "recipe", ["dynamic", "dynamic-uint8-per-channel", "qdq", "qdq-per-channel", "qoperator", "qoperator-per-channel"]
+)
 def test_models_quantized_by_onnxruntime_run_on_packed_weights(tmp_path, rng, net, recipe):
     torch = import_torch()
     onnx = import_onnx("onnx")
@@ -83,12 +86,21 @@ def test_models_quantized_by_onnxruntime_run_on_packed_weights(tmp_path, rng, ne
             def get_next(self):
                 return next(batches, None)
 
-        q.quantize_static(str(source), str(target), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=per_channel)
-        readers = {"MatMul", "Gemm", "Conv"}
+        qoperator = recipe.startswith("qoperator")
+        q.quantize_static(
+            str(source),
+            str(target),
+            Reader(),
+            quant_format=q.QuantFormat.QOperator if qoperator else q.QuantFormat.QDQ,
+            per_channel=per_channel,
+            op_types_to_quantize=["Conv", "MatMul", "Gemm"] if not qoperator else ["Conv", "MatMul"],
+        )
+        readers = {"QLinearMatMul", "QLinearConv"} if qoperator else {"MatMul", "Gemm", "Conv"}
     data = target.read_bytes()
     expected = sum(node.op_type in readers for node in onnx.load_from_string(data).graph.node)
     loaded = ember.onnx.load(data)
-    assert len(quantized_steps(loaded)) == expected == (2 if net == "mlp" else 3)
+    # the CNN's head is a Gemm, which the QOperator format leaves in float (its QGemm is not ONNX)
+    assert len(quantized_steps(loaded)) == expected == (2 if net == "mlp" or recipe.startswith("qoperator") else 3)
     assert float_constants(loaded) == []  # no float copy of a weight
     x = rng.standard_normal((3, *shape[1:])).astype(np.float32)
     (want,) = run_ort(ort, data, x)
@@ -269,3 +281,30 @@ def test_quantized_readers_on_other_devices(rng, name):
     x = rng.standard_normal((2, 3, shape[0])).astype(np.float32)
     (want,) = run_ort_as_written(ort, data, x)
     np.testing.assert_allclose(loaded(Tensor.from_data(x, device=device)).to_numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [64, 1100])
+def test_qlinear_matmul_takes_the_packed_weight_only_where_its_sum_is_exact(rng, k):
+    """255 * sum |w - z| per output below 2**24: the float32 sum equals the int32 one, so the
+    requantized result is onnxruntime's exactly; a longer row (1100 x 127 x 255 > 2**24)
+    stays on the int32 path."""
+    onnx = import_onnx("onnx")
+    ort = import_onnx("onnxruntime")
+    T = onnx.TensorProto
+    b = np.where(rng.random((k, 6)) < 0.5, -127, 127).astype(np.int8)
+    inits = [
+        _init(onnx, np.float32(0.02), "sa"),
+        _init(onnx, np.uint8(128), "za"),
+        _init(onnx, b, "b"),
+        _init(onnx, np.full(6, 0.003, np.float32), "sb"),
+        _init(onnx, np.zeros(6, np.int8), "zb"),
+        _init(onnx, np.float32(0.5 * k / 64), "sy"),
+        _init(onnx, np.uint8(100), "zy"),
+    ]
+    node = onnx.helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+    data = onnx_model(onnx, [node], [("a", T.UINT8, [5, k])], [("y", T.UINT8, None)], inits, 13)
+    loaded = ember.onnx.load(data)
+    assert len(quantized_steps(loaded)) == (1 if k == 64 else 0)
+    a = rng.integers(0, 256, (5, k)).astype(np.uint8)
+    (want,) = run_ort_as_written(ort, data, a)
+    np.testing.assert_array_equal(loaded(Tensor.from_data(a, dtype=DType.UINT8)).to_numpy(), want)
