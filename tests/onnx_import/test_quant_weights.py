@@ -145,6 +145,8 @@ CASES = {
     "matmul-int8-axis-symmetric": ("MatMul", (64, 24), np.int8, "axis", None, 1, {}),
     "gemm-transB-alpha-beta": ("Gemm", (20, 48), np.int8, "axis", "value", 0, {"transB": 1, "alpha": 0.5, "beta": 2.0}),
     "gemm-uint8-bias": ("Gemm", (48, 20), np.uint8, "tensor", "value", 1, {}),
+    "gemm-no-c": ("Gemm", (20, 64), np.int8, "axis", None, 0, {"transB": 1}),
+    "conv-no-bias": ("Conv", (4, 3, 3), np.int8, "tensor", None, 0, {}),
     "conv-int8-groups": ("Conv", (8, 2, 3, 3), np.int8, "axis", "zero", 0, {"group": 2, "pads": [1, 0, 1, 2]}),
     "conv-uint8-strided": ("Conv", (6, 4, 3, 2), np.uint8, "tensor", "value", 0, {"strides": [2, 1]}),
 }
@@ -166,15 +168,17 @@ def test_dequantize_linear_weights_match_onnxruntime(rng, case):
         zero = np.zeros(scale.shape, dtype)
     extra = []
     if reader == "Conv":
-        x_shape = (2, shape[1] * attrs.get("group", 1), 9, 8)
-        inputs = ["x", "w", "b"]
-        extra.append(_init(onnx, rng.standard_normal(shape[0]).astype(np.float32), "b"))
+        x_shape = (2, shape[1] * attrs.get("group", 1), *(9, 8)[: len(shape) - 2])
+        inputs = ["x", "w"]
+        if "no-bias" not in case:
+            extra.append(_init(onnx, rng.standard_normal(shape[0]).astype(np.float32), "b"))
+            inputs.append("b")
     else:
         k = shape[1] if attrs.get("transB") else shape[0]
         n_out = shape[0] if attrs.get("transB") else shape[1]
         x_shape = (2, 3, k) if reader == "MatMul" else (5, k)
         inputs = ["x", "w"]
-        if reader == "Gemm":
+        if reader == "Gemm" and "no-c" not in case:
             c = rng.standard_normal((5, n_out) if "alpha" in attrs else (n_out,)).astype(np.float32)
             extra.append(_init(onnx, c, "c"))
             inputs.append("c")
