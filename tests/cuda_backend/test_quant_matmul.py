@@ -126,6 +126,20 @@ def test_cuda_quantized_linear_compiles_with_nvrtc(arch, rng):
                 "",
             )
             assert out.shape == (m, 40) and out.dtype == np.float32
+    launches, compiled = runtime.stats["launches"], len(runtime.sources)
+    again = backend.quantized_linear(
+        on[BUFFERS["x"]],
+        on[BUFFERS["values"]],
+        on[BUFFERS["scales"]],
+        on.get(BUFFERS["zeros"]),
+        on.get(BUFFERS["bias"]),
+        None,
+        scheme.value,
+        q.group,
+        "",
+    )
+    assert again.shape == (7, 40)  # a repeat: its cached launches, nothing compiled again
+    assert len(runtime.sources) == compiled and runtime.stats["launches"] == launches + len(quant_matmul_kernels(p))
     dynamic = backend.quantized_linear(
         *[backend.from_numpy(np.zeros((2, 2), np.float32))] * 3, None, None, None, "int8", 2, "dynamic"
     )

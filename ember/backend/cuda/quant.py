@@ -8,6 +8,7 @@ runs them (fake-quantized activations, the dequantized weight, cuBLAS).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,12 @@ if TYPE_CHECKING:
     from ember.backend.cuda.tensor import CudaTensor
 
 _F32 = np.dtype(np.float32)
+
+
+@functools.lru_cache(maxsize=256)
+def _kernels(p: QuantMatmul) -> tuple:
+    """The product's kernels (built once per shape and kind)."""
+    return tuple(quant_matmul_kernels(p))
 
 
 def quantized_linear(
@@ -60,11 +67,12 @@ def quantized_linear(
         tensors[ZEROS] = zero_points
     if bias is not None:
         tensors[BIAS] = bias
-    kernels = quant_matmul_kernels(p)
+    kernels = _kernels(p)
     if len(kernels) > 1:
         tensors[PARTIAL] = backend.empty((m, n, p.groups), _F32)
     dense = {b: backend.contiguous(t) for b, t in tensors.items()}
-    for kernel in kernels:
-        used = kernel.reads() | kernel.writes()
-        backend.run(kernel, {b: t for b, t in dense.items() if b in used})
+    # Buffer ids index this list (an absent operand's slot holds ``out``; no kernel reads it).
+    operands = [dense.get(b, out) for b in range(PARTIAL + 1)]
+    for i, kernel in enumerate(kernels):
+        backend._run_cached(("quantized_linear", p, i), operands, lambda kernel=kernel: (kernel, None))
     return out
