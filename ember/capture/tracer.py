@@ -73,7 +73,9 @@ class TraceBackend(FusionBackend):
         )
 
     def _ready(self, x: Any) -> Any:
-        if type(x) is LazyTensor and x.value is not None:
+        # Reading a value inside the trace is a graph break, a ready tensor's too (an
+        # argument of the traced function: its value would be baked into the plan).
+        if self._foreign() and type(x) is LazyTensor and x.value is not None:
             return x.value
         self.flush()
 

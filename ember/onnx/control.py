@@ -12,8 +12,19 @@ after iteration (the trip count and the condition read on the host), carrying it
 and stacking its scan outputs; gradients flow through every iteration. ``Scan`` runs its
 body once per position along its inputs' scan axes, ``SequenceMap`` once per element.
 
-A subgraph reads values of the enclosing graph by name (ONNX's outer scope); its own
-initializers are constants.
+Under ``ember.compile`` (``load(..., compile=True)``) the blocks run while the forward
+is traced, so what they decide on the host is decided at trace time, once per input
+shapes: an ``If`` whose condition is a constant or computed from shapes traces the taken
+branch only; a ``Loop`` whose trip count and condition are constants or computed from
+shapes unrolls (up to ``UNROLL_LIMIT`` iterations); a ``Scan`` unrolls along its inputs'
+scan axis. A condition or trip count read from a tensor's values cannot be traced: the
+node raises a graph break naming itself, and ``ember.compile`` runs the model eagerly for
+those input shapes, with one ``CompileWarning`` (the results are the same).
+
+A subgraph reads values of the enclosing graph by name (ONNX's outer scope). Its own
+initializers follow the weight rule of :mod:`ember.onnx.trainable` as the main graph's
+do: a weight (a ``Conv`` weight, a ``MatMul`` operand of rank >= 2...) is a ``Param``
+read from the enclosing scope, anything else a constant.
 """
 
 from __future__ import annotations
@@ -22,16 +33,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ember.backend.fusion.scalars import GraphBreak
 from ember.errors import OnnxError
 from ember.onnx import proto
 from ember.onnx.program import DEVICE_SLOT, Step, host_to_tensor
 from ember.onnx.support import check_node, unsupported_error
 from ember.tensor import Tensor
+from ember.tensor.capture_hook import capturing
 
 if TYPE_CHECKING:
     from ember.onnx.plan import Planner, Value
 
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+UNROLL_LIMIT = 1024  # the most iterations of a Loop that ember.compile unrolls
 
 
 def add_control(planner: Planner, node: Any) -> None:
@@ -92,7 +106,7 @@ def add_if(planner: Planner, node: Any) -> None:
         slot = planner.new_slot()
         planner.values[name] = Value(TENSOR if tensor[i] else HOST, slot, None, None)
         out_slots.append(slot)
-    run = Branches(blocks, outer, tensor, len(names) > 1)
+    run = Branches(blocks, outer, tensor, len(names) > 1, f"{where}'s condition")
     outs: int | tuple[int, ...] = tuple(out_slots) if len(names) > 1 else out_slots[0]
     label = f"node {node.name!r} (If)" if node.name else "node (unnamed) (If)"
     planner.steps.append(Step(run, (cond.slot, *outer), outs, False, label))
@@ -176,6 +190,8 @@ def plan_branch(planner: Planner, graph: Any, where: str, entries: dict[str, Val
     planner.values.update(entries or {})
     try:
         for tensor in graph.initializer:
+            if tensor.name in planner.params:  # a weight (the rule of ember.onnx.trainable): a Param
+                continue
             array = proto.to_array(tensor, f"{where}: initializer {tensor.name!r}")
             planner.values[tensor.name] = Value(CONST, -1, array, array.shape)
         found = []
@@ -206,15 +222,21 @@ class Branches:
     """The run-time ``If``: the condition, then the taken block's steps over a private scope."""
 
     def __init__(
-        self, blocks: dict[bool, tuple[list[Step], list[int]]], outer: list[int], tensor: list[bool], multi: bool
+        self,
+        blocks: dict[bool, tuple[list[Step], list[int]]],
+        outer: list[int],
+        tensor: list[bool],
+        multi: bool,
+        what: str,
     ):
         self.blocks = {flag: ([(s.fn, s.ins, s.outs) for s in steps], outs) for flag, (steps, outs) in blocks.items()}
         self.outer = outer
         self.tensor = tensor
         self.multi = multi
+        self.what = what
 
     def __call__(self, cond: Any, *values: Any) -> Any:
-        flag = bool(np.asarray(cond.to_numpy() if isinstance(cond, Tensor) else cond).reshape(-1)[0])
+        flag = bool(_host(cond, self.what))
         steps, outs = self.blocks[flag]
         env = dict(zip(self.outer, values))
         _run(steps, env)
@@ -249,8 +271,9 @@ class Iterations:
         values = list(rest[: self.carried])
         base = dict(zip(self.outer, rest[self.carried :]))
         device = base[DEVICE_SLOT]
-        limit = None if trips is None else int(_host(trips))
-        go = True if cond is None else bool(_host(cond))
+        limit = None if trips is None else int(_host(trips, f"{self.where}'s trip count M"))
+        go = True if cond is None else bool(_host(cond, f"{self.where}'s condition"))
+        traced = capturing()
         scans: list[list[Any]] = [[] for _ in self.outs[1 + self.carried :]]
         i = 0
         while go and (limit is None or i < limit):
@@ -260,11 +283,16 @@ class Iterations:
             env.update(zip(self.formal[2:], values))
             _run(self.steps, env)
             got = [env[s] for s in self.outs]
-            go = bool(_host(got[0]))
+            go = bool(_host(got[0], f"{self.where}'s body condition"))
             values = [_tensor(v, device) for v in got[1 : 1 + self.carried]]
             for scan, value in zip(scans, got[1 + self.carried :]):
                 scan.append(_tensor(value, device))
             i += 1
+            if traced and i > UNROLL_LIMIT and go and (limit is None or i < limit):
+                raise GraphBreak(
+                    f"ember: {self.where} runs more than {UNROLL_LIMIT} iterations: ember.compile unrolls a Loop "
+                    "up to that many, so the model runs eagerly for these input shapes"
+                )
         stacked = []
         for scan in scans:
             if not scan:
@@ -365,9 +393,18 @@ def _outputs(values: list[Any], wanted: int) -> Any:
     return tuple(values[:wanted]) if wanted > 1 else values[0]
 
 
-def _host(value: Any) -> Any:
-    array = value.to_numpy() if isinstance(value, Tensor) else np.asarray(value)
-    return array.reshape(-1)[0]
+def _host(value: Any, what: str) -> Any:
+    """A control value (a condition, a trip count) on the host. One held by a tensor is
+    a graph break while ``ember.compile`` traces (a choice made on data cannot be traced)."""
+    if isinstance(value, Tensor):
+        if capturing():
+            raise GraphBreak(
+                f"ember: {what} is a tensor's value, known only when the model runs: ember.compile cannot "
+                "trace a choice made on data, so the model runs eagerly for these input shapes (a condition "
+                "or trip count that is a constant or computed from shapes compiles)"
+            )
+        return value.to_numpy().reshape(-1)[0]
+    return np.asarray(value).reshape(-1)[0]
 
 
 def _tensor(value: Any, device: Any) -> Any:

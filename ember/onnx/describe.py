@@ -10,7 +10,7 @@ from ember.errors import OnnxError
 from ember.onnx import proto
 from ember.onnx.dtypes import onnx_name
 from ember.onnx.support import check_node, node_opset
-from ember.onnx.trainable import WeightRule
+from ember.onnx.trainable import WeightRule, subgraphs
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def describe(source: proto.Source) -> ModelDescription:
 def _weights(graph: Any, initializer_names: set[str]) -> tuple[list[str], int]:
     """The float initializers that ``load`` makes trainable by default, and their size."""
     floats = {}
-    for tensor in graph.initializer:
+    for tensor in [*graph.initializer, *(t for sub in subgraphs(list(graph.node)) for t in sub.initializer)]:
         if tensor.data_type in (1, 10, 11, 16):  # float, float16, double, bfloat16
             try:
                 floats[tensor.name] = proto.to_array(tensor, "initializer")

@@ -58,7 +58,9 @@ def load(
     input shapes traces the graph, later calls replay it without Python per op (an op
     the capture cannot trace, such as one whose output shape depends on values, makes
     that call run eagerly, with one ``CompileWarning``); ``model.stats`` counts traces
-    and replays. It compiles the forward only: on an autodiff device, and inside
+    and replays. ``If``, ``Loop`` and ``Scan`` decide at trace time: a constant or
+    shape-derived condition or trip count traces the taken branch or unrolls the loop; one
+    read from a tensor's values runs eagerly (:mod:`ember.onnx.control`). It compiles the forward only: on an autodiff device, and inside
     another compiled function, the model runs eagerly; compile a training step whole
     with ``ember.compile``.
 

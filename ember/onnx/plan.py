@@ -43,7 +43,7 @@ from ember.onnx.support import (
     node_opset,
     unsupported_error,
 )
-from ember.onnx.trainable import InitializerInfo, InitializerRole, Trainable, WeightRule, choose
+from ember.onnx.trainable import InitializerInfo, InitializerRole, Trainable, WeightRule, choose, subgraphs
 from ember.tensor import Tensor
 
 CONST, HOST, TENSOR = "const", "host", "tensor"
@@ -109,14 +109,15 @@ class Planner:
         if self.untie:
             nodes = self.untie_aliases(nodes, initializers)
         checked = self.check_ops(nodes)
-        outs = {out.name for out in graph.output}
-        nodes, checked, self.quantized = find_quantized_weights(nodes, checked, initializers, outs)
-        uses = self.initializer_uses(nodes, checked, initializers)
+        nodes, checked, self.quantized = find_quantized_weights(nodes, checked, initializers, graph.output)
+        inner = self.subgraph_initializers(nodes, initializers)
+        uses = self.initializer_uses(nodes, checked, {**initializers, **inner})
         self.transposed = self.transpose_linear_weights(nodes, initializers)
         self.shapes = proto.infer_shapes(self.file)
         inputs = self.graph_inputs(initializers)
-        rule = WeightRule(nodes, initializers, {spec.name for spec in inputs})
+        rule = WeightRule(nodes, {**initializers, **inner}, {spec.name for spec in inputs})
         self.make_leaves(initializers, uses, rule)
+        self.make_leaves(inner, uses, rule, subgraph=True)
         for node, (opdef, version) in zip(nodes, checked):
             self.add_node(node, opdef, version)
         outputs = []
@@ -154,6 +155,23 @@ class Planner:
             out[tensor.name] = proto.to_array(tensor, f"{self.label}: initializer {tensor.name!r}")
         return out
 
+    def subgraph_initializers(self, nodes: list[Any], initializers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The initializers of every subgraph (``If`` branches, ``Loop``/``Scan`` bodies),
+        by name: the weight rule decides them as the main graph's. A name that two graphs
+        define stays a constant of each (``plan_branch`` reads it per subgraph)."""
+        found: dict[str, np.ndarray] = {}
+        reused: set[str] = set()
+        for graph in subgraphs(nodes):
+            if len(graph.sparse_initializer):
+                raise OnnxError(f"ember: {self.label}: sparse initializers are not supported (subgraph {graph.name!r})")
+            for tensor in graph.initializer:
+                if tensor.name in found or tensor.name in initializers:
+                    reused.add(tensor.name)
+                    continue
+                where = f"{self.label}: initializer {tensor.name!r} of subgraph {graph.name!r}"
+                found[tensor.name] = proto.to_array(tensor, where)
+        return {name: array for name, array in found.items() if name not in reused}
+
     def untie_aliases(self, nodes: list[Any], initializers: dict[str, np.ndarray]) -> list[Any]:
         """``Identity(initializer)`` is how exporters deduplicate initializers with equal
         values (fresh LayerNorm weights are all ones): each alias becomes an initializer of
@@ -183,6 +201,11 @@ class Planner:
                     readers.setdefault(name, []).append((node, i))
         for out in self.graph.output:
             readers.setdefault(out.name, []).append((None, -1))
+        for graph in subgraphs(nodes):  # a subgraph reading the weight keeps its layout
+            for sub in graph.node:
+                for name in sub.input:
+                    if name in initializers:
+                        readers.setdefault(name, []).append((None, -1))
         chosen = set()
         for name, uses in readers.items():
             array = initializers.get(name)
@@ -222,7 +245,10 @@ class Planner:
     ) -> dict[str, set[str]]:
         """``{initializer: {"host", "tensor", "state"}}``: how the nodes read it."""
         uses: dict[str, set[str]] = {name: set() for name in initializers}
-        for node, (opdef, _) in zip(nodes, checked):
+        inner = [(sub, check_node(sub, self.opsets)[0]) for graph in subgraphs(nodes) for sub in graph.node]
+        for node, opdef in [*((node, opdef) for node, (opdef, _) in zip(nodes, checked)), *inner]:
+            if opdef is None:  # refused when its subgraph is planned
+                continue
             states = STATE_INPUTS.get(node.op_type, {})
             for i, name in enumerate(node.input):
                 if name in uses:
@@ -262,7 +288,11 @@ class Planner:
             specs.append(InputSpec(info.name, slot, dtype, dims, proto.dim_names(info), sequence, optional))
         return specs
 
-    def make_leaves(self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]], rule: WeightRule) -> None:
+    def make_leaves(
+        self, initializers: dict[str, np.ndarray], uses: dict[str, set[str]], rule: WeightRule, subgraph: bool = False
+    ) -> None:
+        """Each initializer as a ``Param`` or a constant (``subgraph``: a subgraph's, whose
+        constants ``plan_branch`` defines when it plans the subgraph)."""
         device = self.device
         for name, array in initializers.items():
             used = uses.get(name, set())
@@ -277,13 +307,13 @@ class Planner:
                 self.param_slots.append((slot, name))
                 self.pinned.add(slot)
                 self.values[name] = Value(TENSOR, slot, None, array.shape)
-            else:
+            elif not subgraph:
                 self.values[name] = Value(CONST, -1, array, array.shape)
             if reason:
                 dtype_name = str(dtype_of_array(array, f"{self.label}: initializer {name!r}"))
                 role = "trains" if trains else "constant"
                 self.roles.append(InitializerRole(name, tuple(array.shape), dtype_name, role, reason))
-            if "state" in used:
+            if "state" in used and not subgraph:
                 self.values[name].const = array  # each BatchNormalization copies it into a state
 
     def decide(self, name: str, array: np.ndarray, rule: WeightRule, param_id: ParamId) -> tuple[bool, str]:
@@ -329,10 +359,8 @@ class Planner:
         if node.op_type == "FlexAttention" and node.domain == "ai.onnx.preview":
             add_flex_attention(self, node)
             return
-        use = self.quantized.get(id(node))
-        if use is not None:
-            add_quantized(self, node, opdef, version, use)
-            return
+        if id(node) in self.quantized:  # reads a quantized weight (ember/onnx/quant_weights.py)
+            return add_quantized(self, node, opdef, version, self.quantized[id(node)])
         values: list[Value | None] = []
         for name in node.input:
             if name == "":

@@ -78,11 +78,12 @@ class QuantizedUse:
 
 
 def find_quantized_weights(
-    nodes: list[Any], checked: list[Any], initializers: dict[str, np.ndarray], graph_outputs: set[str]
+    nodes: list[Any], checked: list[Any], initializers: dict[str, np.ndarray], outputs: Any
 ) -> tuple[list[Any], list[Any], dict[int, QuantizedUse]]:
     """The nodes and their checked op definitions without the ones the quantized readers
     replace (a dropped ``DequantizeLinear``, an integer product's ``Cast``), and
-    ``{id(reader): its quantized weight}``."""
+    ``{id(reader): its quantized weight}``; ``outputs`` are the graph's outputs."""
+    graph_outputs = {out.name for out in outputs}
     readers: dict[str, list[tuple[Any, int]]] = {}
     for node in nodes:
         for i, name in enumerate(node.input):

@@ -21,7 +21,11 @@ default an initializer trains only when the graph reads it as a weight:
   computed by the graph: an embedding.
 
 An initializer reaches these through ``Identity``, ``Cast`` and ``Transpose``. Everything
-else is a constant, and so is every initializer holding an infinity or a NaN. A constant
+else is a constant, and so is every initializer holding an infinity or a NaN. The rule
+sees the whole model at once: the initializers of subgraphs (``If`` branches, ``Loop``
+and ``Scan`` bodies) follow it as the main graph's do, a subgraph's formal inputs count
+as computed values, and a node in a subgraph that reads a value of an enclosing graph
+is one of its readers. A constant
 is no :class:`~ember.module.Param`: it lives in the model's compiled program (folded
 into the nodes that read only constants), so optimizers never see it, ``num_params``
 does not count it and ``save_file`` does not write it (the ONNX file holds it).
@@ -79,15 +83,35 @@ class InitializerInfo:
 Trainable = ParamGroup | Callable[[str, InitializerInfo], bool] | None
 
 
+GRAPH, GRAPHS = 5, 10  # AttributeProto's types of a subgraph attribute and a list of them
+
+
+def subgraphs(nodes: list[Any]) -> list[Any]:
+    """Every subgraph of ``nodes`` (``If`` branches, ``Loop``/``Scan`` bodies...), nested
+    ones included, outermost first."""
+    found: list[Any] = []
+    todo = list(nodes)
+    while todo:
+        node = todo.pop(0)
+        for attr in node.attribute:
+            graphs = [attr.g] if attr.type == GRAPH else list(attr.graphs) if attr.type == GRAPHS else []
+            found.extend(graphs)
+            for graph in graphs:
+                todo.extend(graph.node)
+    return found
+
+
 class WeightRule:
-    """The default rule over one graph: ``decide(name, array)`` is ``(trains, reason)``."""
+    """The default rule over one graph and its subgraphs: ``decide(name, array)`` is
+    ``(trains, reason)``. ``initializers`` holds the subgraphs' initializers too."""
 
     def __init__(self, nodes: list[Any], initializers: dict[str, np.ndarray], graph_inputs: set[str]):
         self.initializers = initializers
-        self.graph_inputs = graph_inputs
+        inner = subgraphs(nodes)
+        self.graph_inputs = graph_inputs | {info.name for graph in inner for info in graph.input}
         self.producer: dict[str, Any] = {}
         self.readers: dict[str, list[tuple[Any, int]]] = {}
-        for node in nodes:
+        for node in [*nodes, *(sub for graph in inner for sub in graph.node)]:
             for out in node.output:
                 if out:
                     self.producer[out] = node

@@ -187,3 +187,21 @@ def test_a_training_step_on_a_wgpu_fusion_device_matches_the_eager_step():
     for a, b in zip(params_of(model_c), params_of(model_e)):
         assert_close(a, b)
     assert isinstance(_only_entry(step).plan, CubePlan)
+
+
+@pytest.mark.filterwarnings("ignore::ember.capture.CompileWarning")
+def test_reading_an_arguments_value_runs_eagerly_not_baked_into_the_plan():
+    """A Python branch on an argument's value: a graph break (eager calls, each taking
+    the branch its argument selects), as on plain devices. A ready fusion tensor once
+    gave the trace its value, and the plan replayed the first call's branch."""
+    fusion = Device.flex().fusion()
+
+    @ember.compile
+    def choose(x, flag):
+        return x * 2.0 if bool(flag.to_numpy()) else x - 1.0
+
+    x = Tensor.from_data(np.ones(3, np.float32), device=fusion)
+    for flag, want in ((True, 2.0), (False, 0.0), (True, 2.0)):
+        got = choose(x, Tensor.from_data(np.array(flag), device=fusion)).to_numpy()
+        np.testing.assert_array_equal(got, np.full(3, want, np.float32))
+    assert choose.stats["eager"] == 3 and choose.stats["traces"] == 0

@@ -416,3 +416,36 @@ def test_compiled_training_steps_with_chains_match_without_and_eager(net_config)
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
     for a, e in zip(params, eager_params):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "stride", "padding"),
+    [
+        ((3, 64, 8, 8), (128, 64, 3, 3), (1, 1), ((1, 1), (1, 1))),
+        ((4, 32, 9, 9), (96, 32, 5, 5), (2, 2), ((2, 1), (2, 1))),
+        ((3, 256, 7, 7), (512, 256, 1, 1), (1, 1), ((0, 0), (0, 0))),  # pointwise: its input copied
+    ],
+    ids=["3x3", "strided-5x5", "pointwise"],
+)
+@pytest.mark.parametrize("chain", [True, False], ids=["chain", "conv-with-bias"])
+def test_a_conv_of_few_positions_runs_the_batch_as_one_gemm(
+    chained, unchained, x_shape, w_shape, stride, padding, chain, rng
+):
+    """ResNet's last stages (a large weight, few output positions): every sample's
+    columns side by side and one ?gemm for the batch (``_Conv.batched``), the bias or the
+    chain's epilogue and pooling applied per sample after; against flex's convolution."""
+    from ember.backend.fusion.llvm.conv import conv_geometry
+
+    case = Case()
+    x = case.input(rng.standard_normal(x_shape).astype(np.float32))
+    w = case.input((rng.standard_normal(w_shape) * 0.1).astype(np.float32))
+    bias = case.input(rng.standard_normal(w_shape[0]).astype(np.float32))
+    y = case.ops.conv(x, w, bias, stride, padding, (1, 1), 1)
+    outs = [case.ops.max_pool(case.ops.relu(y), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False)] if chain else [y]
+    compiled, plain, replayed, plan = _run_both(case, outs, chained, unchained)
+    assert_same(compiled[0], plain[0], "batched")
+    _close(compiled[0], replayed[0])
+    convs = [s.conv if isinstance(s, ConvChain) else s for s in plan.schedule.steps]
+    geometry = conv_geometry(plan.schedule.graph, next(s for s in convs if isinstance(s, Library)).node)
+    assert geometry.batched
+    assert bool(_chains(plan)) is chain

@@ -15,24 +15,8 @@ def _each(reason: str, *names: str) -> dict[str, str]:
 
 #: ONNX element types ember has no dtype for (by TensorProto's name).
 REFUSED_TYPES: dict[str, str] = {
-    **_each(
-        "8-bit floats: ember has no float8 dtype",
-        "FLOAT8E4M3FN",
-        "FLOAT8E4M3FNUZ",
-        "FLOAT8E5M2",
-        "FLOAT8E5M2FNUZ",
-        "FLOAT8E8M0",
-    ),
-    **_each(
-        "4-bit, 2-bit and 6-bit values: ember has no sub-byte dtype",
-        "FLOAT6E2M3",
-        "FLOAT6E3M2",
-        "UINT4",
-        "INT4",
-        "FLOAT4E2M1",
-        "UINT2",
-        "INT2",
-    ),
+    "FLOAT8E8M0": "FLOAT8E8M0 (an exponent-only scale type, with its own rounding modes) is not supported",
+    **_each("6-bit floats: not supported (ember holds the 8-bit and 4-bit floats widened)", "FLOAT6E2M3", "FLOAT6E3M2"),
     **_each("ember has no string or complex tensors", "STRING", "COMPLEX64", "COMPLEX128"),
 }
 

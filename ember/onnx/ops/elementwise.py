@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.onnx.dtypes import ember_dtype, numpy_dtype
+from ember.onnx.dtypes import NARROW, ember_dtype, numpy_dtype, onnx_type, to_narrow, widened
 from ember.onnx.ops.common import scalar, scalar_operand
 from ember.onnx.ops.registry import Node, numpy_op, op
 from ember.tensor import Tensor
@@ -310,13 +310,21 @@ def _np_clip(node: Node) -> Callable[..., Any]:
 # ---------------------------------------------------------------------- types
 @op("Cast")
 def cast(node: Node) -> Callable[..., Any]:
-    dtype = ember_dtype(node.attr("to", 1), node.label)
+    to = int(node.attr("to", 1))
+    saturate = bool(node.attr("saturate", 1))
+    if to in NARROW:
+        return lambda x: round_narrow(x, to, saturate)
+    dtype = ember_dtype(to, node.label)
     return lambda x: x.cast(dtype)
 
 
 @numpy_op("Cast")
 def _np_cast(node: Node) -> Callable[..., Any]:
-    dtype = numpy_dtype(node.attr("to", 1), node.label)
+    to = int(node.attr("to", 1))
+    saturate = bool(node.attr("saturate", 1))
+    if to in NARROW:
+        return lambda x: to_narrow(np.asarray(x), to, saturate)
+    dtype = numpy_dtype(to, node.label)
 
     def run(x: np.ndarray) -> np.ndarray:
         if dtype.kind in "iu" and x.dtype.kind == "f":
@@ -328,9 +336,31 @@ def _np_cast(node: Node) -> Callable[..., Any]:
 
 @op("CastLike")
 def cast_like(node: Node) -> Callable[..., Any]:
+    to = node.elem_type(1)
+    saturate = bool(node.attr("saturate", 1))
+    if to in NARROW:
+        assert to is not None
+        return lambda x, like: round_narrow(x, to, saturate)
     return lambda x, like: x.cast(like.dtype)
 
 
 @numpy_op("CastLike")
 def _np_cast_like(node: Node) -> Callable[..., Any]:
-    return lambda x, like: x.astype(like.dtype)
+    saturate = bool(node.attr("saturate", 1))
+
+    def run(x: np.ndarray, like: np.ndarray) -> np.ndarray:
+        to = onnx_type(like.dtype)
+        if to in NARROW:
+            assert to is not None
+            return to_narrow(np.asarray(x), to, saturate)
+        return x.astype(like.dtype)
+
+    return run
+
+
+def round_narrow(x: Tensor, elem: int, saturate: bool) -> Tensor:
+    """``x`` rounded to a narrow ONNX type (float8, float4, int4, int2) and held widened
+    (:mod:`ember.onnx.dtypes`). The rounding runs on the host (``ml_dtypes``): the tensor is
+    read back, so the cast is not differentiable and an ``ember.compile`` trace runs it eagerly."""
+    rounded = widened(to_narrow(x.to_numpy(), elem, saturate), elem)
+    return Tensor.from_data(rounded, device=x.device)

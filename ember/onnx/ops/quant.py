@@ -16,7 +16,10 @@ ember's tensor ops.
 - The QLinear operators requantize the int32 accumulator in float32 (as onnxruntime does):
   ``round(acc * (a_scale * b_scale / y_scale) + y_zero_point)``, saturated.
 
-Float8 and 4-bit types are refused: ember has no dtype that holds them.
+- The 4-bit and 2-bit ints (INT4, UINT4, INT2, UINT2) saturate to their ranges as the
+  8- and 16-bit ones do. The float types (the four 8-bit floats, FLOAT4E2M1) round
+  ``x / scale`` as ``Cast`` does (half to even; saturating unless ``saturate=0``), on the
+  host. All are held widened (:mod:`ember.onnx.dtypes`).
 """
 
 from __future__ import annotations
@@ -27,25 +30,36 @@ from typing import Any
 
 from ember.backend.dtype import DType
 from ember.onnx.dtypes import ember_dtype, onnx_name
+from ember.onnx.ops.elementwise import round_narrow
 from ember.onnx.ops.nn import _conv_pads
 from ember.onnx.ops.registry import Node, op
 from ember.tensor import Tensor
 
 #: ONNX integer element type -> the range its values saturate to.
-RANGES = {2: (0, 255), 3: (-128, 127), 4: (0, 65535), 5: (-32768, 32767), 6: (-(2**31), 2**31 - 1)}
+RANGES = {
+    2: (0, 255),
+    3: (-128, 127),
+    4: (0, 65535),
+    5: (-32768, 32767),
+    6: (-(2**31), 2**31 - 1),
+    21: (0, 15),
+    22: (-8, 7),
+    25: (0, 3),
+    26: (-2, 1),
+}
+FLOATS = {17, 18, 19, 20, 23}  # the 8-bit floats and FLOAT4E2M1
+QUANTIZED = (2, 3, 4, 5, 21, 22, 25, 26, *sorted(FLOATS))
+INTEGERS = (2, 3, 4, 5)  # what the QLinear products take
 _UINT8, _INT32 = 2, 6
 
 
-def _quant_type(node: Node, elem: int | None, what: str, allowed: tuple[int, ...] = (2, 3, 4, 5)) -> int:
+def _quant_type(node: Node, elem: int | None, what: str, allowed: tuple[int, ...] = QUANTIZED) -> int:
     """``elem`` checked to be a quantized integer type ember holds."""
     if elem is None:
         elem = _UINT8
     if elem not in allowed:
         names = ", ".join(onnx_name(t) for t in allowed)
-        raise node.error(
-            f"{what} has the element type {onnx_name(elem)}: ember quantizes to {names} "
-            "(it has no float8 or 4-bit dtype)"
-        )
+        raise node.error(f"{what} has the element type {onnx_name(elem)}: ember quantizes to {names}")
     return elem
 
 
@@ -99,7 +113,7 @@ def _float(x: Tensor) -> Tensor:
 def quantize_linear(node: Node) -> Callable[..., Any]:
     axis = int(node.attr("axis", 1))
     block = int(node.attr("block_size", 0))
-    node.attr("saturate", 1)  # float8 only: integer types always saturate
+    saturate = bool(node.attr("saturate", 1))  # float8 only: integer types always saturate
     precision = int(node.attr("precision", 0) or 0)
     elem = _quant_type(node, _output_type(node, 2, _UINT8), "the quantized output")
     compute = ember_dtype(precision, f"ONNX {node.where}: precision") if precision else None
@@ -113,6 +127,11 @@ def quantize_linear(node: Node) -> Callable[..., Any]:
             x, s = x.cast(compute), s.cast(compute)
         elif s.dtype is not x.dtype:
             x, s = _float(x), _float(s)
+        if elem in FLOATS:  # rounded once, to the float type
+            y = _float(x.div(s))
+            if zero_point is not None:
+                y = y + _along(node, zero_point, dims, axis, block, "y_zero_point").cast(y.dtype)
+            return round_narrow(y, elem, saturate)
         y = _float(x.div(s)).round()  # rounded in the input's precision, as ONNX
         if zero_point is not None:
             y = y + _along(node, zero_point, dims, axis, block, "y_zero_point").cast(y.dtype)
@@ -127,13 +146,14 @@ def dequantize_linear(node: Node) -> Callable[..., Any]:
     block = int(node.attr("block_size", 0))
     given = int(node.attr("output_dtype", 0) or 0)
     out = ember_dtype(given, f"ONNX {node.where}: output_dtype") if given else None
-    _quant_type(node, node.elem_type(0), "the quantized input x", (2, 3, 4, 5, 6))
+    elem = _quant_type(node, node.elem_type(0), "the quantized input x", (*QUANTIZED, 6))
+    held = DType.FLOAT32 if elem in FLOATS else DType.INT32
 
     def run(x: Tensor, scale: Tensor, zero_point: Tensor | None = None) -> Tensor:
         dims = x.dims()
-        q = x.cast(DType.INT32)
+        q = x.cast(held)
         if zero_point is not None:
-            q = q - _along(node, zero_point, dims, axis, block, "x_zero_point").cast(DType.INT32)
+            q = q - _along(node, zero_point, dims, axis, block, "x_zero_point").cast(held)
         y = q.cast(DType.FLOAT32) * _float(_along(node, scale, dims, axis, block, "x_scale"))
         return y.cast(out or scale.dtype)
 
@@ -195,7 +215,7 @@ def matmul_integer(node: Node) -> Callable[..., Any]:
 
 @op("QLinearMatMul", since=10)
 def qlinear_matmul(node: Node) -> Callable[..., Any]:
-    elem = _quant_type(node, _output_type(node, 7, node.elem_type(0)), "the quantized output")
+    elem = _quant_type(node, _output_type(node, 7, node.elem_type(0)), "the quantized output", INTEGERS)
 
     def run(
         a: Tensor,
@@ -294,7 +314,7 @@ def conv_integer(node: Node) -> Callable[..., Any]:
 @op("QLinearConv", since=10)
 def qlinear_conv(node: Node) -> Callable[..., Any]:
     conv = _conv_setup(node, 3)
-    elem = _quant_type(node, _output_type(node, 7, node.elem_type(0)), "the quantized output")
+    elem = _quant_type(node, _output_type(node, 7, node.elem_type(0)), "the quantized output", INTEGERS)
 
     def run(
         x: Tensor,

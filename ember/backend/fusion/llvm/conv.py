@@ -6,13 +6,14 @@ compile-time constants, so each kernel position copies dense runs and zeroes the
 padding without a test per element; ``conv_transpose`` and the weight gradient copy
 stride-1 columns from a zero-padded copy of the input; a pointwise convolution's
 columns are its input), one ``?gemm`` straight into the output, and the bias added
-while the sample's output is in cache; ``conv_weight_grad``: the same columns per
-sample, the weight gradient accumulated by one ``?gemm`` per sample.
+while the sample's output is in cache (a convolution with few output positions per
+sample runs the whole batch's columns through one ``?gemm``: :attr:`_Conv.batched`);
+``conv_weight_grad``: the same columns per sample, the weight gradient accumulated by
+one ``?gemm`` per sample. The columns are :mod:`.columns`'.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,10 +22,20 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
+from ember.backend.fusion.llvm.columns import _columns, _region, _sample_columns
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
 from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
-from ember.backend.kernel.views import contiguous_strides, size_of
+from ember.backend.kernel.views import size_of
+
+#: The most output positions per sample of a convolution whose samples share one ``?gemm``
+#: (:attr:`_Conv.batched`).
+BATCH_POSITIONS = 256
+#: ... whose weight holds at least this many values (a small weight costs little to pack:
+#: the small CNN's 32x144 runs 1.3-1.7x slower batched, its columns out of cache)...
+BATCH_WEIGHT = 65536
+#: ... and whose batch's columns and product fit in this many bytes of scratch.
+BATCH_SCRATCH = 64 << 20
 
 
 def _align(n: int) -> int:
@@ -101,6 +112,23 @@ class _Conv:
     def positions(self) -> int:
         return size_of(self.out)
 
+    @property
+    def batched(self) -> bool:
+        """A forward convolution of few output positions per sample (ResNet's last
+        stages: 14x14, 7x7): every sample's columns side by side, ``[ck, n * positions]``,
+        and one ``?gemm`` for the whole batch. Per sample, the ``?gemm`` is thin
+        (``positions`` columns) and BLAS packs the whole weight again for each; the batch
+        packs it once, for the price of copying the columns (a pointwise convolution's
+        too) and the output back per sample."""
+        return (
+            not self.pad_copy
+            and self.groups == 1
+            and self.n > 1
+            and self.positions <= BATCH_POSITIONS
+            and self.c_out * self.ck >= BATCH_WEIGHT
+            and self.n * (self.ck + self.c_out) * self.positions * self.item <= BATCH_SCRATCH
+        )
+
     def regions(self, weight_grad: bool = False, flipped: int = 0) -> dict[str, int]:
         """Scratch offsets: the flipped kernel (``flipped`` bytes), the padded input
         (stride 1), the columns, and the transposed weight-gradient accumulator
@@ -109,7 +137,10 @@ class _Conv:
         regions = {}
         if flipped:
             regions["flipped"] = scratch.add(flipped)
-        if not self.pointwise:
+        if self.batched:
+            regions["cols"] = scratch.add(self.n * self.ck * self.positions * self.item)
+            regions["product"] = scratch.add(self.n * self.c_out * self.positions * self.item)
+        elif not self.pointwise:
             if self.unit:
                 regions["padded"] = scratch.add(self.cg * size_of(self.padded) * self.item)
             regions["cols"] = scratch.add(self.ck * self.positions * self.item)
@@ -145,142 +176,6 @@ def _geometry(
     )
 
 
-def _region(e: Emitter, name: str) -> ir.Value:
-    return e.regions[name]
-
-
-def _pad_input(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, padded: ir.Value, dtype: np.dtype) -> None:
-    """``padded[c, *p] = x[c, p - pad]`` over the grid's padded extent (0 outside x)."""
-    b = e.b
-    plane, p_plane = size_of(c.spatial), size_of(c.padded)
-    e.fill(padded, ir.Constant(I64, 0), c.cg * p_plane, const(dtype, 0.0), dtype)
-    s_strides, p_strides = contiguous_strides(c.spatial), contiguous_strides(c.padded)
-    # The input extent that lands inside the padded extent, per dim.
-    extent = tuple(min(s, p - lo) for s, p, lo in zip(c.spatial, c.padded, c.pad))
-    if any(n <= 0 for n in extent):
-        return
-    rank = len(c.spatial)
-
-    def rows(pos: list[ir.Value]) -> None:
-        channel, lead = pos[0], pos[1:]
-        src = b.add(b.add(x_base, b.mul(channel, ir.Constant(I64, plane))), e.linear(lead, s_strides))
-        dst = b.add(
-            b.mul(channel, ir.Constant(I64, p_plane)),
-            e.linear([b.add(i, ir.Constant(I64, c.pad[d])) for d, i in enumerate(lead)], p_strides),
-        )
-        dst = b.add(dst, ir.Constant(I64, c.pad[rank - 1]))
-        e.span(0, extent[-1], lambda i: e.store(e.load(x, b.add(src, i), dtype), padded, b.add(dst, i), dtype))
-
-    e.loops.nest([c.cg, *extent[:-1]], rows)
-
-
-def _unit_columns(e: Emitter, c: _Conv, padded: ir.Value, cols: ir.Value, dtype: np.dtype) -> None:
-    """Stride 1: ``cols[(c, *k), *o] = padded[c, o + k * dilation]``: per kernel
-    position, one dense run of the last output dim per row of outputs."""
-    b = e.b
-    p_plane, k_total, positions = size_of(c.padded), size_of(c.kernel), c.positions
-    p_strides, o_strides = contiguous_strides(c.padded), contiguous_strides(c.out)
-    offsets = [
-        sum(k * d * st for k, d, st in zip(offset, c.dilation, p_strides))
-        for offset in itertools.product(*(range(k) for k in c.kernel))
-    ]
-    width = c.out[-1]
-
-    def channel(ch: ir.Value, _: list) -> list:
-        for k_flat, start in enumerate(offsets):
-            src = b.add(b.mul(ch, ir.Constant(I64, p_plane)), ir.Constant(I64, start))
-            dst = b.mul(
-                b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, positions)
-            )
-
-            def row(lead: list[ir.Value], src: ir.Value = src, dst: ir.Value = dst) -> None:
-                s = b.add(src, e.linear(lead, p_strides))
-                d = b.add(dst, e.linear(lead, o_strides))
-                e.span(0, width, lambda q: e.store(e.load(padded, b.add(s, q), dtype), cols, b.add(d, q), dtype))
-
-            e.loops.nest(list(c.out[:-1]), row)
-        return []
-
-    e.loops.run(c.cg, channel)
-
-
-def _columns(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, cols: ir.Value, dtype: np.dtype) -> None:
-    """im2col of one sample's group (any stride): ``cols[(c, *k), *o] =
-    x[c, o * stride - pad + k * dilation]`` (0 outside)."""
-    b = e.b
-    spatial, out, stride, pad, dilation = c.spatial, c.out, c.stride, c.pad, c.dilation
-    plane, positions, k_total = size_of(spatial), size_of(out), size_of(c.kernel)
-    s_strides, o_strides = contiguous_strides(spatial), contiguous_strides(out)
-    zero = const(dtype, 0.0)
-    rank = len(spatial)
-
-    def channel(ch: ir.Value, _: list) -> list:
-        source = b.add(x_base, b.mul(ch, ir.Constant(I64, plane)))
-        for k_flat, offset in enumerate(itertools.product(*(range(k) for k in c.kernel))):
-            row = b.mul(
-                b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, positions)
-            )
-            # Per dim: the outputs whose input coordinate lies inside, [lo, hi).
-            ranges = []
-            for d in range(rank):
-                shift = offset[d] * dilation[d] - pad[d]  # coordinate = o * stride + shift
-                lo = 0
-                while lo < out[d] and lo * stride[d] + shift < 0:
-                    lo += 1
-                hi = lo
-                while hi < out[d] and hi * stride[d] + shift < spatial[d]:
-                    hi += 1
-                ranges.append((lo, hi, shift))
-
-            def dim(d: int, dst: ir.Value, src: ir.Value, ranges: list = ranges) -> None:
-                lo, hi, shift = ranges[d]
-                inner = size_of(out[d + 1 :])
-                e.fill(cols, dst, lo * inner, zero, dtype)
-                if d == rank - 1:
-
-                    def copy(o: ir.Value) -> None:
-                        coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
-                        e.store(e.load(x, b.add(src, coord), dtype), cols, b.add(dst, o), dtype)
-
-                    e.span(lo, hi, copy)
-                else:
-
-                    def nested(o: ir.Value) -> None:
-                        coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
-                        dim(
-                            d + 1,
-                            b.add(dst, b.mul(o, ir.Constant(I64, o_strides[d]))),
-                            b.add(src, b.mul(coord, ir.Constant(I64, s_strides[d]))),
-                        )
-
-                    e.span(lo, hi, nested)
-                e.fill(cols, b.add(dst, ir.Constant(I64, hi * inner)), (out[d] - hi) * inner, zero, dtype)
-
-            dim(0, row, source)
-        return []
-
-    e.loops.run(c.cg, channel)
-
-
-def _sample_columns(e: Emitter, c: _Conv, x: ir.Value, i: ir.Value, g: int, dtype: np.dtype) -> ir.Value:
-    """The columns of sample ``i``, group ``g`` (in scratch; a pointwise
-    convolution's are the sample's input itself)."""
-    b = e.b
-    x_base = b.mul(
-        b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)), ir.Constant(I64, size_of(c.spatial))
-    )
-    if c.pointwise:
-        return e.at(x, x_base, dtype)
-    cols = _region(e, "cols")
-    if c.unit:
-        padded = _region(e, "padded")
-        _pad_input(e, c, x, x_base, padded, dtype)
-        _unit_columns(e, c, padded, cols, dtype)
-    else:
-        _columns(e, c, x, x_base, cols, dtype)
-    return cols
-
-
 def conv_core(
     e: Emitter,
     c: _Conv,
@@ -302,6 +197,9 @@ def conv_core(
     b = e.b
     og, ck, positions = c.og, c.ck, c.positions
     t = reg_type(dtype)
+    if c.batched:
+        _batched_core(e, c, x, w, bias, out, dtype, block, epilogue)
+        return
 
     def sample(i: ir.Value, _: list) -> list:
         if block is not None:
@@ -340,6 +238,62 @@ def conv_core(
                 return []
 
             e.loops.run(c.c_out, channel)
+        return []
+
+    e.loops.run(c.n, sample)
+
+
+def _batched_core(
+    e: Emitter,
+    c: _Conv,
+    x: ir.Value,
+    w: ir.Value,
+    bias: ir.Value | None,
+    out: ir.Value | None,
+    dtype: np.dtype,
+    block: Callable[[ir.Value], ir.Value] | None,
+    epilogue: Callable[[ir.Value, ir.Value], None] | None,
+) -> None:
+    """:func:`conv_core` for a :attr:`_Conv.batched` convolution: the columns of every
+    sample side by side, one ``?gemm`` into a ``[c_out, n * positions]`` product, then
+    per sample its block copied out, and the epilogue (or the bias) while it is in cache."""
+    b = e.b
+    positions, wide = c.positions, c.n * c.positions
+    cols, product = _region(e, "cols"), _region(e, "product")
+    plane = size_of(c.spatial)
+
+    def columns(i: ir.Value, _: list) -> list:
+        x_base = b.mul(i, ir.Constant(I64, c.c_in * plane))
+        _columns(e, c, x, x_base, cols, dtype, wide, b.mul(i, ir.Constant(I64, positions)))
+        return []
+
+    e.loops.run(c.n, columns)
+    e.gemm(
+        dtype, False, False, c.c_out, wide, c.ck, w, c.ck, cols, wide, ir.Constant(reg_type(dtype), 0.0), product, wide
+    )
+
+    def sample(i: ir.Value, _: list) -> list:
+        if block is not None:
+            dst = block(i)
+        else:
+            dst = e.at(out, b.mul(i, ir.Constant(I64, c.c_out * positions)), dtype)
+        start = b.mul(i, ir.Constant(I64, positions))
+
+        def channel(o: ir.Value, _: list) -> list:
+            src = b.add(b.mul(o, ir.Constant(I64, wide)), start)
+            row = b.mul(o, ir.Constant(I64, positions))
+            value = e.load(bias, o, dtype) if bias is not None and epilogue is None else None
+
+            def copy(p: ir.Value) -> None:
+                got = e.load(product, b.add(src, p), dtype)
+                e.store(got if value is None else b.fadd(got, value), dst, b.add(row, p), dtype)
+
+            e.span(0, positions, copy)
+            return []
+
+        e.loops.run(c.c_out, channel)
+        if epilogue is not None:
+            epilogue(i, dst)
         return []
 
     e.loops.run(c.n, sample)

@@ -1,0 +1,168 @@
+"""im2col for the convolutions of :mod:`.conv`: one sample's group of windows copied
+into a column buffer, ``cols[(c, *k), *o] = x[c, o * stride - pad + k * dilation]``
+(0 outside), straight from the input (:func:`_columns`, any stride) or, for stride 1,
+in dense runs from a zero-padded copy (:func:`_pad_input`, :func:`_unit_columns`).
+Padding, strides and dilations are compile-time constants, so each kernel position
+copies dense runs and zeroes the padding without a test per element."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+import numpy as np
+from llvmlite import ir
+
+from ember.backend.fusion.llvm.emitter import Emitter
+from ember.backend.kernel.llvm.mathlib import I64, const
+from ember.backend.kernel.views import contiguous_strides, size_of
+
+if TYPE_CHECKING:
+    from ember.backend.fusion.llvm.conv import _Conv
+
+
+def _region(e: Emitter, name: str) -> ir.Value:
+    return e.regions[name]
+
+
+def _pad_input(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, padded: ir.Value, dtype: np.dtype) -> None:
+    """``padded[c, *p] = x[c, p - pad]`` over the grid's padded extent (0 outside x)."""
+    b = e.b
+    plane, p_plane = size_of(c.spatial), size_of(c.padded)
+    e.fill(padded, ir.Constant(I64, 0), c.cg * p_plane, const(dtype, 0.0), dtype)
+    s_strides, p_strides = contiguous_strides(c.spatial), contiguous_strides(c.padded)
+    # The input extent that lands inside the padded extent, per dim.
+    extent = tuple(min(s, p - lo) for s, p, lo in zip(c.spatial, c.padded, c.pad))
+    if any(n <= 0 for n in extent):
+        return
+    rank = len(c.spatial)
+
+    def rows(pos: list[ir.Value]) -> None:
+        channel, lead = pos[0], pos[1:]
+        src = b.add(b.add(x_base, b.mul(channel, ir.Constant(I64, plane))), e.linear(lead, s_strides))
+        dst = b.add(
+            b.mul(channel, ir.Constant(I64, p_plane)),
+            e.linear([b.add(i, ir.Constant(I64, c.pad[d])) for d, i in enumerate(lead)], p_strides),
+        )
+        dst = b.add(dst, ir.Constant(I64, c.pad[rank - 1]))
+        e.span(0, extent[-1], lambda i: e.store(e.load(x, b.add(src, i), dtype), padded, b.add(dst, i), dtype))
+
+    e.loops.nest([c.cg, *extent[:-1]], rows)
+
+
+def _unit_columns(e: Emitter, c: _Conv, padded: ir.Value, cols: ir.Value, dtype: np.dtype) -> None:
+    """Stride 1: ``cols[(c, *k), *o] = padded[c, o + k * dilation]``: per kernel
+    position, one dense run of the last output dim per row of outputs."""
+    b = e.b
+    p_plane, k_total, positions = size_of(c.padded), size_of(c.kernel), c.positions
+    p_strides, o_strides = contiguous_strides(c.padded), contiguous_strides(c.out)
+    offsets = [
+        sum(k * d * st for k, d, st in zip(offset, c.dilation, p_strides))
+        for offset in itertools.product(*(range(k) for k in c.kernel))
+    ]
+    width = c.out[-1]
+
+    def channel(ch: ir.Value, _: list) -> list:
+        for k_flat, start in enumerate(offsets):
+            src = b.add(b.mul(ch, ir.Constant(I64, p_plane)), ir.Constant(I64, start))
+            dst = b.mul(
+                b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, positions)
+            )
+
+            def row(lead: list[ir.Value], src: ir.Value = src, dst: ir.Value = dst) -> None:
+                s = b.add(src, e.linear(lead, p_strides))
+                d = b.add(dst, e.linear(lead, o_strides))
+                e.span(0, width, lambda q: e.store(e.load(padded, b.add(s, q), dtype), cols, b.add(d, q), dtype))
+
+            e.loops.nest(list(c.out[:-1]), row)
+        return []
+
+    e.loops.run(c.cg, channel)
+
+
+def _columns(
+    e: Emitter,
+    c: _Conv,
+    x: ir.Value,
+    x_base: ir.Value,
+    cols: ir.Value,
+    dtype: np.dtype,
+    ld: int = 0,
+    first: ir.Value | None = None,
+) -> None:
+    """im2col of one sample's group (any stride): ``cols[(c, *k), *o] =
+    x[c, o * stride - pad + k * dilation]`` (0 outside). A row of ``cols`` holds ``ld``
+    values (default: the positions), the sample's start at column ``first``."""
+    b = e.b
+    spatial, out, stride, pad, dilation = c.spatial, c.out, c.stride, c.pad, c.dilation
+    plane, positions, k_total = size_of(spatial), size_of(out), size_of(c.kernel)
+    ld = ld or positions
+    s_strides, o_strides = contiguous_strides(spatial), contiguous_strides(out)
+    zero = const(dtype, 0.0)
+    rank = len(spatial)
+
+    def channel(ch: ir.Value, _: list) -> list:
+        source = b.add(x_base, b.mul(ch, ir.Constant(I64, plane)))
+        for k_flat, offset in enumerate(itertools.product(*(range(k) for k in c.kernel))):
+            row = b.mul(b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, ld))
+            if first is not None:
+                row = b.add(row, first)
+            # Per dim: the outputs whose input coordinate lies inside, [lo, hi).
+            ranges = []
+            for d in range(rank):
+                shift = offset[d] * dilation[d] - pad[d]  # coordinate = o * stride + shift
+                lo = 0
+                while lo < out[d] and lo * stride[d] + shift < 0:
+                    lo += 1
+                hi = lo
+                while hi < out[d] and hi * stride[d] + shift < spatial[d]:
+                    hi += 1
+                ranges.append((lo, hi, shift))
+
+            def dim(d: int, dst: ir.Value, src: ir.Value, ranges: list = ranges) -> None:
+                lo, hi, shift = ranges[d]
+                inner = size_of(out[d + 1 :])
+                e.fill(cols, dst, lo * inner, zero, dtype)
+                if d == rank - 1:
+
+                    def copy(o: ir.Value) -> None:
+                        coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
+                        e.store(e.load(x, b.add(src, coord), dtype), cols, b.add(dst, o), dtype)
+
+                    e.span(lo, hi, copy)
+                else:
+
+                    def nested(o: ir.Value) -> None:
+                        coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
+                        dim(
+                            d + 1,
+                            b.add(dst, b.mul(o, ir.Constant(I64, o_strides[d]))),
+                            b.add(src, b.mul(coord, ir.Constant(I64, s_strides[d]))),
+                        )
+
+                    e.span(lo, hi, nested)
+                e.fill(cols, b.add(dst, ir.Constant(I64, hi * inner)), (out[d] - hi) * inner, zero, dtype)
+
+            dim(0, row, source)
+        return []
+
+    e.loops.run(c.cg, channel)
+
+
+def _sample_columns(e: Emitter, c: _Conv, x: ir.Value, i: ir.Value, g: int, dtype: np.dtype) -> ir.Value:
+    """The columns of sample ``i``, group ``g`` (in scratch; a pointwise
+    convolution's are the sample's input itself)."""
+    b = e.b
+    x_base = b.mul(
+        b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)), ir.Constant(I64, size_of(c.spatial))
+    )
+    if c.pointwise:
+        return e.at(x, x_base, dtype)
+    cols = _region(e, "cols")
+    if c.unit:
+        padded = _region(e, "padded")
+        _pad_input(e, c, x, x_base, padded, dtype)
+        _unit_columns(e, c, padded, cols, dtype)
+    else:
+        _columns(e, c, x, x_base, cols, dtype)
+    return cols
