@@ -4,7 +4,7 @@ weight made at load.
 
 Two patterns, both found before the graph is planned:
 
-- **QDQ**: ``DequantizeLinear`` of an int8 or uint8 initializer (scale and zero point
+- **QDQ**: ``DequantizeLinear`` of an int8, uint8, int4 or uint4 initializer (scale and zero point
   constants; per tensor, per output channel, or blocked along the reduced axis) read only
   as the weight of ``MatMul``, ``Gemm`` (``transA=0``) or ``Conv``. The node is dropped;
   each reader multiplies by the packed weight. The result is the float product with the
@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 
 from ember.backend.dtype import DType
@@ -55,6 +56,9 @@ _ONNX = ("", "ai.onnx")
 _READERS = {"MatMul", "Gemm", "Conv"}
 _INTEGER = {"MatMulInteger": "MatMul", "ConvInteger": "Conv"}
 _QLINEAR = {"QLinearMatMul", "QLinearConv"}
+#: ONNX's 4-bit ints as the loader reads them (ml_dtypes), and every weight type taken.
+_INT4 = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4))
+_WEIGHT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8), *_INT4)
 #: Each reader's inputs (omitted trailing ones are passed as None).
 _ARITY = {"MatMul": 2, "Gemm": 3, "Conv": 3, "MatMulInteger": 4, "ConvInteger": 4, "QLinearMatMul": 8, "QLinearConv": 9}
 #: Float32 holds every integer up to this exactly: an integer sum bounded by it is exact in any order.
@@ -72,6 +76,7 @@ class QuantizedUse:
     zero_points: np.ndarray | None
     scheme: QuantScheme
     onnx_shape: tuple[int, ...]
+    matrix_shape: tuple[int, int] = (0, 0)  # ember's logical [out, in] (int4 values are packed)
     output: str | None = None
     #: the reader's inputs the packed parts replace (the weight, and an integer product's weight zero point)
     replaced: tuple[int, ...] = (1,)
@@ -159,7 +164,7 @@ def _dequantize_parts(node: Any, initializers: dict[str, np.ndarray], reader: An
     zero = initializers.get(names[2]) if names[2] else None
     if x is None or scale is None or (names[2] and zero is None):
         return None
-    if x.dtype not in (np.int8, np.uint8) or scale.dtype != np.float32 or _attr(node, "output_dtype", 0) not in (0, 1):
+    if x.dtype not in _WEIGHT_TYPES or scale.dtype != np.float32 or _attr(node, "output_dtype", 0) not in (0, 1):
         return None
     layout = _weight_layout(reader, x.shape)
     if layout is None:
@@ -180,6 +185,8 @@ def _dequantize_parts(node: Any, initializers: dict[str, np.ndarray], reader: An
         return None
     matrix = x.T if transposed else x.reshape(rows, cols)
     groups = cols // group
+    if x.dtype in _INT4 and group % 2:
+        return None  # two values of a group per byte
     if level == "block":  # scales [K / block, N] (MatMul) or [N, K / block] (Gemm, transB=1)
         s = (scale.T if transposed else scale).reshape(rows, groups)
         z = None if zero is None else (zero.T if transposed else zero).reshape(rows, groups)
@@ -231,20 +238,32 @@ def _integer_parts(node: Any, initializers: dict[str, np.ndarray]) -> QuantizedU
 def _use(
     matrix: np.ndarray, scales: np.ndarray, zero: np.ndarray | None, level: str, group: int, shape: tuple[int, ...]
 ) -> QuantizedUse:
-    """ember's parts of an ONNX quantized matrix: symmetric int8 when the values are int8
-    with zero points 0, else asymmetric uint8 (int8 values and zero points shifted by 128)."""
+    """ember's parts of an ONNX quantized matrix: symmetric when the values are signed with
+    zero points 0, else asymmetric unsigned (signed values and zero points shifted by 128,
+    or by 8 for int4: exact). int4 is packed as ``ember.tensor.quant`` packs it."""
     block = group if level == "block" else None
-    zero_free = zero is None or not zero.any()
-    if matrix.dtype == np.int8 and zero_free:
-        scheme = QuantScheme("int8", True, level, block)
-        return QuantizedUse(matrix, scales, None, scheme, tuple(shape))
-    if matrix.dtype == np.int8:
-        matrix = (matrix.astype(np.int16) + 128).astype(np.uint8)
-        assert zero is not None
-        zero = (zero.astype(np.int16) + 128).astype(np.uint8)
-    z = np.zeros(scales.shape, np.uint8) if zero is None else np.broadcast_to(zero, scales.shape).astype(np.uint8)
-    scheme = QuantScheme("int8", False, level, block)
-    return QuantizedUse(matrix, scales, np.ascontiguousarray(z), scheme, tuple(shape))
+    int4 = matrix.dtype in _INT4
+    value = "int4" if int4 else "int8"
+    signed = matrix.dtype in (np.dtype(np.int8), np.dtype(ml_dtypes.int4))
+    shift = 8 if int4 else 128
+    symmetric = signed and (zero is None or not zero.astype(np.int16).any())
+    z = None
+    if not symmetric:
+        z16 = np.zeros(scales.shape, np.int16) if zero is None else np.broadcast_to(zero.astype(np.int16), scales.shape)
+        z = np.ascontiguousarray(z16 + (shift if signed else 0)).astype(np.uint8)
+    if int4:  # nibbles 0..15: a signed value plus 8 (ember's symmetric int4 subtracts 8)
+        u = (matrix.astype(np.int16) + (8 if signed else 0)).astype(np.uint8)
+        rows, cols = u.shape
+        grouped = u.reshape(rows, cols // group, group)
+        half = group // 2
+        packed = grouped[..., :half] | (grouped[..., half:] << 4)
+        stored = np.ascontiguousarray(packed.reshape(rows, cols // 2))
+    elif signed and not symmetric:
+        stored = (matrix.astype(np.int16) + shift).astype(np.uint8)
+    else:
+        stored = np.ascontiguousarray(matrix)
+    scheme = QuantScheme(value, symmetric, level, block)
+    return QuantizedUse(stored, scales, z, scheme, tuple(shape), matrix.shape)
 
 
 # ---------------------------------------------------------------------- planning a reader
@@ -292,7 +311,7 @@ def _const(planner: Planner, array: np.ndarray) -> int:
 
 def _runner(op_type: str, view: Any, use: QuantizedUse) -> Callable[..., Tensor]:
     """The step's function: ``(*node inputs with the weight None, values, scales, zero_points)``."""
-    scheme, matrix_shape = use.scheme, use.values.shape
+    scheme, matrix_shape = use.scheme, use.matrix_shape
 
     def weight(values: Tensor, scales: Tensor, zero_points: Tensor | None) -> QuantizedTensor:
         return QuantizedTensor(values, scales, zero_points, scheme, matrix_shape)

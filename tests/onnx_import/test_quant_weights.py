@@ -312,3 +312,39 @@ def test_qlinear_matmul_takes_the_packed_weight_only_where_its_sum_is_exact(rng,
     a = rng.integers(0, 256, (5, k)).astype(np.uint8)
     (want,) = run_ort_as_written(ort, data, a)
     np.testing.assert_array_equal(loaded(Tensor.from_data(a, dtype=DType.UINT8)).to_numpy(), want)
+
+
+@pytest.mark.parametrize("kind", ["int4", "uint4", "int4-no-zero-point"])
+@pytest.mark.parametrize("level", ["block", "axis"])
+def test_4_bit_dequantize_linear_weights_run_packed_int4(rng, kind, level):
+    """ONNX int4/uint4 weights (blocks of 32 along the reduced axis, or per output column)
+    become ember's packed int4 (two values per byte): float64 numpy of the spec's
+    dequantization as the oracle."""
+    onnx = import_onnx("onnx")
+    T = onnx.TensorProto
+    k, n, block = 64, 12, 32
+    low, high, elem = (0, 16, T.UINT4) if kind == "uint4" else (-8, 8, T.INT4)
+    w = rng.integers(low, high, (k, n))
+    shape = (k // block, n) if level == "block" else (n,)
+    scale = (np.abs(rng.standard_normal(shape)) * 0.05 + 0.01).astype(np.float32)
+    has_zero = kind != "int4-no-zero-point"
+    zero = rng.integers(low, high, shape) if has_zero else np.zeros(shape, np.int64)
+    attrs = {"axis": 0, "block_size": block} if level == "block" else {"axis": 1}
+    nodes = [
+        onnx.helper.make_node("DequantizeLinear", ["wq", "s", "z"] if has_zero else ["wq", "s"], ["w"], **attrs),
+        onnx.helper.make_node("MatMul", ["x", "w"], ["y"]),
+    ]
+    inits = [onnx.helper.make_tensor("wq", elem, [k, n], w.flatten().tolist()), _init(onnx, scale, "s")]
+    if has_zero:
+        inits.append(onnx.helper.make_tensor("z", elem, list(shape), zero.flatten().tolist()))
+    data = onnx_model(onnx, nodes, [("x", T.FLOAT, [3, k])], [("y", T.FLOAT, None)], inits, 21)
+    loaded = ember.onnx.load(data)
+    assert len(quantized_steps(loaded)) == 1
+    (_, values, _) = loaded.program.const_tensors[0]
+    assert values.dtype == np.uint8 and values.shape == (n, k // 2)  # packed two per byte
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    reps = block if level == "block" else 1
+    full_s = np.repeat(scale, reps, 0) if level == "block" else scale
+    full_z = np.repeat(zero, reps, 0) if level == "block" else zero
+    dequantized = (w - full_z) * full_s.astype(np.float64)
+    np.testing.assert_allclose(loaded(Tensor.from_data(x)).to_numpy(), x @ dequantized, rtol=1e-5, atol=1e-5)
