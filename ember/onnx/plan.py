@@ -33,6 +33,7 @@ from ember.onnx.dtypes import dtype_of_array, ember_dtype
 from ember.onnx.flex_attention import add_flex_attention
 from ember.onnx.ops import Node, OpDef
 from ember.onnx.program import DEVICE_SLOT, NONE_SLOT, InputSpec, Program, Step, explain, host_to_tensor
+from ember.onnx.quant_weights import QuantizedUse, add_quantized, find_quantized_weights
 from ember.onnx.support import (
     WRAPPING,
     Unsupported,
@@ -92,6 +93,7 @@ class Planner:
         self.transposed: frozenset[str] = frozenset()
         self.trainable = trainable
         self.roles: list[InitializerRole] = []  # what each initializer became, and why
+        self.quantized: dict[int, QuantizedUse] = {}  # id(node) -> the quantized weight it reads
         self.retired: list[Value] = []  # a subgraph's values, kept alive: const_slot_of keys on their ids
 
     # ------------------------------------------------------------------ slots
@@ -107,6 +109,7 @@ class Planner:
         if self.untie:
             nodes = self.untie_aliases(nodes, initializers)
         checked = self.check_ops(nodes)
+        nodes, checked, self.quantized = find_quantized_weights(nodes, checked, initializers, graph.output)
         inner = self.subgraph_initializers(nodes, initializers)
         uses = self.initializer_uses(nodes, checked, {**initializers, **inner})
         self.transposed = self.transpose_linear_weights(nodes, initializers)
@@ -356,6 +359,8 @@ class Planner:
         if node.op_type == "FlexAttention" and node.domain == "ai.onnx.preview":
             add_flex_attention(self, node)
             return
+        if id(node) in self.quantized:  # reads a quantized weight (ember/onnx/quant_weights.py)
+            return add_quantized(self, node, opdef, version, self.quantized[id(node)])
         values: list[Value | None] = []
         for name in node.input:
             if name == "":

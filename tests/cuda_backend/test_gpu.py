@@ -144,3 +144,21 @@ def test_compiled_step_replays_as_a_cuda_graph(cuda, fuse):
     np.testing.assert_allclose(
         model.l1.weight.val().to_numpy(), eager_model.l1.weight.val().to_numpy(), rtol=1e-4, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("block", [None, 32])
+@pytest.mark.parametrize("value", ["int8", "int4"])
+def test_quantized_linear_reads_the_packed_weight(cuda, rng, value, block):
+    """The kernel layer's quantized matmul printed as CUDA C, against float64 of the
+    dequantized weight (decode and prefill rows)."""
+    from ember.quantization import QuantScheme, quantize, quantized_linear
+
+    scheme = QuantScheme.int8(block=block) if value == "int8" else QuantScheme.int4(block=block)
+    w = rng.standard_normal((96, 256)).astype(np.float32)
+    q = quantize(Tensor.from_data(w), scheme)
+    bias = rng.standard_normal(96).astype(np.float32)
+    expected_w = q.dequantize().to_numpy().astype(np.float64)
+    for m in (1, 40):
+        x = rng.standard_normal((m, 256)).astype(np.float32)
+        got = quantized_linear(Tensor.from_data(x, device=cuda), q.to_device(cuda), Tensor.from_data(bias, device=cuda))
+        assert_close(got, x @ expected_w.T + bias, rtol=1e-5, atol=1e-4)

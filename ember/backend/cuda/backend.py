@@ -334,6 +334,13 @@ class CudaBackend(CudaIndexing, Backend):
 
         return blas.matmul(self, a, b)
 
+    def quantized_linear(self, x, values, scales, zero_points, bias, input_scale, value, group, activations):
+        """Weight-only schemes through :mod:`.quant` (the packed weight, dequantized in
+        registers); the activation schemes take the composite."""
+        from ember.backend.cuda import quant
+
+        return quant.quantized_linear(self, x, values, scales, zero_points, bias, value, group, activations)
+
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: ReduceOp, x: CudaTensor, dim: int) -> CudaTensor:
         n = x.shape[dim]

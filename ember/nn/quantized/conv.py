@@ -3,27 +3,29 @@
 The weight ``[channels_out, channels_in / groups, *kernel]`` is stored as a matrix
 ``[channels_out, channels_in / groups * prod(kernel)]`` quantized per row (per output
 channel), so a block runs along the flattened input channels and kernel taps. The
-forward dequantizes the weight (tensor ops, on every device) and runs the float
-convolution: the bytes are saved, the speed is not (yet).
+forward is :func:`ember.tensor.quant.conv.quantized_conv`: the input's sliding blocks
+times the packed weight through ``quantized_linear`` (flex's kernels dequantize in
+registers; the float weight is never built). An activation scheme rounds the input to
+the int8 grid first, one scale per sample (dynamic) or the calibrated one (static).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from ember.module import Module, Param
 from ember.nn.quantized.weight import qtensor, quantized_fields
 from ember.tensor import Tensor
-from ember.tensor.layer_ops import conv1d, conv2d
 from ember.tensor.quant import QuantizedTensor, QuantScheme
+from ember.tensor.quant.conv import quantized_conv
 from ember.tensor.quant.linear import fake_quantize_int8
 
 
 class QuantizedConv(Module):
-    """The fields and forward both convolutions share (they differ in the functional
-    and the defaults); build one with ``Conv2d.quantized(scheme)``."""
+    """The fields and forward both convolutions share (they differ in their defaults);
+    build one with ``Conv2d.quantized(scheme)``."""
 
     values: Param
     scales: Param
@@ -36,8 +38,6 @@ class QuantizedConv(Module):
     padding: object
     dilation: Any
     groups: int
-    #: The float convolution (``conv1d``/``conv2d``) the forward runs.
-    _functional: ClassVar[Callable[..., Tensor]]
 
     @property
     def weight(self) -> QuantizedTensor:
@@ -59,11 +59,16 @@ class QuantizedConv(Module):
         return fake_quantize_int8(x.reshape([batch, -1]), None).reshape(x.dims())
 
     def forward(self, x: Tensor) -> Tensor:
-        """The float convolution of the (quantized) input with the dequantized weight."""
+        """The convolution of the (quantized) input with the packed weight."""
         bias = self.bias
-        return type(self)._functional(
+        weight = self.weight
+        if self.scheme.activations:  # the input is on the int8 grid already: a weight-only product
+            scheme = dataclasses.replace(self.scheme, activations=None)
+            weight = QuantizedTensor(weight.values, weight.scales, weight.zero_points, scheme, weight.dims())
+        return quantized_conv(
             self.quantized_input(x),
-            self.float_weight(),
+            weight,
+            self.kernel_shape,
             None if bias is None else bias.val(),
             self.stride,
             self.padding,
@@ -83,7 +88,6 @@ def quantized_parts(weight: Tensor, bias: Param | None, scheme: QuantScheme, inp
 class QuantizedConv1d(QuantizedConv):
     """A :class:`~ember.nn.Conv1d` with a quantized weight."""
 
-    _functional: ClassVar[Callable[..., Tensor]] = staticmethod(conv1d)
     stride: int = 1
     padding: object = "valid"
     dilation: int = 1
@@ -93,7 +97,6 @@ class QuantizedConv1d(QuantizedConv):
 class QuantizedConv2d(QuantizedConv):
     """A :class:`~ember.nn.Conv2d` with a quantized weight."""
 
-    _functional: ClassVar[Callable[..., Tensor]] = staticmethod(conv2d)
     stride: tuple[int, int] = (1, 1)
     padding: object = "valid"
     dilation: tuple[int, int] = (1, 1)

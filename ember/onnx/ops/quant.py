@@ -228,14 +228,21 @@ def qlinear_matmul(node: Node) -> Callable[..., Any]:
         y_zero: Tensor | None = None,
     ) -> Tensor:
         acc = _matmul_integer(node, a, b, a_zero, b_zero)
-        rows = a.dims()[-2] if a.rank >= 2 else 1
-        multiplier = _per_row(a_scale, rows) * b_scale / y_scale
-        y = acc.cast(DType.FLOAT32) * _float(multiplier)
-        if y_zero is not None:
-            y = y + y_zero.cast(DType.FLOAT32)
-        return _saturate(y, elem)
+        return requantize_matmul(acc.cast(DType.FLOAT32), a, a_scale, b_scale, y_scale, y_zero, elem)
 
     return run
+
+
+def requantize_matmul(
+    acc: Tensor, a: Tensor, a_scale: Tensor, b_scale: Tensor, y_scale: Tensor, y_zero: Tensor | None, elem: int
+) -> Tensor:
+    """QLinearMatMul's output from its accumulator ``acc`` (float32 holding the int32 sums)."""
+    rows = a.dims()[-2] if a.rank >= 2 else 1
+    multiplier = _per_row(a_scale, rows) * b_scale / y_scale
+    y = acc * _float(multiplier)
+    if y_zero is not None:
+        y = y + y_zero.cast(DType.FLOAT32)
+    return _saturate(y, elem)
 
 
 def _int_conv(
@@ -324,10 +331,18 @@ def qlinear_conv(node: Node) -> Callable[..., Any]:
         channel = [1, -1] + [1] * (acc.rank - 2)
         if bias is not None:
             acc = acc + bias.cast(DType.INT32).reshape(channel)
-        per_channel = w_scale.reshape(channel) if w_scale.num_elements() > 1 else w_scale.reshape([])
-        y = acc.cast(DType.FLOAT32) * _float(x_scale.reshape([]) * per_channel / y_scale.reshape([]))
-        if y_zero is not None:
-            y = y + y_zero.cast(DType.FLOAT32).reshape([])
-        return _saturate(y, elem)
+        return requantize_conv(acc.cast(DType.FLOAT32), x_scale, w_scale, y_scale, y_zero, elem)
 
     return run
+
+
+def requantize_conv(
+    acc: Tensor, x_scale: Tensor, w_scale: Tensor, y_scale: Tensor, y_zero: Tensor | None, elem: int
+) -> Tensor:
+    """QLinearConv's output from its accumulator ``acc`` (float32 holding the int32 sums, bias included)."""
+    channel = [1, -1] + [1] * (acc.rank - 2)
+    per_channel = w_scale.reshape(channel) if w_scale.num_elements() > 1 else w_scale.reshape([])
+    y = acc * _float(x_scale.reshape([]) * per_channel / y_scale.reshape([]))
+    if y_zero is not None:
+        y = y + y_zero.cast(DType.FLOAT32).reshape([])
+    return _saturate(y, elem)

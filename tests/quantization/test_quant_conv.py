@@ -1,0 +1,111 @@
+"""Quantized convolutions as a GEMM over the packed weight: ``quantized_conv`` against
+torch's float64 convolution of the dequantized weight (1-d, 2-d and 3-d; strides, pads,
+dilations, groups; int8/uint8/int4 schemes), and ``QuantizedConv1d/2d`` never building the
+float weight."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ember import Device, Tensor
+from ember.errors import ShapeError
+from ember.nn import Conv1dConfig, Conv2dConfig
+from ember.quantization import QuantizedTensor, QuantScheme, quantize
+from ember.tensor.quant.conv import quantized_conv
+
+SCHEMES = [
+    QuantScheme.int8(),
+    QuantScheme.int8(symmetric=False),
+    QuantScheme.int8(level="tensor"),
+    QuantScheme.int4(block=None),
+    QuantScheme.int4(symmetric=False, block=None),
+]
+TORCH_CONV = {1: torch.nn.functional.conv1d, 2: torch.nn.functional.conv2d, 3: torch.nn.functional.conv3d}
+
+
+def reference(x, q: QuantizedTensor, kernel_shape, bias, stride, padding, dilation, groups):
+    w = torch.from_numpy(q.dequantize().to_numpy().astype(np.float64)).reshape(kernel_shape)
+    b = None if bias is None else torch.from_numpy(bias.astype(np.float64))
+    fn = TORCH_CONV[len(kernel_shape) - 2]
+    return fn(torch.from_numpy(x.astype(np.float64)), w, b, stride, padding, dilation, groups).numpy()
+
+
+CASES = [  # kernel_shape, input spatial, stride, padding, dilation, groups
+    ((8, 4, 3, 3), (9, 7), 1, 1, 1, 1),
+    ((6, 2, 3, 2), (10, 9), (2, 1), (1, 0), (1, 2), 2),
+    ((8, 4, 5), (33,), 2, 2, 1, 1),
+    ((4, 1, 4), (16,), 1, 0, 3, 4),  # depthwise
+    ((4, 2, 2, 2, 2), (5, 4, 6), 1, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=repr)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"k{list(c[0])}")
+def test_quantized_conv_matches_float64_conv_of_the_dequantized_weight(scheme, case, rng):
+    kernel_shape, spatial, stride, padding, dilation, groups = case
+    c_out, c_group = kernel_shape[:2]
+    cols = int(np.prod(kernel_shape[1:]))
+    w = rng.standard_normal((c_out, cols)).astype(np.float32)
+    x = rng.standard_normal((3, c_group * groups, *spatial)).astype(np.float32)
+    bias = rng.standard_normal(c_out).astype(np.float32)
+    q = quantize(Tensor.from_data(w), scheme)
+    got = quantized_conv(
+        Tensor.from_data(x), q, kernel_shape, Tensor.from_data(bias), stride, padding, dilation, groups
+    ).to_numpy()
+    expected = reference(x, q, kernel_shape, bias, stride, padding, dilation, groups)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_quantized_conv_with_many_positions_takes_the_tiled_path(rng):
+    """Enough rows (batch x positions >= 32) for the dequantized-tile GEMM path on flex."""
+    kernel_shape = (16, 8, 3, 3)
+    w = rng.standard_normal((16, 72)).astype(np.float32)
+    x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
+    q = quantize(Tensor.from_data(w), QuantScheme.int8())
+    got = quantized_conv(Tensor.from_data(x), q, kernel_shape, None, 1, "same").to_numpy()
+    np.testing.assert_allclose(got, reference(x, q, kernel_shape, None, 1, 1, 1, 1), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("scheme", [QuantScheme.int8(), QuantScheme.int4(block=32)], ids=repr)
+def test_quantized_conv2d_layer_never_dequantizes_its_weight(scheme, rng, monkeypatch):
+    layer = Conv2dConfig((4, 8), (2, 4), padding=1).init(Device.flex())
+    q = layer.quantized(scheme)
+    x = Tensor.from_data(rng.standard_normal((2, 4, 6, 7)).astype(np.float32))
+    expected = reference(
+        x.to_numpy(),
+        q.weight,
+        q.kernel_shape,
+        q.bias.val().to_numpy(),
+        1,
+        1,
+        1,
+        1,
+    )
+
+    def refuse(self):
+        raise AssertionError("the quantized convolution dequantized its weight")
+
+    monkeypatch.setattr(QuantizedTensor, "dequantize", refuse)
+    np.testing.assert_allclose(q(x).to_numpy(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_quantized_conv1d_dynamic_rounds_each_sample_to_the_int8_grid(rng):
+    layer = Conv1dConfig(4, 6, 3).init(Device.flex())
+    q = layer.quantized(QuantScheme.int8(activations="dynamic"))
+    x = rng.standard_normal((2, 4, 20)).astype(np.float32)
+    scale = np.abs(x).reshape(2, -1).max(axis=1) / 127
+    xq = np.clip(np.rint(x / scale[:, None, None]), -127, 127) * scale[:, None, None]
+    expected = reference(xq, q.weight, q.kernel_shape, q.bias.val().to_numpy(), 1, 0, 1, 1)
+    np.testing.assert_allclose(q(Tensor.from_data(x)).to_numpy(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_quantized_conv_refuses_a_weight_of_another_kernel(rng):
+    q = quantize(Tensor.from_data(rng.standard_normal((8, 36)).astype(np.float32)), QuantScheme.int8())
+    x = Tensor.from_data(rng.standard_normal((1, 4, 5, 5)).astype(np.float32))
+    with pytest.raises(ShapeError, match="not the matrix of a \\[8, 4, 3, 2\\] kernel"):
+        quantized_conv(x, q, (8, 4, 3, 2))
+    with pytest.raises(ShapeError, match="the input has 4 channels but the weight \\[8, 6, 3, 2\\]"):
+        quantized_conv(x, q, (8, 6, 3, 2), groups=1)
