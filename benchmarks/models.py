@@ -3,6 +3,7 @@
     python benchmarks/models.py            # everything
     python benchmarks/models.py --quick    # fewer rounds, fewer new tokens
     python benchmarks/models.py --sections forward generate finetune
+    python benchmarks/models.py --clock cpu  # CPU time: steadier on a loaded machine
 
 Sections (each table's contestants run in alternating rounds; figures are medians):
 - forward: latency of one forward pass per architecture (GPT-2, LLaMA, BERT, ViT, ResNet;
@@ -73,6 +74,10 @@ ARCHS = {
 }
 
 
+def _note(clock) -> str:
+    return ", CPU time" if clock is time.process_time else ""
+
+
 def save(transformers, torch, root: Path, name: str) -> tuple[Path, object]:
     model_class, config_class, config, _ = ARCHS[name]
     torch.manual_seed(0)
@@ -86,7 +91,7 @@ def params(model) -> str:
     return f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
 
 
-def forward_section(transformers, torch, root: Path, repeats: int, names: list[str]) -> None:
+def forward_section(transformers, torch, root: Path, repeats: int, names: list[str], clock=time.perf_counter) -> None:
     rows = []
     rng = np.random.default_rng(0)
     for name in names:
@@ -115,7 +120,9 @@ def forward_section(transformers, torch, root: Path, repeats: int, names: list[s
             with torch.no_grad():
                 reference(tx)
 
-        medians, ratios = alternating_us({"eager": eager, "compiled": traced, "torch": theirs}, repeats=repeats)
+        medians, ratios = alternating_us(
+            {"eager": eager, "compiled": traced, "torch": theirs}, repeats=repeats, clock=clock
+        )
         rows.append(
             [
                 name,
@@ -128,7 +135,7 @@ def forward_section(transformers, torch, root: Path, repeats: int, names: list[s
             ]
         )
     print_table(
-        "forward, batch 1 (128 tokens / one 224x224 image), median ms (alternating rounds)",
+        f"forward, batch 1 (128 tokens / one 224x224 image), median ms (alternating rounds{_note(clock)})",
         ["model", "params", "ember eager", "ember compiled", "torch eager", "eager/torch", "compiled/torch"],
         rows,
     )
@@ -150,7 +157,7 @@ def torch_loop(torch, model, prompt, new_tokens: int):
     return torch.cat(tokens, 1)
 
 
-def generate_section(transformers, torch, root: Path, rounds: int, new_tokens: int) -> None:
+def generate_section(transformers, torch, root: Path, rounds: int, new_tokens: int, clock=time.perf_counter) -> None:
     rows = []
     rng = np.random.default_rng(0)
     for name in ("gpt2", "llama"):
@@ -176,9 +183,9 @@ def generate_section(transformers, torch, root: Path, rounds: int, new_tokens: i
             samples: dict[str, list[float]] = {k: [] for k in runs}
             for _ in range(rounds):
                 for key, fn in runs.items():
-                    start = time.perf_counter()
+                    start = clock()
                     fn()
-                    samples[key].append(time.perf_counter() - start)
+                    samples[key].append(clock() - start)
             rate = {k: batch * new_tokens / statistics.median(v) for k, v in samples.items()}
             ratio = statistics.median(b / a for a, b in zip(samples["ember"], samples["transformers"]))
             loop_ratio = statistics.median(b / a for a, b in zip(samples["ember"], samples["torch loop"]))
@@ -195,13 +202,14 @@ def generate_section(transformers, torch, root: Path, rounds: int, new_tokens: i
                 ]
             )
     print_table(
-        f"greedy generate, 16-token prompt + {new_tokens} new tokens, tokens/s (median of {rounds} alternating rounds)",
+        f"greedy generate, 16-token prompt + {new_tokens} new tokens, tokens/s (median of {rounds} alternating "
+        f"rounds{_note(clock)})",
         ["model", "params", "batch", "ember", "transformers", "torch loop", "ember/transformers", "ember/torch loop"],
         rows,
     )
 
 
-def finetune_section(transformers, torch, root: Path, repeats: int) -> None:
+def finetune_section(transformers, torch, root: Path, repeats: int, clock=time.perf_counter) -> None:
     from ember.nn import lora
     from ember.nn.loss import CrossEntropyLoss
     from ember.optim import AdamWConfig, GradientsParams
@@ -246,12 +254,13 @@ def finetune_section(transformers, torch, root: Path, repeats: int) -> None:
             opt.step()
             loss.item()
 
-        medians, ratios = alternating_us({"ember": ours, "torch": theirs}, repeats=repeats)
+        medians, ratios = alternating_us({"ember": ours, "torch": theirs}, repeats=repeats, clock=clock)
         rows.append(
             [mode, fmt(medians["ember"] / 1e3), fmt(medians["torch"] / 1e3), f"{ratios[('ember', 'torch')]:.2f}x"]
         )
     print_table(
-        "GPT-2 fine-tuning step (4 x 64 tokens, AdamW), median ms (alternating rounds; dropout as configured, 0.1)",
+        f"GPT-2 fine-tuning step (4 x 64 tokens, AdamW), median ms (alternating rounds{_note(clock)}; dropout as "
+        "configured, 0.1)",
         ["mode", "ember", "torch", "ember/torch"],
         rows,
     )
@@ -283,7 +292,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sections", nargs="+", default=["forward", "generate", "finetune"])
     parser.add_argument("--models", nargs="+", default=list(ARCHS))
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: the process's CPU time (all its threads)"
+    )
     args = parser.parse_args()
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     import torch
     import transformers
 
@@ -293,11 +306,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if "forward" in args.sections:
-            forward_section(transformers, torch, root, repeats, args.models)
+            forward_section(transformers, torch, root, repeats, args.models, clock)
         if "generate" in args.sections:
-            generate_section(transformers, torch, root, 3 if args.quick else 5, 32 if args.quick else 128)
+            generate_section(transformers, torch, root, 3 if args.quick else 5, 32 if args.quick else 128, clock)
         if "finetune" in args.sections:
-            finetune_section(transformers, torch, root, repeats)
+            finetune_section(transformers, torch, root, repeats, clock)
 
 
 if __name__ == "__main__":

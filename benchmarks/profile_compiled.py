@@ -37,8 +37,9 @@ _ENTRY = ctypes.CFUNCTYPE(None)
 
 
 def keep_call_outputs(variant: Any) -> list:
-    """Makes ``variant`` keep its eager calls' outputs alive (their addresses stay in
-    its pointer table, which the per-step entries read)."""
+    """Makes ``variant`` keep its eager calls' outputs and its inputs' arrays alive
+    (their addresses stay in its pointer table, which the per-step entries read; an
+    input the caller drops, such as a decode step's token array, would dangle)."""
     kept: list = []
     original = variant._call
 
@@ -48,6 +49,14 @@ def keep_call_outputs(variant: Any) -> list:
         kept.extend(keep)
 
     variant._call = call
+    bind = variant._bind
+
+    def bind_kept(k, a, slot, donated):  # an input's array (or its dense copy), held
+        bound = bind(k, a, slot, donated)
+        kept.append(bound)
+        return bound
+
+    variant._bind = bind_kept
     return kept
 
 

@@ -13,7 +13,8 @@ shared with other load, the scheduler stretches wall-clock times unevenly).
 - bytes: a ~100M-parameter GPT-2-style decoder's parameter bytes, float32 / int8 / int4, with
   the default group (embeddings and the tied head in float) and with ``include_embeddings=True``;
 - generate: greedy ``generate`` tokens/s of that decoder (random weights), float32 against
-  int8 and int4 weight-only, batch 1: decode (the new tokens after the prefill) and end to end;
+  int8 and int4 weight-only, batch 1, eager and compiled decode steps: decode (the new
+  tokens after the prefill) and end to end;
 - accuracy: int8 / int4 logits against float32 on a small random GPT-2 (cosine, top-1).
 """
 
@@ -157,40 +158,46 @@ def generate_sections(sections: list[str], quick: bool, rounds: int, clock=time.
         return
     new_tokens = 16 if quick else 32
     prompt = np.random.default_rng(0).integers(0, 8192, (1, 16))
-    for m in variants.values():
-        generate(m, prompt, 2, compile=False)  # warm: kernels compiled, caches built
+    # Eager (compile=False) and compiled (the default: the decode step through
+    # ember.compile; the warm-up's 2 tokens and the rounds' 1 + new_tokens share one
+    # trace, the cache being a multiple of generation.CACHE_BLOCK slots).
+    runs = {(name, mode): m for mode in ("eager", "compiled") for name, m in variants.items()}
+    for (_, mode), m in runs.items():
+        generate(m, prompt, 2, compile=mode == "compiled")  # warm: kernels compiled, caches built, traces
     # Each round times generate(1 token) (the prefill) and generate(1 + new_tokens); decode
     # tokens/s is new_tokens over the difference, end to end is over the whole call.
-    decode: dict[str, list[float]] = {name: [] for name in variants}
-    whole: dict[str, list[float]] = {name: [] for name in variants}
+    decode: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+    whole: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
     for _ in range(rounds):
-        for name, m in variants.items():
+        for (name, mode), m in runs.items():
+            compiled = mode == "compiled"
             start = clock()
-            generate(m, prompt, 1, compile=False)
+            generate(m, prompt, 1, compile=compiled)
             prefill = clock() - start
             start = clock()
-            generate(m, prompt, 1 + new_tokens, compile=False)
+            generate(m, prompt, 1 + new_tokens, compile=compiled)
             total = clock() - start
-            decode[name].append(new_tokens / max(total - prefill, 1e-9))
-            whole[name].append((1 + new_tokens) / total)
+            decode[name, mode].append(new_tokens / max(total - prefill, 1e-9))
+            whole[name, mode].append((1 + new_tokens) / total)
 
-    def ratio(samples: dict[str, list[float]], name: str) -> str:
-        return f"{np.median(np.array(samples[name]) / np.array(samples['float32'])):.2f}x"
+    def ratio(samples: dict[tuple[str, str], list[float]], key: tuple[str, str]) -> str:
+        return f"{np.median(np.array(samples[key]) / np.array(samples['float32', 'eager'])):.2f}x"
 
     rows = [
         [
             name,
-            f"{np.median(decode[name]):.1f}",
-            ratio(decode, name),
-            f"{np.median(whole[name]):.1f}",
-            ratio(whole, name),
+            mode,
+            f"{np.median(decode[name, mode]):.1f}",
+            ratio(decode, (name, mode)),
+            f"{np.median(whole[name, mode]):.1f}",
+            ratio(whole, (name, mode)),
         ]
-        for name in variants
+        for name, mode in runs
     ]
     print_table(
-        f"greedy generate, batch 1, 16-token prompt + {1 + new_tokens} new tokens, eager (compile=False); "
-        f"median of {rounds} alternating rounds{' (CPU time)' if clock is time.process_time else ''}",
-        ["model", "decode tokens/s", "vs float32", "end-to-end tokens/s", "vs float32"],
+        f"greedy generate, batch 1, 16-token prompt + {1 + new_tokens} new tokens, eager (compile=False) and "
+        f"compiled; median of {rounds} alternating rounds{' (CPU time)' if clock is time.process_time else ''}",
+        ["model", "decode step", "decode tokens/s", "vs float32 eager", "end-to-end tokens/s", "vs float32 eager"],
         rows,
     )
 

@@ -32,6 +32,11 @@ from ember.tensor import Tensor
 
 __all__ = ["generate"]
 
+#: A compiled decode step's cache holds a multiple of this many slots (the slots past
+#: the last token are masked): ``generate`` calls of different lengths then share one
+#: trace instead of tracing (and compiling) a step per cache length.
+CACHE_BLOCK = 64
+
 
 def _host_ids(name: str, value: Any) -> np.ndarray:
     array = value.to_numpy() if isinstance(value, Tensor) else np.asarray(value)
@@ -81,6 +86,19 @@ def _compiled_step() -> Any:
     from ember.capture import compile
 
     return compile(_decode_step, max_traces=16, donate=(4,))
+
+
+def _new_cache(model: Any, batch: int, needed: int, device: Device, bucket: bool) -> Any:
+    """The model's cache of ``needed`` slots; for a compiled step (``bucket``), of
+    ``needed`` rounded up to a multiple of :data:`CACHE_BLOCK`, unless the model cannot
+    hold that many positions (its ``new_cache`` refuses them)."""
+    rounded = -(-needed // CACHE_BLOCK) * CACHE_BLOCK
+    if bucket and rounded > needed:
+        try:
+            return model.new_cache(batch, rounded, device=device)
+        except ShapeError:
+            pass  # past the model's positions: the exact length still fits
+    return model.new_cache(batch, needed, device=device)
 
 
 def generate(
@@ -140,8 +158,8 @@ def generate(
     device: Device = devices[0] if devices else Device.default()
     if compile is None:
         compile = not device.is_autodiff()
-    max_len = length + max_new_tokens
-    cache = model.new_cache(batch, max_len, device=device)
+    cache = _new_cache(model, batch, length + max_new_tokens, device, compile)
+    max_len = cache.max_len
     if seed is not None:
         device.seed(seed)
     if streamer is not None and hasattr(streamer, "put"):

@@ -91,6 +91,28 @@ def test_the_compiled_decode_step_traces_at_most_twice_over_fifty_tokens(checkpo
     np.testing.assert_array_equal(compiled, generate(model, prompt, 50, compile=False).to_numpy())
 
 
+def test_calls_of_other_lengths_reuse_the_compiled_step(checkpoint, rng):
+    """The compiled step's cache is a multiple of CACHE_BLOCK slots: generate calls whose
+    prompt plus new tokens round up to the same block trace (and compile) nothing new;
+    past the model's positions the cache keeps the exact length. Tokens as eager."""
+    directory, _ = checkpoint
+    model = from_pretrained(directory, device=Device.flex())
+    step = generate_module._compiled_step()
+    prompt = rng.integers(3, 97, size=(1, 6))
+    generate(model, prompt, 3)
+    before = dict(step.stats)
+    for new_tokens in (2, 9, 30, 58):  # 8 to 64 slots: one block
+        ours = generate(model, prompt, new_tokens).to_numpy()
+        np.testing.assert_array_equal(ours, generate(model, prompt, new_tokens, compile=False).to_numpy())
+    delta = {key: step.stats[key] - before[key] for key in before}
+    assert delta["traces"] == 0 and delta["retraces"] == 0 and delta["eager"] == 0
+    assert delta["replays"] == 1 + 8 + 29 + 57
+    # 6 + 84 = 90 slots: the next block (128) is past n_positions = 96, so 90 exactly.
+    ours = generate(model, prompt, 84).to_numpy()
+    np.testing.assert_array_equal(ours, generate(model, prompt, 84, compile=False).to_numpy())
+    assert step.stats["eager"] == before["eager"]
+
+
 def test_sampling_is_reproducible_from_the_seed_and_respects_top_k(checkpoint, rng):
     directory, _ = checkpoint
     model = from_pretrained(directory, device=Device.flex())

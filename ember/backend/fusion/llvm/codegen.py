@@ -293,18 +293,19 @@ class ModuleBuilder:
         work = m * n * k
         la, lb = blas_layout(a_view), blas_layout(b_view)
         use_blas = self.blas is not None and work >= self.blas_threshold and k > 0 and la is not None and lb is not None
-        gemv = self.gemv(step.dtype) if use_blas and k > 1 and (m == 1) != (n == 1) else None
-        vector = None if gemv is None else _gemv_args(a_view, b_view, la, lb, m, n, k)
-
-        if use_blas and vector is None and batch and _folds(a_view, b_view, la, m):
+        if use_blas and batch and _folds(a_view, b_view, la, m):
             # A shared B and batches of A rows one after another: one product with all
-            # the rows (OpenBLAS packs B once instead of once per batch).
+            # the rows (OpenBLAS packs B once instead of once per batch; a decode step
+            # at batch 8, [8, 1, d] @ [d, n], reads B once instead of in 8 gemvs).
             assert la is not None  # _folds says so
             m *= size_of(batch)
             batch = ()
             a_view = View((m, k), (la[1], a_view.strides[-1]), a_view.offset)
             b_view = View((k, n), (b_view.strides[-2], b_view.strides[-1]), b_view.offset)
             out_shape = (m, n)
+            la = blas_layout(a_view)
+        gemv = self.gemv(step.dtype) if use_blas and k > 1 and (m == 1) != (n == 1) else None
+        vector = None if gemv is None else _gemv_args(a_view, b_view, la, lb, m, n, k)
 
         def one(indices: list[ir.Value]) -> None:
             a_off = _offset(b, a_view, indices)
