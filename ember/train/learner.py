@@ -143,7 +143,7 @@ class Learner:
         """One training step and the optimizer's update: ``(new model, item)`` (one
         compiled call with ``compile=True``)."""
         if self.compiled is not None:
-            return self.compiled.update(model, batch, lr)
+            return self.compiled.update_step(model, batch, lr)
         out = self.eager_train_step(model, batch)
         return self.optimizer_step(lr, model, out.grads), out.item
 
@@ -151,7 +151,7 @@ class Learner:
         """Runs the training step and returns ``TrainOutput(grads, item)`` (compiled with
         ``compile=True``)."""
         if self.compiled is not None:
-            return self.compiled.train(model, batch)
+            return self.compiled.train_step(model, batch)
         return self.eager_train_step(model, batch)
 
     def eager_train_step(self, model: Module, batch: Any) -> TrainOutput:
@@ -185,7 +185,7 @@ class Learner:
         """Runs the validation step on ``model`` (already ``valid()``; compiled with
         ``compile=True``)."""
         if self.compiled is not None:
-            return self.compiled.valid(model, batch)
+            return self.compiled.valid_step(model, batch)
         return self.eager_valid_step(model, batch)
 
     def eager_valid_step(self, model: Module, batch: Any) -> Any:
