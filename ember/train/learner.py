@@ -57,7 +57,9 @@ class Learner:
     ``compile=True`` runs the steps under :func:`ember.compile` (see
     :mod:`ember.train.compiled_steps`): on a single device the forward, backward and
     the optimizer's update are one compiled step; ``learner.compiled.stats()`` counts
-    its traces and replays.
+    its traces and replays. It is not the default: a compiled step runs its Python once,
+    when it is traced, so side effects in ``train_step``/``valid_step`` (a counter, a
+    print, a value from a Python iterator) happen once, not per batch, with no warning.
 
     ``precision`` is ``"32-true"`` (default), ``"bf16-mixed"`` or ``"16-mixed"``: the
     mixed modes run the training and validation steps under

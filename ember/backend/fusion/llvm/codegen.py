@@ -48,6 +48,15 @@ VOID = ir.VoidType()
 #: on disk (:mod:`~ember.backend.kernel.llvm.object_cache`).
 TABLES = ("arena", "ext", "scalars", "status")
 
+#: A step writing at least this many elements stays a function of its own (``noinline``):
+#: the segment calls it. Inlined into one segment, W4's step is one function that the O3
+#: pipeline optimises in superlinear time; out of line, its first three compiled steps
+#: took 2.7-3.0 s of CPU instead of 4.5-5.2 s (``benchmarks/train_step.py W4``'s
+#: compile, two runs each, load 15), while a call costs nanoseconds against the
+#: microseconds such a step runs. Smaller steps (W1's, optimizer updates of small
+#: parameters) are still inlined.
+OUTLINE_WORK = 8192
+
 
 def write_tables(address: int, arena: int, ext: int, scalars: int, status: int) -> None:
     """Writes a loaded module's tables (see :data:`TABLES`) at ``address``, the address
@@ -110,6 +119,15 @@ class ModuleBuilder:
         if self.vector_width:
             set.add(fn.attributes, f'"prefer-vector-width"="{self.vector_width}"')
 
+    def _outline(self, fn: ir.Function, work: int) -> None:
+        """Keeps a step of at least :data:`OUTLINE_WORK` elements out of line (see there)."""
+        if work >= OUTLINE_WORK:
+            fn.attributes.add("noinline")
+
+    def _written(self, step: Library | ConvChain) -> int:
+        """The elements a step writes (its work, roughly)."""
+        return sum(size_of(self.schedule.buffers[buf].shape) for buf in step.writes())
+
     def segment(self, name: str, steps: list[int]) -> None:
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR, PTR, PTR]), name=name)
         self._tune(fn)
@@ -143,6 +161,7 @@ class ModuleBuilder:
                 if scratch is not None:
                     args.append(pointer(scratch))
                 kernel = self.kernel(f"{name}_k{index}", step, buffers, storage, scratch is not None)
+                self._outline(kernel, size_of(step.space))
                 b.call(kernel, args + [scalars])
             elif isinstance(step, Library):
                 buffers = sorted(step.reads() | step.writes())
@@ -151,7 +170,9 @@ class ModuleBuilder:
                 if regions:
                     base = pointer(self.scratch[index])
                     args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
-                b.call(self.library(f"{name}_l{index}", step, index, buffers, sorted(regions)), args + [scalars])
+                library = self.library(f"{name}_l{index}", step, index, buffers, sorted(regions))
+                self._outline(library, self._written(step))
+                b.call(library, args + [scalars])
                 if LIBRARY[step.node.op].checks and self.stop_on_failure:
                     # A failed index check stops the segment (see library.py).
                     status = self._table(b, "status")
@@ -164,7 +185,9 @@ class ModuleBuilder:
                 if regions:  # none: a pointwise convolution whose values later steps read
                     base = pointer(self.scratch[index])
                     args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
-                b.call(self.chain(f"{name}_c{index}", step, buffers, sorted(regions)), args + [scalars])
+                chain = self.chain(f"{name}_c{index}", step, buffers, sorted(regions))
+                self._outline(chain, self._written(step))
+                b.call(chain, args + [scalars])
             else:
                 assert isinstance(step, Matmul), f"an unknown step {type(step).__name__}"
                 kernel = self.matmul(f"{name}_m{index}", step)
