@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ember.backend.fusion.llvm.codegen import ModuleBuilder
+from ember.backend.fusion.llvm.codegen import ModuleBuilder, write_tables
 from ember.backend.fusion.steps import Call, ConvChain, Library
 from ember.backend.kernel.llvm import arrays, jit
 from ember.backend.kernel.steps import Kernel, Matmul
@@ -96,14 +96,20 @@ def profile_variant(variant: Any, rounds: int = 15, inner: int = 20) -> list[tup
         arrays.DATA_OFFSET,
         _threshold(),
         variant.memory.aliases,
-        variant._status.buffer_info()[0],
     )
     names = []
     for i in compiled:
         builder.segment(f"ember_prof_s{i}", [i])
         names.append(f"ember_prof_e{i}")
-        builder.entry(names[-1], f"ember_prof_s{i}", variant._arena_addr, variant._ptrs_addr, variant._scalars_addr)
-    module = jit.compile_module(builder.build(), names)
+        builder.entry(names[-1], f"ember_prof_s{i}")
+    module = jit.compile_module(builder.build(), names, data=(builder.tables_name,))
+    write_tables(
+        module.addresses[builder.tables_name],
+        variant._arena_addr,
+        variant._ptrs_addr,
+        variant._scalars_addr,
+        variant._status.buffer_info()[0],
+    )
     entries = [_ENTRY(module.addresses[n]) for n in names]
     floors = {i: _numpy_product(sched, sched.steps[i]) for i in compiled if isinstance(sched.steps[i], Matmul)}
     samples: dict[int, list[float]] = collections.defaultdict(list)

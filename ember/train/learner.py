@@ -57,7 +57,9 @@ class Learner:
     ``compile=True`` runs the steps under :func:`ember.compile` (see
     :mod:`ember.train.compiled_steps`): on a single device the forward, backward and
     the optimizer's update are one compiled step; ``learner.compiled.stats()`` counts
-    its traces and replays.
+    its traces and replays. It is not the default: a compiled step runs its Python once,
+    when it is traced, so side effects in ``train_step``/``valid_step`` (a counter, a
+    print, a value from a Python iterator) happen once, not per batch, with no warning.
 
     ``precision`` is ``"32-true"`` (default), ``"bf16-mixed"`` or ``"16-mixed"``: the
     mixed modes run the training and validation steps under
@@ -143,7 +145,7 @@ class Learner:
         """One training step and the optimizer's update: ``(new model, item)`` (one
         compiled call with ``compile=True``)."""
         if self.compiled is not None:
-            return self.compiled.update(model, batch, lr)
+            return self.compiled.update_step(model, batch, lr)
         out = self.eager_train_step(model, batch)
         return self.optimizer_step(lr, model, out.grads), out.item
 
@@ -151,7 +153,7 @@ class Learner:
         """Runs the training step and returns ``TrainOutput(grads, item)`` (compiled with
         ``compile=True``)."""
         if self.compiled is not None:
-            return self.compiled.train(model, batch)
+            return self.compiled.train_step(model, batch)
         return self.eager_train_step(model, batch)
 
     def eager_train_step(self, model: Module, batch: Any) -> TrainOutput:
@@ -185,7 +187,7 @@ class Learner:
         """Runs the validation step on ``model`` (already ``valid()``; compiled with
         ``compile=True``)."""
         if self.compiled is not None:
-            return self.compiled.valid(model, batch)
+            return self.compiled.valid_step(model, batch)
         return self.eager_valid_step(model, batch)
 
     def eager_valid_step(self, model: Module, batch: Any) -> Any:

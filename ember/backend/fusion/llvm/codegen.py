@@ -21,6 +21,8 @@ gemv's time for a ``[384, 16000]`` language-model head).
 
 from __future__ import annotations
 
+import ctypes
+
 import llvmlite.binding as llvm_binding
 import numpy as np
 from llvmlite import ir
@@ -39,6 +41,29 @@ from ember.backend.kernel.views import View, size_of
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
+#: The addresses a plan's code reads from its module's table global
+#: (``<prefix>_tables``), in this order: the arena, the ext pointer table, the
+#: run-time scalars and the status words. They are not constants of the IR, so the
+#: same graph gives the same IR in every process and its machine code can be kept
+#: on disk (:mod:`~ember.backend.kernel.llvm.object_cache`).
+TABLES = ("arena", "ext", "scalars", "status")
+
+#: A step writing at least this many elements stays a function of its own (``noinline``):
+#: the segment calls it. Inlined into one segment, W4's step is one function that the O3
+#: pipeline optimises in superlinear time; out of line, its first three compiled steps
+#: took 2.7-3.0 s of CPU instead of 4.5-5.2 s (``benchmarks/train_step.py W4``'s
+#: compile, two runs each, load 15), while a call costs nanoseconds against the
+#: microseconds such a step runs. Smaller steps (W1's, optimizer updates of small
+#: parameters) are still inlined.
+OUTLINE_WORK = 8192
+
+
+def write_tables(address: int, arena: int, ext: int, scalars: int, status: int) -> None:
+    """Writes a loaded module's tables (see :data:`TABLES`) at ``address``, the address
+    of its ``<prefix>_tables`` global."""
+    values = {"arena": arena, "ext": ext, "scalars": scalars, "status": status}
+    (ctypes.c_void_p * len(TABLES)).from_address(address)[:] = [values[name] for name in TABLES]
+
 
 class ModuleBuilder:
     """Builds the module of one plan (see the module docstring)."""
@@ -54,7 +79,6 @@ class ModuleBuilder:
         data_offset: int | None = None,
         blas_threshold: int = 0,
         aliases: dict[int, int] | None = None,
-        status: int = 0,
         stop_on_failure: bool = False,
     ):
         from ember.backend.kernel.llvm import jit
@@ -66,7 +90,6 @@ class ModuleBuilder:
         self.data_offset = data_offset  # ext holds array objects: their data pointer is at this offset
         self.scratch = scratch  # step index -> scratch buffer id
         self.aliases = aliases or {}  # buffer -> the buffer whose storage it shares (a donated input)
-        self.status = status  # address of the plan's status words (a failed index check)
         self.stop_on_failure = stop_on_failure  # a failed check ends the segment (else it runs on, clamped)
         self.blas = blas
         self.blas_threshold = blas_threshold
@@ -78,6 +101,15 @@ class ModuleBuilder:
         self.ops = OpEmitter(self.math)
         self._gemm: dict[str, ir.Function] = {}
         self._gemv: dict[str, ir.Function] = {}
+        #: The plan's tables (see :data:`TABLES`), written by the plan once the module is loaded.
+        self.tables_name = f"{prefix}_tables"
+        self.tables = ir.GlobalVariable(self.module, ir.ArrayType(PTR, len(TABLES)), name=self.tables_name)
+        self.tables.initializer = ir.Constant(ir.ArrayType(PTR, len(TABLES)), None)
+
+    def _table(self, b: ir.IRBuilder, name: str) -> ir.Value:
+        """The address the plan wrote in its table ``name`` (one of :data:`TABLES`)."""
+        slot = b.gep(self.tables, [ir.Constant(I32, 0), ir.Constant(I32, TABLES.index(name))])
+        return b.load(slot, typ=PTR, align=8)
 
     # ------------------------------------------------------------------ segments
     def _tune(self, fn: ir.Function) -> None:
@@ -86,6 +118,15 @@ class ModuleBuilder:
         fn.attributes.add("nounwind")
         if self.vector_width:
             set.add(fn.attributes, f'"prefer-vector-width"="{self.vector_width}"')
+
+    def _outline(self, fn: ir.Function, work: int) -> None:
+        """Keeps a step of at least :data:`OUTLINE_WORK` elements out of line (see there)."""
+        if work >= OUTLINE_WORK:
+            fn.attributes.add("noinline")
+
+    def _written(self, step: Library | ConvChain) -> int:
+        """The elements a step writes (its work, roughly)."""
+        return sum(size_of(self.schedule.buffers[buf].shape) for buf in step.writes())
 
     def segment(self, name: str, steps: list[int]) -> None:
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR, PTR, PTR]), name=name)
@@ -120,6 +161,7 @@ class ModuleBuilder:
                 if scratch is not None:
                     args.append(pointer(scratch))
                 kernel = self.kernel(f"{name}_k{index}", step, buffers, storage, scratch is not None)
+                self._outline(kernel, size_of(step.space))
                 b.call(kernel, args + [scalars])
             elif isinstance(step, Library):
                 buffers = sorted(step.reads() | step.writes())
@@ -128,10 +170,12 @@ class ModuleBuilder:
                 if regions:
                     base = pointer(self.scratch[index])
                     args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
-                b.call(self.library(f"{name}_l{index}", step, index, buffers, sorted(regions)), args + [scalars])
+                library = self.library(f"{name}_l{index}", step, index, buffers, sorted(regions))
+                self._outline(library, self._written(step))
+                b.call(library, args + [scalars])
                 if LIBRARY[step.node.op].checks and self.stop_on_failure:
                     # A failed index check stops the segment (see library.py).
-                    status = b.inttoptr(ir.Constant(I64, self.status), PTR)
+                    status = self._table(b, "status")
                     with b.if_then(b.icmp_signed("!=", b.load(status, typ=I64), ir.Constant(I64, 0)), likely=False):
                         b.ret_void()
             elif isinstance(step, ConvChain):
@@ -141,7 +185,9 @@ class ModuleBuilder:
                 if regions:  # none: a pointwise convolution whose values later steps read
                     base = pointer(self.scratch[index])
                     args += [b.gep(base, [ir.Constant(I64, regions[r])], source_etype=I8) for r in sorted(regions)]
-                b.call(self.chain(f"{name}_c{index}", step, buffers, sorted(regions)), args + [scalars])
+                chain = self.chain(f"{name}_c{index}", step, buffers, sorted(regions))
+                self._outline(chain, self._written(step))
+                b.call(chain, args + [scalars])
             else:
                 assert isinstance(step, Matmul), f"an unknown step {type(step).__name__}"
                 kernel = self.matmul(f"{name}_m{index}", step)
@@ -149,8 +195,9 @@ class ModuleBuilder:
                     b.call(kernel, [pointer(step.a[0]), pointer(step.b[0]), pointer(step.out)])
         b.ret_void()
 
-    def entry(self, name: str, segment: str, arena: int, ext: int, scalars: int, incref: int = 0) -> None:
-        """The segment ``segment`` with its three tables at fixed addresses: ``void
+    def entry(self, name: str, segment: str, incref: int = 0) -> None:
+        """The segment ``segment`` called with the plan's arena, ext and scalar tables
+        read from the module's table global: ``void
         name(void)`` (a ctypes call without arguments costs about half as much), or,
         given the address of CPython's ``Py_IncRef``, a C function of Python's
         ``METH_NOARGS`` convention, ``PyObject *name(PyObject *self, PyObject *)``,
@@ -162,7 +209,7 @@ class ModuleBuilder:
         self._tune(fn)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         target = self.module.get_global(segment)
-        b.call(target, [b.inttoptr(ir.Constant(I64, address), PTR) for address in (arena, ext, scalars)])
+        b.call(target, [self._table(b, table) for table in ("arena", "ext", "scalars")])
         if not native:
             b.ret_void()
             return
@@ -221,7 +268,7 @@ class ModuleBuilder:
         outs = [base[buf] for buf in step.outs]
         scratch = dict(zip(regions, fn.args[len(buffers) :]))
         op = LIBRARY[step.node.op]
-        status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
+        status = self._table(b, "status") if op.checks else None
         scalars = (fn.args[-1], step.scalars)
         op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1, scalars))
         b.ret_void()

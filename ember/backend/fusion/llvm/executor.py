@@ -22,9 +22,12 @@ gives up ``inputs[i]``: it must not be read as the old value afterwards, and mus
 not share memory with another input.
 
 A variant (:mod:`.variant`) runs as one generated Python function (:mod:`.runner`)
-that calls each compiled segment without arguments (the tables' addresses are
-constants of the code): a short segment as a Python builtin, a long one through
-ctypes (:mod:`.native_calls`). ``plan.bind(donated, arrays)`` (a :class:`Binding`)
+that calls each compiled segment without arguments (the code reads the tables'
+addresses from its module's table global, written once the module is loaded: they
+are not constants of the IR, so a plan's machine code is kept on disk and a later
+process with the same graph loads it, see
+:mod:`~ember.backend.kernel.llvm.object_cache`): a short segment as a Python
+builtin, a long one through ctypes (:mod:`.native_calls`). ``plan.bind(donated, arrays)`` (a :class:`Binding`)
 goes further for a training loop: the donated inputs stay bound across runs.
 """
 

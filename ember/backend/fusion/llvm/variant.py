@@ -21,7 +21,7 @@ from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.graph import Graph, Ref
 from ember.backend.fusion.llvm.chains import chain_scratch
-from ember.backend.fusion.llvm.codegen import ModuleBuilder
+from ember.backend.fusion.llvm.codegen import ModuleBuilder, write_tables
 from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.llvm.native_calls import NATIVE, NATIVE_WORK, segment_work
 from ember.backend.fusion.llvm.runner import UNIQUE, generate, runner_code, unbound
@@ -150,7 +150,7 @@ class Variant:
         free = [i for i in range(len(scalars)) if i not in fixed]
         self._free = None if free == list(range(len(free))) else free
 
-        prefix = f"ember_p{next(UNIQUE)}"
+        prefix = "ember_plan"  # one module per engine: the names need not differ between plans
         entries: list[str] = []
         self.optimize_s = self.codegen_s = 0.0
         self._compiled = None
@@ -165,7 +165,6 @@ class Variant:
                 arrays.DATA_OFFSET,
                 target.blas_threshold,
                 aliases,
-                self._status.buffer_info()[0],
                 stop_on_failure=bool(self.donated),
             )
             native = []
@@ -177,16 +176,20 @@ class Variant:
                     # ctypes, which lets other threads run meanwhile (see NATIVE_WORK).
                     native.append(NATIVE is not None and segment_work(sched, steps) <= NATIVE_WORK)
                     builder.entry(
-                        entries[-1],
-                        f"{prefix}_s{n}",
-                        self._arena_addr,
-                        self._ptrs_addr,
-                        self._scalars_addr,
-                        NATIVE.incref if NATIVE is not None and native[-1] else 0,
+                        entries[-1], f"{prefix}_s{n}", NATIVE.incref if NATIVE is not None and native[-1] else 0
                     )
             self.ir = builder.build()
-            self._compiled = jit.compile_module(self.ir, entries)
+            # The IR names no address of this process (see codegen.TABLES): the machine
+            # code an earlier process compiled for the same IR is loaded from disk.
+            self._compiled = jit.compile_module(self.ir, entries, cache=True, data=(builder.tables_name,))
             self.optimize_s, self.codegen_s = self._compiled.optimize_s, self._compiled.codegen_s
+            write_tables(
+                self._compiled.addresses[builder.tables_name],
+                self._arena_addr,
+                self._ptrs_addr,
+                self._scalars_addr,
+                self._status.buffer_info()[0],
+            )
         self._native_defs: list[Any] = []  # method definitions of native entries (alive as long as they)
         addresses = self._compiled.addresses if self._compiled is not None else {}  # None: no entries
         self._entries = (

@@ -99,7 +99,7 @@ def data_layout() -> str:
 
 @dataclass
 class Compiled:
-    """A module loaded for execution: function addresses by name."""
+    """A module loaded for execution: function (and global variable) addresses by name."""
 
     engine: Any
     addresses: dict[str, int]
@@ -108,10 +108,16 @@ class Compiled:
 
 
 def compile_module(
-    ir_text: str, names: list[str], *, unroll: bool = False, codegen_opt: int = 2, cache: bool = False
+    ir_text: str,
+    names: list[str],
+    *,
+    unroll: bool = False,
+    codegen_opt: int = 2,
+    cache: bool = False,
+    data: tuple[str, ...] = (),
 ) -> Compiled:
     """Optimises (O3 pipeline) and JIT-compiles ``ir_text``; returns the addresses of
-    the functions ``names``.
+    the functions ``names`` and of the global variables ``data``.
 
     ``unroll`` turns on loop interleaving and unrolling (off for the fusion layer's
     many small kernels, see above; flex's few native kernels, compiled once per
@@ -124,7 +130,7 @@ def compile_module(
     state = _init()
     name = _cache_key(ir_text, unroll, codegen_opt) if cache else None
     if name is not None:
-        found = _load_cached(name, names, codegen_opt)
+        found = _load_cached(name, names, codegen_opt, data)
         if found is not None:
             return found
     with _LOCK:
@@ -145,6 +151,7 @@ def compile_module(
             engine.set_object_cache(notify_func=lambda _module, buffer: objects.append(bytes(buffer)))
         engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in names}
+        addresses.update((name, engine.get_global_value_address(name)) for name in data)
         end = time.perf_counter()
     if name is not None and len(objects) == 1:
         object_cache.store(name, objects[0])
@@ -164,7 +171,7 @@ def _cache_key(ir_text: str, unroll: bool, codegen_opt: int) -> str | None:
     )
 
 
-def _load_cached(name: str, names: list[str], codegen_opt: int) -> Compiled | None:
+def _load_cached(name: str, names: list[str], codegen_opt: int, data: tuple[str, ...] = ()) -> Compiled | None:
     """The module from the object cache with all of ``names`` found, or ``None``."""
     import time
 
@@ -178,6 +185,7 @@ def _load_cached(name: str, names: list[str], codegen_opt: int) -> Compiled | No
             engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
             engine.finalize_object()
             addresses = {n: engine.get_function_address(n) for n in names}
+            addresses.update((n, engine.get_global_value_address(n)) for n in data)
         except RuntimeError:
             return None
     if not all(addresses.values()):

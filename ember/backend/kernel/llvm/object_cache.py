@@ -1,12 +1,15 @@
 """Compiled machine code kept on disk, so a process does not optimise and compile again
-what an earlier one compiled: flex's native kernels and the quantized kernels (the same
-LLVM IR in every process) load in milliseconds instead of seconds.
+what an earlier one compiled: flex's native kernels, the quantized kernels and
+``ember.compile``'s LLVM plans (the same LLVM IR in every process for the same graph)
+load in milliseconds instead of seconds.
 
 A module's key is a SHA-256 of its IR text and of everything the machine code depends
 on: the host CPU's name and features, the target triple, llvmlite's and LLVM's versions,
 and the compile options. Only callers whose IR is the same from one process to the next
-ask for it (:func:`~ember.backend.kernel.llvm.jit.compile_module`'s ``cache=True``);
-fusion plans embed their buffers' addresses and are not cached.
+ask for it (:func:`~ember.backend.kernel.llvm.jit.compile_module`'s ``cache=True``):
+a fusion plan's code reads its buffers' addresses from a table the plan writes once
+its module is loaded (``ember.backend.fusion.llvm.codegen.TABLES``), never from
+constants of its IR.
 
 The directory is ``$EMBER_CACHE_DIR/llvm`` when ``EMBER_CACHE_DIR`` is set, else
 ``$XDG_CACHE_HOME/ember/llvm`` (``~/.cache/ember/llvm``). ``EMBER_COMPILE_CACHE=0`` turns

@@ -1,0 +1,128 @@
+"""``Learner(compile=True)`` against eager on scikit-learn's digits
+(``examples/classify_digits.py``): epoch times with the compile counted, with a cold
+and a warm compiled-code cache.
+
+    python benchmarks/learner_compile.py                 # 5 epochs, 3 rounds
+    python benchmarks/learner_compile.py --epochs 25 --rounds 2
+    python benchmarks/learner_compile.py --clock cpu     # epochs in CPU time (a loaded machine)
+
+Each round runs the example three times, each in a fresh process, in alternating
+order: eager; compiled with a *cold* cache (an empty ``EMBER_CACHE_DIR`` but for
+flex's own native kernels, which eager runs load too); compiled with a *warm* cache
+(the cold run's directory: its plans load from disk, see
+``ember/backend/kernel/llvm/object_cache.py``). Figures are medians over rounds: the
+wall time of epoch 1, epoch 2 and of the later epochs (median), the sum over all
+epochs (what the issue's target counts: compile included) and each process's whole
+CPU time (``getrusage`` of the child: it includes importing and loading the data). Ratios are medians of
+per-round ratios against the eager run of the same round.
+
+Target (issue 27): a digits epoch with ``compile=True`` at most 0.6x of the eager epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import print_table  # noqa: E402
+
+MODES = ("eager", "compiled, cold cache", "compiled, warm cache")
+#: Alternating orders (a warm run follows its round's cold run).
+ORDERS = ((0, 1, 2), (1, 2, 0), (1, 0, 2))
+EPOCH = re.compile(r"epoch (\d+)/\d+ done in ([0-9.]+)s")
+
+
+#: The child with ``--clock cpu``: the training loop's epoch clock is the process's CPU
+#: time (``ember/train/loop.py`` times epochs with ``time.perf_counter`` alone).
+CPU_CLOCK = (
+    "import runpy, sys, time, types; import ember.train.loop as loop; "
+    "loop.time = types.SimpleNamespace(perf_counter=time.process_time); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def run_example(
+    epochs: int, compile: bool, cache: Path, artifacts: Path, clock: str = "wall"
+) -> tuple[list[float], float]:
+    """Per-epoch seconds (from the run's log; wall or CPU time, see ``clock``) and the
+    process's CPU seconds."""
+    env = {**os.environ, "EMBER_CACHE_DIR": str(cache), "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable] + (["-c", CPU_CLOCK] if clock == "cpu" else [])
+    command += [str(ROOT / "examples" / "classify_digits.py"), "--epochs", str(epochs)]
+    command += ["--fresh", "--artifact-dir", str(artifacts), "--renderer", "none"]
+    if compile:
+        command.append("--compile")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    log = (artifacts / "experiment.log").read_text()
+    times = [float(seconds) for _, seconds in EPOCH.findall(log)]
+    if len(times) != epochs:
+        raise RuntimeError(f"expected {epochs} epoch lines in {artifacts}/experiment.log, found {len(times)}")
+    return times, cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="time epochs in wall or in this process's CPU time"
+    )
+    args = parser.parse_args()
+    if args.epochs < 3:
+        parser.error("--epochs must be at least 3 (epochs 1 and 2 pay for the traces)")
+    modes = MODES
+    results: dict[str, list[tuple[list[float], float]]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="ember-learner-bench-") as scratch:
+        root = Path(scratch)
+        base = root / "base"
+        base.mkdir()
+        run_example(args.epochs, False, base, root / "runs")  # flex's native kernels into the base cache
+        for r in range(args.rounds):
+            cold = root / f"cold{r}"
+            shutil.copytree(base, cold)
+            order = ORDERS[r % len(ORDERS)]
+            for mode in (modes[k] for k in order):
+                cache = base if mode == "eager" else cold
+                results[mode].append(run_example(args.epochs, mode != "eager", cache, root / "runs", args.clock))
+    load = os.getloadavg()[0]
+    header = ["mode", "epoch 1 s", "epoch 2 s", "later epochs s", "all epochs s", "x eager (all)", "x eager (later)"]
+    header.append("process CPU s")
+    rows = []
+    for mode in modes:
+        runs = results[mode]
+        later = [statistics.median(times[2:]) for times, _ in runs]
+        total = [sum(times) for times, _ in runs]
+        eager_later = [statistics.median(times[2:]) for times, _ in results["eager"]]
+        eager_total = [sum(times) for times, _ in results["eager"]]
+        rows.append(
+            [
+                mode,
+                f"{statistics.median(t[0] for t, _ in runs):.2f}",
+                f"{statistics.median(t[1] for t, _ in runs):.2f}",
+                f"{statistics.median(later):.3f}",
+                f"{statistics.median(total):.2f}",
+                f"{statistics.median(a / b for a, b in zip(total, eager_total)):.2f}x",
+                f"{statistics.median(a / b for a, b in zip(later, eager_later)):.2f}x",
+                f"{statistics.median(cpu for _, cpu in runs):.2f}",
+            ]
+        )
+    print_table(f"digits, {args.epochs} epochs, Learner eager against compile=True ({args.clock} time)", header, rows)
+    print(f"\n{args.epochs} epochs, {args.rounds} rounds (medians), load average {load:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()
