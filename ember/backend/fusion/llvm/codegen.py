@@ -222,7 +222,8 @@ class ModuleBuilder:
         scratch = dict(zip(regions, fn.args[len(buffers) :]))
         op = LIBRARY[step.node.op]
         status = b.inttoptr(ir.Constant(I64, self.status), PTR) if op.checks else None
-        op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1))
+        views = {ref: view for ref, (_, view) in step.args.items()}
+        op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1, views))
         b.ret_void()
         return fn
 

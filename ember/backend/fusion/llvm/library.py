@@ -19,7 +19,9 @@ in the result:
 * ``softmax``/``log_softmax`` along the last dim of float32 values: one row at a
   time, in :mod:`.rows`;
 * ``gelu``/``gelu_backward`` of float32 values: flex's native formula, in
-  :mod:`.activations`.
+  :mod:`.activations`;
+* ``attention``/``attention_backward`` of float32/float64 values: per (batch, head)
+  block, ``?gemm`` and row passes, in :mod:`.attention`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -38,6 +40,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.activations import ACTIVATION_OPS
+from ember.backend.fusion.llvm.attention import ATTENTION_OPS
 from ember.backend.fusion.llvm.conv import CONV_OPS, Scratch, conv_core, conv_geometry
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
@@ -265,6 +268,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **CONV_OPS,
     **ROW_OPS,
     **ACTIVATION_OPS,
+    **ATTENTION_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)
