@@ -231,9 +231,9 @@ def _check_gpt(steps: int, batch: int, block: int, atol: float = 0.0) -> None:
     np.testing.assert_allclose(compiled, eager, rtol=REL, atol=atol)
     assert compiled[-1] < compiled[0]  # it trains
     plan = next(iter(step._entries.values())).plan
-    if hasattr(plan, "variants"):  # the LLVM executor: softmax and GELU as row kernels
+    if hasattr(plan, "variants"):  # the LLVM executor: attention, GELU and log-softmax as library steps
         ops = {s.node.op for s in plan.schedule.steps if not isinstance(s, Call) and hasattr(s, "node")}
-        assert {"softmax", "gelu", "gelu_backward", "log_softmax", "embedding_backward"} <= ops
+        assert {"attention", "attention_backward", "gelu", "gelu_backward", "log_softmax", "embedding_backward"} <= ops
         assert not [s for s in plan.schedule.steps if isinstance(s, Call)]  # one compiled segment
     np.testing.assert_array_equal(compiled, _gpt_losses(steps, True, batch, block)[0])  # bit-identical
 

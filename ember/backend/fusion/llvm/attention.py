@@ -42,7 +42,7 @@ _BOOL = np.dtype(np.bool_)
 def _constant(value: Any) -> bool:
     """A float the plan knows (a literal, or the source graph's placeholder that a
     capture fixes); a run-time scalar (a fusion device's) leaves the node to flex."""
-    return type(value) in (float, int, Sc)
+    return isinstance(value, (float, int, np.floating, Sc))
 
 
 def _same_floats(graph: Graph, refs: list[Any], dtype: np.dtype, shape: tuple[int, ...]) -> bool:
