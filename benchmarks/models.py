@@ -3,6 +3,7 @@
     python benchmarks/models.py            # everything
     python benchmarks/models.py --quick    # fewer rounds, fewer new tokens
     python benchmarks/models.py --sections forward generate finetune
+    python benchmarks/models.py --clock cpu    # CPU time instead of wall-clock time (a loaded machine)
 
 Sections (each table's contestants run in alternating rounds; figures are medians):
 - forward: latency of one forward pass per architecture (GPT-2, LLaMA, BERT, ViT, ResNet;
@@ -35,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import alternating_us, fmt, print_table
+from benchmarks.common import alternating_us, fmt, print_table, use_clock
 from ember import Device, Tensor
 from ember.capture import compile as ember_compile
 from ember.models import from_pretrained, generate
@@ -283,7 +284,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sections", nargs="+", default=["forward", "generate", "finetune"])
     parser.add_argument("--models", nargs="+", default=list(ARCHS))
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: process CPU time (a loaded machine)"
+    )
     args = parser.parse_args()
+    use_clock(args.clock)
     import torch
     import transformers
 
