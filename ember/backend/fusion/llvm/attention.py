@@ -37,6 +37,10 @@ from ember.backend.kernel.llvm.mathlib import I8, I32, I64, const, reg_type
 from ember.backend.kernel.views import View
 
 _BOOL = np.dtype(np.bool_)
+#: A causal block's row tiles: at least this many rows, at most this many tiles (each
+#: tile's products stop at its last query's keys; more tiles, more and smaller ?gemm).
+MIN_TILE = 16
+MAX_TILES = 8
 
 
 def _constant(value: Any) -> bool:
@@ -207,6 +211,47 @@ def _lead(e: Emitter, ref: int) -> tuple[int, ...]:
     return e.shape(ref)[:-2]
 
 
+def _tiles(nq: int, nk: int, causal: bool) -> list[tuple[int, int, int]]:
+    """Row tiles ``(first, end, keys)`` of a block: with ``causal``, the rows of a tile
+    see only the keys before ``min(nk, end)`` (the others are hidden: their weights and
+    scores' gradients are 0), so its products stop there; otherwise one tile."""
+    if not causal or nq < 2 * MIN_TILE:
+        return [(0, nq, nk)]
+    size = max(MIN_TILE, -(-nq // MAX_TILES))
+    return [(r, min(nq, r + size), min(nk, r + size)) for r in range(0, nq, size)]
+
+
+def _zero_tail(e: Emitter, ptrs: list[ir.Value], first: int, end: int, keys: int, nk: int, dtype: np.dtype) -> None:
+    """``ptr[first:end, keys:] = 0`` for each block of ``ptrs`` (``[., nk]`` rows)."""
+    if keys >= nk:
+        return
+    b = e.b
+    zero = const(dtype, 0.0)
+
+    def body(pos: list[ir.Value]) -> None:
+        at = b.add(
+            b.mul(b.add(pos[0], ir.Constant(I64, first)), ir.Constant(I64, nk)), b.add(pos[1], ir.Constant(I64, keys))
+        )
+        for ptr in ptrs:
+            e.store(zero, ptr, at, dtype)
+
+    e.loops.nest([end - first, nk - keys], body)
+
+
+def _fill_of(graph: Graph, probs: Any) -> float | None:
+    """The fill of the ``attention`` node of ``graph`` whose weights are ``probs`` (``None``
+    where another node made them)."""
+    for node in graph.nodes:
+        if node.op == "attention" and len(node.outs) == 2 and node.outs[1] == probs:
+            fill = node.args[5]
+            return float(fill) if isinstance(fill, (float, int, np.floating)) else None
+    return None
+
+
+def _row_offset(e: Emitter, ptr: ir.Value, row: int, width: int, dtype: np.dtype) -> ir.Value:
+    return e.at(ptr, ir.Constant(I64, row * width), dtype) if row else ptr
+
+
 # ---------------------------------------------------------------------- forward
 def _forward(e: Emitter) -> None:
     q, k, v, mask, bias, fill, scale, causal, keep = e.node.args
@@ -220,19 +265,34 @@ def _forward(e: Emitter) -> None:
     zero, one = const(dtype, 0.0), const(dtype, 1.0)
     scale_c, fill_c = const(dtype, float(scale)), const(dtype, float(fill))
     zero_rows = float(fill) == -math.inf or bias is not None  # rows of only -inf: zero weights
+    # Keys after the query hidden at -inf weigh exactly 0: a causal block's tiles skip them.
+    tiles = _tiles(nq, nk, causal and float(fill) == -math.inf)
     context, weights = e.outs
 
     def block_body(bh: ir.Value, _: list) -> list:
         blk = _Block(e, bh, lead)
         p = blk.dense(weights, nq * nk, dtype)
-        e.gemm(dtype, False, True, nq, nk, dim, blk.dense(e.args[q], nq * dim, dtype), dim,
-               blk.dense(e.args[k], nk * dim, dtype), dim, zero, p, nk)  # fmt: skip
+        qb, kb, vb = (
+            blk.dense(e.args[q], nq * dim, dtype),
+            blk.dense(e.args[k], nk * dim, dtype),
+            blk.dense(e.args[v], nk * dim_v, dtype),
+        )
+        out = blk.dense(context, nq * dim_v, dtype)
         hidden = _hidden_test(e, blk, mask, causal)
         bias_at = blk.strided(bias, dtype) if bias is not None else None
         keep_p = blk.dense(e.args[keep], nq * nk, dtype) if keep is not None else None
         dropped = e.regions["dropped"] if keep is not None else None
+        for first, end, keys in tiles:
+            _forward_tile(first, end, keys, p, qb, kb, vb, out, hidden, bias_at, keep_p, dropped)
+        return []
 
-        def row(i: ir.Value, _: list) -> list:
+    def _forward_tile(first, end, keys, p, qb, kb, vb, out, hidden, bias_at, keep_p, dropped) -> None:
+        rows = end - first
+        e.gemm(dtype, False, True, rows, keys, dim, _row_offset(e, qb, first, dim, dtype), dim, kb, dim, zero,
+               _row_offset(e, p, first, nk, dtype), nk)  # fmt: skip
+
+        def row(r: ir.Value, _: list) -> list:
+            i = b.add(r, ir.Constant(I64, first)) if first else r
             base = b.mul(i, ir.Constant(I64, nk))
 
             def scores(j: ir.Value, carried: list) -> list:
@@ -248,7 +308,7 @@ def _forward(e: Emitter) -> None:
                 key = _key(b, s, bits)
                 return [b.select(b.icmp_signed(">", key, carried[0]), key, carried[0])]
 
-            (key,) = e.loops.run(nk, scores, [ir.Constant(bits, -(1 << (bits.width - 1)))])
+            (key,) = e.loops.run(keys, scores, [ir.Constant(bits, -(1 << (bits.width - 1)))])
             peak = _from_key(b, key, t)
             empty = b.fcmp_ordered("==", peak, const(dtype, -math.inf)) if zero_rows else None
             shift = b.select(empty, zero, peak) if empty is not None else peak
@@ -259,7 +319,7 @@ def _forward(e: Emitter) -> None:
                 e.store(value, p, at, dtype)
                 return [b.fadd(carried[0], value, flags=("reassoc",))]
 
-            (total,) = e.loops.run(nk, expo, [zero])
+            (total,) = e.loops.run(keys, expo, [zero])
             inv = b.fdiv(one, total)
             if empty is not None:
                 inv = b.select(empty, zero, inv)
@@ -272,14 +332,14 @@ def _forward(e: Emitter) -> None:
                     e.store(b.fmul(w, e.load(keep_p, at, dtype)), dropped, at, dtype)
                 return []
 
-            e.loops.run(nk, normalise)
+            e.loops.run(keys, normalise)
             return []
 
-        e.loops.run(nq, row)
+        e.loops.run(rows, row)
+        _zero_tail(e, [p] if dropped is None else [p, dropped], first, end, keys, nk, dtype)
         source = dropped if dropped is not None else p
-        e.gemm(dtype, False, False, nq, dim_v, nk, source, nk, blk.dense(e.args[v], nk * dim_v, dtype), dim_v, zero,
-               blk.dense(context, nq * dim_v, dtype), dim_v)  # fmt: skip
-        return []
+        e.gemm(dtype, False, False, rows, dim_v, keys, _row_offset(e, source, first, nk, dtype), nk, vb, dim_v, zero,
+               _row_offset(e, out, first, dim_v, dtype), dim_v)  # fmt: skip
 
     e.loops.run(blocks, block_body)
 
@@ -292,8 +352,13 @@ def _backward(e: Emitter) -> None:
     lead = _lead(e, q)
     blocks = int(np.prod(lead, dtype=np.int64))
     b = e.b
-    zero = const(dtype, 0.0)
+    zero, one = const(dtype, 0.0), const(dtype, 1.0)
     scale_c = const(dtype, float(scale))
+    # The scores' gradient is 0 at hidden keys whatever the fill: a causal block's tiles
+    # skip them in dQ and dK; in dS (whose row sums read every weight) only where the
+    # forward hid them at -inf (dV reads the weights: all of them).
+    tiles = _tiles(nq, nk, causal)
+    score_tiles = _tiles(nq, nk, causal and _fill_of(e.graph, probs) == -math.inf)
     outs = iter(e.outs)
     g_q = next(outs) if need_q else None
     g_k = next(outs) if need_k else None
@@ -304,6 +369,7 @@ def _backward(e: Emitter) -> None:
         blk = _Block(e, bh, lead)
         p = blk.dense(e.args[probs], nq * nk, dtype)
         g = blk.dense(e.args[grad], nq * dim_v, dtype)
+        vb = blk.dense(e.args[v], nk * dim_v, dtype)
         keep_p = blk.dense(e.args[keep], nq * nk, dtype) if keep is not None else None
         if g_v is not None:
             d = p
@@ -316,12 +382,33 @@ def _backward(e: Emitter) -> None:
         if g_q is None and g_k is None and g_s is None:
             return []
         ds = blk.dense(g_s, nq * nk, dtype) if g_s is not None else e.regions["ds"]
-        e.gemm(
-            dtype, False, True, nq, nk, dim_v, g, dim_v, blk.dense(e.args[v], nk * dim_v, dtype), dim_v, zero, ds, nk
-        )
         hidden = _hidden_test(e, blk, mask, causal)
+        for first, end, keys in score_tiles:
+            _scores_tile(first, end, keys, p, g, vb, keep_p, ds, hidden)
+        if g_q is not None:
+            out = blk.dense(g_q, nq * dim, dtype)
+            kb = blk.dense(e.args[k], nk * dim, dtype)
+            for first, end, keys in tiles:
+                e.gemm(dtype, False, False, end - first, dim, keys, _row_offset(e, ds, first, nk, dtype), nk, kb, dim,
+                       zero, _row_offset(e, out, first, dim, dtype), dim)  # fmt: skip
+            _scale_block(e, out, nq * dim, scale_c, dtype)
+        if g_k is not None:
+            out = blk.dense(g_k, nk * dim, dtype)
+            qb = blk.dense(e.args[q], nq * dim, dtype)
+            if len(tiles) > 1:  # the tiles' products accumulate
+                e.fill(out, ir.Constant(I64, 0), nk * dim, zero, dtype)
+            for first, end, keys in tiles:
+                e.gemm(dtype, True, False, keys, dim, end - first, _row_offset(e, ds, first, nk, dtype), nk,
+                       _row_offset(e, qb, first, dim, dtype), dim, one if len(tiles) > 1 else zero, out, dim)  # fmt: skip
+            _scale_block(e, out, nk * dim, scale_c, dtype)
+        return []
 
-        def row(i: ir.Value, _: list) -> list:
+    def _scores_tile(first, end, keys, p, g, vb, keep_p, ds, hidden) -> None:
+        e.gemm(dtype, False, True, end - first, keys, dim_v, _row_offset(e, g, first, dim_v, dtype), dim_v, vb, dim_v,
+               zero, _row_offset(e, ds, first, nk, dtype), nk)  # fmt: skip
+
+        def row(r: ir.Value, _: list) -> list:
+            i = b.add(r, ir.Constant(I64, first)) if first else r
             base = b.mul(i, ir.Constant(I64, nk))
 
             def dot(j: ir.Value, carried: list) -> list:
@@ -332,7 +419,7 @@ def _backward(e: Emitter) -> None:
                     e.store(x, ds, at, dtype)
                 return [b.fadd(carried[0], b.fmul(x, e.load(p, at, dtype)), flags=("reassoc",))]
 
-            (total,) = e.loops.run(nk, dot, [zero])
+            (total,) = e.loops.run(keys, dot, [zero])
 
             def softmax_grad(j: ir.Value, _: list) -> list:
                 at = b.add(base, j)
@@ -342,19 +429,11 @@ def _backward(e: Emitter) -> None:
                 e.store(x, ds, at, dtype)
                 return []
 
-            e.loops.run(nk, softmax_grad)
+            e.loops.run(keys, softmax_grad)
             return []
 
-        e.loops.run(nq, row)
-        if g_q is not None:
-            out = blk.dense(g_q, nq * dim, dtype)
-            e.gemm(dtype, False, False, nq, dim, nk, ds, nk, blk.dense(e.args[k], nk * dim, dtype), dim, zero, out, dim)
-            _scale_block(e, out, nq * dim, scale_c, dtype)
-        if g_k is not None:
-            out = blk.dense(g_k, nk * dim, dtype)
-            e.gemm(dtype, True, False, nk, dim, nq, ds, nk, blk.dense(e.args[q], nq * dim, dtype), dim, zero, out, dim)
-            _scale_block(e, out, nk * dim, scale_c, dtype)
-        return []
+        e.loops.run(end - first, row)
+        _zero_tail(e, [ds], first, end, keys, nk, dtype)
 
     e.loops.run(blocks, block_body)
 
