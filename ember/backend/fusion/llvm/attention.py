@@ -16,6 +16,14 @@ Per ``(batch, head)`` block, while its ``[L, S]`` score matrix is in cache:
   or scratch), then per row ``dS * keep``, ``dot = sum(dS * P)``, ``dS = P (dS -
   dot)`` and zero at hidden keys; ``dQ = (dS K) * scale``, ``dK = (dS^T Q) * scale``.
 
+A causal block runs in row tiles (:func:`_tiles`): a tile's products stop at its last
+query's keys, the rest of its rows' weights (and scores' gradients) being zeros, so
+about half the block's multiply-adds are skipped. This is exact where the skipped keys
+weigh 0: the forward does it when hidden keys are at ``-inf``, the backward for ``dQ``
+and ``dK`` always and for ``dS`` when the graph's forward used ``-inf`` (an infinite or
+NaN value or gradient at a hidden key gives 0 here where the composite's ``0 * inf``
+gives NaN, as flash attention does).
+
 The mask and the bias are read through their views (strides 0 where they broadcast:
 a causal ``[L, S]`` pattern or a ``[B, 1, 1, S]`` padding mask serves every block from
 its compact form). The float32 exponential is flex's flushed one (as the softmax row
