@@ -61,8 +61,9 @@ def _attention_gemms(node: Any, shape: Callable[[Any], tuple[int, ...]]) -> list
     (``D^T G``, ``G V^T``, ``dS K``, ``dS^T Q``, those it is asked for) node."""
     q, k, v = (shape(a) for a in node.args[:3])
     batch, nq, dim, nk, dim_v = math.prod(q[:-2]), q[-2], q[-1], k[-2], v[-1]
-    if node.op == "attention":
-        return [(batch, nq, dim, nk, False, True), (batch, nq, nk, dim_v, False, False)]
+    if node.op == "attention":  # K^T as a dense operand, as the composite's matmul took it (the
+        # first transposed product opens a step's backward for train_step.py's eval floor)
+        return [(batch, nq, dim, nk, False, False), (batch, nq, nk, dim_v, False, False)]
     need_q, need_k, need_v, need_s = node.args[9:13]
     calls = [(batch, nk, nq, dim_v, True, False)] if need_v else []
     if need_q or need_k or need_s:
