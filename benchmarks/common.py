@@ -85,18 +85,31 @@ def paired_us(
     return statistics.median(samples_a), statistics.median(samples_b), statistics.median(ratios)
 
 
+#: The clock :func:`alternating_us` uses when given none: wall-clock time unless a
+#: script's ``--clock cpu`` chose the process's CPU time (:func:`use_clock`).
+CLOCK: Callable[[], float] = time.perf_counter
+
+
+def use_clock(name: str) -> None:
+    """``"wall"`` or ``"cpu"``: the default clock of :func:`alternating_us`."""
+    global CLOCK
+    CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}[name]
+
+
 def alternating_us(
     fns: dict[str, Callable[[], object]],
     *,
     repeats: int = 9,
     min_time: float = 0.05,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] | None = None,
 ) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
     """Several workloads timed in alternating rounds (each round runs every one of
     them): the median us per call of each, and for each ordered pair the median of
     the per-round ratios. ``clock=time.process_time`` measures CPU time (all the
     process's threads) instead of wall-clock time: on a machine shared with other
-    load, the scheduler stretches a longer call's wall-clock time more."""
+    load, the scheduler stretches a longer call's wall-clock time more. Without
+    ``clock``: :data:`CLOCK` (a script's ``--clock cpu`` sets it, see :func:`use_clock`)."""
+    clock = clock or CLOCK
     numbers = {}
     for name, fn in fns.items():
         fn()

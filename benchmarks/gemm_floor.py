@@ -2,9 +2,10 @@
 
 ``gemm_calls(compiled)`` reads the trace of an ``ember.compile``d function (after one
 call) and lists its products as ``(batch, m, k, n, transpose_a, transpose_b)``:
-``matmul`` nodes as they are, ``linear`` as ``[rows, k] x [k, n]``, and
+``matmul`` nodes as they are, ``linear`` as ``[rows, k] x [k, n]``,
 ``linear_backward`` as the input gradient ``grad x weight^T`` and the weight gradient
-``x^T x grad`` (the ones the node asks for). ``gemm_runner(calls)`` makes a function that runs
+``x^T x grad`` (the ones the node asks for), and ``attention``/``attention_backward``
+as the products their library steps make per (batch, head) block. ``gemm_runner(calls)`` makes a function that runs
 exactly those products on random float32 operands with numpy's OpenBLAS ``sgemm``
 (transposed operands as views, as a BLAS call takes them): timed, it is what a step
 could not go below with that BLAS, so a table can show how far the rest of the step
@@ -50,6 +51,27 @@ def gemm_calls(compiled: Any) -> list[Gemm]:
                 calls.append((1, rows, w[1], w[0], False, True))
             if need_w:  # x^T [k, rows] x grad [rows, n]
                 calls.append((1, w[0], rows, w[1], True, False))
+        elif node.op in ("attention", "attention_backward"):  # a library step's ?gemm per block
+            calls.extend(_attention_gemms(node, shape))
+    return calls
+
+
+def _attention_gemms(node: Any, shape: Callable[[Any], tuple[int, ...]]) -> list[Gemm]:
+    """The products inside one ``attention`` (``Q K^T``, ``P V``) or ``attention_backward``
+    (``D^T G``, ``G V^T``, ``dS K``, ``dS^T Q``, those it is asked for) node."""
+    q, k, v = (shape(a) for a in node.args[:3])
+    batch, nq, dim, nk, dim_v = math.prod(q[:-2]), q[-2], q[-1], k[-2], v[-1]
+    if node.op == "attention":  # K^T as a dense operand, as the composite's matmul took it (the
+        # first transposed product opens a step's backward for train_step.py's eval floor)
+        return [(batch, nq, dim, nk, False, False), (batch, nq, nk, dim_v, False, False)]
+    need_q, need_k, need_v, need_s = node.args[9:13]
+    calls = [(batch, nk, nq, dim_v, True, False)] if need_v else []
+    if need_q or need_k or need_s:
+        calls.append((batch, nq, dim_v, nk, False, True))
+    if need_q:
+        calls.append((batch, nq, nk, dim, False, False))
+    if need_k:
+        calls.append((batch, nk, nq, dim, True, False))
     return calls
 
 

@@ -3,6 +3,7 @@ installed), in one run. Median microseconds per step over several repeats.
 
     python benchmarks/train_step.py            # W1 to W4
     python benchmarks/train_step.py W4         # only the workloads named
+    python benchmarks/train_step.py --clock cpu W4  # CPU time instead of wall-clock time
     python benchmarks/train_step.py amp        # W2 under autocast (bf16-mixed, 16-mixed) vs float32
 
 W1: the seed (MLP 4-16-1, MSE, Adam, 64 samples).
@@ -38,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ember
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from benchmarks.common import alternating_us, fmt, print_table, try_import_torch, use_clock
 from benchmarks.gemm_floor import gemm_calls, gemm_runner
 from ember import Device, Module, Tensor
 from ember.nn import Linear, LinearConfig, Relu
@@ -505,11 +506,16 @@ def row(name, t_ember, t_torch, t_jax, ratio=None):
 
 def main() -> None:
     torch = try_import_torch()
-    if sys.argv[1:] == ["amp"]:
+    argv = sys.argv[1:]
+    if "--clock" in argv:  # --clock cpu: process CPU time instead of wall-clock time
+        at = argv.index("--clock")
+        use_clock(argv[at + 1])
+        del argv[at : at + 2]
+    if argv == ["amp"]:
         amp_table(torch)
         return
     rows: list[list[str]] = []
-    chosen = {name.upper() for name in sys.argv[1:]}
+    chosen = {name.upper() for name in argv}
     for workload in (workload_w1, workload_w2, workload_w3, workload_w4):
         if chosen and workload.__name__.split("_")[1].upper() not in chosen:
             continue

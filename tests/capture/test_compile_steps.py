@@ -231,10 +231,10 @@ def _check_gpt(steps: int, batch: int, block: int, atol: float = 0.0) -> None:
     np.testing.assert_allclose(compiled, eager, rtol=REL, atol=atol)
     assert compiled[-1] < compiled[0]  # it trains
     plan = next(iter(step._entries.values())).plan
-    if hasattr(plan, "variants"):  # the LLVM executor: softmax, GELU and layer norm as row kernels
+    if hasattr(plan, "variants"):  # the LLVM executor: attention, GELU, layer norm and log-softmax as library steps
         ops = {s.node.op for s in plan.schedule.steps if not isinstance(s, Call) and hasattr(s, "node")}
-        rows = {"softmax", "gelu", "gelu_backward", "layer_norm", "layer_norm_backward", "log_softmax"}
-        assert rows | {"embedding_backward"} <= ops
+        library = {"attention", "attention_backward", "gelu", "gelu_backward", "layer_norm", "layer_norm_backward"}
+        assert library | {"log_softmax", "embedding_backward"} <= ops
         assert not [s for s in plan.schedule.steps if isinstance(s, Call)]  # one compiled segment
     np.testing.assert_array_equal(compiled, _gpt_losses(steps, True, batch, block)[0])  # bit-identical
 

@@ -150,6 +150,16 @@ def _rms_norm_backward(x, gamma, rstd, grad, need_x, need_gamma):
     )
 
 
+def _attention(query, key, value, mask, bias, fill, scale, causal, keep):
+    lead = tuple(query.shape[:-1])
+    return Aval(lead + (value.shape[-1],), query.dtype), Aval(lead + (key.shape[-2],), query.dtype)
+
+
+def _attention_backward(query, key, value, probs, mask, keep, grad, scale, causal, *needs):
+    shapes = (query.shape, key.shape, value.shape, probs.shape)
+    return tuple(Aval(tuple(s), grad.dtype) if need else None for s, need in zip(shapes, needs))
+
+
 def _lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     steps, dt = (proj.shape[0], proj.shape[1], h0.shape[-1]), proj.dtype
     state = Aval(tuple(h0.shape), dt)
@@ -337,6 +347,8 @@ _RULES: dict[str, Callable[..., Any]] = {
     "rms_norm_backward": _rms_norm_backward,
     "linear": _linear,
     "linear_backward": _linear_backward,
+    "attention": _attention,
+    "attention_backward": _attention_backward,
     # The packed weight stays packed: the plan calls the wrapped backend's kernel (flex's
     # never materialises the float weight), its composite where that declines.
     "quantized_linear": lambda x, values, *rest: Aval(tuple(x.shape[:-1]) + (values.shape[0],), np.dtype(np.float32)),

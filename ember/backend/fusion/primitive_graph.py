@@ -88,6 +88,7 @@ class Expanded:
 
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_BOOL = np.dtype(np.bool_)
 
 
 #: The composites the compiling lowerings (LLVM, CUDA C; WGSL less softmax and
@@ -109,13 +110,16 @@ FLOAT_EXPANSIONS = frozenset(
         "linear_backward",
         "mse_loss",
         "adam_step_many",
+        "attention",
+        "attention_backward",
     }
 )
 
 
 def float_operands(graph: Graph, node: Node) -> bool:
-    """Whether every tensor a node reads is float32 or float64, all of one dtype."""
-    dtypes = {graph.avals[r].dtype for r in node.refs()}
+    """Whether every tensor a node reads, bool masks aside, is float32 or float64, all
+    of one dtype."""
+    dtypes = {graph.avals[r].dtype for r in node.refs()} - {_BOOL}
     return len(dtypes) == 1 and dtypes <= _FLOATS
 
 

@@ -291,9 +291,10 @@ class _Scheduler:
         """A node with a hand-written lowering: its operands stored densely (a view
         that is not contiguous is copied first), its outputs fresh buffers."""
         args: dict[int, tuple[int, View]] = {}
+        strided = {node.args[p] for p in self.target.library_views(self.graph, node)}
         for r in dict.fromkeys(node.refs()):
             buf, view = self.materialize(r)
-            if not view.is_contiguous():
+            if not view.is_contiguous() and r not in strided:
                 dense = self.new_buffer(view.shape, self.dtype(r), "temp")
                 self.emit(Kernel(view.shape, None, [], [Store(dense, self.x.load(buf, view, self.dtype(r)), False)]))
                 buf, view = dense, View.contiguous(view.shape)

@@ -47,8 +47,9 @@ class Library:
     """A node the target lowers with a hand-written loop nest (a convolution, a pooling,
     a gather or scatter): ``node`` of the lowered graph, its tensor arguments in dense
     row-major buffers (``args``: value -> (buffer, view), each view contiguous, maybe
-    at an offset), one fresh buffer per output; ``scalars``: each run-time scalar among
-    its arguments -> its slot in the plan's scalar buffer."""
+    at an offset, except those the target reads strided: ``Target.library_views``),
+    one fresh buffer per output; ``scalars``: each run-time scalar among its arguments
+    -> its slot in the plan's scalar buffer."""
 
     node: Node
     args: dict[int, tuple[int, View]]
@@ -154,3 +155,8 @@ class Target:
     def library(self, graph: Graph, node: Node) -> bool:
         """Whether ``node`` (of the expanded graph) runs as a :class:`Library` step."""
         return False
+
+    def library_views(self, graph: Graph, node: Node) -> frozenset[int]:
+        """The positions of a :class:`Library` node's arguments it reads through their
+        views (strided, maybe broadcast) rather than from dense copies."""
+        return frozenset()

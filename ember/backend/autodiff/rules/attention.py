@@ -9,9 +9,9 @@ attention loss). With ``P`` the weights, ``D = P * keep`` the dropped weights an
 * ``dS = P * (dP - sum(dP * P))`` (softmax), zero where a key was hidden;
 * ``dQ = scale * dS K``, ``dK = scale * dS^T Q``, ``dBias = dS``.
 
-A backend with a fused ``attention_backward`` (flex) computes the context's step in
-one call; the steps below are the composite over the primitives (the forward's is
-``ember.backend.composites.attention``).
+The context's step is one ``attention_backward`` call: a backend's fused kernel (flex;
+a compiled plan's library step) or its composite
+(``ember.backend.composites.attention``, beside the forward's).
 
 Compute-bound: the inputs and the weights are kept.
 """
@@ -22,14 +22,10 @@ from typing import Any
 
 from ember.backend.autodiff.graph import AutodiffTensor
 from ember.backend.autodiff.rules.common import RecordMixin, unbroadcast
-from ember.backend.composites.activation import softmax_backward
-from ember.backend.composites.attention import hidden_keys
+from ember.backend.composites.attention import hidden_keys, scores_grad
+from ember.backend.composites.layers import transpose
+from ember.backend.composites.registry import run
 from ember.backend.ops import BinaryOp
-
-
-def _t(ops, x):
-    rank = len(x.shape)
-    return ops.permute(x, tuple(range(rank - 2)) + (rank - 1, rank - 2))
 
 
 def _hidden(ops, scores_shape, mask, causal):
@@ -37,15 +33,10 @@ def _hidden(ops, scores_shape, mask, causal):
     return hidden_keys(ops, scores_shape[-2], scores_shape[-1], mask, causal)
 
 
-def _scores_grad(ops, g_probs, probs, hidden):
-    ds = softmax_backward(ops, probs, g_probs, len(probs.shape) - 1)
-    return ds if hidden is None else ops.where(hidden, 0.0, ds)
-
-
 def _query_key_grads(ops, ds, q, k, scale, ctx):
     track_q, track_k, bias_shape = ctx[2], ctx[3], ctx[5]
     gq = ops.binary(BinaryOp.MUL, ops.matmul(ds, k), scale) if track_q else None
-    gk = ops.binary(BinaryOp.MUL, ops.matmul(_t(ops, ds), q), scale) if track_k else None
+    gk = ops.binary(BinaryOp.MUL, ops.matmul(transpose(ops, ds), q), scale) if track_k else None
     gb = unbroadcast(ops, ds, bias_shape) if bias_shape is not None else None
     return gq, gk, gb
 
@@ -53,28 +44,30 @@ def _query_key_grads(ops, ds, q, k, scale, ctx):
 def _context_step(ops, g, saved, ctx):
     q, k, v, probs, mask, keep = saved
     scale, causal, track_q, track_k, track_v, bias_shape = ctx
-    fused = ops.attention_backward(
-        q, k, v, probs, mask, keep, g, scale, causal, track_q, track_k, track_v, bias_shape is not None
+    gq, gk, gv, gs = run(
+        ops,
+        "attention_backward",
+        q,
+        k,
+        v,
+        probs,
+        mask,
+        keep,
+        g,
+        scale,
+        causal,
+        track_q,
+        track_k,
+        track_v,
+        bias_shape is not None,
     )
-    if fused is not NotImplemented:
-        gq, gk, gv, gs = fused
-        return (gq, gk, gv, None if gs is None else unbroadcast(ops, gs, bias_shape))
-    dropped = probs if keep is None else ops.binary(BinaryOp.MUL, probs, keep)
-    gv = ops.matmul(_t(ops, dropped), g) if track_v else None
-    gq = gk = gb = None
-    if track_q or track_k or bias_shape is not None:
-        g_probs = ops.matmul(g, _t(ops, v))
-        if keep is not None:
-            g_probs = ops.binary(BinaryOp.MUL, g_probs, keep)
-        ds = _scores_grad(ops, g_probs, probs, _hidden(ops, probs.shape, mask, causal))
-        gq, gk, gb = _query_key_grads(ops, ds, q, k, scale, ctx)
-    return (gq, gk, gv, gb)
+    return (gq, gk, gv, None if gs is None else unbroadcast(ops, gs, bias_shape))
 
 
 def _weights_step(ops, g, saved, ctx):
     q, k, probs, mask = saved
     scale, causal = ctx[0], ctx[1]
-    ds = _scores_grad(ops, g, probs, _hidden(ops, probs.shape, mask, causal))
+    ds = scores_grad(ops, g, probs, _hidden(ops, probs.shape, mask, causal))
     gq, gk, gb = _query_key_grads(ops, ds, q, k, scale, ctx)
     return (gq, gk, gb)
 

@@ -270,7 +270,11 @@ class ModuleBuilder:
         op = LIBRARY[step.node.op]
         status = self._table(b, "status") if op.checks else None
         scalars = (fn.args[-1], step.scalars)
-        op.emit(Emitter(self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1, scalars))
+        views = {ref: view for ref, (_, view) in step.args.items()}
+        emitter = Emitter(
+            self, b, self.schedule.graph, step.node, args, outs, scratch, status, index + 1, scalars, views
+        )
+        op.emit(emitter)
         b.ret_void()
         return fn
 

@@ -19,6 +19,7 @@ from ember.backend.fusion.graph import Graph, Node
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.kernel.llvm.loops import Loops
 from ember.backend.kernel.llvm.mathlib import F64, I64, const, mem_type, reg_type
+from ember.backend.kernel.views import View
 
 FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 INDEX = np.dtype(np.int64)
@@ -29,12 +30,15 @@ class LibraryOp:
     """A hand-written lowering: whether it applies to a node, the scratch it needs
     (named regions: name -> byte offset, and ``"size"``; each region reaches the
     code as its own ``noalias`` pointer), the IR it emits, and whether it checks
-    indices (then the step may stop the run: see the module docstring)."""
+    indices (then the step may stop the run: see the module docstring). ``views``:
+    the positions of the node's arguments the step reads through their views
+    (:attr:`Emitter.views`: strided, 0 where they broadcast) instead of dense copies."""
 
     supports: Callable[[Graph, Node, Any], bool]
     scratch: Callable[[Graph, Node], dict[str, int]]
     emit: Callable[..., None]
     checks: bool = False
+    views: frozenset[int] = frozenset()
 
 
 class Emitter:
@@ -53,6 +57,7 @@ class Emitter:
         status: ir.Value | None,
         code: int,
         scalars: tuple[ir.Value, dict[Any, int]] | None = None,
+        views: dict[int, View] | None = None,
     ):
         self.module = module
         self.b = b
@@ -65,6 +70,7 @@ class Emitter:
         self.status = status
         self.code = code  # what a failure records in status[0]
         self.scalars = scalars  # (the plan's scalar buffer, run-time scalar -> its slot)
+        self.views = views or {}  # value -> its view, for the operands the op reads strided
 
     def shape(self, ref: int) -> tuple[int, ...]:
         return self.graph.avals[ref].shape

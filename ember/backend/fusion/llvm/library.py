@@ -22,6 +22,8 @@ in the result:
   :mod:`.activations`;
 * ``layer_norm``/``layer_norm_backward`` along the last dim of float32 values: one
   pass over the rows each, in :mod:`.norms`.
+* ``attention``/``attention_backward`` of float32/float64 values: per (batch, head)
+  block, ``?gemm`` and row passes, in :mod:`.attention`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -40,6 +42,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.activations import ACTIVATION_OPS
+from ember.backend.fusion.llvm.attention import ATTENTION_OPS
 from ember.backend.fusion.llvm.conv import CONV_OPS, Scratch, conv_core, conv_geometry
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
@@ -269,6 +272,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **ROW_OPS,
     **ACTIVATION_OPS,
     **NORM_OPS,
+    **ATTENTION_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)

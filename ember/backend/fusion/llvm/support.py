@@ -122,6 +122,10 @@ class LLVMTarget(Target):
             return False
         return op.supports(graph, node, self)
 
+    def library_views(self, graph: Graph, node: Node) -> frozenset[int]:
+        op = LIBRARY.get(node.op)
+        return frozenset() if op is None else op.views
+
     def matmul_needs_packing(self, view: View, dtype: np.dtype, work: int) -> bool:
         if self.blas is None or work < self.blas_threshold:
             return False
