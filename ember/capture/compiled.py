@@ -67,7 +67,9 @@ class CompiledFunction:
         self.executor = executor
         self._entries: dict[Any, Entry] = {}
         self._eager: dict[Any, str] = {}
-        self._last: tuple[tuple, Any, Entry, Any] | None = None  # the fast path (see __call__)
+        # The fast path (see __call__): the last call's arguments, key, entry, autocast
+        # state, and where its leaves sit among the arguments (None: every argument is one).
+        self._last: tuple[tuple, Any, Entry, Any, tuple[int, ...] | None] | None = None
         self._module_keys: list[tuple[weakref.ref, Any]] = []  # see _module_key
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager": 0, "evictions": 0, "retraces": 0}
         self.__wrapped__ = fn
@@ -103,7 +105,8 @@ class CompiledFunction:
             if all(map(_is, args, prev)) or all(
                 a is b or (type(a) is float and type(b) is float) for a, b in zip(args, prev)
             ):
-                result = last[2].run(list(args))
+                at = last[4]  # static arguments (None, ints, strings) are not leaves
+                result = last[2].run(list(args) if at is None else [args[i] for i in at])
                 if result is not RETRACE:
                     # The arguments are last call's (floats aside), and so is the module
                     # the next call will pass: the fast path stays armed as it is.
@@ -134,7 +137,9 @@ class CompiledFunction:
         if kwargs or not all(type(a) in _FLAT_KINDS or isinstance(a, (Tensor, Module)) for a in args):
             self._last = None
             return
-        self._last = (_fast_args(args, result, entry), key, entry, autocast.state_key())
+        at = tuple(i for i, a in enumerate(args) if type(a) is float or isinstance(a, (Tensor, Module)))
+        leaves_at = None if len(at) == len(args) else at
+        self._last = (_fast_args(args, result, entry), key, entry, autocast.state_key(), leaves_at)
 
     def _key(self, spec: Any, leaves: list[Any]) -> tuple:
         parts: list[Any] = [static_key(spec), autocast.state_key()]

@@ -118,3 +118,27 @@ def test_an_unregistered_dataclass_holding_tensors_is_a_structure(rng):
         assert_close(out.total, np.array([x.sum()]), atol=1e-5)
         assert_close(out.parts[0], 2 * x, atol=1e-6)
     assert step.stats["traces"] == 1
+
+
+def test_static_arguments_between_tensors_replay_on_the_fast_path(rng):
+    """None, ints and strings among the arguments are static (not leaves): the fast path
+    of a repeated call must hand the plan only the leaves (it handed it the whole
+    argument list, and the third call raised a raw AttributeError on None)."""
+    device = Device.flex().autodiff()
+    x_np = rng.standard_normal((3, 4)).astype(np.float32)
+    y_np = rng.standard_normal((3, 4)).astype(np.float32)
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+
+    def fn(a, mask, b, power, mode):
+        out = a * b if mask is None else a * b * mask
+        out = out**power
+        return out.sum() if mode == "sum" else out.mean()
+
+    compiled = ember.compile(fn)
+    for _ in range(4):
+        got = compiled(x, None, y, 2, "sum")
+        assert_close(got.to_numpy()[0], np.sum((x_np.astype(np.float64) * y_np) ** 2), rtol=1e-5)
+    got = compiled(x, None, y, 2, "mean")  # another static value: another trace
+    assert_close(got.to_numpy()[0], np.mean((x_np.astype(np.float64) * y_np) ** 2), rtol=1e-5)
+    assert compiled.stats["traces"] == 2
+    assert compiled.stats["replays"] == 3
