@@ -148,7 +148,10 @@ def attention_backward(
         ds = np.matmul(grad, np.swapaxes(value, -1, -2))  # the gradient of the weights
         if keep is not None:
             ds *= keep
-        dot = np.einsum("...i,...i->...", ds, probs)
+        # Each row's dot(dS, P), float32 summed in float64 (its products are exact there): the
+        # sum is all but independent of order, so the compiled kernel rounds the same value.
+        dot = np.einsum("...i,...i->...", ds, probs, dtype=np.float64 if ds.dtype == _F32 else None)
+        dot = dot.astype(ds.dtype, copy=False)
         ds -= dot[..., None]
         ds *= probs
         hidden = _hidden(mask, causal, *ds.shape[-2:])

@@ -44,6 +44,8 @@ from ember.backend.fusion.llvm.emitter import FLOATS, Emitter, LibraryOp
 from ember.backend.kernel.llvm.mathlib import I8, I32, I64, const, reg_type
 from ember.backend.kernel.views import View
 
+_F64_REG = ir.DoubleType()
+
 _BOOL = np.dtype(np.bool_)
 #: A causal block's row tiles: at least this many rows, at most this many tiles (each
 #: tile's products stop at its last query's keys; more tiles, more and smaller ?gemm).
@@ -362,6 +364,9 @@ def _backward(e: Emitter) -> None:
     b = e.b
     zero, one = const(dtype, 0.0), const(dtype, 1.0)
     scale_c = const(dtype, float(scale))
+    # Each row's dot(dS, P) of float32 values is summed in float64, as flex's eager kernel
+    # sums it: both round the same all but exact sum, so compiled and eager gradients agree.
+    wide = dtype == np.dtype(np.float32)
     # The scores' gradient is 0 at hidden keys whatever the fill: a causal block's tiles
     # skip them in dQ and dK; in dS (whose row sums read every weight) only where the
     # forward hid them at -inf (dV reads the weights: all of them).
@@ -425,9 +430,14 @@ def _backward(e: Emitter) -> None:
                 if keep_p is not None:
                     x = b.fmul(x, e.load(keep_p, at, dtype))
                     e.store(x, ds, at, dtype)
-                return [b.fadd(carried[0], b.fmul(x, e.load(p, at, dtype)), flags=("reassoc",))]
+                w = e.load(p, at, dtype)
+                if wide:  # float32 products are exact in float64: the sum is all but order-free
+                    x, w = b.fpext(x, _F64_REG), b.fpext(w, _F64_REG)
+                return [b.fadd(carried[0], b.fmul(x, w), flags=("reassoc",))]
 
-            (total,) = e.loops.run(keys, dot, [zero])
+            (total,) = e.loops.run(keys, dot, [const(np.dtype(np.float64), 0.0) if wide else zero])
+            if wide:
+                total = b.fptrunc(total, reg_type(dtype))
 
             def softmax_grad(j: ir.Value, _: list) -> list:
                 at = b.add(base, j)
