@@ -5,8 +5,11 @@ them contiguous columns ``[C * K, N * P]`` and one matmul per group (not one per
 sample, which stalls a multi-threaded BLAS on a busy machine) does the arithmetic.
 Stride-1 convolutions gather on the padded grid (see :func:`_grid_columns`), which
 copies long contiguous runs. Conv-transpose is col2im: one matmul, then a sum over
-the kernel positions. Max-pooling is a branch-free running maximum over the kernel
-positions. No Python loop runs over the batch or the pixels, only over kernel
+the kernel positions. Max-pooling (forward and backward) runs the kernel layer's loop
+nest, the one compiled code runs (:mod:`.native_pool`), for float arrays of
+:data:`~ember.backend.flex.native.MIN_ELEMENTS` or more; smaller ones (or with the
+native kernels off) take a branch-free running maximum over the kernel positions in
+numpy, with the same result. No Python loop runs over the batch or the pixels, only over kernel
 positions. float16/bfloat16 are computed in float32 and rounded back.
 
 Temporaries (padded inputs, columns, matmul results) live in per-thread scratch
@@ -23,6 +26,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ember.backend.flex import native_pool
 from ember.backend.flex.quiet import quietly
 from ember.backend.module_ops import (
     Ints,
@@ -207,6 +211,10 @@ class FlexModuleOps(ModuleOps):
     @quietly
     def max_pool(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
+        native = _native_pool(_work(x), kernel, stride, padding, dilation, ceil_mode, with_indices=False)
+        if native is not None:
+            y = native[0]
+            return y if y.dtype == dtype else y.astype(dtype)
         cols, out = _pool_columns(_work(x), kernel, stride, padding, dilation, ceil_mode)
         y = np.maximum.reduce(cols, axis=0).reshape(x.shape[:2] + out)  # NaN propagates, as in PyTorch
         return y if y.dtype == dtype else y.astype(dtype)
@@ -214,6 +222,10 @@ class FlexModuleOps(ModuleOps):
     @quietly
     def max_pool_with_indices(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
+        native = _native_pool(_work(x), kernel, stride, padding, dilation, ceil_mode, with_indices=True)
+        if native is not None:
+            values, indices = native
+            return (values if values.dtype == dtype else values.astype(dtype)), indices
         spatial = x.shape[2:]
         cols, out = _pool_columns(_work(x), kernel, stride, padding, dilation, ceil_mode)
         k_total = cols.shape[0]
@@ -239,9 +251,13 @@ class FlexModuleOps(ModuleOps):
     def max_pool_backward(self, grad, indices, input_shape):
         n, c = input_shape[:2]
         size = int(np.prod(input_shape[2:]))
+        _check_plane_indices(indices, size)
+        g = _work(grad)
+        native = native_pool.max_pool_backward(g, indices, tuple(input_shape))
+        if native is not None:
+            return native.astype(grad.dtype, copy=False)
         rows = n * c
         idx = indices.reshape(rows, -1) + (np.arange(rows, dtype=np.int64) * size)[:, None]
-        g = _work(grad)
         total = np.zeros(rows * size, dtype=g.dtype)
         np.add.at(total, idx.reshape(-1), g.reshape(-1))
         return total.astype(grad.dtype, copy=False).reshape(input_shape)
@@ -320,6 +336,21 @@ class FlexModuleOps(ModuleOps):
         out = np.zeros((num_embeddings, d), dtype=g.dtype)
         np.add.at(out, flat, g)
         return out if out.dtype == grad.dtype else out.astype(grad.dtype)
+
+
+def _native_pool(x, kernel, stride, padding, dilation, ceil_mode, with_indices: bool):
+    """The kernel layer's max pooling (:mod:`.native_pool`), or ``None`` where it does not apply."""
+    out = tuple(pool_output_size(*a, ceil_mode) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+    return native_pool.max_pool(x, kernel, stride, padding, dilation, out, with_indices)
+
+
+def _check_plane_indices(indices: np.ndarray, size: int) -> None:
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        bad = indices[(indices < 0) | (indices >= size)].reshape(-1)[0]
+        raise IndexOutOfBoundsError(
+            f"ember: max_pool_backward: index {int(bad)} is out of bounds for a plane of size {size} "
+            "(pass the indices max_pool_with_indices returned for an input of this shape)"
+        )
 
 
 def _check_rows(op: str, indices: np.ndarray, size: int) -> None:
