@@ -27,7 +27,8 @@ def every_size(monkeypatch):
     monkeypatch.delitem(native_pool._STATE, "off", raising=False)
 
 
-def _numpy_pool(fn, *args):
+def numpy_only(fn, *args):
+    """``fn(*args)`` with flex's native pooling and im2col off (its numpy versions)."""
     native_pool._STATE["off"] = True
     try:
         return fn(*args)
@@ -56,7 +57,7 @@ def test_native_max_pool_matches_torch_and_numpy(every_size, case, dtype, rng):
     np.testing.assert_array_equal(y, ref.detach().numpy())
     np.testing.assert_array_equal(idx, ref_idx.numpy())
     np.testing.assert_array_equal(FLEX.max_pool(x, *args), ref.detach().numpy())
-    numpy_y, numpy_idx = _numpy_pool(FLEX.max_pool_with_indices, x, *args)
+    numpy_y, numpy_idx = numpy_only(FLEX.max_pool_with_indices, x, *args)
     np.testing.assert_array_equal(y, numpy_y)
     np.testing.assert_array_equal(idx, numpy_idx)
     g = rng.standard_normal(ref.shape).astype(dtype)
@@ -64,7 +65,7 @@ def test_native_max_pool_matches_torch_and_numpy(every_size, case, dtype, rng):
     back = FLEX.max_pool_backward(g, idx, x.shape)
     assert back.dtype == dtype
     assert_close(back, gx.numpy(), rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-6)
-    np.testing.assert_array_equal(back, _numpy_pool(FLEX.max_pool_backward, g, idx, x.shape))
+    np.testing.assert_array_equal(back, numpy_only(FLEX.max_pool_backward, g, idx, x.shape))
 
 
 def test_native_max_pool_ties_nan_and_all_neg_inf_windows(every_size):

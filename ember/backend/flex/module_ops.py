@@ -26,7 +26,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ember.backend.flex import native_pool
+from ember.backend.flex import native_conv, native_pool
 from ember.backend.flex.quiet import quietly
 from ember.backend.module_ops import (
     Ints,
@@ -421,9 +421,16 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
     o, cg = weight.shape[:2]
     kernel = weight.shape[2:]
     k_total = int(np.prod(kernel))
-    xp = _padded(x, padding, 0.0, "pad")
     w = weight.reshape(groups, o // groups, cg * k_total)
     dtype = np.result_type(x, weight)
+    out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+    cols = _native_columns(x, kernel, stride, padding, dilation, out, groups)
+    if cols is not None:
+        y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
+        np.matmul(w, cols, out=y)  # [G, O/G, N * P]
+        y = y.reshape((o, n) + out).swapaxes(0, 1)
+        return _with_bias(y, bias)
+    xp = _padded(x, padding, 0.0, "pad")
     if all(st == 1 for st in stride):
         cols, out, steps, length = _grid_columns(xp, kernel, dilation)
         y = _scratch("gemm", (groups, o // groups, n * length), dtype)
@@ -435,12 +442,28 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
         y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
         np.matmul(w, cols.reshape(groups, cg * k_total, -1), out=y)  # [G, O/G, N * P]
         y = y.reshape((o, n) + out).swapaxes(0, 1)
-    result = np.empty((n, o) + out, dtype=y.dtype)
+    return _with_bias(y, bias)
+
+
+def _with_bias(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """A fresh contiguous ``y`` ``[N, O, *out]`` (plus ``bias`` per channel)."""
+    result = np.empty(y.shape, dtype=y.dtype)
     if bias is None:
         np.copyto(result, y)
     else:
-        np.add(y, bias.reshape((1, o) + (1,) * len(out)), out=result)
+        np.add(y, bias.reshape((1, -1) + (1,) * (y.ndim - 2)), out=result)
     return result
+
+
+def _native_columns(x, kernel, stride, padding, dilation, out, groups) -> np.ndarray | None:
+    """``[G, Cg * K, N * P]`` columns by the kernel layer's im2col (:mod:`.native_conv`),
+    or ``None`` where it does not apply."""
+    n, c = x.shape[:2]
+    shape = (groups, c // groups * int(np.prod(kernel)), n * int(np.prod(out)))
+    cols = _scratch("cols", shape, x.dtype)
+    return native_conv.columns(
+        x, tuple(kernel), tuple(stride), tuple(lo for lo, _ in padding), tuple(dilation), out, groups, cols
+    )
 
 
 def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups):
@@ -491,10 +514,14 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
 
 def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
     n = x.shape[0]
-    o, cg = weight_shape[:2]
+    o = weight_shape[0]
     kernel = weight_shape[2:]
-    k_total = int(np.prod(kernel))
     out = grad.shape[2:]
+    native = _native_columns(x, kernel, stride, padding, dilation, out, groups)
+    if native is not None:
+        g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
+        np.copyto(g, np.swapaxes(grad, 0, 1))
+        return _weight_product(g, native, weight_shape, groups)
     xp = _padded(x, padding, 0.0, "pad")
     if all(st == 1 for st in stride):
         # Only the part of the padded input the outputs reach (an output_padding of a
@@ -508,6 +535,12 @@ def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
         cols = _columns(xp, kernel, stride, dilation, out)
         g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
         np.copyto(g, np.swapaxes(grad, 0, 1))
-    cols = cols.reshape(groups, cg * k_total, -1)
+    return _weight_product(g, cols, weight_shape, groups)
+
+
+def _weight_product(g: np.ndarray, cols: np.ndarray, weight_shape, groups: int) -> np.ndarray:
+    """``g`` ``[O, N * P]`` times the columns ``[G, Cg * K, N * P]`` transposed, as the weight's shape."""
+    o = weight_shape[0]
+    cols = cols.reshape(groups, int(np.prod(weight_shape[1:])), -1)
     gw = np.matmul(g.reshape(groups, o // groups, -1), cols.transpose(0, 2, 1))  # [G, O/G, Cg * K]
     return gw.reshape(weight_shape)

@@ -31,7 +31,7 @@ _LOCK = threading.Lock()
 _STATE: dict[Any, Any] = {}
 
 
-def _enabled(size: int, dtype: np.dtype) -> bool:
+def enabled(size: int, dtype: np.dtype) -> bool:
     return (
         size >= native.MIN_ELEMENTS
         and dtype in _FLOATS
@@ -40,7 +40,7 @@ def _enabled(size: int, dtype: np.dtype) -> bool:
     )
 
 
-def _kernel(key: tuple, build: Callable[[], Any]) -> Any:
+def cached(key: tuple, build: Callable[[], Any]) -> Any:
     if key in _STATE:
         return _STATE[key]
     with _LOCK:
@@ -49,7 +49,7 @@ def _kernel(key: tuple, build: Callable[[], Any]) -> Any:
     return _STATE[key]
 
 
-def _compile(emit: Callable[[Any], None], name: str) -> Any:
+def compile_entry(emit: Callable[[Any], None], name: str) -> Any:
     """A module with one ``void name(ptr, ptr, ptr)`` whose body ``emit(builder,
     args)`` writes; its ctypes entry point (``None`` where it cannot compile)."""
     try:
@@ -87,7 +87,7 @@ def max_pool(
     """Max pooling of ``x`` ``[N, C, *spatial]`` to ``out`` positions per plane (the
     values, and int64 flat positions in the input plane when ``with_indices``), or
     ``None`` where the kernel does not apply (see the module docstring)."""
-    if not _enabled(x.size, x.dtype) or any(lo < 0 or hi < 0 for lo, hi in padding):
+    if not enabled(x.size, x.dtype) or any(lo < 0 or hi < 0 for lo, hi in padding):
         return None
     from ember.backend.kernel.llvm.pooling import PoolGeometry, max_pool_rows
 
@@ -106,7 +106,7 @@ def max_pool(
         e, (src, values, indices) = parts
         max_pool_rows(e, geometry, dtype, src, values, indices if with_indices else None, rows)
 
-    found = _kernel(("max_pool", dtype.str, rows, geometry, with_indices), lambda: _compile(emit, "ember_max_pool"))
+    found = cached(("max_pool", dtype.str, rows, geometry, with_indices), lambda: compile_entry(emit, "ember_max_pool"))
     if found is None:
         return None
     x = np.ascontiguousarray(x)
@@ -121,7 +121,7 @@ def max_pool_backward(grad: np.ndarray, indices: np.ndarray, input_shape: tuple[
     plane (indices already checked to lie in the plane), or ``None`` where the kernel
     does not apply."""
     dtype = grad.dtype
-    if not _enabled(int(np.prod(input_shape)), dtype) or indices.shape != grad.shape:
+    if not enabled(int(np.prod(input_shape)), dtype) or indices.shape != grad.shape:
         return None
     from ember.backend.kernel.llvm.pooling import max_pool_backward_rows
 
@@ -133,7 +133,7 @@ def max_pool_backward(grad: np.ndarray, indices: np.ndarray, input_shape: tuple[
         max_pool_backward_rows(e, dtype, g, idx, result, rows, plane, out_plane)
 
     key = ("max_pool_backward", dtype.str, rows, plane, out_plane)
-    found = _kernel(key, lambda: _compile(emit, "ember_max_pool_backward"))
+    found = cached(key, lambda: compile_entry(emit, "ember_max_pool_backward"))
     if found is None:
         return None
     grad = np.ascontiguousarray(grad)
@@ -143,4 +143,4 @@ def max_pool_backward(grad: np.ndarray, indices: np.ndarray, input_shape: tuple[
     return result
 
 
-__all__ = ["max_pool", "max_pool_backward"]
+__all__ = ["cached", "compile_entry", "enabled", "max_pool", "max_pool_backward"]
