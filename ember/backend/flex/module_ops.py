@@ -5,8 +5,11 @@ them contiguous columns ``[C * K, N * P]`` and one matmul per group (not one per
 sample, which stalls a multi-threaded BLAS on a busy machine) does the arithmetic.
 Stride-1 convolutions gather on the padded grid (see :func:`_grid_columns`), which
 copies long contiguous runs. Conv-transpose is col2im: one matmul, then a sum over
-the kernel positions. Max-pooling is a branch-free running maximum over the kernel
-positions. No Python loop runs over the batch or the pixels, only over kernel
+the kernel positions. Max-pooling (forward and backward) runs the kernel layer's loop
+nest, the one compiled code runs (:mod:`.native_pool`), for float arrays of
+:data:`~ember.backend.flex.native.MIN_ELEMENTS` or more; smaller ones (or with the
+native kernels off) take a branch-free running maximum over the kernel positions in
+numpy, with the same result. No Python loop runs over the batch or the pixels, only over kernel
 positions. float16/bfloat16 are computed in float32 and rounded back.
 
 Temporaries (padded inputs, columns, matmul results) live in per-thread scratch
@@ -23,6 +26,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ember.backend.flex import native_conv, native_pool
 from ember.backend.flex.quiet import quietly
 from ember.backend.module_ops import (
     Ints,
@@ -207,6 +211,10 @@ class FlexModuleOps(ModuleOps):
     @quietly
     def max_pool(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
+        native = _native_pool(_work(x), kernel, stride, padding, dilation, ceil_mode, with_indices=False)
+        if native is not None:
+            y = native[0]
+            return y if y.dtype == dtype else y.astype(dtype)
         cols, out = _pool_columns(_work(x), kernel, stride, padding, dilation, ceil_mode)
         y = np.maximum.reduce(cols, axis=0).reshape(x.shape[:2] + out)  # NaN propagates, as in PyTorch
         return y if y.dtype == dtype else y.astype(dtype)
@@ -214,6 +222,10 @@ class FlexModuleOps(ModuleOps):
     @quietly
     def max_pool_with_indices(self, x, kernel, stride, padding, dilation, ceil_mode):
         dtype = x.dtype
+        native = _native_pool(_work(x), kernel, stride, padding, dilation, ceil_mode, with_indices=True)
+        if native is not None:
+            values, indices = native
+            return (values if values.dtype == dtype else values.astype(dtype)), indices
         spatial = x.shape[2:]
         cols, out = _pool_columns(_work(x), kernel, stride, padding, dilation, ceil_mode)
         k_total = cols.shape[0]
@@ -239,9 +251,13 @@ class FlexModuleOps(ModuleOps):
     def max_pool_backward(self, grad, indices, input_shape):
         n, c = input_shape[:2]
         size = int(np.prod(input_shape[2:]))
+        _check_plane_indices(indices, size)
+        g = _work(grad)
+        native = native_pool.max_pool_backward(g, indices, tuple(input_shape))
+        if native is not None:
+            return native.astype(grad.dtype, copy=False)
         rows = n * c
         idx = indices.reshape(rows, -1) + (np.arange(rows, dtype=np.int64) * size)[:, None]
-        g = _work(grad)
         total = np.zeros(rows * size, dtype=g.dtype)
         np.add.at(total, idx.reshape(-1), g.reshape(-1))
         return total.astype(grad.dtype, copy=False).reshape(input_shape)
@@ -322,6 +338,21 @@ class FlexModuleOps(ModuleOps):
         return out if out.dtype == grad.dtype else out.astype(grad.dtype)
 
 
+def _native_pool(x, kernel, stride, padding, dilation, ceil_mode, with_indices: bool):
+    """The kernel layer's max pooling (:mod:`.native_pool`), or ``None`` where it does not apply."""
+    out = tuple(pool_output_size(*a, ceil_mode) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+    return native_pool.max_pool(x, kernel, stride, padding, dilation, out, with_indices)
+
+
+def _check_plane_indices(indices: np.ndarray, size: int) -> None:
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        bad = indices[(indices < 0) | (indices >= size)].reshape(-1)[0]
+        raise IndexOutOfBoundsError(
+            f"ember: max_pool_backward: index {int(bad)} is out of bounds for a plane of size {size} "
+            "(pass the indices max_pool_with_indices returned for an input of this shape)"
+        )
+
+
 def _check_rows(op: str, indices: np.ndarray, size: int) -> None:
     if indices.size and (indices.min() < 0 or indices.max() >= size):
         bad = indices[(indices < 0) | (indices >= size)].reshape(-1)[0]
@@ -390,9 +421,16 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
     o, cg = weight.shape[:2]
     kernel = weight.shape[2:]
     k_total = int(np.prod(kernel))
-    xp = _padded(x, padding, 0.0, "pad")
     w = weight.reshape(groups, o // groups, cg * k_total)
     dtype = np.result_type(x, weight)
+    out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+    cols = _native_columns(x, kernel, stride, padding, dilation, out, groups)
+    if cols is not None:
+        y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
+        np.matmul(w, cols, out=y)  # [G, O/G, N * P]
+        y = y.reshape((o, n) + out).swapaxes(0, 1)
+        return _with_bias(y, bias)
+    xp = _padded(x, padding, 0.0, "pad")
     if all(st == 1 for st in stride):
         cols, out, steps, length = _grid_columns(xp, kernel, dilation)
         y = _scratch("gemm", (groups, o // groups, n * length), dtype)
@@ -404,12 +442,28 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
         y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
         np.matmul(w, cols.reshape(groups, cg * k_total, -1), out=y)  # [G, O/G, N * P]
         y = y.reshape((o, n) + out).swapaxes(0, 1)
-    result = np.empty((n, o) + out, dtype=y.dtype)
+    return _with_bias(y, bias)
+
+
+def _with_bias(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """A fresh contiguous ``y`` ``[N, O, *out]`` (plus ``bias`` per channel)."""
+    result = np.empty(y.shape, dtype=y.dtype)
     if bias is None:
         np.copyto(result, y)
     else:
-        np.add(y, bias.reshape((1, o) + (1,) * len(out)), out=result)
+        np.add(y, bias.reshape((1, -1) + (1,) * (y.ndim - 2)), out=result)
     return result
+
+
+def _native_columns(x, kernel, stride, padding, dilation, out, groups) -> np.ndarray | None:
+    """``[G, Cg * K, N * P]`` columns by the kernel layer's im2col (:mod:`.native_conv`),
+    or ``None`` where it does not apply."""
+    n, c = x.shape[:2]
+    shape = (groups, c // groups * int(np.prod(kernel)), n * int(np.prod(out)))
+    cols = _scratch("cols", shape, x.dtype)
+    return native_conv.columns(
+        x, tuple(kernel), tuple(stride), tuple(lo for lo, _ in padding), tuple(dilation), out, groups, cols
+    )
 
 
 def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups):
@@ -460,10 +514,14 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
 
 def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
     n = x.shape[0]
-    o, cg = weight_shape[:2]
+    o = weight_shape[0]
     kernel = weight_shape[2:]
-    k_total = int(np.prod(kernel))
     out = grad.shape[2:]
+    native = _native_columns(x, kernel, stride, padding, dilation, out, groups)
+    if native is not None:
+        g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
+        np.copyto(g, np.swapaxes(grad, 0, 1))
+        return _weight_product(g, native, weight_shape, groups)
     xp = _padded(x, padding, 0.0, "pad")
     if all(st == 1 for st in stride):
         # Only the part of the padded input the outputs reach (an output_padding of a
@@ -477,6 +535,12 @@ def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
         cols = _columns(xp, kernel, stride, dilation, out)
         g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
         np.copyto(g, np.swapaxes(grad, 0, 1))
-    cols = cols.reshape(groups, cg * k_total, -1)
+    return _weight_product(g, cols, weight_shape, groups)
+
+
+def _weight_product(g: np.ndarray, cols: np.ndarray, weight_shape, groups: int) -> np.ndarray:
+    """``g`` ``[O, N * P]`` times the columns ``[G, Cg * K, N * P]`` transposed, as the weight's shape."""
+    o = weight_shape[0]
+    cols = cols.reshape(groups, int(np.prod(weight_shape[1:])), -1)
     gw = np.matmul(g.reshape(groups, o // groups, -1), cols.transpose(0, 2, 1))  # [G, O/G, Cg * K]
     return gw.reshape(weight_shape)

@@ -1,7 +1,9 @@
 """im2col for the convolutions of :mod:`.conv`: one sample's group of windows copied
 into a column buffer, ``cols[(c, *k), *o] = x[c, o * stride - pad + k * dilation]``
-(0 outside), straight from the input (:func:`_columns`, any stride) or, for stride 1,
-in dense runs from a zero-padded copy (:func:`_pad_input`, :func:`_unit_columns`).
+(0 outside), straight from the input (the kernel layer's
+:func:`ember.backend.kernel.llvm.columns.columns`, any stride, which flex's eager
+convolutions run too) or, for stride 1, in dense runs from a zero-padded copy
+(:func:`_pad_input`, :func:`_unit_columns`).
 Padding, strides and dilations are compile-time constants, so each kernel position
 copies dense runs and zeroes the padding without a test per element."""
 
@@ -14,6 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.fusion.llvm.emitter import Emitter
+from ember.backend.kernel.llvm.columns import columns as _columns
 from ember.backend.kernel.llvm.mathlib import I64, const
 from ember.backend.kernel.views import contiguous_strides, size_of
 
@@ -75,75 +78,6 @@ def _unit_columns(e: Emitter, c: _Conv, padded: ir.Value, cols: ir.Value, dtype:
                 e.span(0, width, lambda q: e.store(e.load(padded, b.add(s, q), dtype), cols, b.add(d, q), dtype))
 
             e.loops.nest(list(c.out[:-1]), row)
-        return []
-
-    e.loops.run(c.cg, channel)
-
-
-def _columns(
-    e: Emitter,
-    c: _Conv,
-    x: ir.Value,
-    x_base: ir.Value,
-    cols: ir.Value,
-    dtype: np.dtype,
-    ld: int = 0,
-    first: ir.Value | None = None,
-) -> None:
-    """im2col of one sample's group (any stride): ``cols[(c, *k), *o] =
-    x[c, o * stride - pad + k * dilation]`` (0 outside). A row of ``cols`` holds ``ld``
-    values (default: the positions), the sample's start at column ``first``."""
-    b = e.b
-    spatial, out, stride, pad, dilation = c.spatial, c.out, c.stride, c.pad, c.dilation
-    plane, positions, k_total = size_of(spatial), size_of(out), size_of(c.kernel)
-    ld = ld or positions
-    s_strides, o_strides = contiguous_strides(spatial), contiguous_strides(out)
-    zero = const(dtype, 0.0)
-    rank = len(spatial)
-
-    def channel(ch: ir.Value, _: list) -> list:
-        source = b.add(x_base, b.mul(ch, ir.Constant(I64, plane)))
-        for k_flat, offset in enumerate(itertools.product(*(range(k) for k in c.kernel))):
-            row = b.mul(b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, ld))
-            if first is not None:
-                row = b.add(row, first)
-            # Per dim: the outputs whose input coordinate lies inside, [lo, hi).
-            ranges = []
-            for d in range(rank):
-                shift = offset[d] * dilation[d] - pad[d]  # coordinate = o * stride + shift
-                lo = 0
-                while lo < out[d] and lo * stride[d] + shift < 0:
-                    lo += 1
-                hi = lo
-                while hi < out[d] and hi * stride[d] + shift < spatial[d]:
-                    hi += 1
-                ranges.append((lo, hi, shift))
-
-            def dim(d: int, dst: ir.Value, src: ir.Value, ranges: list = ranges) -> None:
-                lo, hi, shift = ranges[d]
-                inner = size_of(out[d + 1 :])
-                e.fill(cols, dst, lo * inner, zero, dtype)
-                if d == rank - 1:
-
-                    def copy(o: ir.Value) -> None:
-                        coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
-                        e.store(e.load(x, b.add(src, coord), dtype), cols, b.add(dst, o), dtype)
-
-                    e.span(lo, hi, copy)
-                else:
-
-                    def nested(o: ir.Value) -> None:
-                        coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
-                        dim(
-                            d + 1,
-                            b.add(dst, b.mul(o, ir.Constant(I64, o_strides[d]))),
-                            b.add(src, b.mul(coord, ir.Constant(I64, s_strides[d]))),
-                        )
-
-                    e.span(lo, hi, nested)
-                e.fill(cols, b.add(dst, ir.Constant(I64, hi * inner)), (out[d] - hi) * inner, zero, dtype)
-
-            dim(0, row, source)
         return []
 
     e.loops.run(c.cg, channel)

@@ -17,8 +17,8 @@ from llvmlite import ir
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph, Node
 from ember.backend.fusion.scalars import SymScalar
-from ember.backend.kernel.llvm.loops import Loops
-from ember.backend.kernel.llvm.mathlib import F64, I64, const, mem_type, reg_type
+from ember.backend.kernel.llvm.builder import KernelBuilder
+from ember.backend.kernel.llvm.mathlib import F64, I64, const, reg_type
 from ember.backend.kernel.views import View
 
 FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -41,9 +41,10 @@ class LibraryOp:
     views: frozenset[int] = frozenset()
 
 
-class Emitter:
-    """What a lowering emits with: the builder, loops, the module builder (BLAS
-    routines, math) and the step's pointers."""
+class Emitter(KernelBuilder):
+    """What a lowering emits with: the builder, loops and element access
+    (:class:`KernelBuilder`), the module builder (BLAS routines, math) and the step's
+    pointers."""
 
     def __init__(
         self,
@@ -59,9 +60,8 @@ class Emitter:
         scalars: tuple[ir.Value, dict[Any, int]] | None = None,
         views: dict[int, View] | None = None,
     ):
+        super().__init__(b)
         self.module = module
-        self.b = b
-        self.loops = Loops(b)
         self.graph = graph
         self.node = node
         self.args = args  # value -> pointer to its first element
@@ -88,40 +88,6 @@ class Emitter:
         slot = self.b.gep(buffer, [ir.Constant(I64, slots[value])], source_etype=F64)
         number = self.b.load(slot, typ=F64, align=8)
         return number if dtype == np.dtype(np.float64) else self.b.fptrunc(number, reg_type(dtype))
-
-    # ------------------------------------------------------------------ helpers
-    def at(self, ptr: ir.Value, index: ir.Value, dtype: np.dtype) -> ir.Value:
-        return self.b.gep(ptr, [index], source_etype=mem_type(dtype))
-
-    def load(self, ptr: ir.Value, index: ir.Value, dtype: np.dtype) -> ir.Value:
-        return self.b.load(self.at(ptr, index, dtype), typ=mem_type(dtype), align=dtype.itemsize)
-
-    def store(self, value: ir.Value, ptr: ir.Value, index: ir.Value, dtype: np.dtype) -> None:
-        self.b.store(value, self.at(ptr, index, dtype), align=dtype.itemsize)
-
-    def span(self, lo: int, hi: int, body: Callable[[ir.Value], None]) -> None:
-        """``for i in range(lo, hi): body(i)`` (nothing when empty)."""
-        if hi <= lo:
-            return
-        b = self.b
-
-        def step(i: ir.Value, _: list) -> list:
-            body(b.add(i, ir.Constant(I64, lo)) if lo else i)
-            return []
-
-        self.loops.run(hi - lo, step)
-
-    def fill(self, ptr: ir.Value, start: ir.Value, count: int, value: ir.Value, dtype: np.dtype) -> None:
-        """``ptr[start:start + count] = value``."""
-        self.span(0, count, lambda i: self.store(value, ptr, self.b.add(start, i), dtype))
-
-    def linear(self, indices: list[ir.Value], strides: tuple[int, ...], base: ir.Value | None = None) -> ir.Value:
-        b = self.b
-        total = base if base is not None else ir.Constant(I64, 0)
-        for index, stride in zip(indices, strides):
-            if stride:
-                total = b.add(total, b.mul(index, ir.Constant(I64, stride)))
-        return total
 
     def check_index(self, index: ir.Value, size: int) -> ir.Value:
         """``index`` if it lies in ``[0, size)``; otherwise records it as the step's

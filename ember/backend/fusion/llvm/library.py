@@ -35,7 +35,6 @@ first bad index in the plan's *status* words and returns, and the run raises
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from llvmlite import ir
@@ -49,7 +48,9 @@ from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
 from ember.backend.fusion.llvm.norms import NORM_OPS
 from ember.backend.fusion.llvm.rows import ROW_OPS
-from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
+from ember.backend.kernel.llvm.mathlib import I64, const
+from ember.backend.kernel.llvm.pooling import PoolGeometry, max_pool_backward_rows
+from ember.backend.kernel.llvm.pooling import max_pool_rows as kernel_max_pool_rows
 from ember.backend.kernel.views import contiguous_strides, size_of
 
 #: The most kernel positions a pooling unrolls.
@@ -177,54 +178,18 @@ def max_pool_rows(e: Emitter, x: ir.Value, values: ir.Value, indices: ir.Value |
     """The max pooling of ``e.node`` over ``rows`` planes: ``x`` (the first plane's
     first element), ``values`` and ``indices`` (their first output's; ``None`` for
     ``max_pool``, which returns the values only); a convolution chain pools one
-    sample's planes at a time."""
+    sample's planes at a time. The loop nest is the kernel layer's, which flex runs
+    eagerly too (:func:`ember.backend.kernel.llvm.pooling.max_pool_rows`)."""
     x_ref, kernel, stride, padding, dilation, _ceil = e.node.args
-    x_shape = e.shape(x_ref)
-    dtype = e.dtype(x_ref)
-    spatial = x_shape[2:]
-    out = e.graph.avals[e.node.outs[0]].shape[2:]
-    plane, out_plane = size_of(spatial), size_of(out)
-    if rows * out_plane == 0:
-        return
-    b = e.b
-    s_strides = contiguous_strides(spatial)
-    o_strides = contiguous_strides(out)
-    t = reg_type(dtype)
-    neg_inf = ir.Constant(t, float("-inf"))
-
-    def body(pos: list[ir.Value]) -> None:
-        row, opos = pos[0], pos[1:]
-        base = b.mul(row, ir.Constant(I64, plane))
-        best = best_index = None
-        for offset in itertools.product(*(range(k) for k in kernel)):
-            inside: ir.Value | None = None
-            flat: ir.Value = ir.Constant(I64, 0)
-            for d, (o, k) in enumerate(zip(opos, offset)):
-                coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, k * dilation[d] - padding[d][0]))
-                ok = b.and_(
-                    b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
-                    b.icmp_signed("<", coord, ir.Constant(I64, spatial[d])),
-                )
-                inside = ok if inside is None else b.and_(inside, ok)
-                low = b.select(b.icmp_signed("<", coord, ir.Constant(I64, 0)), ir.Constant(I64, 0), coord)
-                clipped = b.select(
-                    b.icmp_signed(">=", low, ir.Constant(I64, spatial[d])), ir.Constant(I64, spatial[d] - 1), low
-                )
-                flat = b.add(flat, b.mul(clipped, ir.Constant(I64, s_strides[d])))
-            value = b.select(inside, e.load(x, b.add(base, flat), dtype), neg_inf)
-            if best is None:
-                best, best_index = value, flat
-                continue
-            take = b.or_(b.fcmp_ordered(">", value, best), b.fcmp_unordered("uno", value, value))
-            best = b.select(take, value, best)
-            if indices is not None:
-                best_index = b.select(take, flat, best_index)
-        target = b.add(b.mul(row, ir.Constant(I64, out_plane)), e.linear(opos, o_strides))
-        e.store(best, values, target, dtype)
-        if indices is not None:
-            e.store(best_index, indices, target, _INDEX)
-
-    e.loops.nest([rows, *out], body)
+    geometry = PoolGeometry(
+        spatial=tuple(e.shape(x_ref)[2:]),
+        out=tuple(e.graph.avals[e.node.outs[0]].shape[2:]),
+        kernel=tuple(kernel),
+        stride=tuple(stride),
+        pad=tuple(lo for lo, _hi in padding),
+        dilation=tuple(dilation),
+    )
+    kernel_max_pool_rows(e, geometry, e.dtype(x_ref), x, values, indices, rows)
 
 
 def _pool_backward_supports(graph: Graph, node: Node, target: Any) -> bool:
@@ -241,23 +206,18 @@ def _pool_backward_supports(graph: Graph, node: Node, target: Any) -> bool:
 
 def _max_pool_backward(e: Emitter) -> None:
     grad, indices, input_shape = e.node.args
-    dtype = e.dtype(grad)
-    rows = input_shape[0] * input_shape[1]
-    plane, out_plane = size_of(tuple(input_shape[2:])), size_of(e.shape(grad)[2:])
-    b = e.b
-    out = e.outs[0]
-    e.fill(out, ir.Constant(I64, 0), rows * plane, const(dtype, 0.0), dtype)
-    if rows * out_plane == 0:
-        return
-
-    def body(pos: list[ir.Value]) -> None:
-        row, j = pos
-        flat = b.add(b.mul(row, ir.Constant(I64, out_plane)), j)
-        index = e.check_index(e.load(e.args[indices], flat, _INDEX), plane)
-        target = b.add(b.mul(row, ir.Constant(I64, plane)), index)
-        e.store(b.fadd(e.load(out, target, dtype), e.load(e.args[grad], flat, dtype)), out, target, dtype)
-
-    e.loops.nest([rows, out_plane], body)
+    plane = size_of(tuple(input_shape[2:]))
+    max_pool_backward_rows(
+        e,
+        e.dtype(grad),
+        e.args[grad],
+        e.args[indices],
+        e.outs[0],
+        input_shape[0] * input_shape[1],
+        plane,
+        size_of(e.shape(grad)[2:]),
+        lambda index: e.check_index(index, plane),
+    )
 
 
 #: op -> its hand-written lowering.

@@ -1,0 +1,128 @@
+"""Max pooling and its backward as loop nests over ``rows`` planes, written once for
+fusion's compiled steps (:mod:`ember.backend.fusion.llvm.library`) and flex's eager
+kernels (:mod:`ember.backend.flex.native_pool`).
+
+* :func:`max_pool_rows`: a running maximum over the kernel positions in order, taking
+  a later value when it is greater or NaN (the first maximum wins ties, a NaN wins),
+  padding read as ``-inf``; the index is the flat position in the input plane, each
+  coordinate clipped into the input (the first real element of a window whose
+  maximum is ``-inf``), as PyTorch does;
+* :func:`max_pool_backward_rows`: zeros, then each output's gradient added at its
+  index, in row-major order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from ember.backend.kernel.llvm.builder import KernelBuilder
+from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
+from ember.backend.kernel.views import contiguous_strides, size_of
+
+#: The dtype of the indices (flat positions in an input plane).
+INDEX = np.dtype(np.int64)
+
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    """A pooling's planes: input ``spatial`` and ``out`` sizes, and per dim the
+    ``kernel``, ``stride``, leading padding ``pad`` (>= 0) and ``dilation``."""
+
+    spatial: tuple[int, ...]
+    out: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    pad: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+
+def max_pool_rows(
+    e: KernelBuilder,
+    g: PoolGeometry,
+    dtype: np.dtype,
+    x: ir.Value,
+    values: ir.Value,
+    indices: ir.Value | None,
+    rows: int,
+) -> None:
+    """The max pooling of ``rows`` contiguous planes of ``x`` into ``values`` and
+    ``indices`` (``None``: the values only)."""
+    spatial, out = g.spatial, g.out
+    plane, out_plane = size_of(spatial), size_of(out)
+    if rows * out_plane == 0:
+        return
+    b = e.b
+    s_strides = contiguous_strides(spatial)
+    o_strides = contiguous_strides(out)
+    neg_inf = ir.Constant(reg_type(dtype), float("-inf"))
+
+    def body(pos: list[ir.Value]) -> None:
+        row, opos = pos[0], pos[1:]
+        base = b.mul(row, ir.Constant(I64, plane))
+        best = best_index = None
+        for offset in itertools.product(*(range(k) for k in g.kernel)):
+            inside: ir.Value | None = None
+            flat: ir.Value = ir.Constant(I64, 0)
+            for d, (o, k) in enumerate(zip(opos, offset)):
+                coord = b.add(b.mul(o, ir.Constant(I64, g.stride[d])), ir.Constant(I64, k * g.dilation[d] - g.pad[d]))
+                ok = b.and_(
+                    b.icmp_signed(">=", coord, ir.Constant(I64, 0)),
+                    b.icmp_signed("<", coord, ir.Constant(I64, spatial[d])),
+                )
+                inside = ok if inside is None else b.and_(inside, ok)
+                low = b.select(b.icmp_signed("<", coord, ir.Constant(I64, 0)), ir.Constant(I64, 0), coord)
+                clipped = b.select(
+                    b.icmp_signed(">=", low, ir.Constant(I64, spatial[d])), ir.Constant(I64, spatial[d] - 1), low
+                )
+                flat = b.add(flat, b.mul(clipped, ir.Constant(I64, s_strides[d])))
+            value = b.select(inside, e.load(x, b.add(base, flat), dtype), neg_inf)
+            if best is None:
+                best, best_index = value, flat
+                continue
+            take = b.or_(b.fcmp_ordered(">", value, best), b.fcmp_unordered("uno", value, value))
+            best = b.select(take, value, best)
+            if indices is not None:
+                best_index = b.select(take, flat, best_index)
+        target = b.add(b.mul(row, ir.Constant(I64, out_plane)), e.linear(opos, o_strides))
+        e.store(best, values, target, dtype)
+        if indices is not None:
+            e.store(best_index, indices, target, INDEX)
+
+    e.loops.nest([rows, *out], body)
+
+
+def max_pool_backward_rows(
+    e: KernelBuilder,
+    dtype: np.dtype,
+    grad: ir.Value,
+    indices: ir.Value,
+    out: ir.Value,
+    rows: int,
+    plane: int,
+    out_plane: int,
+    checked: Callable[[ir.Value], ir.Value] = lambda index: index,
+) -> None:
+    """``out`` (``rows`` planes of ``plane``) = 0, then ``out[row, indices[row, j]] +=
+    grad[row, j]``; ``checked`` maps each index to one inside the plane (the caller's
+    bounds check; by default the indices are trusted)."""
+    b = e.b
+    e.fill(out, ir.Constant(I64, 0), rows * plane, const(dtype, 0.0), dtype)
+    if rows * out_plane == 0:
+        return
+
+    def body(pos: list[ir.Value]) -> None:
+        row, j = pos
+        flat = b.add(b.mul(row, ir.Constant(I64, out_plane)), j)
+        index = checked(e.load(indices, flat, INDEX))
+        target = b.add(b.mul(row, ir.Constant(I64, plane)), index)
+        e.store(b.fadd(e.load(out, target, dtype), e.load(grad, flat, dtype)), out, target, dtype)
+
+    e.loops.nest([rows, out_plane], body)
+
+
+__all__ = ["INDEX", "PoolGeometry", "max_pool_backward_rows", "max_pool_rows"]
