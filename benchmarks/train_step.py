@@ -5,6 +5,9 @@ installed), in one run. Median microseconds per step over several repeats.
     python benchmarks/train_step.py W4         # only the workloads named
     python benchmarks/train_step.py --clock cpu W4  # CPU time instead of wall-clock time
     python benchmarks/train_step.py amp        # W2 under autocast (bf16-mixed, 16-mixed) vs float32
+    python benchmarks/train_step.py --torch-default-threads W2  # torch on its own thread pool
+
+Run with OPENBLAS_NUM_THREADS=1: torch runs one thread too unless asked otherwise.
 
 W1: the seed (MLP 4-16-1, MSE, Adam, 64 samples).
 W2: MLP 784-256-10, cross-entropy, Adam, batch 128.
@@ -514,6 +517,12 @@ def main() -> None:
     if argv == ["amp"]:
         amp_table(torch)
         return
+    if torch is not None and "--torch-default-threads" not in argv:
+        # Equal resources: ember runs one BLAS thread (OPENBLAS_NUM_THREADS=1, as the
+        # command above sets). torch's default pool on a shared 2-core machine made its W3
+        # step 95-450 ms against about 12 ms on one thread.
+        torch.set_num_threads(1)
+    argv = [a for a in argv if a != "--torch-default-threads"]
     rows: list[list[str]] = []
     chosen = {name.upper() for name in argv}
     for workload in (workload_w1, workload_w2, workload_w3, workload_w4):
@@ -525,7 +534,7 @@ def main() -> None:
             rows.append([workload.__name__, f"failed: {type(error).__name__}: {error}"[:70], "-", "-", "-", "-"])
     print_table(
         "training step, median us per step; ember/torch is the median ratio of alternating rounds "
-        "(torch eager: 1 thread for W1 and W4, default threads otherwise; jax.jit when installed)",
+        f"(torch eager: {torch.get_num_threads() if torch is not None else '-'} thread(s); jax.jit when installed)",
         ["workload", "ember", "torch", "ember/torch", "jax", "ember/jax"],
         rows,
     )
