@@ -237,18 +237,7 @@ class KernelEmitter:
             out = accs[e.op[1]]
         else:
             args = [self.value(a, indices, memo, accs) if type(a) is Expr else None for a in e.args]
-            if kind == "unary":
-                out = self.ops.unary(b, e.op, args[0], e.args[0].dtype)
-            elif kind == "binary":
-                out = self.ops.binary(b, e.op, args[0], args[1], e.args[0].dtype)
-            elif kind == "where":
-                out = b.select(args[0], args[1], args[2])
-            elif kind == "clamp":
-                out = self.ops.clamp(b, args[0], args[1], args[2], e.dtype)
-            elif kind == "cast":
-                out = self.ops.cast(b, args[0], e.args[0].dtype, e.dtype)
-            else:
-                raise AssertionError(kind)
+            out = self.ops.apply(b, e, args)
         memo[id(e)] = out
         return out
 

@@ -11,6 +11,7 @@ WGSL printers; anything else runs eagerly on flex.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -42,6 +43,22 @@ class OpEmitter:
 
     def __init__(self, math_lib: MathLib):
         self.m = math_lib
+
+    def apply(self, b: ir.IRBuilder, e: Any, args: list[Any]) -> ir.Value:
+        """The value of the elementwise expression ``e`` (a kernel IR ``Expr`` of kind
+        unary, binary, where, clamp or cast) from its arguments' values."""
+        kind = e.kind
+        if kind == "unary":
+            return self.unary(b, e.op, args[0], e.args[0].dtype)
+        if kind == "binary":
+            return self.binary(b, e.op, args[0], args[1], e.args[0].dtype)
+        if kind == "where":
+            return b.select(args[0], args[1], args[2])
+        if kind == "clamp":
+            return self.clamp(b, args[0], args[1], args[2], e.dtype)
+        if kind == "cast":
+            return self.cast(b, args[0], e.args[0].dtype, e.dtype)
+        raise AssertionError(f"{kind} is not an elementwise expression")
 
     # ------------------------------------------------------------------ casts
     def cast(self, b: ir.IRBuilder, x: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:

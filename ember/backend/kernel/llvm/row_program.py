@@ -108,18 +108,7 @@ class _Function:
             out = self.accs[e.op]
         else:
             args = [self.value(a, element, c) if type(a) is Expr else None for a in e.args]
-            if kind == "unary":
-                out = self.ops.unary(b, e.op, args[0], e.args[0].dtype)
-            elif kind == "binary":
-                out = self.ops.binary(b, e.op, args[0], args[1], e.args[0].dtype)
-            elif kind == "where":
-                out = b.select(args[0], args[1], args[2])
-            elif kind == "clamp":
-                out = self.ops.clamp(b, args[0], args[1], args[2], e.dtype)
-            elif kind == "cast":
-                out = self.ops.cast(b, args[0], e.args[0].dtype, e.dtype)
-            else:
-                raise AssertionError(f"a row program has no {kind} expressions")
+            out = self.ops.apply(b, e, args)
         memo[id(e)] = out
         return out
 
