@@ -108,13 +108,9 @@ class _Emitter:
 
     def function(self, name: str, args: list[Any]) -> Any:
         """A new function ``name``; :attr:`b` builds its body. Returns its arguments."""
-        fn = self.ir.Function(self.module, self.ir.FunctionType(self.void, args), name=name)
-        for i, arg in enumerate(fn.args):
-            if args[i] is self.ptr:
-                arg.add_attribute("noalias")
-        fn.attributes.add("nounwind")
-        if self.width:
-            set.add(fn.attributes, f'"prefer-vector-width"="{self.width}"')  # a string attribute llvmlite does not list
+        from ember.backend.kernel.llvm.mathlib import kernel_function
+
+        fn = kernel_function(self.module, name, args, self.width)
         self.b = self.ir.IRBuilder(fn.append_basic_block("entry"))
         return fn.args
 

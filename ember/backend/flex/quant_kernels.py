@@ -165,13 +165,9 @@ class _QuantEmitter:
         self._intrinsics: dict[str, Any] = {}
 
     def function(self, name: str, args: list[Any]) -> tuple[Any, Any]:
-        fn = self.ir.Function(self.module, self.ir.FunctionType(self.void, args), name=name)
-        for i, arg in enumerate(fn.args):
-            if args[i] is self.ptr:
-                arg.add_attribute("noalias")
-        fn.attributes.add("nounwind")
-        if self.width:
-            set.add(fn.attributes, f'"prefer-vector-width"="{self.width}"')  # a string attribute llvmlite does not list
+        from ember.backend.kernel.llvm.mathlib import kernel_function
+
+        fn = kernel_function(self.module, name, args, self.width)
         return fn, self.ir.IRBuilder(fn.append_basic_block("entry"))
 
     def loop(self, b: Any, count: Any, body: Any, carried: Sequence[tuple[Any, Any]] = ()) -> list[Any]:

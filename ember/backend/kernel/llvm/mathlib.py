@@ -59,6 +59,20 @@ def mem_type(dtype: np.dtype) -> ir.Type:
     return I8 if dtype.kind == "b" else reg_type(dtype)
 
 
+def kernel_function(module: ir.Module, name: str, types: list[ir.Type], vector_width: int | None) -> ir.Function:
+    """A new void function ``name`` of ``types`` in ``module``, as the kernel layer's
+    functions are declared: pointer arguments ``noalias``, ``nounwind``, and the host's
+    preferred vector width (a string attribute llvmlite does not list) where it has one."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=name)
+    for arg, t in zip(fn.args, types):
+        if isinstance(t, ir.PointerType):
+            arg.add_attribute("noalias")
+    fn.attributes.add("nounwind")
+    if vector_width:
+        set.add(fn.attributes, f'"prefer-vector-width"="{vector_width}"')
+    return fn
+
+
 def const(dtype: np.dtype, value) -> ir.Constant:
     t = reg_type(dtype)
     if dtype.kind == "b":

@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from ember.backend.kernel.exprs import Expr
 from ember.backend.kernel.llvm.loops import Loops
-from ember.backend.kernel.llvm.mathlib import I32, I64, MathLib, const, mem_type, reg_type
+from ember.backend.kernel.llvm.mathlib import I32, I64, MathLib, const, kernel_function, mem_type, reg_type
 from ember.backend.kernel.llvm.ops import OpEmitter
 from ember.backend.kernel.steps import Pass, Reduction, RowProgram, RowStore, RowView
 from ember.backend.ops import ReduceOp
@@ -66,13 +66,7 @@ class _Function:
         ptr = ir.PointerType()
         sizes = [I64, I64] if program.by_rows else [I64]
         types = [ptr] * len(program.buffers) + sizes + [reg_type(d) for d in program.scalars]
-        fn = ir.Function(printer.module, ir.FunctionType(ir.VoidType(), types), name=program.name)
-        for arg, t in zip(fn.args, types):
-            if t is ptr:
-                arg.add_attribute("noalias")
-        fn.attributes.add("nounwind")
-        if printer.vector_width:  # a string attribute llvmlite does not list
-            set.add(fn.attributes, f'"prefer-vector-width"="{printer.vector_width}"')
+        fn = kernel_function(printer.module, program.name, types, printer.vector_width)
         self.b = ir.IRBuilder(fn.append_basic_block("entry"))
         args = list(fn.args)
         n = len(program.buffers)
