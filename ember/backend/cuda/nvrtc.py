@@ -136,7 +136,7 @@ def _compile(source: str, options: tuple[str, ...], output: str, name: str) -> t
         opts = [o.encode() for o in options]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        log = bytearray(size)  # NVRTC writes into it: never an immutable (maybe shared) bytes object
         nvrtc.nvrtcGetProgramLog(prog, log)
         text = log.decode(errors="replace").rstrip("\x00 \n")
         if int(result) != 0:
@@ -155,12 +155,12 @@ def _read(nvrtc, prog, output: str) -> bytes:
     if output == "cubin":
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(nvrtc, err, "nvrtcGetCUBINSize")
-        code = b" " * size
+        code = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, code)
     else:
         err, size = nvrtc.nvrtcGetPTXSize(prog)
         _check(nvrtc, err, "nvrtcGetPTXSize")
-        code = b" " * size
+        code = bytearray(size)
         (err,) = nvrtc.nvrtcGetPTX(prog, code)
     _check(nvrtc, err, f"reading the {output}")
     return bytes(code)
