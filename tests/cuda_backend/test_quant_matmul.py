@@ -110,34 +110,28 @@ def test_cuda_quantized_linear_compiles_with_nvrtc(arch, rng):
 
     runtime = RecordingRuntime(arch)
     backend = CudaBackend(runtime=runtime)
+
+    def weight_only(on, scheme, q):
+        return backend.quantized_linear(
+            on[BUFFERS["x"]],
+            on[BUFFERS["values"]],
+            on[BUFFERS["scales"]],
+            on.get(BUFFERS["zeros"]),
+            on.get(BUFFERS["bias"]),
+            None,
+            scheme.value,
+            q.group,
+            "",
+        )
+
     for scheme in SCHEMES:
         for m, bias in ((1, False), (7, True)):
             q, parts, p = product(scheme, m, 40, 64, bias, rng)
             on = {b: backend.from_numpy(a) for b, a in parts.items()}
-            out = backend.quantized_linear(
-                on[BUFFERS["x"]],
-                on[BUFFERS["values"]],
-                on[BUFFERS["scales"]],
-                on.get(BUFFERS["zeros"]),
-                on.get(BUFFERS["bias"]),
-                None,
-                scheme.value,
-                q.group,
-                "",
-            )
+            out = weight_only(on, scheme, q)
             assert out.shape == (m, 40) and out.dtype == np.float32
     launches, compiled = runtime.stats["launches"], len(runtime.sources)
-    again = backend.quantized_linear(
-        on[BUFFERS["x"]],
-        on[BUFFERS["values"]],
-        on[BUFFERS["scales"]],
-        on.get(BUFFERS["zeros"]),
-        on.get(BUFFERS["bias"]),
-        None,
-        scheme.value,
-        q.group,
-        "",
-    )
+    again = weight_only(on, scheme, q)
     assert again.shape == (7, 40)  # a repeat: its cached launches, nothing compiled again
     assert len(runtime.sources) == compiled and runtime.stats["launches"] == launches + len(quant_matmul_kernels(p))
     dynamic = backend.quantized_linear(
