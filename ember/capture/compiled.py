@@ -72,6 +72,11 @@ class CompiledFunction:
         self._last: tuple[tuple, Any, Entry, Any, tuple[int, ...] | None] | None = None
         self._module_keys: list[tuple[weakref.ref, Any]] = []  # see _module_key
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager": 0, "evictions": 0, "retraces": 0}
+        #: Whether a new trace's first call replays its graph op by op and compiles from
+        #: its second (the default: an entry that runs once is never compiled), or is
+        #: compiled at once so that all its calls compute the same way (a function or
+        #: ``fn() -> bool``, asked at each trace; the Learner's resumable steps use it).
+        self.defer_first_plan: bool | Callable[[], bool] = True
         self.__wrapped__ = fn
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "compiled")
@@ -190,8 +195,18 @@ class CompiledFunction:
                 result_spec = flatten_result(result, result_leaves)
                 tracer = trace.backends[0]
                 executor = self.executor_for(tracer.inner, tracer.fusion)
+                defer = self.defer_first_plan
                 entry = Entry(
-                    executor, self.donate, trace, spec, result_spec, result_leaves, tracer.inner, leaves, tracer.fusion
+                    executor,
+                    self.donate,
+                    trace,
+                    spec,
+                    result_spec,
+                    result_leaves,
+                    tracer.inner,
+                    leaves,
+                    tracer.fusion,
+                    defer() if callable(defer) else defer,
                 )
         except GraphBreak as error:
             return self._fall_back(key, args, kwargs, str(error))
