@@ -9,7 +9,16 @@ runner), ``pytree`` (argument structures), ``leaves`` (modules' parameters, guar
 and ``arrays`` (packing and donated arrays). Modules and optimizers reach a trace only
 through :mod:`ember.tensor.capture_hook`."""
 
-from ember.capture.compiled import CompiledFunction, CompileWarning, compile
+from ember.capture.buckets import BucketError
+from ember.capture.compiled import CompiledFunction, CompileWarning, RecompileWarning, compile
 from ember.capture.pytree import register_dataclass, register_pytree_node
 
-__all__ = ["CompileWarning", "CompiledFunction", "compile", "register_dataclass", "register_pytree_node"]
+__all__ = [
+    "BucketError",
+    "CompileWarning",
+    "CompiledFunction",
+    "RecompileWarning",
+    "compile",
+    "register_dataclass",
+    "register_pytree_node",
+]
