@@ -3,7 +3,7 @@
 ``ember.compile(fn, buckets={"x": 0})`` names a dim of some arguments (by name or
 position; in a structure, that dim of each of its tensors) that holds independent rows:
 a batch in inference. A call with ``n`` rows pads those tensors to the bucket ``n``
-falls in (the next power of two, or the next of ``bucket_sizes``) by repeating their
+falls in (the next power of two from 2, or the next of ``bucket_sizes``) by repeating their
 last row, runs the trace of that bucket, and slices the results' rows back to ``n``.
 When the function is traced for a bucket, :mod:`ember.capture.row_flow` checks on the
 graph that no op mixes rows; when one does, the call raises
@@ -53,15 +53,19 @@ class Buckets:
                 self.dims[names[arg]] = dim
         if sizes is not None:
             sizes = sorted(set(sizes))
-            if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
-                raise ConfigError(f"ember: compile: bucket_sizes must be ints >= 1, got {sizes!r}")
+            if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 2 for s in sizes):
+                raise ConfigError(
+                    f"ember: compile: bucket_sizes must be ints >= 2 (one row cannot be told from a broadcast "
+                    f"dim), got {sizes!r}"
+                )
         self.sizes: list[int] | None = sizes
 
     def size(self, n: int) -> int:
-        """The bucket of ``n`` rows: the next power of two, or the next of the sizes
-        (``n`` itself past the largest)."""
+        """The bucket of ``n`` rows: the next power of two from 2, or the next of the
+        sizes (``n`` itself past the largest). A trace never has one row: a dim of size
+        1 cannot be told from a broadcast one, so the rows could not be followed."""
         if self.sizes is None:
-            return 1 << max(n - 1, 0).bit_length()
+            return max(2, 1 << max(n - 1, 0).bit_length())
         for s in self.sizes:
             if s >= n:
                 return s
