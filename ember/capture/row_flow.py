@@ -85,7 +85,10 @@ def row_dims(graph: Graph, inputs: dict[int, int], sizes: tuple[int, int]) -> tu
         refs = list(node.refs())
         tagged = [r for r in refs if r in rows]
         made = node.op in CREATION or (node.op == "expand" and padded not in graph.avals[refs[0]].shape)
-        if any(r in sized for r in refs) or (made and not tagged and _has_size(graph, node, padded)):
+        # A value made with the padded size, and what is computed from it alone (a value
+        # with rows has its rows' dim followed instead).
+        if not tagged and (any(r in sized for r in refs) or (made and _has_size(graph, node, padded))):
+            _check_sized(graph, node, sized, padded)
             sized.update(node.outs)
         if node.op == "random":
             raise BucketError(
@@ -103,6 +106,19 @@ def row_dims(graph: Graph, inputs: dict[int, int], sizes: tuple[int, int]) -> tu
             if row is not None:
                 rows[value] = row
     return rows, sized
+
+
+def _check_sized(graph: Graph, node: Node, sized: set[int], padded: int) -> None:
+    """Refuses a sum (or another op along a dim, or a product contracting one) over a
+    tensor made with the padded size: ``Tensor.ones([x.dims()[0]]).sum()`` counts the
+    padded rows. Where the summed dim only happens to have that size, this refuses too."""
+    op = node.op
+    if op in ALONG or op == "matmul":
+        x = node.args[0] if op in ("argsort", "softmax", "log_softmax", "matmul") else node.args[1]
+        shape = graph.avals[x].shape
+        dims = (len(shape) - 1,) if op == "matmul" else (_dim(node.args[ALONG[op]], len(shape)),)
+        if x in sized and any(shape[d] == padded for d in dims):
+            raise BucketError(_refusal(graph, node, "sums over a tensor created with the padded size"))
 
 
 def _has_size(graph: Graph, node: Node, size: int) -> bool:
@@ -163,11 +179,25 @@ def _rule(graph: Graph, node: Node, rows: Rows) -> list[RowDim | None]:
         if node.args[0] in rows:
             raise BucketError(_refusal(graph, node, "looks up a table computed from the rows"))
         return [rows[node.args[1]]]
+    if op in ("lstm_sequence", "gru_sequence"):
+        return _sequence(graph, node, rows)
     if op in PER_SAMPLE:
         if any(r in rows for r in list(node.refs())[1:]) or rows.get(node.args[0]) != RowDim(0):
             raise BucketError(_refusal(graph, node, "needs the rows as its first dim (the samples)"))
         return [RowDim(0)] * len(node.outs)
     raise BucketError(_refusal(graph, node, "has no rule for padded rows in ember.capture.row_flow"))
+
+
+def _sequence(graph: Graph, node: Node, rows: Rows) -> list[RowDim | None]:
+    """A recurrent layer over time-major ``[S, B, F]`` sequences: the rows are the
+    batch, dim 1 of the sequences and dim 0 of the ``[B, H]`` states; the weights
+    (``[H, G]``, ``[G]``) must not hold them."""
+    weights = node.args[1:3] if node.op == "gru_sequence" else node.args[1:2]
+    for r in node.refs():
+        row, rank = rows.get(r), len(graph.avals[r].shape)
+        if row is not None and (rank not in (2, 3) or row != RowDim(rank - 2) or r in weights):
+            raise BucketError(_refusal(graph, node, "runs its recurrence across the rows (they are not the batch)"))
+    return [RowDim(len(graph.avals[o].shape) - 2) for o in node.outs]
 
 
 def _dim(dim: int, rank: int) -> int:

@@ -17,7 +17,7 @@ import ember.nn.functional as F
 from ember import Device, Distribution, Tensor
 from ember.capture import BucketError, RecompileWarning
 from ember.errors import ConfigError
-from ember.nn import LinearConfig
+from ember.nn import LinearConfig, LstmConfig
 from ember.optim import GradientsParams, SgdConfig
 from ember.tensor.norm import layer_norm
 
@@ -158,6 +158,9 @@ def test_random_draws_and_state_updates_are_refused(rng):
 def test_created_sizes_and_disagreeing_rows_are_refused(rng):
     with pytest.raises(BucketError, match="padded size"):
         ember.compile(lambda x: Tensor.ones([x.dims()[0], 2], device=x.device), buckets={0: 0})(_floats(rng, 3, 4))
+    with pytest.raises(BucketError, match="sums over a tensor created with the padded size"):
+        count = ember.compile(lambda x: x * Tensor.ones([x.dims()[0]], device=x.device).sum(), buckets={0: 0})
+        count(_floats(rng, 3, 4))
     fn = ember.compile(lambda x, y: x + y, buckets={"x": 0, "y": 0})
     with pytest.raises(BucketError, match="disagree"):
         fn(_floats(rng, 3, 4), _floats(rng, 5, 4))
@@ -182,3 +185,22 @@ def test_least_recently_used_trace_is_dropped_with_one_warning(rng):
     fn(c)
     info = fn.cache_info()
     assert info == {**info, "entries": 2, "max_entries": 2, "traces": 4, "evictions": 2, "hits": 2}
+
+
+def test_an_lstm_classifier_over_a_bucketed_batch(rng):
+    """The recurrence runs along the sequence, the rows are the batch: exact; bucketing
+    the sequence instead is refused."""
+    lstm = LstmConfig(4, 8, num_layers=2).init(Device.flex())
+
+    def classify(model, x):
+        out, _ = model(x)
+        return F.log_softmax(out, -1)
+
+    bucketed = ember.compile(classify, buckets={"x": 0})
+    plain = ember.compile(classify)
+    for rows in (3, 5):
+        x = _floats(rng, rows, 6, 4)
+        np.testing.assert_allclose(bucketed(lstm, x).to_numpy(), plain(lstm, x).to_numpy(), rtol=1e-5, atol=1e-6)
+    assert bucketed.cache_info()["buckets"] == [4, 8]
+    with pytest.raises(BucketError, match="lstm_sequence"):
+        ember.compile(classify, buckets={"x": 1})(lstm, _floats(rng, 2, 5, 4))
