@@ -25,8 +25,9 @@ class BucketedFunction(CompiledFunction):
         max_traces: int = 8,
         executor: Any = None,
         donate: tuple[int, ...] = (),
+        recompile_warning: bool = True,
     ) -> None:
-        super().__init__(fn, max_traces, executor, donate)
+        super().__init__(fn, max_traces, executor, donate, recompile_warning)
         self.buckets = Buckets(fn, buckets, sizes)
         self.stats["padded"] = 0
         self._rows: dict[int, int] = {}  # the call in progress: id(padded tensor) -> its rows' dim

@@ -65,7 +65,14 @@ class RecompileWarning(UserWarning):
 class CompiledFunction:
     """A function traced per guard key and replayed (see the module docstring)."""
 
-    def __init__(self, fn: Callable[..., Any], max_traces: int = 8, executor: Any = None, donate: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        max_traces: int = 8,
+        executor: Any = None,
+        donate: tuple[int, ...] = (),
+        recompile_warning: bool = True,
+    ):
         self.fn = fn
         self.donate = frozenset(donate)
         self.max_traces = max_traces
@@ -83,7 +90,7 @@ class CompiledFunction:
         #: ``fn() -> bool``, asked at each trace; the Learner's resumable steps use it).
         self.defer_first_plan: bool | Callable[[], bool] = True
         self._ran: Entry | None = None  # the entry the last call past the fast path ran
-        self._warned = False
+        self._warned = not recompile_warning
         self.__wrapped__ = fn
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "compiled")
@@ -327,6 +334,7 @@ def compile(
     donate: tuple[int, ...] = (),
     buckets: Mapping[str | int, int] | None = None,
     bucket_sizes: Sequence[int] | None = None,
+    recompile_warning: bool = True,
 ) -> Any:
     """Trace ``fn`` once per guard key and replay it without Python per op.
 
@@ -336,7 +344,9 @@ def compile(
     ``max_traces`` bounds the traces kept (the least recently used is dropped first;
     the first drop warns once, with a :class:`RecompileWarning`). Use as a decorator
     too (``@ember.compile`` or ``@ember.compile(max_traces=4)``). ``cache_info()``
-    reports the cache: entries, traces, hits, evictions.
+    reports the cache: entries, traces, hits, evictions. ``recompile_warning=False``
+    silences the warning for a cache that many unrelated calls share by design
+    (``generate``'s steps: one trace per model, batch and length).
 
     ``buckets`` names arguments (by name or position) and the dim of their tensors
     that holds independent rows (``{"x": 0}``: a batch): a call pads those rows up to
@@ -359,11 +369,11 @@ def compile(
         if buckets is None:
             raise ConfigError("ember: compile: bucket_sizes needs buckets (which arguments' dim to pad)")
         if fn is None:
-            return lambda f: BucketedFunction(f, buckets, bucket_sizes, max_traces, executor, donate)
-        return BucketedFunction(fn, buckets, bucket_sizes, max_traces, executor, donate)
+            return lambda f: BucketedFunction(f, buckets, bucket_sizes, max_traces, executor, donate, recompile_warning)
+        return BucketedFunction(fn, buckets, bucket_sizes, max_traces, executor, donate, recompile_warning)
     if fn is None:
-        return lambda f: CompiledFunction(f, max_traces, executor, donate)
-    return CompiledFunction(fn, max_traces, executor, donate)
+        return lambda f: CompiledFunction(f, max_traces, executor, donate, recompile_warning)
+    return CompiledFunction(fn, max_traces, executor, donate, recompile_warning)
 
 
 __all__ = ["CompileWarning", "CompiledFunction", "RecompileWarning", "compile"]

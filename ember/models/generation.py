@@ -102,7 +102,7 @@ def _compiled_step() -> Any:
     every later ``generate`` call, as a device keeps its kernel caches."""
     from ember.capture import compile
 
-    return compile(_decode_step, max_traces=16, donate=(4,))
+    return compile(_decode_step, max_traces=16, donate=(4,), recompile_warning=False)
 
 
 @functools.cache
@@ -111,7 +111,7 @@ def _compiled_prefill() -> Any:
     padded prompt length (:func:`prefill_length`) and cache length."""
     from ember.capture import compile
 
-    return compile(_prefill, max_traces=16, donate=(4,))
+    return compile(_prefill, max_traces=16, donate=(4,), recompile_warning=False)
 
 
 def _new_cache(model: Any, batch: int, needed: int, device: Device, bucket: bool) -> Any:
