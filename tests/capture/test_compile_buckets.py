@@ -204,3 +204,17 @@ def test_an_lstm_classifier_over_a_bucketed_batch(rng):
     assert bucketed.cache_info()["buckets"] == [4, 8]
     with pytest.raises(BucketError, match="lstm_sequence"):
         ember.compile(classify, buckets={"x": 1})(lstm, _floats(rng, 2, 5, 4))
+
+
+def test_keyword_arguments_and_a_graph_break_run_on_the_real_rows(rng):
+    fn = ember.compile(lambda scale, x: x.mul_scalar(scale), buckets={1: 0})
+    x = _floats(rng, 3, 2)
+    np.testing.assert_array_equal(fn(2.0, x=x).to_numpy(), x.to_numpy() * 2)  # position 1 is x
+    assert fn.cache_info()["buckets"] == [4]
+
+    broken = ember.compile(lambda x: x.argwhere(), buckets={"x": 0})
+    mask = Tensor.from_data(np.array([[1, 0], [0, 1], [1, 1]], np.int64), device=Device.flex())
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = broken(mask).to_numpy()  # eagerly, on the 3 real rows: no padded row's indices
+    np.testing.assert_array_equal(got, np.argwhere(mask.to_numpy()))
