@@ -104,6 +104,9 @@ def row_dims(graph: Graph, inputs: dict[int, int], sizes: tuple[int, int]) -> tu
         out = _rule(graph, node, rows)
         for value, row in zip(node.outs, out):
             if row is not None:
+                shape = graph.avals[value].shape
+                if row.dim >= len(shape) or shape[row.dim] != row.pre * padded * row.post:
+                    raise BucketError(_refusal(graph, node, "changes the number of rows"))
                 rows[value] = row
     return rows, sized
 

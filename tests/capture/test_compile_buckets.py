@@ -218,3 +218,12 @@ def test_keyword_arguments_and_a_graph_break_run_on_the_real_rows(rng):
         warnings.simplefilter("always")
         got = broken(mask).to_numpy()  # eagerly, on the 3 real rows: no padded row's indices
     np.testing.assert_array_equal(got, np.argwhere(mask.to_numpy()))
+
+
+def test_an_op_that_changes_the_number_of_rows_is_refused(rng):
+    def first_column_of_first_row(x):
+        index = Tensor.from_data(np.zeros((1, 1), np.int64), device=x.device)
+        return x.gather(1, index)
+
+    with pytest.raises(BucketError, match="changes the number of rows"):
+        ember.compile(first_column_of_first_row, buckets={"x": 0})(_floats(rng, 3, 4))
