@@ -19,6 +19,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ember.capture.pytree import flatten, flatten_result, unflatten
 from ember.capture.row_flow import BucketError
 from ember.errors import ConfigError
@@ -59,6 +61,7 @@ class Buckets:
                     f"dim), got {sizes!r}"
                 )
         self.sizes: list[int] | None = sizes
+        self._indices: dict[tuple[int, int, Any], Tensor] = {}  # (rows, bucket, device) -> the rows to read
 
     def size(self, n: int) -> int:
         """The bucket of ``n`` rows: the next power of two from 2, or the next of the
@@ -91,12 +94,27 @@ class Buckets:
         size = self.size(n)
         if size == n:
             return args, kwargs, {id(t): d for t, d, _ in found}, n, n
-        padded = {id(t): _pad(t, d, size) for t, d, _ in found}
+        padded = {id(t): self._pad(t, d, n, size) for t, d, _ in found}
         swap = lambda value: _replace(value, padded)  # noqa: E731
         new_args = tuple(swap(a) if i in self.dims else a for i, a in enumerate(args))
         new_kwargs = {k: swap(v) if k in self.dims else v for k, v in kwargs.items()}
         rows = {id(p): d for (t, d, _) in found for p in (padded[id(t)],)}
         return new_args, new_kwargs, rows, n, size
+
+    def _pad(self, x: Tensor, dim: int, n: int, size: int) -> Tensor:
+        """``x`` with its last row along ``dim`` repeated up to ``size`` rows (real values:
+        no infinities from zeros, valid indices for token ids): one ``select`` of rows
+        ``0, 1, ..., n - 1, n - 1, ...`` (an index tensor kept per sizes and device)."""
+        if n == 0:
+            raise BucketError(f"ember: compile: buckets: an argument of shape {x.dims()} has no rows to pad from")
+        key = (n, size, x.device)
+        index = self._indices.get(key)
+        if index is None:
+            if len(self._indices) >= 64:
+                self._indices.clear()
+            index = Tensor.from_data(np.minimum(np.arange(size), n - 1), device=x.device)
+            self._indices[key] = index
+        return x.select(dim, index)
 
 
 def _tensors(value: Any, dim: int, where: str, found: list[tuple[Any, int, str]]) -> None:
@@ -111,16 +129,6 @@ def _tensors(value: Any, dim: int, where: str, found: list[tuple[Any, int, str]]
                     f"ember: compile: buckets: {where} has a tensor of shape {leaf.dims()}, with no dim {dim}"
                 )
             found.append((leaf, d, where))
-
-
-def _pad(x: Tensor, dim: int, size: int) -> Tensor:
-    """``x`` with its last row along ``dim`` repeated up to ``size`` rows (real values:
-    no infinities from zeros, valid indices for token ids)."""
-    n = x.dims()[dim]
-    if n == 0:
-        raise BucketError(f"ember: compile: buckets: an argument of shape {x.dims()} has no rows to pad from")
-    last = x.narrow(dim, n - 1, 1)
-    return Tensor.cat([x, last.repeat_dim(dim, size - n)], dim)
 
 
 def _replace(value: Any, padded: dict[int, Tensor]) -> Any:
