@@ -47,13 +47,15 @@ def test_rowwise_results_are_bit_identical_to_unbucketed(rng):
     assert info["buckets"] == [2, 4, 8, 16] and info["traces"] == 4 and info["entries"] == 4
 
 
-def test_linear_rows_match_float64_numpy(rng):
-    layer = LinearConfig(16, 8).init(Device.flex())
+@pytest.mark.parametrize("device", ["flex", "fusion", "autodiff"])
+def test_linear_rows_match_float64_numpy(rng, device):
+    dev = {"flex": Device.flex(), "fusion": Device.flex().fusion(), "autodiff": Device.flex().autodiff()}[device]
+    layer = LinearConfig(16, 8).init(dev)
     forward = ember.compile(lambda model, x: model(x), buckets={1: 0})
     w = layer.weight.val().to_numpy().astype(np.float64)
     b = layer.bias.val().to_numpy().astype(np.float64)
     for rows in (5, 7, 3, 8, 6):
-        x = _floats(rng, rows, 16)
+        x = Tensor.from_data(rng.standard_normal((rows, 16)).astype(np.float32), device=dev)
         got = forward(layer, x).to_numpy()
         assert got.shape == (rows, 8)
         np.testing.assert_allclose(got, x.to_numpy().astype(np.float64) @ w + b, rtol=1e-5, atol=1e-6)
