@@ -1,6 +1,7 @@
 """``generate``: text from a causal language model with a static KV cache.
 
-A prefill step runs the prompt and fills the cache; each decode step runs one token
+A prefill step runs the prompt and fills the cache (compiled, the prompts left-padded
+to a power of two of tokens: :data:`PREFILL_MIN`); each decode step runs one token
 per row at the cache's write position, a run-time value, so the compiled decode step
 (``ember.compile``, the default where the device compiles) traces once for every
 position. Prompts of a batch are left-padded (``attention_mask`` 0 on the padding);
@@ -154,7 +155,9 @@ def generate(
     ``streamer`` is called with each step's new tokens (an int array ``[batch]``), or,
     if it has ``put``/``end`` (``transformers``' streamers), fed the prompt and each
     token the way ``transformers`` feeds it. ``compile`` (default: where the device is
-    not an autodiff device) runs the decode step through ``ember.compile``.
+    not an autodiff device) runs the prefill and the decode step through
+    ``ember.compile``; the prefill then takes the prompts left-padded (masked) to
+    :func:`prefill_length`, so prompts of many lengths share a few traces.
     """
     check_options(temperature, top_k, top_p, repetition_penalty)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
