@@ -157,6 +157,7 @@ class Entry:
         self.model_slots: list[Any] = []
         self._runner: Callable[[list[Any]], Any] | None = None
         self.code = ""  # the steady-state runner's source, once built
+        self.row_slices: list[int | None] | None = None  # per result, the dim a bucketed call cuts
 
     # ------------------------------------------------------------------ donations
     def _donations(self, leaves: list[Any], result_leaves: list[Any]) -> tuple[tuple[int, int], ...]:

@@ -166,3 +166,28 @@ def test_conv_batch_norm_and_pools_compile_into_chains(torch, ort, rng, monkeypa
     chains = [s for s in steps if isinstance(s, ConvChain)]
     assert len(chains) == 2 and chains[0].pool is not None and chains[0].pool.node.op == "max_pool"
     assert not [s for s in steps if isinstance(s, Library)]  # no conv or pool left outside a chain
+
+
+def test_a_dynamic_batch_traces_once_per_bucket(torch, ort, rng):
+    """``buckets={"x": 0}``: batches 1-9 of an encoder layer trace buckets 2, 4, 8 and 16
+    once each; every output matches onnxruntime on the unpadded batch."""
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    data = export(torch, models.encoder(torch), (torch.from_numpy(x),), dynamic={"x": {0: "b"}, "y": {0: "b"}})
+    compiled = ember.onnx.load(data, Device.flex(), compile=True, buckets={"x": 0})
+    for batch in (3, 1, 2, 5, 7, 4, 8, 9, 6):
+        xb = rng.standard_normal((batch, 5, 16)).astype(np.float32)
+        got = compiled(Tensor.from_data(xb, device=Device.flex())).to_numpy()
+        (want,) = run_ort(ort, data, xb)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-5)
+    info = compiled.compiled.cache_info()
+    assert info["traces"] == 4 and info["buckets"] == [2, 4, 8, 16] and info["hits"] == 5
+
+
+def test_buckets_need_compile_and_a_known_input(torch, rng):
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    data = export(torch, models.encoder(torch), (torch.from_numpy(x),), dynamic={"x": {0: "b"}, "y": {0: "b"}})
+    with pytest.raises(ember.errors.OnnxError, match="compile=True"):
+        ember.onnx.load(data, Device.flex(), buckets={"x": 0})
+    with pytest.raises(ember.errors.OnnxError, match="inputs are x"):
+        ember.onnx.load(data, Device.flex(), compile=True, buckets={"images": 0})
