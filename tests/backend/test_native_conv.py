@@ -183,3 +183,20 @@ def test_w3_input_gradient_runs_natively_by_default_and_matches_torch(rng, monke
         torch.from_numpy(g.astype(np.float64)), torch.from_numpy(w.astype(np.float64)), padding=1
     ).numpy()
     assert_close(ours, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())
+
+
+def test_col2im_too_large_to_compile_quickly_takes_numpy(every_size, rng):  # noqa: F811
+    """An 11x11 kernel at stride 4 (18 runs of pixels per dim: 324 loop nests) is left to
+    numpy, whose transposed convolution still matches torch."""
+    from ember.backend.kernel.llvm.columns import Windows, col2im_fits
+
+    torch = import_torch()
+    x = rng.standard_normal((2, 3, 5, 5))
+    w = rng.standard_normal((3, 2, 11, 11))
+    assert not col2im_fits(Windows(2, (27, 27), (11, 11), (5, 5), (4, 4), (0, 0), (1, 1)))
+    cols = np.zeros((1, 2 * 121, 2 * 25))
+    y = np.empty((2, 2, 27, 27))
+    assert native_conv.image_from_columns(cols, (11, 11), (4, 4), (0, 0), (1, 1), (5, 5), 1, None, y) is None
+    ours = FLEX.conv_transpose(x, w, None, (4, 4), ((0, 0), (0, 0)), (0, 0), (1, 1), 1)
+    expected = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=4).numpy()
+    assert_close(ours, expected, rtol=1e-10, atol=1e-10)

@@ -529,21 +529,19 @@ def _native_conv_transpose(x, w, bias, kernel, stride, padding, output_padding, 
         (m - 1) * st - lo - hi + d * (k - 1) + 1 + op
         for m, st, (lo, hi), d, k, op in zip(spatial, stride, padding, dilation, kernel, output_padding)
     )
-    cols_shape = (groups, w.shape[1], n * int(np.prod(spatial)))
-    if (
-        x.dtype != dtype
-        or (bias is not None and bias.dtype != dtype)
-        or any(lo < 0 for lo, _ in padding)
-        or not native_pool.enabled(int(np.prod(cols_shape)), dtype)
-    ):
+    if x.dtype != dtype or (bias is not None and bias.dtype != dtype):
+        return None
+    pad = tuple(lo for lo, _ in padding)
+    run = native_conv.col2im((n, o) + size, dtype, kernel, stride, pad, dilation, spatial, groups, bias is not None)
+    if run is None:
         return None
     xs = _scratch("grid_input", (c_in, n) + spatial, dtype)
     np.copyto(xs, np.swapaxes(x, 0, 1))
-    cols = _scratch("gemm", cols_shape, dtype)
+    cols = _scratch("gemm", (groups, w.shape[1], n * int(np.prod(spatial))), dtype)
     np.matmul(w, xs.reshape(groups, c_in // groups, -1), out=cols)
     y = np.empty((n, o) + size, dtype=dtype)
-    pad = tuple(lo for lo, _ in padding)
-    return native_conv.image_from_columns(cols, kernel, stride, pad, dilation, spatial, groups, bias, y)
+    run(cols, bias, y)
+    return y
 
 
 def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
