@@ -67,16 +67,19 @@ class FailedValue:
 class Stream:
     """The ops recorded since the last sync point."""
 
-    __slots__ = ("graph", "bound", "input_values", "keep", "handles", "scalars", "keys")
+    __slots__ = ("graph", "bound", "keep", "handles", "scalars", "keys")
 
     def __init__(self) -> None:
         self.graph = Graph()
         self.scalars: list[Any] = []  # the run-time scalars, by Sc index
         self.keys: list[tuple] = []  # each node's structure, built while recording
         self.bound: dict[int, Ref] = {}  # id(LazyTensor) -> input ref
-        self.input_values: list[Any] = []
-        self.keep: list[LazyTensor] = []  # bound inputs, alive while recorded
-        self.handles: list[tuple[weakref.ref, Ref]] = []
+        self.keep: list[LazyTensor] = []  # bound inputs (ready), in input order, alive while recorded
+        self.handles: list[weakref.ref] = []  # every result's handle (its ref until the stream runs)
+
+    def input_values(self) -> list[Any]:
+        """The values of the bound inputs, in input order."""
+        return [x.value for x in self.keep]
 
     def __len__(self) -> int:
         return len(self.graph.nodes)
@@ -144,21 +147,12 @@ class FusionBackend(Backend):
             return x
         if x.value is None:
             return x.ref
-        if type(x.value) is FailedValue:
-            x.value.reraise()
-        stream = self._stream
-        ref = stream.bound.get(id(x))
-        if ref is None:
-            ref = stream.graph.add_input(Aval(x.shape, x.dtype))
-            stream.keys.append((x.shape, x.dtype))  # part of the plan's key (see flush)
-            stream.bound[id(x)] = ref
-            stream.input_values.append(x.value)
-            stream.keep.append(x)
-        return ref
+        return _bind(self._stream, x)
 
     def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
-        # The per-op cost of a fusion device: kept to one pass over the arguments and,
-        # for the common single-tensor result, no tree walks.
+        # The per-op cost of a fusion device (a W1 training step records 13 calls, one
+        # of them Adam's update of 4 tensors with 12 inputs and 12 results): one pass
+        # over the arguments and one over the results, no per-leaf calls, shared Refs.
         if op in DIM_ARGS:
             args = normalize_dim(op, args)
         result = infer(op, args, kwargs)
@@ -169,42 +163,29 @@ class FusionBackend(Backend):
                 self.inner.check_dtype(result.dtype)
                 dtypes.add(result.dtype)
         else:
-            for aval in _avals(result):
-                if aval.dtype not in dtypes:
-                    self.inner.check_dtype(aval.dtype)
-                    dtypes.add(aval.dtype)
+            _check_dtypes(result, dtypes, self.inner)
         stream = self._stream
         graph = stream.graph
         # Recorded abstract: tensors by Ref, floats (and an optimizer's step count) as
         # run-time scalars, so streams of one structure share a plan without a rewrite.
-        scalars = stream.scalars
         key: list[Any] = [op]
-        node_args = _abstract(args, self._ref, scalars, key)
+        node_args = _abstract(args, stream, key)
         if kwargs:
-            items = sorted(kwargs.items())
-            node_kwargs = tuple(
-                (
-                    k,
-                    _abstract((float(v),) if k in RUNTIME_KWARGS and type(v) is int else (v,), self._ref, scalars, key)[
-                        0
-                    ],
-                )
-                for k, v in items
-            )
-            key.extend(k for k, _ in items)
+            node_kwargs = _abstract_kwargs(kwargs, stream, key)
         else:
             node_kwargs = ()
         stream.keys.append(tuple(key))
+        avals = graph.avals
         if single:  # Graph.add_node and _handle, inlined
-            avals = graph.avals
+            n = len(avals)
             avals.append(result)
-            ref = Ref(len(avals) - 1)
+            ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
             graph.nodes.append(Node(op, node_args, node_kwargs, (ref,), None))
             out = LazyTensor(result.shape, result.dtype, None, ref)
-            stream.handles.append((weakref.ref(out), ref))
+            stream.handles.append(weakref.ref(out))
         else:  # a tree of results (linear_backward, adam_step_many): one walk
             outs: list[Ref] = []
-            tree, out = _emit(result, graph.avals, outs, stream.handles)
+            tree, out = _emit(result, avals, outs, stream.handles)
             graph.nodes.append(Node(op, node_args, node_kwargs, tuple(outs), tree))
         if len(graph.nodes) >= self.MAX_STREAM:
             self.flush()
@@ -213,7 +194,7 @@ class FusionBackend(Backend):
     def _handle(self, stream: Stream, ref: Ref) -> LazyTensor:
         aval = stream.graph.avals[ref]
         handle = LazyTensor(aval.shape, aval.dtype, None, ref)
-        stream.handles.append((weakref.ref(handle), ref))
+        stream.handles.append(weakref.ref(handle))
         return handle
 
     def _ready(self, x: Any) -> Any:
@@ -245,11 +226,11 @@ class FusionBackend(Backend):
         self._stream = Stream()
         alive: list[LazyTensor] = []
         outputs: list[int] = []
-        for wr, ref in stream.handles:
+        for wr in stream.handles:
             handle = wr()
             if handle is not None and handle.value is None:
                 alive.append(handle)
-                outputs.append(ref)
+                outputs.append(handle.ref)
         if not alive:
             return
         graph = stream.graph
@@ -275,7 +256,7 @@ class FusionBackend(Backend):
         stats["flushes"] += 1
         stats["nodes"] += len(graph.nodes)
         try:
-            values = plan.run(self.inner, stream.input_values, stream.scalars)
+            values = plan.run(self.inner, stream.input_values(), stream.scalars)
         except PartialRun as partial:
             # The stream is gone: the handles it could not compute keep the error and
             # raise it again when read; those computed before the failing op keep values.
@@ -322,33 +303,91 @@ class FusionBackend(Backend):
 #: Marks a tensor argument in a node's structure key (before its value number).
 _TENSOR = object()
 
+#: Shared Refs and Scs by number (both are immutable ints): a stream's values and
+#: scalars are numbered from 0 each time, so these stay few and save a constructor
+#: call per recorded value.
+_REFS: list[Ref] = [Ref(i) for i in range(1024)]
+_SCS: list[Sc] = [Sc(i) for i in range(256)]
 
-def _abstract(args: tuple | list, ref: Any, scalars: list[Any], key: list[Any]) -> Any:
-    """A call's arguments as recorded: lazy tensors by Ref, floats as Sc placeholders
-    (their values appended to ``scalars``), containers walked, the rest as is; ``key``
-    gets their structure (a Ref and an equal int must differ there, a float's value
-    must not count)."""
+
+def _grow(pool: list[Any], kind: type, n: int) -> Any:
+    """Entry ``n`` of a pool of shared numbers, extending it (doubling) first."""
+    pool.extend(kind(i) for i in range(len(pool), max(2 * len(pool), n + 1)))
+    return pool[n]
+
+
+def _bind(stream: Stream, x: LazyTensor) -> Ref:
+    """The input Ref of the ready tensor ``x`` in ``stream`` (bound on first use)."""
+    ref = stream.bound.get(id(x))
+    if ref is None:
+        if type(x.value) is FailedValue:
+            x.value.reraise()
+        graph = stream.graph
+        avals = graph.avals
+        n = len(avals)
+        avals.append(Aval(x.shape, x.dtype))
+        ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
+        graph.inputs.append(ref)
+        stream.keys.append((x.shape, x.dtype))  # part of the plan's key (see flush)
+        stream.bound[id(x)] = ref
+        stream.keep.append(x)
+    return ref
+
+
+def _scalar(stream: Stream, value: float) -> Sc:
+    """A run-time scalar placeholder for ``value`` (appended to the stream's scalars)."""
+    scalars = stream.scalars
+    n = len(scalars)
+    scalars.append(value)
+    return _SCS[n] if n < len(_SCS) else _grow(_SCS, Sc, n)
+
+
+def _abstract(args: tuple | list, stream: Stream, key: list[Any]) -> Any:
+    """A call's arguments as recorded: lazy tensors by Ref (ready ones bound as inputs
+    of ``stream``), floats as Sc placeholders (their values appended to the stream's
+    scalars), containers walked, the rest as is; ``key`` gets their structure (a Ref
+    and an equal int must differ there, a float's value must not count)."""
     out: list[Any] = []
     append, mark = out.append, key.append
     for a in args:
         kind = type(a)
         if kind is LazyTensor:
-            r = a.ref if a.value is None else ref(a)  # pending in this stream, or an input
+            r = a.ref if a.value is None else _bind(stream, a)  # pending in this stream, or an input
             append(r)
             mark(_TENSOR)
             mark(r)
         elif kind is float:
-            scalars.append(a)
-            append(Sc(len(scalars) - 1))
+            append(_scalar(stream, a))
             mark("$")
         elif kind is tuple or kind is list:
             mark(kind)
-            append(_abstract(a, ref, scalars, key))
+            append(_abstract(a, stream, key))
             mark(len(a))
         else:
             append(a)
             mark(a)
     return tuple(out) if type(args) is tuple else out
+
+
+def _abstract_kwargs(kwargs: dict[str, Any], stream: Stream, key: list[Any]) -> tuple:
+    """A call's keyword arguments as recorded, sorted by name (see :func:`_abstract`;
+    an integer in ``RUNTIME_KWARGS`` is a run-time scalar too); ``key`` gets their
+    structure, then their names."""
+    items = sorted(kwargs.items())
+    out = []
+    mark = key.append
+    for k, v in items:
+        kind = type(v)
+        if kind is float or (kind is int and k in RUNTIME_KWARGS):
+            v = _scalar(stream, float(v))
+            mark("$")
+        elif kind is LazyTensor or kind is tuple or kind is list:
+            v = _abstract((v,), stream, key)[0]
+        else:
+            mark(v)
+        out.append((k, v))
+    key.extend(k for k, _ in items)
+    return tuple(out)
 
 
 def _emit(result: Any, avals: list[Aval], outs: list[Ref], handles: list) -> tuple[Any, Any]:
@@ -358,29 +397,45 @@ def _emit(result: Any, avals: list[Aval], outs: list[Ref], handles: list) -> tup
     a :class:`LazyTensor` per tensor."""
     if result is None:
         return None, None
-    if not isinstance(result, (tuple, list)):
-        avals.append(result)
-        ref = Ref(len(avals) - 1)
-        outs.append(ref)
-        handle = LazyTensor(result.shape, result.dtype, None, ref)
-        handles.append((weakref.ref(handle), ref))
-        return LEAF, handle
+    leaf = not isinstance(result, (tuple, list))
     trees, values = [], []
-    for item in result:
-        tree, value = _emit(item, avals, outs, handles)
-        trees.append(tree)
-        values.append(value)
+    for item in (result,) if leaf else result:
+        if type(item) is Aval or (leaf and item is not None):  # a leaf, without a call
+            n = len(avals)
+            avals.append(item)
+            ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
+            outs.append(ref)
+            handle = LazyTensor(item.shape, item.dtype, None, ref)
+            handles.append(weakref.ref(handle))
+            trees.append(LEAF)
+            values.append(handle)
+        else:
+            tree, value = _emit(item, avals, outs, handles)
+            trees.append(tree)
+            values.append(value)
+    if leaf:
+        return trees[0], values[0]
     is_list = type(result) is list
     return (is_list, tuple(trees)), (values if is_list else tuple(values))
 
 
-def _avals(result: Any) -> list[Aval]:
-    """The abstract values of an inferred result (an Aval, or tuples/lists of them)."""
-    if isinstance(result, Aval):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        return [a for r in result for a in _avals(r)]
-    return []
+def _check_dtypes(result: Any, dtypes: set[np.dtype], inner: Backend) -> None:
+    """Asks ``inner`` about each result dtype of an inferred result tree it was not
+    asked about yet (``dtypes``: those it holds)."""
+    if result is None:
+        return
+    if type(result) is Aval:
+        if result.dtype not in dtypes:
+            inner.check_dtype(result.dtype)
+            dtypes.add(result.dtype)
+        return
+    for item in result:
+        if type(item) is Aval:
+            if item.dtype not in dtypes:
+                inner.check_dtype(item.dtype)
+                dtypes.add(item.dtype)
+        elif item is not None:
+            _check_dtypes(item, dtypes, inner)
 
 
 def _map_lazy(args: Any, fn: Any) -> Any:
