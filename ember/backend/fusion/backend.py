@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.base import Backend
-from ember.backend.fusion.avals import DIM_ARGS, TRACEABLE, infer, normalize_dim
+from ember.backend.fusion.avals import DIM_ARGS, TRACEABLE, broadcast, infer, normalize_dim
 from ember.backend.fusion.executors import default_executor
 from ember.backend.fusion.graph import LEAF, RUNTIME_KWARGS, Aval, Graph, Node, Ref, Sc
 from ember.backend.fusion.replay import PartialRun
+from ember.backend.ops import BOOL_RESULT_BINARY
 from ember.errors import GraphError
 
 
@@ -92,6 +93,9 @@ class FusionBackend(Backend):
     MAX_STREAM = 20_000
     #: Plans kept per backend (least recently built are dropped first).
     MAX_PLANS = 256
+    #: Whether the inlined recorders (``binary``, ``where``) may bypass ``_record``
+    #: (a subclass that records differently sets it to False).
+    _inline = True
 
     if TYPE_CHECKING:
         # The traceable ops are recorders installed below (``_recorder``); to a type
@@ -99,7 +103,6 @@ class FusionBackend(Backend):
         arange = Backend.arange
         arg_reduce = Backend.arg_reduce
         argsort = Backend.argsort
-        binary = Backend.binary
         cast = Backend.cast
         cat = Backend.cat
         clamp = Backend.clamp
@@ -118,7 +121,6 @@ class FusionBackend(Backend):
         slice = Backend.slice
         slice_assign = Backend.slice_assign
         unary = Backend.unary
-        where = Backend.where
 
     def __init__(self, inner: Backend, executor: Any = None):
         self.inner = inner
@@ -175,21 +177,71 @@ class FusionBackend(Backend):
         else:
             node_kwargs = ()
         stream.keys.append(tuple(key))
-        avals = graph.avals
-        if single:  # Graph.add_node and _handle, inlined
-            n = len(avals)
-            avals.append(result)
-            ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
-            graph.nodes.append(Node(op, node_args, node_kwargs, (ref,), None))
-            out = LazyTensor(result.shape, result.dtype, None, ref)
-            stream.handles.append(weakref.ref(out))
-        else:  # a tree of results (linear_backward, adam_step_many): one walk
-            outs: list[Ref] = []
-            tree, out = _emit(result, avals, outs, stream.handles)
-            graph.nodes.append(Node(op, node_args, node_kwargs, tuple(outs), tree))
+        if single:
+            return self._push(stream, op, node_args, node_kwargs, result)
+        # a tree of results (linear_backward, adam_step_many): one walk
+        outs: list[Ref] = []
+        tree, out = _emit(result, graph.avals, outs, stream.handles)
+        graph.nodes.append(Node(op, node_args, node_kwargs, tuple(outs), tree))
         if len(graph.nodes) >= self.MAX_STREAM:
             self.flush()
         return out
+
+    def _push(self, stream: Stream, op: str, node_args: tuple, node_kwargs: tuple, result: Aval) -> LazyTensor:
+        """Records a call with the single result ``result`` (its key already in the
+        stream's keys): Graph.add_node and _handle, inlined."""
+        graph = stream.graph
+        avals = graph.avals
+        n = len(avals)
+        avals.append(result)
+        ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
+        graph.nodes.append(Node(op, node_args, node_kwargs, (ref,), None))
+        out = LazyTensor(result.shape, result.dtype, None, ref)
+        stream.handles.append(weakref.ref(out))
+        if len(graph.nodes) >= self.MAX_STREAM:
+            self.flush()
+        return out
+
+    # The two most recorded calls of a training step (its gradients' and optimizer's
+    # elementwise math), with _record's work inlined for lazy tensors and floats; any
+    # other argument, or a result dtype not checked yet, takes _record.
+    def binary(self, op: Any, a: Any, b: Any) -> Any:
+        kind = type(b)
+        if not self._inline or type(a) is not LazyTensor or (kind is not LazyTensor and kind is not float):
+            return self._record("binary", (op, a, b), {})
+        shape = a.shape
+        if kind is LazyTensor and b.shape != shape:
+            shape = broadcast(shape, b.shape)
+        result = Aval(shape, _BOOL if op in BOOL_RESULT_BINARY else a.dtype)
+        if result.dtype not in self._dtypes:
+            return self._record("binary", (op, a, b), {})
+        stream = self._stream
+        ra = a.ref if a.value is None else _bind(stream, a)
+        if kind is LazyTensor:
+            rb = b.ref if b.value is None else _bind(stream, b)
+            stream.keys.append(("binary", op, _TENSOR, ra, _TENSOR, rb))
+        else:
+            rb = _scalar(stream, b)
+            stream.keys.append(("binary", op, _TENSOR, ra, "$"))
+        return self._push(stream, "binary", (op, ra, rb), (), result)
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        ka, kb = type(a), type(b)
+        if (
+            not self._inline
+            or type(cond) is not LazyTensor
+            or (ka is not LazyTensor and ka is not float)
+            or (kb is not LazyTensor and kb is not float)
+        ):
+            return self._record("where", (cond, a, b), {})
+        result = infer("where", (cond, a, b), {})
+        if result.dtype not in self._dtypes:
+            return self._record("where", (cond, a, b), {})
+        stream = self._stream
+        key: list[Any] = ["where"]
+        node_args = _abstract((cond, a, b), stream, key)
+        stream.keys.append(tuple(key))
+        return self._push(stream, "where", node_args, (), result)
 
     def _handle(self, stream: Stream, ref: Ref) -> LazyTensor:
         aval = stream.graph.avals[ref]
@@ -299,6 +351,8 @@ class FusionBackend(Backend):
             return self._eager("linalg", op, inputs, options)
         return self._record("linalg", (op, inputs, options), {})
 
+
+_BOOL = np.dtype(np.bool_)
 
 #: Marks a tensor argument in a node's structure key (before its value number).
 _TENSOR = object()
@@ -468,6 +522,6 @@ def _recorder(op: str) -> Any:
     return method
 
 
-for _op in sorted(TRACEABLE - {"random", "linalg"}):  # linalg: its own method above
+for _op in sorted(TRACEABLE - {"random", "linalg", "binary", "where"}):  # their own methods above
     setattr(FusionBackend, _op, _recorder(_op))
 abc.update_abstractmethods(FusionBackend)
