@@ -19,6 +19,7 @@ into single kernels.
 from __future__ import annotations
 
 import abc
+import itertools
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -37,17 +38,24 @@ class LazyTensor:
     """The fusion backend's primitive: a value of the wrapped backend (``value``), or
     a pending result in a stream (``ref``) until the stream runs."""
 
-    __slots__ = ("shape", "dtype", "value", "ref", "__weakref__")
+    __slots__ = ("shape", "dtype", "value", "ref", "epoch", "__weakref__")
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, value: Any = None, ref: Ref | None = None):
         self.shape = shape
         self.dtype = dtype
         self.value = value
+        # A ready tensor bound as an input of a stream: ``ref`` is its input there and
+        # ``epoch`` that stream's (0: none).
         self.ref = ref
+        self.epoch = 0
 
     def __repr__(self) -> str:
         state = "pending" if self.value is None else "ready"
         return f"LazyTensor({list(self.shape)}, {self.dtype}, {state})"
+
+
+#: Stream numbers (from 1).
+_EPOCHS = itertools.count(1)
 
 
 class FailedValue:
@@ -68,13 +76,13 @@ class FailedValue:
 class Stream:
     """The ops recorded since the last sync point."""
 
-    __slots__ = ("graph", "bound", "keep", "handles", "scalars", "keys")
+    __slots__ = ("graph", "epoch", "keep", "handles", "scalars", "keys")
 
     def __init__(self) -> None:
         self.graph = Graph()
+        self.epoch = next(_EPOCHS)  # marks the ready tensors bound as its inputs
         self.scalars: list[Any] = []  # the run-time scalars, by Sc index
         self.keys: list[tuple] = []  # each node's structure, built while recording
-        self.bound: dict[int, Ref] = {}  # id(LazyTensor) -> input ref
         self.keep: list[LazyTensor] = []  # bound inputs (ready), in input order, alive while recorded
         self.handles: list[weakref.ref] = []  # every result's handle (its ref until the stream runs)
 
@@ -372,19 +380,19 @@ def _grow(pool: list[Any], kind: type, n: int) -> Any:
 
 def _bind(stream: Stream, x: LazyTensor) -> Ref:
     """The input Ref of the ready tensor ``x`` in ``stream`` (bound on first use)."""
-    ref = stream.bound.get(id(x))
-    if ref is None:
-        if type(x.value) is FailedValue:
-            x.value.reraise()
-        graph = stream.graph
-        avals = graph.avals
-        n = len(avals)
-        avals.append(Aval(x.shape, x.dtype))
-        ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
-        graph.inputs.append(ref)
-        stream.keys.append((x.shape, x.dtype))  # part of the plan's key (see flush)
-        stream.bound[id(x)] = ref
-        stream.keep.append(x)
+    if x.epoch == stream.epoch:
+        return x.ref
+    if type(x.value) is FailedValue:
+        x.value.reraise()
+    graph = stream.graph
+    avals = graph.avals
+    n = len(avals)
+    avals.append(Aval(x.shape, x.dtype))
+    ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
+    graph.inputs.append(ref)
+    stream.keys.append((x.shape, x.dtype))  # part of the plan's key (see flush)
+    x.ref, x.epoch = ref, stream.epoch
+    stream.keep.append(x)
     return ref
 
 
