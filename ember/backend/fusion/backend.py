@@ -380,8 +380,9 @@ def _grow(pool: list[Any], kind: type, n: int) -> Any:
 
 def _bind(stream: Stream, x: LazyTensor) -> Ref:
     """The input Ref of the ready tensor ``x`` in ``stream`` (bound on first use)."""
-    if x.epoch == stream.epoch:
-        return x.ref
+    ref = x.ref
+    if ref is not None and x.epoch == stream.epoch:
+        return ref
     if type(x.value) is FailedValue:
         x.value.reraise()
     graph = stream.graph
