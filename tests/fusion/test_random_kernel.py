@@ -115,13 +115,32 @@ def test_a_dropout_mask_is_drawn_in_the_kernel_that_applies_it(executor, rng):
     ), "the mask is drawn where x is read"
 
 
-def test_normal_draws_and_other_dtypes_stay_calls(executor):
+@pytest.mark.parametrize(("shape", "dim"), [((6, 13), 1), ((6, 13), 0), ((3, 5, 7), 1)])
+def test_a_draw_in_the_epilogue_of_a_reduction(executor, rng, shape, dim):
+    # sum(x, dim) * u: the draw (of the reduced shape) is computed after the reduction,
+    # in the same kernel, numbered by the reduced space's elements.
+    x = rng.standard_normal(shape).astype(np.float32)
     case = Case()
-    normal = _draw(case, (8,), Distribution.normal(0.0, 1.0), np.dtype(np.float32), Sc(0), Sc(1))
-    case.graph.outputs = [normal.ref]
-    plan = executor.plan(case.graph)
-    (got,) = plan.run(FlexBackend(), [], [KEY, 3])
-    assert any(isinstance(s, Call) for s in plan.schedule.steps)
-    assert (
-        np.array(got).tobytes() == philox.sample((8,), Distribution.normal(0.0, 1.0), DType.FLOAT32, KEY, 3).tobytes()
-    )
+    total = case.ops.reduce(ReduceOp.SUM, case.input(x), dim)
+    reduced = tuple(1 if d == dim else n for d, n in enumerate(shape))
+    u = _draw(case, reduced, Distribution.uniform(-1.0, 2.0), np.dtype(np.float32), Sc(0), Sc(1))
+    (got,), plan = _run(executor, case, [case.ops.binary(BinaryOp.MUL, total, u)], [12345, 2**32 - 7])
+    mask = philox.sample(reduced, Distribution.uniform(-1.0, 2.0), DType.FLOAT32, 12345, 2**32 - 7)
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(dim, keepdims=True) * mask, rtol=1e-6, atol=1e-6)
+    (kernel,) = plan.schedule.steps
+    assert isinstance(kernel, Kernel) and kernel.reductions
+    assert any(e.kind == "random" for st in kernel.stores if st.reduced for e in st.expr.walk())
+
+
+def test_normal_draws_and_other_dtypes_stay_calls(executor):
+    for distribution, dtype in (
+        (Distribution.normal(0.0, 1.0), DType.FLOAT32),
+        (Distribution.bernoulli(0.5), DType.FLOAT16),
+    ):
+        case = Case()
+        draw = case.ops.random((8,), distribution, dtype, Sc(0), Sc(1))
+        case.graph.outputs = [draw.ref]
+        plan = executor.plan(case.graph)
+        (got,) = plan.run(FlexBackend(), [], [KEY, 3])
+        assert any(isinstance(s, Call) for s in plan.schedule.steps)
+        assert np.array(got).tobytes() == philox.sample((8,), distribution, dtype, KEY, 3).tobytes()
