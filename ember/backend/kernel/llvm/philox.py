@@ -32,28 +32,29 @@ _LO32 = (1 << 32) - 1
 
 
 def block(b: ir.IRBuilder, counter: ir.Value, key_lo: ir.Value, key_hi: ir.Value) -> list[ir.Value]:
-    """The four ``i32`` words of block ``counter`` (an ``i64``) under the key's halves
-    (``i32``): Philox4x32-10 of ``(lo32(counter), hi32(counter), 0, 0)``."""
-    c0 = b.trunc(counter, I32)
-    c1 = b.trunc(b.lshr(counter, ir.Constant(I64, 32)), I32)
-    c2 = c3 = ir.Constant(I32, 0)
+    """The four words of block ``counter`` (an ``i64``) under the key's halves: Philox4x32-10
+    of ``(lo32(counter), hi32(counter), 0, 0)``. Words and key halves are ``i64`` values
+    below ``2**32``: each 32x32->64-bit product is one ``i64`` multiply (``vpmuludq``), and
+    the words never change width between rounds."""
+    low = ir.Constant(I64, _LO32)
+    thirty_two = ir.Constant(I64, 32)
+    c0 = b.and_(counter, low)
+    c1 = b.lshr(counter, thirty_two)
+    c2 = c3 = ir.Constant(I64, 0)
     k0, k1 = key_lo, key_hi
     m0, m1 = ir.Constant(I64, philox.M0), ir.Constant(I64, philox.M1)
-    w0, w1 = ir.Constant(I32, philox.W0), ir.Constant(I32, philox.W1)
-    thirty_two = ir.Constant(I64, 32)
+    w0, w1 = ir.Constant(I64, philox.W0), ir.Constant(I64, philox.W1)
     for r in range(philox.ROUNDS):
-        p0 = b.mul(b.zext(c0, I64), m0)
-        p1 = b.mul(b.zext(c2, I64), m1)
-        hi0 = b.trunc(b.lshr(p0, thirty_two), I32)
-        hi1 = b.trunc(b.lshr(p1, thirty_two), I32)
+        p0 = b.mul(c0, m0)
+        p1 = b.mul(c2, m1)
         c0, c1, c2, c3 = (
-            b.xor(b.xor(hi1, c1), k0),
-            b.trunc(p1, I32),
-            b.xor(b.xor(hi0, c3), k1),
-            b.trunc(p0, I32),
+            b.xor(b.xor(b.lshr(p1, thirty_two), c1), k0),
+            b.and_(p1, low),
+            b.xor(b.xor(b.lshr(p0, thirty_two), c3), k1),
+            b.and_(p0, low),
         )
         if r + 1 < philox.ROUNDS:
-            k0, k1 = b.add(k0, w0), b.add(k1, w1)
+            k0, k1 = b.and_(b.add(k0, w0), low), b.and_(b.add(k1, w1), low)
     return [c0, c1, c2, c3]
 
 
@@ -77,13 +78,13 @@ def element(
     at the key and first counter given as their ``(low, high)`` 32-bit halves (``i64``
     values below ``2**32``)."""
     kind, a, c = op
-    key_lo, key_hi = (b.trunc(k, I32) for k in key)
+    key_lo, key_hi = (b.and_(k, ir.Constant(I64, _LO32)) for k in key)
     first = b.or_(b.shl(counter[1], ir.Constant(I64, 32)), b.and_(counter[0], ir.Constant(I64, _LO32)))
     if dtype == _F64:
         words = block(b, b.add(first, b.lshr(index, ir.Constant(I64, 1))), key_lo, key_hi)
         odd = b.icmp_unsigned("!=", b.and_(index, ir.Constant(I64, 1)), ir.Constant(I64, 0))
-        w0 = b.select(odd, words[2], words[0])
-        w1 = b.select(odd, words[3], words[1])
+        w0 = b.trunc(b.select(odd, words[2], words[0]), I32)
+        w1 = b.trunc(b.select(odd, words[3], words[1]), I32)
         high = b.uitofp(b.lshr(w0, ir.Constant(I32, 5)), F64)
         low = b.uitofp(b.lshr(w1, ir.Constant(I32, 6)), F64)
         u = b.fmul(b.fadd(b.fmul(high, ir.Constant(F64, 2.0**26)), low), ir.Constant(F64, 2.0**-53))
@@ -96,7 +97,7 @@ def element(
         return v
     assert dtype == _F32, f"a draw of {dtype} is not compiled"
     words = block(b, b.add(first, b.lshr(index, ir.Constant(I64, 2))), key_lo, key_hi)
-    w = _lane(b, words, b.and_(index, ir.Constant(I64, 3)))
+    w = b.trunc(_lane(b, words, b.and_(index, ir.Constant(I64, 3))), I32)
     u = b.fmul(b.uitofp(b.lshr(w, ir.Constant(I32, 8)), F32), ir.Constant(F32, 2.0**-24))
     if kind == "bernoulli":
         return b.uitofp(b.fcmp_ordered("<", u, ir.Constant(F32, float(np.float32(a)))), reg_type(dtype))
