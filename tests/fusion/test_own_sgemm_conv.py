@@ -135,3 +135,20 @@ def test_auto_keeps_blas_in_plans_that_compute_gradients(monkeypatch, rng):
     assert own_sgemm(training) is None
     monkeypatch.setenv(GEMM_ENV, "ember")
     assert own_sgemm(training) is not None
+
+
+def test_a_changed_setting_plans_the_same_graph_again(monkeypatch, rng):
+    """One executor, one graph: a plan built under ``EMBER_GEMM=ember`` is not reused
+    under ``blas`` (the setting is part of the plan cache's key), and is again under ``ember``."""
+    case = Case()
+    x = case.input(rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
+    w = case.input(rng.standard_normal((5, 3, 3, 3)).astype(np.float32))
+    graph, _ = case.abstract([case.ops.conv(x, w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)])
+    executor = LLVMExecutor()
+    monkeypatch.setenv(GEMM_ENV, "ember")
+    own = executor.plan(graph)
+    monkeypatch.setenv(GEMM_ENV, "blas")
+    blas = executor.plan(graph)
+    assert blas is not own
+    monkeypatch.setenv(GEMM_ENV, "ember")
+    assert executor.plan(graph) is own
