@@ -40,6 +40,7 @@ import numpy as np
 
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph
+from ember.backend.fusion.llvm.sgemm import own_sgemm
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.llvm.variant import Variant
 from ember.backend.fusion.plan import Executor, Plan
@@ -64,6 +65,10 @@ class LLVMExecutor(Executor):
         plan = super().plan(graph, fixed_scalars)
         assert isinstance(plan, LLVMPlan)
         return plan
+
+    def settings_key(self, graph: Graph) -> tuple:
+        """Which float32 product the plan runs (``EMBER_GEMM``, read per plan)."""
+        return (own_sgemm(graph) is not None,)
 
 
 class LLVMPlan(Plan):
