@@ -1,6 +1,6 @@
 """Quantized inference on flex, one thread (issue 29's benchmark).
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/quantize.py [--quick] [--cpu-time] [--sections kernels bytes generate accuracy]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/quantize.py [--quick] [--cpu-time] [--sections kernels conv bytes generate accuracy]
 
 ``--cpu-time`` times with the process's CPU time instead of the wall clock (on a machine
 shared with other load, the scheduler stretches wall-clock times unevenly).
@@ -10,6 +10,9 @@ shared with other load, the scheduler stretches wall-clock times unevenly).
   ember dynamic int8 (int8 x int8, VNNI where the CPU has it), and torch's
   ``torch.ao.quantization.quantize_dynamic`` on the same Linear as the peer, with torch's
   float Linear for reference; alternating rounds, medians, ratios per round;
+- conv: a Conv2d 32 -> 64, 3x3, padding 1 on [8, 32, 28, 28]: ember float32 against
+  the quantized layer (int8 / int4 block 32 weight-only, dynamic int8) and torch's float
+  conv2d, alternating rounds, medians;
 - bytes: a ~100M-parameter GPT-2-style decoder's parameter bytes, float32 / int8 / int4, with
   the default group (embeddings and the tied head in float) and with ``include_embeddings=True``;
 - generate: greedy ``generate`` tokens/s of that decoder (random weights), float32 against
@@ -37,7 +40,7 @@ from ember import Device, Tensor
 from ember.backend.flex.quant_kernels import has_vnni
 from ember.models import Gpt2Config, GPT2LMHeadModel, generate
 from ember.module import Param
-from ember.nn import Linear
+from ember.nn import Conv2dConfig, Linear
 from ember.quantization import ParamGroup, QuantScheme
 
 SCHEMES = {
@@ -101,6 +104,37 @@ def kernels_section(torch, repeats: int, clock=time.perf_counter) -> None:
         f"Linear {d}->{d}, 1 thread (VNNI: {has_vnni()}); speed = time of float32 (or torch dyn-int8) / time "
         f"(median of {repeats} alternating rounds{', CPU time' if clock is time.process_time else ''})",
         ["shape", "kernel", "time", "GFLOP/s", "vs ember float32", "vs torch dyn-int8"],
+        rows,
+    )
+
+
+def conv_section(torch, repeats: int, clock=time.perf_counter) -> None:
+    rng = np.random.default_rng(0)
+    shape, c_out = (8, 32, 28, 28), 64
+    layer = Conv2dConfig((shape[1], c_out), (3, 3), padding=1).init(Device.flex()).valid()
+    quantized = {name: layer.quantized(s).valid() for name, s in SCHEMES.items()}
+    x = rng.standard_normal(shape).astype(np.float32)
+    xt = Tensor.from_data(x)
+    fns = {"float32": lambda: layer(xt)}
+    fns.update({name: (lambda q=q: q(xt)) for name, q in quantized.items()})
+    if torch is not None:
+        torch.set_num_threads(1)
+        xp, wp = torch.from_numpy(x), torch.from_numpy(layer.weight.val().to_numpy())
+
+        def torch_float() -> object:
+            with torch.no_grad():
+                return torch.nn.functional.conv2d(xp, wp, None, 1, 1)
+
+        fns["torch float32"] = torch_float
+    medians, ratios = alternating_us(fns, repeats=repeats, min_time=0.2, clock=clock)
+    rows = [
+        [name, fmt(us, " us"), f"{ratios[('float32', name)] if name != 'float32' else 1.0:.2f}x"]
+        for name, us in medians.items()
+    ]
+    print_table(
+        f"Conv2d {shape[1]}->{c_out} 3x3 pad 1 on {list(shape)}, 1 thread; speed = time of float32 / time "
+        f"(median of {repeats} alternating rounds{', CPU time' if clock is time.process_time else ''})",
+        ["kernel", "time", "vs ember float32"],
         rows,
     )
 
@@ -232,7 +266,7 @@ def accuracy_section() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", nargs="+", default=["kernels", "bytes", "generate", "accuracy"])
+    parser.add_argument("--sections", nargs="+", default=["kernels", "conv", "bytes", "generate", "accuracy"])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, a 4-layer decoder")
     parser.add_argument("--cpu-time", action="store_true", help="time CPU time (process_time), not the wall clock")
     args = parser.parse_args()
@@ -240,6 +274,8 @@ def main() -> None:
     torch = try_import_torch()
     if "kernels" in args.sections:
         kernels_section(torch, 3 if args.quick else 7, clock)
+    if "conv" in args.sections:
+        conv_section(torch, 3 if args.quick else 7, clock)
     if "bytes" in args.sections or "generate" in args.sections:
         generate_sections(args.sections, args.quick, 2 if args.quick else 5, clock)
     if "accuracy" in args.sections:
