@@ -427,7 +427,7 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
     w = weight.reshape(groups, o // groups, cg * k_total)
     dtype = np.result_type(x, weight)
     out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
-    cols = _native_columns(x, kernel, stride, padding, dilation, out, groups)
+    cols = native_columns(x, kernel, stride, padding, dilation, out, groups)
     if cols is not None:
         y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
         np.matmul(w, cols, out=y)  # [G, O/G, N * P]
@@ -458,7 +458,7 @@ def _with_bias(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     return result
 
 
-def _native_columns(x, kernel, stride, padding, dilation, out, groups) -> np.ndarray | None:
+def native_columns(x, kernel, stride, padding, dilation, out, groups) -> np.ndarray | None:
     """``[G, Cg * K, N * P]`` columns by the kernel layer's im2col (:mod:`.native_conv`),
     or ``None`` where it does not apply."""
     n, c = x.shape[:2]
@@ -549,7 +549,7 @@ def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
     o = weight_shape[0]
     kernel = weight_shape[2:]
     out = grad.shape[2:]
-    native = _native_columns(x, kernel, stride, padding, dilation, out, groups)
+    native = native_columns(x, kernel, stride, padding, dilation, out, groups)
     if native is not None:
         g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
         np.copyto(g, np.swapaxes(grad, 0, 1))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from ember.backend.flex.quant_kernels import INT8_TILES, WEIGHT_ONLY_TILES, quan
 from ember.backend.flex.quant_packed import PACKED_TILES, pack_int8
 from ember.errors import BackendUnavailableError
 
-__all__ = ["quantized_linear", "quantize_rows_int8", "dequantize_array"]
+__all__ = ["dequantize_array", "dequantized_tiles", "int8_gemm", "quantize_rows_int8", "quantized_linear"]
 
 _F32 = np.dtype(np.float32)
 #: From this many rows of ``x`` on (prefill), weight-only products dequantize ``TILE_ROWS``
@@ -62,7 +63,7 @@ def quantized_linear(
         scales = np.broadcast_to(scales, (n, scales.shape[1]))
         zero_points = None if zero_points is None else np.broadcast_to(zero_points, (n, zero_points.shape[1]))
     if activations:
-        out = _int8_int8(rows, values, scales, bias, input_scale, path)
+        out = int8_gemm(rows, values, scales, bias, input_scale, path)
     else:
         out = _weight_only(rows, values, scales, zero_points, bias, value, group, path)
     return out.reshape(lead + (n,))
@@ -131,22 +132,8 @@ def _weight_only(
     if m >= TILE_GEMM_ROWS:
         # Many rows: dequantize TILE_ROWS weight rows at a time into a cache-sized float
         # tile and multiply it with sgemm; the float weight as a whole never exists.
-        kind = "u4" if value == "int4" else ("s8" if values.dtype == np.int8 else "u8")
-        zconst = ctypes.c_float(8.0 if value == "int4" else 0.0)
-        tile = np.empty((TILE_ROWS, k), dtype=_F32)
-        for n0 in range(0, n, TILE_ROWS):
-            nc = min(TILE_ROWS, n - n0)
-            kernels.dequant[kind](
-                address(values) + n0 * row_bytes,
-                address(scales) + n0 * groups * 4,
-                None if zps is None else address(zps) + n0 * groups,
-                address(tile),
-                nc,
-                k,
-                group,
-                zconst,
-            )
-            np.matmul(rows, tile[:nc].T, out=out[:, n0 : n0 + nc])
+        for n0, tile in dequantized_tiles(kernels, values, scales, zps, value, group, k):
+            np.matmul(rows, tile.T, out=out[:, n0 : n0 + tile.shape[0]])
         return out if b is None else np.add(out, b, out=out)
     if value == "int4":
         kind = "u4" if zps is None else "u4z"
@@ -173,6 +160,39 @@ def _weight_only(
     return out
 
 
+def dequantized_tiles(
+    kernels: Any,
+    values: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    value: str,
+    group: int,
+    k: int,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(n0, tile)``: rows ``n0 ..`` of the weight ``[N, k]`` as float32, :data:`TILE_ROWS`
+    at a time, dequantized by the compiled kernel into one reused buffer (the float weight
+    as a whole never exists). ``values``, ``scales`` and ``zero_points`` are contiguous
+    with one row of scales per weight row, ``group`` a multiple of 32."""
+    n = values.shape[0]
+    kind = "u4" if value == "int4" else ("s8" if values.dtype == np.int8 else "u8")
+    zconst = ctypes.c_float(8.0 if value == "int4" else 0.0)
+    groups, row_bytes = scales.shape[1], values.shape[1]
+    tile = np.empty((TILE_ROWS, k), dtype=_F32)
+    for n0 in range(0, n, TILE_ROWS):
+        nc = min(TILE_ROWS, n - n0)
+        kernels.dequant[kind](
+            address(values) + n0 * row_bytes,
+            address(scales) + n0 * groups * 4,
+            None if zero_points is None else address(zero_points) + n0 * groups,
+            address(tile),
+            nc,
+            k,
+            group,
+            zconst,
+        )
+        yield n0, tile[:nc]
+
+
 @functools.lru_cache(maxsize=512)  # a pure function of the shape, called per layer and step
 def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int, int, int, int, int], ...]:
     """Kernel calls ``(m0, rows, n0, cols, mr, nr)`` covering ``[m, n]`` with the compiled
@@ -194,7 +214,7 @@ def plan(m: int, n: int, tiles: tuple[tuple[int, int], ...]) -> tuple[tuple[int,
     return tuple(calls)
 
 
-def _int8_int8(
+def int8_gemm(
     rows: np.ndarray,
     values: np.ndarray,
     scales: np.ndarray,
@@ -202,6 +222,9 @@ def _int8_int8(
     input_scale: np.ndarray | None,
     path: str | None,
 ) -> np.ndarray:
+    """``rows [M, K]`` (float32, contiguous) quantized to int8 per row (or by the static
+    ``input_scale``) times the int8 weight ``values [N, K]`` with one scale per row
+    (``scales [N, 1]``), plus ``bias``: ``[M, N]`` float32."""
     m, k = rows.shape
     n = values.shape[0]
     sw = np.ascontiguousarray(scales.reshape(n), dtype=_F32)

@@ -16,6 +16,7 @@ import itertools
 import math
 from typing import Any
 
+from ember.backend.dtype import DType
 from ember.backend.module_ops import conv_output_size
 from ember.errors import DTypeError, ShapeError
 from ember.tensor.layer_ops import _check_bias, _check_output, _groups, _input, _padding, _per_dim
@@ -74,6 +75,9 @@ def quantized_conv(
     pads = _padding(op, padding, spatial, kernel, stride, dilation)
     outs = tuple(conv_output_size(*a) for a in zip(spatial, kernel, stride, pads, dilation))
     _check_output(op, x, outs, f"the kernel {list(kernel)} (dilation {list(dilation)}) is larger than the padded input")
+    y = _device_kernel(x, weight, bias, input_scale, kernel, stride, pads, dilation, outs, groups)
+    if y is not None:
+        return y.squeeze_dim(0) if unbatched else y
     flat = [p for before, after in reversed(pads) for p in (before, after)]
     padded = x.pad(flat, 0.0) if any(flat) else x
     rank_x = x.rank
@@ -97,6 +101,51 @@ def quantized_conv(
     y = results[0] if groups == 1 else Tensor.cat(results, 1)
     y = y.reshape([n, *outs, c_out]).permute([0, rank_x - 1, *range(1, rank_x - 1)])
     return y.squeeze_dim(0) if unbatched else y
+
+
+def _device_kernel(
+    x: Tensor,
+    weight: QuantizedTensor,
+    bias: Tensor | None,
+    input_scale: Tensor | None,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    outs: tuple[int, ...],
+    groups: int,
+) -> Tensor | None:
+    """The device backend's own ``quantized_conv`` (flex's: the compiled im2col, then the
+    packed-weight GEMM, :mod:`ember.backend.flex.quant_conv`), or ``None`` where it has
+    none or declines: other backends, a tracked (autodiff) or recording device, a
+    float16 input; the sliding blocks built with tensor ops then compute the same."""
+    d = x.device
+    run = getattr(d._backend, "quantized_conv", None)
+    parts = (weight.values, weight.scales, weight.zero_points, bias, input_scale)
+    if run is None or x.dtype != DType.FLOAT32 or any(p is not None and p.device is not d for p in parts):
+        return None
+    if bias is not None and bias.dtype != DType.FLOAT32:
+        return None
+
+    def prim(t: Tensor | None) -> object:
+        return None if t is None else t._primitive
+
+    scheme = weight.scheme
+    y = run(
+        x._primitive,
+        *(prim(p) for p in parts[:-1]),
+        prim(input_scale),
+        scheme.value,
+        weight.group,
+        scheme.activations or "",
+        kernel,
+        stride,
+        pads,
+        dilation,
+        outs,
+        groups,
+    )
+    return None if y is NotImplemented else Tensor(y, d)
 
 
 def _rows(weight: QuantizedTensor, start: int, count: int) -> QuantizedTensor:
