@@ -50,7 +50,7 @@ _SCRATCH = threading.local()
 _SCRATCH_LIMIT = 64 * 2**20  # bytes per buffer; larger temporaries are allocated fresh
 
 
-def _scratch(role: str, shape: tuple[int, ...], dtype, fill: float | None = None) -> np.ndarray:
+def scratch(role: str, shape: tuple[int, ...], dtype, fill: float | None = None) -> np.ndarray:
     """An uninitialised (or ``fill``-ed) array for a temporary that never leaves the op:
     one reusable buffer per thread and ``role``, grown to the largest size asked."""
     dtype = np.dtype(dtype)
@@ -87,7 +87,7 @@ def _padded(x: np.ndarray, padding: Pairs, value: float, role: str | None = None
     if not any(lo or hi for lo, hi in padding):
         return x
     shape = x.shape[:lead] + tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[lead:], padding))
-    out = np.full(shape, value, dtype=x.dtype) if role is None else _scratch(role, shape, x.dtype, value)
+    out = np.full(shape, value, dtype=x.dtype) if role is None else scratch(role, shape, x.dtype, value)
     out[(slice(None),) * lead + tuple(slice(lo, lo + n) for n, (lo, _) in zip(x.shape[lead:], padding))] = x
     return out
 
@@ -129,7 +129,7 @@ def _pool_columns(x, kernel, stride, padding, dilation, ceil_mode) -> tuple[np.n
         tuple(d * s for d, s in zip(dilation, ss)) + (sn, sc) + tuple(st * s for st, s in zip(stride, ss)),
         writeable=False,
     )
-    cols = _scratch("pool_cols", view.shape, view.dtype)
+    cols = scratch("pool_cols", view.shape, view.dtype)
     np.copyto(cols, view)
     return cols.reshape(int(np.prod(kernel)), -1), out
 
@@ -234,9 +234,9 @@ class FlexModuleOps(ModuleOps):
         k_total = cols.shape[0]
         # A branch-free running maximum: the first maximum wins ties, a NaN wins always.
         best = cols[0].copy()
-        local = _scratch("pool_local", best.shape, np.int16 if k_total < 2**15 else np.int64, 0)
-        take = _scratch("pool_take", best.shape, bool)
-        step = _scratch("pool_step", best.shape, local.dtype)
+        local = scratch("pool_local", best.shape, np.int16 if k_total < 2**15 else np.int64, 0)
+        take = scratch("pool_take", best.shape, bool)
+        step = scratch("pool_step", best.shape, local.dtype)
         for k in range(1, k_total):
             value = cols[k]
             np.greater(value, best, out=take)
@@ -292,7 +292,7 @@ class FlexModuleOps(ModuleOps):
         g = _work(grad) / _divisor(spatial, kernel, stride, padding, out, count_include_pad, _work(grad).dtype)
         pads = _ceil_pads(spatial, kernel, stride, padding, ones, out)
         padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads))
-        total = _scratch("avg_total", tuple(input_shape[:2]) + padded, g.dtype, 0)
+        total = scratch("avg_total", tuple(input_shape[:2]) + padded, g.dtype, 0)
         view = _windows(total, kernel, stride, ones, out, kernel_first=True, writeable=True)
         for offset in itertools.product(*(range(k) for k in kernel)):
             piece = view[(slice(None), slice(None)) + offset]
@@ -372,7 +372,7 @@ def _columns(xp, kernel, stride, dilation, out) -> np.ndarray:
     view = _windows(xp, kernel, stride, dilation, out, kernel_first=True)  # [N, C, *k, *out]
     axes = (1,) + tuple(range(2, 2 + rank)) + (0,) + tuple(range(2 + rank, 2 + 2 * rank))
     view = view.transpose(axes)
-    cols = _scratch("cols", view.shape, view.dtype)
+    cols = scratch("cols", view.shape, view.dtype)
     np.copyto(cols, view)
     return cols
 
@@ -387,7 +387,7 @@ def _grid_columns(xp, kernel, dilation) -> tuple[np.ndarray, Ints, tuple[int, ..
     Returns ``[C, *kernel, N, length]`` columns, the output size, the flat steps of
     the padded dims and ``length``."""
     if not xp.flags.c_contiguous:
-        contiguous = _scratch("grid_input", xp.shape, xp.dtype)
+        contiguous = scratch("grid_input", xp.shape, xp.dtype)
         np.copyto(contiguous, xp)
         xp = contiguous
     n, c = xp.shape[:2]
@@ -403,7 +403,7 @@ def _grid_columns(xp, kernel, dilation) -> tuple[np.ndarray, Ints, tuple[int, ..
         (xp.strides[1],) + tuple(d * st * item for d, st in zip(dilation, steps)) + (xp.strides[0], item),
         writeable=False,
     )
-    cols = _scratch("cols", view.shape, view.dtype)
+    cols = scratch("cols", view.shape, view.dtype)
     np.copyto(cols, view)
     return cols, out, steps, length
 
@@ -429,20 +429,20 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
     out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
     cols = native_columns(x, kernel, stride, padding, dilation, out, groups)
     if cols is not None:
-        y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
+        y = scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
         np.matmul(w, cols, out=y)  # [G, O/G, N * P]
         y = y.reshape((o, n) + out).swapaxes(0, 1)
         return _with_bias(y, bias)
     xp = _padded(x, padding, 0.0, "pad")
     if all(st == 1 for st in stride):
         cols, out, steps, length = _grid_columns(xp, kernel, dilation)
-        y = _scratch("gemm", (groups, o // groups, n * length), dtype)
+        y = scratch("gemm", (groups, o // groups, n * length), dtype)
         np.matmul(w, cols.reshape(groups, cg * k_total, -1), out=y)  # [G, O/G, N * length]
         y = _grid_view(y.reshape(o, n, length), n, o, out, steps, length)
     else:
         out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
         cols = _columns(xp, kernel, stride, dilation, out)
-        y = _scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
+        y = scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
         np.matmul(w, cols.reshape(groups, cg * k_total, -1), out=y)  # [G, O/G, N * P]
         y = y.reshape((o, n) + out).swapaxes(0, 1)
     return _with_bias(y, bias)
@@ -463,7 +463,7 @@ def native_columns(x, kernel, stride, padding, dilation, out, groups) -> np.ndar
     or ``None`` where it does not apply."""
     n, c = x.shape[:2]
     shape = (groups, c // groups * int(np.prod(kernel)), n * int(np.prod(out)))
-    cols = _scratch("cols", shape, x.dtype)
+    cols = scratch("cols", shape, x.dtype)
     return native_conv.columns(
         x, tuple(kernel), tuple(stride), tuple(lo for lo, _ in padding), tuple(dilation), out, groups, cols
     )
@@ -486,14 +486,14 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
     native = _native_conv_transpose(x, w, bias, kernel, stride, padding, output_padding, dilation, groups, o)
     if native is not None:
         return native
-    total = _scratch("col2im", (o, n) + full, dtype, 0)
+    total = scratch("col2im", (o, n) + full, dtype, 0)
     offsets = list(itertools.product(*(range(k) for k in kernel)))
     if all(st == 1 for st in stride):
         steps = tuple(int(np.prod(full[i + 1 :])) for i in range(len(full)))
         length = sum((m - 1) * st for m, st in zip(spatial, steps)) + 1
-        xs = _scratch("grid_input", (c_in, n, length), x.dtype, 0)
+        xs = scratch("grid_input", (c_in, n, length), x.dtype, 0)
         np.copyto(_grid_view(xs, n, c_in, spatial, steps, length), x)
-        cols = _scratch("gemm", (groups, og * k_total, n * length), dtype)
+        cols = scratch("gemm", (groups, og * k_total, n * length), dtype)
         np.matmul(w, xs.reshape(groups, ig, -1), out=cols)
         cols = cols.reshape(o, k_total, n, length)
         flat = total.reshape(o, n, -1)
@@ -501,9 +501,9 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
             start = sum(off * d * st for off, d, st in zip(offset, dilation, steps))
             flat[:, :, start : start + length] += cols[:, k]
     else:
-        xs = _scratch("grid_input", (c_in, n) + spatial, x.dtype)
+        xs = scratch("grid_input", (c_in, n) + spatial, x.dtype)
         np.copyto(xs, np.swapaxes(x, 0, 1))
-        cols = _scratch("gemm", (groups, og * k_total, n * int(np.prod(spatial))), dtype)
+        cols = scratch("gemm", (groups, og * k_total, n * int(np.prod(spatial))), dtype)
         np.matmul(w, xs.reshape(groups, ig, -1), out=cols)
         cols = cols.reshape((o, k_total, n) + spatial)
         view = _windows(total, kernel, stride, dilation, spatial, kernel_first=True, writeable=True)  # [O, N, *k, *in]
@@ -535,9 +535,9 @@ def _native_conv_transpose(x, w, bias, kernel, stride, padding, output_padding, 
     run = native_conv.col2im((n, o) + size, dtype, kernel, stride, pad, dilation, spatial, groups, bias is not None)
     if run is None:
         return None
-    xs = _scratch("grid_input", (c_in, n) + spatial, dtype)
+    xs = scratch("grid_input", (c_in, n) + spatial, dtype)
     np.copyto(xs, np.swapaxes(x, 0, 1))
-    cols = _scratch("gemm", (groups, w.shape[1], n * int(np.prod(spatial))), dtype)
+    cols = scratch("gemm", (groups, w.shape[1], n * int(np.prod(spatial))), dtype)
     np.matmul(w, xs.reshape(groups, c_in // groups, -1), out=cols)
     y = np.empty((n, o) + size, dtype=dtype)
     run(cols, bias, y)
@@ -551,7 +551,7 @@ def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
     out = grad.shape[2:]
     native = native_columns(x, kernel, stride, padding, dilation, out, groups)
     if native is not None:
-        g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
+        g = scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
         np.copyto(g, np.swapaxes(grad, 0, 1))
         return _weight_product(g, native, weight_shape, groups)
     xp = _padded(x, padding, 0.0, "pad")
@@ -561,11 +561,11 @@ def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
         reach = tuple(m + d * (k - 1) for m, d, k in zip(out, dilation, kernel))
         xp = xp[(slice(None), slice(None)) + tuple(slice(0, r) for r in reach)]
         cols, _, steps, length = _grid_columns(xp, kernel, dilation)
-        g = _scratch("grid_grad", (o, n, length), grad.dtype, 0)
+        g = scratch("grid_grad", (o, n, length), grad.dtype, 0)
         np.copyto(_grid_view(g, n, o, out, steps, length), grad)
     else:
         cols = _columns(xp, kernel, stride, dilation, out)
-        g = _scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
+        g = scratch("grid_grad", (o, n) + tuple(out), grad.dtype)
         np.copyto(g, np.swapaxes(grad, 0, 1))
     return _weight_product(g, cols, weight_shape, groups)
 
