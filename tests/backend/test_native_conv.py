@@ -23,10 +23,10 @@ FLEX = Device.flex()._backend
 
 
 def _ran_natively(x, kernel, stride, padding, dilation, groups) -> bool:
-    from ember.backend.flex.module_ops import _native_columns
+    from ember.backend.flex.module_ops import native_columns
 
     out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
-    return _native_columns(x, kernel, stride, padding, dilation, out, groups) is not None
+    return native_columns(x, kernel, stride, padding, dilation, out, groups) is not None
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
