@@ -4,6 +4,7 @@ one run (1 BLAS thread on both sides, alternating rounds, medians).
     python benchmarks/rnn.py              # the LSTM step: eager and ember.compile vs torch
     python benchmarks/rnn.py gru          # the same classifier with a GRU
     python benchmarks/rnn.py --profile    # cProfile of the ember eager step (top functions)
+    python benchmarks/rnn.py --clock cpu  # process CPU time instead of wall-clock time
 
 The workload (issue 27's "LSTM classifier"): a 2-layer LSTM (``batch_first``, hidden
 128) over sequences of 64 steps of 32 features, batch 32, the last step's hidden state
@@ -38,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ember
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from benchmarks.common import alternating_us, fmt, print_table, try_import_torch, use_clock
 from ember import Device, Module, Tensor
 from ember.module.foreign import load_foreign
 from ember.nn import GruConfig, Linear, LinearConfig, LstmConfig
@@ -194,6 +195,8 @@ def profile(kind: str) -> None:
 def main() -> None:
     args = sys.argv[1:]
     kind = "gru" if "gru" in args else "lstm"
+    if "--clock" in args:  # --clock cpu: process CPU time instead of wall-clock time
+        use_clock(args[args.index("--clock") + 1])
     if "--profile" in args:
         profile(kind)
         return
