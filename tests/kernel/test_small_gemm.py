@@ -79,3 +79,38 @@ def test_declines_columns_that_are_not_whole_vectors():
     assert not small_gemm.applies(LANES + 1, LANES)
     assert not small_gemm.emit_gemm(KernelBuilder(b), 4, LANES + 1, 3, a, w, c, LANES)
     assert len(fn.blocks) == 1 and not fn.blocks[0].instructions  # nothing emitted
+
+
+def _compiled_nt(m, n, k):
+    def emit(parts):
+        kb, (a, b_t, c) = parts
+        assert small_gemm.emit_gemm_nt(kb, m, n, k, Operand(a, k), Operand(b_t, k), Operand(c, n), LANES)
+
+    found = compile_entry(emit, f"test_small_gemm_nt_{m}_{n}_{k}")
+    if found is None:
+        pytest.skip("llvmlite cannot compile for this host")
+    return found
+
+
+@pytest.mark.parametrize("m,n,vectors", [(32, 128, 8), (13, 7, 2), (4, 4, 1), (3, 9, 3)])
+def test_dot_form_matches_numpy(rng, m, n, vectors):
+    """``A @ B^T`` from the rows of ``A`` and ``B^T``: full and partial tiles both ways."""
+    k = vectors * LANES
+    entry = _compiled_nt(m, n, k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b_t = rng.standard_normal((n, k)).astype(np.float32)
+    c = np.empty((m, n), np.float32)
+    entry[1](a.ctypes.data, b_t.ctypes.data, c.ctypes.data)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b_t.T.astype(np.float64), rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+def test_dot_form_declines_partial_vectors():
+    from llvmlite import ir
+
+    from ember.backend.kernel.llvm.builder import KernelBuilder
+
+    fn = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), [ir.PointerType()] * 3), name="f")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    a, w, c = (Operand(p, LANES + 1) for p in fn.args)
+    assert not small_gemm.emit_gemm_nt(KernelBuilder(b), 4, 4, LANES + 1, a, w, c, LANES)
+    assert not fn.blocks[0].instructions

@@ -11,8 +11,9 @@ writes ``dZ[t]`` and the incoming ``dc``, then ``dh = dZ[t] w_hh^T``.
 
 Each ``(batch, n, reverse, with grad_y)`` compiles once per process (and once per
 machine: the object cache keeps the code; the IR bakes in no address, the cell's
-entry point is an argument). ``None`` where the kernels cannot be built, or where the
-product's inline form does not apply (then the caller runs its per-step loop).
+entry point is an argument). ``None`` where the kernels cannot be built, where the
+product's inline form does not apply, or under ``EMBER_INLINE_GEMM=0`` (then the caller
+runs its per-step loop).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _applies(batch: int, n: int) -> bool:
     from ember.backend.kernel.llvm import small_gemm
 
     lanes = _lanes()
-    return small_gemm.applies(4 * n, lanes) and small_gemm.applies(n, lanes) and batch > 0
+    return small_gemm.enabled() and small_gemm.applies(4 * n, lanes) and small_gemm.applies(n, lanes) and batch > 0
 
 
 def _emit_loop(parts: Any, forward: bool, batch: int, n: int, reverse: bool, with_grad_y: bool) -> None:
@@ -206,28 +207,3 @@ def lstm_backward(kernels: Any, w_hh, reverse: bool, c_in, c_n, z, grad_y, dh, d
     arrays = (w_t, z, c_in, c_n, d_z, dh, dc, dc_other, gy, to_h)
     _call(found, [steps, _fn_address(kernels.lstm_cell_backward), *(native.address(a) for a in arrays)])
     return d_z, dh, dc if steps % 2 == 0 else dc_other
-
-
-def weight_grad(h_in: np.ndarray, d: np.ndarray) -> np.ndarray | None:
-    """``H^T dZ`` over all steps (float32 ``[steps, batch, n]`` and ``[steps, batch,
-    width]``) as one inline product, or ``None`` where it does not apply."""
-    from ember.backend.kernel.llvm import small_gemm
-    from ember.backend.kernel.llvm.small_gemm import Operand
-
-    rows, n, width = h_in.shape[0] * h_in.shape[1], h_in.shape[-1], d.shape[-1]
-    if not (small_gemm.applies(width, _lanes()) and rows * width >= native.MIN_ELEMENTS):
-        return None
-
-    def emit(parts: Any) -> None:
-        e, (a, g, out) = parts
-        small_gemm.emit_gemm(e, n, width, rows, Operand(a, 1, n), Operand(g, width), Operand(out, width), _lanes())
-
-    found = cached(
-        ("weight_grad", rows, n, width), lambda: compile_entry(emit, f"ember_rnn_weight_grad_{rows}_{n}_{width}")
-    )
-    if found is None:
-        return None
-    h_in, d = np.ascontiguousarray(h_in), np.ascontiguousarray(d)
-    out = np.empty((n, width), np.float32)
-    found[1](native.address(h_in), native.address(d), native.address(out))
-    return out

@@ -16,7 +16,7 @@ import numpy as np
 
 from ember.backend.flex import gru_cell as gru
 from ember.backend.flex import lstm_cell as lstm
-from ember.backend.flex import native, native_sequence
+from ember.backend.flex import native, native_gemm, native_sequence
 from ember.backend.flex.quiet import quietly
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -48,12 +48,10 @@ def _state_grad(grad: np.ndarray | None, like: np.ndarray) -> np.ndarray:
 
 def _weight_grad(h_in: np.ndarray, d: np.ndarray) -> np.ndarray:
     """``H^T dZ`` over all steps (one GEMM: float32 inline where it applies)."""
-    if h_in.dtype == _F32 and d.dtype == _F32 and native.kernels() is not None:
-        inline = native_sequence.weight_grad(h_in, d)
-        if inline is not None:
-            return inline
     s, b, n = h_in.shape
-    return h_in.reshape(s * b, n).T @ d.reshape(s * b, d.shape[-1])
+    h_rows, d_rows = h_in.reshape(s * b, n), d.reshape(s * b, d.shape[-1])
+    inline = native_gemm.matmul(h_rows.T, d_rows)
+    return inline if inline is not None else h_rows.T @ d_rows
 
 
 def _recur(proj, w_hh, states, valid, reverse, gates, cell):

@@ -32,9 +32,12 @@ from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
 from ember.backend.fusion.llvm.support import blas_layout
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
+from ember.backend.kernel.llvm import small_gemm
+from ember.backend.kernel.llvm.builder import KernelBuilder
 from ember.backend.kernel.llvm.loops import KernelEmitter, Loops
 from ember.backend.kernel.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.kernel.llvm.ops import OpEmitter
+from ember.backend.kernel.llvm.small_gemm import Operand
 from ember.backend.kernel.steps import Kernel, Matmul
 from ember.backend.kernel.views import View, size_of
 
@@ -357,6 +360,24 @@ class ModuleBuilder:
             la = blas_layout(a_view)
         gemv = self.gemv(step.dtype) if use_blas and k > 1 and (m == 1) != (n == 1) else None
         vector = None if gemv is None else _gemv_args(a_view, b_view, la, lb, m, n, k)
+        lanes = small_gemm.lanes(self.vector_width)
+        # Inline vector loops in place of a single-threaded BLAS (a multi-threaded one keeps
+        # the products: the loops run on one core)
+        single = self.blas is not None and self.blas.threads <= 1
+        f32 = use_blas and single and vector is None and step.dtype == np.dtype(np.float32) and small_gemm.enabled()
+        inline = f32 and lb is not None and not lb[0] and m >= small_gemm.ROWS and small_gemm.applies(n, lanes)
+        # A @ B with B stored transposed (dY W^T): dot products of dense rows
+        dots = (
+            f32
+            and not inline
+            and la is not None
+            and not la[0]
+            and lb is not None
+            and lb[0]
+            and m >= small_gemm.DOT_ROWS
+            and n >= small_gemm.DOT_COLS
+            and small_gemm.applies_nt(k, lanes)
+        )
 
         def one(indices: list[ir.Value]) -> None:
             a_off = _offset(b, a_view, indices)
@@ -365,7 +386,15 @@ class ModuleBuilder:
             a_ptr = b.gep(pa, [a_off], source_etype=t)
             b_ptr = b.gep(pb, [b_off], source_etype=t)
             c_ptr = b.gep(pc, [c_off], source_etype=t)
-            if use_blas and vector is not None:
+            if inline:
+                assert lb is not None  # inline says so
+                a_rows = Operand(a_ptr, a_view.strides[-2], a_view.strides[-1])
+                small_gemm.emit_gemm(KernelBuilder(b), m, n, k, a_rows, Operand(b_ptr, lb[1]), Operand(c_ptr, n), lanes)
+            elif dots:
+                assert la is not None and lb is not None  # dots says so
+                rows_a, rows_b = Operand(a_ptr, la[1]), Operand(b_ptr, lb[1])
+                small_gemm.emit_gemm_nt(KernelBuilder(b), m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
+            elif use_blas and vector is not None:
                 assert self.blas is not None and gemv is not None  # vector says so
                 nt = I64 if self.blas.int_bits == 64 else I32
                 flipped, rows, cols, ld, x_inc, y_inc, matrix_is_a = vector

@@ -195,6 +195,8 @@ class _Sequence:
     def _inline_gemm(self, m: int, n: int, k: int, a: ir.Value, b_rows: ir.Value, c: ir.Value, add: ir.Value | None):
         """``c = a @ b_rows (+ add)`` (row-major, dense) as inline vector loops
         (:mod:`ember.backend.kernel.llvm.small_gemm`); ``False`` where they do not apply."""
+        if not small_gemm.enabled():
+            return False
         lanes = small_gemm.lanes(self.e.module.vector_width)
         addend = None if add is None else Operand(add, n)
         return small_gemm.emit_gemm(self.e, m, n, k, Operand(a, k), Operand(b_rows, n), Operand(c, n), lanes, addend)
@@ -220,7 +222,7 @@ class _Sequence:
         """``d_w = h_in^T d_gates`` over all steps."""
         n, width, rows = self.n, self.width, self.steps * self.batch
         lanes = small_gemm.lanes(self.e.module.vector_width)
-        if small_gemm.emit_gemm(
+        if small_gemm.enabled() and small_gemm.emit_gemm(
             self.e, n, width, rows, Operand(h_in, 1, n), Operand(d_gates, width), Operand(d_w, width), lanes
         ):
             return

@@ -16,6 +16,7 @@ and returns ``False`` otherwise, so the caller keeps its BLAS call.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +41,15 @@ class Operand(NamedTuple):
     ptr: ir.Value
     row: int
     col: int = 1
+
+
+#: ``EMBER_INLINE_GEMM=0`` keeps compiled plans' float32 matrix products on BLAS.
+INLINE_ENV = "EMBER_INLINE_GEMM"
+
+
+def enabled() -> bool:
+    """Whether compiled plans emit their float32 products inline (where they apply)."""
+    return os.environ.get(INLINE_ENV, "1") != "0"
 
 
 def lanes(vector_bits: int | None) -> int:
@@ -174,6 +184,74 @@ def _emit_block(
     columns(full_tiles * VECTORS * width, 1 if rest_vectors else 0, rest_vectors)
 
 
+#: The dot-product form's tile: 4 rows of ``A`` by 4 rows of ``B^T`` (16 accumulators).
+DOT_ROWS, DOT_COLS = 4, 4
+
+
+def applies_nt(k: int, width: int) -> bool:
+    """Whether :func:`emit_gemm_nt` handles a reduction of length ``k``."""
+    return k > 0 and k % width == 0
+
+
+def emit_gemm_nt(kb: KernelBuilder, m: int, n: int, k: int, a: Operand, b_t: Operand, c: Operand, width: int) -> bool:
+    """``C[m, n] = A[m, k] @ B^T`` with ``B^T`` ``[n, k]`` given by its rows: each output a
+    dot product of two dense rows, ``DOT_ROWS x DOT_COLS`` of them accumulated as vectors
+    over ``k`` and summed across lanes at the end (the products ``dY W^T`` of a linear
+    layer's backward, whose ``B`` is the weight transposed). ``False`` (nothing emitted)
+    where ``k`` is not a multiple of ``width`` or a row is not dense."""
+    if not applies_nt(k, width) or m <= 0 or n <= 0 or a.col != 1 or b_t.col != 1 or c.col != 1:
+        return False
+    b = kb.b
+    vec = ir.VectorType(_F32, width)
+    fma = _fma(b.module, vec)
+    zero = ir.Constant(vec, [0.0] * width)
+    reduce_name = f"llvm.vector.reduce.fadd.v{width}f32"
+    found = b.module.globals.get(reduce_name)
+    reduce = (
+        found
+        if isinstance(found, ir.Function)
+        else ir.Function(b.module, ir.FunctionType(_F32, [_F32, vec]), name=reduce_name)
+    )
+
+    def tile(row0: ir.Value, col0: ir.Value, rows: int, cols: int) -> None:
+        def step(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            at = b.mul(p, _c(width))
+            xs = [_load(b, a.ptr, b.add(b.mul(b.add(row0, _c(r)), _c(a.row)), at), vec) for r in range(rows)]
+            ws = [_load(b, b_t.ptr, b.add(b.mul(b.add(col0, _c(j)), _c(b_t.row)), at), vec) for j in range(cols)]
+            return [b.call(fma, [xs[r], ws[j], accs[r * cols + j]]) for r in range(rows) for j in range(cols)]
+
+        accs = kb.loops.run(k // width, step, [zero] * (rows * cols))
+        for r in range(rows):
+            for j in range(cols):
+                total = b.call(reduce, [ir.Constant(_F32, 0.0), accs[r * cols + j]], fastmath=("reassoc",))
+                index = b.add(b.mul(b.add(row0, _c(r)), _c(c.row)), b.add(col0, _c(j)))
+                b.store(total, b.gep(c.ptr, [index], source_etype=_F32), align=4)
+
+    def rows_of(col0: ir.Value, cols: int) -> None:
+        full, rest = divmod(m, DOT_ROWS)
+        if full:
+
+            def row_tile(i: ir.Value, _: list) -> list:
+                tile(b.mul(i, _c(DOT_ROWS)), col0, DOT_ROWS, cols)
+                return []
+
+            kb.loops.run(full, row_tile)
+        if rest:
+            tile(_c(full * DOT_ROWS), col0, rest, cols)
+
+    full_cols, rest_cols = divmod(n, DOT_COLS)
+    if full_cols:
+
+        def col_tile(j: ir.Value, _: list) -> list:
+            rows_of(b.mul(j, _c(DOT_COLS)), DOT_COLS)
+            return []
+
+        kb.loops.run(full_cols, col_tile)
+    if rest_cols:
+        rows_of(_c(full_cols * DOT_COLS), rest_cols)
+    return True
+
+
 def _load(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value, vec: ir.VectorType) -> ir.Value:
     return b.load(b.gep(ptr, [index], source_etype=_F32), typ=vec, align=4)
 
@@ -182,4 +260,4 @@ def _store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, index: ir.Value) -> 
     b.store(value, b.gep(ptr, [index], source_etype=_F32), align=4)
 
 
-__all__ = ["Operand", "applies", "emit_gemm", "lanes"]
+__all__ = ["Operand", "applies", "applies_nt", "emit_gemm", "emit_gemm_nt", "enabled", "lanes"]
