@@ -184,8 +184,9 @@ def _emit_block(
     columns(full_tiles * VECTORS * width, 1 if rest_vectors else 0, rest_vectors)
 
 
-#: The dot-product form's tile: 4 rows of ``A`` by 4 rows of ``B^T`` (16 accumulators).
-DOT_ROWS, DOT_COLS = 4, 4
+#: The dot-product form's tile: 6 rows of ``A`` by 4 rows of ``B^T`` (24 accumulators; 4 x 4
+#: measured 0.7x as fast at [2048, 512] x [512, 128]^T).
+DOT_ROWS, DOT_COLS = 6, 4
 
 
 def applies_nt(k: int, width: int) -> bool:
@@ -227,28 +228,29 @@ def emit_gemm_nt(kb: KernelBuilder, m: int, n: int, k: int, a: Operand, b_t: Ope
                 index = b.add(b.mul(b.add(row0, _c(r)), _c(c.row)), b.add(col0, _c(j)))
                 b.store(total, b.gep(c.ptr, [index], source_etype=_F32), align=4)
 
-    def rows_of(col0: ir.Value, cols: int) -> None:
-        full, rest = divmod(m, DOT_ROWS)
+    def cols_of(row0: ir.Value, rows: int) -> None:
+        """The column tiles of one row tile (its ``A`` rows stay in cache, ``B^T`` streams)."""
+        full, rest = divmod(n, DOT_COLS)
         if full:
 
-            def row_tile(i: ir.Value, _: list) -> list:
-                tile(b.mul(i, _c(DOT_ROWS)), col0, DOT_ROWS, cols)
+            def col_tile(j: ir.Value, _: list) -> list:
+                tile(row0, b.mul(j, _c(DOT_COLS)), rows, DOT_COLS)
                 return []
 
-            kb.loops.run(full, row_tile)
+            kb.loops.run(full, col_tile)
         if rest:
-            tile(_c(full * DOT_ROWS), col0, rest, cols)
+            tile(row0, _c(full * DOT_COLS), rows, rest)
 
-    full_cols, rest_cols = divmod(n, DOT_COLS)
-    if full_cols:
+    full_rows, rest_rows = divmod(m, DOT_ROWS)
+    if full_rows:
 
-        def col_tile(j: ir.Value, _: list) -> list:
-            rows_of(b.mul(j, _c(DOT_COLS)), DOT_COLS)
+        def row_tile(i: ir.Value, _: list) -> list:
+            cols_of(b.mul(i, _c(DOT_ROWS)), DOT_ROWS)
             return []
 
-        kb.loops.run(full_cols, col_tile)
-    if rest_cols:
-        rows_of(_c(full_cols * DOT_COLS), rest_cols)
+        kb.loops.run(full_rows, row_tile)
+    if rest_rows:
+        cols_of(_c(full_rows * DOT_ROWS), rest_rows)
     return True
 
 
