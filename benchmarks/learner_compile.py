@@ -61,8 +61,7 @@ def run_example(
     command = [sys.executable] + (["-c", CPU_CLOCK] if clock == "cpu" else [])
     command += [str(ROOT / "examples" / "classify_digits.py"), "--epochs", str(epochs)]
     command += ["--fresh", "--artifact-dir", str(artifacts), "--renderer", "none"]
-    if compile:
-        command.append("--compile")
+    command += ["--compile", "on" if compile else "off"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, env=env, check=True, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -3,6 +3,8 @@ its time beside its matrix products.
 
     python benchmarks/profile_compiled.py            # W4 training step and eval forward
     python benchmarks/profile_compiled.py --steps    # also the 25 slowest steps
+    python benchmarks/profile_compiled.py --digits   # the digits example's step instead of W4's
+    python benchmarks/profile_compiled.py --clock cpu  # CPU time (a loaded machine)
 
 ``profile_variant(variant)`` recompiles the variant's schedule with every compiled
 step as its own entry, bound to the variant's own arena, pointer table and scalars
@@ -34,6 +36,16 @@ from ember.backend.kernel.llvm import arrays, jit
 from ember.backend.kernel.steps import Kernel, Matmul
 
 _ENTRY = ctypes.CFUNCTYPE(None)
+
+
+def _clock_of(argv: list[str]) -> Any:
+    """``time.process_time`` with ``--clock cpu`` (a loaded machine), else wall time."""
+    if "--clock" in argv and argv[argv.index("--clock") + 1 :][:1] == ["cpu"]:
+        return time.process_time
+    return time.perf_counter
+
+
+_clock = _clock_of(sys.argv)
 
 
 def keep_call_outputs(variant: Any) -> list:
@@ -116,15 +128,15 @@ def profile_variant(variant: Any, rounds: int = 15, inner: int = 20) -> list[tup
     floor_samples: dict[int, list[float]] = collections.defaultdict(list)
     for _ in range(rounds):
         for i, fn in zip(compiled, entries):
-            start = time.perf_counter()
+            start = _clock()
             for _ in range(inner):
                 fn()
-            samples[i].append((time.perf_counter() - start) / inner * 1e6)
+            samples[i].append((_clock() - start) / inner * 1e6)
             if i in floors:
-                start = time.perf_counter()
+                start = _clock()
                 for _ in range(inner):
                     floors[i]()
-                floor_samples[i].append((time.perf_counter() - start) / inner * 1e6)
+                floor_samples[i].append((_clock() - start) / inner * 1e6)
     out = []
     for i in compiled:
         kind, what = describe(sched, sched.steps[i])
@@ -193,21 +205,64 @@ def _time(fn: Any, n: int = 50) -> float:
         fn()
     samples = []
     for _ in range(7):
-        start = time.perf_counter()
+        start = _clock()
         for _ in range(n):
             fn()
-        samples.append((time.perf_counter() - start) / n * 1e6)
+        samples.append((_clock() - start) / n * 1e6)
     return statistics.median(samples)
 
 
-def main() -> None:
+def digits_steps() -> list[tuple[str, Any, Any]]:
+    """``examples/classify_digits.py``'s training step (forward, backward, AdamW) at
+    batch 32 and its validation forward at batch 256, compiled: ``(name, run, compiled)``."""
+    import importlib.util
+
+    import ember
+    from ember import Device, Tensor
+    from ember.optim import AdamWConfig, GradientsParams
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "classify_digits.py")
+    spec = importlib.util.spec_from_file_location("classify_digits", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rng = np.random.default_rng(0)
+    device = Device.flex().autodiff()
+    device.seed(42)
+    state = [example.DigitsCnn.new(device)]
+    optim = AdamWConfig(weight_decay=1e-4).init()
+
+    def batch(n: int, on: Any) -> tuple[Any, Any]:
+        images = Tensor.from_data(rng.random((n, 1, 8, 8)).astype(np.float32), device=on)
+        return images, Tensor.from_data(rng.integers(0, 10, n), device=on)
+
+    train_batch, valid_batch = batch(32, device), batch(256, device.inner())
+
+    def update(model: Any, batch: Any, lr: float) -> Any:
+        out = model.forward_classification(batch)
+        return optim.step(lr, model, GradientsParams.from_grads(out.loss.backward(), model)), out.loss
+
+    update_compiled = ember.compile(update)
+    valid_compiled = ember.compile(lambda model, batch: model.forward_classification(batch).loss)
+
+    def step() -> None:
+        state[0], loss = update_compiled(state[0], train_batch, 1e-3)
+        loss.into_scalar()
+
+    def valid() -> None:
+        valid_compiled(state[0].valid(), valid_batch).into_scalar()
+
+    return [("digits step", step, update_compiled), ("digits valid", valid, valid_compiled)]
+
+
+def w4_steps() -> list[tuple[str, Any, Any]]:
+    """W4's training step and eval forward, compiled: ``(name, run, compiled)``."""
     import ember
     from benchmarks.gpt import ember_gpt
     from benchmarks.train_step import compiled_step_fn
     from ember import Device, Tensor
     from ember.nn.loss import CrossEntropyLoss
 
-    top = 25 if "--steps" in sys.argv else 0
     batch, block, vocab = 16, 64, 65
     rng = np.random.default_rng(0)
     x_np = rng.integers(0, vocab, (batch, block))
@@ -229,7 +284,13 @@ def main() -> None:
     def eval_() -> None:
         forward(valid, x_eval).to_data()
 
-    for name, fn, fn_compiled in (("W4 step", step, compiled), ("W4 eval", eval_, forward)):
+    return [("W4 step", step, compiled), ("W4 eval", eval_, forward)]
+
+
+def main() -> None:
+    top = 25 if "--steps" in sys.argv else 0
+    runs = digits_steps() if "--digits" in sys.argv else w4_steps()
+    for name, fn, fn_compiled in runs:
         for _ in range(3):
             fn()
         plan = next(iter(fn_compiled._entries.values())).plan

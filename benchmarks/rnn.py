@@ -25,6 +25,22 @@ runs oneDNN's fused RNN primitive (``mkldnn_rnn_layer``, seen in torch's profile
 compiled LSTM direction forward takes 17 ms where its 64 step GEMMs alone take 14 ms
 through OpenBLAS (numpy's and torch's ``mm`` time one such [32,128]x[128,512] GEMM alike,
 ~135 us), so the compiled target (0.8x) needs faster per-step GEMMs than OpenBLAS's.
+
+The environment pins OpenBLAS to its AVX2 kernels on this AVX-512 machine
+(``OPENBLAS_CORETYPE=Haswell``: 47 us per [32,128]x[128,512] step product, CPU time,
+quiet; 31 us unpinned), while torch's oneDNN uses AVX-512. Before the inline products
+(``--clock cpu``, load 0.7): eager 1.88x (36.4 ms), compiled 1.60x (31.2 ms), torch
+19.5 ms; unpinned (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE``) eager 1.24x,
+compiled 0.99x. With ``ember/backend/kernel/llvm/small_gemm.py`` (21 us per step product;
+inline in the compiled plans' sequences and matmul steps, flex's native LSTM loop and
+its linear layer) and ``--clock cpu`` at load 8-12, four runs: eager 1.03x, 1.07x,
+1.06x, 1.11x; compiled 0.81x, 0.83x, 0.90x, 0.87x (torch 20.6-24 ms per step in these
+runs: its time moves the ratio by 0.05-0.1 from run to run; the last two with the
+dot-product form's 6 x 4 tiles, which ``ab_train_step.py`` measured at 0.925x of the
+compiled step before them). ``benchmarks/ab_train_step.py --base main --clock cpu --workloads
+lstm,lstmc,gruc`` (3 rounds, load 7-12): eager 45.7 -> 22.9 ms (0.55x), compiled 33.7
+-> 18.8 ms (0.56x), GRU compiled 0.53x. GRU in this script (load 12): eager 0.77x,
+compiled 0.38x (torch's GRU step is 48 ms here).
 """
 
 from __future__ import annotations

@@ -110,7 +110,11 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--seed", type=int, default=42, help="seeds the model's initialisation and dropout")
     parser.add_argument("--fresh", action="store_true", help="delete the artifact directory first")
     parser.add_argument(
-        "--compile", action="store_true", help="run the steps under ember.compile (Learner(compile=True))"
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="run the steps under ember.compile: auto (the Learner's default: on flex, unless a step has "
+        "Python side effects), on (Learner(compile=True)) or off (eager)",
     )
     parser.add_argument("--renderer", default="auto", choices=["auto", "dashboard", "plain", "none"])
     args = parser.parse_args(argv)
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> float:
         DigitsCnn.new(device),
         AdamWConfig(weight_decay=1e-4).init(),
         CosineAnnealingLrSchedulerConfig(args.lr, steps).init(),
-        compile=args.compile,
+        compile={"auto": "auto", "on": True, "off": False}[args.compile],
     )
     start = time.perf_counter()
     result = training.launch(learner, train_loader, valid_loader)

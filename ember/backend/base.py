@@ -244,6 +244,11 @@ class Backend(ModuleOps, ABC):
         """``max(x, 0)``."""
         return NotImplemented
 
+    def relu_backward(self, out: Primitive, grad: Primitive) -> Primitive:
+        """``grad`` where ``out > 0``, else ``0`` (``out`` the output of :meth:`relu`, of
+        ``grad``'s shape): the gradient of :meth:`relu`."""
+        return NotImplemented
+
     def sigmoid(self, x: Primitive) -> Primitive:
         """``1 / (1 + exp(-x))``."""
         return NotImplemented

@@ -279,12 +279,12 @@ class FusedOp(OpName):
     the kernel or the composite, and the fusion layer expands the same composite.
 
     The backward kernels (``FUSED_BACKWARD_KERNELS``: ``Backend.linear_backward``,
-    ``gelu_backward``, ``layer_norm_backward``, ``rms_norm_backward``, ``cross_entropy_backward``,
+    ``relu_backward``, ``gelu_backward``, ``layer_norm_backward``, ``rms_norm_backward``, ``cross_entropy_backward``,
     ``attention_backward``, ``grid_sample_backward``, ``lstm_cell_backward``,
     ``gru_cell_backward``, ``lstm_sequence_backward``, ``gru_sequence_backward``) are
     not listed: each is called by its op's autodiff rule (through
     ``ember.backend.composites.run`` where ``ember.backend.composites`` holds its
-    composite: linear, gelu, layer norm, RMS norm, cross entropy, the recurrent cells and
+    composite: linear, relu, gelu, layer norm, RMS norm, cross entropy, the recurrent cells and
     sequences).
     """
 
@@ -313,6 +313,7 @@ class FusedOp(OpName):
 #: ``NotImplemented``) called by each op's autodiff rule.
 FUSED_BACKWARD_KERNELS = {
     "linear_backward": FusedOp.LINEAR,
+    "relu_backward": FusedOp.RELU,
     "gelu_backward": FusedOp.GELU,
     "layer_norm_backward": FusedOp.LAYER_NORM,
     "rms_norm_backward": FusedOp.RMS_NORM,

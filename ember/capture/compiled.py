@@ -37,7 +37,7 @@ from __future__ import annotations
 import operator
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ember.backend.fusion.executors import ReplayExecutor
@@ -48,7 +48,7 @@ from ember.capture.leaves import LEAVES_KEPT, devices, innermost, module_key, mo
 from ember.capture.pytree import flatten, flatten_result, static_key, unflatten
 from ember.capture.sources import RETRACE, Argument, Parameter, Running, ScalarArgument
 from ember.capture.trace import Trace, capture
-from ember.errors import GraphError
+from ember.errors import ConfigError, GraphError
 from ember.module import Module
 from ember.tensor import Tensor, autocast
 
@@ -57,10 +57,22 @@ class CompileWarning(UserWarning):
     """A compiled function fell back to eager execution."""
 
 
+class RecompileWarning(UserWarning):
+    """A compiled function traced more shapes than it keeps (``max_traces``): each new
+    shape traces and compiles again (PyTorch's recompile limit)."""
+
+
 class CompiledFunction:
     """A function traced per guard key and replayed (see the module docstring)."""
 
-    def __init__(self, fn: Callable[..., Any], max_traces: int = 8, executor: Any = None, donate: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        max_traces: int = 8,
+        executor: Any = None,
+        donate: tuple[int, ...] = (),
+        recompile_warning: bool = True,
+    ):
         self.fn = fn
         self.donate = frozenset(donate)
         self.max_traces = max_traces
@@ -72,6 +84,13 @@ class CompiledFunction:
         self._last: tuple[tuple, Any, Entry, Any, tuple[int, ...] | None] | None = None
         self._module_keys: list[tuple[weakref.ref, Any]] = []  # see _module_key
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager": 0, "evictions": 0, "retraces": 0}
+        #: Whether a new trace's first call replays its graph op by op and compiles from
+        #: its second (the default: an entry that runs once is never compiled), or is
+        #: compiled at once so that all its calls compute the same way (a function or
+        #: ``fn() -> bool``, asked at each trace; the Learner's resumable steps use it).
+        self.defer_first_plan: bool | Callable[[], bool] = True
+        self._ran: Entry | None = None  # the entry the last call past the fast path ran
+        self._warned = not recompile_warning
         self.__wrapped__ = fn
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "compiled")
@@ -91,6 +110,22 @@ class CompiledFunction:
     def cache_size(self) -> int:
         """How many traces are kept."""
         return len(self._entries)
+
+    def cache_info(self) -> dict[str, int]:
+        """The trace cache in numbers: ``entries`` kept (at most ``max_entries``, the
+        least recently used dropped first), ``traces`` made, ``hits`` (calls that
+        replayed a trace), ``evictions``, ``retraces`` (a trace whose guards failed) and
+        ``eager`` (guard keys that run eagerly)."""
+        stats = self.stats
+        return {
+            "entries": len(self._entries),
+            "max_entries": self.max_traces,
+            "traces": stats["traces"],
+            "hits": stats["replays"],
+            "evictions": stats["evictions"],
+            "retraces": stats["retraces"],
+            "eager": len(self._eager),
+        }
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stats = self.stats
@@ -118,12 +153,16 @@ class CompiledFunction:
         key = self._key(spec, leaves)
         if key in self._eager:
             self.stats["eager"] += 1
-            return self.fn(*args, **kwargs)
+            return self._run_eagerly(args, kwargs)
         entry = self._entries.get(key)
         if entry is not None:
             result = entry.run(leaves)
             if result is not RETRACE:
                 self.stats["replays"] += 1
+                self._ran = entry
+                entries = self._entries
+                if len(entries) > 1:  # kept in order of use: the least recently used goes first
+                    entries[key] = entries.pop(key)
                 self._remember(args, kwargs, key, entry, result)
                 return result
             self.stats["retraces"] += 1
@@ -190,21 +229,56 @@ class CompiledFunction:
                 result_spec = flatten_result(result, result_leaves)
                 tracer = trace.backends[0]
                 executor = self.executor_for(tracer.inner, tracer.fusion)
+                defer = self.defer_first_plan
                 entry = Entry(
-                    executor, self.donate, trace, spec, result_spec, result_leaves, tracer.inner, leaves, tracer.fusion
+                    executor,
+                    self.donate,
+                    trace,
+                    spec,
+                    result_spec,
+                    result_leaves,
+                    tracer.inner,
+                    leaves,
+                    tracer.fusion,
+                    defer() if callable(defer) else defer,
                 )
         except GraphBreak as error:
             return self._fall_back(key, args, kwargs, str(error))
+        self._check_trace(entry, leaves)
         self.stats["traces"] += 1
         if len(self._entries) >= self.max_traces:
             self._entries.pop(next(iter(self._entries)))
             self.stats["evictions"] += 1
+            self._warn_recompiles(leaves)
         out = entry.run(leaves)
         if out is RETRACE:  # pragma: no cover - the trace just read these states
             raise GraphError("ember: compile: a fresh trace failed its own guards")
         # The key of the returned module is its identity from now on.
         self._entries[key] = entry
+        self._ran = entry
         return out
+
+    def _check_trace(self, entry: Entry, leaves: list[Any]) -> None:
+        """A hook run on each new trace before it is kept (buckets check their rows)."""
+
+    def _warn_recompiles(self, leaves: list[Any]) -> None:
+        """Warns once that this function's traces no longer fit its cache."""
+        if self._warned:
+            return
+        self._warned = True
+        shapes = ", ".join(str(leaf.dims()) for leaf in leaves if isinstance(leaf, Tensor)) or "no tensors"
+        warnings.warn(
+            f"ember: compile: {self.__name__} traced {self.stats['traces']} times and keeps {self.max_traces} "
+            f"traces (max_traces): each new argument shape traces and compiles again (this call's tensors: "
+            f"{shapes}). Where a dim varies from call to call (a batch, a sequence), bucket it "
+            "(ember.compile(fn, buckets={'x': 0})) or raise max_traces",
+            RecompileWarning,
+            stacklevel=4,
+        )
+
+    def _run_eagerly(self, args: tuple, kwargs: dict) -> Any:
+        """Runs the function eagerly (a guard key the trace cannot hold)."""
+        return self.fn(*args, **kwargs)
 
     def _trace_inputs(self, trace: Trace, leaves: list[Any]) -> list[Any]:
         traced: list[Any] = []
@@ -231,7 +305,7 @@ class CompiledFunction:
             stacklevel=3,
         )
         self.stats["eager"] += 1
-        return self.fn(*args, **kwargs)
+        return self._run_eagerly(args, kwargs)
 
 
 _FLAT_KINDS = frozenset({float, int, bool, str, type(None)})
@@ -253,15 +327,34 @@ class _ReplayExecutor:
 
 
 def compile(
-    fn: Callable[..., Any] | None = None, *, max_traces: int = 8, executor: Any = None, donate: tuple[int, ...] = ()
+    fn: Callable[..., Any] | None = None,
+    *,
+    max_traces: int = 8,
+    executor: Any = None,
+    donate: tuple[int, ...] = (),
+    buckets: Mapping[str | int, int] | None = None,
+    bucket_sizes: Sequence[int] | None = None,
+    recompile_warning: bool = True,
 ) -> Any:
     """Trace ``fn`` once per guard key and replay it without Python per op.
 
     >>> step = ember.compile(train_step)           # doctest: +SKIP
     >>> model, loss = step(model, x, y)            # doctest: +SKIP
 
-    ``max_traces`` bounds the traces kept (the oldest is dropped first). Use as a
-    decorator too (``@ember.compile`` or ``@ember.compile(max_traces=4)``).
+    ``max_traces`` bounds the traces kept (the least recently used is dropped first;
+    the first drop warns once, with a :class:`RecompileWarning`). Use as a decorator
+    too (``@ember.compile`` or ``@ember.compile(max_traces=4)``). ``cache_info()``
+    reports the cache: entries, traces, hits, evictions. ``recompile_warning=False``
+    silences the warning for a cache that many unrelated calls share by design
+    (``generate``'s steps: one trace per model, batch and length).
+
+    ``buckets`` names arguments (by name or position) and the dim of their tensors
+    that holds independent rows (``{"x": 0}``: a batch): a call pads those rows up to
+    a bucket (the next power of two, or the next of ``bucket_sizes``), runs that
+    bucket's trace and slices the results back, so a varying batch traces once per
+    bucket. A trace whose ops mix rows (a mean over the batch, a product contracting
+    it) raises :class:`~ember.capture.BucketError` naming the op
+    (:mod:`ember.capture.buckets`).
 
     ``donate`` names positional arguments whose tensors the caller gives up (as
     ``jax.jit(donate_argnums=...)``): a result tensor of the same shape and dtype (the
@@ -270,9 +363,17 @@ def compile(
     new one back then updates it in place; the tensors passed there must not be read
     after the call (they may hold the new values).
     """
+    if buckets is not None or bucket_sizes is not None:
+        from ember.capture.bucketed import BucketedFunction
+
+        if buckets is None:
+            raise ConfigError("ember: compile: bucket_sizes needs buckets (which arguments' dim to pad)")
+        if fn is None:
+            return lambda f: BucketedFunction(f, buckets, bucket_sizes, max_traces, executor, donate, recompile_warning)
+        return BucketedFunction(fn, buckets, bucket_sizes, max_traces, executor, donate, recompile_warning)
     if fn is None:
-        return lambda f: CompiledFunction(f, max_traces, executor, donate)
-    return CompiledFunction(fn, max_traces, executor, donate)
+        return lambda f: CompiledFunction(f, max_traces, executor, donate, recompile_warning)
+    return CompiledFunction(fn, max_traces, executor, donate, recompile_warning)
 
 
-__all__ = ["CompileWarning", "CompiledFunction", "compile"]
+__all__ = ["CompileWarning", "CompiledFunction", "RecompileWarning", "compile"]

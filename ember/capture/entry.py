@@ -76,6 +76,7 @@ class Entry:
         backend: Any,
         leaves: list[Any],
         fusion: Any = None,
+        defer_plan: bool = True,
     ) -> None:
         self.backend = backend
         # On a fusion device (``fusion``, its FusionBackend) the plan runs on the backend
@@ -138,12 +139,14 @@ class Entry:
             self.literals = literals
         elif isinstance(executor, ReplayExecutor):
             self.plan = executor.plan(abstract, fixed_scalars=fixed)
-        else:
+        elif defer_plan:
             # A compiling executor plans from the second run on: the first one replays
             # the recorded calls (an entry that runs once, such as the first step of an
             # optimizer whose states do not exist yet, is never compiled).
             self.plan = Replay(abstract, fixed=fixed)
             self._deferred = lambda: executor.plan(abstract, fixed_scalars=fixed)
+        else:  # planned now: every run of this entry computes the same way
+            self.plan = executor.plan(abstract, fixed_scalars=fixed)
         self.donated = self._donations_offered if accepts_donations(self.plan) else ()
         self.arg_donated = self._arg_offered if accepts_donations(self.plan) else ()
         self.owned: list[Any] = []  # per state read: the object a replay may update in place
@@ -154,6 +157,7 @@ class Entry:
         self.model_slots: list[Any] = []
         self._runner: Callable[[list[Any]], Any] | None = None
         self.code = ""  # the steady-state runner's source, once built
+        self.row_slices: list[int | None] | None = None  # per result, the dim a bucketed call cuts
 
     # ------------------------------------------------------------------ donations
     def _donations(self, leaves: list[Any], result_leaves: list[Any]) -> tuple[tuple[int, int], ...]:

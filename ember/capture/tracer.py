@@ -25,6 +25,8 @@ class TraceBackend(FusionBackend):
     (:class:`LazyTensor` s, ready ones: :func:`capture` runs the device's stream
     first) enter the trace by their values."""
 
+    _inline = False  # every call goes through this class's _record
+
     def __init__(self, inner: Any, trace: Trace, rng: Any = None, real: Any = None):
         super().__init__(inner)
         self.trace = trace

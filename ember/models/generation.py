@@ -1,6 +1,7 @@
 """``generate``: text from a causal language model with a static KV cache.
 
-A prefill step runs the prompt and fills the cache; each decode step runs one token
+A prefill step runs the prompt and fills the cache (compiled, the prompts left-padded
+to a power of two of tokens: :data:`PREFILL_MIN`); each decode step runs one token
 per row at the cache's write position, a run-time value, so the compiled decode step
 (``ember.compile``, the default where the device compiles) traces once for every
 position. Prompts of a batch are left-padded (``attention_mask`` 0 on the padding);
@@ -36,6 +37,10 @@ __all__ = ["generate"]
 #: the last token are masked): ``generate`` calls of different lengths then share one
 #: trace instead of tracing (and compiling) a step per cache length.
 CACHE_BLOCK = 64
+#: A compiled prefill runs prompts left-padded to a power of two of at least this many
+#: tokens (``attention_mask`` 0 on the padding, as a batch of prompts of other lengths
+#: is): prompts of 5 to 64 tokens share four traces (8, 16, 32, 64), not sixty.
+PREFILL_MIN = 8
 
 
 def _host_ids(name: str, value: Any) -> np.ndarray:
@@ -59,6 +64,19 @@ def _eos_ids(eos_token_id: int | Sequence[int] | None) -> np.ndarray:
 def _decode_step(model: Any, tokens: Tensor, mask: Tensor, positions: Tensor, cache: Any, slot: Tensor) -> Any:
     logits, cache = model(tokens, attention_mask=mask, position_ids=positions, cache=cache, cache_position=slot)
     return logits.squeeze_dim(1), cache
+
+
+def _prefill(model: Any, tokens: Tensor, mask: Tensor, positions: Tensor, cache: Any, slot: Tensor, keep: bool) -> Any:
+    extra = {"logits_to_keep": 1} if keep else {}
+    logits, cache = model(
+        tokens, attention_mask=mask, position_ids=positions, cache=cache, cache_position=slot, **extra
+    )
+    return logits.narrow(1, logits.dims()[1] - 1, 1).squeeze_dim(1), cache
+
+
+def prefill_length(length: int) -> int:
+    """The prompt length a compiled prefill runs ``length`` tokens at (see :data:`PREFILL_MIN`)."""
+    return max(PREFILL_MIN, 1 << (length - 1).bit_length())
 
 
 def _keeps_logits(cls: type) -> bool:
@@ -85,7 +103,16 @@ def _compiled_step() -> Any:
     every later ``generate`` call, as a device keeps its kernel caches."""
     from ember.capture import compile
 
-    return compile(_decode_step, max_traces=16, donate=(4,))
+    return compile(_decode_step, max_traces=16, donate=(4,), recompile_warning=False)
+
+
+@functools.cache
+def _compiled_prefill() -> Any:
+    """The compiled prefill, made once per process: one trace per model structure, batch,
+    padded prompt length (:func:`prefill_length`) and cache length."""
+    from ember.capture import compile
+
+    return compile(_prefill, max_traces=16, donate=(4,), recompile_warning=False)
 
 
 def _new_cache(model: Any, batch: int, needed: int, device: Device, bucket: bool) -> Any:
@@ -128,7 +155,9 @@ def generate(
     ``streamer`` is called with each step's new tokens (an int array ``[batch]``), or,
     if it has ``put``/``end`` (``transformers``' streamers), fed the prompt and each
     token the way ``transformers`` feeds it. ``compile`` (default: where the device is
-    not an autodiff device) runs the decode step through ``ember.compile``.
+    not an autodiff device) runs the prefill and the decode step through
+    ``ember.compile``; the prefill then takes the prompts left-padded (masked) to
+    :func:`prefill_length`, so prompts of many lengths share a few traces.
     """
     check_options(temperature, top_k, top_p, repetition_penalty)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -152,35 +181,44 @@ def generate(
             "ember: generate: the prompts must be left-padded (attention_mask 1 on each row's last token); "
             "pad on the left, as transformers' tokenizers do with padding_side='left'"
         )
-    eos = _eos_ids(eos_token_id)
-    pad = int(pad_token_id if pad_token_id is not None else (eos[0] if eos.size else 0))
     devices = model.devices()
     device: Device = devices[0] if devices else Device.default()
     if compile is None:
         compile = not device.is_autodiff()
-    cache = _new_cache(model, batch, length + max_new_tokens, device, compile)
+    eos = _eos_ids(eos_token_id)
+    pad = int(pad_token_id if pad_token_id is not None else (eos[0] if eos.size else 0))
+    # A compiled prefill pads the prompts on the left to a bucket length, where the
+    # model's positions allow it (masked: each real token sees what it saw unpadded).
+    filled = prefill_length(length) if compile else length
+    try:
+        cache = _new_cache(model, batch, filled + max_new_tokens, device, compile)
+    except ShapeError:
+        filled = length
+        cache = _new_cache(model, batch, filled + max_new_tokens, device, compile)
     max_len = cache.max_len
     if seed is not None:
         device.seed(seed)
     if streamer is not None and hasattr(streamer, "put"):
         streamer.put(prompt if batch > 1 else prompt[0])
 
+    tokens_in, mask_in = prompt, mask
+    if filled > length:
+        tokens_in = np.concatenate([np.full((batch, filled - length), pad, np.int64), prompt], axis=1)
+        mask_in = np.concatenate([np.zeros((batch, filled - length), np.int64), mask], axis=1)
     slots = np.zeros((batch, max_len), np.int64)
-    slots[:, :length] = mask
-    positions = np.where(mask == 0, 1, np.cumsum(mask, axis=-1) - 1)
+    slots[:, :filled] = mask_in
+    positions = np.where(mask_in == 0, 1, np.cumsum(mask_in, axis=-1) - 1)
     # The prefill needs the last position's logits only: a model that can skips the
     # head's product over the other positions (transformers' logits_to_keep=1).
-    keep = {"logits_to_keep": 1} if _keeps_logits(type(model)) else {}
-    logits, cache = model(
-        Tensor.from_data(prompt, device=device),
-        attention_mask=Tensor.from_data(slots, device=device),
-        position_ids=Tensor.from_data(positions, device=device),
-        cache=cache,
-        cache_position=Tensor.from_data(np.array([0], np.int64), device=device),
-        **keep,
+    last, cache = (_compiled_prefill() if compile else _prefill)(
+        model,
+        Tensor.from_data(tokens_in, device=device),
+        Tensor.from_data(slots, device=device),
+        Tensor.from_data(positions, device=device),
+        cache,
+        Tensor.from_data(np.array([0], np.int64), device=device),
+        _keeps_logits(type(model)),
     )
-    seq = logits.dims()[1]
-    last = logits.narrow(1, seq - 1, 1).squeeze_dim(1)
     step = _compiled_step() if compile else _decode_step
     sequences = prompt
     unfinished = np.ones(batch, bool)
@@ -203,7 +241,7 @@ def generate(
             unfinished &= ~np.isin(tokens, eos)
         if not unfinished.any() or i == max_new_tokens - 1:
             break
-        slot = length + i
+        slot = filled + i
         slots[:, slot] = 1
         last, cache = step(
             model,

@@ -26,6 +26,8 @@ def load(
     untie: bool = True,
     trainable: Trainable = None,
     compile: bool = False,
+    buckets: Mapping[str, int] | None = None,
+    bucket_sizes: Sequence[int] | None = None,
 ) -> OnnxModel:
     """Import an ONNX model (a path, the file's bytes, or an ``onnx.ModelProto``).
 
@@ -64,6 +66,13 @@ def load(
     another compiled function, the model runs eagerly; compile a training step whole
     with ``ember.compile``.
 
+    ``buckets`` (with ``compile=True``) names inputs and the dim of each that holds
+    independent rows, ``{"images": 0}``: a batch of any size then runs the trace of its
+    bucket (the next power of two, or the next of ``bucket_sizes``), its rows padded and
+    the outputs cut back (see ``ember.compile``'s ``buckets``), so a dynamic batch traces
+    once per bucket instead of once per size. A graph whose ops mix rows (a mean over the
+    batch) raises :class:`~ember.capture.BucketError` naming the op.
+
     ``untie=False`` keeps ``Identity(initializer)`` aliases tied (exporters use them to
     deduplicate initializers whose values happen to be equal).
 
@@ -95,7 +104,21 @@ def load(
         file = with_input_shapes(file, input_shapes)
     check_trainable(trainable)
     program, params, states = Planner(file, device, untie=untie, trainable=trainable).build()
-    compiled = compile_fn(_run_eager) if compile else None
+    if (buckets is not None or bucket_sizes is not None) and not compile:
+        raise OnnxError("ember: onnx.load: buckets pad the rows of a compiled forward; pass compile=True with them")
+    compiled = None
+    if compile:
+        names = [spec.name for spec in program.inputs]
+        unknown = [name for name in buckets or {} if name not in names]
+        if unknown:
+            raise OnnxError(
+                f"ember: onnx.load: buckets names {unknown[0]!r}; the model's inputs are {', '.join(names)}"
+            )
+        # _run_eager(model, *inputs): input i is argument i + 1
+        dims: dict[str | int, int] | None = None
+        if buckets:
+            dims = {names.index(name) + 1: dim for name, dim in buckets.items()}
+        compiled = compile_fn(_run_eager, buckets=dims, bucket_sizes=bucket_sizes)
     return OnnxModel(weights=params, states=states, program=program, compiled=compiled)
 
 

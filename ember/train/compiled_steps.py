@@ -19,6 +19,15 @@ two runs stay bit-identical; their losses differ from a compiled step's only as 
 as eager and compiled steps do (float reassociation, 1e-5 relative at most in the
 tests). ``stats()`` counts them as ``ragged``.
 
+With ``compile="auto"`` (the Learner's default) the steps compile on flex devices
+(the CPU, where the compiled step is measured faster) and run eagerly elsewhere, and
+each step's trace is audited for Python side effects (:mod:`ember.train.side_effects`):
+a step that counts, prints, sleeps or reads a Python iterator runs eagerly from then
+on, after one :class:`~ember.capture.CompileWarning` naming the effect. A step traced
+while the optimizer has states (every step after the first, and the first step of a
+resumed run) is compiled from its first call, so a resumed run computes each step as
+the uninterrupted run did: the two are bit-identical.
+
 The model a compiled update returns is donated (see :func:`ember.compile`): the next
 step updates its parameters in place. A step that cannot be held by a graph (it reads
 a value, as a loss scaler's overflow check does) runs eagerly for that batch shape,
@@ -27,12 +36,15 @@ after one :class:`~ember.capture.CompileWarning` naming the cause.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
+from ember.capture import CompileWarning
 from ember.capture import compile as ember_compile
 from ember.capture.pytree import flatten
 from ember.module import Module
 from ember.tensor import Tensor
+from ember.train.side_effects import audited
 
 if TYPE_CHECKING:
     from ember.train.learner import Learner
@@ -42,31 +54,82 @@ if TYPE_CHECKING:
 class CompiledSteps:
     """The compiled training and validation steps of one :class:`Learner`."""
 
-    def __init__(self, learner: Learner, max_traces: int = 8):
+    def __init__(self, learner: Learner, max_traces: int = 8, auto: bool = False):
         self.learner = learner
-        self.update = ember_compile(self._update, max_traces=max_traces)
-        self.train = ember_compile(self._train, max_traces=max_traces)
-        self.valid = ember_compile(self._valid, max_traces=max_traces)
+        self.auto = auto
+        traced = (
+            (self._audited_update, self._audited_train, self._audited_valid)
+            if auto
+            else (
+                self._update,
+                self._train,
+                self._valid,
+            )
+        )
+        self.update, self.train, self.valid = (ember_compile(fn, max_traces=max_traces) for fn in traced)
+        has_states = self._optimizer_has_states
+        self.update.defer_first_plan = self.train.defer_first_plan = lambda: not has_states()
+        self.valid.defer_first_plan = False
         self._first: dict[str, tuple[int, ...]] = {}  # each step's first batch: its tensors' first dims
         self._ragged = {"update": 0, "train": 0, "valid": 0}
+        #: ``"train"``/``"valid"`` -> why that step runs eagerly (``compile="auto"``).
+        self.eager: dict[str, str] = {}
 
     def update_step(self, model: Module, batch: Any, lr: float) -> tuple[Module, Any]:
         """The training step and the update, compiled (eagerly for a ragged batch)."""
-        if self._is_ragged("update", batch):
+        if self._runs_eagerly("train", model) or self._is_ragged("update", batch):
             return self._update(model, batch, lr)
         return self.update(model, batch, lr)
 
     def train_step(self, model: Module, batch: Any) -> TrainOutput:
         """The training step's gradients, compiled (eagerly for a ragged batch)."""
-        if self._is_ragged("train", batch):
+        if self._runs_eagerly("train", model) or self._is_ragged("train", batch):
             return self._train(model, batch)
         return self.train(model, batch)
 
     def valid_step(self, model: Module, batch: Any) -> Any:
         """The validation step, compiled (eagerly for a ragged batch)."""
-        if self._is_ragged("valid", batch):
+        if self._runs_eagerly("valid", model) or self._is_ragged("valid", batch):
             return self._valid(model, batch)
         return self.valid(model, batch)
+
+    def _optimizer_has_states(self) -> bool:
+        states = getattr(self.learner.optim, "states", None)
+        return bool(states)
+
+    def _runs_eagerly(self, step: str, model: Module) -> bool:
+        """Whether ``step`` runs eagerly: with ``compile="auto"``, on a device that is
+        not flex's, or after its trace found side effects."""
+        if not self.auto:
+            return False
+        if step not in self.eager:
+            devices = model.devices()
+            if devices and devices[0].backend_name != "flex":
+                self.eager[step] = f"the model is on {devices[0]}, not a flex (CPU) device"
+        return step in self.eager
+
+    def _audit(self, step: str, fn: Any, *args: Any) -> Any:
+        result, effects = audited(fn, *args)
+        if effects and step not in self.eager:
+            self.eager[step] = "; ".join(effects)
+            name = "training" if step == "train" else "validation"
+            warnings.warn(
+                f"ember: Learner(compile='auto'): the {name} step runs eagerly from now on: it has Python side "
+                f"effects that a compiled step would run only once, when traced: {self.eager[step]}. Pass "
+                "compile=False to run eagerly without this warning, or compile=True to compile it anyway.",
+                CompileWarning,
+                stacklevel=2,
+            )
+        return result
+
+    def _audited_update(self, model: Module, batch: Any, lr: float) -> tuple[Module, Any]:
+        return self._audit("train", self._update, model, batch, lr)
+
+    def _audited_train(self, model: Module, batch: Any) -> TrainOutput:
+        return self._audit("train", self._train, model, batch)
+
+    def _audited_valid(self, model: Module, batch: Any) -> Any:
+        return self._audit("valid", self._valid, model, batch)
 
     def _is_ragged(self, step: str, batch: Any) -> bool:
         """Whether ``batch`` is a ragged batch of ``step`` (see the module docstring)."""

@@ -54,12 +54,16 @@ class Learner:
     ``strategy=ember.distributed.DataParallel()`` trains data parallel over the ranks
     of an ``mpiexec`` launch (see :mod:`ember.train.parallel`); the default is one device.
 
-    ``compile=True`` runs the steps under :func:`ember.compile` (see
-    :mod:`ember.train.compiled_steps`): on a single device the forward, backward and
-    the optimizer's update are one compiled step; ``learner.compiled.stats()`` counts
-    its traces and replays. It is not the default: a compiled step runs its Python once,
-    when it is traced, so side effects in ``train_step``/``valid_step`` (a counter, a
-    print, a value from a Python iterator) happen once, not per batch, with no warning.
+    The steps run under :func:`ember.compile` (see :mod:`ember.train.compiled_steps`):
+    on a single device the forward, backward and the optimizer's update are one
+    compiled step; ``learner.compiled.stats()`` counts its traces and replays. A
+    compiled step runs its Python once, when it is traced, so side effects in
+    ``train_step``/``valid_step`` (a counter, a print, a value from a Python iterator)
+    would happen once, not per batch. ``compile="auto"`` (the default) compiles on flex
+    (CPU) devices and checks each trace for such effects (:mod:`ember.train.side_effects`):
+    a step that has them, or that cannot be traced, runs eagerly after one
+    :class:`~ember.capture.CompileWarning`. ``compile=True`` compiles on every device
+    without the check; ``compile=False`` runs eagerly.
 
     ``precision`` is ``"32-true"`` (default), ``"bf16-mixed"`` or ``"16-mixed"``: the
     mixed modes run the training and validation steps under
@@ -86,7 +90,7 @@ class Learner:
         precision: str | Precision = "32-true",
         grad_scaler: GradScaler | None = None,
         lr_step: str = "iteration",
-        compile: bool = False,
+        compile: bool | str = "auto",
     ):
         if not isinstance(model, Module):
             raise ConfigError(f"ember: Learner: the model must be a Module, got {type(model).__name__}")
@@ -117,9 +121,9 @@ class Learner:
             self.grad_scaler = grad_scaler or GradScaler()
         else:
             self.grad_scaler = grad_scaler or GradScaler(enabled=False)
-        if not isinstance(compile, bool):
-            raise ConfigError(f"ember: Learner: compile must be True or False, got {compile!r}")
-        self.compiled = CompiledSteps(self) if compile else None
+        if not isinstance(compile, bool) and compile != "auto":
+            raise ConfigError(f"ember: Learner: compile must be True, False or 'auto', got {compile!r}")
+        self.compiled = CompiledSteps(self, auto=compile == "auto") if compile else None
 
     # ------------------------------------------------------------------ steps
     def _autocast(self, model: Module) -> Any:
@@ -180,6 +184,8 @@ class Learner:
         try:
             grads = self.grad_scaler.scale(loss).backward()
         except GraphError as error:
+            if type(error) is not GraphError:  # a compiled step's graph break: ember.compile falls back on it
+                raise
             raise GraphError(f"{error} (in the learner's training step: is the model on an autodiff device?)") from None
         return TrainOutput(GradientsParams.from_grads(grads, model), out)
 
@@ -213,5 +219,6 @@ class Learner:
 
     def __repr__(self) -> str:
         precision = "" if self.precision.name == "32-true" else f", precision={self.precision.name!r}"
-        compiled = ", compile=True" if self.compiled is not None else ""
+        mode = "False" if self.compiled is None else "'auto'" if self.compiled.auto else "True"
+        compiled = "" if mode == "'auto'" else f", compile={mode}"
         return f"Learner({type(self.model).__name__}, {self.optim!r}, {self.lr_scheduler!r}{precision}{compiled})"

@@ -102,9 +102,14 @@ class DataParallelRun:
 
         if self.world_size == 1:
             return learner.train_step(model, batch)
+        # The overlapped reductions read each gradient as backward produces it, which a
+        # trace cannot hold: compile="auto" runs this step eagerly (compile=True tries,
+        # and falls back after a CompileWarning).
+        compiled = learner.compiled
+        step = learner.eager_train_step if compiled is not None and compiled.auto else learner.train_step
         session = self.dp.begin(model)
         with session.hook():
-            out = learner.train_step(model, batch)
+            out = step(model, batch)
         return TrainOutput(session.finish(out.grads), out.item)
 
     def sync_grads(self, grads: GradientsParams, model: Module) -> GradientsParams:

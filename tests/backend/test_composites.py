@@ -51,6 +51,7 @@ def _cases(rng):
     adam = dict(lr=1e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-5, weight_decay=0.1, decoupled=False, amsgrad=True)
     return [
         ("relu", [x], (), {}),
+        ("relu_backward", [np.maximum(x, 0.0), _f32(rng, 5, 7)], (), {}),
         ("sigmoid", [x], (), {}),
         ("softmax", [x], (1,), {}),
         ("log_softmax", [x], (0,), {}),
@@ -111,7 +112,7 @@ def _leaves(result):
     return [np.asarray(result)]
 
 
-@pytest.mark.parametrize("index", range(17))
+@pytest.mark.parametrize("index", range(18))
 def test_the_fallback_and_the_lowerings_expansion_agree_bit_for_bit(index, rng):
     op, arrays, static, options = _cases(rng)[index]
     if op in FUSED_BACKWARD_KERNELS:

@@ -1,4 +1,4 @@
-"""flex's fused kernels (exact GELU, layer norm, cross entropy, softmax, attention's
+"""flex's fused kernels (exact GELU, the ReLU gradient, layer norm, cross entropy, softmax, attention's
 backward) against the composites they replace and against PyTorch: values and
 gradients, on the native (llvmlite) path and on the numpy path, special values, and
 the float32 ``erf``."""
@@ -81,6 +81,35 @@ def test_gelu_matches_torch_and_the_composite(path, torch, monkeypatch):
     out_c, (grad_c,), _ = values_and_grads(F.gelu, [x])
     np.testing.assert_allclose(out, out_c, rtol=2e-6, atol=5e-7)
     np.testing.assert_allclose(grad, grad_c, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_gradient_matches_torch_and_the_composite_bit_for_bit(path, torch, monkeypatch, dtype):
+    """The native kernel (float32) or the composite (float64, the numpy path): the
+    same bits as the composite's select, and torch's gradient (0 at 0) but where the
+    input is NaN (ember's rule gives 0 there, torch passes the gradient through)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 5, 41))
+    x.reshape(-1)[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40]
+    out, (grad,), weights = values_and_grads(F.relu, [x], dtype=dtype)
+    tx = torch.tensor(x.astype(dtype), requires_grad=True)
+    torch.relu(tx).backward(torch.from_numpy(weights))
+    expected = tx.grad.numpy()
+    assert grad.reshape(-1)[4] == 0.0  # the NaN input
+    np.testing.assert_array_equal(grad.reshape(-1)[5:], expected.reshape(-1)[5:])
+    np.testing.assert_array_equal(grad.reshape(-1)[:4], expected.reshape(-1)[:4])
+    special = np.array([1.0, np.nan, np.inf, -0.0, -2.0, 3.0], dtype)
+    flex = FlexBackend()
+    out_values, grads = np.maximum(special, 0.0), np.array([np.nan, 1.0, -np.inf, 5.0, 6.0, -0.0], dtype)
+    fused = flex.relu_backward(np.tile(out_values, 3000), np.tile(grads, 3000))
+    expected = np.where(np.tile(out_values, 3000) > 0, np.tile(grads, 3000), 0.0).astype(dtype)
+    if fused is NotImplemented:
+        assert dtype == np.float64 or path == "numpy"
+    else:
+        np.testing.assert_array_equal(fused.view(np.uint8), expected.view(np.uint8))
+    composite(monkeypatch, "relu_backward")
+    _, (grad_c,), _ = values_and_grads(F.relu, [x], dtype=dtype)
+    np.testing.assert_array_equal(grad.view(np.uint8), grad_c.view(np.uint8))
 
 
 def test_gelu_special_values_as_torch(path, torch):

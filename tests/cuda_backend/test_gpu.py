@@ -162,3 +162,21 @@ def test_quantized_linear_reads_the_packed_weight(cuda, rng, value, block):
         x = rng.standard_normal((m, 256)).astype(np.float32)
         got = quantized_linear(Tensor.from_data(x, device=cuda), q.to_device(cuda), Tensor.from_data(bias, device=cuda))
         assert_close(got, x @ expected_w.T + bias, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("activations", ["dynamic", "static"])
+def test_quantized_linear_activation_schemes(cuda, rng, activations):
+    """The input rounded to its int8 grid, then the packed weight: against float64 of the
+    rounded input times the dequantized weight."""
+    from ember.quantization import QuantScheme, quantize, quantized_linear
+
+    q = quantize(
+        Tensor.from_data(rng.standard_normal((96, 256)).astype(np.float32)), QuantScheme.int8(activations=activations)
+    )
+    x = rng.standard_normal((40, 256)).astype(np.float32)
+    scale = np.array([0.03], np.float32) if activations == "static" else None
+    step = scale[0] if scale is not None else np.abs(x).max(1, keepdims=True) / 127
+    xq = np.clip(np.round(x / step), -127, 127) * step
+    given = None if scale is None else Tensor.from_data(scale, device=cuda)
+    got = quantized_linear(Tensor.from_data(x, device=cuda), q.to_device(cuda), None, given)
+    assert_close(got, xq.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T, rtol=1e-5, atol=1e-4)

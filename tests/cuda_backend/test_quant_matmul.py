@@ -134,10 +134,22 @@ def test_cuda_quantized_linear_compiles_with_nvrtc(arch, rng):
     again = weight_only(on, scheme, q)
     assert again.shape == (7, 40)  # a repeat: its cached launches, nothing compiled again
     assert len(runtime.sources) == compiled and runtime.stats["launches"] == launches + len(quant_matmul_kernels(p))
-    dynamic = backend.quantized_linear(
-        *[backend.from_numpy(np.zeros((2, 2), np.float32))] * 3, None, None, None, "int8", 2, "dynamic"
-    )
-    assert dynamic is NotImplemented  # the composite runs the activation schemes
+    # The activation schemes round the input to its int8 grid, then run the same kernels.
+    for activations, scale in (("dynamic", None), ("static", np.array([0.02], np.float32))):
+        q, parts, _ = product(QuantScheme.int8(activations=activations), 3, 40, 64, True, rng)
+        on = {b: backend.from_numpy(a) for b, a in parts.items()}
+        out = backend.quantized_linear(
+            on[BUFFERS["x"]],
+            on[BUFFERS["values"]],
+            on[BUFFERS["scales"]],
+            None,
+            on[BUFFERS["bias"]],
+            None if scale is None else backend.from_numpy(scale),
+            "int8",
+            q.group,
+            activations,
+        )
+        assert out is not NotImplemented and out.shape == (3, 40)
     found = sorted(runtime.sources.values())
     assert len(found) >= 14
     (source,) = batches(found, len(found))

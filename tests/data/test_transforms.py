@@ -20,6 +20,7 @@ from ember.data.vision.transforms import (
     ToCHW,
 )
 from ember.data.vision.transforms.augment import translate
+from ember.data.vision.transforms.geometry import pad
 from ember.errors import ConfigError
 
 
@@ -39,6 +40,21 @@ def test_center_crop_geometry():
     big = CenterCrop(8)(x)  # padded with zeros around
     assert big.shape == (8, 8, 3) and big[0].sum() == 0
     np.testing.assert_array_equal(big[1:7, 0:7], x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.uint8, np.int16])
+def test_constant_padding_is_numpys(dtype):
+    # pad writes a constant border itself (np.pad is slow on small images): np.pad is the oracle.
+    x = (np.random.default_rng(0).random((5, 7, 3)) * 200).astype(dtype)
+    for image_ in (x, x[:, :, 0], x[:1, :1, 0]):
+        for fill in (0, 3, 2.7, -1.5, 300, np.float32(1.25)):
+            for left, top, right, bottom in ((1, 1, 1, 1), (0, 2, 3, 0), (0, 0, 0, 0)):
+                widths = [(top, bottom), (left, right)] + [(0, 0)] * (image_.ndim - 2)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    want = np.pad(image_, widths, constant_values=fill)
+                    got = pad(image_, left, top, right, bottom, fill=fill)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                assert got.tobytes() == want.tobytes(), (fill, left, top, right, bottom)
 
 
 def test_random_crop_is_a_window_of_the_padded_image():

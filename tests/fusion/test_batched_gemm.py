@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from ember.backend.fusion.llvm import LLVMExecutor
-from ember.backend.kernel.llvm import small_gemm
 from tests.fusion.oracle import FLOATS, Case, assert_same
 
 
@@ -50,9 +49,11 @@ def test_batched_products_match_numpy(executor, dtype, a_shape, perm, b_shape, b
 @pytest.mark.parametrize("b_perm", [None, (1, 0)])
 def test_one_row_per_batch_is_one_gemm_not_a_gemv_per_batch(executor, b_perm, rng, monkeypatch):
     """A decode step at batch 8 (``[8, 1, d] @ [d, n]``): one ``?gemm`` over the 8 rows,
-    which reads B once, not 8 ``?gemv`` calls that read it 8 times (BLAS's calls: the
-    inline products, ``EMBER_INLINE_GEMM``, off)."""
-    monkeypatch.setenv(small_gemm.INLINE_ENV, "0")
+    which reads B once, not 8 ``?gemv`` calls that read it 8 times (through BLAS: the
+    IR names its ``cblas_sgemm``)."""
+    from ember.backend.fusion.llvm.sgemm import GEMM_ENV
+
+    monkeypatch.setenv(GEMM_ENV, "blas")
     a_np = rng.standard_normal((8, 1, 16)).astype(np.float32)
     b_np = rng.standard_normal((16, 24) if b_perm is None else (24, 16)).astype(np.float32)
     case = Case()

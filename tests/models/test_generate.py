@@ -101,13 +101,13 @@ def test_calls_of_other_lengths_reuse_the_compiled_step(checkpoint, rng):
     prompt = rng.integers(3, 97, size=(1, 6))
     generate(model, prompt, 3)
     before = dict(step.stats)
-    for new_tokens in (2, 9, 30, 58):  # 8 to 64 slots: one block
+    for new_tokens in (2, 9, 30, 56):  # the prompt padded to 8, 10 to 64 slots: one block
         ours = generate(model, prompt, new_tokens).to_numpy()
         np.testing.assert_array_equal(ours, generate(model, prompt, new_tokens, compile=False).to_numpy())
     delta = {key: step.stats[key] - before[key] for key in before}
     assert delta["traces"] == 0 and delta["retraces"] == 0 and delta["eager"] == 0
-    assert delta["replays"] == 1 + 8 + 29 + 57
-    # 6 + 84 = 90 slots: the next block (128) is past n_positions = 96, so 90 exactly.
+    assert delta["replays"] == 1 + 8 + 29 + 55
+    # 8 + 84 = 92 slots: the next block (128) is past n_positions = 96, so 92 exactly.
     ours = generate(model, prompt, 84).to_numpy()
     np.testing.assert_array_equal(ours, generate(model, prompt, 84, compile=False).to_numpy())
     assert step.stats["eager"] == before["eager"]
@@ -185,3 +185,24 @@ def test_a_cache_without_its_position_or_of_another_model_is_named(checkpoint):
         model(ids, cache=model.new_cache(1, 8))
     with pytest.raises(UsageError, match="cache must be a KvCache of 2 layers"):
         model(ids, cache=(), cache_position=Tensor.from_ints([0]))
+
+
+def test_the_compiled_prefill_traces_once_per_prompt_bucket(checkpoint, rng):
+    """Prompts of 5 to 16 tokens run the compiled prefill left-padded to 8 or 16 tokens
+    (masked): two traces for twelve lengths, tokens equal to the eager, unpadded run and
+    to transformers'."""
+    directory, reference = checkpoint
+    model = from_pretrained(directory, device=Device.flex())
+    prefill = generate_module._compiled_prefill()
+    before = dict(prefill.stats)
+    for length in range(5, 17):
+        prompt = rng.integers(3, 97, size=(2, length))
+        ours = generate(model, prompt, 6, eos_token_id=2, pad_token_id=0).to_numpy()
+        np.testing.assert_array_equal(
+            ours, generate(model, prompt, 6, eos_token_id=2, pad_token_id=0, compile=False).to_numpy()
+        )
+        if length in (5, 16):
+            np.testing.assert_array_equal(ours, transformers_greedy(reference, prompt, np.ones_like(prompt), 6))
+    delta = {key: prefill.stats[key] - before[key] for key in before}
+    assert delta["calls"] == 12 and delta["traces"] <= 2 and delta["eager"] == 0
+    assert generate_module.prefill_length(5) == 8 and generate_module.prefill_length(9) == 16

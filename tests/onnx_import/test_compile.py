@@ -66,6 +66,24 @@ def test_encoder_matches_eager_per_batch(torch, rng):
     assert compiled.stats["traces"] == 2 and compiled.stats["replays"] == 1
 
 
+@pytest.mark.parametrize("gemm", ["ember", "blas"])
+def test_encoder_products_match_onnxruntime(torch, ort, rng, monkeypatch, gemm):
+    """A transformer encoder layer's products (projections, attention, feed-forward)
+    compiled through ember's own product or BLAS's, against onnxruntime."""
+    from ember.backend.fusion.llvm.sgemm import GEMM_ENV
+
+    monkeypatch.setenv(GEMM_ENV, gemm)
+    x = rng.standard_normal((3, 40, 16)).astype(np.float32)
+    data = export(torch, models.encoder(torch), (torch.from_numpy(x),))
+    compiled = ember.onnx.load(data, Device.flex(), compile=True)
+    xt = Tensor.from_data(x, device=Device.flex())
+    for _ in range(3):  # trace, compile, replay
+        got = compiled(xt).to_numpy()
+    (want,) = run_ort(ort, data, x)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-5)
+    assert compiled.stats["replays"] >= 1
+
+
 def test_updated_weights_are_inputs_not_constants(torch, rng):
     x = rng.standard_normal((2, 1, 28, 28)).astype(np.float32)
     compiled, _ = _pair(export(torch, models.small_cnn(torch), (torch.from_numpy(x),)), Device.flex())
@@ -113,14 +131,18 @@ def test_autodiff_device_runs_eagerly_and_differentiates(torch, rng):
     assert compiled.stats["traces"] == 1
 
 
-def test_conv_batch_norm_and_pools_compile_into_chains(torch, ort, rng, monkeypatch):
+@pytest.mark.parametrize("gemm", ["ember", "blas"])
+def test_conv_batch_norm_and_pools_compile_into_chains(torch, ort, rng, monkeypatch, gemm):
     """A CNN block as inference exports it: Conv, an unfolded BatchNormalization, Relu
     and MaxPool (values only), then a 1x1 Conv with a residual Add. Compiled, each conv
     runs with its epilogue (and pooling) as one convolution chain; outputs match
-    onnxruntime and torch."""
+    onnxruntime and torch, with the products through ember's own (``EMBER_GEMM=ember``)
+    or BLAS's."""
     from ember.backend.fusion.llvm import executor as llvm_executor
+    from ember.backend.fusion.llvm.sgemm import GEMM_ENV
     from ember.backend.fusion.steps import ConvChain, Library
 
+    monkeypatch.setenv(GEMM_ENV, gemm)
     nn = torch.nn
 
     class Block(nn.Module):
@@ -166,3 +188,29 @@ def test_conv_batch_norm_and_pools_compile_into_chains(torch, ort, rng, monkeypa
     chains = [s for s in steps if isinstance(s, ConvChain)]
     assert len(chains) == 2 and chains[0].pool is not None and chains[0].pool.node.op == "max_pool"
     assert not [s for s in steps if isinstance(s, Library)]  # no conv or pool left outside a chain
+    assert ("_sgemm_micro" in variant.ir) is (gemm == "ember")
+
+
+def test_a_dynamic_batch_traces_once_per_bucket(torch, ort, rng):
+    """``buckets={"x": 0}``: batches 1-9 of an encoder layer trace buckets 2, 4, 8 and 16
+    once each; every output matches onnxruntime on the unpadded batch."""
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    data = export(torch, models.encoder(torch), (torch.from_numpy(x),), dynamic={"x": {0: "b"}, "y": {0: "b"}})
+    compiled = ember.onnx.load(data, Device.flex(), compile=True, buckets={"x": 0})
+    for batch in (3, 1, 2, 5, 7, 4, 8, 9, 6):
+        xb = rng.standard_normal((batch, 5, 16)).astype(np.float32)
+        got = compiled(Tensor.from_data(xb, device=Device.flex())).to_numpy()
+        (want,) = run_ort(ort, data, xb)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-5)
+    info = compiled.compiled.cache_info()
+    assert info["traces"] == 4 and info["buckets"] == [2, 4, 8, 16] and info["hits"] == 5
+
+
+def test_buckets_need_compile_and_a_known_input(torch, rng):
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    data = export(torch, models.encoder(torch), (torch.from_numpy(x),), dynamic={"x": {0: "b"}, "y": {0: "b"}})
+    with pytest.raises(ember.errors.OnnxError, match="compile=True"):
+        ember.onnx.load(data, Device.flex(), buckets={"x": 0})
+    with pytest.raises(ember.errors.OnnxError, match="inputs are x"):
+        ember.onnx.load(data, Device.flex(), compile=True, buckets={"images": 0})

@@ -72,12 +72,30 @@ def test_prefill_rows_take_the_composite(rng):
     np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_activation_schemes_take_the_composite_on_cube(rng):
+@pytest.mark.parametrize("activations", ["dynamic", "static"])
+@pytest.mark.parametrize("level", ["channel", "tensor"])
+def test_activation_schemes_read_the_packed_weight_on_cube(activations, level, rng, monkeypatch):
+    """The input rounded to its int8 grid (per row, or the calibrated scale), then the
+    packed weight in registers: the float weight is never built (the composite's
+    ``dequantize`` raises here). Oracle: float64 of the rounded input times the
+    dequantized weight."""
+    import ember.backend.composites.quantized as composite
+
     cube = make_device("cube")
     w = rng.standard_normal((8, 32)).astype(np.float32)
-    x = rng.standard_normal((2, 32)).astype(np.float32)
-    scheme = QuantScheme.int8(activations="dynamic")
-    q = quantize(Tensor.from_data(w), scheme)
-    expected = quantized_linear(Tensor.from_data(x), q).to_numpy()  # flex's int8 x int8 kernel
-    got = quantized_linear(Tensor.from_data(x, device=cube), q.to_device(cube)).to_numpy()
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    x = rng.standard_normal((3, 32)).astype(np.float32)
+    x[1] = 0.0  # a zero row: its scale is clamped, its output the bias
+    q = quantize(Tensor.from_data(w), QuantScheme.int8(level, activations=activations))
+    b = rng.standard_normal(8).astype(np.float32)
+    input_scale = np.array([0.03], np.float32) if activations == "static" else None
+    step = input_scale[0] if input_scale is not None else np.maximum(np.abs(x).max(1, keepdims=True) / 127, 1e-30)
+    xq = np.clip(np.round(x / step), -127, 127) * step
+    expected = xq.astype(np.float64) @ q.dequantize().to_numpy().astype(np.float64).T + b
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the float weight was built")
+
+    monkeypatch.setattr(composite, "dequantize", refuse)
+    scale = None if input_scale is None else Tensor.from_data(input_scale, device=cube)
+    got = quantized_linear(Tensor.from_data(x, device=cube), q.to_device(cube), Tensor.from_data(b, device=cube), scale)
+    np.testing.assert_allclose(got.to_numpy(), expected, rtol=1e-5, atol=1e-5)

@@ -48,6 +48,7 @@ def main() -> None:
         1e-2,
         train_step=train_step,
         valid_step=lambda m, b: m.forward_classification(b),
+        compile=False,  # the step sleeps (a slow step to interrupt): a side effect compile="auto" runs eagerly
     )
     result = training.launch(learner, train, valid)
     digest = hashlib.sha256()

@@ -85,7 +85,9 @@ def fit(artifact_dir, epochs=3, seed=0, stop_after=None, stop_in_valid_at=None, 
         step = Stopper(noisy_step, training, stop_after)
     if stop_in_valid_at is not None:
         vstep = Stopper(valid_step, training, stop_in_valid_at)
-    learner = Learner(model, AdamConfig().init(), scheduler, train_step=step, valid_step=vstep)
+    # Eager: the Stopper is a Python side effect (compile="auto" would run these steps
+    # eagerly after its first, compiled one; the reference run is all compiled).
+    learner = Learner(model, AdamConfig().init(), scheduler, train_step=step, valid_step=vstep, compile=False)
     train, valid = loaders(batch_size=8, workers=workers)  # 72 train items: 9 batches
     return training.launch(learner, train, valid)
 

@@ -81,5 +81,5 @@ def test_gradient_accumulation_compiles_the_gradients(tmp_path):
 def test_compile_must_be_a_flag():
     from ember.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="compile must be True or False"):
+    with pytest.raises(ConfigError, match="compile must be True, False or 'auto'"):
         Learner(Classifier.new(Device.flex().autodiff()), AdamConfig().init(), 1e-3, compile="yes")

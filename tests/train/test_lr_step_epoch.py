@@ -61,6 +61,7 @@ def fit(path, stop_after=None, seed=0):
         lr_step="epoch",
         train_step=step,
         valid_step=lambda model, batch: model.forward_classification(batch),
+        compile=False,  # StopAfter counts calls: a side effect (compile="auto" would run it eagerly after step 1)
     )
     train, valid = loaders(batch_size=8)  # 9 batches per epoch
     return training.launch(learner, train, valid)

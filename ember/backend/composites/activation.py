@@ -1,4 +1,4 @@
-"""Activations: ``relu``, ``sigmoid``, ``gelu`` (and its backward), ``softmax``,
+"""Activations: ``relu`` (and its backward), ``sigmoid``, ``gelu`` (and its backward), ``softmax``,
 ``log_softmax``. Each stays finite where its result is (no ``exp`` of a large positive
 argument), as the backends' kernels."""
 
@@ -18,6 +18,13 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 def relu(ops: Any, x: Any) -> Any:
     """``0`` where ``x <= 0``, else ``x`` (NaN stays NaN; no gradient at 0, as PyTorch)."""
     return ops.where(ops.binary(BinaryOp.LE, x, 0.0), 0.0, x)
+
+
+@composite("relu_backward")
+def relu_backward(ops: Any, out: Any, grad: Any) -> Any:
+    """``grad`` where ``out > 0`` (``out = relu(x)``), else ``0``: no gradient at 0, as
+    PyTorch (nor through a NaN, where PyTorch passes the gradient)."""
+    return ops.where(ops.binary(BinaryOp.GT, out, 0.0), grad, 0.0)
 
 
 @composite("sigmoid")

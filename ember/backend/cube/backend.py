@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.backend.base import Backend, Slices
+from ember.backend.composites.quantized import fake_quantize_int8
 from ember.backend.cube import ir, spectral
 from ember.backend.cube.buffer import CubeTensor
 from ember.backend.cube.cache import KernelCache
@@ -368,8 +369,8 @@ class CubeBackend(Backend):
         return matmul.matmul(self, x, weight, bias)
 
     def quantized_linear(self, x, values, scales, zero_points, bias, input_scale, value, group, activations):
-        if activations:  # an int8 x int8 product: the composite (dequantize, then the float matmul)
-            return NotImplemented
+        if activations:  # the input on its int8 grid, then the packed weight in registers
+            x = fake_quantize_int8(self, x, input_scale)
         out = quant_matmul.quantized_linear(self, x, values, scales, zero_points, bias, value, group)
         return NotImplemented if out is None else out
 

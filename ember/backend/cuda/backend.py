@@ -335,11 +335,13 @@ class CudaBackend(CudaIndexing, Backend):
         return blas.matmul(self, a, b)
 
     def quantized_linear(self, x, values, scales, zero_points, bias, input_scale, value, group, activations):
-        """Weight-only schemes through :mod:`.quant` (the packed weight, dequantized in
-        registers); the activation schemes take the composite."""
+        """Through :mod:`.quant`: the packed weight, dequantized in registers (an
+        activation scheme rounds the input to its int8 grid first)."""
         from ember.backend.cuda import quant
 
-        return quant.quantized_linear(self, x, values, scales, zero_points, bias, value, group, activations)
+        return quant.quantized_linear(
+            self, x, values, scales, zero_points, bias, value, group, activations, input_scale
+        )
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: ReduceOp, x: CudaTensor, dim: int) -> CudaTensor:

@@ -2,8 +2,9 @@
 matmul (:mod:`ember.backend.kernel.quant`) printed as CUDA C and compiled by NVRTC, so
 the packed int8/int4 weight is dequantized in registers and no float weight exists.
 
-The activation-quantized schemes (``"dynamic"``, ``"static"``) decline: the composite
-runs them (fake-quantized activations, the dequantized weight, cuBLAS).
+The activation-quantized schemes (``"dynamic"``, ``"static"``) round the input to the
+int8 grid first (the composite's ``fake_quantize_int8``: per row ``max |x| / 127``, or
+the calibrated scale), then run the same kernels: the weight stays packed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ember.backend.composites.quantized import fake_quantize_int8
 from ember.backend.kernel.quant import BIAS, OUT, PARTIAL, SCALES, VALUES, ZEROS, QuantMatmul, X, quant_matmul_kernels
 
 if TYPE_CHECKING:
@@ -39,11 +41,14 @@ def quantized_linear(
     value: str,
     group: int,
     activations: str,
+    input_scale: CudaTensor | None = None,
 ) -> Any:
     """``x [..., K] @ dequantize(values).T + bias`` as float32 ``[..., N]``, or
-    ``NotImplemented`` for an activation scheme or operands that are not float32."""
-    if activations or x.dtype != _F32 or scales.dtype != _F32 or (bias is not None and bias.dtype != _F32):
+    ``NotImplemented`` for operands that are not float32."""
+    if x.dtype != _F32 or scales.dtype != _F32 or (bias is not None and bias.dtype != _F32):
         return NotImplemented
+    if activations:  # the input on its int8 grid (the composite's rounding), then the packed weight
+        x = fake_quantize_int8(backend, x, input_scale)
     n = values.shape[0]
     k = x.shape[-1]
     lead = x.shape[:-1]

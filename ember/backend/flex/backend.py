@@ -20,6 +20,7 @@ from ember.backend.flex import grid_sample as _grid_sample
 from ember.backend.flex import gru_cell as _gru_cell
 from ember.backend.flex import layer_norm as _layer_norm
 from ember.backend.flex import lstm_cell as _lstm_cell
+from ember.backend.flex import relu as _relu
 from ember.backend.flex import rnn_sequence as _rnn_sequence
 from ember.backend.flex.adam import FlexAdam
 from ember.backend.flex.attention import attention as _attention
@@ -419,6 +420,9 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
     # ------------------------------------------------------------------ fused
     def relu(self, x):
         return np.maximum(x, x.dtype.type(0))
+
+    def relu_backward(self, out, grad):
+        return _relu.relu_backward(out, grad)
 
     def sigmoid(self, x):
         if x.dtype in _HALF:

@@ -44,6 +44,9 @@ class Blas:
     threads: int  # the count ember set
     sgemv: int = 0  # ``cblas_?gemv`` (0 if absent): a matmul with one row or one column
     dgemv: int = 0
+    #: The kernel set OpenBLAS runs (``openblas_get_corename``: ``Haswell``, ``SkylakeX``,
+    #: ...; it follows ``OPENBLAS_CORETYPE`` where that is set), ``""`` if it does not say.
+    core: str = ""
 
 
 _PREFIXES = (("scipy_", "64_"), ("", "64_"), ("", ""))
@@ -101,8 +104,16 @@ def _open(path: str) -> Blas | None:
         set_threads = _address(lib, f"{prefix}openblas_set_num_threads{suffix}")
         sgemv = _address(lib, f"{prefix}cblas_sgemv{suffix}")
         dgemv = _address(lib, f"{prefix}cblas_dgemv{suffix}")
-        return Blas(path, sgemm, dgemm, int_bits, set_threads, 0, sgemv, dgemv)
+        return Blas(path, sgemm, dgemm, int_bits, set_threads, 0, sgemv, dgemv, _core(lib, prefix, suffix))
     return None
+
+
+def _core(lib: ctypes.CDLL, prefix: str, suffix: str) -> str:
+    get = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)
+    if get is None:
+        return ""
+    get.restype = ctypes.c_char_p
+    return (get() or b"").decode("ascii", "replace")
 
 
 def _config_bits(lib: ctypes.CDLL, prefix: str, suffix: str) -> int:

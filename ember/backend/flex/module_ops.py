@@ -4,8 +4,11 @@ Windows are strided views of the padded input (``as_strided``); one copy makes
 them contiguous columns ``[C * K, N * P]`` and one matmul per group (not one per
 sample, which stalls a multi-threaded BLAS on a busy machine) does the arithmetic.
 Stride-1 convolutions gather on the padded grid (see :func:`_grid_columns`), which
-copies long contiguous runs. Conv-transpose is col2im: one matmul, then a sum over
-the kernel positions. Max-pooling (forward and backward) runs the kernel layer's loop
+copies long contiguous runs. Conv-transpose (a convolution's input gradient) is
+col2im: one matmul, then the kernel layer's col2im (:mod:`.native_conv`: each pixel
+summed once over the columns that reach it, the bias added, straight into the
+result) or, for small or half-precision arrays, a sum over the kernel positions in
+numpy, in the same order. Max-pooling (forward and backward) runs the kernel layer's loop
 nest, the one compiled code runs (:mod:`.native_pool`), for float arrays of
 :data:`~ember.backend.flex.native.MIN_ELEMENTS` or more; smaller ones (or with the
 native kernels off) take a branch-free running maximum over the kernel positions in
@@ -480,6 +483,9 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
     full = tuple((m - 1) * st + d * (k - 1) + 1 for m, st, d, k in zip(spatial, stride, dilation, kernel))
     w = weight.reshape(groups, ig, og * k_total).transpose(0, 2, 1)  # [G, Og * K, Ig]
     dtype = np.result_type(x, weight)
+    native = _native_conv_transpose(x, w, bias, kernel, stride, padding, output_padding, dilation, groups, o)
+    if native is not None:
+        return native
     total = _scratch("col2im", (o, n) + full, dtype, 0)
     offsets = list(itertools.product(*(range(k) for k in kernel)))
     if all(st == 1 for st in stride):
@@ -510,6 +516,32 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
     else:
         np.add(y, bias.reshape((1, o) + (1,) * len(kernel)), out=result)
     return result
+
+
+def _native_conv_transpose(x, w, bias, kernel, stride, padding, output_padding, dilation, groups, o):
+    """A transposed convolution by one matmul per group into ``[G, Og * K, N * P]``
+    columns and the kernel layer's col2im (:mod:`.native_conv`, bias included),
+    straight into the result; ``None`` where that does not apply."""
+    n, c_in = x.shape[:2]
+    spatial = tuple(x.shape[2:])
+    dtype = w.dtype
+    size = tuple(
+        (m - 1) * st - lo - hi + d * (k - 1) + 1 + op
+        for m, st, (lo, hi), d, k, op in zip(spatial, stride, padding, dilation, kernel, output_padding)
+    )
+    if x.dtype != dtype or (bias is not None and bias.dtype != dtype):
+        return None
+    pad = tuple(lo for lo, _ in padding)
+    run = native_conv.col2im((n, o) + size, dtype, kernel, stride, pad, dilation, spatial, groups, bias is not None)
+    if run is None:
+        return None
+    xs = _scratch("grid_input", (c_in, n) + spatial, dtype)
+    np.copyto(xs, np.swapaxes(x, 0, 1))
+    cols = _scratch("gemm", (groups, w.shape[1], n * int(np.prod(spatial))), dtype)
+    np.matmul(w, xs.reshape(groups, c_in // groups, -1), out=cols)
+    y = np.empty((n, o) + size, dtype=dtype)
+    run(cols, bias, y)
+    return y
 
 
 def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):

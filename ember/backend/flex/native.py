@@ -1,5 +1,5 @@
 """flex's native kernels: the few float32 loops whose numpy form costs many passes
-over memory (exact GELU and its gradient, row softmax, layer norm and its gradient, the LSTM
+over memory (exact GELU and its gradient, the ReLU gradient, row softmax, layer norm and its gradient, the LSTM
 cell and its gradient), written as kernel-IR row programs
 (:class:`~ember.backend.kernel.steps.RowProgram`: sizes are arguments, several passes
 share the loop over rows; :mod:`ember.backend.flex.row_kernels`,
@@ -46,6 +46,7 @@ class Kernels:
     engine: Any
     gelu: Any
     gelu_backward: Any
+    relu_backward: Any
     softmax_rows: Any
     layer_norm: Any
     layer_norm_backward: Any

@@ -1,8 +1,10 @@
-"""flex's native im2col: the kernel layer's column copy
-(:func:`ember.backend.kernel.llvm.columns.columns`, the one fusion's compiled
+"""flex's native im2col and col2im: the kernel layer's column copy and its adjoint
+(:mod:`ember.backend.kernel.llvm.columns`, the loop nests fusion's compiled
 convolutions run) compiled per shape, for the whole batch: ``cols[g, (c, *k), i, *o]
 = x[i, g * Cg + c, o * stride - pad + k * dilation]`` (0 outside), the layout of
-flex's one matmul per group (see :mod:`.module_ops`).
+flex's one matmul per group (see :mod:`.module_ops`); and, for a transposed
+convolution (a convolution's input gradient), those columns summed back into the
+image with the bias added, straight into the ``[N, C, *spatial]`` result.
 
 Compiled and cached as :mod:`.native_pool`'s kernels are (and under the same
 conditions: float32/float64, :data:`ember.backend.flex.native.MIN_ELEMENTS` or more
@@ -12,6 +14,7 @@ strided views with numpy instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -74,4 +77,101 @@ def columns(
     return cols
 
 
-__all__ = ["columns"]
+def col2im(
+    y_shape: tuple[int, ...],
+    dtype: np.dtype,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    pad: tuple[int, ...],
+    dilation: tuple[int, ...],
+    windows_out: tuple[int, ...],
+    groups: int,
+    with_bias: bool,
+) -> Callable[[np.ndarray, np.ndarray | None, np.ndarray], None] | None:
+    """The compiled col2im for an image ``y_shape`` ``[N, G * Cg, *spatial]`` of
+    ``dtype`` (see :func:`image_from_columns`): ``run(cols, bias, y)``; ``None`` where
+    the kernel does not apply (as :func:`columns`, and for geometries too large to
+    compile quickly: :func:`~ember.backend.kernel.llvm.columns.col2im_fits`)."""
+    n, channels = y_shape[:2]
+    rows = channels * int(np.prod(kernel))
+    if not enabled(rows * n * int(np.prod(windows_out)), dtype) or any(p < 0 for p in pad):
+        return None
+    from llvmlite import ir
+
+    from ember.backend.kernel.llvm.columns import Windows, col2im_fits
+    from ember.backend.kernel.llvm.columns import image_from_columns as emit_image
+    from ember.backend.kernel.llvm.mathlib import I64
+
+    geometry = (tuple(kernel), tuple(windows_out), tuple(stride), tuple(pad), tuple(dilation))
+    windows = Windows(channels // groups, tuple(y_shape[2:]), *geometry)
+    plane, positions = int(np.prod(windows.spatial)), int(np.prod(windows_out))
+    ck = windows.cg * int(np.prod(kernel))
+    ld = n * positions
+
+    def emit(parts: Any) -> None:
+        e, (src, dst, bias_ptr) = parts
+        b = e.b
+
+        def sample(i: ir.Value, _: list) -> list:
+            first = b.mul(i, ir.Constant(I64, positions))
+            for g in range(groups):
+                x_base = b.mul(
+                    b.add(b.mul(i, ir.Constant(I64, channels)), ir.Constant(I64, g * windows.cg)),
+                    ir.Constant(I64, plane),
+                )
+                block = e.at(src, ir.Constant(I64, g * ck * ld), dtype)
+                per_channel = (bias_ptr, ir.Constant(I64, g * windows.cg)) if with_bias else None
+                emit_image(e, windows, block, dst, x_base, dtype, ld, first, per_channel)
+            return []
+
+        e.loops.run(n, sample)
+
+    def build() -> Any:
+        return compile_entry(emit, "ember_col2im") if col2im_fits(windows) else None
+
+    found = cached(("col2im", np.dtype(dtype).str, n, channels, groups, with_bias, windows), build)
+    if found is None:
+        return None
+    entry = found[1]
+    cols_shape, image_shape = (groups, ck, ld), tuple(y_shape)
+
+    def run(cols: np.ndarray, bias: np.ndarray | None, y: np.ndarray) -> None:
+        if (
+            cols.shape != cols_shape
+            or y.shape != image_shape
+            or not (cols.dtype == y.dtype == dtype and cols.flags.c_contiguous and y.flags.c_contiguous)
+            or (bias is None) == with_bias
+        ):
+            raise ValueError(f"ember: col2im compiled for columns {cols_shape} and an image {image_shape} of {dtype}")
+        bias = None if bias is None else np.ascontiguousarray(bias, dtype=dtype)  # kept alive over the call
+        entry(native.address(cols), native.address(y), 0 if bias is None else native.address(bias))
+
+    return run
+
+
+def image_from_columns(
+    cols: np.ndarray,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    pad: tuple[int, ...],
+    dilation: tuple[int, ...],
+    windows_out: tuple[int, ...],
+    groups: int,
+    bias: np.ndarray | None,
+    y: np.ndarray,
+) -> np.ndarray | None:
+    """col2im of ``cols``, a contiguous ``[G, Cg * prod(kernel), N * prod(windows_out)]``
+    buffer, into the contiguous ``y`` ``[N, G * Cg, *spatial]``: ``y[i, g * Cg + c,
+    o * stride - pad + k * dilation] += cols[g, (c, *k), i, *o]`` over the kernel
+    positions in order (positions outside ``y`` dropped), then ``+ bias[c]``; returns
+    ``y``, or ``None`` where the kernel does not apply (see :func:`col2im`)."""
+    if not (y.dtype == cols.dtype and (bias is None or bias.dtype == y.dtype)):
+        return None
+    run = col2im(y.shape, y.dtype, kernel, stride, pad, dilation, windows_out, groups, bias is not None)
+    if run is None:
+        return None
+    run(cols, bias, y)
+    return y
+
+
+__all__ = ["col2im", "columns", "image_from_columns"]

@@ -8,7 +8,7 @@ A product applies when it is float32, 2-D, ``A`` read through any element stride
 and :data:`MIN_WORK` multiply-adds (a shape's compile, about 30 ms and once per
 machine thanks to the object cache, is then won back within a few calls), with BLAS on
 one thread (``EMBER_NUM_THREADS``, default 1: the loops run on one core). Otherwise, and
-under ``EMBER_FLEX_NATIVE=0`` or ``EMBER_INLINE_GEMM=0``, the callers keep numpy.
+under ``EMBER_FLEX_NATIVE=0`` or ``EMBER_GEMM=blas``, the callers keep numpy.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ writes ``dZ[t]`` and the incoming ``dc``, then ``dh = dZ[t] w_hh^T``.
 Each ``(batch, n, reverse, with grad_y)`` compiles once per process (and once per
 machine: the object cache keeps the code; the IR bakes in no address, the cell's
 entry point is an argument). ``None`` where the kernels cannot be built, where the
-product's inline form does not apply, or under ``EMBER_INLINE_GEMM=0`` (then the caller
+product's inline form does not apply, or under ``EMBER_GEMM=blas`` (then the caller
 runs its per-step loop).
 """
 

@@ -12,6 +12,10 @@ through the kernel layer's JIT (:mod:`ember.backend.kernel.llvm`, as
   the epilogue subtracts ``128 * sum(xq row)``; it then applies both scales and the
   bias. The portable path computes the same sums with widening multiplies.
 
+* ``packed int8`` (``ember_i8i8_packed_{mr}x{nr}``, emitted by
+  :mod:`ember.backend.flex.quant_packed`, VNNI only): the same product for many rows of
+  ``x`` on a weight packed once into panels of 16 columns, 16 outputs per register.
+
 * ``dequantize rows`` (``ember_q{s8,u8,u4}_dequant``): rows of ``w`` as float32, used for
   prefill (many rows of ``x``), a cache-sized tile of rows at a time, each tile then
   multiplied with sgemm (:mod:`ember.backend.flex.quantized`).
@@ -46,7 +50,8 @@ class QuantKernels:
     """ctypes entry points: ``weight_only`` keyed ``(kind, g32, mr, nr)`` (``kind`` in
     :data:`~ember.backend.flex.quant_weight_only.WEIGHT_KINDS`, ``g32``: the variant for
     groups of 32), ``gemm`` (int8 x int8) keyed ``(kind, mr, nr)`` with ``kind`` ``vnni``
-    or ``portable``, ``dequant`` keyed ``s8``/``u8``/``u4``."""
+    or ``portable``, ``dequant`` keyed ``s8``/``u8``/``u4``, ``packed`` (int8 x int8 on a
+    packed weight, VNNI only, :mod:`~ember.backend.flex.quant_packed`) keyed ``(mr, nr)``."""
 
     engine: Any
     quantize_rows: Any
@@ -54,6 +59,7 @@ class QuantKernels:
     gemm: dict[tuple[str, int, int], Any]
     dequant: dict[str, Any]
     vnni: bool
+    packed: dict[tuple[int, int], Any]
 
 
 def has_vnni() -> bool:
@@ -86,6 +92,7 @@ def _build(portable: bool) -> QuantKernels | None:
         from llvmlite import ir
 
         from ember.backend.flex.quant_activations import QUANTIZE_ROWS, emit_quantize_rows
+        from ember.backend.flex.quant_packed import PACKED_TILES, emit_packed_int8, packed_name
         from ember.backend.flex.quant_weight_only import WEIGHT_KINDS, emit_weight_only, weight_only_name
         from ember.backend.kernel.llvm import jit
     except ImportError:  # pragma: no cover
@@ -103,6 +110,8 @@ def _build(portable: bool) -> QuantKernels | None:
         for mr, nr in WEIGHT_ONLY_TILES
     ]
     names += [f"ember_i8i8_{kind}_{mr}x{nr}" for kind in int8_kinds for mr, nr in INT8_TILES]
+    packed_tiles = PACKED_TILES if vnni else ()
+    names += [packed_name(mr, nr) for mr, nr in packed_tiles]
     try:
         emitter = _QuantEmitter(ir, jit.vector_width())
         emit_quantize_rows(emitter)
@@ -114,6 +123,8 @@ def _build(portable: bool) -> QuantKernels | None:
         for kind in int8_kinds:
             for mr, nr in INT8_TILES:
                 emitter.int8_int8(kind, mr, nr)
+        for mr, nr in packed_tiles:
+            emit_packed_int8(emitter, mr, nr)
         compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3, cache=True)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
@@ -134,6 +145,8 @@ def _build(portable: bool) -> QuantKernels | None:
         for mr, nr in INT8_TILES:
             signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64)
             gemm[(kind, mr, nr)] = signature(at[f"ember_i8i8_{kind}_{mr}x{nr}"])
+    packed_signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64, i64)
+    packed = {(mr, nr): packed_signature(at[packed_name(mr, nr)]) for mr, nr in packed_tiles}
     quantize_rows = ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, f32)(at[QUANTIZE_ROWS])
     return QuantKernels(
         engine=compiled.engine,
@@ -142,6 +155,7 @@ def _build(portable: bool) -> QuantKernels | None:
         gemm=gemm,
         dequant=dequant,
         vnni=vnni,
+        packed=packed,
     )
 
 

@@ -2,22 +2,25 @@
 :mod:`ember.backend.flex.quant_kernels` where the shapes suit them, and a numpy
 reference (which does dequantize the weight) elsewhere.
 
-``path`` picks the implementation: ``None`` the fastest available, ``"vnni"`` or
-``"portable"`` one of the int8 x int8 kernels (weight-only: ``"portable"`` the kernels
-of a CPU without AVX-512, compiled on request), ``"numpy"`` the reference (tests
-compare them).
+``path`` picks the implementation: ``None`` the fastest available, ``"packed"``,
+``"vnni"`` or ``"portable"`` one of the int8 x int8 kernels (``"packed"``: the weight
+packed once into VNNI panels, :mod:`ember.backend.flex.quant_packed`, taken by ``None``
+from :data:`PACKED_ROWS` rows on; weight-only: ``"portable"`` the kernels of a CPU
+without AVX-512, compiled on request), ``"numpy"`` the reference (tests compare them).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 from typing import Any
 
 import numpy as np
 
 from ember.backend.flex.native import address
 from ember.backend.flex.quant_kernels import INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
+from ember.backend.flex.quant_packed import PACKED_TILES, pack_int8
 from ember.errors import BackendUnavailableError
 
 __all__ = ["quantized_linear", "quantize_rows_int8", "dequantize_array"]
@@ -28,6 +31,14 @@ _F32 = np.dtype(np.float32)
 #: call sgemm on it; fewer rows (decode) run the register-tiled kernels.
 TILE_GEMM_ROWS = 32
 TILE_ROWS = 64
+#: From this many rows of ``x`` on, dynamic int8 runs the packed-weight kernel (VNNI):
+#: one register tile of rows (fewer rows are padded to it).
+PACKED_ROWS = PACKED_TILES[0][0]
+#: The packed kernels' block of ``k``: the whole row up to this many values.
+PACKED_KC = 4096
+#: Packed weights, keyed by ``id`` of the int8 values they were packed from (dropped
+#: with that array).
+_PACKED: dict[int, tuple[Any, np.ndarray]] = {}
 
 
 def quantized_linear(
@@ -195,6 +206,14 @@ def _int8_int8(
     n = values.shape[0]
     sw = np.ascontiguousarray(scales.reshape(n), dtype=_F32)
     kernels = quant_kernels() if path != "numpy" else None
+    packs = kernels is not None and bool(kernels.packed) and k % 64 == 0 and n % 16 == 0
+    if path == "packed" or (path is None and packs and m >= PACKED_ROWS):
+        if not packs:
+            raise BackendUnavailableError(
+                "ember: quantized_linear: the 'packed' int8 kernel needs AVX-512 VNNI, K a multiple of 64 and N of "
+                f"16; got K={k}, N={n} on a CPU {'with' if kernels is not None and kernels.vnni else 'without'} it"
+            )
+        return _int8_packed(kernels, rows, values, sw, bias, input_scale)
     kind = path or ("vnni" if kernels is not None and kernels.vnni else "portable")
     if kernels is None or k % 64 or (kind, 1, 1) not in kernels.gemm:
         if path not in (None, "numpy"):
@@ -236,4 +255,66 @@ def _int8_int8(
             k,
             n,
         )
+    return out[:m]
+
+
+def packed_weight(values: np.ndarray) -> np.ndarray:
+    """``values`` (int8 ``[N, K]``) packed for the packed kernels, once per array."""
+    key = id(values)
+    held = _PACKED.get(key)
+    if held is not None and held[0]() is values:
+        return held[1]
+    packed = pack_int8(np.ascontiguousarray(values))
+
+    def drop(_: Any) -> None:
+        _PACKED.pop(key, None)
+
+    _PACKED[key] = (weakref.ref(values, drop), packed)
+    return packed
+
+
+def _int8_packed(
+    kernels: Any, rows: np.ndarray, values: np.ndarray, sw: np.ndarray, bias: np.ndarray | None, input_scale: Any
+) -> np.ndarray:
+    """Dynamic int8 on the packed weight: rows padded to whole register tiles (zero rows
+    dropped from the result), 4 panels per tile and one panel for the columns left."""
+    m, k = rows.shape
+    n = values.shape[0]
+    mr = PACKED_ROWS
+    mp = -(-m // mr) * mr
+    xq = np.empty((mp, k), dtype=np.int8)
+    sx = np.empty(mp, dtype=_F32)
+    xsum = np.empty(mp, dtype=np.int32)
+    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
+    kernels.quantize_rows(address(rows), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static))
+    if mp > m:
+        xq[m:] = 0
+        sx[m:] = 0.0
+        xsum[m:] = 0
+    wp = packed_weight(values)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+    out = np.empty((mp, n), dtype=_F32)
+    kc = k
+    while kc > PACKED_KC and kc % 128 == 0:
+        kc //= 2
+    wide = 16 * PACKED_TILES[0][1]
+    n_main = n - n % wide
+    xq_at, wp_at, sx_at, xs_at, sw_at, y_at = (address(a) for a in (xq, wp, sx, xsum, sw, out))
+    b_at = None if b is None else address(b)
+    for tile, n0, nc in ((PACKED_TILES[0], 0, n_main), (PACKED_TILES[1], n_main, n - n_main)):
+        if nc:
+            kernels.packed[tile](
+                xq_at,
+                wp_at + n0 * k,
+                sx_at,
+                xs_at,
+                sw_at + n0 * 4,
+                None if b_at is None else b_at + n0 * 4,
+                y_at + n0 * 4,
+                mp,
+                nc,
+                k,
+                n,
+                kc,
+            )
     return out[:m]

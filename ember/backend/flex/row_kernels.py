@@ -1,6 +1,6 @@
 """flex's native row kernels as kernel-IR row programs
-(:class:`~ember.backend.kernel.steps.RowProgram`): exact GELU and its gradient, row
-softmax, layer norm and its gradient. :mod:`ember.backend.flex.native` compiles them
+(:class:`~ember.backend.kernel.steps.RowProgram`): exact GELU and its gradient, the
+ReLU gradient, row softmax, layer norm and its gradient. :mod:`ember.backend.flex.native` compiles them
 (with the LSTM cell's, :mod:`ember.backend.flex.native_rnn`) through the kernel
 layer's LLVM printer; the formulas match flex's numpy versions of the same kernels.
 """
@@ -43,6 +43,17 @@ def gelu_backward() -> RowProgram:
     out = x.mul(slope, x.read(1, PER_COLUMN))
     step = Pass(stores=[RowStore(2, _FLAT, out)], order=[v, z, q, density])  # the hand-written kernel's order
     return RowProgram("ember_gelu_backward", [F32, F32, F32], [], [step], by_rows=False)
+
+
+def relu_backward() -> RowProgram:
+    """``ember_relu_backward(out, g, result, n)``: ``g`` where ``out > 0``, else 0 (the
+    composite's comparison and select, in one pass)."""
+    x = RowExprs()
+    positive = x.bin(BinaryOp.GT, x.read(0, PER_COLUMN), x.c(0.0))
+    result = x.where(positive, x.read(1, PER_COLUMN), x.c(0.0))
+    return RowProgram(
+        "ember_relu_backward", [F32, F32, F32], [], [Pass(stores=[RowStore(2, _FLAT, result)])], by_rows=False
+    )
 
 
 def softmax_rows() -> RowProgram:
@@ -113,4 +124,4 @@ def layer_norm_backward() -> RowProgram:
 
 def programs() -> list[RowProgram]:
     """Every row kernel of this module, in :class:`~ember.backend.flex.native.Kernels` order."""
-    return [gelu(), gelu_backward(), softmax_rows(), layer_norm(), layer_norm_backward()]
+    return [gelu(), gelu_backward(), relu_backward(), softmax_rows(), layer_norm(), layer_norm_backward()]

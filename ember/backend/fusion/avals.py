@@ -336,6 +336,7 @@ _RULES: dict[str, Callable[..., Any]] = {
     "select_add": _same,
     "argwhere": _argwhere,
     "relu": _same,
+    "relu_backward": _same,
     "sigmoid": _same,
     "softmax": _same,
     "log_softmax": _same,

@@ -181,6 +181,8 @@ class _Split:
     def load(self, load: Expr) -> Expr | None:
         x = self.x
         view = load.args[0]
+        if load.kind != "load":  # a draw's element: its number is not the sample's
+            return None
         if view.shape == ():  # one element (loop-invariant): not of the convolution's output
             return load if load.op != self.out and self.shift(load.op, 0) else None
         view = view.reshape(self.shape)

@@ -46,12 +46,31 @@ class Sc(int):
         return f"$s{int(self)}"
 
 
-@dataclass(frozen=True, slots=True)
 class Aval:
-    """An abstract value: what is known of a tensor before it is computed."""
+    """An abstract value: what is known of a tensor before it is computed. Immutable
+    by contract (never assigned after construction); a plain slotted class rather than
+    a frozen dataclass because the fusion device makes one per recorded result and
+    bound input: a frozen dataclass's ``__init__`` costs 0.37 us against 0.13 us."""
+
+    __slots__ = ("shape", "dtype")
 
     shape: tuple[int, ...]
     dtype: np.dtype
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.shape = shape
+        self.dtype = dtype
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Aval:
+            return NotImplemented
+        return self.shape == other.shape and self.dtype == other.dtype
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self) -> str:
+        return f"Aval(shape={self.shape!r}, dtype={self.dtype!r})"
 
     @property
     def size(self) -> int:

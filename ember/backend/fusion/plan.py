@@ -190,7 +190,12 @@ class Executor:
         placeholders that keep one value to it; runs need not pass them."""
         # A structure leaves out constant values: graphs with other constants (another
         # trace's) get their own plan. The plan keeps its constants alive, so ids stay unique.
-        key = (graph.structure(), tuple(id(v) for v in graph.consts.values()), _fixed_key(fixed_scalars))
+        key = (
+            graph.structure(),
+            tuple(id(v) for v in graph.consts.values()),
+            _fixed_key(fixed_scalars),
+            self.settings_key(graph),
+        )
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:
@@ -202,6 +207,11 @@ class Executor:
             while len(self._plans) > self.MAX_PLANS:
                 self._plans.popitem(last=False)
         return plan
+
+    def settings_key(self, graph: Graph) -> tuple:
+        """The settings a plan of ``graph`` is built with that may change between
+        plans in a process (a target's environment variables): part of the cache key."""
+        return ()
 
     def count(self, name: str, amount: Any = 1) -> None:
         """Adds ``amount`` to ``stats[name]``."""

@@ -97,6 +97,7 @@ _BOOL = np.dtype(np.bool_)
 FLOAT_EXPANSIONS = frozenset(
     {
         "relu",
+        "relu_backward",
         "sigmoid",
         "gelu",
         "gelu_backward",

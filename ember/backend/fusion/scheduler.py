@@ -48,6 +48,8 @@ from ember.backend.kernel.views import View, size_of
 #: (it bounds the recursion of analysis and code generation, and costs one pass per
 #: this many ops).
 MAX_DEPTH = 200
+_TWO_32 = 1 << 32
+_I64 = np.dtype(np.int64)
 LAYOUT_OPS = frozenset({"reshape", "permute", "expand", "slice", "flip"})
 ELEMENTWISE_OPS = frozenset({"unary", "binary", "where", "clamp", "cast", "full"})
 
@@ -156,7 +158,7 @@ class _Scheduler:
         """An element-count-one expression as a free one (loads read one element)."""
         if expr.has("acc"):
             return None
-        return self.x.map_loads(expr, lambda e: self.x.load(e.op, View((), (), e.args[0].offset), e.dtype), {})
+        return self.x.map_loads(expr, lambda e: self.x.reviewed(e, View((), (), e.args[0].offset)), {})
 
     # -------------------------------------------------------------- sealing
     def needed(self, v: int, group: _Group) -> bool:
@@ -215,7 +217,7 @@ class _Scheduler:
             view = load.args[0].reshape(space) if load.args[0].shape else None
             if load.args[0].shape == ():
                 return load
-            return None if view is None else self.x.load(load.op, view, load.dtype)
+            return None if view is None else self.x.reviewed(load, view)
 
         new = {}
         for v, (expr, reduced) in group.values.items():
@@ -268,6 +270,8 @@ class _Scheduler:
                 self.reduce(i, node)
             elif op == "matmul":
                 self.matmul(i, node)
+            elif op == "random":
+                self.random(i, node)
             else:
                 self.elementwise(i, node)
         for group in list(self.open):
@@ -483,6 +487,31 @@ class _Scheduler:
             v = operands[args[0]]
             return v if v.dtype == out_dtype else x.make("cast", None, (v,), out_dtype)
         raise AssertionError(op)
+
+    def random(self, i: int, node: Node) -> None:
+        """A random draw the target computes in its kernels (a Philox element per
+        element, :mod:`ember.backend.kernel.llvm.philox`): a kernel of its own shape
+        whose value is the draw, which its readers join as they join any kernel."""
+        shape, distribution, _, key, counter = node.args
+        (out,) = node.outs
+        expr = self.x.random(
+            (distribution.kind, float(distribution.a), float(distribution.b)),
+            View.contiguous(tuple(shape)),
+            self.halves(key),
+            self.halves(counter),
+            self.dtype(out),
+        )
+        group = self.new_group(tuple(shape))
+        group.members.add(i)
+        group.values[out] = (expr, False)
+        self.loc[out] = ("virt", group, expr, False)
+
+    def halves(self, value: Any) -> tuple[Expr, Expr]:
+        """A 64-bit integer argument (a Philox key or counter, maybe a run-time scalar)
+        as its low and high 32-bit halves: int64 expressions, which a run-time scalar
+        slot (a double) holds exactly."""
+        low, high = value % _TWO_32, value // _TWO_32  # a SymScalar records both
+        return self.scalar(low, _I64), self.scalar(high, _I64)
 
     # -------------------------------------------------------------- reductions
     def reduce(self, i: int, node: Node) -> None:

@@ -33,9 +33,9 @@ class Expr:
     __slots__ = ("kind", "op", "args", "dtype", "depth", "_hash", "__weakref__")
 
     def __init__(self, kind: str, op: Any, args: tuple, dtype: np.dtype):
-        self.kind = kind  # load | const | scalar | unary | binary | where | clamp | cast | acc | index | size
+        self.kind = kind  # load | const | scalar | unary | binary | where | clamp | cast | acc | index | size | random
         self.op = op  # load: buffer id; const: value; scalar: slot; acc: (kernel, reduction); else op
-        self.args = args  # load: (View,); clamp: (x, low, high) with None for a missing bound
+        self.args = args  # load: (View,); random: (View, key lo, key hi, counter lo, counter hi); clamp: (x, low, high)
         self.dtype = dtype  # the value's numpy dtype
         self.depth: int = 1 + max((a.depth for a in args if type(a) is Expr), default=0)
         self._hash: int | None = None
@@ -85,6 +85,11 @@ class Expr:
         return any(e.kind == kind for e in self.walk())
 
 
+#: The kinds of leaf that read through a view (a kernel's accesses): every pass that
+#: re-views a kernel's loads re-views these too (:meth:`Exprs.map_loads`).
+ACCESSES = frozenset({"load", "random"})
+
+
 def op_key(kind: str, op: Any) -> Any:
     """``op`` as compared in a structural key: a constant by its type and, for a float,
     its bits (so ``-0.0`` and ``0.0`` stay apart and NaN equals itself)."""
@@ -119,11 +124,23 @@ class Exprs:
     def const(self, value: Any, dtype: np.dtype) -> Expr:
         return self.make("const", value, (), dtype)
 
+    def random(
+        self, op: tuple, view: View, key: tuple[Expr, Expr], counter: tuple[Expr, Expr], dtype: np.dtype
+    ) -> Expr:
+        """Element ``view``'s offset of the Philox draw ``op`` at ``key`` and ``counter``
+        (each as its 32-bit halves, low first)."""
+        return self.make("random", op, (view.normalized(), *key, *counter), dtype)
+
+    def reviewed(self, access: Expr, view: View) -> Expr:
+        """An access (a load or a draw's element) read through ``view`` instead."""
+        return self.make(access.kind, access.op, (view.normalized(), *access.args[1:]), access.dtype)
+
     def map_loads(self, expr: Expr, fn: Callable[[Expr], Expr | None], memo: dict[int, Expr | None]) -> Expr | None:
-        """``expr`` with each load replaced by ``fn(load)``; ``None`` if ``fn`` fails on one."""
+        """``expr`` with each access (a load or a draw's element, see :data:`ACCESSES`)
+        replaced by ``fn(access)``; ``None`` if ``fn`` fails on one."""
         if id(expr) in memo:
             return memo[id(expr)]
-        if expr.kind == "load":
+        if expr.kind in ACCESSES:
             out = fn(expr)
         elif not expr.args:
             out = expr

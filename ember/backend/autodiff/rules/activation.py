@@ -19,7 +19,7 @@ from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 
 def _relu_step(ops, g, saved, ctx):
     (out,) = saved
-    return (ops.where(ops.binary(BinaryOp.GT, out, 0.0), g, 0.0),)
+    return (run(ops, "relu_backward", out, g),)
 
 
 def _sigmoid_step(ops, g, saved, ctx):

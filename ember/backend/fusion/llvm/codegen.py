@@ -30,10 +30,12 @@ from llvmlite import ir
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
+from ember.backend.fusion.llvm.sgemm import host_blocking, inline_form, own_sgemm
 from ember.backend.fusion.llvm.support import blas_layout
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
 from ember.backend.kernel.llvm import small_gemm
 from ember.backend.kernel.llvm.builder import KernelBuilder
+from ember.backend.kernel.llvm.gemm import gemm_function
 from ember.backend.kernel.llvm.loops import KernelEmitter, Loops
 from ember.backend.kernel.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.kernel.llvm.ops import OpEmitter
@@ -104,6 +106,9 @@ class ModuleBuilder:
         self.ops = OpEmitter(self.math)
         self._gemm: dict[str, ir.Function] = {}
         self._gemv: dict[str, ir.Function] = {}
+        self._packs: dict[str, ir.GlobalVariable] = {}
+        #: Whether float32 products run ember's own (:mod:`.sgemm`): decided once per plan.
+        self.own_products = own_sgemm(schedule.graph) is not None
         #: The plan's tables (see :data:`TABLES`), written by the plan once the module is loaded.
         self.tables_name = f"{prefix}_tables"
         self.tables = ir.GlobalVariable(self.module, ir.ArrayType(PTR, len(TABLES)), name=self.tables_name)
@@ -314,6 +319,31 @@ class ModuleBuilder:
             self._gemm[kind] = fn
         return self._gemm[kind]
 
+    def own_sgemm(
+        self, b: ir.IRBuilder, m: int, n: int, k: int, a, lda: int, bm, ldb: int, c, ldc: int, add: bool
+    ) -> None:
+        """Calls ember's float32 product (:mod:`ember.backend.kernel.llvm.gemm`;
+        ``C = A @ B``, or ``C += A @ B`` with ``add``), declared once per module with the
+        host's blocking and two packing buffers, module globals: the plan's steps run
+        one at a time, as they share its arena."""
+        if "own" not in self._gemm:
+            block = host_blocking()
+            self._gemm["own"] = gemm_function(
+                self.module, f"{self.prefix}_sgemm", block, self.vector_width, internal=True
+            )
+            for name, floats in (("a", block.mc * block.kc), ("b", block.kc * block.nc)):
+                pack = ir.GlobalVariable(self.module, ir.ArrayType(F32, floats), name=f"{self.prefix}_pack_{name}")
+                pack.linkage = "internal"
+                pack.align = 64
+                pack.initializer = ir.Constant(ir.ArrayType(F32, floats), None)
+                self._packs[name] = pack
+        b.call(
+            self._gemm["own"],
+            [ir.Constant(I64, m), ir.Constant(I64, n), ir.Constant(I64, k), a, ir.Constant(I64, lda), bm,
+             ir.Constant(I64, ldb), c, ir.Constant(I64, ldc), ir.Constant(ir.IntType(1), int(add)),
+             self._packs["a"], self._packs["b"]],
+        )  # fmt: skip
+
     def gemv(self, dtype: np.dtype) -> ir.Function | None:
         """The BLAS matrix-vector routine for ``dtype`` (``None`` where the library
         has none)."""
@@ -360,24 +390,18 @@ class ModuleBuilder:
             la = blas_layout(a_view)
         gemv = self.gemv(step.dtype) if use_blas and k > 1 and (m == 1) != (n == 1) else None
         vector = None if gemv is None else _gemv_args(a_view, b_view, la, lb, m, n, k)
-        lanes = small_gemm.lanes(self.vector_width)
-        # Inline vector loops in place of a single-threaded BLAS (a multi-threaded one keeps
-        # the products: the loops run on one core)
-        single = self.blas is not None and self.blas.threads <= 1
-        f32 = use_blas and single and vector is None and step.dtype == np.dtype(np.float32) and small_gemm.enabled()
-        inline = f32 and lb is not None and not lb[0] and m >= small_gemm.ROWS and small_gemm.applies(n, lanes)
-        # A @ B with B stored transposed (dY W^T): dot products of dense rows
-        dots = (
-            f32
-            and not inline
+        own = (
+            self.own_products
+            and step.dtype == np.dtype(np.float32)
             and la is not None
-            and not la[0]
             and lb is not None
-            and lb[0]
-            and m >= small_gemm.DOT_ROWS
-            and n >= small_gemm.DOT_COLS
-            and small_gemm.applies_nt(k, lanes)
+            and not la[0]
+            and not lb[0]
         )
+        lanes = small_gemm.lanes(self.vector_width)
+        single = self.blas is not None and self.blas.threads <= 1
+        form = inline_form(use_blas and single and vector is None and not own, step.dtype, la, lb, m, n, k, lanes)
+        inline, dots = form == "inline", form == "dots"
 
         def one(indices: list[ir.Value]) -> None:
             a_off = _offset(b, a_view, indices)
@@ -415,6 +439,8 @@ class ModuleBuilder:
                         ir.Constant(nt, y_inc),
                     ],
                 )
+            elif use_blas and own and la is not None and lb is not None:
+                self.own_sgemm(b, m, n, k, a_ptr, la[1], b_ptr, lb[1], c_ptr, n, False)
             elif use_blas:
                 assert self.blas is not None and la is not None and lb is not None  # use_blas says so
                 nt = I64 if self.blas.int_bits == 64 else I32

@@ -117,7 +117,20 @@ class Emitter(KernelBuilder):
         c: ir.Value,
         ldc: int,
     ) -> None:
-        """``C = A @ B + beta * C`` (row-major, ``?gemm`` of the plan's BLAS)."""
+        """``C = A @ B + beta * C`` (row-major): ``?gemm`` of the plan's BLAS, or ember's
+        own float32 product (:mod:`.sgemm`) where the plan runs it, neither operand is
+        transposed and ``beta`` is a constant 0 or 1."""
+        own = (
+            dtype == np.dtype(np.float32)
+            and self.module.own_products
+            and not trans_a
+            and not trans_b
+            and isinstance(beta, ir.Constant)
+            and beta.constant in (0.0, 1.0)
+        )
+        if own:
+            self.module.own_sgemm(self.b, m, n, k, a, lda, bm, ldb, c, ldc, beta.constant == 1.0)
+            return
         blas = self.module.blas
         nt = I64 if blas.int_bits == 64 else ir.IntType(32)
         i32 = ir.IntType(32)

@@ -40,9 +40,11 @@ import numpy as np
 
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph
+from ember.backend.fusion.llvm.sgemm import own_sgemm
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.llvm.variant import Variant
 from ember.backend.fusion.plan import Executor, Plan
+from ember.backend.kernel.llvm import small_gemm
 
 
 class LLVMExecutor(Executor):
@@ -64,6 +66,11 @@ class LLVMExecutor(Executor):
         plan = super().plan(graph, fixed_scalars)
         assert isinstance(plan, LLVMPlan)
         return plan
+
+    def settings_key(self, graph: Graph) -> tuple:
+        """Which float32 product the plan runs (``EMBER_GEMM``, read per plan): ember's own,
+        and whether products may run as inline loops."""
+        return (own_sgemm(graph) is not None, small_gemm.enabled())
 
 
 class LLVMPlan(Plan):

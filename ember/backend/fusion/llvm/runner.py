@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,6 +55,7 @@ def generate(variant: Variant, buffers: list[Buffer], memory: Any, aliases: dict
         "recycle": recycle,
         "PartialRun": PartialRun,
         "ident": _HANDLE,
+        "wref": weakref.ref,
         "HOLDER": None,
         "STATUS": variant._status,
     }
@@ -125,6 +127,7 @@ def runner_code(
         add(f"    if rest is None: return MISS{tag}(backend, inputs, scalars) if miss else None")
         add(f"    if B{tag} is not HOLDER: V._hold(B{tag})")
     names: dict[int, str] = {}
+    rebound: list[str] = []  # the weak references of bound inputs the runner sets
     if positions:
         add(f"    {''.join(f'i{k}, ' for k in positions)}= inputs")
     for b in buffers:
@@ -142,7 +145,17 @@ def runner_code(
             continue
         env.setdefault(f"l{k}", unbound)
         add(f"    if {name} is not l{k}():")
-        add(f"        {name} = V._bind({k}, {name}, {slot}, {donated})")
+        if donated:
+            add(f"        {name} = V._bind({k}, {name}, {slot}, True)")
+            continue
+        # Variant._bind's common case inline (a training step's parameters and
+        # moments are new arrays on every run): a dense array is bound as it is.
+        rebound.append(f"l{k}")
+        add(f"        if {name}.flags.c_contiguous:")
+        add(f"            P[{slot}] = ident({name})")
+        add(f"            l{k} = wref({name})")
+        add("        else:")
+        add(f"            {name} = V._bind({k}, {name}, {slot}, False)")
     for buf, source in aliases.items():
         names[buf] = names[source]
     for buf, shape in fresh_shape.items():
@@ -205,6 +218,8 @@ def runner_code(
         lines[start:] = ["    " + line for line in lines[start:]]
         add("    finally:")
         add("        LOCK.release()")
+    if rebound:
+        lines[1] = f"    global HOLDER, {', '.join(rebound)}"
     code = "\n".join(lines)
     exec(code, env)  # code generated above from this variant's tables
     return code, env[fn_name]

@@ -8,22 +8,27 @@ with stride 1), max pooling with its backward, ``gather`` (``embedding`` expands
 hand-written loops (:mod:`ember.backend.fusion.llvm.library`), a convolution with its
 elementwise epilogue and max pooling as one step per sample (:mod:`ember.backend.fusion.chains`,
 :mod:`ember.backend.fusion.llvm.chains`). Everything else
-(other module ops, indexing, sorting, scans, ``cat``, random draws,
-float16/bfloat16) runs on flex.
+(other module ops, indexing, sorting, scans, ``cat``, normal draws and draws of
+other dtypes, float16/bfloat16) runs on flex. Uniform and bernoulli draws of float32
+and float64 are computed inside the kernels that read them
+(:mod:`ember.backend.kernel.llvm.philox`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ember.backend import philox
 from ember.backend.flex.memory import physical_memory
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.library import LIBRARY
 from ember.backend.fusion.primitive_graph import FLOAT_EXPANSIONS, float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
+from ember.backend.kernel.llvm import philox as philox_ir
 from ember.backend.kernel.llvm.ops import LOWERED_BINARY, LOWERED_UNARY, lowers_cast
 from ember.backend.kernel.views import View
 from ember.backend.ops import ReduceOp
+from ember.errors import ValueRangeError
 
 DTYPES = frozenset(np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_))
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -85,6 +90,8 @@ class LLVMTarget(Target):
             if avals[x].shape[dim] == 0:
                 return False
             return dtype.kind == "f" or reduce_op in _REDUCE_INT
+        if op == "random":
+            return _random(graph, node)
         if op == "matmul":
             a, b = node.args
             if avals[a].dtype not in _FLOATS or len(avals[a].shape) < 2 or len(avals[b].shape) < 2:
@@ -130,6 +137,21 @@ class LLVMTarget(Target):
         if self.blas is None or work < self.blas_threshold:
             return False
         return blas_layout(view) is None
+
+
+def _random(graph: Graph, node: Node) -> bool:
+    """Whether a random draw is computed inside the kernels that read it: uniform and
+    bernoulli draws of float32 and float64 (:mod:`ember.backend.kernel.llvm.philox`);
+    a float32 range too wide for float32 stays a call, which names the problem."""
+    distribution = node.args[1]
+    if distribution.kind not in philox_ir.KINDS or graph.avals[node.outs[0]].dtype not in philox_ir.DTYPES:
+        return False
+    if graph.avals[node.outs[0]].dtype == np.float32:
+        try:
+            philox.check_float32(distribution)
+        except ValueRangeError:
+            return False
+    return True
 
 
 def _work(graph: Graph, node: Node) -> int:

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.kernel.exprs import Expr
+from ember.backend.kernel.exprs import ACCESSES, Expr
+from ember.backend.kernel.llvm import philox
 from ember.backend.kernel.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
 from ember.backend.kernel.llvm.ops import OpEmitter
 from ember.backend.kernel.space import simplify
@@ -176,7 +177,7 @@ class KernelEmitter:
         seen = set()
         for e in exprs:
             for node in e.walk():
-                if node.kind == "load" and id(node) not in seen:
+                if node.kind in ACCESSES and id(node) not in seen:
                     seen.add(id(node))
                     self.loads.append(node)
         red_space = kernel.reduced_space
@@ -192,8 +193,8 @@ class KernelEmitter:
         hit = memo.get(id(e))
         if hit is not None:
             return hit
-        if e.kind == "load":
-            out = e.args[0].shape == () or e.args[0].size == 1
+        if e.kind in ACCESSES:
+            out = (e.args[0].shape == () or e.args[0].size == 1) and all(self.is_invariant(a, memo) for a in e.args[1:])
         elif e.kind == "acc":
             out = False
         else:
@@ -227,6 +228,14 @@ class KernelEmitter:
             else:
                 offset = self.address(self._load_index(e), indices)
             out = self._load(self.base[e.op], offset, e.dtype)
+        elif kind == "random":
+            view = e.args[0]
+            if view.shape == () or view.size == 1:
+                index = ir.Constant(I64, view.offset)
+            else:
+                index = self.address(self._load_index(e), indices)
+            key_lo, key_hi, counter_lo, counter_hi = (self.value(a, indices, memo, accs) for a in e.args[1:])
+            out = philox.element(b, e.op, e.dtype, index, (key_lo, key_hi), (counter_lo, counter_hi))
         elif kind == "const":
             out = const(e.dtype, e.op)
         elif kind == "scalar":
@@ -459,8 +468,8 @@ def scratch_bytes(kernel: Kernel) -> int:
     reduces along a dim that is not innermost (after simplification)."""
     if kernel.dim is None or not kernel.reductions:
         return 0
-    views = [e.args[0] for s in kernel.stores for e in s.expr.walk() if e.kind == "load"]
-    views += [e.args[0] for r in kernel.reductions for e in r.expr.walk() if e.kind == "load"]
+    views = [e.args[0] for s in kernel.stores for e in s.expr.walk() if e.kind in ACCESSES]
+    views += [e.args[0] for r in kernel.reductions for e in r.expr.walk() if e.kind in ACCESSES]
     views += [View.contiguous(kernel.reduced_space if s.reduced else kernel.space) for s in kernel.stores]
     space = simplify(tuple(kernel.space), kernel.dim, views)
     red = space.red

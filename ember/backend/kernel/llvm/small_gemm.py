@@ -43,13 +43,14 @@ class Operand(NamedTuple):
     col: int = 1
 
 
-#: ``EMBER_INLINE_GEMM=0`` keeps compiled plans' float32 matrix products on BLAS.
-INLINE_ENV = "EMBER_INLINE_GEMM"
+#: ``EMBER_GEMM=blas`` (fusion's setting for ember's own product, ``fusion/llvm/sgemm.py``)
+#: keeps every float32 product on BLAS, these loops included.
+INLINE_ENV = "EMBER_GEMM"
 
 
 def enabled() -> bool:
-    """Whether compiled plans emit their float32 products inline (where they apply)."""
-    return os.environ.get(INLINE_ENV, "1") != "0"
+    """Whether float32 products may run as these loops (where they apply)."""
+    return os.environ.get(INLINE_ENV, "auto").strip().lower() != "blas"
 
 
 def lanes(vector_bits: int | None) -> int:
