@@ -15,8 +15,9 @@ extra steps): deterministic, so one round serves, and unaffected by the
 machine's load; a proxy for time that misses memory stalls and BLAS threading.
 ``--workloads`` picks among ``w1``-``w4`` (eager), ``w1c``-``w4c`` (the same steps through
 ``ember.compile``; W1-W3 as benchmarks/compile.py builds them, W4 benchmarks/gpt.py's GPT)
-and ``w1f`` (W1 on ``Device.flex().fusion()``, whose per-op cost is recording the lazy
-stream). Under ``--clock instructions`` W3 and W4 take tens of minutes (valgrind runs
+``w1f`` (W1 on ``Device.flex().fusion()``, whose per-op cost is recording the lazy
+stream) and ``lstm``, ``lstmc``, ``gru``, ``gruc`` (benchmarks/rnn.py's classifiers, eager
+and compiled). Under ``--clock instructions`` W3 and W4 take tens of minutes (valgrind runs
 their convolutions, GEMMs and, compiled, the LLVM compile about 50x slower): time them
 with ``--clock cpu`` instead.
 """
@@ -114,6 +115,15 @@ for name in names:  # W4 (benchmarks/train_step.py's GPT), eager and compiled
             loss.into_scalar()
 
         out[name] = timed(step, 3, 5, 2)
+for name in names:  # benchmarks/rnn.py's recurrent classifiers, eager and compiled
+    if name in ("lstm", "lstmc", "gru", "gruc"):
+        from benchmarks.rnn import compiled_step_fn, data, ember_twin
+        from benchmarks.rnn import ember_step_fn as rnn_step_fn
+        x_np, y_np = data()
+        model = ember_twin(name[:-1] if name.endswith("c") else name, device, None)
+        xs, ys = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+        step = (compiled_step_fn if name.endswith("c") else rnn_step_fn)(model, xs, ys)
+        out[name] = timed(step, 5, 5, 3)
 print(" ".join(f"{out[name]:.2f}" for name in names))
 """
 
@@ -129,6 +139,10 @@ COUNTS = {
     "w2c": (4, 24),
     "w3c": (2, 6),
     "w4c": (1, 3),
+    "lstm": (1, 3),
+    "lstmc": (1, 3),
+    "gru": (1, 3),
+    "gruc": (1, 3),
 }
 
 

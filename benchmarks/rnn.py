@@ -4,6 +4,7 @@ one run (1 BLAS thread on both sides, alternating rounds, medians).
     python benchmarks/rnn.py              # the LSTM step: eager and ember.compile vs torch
     python benchmarks/rnn.py gru          # the same classifier with a GRU
     python benchmarks/rnn.py --profile    # cProfile of the ember eager step (top functions)
+    python benchmarks/rnn.py --clock cpu  # process CPU time instead of wall-clock time
 
 The workload (issue 27's "LSTM classifier"): a 2-layer LSTM (``batch_first``, hidden
 128) over sequences of 64 steps of 32 features, batch 32, the last step's hidden state
@@ -24,6 +25,29 @@ runs oneDNN's fused RNN primitive (``mkldnn_rnn_layer``, seen in torch's profile
 compiled LSTM direction forward takes 17 ms where its 64 step GEMMs alone take 14 ms
 through OpenBLAS (numpy's and torch's ``mm`` time one such [32,128]x[128,512] GEMM alike,
 ~135 us), so the compiled target (0.8x) needs faster per-step GEMMs than OpenBLAS's.
+
+The environment pins OpenBLAS to its AVX2 kernels on this AVX-512 machine
+(``OPENBLAS_CORETYPE=Haswell``: 47 us per [32,128]x[128,512] step product, CPU time,
+quiet; 31 us unpinned), while torch's oneDNN uses AVX-512. Before the inline products
+(``--clock cpu``, load 0.7): eager 1.88x (36.4 ms), compiled 1.60x (31.2 ms), torch
+19.5 ms; unpinned (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE``) eager 1.24x,
+compiled 0.99x. With ``ember/backend/kernel/llvm/small_gemm.py`` (21 us per step product;
+inline in the compiled plans' sequences and matmul steps, flex's native LSTM loop and
+its linear layer) and ``--clock cpu`` at load 8-12, four runs: eager 1.03x, 1.07x,
+1.06x, 1.11x; compiled 0.81x, 0.83x, 0.90x, 0.87x (torch 20.6-24 ms per step in these
+runs: its time moves the ratio by 0.05-0.1 from run to run; the last two with the
+dot-product form's 6 x 4 tiles, which ``ab_train_step.py`` measured at 0.925x of the
+compiled step before them). ``benchmarks/ab_train_step.py --base main --clock cpu --workloads
+lstm,lstmc,gruc`` (3 rounds, load 7-12): eager 45.7 -> 22.9 ms (0.55x), compiled 33.7
+-> 18.8 ms (0.56x), GRU compiled 0.53x. GRU in this script (load 12): eager 0.77x,
+compiled 0.38x (torch's GRU step is 48 ms here). After merging main (its own sgemm runs
+in inference plans only), ``--clock cpu``, load 4-5, two runs: LSTM eager 1.06x, 1.06x
+(19.4, 20.4 ms), compiled 0.85x, 0.88x (15.7, 16.9 ms), torch 18.8, 19.1 ms; GRU eager
+0.70x, compiled 0.32x (torch 42.3 ms). The compiled LSTM step's remaining time (CPU
+time, ``benchmarks/profile_compiled.py``'s per-step entries): the two directions'
+backward 3.2 ms each (64 cell backward passes, 64 dZ w_hh^T products, d w_hh), forward
+2.2 ms each (64 step products, 1.35 ms, and cells), the input gradient dY W_ih^T 1.9
+ms, d W_ih 1.4 ms, the input projections 1.3 + 0.4 ms.
 """
 
 from __future__ import annotations
@@ -38,7 +62,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ember
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from benchmarks.common import alternating_us, fmt, print_table, try_import_torch, use_clock
 from ember import Device, Module, Tensor
 from ember.module.foreign import load_foreign
 from ember.nn import GruConfig, Linear, LinearConfig, LstmConfig
@@ -194,6 +218,8 @@ def profile(kind: str) -> None:
 def main() -> None:
     args = sys.argv[1:]
     kind = "gru" if "gru" in args else "lstm"
+    if "--clock" in args:  # --clock cpu: process CPU time instead of wall-clock time
+        use_clock(args[args.index("--clock") + 1])
     if "--profile" in args:
         profile(kind)
         return

@@ -13,7 +13,7 @@ from ember.backend import linalg_host, philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
-from ember.backend.flex import blas, malloc
+from ember.backend.flex import blas, malloc, native_gemm
 from ember.backend.flex import cross_entropy as _cross_entropy
 from ember.backend.flex import gelu as _gelu
 from ember.backend.flex import grid_sample as _grid_sample
@@ -458,10 +458,12 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
             return NotImplemented
         token = quiet_set()  # inline rather than @quietly: a layer's kernel on every step
         try:
-            if x.ndim > 2:  # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
-                out = np.matmul(x.reshape(-1, x.shape[-1]), weight).reshape(x.shape[:-1] + weight.shape[-1:])
-            else:
-                out = np.matmul(x, weight)
+            # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
+            rows = x.reshape(-1, x.shape[-1]) if x.ndim > 2 else x
+            inline = native_gemm.matmul(rows, weight, bias) if rows.ndim == 2 and weight.ndim == 2 else None
+            if inline is not None:
+                return inline.reshape(x.shape[:-1] + weight.shape[-1:])
+            out = np.matmul(rows, weight).reshape(x.shape[:-1] + weight.shape[-1:])
             if bias is not None:
                 out += bias
             return out
@@ -490,11 +492,15 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
         token = quiet_set()  # inline rather than @quietly: a layer's kernel on every step
         try:
             g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
-            gx = np.matmul(g2, weight.T).reshape(grad.shape[:-1] + weight.shape[:1]) if need_x else None
+            gx = None
+            if need_x:
+                gx = native_gemm.matmul(g2, weight.T) if weight.ndim == 2 else None
+                gx = (gx if gx is not None else np.matmul(g2, weight.T)).reshape(grad.shape[:-1] + weight.shape[:1])
             gw = None
             if need_weight:
                 x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
-                gw = np.matmul(x2.T, g2)
+                gw = native_gemm.matmul(x2.T, g2) if g2.ndim == 2 else None
+                gw = gw if gw is not None else np.matmul(x2.T, g2)
             gb = np.add.reduce(g2, axis=0) if need_bias else None
             return gx, gw, gb
         finally:

@@ -49,9 +49,10 @@ def cached(key: tuple, build: Callable[[], Any]) -> Any:
     return _STATE[key]
 
 
-def compile_entry(emit: Callable[[Any], None], name: str) -> Any:
-    """A module with one ``void name(ptr, ptr, ptr)`` whose body ``emit(builder,
-    args)`` writes; its ctypes entry point (``None`` where it cannot compile)."""
+def compile_entry(emit: Callable[[Any], None], name: str, pointers: int = 3) -> Any:
+    """A module with one ``void name(ptr, ptr, ptr)`` (``pointers`` of them) whose body
+    ``emit(builder, args)`` writes; its ctypes entry point (``None`` where it cannot
+    compile)."""
     try:
         from llvmlite import ir
 
@@ -60,7 +61,7 @@ def compile_entry(emit: Callable[[Any], None], name: str) -> Any:
 
         module = ir.Module(name=name)
         ptr = ir.PointerType()
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 3), name=name)
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * pointers), name=name)
         for arg in fn.args:
             arg.add_attribute("noalias")
         fn.attributes.add("nounwind")
@@ -71,7 +72,7 @@ def compile_entry(emit: Callable[[Any], None], name: str) -> Any:
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
     p = ctypes.c_void_p
-    entry = ctypes.CFUNCTYPE(None, p, p, p)(compiled.addresses[name])
+    entry = ctypes.CFUNCTYPE(None, *([p] * pointers))(compiled.addresses[name])
     return compiled.engine, entry  # the engine owns the code
 
 

@@ -1,8 +1,9 @@
 """flex's recurrent sequences (``Backend.lstm_sequence``, ``gru_sequence`` and their
 backward passes): one direction of one layer over all steps in one call.
 
-Per step one ``h @ w_hh`` GEMM (written straight into the step's slot of the saved
-gates) and one cell call (:mod:`ember.backend.flex.lstm_cell`: native loops for
+Unmasked float32 runs the whole loop in one native call where the hidden size suits
+the inline product (:mod:`ember.backend.flex.native_sequence`). Otherwise per step one
+``h @ w_hh`` GEMM (written straight into the step's slot of the saved gates) and one cell call (:mod:`ember.backend.flex.lstm_cell`: native loops for
 float32, :mod:`ember.backend.flex.gru_cell`); the backward's per-step work is the
 cell's backward and one ``dZ_t @ w_hh^T``, and the hidden weight's gradient is one
 GEMM over all steps at the end. float32 and float64; other dtypes take the composite
@@ -15,7 +16,7 @@ import numpy as np
 
 from ember.backend.flex import gru_cell as gru
 from ember.backend.flex import lstm_cell as lstm
-from ember.backend.flex import native
+from ember.backend.flex import native, native_gemm, native_sequence
 from ember.backend.flex.quiet import quietly
 
 _FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -46,9 +47,11 @@ def _state_grad(grad: np.ndarray | None, like: np.ndarray) -> np.ndarray:
 
 
 def _weight_grad(h_in: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """``H^T dZ`` over all steps (one GEMM)."""
+    """``H^T dZ`` over all steps (one GEMM: float32 inline where it applies)."""
     s, b, n = h_in.shape
-    return h_in.reshape(s * b, n).T @ d.reshape(s * b, d.shape[-1])
+    h_rows, d_rows = h_in.reshape(s * b, n), d.reshape(s * b, d.shape[-1])
+    inline = native_gemm.matmul(h_rows.T, d_rows)
+    return inline if inline is not None else h_rows.T @ d_rows
 
 
 def _recur(proj, w_hh, states, valid, reverse, gates, cell):
@@ -84,7 +87,9 @@ def lstm_sequence(proj, w_hh, h0, c0, valid, reverse):
     z = np.empty_like(proj)
     kernels = native.kernels(proj.shape[1] * proj.shape[2]) if proj.dtype == _F32 and valid is None else None
     if kernels is not None:
-        return _lstm_native(kernels, np.ascontiguousarray(proj), w_hh, np.ascontiguousarray(h0), c0, reverse, z)
+        proj, h0 = np.ascontiguousarray(proj), np.ascontiguousarray(h0)
+        whole = native_sequence.lstm_forward(kernels, proj, w_hh, h0, c0, reverse)
+        return whole if whole is not None else _lstm_native(kernels, proj, w_hh, h0, c0, reverse, z)
 
     def cell(t, states):
         z[t] += proj[t]
@@ -157,7 +162,8 @@ def lstm_sequence_backward(w_hh, valid, reverse, h_in, c_in, c_n, z, grad_y, gra
     kernels = native.kernels(z[0].size) if z.dtype == _F32 and valid is None else None
     if kernels is not None:
         c_n, c_in, z = (np.ascontiguousarray(a) for a in (c_n, c_in, z))
-        d_z, dh, dc = _lstm_backward_native(kernels, w_t, runs, c_in, c_n, z, grad_y, dh, dc)
+        whole = native_sequence.lstm_backward(kernels, w_hh, reverse, c_in, c_n, z, grad_y, dh, dc)
+        d_z, dh, dc = whole or _lstm_backward_native(kernels, w_t, runs, c_in, c_n, z, grad_y, dh, dc)
         return d_z, _weight_grad(h_in, d_z), dh, dc
     d_z = np.empty_like(z)
     for k in range(steps - 1, -1, -1):

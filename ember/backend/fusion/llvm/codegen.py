@@ -30,13 +30,16 @@ from llvmlite import ir
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
-from ember.backend.fusion.llvm.sgemm import host_blocking, own_sgemm
+from ember.backend.fusion.llvm.sgemm import host_blocking, inline_form, own_sgemm
 from ember.backend.fusion.llvm.support import blas_layout
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
+from ember.backend.kernel.llvm import small_gemm
+from ember.backend.kernel.llvm.builder import KernelBuilder
 from ember.backend.kernel.llvm.gemm import gemm_function
 from ember.backend.kernel.llvm.loops import KernelEmitter, Loops
 from ember.backend.kernel.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.kernel.llvm.ops import OpEmitter
+from ember.backend.kernel.llvm.small_gemm import Operand
 from ember.backend.kernel.steps import Kernel, Matmul
 from ember.backend.kernel.views import View, size_of
 
@@ -395,6 +398,10 @@ class ModuleBuilder:
             and not la[0]
             and not lb[0]
         )
+        lanes = small_gemm.lanes(self.vector_width)
+        single = self.blas is not None and self.blas.threads <= 1
+        form = inline_form(use_blas and single and vector is None and not own, step.dtype, la, lb, m, n, k, lanes)
+        inline, dots = form == "inline", form == "dots"
 
         def one(indices: list[ir.Value]) -> None:
             a_off = _offset(b, a_view, indices)
@@ -403,7 +410,15 @@ class ModuleBuilder:
             a_ptr = b.gep(pa, [a_off], source_etype=t)
             b_ptr = b.gep(pb, [b_off], source_etype=t)
             c_ptr = b.gep(pc, [c_off], source_etype=t)
-            if use_blas and vector is not None:
+            if inline:
+                assert lb is not None  # inline says so
+                a_rows = Operand(a_ptr, a_view.strides[-2], a_view.strides[-1])
+                small_gemm.emit_gemm(KernelBuilder(b), m, n, k, a_rows, Operand(b_ptr, lb[1]), Operand(c_ptr, n), lanes)
+            elif dots:
+                assert la is not None and lb is not None  # dots says so
+                rows_a, rows_b = Operand(a_ptr, la[1]), Operand(b_ptr, lb[1])
+                small_gemm.emit_gemm_nt(KernelBuilder(b), m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
+            elif use_blas and vector is not None:
                 assert self.blas is not None and gemv is not None  # vector says so
                 nt = I64 if self.blas.int_bits == 64 else I32
                 flipped, rows, cols, ld, x_inc, y_inc, matrix_is_a = vector

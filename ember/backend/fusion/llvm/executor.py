@@ -44,6 +44,7 @@ from ember.backend.fusion.llvm.sgemm import own_sgemm
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.llvm.variant import Variant
 from ember.backend.fusion.plan import Executor, Plan
+from ember.backend.kernel.llvm import small_gemm
 
 
 class LLVMExecutor(Executor):
@@ -67,8 +68,9 @@ class LLVMExecutor(Executor):
         return plan
 
     def settings_key(self, graph: Graph) -> tuple:
-        """Which float32 product the plan runs (``EMBER_GEMM``, read per plan)."""
-        return (own_sgemm(graph) is not None,)
+        """Which float32 product the plan runs (``EMBER_GEMM``, read per plan): ember's own,
+        and whether products may run as inline loops."""
+        return (own_sgemm(graph) is not None, small_gemm.enabled())
 
 
 class LLVMPlan(Plan):

@@ -26,7 +26,9 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.library import Emitter, LibraryOp
+from ember.backend.kernel.llvm import small_gemm
 from ember.backend.kernel.llvm.mathlib import I64, mem_type
+from ember.backend.kernel.llvm.small_gemm import Operand
 
 _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
@@ -190,27 +192,47 @@ class _Sequence:
 
         e.span(0, self.batch, row)
 
-    def add_recurrent(self, h: ir.Value, w_hh: ir.Value, gates_t: ir.Value) -> None:
-        """``gates_t += h @ w_hh``."""
+    def _inline_gemm(self, m: int, n: int, k: int, a: ir.Value, b_rows: ir.Value, c: ir.Value, add: ir.Value | None):
+        """``c = a @ b_rows (+ add)`` (row-major, dense) as inline vector loops
+        (:mod:`ember.backend.kernel.llvm.small_gemm`); ``False`` where they do not apply."""
+        if not small_gemm.enabled():
+            return False
+        lanes = small_gemm.lanes(self.e.module.vector_width)
+        addend = None if add is None else Operand(add, n)
+        return small_gemm.emit_gemm(self.e, m, n, k, Operand(a, k), Operand(b_rows, n), Operand(c, n), lanes, addend)
+
+    def add_recurrent(self, h: ir.Value, w_hh: ir.Value, gates_t: ir.Value, inputs_t: ir.Value | None = None) -> None:
+        """``gates_t = inputs_t + h @ w_hh`` (``gates_t += h @ w_hh`` without ``inputs_t``)."""
         n, width = self.n, self.width
+        if self._inline_gemm(self.batch, width, n, h, w_hh, gates_t, gates_t if inputs_t is None else inputs_t):
+            return
+        if inputs_t is not None:
+            _copy(self.e, inputs_t, gates_t, self.batch * width)
         self.e.gemm(_F32, False, False, self.batch, width, n, h, n, w_hh, width, _ONE, gates_t, width)
 
     def state_grad(self, d_gates: ir.Value, w_t: ir.Value, dh: ir.Value, accumulate: bool) -> None:
         """``dh = d_gates w_hh^T`` (``+= `` when ``accumulate``), ``w_t`` being ``w_hh^T``."""
         n, width = self.n, self.width
+        if self._inline_gemm(self.batch, n, width, d_gates, w_t, dh, dh if accumulate else None):
+            return
         beta = _ONE if accumulate else _ZERO
         self.e.gemm(_F32, False, False, self.batch, n, width, d_gates, width, w_t, n, beta, dh, n)
 
     def weight_grad(self, h_in: ir.Value, d_gates: ir.Value, d_w: ir.Value) -> None:
         """``d_w = h_in^T d_gates`` over all steps."""
-        n, width = self.n, self.width
+        n, width, rows = self.n, self.width, self.steps * self.batch
+        lanes = small_gemm.lanes(self.e.module.vector_width)
+        if small_gemm.enabled() and small_gemm.emit_gemm(
+            self.e, n, width, rows, Operand(h_in, 1, n), Operand(d_gates, width), Operand(d_w, width), lanes
+        ):
+            return
         self.e.gemm(_F32, True, False, n, width, self.steps * self.batch, h_in, n, d_gates, width, _ZERO, d_w, width)
 
 
 def _lstm_sequence(e: Emitter) -> None:
     proj_ref, w_ref, h0_ref, c0_ref, valid_ref, reverse = e.node.args
     seq = _Sequence(e, proj_ref, 4, _arg(e, valid_ref), reverse)
-    n, width, state = seq.n, seq.width, seq.state
+    n, state = seq.n, seq.state
     proj, w_hh, h0, c0 = (e.args[r] for r in (proj_ref, w_ref, h0_ref, c0_ref))
     y, h, c, h_in, c_in, z = e.outs
     b, cell = e.b, _Cell(e)
@@ -221,8 +243,7 @@ def _lstm_sequence(e: Emitter) -> None:
         _copy(e, h, e.at(h_in, s.at_state, _F32), state)
         _copy(e, c, e.at(c_in, s.at_state, _F32), state)
         z_t = e.at(z, s.at_gates, _F32)
-        _copy(e, e.at(proj, s.at_gates, _F32), z_t, seq.batch * width)
-        seq.add_recurrent(h, w_hh, z_t)
+        seq.add_recurrent(h, w_hh, z_t, e.at(proj, s.at_gates, _F32))
 
         def col(m: ir.Value | None, base_z: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
             i, f, g, o = cell.gates(z_t, base_z, n, j)

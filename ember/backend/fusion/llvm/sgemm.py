@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph
-from ember.backend.kernel.llvm import jit
+from ember.backend.kernel.llvm import jit, small_gemm
 from ember.backend.kernel.llvm.gemm import Blocking, blocking
 
 #: Environment variable: ``auto`` (default), ``blas`` or ``ember``.
@@ -66,4 +68,35 @@ def host_blocking() -> Blocking:
     return blocking(jit.vector_width())
 
 
-__all__ = ["GEMM_ENV", "WIDE_CORES", "computes_gradients", "host_blocking", "own_sgemm"]
+def inline_form(
+    eligible: bool,
+    dtype: np.dtype,
+    la: tuple[bool, int] | None,
+    lb: tuple[bool, int] | None,
+    m: int,
+    n: int,
+    k: int,
+    lanes: int,
+) -> str | None:
+    """Where a product that does not run ember's own product runs as
+    :mod:`~ember.backend.kernel.llvm.small_gemm`'s inline loops: ``"inline"`` (``A @ B``,
+    ``B``'s rows dense), ``"dots"`` (``B`` stored transposed, as ``dY W^T``: dot products
+    of dense rows) or ``None`` (BLAS). ``eligible``: the product would call a
+    single-threaded BLAS's ``?gemm`` (a multi-threaded one keeps its products: the loops
+    run on one core)."""
+    if not eligible or dtype != np.dtype(np.float32) or not small_gemm.enabled() or la is None or lb is None:
+        return None
+    if not lb[0] and m >= small_gemm.ROWS and small_gemm.applies(n, lanes):
+        return "inline"
+    if (
+        not la[0]
+        and lb[0]
+        and m >= small_gemm.DOT_ROWS
+        and n >= small_gemm.DOT_COLS
+        and small_gemm.applies_nt(k, lanes)
+    ):
+        return "dots"
+    return None
+
+
+__all__ = ["GEMM_ENV", "WIDE_CORES", "computes_gradients", "host_blocking", "inline_form", "own_sgemm"]

@@ -1,0 +1,80 @@
+"""flex's float32 matrix products as the inline vector loops compiled plans emit
+(:mod:`ember.backend.kernel.llvm.small_gemm`), compiled per shape and layout for the
+host: ``linear`` forward (the bias as the product's addend) and backward, and the
+recurrent layers' weight gradients, so eager runs the same product as compiled code.
+
+A product applies when it is float32, 2-D, ``A`` read through any element strides,
+``B``'s rows dense, ``n`` whole vectors of the host, at least one register tile of rows
+and :data:`MIN_WORK` multiply-adds (a shape's compile, about 30 ms and once per
+machine thanks to the object cache, is then won back within a few calls), with BLAS on
+one thread (``EMBER_NUM_THREADS``, default 1: the loops run on one core). Otherwise, and
+under ``EMBER_FLEX_NATIVE=0`` or ``EMBER_GEMM=blas``, the callers keep numpy.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ember.backend.flex import blas, native
+from ember.backend.flex.native_pool import cached, compile_entry
+
+_F32 = np.dtype(np.float32)
+#: Smaller products stay with numpy (BLAS's set-up is small beside them anyway).
+MIN_WORK = 1 << 20
+
+
+def _lanes() -> int:
+    from ember.backend.kernel.llvm import jit, small_gemm
+
+    return small_gemm.lanes(jit.vector_width())
+
+
+def _elements(strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    if any(s % 4 or s < 0 for s in strides):
+        return None
+    return tuple(s // 4 for s in strides)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray | None:
+    """``a @ b (+ bias)`` for ``a`` ``[m, k]``, ``b`` ``[k, n]`` and ``bias`` ``[n]``, or
+    ``None`` where the inline product does not apply (see the module docstring)."""
+    from ember.backend.kernel.llvm import small_gemm
+
+    if a.dtype != _F32 or b.dtype != _F32 or a.ndim != 2 or b.ndim != 2 or (bias is not None and bias.dtype != _F32):
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if m < small_gemm.ROWS or m * n * k < MIN_WORK or not small_gemm.applies(n, _lanes()) or not small_gemm.enabled():
+        return None
+    loaded = blas.load()
+    if os.environ.get(native.NATIVE_ENV, "1") == "0" or (loaded is not None and loaded.threads > 1):
+        return None  # off, or a multi-threaded BLAS (the loops run on one core)
+    a_strides, b_strides = _elements(a.strides), _elements(b.strides)
+    if a_strides is None or b_strides is None or b_strides[1] != 1:
+        b = np.ascontiguousarray(b)
+        b_strides = (n, 1)
+    if a_strides is None:
+        a = np.ascontiguousarray(a)
+        a_strides = (k, 1)
+    with_bias = bias is not None
+
+    def emit(parts: Any) -> None:
+        from ember.backend.kernel.llvm.small_gemm import Operand
+
+        e, (pa, pb, pc, pd) = parts
+        addend = Operand(pd, 0) if with_bias else None  # the bias row, broadcast over the rows
+        small_gemm.emit_gemm(
+            e, m, n, k, Operand(pa, *a_strides), Operand(pb, b_strides[0]), Operand(pc, n), _lanes(), addend
+        )
+
+    key = ("gemm", m, n, k, a_strides, b_strides[0], with_bias)
+    name = f"ember_gemm_{m}_{n}_{k}_{a_strides[0]}_{a_strides[1]}_{b_strides[0]}_{int(with_bias)}"
+    found = cached(key, lambda: compile_entry(emit, name, pointers=4))
+    if found is None:
+        return None
+    out = np.empty((m, n), _F32)
+    d = np.ascontiguousarray(bias) if bias is not None else out
+    found[1](native.address(a), native.address(b), native.address(out), native.address(d))
+    return out

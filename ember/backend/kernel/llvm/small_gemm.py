@@ -1,0 +1,266 @@
+"""A float32 matrix product for small, fixed shapes, emitted inline as register-tiled
+vector loops: ``C = A @ B`` (plus an addend ``D``, which may be ``C`` itself).
+
+The recurrent sequences run one ``[batch, n] x [n, 4n]`` product per step (and its
+transpose in the backward pass), 64 and more times with the same weight. Through
+BLAS each call pays its set-up and packs the weight again, and the BLAS a process
+loads may not use the host's widest vectors (an ``OPENBLAS_CORETYPE`` pinned to AVX2
+kernels on an AVX-512 machine). Here the sizes are constants of the emitted code, the
+weight's rows are read in place (a ``[k, v * width]`` panel stays in cache across the
+row tiles), and each tile of ``rows x v * width`` outputs accumulates in registers over
+the whole ``k`` loop with one fused multiply-add per vector and step.
+
+``emit_gemm`` emits the product where it applies (``n`` a multiple of the vector width)
+and returns ``False`` otherwise, so the caller keeps its BLAS call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import numpy as np
+from llvmlite import ir
+
+from ember.backend.kernel.llvm.builder import KernelBuilder
+from ember.backend.kernel.llvm.mathlib import I64
+
+_F32 = ir.FloatType()
+#: Rows of a register tile and vectors per row: 8 x 2 accumulators, 2 weight loads and
+#: 8 broadcasts per 16 multiply-adds.
+ROWS, VECTORS = 8, 2
+#: Reductions longer than ``LONG`` run in blocks of ``BLOCK`` (each block's ``A`` and
+#: ``B`` rows stay in the core's cache while its column tiles read them), each block
+#: after the first adding into ``C``.
+LONG, BLOCK = 512, 256
+
+
+class Operand(NamedTuple):
+    """A float32 matrix at ``ptr``: element ``(i, j)`` at ``i * row + j * col``."""
+
+    ptr: ir.Value
+    row: int
+    col: int = 1
+
+
+#: ``EMBER_GEMM=blas`` (fusion's setting for ember's own product, ``fusion/llvm/sgemm.py``)
+#: keeps every float32 product on BLAS, these loops included.
+INLINE_ENV = "EMBER_GEMM"
+
+
+def enabled() -> bool:
+    """Whether float32 products may run as these loops (where they apply)."""
+    return os.environ.get(INLINE_ENV, "auto").strip().lower() != "blas"
+
+
+def lanes(vector_bits: int | None) -> int:
+    """float32 lanes of the host's preferred vectors (8 without AVX-512)."""
+    return (vector_bits or 256) // 32
+
+
+def applies(n: int, width: int) -> bool:
+    """Whether :func:`emit_gemm` handles ``n`` output columns with ``width`` lanes."""
+    return n > 0 and n % width == 0
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def _fma(module: ir.Module, vec: ir.VectorType) -> ir.Function:
+    name = f"llvm.fma.v{vec.count}f32"
+    existing = module.globals.get(name)
+    if isinstance(existing, ir.Function):
+        return existing
+    return ir.Function(module, ir.FunctionType(vec, [vec, vec, vec]), name=name)
+
+
+def emit_gemm(
+    kb: KernelBuilder,
+    m: int,
+    n: int,
+    k: int,
+    a: Operand,
+    b_rows: Operand,
+    c: Operand,
+    width: int,
+    addend: Operand | None = None,
+) -> bool:
+    """``C[m, n] = A[m, k] @ B[k, n] (+ D)``: ``B`` and ``C`` (and ``D``) with unit column
+    strides, ``A`` with any strides (a transposed ``A`` is ``Operand(ptr, 1, lda)``).
+    ``False`` (nothing emitted) where ``n`` is not a multiple of ``width``."""
+    if not applies(n, width) or m <= 0 or k <= 0 or b_rows.col != 1 or c.col != 1:
+        return False
+    if k <= LONG:
+        _emit_block(kb, m, n, k, a, b_rows, c, width, addend)
+        return True
+    b = kb.b
+
+    def block(k0: ir.Value, size: int, add: Operand | None) -> None:
+        a_k0 = Operand(b.gep(a.ptr, [b.mul(k0, _c(a.col))], source_etype=_F32), a.row, a.col)
+        b_k0 = Operand(b.gep(b_rows.ptr, [b.mul(k0, _c(b_rows.row))], source_etype=_F32), b_rows.row)
+        _emit_block(kb, m, n, size, a_k0, b_k0, c, width, add)
+
+    blocks, tail = divmod(k, BLOCK)
+    block(_c(0), BLOCK, addend)
+    if blocks > 1:
+
+        def later(q: ir.Value, _: list) -> list:
+            block(b.mul(b.add(q, _c(1)), _c(BLOCK)), BLOCK, c)
+            return []
+
+        kb.loops.run(blocks - 1, later)
+    if tail:
+        block(_c(blocks * BLOCK), tail, c)
+    return True
+
+
+def _emit_block(
+    kb: KernelBuilder,
+    m: int,
+    n: int,
+    k: int,
+    a: Operand,
+    b_rows: Operand,
+    c: Operand,
+    width: int,
+    addend: Operand | None,
+) -> None:
+    """:func:`emit_gemm` over one block of the reduction (its operands as given)."""
+    b = kb.b
+    vec = ir.VectorType(_F32, width)
+    fma = _fma(b.module, vec)
+    zero = ir.Constant(vec, [0.0] * width)
+    groups = n // width  # vectors per output row
+
+    def tile(row0: ir.Value, col0: ir.Value, rows: int, vectors: int) -> None:
+        def step(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            base_b = b.add(b.mul(p, _c(b_rows.row)), col0)
+            ws = [_load(b, b_rows.ptr, b.add(base_b, _c(v * width)), vec) for v in range(vectors)]
+            out: list[ir.Value] = []
+            for r in range(rows):
+                at = b.add(b.mul(b.add(row0, _c(r)), _c(a.row)), b.mul(p, _c(a.col)))
+                x = kb.load(a.ptr, at, np.dtype(np.float32))
+                splat = b.shuffle_vector(
+                    b.insert_element(ir.Constant(vec, ir.Undefined), x, ir.Constant(ir.IntType(32), 0)),
+                    ir.Constant(vec, ir.Undefined),
+                    ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width),
+                )
+                out.extend(b.call(fma, [splat, ws[v], accs[r * vectors + v]]) for v in range(vectors))
+            return out
+
+        accs = kb.loops.run(k, step, [zero] * (rows * vectors))
+        for r in range(rows):
+            row = b.add(row0, _c(r))
+            for v in range(vectors):
+                col = b.add(col0, _c(v * width))
+                value = accs[r * vectors + v]
+                if addend is not None:
+                    value = b.fadd(value, _load(b, addend.ptr, b.add(b.mul(row, _c(addend.row)), col), vec))
+                _store(b, value, c.ptr, b.add(b.mul(row, _c(c.row)), col))
+
+    def columns(col_lo: int, count: int, vectors: int) -> None:
+        """Column tiles of ``vectors`` vectors from column ``col_lo``, ``count`` of them."""
+        if count <= 0:
+            return
+
+        def over_cols(j: ir.Value, _: list) -> list:
+            col0 = b.add(_c(col_lo), b.mul(j, _c(vectors * width)))
+            full, rest = divmod(m, ROWS)
+            if full:
+
+                def row_tile(i: ir.Value, _: list) -> list:
+                    tile(b.mul(i, _c(ROWS)), col0, ROWS, vectors)
+                    return []
+
+                kb.loops.run(full, row_tile)
+            if rest:
+                tile(_c(full * ROWS), col0, rest, vectors)
+            return []
+
+        kb.loops.run(count, over_cols)
+
+    full_tiles, rest_vectors = divmod(groups, VECTORS)
+    columns(0, full_tiles, VECTORS)
+    columns(full_tiles * VECTORS * width, 1 if rest_vectors else 0, rest_vectors)
+
+
+#: The dot-product form's tile: 6 rows of ``A`` by 4 rows of ``B^T`` (24 accumulators; 4 x 4
+#: measured 0.7x as fast at [2048, 512] x [512, 128]^T).
+DOT_ROWS, DOT_COLS = 6, 4
+
+
+def applies_nt(k: int, width: int) -> bool:
+    """Whether :func:`emit_gemm_nt` handles a reduction of length ``k``."""
+    return k > 0 and k % width == 0
+
+
+def emit_gemm_nt(kb: KernelBuilder, m: int, n: int, k: int, a: Operand, b_t: Operand, c: Operand, width: int) -> bool:
+    """``C[m, n] = A[m, k] @ B^T`` with ``B^T`` ``[n, k]`` given by its rows: each output a
+    dot product of two dense rows, ``DOT_ROWS x DOT_COLS`` of them accumulated as vectors
+    over ``k`` and summed across lanes at the end (the products ``dY W^T`` of a linear
+    layer's backward, whose ``B`` is the weight transposed). ``False`` (nothing emitted)
+    where ``k`` is not a multiple of ``width`` or a row is not dense."""
+    if not applies_nt(k, width) or m <= 0 or n <= 0 or a.col != 1 or b_t.col != 1 or c.col != 1:
+        return False
+    b = kb.b
+    vec = ir.VectorType(_F32, width)
+    fma = _fma(b.module, vec)
+    zero = ir.Constant(vec, [0.0] * width)
+    reduce_name = f"llvm.vector.reduce.fadd.v{width}f32"
+    found = b.module.globals.get(reduce_name)
+    reduce = (
+        found
+        if isinstance(found, ir.Function)
+        else ir.Function(b.module, ir.FunctionType(_F32, [_F32, vec]), name=reduce_name)
+    )
+
+    def tile(row0: ir.Value, col0: ir.Value, rows: int, cols: int) -> None:
+        def step(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            at = b.mul(p, _c(width))
+            xs = [_load(b, a.ptr, b.add(b.mul(b.add(row0, _c(r)), _c(a.row)), at), vec) for r in range(rows)]
+            ws = [_load(b, b_t.ptr, b.add(b.mul(b.add(col0, _c(j)), _c(b_t.row)), at), vec) for j in range(cols)]
+            return [b.call(fma, [xs[r], ws[j], accs[r * cols + j]]) for r in range(rows) for j in range(cols)]
+
+        accs = kb.loops.run(k // width, step, [zero] * (rows * cols))
+        for r in range(rows):
+            for j in range(cols):
+                total = b.call(reduce, [ir.Constant(_F32, 0.0), accs[r * cols + j]], fastmath=("reassoc",))
+                index = b.add(b.mul(b.add(row0, _c(r)), _c(c.row)), b.add(col0, _c(j)))
+                b.store(total, b.gep(c.ptr, [index], source_etype=_F32), align=4)
+
+    def cols_of(row0: ir.Value, rows: int) -> None:
+        """The column tiles of one row tile (its ``A`` rows stay in cache, ``B^T`` streams)."""
+        full, rest = divmod(n, DOT_COLS)
+        if full:
+
+            def col_tile(j: ir.Value, _: list) -> list:
+                tile(row0, b.mul(j, _c(DOT_COLS)), rows, DOT_COLS)
+                return []
+
+            kb.loops.run(full, col_tile)
+        if rest:
+            tile(row0, _c(full * DOT_COLS), rows, rest)
+
+    full_rows, rest_rows = divmod(m, DOT_ROWS)
+    if full_rows:
+
+        def row_tile(i: ir.Value, _: list) -> list:
+            cols_of(b.mul(i, _c(DOT_ROWS)), DOT_ROWS)
+            return []
+
+        kb.loops.run(full_rows, row_tile)
+    if rest_rows:
+        cols_of(_c(full_rows * DOT_ROWS), rest_rows)
+    return True
+
+
+def _load(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value, vec: ir.VectorType) -> ir.Value:
+    return b.load(b.gep(ptr, [index], source_etype=_F32), typ=vec, align=4)
+
+
+def _store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, index: ir.Value) -> None:
+    b.store(value, b.gep(ptr, [index], source_etype=_F32), align=4)
+
+
+__all__ = ["Operand", "applies", "applies_nt", "emit_gemm", "emit_gemm_nt", "enabled", "lanes"]
