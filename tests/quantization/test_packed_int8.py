@@ -95,15 +95,15 @@ def test_the_default_path_packs_each_weight_once_from_a_tile_of_rows(rng):
     quantized_linear(
         rng.standard_normal((rows - 1, k)).astype(np.float32), values, scales, None, None, None, "int8", k, "dynamic"
     )
-    assert id(values) not in flex_quantized._PACKED  # fewer rows: the unpacked kernels
+    assert (id(values), None) not in flex_quantized._PACKED  # fewer rows: the unpacked kernels
     x = rng.standard_normal((rows, k)).astype(np.float32)
     got = quantized_linear(x, values, scales, None, None, None, "int8", k, "dynamic")
-    packed = flex_quantized._PACKED[id(values)][1]
+    packed = flex_quantized._PACKED[(id(values), None)][1]
     np.testing.assert_array_equal(packed, pack_int8(values))
     quantized_linear(x, values, scales, None, None, None, "int8", k, "dynamic")
-    assert flex_quantized._PACKED[id(values)][1] is packed  # packed once
+    assert flex_quantized._PACKED[(id(values), None)][1] is packed  # packed once
     np.testing.assert_allclose(got, exact(x, values, scales, None), rtol=2e-6, atol=1e-5)
-    key = id(values)
+    key = (id(values), None)
     del values
     gc.collect()
     assert key not in flex_quantized._PACKED  # dropped with its weight

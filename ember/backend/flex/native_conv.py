@@ -38,36 +38,24 @@ def columns(
     ``x``'s dtype; returns ``cols``, or ``None`` where the kernel does not apply."""
     if not enabled(cols.size, x.dtype) or any(p < 0 for p in pad) or cols.dtype != x.dtype:
         return None
-    from llvmlite import ir
 
     from ember.backend.kernel.llvm.columns import Windows
     from ember.backend.kernel.llvm.columns import columns as emit_columns
-    from ember.backend.kernel.llvm.mathlib import I64
 
     n, c_in = x.shape[:2]
     dtype = x.dtype
     windows = Windows(
         c_in // groups, tuple(x.shape[2:]), tuple(kernel), tuple(out), tuple(stride), tuple(pad), tuple(dilation)
     )
-    plane, positions = int(np.prod(windows.spatial)), int(np.prod(out))
-    ck = windows.cg * int(np.prod(kernel))
-    ld = n * positions
+    ld = n * int(np.prod(out))
 
     def emit(parts: Any) -> None:
         e, (src, dst, _unused) = parts
-        b = e.b
 
-        def sample(i: ir.Value, _: list) -> list:
-            first = b.mul(i, ir.Constant(I64, positions))
-            for g in range(groups):
-                x_base = b.mul(
-                    b.add(b.mul(i, ir.Constant(I64, c_in)), ir.Constant(I64, g * windows.cg)), ir.Constant(I64, plane)
-                )
-                block = e.at(dst, ir.Constant(I64, g * ck * ld), dtype)
-                emit_columns(e, windows, src, x_base, block, dtype, ld, first)
-            return []
+        def group(_g: int, x_base: Any, block: Any, first: Any) -> None:
+            emit_columns(e, windows, src, x_base, block, dtype, ld, first)
 
-        e.loops.run(n, sample)
+        _per_sample_group(e, windows, n, c_in, groups, dst, dtype, group)
 
     found = cached(("columns", dtype.str, n, c_in, groups, windows), lambda: compile_entry(emit, "ember_im2col"))
     if found is None:
@@ -104,27 +92,17 @@ def col2im(
 
     geometry = (tuple(kernel), tuple(windows_out), tuple(stride), tuple(pad), tuple(dilation))
     windows = Windows(channels // groups, tuple(y_shape[2:]), *geometry)
-    plane, positions = int(np.prod(windows.spatial)), int(np.prod(windows_out))
     ck = windows.cg * int(np.prod(kernel))
-    ld = n * positions
+    ld = n * int(np.prod(windows_out))
 
     def emit(parts: Any) -> None:
         e, (src, dst, bias_ptr) = parts
-        b = e.b
 
-        def sample(i: ir.Value, _: list) -> list:
-            first = b.mul(i, ir.Constant(I64, positions))
-            for g in range(groups):
-                x_base = b.mul(
-                    b.add(b.mul(i, ir.Constant(I64, channels)), ir.Constant(I64, g * windows.cg)),
-                    ir.Constant(I64, plane),
-                )
-                block = e.at(src, ir.Constant(I64, g * ck * ld), dtype)
-                per_channel = (bias_ptr, ir.Constant(I64, g * windows.cg)) if with_bias else None
-                emit_image(e, windows, block, dst, x_base, dtype, ld, first, per_channel)
-            return []
+        def group(g: int, x_base: Any, block: Any, first: Any) -> None:
+            per_channel = (bias_ptr, ir.Constant(I64, g * windows.cg)) if with_bias else None
+            emit_image(e, windows, block, dst, x_base, dtype, ld, first, per_channel)
 
-        e.loops.run(n, sample)
+        _per_sample_group(e, windows, n, channels, groups, src, dtype, group)
 
     def build() -> Any:
         return compile_entry(emit, "ember_col2im") if col2im_fits(windows) else None
@@ -175,3 +153,31 @@ def image_from_columns(
 
 
 __all__ = ["col2im", "columns", "image_from_columns"]
+
+
+def _per_sample_group(
+    e: Any, windows: Any, n: int, channels: int, groups: int, cols: Any, dtype: np.dtype, body: Callable
+) -> None:
+    """A loop over the batch's ``n`` samples calling ``body(g, x_base, block, first)``
+    for each group ``g``: the image's offset of the group's first channel, the group's
+    block of the column buffer ``cols`` ``[G, Cg * prod(kernel), N * prod(out)]`` and
+    the sample's first column."""
+    from llvmlite import ir
+
+    from ember.backend.kernel.llvm.mathlib import I64
+
+    b = e.b
+    plane, positions = int(np.prod(windows.spatial)), int(np.prod(windows.out))
+    ck = windows.cg * int(np.prod(windows.kernel))
+    ld = n * positions
+
+    def sample(i: Any, _: list) -> list:
+        first = b.mul(i, ir.Constant(I64, positions))
+        for g in range(groups):
+            x_base = b.mul(
+                b.add(b.mul(i, ir.Constant(I64, channels)), ir.Constant(I64, g * windows.cg)), ir.Constant(I64, plane)
+            )
+            body(g, x_base, e.at(cols, ir.Constant(I64, g * ck * ld), dtype), first)
+        return []
+
+    e.loops.run(n, sample)

@@ -20,14 +20,13 @@ tensor-level composite.
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Any
 
 import numpy as np
 
 from ember.backend.flex.module_ops import native_columns, scratch
 from ember.backend.flex.quant_kernels import quant_kernels
-from ember.backend.flex.quantized import dequantized_tiles, int8_gemm
+from ember.backend.flex.quantized import dequantized_tiles, derived, int8_gemm
 
 __all__ = ["quantized_conv"]
 
@@ -37,7 +36,7 @@ _F32 = np.dtype(np.float32)
 _TRANSPOSE_ROWS = 16
 #: Int8 weights padded with zero columns (one array per group), keyed by ``id`` of the values they were padded
 #: from (dropped with that array).
-_PADDED: dict[int, tuple[Any, list[np.ndarray]]] = {}
+_PADDED: dict[Any, tuple[Any, list[np.ndarray]]] = {}
 
 
 def quantized_conv(
@@ -108,19 +107,14 @@ def _padded_groups(values: np.ndarray, groups: int, k: int) -> list[np.ndarray]:
     """``values`` (int8 ``[N, K]``) with zero columns up to ``k``, split into ``groups``
     contiguous row blocks; made once per array (the same arrays every call, so the
     packed kernels' cache of packed weights holds)."""
-    key = id(values)
-    held = _PADDED.get(key)
-    if held is not None and held[0]() is values and len(held[1]) == groups and held[1][0].shape[1] == k:
-        return held[1]
     rows = values.shape[0] // groups
-    parts = []
-    for g in range(groups):
-        padded = np.zeros((rows, k), dtype=values.dtype)
-        padded[:, : values.shape[1]] = values[g * rows : (g + 1) * rows]
-        parts.append(padded)
 
-    def drop(_: Any) -> None:
-        _PADDED.pop(key, None)
+    def pad() -> list[np.ndarray]:
+        parts = []
+        for g in range(groups):
+            padded = np.zeros((rows, k), dtype=values.dtype)
+            padded[:, : values.shape[1]] = values[g * rows : (g + 1) * rows]
+            parts.append(padded)
+        return parts
 
-    _PADDED[key] = (weakref.ref(values, drop), parts)
-    return parts
+    return derived(_PADDED, values, (groups, k), pad)

@@ -39,7 +39,7 @@ PACKED_ROWS = PACKED_TILES[0][0]
 PACKED_KC = 4096
 #: Packed weights, keyed by ``id`` of the int8 values they were packed from (dropped
 #: with that array).
-_PACKED: dict[int, tuple[Any, np.ndarray]] = {}
+_PACKED: dict[Any, tuple[Any, np.ndarray]] = {}
 
 
 def quantized_linear(
@@ -250,15 +250,7 @@ def int8_gemm(
     # read the whole weight again for it.
     tile_m = INT8_TILES[0][0]
     mp = m if m < tile_m else -(-m // tile_m) * tile_m
-    xq = np.empty((mp, k), dtype=np.int8)
-    sx = np.empty(mp, dtype=_F32)
-    xsum = np.empty(mp, dtype=np.int32)
-    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
-    kernels.quantize_rows(address(rows), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static))
-    if mp > m:
-        xq[m:] = 0
-        sx[m:] = 0.0
-        xsum[m:] = 0
+    xq, sx, xsum = _quantized_rows(kernels, rows, mp, input_scale)
     values = np.ascontiguousarray(values)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
     out = np.empty((mp, n), dtype=_F32)
@@ -281,19 +273,41 @@ def int8_gemm(
     return out[:m]
 
 
-def packed_weight(values: np.ndarray) -> np.ndarray:
-    """``values`` (int8 ``[N, K]``) packed for the packed kernels, once per array."""
-    key = id(values)
-    held = _PACKED.get(key)
+def derived(cache: dict[Any, tuple[Any, Any]], values: np.ndarray, tag: Any, make: Any) -> Any:
+    """``make()``, computed once per array ``values`` (and ``tag``) and kept in ``cache``
+    until that array is freed (keyed by its ``id``, checked through a weak reference)."""
+    key = (id(values), tag)
+    held = cache.get(key)
     if held is not None and held[0]() is values:
         return held[1]
-    packed = pack_int8(np.ascontiguousarray(values))
+    made = make()
 
     def drop(_: Any) -> None:
-        _PACKED.pop(key, None)
+        cache.pop(key, None)
 
-    _PACKED[key] = (weakref.ref(values, drop), packed)
-    return packed
+    cache[key] = (weakref.ref(values, drop), made)
+    return made
+
+
+def packed_weight(values: np.ndarray) -> np.ndarray:
+    """``values`` (int8 ``[N, K]``) packed for the packed kernels, once per array."""
+    return derived(_PACKED, values, None, lambda: pack_int8(np.ascontiguousarray(values)))
+
+
+def _quantized_rows(kernels: Any, rows: np.ndarray, padded: int, input_scale: Any) -> tuple[np.ndarray, ...]:
+    """``rows`` ``[m, k]`` quantized to int8 by the compiled row pass (per row, or the
+    static ``input_scale``): ``(xq, sx, xsum)`` of ``padded`` rows, zero past ``m``."""
+    m, k = rows.shape
+    xq = np.empty((padded, k), dtype=np.int8)
+    sx = np.empty(padded, dtype=_F32)
+    xsum = np.empty(padded, dtype=np.int32)
+    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
+    kernels.quantize_rows(address(rows), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static))
+    if padded > m:
+        xq[m:] = 0
+        sx[m:] = 0.0
+        xsum[m:] = 0
+    return xq, sx, xsum
 
 
 def _int8_packed(
@@ -305,15 +319,7 @@ def _int8_packed(
     n = values.shape[0]
     mr = PACKED_ROWS
     mp = -(-m // mr) * mr
-    xq = np.empty((mp, k), dtype=np.int8)
-    sx = np.empty(mp, dtype=_F32)
-    xsum = np.empty(mp, dtype=np.int32)
-    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
-    kernels.quantize_rows(address(rows), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static))
-    if mp > m:
-        xq[m:] = 0
-        sx[m:] = 0.0
-        xsum[m:] = 0
+    xq, sx, xsum = _quantized_rows(kernels, rows, mp, input_scale)
     wp = packed_weight(values)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
     out = np.empty((mp, n), dtype=_F32)
