@@ -85,15 +85,33 @@ def _operands(call: Gemm, rng: np.random.Generator) -> tuple[np.ndarray, np.ndar
     return a, b
 
 
-def gemm_runner(calls: list[Gemm]) -> Callable[[], None]:
+def gemm_runner(calls: list[Gemm], product: str = "blas") -> Callable[[], None]:
     """A function running all of ``calls`` once on fixed random operands (outputs
-    preallocated): time it beside the step, in the same alternating rounds."""
+    preallocated): time it beside the step, in the same alternating rounds.
+
+    ``product="blas"`` runs each through numpy's OpenBLAS; ``"ember"`` runs the 2-D ones
+    through flex's inline product (:mod:`ember.backend.flex.native_gemm`, the loops
+    compiled training plans run) where it applies, OpenBLAS otherwise: compiled plans
+    take ember's own products where OpenBLAS's kernels are narrower than the host."""
     rng = np.random.default_rng(0)
     work = []
     for call in calls:
         a, b = _operands(call, rng)
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32)
         work.append((a, b, out))
+    if product == "ember":
+        from ember.backend.flex import native_gemm
+
+        for a, b, _ in work:  # compiled once per shape before any timing
+            if a.ndim == 2:
+                native_gemm.matmul(a, b)
+
+        def inline() -> None:
+            for a, b, out in work:
+                if a.ndim != 2 or native_gemm.matmul(a, b) is None:
+                    np.matmul(a, b, out=out)
+
+        return inline
 
     def once() -> None:
         for a, b, out in work:
