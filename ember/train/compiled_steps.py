@@ -74,6 +74,7 @@ class CompiledSteps:
         self._ragged = {"update": 0, "train": 0, "valid": 0}
         #: ``"train"``/``"valid"`` -> why that step runs eagerly (``compile="auto"``).
         self.eager: dict[str, str] = {}
+        self._device_checked: set[str] = set()  # the steps whose model's device was looked at
 
     def update_step(self, model: Module, batch: Any, lr: float) -> tuple[Module, Any]:
         """The training step and the update, compiled (eagerly for a ragged batch)."""
@@ -102,7 +103,8 @@ class CompiledSteps:
         not flex's, or after its trace found side effects."""
         if not self.auto:
             return False
-        if step not in self.eager:
+        if step not in self._device_checked:  # once: a run's model stays on its device
+            self._device_checked.add(step)
             devices = model.devices()
             if devices and devices[0].backend_name != "flex":
                 self.eager[step] = f"the model is on {devices[0]}, not a flex (CPU) device"
