@@ -460,10 +460,12 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
         try:
             # one [rows, d_in] @ [d_in, d_out] GEMM instead of one per leading index
             rows = x.reshape(-1, x.shape[-1]) if x.ndim > 2 else x
-            inline = native_gemm.matmul(rows, weight, bias) if rows.ndim == 2 and weight.ndim == 2 else None
-            if inline is not None:
-                return inline.reshape(x.shape[:-1] + weight.shape[-1:])
-            out = np.matmul(rows, weight).reshape(x.shape[:-1] + weight.shape[-1:])
+            out = native_gemm.matmul(rows, weight, bias)
+            if out is not None:
+                return out if x.ndim == 2 else out.reshape(x.shape[:-1] + weight.shape[-1:])
+            out = np.matmul(rows, weight)
+            if x.ndim > 2:
+                out = out.reshape(x.shape[:-1] + weight.shape[-1:])
             if bias is not None:
                 out += bias
             return out
@@ -494,12 +496,12 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
             g2 = grad if grad.ndim == 2 else grad.reshape(-1, grad.shape[-1])
             gx = None
             if need_x:
-                gx = native_gemm.matmul(g2, weight.T) if weight.ndim == 2 else None
+                gx = native_gemm.matmul(g2, weight.T)
                 gx = (gx if gx is not None else np.matmul(g2, weight.T)).reshape(grad.shape[:-1] + weight.shape[:1])
             gw = None
             if need_weight:
                 x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
-                gw = native_gemm.matmul(x2.T, g2) if g2.ndim == 2 else None
+                gw = native_gemm.matmul(x2.T, g2)
                 gw = gw if gw is not None else np.matmul(x2.T, g2)
             gb = np.add.reduce(g2, axis=0) if need_bias else None
             return gx, gw, gb

@@ -41,12 +41,14 @@ def _elements(strides: tuple[int, ...]) -> tuple[int, ...] | None:
 def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray | None:
     """``a @ b (+ bias)`` for ``a`` ``[m, k]``, ``b`` ``[k, n]`` and ``bias`` ``[n]``, or
     ``None`` where the inline product does not apply (see the module docstring)."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] < MIN_WORK:
+        return None  # first, and without an import: most of a small model's products end here
     from ember.backend.kernel.llvm import small_gemm
 
-    if a.dtype != _F32 or b.dtype != _F32 or a.ndim != 2 or b.ndim != 2 or (bias is not None and bias.dtype != _F32):
+    if a.dtype != _F32 or b.dtype != _F32 or (bias is not None and bias.dtype != _F32):
         return None
     (m, k), n = a.shape, b.shape[1]
-    if m < small_gemm.ROWS or m * n * k < MIN_WORK or not small_gemm.applies(n, _lanes()) or not small_gemm.enabled():
+    if m < small_gemm.ROWS or not small_gemm.applies(n, _lanes()) or not small_gemm.enabled():
         return None
     loaded = blas.load()
     if os.environ.get(native.NATIVE_ENV, "1") == "0" or (loaded is not None and loaded.threads > 1):
