@@ -107,6 +107,11 @@ def test_relu_gradient_matches_torch_and_the_composite_bit_for_bit(path, torch, 
         assert dtype == np.float64 or path == "numpy"
     else:
         np.testing.assert_array_equal(fused.view(np.uint8), expected.view(np.uint8))
+    monkeypatch.setattr(native, "MIN_ELEMENTS", 1 << 30)
+    small = flex.relu_backward(out_values, grads)  # below the native size: one numpy select
+    small_expected = np.where(out_values > 0, grads, 0.0).astype(dtype)
+    np.testing.assert_array_equal(small.view(np.uint8), small_expected.view(np.uint8))
+    assert flex.relu_backward(out_values, grads.astype(np.float16)) is NotImplemented  # mixed dtypes: composite
     composite(monkeypatch, "relu_backward")
     _, (grad_c,), _ = values_and_grads(F.relu, [x], dtype=dtype)
     np.testing.assert_array_equal(grad.view(np.uint8), grad_c.view(np.uint8))

@@ -1,8 +1,8 @@
 """flex's fused ReLU gradient: ``grad`` where the forward's output is positive, else
 0, in one pass over float32 arrays (the native row program
 :func:`ember.backend.flex.row_kernels.relu_backward`) instead of the composite's
-comparison, mask and select. Other dtypes, small arrays and ``EMBER_FLEX_NATIVE=0``
-take the composite, whose values are the same bit for bit."""
+comparison, mask and select. Small float arrays take one numpy select; other dtypes
+and ``EMBER_FLEX_NATIVE=0`` take the composite, whose values are the same bit for bit."""
 
 from __future__ import annotations
 
@@ -14,11 +14,15 @@ _F32 = np.dtype(np.float32)
 
 
 def relu_backward(out: np.ndarray, grad: np.ndarray):
-    """``grad`` where ``out > 0``, else 0, for float32 arrays of one shape;
-    ``NotImplemented`` where the native kernel does not apply."""
-    if out.dtype != _F32 or grad.dtype != _F32 or out.shape != grad.shape:
+    """``grad`` where ``out > 0``, else 0, for float arrays of one shape and dtype:
+    one numpy select below the native kernels' size (the composite's values, without
+    its two dispatched ops), the native row program for float32 above it;
+    ``NotImplemented`` elsewhere (the composite runs)."""
+    if out.shape != grad.shape or out.dtype != grad.dtype or out.dtype.kind != "f":
         return NotImplemented
-    kernels = native.kernels(out.size)
+    if out.size < native.MIN_ELEMENTS:
+        return np.where(out > 0, grad, grad.dtype.type(0))
+    kernels = native.kernels() if out.dtype == _F32 else None
     if kernels is None:
         return NotImplemented
     flat_out = np.ascontiguousarray(out).reshape(-1)
