@@ -195,17 +195,20 @@ class FusionBackend(Backend):
             out = LazyTensor(aval.shape, aval.dtype, None, ref)
             handles.append(out)
         else:
-            leaves = []
-            for ref in node.outs:
-                aval = template[ref]
-                avals.append(aval)
-                handle = LazyTensor(aval.shape, aval.dtype, None, ref)
-                handles.append(handle)
-                leaves.append(handle)
-            out = rebuild(node.tree, iter(leaves))
+            out = rebuild(node.tree, iter(self._leaves(stream, node, template)))
         if len(graph.nodes) >= self.MAX_STREAM:
             self.flush()
         return out
+
+    @staticmethod
+    def _leaves(stream: Stream, node: Node, template: list[Aval]) -> list[LazyTensor]:
+        """The handles of the followed ``node``'s results (numbered consecutively)."""
+        outs = node.outs
+        shapes = template[outs[0] : outs[-1] + 1]
+        stream.graph.avals.extend(shapes)
+        leaves = [LazyTensor(a.shape, a.dtype, None, r) for a, r in zip(shapes, outs)]
+        stream.handles.extend(leaves)
+        return leaves
 
     # The two most recorded calls of a training step (its gradients' and optimizer's
     # elementwise math), with _record's work inlined for pending lazy tensors and
@@ -319,7 +322,11 @@ class FusionBackend(Backend):
         if stream.follow is not None:
             node = stream.followed(tuple(key))
             if node is not None:
-                return self._take(stream, node)
+                graph.nodes.append(node)
+                out = self._leaves(stream, node, stream.follow.graph.avals)
+                if len(graph.nodes) >= self.MAX_STREAM:
+                    self.flush()
+                return out[:n], out[n : 2 * n], out[2 * n :], None
             stream.rollback(lists, *counts)
             return self.adam_step_many(params, grads, moments_1, moments_2, max_moments_2, **options)
         stream.keys.append(tuple(key))
@@ -393,15 +400,12 @@ class FusionBackend(Backend):
         if not stream.graph.nodes:
             return
         self._stream = Stream()
-        alive: list[LazyTensor] = []
-        outputs: list[Any] = []
-        for handle in stream.handles:
-            # referenced by the list, this loop and getrefcount's argument: 3 if nowhere else
-            if getrefcount(handle) > 3 and handle.value is None:
-                alive.append(handle)
-                outputs.append(handle.ref)
+        # A handle is referenced by the list, the loop and getrefcount's argument: 3 if
+        # from nowhere else (dead). A stream's handles are pending until it runs.
+        alive = [handle for handle in stream.handles if getrefcount(handle) > 3]
         if not alive:
             return
+        outputs: list[Any] = [handle.ref for handle in alive]
         graph = stream.graph
         graph.outputs = outputs
         outs = tuple(outputs)
@@ -450,7 +454,7 @@ class FusionBackend(Backend):
         plans = self._plans
         plan = plans.get(key)
         if plan is None:
-            plan = self.executor.plan(stream.graph.prune())
+            plan = self.executor.plan(stream.planned_graph())
             self.stats["plans_built"] += 1
             if len(plans) >= self.MAX_PLANS:
                 plans.pop(next(iter(plans)))

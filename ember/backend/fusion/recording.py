@@ -107,6 +107,12 @@ class Stream:
         self.follow = None
         return None
 
+    def planned_graph(self) -> Graph:
+        """The graph to plan: its inputs' Avals made, its dead nodes pruned."""
+        graph = self.graph
+        graph.avals = [Aval(a[1], a[2]) if type(a) is tuple else a for a in graph.avals]
+        return graph.prune()
+
     def rollback(self, args: Any, n_values: int, n_inputs: int, n_scalars: int) -> None:
         """Forgets what a call whose arguments are ``args`` (nested tuples/lists) bound
         and added before it failed: the stream is as before it."""
@@ -141,8 +147,8 @@ def grow(pool: list[Any], kind: type, n: int) -> Any:
     return pool[n]
 
 
-#: Marks a ready tensor bound as an input where it is first used (before its shape and
-#: dtype) in a node's structure key.
+#: Marks a ready tensor bound as an input: ``(INPUT, shape, dtype)`` in the key of the
+#: node that first uses it, and in the stream's Avals until a plan is built.
 INPUT = object()
 
 
@@ -158,12 +164,11 @@ def bind(stream: Stream, x: LazyTensor, mark: Any) -> Ref:
     graph = stream.graph
     avals = graph.avals
     n = len(avals)
-    avals.append(Aval(x.shape, x.dtype))
+    entry = (INPUT, x.shape, x.dtype)
+    avals.append(entry)  # type: ignore[arg-type]  # an Aval if a plan is built: Stream.planned_graph
     ref = REFS[n] if n < len(REFS) else grow(REFS, Ref, n)
     graph.inputs.append(ref)
-    mark(INPUT)
-    mark(x.shape)
-    mark(x.dtype)
+    mark(entry)
     x.ref, x.epoch = ref, stream.epoch
     stream.values.append(value)
     return ref
