@@ -40,6 +40,7 @@ from ember.backend.fusion.recording import (
     check_dtypes,
     emit,
     grow,
+    pending,
     rebuild,
     scalar,
 )
@@ -174,7 +175,7 @@ class FusionBackend(Backend):
         avals.append(result)
         ref = REFS[n] if n < len(REFS) else grow(REFS, Ref, n)
         graph.nodes.append(Node(op, node_args, node_kwargs, (ref,), None))
-        out = LazyTensor(result.shape, result.dtype, None, ref)
+        out = pending(result.shape, result.dtype, ref)
         stream.handles.append(out)
         if len(graph.nodes) >= self.MAX_STREAM:
             self.flush()
@@ -192,7 +193,7 @@ class FusionBackend(Backend):
             ref = node.outs[0]
             aval = template[ref]
             avals.append(aval)
-            out = LazyTensor(aval.shape, aval.dtype, None, ref)
+            out = pending(aval.shape, aval.dtype, ref)
             handles.append(out)
         else:
             out = rebuild(node.tree, iter(self._leaves(stream, node, template)))
@@ -206,7 +207,7 @@ class FusionBackend(Backend):
         outs = node.outs
         shapes = template[outs[0] : outs[-1] + 1]
         stream.graph.avals.extend(shapes)
-        leaves = [LazyTensor(a.shape, a.dtype, None, r) for a, r in zip(shapes, outs)]
+        leaves = [pending(a.shape, a.dtype, r) for a, r in zip(shapes, outs)]
         stream.handles.extend(leaves)
         return leaves
 
@@ -355,7 +356,7 @@ class FusionBackend(Backend):
                 avals.append(aval)
                 ref = REFS[k] if k < len(REFS) else grow(REFS, Ref, k)
                 outs.append(ref)
-                handle = LazyTensor(aval.shape, aval.dtype, None, ref)
+                handle = pending(aval.shape, aval.dtype, ref)
                 handles.append(handle)
                 group_out.append(handle)
             results.append(group_out)

@@ -42,6 +42,19 @@ class LazyTensor:
         return f"LazyTensor({list(self.shape)}, {self.dtype}, {state})"
 
 
+def pending(shape: tuple[int, ...], dtype: np.dtype, ref: Any, _new: Any = object.__new__) -> LazyTensor:
+    """A pending :class:`LazyTensor` (the result ``ref`` of a stream), made without
+    ``__init__``: a class call with an ``__init__`` in Python costs about twice as much
+    and a training step makes one per recorded result."""
+    tensor = _new(LazyTensor)
+    tensor.shape = shape
+    tensor.dtype = dtype
+    tensor.value = None
+    tensor.ref = ref
+    tensor.epoch = 0
+    return tensor
+
+
 #: Stream numbers (from 1).
 _EPOCHS = itertools.count(1)
 
@@ -245,7 +258,7 @@ def emit(result: Any, avals: list[Aval], outs: list[Ref], handles: list) -> tupl
             avals.append(item)
             ref = REFS[n] if n < len(REFS) else grow(REFS, Ref, n)
             outs.append(ref)
-            handle = LazyTensor(item.shape, item.dtype, None, ref)
+            handle = pending(item.shape, item.dtype, ref)
             handles.append(handle)
             trees.append(LEAF)
             values.append(handle)
