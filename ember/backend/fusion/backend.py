@@ -19,7 +19,6 @@ into single kernels.
 from __future__ import annotations
 
 import abc
-from sys import getrefcount
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +39,7 @@ from ember.backend.fusion.recording import (
     check_dtypes,
     emit,
     grow,
+    live,
     pending,
     rebuild,
     scalar,
@@ -401,9 +401,7 @@ class FusionBackend(Backend):
         if not stream.graph.nodes:
             return
         self._stream = Stream()
-        # A handle is referenced by the list, the loop and getrefcount's argument: 3 if
-        # from nowhere else (dead). A stream's handles are pending until it runs.
-        alive = [handle for handle in stream.handles if getrefcount(handle) > 3]
+        alive = live(stream.handles)  # pending until the stream runs
         if not alive:
             return
         outputs: list[Any] = [handle.ref for handle in alive]
