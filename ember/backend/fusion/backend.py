@@ -19,8 +19,6 @@ into single kernels.
 from __future__ import annotations
 
 import abc
-import itertools
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,70 +26,28 @@ import numpy as np
 from ember.backend.base import Backend
 from ember.backend.fusion.avals import DIM_ARGS, TRACEABLE, broadcast, infer, normalize_dim
 from ember.backend.fusion.executors import default_executor
-from ember.backend.fusion.graph import LEAF, RUNTIME_KWARGS, Aval, Graph, Node, Ref, Sc
+from ember.backend.fusion.graph import LEAF, Aval, Node, Ref
+from ember.backend.fusion.recording import (
+    REFS,
+    TENSOR,
+    FailedValue,
+    LazyTensor,
+    Stream,
+    abstract,
+    abstract_kwargs,
+    bind,
+    check_dtypes,
+    emit,
+    grow,
+    live,
+    pending,
+    rebuild,
+    scalar,
+)
 from ember.backend.fusion.replay import PartialRun
 from ember.backend.ops import BOOL_RESULT_BINARY
-from ember.errors import GraphError
 
-
-class LazyTensor:
-    """The fusion backend's primitive: a value of the wrapped backend (``value``), or
-    a pending result in a stream (``ref``) until the stream runs."""
-
-    __slots__ = ("shape", "dtype", "value", "ref", "epoch", "__weakref__")
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, value: Any = None, ref: Ref | None = None):
-        self.shape = shape
-        self.dtype = dtype
-        self.value = value
-        # A ready tensor bound as an input of a stream: ``ref`` is its input there and
-        # ``epoch`` that stream's (0: none).
-        self.ref = ref
-        self.epoch = 0
-
-    def __repr__(self) -> str:
-        state = "pending" if self.value is None else "ready"
-        return f"LazyTensor({list(self.shape)}, {self.dtype}, {state})"
-
-
-#: Stream numbers (from 1).
-_EPOCHS = itertools.count(1)
-
-
-class FailedValue:
-    """The value of a handle whose stream raised while it ran."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-    def reraise(self) -> None:
-        raise GraphError(
-            f"ember: fusion: this tensor was never computed: the ops queued with it failed at a sync point "
-            f"({type(self.error).__name__}: {self.error})"
-        ) from self.error
-
-
-class Stream:
-    """The ops recorded since the last sync point."""
-
-    __slots__ = ("graph", "epoch", "keep", "handles", "scalars", "keys")
-
-    def __init__(self) -> None:
-        self.graph = Graph()
-        self.epoch = next(_EPOCHS)  # marks the ready tensors bound as its inputs
-        self.scalars: list[Any] = []  # the run-time scalars, by Sc index
-        self.keys: list[tuple] = []  # each node's structure, built while recording
-        self.keep: list[LazyTensor] = []  # bound inputs (ready), in input order, alive while recorded
-        self.handles: list[weakref.ref] = []  # every result's handle (its ref until the stream runs)
-
-    def input_values(self) -> list[Any]:
-        """The values of the bound inputs, in input order."""
-        return [x.value for x in self.keep]
-
-    def __len__(self) -> int:
-        return len(self.graph.nodes)
+__all__ = ["FailedValue", "FusionBackend", "LazyTensor", "Stream"]
 
 
 class FusionBackend(Backend):
@@ -150,6 +106,8 @@ class FusionBackend(Backend):
     def executor(self, executor: Any) -> None:
         self._executor = executor
         self._plans.clear()
+        self._newest = None
+        self._stream.follow = None  # its template ran a plan of the executor before
 
     # ------------------------------------------------------------------ recording
     def _ref(self, x: Any) -> Any:
@@ -157,14 +115,28 @@ class FusionBackend(Backend):
             return x
         if x.value is None:
             return x.ref
-        return _bind(self._stream, x)
+        stream = self._stream
+        stream.follow = None  # an input bound outside a node: its key entry stands alone
+        return bind(stream, x, stream.keys.append)
 
     def _record(self, op: str, args: tuple, kwargs: dict[str, Any]) -> Any:
-        # The per-op cost of a fusion device (a W1 training step records 13 calls, one
+        # The per-op cost of a fusion device (a W1 training step records 12 calls, one
         # of them Adam's update of 4 tensors with 12 inputs and 12 results): one pass
-        # over the arguments and one over the results, no per-leaf calls, shared Refs.
+        # over the arguments and one over the results, no per-leaf calls, shared Refs;
+        # following the last stream, no shape inference and no new node.
         if op in DIM_ARGS:
             args = normalize_dim(op, args)
+        stream = self._stream
+        if stream.follow is not None:
+            graph = stream.graph
+            counts = (len(graph.avals), len(graph.inputs), len(stream.scalars))
+            key: list[Any] = [op]
+            node_args = abstract(args, stream, key)
+            node_kwargs = abstract_kwargs(kwargs, stream, key) if kwargs else ()
+            node = stream.followed(tuple(key))
+            if node is not None:
+                return self._take(stream, node)
+            stream.rollback((args, tuple(kwargs.values())), *counts)  # and record it anew below
         result = infer(op, args, kwargs)
         single = type(result) is Aval
         dtypes = self._dtypes
@@ -173,15 +145,14 @@ class FusionBackend(Backend):
                 self.inner.check_dtype(result.dtype)
                 dtypes.add(result.dtype)
         else:
-            _check_dtypes(result, dtypes, self.inner)
-        stream = self._stream
+            check_dtypes(result, dtypes, self.inner)
         graph = stream.graph
         # Recorded abstract: tensors by Ref, floats (and an optimizer's step count) as
         # run-time scalars, so streams of one structure share a plan without a rewrite.
-        key: list[Any] = [op]
-        node_args = _abstract(args, stream, key)
+        key = [op]
+        node_args = abstract(args, stream, key)
         if kwargs:
-            node_kwargs = _abstract_kwargs(kwargs, stream, key)
+            node_kwargs = abstract_kwargs(kwargs, stream, key)
         else:
             node_kwargs = ()
         stream.keys.append(tuple(key))
@@ -189,7 +160,7 @@ class FusionBackend(Backend):
             return self._push(stream, op, node_args, node_kwargs, result)
         # a tree of results (linear_backward, adam_step_many): one walk
         outs: list[Ref] = []
-        tree, out = _emit(result, graph.avals, outs, stream.handles)
+        tree, out = emit(result, graph.avals, outs, stream.handles)
         graph.nodes.append(Node(op, node_args, node_kwargs, tuple(outs), tree))
         if len(graph.nodes) >= self.MAX_STREAM:
             self.flush()
@@ -202,41 +173,87 @@ class FusionBackend(Backend):
         avals = graph.avals
         n = len(avals)
         avals.append(result)
-        ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
+        ref = REFS[n] if n < len(REFS) else grow(REFS, Ref, n)
         graph.nodes.append(Node(op, node_args, node_kwargs, (ref,), None))
-        out = LazyTensor(result.shape, result.dtype, None, ref)
-        stream.handles.append(weakref.ref(out))
+        out = pending(result.shape, result.dtype, ref)
+        stream.handles.append(out)
         if len(graph.nodes) >= self.MAX_STREAM:
             self.flush()
         return out
 
+    def _take(self, stream: Stream, node: Node) -> Any:
+        """Records the followed stream's ``node`` (its key already in the stream's
+        keys): its results have that stream's shapes and numbers."""
+        graph = stream.graph
+        graph.nodes.append(node)
+        avals = graph.avals
+        template = stream.follow.graph.avals  # type: ignore[union-attr]
+        handles = stream.handles
+        if node.tree is None:
+            ref = node.outs[0]
+            aval = template[ref]
+            avals.append(aval)
+            out = pending(aval.shape, aval.dtype, ref)
+            handles.append(out)
+        else:
+            out = rebuild(node.tree, iter(self._leaves(stream, node, template)))
+        if len(graph.nodes) >= self.MAX_STREAM:
+            self.flush()
+        return out
+
+    @staticmethod
+    def _leaves(stream: Stream, node: Node, template: list[Aval]) -> list[LazyTensor]:
+        """The handles of the followed ``node``'s results (numbered consecutively)."""
+        outs = node.outs
+        shapes = template[outs[0] : outs[-1] + 1]
+        stream.graph.avals.extend(shapes)
+        leaves = [pending(a.shape, a.dtype, r) for a, r in zip(shapes, outs)]
+        stream.handles.extend(leaves)
+        return leaves
+
     # The two most recorded calls of a training step (its gradients' and optimizer's
-    # elementwise math), with _record's work inlined for lazy tensors and floats; any
-    # other argument, or a result dtype not checked yet, takes _record.
+    # elementwise math), with _record's work inlined for pending lazy tensors and
+    # floats; any other argument, or a result dtype not checked yet, takes _record.
     def binary(self, op: Any, a: Any, b: Any) -> Any:
         kind = type(b)
-        if not self._inline or type(a) is not LazyTensor or (kind is not LazyTensor and kind is not float):
+        if (
+            not self._inline
+            or type(a) is not LazyTensor
+            or a.value is not None
+            or (kind is not float and (kind is not LazyTensor or b.value is not None))
+        ):
             return self._record("binary", (op, a, b), {})
+        stream = self._stream
+        ra = a.ref
+        if stream.follow is not None:
+            n = len(stream.scalars)
+            if kind is float:
+                scalar(stream, b)
+                node = stream.followed(("binary", op, TENSOR, ra, "$"))
+            else:
+                node = stream.followed(("binary", op, TENSOR, ra, TENSOR, b.ref))
+            if node is not None:
+                return self._take(stream, node)
+            del stream.scalars[n:]  # and record it anew below
         shape = a.shape
         if kind is LazyTensor and b.shape != shape:
             shape = broadcast(shape, b.shape)
         result = Aval(shape, _BOOL if op in BOOL_RESULT_BINARY else a.dtype)
         if result.dtype not in self._dtypes:
             return self._record("binary", (op, a, b), {})
-        stream = self._stream
-        ra = a.ref if a.value is None else _bind(stream, a)
         if kind is LazyTensor:
-            rb = b.ref if b.value is None else _bind(stream, b)
-            stream.keys.append(("binary", op, _TENSOR, ra, _TENSOR, rb))
+            rb = b.ref
+            stream.keys.append(("binary", op, TENSOR, ra, TENSOR, rb))
         else:
-            rb = _scalar(stream, b)
-            stream.keys.append(("binary", op, _TENSOR, ra, "$"))
+            rb = scalar(stream, b)
+            stream.keys.append(("binary", op, TENSOR, ra, "$"))
         return self._push(stream, "binary", (op, ra, rb), (), result)
 
     def where(self, cond: Any, a: Any, b: Any) -> Any:
         ka, kb = type(a), type(b)
         if (
             not self._inline
+            or self._stream.follow is not None  # _record follows
             or type(cond) is not LazyTensor
             or (ka is not LazyTensor and ka is not float)
             or (kb is not LazyTensor and kb is not float)
@@ -247,14 +264,114 @@ class FusionBackend(Backend):
             return self._record("where", (cond, a, b), {})
         stream = self._stream
         key: list[Any] = ["where"]
-        node_args = _abstract((cond, a, b), stream, key)
+        node_args = abstract((cond, a, b), stream, key)
         stream.keys.append(tuple(key))
         return self._push(stream, "where", node_args, (), result)
+
+    def adam_step_many(
+        self,
+        params: Any,
+        grads: Any,
+        moments_1: Any,
+        moments_2: Any,
+        max_moments_2: Any,
+        **options: Any,
+    ) -> Any:
+        # An optimizer step records one call over every parameter (W1: 16 tensors in,
+        # 12 out): lists of lazy tensors and float options are recorded here in one
+        # loop, without _record's tree walks; AMSGrad and anything unusual take _record.
+        args = (params, grads, moments_1, moments_2, max_moments_2)
+        if not self._inline or max_moments_2 is not None or options.get("amsgrad") is not False:
+            return self._record("adam_step_many", args, options)
+        lists = (params, grads) if moments_1 is None and moments_2 is None else (params, grads, moments_1, moments_2)
+        n = len(params)
+        for group in lists:
+            if type(group) is not list or len(group) != n:
+                return self._record("adam_step_many", args, options)
+            for x in group:
+                if type(x) is not LazyTensor:
+                    return self._record("adam_step_many", args, options)
+        try:
+            lr, beta_1, beta_2 = options["lr"], options["beta_1"], options["beta_2"]
+            epsilon, weight_decay = options["epsilon"], options["weight_decay"]
+            decoupled, time = options["decoupled"], options["time"]
+        except KeyError:
+            return self._record("adam_step_many", args, options)
+        floats = (beta_1, beta_2, epsilon, lr, weight_decay)
+        if len(options) != 8 or type(time) is not int or any(type(v) is not float for v in floats):
+            return self._record("adam_step_many", args, options)
+        dtypes = self._dtypes
+        for p in params:
+            if p.dtype not in dtypes:
+                return self._record("adam_step_many", args, options)
+        stream = self._stream
+        graph = stream.graph
+        counts = (len(graph.avals), len(graph.inputs), len(stream.scalars))
+        # A key of its own layout (the op's name, then an int: never a _record key).
+        key: list[Any] = ["adam_step_many", n, len(lists), decoupled]
+        mark = key.append
+        node_args: list[Any] = []
+        for group in lists:
+            refs = []
+            for x in group:
+                r = x.ref if x.value is None else bind(stream, x, mark)
+                refs.append(r)
+                mark(r)
+            node_args.append(refs)
+        s = [scalar(stream, v) for v in floats]
+        t = scalar(stream, float(time))
+        if stream.follow is not None:
+            node = stream.followed(tuple(key))
+            if node is not None:
+                graph.nodes.append(node)
+                out = self._leaves(stream, node, stream.follow.graph.avals)
+                if len(graph.nodes) >= self.MAX_STREAM:
+                    self.flush()
+                return out[:n], out[n : 2 * n], out[2 * n :], None
+            stream.rollback(lists, *counts)
+            return self.adam_step_many(params, grads, moments_1, moments_2, max_moments_2, **options)
+        stream.keys.append(tuple(key))
+        if len(lists) == 2:
+            node_args += [None, None]
+        node_args.append(None)
+        kwargs = (
+            ("amsgrad", False),
+            ("beta_1", s[0]),
+            ("beta_2", s[1]),
+            ("decoupled", decoupled),
+            ("epsilon", s[2]),
+            ("lr", s[3]),
+            ("time", t),
+            ("weight_decay", s[4]),
+        )
+        avals = graph.avals
+        handles = stream.handles
+        shared = [Aval(p.shape, p.dtype) for p in params]  # a parameter's and its moments'
+        results: list[list[LazyTensor]] = []
+        outs: list[Ref] = []
+        for _ in range(3):
+            group_out = []
+            for aval in shared:
+                k = len(avals)
+                avals.append(aval)
+                ref = REFS[k] if k < len(REFS) else grow(REFS, Ref, k)
+                outs.append(ref)
+                handle = pending(aval.shape, aval.dtype, ref)
+                handles.append(handle)
+                group_out.append(handle)
+            results.append(group_out)
+        leaves = (True, (LEAF,) * n)
+        graph.nodes.append(
+            Node("adam_step_many", tuple(node_args), kwargs, tuple(outs), (False, (leaves, leaves, leaves, None)))
+        )
+        if len(graph.nodes) >= self.MAX_STREAM:
+            self.flush()
+        return results[0], results[1], results[2], None
 
     def _handle(self, stream: Stream, ref: Ref) -> LazyTensor:
         aval = stream.graph.avals[ref]
         handle = LazyTensor(aval.shape, aval.dtype, None, ref)
-        stream.handles.append(weakref.ref(handle))
+        stream.handles.append(handle)
         return handle
 
     def _ready(self, x: Any) -> Any:
@@ -284,39 +401,28 @@ class FusionBackend(Backend):
         if not stream.graph.nodes:
             return
         self._stream = Stream()
-        alive: list[LazyTensor] = []
-        outputs: list[int] = []
-        for wr in stream.handles:
-            handle = wr()
-            if handle is not None and handle.value is None:
-                alive.append(handle)
-                outputs.append(handle.ref)
+        alive = live(stream.handles)  # pending until the stream runs
         if not alive:
             return
+        outputs: list[Any] = [handle.ref for handle in alive]
         graph = stream.graph
         graph.outputs = outputs
-        # The structure: each node's key and each input's shape and dtype (both in
-        # stream.keys, in recording order), and the outputs.
-        key = (tuple(stream.keys), tuple(outputs))
+        outs = tuple(outputs)
         stats = self.stats
-        plans = self._plans
-        plan = plans.get(key)  # hashing the key is most of a lookup's cost: once per flush
-        if plan is None:
-            plan = self.executor.plan(graph.prune())
-            stats["plans_built"] += 1
-            if len(plans) >= self.MAX_PLANS:
-                plans.pop(next(iter(plans)))
-            plans[key] = plan
-        else:  # least recently used first: move it to the end (unless it is there)
-            newest = self._newest
-            if newest is None or newest[1] is not plan or newest[0] != key:
-                del plans[key]
-                plans[key] = plan
-        self._newest = (key, plan)
+        follow = stream.follow
+        if (
+            follow is not None
+            and len(stream.keys) == len(follow.keys)
+            and outs == follow.outputs
+            and self._last_plan() is follow.plan
+        ):
+            plan = follow.plan  # every node followed the last stream's, the outputs are its
+        else:
+            plan = self._plan(stream, outs)
         stats["flushes"] += 1
         stats["nodes"] += len(graph.nodes)
         try:
-            values = plan.run(self.inner, stream.input_values(), stream.scalars)
+            values = plan.run(self.inner, stream.values, stream.scalars)
         except PartialRun as partial:
             # The stream is gone: the handles it could not compute keep the error and
             # raise it again when read; those computed before the failing op keep values.
@@ -328,6 +434,35 @@ class FusionBackend(Backend):
         for handle, value in zip(alive, values):
             handle.value = value
             handle.ref = None
+        if len(stream.keys) == len(graph.nodes) and not self._stream.graph.nodes:
+            self._stream.follow = stream.as_template(outs, plan)
+
+    def _last_plan(self) -> Any:
+        """The most recently used plan still cached (``None``: none is)."""
+        return next(reversed(self._plans.values()), None)
+
+    def _plan(self, stream: Stream, outs: tuple) -> Any:
+        """The plan of ``stream`` (with outputs ``outs``): cached by its structure (each
+        node's key, the outputs), else built."""
+        key = (tuple(stream.keys), outs)
+        newest = self._newest
+        if newest is not None and newest[0] == key and self._last_plan() is newest[1]:
+            # A loop's stream repeats the last one: equal keys, compared without hashing
+            # (hashing the key is most of a dict lookup's cost); it is last in the LRU.
+            return newest[1]
+        plans = self._plans
+        plan = plans.get(key)
+        if plan is None:
+            plan = self.executor.plan(stream.planned_graph())
+            self.stats["plans_built"] += 1
+            if len(plans) >= self.MAX_PLANS:
+                plans.pop(next(iter(plans)))
+            plans[key] = plan
+        else:  # least recently used first: move it to the end
+            del plans[key]
+            plans[key] = plan
+        self._newest = (key, plan)
+        return plan
 
     def sync(self) -> None:
         self.flush()
@@ -362,144 +497,6 @@ class FusionBackend(Backend):
 
 _BOOL = np.dtype(np.bool_)
 
-#: Marks a tensor argument in a node's structure key (before its value number).
-_TENSOR = object()
-
-#: Shared Refs and Scs by number (both are immutable ints): a stream's values and
-#: scalars are numbered from 0 each time, so these stay few and save a constructor
-#: call per recorded value.
-_REFS: list[Ref] = [Ref(i) for i in range(1024)]
-_SCS: list[Sc] = [Sc(i) for i in range(256)]
-
-
-def _grow(pool: list[Any], kind: type, n: int) -> Any:
-    """Entry ``n`` of a pool of shared numbers, extending it (doubling) first."""
-    pool.extend(kind(i) for i in range(len(pool), max(2 * len(pool), n + 1)))
-    return pool[n]
-
-
-def _bind(stream: Stream, x: LazyTensor) -> Ref:
-    """The input Ref of the ready tensor ``x`` in ``stream`` (bound on first use)."""
-    ref = x.ref
-    if ref is not None and x.epoch == stream.epoch:
-        return ref
-    if type(x.value) is FailedValue:
-        x.value.reraise()
-    graph = stream.graph
-    avals = graph.avals
-    n = len(avals)
-    avals.append(Aval(x.shape, x.dtype))
-    ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
-    graph.inputs.append(ref)
-    stream.keys.append((x.shape, x.dtype))  # part of the plan's key (see flush)
-    x.ref, x.epoch = ref, stream.epoch
-    stream.keep.append(x)
-    return ref
-
-
-def _scalar(stream: Stream, value: float) -> Sc:
-    """A run-time scalar placeholder for ``value`` (appended to the stream's scalars)."""
-    scalars = stream.scalars
-    n = len(scalars)
-    scalars.append(value)
-    return _SCS[n] if n < len(_SCS) else _grow(_SCS, Sc, n)
-
-
-def _abstract(args: tuple | list, stream: Stream, key: list[Any]) -> Any:
-    """A call's arguments as recorded: lazy tensors by Ref (ready ones bound as inputs
-    of ``stream``), floats as Sc placeholders (their values appended to the stream's
-    scalars), containers walked, the rest as is; ``key`` gets their structure (a Ref
-    and an equal int must differ there, a float's value must not count)."""
-    out: list[Any] = []
-    append, mark = out.append, key.append
-    for a in args:
-        kind = type(a)
-        if kind is LazyTensor:
-            r = a.ref if a.value is None else _bind(stream, a)  # pending in this stream, or an input
-            append(r)
-            mark(_TENSOR)
-            mark(r)
-        elif kind is float:
-            append(_scalar(stream, a))
-            mark("$")
-        elif kind is tuple or kind is list:
-            mark(kind)
-            append(_abstract(a, stream, key))
-            mark(len(a))
-        else:
-            append(a)
-            mark(a)
-    return tuple(out) if type(args) is tuple else out
-
-
-def _abstract_kwargs(kwargs: dict[str, Any], stream: Stream, key: list[Any]) -> tuple:
-    """A call's keyword arguments as recorded, sorted by name (see :func:`_abstract`;
-    an integer in ``RUNTIME_KWARGS`` is a run-time scalar too); ``key`` gets their
-    structure, then their names."""
-    items = sorted(kwargs.items())
-    out = []
-    mark = key.append
-    for k, v in items:
-        kind = type(v)
-        if kind is float or (kind is int and k in RUNTIME_KWARGS):
-            v = _scalar(stream, float(v))
-            mark("$")
-        elif kind is LazyTensor or kind is tuple or kind is list:
-            v = _abstract((v,), stream, key)[0]
-        else:
-            mark(v)
-        out.append((k, v))
-    key.extend(k for k, _ in items)
-    return tuple(out)
-
-
-def _emit(result: Any, avals: list[Aval], outs: list[Ref], handles: list) -> tuple[Any, Any]:
-    """A multi-output call's result recorded: a value per Aval of ``result`` (appended
-    to ``avals``, its Ref to ``outs``, its handle to ``handles``); returns the node's
-    tree (as :func:`~ember.backend.fusion.graph.flatten` makes it) and the result with
-    a :class:`LazyTensor` per tensor."""
-    if result is None:
-        return None, None
-    leaf = not isinstance(result, (tuple, list))
-    trees, values = [], []
-    for item in (result,) if leaf else result:
-        if type(item) is Aval or (leaf and item is not None):  # a leaf, without a call
-            n = len(avals)
-            avals.append(item)
-            ref = _REFS[n] if n < len(_REFS) else _grow(_REFS, Ref, n)
-            outs.append(ref)
-            handle = LazyTensor(item.shape, item.dtype, None, ref)
-            handles.append(weakref.ref(handle))
-            trees.append(LEAF)
-            values.append(handle)
-        else:
-            tree, value = _emit(item, avals, outs, handles)
-            trees.append(tree)
-            values.append(value)
-    if leaf:
-        return trees[0], values[0]
-    is_list = type(result) is list
-    return (is_list, tuple(trees)), (values if is_list else tuple(values))
-
-
-def _check_dtypes(result: Any, dtypes: set[np.dtype], inner: Backend) -> None:
-    """Asks ``inner`` about each result dtype of an inferred result tree it was not
-    asked about yet (``dtypes``: those it holds)."""
-    if result is None:
-        return
-    if type(result) is Aval:
-        if result.dtype not in dtypes:
-            inner.check_dtype(result.dtype)
-            dtypes.add(result.dtype)
-        return
-    for item in result:
-        if type(item) is Aval:
-            if item.dtype not in dtypes:
-                inner.check_dtype(item.dtype)
-                dtypes.add(item.dtype)
-        elif item is not None:
-            _check_dtypes(item, dtypes, inner)
-
 
 def _map_lazy(args: Any, fn: Any) -> Any:
     """``args`` with each :class:`LazyTensor` replaced by ``fn(tensor)``."""
@@ -531,6 +528,6 @@ def _recorder(op: str) -> Any:
     return method
 
 
-for _op in sorted(TRACEABLE - {"random", "linalg", "binary", "where"}):  # their own methods above
+for _op in sorted(TRACEABLE - {"random", "linalg", "binary", "where", "adam_step_many"}):  # their own methods above
     setattr(FusionBackend, _op, _recorder(_op))
 abc.update_abstractmethods(FusionBackend)
