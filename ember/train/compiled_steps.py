@@ -155,9 +155,13 @@ class CompiledSteps:
 
     def _is_ragged(self, step: str, batch: Any) -> bool:
         """Whether ``batch`` is a ragged batch of ``step`` (see the module docstring)."""
-        leaves: list[Any] = []
-        flatten(batch, leaves)
-        sizes = tuple(leaf.dims()[0] if leaf.dims() else 0 for leaf in leaves if isinstance(leaf, Tensor))
+        if type(batch) is tuple and all(type(leaf) is Tensor for leaf in batch):  # (inputs, targets): no walk
+            leaves: list[Any] = list(batch)
+        else:
+            leaves = []
+            flatten(batch, leaves)
+        shapes = [leaf._primitive.shape for leaf in leaves if isinstance(leaf, Tensor)]
+        sizes = tuple(shape[0] if shape else 0 for shape in shapes)
         first = self._first.setdefault(step, sizes)
         ragged = sizes != first and len(sizes) == len(first) and all(size <= full for size, full in zip(sizes, first))
         if ragged:
