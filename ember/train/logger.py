@@ -33,6 +33,7 @@ class FileMetricLogger:
         self.format = format
         self.columns: dict[str, list[str]] = {}
         self._handles: dict[str, io.TextIOBase] = {}
+        self._writers: dict[str, Any] = {}  # csv writers of the open files
 
     def path(self, stream: str) -> Path:
         return self.directory / f"{stream}.{self.format}"
@@ -63,6 +64,7 @@ class FileMetricLogger:
                     for row in rows:
                         handle.write(json.dumps(row) + "\n")
             self._handles[stream] = path.open("a", newline="")
+            self._writers.pop(stream, None)
 
     def _read(self, path: Path) -> list[dict[str, Any]]:
         try:
@@ -77,19 +79,21 @@ class FileMetricLogger:
         handle = self._handles.get(stream)
         if handle is None:
             return
-        row = {k: _clean(v) for k, v in row.items()}
         if self.format == "csv":
-            csv.DictWriter(handle, fieldnames=self.columns[stream], extrasaction="ignore").writerow(
-                {k: "" if v is None else v for k, v in row.items()}
-            )
+            # DictWriter's row (a missing column or None empty, other keys ignored), by one writer per file.
+            writer = self._writers.get(stream)
+            if writer is None:
+                writer = self._writers[stream] = csv.writer(handle)
+            writer.writerow(["" if (v := _clean(row.get(k))) is None else v for k in self.columns[stream]])
         else:
-            handle.write(json.dumps(row) + "\n")
+            handle.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
         handle.flush()
 
     def close(self) -> None:
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
+        self._writers.clear()
 
 
 def _keep_row(stream: str, row: dict[str, Any], keep: dict[str, Any]) -> bool:

@@ -26,7 +26,7 @@ from ember.train.metric.loss import LossMetric
 from ember.train.metrics_group import MetricGroup
 from ember.train.parallel import make_strategy
 from ember.train.plot import BackgroundPlotter, matplotlib_available
-from ember.train.renderer import EpochReport, TrainingInfo, TrainingProgress, make_renderer
+from ember.train.renderer import EpochReport, MetricsRenderer, TrainingInfo, TrainingProgress, make_renderer
 from ember.train.renderer.plain import epoch_line
 from ember.train.result import TrainingResult
 from ember.train.run_checkpoints import apply_strategy, resume, save_checkpoint
@@ -146,6 +146,8 @@ class TrainingRun:
     # ------------------------------------------------------------------ run
     def run(self) -> TrainingResult:
         self.renderer = make_renderer(self.training._renderer if self.main else "none")
+        # Each step's progress (and its time estimate) is built only for a renderer that shows steps.
+        self._renders_steps = type(self.renderer).update is not MetricsRenderer.update
         self.logger: FileMetricLogger | None = None
         self.tensorboard: TensorBoardLogger | None = None
         handler = None
@@ -402,19 +404,20 @@ class TrainingRun:
                 self._last_lr = lr
                 self._log_iteration("train", metadata, entries, (epoch - 1) * n + iteration, lr)
                 self._seconds[Split.TRAIN].append(time.perf_counter() - tick)
-                self.renderer.update(
-                    TrainingProgress(
-                        Split.TRAIN,
-                        epoch,
-                        self.num_epochs,
-                        iteration,
-                        n,
-                        progress.items_processed,
-                        progress.items_total,
-                        self._eta(Split.TRAIN, epoch, iteration),
-                    ),
-                    entries,
-                )
+                if self._renders_steps:
+                    self.renderer.update(
+                        TrainingProgress(
+                            Split.TRAIN,
+                            epoch,
+                            self.num_epochs,
+                            iteration,
+                            n,
+                            progress.items_processed,
+                            progress.items_total,
+                            self._eta(Split.TRAIN, epoch, iteration),
+                        ),
+                        entries,
+                    )
                 if self._should_stop():
                     self._note_interrupt()
                     if pending == 0 and iteration < n:
@@ -465,19 +468,20 @@ class TrainingRun:
                 entries = group.update(item, metadata)
                 self._log_iteration("valid", metadata, entries, (epoch - 1) * n + iteration)
                 self._seconds[Split.VALID].append(time.perf_counter() - tick)
-                self.renderer.update(
-                    TrainingProgress(
-                        Split.VALID,
-                        epoch,
-                        self.num_epochs,
-                        iteration,
-                        n,
-                        progress.items_processed,
-                        progress.items_total,
-                        self._eta(Split.VALID, epoch, iteration),
-                    ),
-                    entries,
-                )
+                if self._renders_steps:
+                    self.renderer.update(
+                        TrainingProgress(
+                            Split.VALID,
+                            epoch,
+                            self.num_epochs,
+                            iteration,
+                            n,
+                            progress.items_processed,
+                            progress.items_total,
+                            self._eta(Split.VALID, epoch, iteration),
+                        ),
+                        entries,
+                    )
                 # Ranks may hold different numbers of validation batches: a parallel run
                 # finishes validation and agrees on stopping afterwards.
                 if self.parallel.world_size == 1 and self.interrupter.should_stop() and iteration < n:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ember.data.batcher import Batcher
 from ember.data.dataloader.progress import Progress
-from ember.data.dataset.base import Dataset, check_index
+from ember.data.dataset.base import Dataset, check_index, read_many
 from ember.data.dataset.shuffled import permutation
 from ember.data.dataset.transform import reading_epoch
 from ember.device import Device
@@ -154,6 +154,10 @@ class DataLoader(Generic[O]):
 
     @staticmethod
     def _read(dataset: Dataset[Any], indices: np.ndarray) -> list[Any]:
+        if getattr(dataset, "get_many", None) is not None:  # a batch read (see read_many)
+            items = read_many(dataset, indices)
+            if not any(item is None for item in items):
+                return items
         items = []
         for index in indices:
             item = dataset.get(int(index))

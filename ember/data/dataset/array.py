@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.data.dataset.base import Dataset, check_index
+from ember.data.dataset.base import Dataset, check_index, positions_in
 from ember.errors import ConfigError, RecordError, ShapeError
 
 
@@ -48,6 +48,15 @@ class ArrayDataset(Dataset[tuple]):
         if len(self.arrays) == 1:
             return self.arrays[0][position]
         return tuple(a[position] for a in self.arrays)
+
+    def get_many(self, indices: Any) -> list[Any]:
+        """``[get(i) for i in indices]``, each array indexed once."""
+        positions = positions_in(indices, len(self))
+        if positions is None:
+            return [self.get(i) for i in indices]
+        if len(self.arrays) == 1:
+            return list(self.arrays[0][positions])
+        return list(zip(*(a[positions] for a in self.arrays)))
 
     @classmethod
     def from_csv(

@@ -88,6 +88,27 @@ def item_at(dataset: Dataset[T], index: int) -> T:
     return cast(T, dataset.get(index))
 
 
+def read_many(dataset: Any, indices: Any) -> list[Any]:
+    """``[dataset.get(i) for i in indices]`` (``None`` for an index out of range),
+    through the dataset's ``get_many`` where it has one: a batch read that maps the
+    indices as arrays (the wrappers of this package) instead of item by item."""
+    get_many = getattr(dataset, "get_many", None)
+    if get_many is not None:
+        return get_many(indices)
+    return [dataset.get(int(i) if isinstance(i, np.integer) else i) for i in indices]
+
+
+def positions_in(indices: Any, n: int) -> np.ndarray | None:
+    """``indices`` as an int64 array when they all are integer positions in ``[0, n)``,
+    else ``None`` (a ``get_many`` then reads item by item, each bad index giving ``None``)."""
+    array = np.asarray(indices)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        return None
+    if array.size and (int(array.min()) < 0 or int(array.max()) >= n):
+        return None
+    return array.astype(np.int64, copy=False)
+
+
 def check_index(index: Any) -> int | None:
     """``index`` as a Python int, or ``None`` when it cannot index an item."""
     if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from ember.data.dataset.base import Dataset, as_dataset, check_index
+from ember.data.dataset.base import Dataset, as_dataset, check_index, positions_in, read_many
 from ember.errors import ConfigError
 
 T = TypeVar("T")
@@ -38,6 +38,13 @@ class PartialDataset(Dataset[T]):
         if position is None or not 0 <= position < len(self):
             return None
         return self.dataset.get(self.start + position)
+
+    def get_many(self, indices: Any) -> list[T | None]:
+        """``[get(i) for i in indices]``, read from the dataset as one batch."""
+        positions = positions_in(indices, len(self))
+        if positions is None:
+            return [self.get(i) for i in indices]
+        return read_many(self.dataset, positions + self.start)
 
     @staticmethod
     def split(dataset: Dataset[T], num: int) -> list[PartialDataset[T]]:

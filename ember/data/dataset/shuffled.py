@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ember.data.dataset.base import Dataset, as_dataset, check_index
+from ember.data.dataset.base import Dataset, as_dataset, check_index, positions_in, read_many
 from ember.errors import ConfigError
 
 T = TypeVar("T")
@@ -45,3 +45,10 @@ class ShuffledDataset(Dataset[T]):
         if position is None or not 0 <= position < len(self.indices):
             return None
         return self.dataset.get(int(self.indices[position]))
+
+    def get_many(self, indices: Any) -> list[T | None]:
+        """``[get(i) for i in indices]``, read from the dataset as one batch."""
+        positions = positions_in(indices, len(self))
+        if positions is None:
+            return [self.get(i) for i in indices]
+        return read_many(self.dataset, self.indices[positions])

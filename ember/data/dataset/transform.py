@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ember.data.dataset.base import Dataset, as_dataset, check_index
+from ember.data.dataset.base import Dataset, as_dataset, check_index, positions_in, read_many
+from ember.data.dataset.item_seeds import generator_of, item_states
 from ember.data.dataset.shuffled import check_seed
 from ember.errors import ConfigError
 
@@ -102,6 +103,23 @@ class TransformDataset(Dataset[T]):
         epoch = loader_epoch()
         rng = item_generator(self.seed, self.epoch if epoch is None else epoch, position)
         return self._apply(item, rng)
+
+    def get_many(self, indices: np.ndarray) -> list[T | None]:
+        """``[get(i) for i in indices]`` (what a DataLoader reads for a batch), with the
+        items' generators seeded together (:mod:`~ember.data.dataset.item_seeds`): the
+        same draws, without hashing each item's seed sequence on its own."""
+        positions = positions_in(indices, len(self))
+        epoch = loader_epoch()
+        states = (
+            None if positions is None else item_states(self.seed, self.epoch if epoch is None else epoch, positions)
+        )
+        if positions is None or states is None:
+            return [self.get(i) for i in indices]
+        apply = self._apply
+        return [
+            None if item is None else apply(item, generator_of(words))
+            for item, words in zip(read_many(self.dataset, positions), states)
+        ]
 
     def _apply(self, item: Any, rng: np.random.Generator) -> Any:
         fn = self.transform
