@@ -72,7 +72,7 @@ class LLVMExecutor(Executor):
         """Which float32 product the plan runs (``EMBER_GEMM``, read per plan): ember's own,
         whether products may run as inline loops, and whether attention runs in the
         flash form (``EMBER_FLASH``)."""
-        return (own_sgemm(graph) is not None, small_gemm.enabled(), flash_graph.enabled())
+        return (own_sgemm(graph) is not None, small_gemm.enabled(), flash_graph.mode())
 
 
 class LLVMPlan(Plan):

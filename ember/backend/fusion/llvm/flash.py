@@ -42,9 +42,10 @@ from ember.backend.fusion.scalars import SymScalar
 from ember.backend.kernel.llvm import philox
 from ember.backend.kernel.llvm.mathlib import F64, I32, I64, const, reg_type
 
-#: Query rows per tile and keys per block.
+#: Query rows per tile and keys per block (32x64, 64x128 and 128x128 were no faster).
 BLOCK_Q = 64
 BLOCK_K = 64
+
 _ALIGN = 64
 _F32 = np.dtype(np.float32)
 #: Positions of the dropout arguments (``keep_p, keep_scale, key_lo, key_hi,
@@ -111,16 +112,19 @@ class _Shape:
         if tail:
             body(ir.Constant(I64, full * BLOCK_Q), tail)
 
-    def key_blocks(self, first: ir.Value, rows: int, body: Callable[[ir.Value, int], None]) -> None:
-        """``body(first_key, keys)`` per key block a tile's rows see (all of them unless
-        causal blocks are skipped: then those before ``min(S, first + rows)``)."""
+    def key_blocks(self, first: ir.Value, rows: int, body: Callable[[ir.Value, int | ir.Value], None]) -> None:
+        """``body(first_key, keys)`` per key block a tile's rows see: those before
+        ``min(S, first + rows)`` where causal blocks are skipped, else all of them. Whole
+        blocks have :data:`BLOCK_K` keys (a constant); the last, cut at that limit, a
+        run-time count (an ``i64`` value) under causal skipping, else a constant."""
         e, b = self.e, self.e.b
-        full, tail = divmod(self.nk, BLOCK_K)
+        block = ir.Constant(I64, BLOCK_K)
 
         def run(kb: ir.Value, _: list) -> list:
-            body(b.mul(kb, ir.Constant(I64, BLOCK_K)), BLOCK_K)
+            body(b.mul(kb, block), BLOCK_K)
             return []
 
+        full, tail = divmod(self.nk, BLOCK_K)
         if not self.skip:
             if full:
                 e.loops.run(full, run)
@@ -129,13 +133,17 @@ class _Shape:
             return
         end = b.add(first, ir.Constant(I64, rows))
         limit = b.select(b.icmp_signed("<", end, ir.Constant(I64, self.nk)), end, ir.Constant(I64, self.nk))
-        if full:
-            seen = b.udiv(b.add(limit, ir.Constant(I64, BLOCK_K - 1)), ir.Constant(I64, BLOCK_K))
-            count = b.select(b.icmp_signed("<", seen, ir.Constant(I64, full)), seen, ir.Constant(I64, full))
-            e.loops.count(count, run)
-        if tail:
-            with b.if_then(b.icmp_signed(">", limit, ir.Constant(I64, full * BLOCK_K))):
-                body(ir.Constant(I64, full * BLOCK_K), tail)
+        whole = b.udiv(limit, block)
+        e.loops.count(whole, run)
+        k0 = b.mul(whole, block)
+        left = b.sub(limit, k0)
+        with b.if_then(b.icmp_signed(">", left, ir.Constant(I64, 0))):
+            body(k0, left)
+
+
+def _loop(e: Emitter, n: int | ir.Value, body: Callable, carry: list | None = None) -> list:
+    """``for i in range(n)`` for a constant or run-time ``n``."""
+    return e.loops.run(n, body, carry) if isinstance(n, int) else e.loops.count(n, body, carry)
 
 
 def _integer(e: Emitter, value: Any) -> ir.Value:
@@ -216,7 +224,7 @@ def _forward(e: Emitter) -> None:
             e.fill(m_rows, ir.Constant(I64, 0), rows, ninf, dtype)
             e.fill(l_rows, ir.Constant(I64, 0), rows, zero, dtype)
 
-            def key_block(k0: ir.Value, cols: int) -> None:
+            def key_block(k0: ir.Value, cols: int | ir.Value) -> None:
                 e.gemm(dtype, False, True, rows, cols, dim, _at(e, qb, first, dim, dtype), dim,
                        _at(e, kb, k0, dim, dtype), dim, zero, s_tile, BLOCK_K)  # fmt: skip
 
@@ -232,7 +240,7 @@ def _forward(e: Emitter) -> None:
                         return [b.select(b.icmp_signed(">", key, carried[0]), key, carried[0])]
 
                     old = e.load(m_rows, r, dtype)
-                    (peak,) = e.loops.run(cols, scores, [_key(b, old, bits)])
+                    (peak,) = _loop(e, cols, scores, [_key(b, old, bits)])
                     new = _from_key(b, peak, t)
                     shift = b.select(b.fcmp_ordered("==", new, ninf), zero, new)
                     alpha = _exp(e, b.fsub(old, shift), dtype)
@@ -243,10 +251,12 @@ def _forward(e: Emitter) -> None:
                         e.store(p if keep is None else b.fmul(p, keep(i, b.add(k0, c))), s_tile, at, dtype)
                         return [b.fadd(carried[0], p, flags=("reassoc",))]
 
-                    (total,) = e.loops.run(cols, expo, [zero])
+                    (total,) = _loop(e, cols, expo, [zero])
                     e.store(b.fadd(b.fmul(e.load(l_rows, r, dtype), alpha), total), l_rows, r, dtype)
                     e.store(new, m_rows, r, dtype)
-                    _scale_rows(e, _at(e, out_t, r, dim_v, dtype), dim_v, alpha, dtype)
+                    moved = b.and_(b.fcmp_unordered("!=", alpha, one), b.fcmp_ordered("!=", old, ninf))
+                    with b.if_then(moved):  # rows with a sum so far whose maximum moved
+                        _scale_rows(e, _at(e, out_t, r, dim_v, dtype), dim_v, alpha, dtype)
                     return []
 
                 e.loops.run(rows, row)
@@ -326,7 +336,7 @@ def _backward(e: Emitter) -> None:
         def tile(first: ir.Value, rows: int) -> None:
             q_t, g_t = _at(e, qb, first, dim, dtype), _at(e, gb, first, dim_v, dtype)
 
-            def key_block(k0: ir.Value, cols: int) -> None:
+            def key_block(k0: ir.Value, cols: int | ir.Value) -> None:
                 e.gemm(dtype, False, True, rows, cols, dim, q_t, dim, _at(e, kb, k0, dim, dtype), dim, zero, s_tile,
                        BLOCK_K)  # fmt: skip
 
@@ -348,7 +358,7 @@ def _backward(e: Emitter) -> None:
                             e.store(b.fmul(p, kp), pd_tile, at, dtype)
                         return []
 
-                    e.loops.run(cols, body)
+                    _loop(e, cols, body)
                     return []
 
                 e.loops.run(rows, weights)
@@ -376,7 +386,7 @@ def _backward(e: Emitter) -> None:
                         e.store(x, dp_tile, at, dtype)
                         return []
 
-                    e.loops.run(cols, body)
+                    _loop(e, cols, body)
                     return []
 
                 e.loops.run(rows, scores_grad)

@@ -15,7 +15,8 @@ The old steps (:mod:`.attention`) stay where the flash form does not apply:
   one dtype, or no BLAS was found (the old steps' conditions).
 
 The keep mask's draw and its scaling, when nothing else reads them, leave the graph.
-``EMBER_FLASH=0`` (read per plan) keeps the old steps everywhere.
+``EMBER_FLASH`` (read per plan) chooses: ``auto`` (the default) where the weights are
+large (:func:`worth_it`), ``1`` wherever the form applies, ``0`` never.
 """
 
 from __future__ import annotations
@@ -30,13 +31,31 @@ from ember.backend.ops import BinaryOp
 
 _TWO_32 = 1 << 32
 _NO_DROPOUT = (None,) * 6
-#: The setting that switches the flash form off (``0``).
+#: The setting: ``auto`` (the default: where the weights are large, see :func:`worth_it`),
+#: ``1`` (wherever the form applies) or ``0`` (never).
 ENV = "EMBER_FLASH"
+#: ``auto`` runs the flash form from this many keys...
+AUTO_KEYS = 512
+#: ... or where the weights ``[..., L, S]`` would take this many bytes.
+AUTO_BYTES = 16 << 20
 
 
-def enabled() -> bool:
-    """Whether plans run attention in the flash form where it applies (the default)."""
-    return os.environ.get(ENV, "1").strip() != "0"
+def mode() -> str:
+    """``"auto"``, ``"on"`` or ``"off"`` (``EMBER_FLASH``, read when a plan is made)."""
+    value = os.environ.get(ENV, "auto").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    return "on" if value in ("1", "on", "true", "yes") else "auto"
+
+
+def worth_it(graph: Graph, node: Node) -> bool:
+    """Where ``auto`` uses the flash form: long keys or large weights. Below both, the
+    stored weights stay in cache and reading them back is cheaper than recomputing them
+    (``benchmarks/attention.py --sections compiled``: a causal ``[1, 4, 64, 64]`` step
+    trains about 1.2-1.4x slower in the flash form, ``[1, 4, 1024, 64]`` 0.95-0.98x)."""
+    aq = graph.avals[node.args[0]]
+    keys = graph.avals[node.args[1]].shape[-2]
+    return keys >= AUTO_KEYS or aq.size // aq.shape[-1] * keys * aq.dtype.itemsize >= AUTO_BYTES
 
 
 def _readers(graph: Graph) -> dict[int, list[int]]:
@@ -87,9 +106,10 @@ def _applies(graph: Graph, node: Node, users: list[Node], target: Any) -> bool:
     return True
 
 
-def use_flash(expanded: Expanded, target: Any) -> int:
-    """Rewrites ``expanded``'s graph in place (see the module docstring); returns how
-    many attention nodes now run in the flash form."""
+def use_flash(expanded: Expanded, target: Any, everywhere: bool = False) -> int:
+    """Rewrites ``expanded``'s graph in place (see the module docstring) where the flash
+    form applies and, unless ``everywhere``, is :func:`worth_it`; returns how many
+    attention nodes now run in the flash form."""
     graph = expanded.graph
     if not any(node.op == "attention" for node in graph.nodes):
         return 0
@@ -99,7 +119,7 @@ def use_flash(expanded: Expanded, target: Any) -> int:
     count = 0
     dropped: set[int] = set()  # values the rewritten nodes no longer read
     for index, node in enumerate(list(graph.nodes)):
-        if node.op != "attention":
+        if node.op != "attention" or not (everywhere or worth_it(graph, node)):
             continue
         context, probs = node.outs
         if probs in outputs:

@@ -76,8 +76,9 @@ class Variant:
         fixed = fixed or {}
         self.offered = donated
         self.expanded = expand(graph, list(scalars), target.expands, fixed, fold=True)
-        if flash_graph.enabled():
-            flash_graph.use_flash(self.expanded, target)
+        flash = flash_graph.mode()
+        if flash != "off":
+            flash_graph.use_flash(self.expanded, target, everywhere=flash == "on")
         sched = self.schedule = schedule(self.expanded, target)
         if executor.conv_chains:
             fuse_conv_chains(sched)
