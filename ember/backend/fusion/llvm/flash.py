@@ -39,8 +39,9 @@ from ember.backend.fusion.graph import Graph, Node
 from ember.backend.fusion.llvm.attention import _Block, _exp, _from_key, _hidden_test, _key, _lead
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
 from ember.backend.fusion.scalars import SymScalar
-from ember.backend.kernel.llvm import philox
+from ember.backend.kernel.llvm import philox, small_gemm
 from ember.backend.kernel.llvm.mathlib import F64, I32, I64, const, reg_type
+from ember.backend.kernel.llvm.small_gemm import Operand
 
 #: Query rows per tile and keys per block (32x64, 64x128 and 128x128 were no faster).
 BLOCK_Q = 64
@@ -67,9 +68,16 @@ def _regions(sizes: list[tuple[str, int]]) -> dict[str, int]:
     return regions
 
 
+def _transposed(graph: Graph, ref: int) -> list[tuple[str, int]]:
+    """A float32 block's ``[S, E]`` keys (or values) transposed, for the inline products."""
+    aval = graph.avals[ref]
+    return [] if aval.dtype != _F32 else [(f"t{ref}", aval.shape[-2] * aval.shape[-1] * 4)]
+
+
 def _forward_scratch(graph: Graph, node: Node) -> dict[str, int]:
     item = graph.avals[node.args[0]].dtype.itemsize
-    return _regions([("s", BLOCK_Q * BLOCK_K * item), ("m", BLOCK_Q * item), ("l", BLOCK_Q * item)])
+    tiles = [("s", BLOCK_Q * BLOCK_K * item), ("m", BLOCK_Q * item), ("l", BLOCK_Q * item)]
+    return _regions(tiles + _transposed(graph, node.args[1]))
 
 
 def _backward_scratch(graph: Graph, node: Node) -> dict[str, int]:
@@ -79,7 +87,7 @@ def _backward_scratch(graph: Graph, node: Node) -> dict[str, int]:
     sizes = [("s", tile), ("dp", tile), ("d", aq.shape[-2] * item)]
     if node.args[BACKWARD_DROPOUT] is not None:
         sizes += [("pd", tile), ("kp", tile)]
-    return _regions(sizes)
+    return _regions(sizes + _transposed(graph, node.args[1]) + _transposed(graph, node.args[2]))
 
 
 def _supports(graph: Graph, node: Node, target: Any) -> bool:
@@ -184,6 +192,84 @@ def _score(e: Emitter, x: ir.Value, i: ir.Value, j: ir.Value, scale, bias_at, hi
     return s
 
 
+def _product(
+    e: Emitter,
+    dtype: np.dtype,
+    trans_a: bool,
+    trans_b: bool,
+    m: int | ir.Value,
+    n: int | ir.Value,
+    k: int | ir.Value,
+    a: ir.Value,
+    lda: int,
+    bm: ir.Value,
+    ldb: int,
+    accumulate: bool,
+    c: ir.Value,
+    ldc: int,
+) -> None:
+    """``C (+)= op(A) @ op(B)`` (row-major): a float32 block of constant sizes as the
+    inline register-tiled loops of :mod:`~ember.backend.kernel.llvm.small_gemm` where they
+    apply and BLAS is single-threaded (the host's widest vectors, no call or packing per
+    block), else the plan's ``?gemm``."""
+    blas = e.module.blas
+    if (
+        dtype == _F32
+        and isinstance(m, int)
+        and isinstance(n, int)
+        and isinstance(k, int)
+        and small_gemm.enabled()
+        and (blas is None or blas.threads <= 1)
+    ):
+        lanes = small_gemm.lanes(e.module.vector_width)
+        out = Operand(c, ldc)
+        nt = trans_b and not trans_a and not accumulate
+        if nt and small_gemm.emit_gemm_nt(e, m, n, k, Operand(a, lda), Operand(bm, ldb), out, lanes):
+            return
+        if not trans_b and m >= small_gemm.ROWS:
+            rows = Operand(a, 1, lda) if trans_a else Operand(a, lda)
+            if small_gemm.emit_gemm(e, m, n, k, rows, Operand(bm, ldb), out, lanes, out if accumulate else None):
+                return
+    beta = const(dtype, 1.0 if accumulate else 0.0)
+    e.gemm(dtype, trans_a, trans_b, m, n, k, a, lda, bm, ldb, beta, c, ldc)
+
+
+def _inline(e: Emitter, dtype: np.dtype) -> bool:
+    """Whether :func:`_product` runs a float32 block's products inline."""
+    blas = e.module.blas
+    return dtype == _F32 and small_gemm.enabled() and (blas is None or blas.threads <= 1)
+
+
+class _Rows:
+    """``A @ B^T`` for the ``[S, E]`` rows ``B`` of one block: with inline products, ``B``
+    is transposed once per block into scratch (``[E, S]``, read as ``A @ B`` by the
+    register-tiled loops, where the dot-product form sums across lanes per output);
+    else the product is BLAS's with ``B`` transposed."""
+
+    def __init__(self, e: Emitter, ref: int, rows: ir.Value, n: int, width: int, dtype: np.dtype):
+        self.e, self.rows, self.n, self.width, self.dtype = e, rows, n, width, dtype
+        self.t = e.regions.get(f"t{ref}") if _inline(e, dtype) else None
+        if self.t is not None:
+            t, b = self.t, e.b
+
+            def copy(pos: list[ir.Value]) -> None:
+                j, c = pos
+                value = e.load(rows, b.add(b.mul(j, ir.Constant(I64, width)), c), dtype)
+                e.store(value, t, b.add(b.mul(c, ir.Constant(I64, n)), j), dtype)
+
+            e.loops.nest([n, width], copy)
+
+    def product(self, m: int, cols: int | ir.Value, a: ir.Value, lda: int, k0: ir.Value, c: ir.Value) -> None:
+        """``C[m, cols] = A[m, E] @ B[k0:k0 + cols]^T`` (``C`` rows of :data:`BLOCK_K`)."""
+        e = self.e
+        if self.t is None:
+            rows = _at(e, self.rows, k0, self.width, self.dtype)
+            _product(e, self.dtype, False, True, m, cols, self.width, a, lda, rows, self.width, False, c, BLOCK_K)
+        else:
+            first = e.at(self.t, k0, self.dtype)
+            _product(e, self.dtype, False, False, m, cols, self.width, a, lda, first, self.n, False, c, BLOCK_K)
+
+
 def _at(e: Emitter, ptr: ir.Value, row: ir.Value, width: int, dtype: np.dtype) -> ir.Value:
     return e.at(ptr, e.b.mul(row, ir.Constant(I64, width)), dtype)
 
@@ -217,6 +303,7 @@ def _forward(e: Emitter) -> None:
         hidden = _hidden_test(e, blk, mask, causal)
         bias_at = blk.strided(bias, dtype) if bias is not None else None
         keep = _keep(e, drop, dtype, bh, nq, nk)
+        keys = _Rows(e, k, kb, nk, dim, dtype)
 
         def tile(first: ir.Value, rows: int) -> None:
             out_t = _at(e, out, first, dim_v, dtype)
@@ -225,8 +312,7 @@ def _forward(e: Emitter) -> None:
             e.fill(l_rows, ir.Constant(I64, 0), rows, zero, dtype)
 
             def key_block(k0: ir.Value, cols: int | ir.Value) -> None:
-                e.gemm(dtype, False, True, rows, cols, dim, _at(e, qb, first, dim, dtype), dim,
-                       _at(e, kb, k0, dim, dtype), dim, zero, s_tile, BLOCK_K)  # fmt: skip
+                keys.product(rows, cols, _at(e, qb, first, dim, dtype), dim, k0, s_tile)
 
                 def row(r: ir.Value, _: list) -> list:
                     i = b.add(first, r)
@@ -260,8 +346,8 @@ def _forward(e: Emitter) -> None:
                     return []
 
                 e.loops.run(rows, row)
-                e.gemm(dtype, False, False, rows, dim_v, cols, s_tile, BLOCK_K, _at(e, vb, k0, dim_v, dtype), dim_v,
-                       one, out_t, dim_v)  # fmt: skip
+                _product(e, dtype, False, False, rows, dim_v, cols, s_tile, BLOCK_K, _at(e, vb, k0, dim_v, dtype), dim_v,
+                       True, out_t, dim_v)  # fmt: skip
 
             sh.key_blocks(first, rows, key_block)
 
@@ -290,7 +376,7 @@ def _backward(e: Emitter) -> None:
     sh = _Shape(e, q, v, causal, float(fill))
     nq, nk, dim, dim_v, dtype = sh.nq, sh.nk, sh.dim, sh.dim_v, sh.dtype
     b = e.b
-    zero, one = const(dtype, 0.0), const(dtype, 1.0)
+    zero = const(dtype, 0.0)
     scale_c, fill_c = const(dtype, float(scale)), const(dtype, float(fill))
     wide = dtype == _F32
     lead = _lead(e, q)
@@ -313,6 +399,8 @@ def _backward(e: Emitter) -> None:
         dq = blk.dense(g_q, nq * dim, dtype) if g_q is not None else None
         dk = blk.dense(g_k, nk * dim, dtype) if g_k is not None else None
         dv = blk.dense(g_v, nk * dim_v, dtype) if g_v is not None else None
+        keys = _Rows(e, k, kb, nk, dim, dtype)
+        values = _Rows(e, v, vb, nk, dim_v, dtype) if dq is not None or dk is not None else None
         for ptr, n in ((dq, nq * dim), (dk, nk * dim), (dv, nk * dim_v)):
             if ptr is not None:
                 e.fill(ptr, ir.Constant(I64, 0), n, zero, dtype)
@@ -337,8 +425,7 @@ def _backward(e: Emitter) -> None:
             q_t, g_t = _at(e, qb, first, dim, dtype), _at(e, gb, first, dim_v, dtype)
 
             def key_block(k0: ir.Value, cols: int | ir.Value) -> None:
-                e.gemm(dtype, False, True, rows, cols, dim, q_t, dim, _at(e, kb, k0, dim, dtype), dim, zero, s_tile,
-                       BLOCK_K)  # fmt: skip
+                keys.product(rows, cols, q_t, dim, k0, s_tile)
 
                 def weights(r: ir.Value, _: list) -> list:
                     i = b.add(first, r)
@@ -363,12 +450,12 @@ def _backward(e: Emitter) -> None:
 
                 e.loops.run(rows, weights)
                 if dv is not None:
-                    e.gemm(dtype, True, False, cols, dim_v, rows, s_tile if keep is None else pd_tile, BLOCK_K, g_t,
-                           dim_v, one, _at(e, dv, k0, dim_v, dtype), dim_v)  # fmt: skip
+                    _product(e, dtype, True, False, cols, dim_v, rows, s_tile if keep is None else pd_tile, BLOCK_K, g_t,
+                           dim_v, True, _at(e, dv, k0, dim_v, dtype), dim_v)  # fmt: skip
                 if dq is None and dk is None:
                     return
-                e.gemm(dtype, False, True, rows, cols, dim_v, g_t, dim_v, _at(e, vb, k0, dim_v, dtype), dim_v, zero,
-                       dp_tile, BLOCK_K)  # fmt: skip
+                assert values is not None
+                values.product(rows, cols, g_t, dim_v, k0, dp_tile)
 
                 def scores_grad(r: ir.Value, _: list) -> list:
                     i = b.add(first, r)
@@ -391,10 +478,10 @@ def _backward(e: Emitter) -> None:
 
                 e.loops.run(rows, scores_grad)
                 if dq is not None:
-                    e.gemm(dtype, False, False, rows, dim, cols, dp_tile, BLOCK_K, _at(e, kb, k0, dim, dtype), dim, one,
+                    _product(e, dtype, False, False, rows, dim, cols, dp_tile, BLOCK_K, _at(e, kb, k0, dim, dtype), dim, True,
                            _at(e, dq, first, dim, dtype), dim)  # fmt: skip
                 if dk is not None:
-                    e.gemm(dtype, True, False, cols, dim, rows, dp_tile, BLOCK_K, q_t, dim, one,
+                    _product(e, dtype, True, False, cols, dim, rows, dp_tile, BLOCK_K, q_t, dim, True,
                            _at(e, dk, k0, dim, dtype), dim)  # fmt: skip
 
             sh.key_blocks(first, rows, key_block)
