@@ -255,3 +255,9 @@ def test_old_steps_kept_where_flash_does_not_apply(rng, monkeypatch):
             compiled(q, k, v)
         assert _library_ops(compiled) == expected
     assert n < flash_graph.AUTO_KEYS
+    long = flash_graph.AUTO_KEYS
+    q, k, v = (Tensor.from_data(rng.standard_normal((1, 1, long, 4)), device=device).require_grad() for _ in range(3))
+    compiled = ember.compile(plain)
+    for _ in range(2):
+        compiled(q, k, v)
+    assert _library_ops(compiled) == {"flash_attention": 1, "flash_attention_backward": 1}

@@ -35,7 +35,7 @@ _NO_DROPOUT = (None,) * 6
 #: ``1`` (wherever the form applies) or ``0`` (never).
 ENV = "EMBER_FLASH"
 #: ``auto`` runs the flash form from this many keys...
-AUTO_KEYS = 512
+AUTO_KEYS = 256
 #: ... or where the weights ``[..., L, S]`` would take this many bytes.
 AUTO_BYTES = 16 << 20
 
@@ -50,9 +50,11 @@ def mode() -> str:
 
 def worth_it(graph: Graph, node: Node) -> bool:
     """Where ``auto`` uses the flash form: long keys or large weights. Below both, the
-    stored weights stay in cache and reading them back is cheaper than recomputing them
-    (``benchmarks/attention.py --sections compiled``: a causal ``[1, 4, 64, 64]`` step
-    trains about 1.2-1.4x slower in the flash form, ``[1, 4, 1024, 64]`` 0.95-0.98x)."""
+    stored weights are small and the old steps compile faster for the same speed
+    (``benchmarks/attention.py --sections compiled``, causal ``[1, 4, L, 64]`` float32,
+    flash / old steps: train 0.87x at L=64, 0.72-0.74x from 256; inference about 1x;
+    W4's plan, with three attention layers of 64 keys, compiles about 1 s CPU slower in
+    the flash form)."""
     aq = graph.avals[node.args[0]]
     keys = graph.avals[node.args[1]].shape[-2]
     return keys >= AUTO_KEYS or aq.size // aq.shape[-1] * keys * aq.dtype.itemsize >= AUTO_BYTES
