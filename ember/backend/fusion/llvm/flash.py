@@ -212,15 +212,7 @@ def _product(
     inline register-tiled loops of :mod:`~ember.backend.kernel.llvm.small_gemm` where they
     apply and BLAS is single-threaded (the host's widest vectors, no call or packing per
     block), else the plan's ``?gemm``."""
-    blas = e.module.blas
-    if (
-        dtype == _F32
-        and isinstance(m, int)
-        and isinstance(n, int)
-        and isinstance(k, int)
-        and small_gemm.enabled()
-        and (blas is None or blas.threads <= 1)
-    ):
+    if isinstance(m, int) and isinstance(n, int) and isinstance(k, int) and _inline(e, dtype):
         lanes = small_gemm.lanes(e.module.vector_width)
         out = Operand(c, ldc)
         nt = trans_b and not trans_a and not accumulate

@@ -21,6 +21,7 @@ large (:func:`worth_it`), ``1`` wherever the form applies, ``0`` never.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -57,7 +58,8 @@ def worth_it(graph: Graph, node: Node) -> bool:
     the flash form)."""
     aq = graph.avals[node.args[0]]
     keys = graph.avals[node.args[1]].shape[-2]
-    return keys >= AUTO_KEYS or aq.size // aq.shape[-1] * keys * aq.dtype.itemsize >= AUTO_BYTES
+    rows = math.prod(aq.shape[:-1])
+    return keys >= AUTO_KEYS or rows * keys * aq.dtype.itemsize >= AUTO_BYTES
 
 
 def _readers(graph: Graph) -> dict[int, list[int]]:
