@@ -218,8 +218,8 @@ def test_flash_plan_holds_no_score_matrix(rng):
 
 def test_old_steps_kept_where_flash_does_not_apply(rng, monkeypatch):
     """The weights read (returned), a bias that needs its gradient, and ``EMBER_FLASH=0``
-    keep the steps that store the weights; ``auto`` takes the flash form from
-    ``AUTO_KEYS`` keys only."""
+    keep the steps that store the weights; ``auto`` takes the flash form for training
+    from ``AUTO_KEYS`` keys, for inference only where the weights are large."""
     from ember.tensor.attention import attention
 
     device = Device.flex().autodiff()
@@ -261,3 +261,9 @@ def test_old_steps_kept_where_flash_does_not_apply(rng, monkeypatch):
     for _ in range(2):
         compiled(q, k, v)
     assert _library_ops(compiled) == {"flash_attention": 1, "flash_attention_backward": 1}
+    # an inference of the same length keeps the old step: its weights are small
+    arrays = [rng.standard_normal((1, 1, long, 4)) for _ in range(3)]
+    infer = ember.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    for _ in range(2):
+        infer(*(Tensor.from_data(a, device=device.inner()) for a in arrays))
+    assert _library_ops(infer) == {"attention": 1}

@@ -15,8 +15,9 @@ The old steps (:mod:`.attention`) stay where the flash form does not apply:
   one dtype, or no BLAS was found (the old steps' conditions).
 
 The keep mask's draw and its scaling, when nothing else reads them, leave the graph.
-``EMBER_FLASH`` (read per plan) chooses: ``auto`` (the default) where the weights are
-large (:func:`worth_it`), ``1`` wherever the form applies, ``0`` never.
+``EMBER_FLASH`` (read per plan) chooses: ``auto`` (the default) for training from 256
+keys and wherever the weights are large (:func:`worth_it`), ``1`` wherever the form
+applies, ``0`` never.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ _NO_DROPOUT = (None,) * 6
 #: The setting: ``auto`` (the default: where the weights are large, see :func:`worth_it`),
 #: ``1`` (wherever the form applies) or ``0`` (never).
 ENV = "EMBER_FLASH"
-#: ``auto`` runs the flash form from this many keys...
+#: ``auto`` runs a training step's attention in the flash form from this many keys...
 AUTO_KEYS = 256
-#: ... or where the weights ``[..., L, S]`` would take this many bytes.
+#: ... and any attention whose weights ``[..., L, S]`` would take this many bytes.
 AUTO_BYTES = 16 << 20
 
 
@@ -49,17 +50,19 @@ def mode() -> str:
     return "on" if value in ("1", "on", "true", "yes") else "auto"
 
 
-def worth_it(graph: Graph, node: Node) -> bool:
-    """Where ``auto`` uses the flash form: long keys or large weights. Below both, the
-    stored weights are small and the old steps compile faster for the same speed
+def worth_it(graph: Graph, node: Node, training: bool) -> bool:
+    """Where ``auto`` uses the flash form: a training step from :data:`AUTO_KEYS` keys, any
+    step whose weights would take :data:`AUTO_BYTES`. Below, the stored weights are small
+    and the old steps compile faster for the same or better speed; an inference runs
+    them about 5% faster at every length, so it takes the flash form for memory only
     (``benchmarks/attention.py --sections compiled``, causal ``[1, 4, L, 64]`` float32,
-    flash / old steps: train 0.87x at L=64, 0.72-0.74x from 256; inference about 1x;
-    W4's plan, with three attention layers of 64 keys, compiles about 1 s CPU slower in
-    the flash form)."""
+    flash / old steps: train 0.81-0.85x at L=64, 0.72-0.85x from 256; inference
+    0.89-0.93x at 64, 1.01-1.12x from 256; W4's plan, with three attention layers of 64
+    keys, compiles about 1 s CPU slower in the flash form)."""
     aq = graph.avals[node.args[0]]
     keys = graph.avals[node.args[1]].shape[-2]
     rows = math.prod(aq.shape[:-1])
-    return keys >= AUTO_KEYS or rows * keys * aq.dtype.itemsize >= AUTO_BYTES
+    return (training and keys >= AUTO_KEYS) or rows * keys * aq.dtype.itemsize >= AUTO_BYTES
 
 
 def _readers(graph: Graph) -> dict[int, list[int]]:
@@ -123,12 +126,14 @@ def use_flash(expanded: Expanded, target: Any, everywhere: bool = False) -> int:
     count = 0
     dropped: set[int] = set()  # values the rewritten nodes no longer read
     for index, node in enumerate(list(graph.nodes)):
-        if node.op != "attention" or not (everywhere or worth_it(graph, node)):
+        if node.op != "attention":
             continue
         context, probs = node.outs
         if probs in outputs:
             continue
         users = [graph.nodes[u] for u in readers.get(probs, [])]
+        if not (everywhere or worth_it(graph, node, training=bool(users))):
+            continue
         if not _applies(graph, node, users, target):
             continue
         q, k, v, mask, bias, fill, scale, causal, keep = node.args
