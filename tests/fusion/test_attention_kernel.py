@@ -1,6 +1,8 @@
 """Scaled dot-product attention under ``ember.compile`` on flex: recorded as one
 ``attention`` node (its gradient as one ``attention_backward``), each lowered to one
-library step of the LLVM target (``ember/backend/fusion/llvm/attention.py``).
+library step of the LLVM target (``ember/backend/fusion/llvm/attention.py``; these
+shapes are below where ``EMBER_FLASH=auto`` takes the flash form, whose own tests are
+``test_flash_attention.py``).
 Values and gradients against eager flex (its numpy kernel), the composite
 (``ember.backend.composites.attention``, run on flex's primitives) and torch's
 ``F.scaled_dot_product_attention``: causal, bool and additive masks (``-inf`` and

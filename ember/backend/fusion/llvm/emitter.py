@@ -106,9 +106,9 @@ class Emitter(KernelBuilder):
         dtype: np.dtype,
         trans_a: bool,
         trans_b: bool,
-        m: int,
-        n: int,
-        k: int,
+        m: int | ir.Value,
+        n: int | ir.Value,
+        k: int | ir.Value,
         a: ir.Value,
         lda: int,
         bm: ir.Value,
@@ -119,9 +119,12 @@ class Emitter(KernelBuilder):
     ) -> None:
         """``C = A @ B + beta * C`` (row-major): ``?gemm`` of the plan's BLAS, or ember's
         own float32 product (:mod:`.sgemm`) where the plan runs it, neither operand is
-        transposed and ``beta`` is a constant 0 or 1."""
+        transposed, the sizes are constants and ``beta`` is a constant 0 or 1. A size
+        may be a run-time ``i64`` value (then the product is BLAS's)."""
+        constant = isinstance(m, int) and isinstance(n, int) and isinstance(k, int)
         own = (
-            dtype == np.dtype(np.float32)
+            constant
+            and dtype == np.dtype(np.float32)
             and self.module.own_products
             and not trans_a
             and not trans_b
@@ -129,6 +132,7 @@ class Emitter(KernelBuilder):
             and beta.constant in (0.0, 1.0)
         )
         if own:
+            assert isinstance(m, int) and isinstance(n, int) and isinstance(k, int)
             self.module.own_sgemm(self.b, m, n, k, a, lda, bm, ldb, c, ldc, beta.constant == 1.0)
             return
         blas = self.module.blas
@@ -139,15 +143,20 @@ class Emitter(KernelBuilder):
         def trans(flag: bool) -> ir.Constant:
             return ir.Constant(i32, blas_mod.TRANS if flag else blas_mod.NO_TRANS)
 
+        def size(x: int | ir.Value) -> ir.Value:
+            if isinstance(x, int):
+                return ir.Constant(nt, x)
+            return x if nt is I64 else self.b.trunc(x, nt)
+
         self.b.call(
             self.module.gemm(dtype),
             [
                 ir.Constant(i32, blas_mod.ROW_MAJOR),
                 trans(trans_a),
                 trans(trans_b),
-                ir.Constant(nt, m),
-                ir.Constant(nt, n),
-                ir.Constant(nt, k),
+                size(m),
+                size(n),
+                size(k),
                 ir.Constant(t, 1.0),
                 a,
                 ir.Constant(nt, lda),

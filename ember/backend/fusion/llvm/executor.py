@@ -40,6 +40,7 @@ import numpy as np
 
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph
+from ember.backend.fusion.llvm import flash_graph
 from ember.backend.fusion.llvm.sgemm import own_sgemm
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.llvm.variant import Variant
@@ -69,8 +70,9 @@ class LLVMExecutor(Executor):
 
     def settings_key(self, graph: Graph) -> tuple:
         """Which float32 product the plan runs (``EMBER_GEMM``, read per plan): ember's own,
-        and whether products may run as inline loops."""
-        return (own_sgemm(graph) is not None, small_gemm.enabled())
+        whether products may run as inline loops, and whether attention runs in the
+        flash form (``EMBER_FLASH``)."""
+        return (own_sgemm(graph) is not None, small_gemm.enabled(), flash_graph.mode())
 
 
 class LLVMPlan(Plan):

@@ -23,7 +23,8 @@ in the result:
 * ``layer_norm``/``layer_norm_backward`` along the last dim of float32 values: one
   pass over the rows each, in :mod:`.norms`.
 * ``attention``/``attention_backward`` of float32/float64 values: per (batch, head)
-  block, ``?gemm`` and row passes, in :mod:`.attention`.
+  block, ``?gemm`` and row passes, in :mod:`.attention`; their online-softmax
+  (flash) form ``flash_attention``/``flash_attention_backward``, in :mod:`.flash`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -46,6 +47,7 @@ from ember.backend.fusion.llvm.conv import CONV_OPS, Scratch, conv_core, conv_ge
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
+from ember.backend.fusion.llvm.flash import FLASH_OPS
 from ember.backend.fusion.llvm.norms import NORM_OPS
 from ember.backend.fusion.llvm.rows import ROW_OPS
 from ember.backend.kernel.llvm.mathlib import I64, const
@@ -233,6 +235,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **ACTIVATION_OPS,
     **NORM_OPS,
     **ATTENTION_OPS,
+    **FLASH_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)

@@ -20,6 +20,7 @@ import numpy as np
 from ember.backend.fusion.chains import fuse_conv_chains
 from ember.backend.fusion.decompose import call_node
 from ember.backend.fusion.graph import Graph, Ref
+from ember.backend.fusion.llvm import flash_graph
 from ember.backend.fusion.llvm.chains import chain_scratch
 from ember.backend.fusion.llvm.codegen import ModuleBuilder, write_tables
 from ember.backend.fusion.llvm.library import LIBRARY
@@ -75,6 +76,9 @@ class Variant:
         fixed = fixed or {}
         self.offered = donated
         self.expanded = expand(graph, list(scalars), target.expands, fixed, fold=True)
+        flash = flash_graph.mode()
+        if flash != "off":
+            flash_graph.use_flash(self.expanded, target, everywhere=flash == "on")
         sched = self.schedule = schedule(self.expanded, target)
         if executor.conv_chains:
             fuse_conv_chains(sched)
