@@ -24,6 +24,8 @@ in the result:
   pass over the rows each, in :mod:`.norms`.
 * ``attention``/``attention_backward`` of float32/float64 values: per (batch, head)
   block, ``?gemm`` and row passes, in :mod:`.attention`.
+* ``linear`` of float32 values in training plans: the inline product with the bias
+  as its addend, in :mod:`.linear`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -46,6 +48,7 @@ from ember.backend.fusion.llvm.conv import CONV_OPS, Scratch, conv_core, conv_ge
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
+from ember.backend.fusion.llvm.linear import LINEAR_OPS
 from ember.backend.fusion.llvm.norms import NORM_OPS
 from ember.backend.fusion.llvm.rows import ROW_OPS
 from ember.backend.kernel.llvm.mathlib import I64, const
@@ -233,6 +236,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **ACTIVATION_OPS,
     **NORM_OPS,
     **ATTENTION_OPS,
+    **LINEAR_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)
