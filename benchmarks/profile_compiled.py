@@ -4,6 +4,7 @@ its time beside its matrix products.
     python benchmarks/profile_compiled.py            # W4 training step and eval forward
     python benchmarks/profile_compiled.py --steps    # also the 25 slowest steps
     python benchmarks/profile_compiled.py --digits   # the digits example's step instead of W4's
+    python benchmarks/profile_compiled.py --lstm     # benchmarks/rnn.py's LSTM step instead of W4's
     python benchmarks/profile_compiled.py --clock cpu  # CPU time (a loaded machine)
 
 ``profile_variant(variant)`` recompiles the variant's schedule with every compiled
@@ -287,9 +288,29 @@ def w4_steps() -> list[tuple[str, Any, Any]]:
     return [("W4 step", step, compiled), ("W4 eval", eval_, forward)]
 
 
+def lstm_steps() -> list[tuple[str, Any, Any]]:
+    """``benchmarks/rnn.py``'s LSTM classifier training step, compiled: ``(name, run, compiled)``."""
+    from benchmarks import rnn
+    from ember import Device, Tensor
+
+    x_np, y_np = rnn.data()
+    device = Device.flex().autodiff()
+    model = rnn.ember_twin("lstm", device, None)
+    x, y = Tensor.from_data(x_np, device=device), Tensor.from_data(y_np, device=device)
+    step = rnn.compiled_step_fn(model, x, y)
+    step()
+    compiled = step.__closure__ and next(
+        c.cell_contents for c in step.__closure__ if hasattr(c.cell_contents, "_entries")
+    )
+    return [("LSTM step", step, compiled)]
+
+
 def main() -> None:
     top = 25 if "--steps" in sys.argv else 0
-    runs = digits_steps() if "--digits" in sys.argv else w4_steps()
+    if "--lstm" in sys.argv:
+        runs = lstm_steps()
+    else:
+        runs = digits_steps() if "--digits" in sys.argv else w4_steps()
     for name, fn, fn_compiled in runs:
         for _ in range(3):
             fn()

@@ -48,6 +48,17 @@ time, ``benchmarks/profile_compiled.py``'s per-step entries): the two directions
 backward 3.2 ms each (64 cell backward passes, 64 dZ w_hh^T products, d w_hh), forward
 2.2 ms each (64 step products, 1.35 ms, and cells), the input gradient dY W_ih^T 1.9
 ms, d W_ih 1.4 ms, the input projections 1.3 + 0.4 ms.
+
+Then (issue 27 item 3, second pass): w_hh packed once per sequence into panels of one
+register tile's width (forward about -0.5 ms per layer, backward -0.05 to -0.1 ms: A/B in
+one process, 15 alternating rounds), the input gradient dZ W_ih^T over a packed W_ih^T
+instead of dot products (-0.36 ms), and the input projections' bias added inside the
+product (a training plan's ``linear`` as one library step: -0.25 ms). ``--clock cpu``,
+alternating runs of 642d440 and this checkout, load 6-15, four runs each: compiled
+0.94x, 0.85x, 0.91x, 0.89x -> 0.79x, 0.77x, 0.80x, 0.74x (17.7-17.9 ms at load 7-9,
+torch 22.4-22.8 ms). Per-part time is in ``python benchmarks/profile_compiled.py --lstm
+--steps --clock cpu``. Tried and dropped: the weight gradients over dZ copied one panel at
+a time (1.15x as fast alone, 1.03x slower in the plan).
 """
 
 from __future__ import annotations

@@ -93,3 +93,61 @@ def test_flex_keeps_a_multi_threaded_blas(rng, monkeypatch):
     assert native_gemm.matmul(x, w) is not None
     monkeypatch.setattr(blas, "load", lambda: replace(loaded, threads=2))
     assert native_gemm.matmul(x, w) is None
+
+
+@pytest.mark.parametrize("rows", [M, 96], ids=["dots", "repacked"])
+def test_input_gradient_forms_match_numpy(rng, rows, monkeypatch):
+    """``g w^T``: dot products of rows for few rows, else ``w^T`` packed from ``w``'s
+    storage into the plan's buffer and the plain register tiles (sgemm.emit_repacked)."""
+    from ember.backend.fusion.llvm import sgemm
+
+    emitted = []
+    for name in ("emit_gemm_nt", "emit_pack", "emit_gemm_packed"):
+        real = getattr(small_gemm, name)
+
+        def spy(*args, real=real, name=name):
+            emitted.append(name)
+            return real(*args)
+
+        monkeypatch.setattr(small_gemm, name, spy)
+    g = rng.standard_normal((rows, N)).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)  # K output columns: whole panels
+    device = Device.flex()
+    compiled = ember.compile(lambda g, w: g.matmul(w.transpose()))
+    args = [Tensor.from_data(a, device=device) for a in (g, w)]
+    compiled(*args)  # the first call replays; the plan compiles for the next
+    got = compiled(*args).to_numpy()
+    repacked = rows >= sgemm.REPACK_ROWS
+    assert set(emitted) == ({"emit_pack", "emit_gemm_packed"} if repacked else {"emit_gemm_nt"})
+    np.testing.assert_allclose(got, g.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_linear_with_bias_is_one_library_step_in_a_training_plan(rng):
+    """``linear`` with a bias in a training plan: one library step (the inline product,
+    the bias its addend: fusion/llvm/linear.py), its value and gradients against float64."""
+    from ember.backend.fusion.steps import Library
+    from ember.tensor.layer_ops import linear
+
+    x = rng.standard_normal((5, 8, K)).astype(np.float32)  # 40 rows over two leading dims
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    g = rng.standard_normal((5, 8, N)).astype(np.float32)
+    device = Device.flex().autodiff()
+
+    def step(x, w, b, g):
+        x, w, b = x.require_grad(), w.require_grad(), b.require_grad()
+        y = linear(x, w, b)
+        grads = y.mul(g).sum().backward()
+        return y, x.grad(grads), w.grad(grads), b.grad(grads)
+
+    compiled = ember.compile(step)
+    args = [Tensor.from_data(a, device=device) for a in (x, w, b, g)]
+    compiled(*args)  # the first call replays; the plan compiles for the next
+    ours = [t.to_numpy() for t in compiled(*args)]
+    plan = next(iter(compiled._entries.values())).plan
+    ops = [s.node.op for s in plan.schedule.steps if isinstance(s, Library)]
+    assert ops == ["linear"]
+    x64, w64, g64 = (a.astype(np.float64) for a in (x, w, g))
+    expected = [x64 @ w64 + b, g64 @ w64.T, x64.reshape(-1, K).T @ g64.reshape(-1, N), g64.sum((0, 1))]
+    for got, ref in zip(ours, expected):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)

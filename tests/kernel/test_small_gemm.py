@@ -114,3 +114,40 @@ def test_dot_form_declines_partial_vectors():
     a, w, c = (Operand(p, LANES + 1) for p in fn.args)
     assert not small_gemm.emit_gemm_nt(KernelBuilder(b), 4, 4, LANES + 1, a, w, c, LANES)
     assert not fn.blocks[0].instructions
+
+
+def _packed_entry(m, n, k, trans_b, add):
+    """``C = A @ B (+ C)`` through ``emit_pack`` (of ``B``, or of ``B^T``'s storage read
+    transposed) into the fourth pointer, then ``emit_gemm_packed``."""
+
+    def emit(parts):
+        kb, (a, b, c, packed) = parts
+        source = Operand(b, 1, k) if trans_b else Operand(b, n)
+        small_gemm.emit_pack(kb, k, n, source, packed, LANES)
+        addend = Operand(c, n) if add else None
+        small_gemm.emit_gemm_packed(kb, m, n, k, Operand(a, k), packed, Operand(c, n), LANES, addend)
+
+    found = compile_entry(emit, f"test_small_gemm_packed_{m}_{n}_{k}_{int(trans_b)}_{int(add)}", pointers=4)
+    if found is None:
+        pytest.skip("llvmlite cannot compile for this host")
+    return found
+
+
+@pytest.mark.parametrize("m,panels,k", [(32, 16 // small_gemm.VECTORS, 128), (10, 1, 7), (9, 3, 600)])
+@pytest.mark.parametrize("trans_b", [False, True], ids=["b", "b_t"])
+@pytest.mark.parametrize("add", [False, True], ids=["set", "add"])
+def test_packed_product_matches_numpy(rng, m, panels, k, trans_b, add):
+    n = panels * small_gemm.panel(LANES)
+    assert small_gemm.applies_packed(n, LANES) and not small_gemm.applies_packed(n + LANES, LANES)
+    entry = _packed_entry(m, n, k, trans_b, add)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b_math = rng.standard_normal((k, n)).astype(np.float32)
+    b = np.ascontiguousarray(b_math.T) if trans_b else b_math  # B^T's storage when trans_b
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    expected = a.astype(np.float64) @ b_math.astype(np.float64) + (c if add else 0.0)
+    packed = np.full(small_gemm.packed_floats(k, n), np.nan, np.float32)
+    entry[1](a.ctypes.data, b.ctypes.data, c.ctypes.data, packed.ctypes.data)
+    width = small_gemm.panel(LANES)
+    layout = b_math.reshape(k, panels, width).transpose(1, 0, 2).ravel()  # panel j: its k rows in turn
+    np.testing.assert_array_equal(packed, layout)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5 * np.sqrt(k))

@@ -19,8 +19,8 @@ from tests.conftest import assert_close
 S, B, H = 7, 10, 16
 
 
-def _inputs(rng, kind):
-    gates = 4 if kind == "lstm" else 3
+def _inputs(rng, kind, hidden=H):
+    gates, H = (4 if kind == "lstm" else 3), hidden
     arrays = [
         rng.standard_normal((S, B, gates * H)).astype(np.float32),
         (rng.standard_normal((H, gates * H)) * 0.3).astype(np.float32),
@@ -34,6 +34,7 @@ def _inputs(rng, kind):
 
 
 def _torch_outputs(torch, kind, tensors, reverse):
+    H = tensors[1].shape[0]
     order = range(S - 1, -1, -1) if reverse else range(S)
     if kind == "lstm":
         proj, w, h, c = tensors
@@ -66,7 +67,7 @@ def _loss(outs, weights, through_y):
 def _check_against_torch(torch, kind, arrays, reverse, through_y, ours):
     t_in = [torch.from_numpy(a).requires_grad_() for a in arrays]
     outs = _torch_outputs(torch, kind, t_in, reverse)
-    weights = [torch.from_numpy(w) for w in _weights(kind)]
+    weights = [torch.from_numpy(w) for w in _weights(kind, arrays[1].shape[0])]
     _loss(outs, weights, through_y).backward()
     expected = [o.detach().numpy() for o in outs] + [t.grad.numpy() for t in t_in]
     assert len(ours) == len(expected)
@@ -74,14 +75,15 @@ def _check_against_torch(torch, kind, arrays, reverse, through_y, ours):
         assert_close(got, ref, rtol=1e-4, atol=1e-5)
 
 
-def _weights(kind):
+def _weights(kind, hidden=H):
+    H = hidden
     rng = np.random.default_rng(5)
     shapes = [(S, B, H), (B, H)] + ([(B, H)] if kind == "lstm" else [])
     return [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in shapes]
 
 
-def _step(kind, reverse, through_y, device):
-    weights = [Tensor.from_data(w, device=device) for w in _weights(kind)]
+def _step(kind, reverse, through_y, device, hidden=H):
+    weights = [Tensor.from_data(w, device=device) for w in _weights(kind, hidden)]
 
     def step(*ts):
         ts = [t.require_grad() for t in ts]
@@ -121,11 +123,12 @@ def test_flex_native_loop_against_torch(rng, torch, reverse, through_y, monkeypa
 @pytest.mark.parametrize("through_y", [True, False], ids=["y", "states"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_compiled_library_steps_against_torch(rng, torch, kind, reverse, through_y):
-    arrays = _inputs(rng, kind)
+@pytest.mark.parametrize("hidden", [H, 2 * H])  # 2H: the backward's packed w_hh^T on AVX-512 too
+def test_compiled_library_steps_against_torch(rng, torch, kind, reverse, through_y, hidden):
+    arrays = _inputs(rng, kind, hidden)
     device = Device.flex().autodiff()
     args = [Tensor.from_data(a, device=device) for a in arrays]
-    compiled = ember.compile(_step(kind, reverse, through_y, device))
+    compiled = ember.compile(_step(kind, reverse, through_y, device, hidden))
     compiled(*args)  # the first call replays; the plan compiles for the next
     outs = compiled(*args)
     _check_against_torch(torch, kind, arrays, reverse, through_y, [o.to_numpy() for o in outs])

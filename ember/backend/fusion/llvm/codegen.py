@@ -30,7 +30,7 @@ from llvmlite import ir
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
-from ember.backend.fusion.llvm.sgemm import host_blocking, inline_form, own_sgemm
+from ember.backend.fusion.llvm.sgemm import emit_repacked, host_blocking, inline_form, own_sgemm, repacks
 from ember.backend.fusion.llvm.support import blas_layout
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
 from ember.backend.kernel.llvm import small_gemm
@@ -416,8 +416,11 @@ class ModuleBuilder:
                 small_gemm.emit_gemm(KernelBuilder(b), m, n, k, a_rows, Operand(b_ptr, lb[1]), Operand(c_ptr, n), lanes)
             elif dots:
                 assert la is not None and lb is not None  # dots says so
-                rows_a, rows_b = Operand(a_ptr, la[1]), Operand(b_ptr, lb[1])
-                small_gemm.emit_gemm_nt(KernelBuilder(b), m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
+                rows_a, rows_b, kb = Operand(a_ptr, la[1]), Operand(b_ptr, lb[1]), KernelBuilder(b)
+                if repacks(m, n, bool(batch), lanes):
+                    emit_repacked(kb, self.prefix, m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
+                else:
+                    small_gemm.emit_gemm_nt(kb, m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
             elif use_blas and vector is not None:
                 assert self.blas is not None and gemv is not None  # vector says so
                 nt = I64 if self.blas.int_bits == 64 else I32

@@ -25,6 +25,8 @@ in the result:
 * ``attention``/``attention_backward`` of float32/float64 values: per (batch, head)
   block, ``?gemm`` and row passes, in :mod:`.attention`; their online-softmax
   (flash) form ``flash_attention``/``flash_attention_backward``, in :mod:`.flash`.
+* ``linear`` of float32 values in training plans: the inline product with the bias
+  as its addend, in :mod:`.linear`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -48,6 +50,7 @@ from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
 from ember.backend.fusion.llvm.flash import FLASH_OPS
+from ember.backend.fusion.llvm.linear import LINEAR_OPS
 from ember.backend.fusion.llvm.norms import NORM_OPS
 from ember.backend.fusion.llvm.rows import ROW_OPS
 from ember.backend.kernel.llvm.mathlib import I64, const
@@ -236,6 +239,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **NORM_OPS,
     **ATTENTION_OPS,
     **FLASH_OPS,
+    **LINEAR_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)

@@ -53,8 +53,8 @@ def _backward_supports(graph: Graph, node: Node, target: Any) -> bool:
     return target.blas is not None and _refs_ok(graph, [w_hh, h_in, c_in, c_n, z, *grads], valid)
 
 
-def _no_scratch(graph: Graph, node: Node) -> dict[str, int]:
-    return {}
+def _forward_scratch(graph: Graph, node: Node) -> dict[str, int]:
+    return {"w_p": 0, "size": graph.avals[node.args[1]].nbytes}  # w_hh, packed (:meth:`_Sequence.pack`)
 
 
 class _Cell:
@@ -201,18 +201,64 @@ class _Sequence:
         addend = None if add is None else Operand(add, n)
         return small_gemm.emit_gemm(self.e, m, n, k, Operand(a, k), Operand(b_rows, n), Operand(c, n), lanes, addend)
 
-    def add_recurrent(self, h: ir.Value, w_hh: ir.Value, gates_t: ir.Value, inputs_t: ir.Value | None = None) -> None:
-        """``gates_t = inputs_t + h @ w_hh`` (``gates_t += h @ w_hh`` without ``inputs_t``)."""
+    def pack(self, w_hh: ir.Value) -> ir.Value | None:
+        """``w_hh`` ``[n, width]`` packed into the scratch region ``w_p`` for
+        :meth:`add_recurrent` (once per sequence: 64 steps read it), or ``None`` where the
+        packed product does not apply."""
+        lanes = small_gemm.lanes(self.e.module.vector_width)
+        if not small_gemm.enabled() or not small_gemm.applies_packed(self.width, lanes):
+            return None
+        packed = self.e.regions["w_p"]
+        small_gemm.emit_pack(self.e, self.n, self.width, Operand(w_hh, self.width), packed, lanes)
+        return packed
+
+    def add_recurrent(
+        self,
+        h: ir.Value,
+        w_hh: ir.Value,
+        gates_t: ir.Value,
+        inputs_t: ir.Value | None = None,
+        packed: ir.Value | None = None,
+    ) -> None:
+        """``gates_t = inputs_t + h @ w_hh`` (``gates_t += h @ w_hh`` without ``inputs_t``);
+        ``packed``: ``w_hh`` as :meth:`pack` left it."""
         n, width = self.n, self.width
-        if self._inline_gemm(self.batch, width, n, h, w_hh, gates_t, gates_t if inputs_t is None else inputs_t):
+        addend = gates_t if inputs_t is None else inputs_t
+        if packed is not None:
+            lanes = small_gemm.lanes(self.e.module.vector_width)
+            c = Operand(gates_t, width)
+            small_gemm.emit_gemm_packed(
+                self.e, self.batch, width, n, Operand(h, n), packed, c, lanes, Operand(addend, width)
+            )
+            return
+        if self._inline_gemm(self.batch, width, n, h, w_hh, gates_t, addend):
             return
         if inputs_t is not None:
             _copy(self.e, inputs_t, gates_t, self.batch * width)
         self.e.gemm(_F32, False, False, self.batch, width, n, h, n, w_hh, width, _ONE, gates_t, width)
 
-    def state_grad(self, d_gates: ir.Value, w_t: ir.Value, dh: ir.Value, accumulate: bool) -> None:
-        """``dh = d_gates w_hh^T`` (``+= `` when ``accumulate``), ``w_t`` being ``w_hh^T``."""
+    def transposed(self, w_hh: ir.Value) -> tuple[ir.Value, bool]:
+        """``w_hh^T`` in the scratch region ``w_t`` for :meth:`state_grad`: packed
+        (:func:`~ember.backend.kernel.llvm.small_gemm.emit_pack`, then ``True``) where the
+        packed product applies, else a dense ``[width, n]`` copy."""
+        lanes = small_gemm.lanes(self.e.module.vector_width)
+        if small_gemm.enabled() and small_gemm.applies_packed(self.n, lanes):
+            w_t = self.e.regions["w_t"]
+            small_gemm.emit_pack(self.e, self.width, self.n, Operand(w_hh, 1, self.width), w_t, lanes)
+            return w_t, True
+        return _transposed(self.e, w_hh, self.n, self.width), False
+
+    def state_grad(self, d_gates: ir.Value, w_t: ir.Value, dh: ir.Value, accumulate: bool, packed: bool) -> None:
+        """``dh = d_gates w_hh^T`` (``+= `` when ``accumulate``), ``w_t`` being ``w_hh^T``
+        (packed where ``packed``: see :meth:`transposed`)."""
         n, width = self.n, self.width
+        if packed:
+            lanes = small_gemm.lanes(self.e.module.vector_width)
+            addend = Operand(dh, n) if accumulate else None
+            small_gemm.emit_gemm_packed(
+                self.e, self.batch, n, width, Operand(d_gates, width), w_t, Operand(dh, n), lanes, addend
+            )
+            return
         if self._inline_gemm(self.batch, n, width, d_gates, w_t, dh, dh if accumulate else None):
             return
         beta = _ONE if accumulate else _ZERO
@@ -238,12 +284,13 @@ def _lstm_sequence(e: Emitter) -> None:
     b, cell = e.b, _Cell(e)
     _copy(e, h0, h, state)
     _copy(e, c0, c, state)
+    packed = seq.pack(w_hh)
 
     def step(s: _Step) -> None:
         _copy(e, h, e.at(h_in, s.at_state, _F32), state)
         _copy(e, c, e.at(c_in, s.at_state, _F32), state)
         z_t = e.at(z, s.at_gates, _F32)
-        seq.add_recurrent(h, w_hh, z_t, e.at(proj, s.at_gates, _F32))
+        seq.add_recurrent(h, w_hh, z_t, e.at(proj, s.at_gates, _F32), packed)
 
         def col(m: ir.Value | None, base_z: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
             i, f, g, o = cell.gates(z_t, base_z, n, j)
@@ -268,14 +315,14 @@ def _lstm_sequence(e: Emitter) -> None:
 def _lstm_sequence_backward(e: Emitter) -> None:
     w_ref, valid_ref, reverse, h_in_ref, c_in_ref, c_n_ref, z_ref, gy_ref, gh_ref, gc_ref = e.node.args
     seq = _Sequence(e, z_ref, 4, _arg(e, valid_ref), reverse)
-    steps, n, width, state = seq.steps, seq.n, seq.width, seq.state
+    steps, n, state = seq.steps, seq.n, seq.state
     w_hh, h_in, c_in, c_n, z = (e.args[r] for r in (w_ref, h_in_ref, c_in_ref, c_n_ref, z_ref))
     gy, gh, gc = (_arg(e, r) for r in (gy_ref, gh_ref, gc_ref))
     d_z, d_w, dh, dc = e.outs
     b, cell = e.b, _Cell(e)
     _copy_or_zero(e, gh, dh, state)
     _copy_or_zero(e, gc, dc, state)
-    w_t = _transposed(e, w_hh, n, width)
+    w_t, packed = seq.transposed(w_hh)
 
     def step(s: _Step) -> None:
         t = s.t
@@ -312,7 +359,7 @@ def _lstm_sequence_backward(e: Emitter) -> None:
             e.store(b.select(m, _ZERO, dh_old), dh, at, _F32)  # a padded step passes dh on
 
         seq.cells(s, col)
-        seq.state_grad(dz_t, w_t, dh, accumulate=seq.valid is not None)  # (+ what padded rows passed on)
+        seq.state_grad(dz_t, w_t, dh, seq.valid is not None, packed)  # (+ what padded rows passed on)
 
     seq.run(step, backward=True)
     seq.weight_grad(h_in, d_z, d_w)
@@ -350,6 +397,7 @@ def _gru_sequence(e: Emitter) -> None:
     y, h, h_in, hp = e.outs
     b, cell = e.b, _Cell(e)
     _copy(e, h0, h, state)
+    packed = seq.pack(w_hh)
 
     def step(s: _Step) -> None:
         _copy(e, h, e.at(h_in, s.at_state, _F32), state)
@@ -358,7 +406,7 @@ def _gru_sequence(e: Emitter) -> None:
             e.span(0, seq.batch * width, lambda i: e.store(_ZERO, hp_t, i, _F32))
         else:
             e.span(0, seq.batch, lambda r: _copy(e, b_hh, e.at(hp_t, b.mul(r, _const(width)), _F32), width))
-        seq.add_recurrent(h, w_hh, hp_t)
+        seq.add_recurrent(h, w_hh, hp_t, packed=packed)
 
         def col(m: ir.Value | None, base_g: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
             _, zg, new, _ = _gru_gates(e, cell, xp_t, hp_t, base_g, n, j)
@@ -386,7 +434,7 @@ def _gru_sequence_backward(e: Emitter) -> None:
     d_xp, d_w, d_b, dh = e.outs
     b, cell = e.b, _Cell(e)
     _copy_or_zero(e, gh, dh, state)
-    w_t = _transposed(e, w_hh, n, width)
+    w_t, packed = seq.transposed(w_hh)
     d_hp = e.regions["d_hp"]
 
     def step(s: _Step) -> None:
@@ -426,7 +474,7 @@ def _gru_sequence_backward(e: Emitter) -> None:
             e.span(0, n, col)
 
         e.span(0, seq.batch, hp_row)
-        seq.state_grad(dhp_t, w_t, dh, accumulate=True)
+        seq.state_grad(dhp_t, w_t, dh, True, packed)
 
     seq.run(step, backward=True)
     seq.weight_grad(h_in, d_hp, d_w)
@@ -448,8 +496,8 @@ def _gru_backward_scratch(graph: Graph, node: Node) -> dict[str, int]:
 
 #: The recurrent sequences' lowerings, registered in :data:`.library.LIBRARY`.
 RNN_LIBRARY: dict[str, LibraryOp] = {
-    "lstm_sequence": LibraryOp(_forward_supports, _no_scratch, _lstm_sequence),
+    "lstm_sequence": LibraryOp(_forward_supports, _forward_scratch, _lstm_sequence),
     "lstm_sequence_backward": LibraryOp(_backward_supports, _lstm_backward_scratch, _lstm_sequence_backward),
-    "gru_sequence": LibraryOp(_gru_forward_supports, _no_scratch, _gru_sequence),
+    "gru_sequence": LibraryOp(_gru_forward_supports, _forward_scratch, _gru_sequence),
     "gru_sequence_backward": LibraryOp(_gru_backward_supports, _gru_backward_scratch, _gru_sequence_backward),
 }

@@ -22,6 +22,7 @@ from ember.backend import philox
 from ember.backend.flex.memory import physical_memory
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.library import LIBRARY
+from ember.backend.fusion.llvm.linear import expanded_instead as linear_expanded_instead
 from ember.backend.fusion.primitive_graph import FLOAT_EXPANSIONS, float_operands
 from ember.backend.fusion.scheduler import ELEMENTWISE_OPS, LAYOUT_OPS, Target
 from ember.backend.kernel.llvm import philox as philox_ir
@@ -66,7 +67,7 @@ class LLVMTarget(Target):
         if node.op not in EXPANDED or not float_operands(graph, node):
             return False
         if node.op in LIBRARY and self.library(graph, node):  # a row kernel (softmax) instead
-            return False
+            return node.op == "linear" and linear_expanded_instead(graph)
         if node.op in ("linear", "linear_backward"):
             # Expanded into matmuls: only when those compile (BLAS, or small enough).
             return self.blas is not None or _work(graph, node) < self.blas_threshold
