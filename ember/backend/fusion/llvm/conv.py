@@ -23,6 +23,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.columns import _columns, _region, _sample_columns
+from ember.backend.fusion.llvm.direct import direct_core, direct_geometry
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
 from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
@@ -197,6 +198,10 @@ def conv_core(
     b = e.b
     og, ck, positions = c.og, c.ck, c.positions
     t = reg_type(dtype)
+    direct = direct_geometry(e, c, dtype)
+    if direct is not None:
+        direct_core(e, c, direct, x, w, bias, out, block, epilogue)
+        return
     if c.batched:
         _batched_core(e, c, x, w, bias, out, dtype, block, epilogue)
         return
