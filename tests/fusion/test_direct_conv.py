@@ -189,10 +189,13 @@ def test_which_geometries_fit():
 
 
 # (spatial, kernel, stride, dilation): every window inside, no padding
+# (float32 vectors hold 16 outputs, float64 8; a narrower row is one masked vector)
 _POOLS = [
-    ((28, 28), (2, 2), (2, 2), (1, 1)),  # 14 outputs a row: 8 lanes, the last vector overlapping
-    ((8, 70), (2, 2), (2, 2), (1, 1)),  # 35 outputs: 16 lanes twice and an overlapping third
-    ((9, 15), (3, 3), (2, 2), (1, 1)),  # overlapping windows
+    ((28, 28), (2, 2), (2, 2), (1, 1)),  # 14 outputs a row: one masked vector (float64: two overlapping)
+    ((8, 70), (2, 2), (2, 2), (1, 1)),  # 35 outputs: two vectors and an overlapping third
+    ((4, 32), (2, 2), (2, 2), (1, 1)),  # 16 outputs: one whole vector
+    ((6, 10), (2, 2), (2, 2), (1, 1)),  # 5 outputs: a masked vector of 8
+    ((9, 15), (3, 3), (2, 2), (1, 1)),  # overlapping windows, 7 outputs
     ((11, 21), (2, 3), (1, 2), (2, 2)),  # dilation, stride 1 down
     ((7, 7), (2, 2), (2, 2), (1, 1)),  # 3 outputs a row: one at a time
     ((40,), (4,), (3,), (1,)),  # 1-d
