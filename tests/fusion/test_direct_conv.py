@@ -149,35 +149,38 @@ def _reference(conv: DirectConv, padded: np.ndarray, weight: np.ndarray) -> np.n
     return out
 
 
-def _real_positions(conv: DirectConv, virtual: np.ndarray) -> np.ndarray:
-    rows = virtual.reshape(conv.outputs, conv.row)[:, : conv.virtual]
-    grid = rows.reshape((conv.outputs, conv.out[0], *conv.padded[1:]))
-    return grid[(slice(None), slice(None), *(slice(0, o) for o in conv.out[1:]))]
-
-
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no bias", "bias"])
 @pytest.mark.parametrize("width", [16, 8], ids=["avx512", "avx2"])
 @pytest.mark.parametrize(
     "conv",
     [
         DirectConv(1, 16, (3, 3), (1, 1), (28, 28), 0),
-        DirectConv(5, 11, (3, 2), (2, 1), (7, 9), 0),  # remainder rows, dilation
+        DirectConv(5, 11, (3, 2), (2, 1), (7, 9), 0),  # remainder rows, dilation, rows narrower than a vector
         DirectConv(3, 4, (5,), (1,), (37,), 0),  # 1-d: no position thrown away
+        DirectConv(2, 3, (2, 3, 2), (1, 1, 2), (3, 4, 5), 0),  # 3-d
     ],
-    ids=["conv1", "odd", "1-d"],
+    ids=["conv1", "odd", "1-d", "3-d"],
 )
-def test_the_kernel_alone_against_numpy_float64(conv, width, rng):
+def test_the_kernel_alone_against_numpy_float64(conv, width, with_bias, rng):
     conv = DirectConv(conv.channels, conv.outputs, conv.kernel, conv.dilation, conv.out, width)
     module = ir.Module("direct_test")
     module.triple, module.data_layout = jit.triple(), jit.data_layout()
-    direct_conv_function(module, "direct", conv, None).linkage = "external"
+    direct_conv_function(module, "direct", conv, None, with_bias).linkage = "external"
     compiled = jit.compile_module(str(module), ["direct"], cache=False)
-    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(compiled.addresses["direct"])
+    pointers = [ctypes.c_void_p] * 4
+    run = ctypes.CFUNCTYPE(None, *pointers)(compiled.addresses["direct"])
     padded = rng.standard_normal(conv.padded_floats).astype(np.float32)
     weight = rng.standard_normal(conv.outputs * conv.window).astype(np.float32)
-    virtual = np.full(conv.virtual_floats, np.nan, np.float32)
-    run(padded.ctypes.data, weight.ctypes.data, virtual.ctypes.data)
-    got = _real_positions(conv, virtual)
-    np.testing.assert_allclose(got, _reference(conv, padded, weight), rtol=1e-5, atol=1e-5)
+    bias = rng.standard_normal(conv.outputs).astype(np.float32)
+    # a guard on each side: the masked stores write the output's positions and no other
+    out = np.full(conv.outputs * int(np.prod(conv.out)) + 64, np.nan, np.float32)
+    run(padded.ctypes.data, weight.ctypes.data, out[32:].ctypes.data, bias.ctypes.data if with_bias else None)
+    assert np.isnan(out[:32]).all() and np.isnan(out[-32:]).all()
+    got = out[32:-32].reshape((conv.outputs, *conv.out))
+    want = _reference(conv, padded, weight)
+    if with_bias:
+        want += bias.astype(np.float64).reshape((-1,) + (1,) * len(conv.out))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_which_geometries_fit():

@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.llvm.columns import _pad_input
 from ember.backend.fusion.llvm.emitter import Emitter
-from ember.backend.kernel.llvm.direct_conv import DirectConv, compact, direct_conv_function
+from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_function
 from ember.backend.kernel.llvm.mathlib import I64
 from ember.backend.kernel.views import size_of
 
@@ -44,24 +44,23 @@ def direct_core(
     epilogue: Callable[[ir.Value, ir.Value], None] | None,
 ) -> None:
     """:func:`conv_core` by the direct kernel (:mod:`ember.backend.kernel.llvm.direct_conv`):
-    per sample and group, the zero-padded input, the kernel into a virtual output, and
-    its real positions copied into the sample's block (with the bias unless a chain's
-    epilogue adds it). Its buffers are module globals, as the packs of ember's product."""
+    per sample and group, the zero-padded input, then the kernel straight into the
+    sample's block (adding the bias unless a chain's epilogue adds it). The padded
+    input is a module global, as the packs of ember's product are."""
     b, module = e.b, e.module.module
     f32 = np.dtype(np.float32)
-    buffers = []
-    for kind, floats in (("padded", direct.padded_floats), ("virtual", direct.virtual_floats)):
-        array = ir.ArrayType(ir.FloatType(), floats)
-        buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(f"{e.module.prefix}_direct_{kind}"))
-        buffer.linkage = "internal"
-        buffer.align = 64
-        buffer.initializer = ir.Constant(array, None)
-        buffers.append(b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True))
-    padded, virtual = buffers
+    array = ir.ArrayType(ir.FloatType(), direct.padded_floats)
+    buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(f"{e.module.prefix}_direct_padded"))
+    buffer.linkage = "internal"
+    buffer.align = 64
+    buffer.initializer = ir.Constant(array, None)
+    padded = b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+    with_bias = bias is not None and epilogue is None
     kernel = direct_conv_function(
-        module, module.get_unique_name(f"{e.module.prefix}_direct"), direct, e.module.vector_width
+        module, module.get_unique_name(f"{e.module.prefix}_direct"), direct, e.module.vector_width, with_bias
     )
     plane, positions = size_of(c.spatial), c.positions
+    null = ir.Constant(ir.PointerType(), None)
 
     def sample(i: ir.Value, _: list) -> list:
         dst = block(i) if block is not None else e.at(out, b.mul(i, ir.Constant(I64, c.c_out * positions)), f32)
@@ -70,11 +69,9 @@ def direct_core(
                 b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)), ir.Constant(I64, plane)
             )
             _pad_input(e, c, x, x_base, padded, f32)
-            b.call(kernel, [padded, e.at(w, ir.Constant(I64, g * c.og * c.ck), f32), virtual])
-            add = None
-            if bias is not None and epilogue is None:
-                add = lambda o, g=g: e.load(bias, b.add(o, ir.Constant(I64, g * c.og)), f32)  # noqa: E731
-            compact(b, direct, virtual, e.at(dst, ir.Constant(I64, g * c.og * positions), f32), add)
+            group_bias = e.at(bias, ir.Constant(I64, g * c.og), f32) if with_bias else null
+            weights = e.at(w, ir.Constant(I64, g * c.og * c.ck), f32)
+            b.call(kernel, [padded, weights, e.at(dst, ir.Constant(I64, g * c.og * positions), f32), group_bias])
         if epilogue is not None:
             epilogue(i, dst)
         return []

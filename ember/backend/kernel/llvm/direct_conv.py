@@ -8,12 +8,13 @@ The input of one sample (and group) is first copied, zero-padded, into ``padded`
 ``o``'s flat index in the *padded* grid: every (channel, kernel position) is one
 dense, shifted run of ``padded``. The kernel computes the output over the *virtual*
 positions ``q`` in ``[0, out[0] * padded row size)`` (a position past the output's
-last columns wraps into the next row: computed and thrown away), into ``virtual``
-(``[c_out, row]``), with a register tile of ``rows`` output channels (a broadcast
-weight each) by ``vectors`` vectors of consecutive virtual positions; each
-(channel, kernel position) is ``vectors`` unaligned loads, ``rows`` broadcasts and
-``rows * vectors`` fused multiply-adds. :func:`compact` copies the real positions
-into a dense ``[c_out, *out]`` block.
+last columns wraps into the next row: computed and thrown away), with a register tile
+of ``rows`` output channels (a broadcast weight each) by ``vectors`` vectors of
+consecutive virtual positions; each (channel, kernel position) is ``vectors``
+unaligned loads, ``rows`` broadcasts and ``rows * vectors`` fused multiply-adds. Each
+vector is stored straight into the dense output ``[c_out, *out]`` by one masked store
+per run of real positions it holds (:func:`segments`: a constant table of lane masks
+and shifts), so no position thrown away is written and there is no compaction pass.
 
 The sums run over channels, then kernel positions, in order, with fused
 multiply-adds: results agree with im2col and ``?gemm`` to float32 rounding, not bit
@@ -23,7 +24,6 @@ for bit.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -38,8 +38,8 @@ PTR = ir.PointerType()
 #: direct convolution takes: wider windows reuse each input value enough for the
 #: packed product to win (and ResNet's 3x3 layers, 576 and wider, stay on it).
 MAX_WINDOW = 512
-#: The most bytes of one sample's padded input and virtual output together (they
-#: should stay in the core's second-level cache).
+#: The most bytes of one sample's padded input and output together (they should stay
+#: in the core's second-level cache).
 MAX_BYTES = 512 << 10
 
 
@@ -80,7 +80,7 @@ class DirectConv:
 
     @property
     def row(self) -> int:
-        """Floats per output channel in ``virtual``."""
+        """Virtual positions per output channel, rounded up to whole vectors."""
         return self.vectors * self.width
 
     @property
@@ -116,17 +116,47 @@ class DirectConv:
         return size_of(self.kernel) > 1 and self.window <= MAX_WINDOW and nbytes <= MAX_BYTES
 
 
-def direct_conv_function(module: ir.Module, name: str, conv: DirectConv, vector_bits: int | None) -> ir.Function:
-    """``name(padded, weight, virtual)``: the convolution of one padded sample
+def segments(conv: DirectConv) -> list[list[tuple[int, int]]]:
+    """Per vector of virtual positions, the runs of its real positions:
+    ``(lane mask, shift)``, lane ``l`` of vector ``j`` (virtual position ``q = j * width
+    + l``) going to dense position ``q + shift``."""
+    padded_strides = contiguous_strides(conv.padded)
+    out_strides = contiguous_strides(conv.out)
+    out: list[list[tuple[int, int]]] = []
+    for j in range(conv.vectors):
+        runs: dict[int, int] = {}
+        for lane in range(conv.width):
+            q = j * conv.width + lane
+            if q >= conv.virtual:
+                continue
+            coords, rest = [], q
+            for stride in padded_strides:
+                coords.append(rest // stride)
+                rest %= stride
+            if any(p >= o for p, o in zip(coords[1:], conv.out[1:])):
+                continue
+            shift = sum(p * s for p, s in zip(coords, out_strides)) - q
+            runs[shift] = runs.get(shift, 0) | (1 << lane)
+        out.append([(mask, shift) for shift, mask in runs.items()])
+    return out
+
+
+def direct_conv_function(
+    module: ir.Module, name: str, conv: DirectConv, vector_bits: int | None, with_bias: bool = False
+) -> ir.Function:
+    """``name(padded, weight, out, bias)``: the convolution of one padded sample
     (``[channels, *padded]``) with ``weight`` (``[outputs, channels, *kernel]``, dense)
-    into ``virtual`` (``[outputs, row]``); see the module docstring."""
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR]), name=name)
+    into ``out`` (``[outputs, *out]``, dense), plus ``bias`` (``[outputs]``; read only
+    ``with_bias``); see the module docstring. Each vector of virtual positions is stored by
+    masked stores, one per run of real positions (:func:`segments`), so the positions
+    past each row's end are never written."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR]), name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     fn.attributes.add("noinline")
     if vector_bits:
         set.add(fn.attributes, f'"prefer-vector-width"="{vector_bits}"')
-    padded, weight, virtual = fn.args
+    padded, weight, dense, bias = fn.args
     for arg in fn.args:
         arg.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -135,11 +165,34 @@ def direct_conv_function(module: ir.Module, name: str, conv: DirectConv, vector_
     vec = ir.VectorType(F32, w)
     fma_name = f"llvm.fma.v{w}f32"
     fma = module.globals.get(fma_name) or ir.Function(module, ir.FunctionType(vec, [vec] * 3), name=fma_name)
+    mask_type = ir.VectorType(ir.IntType(1), w)
+    store_name = f"llvm.masked.store.v{w}f32.p0"
+    masked_store = module.globals.get(store_name) or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [vec, PTR, ir.IntType(32), mask_type]), name=store_name
+    )
     zero = ir.Constant(vec, [0.0] * w)
     undef = ir.Constant(vec, ir.Undefined)
     splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), w), [0] * w)
     offsets = conv.offsets()
     positions = len(offsets)
+    plane = size_of(conv.out)
+    runs = segments(conv)
+    per_vector = max(len(r) for r in runs)
+    masks_type = ir.ArrayType(ir.IntType(32), conv.vectors * per_vector)
+    shifts_type = ir.ArrayType(I64, conv.vectors * per_vector)
+    masks = ir.GlobalVariable(module, masks_type, name=f"{name}_masks")
+    shifts = ir.GlobalVariable(module, shifts_type, name=f"{name}_shifts")
+    for table, typ, values in (
+        (
+            masks,
+            masks_type,
+            [m - (1 << 32) * (m >= 1 << 31) for r in runs for m, _ in r + [(0, 0)] * (per_vector - len(r))],
+        ),
+        (shifts, shifts_type, [s for r in runs for _, s in r + [(0, 0)] * (per_vector - len(r))]),
+    ):
+        table.linkage = "internal"
+        table.global_constant = True
+        table.initializer = ir.Constant(typ, values)
 
     def at(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value | int) -> ir.Value:
         if isinstance(index, int):
@@ -149,20 +202,23 @@ def direct_conv_function(module: ir.Module, name: str, conv: DirectConv, vector_
     tiles: dict[tuple[int, int], ir.Function] = {}
 
     def tile_function(rows: int, vectors: int) -> ir.Function:
-        """``tile(x, w, out)``: ``rows`` output channels (weights from ``w``) at ``vectors``
-        vectors of virtual positions (the padded input from ``x``, the result to ``out``).
-        Its own function, so that the optimizer does not hoist a small window's
-        broadcasts out of the loop over positions (they would spill)."""
+        """``tile(x, w, out, first, bias)``: ``rows`` output channels (weights from ``w``,
+        bias from ``bias`` if ``with_bias``) at ``vectors`` vectors of virtual positions from
+        vector ``first`` (the padded input from ``x``, the result to ``out``, their
+        channels' dense planes). Its own function, so that the optimizer does not hoist
+        a small window's broadcasts out of the loop over positions (they would spill)."""
         if (rows, vectors) in tiles:
             return tiles[rows, vectors]
-        tile = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR]), name=f"{name}_tile{rows}x{vectors}")
+        tile = ir.Function(
+            module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR]), name=f"{name}_tile{rows}x{vectors}"
+        )
         tile.linkage = "internal"
         tile.attributes.add("nounwind")
         tile.attributes.add("noinline")
         if vector_bits:
             set.add(tile.attributes, f'"prefer-vector-width"="{vector_bits}"')
-        x_block, w_block, out_block = tile.args
-        for arg in tile.args:
+        x_block, w_block, out_block, first, bias_block = tile.args
+        for arg in (x_block, w_block, out_block, bias_block):
             arg.add_attribute("noalias")
         t = ir.IRBuilder(tile.append_basic_block("entry"))
 
@@ -182,24 +238,43 @@ def direct_conv_function(module: ir.Module, name: str, conv: DirectConv, vector_
             return accs
 
         accs = Loops(t).run(conv.channels, channel, [zero] * (rows * vectors))
-        for r in range(rows):
-            for v in range(vectors):
-                t.store(accs[r * vectors + v], at(t, out_block, r * conv.row + v * w), align=4)
+        merged = list(accs)
+        if with_bias:
+            for r in range(rows):
+                scalar = t.load(at(t, bias_block, r), typ=F32, align=4)
+                splat = t.shuffle_vector(
+                    t.insert_element(undef, scalar, ir.Constant(ir.IntType(32), 0)), undef, splat_mask
+                )
+                for v in range(vectors):
+                    merged[r * vectors + v] = t.fadd(accs[r * vectors + v], splat)
+        for v in range(vectors):
+            j = t.add(first, ir.Constant(I64, v))
+            for s in range(per_vector):
+                slot = t.add(t.mul(j, ir.Constant(I64, per_vector)), ir.Constant(I64, s))
+                bits = t.load(t.gep(masks, [ir.Constant(I64, 0), slot]), typ=ir.IntType(32), align=4)
+                mask = t.bitcast(t.trunc(bits, ir.IntType(w)), mask_type)
+                shift = t.load(t.gep(shifts, [ir.Constant(I64, 0), slot]), typ=I64, align=8)
+                start = t.add(t.mul(j, ir.Constant(I64, w)), shift)
+                for r in range(rows):
+                    target = at(t, out_block, t.add(start, ir.Constant(I64, r * plane)))
+                    t.call(masked_store, [merged[r * vectors + v], target, ir.Constant(ir.IntType(32), 4), mask])
         t.ret_void()
         tiles[rows, vectors] = tile
         return tile
 
-    def tile(first_out: ir.Value, q: ir.Value, rows: int, vectors: int) -> None:
-        """Output channels ``first_out + [0, rows)`` at virtual positions ``q + [0, vectors * w)``."""
+    def tile(first_out: ir.Value, j: ir.Value, rows: int, vectors: int) -> None:
+        """Output channels ``first_out + [0, rows)`` at ``vectors`` vectors from vector ``j``."""
         w_block = at(b, weight, b.mul(first_out, ir.Constant(I64, conv.window)))
-        out_block = at(b, virtual, b.add(b.mul(first_out, ir.Constant(I64, conv.row)), q))
-        b.call(tile_function(rows, vectors), [at(b, padded, q), w_block, out_block])
+        out_block = at(b, dense, b.mul(first_out, ir.Constant(I64, plane)))
+        bias_block = at(b, bias, first_out) if with_bias else bias
+        x_block = at(b, padded, b.mul(j, ir.Constant(I64, w)))
+        b.call(tile_function(rows, vectors), [x_block, w_block, out_block, j, bias_block])
 
     def over_positions(first_out: ir.Value, rows: int) -> None:
         per_tile = conv.tile_vectors
         full, rest = divmod(conv.vectors, per_tile)
         if full:
-            step = ir.Constant(I64, per_tile * w)
+            step = ir.Constant(I64, per_tile)
 
             def over_tiles(t: ir.Value, _: list) -> list:
                 tile(first_out, b.mul(t, step), rows, per_tile)
@@ -207,7 +282,7 @@ def direct_conv_function(module: ir.Module, name: str, conv: DirectConv, vector_
 
             loops.run(full, over_tiles)
         if rest:
-            tile(first_out, ir.Constant(I64, full * per_tile * w), rows, rest)
+            tile(first_out, ir.Constant(I64, full * per_tile), rows, rest)
 
     full_blocks, rest_rows = divmod(conv.outputs, conv.rows)
     if full_blocks:
@@ -224,51 +299,4 @@ def direct_conv_function(module: ir.Module, name: str, conv: DirectConv, vector_
     return fn
 
 
-def compact(
-    b: ir.IRBuilder,
-    conv: DirectConv,
-    virtual: ir.Value,
-    dst: ir.Value,
-    bias: Callable[[ir.Value], ir.Value] | None = None,
-) -> None:
-    """``dst[o, *p] = virtual[o, q(p)]`` (plus ``bias(o)``, a float32 register, where
-    given): the real positions of :func:`direct_conv_function`'s output, dense."""
-    loops = Loops(b)
-    padded_strides = contiguous_strides(conv.padded)
-    out_strides = contiguous_strides(conv.out)
-    plane, width = size_of(conv.out), conv.out[-1]
-
-    def linear(indices: list[ir.Value], strides: tuple[int, ...]) -> ir.Value:
-        total: ir.Value = ir.Constant(I64, 0)
-        for i, s in zip(indices, strides):
-            total = b.add(total, b.mul(i, ir.Constant(I64, s)))
-        return total
-
-    def channel(o: ir.Value, _: list) -> list:
-        src_base = b.mul(o, ir.Constant(I64, conv.row))
-        dst_base = b.mul(o, ir.Constant(I64, plane))
-        add = bias(o) if bias is not None else None
-
-        def line(lead: list[ir.Value]) -> None:
-            src = b.add(src_base, linear(lead, padded_strides[:-1]))
-            to = b.add(dst_base, linear(lead, out_strides[:-1]))
-
-            def element(p: ir.Value, _: list) -> list:
-                value = b.load(b.gep(virtual, [b.add(src, p)], source_etype=F32), typ=F32, align=4)
-                if add is not None:
-                    value = b.fadd(value, add)
-                b.store(value, b.gep(dst, [b.add(to, p)], source_etype=F32), align=4)
-                return []
-
-            loops.run(width, element)
-
-        if len(conv.out) > 1:
-            loops.nest(list(conv.out[:-1]), line)
-        else:
-            line([])
-        return []
-
-    loops.run(conv.outputs, channel)
-
-
-__all__ = ["MAX_BYTES", "MAX_WINDOW", "DirectConv", "compact", "direct_conv_function"]
+__all__ = ["MAX_BYTES", "MAX_WINDOW", "DirectConv", "direct_conv_function", "segments"]
