@@ -79,11 +79,6 @@ class DirectConv:
         return -(-self.virtual // self.width)
 
     @property
-    def row(self) -> int:
-        """Virtual positions per output channel, rounded up to whole vectors."""
-        return self.vectors * self.width
-
-    @property
     def rows(self) -> int:
         """Output channels per register tile (a broadcast each)."""
         return 8 if self.width == 16 else 4
@@ -99,8 +94,8 @@ class DirectConv:
         return self.channels * self.plane + self.width
 
     @property
-    def virtual_floats(self) -> int:
-        return self.outputs * self.row
+    def output_floats(self) -> int:
+        return self.outputs * size_of(self.out)
 
     def offsets(self) -> list[int]:
         """Each kernel position's flat offset in a padded plane, in kernel order."""
@@ -112,7 +107,7 @@ class DirectConv:
 
     def fits(self) -> bool:
         """Whether the direct kernel should run this convolution (see :data:`MAX_WINDOW`)."""
-        nbytes = 4 * (self.padded_floats + self.virtual_floats)
+        nbytes = 4 * (self.padded_floats + self.output_floats)
         return size_of(self.kernel) > 1 and self.window <= MAX_WINDOW and nbytes <= MAX_BYTES
 
 
