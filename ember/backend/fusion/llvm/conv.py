@@ -9,7 +9,9 @@ columns are its input), one ``?gemm`` straight into the output, and the bias add
 while the sample's output is in cache (a convolution with few output positions per
 sample runs the whole batch's columns through one ``?gemm``: :attr:`_Conv.batched`);
 ``conv_weight_grad``: the same columns per sample, the weight gradient accumulated by
-one ``?gemm`` per sample. The columns are :mod:`.columns`'.
+one ``?gemm`` per sample. The columns are :mod:`.columns`'. In plans that run ember's
+own products, a float32 stride-1 forward convolution with small windows runs the direct
+kernel instead (:mod:`.direct`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.columns import _columns, _region, _sample_columns
+from ember.backend.fusion.llvm.direct import direct_core, direct_geometry
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
 from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
@@ -197,6 +200,10 @@ def conv_core(
     b = e.b
     og, ck, positions = c.og, c.ck, c.positions
     t = reg_type(dtype)
+    direct = direct_geometry(e, c, dtype)
+    if direct is not None:
+        direct_core(e, c, direct, x, w, bias, out, block, epilogue)
+        return
     if c.batched:
         _batched_core(e, c, x, w, bias, out, dtype, block, epilogue)
         return

