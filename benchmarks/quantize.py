@@ -46,6 +46,7 @@ from ember.quantization import ParamGroup, QuantScheme
 SCHEMES = {
     "int8": QuantScheme.int8(),
     "int4": QuantScheme.int4(block=32),
+    "int4-dyn": QuantScheme.int4(block=32, activations="dynamic"),
     "dyn-int8": QuantScheme.int8(activations="dynamic"),
 }
 

@@ -20,11 +20,19 @@ from typing import Any
 import numpy as np
 
 from ember.backend.flex.native import address
-from ember.backend.flex.quant_kernels import INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
+from ember.backend.flex.quant_int4_dynamic import CHUNK, CHUNK_BYTES
+from ember.backend.flex.quant_kernels import INT4_DYNAMIC_TILES, INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
 from ember.backend.flex.quant_packed import PACKED_TILES, pack_int8
 from ember.errors import BackendUnavailableError
 
-__all__ = ["dequantize_array", "dequantized_tiles", "int8_gemm", "quantize_rows_int8", "quantized_linear"]
+__all__ = [
+    "dequantize_array",
+    "dequantized_tiles",
+    "int4_int8_gemm",
+    "int8_gemm",
+    "quantize_rows_int8",
+    "quantized_linear",
+]
 
 _F32 = np.dtype(np.float32)
 #: From this many rows of ``x`` on (prefill), weight-only products dequantize ``TILE_ROWS``
@@ -62,7 +70,9 @@ def quantized_linear(
     if scales.shape[0] != n:  # one scale per tensor: one per row for the kernels
         scales = np.broadcast_to(scales, (n, scales.shape[1]))
         zero_points = None if zero_points is None else np.broadcast_to(zero_points, (n, zero_points.shape[1]))
-    if activations:
+    if activations and value == "int4":
+        out = int4_int8_gemm(rows, values, scales, zero_points, bias, input_scale, group, path)
+    elif activations:
         out = int8_gemm(rows, values, scales, bias, input_scale, path)
     else:
         out = _weight_only(rows, values, scales, zero_points, bias, value, group, path)
@@ -271,6 +281,82 @@ def int8_gemm(
             n,
         )
     return out[:m]
+
+
+def int4_int8_gemm(
+    rows: np.ndarray,
+    values: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    bias: np.ndarray | None,
+    input_scale: np.ndarray | None,
+    group: int,
+    path: str | None,
+) -> np.ndarray:
+    """``rows [M, K]`` (float32, contiguous) on their int8 grid (per row, or the static
+    ``input_scale``) times the int4 weight ``values [N, K / 2]``, plus ``bias``. Decode's
+    rows (fewer than :data:`TILE_GEMM_ROWS`) of a symmetric weight in blocks of 32 with K
+    a multiple of 128 run :mod:`~ember.backend.flex.quant_int4_dynamic` (``path``
+    ``"vnni"`` or ``"portable"`` forces one); other shapes multiply the rounded rows by
+    the weight-only kernels (``"numpy"``: by the reference)."""
+    m, k = rows.shape
+    n = values.shape[0]
+    if path not in (None, "vnni", "portable", "numpy"):
+        raise BackendUnavailableError(
+            "ember: quantized_linear: int4 with int8 activations has the paths None, 'vnni', 'portable' and "
+            f"'numpy', got {path!r}"
+        )
+    kernels = quant_kernels() if path != "numpy" else None
+    kind = path or ("vnni" if kernels is not None and kernels.vnni else "portable")
+    fits = kernels is not None and (kind, 1, 1) in kernels.int4_dynamic
+    fits = fits and zero_points is None and group == 32 and k % CHUNK == 0 and m > 0
+    if path in ("vnni", "portable") and not fits:
+        raise BackendUnavailableError(
+            f"ember: quantized_linear: the {path!r} int4 x int8 kernel needs "
+            f"{'AVX-512 VNNI, ' if path == 'vnni' else ''}a symmetric weight in blocks of 32 and K a multiple of "
+            f"{CHUNK}; got K={k}, group {group}, {'a zero point' if zero_points is not None else 'symmetric'}"
+        )
+    if not fits or (path is None and m >= TILE_GEMM_ROWS):
+        if kernels is not None and k % 16 == 0:
+            xq, sx, _ = _quantized_rows(kernels, rows, m, input_scale)
+        else:
+            xq, sx = quantize_rows_int8(rows, input_scale)
+        grid = xq.astype(_F32) * sx[:, None]
+        return _weight_only(
+            grid, values, scales, zero_points, bias, "int4", group, "numpy" if kernels is None else None
+        )
+    assert kernels is not None
+    xq = np.empty((m, k), dtype=np.int8)
+    sx = np.empty(m, dtype=_F32)
+    xsum = np.empty(m, dtype=np.int32)
+    laid = np.empty(m * (k // CHUNK) * CHUNK_BYTES, dtype=np.uint8)
+    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
+    kernels.prepare_int4(
+        address(rows), address(xq), address(sx), address(xsum), address(laid), m, k, ctypes.c_float(static)
+    )
+    values = np.ascontiguousarray(values)
+    scales = np.ascontiguousarray(scales, dtype=_F32)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+    out = np.empty((m, n), dtype=_F32)
+    xl_at, sx_at, w_at, s_at, y_at = (address(a) for a in (laid, sx, values, scales, out))
+    b_at = None if b is None else address(b)
+    wide = INT4_DYNAMIC_TILES[0][1]
+    n_main = n - n % wide
+    for (mr, nr), n0, nc in ((INT4_DYNAMIC_TILES[0], 0, n_main), (INT4_DYNAMIC_TILES[1], n_main, n - n_main)):
+        if nc:
+            kernels.int4_dynamic[(kind, mr, nr)](
+                xl_at,
+                sx_at,
+                w_at + n0 * (k // 2),
+                s_at + n0 * (k // 32) * 4,
+                None if b_at is None else b_at + n0 * 4,
+                y_at + n0 * 4,
+                m,
+                nc,
+                k,
+                n,
+            )
+    return out
 
 
 def derived(cache: dict[Any, tuple[Any, Any]], values: np.ndarray, tag: Any, make: Any) -> Any:

@@ -24,6 +24,8 @@ in the result:
   pass over the rows each, in :mod:`.norms`.
 * ``attention``/``attention_backward`` of float32/float64 values: per (batch, head)
   block, ``?gemm`` and row passes, in :mod:`.attention`.
+* ``quantized_linear`` for decode's few rows: flex's compiled quantized kernels called
+  from the plan, in :mod:`.quantized`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -47,6 +49,7 @@ from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
 from ember.backend.fusion.llvm.norms import NORM_OPS
+from ember.backend.fusion.llvm.quantized import QUANTIZED_OPS
 from ember.backend.fusion.llvm.rows import ROW_OPS
 from ember.backend.kernel.llvm.mathlib import I64, const
 from ember.backend.kernel.llvm.pooling import PoolGeometry, max_pool_backward_rows
@@ -233,6 +236,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **ACTIVATION_OPS,
     **NORM_OPS,
     **ATTENTION_OPS,
+    **QUANTIZED_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)
