@@ -23,7 +23,10 @@ def refuse(*args, **kwargs):
 
 SCHEMES = [
     QuantScheme.int8(),
+    QuantScheme.int8(symmetric=False),
+    QuantScheme.int8(level="tensor"),
     QuantScheme.int4(),
+    QuantScheme.int4(symmetric=False),
     QuantScheme.int8(activations="dynamic"),
     QuantScheme.int4(activations="dynamic"),
 ]
@@ -53,8 +56,11 @@ def test_a_compiled_quantized_linear_calls_the_kernel(scheme, d_input, rng, monk
         got = step(layer, Tensor.from_data(x, device=flex))
         np.testing.assert_array_equal(got.to_numpy(), expected.to_numpy())  # flex's kernels, flex's bits
     # The first run replays the graph through flex; then the plan runs. Its own step calls
-    # the compiled kernel for weight-only schemes and int4 x dynamic int8 where K is a
-    # multiple of 128; elsewhere (int8 x int8) it calls flex's quantized_linear each run.
-    in_plan = scheme.activations is None or (scheme.value == "int4" and d_input % 128 == 0)
+    # the compiled kernel for weight-only schemes with a scale per row or block and for
+    # int4 x dynamic int8 where K is a multiple of 128; elsewhere (int8 x int8, one scale
+    # per tensor) it calls flex's quantized_linear each run.
+    in_plan = scheme.level != "tensor" and (
+        scheme.activations is None or (scheme.value == "int4" and d_input % 128 == 0)
+    )
     assert len(calls) == (1 if in_plan else 3)
     assert step.stats["traces"] == 1
