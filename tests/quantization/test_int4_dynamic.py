@@ -44,17 +44,17 @@ def oracles(x: np.ndarray, q, values: np.ndarray, scales: np.ndarray, bias: np.n
     return fake, exact
 
 
-# 40 rows: the default path multiplies the rounded rows by the weight-only tiles
+# rows: one (decode), 7 (a 4-row tile and 3 single rows), 40 (prefill: 4-row tiles)
 no_vnni = pytest.mark.skipif(not has_vnni(), reason="no AVX-512 VNNI")
-CASES = [(path, m) for path in (None, "portable", "numpy") for m in (1, 3)] + [(None, 40), ("numpy", 40)]
-CASES += [pytest.param("vnni", m, marks=no_vnni) for m in (1, 3)]
+CASES = [(path, m) for path in (None, "portable", "numpy") for m in (1, 7, 40)]
+CASES += [pytest.param("vnni", m, marks=no_vnni) for m in (1, 7, 40)]
 
 
 @needs_kernels
 @pytest.mark.parametrize("path, m", CASES)
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_int4_dynamic_matches_float64_of_rounded_rows_and_dequantized_weight(path, m, with_bias, rng):
-    n, k = 70, 3 * CHUNK  # 70 rows: the 1x4 tile and the 1x1 tile, a full and a partial cache block
+    n, k = 70, 3 * CHUNK  # 70 weight rows: tiles of 4 and of 1, a full and a partial cache block
     w = rng.standard_normal((n, k)).astype(np.float32)
     x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
     x[0, 7] = 30.0  # an outlier sets row 0's scale

@@ -1,4 +1,4 @@
-"""int4 weights times dynamic int8 activations (decode) for :mod:`ember.backend.flex.quant_kernels`:
+"""int4 weights times dynamic int8 activations for :mod:`ember.backend.flex.quant_kernels`:
 ``y = sx * sum_b sw[n, b] (sum_{k in b} xq[k] (u[n, k] - 8)) + bias`` with ``u`` the stored
 nibbles of a symmetric int4 weight in blocks of 32 and ``xq`` each row of ``x`` on its
 int8 grid (``max |x| / 127``, :mod:`ember.backend.flex.quant_activations`).
@@ -13,7 +13,8 @@ each row of ``xq`` the same way once per call (``xlo``: values 0..15 of each blo
 lane's sum and so removes the nibbles' offset of 8 in integers. Per 128 values and
 weight row the loop is one load, a shift and two masks, two ``vpdpbusd``, one
 conversion of the 16 lane sums and one FMA by the blocks' scales (4 scales, each
-spread over its 4 lanes); the row's scale ``sx`` multiplies the finished sum.
+spread over its 4 lanes); the row's scale ``sx`` multiplies the finished sum. A register
+tile of ``mr`` rows of ``x`` shares each weight load and unpack among them.
 
 Without VNNI (``portable``) the same sums come from widening multiplies.
 """

@@ -44,8 +44,9 @@ N_BLOCK = 64
 #: sharing each load of ``x`` among several weight rows for decode, and ``1 x 1`` for the rest.
 WEIGHT_ONLY_TILES = ((8, 1), (1, 4), (1, 1))
 INT8_TILES = ((6, 4), (6, 1), (1, 4), (1, 1))
-#: int4 x dynamic int8 tiles: decode's rows one at a time, 4 weight rows per tile.
-INT4_DYNAMIC_TILES = ((1, 4), (1, 1))
+#: int4 x dynamic int8 tiles: 4 rows of ``x`` by 4 weight rows (each weight load and
+#: unpack shared by 4 rows), the rest of the rows one at a time.
+INT4_DYNAMIC_TILES = ((4, 4), (4, 1), (1, 4), (1, 1))
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}

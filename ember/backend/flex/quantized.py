@@ -294,11 +294,11 @@ def int4_int8_gemm(
     path: str | None,
 ) -> np.ndarray:
     """``rows [M, K]`` (float32, contiguous) on their int8 grid (per row, or the static
-    ``input_scale``) times the int4 weight ``values [N, K / 2]``, plus ``bias``. Decode's
-    rows (fewer than :data:`TILE_GEMM_ROWS`) of a symmetric weight in blocks of 32 with K
-    a multiple of 128 run :mod:`~ember.backend.flex.quant_int4_dynamic` (``path``
-    ``"vnni"`` or ``"portable"`` forces one); other shapes multiply the rounded rows by
-    the weight-only kernels (``"numpy"``: by the reference)."""
+    ``input_scale``) times the int4 weight ``values [N, K / 2]``, plus ``bias``. A
+    symmetric weight in blocks of 32 with K a multiple of 128 runs
+    :mod:`~ember.backend.flex.quant_int4_dynamic` (``path`` ``"vnni"`` or ``"portable"``
+    forces one); other shapes multiply the rounded rows by the weight-only kernels
+    (``"numpy"``: by the reference)."""
     m, k = rows.shape
     n = values.shape[0]
     if path not in (None, "vnni", "portable", "numpy"):
@@ -316,7 +316,7 @@ def int4_int8_gemm(
             f"{'AVX-512 VNNI, ' if path == 'vnni' else ''}a symmetric weight in blocks of 32 and K a multiple of "
             f"{CHUNK}; got K={k}, group {group}, {'a zero point' if zero_points is not None else 'symmetric'}"
         )
-    if not fits or (path is None and m >= TILE_GEMM_ROWS):
+    if not fits:
         if kernels is not None and k % 16 == 0:
             xq, sx, _ = _quantized_rows(kernels, rows, m, input_scale)
         else:
@@ -340,22 +340,20 @@ def int4_int8_gemm(
     out = np.empty((m, n), dtype=_F32)
     xl_at, sx_at, w_at, s_at, y_at = (address(a) for a in (laid, sx, values, scales, out))
     b_at = None if b is None else address(b)
-    wide = INT4_DYNAMIC_TILES[0][1]
-    n_main = n - n % wide
-    for (mr, nr), n0, nc in ((INT4_DYNAMIC_TILES[0], 0, n_main), (INT4_DYNAMIC_TILES[1], n_main, n - n_main)):
-        if nc:
-            kernels.int4_dynamic[(kind, mr, nr)](
-                xl_at,
-                sx_at,
-                w_at + n0 * (k // 2),
-                s_at + n0 * (k // 32) * 4,
-                None if b_at is None else b_at + n0 * 4,
-                y_at + n0 * 4,
-                m,
-                nc,
-                k,
-                n,
-            )
+    laid_row = (k // CHUNK) * CHUNK_BYTES
+    for m0, mc, n0, nc, mr, nr in plan(m, n, INT4_DYNAMIC_TILES):
+        kernels.int4_dynamic[(kind, mr, nr)](
+            xl_at + m0 * laid_row,
+            sx_at + m0 * 4,
+            w_at + n0 * (k // 2),
+            s_at + n0 * (k // 32) * 4,
+            None if b_at is None else b_at + n0 * 4,
+            y_at + (m0 * n + n0) * 4,
+            mc,
+            nc,
+            k,
+            n,
+        )
     return out
 
 

@@ -101,6 +101,7 @@ def _declare(e: Emitter, fn: Any, name: str, args: list[Any]) -> ir.Function:
 
 
 def _quantized_linear(e: Emitter) -> None:
+    from ember.backend.flex.quant_int4_dynamic import CHUNK, CHUNK_BYTES
     from ember.backend.flex.quant_kernels import INT4_DYNAMIC_TILES, WEIGHT_ONLY_TILES
     from ember.backend.flex.quant_weight_only import weight_only_name
     from ember.backend.flex.quantized import plan
@@ -127,15 +128,13 @@ def _quantized_linear(e: Emitter) -> None:
         prepare = _declare(e, kernels.prepare_int4, "q4i8_prepare", [PTR] * 5 + [I64, I64, f32])
         b.call(prepare, [e.args[x], r["xq"], r["sx"], r["xsum"], r["laid"], i64(m), i64(k), ir.Constant(f32, 0.0)])
         kind = "vnni" if kernels.vnni else "portable"
-        wide = INT4_DYNAMIC_TILES[0][1]
-        n_main = n - n % wide
-        for (mr, nr), n0, nc in ((INT4_DYNAMIC_TILES[0], 0, n_main), (INT4_DYNAMIC_TILES[1], n_main, n - n_main)):
-            if not nc:
-                continue
+        laid_row = (k // CHUNK) * CHUNK_BYTES
+        for m0, mc, n0, nc, mr, nr in plan(m, n, INT4_DYNAMIC_TILES):
             fn = _declare(e, kernels.int4_dynamic[(kind, mr, nr)], f"q4i8_{kind}_{mr}x{nr}", [PTR] * 6 + [I64] * 4)
-            args = [r["laid"], r["sx"], at(e.args[values], n0 * (k // 2), i8), at(e.args[scales], n0 * (k // 32), f32)]
-            args += [bias_at if bias is None else at(bias_at, n0, f32), at(y, n0, f32), i64(m), i64(nc), i64(k), i64(n)]
-            b.call(fn, args)
+            args = [at(r["laid"], m0 * laid_row, i8), at(r["sx"], m0, f32)]
+            args += [at(e.args[values], n0 * (k // 2), i8), at(e.args[scales], n0 * (k // 32), f32)]
+            args += [bias_at if bias is None else at(bias_at, n0, f32), at(y, m0 * n + n0, f32)]
+            b.call(fn, args + [i64(mc), i64(nc), i64(k), i64(n)])
         return
     if value == "int4":
         kind = "u4" if zero_points is None else "u4z"
