@@ -23,7 +23,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CHUNK", "CHUNK_BYTES", "PREPARE", "emit_int4_dynamic", "emit_prepare", "int4_dynamic_name"]
+__all__ = [
+    "CHUNK",
+    "CHUNK_BYTES",
+    "PREPARE",
+    "emit_int4_dynamic",
+    "emit_int4_linear",
+    "emit_prepare",
+    "int4_dynamic_name",
+    "int4_linear_name",
+    "scratch_bytes",
+]
 
 #: Values of ``k`` per step: 4 blocks of 32, 64 bytes of a weight row.
 CHUNK = 128
@@ -35,6 +45,28 @@ PREPARE = "ember_q4i8_prepare"
 
 def int4_dynamic_name(kind: str, mr: int, nr: int) -> str:
     return f"ember_q4i8_{kind}_{mr}x{nr}"
+
+
+def int4_linear_name(kind: str) -> str:
+    return f"ember_q4i8_{kind}_linear"
+
+
+def _align(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64
+
+
+def scratch_offsets(m: int, k: int) -> tuple[int, int, int, int]:
+    """Byte offsets of ``xq``, ``sx``, ``xsum`` and the laid-out rows in the scratch of
+    :func:`emit_int4_linear` (each region 64-byte aligned)."""
+    sx = _align(m * k)
+    xsum = sx + _align(4 * m)
+    laid = xsum + _align(4 * m)
+    return 0, sx, xsum, laid
+
+
+def scratch_bytes(m: int, k: int) -> int:
+    """The scratch :func:`emit_int4_linear` needs for ``m`` rows of ``k`` values."""
+    return scratch_offsets(m, k)[3] + m * (k // CHUNK) * CHUNK_BYTES
 
 
 def emit_prepare(e: Any, quantize_rows: Any) -> None:
@@ -165,4 +197,41 @@ def emit_int4_dynamic(e: Any, kind: str, mr: int, nr: int) -> None:
                 e.store(b, value, y, b.add(row_out, n))
 
     e.blocked_rows(b, m_count, n_count, mr, nr, tile)
+    b.ret_void()
+
+
+def emit_int4_linear(e: Any, kind: str, prepare: Any, tiles: dict[tuple[int, int], Any]) -> None:
+    """``ember_q4i8_{kind}_linear(x, scratch, w, s, bias, y, M, N, K, static)``: the whole
+    product in one call: ``prepare`` (the rows of float32 ``x [M, K]`` quantized and laid
+    out into ``scratch``, :func:`scratch_bytes` long), then the register tiles
+    ``tiles[(mr, nr)]`` (4 x 4, 4 x 1, 1 x 4, 1 x 1) over ``y [M, N]``; ``bias`` may be null."""
+    ir, p = e.ir, e.ptr
+    fn, b = e.function(int4_linear_name(kind), [p, p, p, p, p, p, e.i64, e.i64, e.i64, e.f32])
+    x, scratch, w, s, bias, y, m_count, n_count, k_count, static = fn.args
+    i8 = e.i8
+
+    def align(v: Any) -> Any:
+        return b.mul(b.sdiv(b.add(v, e.k64(63)), e.k64(64)), e.k64(64))
+
+    def at(base: Any, index: Any, etype: Any) -> Any:
+        return b.gep(base, [index], source_etype=etype)
+
+    sx_off = align(b.mul(m_count, k_count))
+    xsum_off = b.add(sx_off, align(b.mul(m_count, e.k64(4))))
+    laid_off = b.add(xsum_off, align(b.mul(m_count, e.k64(4))))
+    xq, sx, xsum, laid = scratch, at(scratch, sx_off, i8), at(scratch, xsum_off, i8), at(scratch, laid_off, i8)
+    b.call(prepare, [x, xq, sx, xsum, laid, m_count, k_count, static])
+    m4 = b.sub(m_count, b.srem(m_count, e.k64(4)))
+    n4 = b.sub(n_count, b.srem(n_count, e.k64(4)))
+    laid_row = b.mul(b.sdiv(k_count, e.k64(CHUNK)), e.k64(CHUNK_BYTES))
+    null = ir.Constant(p, None)
+    has_bias = b.icmp_unsigned("!=", bias, null)
+    for (mr, nr), fn_tile in tiles.items():
+        m0, mc = (e.k64(0), m4) if mr == 4 else (m4, b.sub(m_count, m4))
+        n0, nc = (e.k64(0), n4) if nr == 4 else (n4, b.sub(n_count, n4))
+        bias_at = b.select(has_bias, at(bias, n0, e.f32), null)
+        args = [at(laid, b.mul(m0, laid_row), i8), at(sx, m0, e.f32), at(w, b.mul(n0, b.sdiv(k_count, e.k64(2))), i8)]
+        args += [at(s, b.mul(n0, b.sdiv(k_count, e.k64(32))), e.f32), bias_at]
+        args += [at(y, b.add(b.mul(m0, n_count), n0), e.f32), mc, nc, k_count, n_count]
+        b.call(fn_tile, args)
     b.ret_void()

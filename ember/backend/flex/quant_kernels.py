@@ -60,7 +60,8 @@ class QuantKernels:
     or ``portable``, ``dequant`` keyed ``s8``/``u8``/``u4``, ``packed`` (int8 x int8 on a
     packed weight, VNNI only, :mod:`~ember.backend.flex.quant_packed`) keyed ``(mr, nr)``,
     ``int4_dynamic`` (int4 x int8, :mod:`~ember.backend.flex.quant_int4_dynamic`) keyed
-    ``(kind, mr, nr)`` like ``gemm``, its activations laid out by ``prepare_int4``."""
+    ``(kind, mr, nr)`` like ``gemm``, its activations laid out by ``prepare_int4``, and
+    ``int4_linear`` keyed by ``kind``: both and every tile in one call."""
 
     engine: Any
     quantize_rows: Any
@@ -71,6 +72,7 @@ class QuantKernels:
     packed: dict[tuple[int, int], Any]
     int4_dynamic: dict[tuple[str, int, int], Any]
     prepare_int4: Any
+    int4_linear: dict[str, Any]
 
 
 def has_vnni() -> bool:
@@ -103,7 +105,14 @@ def _build(portable: bool) -> QuantKernels | None:
         from llvmlite import ir
 
         from ember.backend.flex.quant_activations import QUANTIZE_ROWS, emit_quantize_rows
-        from ember.backend.flex.quant_int4_dynamic import PREPARE, emit_int4_dynamic, emit_prepare, int4_dynamic_name
+        from ember.backend.flex.quant_int4_dynamic import (
+            PREPARE,
+            emit_int4_dynamic,
+            emit_int4_linear,
+            emit_prepare,
+            int4_dynamic_name,
+            int4_linear_name,
+        )
         from ember.backend.flex.quant_packed import PACKED_TILES, emit_packed_int8, packed_name
         from ember.backend.flex.quant_weight_only import WEIGHT_KINDS, emit_weight_only, weight_only_name
         from ember.backend.kernel.llvm import jit
@@ -125,6 +134,7 @@ def _build(portable: bool) -> QuantKernels | None:
     packed_tiles = PACKED_TILES if vnni else ()
     names += [packed_name(mr, nr) for mr, nr in packed_tiles]
     names += [PREPARE] + [int4_dynamic_name(kind, mr, nr) for kind in int8_kinds for mr, nr in INT4_DYNAMIC_TILES]
+    names += [int4_linear_name(kind) for kind in int8_kinds]
     try:
         emitter = _QuantEmitter(ir, jit.vector_width())
         emit_quantize_rows(emitter)
@@ -142,6 +152,8 @@ def _build(portable: bool) -> QuantKernels | None:
         for kind in int8_kinds:
             for mr, nr in INT4_DYNAMIC_TILES:
                 emit_int4_dynamic(emitter, kind, mr, nr)
+            tiles = {t: emitter.module.get_global(int4_dynamic_name(kind, *t)) for t in INT4_DYNAMIC_TILES}
+            emit_int4_linear(emitter, kind, emitter.module.get_global(PREPARE), tiles)
         compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3, cache=True)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
@@ -172,6 +184,8 @@ def _build(portable: bool) -> QuantKernels | None:
         for mr, nr in INT4_DYNAMIC_TILES
     }
     prepare_int4 = ctypes.CFUNCTYPE(None, p, p, p, p, p, i64, i64, f32)(at[PREPARE])
+    linear_signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, f32)
+    int4_linear = {kind: linear_signature(at[int4_linear_name(kind)]) for kind in int8_kinds}
     return QuantKernels(
         engine=compiled.engine,
         quantize_rows=quantize_rows,
@@ -182,6 +196,7 @@ def _build(portable: bool) -> QuantKernels | None:
         packed=packed,
         int4_dynamic=int4_dynamic,
         prepare_int4=prepare_int4,
+        int4_linear=int4_linear,
     )
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ember.backend.flex.native import address
-from ember.backend.flex.quant_int4_dynamic import CHUNK, CHUNK_BYTES
-from ember.backend.flex.quant_kernels import INT4_DYNAMIC_TILES, INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
+from ember.backend.flex.quant_int4_dynamic import CHUNK, scratch_bytes
+from ember.backend.flex.quant_kernels import INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
 from ember.backend.flex.quant_packed import PACKED_TILES, pack_int8
 from ember.errors import BackendUnavailableError
 
@@ -326,34 +326,24 @@ def int4_int8_gemm(
             grid, values, scales, zero_points, bias, "int4", group, "numpy" if kernels is None else None
         )
     assert kernels is not None
-    xq = np.empty((m, k), dtype=np.int8)
-    sx = np.empty(m, dtype=_F32)
-    xsum = np.empty(m, dtype=np.int32)
-    laid = np.empty(m * (k // CHUNK) * CHUNK_BYTES, dtype=np.uint8)
+    scratch = np.empty(scratch_bytes(m, k), dtype=np.uint8)
     static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
-    kernels.prepare_int4(
-        address(rows), address(xq), address(sx), address(xsum), address(laid), m, k, ctypes.c_float(static)
-    )
     values = np.ascontiguousarray(values)
     scales = np.ascontiguousarray(scales, dtype=_F32)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
     out = np.empty((m, n), dtype=_F32)
-    xl_at, sx_at, w_at, s_at, y_at = (address(a) for a in (laid, sx, values, scales, out))
-    b_at = None if b is None else address(b)
-    laid_row = (k // CHUNK) * CHUNK_BYTES
-    for m0, mc, n0, nc, mr, nr in plan(m, n, INT4_DYNAMIC_TILES):
-        kernels.int4_dynamic[(kind, mr, nr)](
-            xl_at + m0 * laid_row,
-            sx_at + m0 * 4,
-            w_at + n0 * (k // 2),
-            s_at + n0 * (k // 32) * 4,
-            None if b_at is None else b_at + n0 * 4,
-            y_at + (m0 * n + n0) * 4,
-            mc,
-            nc,
-            k,
-            n,
-        )
+    kernels.int4_linear[kind](
+        address(rows),
+        address(scratch),
+        address(values),
+        address(scales),
+        None if b is None else address(b),
+        address(out),
+        m,
+        n,
+        k,
+        ctypes.c_float(static),
+    )
     return out
 
 

@@ -11,8 +11,8 @@ of float32 input, per-row or per-block scales (not one per tensor), and either
 * a weight-only scheme with groups a multiple of 32 (the weight-only kernels, over
   flex's tiling :func:`~ember.backend.flex.quantized.plan`), or
 * symmetric int4 in blocks of 32 with dynamic int8 activations and K a multiple of 128
-  (:mod:`ember.backend.flex.quant_int4_dynamic`: the rows quantized and laid out in
-  scratch, then the ``vpdpbusd`` kernels).
+  (:mod:`ember.backend.flex.quant_int4_dynamic`'s one-call entry: the rows quantized and
+  laid out in the step's scratch, then the ``vpdpbusd`` tiles).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
-from ember.backend.fusion.llvm.conv import Scratch
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
 from ember.backend.kernel.llvm.mathlib import F32, I64
 
@@ -72,20 +71,11 @@ def _supports(graph: Graph, node: Node, target: Any) -> bool:
 
 
 def _scratch(graph: Graph, node: Node) -> dict[str, int]:
-    from ember.backend.flex.quant_int4_dynamic import CHUNK, CHUNK_BYTES
+    from ember.backend.flex.quant_int4_dynamic import scratch_bytes
 
     if _form(graph, node) != "int4_dynamic":
         return {}
-    m, k = _rows(graph, node.args[0])
-    scratch = Scratch()
-    regions = {
-        "xq": scratch.add(m * k),
-        "sx": scratch.add(4 * m),
-        "xsum": scratch.add(4 * m),
-        "laid": scratch.add(m * (k // CHUNK) * CHUNK_BYTES),
-    }
-    regions["size"] = scratch.size
-    return regions
+    return {"work": 0, "size": scratch_bytes(*_rows(graph, node.args[0]))}
 
 
 def _declare(e: Emitter, fn: Any, name: str, args: list[Any]) -> ir.Function:
@@ -101,8 +91,7 @@ def _declare(e: Emitter, fn: Any, name: str, args: list[Any]) -> ir.Function:
 
 
 def _quantized_linear(e: Emitter) -> None:
-    from ember.backend.flex.quant_int4_dynamic import CHUNK, CHUNK_BYTES
-    from ember.backend.flex.quant_kernels import INT4_DYNAMIC_TILES, WEIGHT_ONLY_TILES
+    from ember.backend.flex.quant_kernels import WEIGHT_ONLY_TILES
     from ember.backend.flex.quant_weight_only import weight_only_name
     from ember.backend.flex.quantized import plan
 
@@ -124,17 +113,10 @@ def _quantized_linear(e: Emitter) -> None:
 
     f32 = F32
     if _form(e.graph, e.node) == "int4_dynamic":
-        r = e.regions
-        prepare = _declare(e, kernels.prepare_int4, "q4i8_prepare", [PTR] * 5 + [I64, I64, f32])
-        b.call(prepare, [e.args[x], r["xq"], r["sx"], r["xsum"], r["laid"], i64(m), i64(k), ir.Constant(f32, 0.0)])
         kind = "vnni" if kernels.vnni else "portable"
-        laid_row = (k // CHUNK) * CHUNK_BYTES
-        for m0, mc, n0, nc, mr, nr in plan(m, n, INT4_DYNAMIC_TILES):
-            fn = _declare(e, kernels.int4_dynamic[(kind, mr, nr)], f"q4i8_{kind}_{mr}x{nr}", [PTR] * 6 + [I64] * 4)
-            args = [at(r["laid"], m0 * laid_row, i8), at(r["sx"], m0, f32)]
-            args += [at(e.args[values], n0 * (k // 2), i8), at(e.args[scales], n0 * (k // 32), f32)]
-            args += [bias_at if bias is None else at(bias_at, n0, f32), at(y, m0 * n + n0, f32)]
-            b.call(fn, args + [i64(mc), i64(nc), i64(k), i64(n)])
+        fn = _declare(e, kernels.int4_linear[kind], f"q4i8_{kind}_linear", [PTR] * 6 + [I64] * 3 + [f32])
+        args = [e.args[x], e.regions["work"], e.args[values], e.args[scales], bias_at, y]
+        b.call(fn, args + [i64(m), i64(n), i64(k), ir.Constant(f32, 0.0)])
         return
     if value == "int4":
         kind = "u4" if zero_points is None else "u4z"
