@@ -203,3 +203,17 @@ def test_compile_of_a_layer_is_flex_bit_for_bit(rng):
     x = Tensor.from_data(rng.standard_normal((2, CHUNK)).astype(np.float32))
     for _ in range(3):
         np.testing.assert_array_equal(step(x).to_numpy(), layer(x).to_numpy())
+
+
+@needs_kernels
+@pytest.mark.parametrize("path", [None, "portable", "numpy", pytest.param("vnni", marks=no_vnni)])
+def test_a_static_scale_rounds_every_row_to_the_calibrated_grid(path, rng):
+    n, k = 12, CHUNK
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x = rng.standard_normal((5, k)).astype(np.float32)
+    q, values, scales = parts(w, QuantScheme.int4(activations="static"))
+    scale = np.array([0.02], np.float32)
+    grid = np.clip(np.rint(x / scale[0]), -127, 127) * np.float64(scale[0])
+    expected = grid @ q.dequantize().to_numpy().astype(np.float64).T
+    got = quantized_linear(x, values, scales, None, None, scale, "int4", 32, "static", path=path)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
