@@ -107,8 +107,10 @@ def test_bad_schemes_and_inputs_raise_ember_errors(rng):
         QuantScheme("int3")
     with pytest.raises(ConfigError, match="even"):
         QuantScheme.int4(block=15)
-    with pytest.raises(ConfigError, match="int8 x int8"):
-        QuantScheme("int4", activations="dynamic")
+    with pytest.raises(ConfigError, match="symmetric weights"):
+        QuantScheme.int4(symmetric=False, activations="dynamic")
+    with pytest.raises(ConfigError, match="symmetric weights"):
+        QuantScheme.int8(block=32, activations="dynamic")
     with pytest.raises(ShapeError, match="block size 32 does not divide the last dimension \\(48\\)"):
         quantize(Tensor.from_data(rng.standard_normal((2, 48)).astype(np.float32)), QuantScheme.int4(block=32))
     with pytest.raises(ShapeError, match="must be even"):

@@ -16,6 +16,10 @@ through the kernel layer's JIT (:mod:`ember.backend.kernel.llvm`, as
   :mod:`ember.backend.flex.quant_packed`, VNNI only): the same product for many rows of
   ``x`` on a weight packed once into panels of 16 columns, 16 outputs per register.
 
+* ``int4 x dynamic int8`` (``ember_q4i8_{vnni,portable}_{mr}x{nr}``, emitted by
+  :mod:`ember.backend.flex.quant_int4_dynamic`): a symmetric int4 weight in blocks of 32
+  times rows of ``x`` quantized to int8 (decode), the nibbles straight into ``vpdpbusd``.
+
 * ``dequantize rows`` (``ember_q{s8,u8,u4}_dequant``): rows of ``w`` as float32, used for
   prefill (many rows of ``x``), a cache-sized tile of rows at a time, each tile then
   multiplied with sgemm (:mod:`ember.backend.flex.quantized`).
@@ -40,6 +44,9 @@ N_BLOCK = 64
 #: sharing each load of ``x`` among several weight rows for decode, and ``1 x 1`` for the rest.
 WEIGHT_ONLY_TILES = ((8, 1), (1, 4), (1, 1))
 INT8_TILES = ((6, 4), (6, 1), (1, 4), (1, 1))
+#: int4 x dynamic int8 tiles: 4 rows of ``x`` by 4 weight rows (each weight load and
+#: unpack shared by 4 rows), the rest of the rows one at a time.
+INT4_DYNAMIC_TILES = ((4, 4), (4, 1), (1, 4), (1, 1))
 
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}
@@ -51,7 +58,10 @@ class QuantKernels:
     :data:`~ember.backend.flex.quant_weight_only.WEIGHT_KINDS`, ``g32``: the variant for
     groups of 32), ``gemm`` (int8 x int8) keyed ``(kind, mr, nr)`` with ``kind`` ``vnni``
     or ``portable``, ``dequant`` keyed ``s8``/``u8``/``u4``, ``packed`` (int8 x int8 on a
-    packed weight, VNNI only, :mod:`~ember.backend.flex.quant_packed`) keyed ``(mr, nr)``."""
+    packed weight, VNNI only, :mod:`~ember.backend.flex.quant_packed`) keyed ``(mr, nr)``,
+    ``int4_dynamic`` (int4 x int8, :mod:`~ember.backend.flex.quant_int4_dynamic`) keyed
+    ``(kind, mr, nr)`` like ``gemm``, its activations laid out by ``prepare_int4``, and
+    ``int4_linear`` keyed by ``kind``: both and every tile in one call."""
 
     engine: Any
     quantize_rows: Any
@@ -60,6 +70,9 @@ class QuantKernels:
     dequant: dict[str, Any]
     vnni: bool
     packed: dict[tuple[int, int], Any]
+    int4_dynamic: dict[tuple[str, int, int], Any]
+    prepare_int4: Any
+    int4_linear: dict[str, Any]
 
 
 def has_vnni() -> bool:
@@ -92,6 +105,14 @@ def _build(portable: bool) -> QuantKernels | None:
         from llvmlite import ir
 
         from ember.backend.flex.quant_activations import QUANTIZE_ROWS, emit_quantize_rows
+        from ember.backend.flex.quant_int4_dynamic import (
+            PREPARE,
+            emit_int4_dynamic,
+            emit_int4_linear,
+            emit_prepare,
+            int4_dynamic_name,
+            int4_linear_name,
+        )
         from ember.backend.flex.quant_packed import PACKED_TILES, emit_packed_int8, packed_name
         from ember.backend.flex.quant_weight_only import WEIGHT_KINDS, emit_weight_only, weight_only_name
         from ember.backend.kernel.llvm import jit
@@ -112,6 +133,8 @@ def _build(portable: bool) -> QuantKernels | None:
     names += [f"ember_i8i8_{kind}_{mr}x{nr}" for kind in int8_kinds for mr, nr in INT8_TILES]
     packed_tiles = PACKED_TILES if vnni else ()
     names += [packed_name(mr, nr) for mr, nr in packed_tiles]
+    names += [PREPARE] + [int4_dynamic_name(kind, mr, nr) for kind in int8_kinds for mr, nr in INT4_DYNAMIC_TILES]
+    names += [int4_linear_name(kind) for kind in int8_kinds]
     try:
         emitter = _QuantEmitter(ir, jit.vector_width())
         emit_quantize_rows(emitter)
@@ -125,6 +148,12 @@ def _build(portable: bool) -> QuantKernels | None:
                 emitter.int8_int8(kind, mr, nr)
         for mr, nr in packed_tiles:
             emit_packed_int8(emitter, mr, nr)
+        emit_prepare(emitter, emitter.module.get_global(QUANTIZE_ROWS))
+        for kind in int8_kinds:
+            for mr, nr in INT4_DYNAMIC_TILES:
+                emit_int4_dynamic(emitter, kind, mr, nr)
+            tiles = {t: emitter.module.get_global(int4_dynamic_name(kind, *t)) for t in INT4_DYNAMIC_TILES}
+            emit_int4_linear(emitter, kind, emitter.module.get_global(PREPARE), tiles)
         compiled = jit.compile_module(str(emitter.module), names, unroll=True, codegen_opt=3, cache=True)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
@@ -148,6 +177,15 @@ def _build(portable: bool) -> QuantKernels | None:
     packed_signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, p, i64, i64, i64, i64, i64)
     packed = {(mr, nr): packed_signature(at[packed_name(mr, nr)]) for mr, nr in packed_tiles}
     quantize_rows = ctypes.CFUNCTYPE(None, p, p, p, p, i64, i64, f32)(at[QUANTIZE_ROWS])
+    int4_signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, i64)
+    int4_dynamic = {
+        (kind, mr, nr): int4_signature(at[int4_dynamic_name(kind, mr, nr)])
+        for kind in int8_kinds
+        for mr, nr in INT4_DYNAMIC_TILES
+    }
+    prepare_int4 = ctypes.CFUNCTYPE(None, p, p, p, p, p, i64, i64, f32)(at[PREPARE])
+    linear_signature = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, f32)
+    int4_linear = {kind: linear_signature(at[int4_linear_name(kind)]) for kind in int8_kinds}
     return QuantKernels(
         engine=compiled.engine,
         quantize_rows=quantize_rows,
@@ -156,6 +194,9 @@ def _build(portable: bool) -> QuantKernels | None:
         dequant=dequant,
         vnni=vnni,
         packed=packed,
+        int4_dynamic=int4_dynamic,
+        prepare_int4=prepare_int4,
+        int4_linear=int4_linear,
     )
 
 

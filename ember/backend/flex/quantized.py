@@ -20,11 +20,19 @@ from typing import Any
 import numpy as np
 
 from ember.backend.flex.native import address
+from ember.backend.flex.quant_int4_dynamic import CHUNK, scratch_bytes
 from ember.backend.flex.quant_kernels import INT8_TILES, WEIGHT_ONLY_TILES, quant_kernels
 from ember.backend.flex.quant_packed import PACKED_TILES, pack_int8
 from ember.errors import BackendUnavailableError
 
-__all__ = ["dequantize_array", "dequantized_tiles", "int8_gemm", "quantize_rows_int8", "quantized_linear"]
+__all__ = [
+    "dequantize_array",
+    "dequantized_tiles",
+    "int4_int8_gemm",
+    "int8_gemm",
+    "quantize_rows_int8",
+    "quantized_linear",
+]
 
 _F32 = np.dtype(np.float32)
 #: From this many rows of ``x`` on (prefill), weight-only products dequantize ``TILE_ROWS``
@@ -62,7 +70,9 @@ def quantized_linear(
     if scales.shape[0] != n:  # one scale per tensor: one per row for the kernels
         scales = np.broadcast_to(scales, (n, scales.shape[1]))
         zero_points = None if zero_points is None else np.broadcast_to(zero_points, (n, zero_points.shape[1]))
-    if activations:
+    if activations and value == "int4":
+        out = int4_int8_gemm(rows, values, scales, zero_points, bias, input_scale, group, path)
+    elif activations:
         out = int8_gemm(rows, values, scales, bias, input_scale, path)
     else:
         out = _weight_only(rows, values, scales, zero_points, bias, value, group, path)
@@ -271,6 +281,70 @@ def int8_gemm(
             n,
         )
     return out[:m]
+
+
+def int4_int8_gemm(
+    rows: np.ndarray,
+    values: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    bias: np.ndarray | None,
+    input_scale: np.ndarray | None,
+    group: int,
+    path: str | None,
+) -> np.ndarray:
+    """``rows [M, K]`` (float32, contiguous) on their int8 grid (per row, or the static
+    ``input_scale``) times the int4 weight ``values [N, K / 2]``, plus ``bias``. A
+    symmetric weight in blocks of 32 with K a multiple of 128 runs
+    :mod:`~ember.backend.flex.quant_int4_dynamic` (``path`` ``"vnni"`` or ``"portable"``
+    forces one); other shapes multiply the rounded rows by the weight-only kernels
+    (``"numpy"``: by the reference)."""
+    m, k = rows.shape
+    n = values.shape[0]
+    if path not in (None, "vnni", "portable", "numpy"):
+        raise BackendUnavailableError(
+            "ember: quantized_linear: int4 with int8 activations has the paths None, 'vnni', 'portable' and "
+            f"'numpy', got {path!r}"
+        )
+    kernels = quant_kernels() if path != "numpy" else None
+    kind = path or ("vnni" if kernels is not None and kernels.vnni else "portable")
+    fits = kernels is not None and (kind, 1, 1) in kernels.int4_dynamic
+    fits = fits and zero_points is None and group == 32 and k % CHUNK == 0 and m > 0
+    if path in ("vnni", "portable") and not fits:
+        raise BackendUnavailableError(
+            f"ember: quantized_linear: the {path!r} int4 x int8 kernel needs "
+            f"{'AVX-512 VNNI, ' if path == 'vnni' else ''}a symmetric weight in blocks of 32 and K a multiple of "
+            f"{CHUNK}; got K={k}, group {group}, {'a zero point' if zero_points is not None else 'symmetric'}"
+        )
+    if not fits:
+        if kernels is not None and k % 16 == 0:
+            xq, sx, _ = _quantized_rows(kernels, rows, m, input_scale)
+        else:
+            xq, sx = quantize_rows_int8(rows, input_scale)
+        grid = xq.astype(_F32) * sx[:, None]
+        return _weight_only(
+            grid, values, scales, zero_points, bias, "int4", group, "numpy" if kernels is None else None
+        )
+    assert kernels is not None
+    scratch = np.empty(scratch_bytes(m, k), dtype=np.uint8)
+    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
+    values = np.ascontiguousarray(values)
+    scales = np.ascontiguousarray(scales, dtype=_F32)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+    out = np.empty((m, n), dtype=_F32)
+    kernels.int4_linear[kind](
+        address(rows),
+        address(scratch),
+        address(values),
+        address(scales),
+        None if b is None else address(b),
+        address(out),
+        m,
+        n,
+        k,
+        ctypes.c_float(static),
+    )
+    return out
 
 
 def derived(cache: dict[Any, tuple[Any, Any]], values: np.ndarray, tag: Any, make: Any) -> Any:

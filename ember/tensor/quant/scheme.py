@@ -6,7 +6,8 @@ symmetric (``q = round(x / s)``) or asymmetric with a zero point
 per channel, i.e. per row of the quantized matrix, or one per block of ``n``
 consecutive values along the last axis), and what happens to activations:
 ``None`` (weight-only: the kernel dequantizes the weight in registers),
-``"dynamic"`` (per-token int8 scales computed at run time, an int8 x int8 GEMM) or
+``"dynamic"`` (per-token int8 scales computed at run time: an int8 x int8 GEMM, or for
+int4 weights the nibbles times int8 values) or
 ``"static"`` (int8 with one scale per layer fixed by a calibration pass).
 
 >>> QuantScheme.int8()
@@ -58,10 +59,10 @@ class QuantScheme:
             raise ConfigError(
                 f"ember: QuantScheme: activations must be None, 'dynamic' or 'static', got {self.activations!r}"
             )
-        if self.activations is not None and (self.value != "int8" or not self.symmetric or self.level == "block"):
+        if self.activations is not None and (not self.symmetric or (self.value == "int8" and self.level == "block")):
             raise ConfigError(
-                f"ember: QuantScheme: {self.activations} activation quantization runs an int8 x int8 GEMM; it needs "
-                f"symmetric int8 weights per channel or per tensor, got {self!r}"
+                f"ember: QuantScheme: {self.activations} activation quantization multiplies int8 activations by "
+                f"symmetric weights: int8 per channel or per tensor, or int4; got {self!r}"
             )
 
     @staticmethod
@@ -75,12 +76,16 @@ class QuantScheme:
         return QuantScheme("int8", symmetric, level, block, activations)
 
     @staticmethod
-    def int4(block: int | None = 32, *, symmetric: bool = True, level: str | None = None) -> QuantScheme:
+    def int4(
+        block: int | None = 32, *, symmetric: bool = True, level: str | None = None, activations: str | None = None
+    ) -> QuantScheme:
         """int4 weights, two per byte, one scale per ``block`` values (32 by default);
-        ``block=None`` with ``level="channel"`` or ``"tensor"`` shares scales wider."""
+        ``block=None`` with ``level="channel"`` or ``"tensor"`` shares scales wider.
+        ``activations="dynamic"`` also rounds each input row to int8 at run time (flex's
+        decode then multiplies the nibbles by the int8 values in integers)."""
         if level is None:
             level = "block" if block is not None else "channel"
-        return QuantScheme("int4", symmetric, level, block if level == "block" else None)
+        return QuantScheme("int4", symmetric, level, block if level == "block" else None, activations)
 
     @property
     def bits(self) -> int:

@@ -27,6 +27,8 @@ in the result:
   (flash) form ``flash_attention``/``flash_attention_backward``, in :mod:`.flash`.
 * ``linear`` of float32 values in training plans: the inline product with the bias
   as its addend, in :mod:`.linear`.
+* ``quantized_linear`` for decode's few rows: flex's compiled quantized kernels called
+  from the plan, in :mod:`.quantized`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -52,6 +54,7 @@ from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
 from ember.backend.fusion.llvm.flash import FLASH_OPS
 from ember.backend.fusion.llvm.linear import LINEAR_OPS
 from ember.backend.fusion.llvm.norms import NORM_OPS
+from ember.backend.fusion.llvm.quantized import QUANTIZED_OPS
 from ember.backend.fusion.llvm.rows import ROW_OPS
 from ember.backend.kernel.llvm.mathlib import I64, const
 from ember.backend.kernel.llvm.pooling import PoolGeometry, max_pool_backward_rows
@@ -240,6 +243,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **ATTENTION_OPS,
     **FLASH_OPS,
     **LINEAR_OPS,
+    **QUANTIZED_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)
