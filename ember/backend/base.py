@@ -287,6 +287,32 @@ class Backend(ModuleOps, ABC):
         ``input_scale`` ``[1]``). A kernel never materialises the float weight."""
         return NotImplemented
 
+    def quantized_conv(
+        self,
+        x: Primitive,
+        values: Primitive,
+        scales: Primitive,
+        zero_points: Primitive | None,
+        bias: Primitive | None,
+        input_scale: Primitive | None,
+        value: str,
+        group: int,
+        activations: str,
+        kernel: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...],
+        dilation: tuple[int, ...],
+        out: tuple[int, ...],
+        groups: int,
+    ) -> Primitive:
+        """The convolution of float32 ``x`` ``[N, C, *spatial]`` (1-3 spatial dims) with a
+        quantized weight stored as the matrix ``[C_out, C / groups * prod(kernel)]`` (as
+        :meth:`quantized_linear` takes it): ``[N, C_out, *out]``. ``padding`` holds a
+        ``(before, after)`` pair per spatial dim, ``out`` the output's spatial size. An
+        activation scheme quantizes each output position's block of inputs as
+        :meth:`quantized_linear` quantizes a row. A kernel never materialises the float weight."""
+        return NotImplemented
+
     def linear_backward(
         self, x: Primitive, weight: Primitive, grad: Primitive, need_x: bool, need_weight: bool, need_bias: bool
     ) -> tuple[Primitive | None, Primitive | None, Primitive | None]:

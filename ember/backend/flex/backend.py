@@ -480,11 +480,9 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
     def quantized_conv(
         self, x, values, scales, zero_points, bias, input_scale, value, group, activations, *geometry
     ):  # fmt: skip
-        """flex's kernel for :func:`ember.tensor.quant.quantized_conv` (``geometry``:
-        kernel, stride, padding pairs, dilation, output size, groups): compiled im2col,
-        then the packed-weight GEMM (:mod:`.quant_conv`); ``NotImplemented`` where it does
-        not apply. Not a protocol method: the tensor layer looks for it on the device's
-        backend and builds the convolution from tensor ops where it is missing."""
+        """Compiled im2col, then the packed-weight GEMM (:mod:`.quant_conv`; ``geometry``:
+        kernel, stride, padding pairs, dilation, output size, groups); ``NotImplemented``
+        where it does not apply (the composite then runs)."""
         y = _quantized_conv(x, values, scales, zero_points, bias, input_scale, value, group, activations, *geometry)
         return NotImplemented if y is None else y
 
