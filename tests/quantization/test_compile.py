@@ -22,9 +22,9 @@ def test_a_compiled_quantized_linear_calls_the_kernel(scheme, rng, monkeypatch):
     calls = []
     kernel = FlexBackend.quantized_linear
 
-    def counted(self, *args):
+    def counted(self, *args, **kwargs):
         calls.append(args[-1])
-        return kernel(self, *args)
+        return kernel(self, *args, **kwargs)
 
     @ember.compile
     def step(layer, x):
@@ -90,8 +90,8 @@ def test_a_compiled_quantized_cnn_calls_the_conv_kernel_and_never_builds_a_float
     calls = []
     kernel = FlexBackend.quantized_conv
 
-    def counted(self, *args):
-        y = kernel(self, *args)
+    def counted(self, *args, **kwargs):
+        y = kernel(self, *args, **kwargs)
         calls.append(y is not NotImplemented)
         return y
 

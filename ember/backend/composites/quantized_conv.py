@@ -40,8 +40,10 @@ def quantized_conv(
     dilation: tuple[int, ...],
     out: tuple[int, ...],
     groups: int,
+    activation: str = "",
 ) -> Any:
-    """``x [N, C, *spatial]`` (float32) -> ``[N, C_out, *out]``."""
+    """``x [N, C, *spatial]`` (float32) -> ``[N, C_out, *out]``, then the fused op
+    ``activation`` (``""``: none)."""
     n, channels = x.shape[:2]
     c_out = values.shape[0]
     c_per_group = channels // groups
@@ -69,8 +71,8 @@ def quantized_conv(
         b = bias if bias is None or groups == 1 else ops.slice(bias, ((g * per_group, (g + 1) * per_group, 1),))
         results.append(run(ops, "quantized_linear", part, *weight, b, input_scale, value, group, activations))
     y = results[0] if groups == 1 else ops.cat(results, 1)
-    y = ops.reshape(y, (n, *out, c_out))
-    return ops.permute(y, (0, rank - 1, *range(1, rank - 1)))
+    y = ops.permute(ops.reshape(y, (n, *out, c_out)), (0, rank - 1, *range(1, rank - 1)))
+    return run(ops, activation, y) if activation else y
 
 
 def _padded(ops: Any, x: Any, padding: tuple[tuple[int, int], ...]) -> Any:

@@ -6,7 +6,8 @@ output written ``[batch, channels_out, *out]`` directly.
 - weight-only: :data:`~.quantized.TILE_ROWS` weight rows at a time dequantized into a
   float tile (:func:`~.quantized.dequantized_tiles`), then one sgemm per sample and tile,
   ``tile [rows, Cg * K] @ columns [Cg * K, positions]``, straight into the output's
-  channels;
+  channels (samples of fewer than 1024 positions: several per sgemm, copied into place),
+  the bias and the activation applied to each block right after its product;
   int8 with one scale per row and a row length that is not a multiple of 32 (a small
   kernel's ``Cg * K``: 9, 144) pads the rows once with zero columns;
 - dynamic (or static) int8: the input's values written by the compiled im2row straight
@@ -31,11 +32,14 @@ from ember.backend.flex.module_ops import _columns as numpy_columns
 from ember.backend.flex.module_ops import _padded, native_columns, scratch
 from ember.backend.flex.native_conv import rows as native_rows
 from ember.backend.flex.quant_kernels import quant_kernels
-from ember.backend.flex.quantized import dequantized_tiles, derived, int8_gemm
+from ember.backend.flex.quantized import TILE_ROWS, activate, dequantized_tiles, derived, int8_gemm
 
 __all__ = ["quantized_conv"]
 
 _F32 = np.dtype(np.float32)
+#: Columns (sample positions) one product of a weight tile takes at least, where samples
+#: are small: several samples' columns at once, copied into the output's layout after.
+_PRODUCT_COLUMNS = 1024
 #: Int8 weights padded with zero columns (one array per group), keyed by ``id`` of the values they were padded
 #: from (dropped with that array).
 _PADDED: dict[Any, tuple[Any, list[np.ndarray]]] = {}
@@ -57,11 +61,13 @@ def quantized_conv(
     dilation: tuple[int, ...],
     out: tuple[int, ...],
     groups: int,
+    activation: str = "",
 ) -> np.ndarray | None:
     """The convolution of ``x`` ``[N, C, *spatial]`` (float32) with the quantized weight
     matrix ``[O, C / groups * prod(kernel)]`` (``ember.tensor.quant``'s layout, as
-    :meth:`ember.backend.base.Backend.quantized_linear` takes it): ``[N, O, *out]``, or
-    ``None`` where flex has no kernel for it."""
+    :meth:`ember.backend.base.Backend.quantized_linear` takes it), plus the bias, then
+    ``activation`` (:func:`~.quantized.activate`): ``[N, O, *out]``, or ``None`` where
+    flex has no kernel for it."""
     kernels = quant_kernels()
     if kernels is None or x.dtype != _F32:
         return None
@@ -75,7 +81,9 @@ def quantized_conv(
         zero_points = None if zero_points is None else np.broadcast_to(zero_points, (c_out, zero_points.shape[1]))
     scales = np.ascontiguousarray(scales, dtype=_F32)
     if activations:
-        return _int8_conv(x, values, scales, bias, input_scale, kernel, stride, padding, dilation, out, groups, ck)
+        return _int8_conv(
+            x, values, scales, bias, input_scale, kernel, stride, padding, dilation, out, groups, ck, activation
+        )
     if group % 32:
         if value != "int8" or scales.shape[1] != 1:
             return None
@@ -88,17 +96,36 @@ def quantized_conv(
     values = np.ascontiguousarray(values)
     zps = None if zero_points is None else np.ascontiguousarray(zero_points, dtype=np.uint8)
     k_values = values.shape[1] * (2 if value == "int4" else 1)
+    # Samples per product: one where a sample has many positions (written into the output
+    # in place), several small ones at once (then copied into the output's layout).
+    chunk = max(1, min(n, _PRODUCT_COLUMNS // positions))
+    staging = scratch("quantized conv", (TILE_ROWS, chunk * positions), _F32) if chunk > 1 else None
+    channel_bias = None if bias is None else np.ascontiguousarray(bias, dtype=_F32).reshape(c_out, 1)
     for g in range(groups):
         part = slice(g * per_group, (g + 1) * per_group)
         group_zps = None if zps is None else zps[part]
         for n0, tile in dequantized_tiles(kernels, values[part], scales[part], group_zps, value, group, k_values):
-            r0 = g * per_group + n0
+            r0, count = g * per_group + n0, tile.shape[0]
             weights = tile if k_values == ck else tile[:, :ck]
-            for i in range(n):
-                sample = cols[g, :, i * positions : (i + 1) * positions]
-                np.matmul(weights, sample, out=y[i, r0 : r0 + tile.shape[0]])
-    if bias is not None:
-        y += bias.reshape(1, c_out, 1)
+            b = None if channel_bias is None else channel_bias[r0 : r0 + count]
+            for i0 in range(0, n, chunk):
+                samples = min(chunk, n - i0)
+                columns = cols[g, :, i0 * positions : (i0 + samples) * positions]
+                block = y[i0 : i0 + samples, r0 : r0 + count]  # [samples, count, positions]
+                # The bias and the activation while the block is in cache.
+                if staging is None:
+                    np.matmul(weights, columns, out=block[0])
+                    if b is not None:
+                        np.add(block, b, out=block)
+                else:
+                    product = staging[:count, : samples * positions]
+                    np.matmul(weights, columns, out=product)
+                    product = product.reshape(count, samples, positions).transpose(1, 0, 2)
+                    if b is None:
+                        np.copyto(block, product)
+                    else:
+                        np.add(product, b, out=block)
+                activate(block, activation)
     return y.reshape((n, c_out, *out))
 
 
@@ -115,6 +142,7 @@ def _int8_conv(
     out: tuple[int, ...],
     groups: int,
     ck: int,
+    activation: str,
 ) -> np.ndarray | None:
     """Dynamic (or static) int8: one row of ``(c, *k)`` input values per output position,
     written by the compiled im2row straight into ``[G, N * positions, K]`` with ``K``
@@ -137,7 +165,12 @@ def _int8_conv(
         part = slice(g * per_group, (g + 1) * per_group)
         b = None if bias is None else bias[part]
         got = int8_gemm(rows[g], weight, scales[part], b, input_scale, None)
-        y[:, part] = got.reshape(n, positions, per_group).transpose(0, 2, 1)
+        block = y[:, part]
+        if activation == "relu":  # the activation joined with the copy into [N, C, P]
+            np.maximum(got.reshape(n, positions, per_group).transpose(0, 2, 1), np.float32(0.0), out=block)
+        else:
+            activate(got, activation)
+            np.copyto(block, got.reshape(n, positions, per_group).transpose(0, 2, 1))
     return y.reshape((n, c_out, *out))
 
 
