@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.backend.flex import native_gemm
 from ember.backend.flex.module_ops import _columns as numpy_columns
 from ember.backend.flex.module_ops import _padded, native_columns, scratch
 from ember.backend.flex.native_conv import rows as native_rows
@@ -114,12 +115,12 @@ def quantized_conv(
                 block = y[i0 : i0 + samples, r0 : r0 + count]  # [samples, count, positions]
                 # The bias and the activation while the block is in cache.
                 if staging is None:
-                    np.matmul(weights, columns, out=block[0])
+                    _product(weights, columns, block[0])
                     if b is not None:
                         np.add(block, b, out=block)
                 else:
                     product = staging[:count, : samples * positions]
-                    np.matmul(weights, columns, out=product)
+                    _product(weights, columns, product)
                     product = product.reshape(count, samples, positions).transpose(1, 0, 2)
                     if b is None:
                         np.copyto(block, product)
@@ -127,6 +128,14 @@ def quantized_conv(
                         np.add(product, b, out=block)
                 activate(block, activation)
     return y.reshape((n, c_out, *out))
+
+
+def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b``: ember's inline product for the host's vectors where it applies
+    (:mod:`.native_gemm`: 1.25-1.7x numpy's sgemm on the tiles' shapes, where this
+    environment's OpenBLAS runs its AVX2 kernels), numpy's otherwise."""
+    if native_gemm.matmul(a, b, out=out) is None:
+        np.matmul(a, b, out=out)
 
 
 def _int8_conv(
