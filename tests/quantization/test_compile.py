@@ -105,3 +105,20 @@ def test_a_compiled_quantized_cnn_calls_the_conv_kernel_and_never_builds_a_float
     assert ops.count("quantized_conv") == 2 and ops.count("quantized_linear") == 2
     assert "slice" not in ops and "cat" not in ops  # no sliding blocks
     assert calls and all(calls)  # flex's kernel ran each convolution
+
+
+@pytest.mark.parametrize("scheme", [QuantScheme.int8(), QuantScheme.int8(activations="dynamic")], ids=repr)
+def test_a_bucketed_quantized_cnn_matches_eager_per_batch_size(scheme, rng):
+    """Shape buckets pass a quantized convolution (per sample: padded samples never reach
+    the real ones, the dynamic scheme's scales included): batches 3, 5 and 7 in the buckets
+    4 and 8 against eager."""
+    from tests.quantization.test_accuracy import load_example
+
+    flex = Device.flex()
+    flex.seed(0)
+    model = load_example("classify_digits").DigitsCnn.new(flex).quantize(scheme)
+    forward = ember.compile(lambda m, images: m(images), buckets={"images": 0})
+    for batch in (3, 5, 7):
+        x = Tensor.from_data(rng.random((batch, 1, 8, 8), dtype=np.float32), device=flex)
+        assert_close(forward(model, x), model(x).to_numpy(), rtol=1e-5, atol=1e-5)
+    assert forward.cache_info()["traces"] == 2
