@@ -314,8 +314,7 @@ class Backend(ModuleOps, ABC):
         :meth:`quantized_linear` takes it): ``[N, C_out, *out]``. ``padding`` holds a
         ``(before, after)`` pair per spatial dim, ``out`` the output's spatial size. An
         activation scheme quantizes each output position's block of inputs as
-        :meth:`quantized_linear` quantizes a row, and ``"sample"`` quantizes each sample with
-        one scale (``max |x[i]| / 127``); ``activation`` as there. A kernel never
+        :meth:`quantized_linear` quantizes a row; ``activation`` as there. A kernel never
         materialises the float weight."""
         return NotImplemented
 

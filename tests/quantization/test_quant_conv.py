@@ -127,41 +127,6 @@ def test_quantized_conv2d_static_runs_the_int8_kernel_with_its_calibrated_scale(
     assert schemes == ["static"]
 
 
-def test_quantized_conv2d_dynamic_runs_the_int8_kernel_with_one_scale_per_sample(rng, monkeypatch):
-    """The dynamic layer's convolution is flex's int8 x int8 kernel with each sample's scale
-    (``max |x[i]| / 127``; samples of very different ranges), against float64 of the input
-    rounded per sample times the dequantized weight, and against its composite (the
-    input rounded with tensor ops, then the weight-only product)."""
-    from ember.backend.flex import FlexBackend
-
-    layer = Conv2dConfig((16, 24), 3, padding=1, stride=(1, 2)).init(Device.flex())
-    q = layer.quantized(QuantScheme.int8(activations="dynamic"))
-    x = rng.standard_normal((3, 16, 20, 18)).astype(np.float32) * np.float32([[[[1.0]]], [[[50.0]]], [[[0.01]]]])
-    scale = (np.abs(x).reshape(3, -1).max(axis=1) / np.float32(127)).astype(np.float32)[:, None, None, None]
-    xq = np.clip(np.rint(x / scale), -127, 127) * scale
-    expected = reference(xq, q.weight, q.kernel_shape, q.bias.val().to_numpy(), (1, 2), 1, 1, 1)
-    modes = []
-    kernel = FlexBackend.quantized_conv
-
-    def spy(self, *args, **kwargs):
-        y = kernel(self, *args, **kwargs)
-        modes.append((args[8], y is not NotImplemented))
-        return y
-
-    def refuse(self):
-        raise AssertionError("the quantized convolution dequantized its weight")
-
-    monkeypatch.setattr(FlexBackend, "quantized_conv", spy)
-    monkeypatch.setattr(QuantizedTensor, "dequantize", refuse)
-    got = q(Tensor.from_data(x)).to_numpy()
-    assert modes == [("sample", True)]
-    tolerance = np.abs(expected).reshape(3, -1).max(axis=1)[:, None, None, None] * 1e-5
-    assert (np.abs(got - expected) <= tolerance).all()
-    monkeypatch.setattr(FlexBackend, "quantized_conv", lambda self, *a, **k: NotImplemented)  # the composite
-    composite = q(Tensor.from_data(x)).to_numpy()
-    assert (np.abs(composite - expected) <= tolerance).all()
-
-
 def test_quantized_conv_refuses_a_weight_of_another_kernel(rng):
     q = quantize(Tensor.from_data(rng.standard_normal((8, 36)).astype(np.float32)), QuantScheme.int8())
     x = Tensor.from_data(rng.standard_normal((1, 4, 5, 5)).astype(np.float32))

@@ -16,7 +16,6 @@ import itertools
 import math
 from typing import Any
 
-from ember.backend.composites.quantized import fake_quantize_int8
 from ember.backend.composites.registry import composite, run
 from ember.backend.dtype import DType
 
@@ -46,9 +45,6 @@ def quantized_conv(
     """``x [N, C, *spatial]`` (float32) -> ``[N, C_out, *out]``, then the fused op
     ``activation`` (``""``: none)."""
     n, channels = x.shape[:2]
-    if activations == "sample":  # one scale per sample: the input rounded, then a weight-only product
-        x = ops.reshape(fake_quantize_int8(ops, ops.reshape(x, (n, -1)), None), tuple(x.shape))
-        activations = ""
     c_out = values.shape[0]
     c_per_group = channels // groups
     rank = len(x.shape)

@@ -83,20 +83,7 @@ def quantized_conv(
     scales = np.ascontiguousarray(scales, dtype=_F32)
     if activations:
         return _int8_conv(
-            x,
-            values,
-            scales,
-            bias,
-            input_scale,
-            kernel,
-            stride,
-            padding,
-            dilation,
-            out,
-            groups,
-            ck,
-            activations,
-            activation,
+            x, values, scales, bias, input_scale, kernel, stride, padding, dilation, out, groups, ck, activation
         )
     if group % 32:
         if value != "int8" or scales.shape[1] != 1:
@@ -164,22 +151,16 @@ def _int8_conv(
     out: tuple[int, ...],
     groups: int,
     ck: int,
-    activations: str,
     activation: str,
 ) -> np.ndarray | None:
     """Dynamic (or static) int8: one row of ``(c, *k)`` input values per output position,
     written by the compiled im2row straight into ``[G, N * positions, K]`` with ``K``
     padded to a multiple of 64 (zeros, as in the weight padded once alike: zeros add
-    nothing to an integer dot product), then :func:`~.quantized.int8_gemm` per group: each
-    row quantized with its own scale (``"dynamic"``), the sample's (``"sample"``) or the
-    calibrated one (``"static"``)."""
+    nothing to an integer dot product), then :func:`~.quantized.int8_gemm` per group."""
     n = x.shape[0]
     c_out = values.shape[0]
     per_group = c_out // groups
     positions = math.prod(out)
-    if activations == "sample":  # one scale per sample, as the composite's fake_quantize_int8 computes it
-        top = np.abs(x.reshape(n, -1)).max(axis=1) / np.float32(127.0)
-        input_scale = np.maximum(top, np.float32(1e-30)).astype(_F32)
     weights = _padded_groups(np.ascontiguousarray(values), groups, -(-ck // 64) * 64)
     k = weights[0].shape[1]
     rows = scratch("quantized rows", (groups, n * positions, k), _F32)

@@ -95,14 +95,12 @@ def activate(y: np.ndarray, activation: str) -> np.ndarray:
 
 
 def quantize_rows_int8(rows: np.ndarray, input_scale: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Each row of ``rows`` as int8 with scale ``max|row| / 127`` (or the static scale: one,
-    or one per block of rows, see :func:`int8_gemm`)."""
+    """Each row of ``rows`` as int8 with scale ``max|row| / 127`` (or the static scale)."""
     if input_scale is None:
         scale = np.abs(rows).max(axis=1) / np.float32(127.0)
         scale = np.maximum(scale, np.float32(1e-30)).astype(_F32)
     else:
-        given = input_scale.reshape(-1).astype(_F32)
-        scale = np.repeat(given, rows.shape[0] // given.size)
+        scale = np.full(rows.shape[0], input_scale.reshape(-1)[0], dtype=_F32)
     q = np.clip(np.rint(rows / scale[:, None]), -127, 127).astype(np.int8)
     return q, scale
 
@@ -257,9 +255,8 @@ def int8_gemm(
     path: str | None,
 ) -> np.ndarray:
     """``rows [M, K]`` (float32, contiguous) quantized to int8 per row (or by the static
-    ``input_scale``: one scale, or ``B`` scales each shared by a block of ``M / B`` rows)
-    times the int8 weight ``values [N, K]`` with one scale per row (``scales [N, 1]``),
-    plus ``bias``: ``[M, N]`` float32."""
+    ``input_scale``) times the int8 weight ``values [N, K]`` with one scale per row
+    (``scales [N, 1]``), plus ``bias``: ``[M, N]`` float32."""
     m, k = rows.shape
     n = values.shape[0]
     sw = np.ascontiguousarray(scales.reshape(n), dtype=_F32)
@@ -336,19 +333,8 @@ def _quantized_rows(kernels: Any, rows: np.ndarray, padded: int, input_scale: An
     xq = np.empty((padded, k), dtype=np.int8)
     sx = np.empty(padded, dtype=_F32)
     xsum = np.empty(padded, dtype=np.int32)
-    statics = [0.0] if input_scale is None else [float(s) for s in input_scale.reshape(-1)]
-    block = m // len(statics)  # rows per static scale (all of them for one scale)
-    for i, static in enumerate(statics):
-        r0 = i * block
-        kernels.quantize_rows(
-            address(rows) + r0 * k * 4,
-            address(xq) + r0 * k,
-            address(sx) + r0 * 4,
-            address(xsum) + r0 * 4,
-            block,
-            k,
-            ctypes.c_float(static),
-        )
+    static = 0.0 if input_scale is None else float(input_scale.reshape(-1)[0])
+    kernels.quantize_rows(address(rows), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(static))
     if padded > m:
         xq[m:] = 0
         sx[m:] = 0.0

@@ -5,12 +5,14 @@ The weight ``[channels_out, channels_in / groups, *kernel]`` is stored as a matr
 channel), so a block runs along the flattened input channels and kernel taps. The
 forward is :func:`ember.tensor.quant.conv.quantized_conv` (flex: compiled im2col and the
 packed-weight GEMM; elsewhere the input's sliding blocks times the packed weight through
-``quantized_linear``; the float weight is never built). An activation scheme runs the
-int8 x int8 product with one scale per sample (dynamic) or the calibrated one (static).
+``quantized_linear``; the float weight is never built). A static activation scheme runs the int8 x
+int8 product with its calibrated scale; a dynamic one rounds the input to the int8 grid
+first, one scale per sample, then runs the weight-only product.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -19,6 +21,7 @@ from ember.nn.quantized.weight import qtensor, quantized_fields
 from ember.tensor import Tensor
 from ember.tensor.quant import QuantizedTensor, QuantScheme
 from ember.tensor.quant.conv import quantized_conv
+from ember.tensor.quant.linear import fake_quantize_int8
 
 
 class QuantizedConv(Module):
@@ -46,22 +49,37 @@ class QuantizedConv(Module):
     def float_weight(self) -> Tensor:
         return self.weight.dequantize().reshape(list(self.kernel_shape))
 
-    def forward(self, x: Tensor) -> Tensor:
-        """The convolution of the input with the packed weight, an int8 x int8 product for an
-        activation scheme: one scale per sample (dynamic) or the calibrated one (static)."""
-        bias = self.bias
+    def quantized_input(self, x: Tensor) -> Tensor:
+        """``x`` on the int8 grid of a dynamic or static activation scheme (per sample)."""
+        if not self.scheme.activations:
+            return x
         scale = self.input_scale
+        if scale is not None:
+            return fake_quantize_int8(x, scale.val())
+        batch = x.dims()[0]
+        return fake_quantize_int8(x.reshape([batch, -1]), None).reshape(x.dims())
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The convolution of the (quantized) input with the packed weight: a static scheme
+        as an int8 x int8 product (its one calibrated scale for every value), a dynamic one
+        as the weight-only product of the input rounded per sample."""
+        bias = self.bias
+        weight = self.weight
+        scale = self.input_scale
+        static = self.scheme.activations == "static" and scale is not None
+        if self.scheme.activations and not static:  # the input is on the int8 grid already: a weight-only product
+            scheme = dataclasses.replace(self.scheme, activations=None)
+            weight = QuantizedTensor(weight.values, weight.scales, weight.zero_points, scheme, weight.dims())
         return quantized_conv(
-            x,
-            self.weight,
+            x if static else self.quantized_input(x),
+            weight,
             self.kernel_shape,
             None if bias is None else bias.val(),
             self.stride,
             self.padding,
             self.dilation,
             self.groups,
-            input_scale=scale.val() if self.scheme.activations == "static" and scale is not None else None,
-            per_sample=True,
+            input_scale=scale.val() if static and scale is not None else None,
         )
 
 

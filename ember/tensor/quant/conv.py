@@ -39,15 +39,13 @@ def quantized_conv(
     dilation: Any = 1,
     groups: int = 1,
     input_scale: Tensor | None = None,
-    per_sample: bool = False,
 ) -> Tensor:
     """The convolution of ``x`` ``[batch, channels_in, *spatial]`` (or unbatched) with the
     quantized ``weight`` (the matrix of a ``kernel_shape`` weight), for 1-3 spatial dims;
     ``stride``, ``padding`` and ``dilation`` as :func:`ember.tensor.layer_ops.conv2d` takes them.
 
     An activation scheme quantizes the rows of sliding blocks as :func:`quantized_linear`
-    quantizes its input rows (per row for ``"dynamic"``); ``per_sample`` quantizes each
-    sample of a ``"dynamic"`` scheme with one scale instead (the ``QuantizedConv`` layers)."""
+    quantizes its input rows (per row for ``"dynamic"``)."""
     kernel_shape = tuple(int(d) for d in kernel_shape)
     rank = len(kernel_shape) - 2
     op = f"quantized_conv{rank}d"
@@ -113,7 +111,7 @@ def quantized_conv(
             prim(input_scale),
             scheme.value,
             weight.group,
-            "sample" if per_sample and scheme.activations == "dynamic" else scheme.activations or "",
+            scheme.activations or "",
             kernel,
             stride,
             pads,
