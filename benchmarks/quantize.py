@@ -1,6 +1,6 @@
 """Quantized inference on flex, one thread (issue 29's benchmark).
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/quantize.py [--quick] [--cpu-time] [--sections kernels conv bytes generate accuracy]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/quantize.py [--quick] [--cpu-time] [--sections kernels conv digits bytes generate accuracy]
 
 ``--cpu-time`` times with the process's CPU time instead of the wall clock (on a machine
 shared with other load, the scheduler stretches wall-clock times unevenly).
@@ -13,6 +13,8 @@ shared with other load, the scheduler stretches wall-clock times unevenly).
 - conv: a Conv2d 32 -> 64, 3x3, padding 1 on [8, 32, 28, 28]: ember float32 against
   the quantized layer (int8 / int4 block 32 weight-only, dynamic int8) and torch's float
   conv2d, alternating rounds, medians;
+- digits: the digits CNN of ``examples/classify_digits.py`` (random weights), forward on
+  a batch of 64, eager against ``ember.compile``, float32 / int8 / dynamic int8;
 - bytes: a ~100M-parameter GPT-2-style decoder's parameter bytes, float32 / int8 / int4, with
   the default group (embeddings and the tied head in float) and with ``include_embeddings=True``;
 - generate: greedy ``generate`` tokens/s of that decoder (random weights), float32 against
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
+import ember
 from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
 from ember import Device, Tensor
 from ember.backend.flex.quant_kernels import has_vnni
@@ -45,6 +48,7 @@ from ember.models import Gpt2Config, GPT2LMHeadModel, generate
 from ember.module import Param
 from ember.nn import Conv2dConfig, Linear
 from ember.quantization import ParamGroup, QuantScheme
+from ember.tensor.quant.conv import quantized_conv
 
 SCHEMES = {
     "int8": QuantScheme.int8(),
@@ -121,6 +125,11 @@ def conv_section(torch, repeats: int, clock=time.perf_counter) -> None:
     xt = Tensor.from_data(x)
     fns = {"float32": lambda: layer(xt)}
     fns.update({name: (lambda q=q: q(xt)) for name, q in quantized.items()})
+    # The int8 x int8 kernel itself (the layer's dynamic scheme rounds each sample to the
+    # int8 grid and runs the weight-only product): each position's row quantized.
+    dyn = quantized["dyn-int8"]
+    dyn_bias = dyn.bias.val()
+    fns["dyn-int8 kernel"] = lambda: quantized_conv(xt, dyn.weight, dyn.kernel_shape, dyn_bias, 1, 1)
     if torch is not None:
         torch.set_num_threads(1)
         xp, wp = torch.from_numpy(x), torch.from_numpy(layer.weight.val().to_numpy())
@@ -139,6 +148,45 @@ def conv_section(torch, repeats: int, clock=time.perf_counter) -> None:
         f"Conv2d {shape[1]}->{c_out} 3x3 pad 1 on {list(shape)}, 1 thread; speed = time of float32 / time "
         f"(median of {repeats} alternating rounds{', CPU time' if clock is time.process_time else ''})",
         ["kernel", "time", "vs ember float32"],
+        rows,
+    )
+
+
+def digits_section(repeats: int, clock=time.perf_counter) -> None:
+    """The digits CNN (``examples/classify_digits.py``) forward on a batch of 64, eager
+    against ``ember.compile``, float32 and quantized."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "classify_digits.py"
+    spec = importlib.util.spec_from_file_location("classify_digits", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    flex = Device.flex()
+    flex.seed(0)
+    model = example.DigitsCnn.new(flex)
+    x = Tensor.from_data(np.random.default_rng(0).random((64, 1, 8, 8), dtype=np.float32))
+    models = {
+        "float32": model,
+        "int8": model.quantize(SCHEMES["int8"]),
+        "dyn-int8": model.quantize(SCHEMES["dyn-int8"]),
+    }
+    fns = {}
+    for name, m in models.items():
+        compiled = ember.compile(lambda m, images: m(images))
+        fns[f"{name} eager"] = lambda m=m: m(x).to_numpy()
+        fns[f"{name} compiled"] = lambda m=m, c=compiled: c(m, x).to_numpy()
+    medians, ratios = alternating_us(fns, repeats=repeats, min_time=0.2, clock=clock)
+    rows = []
+    for name in models:
+        eager, compiled = f"{name} eager", f"{name} compiled"
+        rows.append(
+            [name, fmt(medians[eager], " us"), fmt(medians[compiled], " us"), f"{ratios[(eager, compiled)]:.2f}x"]
+        )
+    print_table(
+        f"Digits CNN forward [64, 1, 8, 8], 1 thread; speed = eager time / compiled time "
+        f"(median of {repeats} alternating rounds{', CPU time' if clock is time.process_time else ''})",
+        ["model", "eager", "compiled", "compiled speed"],
         rows,
     )
 
@@ -279,7 +327,7 @@ def accuracy_section() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", nargs="+", default=["kernels", "conv", "bytes", "generate", "accuracy"])
+    parser.add_argument("--sections", nargs="+", default=["kernels", "conv", "digits", "bytes", "generate", "accuracy"])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, a 4-layer decoder")
     parser.add_argument("--cpu-time", action="store_true", help="time CPU time (process_time), not the wall clock")
     args = parser.parse_args()
@@ -289,6 +337,8 @@ def main() -> None:
         kernels_section(torch, 3 if args.quick else 7, clock)
     if "conv" in args.sections:
         conv_section(torch, 3 if args.quick else 7, clock)
+    if "digits" in args.sections:
+        digits_section(3 if args.quick else 7, clock)
     if "bytes" in args.sections or "generate" in args.sections:
         generate_sections(args.sections, args.quick, 2 if args.quick else 5, clock)
     if "accuracy" in args.sections:

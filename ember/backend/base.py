@@ -277,6 +277,7 @@ class Backend(ModuleOps, ABC):
         value: str,
         group: int,
         activations: str,
+        activation: str = "",
     ) -> Primitive:
         """``x @ dequantize(weight).T + bias`` for a quantized weight ``[d_out, d_in]``
         (``ember.tensor.quant``'s layout): ``values`` int8/uint8 ``[d_out, d_in]`` or int4
@@ -284,7 +285,37 @@ class Backend(ModuleOps, ABC):
         and uint8 ``zero_points`` (``None`` when symmetric) of shape ``[d_out, d_in / group]``
         (``[1, 1]`` per tensor). ``activations``: ``""`` (weight-only), ``"dynamic"`` (each
         row of ``x`` quantized to int8 with its own scale) or ``"static"`` (one scale,
-        ``input_scale`` ``[1]``). A kernel never materialises the float weight."""
+        ``input_scale`` ``[1]``). ``activation`` names a fused op applied to the result
+        (``""``: none; a compiled plan passes ``"relu"`` where the wrapped backend takes it,
+        :mod:`ember.backend.fusion.quant_epilogue`). A kernel never materialises the float weight."""
+        return NotImplemented
+
+    def quantized_conv(
+        self,
+        x: Primitive,
+        values: Primitive,
+        scales: Primitive,
+        zero_points: Primitive | None,
+        bias: Primitive | None,
+        input_scale: Primitive | None,
+        value: str,
+        group: int,
+        activations: str,
+        kernel: tuple[int, ...],
+        stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...],
+        dilation: tuple[int, ...],
+        out: tuple[int, ...],
+        groups: int,
+        activation: str = "",
+    ) -> Primitive:
+        """The convolution of float32 ``x`` ``[N, C, *spatial]`` (1-3 spatial dims) with a
+        quantized weight stored as the matrix ``[C_out, C / groups * prod(kernel)]`` (as
+        :meth:`quantized_linear` takes it): ``[N, C_out, *out]``. ``padding`` holds a
+        ``(before, after)`` pair per spatial dim, ``out`` the output's spatial size. An
+        activation scheme quantizes each output position's block of inputs as
+        :meth:`quantized_linear` quantizes a row; ``activation`` as there. A kernel never
+        materialises the float weight."""
         return NotImplemented
 
     def linear_backward(

@@ -300,6 +300,7 @@ class FusedOp(OpName):
     RMS_NORM = "rms_norm"
     ATTENTION = "attention"
     QUANTIZED_LINEAR = "quantized_linear"
+    QUANTIZED_CONV = "quantized_conv"
     GRID_SAMPLE = "grid_sample"
     ADAM_STEP_MANY = "adam_step_many"
     STFT_FRAMES = "stft_frames"

@@ -67,7 +67,16 @@ LAST_DIM = frozenset(
 ALONG = {"reduce": 2, "arg_reduce": 2, "cumulative": 2, "argsort": 1, "softmax": 1, "log_softmax": 1}
 #: Ops over the samples of their first operand (``[N, C, ...]``: convolutions, pooling).
 PER_SAMPLE = frozenset(
-    {"conv", "conv_transpose", "max_pool", "max_pool_with_indices", "avg_pool", "adaptive_avg_pool", "stft_frames"}
+    {
+        "conv",
+        "conv_transpose",
+        "quantized_conv",
+        "max_pool",
+        "max_pool_with_indices",
+        "avg_pool",
+        "adaptive_avg_pool",
+        "stft_frames",
+    }
 )
 #: Ops that create values from nothing but their arguments' numbers.
 CREATION = frozenset({"full", "arange"})

@@ -200,3 +200,40 @@ def test_col2im_too_large_to_compile_quickly_takes_numpy(every_size, rng):  # no
     ours = FLEX.conv_transpose(x, w, None, (4, 4), ((0, 0), (0, 0)), (0, 0), (1, 1), 1)
     expected = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=4).numpy()
     assert_close(ours, expected, rtol=1e-10, atol=1e-10)
+
+
+def _numpy_rows(x, kernel, stride, padding, dilation, out, groups):
+    """The oracle of im2row: per group, one row per (sample, output position) holding its
+    window's values in (channel, kernel position) order, read from the zero-padded input."""
+    n, c = x.shape[:2]
+    cg = c // groups
+    padded = np.pad(x, [(0, 0), (0, 0), *padding])
+    rows = np.empty((groups, n, *out, cg, int(np.prod(kernel))), x.dtype)
+    for t, offset in enumerate(np.ndindex(*kernel)):
+        index = tuple(slice(k * d, k * d + (o - 1) * s + 1, s) for k, d, o, s in zip(offset, dilation, out, stride))
+        window = padded[(slice(None), slice(None), *index)]  # [n, c, *out]
+        for g in range(groups):
+            rows[(g, Ellipsis, t)] = np.moveaxis(window[:, g * cg : (g + 1) * cg], 1, -1)
+    return rows.reshape(groups, n * int(np.prod(out)), -1)
+
+
+@pytest.mark.parametrize("extra", [0, 5])
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[2]}k{c[4]}s{c[5]}g{c[8]}")
+def test_native_rows_are_the_transposed_columns_bit_for_bit(every_size, case, extra, rng):  # noqa: F811
+    """im2row (the quantized convolutions' int8 rows) against numpy's sliding windows and
+    against the transpose of the native columns; values past a row's end are left alone."""
+    n, c, spatial, _o, kernel, stride, padding, dilation, groups = case
+    x = rng.standard_normal((n, c) + spatial).astype(np.float32)
+    x[0, 0, 0] = np.nan  # copied, never computed with
+    out = tuple(conv_output_size(*a) for a in zip(spatial, kernel, stride, padding, dilation))
+    expected = _numpy_rows(x, kernel, stride, padding, dilation, out, groups)
+    width = expected.shape[-1] + extra
+    dst = np.full(expected.shape[:-1] + (width,), 7.0, np.float32)
+    got = native_conv.rows(x, kernel, stride, tuple(lo for lo, _ in padding), dilation, out, groups, dst)
+    assert got is dst
+    np.testing.assert_array_equal(dst[..., : expected.shape[-1]], expected)
+    assert (dst[..., expected.shape[-1] :] == 7.0).all()
+    from ember.backend.flex.module_ops import native_columns
+
+    cols = native_columns(x, kernel, stride, padding, dilation, out, groups)
+    np.testing.assert_array_equal(dst[..., : expected.shape[-1]], cols.transpose(0, 2, 1))

@@ -151,3 +151,21 @@ def test_linear_with_bias_is_one_library_step_in_a_training_plan(rng):
     expected = [x64 @ w64 + b, g64 @ w64.T, x64.reshape(-1, K).T @ g64.reshape(-1, N), g64.sum((0, 1))]
     for got, ref in zip(ours, expected):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_flex_inline_product_writes_into_out(rng, monkeypatch):
+    """``out=``: the product written into the given C-contiguous block (a strided ``a``, ``b``
+    a column block of a wider matrix), against float64; a block of another shape, dtype or
+    layout is declined (``None``, ``out`` untouched)."""
+    monkeypatch.setattr(native_gemm, "MIN_WORK", 0)
+    a = rng.standard_normal((32, 160)).astype(np.float32)[:, :144]
+    b = rng.standard_normal((144, 4096)).astype(np.float32)[:, 1024:2048]
+    y = np.full((3, 32, 1024), 5.0, np.float32)
+    got = native_gemm.matmul(a, b, out=y[1])
+    if got is None:
+        pytest.skip("the inline product does not apply on this host")
+    assert np.shares_memory(got, y[1])
+    np.testing.assert_allclose(y[1], a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+    assert (y[0] == 5.0).all() and (y[2] == 5.0).all()
+    for bad in (np.empty((32, 1023), np.float32), np.empty((32, 1024), np.float64), np.empty((1024, 32), np.float32).T):
+        assert native_gemm.matmul(a, b, out=bad) is None

@@ -102,6 +102,31 @@ def test_quantized_conv1d_dynamic_rounds_each_sample_to_the_int8_grid(rng):
     np.testing.assert_allclose(q(Tensor.from_data(x)).to_numpy(), expected, rtol=1e-5, atol=1e-4)
 
 
+def test_quantized_conv2d_static_runs_the_int8_kernel_with_its_calibrated_scale(rng, monkeypatch):
+    """A static scheme's layer passes its one calibrated scale to the int8 x int8 kernel
+    (no rounding pass before it): against float64 of the input rounded with that scale
+    times the dequantized weight."""
+    from ember.backend.flex import FlexBackend
+
+    layer = Conv2dConfig((16, 8), 3, padding=1).init(Device.flex())
+    x = rng.standard_normal((3, 16, 12, 12)).astype(np.float32)
+    scale = float(np.abs(x).max()) / 127 * 0.8  # some values saturate at +-127
+    q = layer.quantized(QuantScheme.int8(activations="static"), input_scale=scale)
+    s32 = np.float32(scale)
+    xq = np.clip(np.rint(x / s32), -127, 127) * s32
+    expected = reference(xq, q.weight, q.kernel_shape, q.bias.val().to_numpy(), 1, 1, 1, 1)
+    schemes = []
+    kernel = FlexBackend.quantized_conv
+
+    def spy(self, *args, **kwargs):
+        schemes.append(args[8])
+        return kernel(self, *args, **kwargs)
+
+    monkeypatch.setattr(FlexBackend, "quantized_conv", spy)
+    np.testing.assert_allclose(q(Tensor.from_data(x)).to_numpy(), expected, rtol=1e-5, atol=1e-4)
+    assert schemes == ["static"]
+
+
 def test_quantized_conv_refuses_a_weight_of_another_kernel(rng):
     q = quantize(Tensor.from_data(rng.standard_normal((8, 36)).astype(np.float32)), QuantScheme.int8())
     x = Tensor.from_data(rng.standard_normal((1, 4, 5, 5)).astype(np.float32))
@@ -167,7 +192,6 @@ def test_flex_kernel_takes_the_compiled_columns_and_matches_float64(scheme, case
     to int8 per row for a dynamic scheme), and against the tensor-op path."""
     from ember.backend.flex import FlexBackend
     from ember.backend.flex.quant_kernels import quant_kernels
-    from ember.tensor.quant import conv as quant_conv
 
     kernel_shape, spatial, stride, padding, dilation, groups = case
     c_out, c_group = kernel_shape[:2]
@@ -202,7 +226,7 @@ def test_flex_kernel_takes_the_compiled_columns_and_matches_float64(scheme, case
     args = (Tensor.from_data(x), q, kernel_shape, Tensor.from_data(bias), stride, padding, dilation, groups)
     got = quantized_conv(*args).to_numpy()
     assert taken == [quant_kernels() is not None]
-    monkeypatch.setattr(quant_conv, "_device_kernel", lambda *a: None)
+    monkeypatch.setattr(FlexBackend, "quantized_conv", lambda self, *a: NotImplemented)  # the composite runs
     composite = quantized_conv(*args).to_numpy()
     assert got.shape == expected.shape == composite.shape
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-4)

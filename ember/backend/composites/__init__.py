@@ -35,6 +35,7 @@ from ember.backend.composites import (  # noqa: F401
     norm,
     optim,
     quantized,
+    quantized_conv,
     rnn,
     rnn_sequence,
     spectral,

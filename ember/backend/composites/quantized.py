@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.backend.composites.layers import transpose
-from ember.backend.composites.registry import composite
+from ember.backend.composites.registry import composite, run
 from ember.backend.dtype import DType
 from ember.backend.ops import BinaryOp, ReduceOp, UnaryOp
 
@@ -34,14 +34,17 @@ def quantized_linear(
     value: str,
     group: int,
     activations: str,
+    activation: str = "",
 ) -> Any:
-    """``x [..., K] -> [..., N]`` with the packed weight ``values`` ``[N, K or K/2]``."""
+    """``x [..., K] -> [..., N]`` with the packed weight ``values`` ``[N, K or K/2]``, then
+    the fused op ``activation`` (``""``: none; a compiled plan folds a ReLU into the call)."""
     d_out, d_in = values.shape[0], x.shape[-1]
     weight = dequantize(ops, values, scales, zero_points, value, group, (d_out, d_in))
     if activations:
         x = fake_quantize_int8(ops, x, input_scale)
     out = ops.matmul(x, transpose(ops, weight))
-    return out if bias is None else ops.binary(BinaryOp.ADD, out, bias)
+    out = out if bias is None else ops.binary(BinaryOp.ADD, out, bias)
+    return run(ops, activation, out) if activation else out
 
 
 def dequantize(

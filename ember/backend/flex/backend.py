@@ -29,6 +29,7 @@ from ember.backend.flex.attention import softmax_last_dim
 from ember.backend.flex.memory import check_fits, memory_error
 from ember.backend.flex.module_ops import FlexModuleOps
 from ember.backend.flex.quant_conv import quantized_conv as _quantized_conv
+from ember.backend.flex.quantized import ACTIVATIONS as QUANT_ACTIVATIONS
 from ember.backend.flex.quantized import quantized_linear as _quantized_linear
 from ember.backend.flex.quiet import quiet_reset, quiet_set, quietly
 from ember.backend.flex.special import erf
@@ -472,20 +473,26 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
         finally:
             quiet_reset(token)
 
-    def quantized_linear(self, x, values, scales, zero_points, bias, input_scale, value, group, activations):
-        if x.dtype != np.float32:
+    def quantized_linear(
+        self, x, values, scales, zero_points, bias, input_scale, value, group, activations, activation=""
+    ):  # fmt: skip
+        if x.dtype != np.float32 or activation not in QUANT_ACTIVATIONS:
             return NotImplemented
-        return _quantized_linear(x, values, scales, zero_points, bias, input_scale, value, group, activations)
+        return _quantized_linear(
+            x, values, scales, zero_points, bias, input_scale, value, group, activations, activation=activation
+        )
 
     def quantized_conv(
-        self, x, values, scales, zero_points, bias, input_scale, value, group, activations, *geometry
+        self, x, values, scales, zero_points, bias, input_scale, value, group, activations, *geometry, activation=""
     ):  # fmt: skip
-        """flex's kernel for :func:`ember.tensor.quant.quantized_conv` (``geometry``:
-        kernel, stride, padding pairs, dilation, output size, groups): compiled im2col,
-        then the packed-weight GEMM (:mod:`.quant_conv`); ``NotImplemented`` where it does
-        not apply. Not a protocol method: the tensor layer looks for it on the device's
-        backend and builds the convolution from tensor ops where it is missing."""
-        y = _quantized_conv(x, values, scales, zero_points, bias, input_scale, value, group, activations, *geometry)
+        """Compiled im2col, then the packed-weight GEMM (:mod:`.quant_conv`; ``geometry``:
+        kernel, stride, padding pairs, dilation, output size, groups); ``NotImplemented``
+        where it does not apply (the composite then runs)."""
+        if activation not in QUANT_ACTIVATIONS:
+            return NotImplemented
+        y = _quantized_conv(
+            x, values, scales, zero_points, bias, input_scale, value, group, activations, *geometry, activation
+        )
         return NotImplemented if y is None else y
 
     def linear_backward(self, x, weight, grad, need_x, need_weight, need_bias):

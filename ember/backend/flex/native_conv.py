@@ -65,6 +65,52 @@ def columns(
     return cols
 
 
+def rows(
+    x: np.ndarray,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    pad: tuple[int, ...],
+    dilation: tuple[int, ...],
+    out: tuple[int, ...],
+    groups: int,
+    dst: np.ndarray,
+) -> np.ndarray | None:
+    """The transpose of :func:`columns`, written directly: ``dst[g, (i, *o), (c, *k)]``
+    (a contiguous ``[G, N * prod(out), L]`` buffer with ``L >= C/G * prod(kernel)``; the
+    values past ``C/G * prod(kernel)`` in a row are left as they are), one row per
+    output position, as a GEMM that reduces along the rows reads them (the quantized
+    convolutions' int8 kernels); returns ``dst``, or ``None`` where the kernel does not apply."""
+    if not enabled(dst.size, x.dtype) or any(p < 0 for p in pad) or dst.dtype != x.dtype:
+        return None
+
+    from ember.backend.kernel.llvm.columns import Windows
+    from ember.backend.kernel.llvm.columns import columns as emit_columns
+
+    n, c_in = x.shape[:2]
+    dtype = x.dtype
+    windows = Windows(
+        c_in // groups, tuple(x.shape[2:]), tuple(kernel), tuple(out), tuple(stride), tuple(pad), tuple(dilation)
+    )
+    length = dst.shape[-1]
+    block = n * int(np.prod(out)) * length
+
+    def emit(parts: Any) -> None:
+        e, (src, target, _unused) = parts
+
+        def group(_g: int, x_base: Any, part: Any, first: Any) -> None:
+            emit_columns(e, windows, src, x_base, part, dtype, 1, first, step=length)
+
+        _per_sample_group(e, windows, n, c_in, groups, target, dtype, group, block)
+
+    key = ("rows", dtype.str, n, c_in, groups, length, windows)
+    found = cached(key, lambda: compile_entry(emit, "ember_im2row"))
+    if found is None:
+        return None
+    x = np.ascontiguousarray(x)
+    found[1](native.address(x), native.address(dst), 0)
+    return dst
+
+
 def col2im(
     y_shape: tuple[int, ...],
     dtype: np.dtype,
@@ -152,16 +198,24 @@ def image_from_columns(
     return y
 
 
-__all__ = ["col2im", "columns", "image_from_columns"]
+__all__ = ["col2im", "columns", "image_from_columns", "rows"]
 
 
 def _per_sample_group(
-    e: Any, windows: Any, n: int, channels: int, groups: int, cols: Any, dtype: np.dtype, body: Callable
+    e: Any,
+    windows: Any,
+    n: int,
+    channels: int,
+    groups: int,
+    cols: Any,
+    dtype: np.dtype,
+    body: Callable,
+    block: int | None = None,
 ) -> None:
     """A loop over the batch's ``n`` samples calling ``body(g, x_base, block, first)``
     for each group ``g``: the image's offset of the group's first channel, the group's
-    block of the column buffer ``cols`` ``[G, Cg * prod(kernel), N * prod(out)]`` and
-    the sample's first column."""
+    block of the column buffer ``cols`` ``[G, Cg * prod(kernel), N * prod(out)]`` (or
+    of ``block`` values per group) and the sample's first column."""
     from llvmlite import ir
 
     from ember.backend.kernel.llvm.mathlib import I64
@@ -170,6 +224,7 @@ def _per_sample_group(
     plane, positions = int(np.prod(windows.spatial)), int(np.prod(windows.out))
     ck = windows.cg * int(np.prod(windows.kernel))
     ld = n * positions
+    per_group = ck * ld if block is None else block
 
     def sample(i: Any, _: list) -> list:
         first = b.mul(i, ir.Constant(I64, positions))
@@ -177,7 +232,7 @@ def _per_sample_group(
             x_base = b.mul(
                 b.add(b.mul(i, ir.Constant(I64, channels)), ir.Constant(I64, g * windows.cg)), ir.Constant(I64, plane)
             )
-            body(g, x_base, e.at(cols, ir.Constant(I64, g * ck * ld), dtype), first)
+            body(g, x_base, e.at(cols, ir.Constant(I64, g * per_group), dtype), first)
         return []
 
     e.loops.run(n, sample)

@@ -38,9 +38,12 @@ def _elements(strides: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(s // 4 for s in strides)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray | None:
-    """``a @ b (+ bias)`` for ``a`` ``[m, k]``, ``b`` ``[k, n]`` and ``bias`` ``[n]``, or
-    ``None`` where the inline product does not apply (see the module docstring)."""
+def matmul(
+    a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, out: np.ndarray | None = None
+) -> np.ndarray | None:
+    """``a @ b (+ bias)`` for ``a`` ``[m, k]``, ``b`` ``[k, n]`` and ``bias`` ``[n]`` (into
+    ``out``, a C-contiguous float32 ``[m, n]``, where given), or ``None`` where the inline
+    product does not apply (see the module docstring)."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] < MIN_WORK:
         return None  # first, and without an import: most of a small model's products end here
     from ember.backend.kernel.llvm import small_gemm
@@ -48,6 +51,8 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.n
     if a.dtype != _F32 or b.dtype != _F32 or (bias is not None and bias.dtype != _F32):
         return None
     (m, k), n = a.shape, b.shape[1]
+    if out is not None and (out.shape != (m, n) or out.dtype != _F32 or not out.flags.c_contiguous):
+        return None
     if m < small_gemm.ROWS or not small_gemm.applies(n, _lanes()) or not small_gemm.enabled():
         return None
     loaded = blas.load()
@@ -76,7 +81,8 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.n
     found = cached(key, lambda: compile_entry(emit, name, pointers=4))
     if found is None:
         return None
-    out = np.empty((m, n), _F32)
+    if out is None:
+        out = np.empty((m, n), _F32)
     d = np.ascontiguousarray(bias) if bias is not None else out
     found[1](native.address(a), native.address(b), native.address(out), native.address(d))
     return out

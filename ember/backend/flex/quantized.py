@@ -26,6 +26,8 @@ from ember.backend.flex.quant_packed import PACKED_TILES, pack_int8
 from ember.errors import BackendUnavailableError
 
 __all__ = [
+    "ACTIVATIONS",
+    "activate",
     "dequantize_array",
     "dequantized_tiles",
     "int4_int8_gemm",
@@ -61,8 +63,10 @@ def quantized_linear(
     group: int,
     activations: str,
     path: str | None = None,
+    activation: str = "",
 ) -> np.ndarray:
-    """``x [..., K] @ dequantize(w).T + bias`` with ``w`` stored ``[N, K]`` (packed)."""
+    """``x [..., K] @ dequantize(w).T + bias`` with ``w`` stored ``[N, K]`` (packed), then
+    ``activation`` (``""`` or ``"relu"``, see :func:`activate`)."""
     lead = x.shape[:-1]
     k = x.shape[-1]
     n = values.shape[0]
@@ -71,12 +75,27 @@ def quantized_linear(
         scales = np.broadcast_to(scales, (n, scales.shape[1]))
         zero_points = None if zero_points is None else np.broadcast_to(zero_points, (n, zero_points.shape[1]))
     if activations and value == "int4":
-        out = int4_int8_gemm(rows, values, scales, zero_points, bias, input_scale, group, path)
+        out = activate(int4_int8_gemm(rows, values, scales, zero_points, bias, input_scale, group, path), activation)
     elif activations:
-        out = int8_gemm(rows, values, scales, bias, input_scale, path)
+        out = activate(int8_gemm(rows, values, scales, bias, input_scale, path), activation)
     else:
-        out = _weight_only(rows, values, scales, zero_points, bias, value, group, path)
+        out = _weight_only(rows, values, scales, zero_points, bias, value, group, path, activation)
     return out.reshape(lead + (n,))
+
+
+#: The activations flex's quantized kernels apply to their output (an epilogue that a
+#: compiled plan folds into the call, :mod:`ember.backend.fusion.quant_epilogue`).
+ACTIVATIONS = ("", "relu")
+
+
+def activate(y: np.ndarray, activation: str) -> np.ndarray:
+    """``y`` with ``activation`` applied in place: ``"relu"`` is ``max(y, 0)`` (NaN stays
+    NaN), ``""`` nothing."""
+    if activation == "relu":
+        np.maximum(y, np.float32(0.0), out=y)
+    elif activation:
+        raise ValueError(f"ember: quantized kernels: unknown activation {activation!r}; one of {ACTIVATIONS}")
+    return y
 
 
 def quantize_rows_int8(rows: np.ndarray, input_scale: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -118,6 +137,7 @@ def _weight_only(
     value: str,
     group: int,
     path: str | None,
+    activation: str = "",
 ) -> np.ndarray:
     m, k = rows.shape
     n = values.shape[0]
@@ -131,7 +151,7 @@ def _weight_only(
             raise BackendUnavailableError(f"ember: quantized_linear: no compiled kernel for path {path!r} here")
         w = dequantize_array(values, scales, zero_points, value, group)
         out = rows @ w.T
-        return out if bias is None else out + bias
+        return activate(out if bias is None else out + bias, activation)
     values = np.ascontiguousarray(values)
     scales = np.ascontiguousarray(scales, dtype=_F32)
     zps = None if zero_points is None else np.ascontiguousarray(zero_points, dtype=np.uint8)
@@ -142,9 +162,15 @@ def _weight_only(
     if m >= TILE_GEMM_ROWS:
         # Many rows: dequantize TILE_ROWS weight rows at a time into a cache-sized float
         # tile and multiply it with sgemm; the float weight as a whole never exists.
+        # The bias and the activation are applied to each tile's block of the output
+        # right after its product, while the block is in cache.
         for n0, tile in dequantized_tiles(kernels, values, scales, zps, value, group, k):
-            np.matmul(rows, tile.T, out=out[:, n0 : n0 + tile.shape[0]])
-        return out if b is None else np.add(out, b, out=out)
+            block = out[:, n0 : n0 + tile.shape[0]]
+            np.matmul(rows, tile.T, out=block)
+            if b is not None:
+                np.add(block, b[n0 : n0 + tile.shape[0]], out=block)
+            activate(block, activation)
+        return out
     if value == "int4":
         kind = "u4" if zps is None else "u4z"
     else:
@@ -167,7 +193,7 @@ def _weight_only(
             group,
             n,
         )
-    return out
+    return activate(out, activation)
 
 
 def dequantized_tiles(

@@ -353,6 +353,9 @@ _RULES: dict[str, Callable[..., Any]] = {
     # The packed weight stays packed: the plan calls the wrapped backend's kernel (flex's
     # never materialises the float weight), its composite where that declines.
     "quantized_linear": lambda x, values, *rest: Aval(tuple(x.shape[:-1]) + (values.shape[0],), np.dtype(np.float32)),
+    "quantized_conv": lambda x, values, *rest: Aval(
+        (x.shape[0], values.shape[0]) + tuple(rest[-2]), np.dtype(np.float32)
+    ),
     "adam_step_many": _adam_step_many,
     "lstm_sequence": _lstm_sequence,
     "lstm_sequence_backward": _lstm_sequence_backward,

@@ -3,10 +3,11 @@
 The weight ``[channels_out, channels_in / groups, *kernel]`` is stored as a matrix
 ``[channels_out, channels_in / groups * prod(kernel)]`` quantized per row (per output
 channel), so a block runs along the flattened input channels and kernel taps. The
-forward is :func:`ember.tensor.quant.conv.quantized_conv`: the input's sliding blocks
-times the packed weight through ``quantized_linear`` (flex's kernels dequantize in
-registers; the float weight is never built). An activation scheme rounds the input to
-the int8 grid first, one scale per sample (dynamic) or the calibrated one (static).
+forward is :func:`ember.tensor.quant.conv.quantized_conv` (flex: compiled im2col and the
+packed-weight GEMM; elsewhere the input's sliding blocks times the packed weight through
+``quantized_linear``; the float weight is never built). A static activation scheme runs the int8 x
+int8 product with its calibrated scale; a dynamic one rounds the input to the int8 grid
+first, one scale per sample, then runs the weight-only product.
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ class QuantizedConv(Module):
         return fake_quantize_int8(x.reshape([batch, -1]), None).reshape(x.dims())
 
     def forward(self, x: Tensor) -> Tensor:
-        """The convolution of the (quantized) input with the packed weight."""
+        """The convolution of the (quantized) input with the packed weight: a static scheme
+        as an int8 x int8 product (its one calibrated scale for every value), a dynamic one
+        as the weight-only product of the input rounded per sample."""
         bias = self.bias
         weight = self.weight
-        if self.scheme.activations:  # the input is on the int8 grid already: a weight-only product
+        scale = self.input_scale
+        static = self.scheme.activations == "static" and scale is not None
+        if self.scheme.activations and not static:  # the input is on the int8 grid already: a weight-only product
             scheme = dataclasses.replace(self.scheme, activations=None)
             weight = QuantizedTensor(weight.values, weight.scales, weight.zero_points, scheme, weight.dims())
         return quantized_conv(
-            self.quantized_input(x),
+            x if static else self.quantized_input(x),
             weight,
             self.kernel_shape,
             None if bias is None else bias.val(),
@@ -74,6 +79,7 @@ class QuantizedConv(Module):
             self.padding,
             self.dilation,
             self.groups,
+            input_scale=scale.val() if static and scale is not None else None,
         )
 
 

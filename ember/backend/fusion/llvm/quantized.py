@@ -13,6 +13,9 @@ of float32 input, per-row or per-block scales (not one per tensor), and either
 * symmetric int4 in blocks of 32 with dynamic int8 activations and K a multiple of 128
   (:mod:`ember.backend.flex.quant_int4_dynamic`'s one-call entry: the rows quantized and
   laid out in the step's scratch, then the ``vpdpbusd`` tiles).
+
+A ReLU folded into the call (:mod:`ember.backend.fusion.quant_epilogue`) runs as one
+pass over the step's output after the kernels.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
+from ember.backend.fusion.quant_epilogue import FOLDED
 from ember.backend.kernel.llvm.mathlib import F32, I64
 
 PTR = ir.PointerType()
@@ -45,6 +49,8 @@ def _form(graph: Graph, node: Node) -> str | None:
     from ember.backend.flex.quantized import TILE_GEMM_ROWS
 
     x, values, scales, zero_points, _bias, input_scale, value, group, activations = node.args
+    if any(key != "activation" or act not in FOLDED for key, act in node.kwargs):
+        return None
     avals = graph.avals
     if type(x) is not Ref or len(avals[x].shape) < 2 or avals[x].dtype != _F32:
         return None
@@ -117,6 +123,7 @@ def _quantized_linear(e: Emitter) -> None:
         fn = _declare(e, kernels.int4_linear[kind], f"q4i8_{kind}_linear", [PTR] * 6 + [I64] * 3 + [f32])
         args = [e.args[x], e.regions["work"], e.args[values], e.args[scales], bias_at, y]
         b.call(fn, args + [i64(m), i64(n), i64(k), ir.Constant(f32, 0.0)])
+        _activate(e, y, m * n)
         return
     if value == "int4":
         kind = "u4" if zero_points is None else "u4z"
@@ -138,6 +145,24 @@ def _quantized_linear(e: Emitter) -> None:
             at(y, m0 * n + n0, f32),
         ]
         b.call(fn, args + [i64(mc), i64(nc), i64(k), i64(group), i64(n)])
+    _activate(e, y, m * n)
+
+
+def _activate(e: Emitter, y: Any, size: int) -> None:
+    """The folded activation (fusion/quant_epilogue.py) over the ``size`` results at
+    ``y``: ReLU as flex's ``activate`` computes it (NaN stays NaN); nothing without one."""
+    if dict(e.node.kwargs).get("activation") != "relu":
+        return
+    b = e.b
+    zero = ir.Constant(F32, 0.0)
+
+    def body(i: ir.Value, carried: list) -> list:
+        at = b.gep(y, [i], source_etype=F32)
+        v = b.load(at, typ=F32)
+        b.store(b.select(b.fcmp_ordered("<", v, zero), zero, v), at)
+        return carried
+
+    e.loops.run(size, body)
 
 
 #: op -> its lowering.

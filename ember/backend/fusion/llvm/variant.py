@@ -28,6 +28,7 @@ from ember.backend.fusion.llvm.native_calls import NATIVE, NATIVE_WORK, segment_
 from ember.backend.fusion.llvm.runner import UNIQUE, generate, runner_code, unbound
 from ember.backend.fusion.memory import ALIGN, plan_memory
 from ember.backend.fusion.primitive_graph import expand
+from ember.backend.fusion.quant_epilogue import fold_activations
 from ember.backend.fusion.replay import PartialRun, ReplayError
 from ember.backend.fusion.scalars import SymScalar
 from ember.backend.fusion.scheduler import Buffer, Call, Kernel, Library, schedule
@@ -75,7 +76,7 @@ class Variant:
         target = executor.target
         fixed = fixed or {}
         self.offered = donated
-        self.expanded = expand(graph, list(scalars), target.expands, fixed, fold=True)
+        self.expanded = expand(fold_activations(graph), list(scalars), target.expands, fixed, fold=True)
         flash = flash_graph.mode()
         if flash != "off":
             flash_graph.use_flash(self.expanded, target, everywhere=flash == "on")

@@ -70,10 +70,13 @@ def columns(
     dtype: np.dtype,
     ld: int = 0,
     first: ir.Value | None = None,
+    step: int = 1,
 ) -> None:
     """im2col of one sample's group (any stride): ``cols[(c, *k), *o] =
     x[c, o * stride - pad + k * dilation]`` (0 outside). A row of ``cols`` holds ``ld``
-    values (default: the positions), the sample's start at column ``first``."""
+    values (default: the positions), the sample's start at column ``first``; position
+    ``o`` of a row is ``step`` values after position ``o - 1`` (``ld=1`` with ``step`` the
+    row length writes the transpose: one row of ``(c, *k)`` values per position)."""
     b = e.b
     spatial, out, stride, pad, dilation = c.spatial, c.out, c.stride, c.pad, c.dilation
     plane, positions, k_total = size_of(spatial), size_of(out), size_of(c.kernel)
@@ -82,12 +85,19 @@ def columns(
     zero = const(dtype, 0.0)
     rank = len(spatial)
 
+    def fill(start: ir.Value, count: int) -> None:
+        """Zeros at ``count`` positions from ``start``."""
+        if step == 1:
+            e.fill(cols, start, count, zero, dtype)
+        else:
+            e.span(0, count, lambda i: e.store(zero, cols, b.add(start, b.mul(i, ir.Constant(I64, step))), dtype))
+
     def channel(ch: ir.Value, _: list) -> list:
         source = b.add(x_base, b.mul(ch, ir.Constant(I64, plane)))
         for k_flat, offset in enumerate(itertools.product(*(range(k) for k in c.kernel))):
             row = b.mul(b.add(b.mul(ch, ir.Constant(I64, k_total)), ir.Constant(I64, k_flat)), ir.Constant(I64, ld))
             if first is not None:
-                row = b.add(row, first)
+                row = b.add(row, first if step == 1 else b.mul(first, ir.Constant(I64, step)))
             # Per dim: the outputs whose input coordinate lies inside, [lo, hi).
             ranges = []
             for d in range(rank):
@@ -103,12 +113,13 @@ def columns(
             def dim(d: int, dst: ir.Value, src: ir.Value, ranges: list = ranges) -> None:
                 lo, hi, shift = ranges[d]
                 inner = size_of(out[d + 1 :])
-                e.fill(cols, dst, lo * inner, zero, dtype)
+                fill(dst, lo * inner)
                 if d == rank - 1:
 
                     def copy(o: ir.Value) -> None:
                         coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
-                        e.store(e.load(x, b.add(src, coord), dtype), cols, b.add(dst, o), dtype)
+                        at = b.add(dst, o if step == 1 else b.mul(o, ir.Constant(I64, step)))
+                        e.store(e.load(x, b.add(src, coord), dtype), cols, at, dtype)
 
                     e.span(lo, hi, copy)
                 else:
@@ -117,12 +128,12 @@ def columns(
                         coord = b.add(b.mul(o, ir.Constant(I64, stride[d])), ir.Constant(I64, shift))
                         dim(
                             d + 1,
-                            b.add(dst, b.mul(o, ir.Constant(I64, o_strides[d]))),
+                            b.add(dst, b.mul(o, ir.Constant(I64, o_strides[d] * step))),
                             b.add(src, b.mul(coord, ir.Constant(I64, s_strides[d]))),
                         )
 
                     e.span(lo, hi, nested)
-                e.fill(cols, b.add(dst, ir.Constant(I64, hi * inner)), (out[d] - hi) * inner, zero, dtype)
+                fill(b.add(dst, ir.Constant(I64, hi * inner * step)), (out[d] - hi) * inner)
 
             dim(0, row, source)
         return []
