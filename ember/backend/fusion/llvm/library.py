@@ -29,6 +29,7 @@ in the result:
   as its addend, in :mod:`.linear`.
 * ``quantized_linear`` for decode's few rows: flex's compiled quantized kernels called
   from the plan, in :mod:`.quantized`.
+* ``cat`` and ``slice_assign`` of any dtype: copies, in :mod:`.copies`.
 
 :data:`LIBRARY` registers them all; :mod:`.emitter` holds what they share
 (:class:`LibraryOp`, :class:`Emitter`).
@@ -48,6 +49,7 @@ from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.activations import ACTIVATION_OPS
 from ember.backend.fusion.llvm.attention import ATTENTION_OPS
 from ember.backend.fusion.llvm.conv import CONV_OPS, Scratch, conv_core, conv_geometry
+from ember.backend.fusion.llvm.copies import COPY_OPS
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import INDEX as _INDEX
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
@@ -244,6 +246,7 @@ LIBRARY: dict[str, LibraryOp] = {
     **FLASH_OPS,
     **LINEAR_OPS,
     **QUANTIZED_OPS,
+    **COPY_OPS,
 }
 
 from ember.backend.fusion.llvm.rnn import RNN_LIBRARY  # noqa: E402 (it builds on the names above)
