@@ -14,6 +14,12 @@ gradients ``dZ[t]`` (into ``d proj``) and the cell state's gradient, and one ``?
 adds ``dZ[t] w_hh^T`` into ``d h``; ``d w_hh`` is one ``?gemm`` ``h_in^T dZ`` over all
 steps at the end. The state after a step stands for its ``c'`` (they differ only at
 padded steps, where no gradient reaches the cell).
+
+Where every reader of the forward's ``z`` is a lowered ``lstm_sequence_backward`` of the
+same plan (:func:`_gates_activated`), the forward stores the gates activated (``i, f, g,
+o``, the values its cell computed) in ``z`` instead of before their nonlinearities, and
+the backward reads them instead of computing them again: four of the five ``exp`` and
+divisions per element of its cell (the same values, so the same results).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from llvmlite import ir
 
+from ember.backend.flex.memory import physical_memory
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.library import Emitter, LibraryOp
 from ember.backend.kernel.llvm import small_gemm
@@ -51,6 +58,42 @@ def _forward_supports(graph: Graph, node: Node, target: Any) -> bool:
 def _backward_supports(graph: Graph, node: Node, target: Any) -> bool:
     w_hh, valid, _, h_in, c_in, c_n, z, *grads = node.args
     return target.blas is not None and _refs_ok(graph, [w_hh, h_in, c_in, c_n, z, *grads], valid)
+
+
+def _fits(graph: Graph, node: Node) -> bool:
+    """The executor's memory bound on a library step's outputs (``Target.library``)."""
+    memory = physical_memory()
+    return memory is None or all(graph.avals[o].nbytes <= memory for o in node.outs)
+
+
+def _gates_activated(graph: Graph, forward: Node) -> bool:
+    """Whether the LSTM ``forward`` (lowered) stores its gates activated in ``z``: every
+    node that reads ``z`` is an ``lstm_sequence_backward`` this module lowers too, reading
+    it as its ``z`` only, and ``z`` does not leave the plan (flex's and the composite's
+    backward read ``z`` before the nonlinearities). The forward and the backward both
+    ask, so they agree."""
+    z = forward.outs[5]
+    if z in graph.outputs:
+        return False
+    readers = [n for n in graph.nodes if z in set(n.refs())]
+    for n in readers:
+        if n.op != "lstm_sequence_backward" or n.args[6] != z or sum(r == z for r in n.refs()) != 1:
+            return False
+        w_hh, valid, _, h_in, c_in, c_n, _z, *grads = n.args
+        if not (_refs_ok(graph, [w_hh, h_in, c_in, c_n, z, *grads], valid) and _fits(graph, n)):
+            return False
+    return bool(readers)
+
+
+def _producer_activates(graph: Graph, z: Ref) -> bool:
+    """Whether ``z`` (an ``lstm_sequence_backward``'s) holds activated gates: its producer
+    is an ``lstm_sequence`` this module lowers and :func:`_gates_activated` says so."""
+    for node in graph.nodes:
+        if node.op == "lstm_sequence" and len(node.outs) == 6 and node.outs[5] == z:
+            proj, w_hh, h0, c0, valid, _ = node.args
+            lowered = _refs_ok(graph, [proj, w_hh, h0, c0], valid) and _fits(graph, node)
+            return lowered and _gates_activated(graph, node)
+    return False
 
 
 def _forward_scratch(graph: Graph, node: Node) -> dict[str, int]:
@@ -285,6 +328,7 @@ def _lstm_sequence(e: Emitter) -> None:
     _copy(e, h0, h, state)
     _copy(e, c0, c, state)
     packed = seq.pack(w_hh)
+    activated = _gates_activated(e.graph, e.node)
 
     def step(s: _Step) -> None:
         _copy(e, h, e.at(h_in, s.at_state, _F32), state)
@@ -294,6 +338,9 @@ def _lstm_sequence(e: Emitter) -> None:
 
         def col(m: ir.Value | None, base_z: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
             i, f, g, o = cell.gates(z_t, base_z, n, j)
+            if activated:
+                for slot, value in enumerate((i, f, g, o)):
+                    e.store(value, z_t, b.add(base_z, b.add(j, _const(slot * n))), _F32)
             at = b.add(base_s, j)
             c_old = e.load(c, at, _F32)
             c_new = b.fadd(b.fmul(f, c_old), b.fmul(i, g))
@@ -323,6 +370,7 @@ def _lstm_sequence_backward(e: Emitter) -> None:
     _copy_or_zero(e, gh, dh, state)
     _copy_or_zero(e, gc, dc, state)
     w_t, packed = seq.transposed(w_hh)
+    activated = _producer_activates(e.graph, z_ref)
 
     def step(s: _Step) -> None:
         t = s.t
@@ -333,7 +381,11 @@ def _lstm_sequence_backward(e: Emitter) -> None:
         dz_t = e.at(d_z, s.at_gates, _F32)
 
         def col(m: ir.Value | None, base_z: ir.Value, base_s: ir.Value, j: ir.Value) -> None:
-            i, f, g, o = cell.gates(e.at(z, s.at_gates, _F32), base_z, n, j)
+            z_t = e.at(z, s.at_gates, _F32)
+            if activated:
+                i, f, g, o = (e.load(z_t, b.add(base_z, b.add(j, _const(k * n))), _F32) for k in range(4))
+            else:
+                i, f, g, o = cell.gates(z_t, base_z, n, j)
             at = b.add(base_s, j)
             c_old = e.load(c_in, b.add(s.at_state, at), _F32)
             tc = cell.tanh(e.load(c_after, at, _F32))
