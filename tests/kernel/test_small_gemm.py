@@ -32,7 +32,9 @@ def _compiled(m, n, k, trans_a, add):
 
 @pytest.mark.parametrize(
     "m,vectors,k",
-    [(32, 8, 128), (11, 3, 7), (3, 1, 40), (8, 2, 1), (17, 5, 33), (12, 2, 1100), (5, 1, 768)],
+    # with A transposed on 16 lanes, rows run in tiles of WIDE_ROWS (12): 32, 25, 17 and
+    # 12 rows are whole and partial tiles of it
+    [(32, 8, 128), (11, 3, 7), (3, 1, 40), (8, 2, 1), (17, 5, 33), (12, 2, 1100), (5, 1, 768), (25, 3, 600)],
 )
 @pytest.mark.parametrize("trans_a", [False, True], ids=["a", "a_t"])
 @pytest.mark.parametrize("add", [None, "c", "b"])
