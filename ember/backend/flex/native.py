@@ -80,7 +80,7 @@ def address(a: np.ndarray) -> int:
     ``__array_interface__`` builds a dict, ~0.9 us, and a call passes several)."""
     if DATA_OFFSET is None or type(a) is not np.ndarray:
         return a.__array_interface__["data"][0]
-    return _read_pointer(id(a) + DATA_OFFSET).value  # type: ignore[no-any-return]
+    return _read_pointer(id(a) + DATA_OFFSET).value or 0  # numpy never holds a null pointer
 
 
 _read_pointer = ctypes.c_void_p.from_address
