@@ -9,7 +9,9 @@ shared with other load, the scheduler stretches wall-clock times unevenly).
   (128 rows): ember float32 (numpy's sgemm), ember int8 / int4 block 32 weight-only,
   ember dynamic int8 (int8 x int8, VNNI where the CPU has it), and torch's
   ``torch.ao.quantization.quantize_dynamic`` on the same Linear as the peer, with torch's
-  float Linear for reference; alternating rounds, medians, ratios per round;
+  float Linear for reference; alternating rounds, medians, ratios per round; then
+  dynamic int8 against torch's at more prefill shapes (512 rows, a 7B-class FFN's up
+  and down projections [4096 -> 11008], [11008 -> 4096], GPT-2's FFN [768 -> 3072]);
 - conv: a Conv2d 32 -> 64, 3x3, padding 1 on [8, 32, 28, 28]: ember float32 against
   the quantized layer (int8 / int4 block 32 weight-only, dynamic int8) and torch's float
   conv2d, alternating rounds, medians;
@@ -112,6 +114,59 @@ def kernels_section(torch, repeats: int, clock=time.perf_counter) -> None:
         f"Linear {d}->{d}, 1 thread (VNNI: {has_vnni()}); speed = time of float32 (or torch dyn-int8) / time "
         f"(median of {repeats} alternating rounds{', CPU time' if clock is time.process_time else ''})",
         ["shape", "kernel", "time", "GFLOP/s", "vs ember float32", "vs torch dyn-int8"],
+        rows,
+    )
+
+
+#: Prefill shapes ``(rows, d_input, d_output)`` beyond the 4096 x 4096 of the first table:
+#: more rows, a 7B-class FFN's up and down projections, GPT-2's FFN.
+PREFILL_SHAPES = ((512, 4096, 4096), (128, 4096, 11008), (128, 11008, 4096), (128, 768, 3072))
+
+
+def prefill_section(torch, repeats: int, clock=time.perf_counter, quick: bool = False) -> None:
+    """ember's dynamic int8 Linear against torch's ``quantize_dynamic`` at
+    :data:`PREFILL_SHAPES` (random weights, std 0.02; inputs standard normal)."""
+    if torch is None:
+        print("prefill shapes: torch is not installed, no peer to compare with")
+        return
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(1)
+    rows = []
+    for m, d_in, d_out in PREFILL_SHAPES[:2] if quick else PREFILL_SHAPES:
+        w = (rng.standard_normal((d_in, d_out)) * 0.02).astype(np.float32)
+        bias = (rng.standard_normal(d_out) * 0.02).astype(np.float32)
+        layer = Linear(weight=Param.from_tensor(Tensor.from_data(w)), bias=Param.from_tensor(Tensor.from_data(bias)))
+        ours = layer.quantize(SCHEMES["dyn-int8"], ParamGroup.all()).valid()
+        peer_float = torch.nn.Sequential(torch.nn.Linear(d_in, d_out))
+        with torch.no_grad():
+            peer_float[0].weight.copy_(torch.from_numpy(w.T.copy()))
+            peer_float[0].bias.copy_(torch.from_numpy(bias))
+        peer = torch.ao.quantization.quantize_dynamic(peer_float, {torch.nn.Linear}, dtype=torch.qint8)
+        del layer, peer_float, w
+        x = rng.standard_normal((m, d_in)).astype(np.float32)
+        xt, xp = Tensor.from_data(x), torch.from_numpy(x)
+
+        def torch_dynamic(peer=peer, xp=xp):
+            with torch.no_grad():
+                return peer(xp)
+
+        fns = {"dyn-int8": lambda ours=ours, xt=xt: ours(xt), "torch dyn-int8": torch_dynamic}
+        medians, ratios = alternating_us(fns, repeats=repeats, min_time=0.2, clock=clock)
+        macs = m * d_in * d_out
+        rows.append(
+            [
+                f"[{m},{d_in}]x[{d_in},{d_out}]",
+                fmt(medians["dyn-int8"], " us"),
+                fmt(macs / medians["dyn-int8"] / 1e3, ""),
+                fmt(medians["torch dyn-int8"], " us"),
+                fmt(macs / medians["torch dyn-int8"] / 1e3, ""),
+                f"{ratios[('torch dyn-int8', 'dyn-int8')]:.2f}x",
+            ]
+        )
+    print_table(
+        f"dynamic int8 Linear at prefill shapes, 1 thread (VNNI: {has_vnni()}); speed = torch time / ember time "
+        f"(median of {repeats} alternating rounds{', CPU time' if clock is time.process_time else ''})",
+        ["shape", "ember dyn-int8", "GMAC/s", "torch dyn-int8", "GMAC/s", "vs torch dyn-int8"],
         rows,
     )
 
@@ -335,6 +390,7 @@ def main() -> None:
     torch = try_import_torch()
     if "kernels" in args.sections:
         kernels_section(torch, 3 if args.quick else 7, clock)
+        prefill_section(torch, 3 if args.quick else 7, clock, args.quick)
     if "conv" in args.sections:
         conv_section(torch, 3 if args.quick else 7, clock)
     if "digits" in args.sections:

@@ -147,6 +147,31 @@ def test_compiled_row_quantization_is_numpys_bit_for_bit(static, rng):
 
 
 @needs_kernels
+@pytest.mark.parametrize("k", [16, 48, 112, 208])
+def test_row_quantization_finds_the_largest_value_in_every_chain(k, rng):
+    """``max |x|`` runs in several chains of 16 lanes and a tail: the largest value in any
+    of them (and a NaN in the tail) sets the row's scale, as :func:`quantize_rows_int8`."""
+    import ctypes
+
+    from ember.backend.flex.native import address
+
+    m = k // 16 + 1
+    x = rng.uniform(-1.0, 1.0, (m, k)).astype(np.float32)
+    for row in range(k // 16):
+        x[row, 16 * row + row % 16] = -40.0 - row  # the largest, in the row's own vector of 16
+    x[-1, -1] = np.nan  # in the last vector: the tail on every k here
+    with np.errstate(invalid="ignore"):  # the NaN row's values cast to int8
+        want_q, want_s = quantize_rows_int8(x, None)
+    xq, sx, xsum = np.empty((m, k), np.int8), np.empty(m, np.float32), np.empty(m, np.int32)
+    quant_kernels().quantize_rows(address(x), address(xq), address(sx), address(xsum), m, k, ctypes.c_float(0.0))
+    assert np.isnan(sx[-1]) and np.isnan(want_s[-1])
+    np.testing.assert_array_equal(xq[:-1], want_q[:-1])
+    np.testing.assert_array_equal(sx, want_s)
+    np.testing.assert_array_equal(sx[:-1], (40.0 + np.arange(m - 1, dtype=np.float32)) / np.float32(127.0))
+    np.testing.assert_array_equal(xsum[:-1], want_q[:-1].sum(axis=1, dtype=np.int32))
+
+
+@needs_kernels
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("m", [6, 13])  # whole register tiles of rows, and rows padded to them
 def test_dynamic_int8_gemm_on_padded_row_tiles(path, m, rng):

@@ -76,6 +76,26 @@ def test_packed_gemm_over_blocks_of_k(rng, monkeypatch):
 
 
 @needs_packed
+@pytest.mark.parametrize(("m", "kc"), [(32, None), (61, 64), (130, 128)])
+def test_packed_gemm_from_the_prefetching_row_count_on(m, kc, rng, monkeypatch):
+    """From 32 rows on, the row tiles of a block prefetch the next block (the same tile's
+    next block of k, the next tile's first, none after the last): values as without."""
+    if kc is not None:
+        monkeypatch.setattr(flex_quantized, "PACKED_KC", kc)
+    n, k = 144, 256  # two tiles of 4 panels and a one-panel tail
+    values, scales = weights(n, k, rng)
+    x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    got = quantized_linear(x, values, scales, None, bias, None, "int8", k, "dynamic", path="packed")
+    xq, sx = quantize_rows_int8(x, None)
+    acc = xq.astype(np.int64) @ values.astype(np.int64).T  # the exact integer products
+    expected = acc * sx[:, None].astype(np.float64) * scales.reshape(-1).astype(np.float64) + bias
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-5)
+    below = quantized_linear(x[:16], values, scales, None, bias, None, "int8", k, "dynamic", path="packed")
+    np.testing.assert_array_equal(got[:16], below)  # 16 rows: no prefetch, the same values
+
+
+@needs_packed
 def test_packed_static_scale(rng):
     n, k = 32, 128
     values, scales = weights(n, k, rng)

@@ -15,6 +15,8 @@ from typing import Any
 __all__ = ["QUANTIZE_ROWS", "emit_quantize_rows"]
 
 QUANTIZE_ROWS = "ember_quantize_rows_i8"
+#: Independent ``max |x|`` chains over a row (one chain waits on ``vmaxps``'s latency).
+_CHAINS = 4
 
 
 def emit_quantize_rows(e: Any) -> None:
@@ -34,11 +36,19 @@ def emit_quantize_rows(e: Any) -> None:
         def at(j: Any) -> Any:
             return b.add(base, b.mul(j, e.k64(16)))
 
-        def amax(b: Any, j: Any, acc: Any) -> list[Any]:
-            v = e.vload(b, e.v16f, x, at(j), f32)
-            return [e.call(b, "llvm.maximum.v16f32", e.v16f, [acc, e.call(b, "llvm.fabs.v16f32", e.v16f, [v])])]
+        def larger(b: Any, acc: Any, j: Any) -> Any:
+            v = e.call(b, "llvm.fabs.v16f32", e.v16f, [e.vload(b, e.v16f, x, at(j), f32)])
+            return e.call(b, "llvm.maximum.v16f32", e.v16f, [acc, v])
 
-        (top,) = e.loop(b, steps, amax, [(e.v16f, ir.Constant(e.v16f, [0.0] * 16))])
+        def amax4(b: Any, j: Any, *accs: Any) -> list[Any]:
+            return [larger(b, acc, b.add(b.mul(j, e.k64(_CHAINS)), e.k64(i))) for i, acc in enumerate(accs)]
+
+        zero = ir.Constant(e.v16f, [0.0] * 16)
+        tops = e.loop(b, b.sdiv(steps, e.k64(_CHAINS)), amax4, [(e.v16f, zero)] * _CHAINS)
+        done = b.mul(b.sdiv(steps, e.k64(_CHAINS)), e.k64(_CHAINS))
+        (top,) = e.loop(b, b.sub(steps, done), lambda b, j, acc: [larger(b, acc, b.add(done, j))], [(e.v16f, zero)])
+        for other in tops:  # maximum is exact: any order of the chains gives the same value
+            top = e.call(b, "llvm.maximum.v16f32", e.v16f, [top, other])
         largest = e.call(b, "llvm.vector.reduce.fmaximum.v16f32", f32, [top])  # NaN in, NaN scale out
         dynamic = e.call(
             b, "llvm.maximum.f32", f32, [b.fdiv(largest, ir.Constant(f32, 127.0)), ir.Constant(f32, 1e-30)]
