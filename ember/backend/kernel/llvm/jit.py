@@ -193,7 +193,7 @@ def _recipe_key(recipe: tuple, unroll: bool, codegen_opt: int) -> str | None:
     :func:`compile_module`), or ``None`` when the cache is off or the recipe's text
     is not the same from one process to the next (it names an object's address)."""
     text = repr(recipe)
-    if " at 0x" in text or " object at " in text:
+    if object_cache.directory() is None or " at 0x" in text or " object at " in text:
         return None
     return _cache_key("recipe\n" + object_cache.source_digest() + "\n" + text, unroll, codegen_opt)
 
