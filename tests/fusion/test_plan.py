@@ -94,6 +94,34 @@ def test_every_target_warns_when_its_lowering_fails(monkeypatch, plan_class):
     np.testing.assert_array_equal(out[0], np.abs(x))
 
 
+@pytest.mark.replays("a failed lowering is part of the test")
+def test_lowering_runs_with_the_cyclic_collector_paused(monkeypatch):
+    import gc
+
+    seen = []
+    original = _Target.lower
+
+    def lower(self, backend, scalars, donated):
+        seen.append(gc.isenabled())
+        return original(self, backend, scalars, donated)
+
+    monkeypatch.setattr(_Target, "lower", lower)
+    assert gc.isenabled()
+    plan = _Executor().plan(_graph())
+    x = np.arange(3.0)
+    assert plan.run(None, [x], [2.0])[0].tolist() == [0.0, 2.0, 4.0]
+    assert seen == [False] and gc.isenabled()  # paused for the lowering, on again after
+    with pytest.warns(FallbackWarning):
+        plan.run(FlexBackend(), [x], [0.0])  # a lowering that raises: the collector is on again
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()  # a caller that turned the collector off keeps it off
+    try:
+        _Executor().plan(_graph()).run(None, [x], [1.0])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_backends_declare_their_fusion_target():
     assert FlexBackend.fusion_target == "llvm" and CudaBackend.fusion_target == "cuda"
     assert isinstance(executors.default_executor(FlexBackend()), LLVMExecutor)

@@ -116,3 +116,91 @@ def test_flex_native_kernels_load_from_the_cache(cache_dir, rng):
         outs.append(out)
     assert np.array_equal(outs[0], outs[1])
     assert np.allclose(outs[0], 0.5 * x * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2))), atol=1e-6)
+
+
+class _Text:
+    """IR text made on demand, counting how often it was asked for."""
+
+    def __init__(self, text: str = IR):
+        self.text, self.calls = text, 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        return self.text
+
+
+def test_a_recipe_hit_loads_without_making_the_ir(cache_dir):
+    text = _Text()
+    first = jit.compile_module(text, ["triple_plus"], cache=True, recipe=("triple_plus", 3))
+    assert text.calls == 1 and first.optimize_s > 0.0
+    second = jit.compile_module(text, ["triple_plus"], cache=True, recipe=("triple_plus", 3))
+    assert text.calls == 1 and second.optimize_s == 0.0  # loaded: the text was never made
+    assert _call(first, 2.0, 0.5) == _call(second, 2.0, 0.5) == 6.5
+    assert len(list(cache_dir.glob("*.o"))) == 1  # kept under the recipe's key alone
+    other = jit.compile_module(_Text(IR.replace("3.0", "4.0")), ["triple_plus"], cache=True, recipe=("triple_plus", 4))
+    assert _call(other, 2.0, 0.5) == 8.5 and len(list(cache_dir.glob("*.o"))) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_recipe_entry_is_compiled_again(cache_dir, damage):
+    jit.compile_module(_Text(), ["triple_plus"], cache=True, recipe=("triple_plus",))
+    (path,) = cache_dir.glob("*.o")
+    data = path.read_bytes()
+    path.write_bytes(
+        data[: len(data) // 2] if damage == "truncate" else data[:-9] + bytes([data[-9] ^ 0xFF]) + data[-8:]
+    )
+    text = _Text()
+    again = jit.compile_module(text, ["triple_plus"], cache=True, recipe=("triple_plus",))
+    assert text.calls == 1 and again.optimize_s > 0.0  # detected, made and compiled again
+    assert _call(again, 1.0, 1.0) == 4.0
+    assert path.read_bytes() == data  # the same machine code, written again whole
+
+
+def test_a_recipe_key_changes_with_ember_source(cache_dir, monkeypatch):
+    jit.compile_module(_Text(), ["triple_plus"], cache=True, recipe=("triple_plus",))
+    monkeypatch.setattr(object_cache, "_SOURCE", ["another emitter"])
+    text = _Text()
+    jit.compile_module(text, ["triple_plus"], cache=True, recipe=("triple_plus",))
+    assert text.calls == 1 and len(list(cache_dir.glob("*.o"))) == 2
+
+
+def test_source_digest_covers_the_kernel_layer():
+    from pathlib import Path
+
+    digest = object_cache.source_digest()
+    assert len(digest) == 64 and object_cache.source_digest() == digest
+    backend = Path(object_cache.__file__).resolve().parents[2]
+    assert (backend / "kernel" / "llvm" / "columns.py").is_file() and (backend / "flex" / "native_pool.py").is_file()
+    assert object_cache.SOURCE_FOLDERS == ("kernel", "flex")
+
+
+def test_a_recipe_naming_an_address_keys_by_the_ir(cache_dir):
+    recipe = ("triple_plus", object())  # its repr names an address: not the same in another process
+    text = _Text()
+    jit.compile_module(text, ["triple_plus"], cache=True, recipe=recipe)
+    assert text.calls == 1
+    again = jit.compile_module(IR, ["triple_plus"], cache=True)  # the IR's own key: found
+    assert again.optimize_s == 0.0 and len(list(cache_dir.glob("*.o"))) == 1
+
+
+def test_flex_kernels_load_by_recipe_with_the_same_bits(cache_dir, rng, monkeypatch):
+    from ember.backend.flex import native_pool
+    from ember.backend.kernel.llvm import pooling
+
+    monkeypatch.setattr(native_pool, "_STATE", {})
+    x = rng.standard_normal((4, 8, 32, 32)).astype(np.float32)
+    args = ((2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), (16, 16), True)
+    fresh = native_pool.max_pool(x, *args)
+    assert fresh is not None and len(list(cache_dir.glob("*.o"))) == 1
+    emitted = []
+    original = pooling.max_pool_rows
+    monkeypatch.setattr(pooling, "max_pool_rows", lambda *a: emitted.append(1) or original(*a))
+    monkeypatch.setattr(native_pool, "_STATE", {})  # as a new process
+    loaded = native_pool.max_pool(x, *args)
+    assert loaded is not None and not emitted  # loaded from the cache, no IR made
+    oracle = x.reshape(4, 8, 16, 2, 16, 2).max(axis=(3, 5))
+    for values, indices in (fresh, loaded):
+        assert np.array_equal(values, oracle)
+        picked = np.take_along_axis(x.reshape(4, 8, -1), indices.reshape(4, 8, -1), axis=2)
+        assert np.array_equal(picked.reshape(values.shape), values)  # each index names its maximum
+    assert np.array_equal(fresh[1], loaded[1])

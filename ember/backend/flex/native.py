@@ -97,7 +97,12 @@ def _build() -> Kernels | None:
     programs = _programs()
     try:
         compiled = jit.compile_module(
-            _module(programs), [p.name for p in programs], unroll=True, codegen_opt=3, cache=True
+            lambda: _module(programs),
+            [p.name for p in programs],
+            unroll=True,
+            codegen_opt=3,
+            cache=True,
+            recipe=("flex.native", tuple(p.name for p in programs)),
         )
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None

@@ -57,7 +57,8 @@ def columns(
 
         _per_sample_group(e, windows, n, c_in, groups, dst, dtype, group)
 
-    found = cached(("columns", dtype.str, n, c_in, groups, windows), lambda: compile_entry(emit, "ember_im2col"))
+    key = ("columns", dtype.str, n, c_in, groups, windows)
+    found = cached(key, lambda: compile_entry(emit, "ember_im2col", recipe=key))
     if found is None:
         return None
     x = np.ascontiguousarray(x)
@@ -103,7 +104,7 @@ def rows(
         _per_sample_group(e, windows, n, c_in, groups, target, dtype, group, block)
 
     key = ("rows", dtype.str, n, c_in, groups, length, windows)
-    found = cached(key, lambda: compile_entry(emit, "ember_im2row"))
+    found = cached(key, lambda: compile_entry(emit, "ember_im2row", recipe=key))
     if found is None:
         return None
     x = np.ascontiguousarray(x)
@@ -150,10 +151,12 @@ def col2im(
 
         _per_sample_group(e, windows, n, channels, groups, src, dtype, group)
 
-    def build() -> Any:
-        return compile_entry(emit, "ember_col2im") if col2im_fits(windows) else None
+    key = ("col2im", np.dtype(dtype).str, n, channels, groups, with_bias, windows)
 
-    found = cached(("col2im", np.dtype(dtype).str, n, channels, groups, with_bias, windows), build)
+    def build() -> Any:
+        return compile_entry(emit, "ember_col2im", recipe=key) if col2im_fits(windows) else None
+
+    found = cached(key, build)
     if found is None:
         return None
     entry = found[1]

@@ -78,7 +78,7 @@ def matmul(
 
     key = ("gemm", m, n, k, a_strides, b_strides[0], with_bias)
     name = f"ember_gemm_{m}_{n}_{k}_{a_strides[0]}_{a_strides[1]}_{b_strides[0]}_{int(with_bias)}"
-    found = cached(key, lambda: compile_entry(emit, name, pointers=4))
+    found = cached(key, lambda: compile_entry(emit, name, pointers=4, recipe=key))
     if found is None:
         return None
     if out is None:

@@ -49,26 +49,34 @@ def cached(key: tuple, build: Callable[[], Any]) -> Any:
     return _STATE[key]
 
 
-def compile_entry(emit: Callable[[Any], None], name: str, pointers: int = 3) -> Any:
+def compile_entry(emit: Callable[[Any], None], name: str, pointers: int = 3, recipe: tuple | None = None) -> Any:
     """A module with one ``void name(ptr, ptr, ptr)`` (``pointers`` of them) whose body
     ``emit(builder, args)`` writes; its ctypes entry point (``None`` where it cannot
-    compile)."""
+    compile).
+
+    ``recipe`` (the kernel's :func:`cached` key: every value its IR depends on but
+    ember's source and the host) keys the object cache, so that a kernel compiled by
+    an earlier process loads without its IR being emitted and printed."""
     try:
         from llvmlite import ir
 
         from ember.backend.kernel.llvm import jit
         from ember.backend.kernel.llvm.builder import KernelBuilder
 
-        module = ir.Module(name=name)
-        ptr = ir.PointerType()
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * pointers), name=name)
-        for arg in fn.args:
-            arg.add_attribute("noalias")
-        fn.attributes.add("nounwind")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        emit((KernelBuilder(b), fn.args))
-        b.ret_void()
-        compiled = jit.compile_module(str(module), [name], cache=True)
+        def text() -> str:
+            module = ir.Module(name=name)
+            ptr = ir.PointerType()
+            fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * pointers), name=name)
+            for arg in fn.args:
+                arg.add_attribute("noalias")
+            fn.attributes.add("nounwind")
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            emit((KernelBuilder(b), fn.args))
+            b.ret_void()
+            return str(module)
+
+        full = None if recipe is None else ("native_pool.compile_entry", name, pointers, *recipe)
+        compiled = jit.compile_module(text, [name], cache=True, recipe=full)
     except Exception:  # an unsupported host or llvmlite version: numpy instead
         return None
     p = ctypes.c_void_p
@@ -107,7 +115,8 @@ def max_pool(
         e, (src, values, indices) = parts
         max_pool_rows(e, geometry, dtype, src, values, indices if with_indices else None, rows)
 
-    found = cached(("max_pool", dtype.str, rows, geometry, with_indices), lambda: compile_entry(emit, "ember_max_pool"))
+    key = ("max_pool", dtype.str, rows, geometry, with_indices)
+    found = cached(key, lambda: compile_entry(emit, "ember_max_pool", recipe=key))
     if found is None:
         return None
     x = np.ascontiguousarray(x)
@@ -134,7 +143,7 @@ def max_pool_backward(grad: np.ndarray, indices: np.ndarray, input_shape: tuple[
         max_pool_backward_rows(e, dtype, g, idx, result, rows, plane, out_plane)
 
     key = ("max_pool_backward", dtype.str, rows, plane, out_plane)
-    found = cached(key, lambda: compile_entry(emit, "ember_max_pool_backward"))
+    found = cached(key, lambda: compile_entry(emit, "ember_max_pool_backward", recipe=key))
     if found is None:
         return None
     grad = np.ascontiguousarray(grad)

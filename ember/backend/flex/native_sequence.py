@@ -150,7 +150,10 @@ def _entry(forward: bool, batch: int, n: int, reverse: bool, with_grad_y: bool) 
     key = ("lstm_sequence", forward, batch, n, reverse, with_grad_y)
     name = f"ember_lstm_{'forward' if forward else 'backward'}_{batch}_{n}_{int(reverse)}_{int(with_grad_y)}"
     return cached(
-        key, lambda: compile_entry(lambda parts: _emit_loop(parts, forward, batch, n, reverse, with_grad_y), name)
+        key,
+        lambda: compile_entry(
+            lambda parts: _emit_loop(parts, forward, batch, n, reverse, with_grad_y), name, recipe=key
+        ),
     )
 
 

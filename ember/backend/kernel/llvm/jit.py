@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,13 +109,14 @@ class Compiled:
 
 
 def compile_module(
-    ir_text: str,
+    ir_text: str | Callable[[], str],
     names: list[str],
     *,
     unroll: bool = False,
     codegen_opt: int = 2,
     cache: bool = False,
     data: tuple[str, ...] = (),
+    recipe: tuple | None = None,
 ) -> Compiled:
     """Optimises (O3 pipeline) and JIT-compiles ``ir_text``; returns the addresses of
     the functions ``names`` and of the global variables ``data``.
@@ -124,15 +126,30 @@ def compile_module(
     process, keep them); ``codegen_opt`` is the machine code generator's level (0-3).
     ``cache=True`` (for IR that is the same in every process: no baked-in addresses)
     loads the machine code an earlier process compiled, and keeps what it compiles
-    (:mod:`~ember.backend.kernel.llvm.object_cache`)."""
+    (:mod:`~ember.backend.kernel.llvm.object_cache`).
+
+    ``ir_text`` may be a function that returns the text. With ``cache=True``, a
+    ``recipe`` (a tuple of plain values that, with ember's kernel source, determines
+    the IR: see :func:`~ember.backend.kernel.llvm.object_cache.source_digest`) keys the
+    cache instead of the text, so a cached module loads without the text being made."""
     import time
 
     state = _init()
-    name = _cache_key(ir_text, unroll, codegen_opt) if cache else None
-    if name is not None:
-        found = _load_cached(name, names, codegen_opt, data)
-        if found is not None:
-            return found
+    name = None
+    if cache and recipe is not None:
+        name = _recipe_key(recipe, unroll, codegen_opt)
+        if name is not None:
+            found = _load_cached(name, names, codegen_opt, data)
+            if found is not None:
+                return found
+    if callable(ir_text):
+        ir_text = ir_text()
+    if cache and name is None:
+        name = _cache_key(ir_text, unroll, codegen_opt)
+        if name is not None:
+            found = _load_cached(name, names, codegen_opt, data)
+            if found is not None:
+                return found
     with _LOCK:
         start = time.perf_counter()
         module = llvm.parse_assembly(ir_text)
@@ -169,6 +186,16 @@ def _cache_key(ir_text: str, unroll: bool, codegen_opt: int) -> str | None:
     return object_cache.key(
         llvmlite.__version__, version, state["triple"], state["cpu"], state["features"], unroll, codegen_opt, ir_text
     )
+
+
+def _recipe_key(recipe: tuple, unroll: bool, codegen_opt: int) -> str | None:
+    """The object cache's name for a module made from ``recipe`` (see
+    :func:`compile_module`), or ``None`` when the cache is off or the recipe's text
+    is not the same from one process to the next (it names an object's address)."""
+    text = repr(recipe)
+    if object_cache.directory() is None or " at 0x" in text or " object at " in text:
+        return None
+    return _cache_key("recipe\n" + object_cache.source_digest() + "\n" + text, unroll, codegen_opt)
 
 
 def _load_cached(name: str, names: list[str], codegen_opt: int, data: tuple[str, ...] = ()) -> Compiled | None:

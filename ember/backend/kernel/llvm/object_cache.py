@@ -5,7 +5,12 @@ load in milliseconds instead of seconds.
 
 A module's key is a SHA-256 of its IR text and of everything the machine code depends
 on: the host CPU's name and features, the target triple, llvmlite's and LLVM's versions,
-and the compile options. Only callers whose IR is the same from one process to the next
+and the compile options. A module whose IR is a function of a *recipe* (a tuple of
+plain values, such as flex's per-shape kernels' ``("gemm", m, n, k, ...)``) and of
+ember's kernel-emitting source may be keyed by the recipe and :func:`source_digest`
+instead (``compile_module(..., recipe=...)``): a cached module then loads without
+emitting and printing its IR, which costs more than loading it (about 0.1 s of CPU for
+the kernels of the digits example's first eager step). Only callers whose IR is the same from one process to the next
 ask for it (:func:`~ember.backend.kernel.llvm.jit.compile_module`'s ``cache=True``):
 a fusion plan's code reads its buffers' addresses from a table the plan writes once
 its module is loaded (``ember.backend.fusion.llvm.codegen.TABLES``), never from
@@ -55,6 +60,30 @@ def key(*parts: object) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
+
+
+#: The folders whose Python source emits recipe-keyed IR (with ``ember/backend``'s own
+#: modules: ``ops``, ``philox``): any change to them changes :func:`source_digest`.
+SOURCE_FOLDERS = ("kernel", "flex")
+_SOURCE: list[str] = []
+
+
+def source_digest() -> str:
+    """A SHA-256 of the source of ember's kernel layer and flex backend (and of
+    ``ember/backend``'s top-level modules), computed once per process: part of every
+    recipe key, so that editing an emitter never loads machine code of the old one."""
+    if not _SOURCE:
+        backend = Path(__file__).resolve().parents[2]
+        files = sorted(backend.glob("*.py"))
+        for folder in SOURCE_FOLDERS:
+            files += sorted((backend / folder).rglob("*.py"))
+        digest = hashlib.sha256()
+        for path in files:
+            data = path.read_bytes()
+            digest.update(str(path.relative_to(backend)).encode() + b"\0" + len(data).to_bytes(8, "little"))
+            digest.update(data)
+        _SOURCE.append(digest.hexdigest())
+    return _SOURCE[0]
 
 
 def load(name: str) -> bytes | None:
