@@ -106,6 +106,7 @@ class ModuleBuilder:
         self.ops = OpEmitter(self.math)
         self._gemm: dict[str, ir.Function] = {}
         self._gemv: dict[str, ir.Function] = {}
+        self._products: dict[tuple, ir.Function] = {}
         self._packs: dict[str, ir.GlobalVariable] = {}
         #: Whether float32 products run ember's own (:mod:`.sgemm`): decided once per plan.
         self.own_products = own_sgemm(schedule.graph) is not None
@@ -369,7 +370,12 @@ class ModuleBuilder:
             return None
         a_view = step.a[1].expand(batch + (m, k))
         b_view = step.b[1].expand(batch + (k, n))
-        fn = self._function(name, 3, [])
+        # Products of the same views (a model's blocks repeat their shapes) share one
+        # function: its body depends on nothing else, and LLVM compiles it once.
+        key = (step.dtype, a_view, b_view, out_shape)
+        if key in self._products:
+            return self._products[key]
+        fn = self._products[key] = self._function(name, 3, [])
         pa, pb, pc = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         loops = Loops(b)
