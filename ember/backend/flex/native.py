@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ember.backend.kernel.llvm.arrays import DATA_OFFSET
+from ember.backend.kernel.llvm.arrays import data_pointer
 
 if TYPE_CHECKING:
     from ember.backend.kernel.steps import RowProgram
@@ -74,16 +74,8 @@ def kernels(size: int | None = None) -> Kernels | None:
     return _STATE["kernels"]
 
 
-def address(a: np.ndarray) -> int:
-    """``a``'s data pointer: read from the array object where
-    :data:`~ember.backend.kernel.llvm.arrays.DATA_OFFSET` is known (~0.15 us; numpy's
-    ``__array_interface__`` builds a dict, ~0.9 us, and a call passes several)."""
-    if DATA_OFFSET is None or type(a) is not np.ndarray:
-        return a.__array_interface__["data"][0]
-    return _read_pointer(id(a) + DATA_OFFSET).value or 0  # numpy never holds a null pointer
-
-
-_read_pointer = ctypes.c_void_p.from_address
+#: An array's data pointer, as flex's kernels take their arguments.
+address = data_pointer
 
 
 # ---------------------------------------------------------------------- compiling

@@ -36,5 +36,17 @@ def _data(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
+_read_pointer = ctypes.c_void_p.from_address
+
+
+def data_pointer(array: np.ndarray) -> int:
+    """``array``'s data pointer, read from the array object where :data:`DATA_OFFSET` is
+    known (about 0.15 us; numpy's ``__array_interface__`` builds a dict, about 0.9 us);
+    an ndarray subclass or an unknown layout asks numpy."""
+    if DATA_OFFSET is None or type(array) is not np.ndarray:
+        return array.__array_interface__["data"][0]
+    return _read_pointer(id(array) + DATA_OFFSET).value or 0  # numpy never holds a null pointer
+
+
 #: The table entry for a C-contiguous array (which the caller keeps alive).
 handle = id if DATA_OFFSET is not None else _data
