@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -26,6 +27,23 @@ def median_us(fn: Callable[[], object], *, repeats: int = 7, min_time: float = 0
             fn()
         samples.append((time.perf_counter() - start) / number * 1e6)
     return statistics.median(samples)
+
+
+def blas_line() -> str:
+    """Which float32 products ember runs: OpenBLAS's kernel set (its core type, and
+    ``OPENBLAS_CORETYPE`` where the environment pins it) or ember's own (``EMBER_GEMM``).
+    A pin to narrower kernels than the host has (``Haswell`` on an AVX-512 host) slows
+    numpy's BLAS and so ember's eager products; figures should say which ran."""
+    from ember.backend.flex import blas
+    from ember.backend.fusion.llvm.sgemm import GEMM_ENV, own_sgemm
+
+    lib = blas.load()
+    core = lib.core if lib is not None else "no BLAS"
+    pinned = os.environ.get("OPENBLAS_CORETYPE")
+    setting = os.environ.get(GEMM_ENV, "auto")
+    chosen = "ember's own product" if own_sgemm() is not None else "OpenBLAS"
+    pin = f" (pinned: OPENBLAS_CORETYPE={pinned})" if pinned else " (its own choice)"
+    return f"products: OpenBLAS core {core}{pin}; {GEMM_ENV}={setting}: inference plans multiply with {chosen}"
 
 
 def try_import_torch():

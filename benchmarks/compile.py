@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from benchmarks.common import alternating_us, blas_line, fmt, print_table, try_import_torch
 from benchmarks.train_step import cnn, mlp
 from ember import Device, Tensor
 from ember.nn.loss import CrossEntropyLoss, MseLoss, Reduction
@@ -504,6 +504,7 @@ def main() -> None:
     print()
     for note in notes:
         print(note)
+    print(blas_line())
     if not args.no_wgpu:
         from benchmarks.compile_wgpu import wgpu_table
 

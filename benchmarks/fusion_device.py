@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import fmt, print_table
+from benchmarks.common import blas_line, fmt, print_table
 from benchmarks.compile import ember_parts
 from ember import Device, Tensor
 from ember.nn.loss import CrossEntropyLoss
@@ -108,6 +108,7 @@ def main() -> None:
         ["workload", "eager", "fused", "fused/eager"],
         rows,
     )
+    print(blas_line())
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import print_table  # noqa: E402
+from benchmarks.common import blas_line, print_table  # noqa: E402
 
 MODES = ("eager", "compiled, cold cache", "compiled, warm cache")
 #: Alternating orders (a warm run follows its round's cold run).
@@ -121,6 +121,7 @@ def main() -> None:
         )
     print_table(f"digits, {args.epochs} epochs, Learner eager against compile=True ({args.clock} time)", header, rows)
     print(f"\n{args.epochs} epochs, {args.rounds} rounds (medians), load average {load:.1f} at the end")
+    print(blas_line())
 
 
 if __name__ == "__main__":

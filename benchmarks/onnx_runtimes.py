@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ember.onnx
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch
+from benchmarks.common import alternating_us, blas_line, fmt, print_table, try_import_torch
 from ember import Device, Tensor
 
 
@@ -115,20 +115,6 @@ def cases(torch: Any, rng: np.random.Generator, quick: bool) -> list[tuple[str, 
     return out
 
 
-def products_line() -> str:
-    """Which float32 product an inference plan runs: OpenBLAS's kernels (its core type,
-    and ``OPENBLAS_CORETYPE`` where set) or ember's own (``EMBER_GEMM``)."""
-    from ember.backend.flex import blas
-    from ember.backend.fusion.llvm.sgemm import GEMM_ENV, own_sgemm
-
-    lib = blas.load()
-    core = lib.core if lib is not None else "no BLAS"
-    pinned = os.environ.get("OPENBLAS_CORETYPE")
-    setting = os.environ.get(GEMM_ENV, "auto")
-    chosen = "ember's own" if own_sgemm() is not None else "OpenBLAS"
-    return f"products: OpenBLAS core {core}{f' (OPENBLAS_CORETYPE={pinned})' if pinned else ''}; {GEMM_ENV}={setting}: {chosen}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="only the small CNN and the encoder layer")
@@ -202,7 +188,7 @@ def main() -> None:
         )
         print(f"done: {name}", file=sys.stderr, flush=True)
     print("load average (1, 5, 15 min): " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
-    print(products_line())
+    print(blas_line())
     print_table(
         f"ONNX forward, ms {'of CPU time ' if cli.cpu else ''}per call (medians of alternating rounds, 1 thread each)",
         ["model", "ember eager", "ember compile", "onnxruntime", "torch",

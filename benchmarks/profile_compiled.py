@@ -5,6 +5,7 @@ its time beside its matrix products.
     python benchmarks/profile_compiled.py --steps    # also the 25 slowest steps
     python benchmarks/profile_compiled.py --digits   # the digits example's step instead of W4's
     python benchmarks/profile_compiled.py --lstm     # benchmarks/rnn.py's LSTM step instead of W4's
+    python benchmarks/profile_compiled.py --w3       # benchmarks/compile.py's W3 (small CNN) step
     python benchmarks/profile_compiled.py --clock cpu  # CPU time (a loaded machine)
 
 ``profile_variant(variant)`` recompiles the variant's schedule with every compiled
@@ -305,10 +306,22 @@ def lstm_steps() -> list[tuple[str, Any, Any]]:
     return [("LSTM step", step, compiled)]
 
 
+def w3_steps() -> list[tuple[str, Any, Any]]:
+    """``benchmarks/compile.py``'s W3 training step (small CNN, Adam), compiled."""
+    from benchmarks import compile as compile_benchmark
+
+    step = compile_benchmark.ember_step("W3", "compiled")
+    step()
+    compiled = next(c.cell_contents for c in step.__closure__ if hasattr(c.cell_contents, "_entries"))
+    return [("W3 step", step, compiled)]
+
+
 def main() -> None:
     top = 25 if "--steps" in sys.argv else 0
     if "--lstm" in sys.argv:
         runs = lstm_steps()
+    elif "--w3" in sys.argv:
+        runs = w3_steps()
     else:
         runs = digits_steps() if "--digits" in sys.argv else w4_steps()
     for name, fn, fn_compiled in runs:

@@ -88,7 +88,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ember
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch, use_clock
+from benchmarks.common import alternating_us, blas_line, fmt, print_table, try_import_torch, use_clock
 from ember import Device, Module, Tensor
 from ember.module.foreign import load_foreign
 from ember.nn import GruConfig, Linear, LinearConfig, LstmConfig
@@ -250,6 +250,7 @@ def main() -> None:
         profile(kind)
         return
     run(kind, try_import_torch())
+    print(blas_line())
 
 
 if __name__ == "__main__":

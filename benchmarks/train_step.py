@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ember
-from benchmarks.common import alternating_us, fmt, print_table, try_import_torch, use_clock
+from benchmarks.common import alternating_us, blas_line, fmt, print_table, try_import_torch, use_clock
 from benchmarks.gemm_floor import gemm_calls, gemm_runner
 from ember import Device, Module, Tensor
 from ember.nn import Linear, LinearConfig, Relu
@@ -547,6 +547,7 @@ def main() -> None:
         ["workload", "ember", "torch", "ember/torch", "jax", "ember/jax"],
         rows,
     )
+    print(blas_line())
 
 
 if __name__ == "__main__":
