@@ -11,8 +11,9 @@ import pytest
 
 from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.fusion.llvm.conv import conv_geometry
-from ember.backend.fusion.llvm.sgemm import GEMM_ENV, computes_gradients, own_sgemm
+from ember.backend.fusion.llvm.sgemm import GEMM_ENV, computes_gradients, direct_convolutions, own_sgemm
 from ember.backend.fusion.steps import ConvChain, Library
+from ember.backend.kernel.llvm import jit
 from ember.errors import ConfigError
 from tests.fusion.oracle import Case
 
@@ -65,18 +66,42 @@ def test_compiled_convolutions_match_torch_and_flex(torch, monkeypatch, mode, co
         assert conv_geometry(plan.schedule.graph, conv.node).batched
 
 
+# (x shape, weight shape, padding, output padding, dilation, groups) of stride-1
+# transposed convolutions: small windows (the direct kernel under ``ember``) and one
+# wider than the direct kernel takes (ember's product)
+_TRANSPOSES = [
+    ((2, 4, 6, 5), (4, 3, 3, 3), ((1, 0), (0, 1)), (0, 0), (1, 2), 1),
+    ((3, 32, 14, 14), (32, 16, 3, 3), ((1, 1), (1, 1)), (0, 0), (1, 1), 1),  # W3's input gradient
+    ((2, 6, 7, 9), (6, 2, 3, 2), ((0, 0), (1, 1)), (1, 0), (2, 1), 3),  # groups, output padding
+    ((1, 80, 5, 5), (80, 8, 3, 3), ((1, 1), (1, 1)), (0, 0), (1, 1), 1),  # window 720: the product
+]
+
+
 @pytest.mark.parametrize("mode", ["ember", "blas"])
-def test_a_stride_1_conv_transpose_through_either_product(monkeypatch, mode, rng):
+@pytest.mark.parametrize("config", _TRANSPOSES, ids=["dilated", "w3", "groups", "wide"])
+def test_a_stride_1_conv_transpose_through_either_product(torch, monkeypatch, mode, config, rng):
     monkeypatch.setenv(GEMM_ENV, mode)
+    x_shape, w_shape, padding, output_padding, dilation, groups = config
+    x_np = rng.standard_normal(x_shape).astype(np.float32)
+    w_np = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    b_np = rng.standard_normal(w_shape[1] * groups).astype(np.float32)
     case = Case()
-    x = case.input(rng.standard_normal((2, 4, 6, 5)).astype(np.float32))
-    w = case.input(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
-    b = case.input(rng.standard_normal(3).astype(np.float32))
-    y = case.ops.conv_transpose(x, w, b, (1, 1), ((1, 0), (0, 1)), (0, 0), (1, 2), 1)
+    x, w, b = case.input(x_np), case.input(w_np), case.input(b_np)
+    y = case.ops.conv_transpose(x, w, b, (1, 1), padding, output_padding, dilation, groups)
     compiled, replayed, plan = case.run(LLVMExecutor(), [y])
     np.testing.assert_allclose(compiled[0], replayed[0], rtol=2e-5, atol=2e-5 * np.abs(replayed[0]).max())
+    f64 = torch.float64
+    want = torch.nn.functional.conv_transpose2d(
+        torch.from_numpy(x_np).to(f64), torch.from_numpy(w_np).to(f64), torch.from_numpy(b_np).to(f64),
+        stride=1, output_padding=output_padding, groups=groups, dilation=dilation,
+    ).numpy()  # fmt: skip
+    lo, hi = [p[0] for p in padding], [p[1] for p in padding]  # torch pads symmetrically: crop
+    want = want[:, :, lo[0] : want.shape[2] - hi[0], lo[1] : want.shape[3] - hi[1]]
+    np.testing.assert_allclose(compiled[0], want, rtol=1e-5, atol=1e-5 * max(float(np.abs(want).max()), 1.0))
     (variant,) = plan.variants
-    assert ("_sgemm_micro" in variant.ir) is (mode == "ember")
+    direct = config is not _TRANSPOSES[-1]  # the others' windows are small enough
+    assert ("_direct_tile" in variant.ir) is (mode == "ember" and direct)
+    assert ("_sgemm_micro" in variant.ir) is (mode == "ember" and not direct)
 
 
 def test_a_float64_convolution_keeps_blas(monkeypatch, rng):
@@ -136,8 +161,12 @@ def test_auto_keeps_blas_in_plans_that_compute_gradients(monkeypatch, rng):
     training, _ = case.abstract([y, grad])
     assert computes_gradients(training)
     assert own_sgemm(training) is None
+    # small convolutions run the direct kernel in training plans too, on 512-bit hosts
+    assert direct_convolutions() is (jit.vector_width() == 512)
     monkeypatch.setenv(GEMM_ENV, "ember")
-    assert own_sgemm(training) is not None
+    assert own_sgemm(training) is not None and direct_convolutions()
+    monkeypatch.setenv(GEMM_ENV, "blas")
+    assert not direct_convolutions()
 
 
 def test_a_changed_setting_plans_the_same_graph_again(monkeypatch, rng):

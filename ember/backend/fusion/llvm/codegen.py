@@ -30,7 +30,14 @@ from llvmlite import ir
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
-from ember.backend.fusion.llvm.sgemm import emit_repacked, host_blocking, inline_form, own_sgemm, repacks
+from ember.backend.fusion.llvm.sgemm import (
+    direct_convolutions,
+    emit_repacked,
+    host_blocking,
+    inline_form,
+    own_sgemm,
+    repacks,
+)
 from ember.backend.fusion.llvm.support import blas_layout
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
 from ember.backend.kernel.llvm import small_gemm
@@ -110,6 +117,8 @@ class ModuleBuilder:
         self._packs: dict[str, ir.GlobalVariable] = {}
         #: Whether float32 products run ember's own (:mod:`.sgemm`): decided once per plan.
         self.own_products = own_sgemm(schedule.graph) is not None
+        #: Whether small-window stride-1 convolutions run the direct kernel (:mod:`.direct`).
+        self.direct_convs = self.own_products or direct_convolutions()
         #: The plan's tables (see :data:`TABLES`), written by the plan once the module is loaded.
         self.tables_name = f"{prefix}_tables"
         self.tables = ir.GlobalVariable(self.module, ir.ArrayType(PTR, len(TABLES)), name=self.tables_name)

@@ -10,8 +10,8 @@ while the sample's output is in cache (a convolution with few output positions p
 sample runs the whole batch's columns through one ``?gemm``: :attr:`_Conv.batched`);
 ``conv_weight_grad``: the same columns per sample, the weight gradient accumulated by
 one ``?gemm`` per sample. The columns are :mod:`.columns`'. In plans that run ember's
-own products, a float32 stride-1 forward convolution with small windows runs the direct
-kernel instead (:mod:`.direct`).
+own products or on hosts with 512-bit vectors, a float32 stride-1 convolution with small
+windows (forward or ``conv_transpose``) runs the direct kernel instead (:mod:`.direct`).
 """
 
 from __future__ import annotations

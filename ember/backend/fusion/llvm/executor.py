@@ -41,7 +41,7 @@ import numpy as np
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph
 from ember.backend.fusion.llvm import flash_graph
-from ember.backend.fusion.llvm.sgemm import own_sgemm
+from ember.backend.fusion.llvm.sgemm import direct_convolutions, own_sgemm
 from ember.backend.fusion.llvm.support import BLAS_THRESHOLD, LLVMTarget
 from ember.backend.fusion.llvm.variant import Variant
 from ember.backend.fusion.plan import Executor, Plan
@@ -70,9 +70,9 @@ class LLVMExecutor(Executor):
 
     def settings_key(self, graph: Graph) -> tuple:
         """Which float32 product the plan runs (``EMBER_GEMM``, read per plan): ember's own,
-        whether products may run as inline loops, and whether attention runs in the
-        flash form (``EMBER_FLASH``)."""
-        return (own_sgemm(graph) is not None, small_gemm.enabled(), flash_graph.mode())
+        whether small convolutions run the direct kernel, whether products may run as
+        inline loops, and whether attention runs in the flash form (``EMBER_FLASH``)."""
+        return (own_sgemm(graph) is not None, direct_convolutions(), small_gemm.enabled(), flash_graph.mode())
 
 
 class LLVMPlan(Plan):

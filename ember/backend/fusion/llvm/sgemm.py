@@ -18,8 +18,10 @@ no state to leave.
 
 Where it runs: the forward convolutions' products (:mod:`.conv`: ``conv``,
 ``conv_transpose`` and the convolution chains), which need its packing buffers in
-their scratch. The same plans run small-window stride-1 convolutions as direct
-convolutions (:mod:`.direct`).
+their scratch. Small-window stride-1 convolutions run as direct convolutions
+(:mod:`.direct`) where :func:`direct_convolutions` says: on hosts with 512-bit vectors
+that includes training plans, whose products otherwise stay on BLAS (the direct kernel
+beat OpenBLAS's AVX-512 kernels too, on the small CNN's layers).
 """
 
 from __future__ import annotations
@@ -45,11 +47,7 @@ WIDE_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 def own_sgemm(graph: Graph | None = None) -> Blocking | None:
     """The blocking of ember's float32 product where the plan of ``graph`` runs it
     (see the module docstring), else ``None``."""
-    choice = os.environ.get(GEMM_ENV, "auto").strip().lower() or "auto"
-    if choice not in ("auto", "blas", "ember"):
-        from ember.errors import ConfigError
-
-        raise ConfigError(f"ember: {GEMM_ENV}={choice!r} is not one of auto, blas, ember; unset it for auto")
+    choice = _choice()
     if choice == "blas":
         return None
     if choice == "ember":
@@ -60,6 +58,26 @@ def own_sgemm(graph: Graph | None = None) -> Blocking | None:
     if jit.vector_width() != 512 or blas is None or not blas.core or blas.core.lower() in WIDE_CORES:
         return None
     return host_blocking()
+
+
+def direct_convolutions() -> bool:
+    """Whether a plan's small-window stride-1 float32 convolutions (forward, and the
+    input gradient as a convolution with the flipped kernel) run the direct kernel
+    (:mod:`.direct`): with ``EMBER_GEMM=ember``; never with ``blas``; under ``auto``
+    where the host has 512-bit vectors, in training plans too."""
+    choice = _choice()
+    if choice != "auto":
+        return choice == "ember"
+    return jit.vector_width() == 512
+
+
+def _choice() -> str:
+    choice = os.environ.get(GEMM_ENV, "auto").strip().lower() or "auto"
+    if choice not in ("auto", "blas", "ember"):
+        from ember.errors import ConfigError
+
+        raise ConfigError(f"ember: {GEMM_ENV}={choice!r} is not one of auto, blas, ember; unset it for auto")
+    return choice
 
 
 def computes_gradients(graph: Graph) -> bool:
