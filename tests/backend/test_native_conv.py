@@ -22,6 +22,13 @@ pytestmark = pytest.mark.torch
 FLEX = Device.flex()._backend
 
 
+@pytest.fixture(autouse=True)
+def _columns_path(monkeypatch):
+    """These test the column path: ``EMBER_GEMM=blas`` keeps float32 stride-1 small
+    convolutions off the direct kernel (tests/backend/test_native_direct.py tests that)."""
+    monkeypatch.setenv("EMBER_GEMM", "blas")
+
+
 def _ran_natively(x, kernel, stride, padding, dilation, groups) -> bool:
     from ember.backend.flex.module_ops import native_columns
 

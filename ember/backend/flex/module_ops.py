@@ -1,5 +1,9 @@
 """flex's module ops: convolution by im2col plus one matmul, vectorised pooling.
 
+float32 stride-1 convolutions with small windows, forward and transposed, run the
+direct kernel instead where compiled plans run it (:mod:`.native_direct`: hosts with
+512-bit vectors by default), so eager and compiled code convolve them alike.
+
 Windows are strided views of the padded input (``as_strided``); one copy makes
 them contiguous columns ``[C * K, N * P]`` and one matmul per group (not one per
 sample, which stalls a multi-threaded BLAS on a busy machine) does the arithmetic.
@@ -29,7 +33,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ember.backend.flex import native_conv, native_pool
+from ember.backend.flex import native_conv, native_direct, native_pool
 from ember.backend.flex.quiet import quietly
 from ember.backend.module_ops import (
     Ints,
@@ -427,6 +431,10 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
     w = weight.reshape(groups, o // groups, cg * k_total)
     dtype = np.result_type(x, weight)
     out = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+    if all(st == 1 for st in stride):  # small windows: the direct kernel compiled plans run
+        direct = native_direct.conv(x, weight, bias, tuple(lo for lo, _ in padding), dilation, out, groups)
+        if direct is not None:
+            return direct
     cols = native_columns(x, kernel, stride, padding, dilation, out, groups)
     if cols is not None:
         y = scratch("gemm", (groups, o // groups, n * int(np.prod(out))), dtype)
@@ -481,6 +489,10 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, 
     k_total = int(np.prod(kernel))
     ig = c_in // groups
     full = tuple((m - 1) * st + d * (k - 1) + 1 for m, st, d, k in zip(spatial, stride, dilation, kernel))
+    if all(st == 1 for st in stride):  # small windows: the direct kernel compiled plans run
+        direct = native_direct.conv_transpose(x, weight, bias, padding, output_padding, dilation, groups)
+        if direct is not None:
+            return direct
     w = weight.reshape(groups, ig, og * k_total).transpose(0, 2, 1)  # [G, Og * K, Ig]
     dtype = np.result_type(x, weight)
     native = _native_conv_transpose(x, w, bias, kernel, stride, padding, output_padding, dilation, groups, o)

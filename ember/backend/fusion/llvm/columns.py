@@ -17,7 +17,8 @@ from llvmlite import ir
 
 from ember.backend.fusion.llvm.emitter import Emitter
 from ember.backend.kernel.llvm.columns import columns as _columns
-from ember.backend.kernel.llvm.mathlib import I64, const
+from ember.backend.kernel.llvm.direct_batch import pad_input
+from ember.backend.kernel.llvm.mathlib import I64
 from ember.backend.kernel.views import contiguous_strides, size_of
 
 if TYPE_CHECKING:
@@ -30,27 +31,7 @@ def _region(e: Emitter, name: str) -> ir.Value:
 
 def _pad_input(e: Emitter, c: _Conv, x: ir.Value, x_base: ir.Value, padded: ir.Value, dtype: np.dtype) -> None:
     """``padded[c, *p] = x[c, p - pad]`` over the grid's padded extent (0 outside x)."""
-    b = e.b
-    plane, p_plane = size_of(c.spatial), size_of(c.padded)
-    e.fill(padded, ir.Constant(I64, 0), c.cg * p_plane, const(dtype, 0.0), dtype)
-    s_strides, p_strides = contiguous_strides(c.spatial), contiguous_strides(c.padded)
-    # The input extent that lands inside the padded extent, per dim.
-    extent = tuple(min(s, p - lo) for s, p, lo in zip(c.spatial, c.padded, c.pad))
-    if any(n <= 0 for n in extent):
-        return
-    rank = len(c.spatial)
-
-    def rows(pos: list[ir.Value]) -> None:
-        channel, lead = pos[0], pos[1:]
-        src = b.add(b.add(x_base, b.mul(channel, ir.Constant(I64, plane))), e.linear(lead, s_strides))
-        dst = b.add(
-            b.mul(channel, ir.Constant(I64, p_plane)),
-            e.linear([b.add(i, ir.Constant(I64, c.pad[d])) for d, i in enumerate(lead)], p_strides),
-        )
-        dst = b.add(dst, ir.Constant(I64, c.pad[rank - 1]))
-        e.span(0, extent[-1], lambda i: e.store(e.load(x, b.add(src, i), dtype), padded, b.add(dst, i), dtype))
-
-    e.loops.nest([c.cg, *extent[:-1]], rows)
+    pad_input(e, c.cg, c.spatial, c.padded, c.pad, x, x_base, padded, dtype)
 
 
 def _unit_columns(e: Emitter, c: _Conv, padded: ir.Value, cols: ir.Value, dtype: np.dtype) -> None:

@@ -19,29 +19,27 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llvmlite import ir
 
-from ember.backend.fusion.llvm.columns import _pad_input
 from ember.backend.fusion.llvm.emitter import Emitter
-from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_function
-from ember.backend.kernel.llvm.mathlib import I64
-from ember.backend.kernel.views import size_of
+from ember.backend.kernel.llvm.direct_batch import DirectBatch, direct_batch, emit_direct_batch
 
 if TYPE_CHECKING:
     from ember.backend.fusion.llvm.conv import _Conv
 
 
-def direct_geometry(e: Emitter, c: _Conv, dtype: np.dtype) -> DirectConv | None:
+def direct_geometry(e: Emitter, c: _Conv, dtype: np.dtype) -> DirectBatch | None:
     """The direct kernel's geometry where it runs ``c`` (a float32 convolution of
     stride 1 and small windows, in a plan that runs direct convolutions), else ``None``."""
     if dtype != np.dtype(np.float32) or not e.module.direct_convs or any(s != 1 for s in c.stride):
         return None
-    conv = DirectConv(c.cg, c.og, c.kernel, c.dilation, c.out, 16 if e.module.vector_width == 512 else 8)
-    return conv if conv.fits() else None
+    return direct_batch(
+        c.n, c.c_in, c.c_out, c.groups, c.spatial, c.kernel, c.pad, c.dilation, c.out, e.module.vector_width
+    )
 
 
 def direct_core(
     e: Emitter,
     c: _Conv,
-    direct: DirectConv,
+    direct: DirectBatch,
     x: ir.Value,
     w: ir.Value,
     bias: ir.Value | None,
@@ -49,40 +47,11 @@ def direct_core(
     block: Callable[[ir.Value], ir.Value] | None,
     epilogue: Callable[[ir.Value, ir.Value], None] | None,
 ) -> None:
-    """:func:`conv_core` by the direct kernel (:mod:`ember.backend.kernel.llvm.direct_conv`):
-    per sample and group, the zero-padded input, then the kernel straight into the
-    sample's block (adding the bias unless a chain's epilogue adds it). The padded
-    input is a module global, as the packs of ember's product are."""
-    b, module = e.b, e.module.module
-    f32 = np.dtype(np.float32)
-    array = ir.ArrayType(ir.FloatType(), direct.padded_floats)
-    buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(f"{e.module.prefix}_direct_padded"))
-    buffer.linkage = "internal"
-    buffer.align = 64
-    buffer.initializer = ir.Constant(array, None)
-    padded = b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
-    with_bias = bias is not None and epilogue is None
-    kernel = direct_conv_function(
-        module, module.get_unique_name(f"{e.module.prefix}_direct"), direct, e.module.vector_width, with_bias
+    """:func:`conv_core` by the direct kernel: the batch loop flex's eager convolutions
+    run too (:func:`ember.backend.kernel.llvm.direct_batch.emit_direct_batch`)."""
+    emit_direct_batch(
+        e, e.module.module, e.module.prefix, direct, e.module.vector_width, x, w, bias, out, block, epilogue
     )
-    plane, positions = size_of(c.spatial), c.positions
-    null = ir.Constant(ir.PointerType(), None)
-
-    def sample(i: ir.Value, _: list) -> list:
-        dst = block(i) if block is not None else e.at(out, b.mul(i, ir.Constant(I64, c.c_out * positions)), f32)
-        for g in range(c.groups):
-            x_base = b.mul(
-                b.add(b.mul(i, ir.Constant(I64, c.c_in)), ir.Constant(I64, g * c.cg)), ir.Constant(I64, plane)
-            )
-            _pad_input(e, c, x, x_base, padded, f32)
-            group_bias = e.at(bias, ir.Constant(I64, g * c.og), f32) if with_bias else null
-            weights = e.at(w, ir.Constant(I64, g * c.og * c.ck), f32)
-            b.call(kernel, [padded, weights, e.at(dst, ir.Constant(I64, g * c.og * positions), f32), group_bias])
-        if epilogue is not None:
-            epilogue(i, dst)
-        return []
-
-    e.loops.run(c.n, sample)
 
 
 __all__ = ["direct_core", "direct_geometry"]

@@ -26,20 +26,17 @@ beat OpenBLAS's AVX-512 kernels too, on the small CNN's layers).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from llvmlite import ir
 
 from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph
-from ember.backend.kernel.llvm import jit, small_gemm
+from ember.backend.kernel.llvm import direct_batch, jit, small_gemm
 from ember.backend.kernel.llvm.builder import KernelBuilder
+from ember.backend.kernel.llvm.direct_batch import GEMM_ENV, gemm_setting
 from ember.backend.kernel.llvm.gemm import Blocking, blocking
 from ember.backend.kernel.llvm.small_gemm import Operand
 
-#: Environment variable: ``auto`` (default), ``blas`` or ``ember``.
-GEMM_ENV = "EMBER_GEMM"
 #: OpenBLAS kernel sets that use 512-bit vectors.
 WIDE_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
@@ -47,7 +44,7 @@ WIDE_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 def own_sgemm(graph: Graph | None = None) -> Blocking | None:
     """The blocking of ember's float32 product where the plan of ``graph`` runs it
     (see the module docstring), else ``None``."""
-    choice = _choice()
+    choice = gemm_setting()
     if choice == "blas":
         return None
     if choice == "ember":
@@ -63,21 +60,10 @@ def own_sgemm(graph: Graph | None = None) -> Blocking | None:
 def direct_convolutions() -> bool:
     """Whether a plan's small-window stride-1 float32 convolutions (forward, and the
     input gradient as a convolution with the flipped kernel) run the direct kernel
-    (:mod:`.direct`): with ``EMBER_GEMM=ember``; never with ``blas``; under ``auto``
-    where the host has 512-bit vectors, in training plans too."""
-    choice = _choice()
-    if choice != "auto":
-        return choice == "ember"
-    return jit.vector_width() == 512
-
-
-def _choice() -> str:
-    choice = os.environ.get(GEMM_ENV, "auto").strip().lower() or "auto"
-    if choice not in ("auto", "blas", "ember"):
-        from ember.errors import ConfigError
-
-        raise ConfigError(f"ember: {GEMM_ENV}={choice!r} is not one of auto, blas, ember; unset it for auto")
-    return choice
+    (:mod:`.direct`), as flex's eager ones do: with ``EMBER_GEMM=ember``; never with
+    ``blas``; under ``auto`` where the host has 512-bit vectors, in training plans too
+    (:func:`ember.backend.kernel.llvm.direct_batch.enabled`)."""
+    return direct_batch.enabled()
 
 
 def computes_gradients(graph: Graph) -> bool:

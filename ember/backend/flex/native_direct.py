@@ -1,0 +1,106 @@
+"""flex's direct convolutions: the kernel layer's batch loop over the direct kernel
+(:mod:`ember.backend.kernel.llvm.direct_batch`, the loop fusion's compiled plans run)
+compiled per shape, for float32 stride-1 convolutions with small windows, forward and
+transposed (a convolution's input gradient, as a convolution with the flipped kernel).
+Eager and compiled code then convolve such layers with the same kernel.
+
+Where :func:`ember.backend.kernel.llvm.direct_batch.enabled` says (``EMBER_GEMM``;
+hosts with 512-bit vectors by default), for outputs of
+:data:`ember.backend.flex.native.MIN_ELEMENTS` values or more, under the conditions of
+:mod:`.native_pool`'s kernels; ``None`` otherwise, and flex runs im2col and a product.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.backend.flex import native
+from ember.backend.flex.native_pool import cached, compile_entry, enabled
+
+_F32 = np.dtype(np.float32)
+
+
+def conv(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    pad: tuple[int, ...],
+    dilation: tuple[int, ...],
+    out: tuple[int, ...],
+    groups: int,
+) -> np.ndarray | None:
+    """The stride-1 convolution of ``x`` ``[N, C, *spatial]`` with ``weight``
+    ``[O, C / groups, *kernel]`` (plus ``bias``), padded by ``pad`` before each dim, to
+    ``out`` positions per plane; ``None`` where the direct kernel does not apply."""
+    from ember.backend.kernel.llvm import direct_batch, jit
+
+    n, c_in = x.shape[:2]
+    c_out = weight.shape[0]
+    if (
+        x.dtype != _F32
+        or weight.dtype != _F32
+        or (bias is not None and bias.dtype != _F32)
+        or not enabled(n * c_out * int(np.prod(out)), _F32)
+        or not direct_batch.enabled()
+    ):
+        return None
+    width = jit.vector_width() or 256
+    spatial, kernel = tuple(x.shape[2:]), tuple(weight.shape[2:])
+    batch = direct_batch.direct_batch(
+        n, c_in, c_out, groups, spatial, kernel, tuple(pad), tuple(dilation), tuple(out), width
+    )
+    if batch is None:
+        return None
+    with_bias = bias is not None
+
+    def emit(parts: Any) -> None:
+        e, (src, w, dst, b) = parts
+        direct_batch.emit_direct_batch(e, e.b.module, "ember_flex", batch, width, src, w, b if with_bias else None, dst)
+
+    key = ("direct", batch, with_bias, width)
+    found = cached(key, lambda: compile_entry(emit, "ember_direct_conv", pointers=4, recipe=key))
+    if found is None:
+        return None
+    x, weight = np.ascontiguousarray(x), np.ascontiguousarray(weight)
+    bias = None if bias is None else np.ascontiguousarray(bias)  # kept alive over the call
+    y = np.empty((n, c_out, *out), dtype=_F32)
+    found[1](native.address(x), native.address(weight), native.address(y), 0 if bias is None else native.address(bias))
+    return y
+
+
+def conv_transpose(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    padding: tuple[tuple[int, int], ...],
+    output_padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> np.ndarray | None:
+    """The stride-1 transposed convolution of ``x`` ``[N, C, *spatial]`` with ``weight``
+    ``[C, O / groups, *kernel]`` (plus ``bias``): the convolution of ``x`` with the
+    kernel flipped and its channel dims swapped per group, padded by ``dilation * (k -
+    1) - pad``; ``None`` where the direct kernel does not apply (or that padding is
+    negative)."""
+    kernel = tuple(weight.shape[2:])
+    pad = tuple(d * (k - 1) - lo for d, k, (lo, _) in zip(dilation, kernel, padding))
+    if any(p < 0 for p in pad) or x.dtype != _F32 or weight.dtype != _F32:
+        return None
+    c_in, og = weight.shape[:2]
+    ig = c_in // groups
+    out = tuple(
+        m - lo - hi + d * (k - 1) + op
+        for m, (lo, hi), d, k, op in zip(x.shape[2:], padding, dilation, kernel, output_padding)
+    )
+    if any(o <= 0 for o in out):
+        return None
+    rank = len(kernel)
+    # flipped[g * og + o, c, *k] = weight[g * ig + c, o, *(kernel - 1 - k)]
+    grouped = weight.reshape((groups, ig, og, *kernel)).swapaxes(1, 2)
+    flipped = np.ascontiguousarray(np.flip(grouped, axis=tuple(range(3, 3 + rank))))
+    return conv(x, flipped.reshape((groups * og, ig, *kernel)), bias, pad, tuple(dilation), out, groups)
+
+
+__all__ = ["conv", "conv_transpose"]

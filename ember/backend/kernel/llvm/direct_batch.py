@@ -1,0 +1,177 @@
+"""A batch of stride-1 float32 convolutions by the direct kernel (:mod:`.direct_conv`):
+per sample and group, the input copied zero-padded into a module buffer, then the
+kernel straight into the sample's output. Fusion's plans
+(:mod:`ember.backend.fusion.llvm.direct`) and flex's eager convolutions
+(:mod:`ember.backend.flex.native_direct`) emit this same loop, so eager and compiled
+code convolve with the same kernel.
+
+Where it runs (:func:`enabled`): ``EMBER_GEMM=ember`` always, ``blas`` never, ``auto``
+(the default) on hosts with 512-bit vectors, for convolutions whose windows are small
+(:meth:`.direct_conv.DirectConv.fits`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from ember.backend.kernel.llvm import jit
+from ember.backend.kernel.llvm.builder import KernelBuilder
+from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_function
+from ember.backend.kernel.llvm.mathlib import I64, const
+from ember.backend.kernel.views import contiguous_strides, size_of
+
+#: Environment variable: ``auto`` (default), ``blas`` or ``ember``: which products and
+#: convolutions compiled code runs (see :mod:`ember.backend.fusion.llvm.sgemm`).
+GEMM_ENV = "EMBER_GEMM"
+
+
+def gemm_setting() -> str:
+    """``EMBER_GEMM``, checked: ``auto``, ``blas`` or ``ember``."""
+    choice = os.environ.get(GEMM_ENV, "auto").strip().lower() or "auto"
+    if choice not in ("auto", "blas", "ember"):
+        from ember.errors import ConfigError
+
+        raise ConfigError(f"ember: {GEMM_ENV}={choice!r} is not one of auto, blas, ember; unset it for auto")
+    return choice
+
+
+def enabled() -> bool:
+    """Whether small-window stride-1 float32 convolutions run the direct kernel:
+    with ``EMBER_GEMM=ember``; never with ``blas``; under ``auto`` where the host has
+    512-bit vectors (where it beat im2col and OpenBLAS's products, AVX-512 kernels
+    included, on a small CNN's layers)."""
+    choice = gemm_setting()
+    if choice != "auto":
+        return choice == "ember"
+    return jit.vector_width() == 512
+
+
+@dataclass(frozen=True)
+class DirectBatch:
+    """``n`` samples of ``c_in`` channels (``groups`` groups) over ``spatial``, padded
+    by ``pad`` before each dim, convolved per group by ``conv``."""
+
+    n: int
+    c_in: int
+    groups: int
+    spatial: tuple[int, ...]
+    pad: tuple[int, ...]
+    conv: DirectConv
+
+    @property
+    def c_out(self) -> int:
+        return self.groups * self.conv.outputs
+
+
+def direct_batch(
+    n: int,
+    c_in: int,
+    c_out: int,
+    groups: int,
+    spatial: tuple[int, ...],
+    kernel: tuple[int, ...],
+    pad: tuple[int, ...],
+    dilation: tuple[int, ...],
+    out: tuple[int, ...],
+    vector_bits: int,
+) -> DirectBatch | None:
+    """The batch's geometry where the direct kernel takes it (stride 1 is the caller's
+    to check; non-negative leading padding; small windows), else ``None``."""
+    if any(p < 0 for p in pad) or c_in % groups or c_out % groups:
+        return None
+    conv = DirectConv(c_in // groups, c_out // groups, kernel, dilation, out, 16 if vector_bits == 512 else 8)
+    return DirectBatch(n, c_in, groups, spatial, pad, conv) if conv.fits() else None
+
+
+def pad_input(
+    e: KernelBuilder,
+    channels: int,
+    spatial: tuple[int, ...],
+    padded: tuple[int, ...],
+    pad: tuple[int, ...],
+    x: ir.Value,
+    x_base: ir.Value,
+    dst: ir.Value,
+    dtype: np.dtype,
+) -> None:
+    """``dst[c, *p] = x[x_base + (c, p - pad)]`` over the ``padded`` extent (0 outside
+    ``x``), for ``channels`` channels of extent ``spatial``."""
+    b = e.b
+    plane, p_plane = size_of(spatial), size_of(padded)
+    e.fill(dst, ir.Constant(I64, 0), channels * p_plane, const(dtype, 0.0), dtype)
+    s_strides, p_strides = contiguous_strides(spatial), contiguous_strides(padded)
+    # The input extent that lands inside the padded extent, per dim.
+    extent = tuple(min(s, p - lo) for s, p, lo in zip(spatial, padded, pad))
+    if any(m <= 0 for m in extent):
+        return
+    rank = len(spatial)
+
+    def rows(pos: list[ir.Value]) -> None:
+        channel, lead = pos[0], pos[1:]
+        src = b.add(b.add(x_base, b.mul(channel, ir.Constant(I64, plane))), e.linear(lead, s_strides))
+        at = b.add(
+            b.mul(channel, ir.Constant(I64, p_plane)),
+            e.linear([b.add(i, ir.Constant(I64, pad[d])) for d, i in enumerate(lead)], p_strides),
+        )
+        at = b.add(at, ir.Constant(I64, pad[rank - 1]))
+        e.span(0, extent[-1], lambda i: e.store(e.load(x, b.add(src, i), dtype), dst, b.add(at, i), dtype))
+
+    e.loops.nest([channels, *extent[:-1]], rows)
+
+
+def emit_direct_batch(
+    e: KernelBuilder,
+    module: ir.Module,
+    prefix: str,
+    batch: DirectBatch,
+    vector_bits: int | None,
+    x: ir.Value,
+    w: ir.Value,
+    bias: ir.Value | None,
+    out: ir.Value | None,
+    block: Callable[[ir.Value], ir.Value] | None = None,
+    epilogue: Callable[[ir.Value, ir.Value], None] | None = None,
+) -> None:
+    """``out = conv(x, w) + bias`` over the batch: per sample and group, the
+    zero-padded input (a module global, internal), then the kernel straight into the
+    sample's block (adding the bias unless ``epilogue`` is given). A caller that fuses
+    work after each sample passes ``block(i)`` (where sample ``i``'s output goes,
+    instead of its place in ``out``) and ``epilogue(i, block)``, run after the sample."""
+    b = e.b
+    conv = batch.conv
+    f32 = np.dtype(np.float32)
+    array = ir.ArrayType(ir.FloatType(), conv.padded_floats)
+    buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(f"{prefix}_direct_padded"))
+    buffer.linkage = "internal"
+    buffer.align = 64
+    buffer.initializer = ir.Constant(array, None)
+    padded = b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+    with_bias = bias is not None and epilogue is None
+    kernel = direct_conv_function(module, module.get_unique_name(f"{prefix}_direct"), conv, vector_bits, with_bias)
+    plane, positions = size_of(batch.spatial), size_of(conv.out)
+    null = ir.Constant(ir.PointerType(), None)
+    cg, og, window = conv.channels, conv.outputs, conv.window
+
+    def sample(i: ir.Value, _: list) -> list:
+        dst = block(i) if block is not None else e.at(out, b.mul(i, ir.Constant(I64, batch.c_out * positions)), f32)
+        for g in range(batch.groups):
+            x_base = b.mul(
+                b.add(b.mul(i, ir.Constant(I64, batch.c_in)), ir.Constant(I64, g * cg)), ir.Constant(I64, plane)
+            )
+            pad_input(e, cg, batch.spatial, conv.padded, batch.pad, x, x_base, padded, f32)
+            group_bias = e.at(bias, ir.Constant(I64, g * og), f32) if with_bias and bias is not None else null
+            weights = e.at(w, ir.Constant(I64, g * og * window), f32)
+            b.call(kernel, [padded, weights, e.at(dst, ir.Constant(I64, g * og * positions), f32), group_bias])
+        if epilogue is not None:
+            epilogue(i, dst)
+        return []
+
+    e.loops.run(batch.n, sample)
+
+
+__all__ = ["GEMM_ENV", "DirectBatch", "direct_batch", "emit_direct_batch", "enabled", "gemm_setting", "pad_input"]
