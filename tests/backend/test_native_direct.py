@@ -170,3 +170,28 @@ def test_eager_and_compiled_w3_steps_agree(monkeypatch):
         return losses
 
     np.testing.assert_allclose(run(True), run(False), rtol=1e-5)
+
+
+def test_one_kernel_serves_every_batch_size(monkeypatch, rng):
+    """The sample count is a run-time value: a ragged last batch or a validation batch
+    reuses the training batch's kernel."""
+    monkeypatch.setenv("EMBER_GEMM", "ember")
+    from ember.backend.flex import native_pool
+
+    torch = import_torch()
+    w = (rng.standard_normal((24, 5, 3, 3)) / 7).astype(np.float32)
+
+    def kernels() -> int:
+        return sum(
+            1
+            for key in list(native_pool._STATE)
+            if isinstance(key, tuple) and key[0] == "direct" and key[1].spatial == (13, 17) and key[1].c_in == 5
+        )
+
+    for n in (16, 7, 40):
+        x = rng.standard_normal((n, 5, 13, 17)).astype(np.float32)
+        y = native_direct.conv(x, w, None, (1, 1), (1, 1), (13, 17), 1)
+        assert y is not None
+        want = _torch_conv(torch, x, w, None, ((1, 1), (1, 1)), (1, 1), 1)
+        assert_close(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert kernels() == 1

@@ -48,25 +48,34 @@ def conv(
         return None
     width = jit.vector_width() or 256
     spatial, kernel = tuple(x.shape[2:]), tuple(weight.shape[2:])
+    # one kernel per geometry, whatever the batch size (a ragged last batch, a
+    # validation batch): the sample count is read at run time
     batch = direct_batch.direct_batch(
-        n, c_in, c_out, groups, spatial, kernel, tuple(pad), tuple(dilation), tuple(out), width
+        1, c_in, c_out, groups, spatial, kernel, tuple(pad), tuple(dilation), tuple(out), width
     )
     if batch is None:
         return None
     with_bias = bias is not None
 
     def emit(parts: Any) -> None:
-        e, (src, w, dst, b) = parts
-        direct_batch.emit_direct_batch(e, e.b.module, "ember_flex", batch, width, src, w, b if with_bias else None, dst)
+        from llvmlite import ir
+
+        e, (src, w, dst, b, samples) = parts
+        count = e.b.load(samples, typ=ir.IntType(64))
+        direct_batch.emit_direct_batch(
+            e, e.b.module, "ember_flex", batch, width, src, w, b if with_bias else None, dst, count=count
+        )
 
     key = ("direct", batch, with_bias, width)
-    found = cached(key, lambda: compile_entry(emit, "ember_direct_conv", pointers=4, recipe=key))
+    found = cached(key, lambda: compile_entry(emit, "ember_direct_conv", pointers=5, recipe=key))
     if found is None:
         return None
     x, weight = np.ascontiguousarray(x), np.ascontiguousarray(weight)
     bias = None if bias is None else np.ascontiguousarray(bias)  # kept alive over the call
     y = np.empty((n, c_out, *out), dtype=_F32)
-    found[1](native.address(x), native.address(weight), native.address(y), 0 if bias is None else native.address(bias))
+    samples = np.array([n], dtype=np.int64)
+    bias_at = 0 if bias is None else native.address(bias)
+    found[1](native.address(x), native.address(weight), native.address(y), bias_at, native.address(samples))
     return y
 
 

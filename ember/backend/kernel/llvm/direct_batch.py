@@ -136,12 +136,15 @@ def emit_direct_batch(
     out: ir.Value | None,
     block: Callable[[ir.Value], ir.Value] | None = None,
     epilogue: Callable[[ir.Value, ir.Value], None] | None = None,
+    count: ir.Value | None = None,
 ) -> None:
     """``out = conv(x, w) + bias`` over the batch: per sample and group, the
     zero-padded input (a module global, internal), then the kernel straight into the
     sample's block (adding the bias unless ``epilogue`` is given). A caller that fuses
     work after each sample passes ``block(i)`` (where sample ``i``'s output goes,
-    instead of its place in ``out``) and ``epilogue(i, block)``, run after the sample."""
+    instead of its place in ``out``) and ``epilogue(i, block)``, run after the sample.
+    ``count`` (an ``i64``), where given, is the number of samples at run time instead
+    of ``batch.n``: one kernel for every batch size."""
     b = e.b
     conv = batch.conv
     f32 = np.dtype(np.float32)
@@ -171,7 +174,10 @@ def emit_direct_batch(
             epilogue(i, dst)
         return []
 
-    e.loops.run(batch.n, sample)
+    if count is None:
+        e.loops.run(batch.n, sample)
+    else:
+        e.loops.count(count, sample)
 
 
 __all__ = ["GEMM_ENV", "DirectBatch", "direct_batch", "emit_direct_batch", "enabled", "gemm_setting", "pad_input"]
