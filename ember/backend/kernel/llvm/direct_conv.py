@@ -194,6 +194,16 @@ def direct_conv_function(
             index = ir.Constant(I64, index)
         return b.gep(ptr, [index], source_etype=F32)
 
+    # The kernel positions run as a loop over the leading kernel dims (their offsets
+    # in a table) around the last dim's positions, unrolled: a 3x3 window's tile is a
+    # third of the code it would be fully unrolled, and compiles that much faster.
+    last, last_step = conv.kernel[-1], conv.dilation[-1]
+    leads = positions // last
+    lead_offsets = ir.GlobalVariable(module, ir.ArrayType(I64, leads), name=f"{name}_leads")
+    lead_offsets.linkage = "internal"
+    lead_offsets.global_constant = True
+    lead_offsets.initializer = ir.Constant(ir.ArrayType(I64, leads), offsets[::last])
+
     tiles: dict[tuple[int, int], ir.Function] = {}
 
     def tile_function(rows: int, vectors: int) -> ir.Function:
@@ -217,20 +227,31 @@ def direct_conv_function(
             arg.add_attribute("noalias")
         t = ir.IRBuilder(tile.append_basic_block("entry"))
 
-        def channel(c: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-            x_c = at(t, x_block, t.mul(c, ir.Constant(I64, conv.plane)))
-            w_c = at(t, w_block, t.mul(c, ir.Constant(I64, positions)))
+        def positions_of(x_lead: ir.Value, w_lead: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            """The last kernel dim's positions (unrolled) from ``x_lead``/``w_lead``."""
             accs = list(accs)
-            for k, off in enumerate(offsets):
-                xs = [t.load(at(t, x_c, off + v * w), typ=vec, align=4) for v in range(vectors)]
+            for k in range(last):
+                xs = [t.load(at(t, x_lead, k * last_step + v * w), typ=vec, align=4) for v in range(vectors)]
                 for r in range(rows):
-                    scalar = t.load(at(t, w_c, r * conv.window + k), typ=F32, align=4)
+                    scalar = t.load(at(t, w_lead, r * conv.window + k), typ=F32, align=4)
                     splat = t.shuffle_vector(
                         t.insert_element(undef, scalar, ir.Constant(ir.IntType(32), 0)), undef, splat_mask
                     )
                     for v in range(vectors):
                         accs[r * vectors + v] = t.call(fma, [splat, xs[v], accs[r * vectors + v]])
             return accs
+
+        def channel(c: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            x_c = at(t, x_block, t.mul(c, ir.Constant(I64, conv.plane)))
+            w_c = at(t, w_block, t.mul(c, ir.Constant(I64, positions)))
+            if leads == 1:
+                return positions_of(x_c, w_c, accs)
+
+            def lead(i: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+                off = t.load(t.gep(lead_offsets, [ir.Constant(I64, 0), i]), typ=I64, align=8)
+                return positions_of(at(t, x_c, off), at(t, w_c, t.mul(i, ir.Constant(I64, last))), accs)
+
+            return Loops(t).run(leads, lead, accs)
 
         accs = Loops(t).run(conv.channels, channel, [zero] * (rows * vectors))
         merged = list(accs)
