@@ -61,8 +61,8 @@ def own_sgemm(graph: Graph | None = None) -> Blocking | None:
 
 
 def direct_convolutions() -> bool:
-    """Whether a plan's small-window stride-1 float32 convolutions (forward, and the
-    input gradient as a convolution with the flipped kernel) run the direct kernel
+    """Whether a plan's small-window stride-1 float32 convolutions (forward, the input
+    gradient as a convolution with the flipped kernel, and the weight gradient) run the direct kernel
     (:mod:`.direct`): with ``EMBER_GEMM=ember``; never with ``blas``; under ``auto``
     where the host has 512-bit vectors, in training plans too."""
     choice = _choice()
