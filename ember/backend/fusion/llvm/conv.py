@@ -11,7 +11,8 @@ sample runs the whole batch's columns through one ``?gemm``: :attr:`_Conv.batche
 ``conv_weight_grad``: the same columns per sample, the weight gradient accumulated by
 one ``?gemm`` per sample. The columns are :mod:`.columns`'. In plans that run ember's
 own products or on hosts with 512-bit vectors, a float32 stride-1 convolution with small
-windows (forward or ``conv_transpose``) runs the direct kernel instead (:mod:`.direct`).
+windows (forward, ``conv_transpose`` or ``conv_weight_grad``) runs the direct kernel
+instead (:mod:`.direct`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.columns import _columns, _region, _sample_columns
-from ember.backend.fusion.llvm.direct import direct_core, direct_geometry
+from ember.backend.fusion.llvm.direct import direct_core, direct_geometry, direct_weight_grad
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
 from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
@@ -493,7 +494,10 @@ def _weight_grad_scratch(graph: Graph, node: Node) -> dict[str, int]:
 def _conv_weight_grad(e: Emitter) -> None:
     """Per sample and group: the columns, and ``acc[ck, o] += cols @ grad^T`` (the
     transposed accumulation, which ``?gemm`` runs about 1.5x faster than
-    ``grad @ cols^T`` here); the weight gradient is the accumulator transposed."""
+    ``grad @ cols^T`` here); the weight gradient is the accumulator transposed. A
+    small-window stride-1 float32 one runs the direct kernel instead where the plan
+    runs direct convolutions (:func:`.direct.direct_weight_grad`; the scratch keeps
+    the columns' regions, which it does not use)."""
     x, grad, weight_shape = e.node.args[:3]
     b = e.b
     dtype = e.dtype(x)
@@ -503,6 +507,10 @@ def _conv_weight_grad(e: Emitter) -> None:
     out = e.outs[0]
     if c.n == 0 or positions == 0:
         e.fill(out, ir.Constant(I64, 0), size_of(tuple(weight_shape)), const(dtype, 0.0), dtype)
+        return
+    direct = direct_geometry(e, c, dtype, weight_grad=True)
+    if direct is not None:
+        direct_weight_grad(e, c, direct, e.args[x], e.args[grad], out)
         return
     acc = _region(e, "acc")
 
