@@ -118,7 +118,7 @@ class ModuleBuilder:
         #: Whether float32 products run ember's own (:mod:`.sgemm`): decided once per plan.
         self.own_products = own_sgemm(schedule.graph) is not None
         #: Whether small-window stride-1 convolutions run the direct kernel (:mod:`.direct`).
-        self.direct_convs = self.own_products or direct_convolutions()
+        self.direct_convs = direct_convolutions()  # true wherever own_products is
         #: The plan's tables (see :data:`TABLES`), written by the plan once the module is loaded.
         self.tables_name = f"{prefix}_tables"
         self.tables = ir.GlobalVariable(self.module, ir.ArrayType(PTR, len(TABLES)), name=self.tables_name)

@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.columns import _columns, _region, _sample_columns
-from ember.backend.fusion.llvm.direct import direct_core, direct_geometry, direct_weight_grad
+from ember.backend.fusion.llvm.direct import direct_core, direct_geometry, direct_weight_geometry, direct_weight_grad
 from ember.backend.fusion.llvm.emitter import FLOATS as _FLOATS
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp
 from ember.backend.kernel.llvm.mathlib import I64, const, reg_type
@@ -508,7 +508,7 @@ def _conv_weight_grad(e: Emitter) -> None:
     if c.n == 0 or positions == 0:
         e.fill(out, ir.Constant(I64, 0), size_of(tuple(weight_shape)), const(dtype, 0.0), dtype)
         return
-    direct = direct_geometry(e, c, dtype, weight_grad=True)
+    direct = direct_weight_geometry(e, c, dtype)
     if direct is not None:
         direct_weight_grad(e, c, direct, e.args[x], e.args[grad], out)
         return

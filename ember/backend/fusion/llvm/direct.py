@@ -18,14 +18,14 @@ pinned to ``Haswell``, 817 -> 595 and 101 -> 82 us on ``SkylakeX``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from llvmlite import ir
 
 from ember.backend.fusion.llvm.columns import _pad_input
 from ember.backend.fusion.llvm.emitter import Emitter
-from ember.backend.kernel.llvm.direct_batch import DirectBatch, direct_batch, emit_direct_batch
+from ember.backend.kernel.llvm.direct_batch import DirectBatch, direct_batch, emit_direct_batch, module_buffer
 from ember.backend.kernel.llvm.direct_conv import DirectConv
 from ember.backend.kernel.llvm.direct_conv_grad import (
     chunk_samples,
@@ -42,31 +42,28 @@ if TYPE_CHECKING:
     from ember.backend.fusion.llvm.conv import _Conv
 
 
-def direct_geometry(e: Emitter, c: _Conv, dtype: np.dtype, weight_grad: bool = False) -> Any:
+def _runs_direct(e: Emitter, c: _Conv, dtype: np.dtype) -> bool:
+    return dtype == np.dtype(np.float32) and e.module.direct_convs and all(s == 1 for s in c.stride)
+
+
+def direct_geometry(e: Emitter, c: _Conv, dtype: np.dtype) -> DirectBatch | None:
     """The direct kernel's geometry where it runs ``c`` (a float32 convolution of
-    stride 1 and small windows, in a plan that runs direct convolutions): a
-    :class:`DirectBatch` for the convolution, or with ``weight_grad`` a
-    :class:`DirectConv` for its weight gradient, whose rows must also fill their vectors
-    (:func:`~ember.backend.kernel.llvm.direct_conv_grad.fits`); else ``None``."""
-    if dtype != np.dtype(np.float32) or not e.module.direct_convs or any(s != 1 for s in c.stride):
+    stride 1 and small windows, in a plan that runs direct convolutions), else ``None``."""
+    if not _runs_direct(e, c, dtype):
         return None
-    if weight_grad:
-        conv = DirectConv(c.cg, c.og, c.kernel, c.dilation, c.out, 16 if e.module.vector_width == 512 else 8)
-        return conv if weight_grad_fits(conv) else None
     return direct_batch(
         c.n, c.c_in, c.c_out, c.groups, c.spatial, c.kernel, c.pad, c.dilation, c.out, e.module.vector_width
     )
 
 
-def _buffer(e: Emitter, name: str, floats: int) -> ir.Value:
-    """A zeroed, 64-byte aligned module global of ``floats`` floats (its first float)."""
-    module = e.module.module
-    array = ir.ArrayType(ir.FloatType(), floats)
-    buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(f"{e.module.prefix}_{name}"))
-    buffer.linkage = "internal"
-    buffer.align = 64
-    buffer.initializer = ir.Constant(array, None)
-    return e.b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+def direct_weight_geometry(e: Emitter, c: _Conv, dtype: np.dtype) -> DirectConv | None:
+    """The direct weight gradient's geometry where it runs ``c``'s ``conv_weight_grad``:
+    as :func:`direct_geometry`, and the rows must also fill their vectors
+    (:func:`~ember.backend.kernel.llvm.direct_conv_grad.fits`); else ``None``."""
+    if not _runs_direct(e, c, dtype):
+        return None
+    conv = DirectConv(c.cg, c.og, c.kernel, c.dilation, c.out, 16 if e.module.vector_width == 512 else 8)
+    return conv if weight_grad_fits(conv) else None
 
 
 def direct_core(
@@ -95,9 +92,9 @@ def direct_weight_grad(e: Emitter, c: _Conv, direct: DirectConv, x: ir.Value, gr
     b, module = e.b, e.module.module
     f32 = np.dtype(np.float32)
     samples = chunk_samples(direct, c.n)
-    padded = _buffer(e, "dw_padded", padded_floats(direct, samples))
+    padded = module_buffer(e.b, module, f"{e.module.prefix}_dw_padded", padded_floats(direct, samples))
     weights = c.og * direct.window
-    acc = _buffer(e, "dw_acc", weights * direct.width)
+    acc = module_buffer(e.b, module, f"{e.module.prefix}_dw_acc", weights * direct.width)
     prefix = module.get_unique_name(f"{e.module.prefix}_direct_dw")
     positions = c.positions
     vector_bits = e.module.vector_width
@@ -136,4 +133,4 @@ def direct_weight_grad(e: Emitter, c: _Conv, direct: DirectConv, x: ir.Value, gr
         b.call(sums, [acc, e.at(out, ir.Constant(I64, g * weights), f32)])
 
 
-__all__ = ["direct_core", "direct_geometry", "direct_weight_grad"]
+__all__ = ["direct_core", "direct_geometry", "direct_weight_geometry", "direct_weight_grad"]

@@ -124,6 +124,17 @@ def pad_input(
     e.loops.nest([channels, *extent[:-1]], rows)
 
 
+def module_buffer(b: ir.IRBuilder, module: ir.Module, name: str, floats: int) -> ir.Value:
+    """A zeroed, 64-byte aligned internal module global of ``floats`` floats (its first
+    float): the direct kernels' padded inputs and accumulators, as ember's product packs."""
+    array = ir.ArrayType(ir.FloatType(), floats)
+    buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(name))
+    buffer.linkage = "internal"
+    buffer.align = 64
+    buffer.initializer = ir.Constant(array, None)
+    return b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+
+
 def emit_direct_batch(
     e: KernelBuilder,
     module: ir.Module,
@@ -148,12 +159,7 @@ def emit_direct_batch(
     b = e.b
     conv = batch.conv
     f32 = np.dtype(np.float32)
-    array = ir.ArrayType(ir.FloatType(), conv.padded_floats)
-    buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(f"{prefix}_direct_padded"))
-    buffer.linkage = "internal"
-    buffer.align = 64
-    buffer.initializer = ir.Constant(array, None)
-    padded = b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+    padded = module_buffer(b, module, f"{prefix}_direct_padded", conv.padded_floats)
     with_bias = bias is not None and epilogue is None
     kernel = direct_conv_function(module, module.get_unique_name(f"{prefix}_direct"), conv, vector_bits, with_bias)
     plane, positions = size_of(batch.spatial), size_of(conv.out)
@@ -180,4 +186,13 @@ def emit_direct_batch(
         e.loops.count(count, sample)
 
 
-__all__ = ["GEMM_ENV", "DirectBatch", "direct_batch", "emit_direct_batch", "enabled", "gemm_setting", "pad_input"]
+__all__ = [
+    "GEMM_ENV",
+    "DirectBatch",
+    "direct_batch",
+    "emit_direct_batch",
+    "enabled",
+    "gemm_setting",
+    "module_buffer",
+    "pad_input",
+]
