@@ -79,7 +79,7 @@ def test_direct_convolutions_match_torch_float64_and_flex(torch, monkeypatch, na
     np.testing.assert_allclose(compiled[0], want, rtol=1e-5, atol=1e-5 * scale)
     np.testing.assert_allclose(compiled[0], replayed[0], rtol=2e-5, atol=2e-5 * scale)
     (variant,) = plan.variants
-    assert "_direct_tile" in variant.ir, "the direct kernel did not run"
+    assert "ember_direct_conv_" in variant.ir, "the direct kernel did not run"
     assert "_sgemm_micro" not in variant.ir
     assert any(isinstance(s, ConvChain) for s in plan.schedule.steps) is pooled
 
@@ -99,7 +99,7 @@ def test_special_values_reach_the_outputs_they_touch(torch, monkeypatch, rng):
     np.testing.assert_array_equal(np.isinf(compiled[0]), np.isinf(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(compiled[0][finite], want[finite], rtol=1e-5, atol=1e-4)
-    assert "_direct_tile" in plan.variants[0].ir
+    assert "ember_direct_conv_" in plan.variants[0].ir
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_other_convolutions_keep_the_product(torch, monkeypatch, x_shape, w_shap
     compiled, _, plan = case.run(LLVMExecutor(), [y])
     want = _torch_conv(torch, x_np, w_np, b_np, stride, padding, (1, 1), 1).numpy()
     np.testing.assert_allclose(compiled[0], want, rtol=1e-5, atol=1e-4)
-    assert "_direct_tile" not in plan.variants[0].ir
+    assert "ember_direct_conv_" not in plan.variants[0].ir
 
 
 def test_a_float64_convolution_is_not_direct(monkeypatch, rng):
@@ -135,7 +135,7 @@ def test_a_float64_convolution_is_not_direct(monkeypatch, rng):
     y = case.ops.conv(x, w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
     compiled, replayed, plan = case.run(LLVMExecutor(), [y])
     np.testing.assert_allclose(compiled[0], replayed[0], rtol=1e-12)
-    assert "_direct_tile" not in plan.variants[0].ir
+    assert "ember_direct_conv_" not in plan.variants[0].ir
 
 
 def _reference(conv: DirectConv, padded: np.ndarray, weight: np.ndarray) -> np.ndarray:

@@ -61,7 +61,7 @@ def test_compiled_convolutions_match_torch_and_flex(torch, monkeypatch, mode, co
     # ember's own code: its product, or the direct kernel (stride 1, small windows)
     direct = config is _CONVS[0]
     assert ("_sgemm_micro" in variant.ir) is (mode == "ember" and not direct)
-    assert ("_direct_tile" in variant.ir) is (mode == "ember" and direct)
+    assert ("ember_direct_conv_" in variant.ir) is (mode == "ember" and direct)
     if config is _CONVS[-1]:
         assert conv_geometry(plan.schedule.graph, conv.node).batched
 
@@ -100,7 +100,7 @@ def test_a_stride_1_conv_transpose_through_either_product(torch, monkeypatch, mo
     np.testing.assert_allclose(compiled[0], want, rtol=1e-5, atol=1e-5 * max(float(np.abs(want).max()), 1.0))
     (variant,) = plan.variants
     direct = config is not _TRANSPOSES[-1]  # the others' windows are small enough
-    assert ("_direct_tile" in variant.ir) is (mode == "ember" and direct)
+    assert ("ember_direct_conv_" in variant.ir) is (mode == "ember" and direct)
     assert ("_sgemm_micro" in variant.ir) is (mode == "ember" and not direct)
 
 

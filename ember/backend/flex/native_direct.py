@@ -34,7 +34,7 @@ def conv(
     """The stride-1 convolution of ``x`` ``[N, C, *spatial]`` with ``weight``
     ``[O, C / groups, *kernel]`` (plus ``bias``), padded by ``pad`` before each dim, to
     ``out`` positions per plane; ``None`` where the direct kernel does not apply."""
-    from ember.backend.kernel.llvm import direct_batch, jit
+    from ember.backend.kernel.llvm import direct_batch, direct_conv, jit
 
     n, c_in = x.shape[:2]
     c_out = weight.shape[0]
@@ -66,8 +66,13 @@ def conv(
             e, e.b.module, "ember_flex", batch, width, src, w, b if with_bias else None, dst, count=count
         )
 
+    def build() -> Any:
+        # the shared kernel first: cached machine code of the entry links to it
+        direct_conv.register_direct_conv(batch.conv, width)
+        return compile_entry(emit, "ember_direct_conv", pointers=5, recipe=key)
+
     key = ("direct", batch, with_bias, width)
-    found = cached(key, lambda: compile_entry(emit, "ember_direct_conv", pointers=5, recipe=key))
+    found = cached(key, build)
     if found is None:
         return None
     x, weight = np.ascontiguousarray(x), np.ascontiguousarray(weight)

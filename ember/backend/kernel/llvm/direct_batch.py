@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ember.backend.kernel.llvm import jit
 from ember.backend.kernel.llvm.builder import KernelBuilder
-from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_function
+from ember.backend.kernel.llvm.direct_conv import DirectConv, shared_direct_conv
 from ember.backend.kernel.llvm.mathlib import I64, const
 from ember.backend.kernel.views import contiguous_strides, size_of
 
@@ -151,7 +151,9 @@ def emit_direct_batch(
 ) -> None:
     """``out = conv(x, w) + bias`` over the batch: per sample and group, the
     zero-padded input (a module global, internal), then the kernel straight into the
-    sample's block (adding the bias unless ``epilogue`` is given). A caller that fuses
+    sample's block; then, unless ``epilogue`` is given, the bias added to the sample's
+    block while it is in cache (the kernel itself takes no bias, so that every module
+    convolving a layer calls the same shared kernel). A caller that fuses
     work after each sample passes ``block(i)`` (where sample ``i``'s output goes,
     instead of its place in ``out``) and ``epilogue(i, block)``, run after the sample.
     ``count`` (an ``i64``), where given, is the number of samples at run time instead
@@ -161,9 +163,21 @@ def emit_direct_batch(
     f32 = np.dtype(np.float32)
     padded = module_buffer(b, module, f"{prefix}_direct_padded", conv.padded_floats)
     with_bias = bias is not None and epilogue is None
-    kernel = direct_conv_function(module, module.get_unique_name(f"{prefix}_direct"), conv, vector_bits, with_bias)
+    kernel = shared_direct_conv(module, conv, vector_bits)
     plane, positions = size_of(batch.spatial), size_of(conv.out)
     null = ir.Constant(ir.PointerType(), None)
+
+    def add_bias(dst: ir.Value) -> None:
+        def channel(o: ir.Value, _: list) -> list:
+            row = b.mul(o, ir.Constant(I64, positions))
+            value = e.load(bias, o, f32)
+            e.span(
+                0, positions, lambda p: e.store(b.fadd(e.load(dst, b.add(row, p), f32), value), dst, b.add(row, p), f32)
+            )
+            return []
+
+        e.loops.run(batch.c_out, channel)
+
     cg, og, window = conv.channels, conv.outputs, conv.window
 
     def sample(i: ir.Value, _: list) -> list:
@@ -173,11 +187,12 @@ def emit_direct_batch(
                 b.add(b.mul(i, ir.Constant(I64, batch.c_in)), ir.Constant(I64, g * cg)), ir.Constant(I64, plane)
             )
             pad_input(e, cg, batch.spatial, conv.padded, batch.pad, x, x_base, padded, f32)
-            group_bias = e.at(bias, ir.Constant(I64, g * og), f32) if with_bias and bias is not None else null
             weights = e.at(w, ir.Constant(I64, g * og * window), f32)
-            b.call(kernel, [padded, weights, e.at(dst, ir.Constant(I64, g * og * positions), f32), group_bias])
+            b.call(kernel, [padded, weights, e.at(dst, ir.Constant(I64, g * og * positions), f32), null])
         if epilogue is not None:
             epilogue(i, dst)
+        elif with_bias:
+            add_bias(dst)
         return []
 
     if count is None:

@@ -24,6 +24,7 @@ for bit.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -315,4 +316,42 @@ def direct_conv_function(
     return fn
 
 
-__all__ = ["MAX_BYTES", "MAX_WINDOW", "DirectConv", "direct_conv_function", "segments"]
+def _shared(conv: DirectConv, vector_bits: int | None) -> tuple[str, tuple, Callable[[ir.Module, str], ir.Function]]:
+    """The stem, recipe and builder of the shared :func:`direct_conv_function` (no bias:
+    the caller adds it, so that a layer with and one without share the kernel)."""
+
+    def build(own: ir.Module, name: str) -> ir.Function:
+        return direct_conv_function(own, name, conv, vector_bits)
+
+    return "ember_direct_conv", ("direct_conv", conv, vector_bits), build
+
+
+def register_direct_conv(conv: DirectConv, vector_bits: int | None) -> str:
+    """Compiles (once per process) the shared :func:`direct_conv_function` for
+    ``conv`` (without bias); its symbol. Call it before loading cached code that
+    calls the function."""
+    from ember.backend.kernel.llvm.shared import ensure
+
+    return ensure(*_shared(conv, vector_bits))
+
+
+def shared_direct_conv(module: ir.Module, conv: DirectConv, vector_bits: int | None) -> ir.Function:
+    """``module``'s declaration of :func:`direct_conv_function` for ``conv`` (without
+    bias), compiled once per process
+    (:func:`~ember.backend.kernel.llvm.shared.shared_function`): eager kernels and
+    compiled plans that convolve a layer share its machine code."""
+    from ember.backend.kernel.llvm.shared import shared_function
+
+    stem, recipe, build = _shared(conv, vector_bits)
+    return shared_function(module, stem, recipe, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR]), build)
+
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_WINDOW",
+    "DirectConv",
+    "direct_conv_function",
+    "register_direct_conv",
+    "segments",
+    "shared_direct_conv",
+]
