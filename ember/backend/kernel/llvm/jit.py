@@ -9,6 +9,13 @@ Pipeline settings (measured on this project's 2-core machine, CPU time per kerne
 of an elementwise loop): the O3 pipeline with loop interleaving and unrolling costs
 about 12 ms per kernel against about 7 ms without them, for no measurable gain on
 the loops the fusion layer emits; reductions still vectorise (``reassoc``).
+
+Before that pipeline, LLVM's function merging replaces functions whose bodies are
+identical by one: a plan emits a function per step, and a model's repeated blocks
+make many alike (W4's training plan: 174 functions, 78 of them copies, 0.5 of its
+1.26 MB of IR; its eval plan 40 of 59). Measured on W4's plans (CPU time, this
+module's settings): the training plan's optimisation and code generation 1.34 ->
+0.87 s, the eval plan's 0.45 -> 0.14 s.
 """
 
 from __future__ import annotations
@@ -160,6 +167,9 @@ def compile_module(
         tuning.loop_vectorization = True
         tuning.slp_vectorization = True
         builder = llvm.create_pass_builder(state["machine"], tuning)
+        merge = llvm.create_new_module_pass_manager()  # identical functions: one (see the module docstring)
+        merge.add_merge_functions_pass()
+        merge.run(module, builder)
         builder.getModulePassManager().run(module, builder)
         middle = time.perf_counter()
         engine = llvm.create_mcjit_compiler(module, _machine(codegen_opt))  # the engine owns its machine
