@@ -13,13 +13,14 @@ under ``EMBER_FLEX_NATIVE=0`` or ``EMBER_GEMM=blas``, the callers keep numpy.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Any
 
 import numpy as np
 
 from ember.backend.flex import blas, native
-from ember.backend.flex.native_pool import cached, compile_entry
+from ember.backend.flex.native_pool import cached
 
 _F32 = np.dtype(np.float32)
 #: Smaller products stay with numpy (BLAS's set-up is small beside them anyway).
@@ -67,22 +68,19 @@ def matmul(
         a_strides = (k, 1)
     with_bias = bias is not None
 
-    def emit(parts: Any) -> None:
-        from ember.backend.kernel.llvm.small_gemm import Operand
+    def build() -> Any:
+        # the function compiled plans call for the same product (kernel/llvm/shared.py)
+        try:
+            at = small_gemm.shared_gemm_address(m, n, k, a_strides, b_strides[0], n, _lanes(), 0 if with_bias else None)
+        except Exception:  # an unsupported host or llvmlite version: numpy instead
+            return None
+        return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4))(at)
 
-        e, (pa, pb, pc, pd) = parts
-        addend = Operand(pd, 0) if with_bias else None  # the bias row, broadcast over the rows
-        small_gemm.emit_gemm(
-            e, m, n, k, Operand(pa, *a_strides), Operand(pb, b_strides[0]), Operand(pc, n), _lanes(), addend
-        )
-
-    key = ("gemm", m, n, k, a_strides, b_strides[0], with_bias)
-    name = f"ember_gemm_{m}_{n}_{k}_{a_strides[0]}_{a_strides[1]}_{b_strides[0]}_{int(with_bias)}"
-    found = cached(key, lambda: compile_entry(emit, name, pointers=4, recipe=key))
+    found = cached(("gemm", m, n, k, a_strides, b_strides[0], with_bias), build)
     if found is None:
         return None
     if out is None:
         out = np.empty((m, n), _F32)
     d = np.ascontiguousarray(bias) if bias is not None else out
-    found[1](native.address(a), native.address(b), native.address(out), native.address(d))
+    found(native.address(a), native.address(b), native.address(out), native.address(d))
     return out

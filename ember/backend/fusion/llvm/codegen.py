@@ -428,7 +428,9 @@ class ModuleBuilder:
             if inline:
                 assert lb is not None  # inline says so
                 a_rows = Operand(a_ptr, a_view.strides[-2], a_view.strides[-1])
-                small_gemm.emit_gemm(KernelBuilder(b), m, n, k, a_rows, Operand(b_ptr, lb[1]), Operand(c_ptr, n), lanes)
+                small_gemm.emit_shared_gemm(
+                    KernelBuilder(b), m, n, k, a_rows, Operand(b_ptr, lb[1]), Operand(c_ptr, n), lanes
+                )
             elif dots:
                 assert la is not None and lb is not None  # dots says so
                 rows_a, rows_b, kb = Operand(a_ptr, la[1]), Operand(b_ptr, lb[1]), KernelBuilder(b)

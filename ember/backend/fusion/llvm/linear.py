@@ -61,7 +61,7 @@ def _linear(e: Emitter) -> None:
     lanes = small_gemm.lanes(e.module.vector_width)
     x, w, bias = (e.args[r] for r in (x_ref, w_ref, b_ref))
     addend = Operand(bias, 0)  # the bias row, broadcast over the rows
-    assert small_gemm.emit_gemm(e, m, n, k, Operand(x, k), Operand(w, n), Operand(e.outs[0], n), lanes, addend)
+    assert small_gemm.emit_shared_gemm(e, m, n, k, Operand(x, k), Operand(w, n), Operand(e.outs[0], n), lanes, addend)
 
 
 #: op -> its lowering.

@@ -83,4 +83,11 @@ def ensure(stem: str, recipe: tuple, build: Callable[[ir.Module, str], ir.Functi
     return name
 
 
-__all__ = ["ensure", "shared_function", "symbol"]
+def address(stem: str, recipe: tuple, build: Callable[[ir.Module, str], ir.Function]) -> int:
+    """The address of the function of :func:`shared_function`, compiled (or loaded) and
+    registered unless done already: for callers outside compiled code (ctypes)."""
+    name = ensure(stem, recipe, build)
+    return _LOADED[name].addresses[name]
+
+
+__all__ = ["address", "ensure", "shared_function", "symbol"]

@@ -17,6 +17,7 @@ and returns ``False`` otherwise, so the caller keeps its BLAS call.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -119,6 +120,87 @@ def emit_gemm(
     if tail:
         block(_c(blocks * BLOCK), tail, c)
     return True
+
+
+def emit_shared_gemm(
+    kb: KernelBuilder,
+    m: int,
+    n: int,
+    k: int,
+    a: Operand,
+    b_rows: Operand,
+    c: Operand,
+    width: int,
+    addend: Operand | None = None,
+) -> bool:
+    """:func:`emit_gemm` as a call of a function compiled once per process for the
+    shape and layout (:func:`shared_gemm`), which flex's eager products
+    (:mod:`ember.backend.flex.native_gemm`) call too. An ``addend`` that is ``C`` itself
+    (a product accumulating into its output) is emitted inline instead."""
+    if not applies(n, width) or m <= 0 or k <= 0 or b_rows.col != 1 or c.col != 1:
+        return False
+    if addend is not None and addend.ptr is c.ptr:
+        return emit_gemm(kb, m, n, k, a, b_rows, c, width, addend)
+    fn = shared_gemm(kb.b.module, m, n, k, (a.row, a.col), b_rows.row, c.row, width, addend)
+    null = ir.Constant(ir.PointerType(), None)
+    kb.b.call(fn, [a.ptr, b_rows.ptr, c.ptr, null if addend is None else addend.ptr])
+    return True
+
+
+def _gemm_recipe(
+    m: int, n: int, k: int, a: tuple[int, int], b_row: int, c_row: int, width: int, addend_row: int | None
+) -> tuple[str, tuple, Callable[[ir.Module, str], ir.Function]]:
+    """The stem, recipe and builder of the shared product (see :func:`shared_gemm`)."""
+
+    def build(module: ir.Module, name: str) -> ir.Function:
+        ptr = ir.PointerType()
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 4), name=name)
+        fn.attributes.add("nounwind")
+        if width == 16:
+            set.add(fn.attributes, '"prefer-vector-width"="512"')
+        for arg in fn.args:
+            arg.add_attribute("noalias")
+        pa, pb, pc, pd = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        add = None if addend_row is None else Operand(pd, addend_row)
+        emit_gemm(KernelBuilder(b), m, n, k, Operand(pa, *a), Operand(pb, b_row), Operand(pc, c_row), width, add)
+        b.ret_void()
+        return fn
+
+    return "ember_small_gemm", ("small_gemm", m, n, k, a, b_row, c_row, width, addend_row), build
+
+
+def shared_gemm(
+    module: ir.Module,
+    m: int,
+    n: int,
+    k: int,
+    a: tuple[int, int],
+    b_row: int,
+    c_row: int,
+    width: int,
+    addend: Operand | None = None,
+) -> ir.Function:
+    """``module``'s declaration of ``gemm(a, b, c, d)``: :func:`emit_gemm` of ``A``
+    (element strides ``a``), ``B`` (row stride ``b_row``) into ``C`` (row stride
+    ``c_row``), plus ``D`` (row stride ``addend.row``) where ``addend`` is given (its
+    pointer is the call's, not this one's), compiled once per process
+    (:func:`~ember.backend.kernel.llvm.shared.shared_function`)."""
+    from ember.backend.kernel.llvm.shared import shared_function
+
+    stem, recipe, build = _gemm_recipe(m, n, k, a, b_row, c_row, width, None if addend is None else addend.row)
+    ptr = ir.PointerType()
+    return shared_function(module, stem, recipe, ir.FunctionType(ir.VoidType(), [ptr] * 4), build)
+
+
+def shared_gemm_address(
+    m: int, n: int, k: int, a: tuple[int, int], b_row: int, c_row: int, width: int, addend_row: int | None
+) -> int:
+    """The address of :func:`shared_gemm`'s function (``addend_row`` ``None``: no addend),
+    compiled (or loaded) once per process: flex's eager products call it directly."""
+    from ember.backend.kernel.llvm.shared import address
+
+    return address(*_gemm_recipe(m, n, k, a, b_row, c_row, width, addend_row))
 
 
 def _emit_block(
@@ -347,11 +429,14 @@ __all__ = [
     "applies_nt",
     "applies_packed",
     "emit_gemm",
+    "emit_shared_gemm",
     "emit_gemm_nt",
     "emit_gemm_packed",
     "emit_pack",
     "enabled",
     "lanes",
     "packed_floats",
+    "shared_gemm",
+    "shared_gemm_address",
     "panel",
 ]
