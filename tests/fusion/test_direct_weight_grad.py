@@ -140,7 +140,7 @@ def test_the_kernel_alone_against_numpy_float64(conv, n, width, rng):
     module.triple, module.data_layout = jit.triple(), jit.data_layout()
     weights = conv.outputs * conv.window
     stride = (conv.outputs + 2) * int(np.prod(conv.out))
-    direct_weight_grad_function(module, "dw", conv, None, samples, stride).linkage = "external"
+    direct_weight_grad_function(module, "dw", conv, None, stride).linkage = "external"
     lane_sums_function(module, "sums", weights, width, None).linkage = "external"
     compiled = jit.compile_module(str(module), ["dw", "sums"], cache=False)
     p = ctypes.c_void_p

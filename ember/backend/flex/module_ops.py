@@ -1,8 +1,9 @@
 """flex's module ops: convolution by im2col plus one matmul, vectorised pooling.
 
-float32 stride-1 convolutions with small windows, forward and transposed, run the
-direct kernel instead where compiled plans run it (:mod:`.native_direct`: hosts with
-512-bit vectors by default), so eager and compiled code convolve them alike.
+float32 stride-1 convolutions with small windows, forward, transposed and their weight
+gradients, run the direct kernels instead where compiled plans run them
+(:mod:`.native_direct`: hosts with 512-bit vectors by default), so eager and compiled
+code convolve them alike.
 
 Windows are strided views of the padded input (``as_strided``); one copy makes
 them contiguous columns ``[C * K, N * P]`` and one matmul per group (not one per
@@ -561,6 +562,10 @@ def _conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups):
     o = weight_shape[0]
     kernel = weight_shape[2:]
     out = grad.shape[2:]
+    if all(st == 1 for st in stride):  # small windows: the direct kernel compiled plans run
+        direct = native_direct.conv_weight_grad(x, grad, weight_shape, tuple(lo for lo, _ in padding), dilation, groups)
+        if direct is not None:
+            return direct
     native = native_columns(x, kernel, stride, padding, dilation, out, groups)
     if native is not None:
         g = scratch("grid_grad", (o, n) + tuple(out), grad.dtype)

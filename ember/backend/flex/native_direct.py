@@ -1,8 +1,10 @@
 """flex's direct convolutions: the kernel layer's batch loop over the direct kernel
 (:mod:`ember.backend.kernel.llvm.direct_batch`, the loop fusion's compiled plans run)
 compiled per shape, for float32 stride-1 convolutions with small windows, forward and
-transposed (a convolution's input gradient, as a convolution with the flipped kernel).
-Eager and compiled code then convolve such layers with the same kernel.
+transposed (a convolution's input gradient, as a convolution with the flipped kernel),
+and their weight gradients (:mod:`ember.backend.kernel.llvm.direct_weight_batch`,
+where its rows fill their vectors). Eager and compiled code then convolve such layers
+with the same kernels.
 
 Where :func:`ember.backend.kernel.llvm.direct_batch.enabled` says (``EMBER_GEMM``;
 hosts with 512-bit vectors by default), for outputs of
@@ -117,4 +119,54 @@ def conv_transpose(
     return conv(x, flipped.reshape((groups * og, ig, *kernel)), bias, pad, tuple(dilation), out, groups)
 
 
-__all__ = ["conv", "conv_transpose"]
+def conv_weight_grad(
+    x: np.ndarray,
+    grad: np.ndarray,
+    weight_shape: tuple[int, ...],
+    pad: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> np.ndarray | None:
+    """The weight gradient ``[O, C / groups, *kernel]`` of the stride-1 convolution of
+    ``x`` ``[N, C, *spatial]`` padded by ``pad`` before each dim, given its output
+    gradient ``grad`` ``[N, O, *out]``, by the loop and kernel compiled plans run
+    (:mod:`ember.backend.kernel.llvm.direct_weight_batch`); ``None`` where the direct
+    weight gradient does not apply."""
+    from ember.backend.kernel.llvm import direct_batch, direct_weight_batch, jit
+
+    n, c_in = x.shape[:2]
+    c_out, out = grad.shape[1], tuple(grad.shape[2:])
+    if n == 0 or x.dtype != _F32 or grad.dtype != _F32 or not enabled(grad.size, _F32) or not direct_batch.enabled():
+        return None
+    width = jit.vector_width() or 256
+    # one loop per geometry, whatever the batch size: the sample count is read at run time
+    batch = direct_weight_batch.direct_weight_batch(
+        c_in, c_out, groups, tuple(x.shape[2:]), tuple(weight_shape[2:]), tuple(pad), tuple(dilation), out, width
+    )
+    if batch is None:
+        return None
+
+    def emit(parts: Any) -> None:
+        from llvmlite import ir
+
+        e, (src, dy, dst, samples) = parts
+        count = e.b.load(samples, typ=ir.IntType(64))
+        direct_weight_batch.emit_direct_weight_grad(e, e.b.module, "ember_flex", batch, width, src, dy, dst, count)
+
+    def build() -> Any:
+        # the shared functions first: cached machine code of the entry links to them
+        direct_weight_batch.register_direct_weight_grad(batch, width)
+        return compile_entry(emit, "ember_direct_weight_grad", pointers=4, recipe=key)
+
+    key = ("direct_weight_grad", batch, width)
+    found = cached(key, build)
+    if found is None:
+        return None
+    x, grad = np.ascontiguousarray(x), np.ascontiguousarray(grad)
+    result = np.empty(tuple(weight_shape), dtype=_F32)
+    samples = np.array([n], dtype=np.int64)
+    found[1](native.address(x), native.address(grad), native.address(result), native.address(samples))
+    return result
+
+
+__all__ = ["conv", "conv_transpose", "conv_weight_grad"]

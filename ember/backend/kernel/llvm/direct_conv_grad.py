@@ -102,10 +102,10 @@ def _at(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value | int) -> ir.Value:
 
 
 def direct_weight_grad_function(
-    module: ir.Module, name: str, conv: DirectConv, vector_bits: int | None, samples: int, grad_stride: int
+    module: ir.Module, name: str, conv: DirectConv, vector_bits: int | None, grad_stride: int
 ) -> ir.Function:
-    """``name(padded, grad, acc, count)``: adds the weight gradient of ``count`` (at most
-    ``samples``) samples into ``acc`` (``[outputs, channels, *kernel, width]``: lane-wise
+    """``name(padded, grad, acc, count)``: adds the weight gradient of ``count`` samples
+    into ``acc`` (``[outputs, channels, *kernel, width]``: lane-wise
     partial sums). ``padded`` holds the samples' padded inputs (``[count, channels,
     *padded]``), ``grad`` their output gradients (``[outputs, *out]`` dense per sample,
     ``grad_stride`` floats from one sample's to the next); see the module docstring."""
