@@ -34,7 +34,8 @@ def test_compiled_products_match_numpy(rng, inline, monkeypatch):
     if not inline:
         monkeypatch.setenv(small_gemm.INLINE_ENV, "blas")
     emitted = []
-    for name, real in (("emit_gemm", small_gemm.emit_gemm), ("emit_gemm_nt", small_gemm.emit_gemm_nt)):
+    spied = (("emit_shared_gemm", small_gemm.emit_shared_gemm), ("emit_gemm_nt", small_gemm.emit_gemm_nt))
+    for name, real in spied:
 
         def spy(*args, real=real, name=name):
             emitted.append(name)
@@ -48,7 +49,7 @@ def test_compiled_products_match_numpy(rng, inline, monkeypatch):
     compiled(*tensors)  # the first call replays; the plan compiles for the next
     ours = compiled(*tensors)
     # x^T g inline, g w^T as dot products (x w may run ember's own product: an inference plan)
-    assert set(emitted) == ({"emit_gemm", "emit_gemm_nt"} if inline else set())
+    assert set(emitted) == ({"emit_shared_gemm", "emit_gemm_nt"} if inline else set())
     x, w, g = (a.astype(np.float64) for a in arrays)
     for got, ref in zip(ours, (x @ w, g @ w.T, x.T @ g)):
         np.testing.assert_allclose(got.to_numpy(), ref, rtol=1e-5, atol=1e-4)
