@@ -357,4 +357,19 @@ def gemm_function(
     return fn
 
 
-__all__ = ["Blocking", "blocking", "gemm_function", "pack_a_floats", "pack_b_floats"]
+def shared_gemm_function(module: ir.Module, block: Blocking, vector_bits: int | None) -> ir.Function:
+    """``module``'s declaration of :func:`gemm_function` for ``block``, compiled once per
+    process (and kept in the object cache: its IR depends on the blocking alone) instead
+    of in every plan that multiplies with it
+    (:func:`~ember.backend.kernel.llvm.shared.shared_function`)."""
+    from ember.backend.kernel.llvm.shared import shared_function
+
+    signature = ir.FunctionType(ir.VoidType(), [I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, I1, PTR, PTR])
+
+    def build(own: ir.Module, name: str) -> ir.Function:
+        return gemm_function(own, name, block, vector_bits)
+
+    return shared_function(module, "ember_sgemm", ("sgemm", block, vector_bits), signature, build)
+
+
+__all__ = ["Blocking", "blocking", "gemm_function", "pack_a_floats", "pack_b_floats", "shared_gemm_function"]
