@@ -67,11 +67,13 @@ def matmul(
         a = np.ascontiguousarray(a)
         a_strides = (k, 1)
     with_bias = bias is not None
+    a_rows, a_cols = a_strides  # two dims
 
     def build() -> Any:
         # the function compiled plans call for the same product (kernel/llvm/shared.py)
         try:
-            at = small_gemm.shared_gemm_address(m, n, k, a_strides, b_strides[0], n, _lanes(), 0 if with_bias else None)
+            addend = 0 if with_bias else None  # the bias row, broadcast over the rows
+            at = small_gemm.shared_gemm_address(m, n, k, (a_rows, a_cols), b_strides[0], n, _lanes(), addend)
         except Exception:  # an unsupported host or llvmlite version: numpy instead
             return None
         return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4))(at)
