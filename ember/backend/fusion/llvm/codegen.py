@@ -28,6 +28,7 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.flex import blas as blas_mod
+from ember.backend.fusion.llvm import sgemm as sgemm_mod
 from ember.backend.fusion.llvm.chains import chain_scratch, emit_chain
 from ember.backend.fusion.llvm.library import LIBRARY, Emitter
 from ember.backend.fusion.llvm.sgemm import (
@@ -410,6 +411,7 @@ class ModuleBuilder:
             and lb is not None
             and not la[0]
             and not lb[0]
+            and not sgemm_mod.own_product_skips(m, n, k, small_gemm.lanes(self.vector_width))
         )
         lanes = small_gemm.lanes(self.vector_width)
         single = self.blas is not None and self.blas.threads <= 1

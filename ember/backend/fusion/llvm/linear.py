@@ -25,7 +25,7 @@ import numpy as np
 
 from ember.backend.fusion.graph import Graph, Node, Ref
 from ember.backend.fusion.llvm.emitter import Emitter, LibraryOp, no_scratch
-from ember.backend.fusion.llvm.sgemm import own_sgemm
+from ember.backend.fusion.llvm.sgemm import own_product_skips, own_sgemm
 from ember.backend.kernel.llvm import jit, small_gemm
 from ember.backend.kernel.llvm.small_gemm import Operand
 from ember.backend.kernel.views import size_of
@@ -47,11 +47,18 @@ def _supports(graph: Graph, node: Node, target: Any) -> bool:
     return size_of(xs[:-1]) >= small_gemm.ROWS and small_gemm.applies(ws[1], small_gemm.lanes(jit.vector_width()))
 
 
-def expanded_instead(graph: Graph) -> bool:
+def expanded_instead(graph: Graph, node: Node) -> bool:
     """Whether a ``linear`` this lowering supports is expanded all the same: in a plan
     that runs ember's blocked product (:func:`~ember.backend.fusion.llvm.sgemm.own_sgemm`
-    of the graph as recorded; the expanded graph no longer shows its backward ops)."""
-    return own_sgemm(graph) is not None
+    of the graph as recorded; the expanded graph no longer shows its backward ops), for
+    a product too large for the inline loops there
+    (:func:`~ember.backend.fusion.llvm.sgemm.own_product_skips`)."""
+    if own_sgemm(graph) is None:
+        return False
+    x, weight, _ = node.args
+    k, n = graph.avals[weight].shape
+    m = size_of(graph.avals[x].shape[:-1])
+    return not own_product_skips(m, n, k, small_gemm.lanes(jit.vector_width()))
 
 
 def _linear(e: Emitter) -> None:

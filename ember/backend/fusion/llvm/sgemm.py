@@ -76,6 +76,33 @@ def host_blocking() -> Blocking:
     return blocking(jit.vector_width())
 
 
+#: Under ``auto``, products below this many multiply-adds that the inline loops take
+#: (:mod:`~ember.backend.kernel.llvm.small_gemm`) run those loops even in plans that run
+#: ember's own product: the function flex's eager product calls for the shape, shared by
+#: name (so the plan compiles no product eager compiled). They measured as fast or
+#: faster there (CPU time, compiled ``relu(a @ b)``, OpenBLAS pinned to ``Haswell``,
+#: 3 alternating rounds, own -> inline): 256x512x64 77 -> 72 us, 1024x128x128 152 ->
+#: 153, 1024x512x128 569 -> 567, 128x768x768 699 -> 643; at 2^27 and beyond they were
+#: even or behind (256x1024x1024 2.72-2.79 -> 2.82-3.69 ms).
+OWN_MIN_WORK = 1 << 27
+#: Products below this many multiply-adds that the inline loops do not take stay on
+#: BLAS: its set-up is small beside ember's packing there (same measure, own -> BLAS:
+#: 256x64x10 7.5-10.9 -> 6.9-7.1 us, 32x64x10 3.2 -> 2.7; 1024x128x65, 8.5M
+#: multiply-adds, 119 -> 175 us, keeps the own product).
+OWN_MIN_BLAS_WORK = 1 << 20
+
+
+def own_product_skips(m: int, n: int, k: int, lanes: int) -> bool:
+    """Whether a product of a plan that runs ember's own product runs the inline loops
+    or BLAS instead (see :data:`OWN_MIN_WORK`, :data:`OWN_MIN_BLAS_WORK`; never under
+    ``EMBER_GEMM=ember``)."""
+    if gemm_setting() != "auto":
+        return False
+    work = m * n * k
+    inline = m >= small_gemm.ROWS and small_gemm.applies(n, lanes)
+    return work < OWN_MIN_BLAS_WORK or (inline and work < OWN_MIN_WORK)
+
+
 def inline_form(
     eligible: bool,
     dtype: np.dtype,

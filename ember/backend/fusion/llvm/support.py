@@ -67,7 +67,7 @@ class LLVMTarget(Target):
         if node.op not in EXPANDED or not float_operands(graph, node):
             return False
         if node.op in LIBRARY and self.library(graph, node):  # a row kernel (softmax) instead
-            return node.op == "linear" and linear_expanded_instead(graph)
+            return node.op == "linear" and linear_expanded_instead(graph, node)
         if node.op in ("linear", "linear_backward"):
             # Expanded into matmuls: only when those compile (BLAS, or small enough).
             return self.blas is not None or _work(graph, node) < self.blas_threshold
