@@ -70,3 +70,25 @@ def test_kernels_differing_in_size_and_scalar_slots_share_one_function(rng):
     assert any({15, 1320} <= sizes for sizes in extents.values()), extents
     defined = set(re.findall(r"define internal void @\"?([\w.]*_k\d+)\"?\(", ir))
     assert set(extents) <= defined
+
+
+def test_reductions_differing_in_their_outer_extent_share_one_function(rng):
+    """Row sums along the innermost dim of [3, 8] and [70, 8] (the loop over rows takes
+    its count as an argument; the reduced dim, and so the order of the sums, stays)."""
+    values = [rng.standard_normal(shape).astype(np.float32) for shape in ((3, 8), (70, 8))]
+
+    def step(a, b):
+        return (a.exp() * 0.5).sum_dim(1), (b.exp() * 0.5).sum_dim(1)
+
+    compiled = ember.compile(step)
+    args = [Tensor.from_data(v, device=Device.flex()) for v in values]
+    compiled(*args)  # the first call replays; the plan compiles for the next
+    got = [t.to_numpy() for t in compiled(*args)]
+    for value, x in zip(got, values):
+        np.testing.assert_allclose(value[:, 0], (np.exp(x.astype(np.float64)) * 0.5).sum(1), rtol=1e-6)
+    (entry,) = compiled._entries.values()
+    (variant,) = entry.plan.variants
+    extents: dict[str, set[int]] = {}
+    for name, extent in re.findall(r"call void @\"?([\w.]*_k\d+)\"?\([^\n]*, i64 (\d+)\)", variant.ir):
+        extents.setdefault(name, set()).add(int(extent))
+    assert any({3, 70} <= sizes for sizes in extents.values()), extents

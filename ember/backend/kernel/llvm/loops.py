@@ -198,7 +198,9 @@ class KernelEmitter:
         self.store_views = [View.contiguous(red_space if s.reduced else kernel.space) for s in stores]
         views = [ld.args[0] for ld in self.loads] + self.store_views
         self.space = simplify(tuple(kernel.space), kernel.dim, views)
-        assert extent is None or outer_extent(kernel) is not None, "a run-time extent only where outer_extent allows"
+        assert extent is None or (self.space.sizes and self.space.red != 0), (
+            "a run-time extent where outer_extent allows"
+        )
         self.n_loads = len(self.loads)
         self.load_index = {id(e): i for i, e in enumerate(self.loads)}
         self.invariant: dict[int, ir.Value] = {}
@@ -405,7 +407,7 @@ class KernelEmitter:
             m: dict[int, ir.Value] = {}
             self.store_all(reduced, point, m, values)
 
-        self.loops.nest(sizes[:-1], outer)
+        self.loops.nest(sizes[:-1], outer, extent=self.extent)
 
     def rows(self) -> None:
         """Reduction along an outer dim: a row of accumulators per reduction in scratch."""
@@ -475,7 +477,7 @@ class KernelEmitter:
 
             self.loops.nest(inner_sizes, epilogue)
 
-        self.loops.nest(outer_sizes, outer)
+        self.loops.nest(outer_sizes, outer, extent=self.extent)
 
 
 def _space(kernel: Kernel) -> Space:
@@ -487,15 +489,16 @@ def _space(kernel: Kernel) -> Space:
 
 
 def outer_extent(kernel: Kernel) -> int | None:
-    """The trip count of an elementwise kernel's outermost loop, which its function may
-    take as an argument (so kernels that differ only in it share one function), or
-    ``None`` where the kernel reduces. Only that loop's bound reads it: the strides
-    and offsets are those of the inner dims and the views, and each element's value
-    does not depend on how many there are, so the results are the same."""
-    if kernel.dim is not None:
+    """The trip count of a kernel's outermost loop, which its function may take as an
+    argument (so kernels that differ only in it share one function), or ``None``
+    where the kernel reduces along that dim. Only that loop's bound reads it: the
+    strides and offsets are those of the inner dims and the views, a reduction along
+    an inner dim (and its scratch row) spans inner dims only, and each element's
+    value does not depend on how many there are, so the results are the same."""
+    space = _space(kernel)
+    if not space.sizes or space.red == 0:
         return None
-    sizes = _space(kernel).sizes
-    return sizes[0] if sizes else None
+    return space.sizes[0]
 
 
 def scalar_base(kernel: Kernel) -> int:
