@@ -39,14 +39,15 @@ from ember.backend.fusion.llvm.sgemm import (
     own_sgemm,
     repacks,
 )
-from ember.backend.fusion.llvm.support import blas_layout
+from ember.backend.fusion.llvm.support import blas_layout, folds, gemv_args
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
 from ember.backend.kernel.llvm import small_gemm
 from ember.backend.kernel.llvm.builder import KernelBuilder
 from ember.backend.kernel.llvm.gemm import shared_gemm_function
-from ember.backend.kernel.llvm.loops import KernelEmitter, Loops
+from ember.backend.kernel.llvm.loops import KernelEmitter, Loops, outer_extent, scalar_base
 from ember.backend.kernel.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.kernel.llvm.ops import OpEmitter
+from ember.backend.kernel.llvm.same_code import SameCode
 from ember.backend.kernel.llvm.small_gemm import Operand
 from ember.backend.kernel.steps import Kernel, Matmul
 from ember.backend.kernel.views import View, size_of
@@ -112,6 +113,7 @@ class ModuleBuilder:
         self.vector_width = jit.vector_width()
         self.math = MathLib(self.module)
         self.ops = OpEmitter(self.math)
+        self.same_code = SameCode(self.module)  # kernels with the same code: one function
         self._gemm: dict[str, ir.Function] = {}
         self._gemv: dict[str, ir.Function] = {}
         self._products: dict[tuple, ir.Function] = {}
@@ -179,9 +181,11 @@ class ModuleBuilder:
                 args = [pointer(buf) for buf in storage]
                 if scratch is not None:
                     args.append(pointer(scratch))
-                kernel = self.kernel(f"{name}_k{index}", step, buffers, storage, scratch is not None)
+                base, extent = scalar_base(step), outer_extent(step)
+                kernel = self.kernel(f"{name}_k{index}", step, buffers, storage, scratch is not None, base, extent)
                 self._outline(kernel, size_of(step.space))
-                b.call(kernel, args + [scalars])
+                args.append(b.gep(scalars, [ir.Constant(I64, base)], source_etype=F64) if base else scalars)
+                b.call(kernel, args + ([] if extent is None else [ir.Constant(I64, extent)]))
             elif isinstance(step, Library):
                 buffers = sorted(step.reads() | step.writes())
                 regions = self._regions(step)
@@ -250,19 +254,29 @@ class ModuleBuilder:
 
     # ------------------------------------------------------------------ kernels
     def kernel(
-        self, name: str, kernel: Kernel, buffers: list[int], storage: list[int], has_scratch: bool
+        self,
+        name: str,
+        kernel: Kernel,
+        buffers: list[int],
+        storage: list[int],
+        has_scratch: bool,
+        first_scalar: int,
+        extent: int | None,
     ) -> ir.Function:
         """A kernel's function: one ``noalias`` pointer per distinct storage (a donated
-        output and the input it is written into share one)."""
-        fn = self._function(name, len(storage) + int(has_scratch), [PTR])
+        output and the input it is written into share one), the scalars from slot
+        ``first_scalar`` on, and the outer extent where it is an argument; or an earlier
+        kernel's function with the same code (see :mod:`~ember.backend.kernel.llvm.same_code`)."""
+        n = len(storage) + int(has_scratch)
+        fn = self._function(name, n, [PTR] + ([] if extent is None else [I64]))
         by_storage = dict(zip(storage, fn.args))
         base = {buf: by_storage[self.aliases.get(buf, buf)] for buf in buffers}
         scratch = fn.args[len(storage)] if has_scratch else None
-        scalars = fn.args[-1]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        KernelEmitter(self.math, self.ops, b, kernel, base, scratch, scalars).emit()
+        count = None if extent is None else fn.args[n + 1]
+        KernelEmitter(self.math, self.ops, b, kernel, base, scratch, fn.args[n], first_scalar, count).emit()
         b.ret_void()
-        return fn
+        return self.same_code.share(fn)
 
     # ------------------------------------------------------------------ library steps
     def _regions(self, step: Library) -> dict[str, int]:
@@ -391,7 +405,7 @@ class ModuleBuilder:
         work = m * n * k
         la, lb = blas_layout(a_view), blas_layout(b_view)
         use_blas = self.blas is not None and work >= self.blas_threshold and k > 0 and la is not None and lb is not None
-        if use_blas and batch and _folds(a_view, b_view, la, m):
+        if use_blas and batch and folds(a_view, b_view, la, m):
             # A shared B and batches of A rows one after another: one product with all
             # the rows (OpenBLAS packs B once instead of once per batch; a decode step
             # at batch 8, [8, 1, d] @ [d, n], reads B once instead of in 8 gemvs).
@@ -403,7 +417,7 @@ class ModuleBuilder:
             out_shape = (m, n)
             la = blas_layout(a_view)
         gemv = self.gemv(step.dtype) if use_blas and k > 1 and (m == 1) != (n == 1) else None
-        vector = None if gemv is None else _gemv_args(a_view, b_view, la, lb, m, n, k)
+        vector = None if gemv is None else gemv_args(a_view, b_view, la, lb, m, n, k)
         own = (
             self.own_products
             and step.dtype == np.dtype(np.float32)
@@ -560,45 +574,6 @@ class ModuleBuilder:
 
     def build(self) -> str:
         return str(self.module)
-
-
-def _gemv_args(
-    a_view: View, b_view: View, la: tuple[bool, int] | None, lb: tuple[bool, int] | None, m: int, n: int, k: int
-) -> tuple[bool, int, int, int, int, int, bool] | None:
-    """``cblas_?gemv``'s arguments for ``a @ b`` with one row (``m == 1``: ``c = b^T
-    a``) or one column (``n == 1``: ``c = a b``): ``(transposed, rows, cols, ld,
-    x_inc, y_inc, matrix_is_a)``, the matrix being stored row-major as BLAS reads it;
-    ``None`` when the vector's stride is 0 (a broadcast row) and gemm is called."""
-    if m == 1 and lb is not None:
-        inc = a_view.strides[-1]
-        if inc <= 0:
-            return None
-        trans, ld = lb
-        # b is [k, n]: stored as is (gemv of its transpose) or as [n, k] (plain gemv).
-        return (False, n, k, ld, inc, 1, False) if trans else (True, k, n, ld, inc, 1, False)
-    if n == 1 and la is not None:
-        inc = b_view.strides[-2]
-        if inc <= 0:
-            return None
-        trans, ld = la
-        # a is [m, k]: stored as is (plain gemv) or as [k, m] (gemv of its transpose).
-        return (True, k, m, ld, inc, 1, True) if trans else (False, m, k, ld, inc, 1, True)
-    return None
-
-
-def _folds(a: View, b: View, layout: tuple[bool, int] | None, m: int) -> bool:
-    """Whether a batched product is one product with the batches' rows stacked: ``b``
-    the same matrix in every batch, ``a`` untransposed with each batch's rows right
-    after the previous batch's (its batch dims walk rows at the row stride)."""
-    rank = len(a.shape) - 2
-    if layout is None or layout[0] or m < 1 or any(s != 0 for s in b.strides[:rank]):
-        return False
-    expected = m * layout[1]
-    for d in range(rank - 1, -1, -1):
-        if a.shape[d] != 1 and a.strides[d] != expected:
-            return False
-        expected *= a.shape[d]
-    return True
 
 
 def _offset(b: ir.IRBuilder, view: View, indices: list[ir.Value]) -> ir.Value:

@@ -185,3 +185,42 @@ def blas_layout(view: View) -> tuple[bool, int] | None:
     if (rows == 1 or rs == 1) and (cols == 1 or cs >= max(rows, 1)):
         return True, cs if cols > 1 else max(rows, 1)
     return None
+
+
+def gemv_args(
+    a_view: View, b_view: View, la: tuple[bool, int] | None, lb: tuple[bool, int] | None, m: int, n: int, k: int
+) -> tuple[bool, int, int, int, int, int, bool] | None:
+    """``cblas_?gemv``'s arguments for ``a @ b`` with one row (``m == 1``: ``c = b^T
+    a``) or one column (``n == 1``: ``c = a b``): ``(transposed, rows, cols, ld,
+    x_inc, y_inc, matrix_is_a)``, the matrix being stored row-major as BLAS reads it;
+    ``None`` when the vector's stride is 0 (a broadcast row) and gemm is called."""
+    if m == 1 and lb is not None:
+        inc = a_view.strides[-1]
+        if inc <= 0:
+            return None
+        trans, ld = lb
+        # b is [k, n]: stored as is (gemv of its transpose) or as [n, k] (plain gemv).
+        return (False, n, k, ld, inc, 1, False) if trans else (True, k, n, ld, inc, 1, False)
+    if n == 1 and la is not None:
+        inc = b_view.strides[-2]
+        if inc <= 0:
+            return None
+        trans, ld = la
+        # a is [m, k]: stored as is (plain gemv) or as [k, m] (gemv of its transpose).
+        return (True, k, m, ld, inc, 1, True) if trans else (False, m, k, ld, inc, 1, True)
+    return None
+
+
+def folds(a: View, b: View, layout: tuple[bool, int] | None, m: int) -> bool:
+    """Whether a batched product is one product with the batches' rows stacked: ``b``
+    the same matrix in every batch, ``a`` untransposed with each batch's rows right
+    after the previous batch's (its batch dims walk rows at the row stride)."""
+    rank = len(a.shape) - 2
+    if layout is None or layout[0] or m < 1 or any(s != 0 for s in b.strides[:rank]):
+        return False
+    expected = m * layout[1]
+    for d in range(rank - 1, -1, -1):
+        if a.shape[d] != 1 and a.strides[d] != expected:
+            return False
+        expected *= a.shape[d]
+    return True

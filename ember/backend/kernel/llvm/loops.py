@@ -24,7 +24,7 @@ from ember.backend.kernel.exprs import ACCESSES, Expr
 from ember.backend.kernel.llvm import philox
 from ember.backend.kernel.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
 from ember.backend.kernel.llvm.ops import OpEmitter
-from ember.backend.kernel.space import simplify
+from ember.backend.kernel.space import Space, simplify
 from ember.backend.kernel.steps import Kernel
 from ember.backend.kernel.views import View, size_of
 from ember.backend.ops import ReduceOp
@@ -65,17 +65,19 @@ class Loops:
         self.b = builder
 
     def run(
-        self, n: int, body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]], carry: list[ir.Value] | None = None
+        self,
+        n: int | ir.Value,
+        body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+        carry: list[ir.Value] | None = None,
     ) -> list[ir.Value]:
         """Emits ``for i in range(n)``; ``body(i, carried) -> new carried``; returns the
-        carried values after the loop. ``n`` is at least 1."""
+        carried values after the loop. ``n`` (a constant or an ``i64`` value) is at least 1."""
         b = self.b
         head = b.function.append_basic_block("loop")
         done = b.function.append_basic_block("done")
         b.branch(head)
-        new, _, _ = self._loop(
-            head, done, body, carry or [], lambda step: b.icmp_unsigned("<", step, ir.Constant(I64, n))
-        )
+        bound = ir.Constant(I64, n) if isinstance(n, int) else n
+        new, _, _ = self._loop(head, done, body, carry or [], lambda step: b.icmp_unsigned("<", step, bound))
         return new
 
     def count(
@@ -133,9 +135,14 @@ class Loops:
         return list(new), pre, latch
 
     def nest(
-        self, sizes: list[int], body: Callable[[list[ir.Value]], None], prefix: list[ir.Value] | None = None
+        self,
+        sizes: list[int],
+        body: Callable[[list[ir.Value]], None],
+        prefix: list[ir.Value] | None = None,
+        extent: ir.Value | None = None,
     ) -> None:
-        """Nested loops over ``sizes`` (outermost first); ``body(indices)``."""
+        """Nested loops over ``sizes`` (outermost first); ``body(indices)``. A given
+        ``extent`` (an ``i64`` value equal to ``sizes[0]``) bounds the outermost loop."""
         prefix = list(prefix or [])
         if not sizes:
             body(prefix)
@@ -145,7 +152,7 @@ class Loops:
             self.nest(sizes[1:], body, prefix + [i])
             return []
 
-        self.run(sizes[0], inner)
+        self.run(sizes[0] if extent is None else extent, inner)
 
 
 class KernelEmitter:
@@ -160,13 +167,20 @@ class KernelEmitter:
         base: dict[int, ir.Value],
         scratch: ir.Value | None,
         scalars: ir.Value,
+        scalar_base: int = 0,
+        extent: ir.Value | None = None,
     ):
+        """``scalars`` points at run-time scalar slot ``scalar_base`` (see
+        :func:`scalar_base`); ``extent``, where :func:`outer_extent` allows it, is the
+        outermost loop's trip count as a value instead of a constant."""
         self.math = math_lib
         self.b = b
         self.kernel = kernel
         self.base = base
         self.scratch = scratch
         self.scalars = scalars
+        self.scalar_base = scalar_base
+        self.extent = extent
         self.ops = ops
         self.loops = Loops(b)
         stores = kernel.stores
@@ -184,6 +198,9 @@ class KernelEmitter:
         self.store_views = [View.contiguous(red_space if s.reduced else kernel.space) for s in stores]
         views = [ld.args[0] for ld in self.loads] + self.store_views
         self.space = simplify(tuple(kernel.space), kernel.dim, views)
+        assert extent is None or (self.space.sizes and self.space.red != 0), (
+            "a run-time extent where outer_extent allows"
+        )
         self.n_loads = len(self.loads)
         self.load_index = {id(e): i for i, e in enumerate(self.loads)}
         self.invariant: dict[int, ir.Value] = {}
@@ -239,7 +256,7 @@ class KernelEmitter:
         elif kind == "const":
             out = const(e.dtype, e.op)
         elif kind == "scalar":
-            slot = b.gep(self.scalars, [ir.Constant(I64, e.op)], source_etype=F64)
+            slot = b.gep(self.scalars, [ir.Constant(I64, e.op - self.scalar_base)], source_etype=F64)
             out = self.ops.from_double(b, b.load(slot, typ=F64, align=8), e.dtype)
         elif kind == "acc":
             assert accs is not None, "an epilogue reads a reduction's result: the caller gives the accumulators"
@@ -306,7 +323,7 @@ class KernelEmitter:
                 # kernel also reads (a donated input, see fusion.memory.donate).
                 self.store_all(stores, indices, {})
 
-            self.loops.nest(self.space.sizes, body)
+            self.loops.nest(self.space.sizes, body, extent=self.extent)
             return
         red = self.space.red
         if red == len(self.space.sizes) - 1:
@@ -390,7 +407,7 @@ class KernelEmitter:
             m: dict[int, ir.Value] = {}
             self.store_all(reduced, point, m, values)
 
-        self.loops.nest(sizes[:-1], outer)
+        self.loops.nest(sizes[:-1], outer, extent=self.extent)
 
     def rows(self) -> None:
         """Reduction along an outer dim: a row of accumulators per reduction in scratch."""
@@ -460,7 +477,37 @@ class KernelEmitter:
 
             self.loops.nest(inner_sizes, epilogue)
 
-        self.loops.nest(outer_sizes, outer)
+        self.loops.nest(outer_sizes, outer, extent=self.extent)
+
+
+def _space(kernel: Kernel) -> Space:
+    """A kernel's simplified iteration space (as :class:`KernelEmitter` loops over it)."""
+    views = [e.args[0] for s in kernel.stores for e in s.expr.walk() if e.kind in ACCESSES]
+    views += [e.args[0] for r in kernel.reductions for e in r.expr.walk() if e.kind in ACCESSES]
+    views += [View.contiguous(kernel.reduced_space if s.reduced else kernel.space) for s in kernel.stores]
+    return simplify(tuple(kernel.space), kernel.dim, views)
+
+
+def outer_extent(kernel: Kernel) -> int | None:
+    """The trip count of a kernel's outermost loop, which its function may take as an
+    argument (so kernels that differ only in it share one function), or ``None``
+    where the kernel reduces along that dim. Only that loop's bound reads it: the
+    strides and offsets are those of the inner dims and the views, a reduction along
+    an inner dim (and its scratch row) spans inner dims only, and each element's
+    value does not depend on how many there are, so the results are the same."""
+    space = _space(kernel)
+    if not space.sizes or space.red == 0:
+        return None
+    return space.sizes[0]
+
+
+def scalar_base(kernel: Kernel) -> int:
+    """The lowest run-time scalar slot a kernel reads (0 when it reads none): its
+    function is given a pointer to that slot, and reads the others relative to it, so
+    kernels that differ only in where their scalars are share one function."""
+    slots = [e.op for x in kernel.stores for e in x.expr.walk() if e.kind == "scalar"]
+    slots += [e.op for r in kernel.reductions for e in r.expr.walk() if e.kind == "scalar"]
+    return min(slots, default=0)
 
 
 def scratch_bytes(kernel: Kernel) -> int:
@@ -468,10 +515,7 @@ def scratch_bytes(kernel: Kernel) -> int:
     reduces along a dim that is not innermost (after simplification)."""
     if kernel.dim is None or not kernel.reductions:
         return 0
-    views = [e.args[0] for s in kernel.stores for e in s.expr.walk() if e.kind in ACCESSES]
-    views += [e.args[0] for r in kernel.reductions for e in r.expr.walk() if e.kind in ACCESSES]
-    views += [View.contiguous(kernel.reduced_space if s.reduced else kernel.space) for s in kernel.stores]
-    space = simplify(tuple(kernel.space), kernel.dim, views)
+    space = _space(kernel)
     red = space.red
     assert red is not None, "the kernel reduces along a dim, which simplify keeps"
     if red == len(space.sizes) - 1:
@@ -480,4 +524,4 @@ def scratch_bytes(kernel: Kernel) -> int:
     return row * 8 * len(kernel.reductions)
 
 
-__all__ = ["KernelEmitter", "Loops", "scratch_bytes"]
+__all__ = ["KernelEmitter", "Loops", "outer_extent", "scalar_base", "scratch_bytes"]
