@@ -20,7 +20,7 @@ from llvmlite import ir
 from ember.backend.flex import native_direct
 from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.kernel.llvm import jit, shared
-from ember.backend.kernel.llvm.direct_conv import DirectConv, shared_direct_conv
+from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_kernel
 from tests.fusion.oracle import Case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,15 +51,15 @@ def test_a_shared_function_compiles_once_and_modules_declare_it(monkeypatch):
 
     monkeypatch.setattr(jit, "compile_module", counting)
     first, second = ir.Module(name="a"), ir.Module(name="b")
-    fa = shared_direct_conv(first, conv, jit.vector_width())
-    fb = shared_direct_conv(second, conv, jit.vector_width())
+    fa = direct_conv_kernel(conv, jit.vector_width()).declare(first)
+    fb = direct_conv_kernel(conv, jit.vector_width()).declare(second)
     assert fa.name == fb.name == shared.symbol("ember_direct_conv", ("direct_conv", conv, jit.vector_width()))
     assert fa.is_declaration and fb.is_declaration  # no body in the calling modules
-    assert shared_direct_conv(first, conv, jit.vector_width()) is fa  # one declaration per module
+    assert direct_conv_kernel(conv, jit.vector_width()).declare(first) is fa  # one declaration per module
     assert compiles.count([fa.name]) <= 1  # compiled (or loaded) at most once, here or earlier
     assert fa.name in shared._LOADED
     other = DirectConv(3, 5, (3, 3), (1, 1), (7, 7), conv.width)
-    assert shared_direct_conv(first, other, jit.vector_width()).name != fa.name
+    assert direct_conv_kernel(other, jit.vector_width()).declare(first).name != fa.name
 
 
 def test_eager_and_compiled_convolutions_share_the_kernel(monkeypatch, rng):

@@ -70,7 +70,7 @@ def conv(
 
     def build() -> Any:
         # the shared kernel first: cached machine code of the entry links to it
-        direct_conv.register_direct_conv(batch.conv, width)
+        direct_conv.direct_conv_kernel(batch.conv, width).register()
         return compile_entry(emit, "ember_direct_conv", pointers=5, recipe=key)
 
     key = ("direct", batch, with_bias, width)

@@ -73,7 +73,7 @@ def matmul(
         # the function compiled plans call for the same product (kernel/llvm/shared.py)
         try:
             addend = 0 if with_bias else None  # the bias row, broadcast over the rows
-            at = small_gemm.shared_gemm_address(m, n, k, (a_rows, a_cols), b_strides[0], n, _lanes(), addend)
+            at = small_gemm.gemm_kernel(m, n, k, (a_rows, a_cols), b_strides[0], n, _lanes(), addend).address()
         except Exception:  # an unsupported host or llvmlite version: numpy instead
             return None
         return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4))(at)

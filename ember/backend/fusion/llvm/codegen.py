@@ -43,7 +43,7 @@ from ember.backend.fusion.llvm.support import blas_layout, folds, gemv_args
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
 from ember.backend.kernel.llvm import small_gemm
 from ember.backend.kernel.llvm.builder import KernelBuilder
-from ember.backend.kernel.llvm.gemm import shared_gemm_function
+from ember.backend.kernel.llvm.gemm import gemm_kernel
 from ember.backend.kernel.llvm.loops import KernelEmitter, Loops, outer_extent, scalar_base
 from ember.backend.kernel.llvm.mathlib import F32, F64, I8, I32, I64, REDUCE_FLAGS, MathLib, mem_type, reg_type
 from ember.backend.kernel.llvm.ops import OpEmitter
@@ -353,7 +353,7 @@ class ModuleBuilder:
         one at a time, as they share its arena."""
         if "own" not in self._gemm:
             block = host_blocking()
-            self._gemm["own"] = shared_gemm_function(self.module, block, self.vector_width)
+            self._gemm["own"] = gemm_kernel(block, self.vector_width).declare(self.module)
             for name, floats in (("a", block.mc * block.kc), ("b", block.kc * block.nc)):
                 pack = ir.GlobalVariable(self.module, ir.ArrayType(F32, floats), name=f"{self.prefix}_pack_{name}")
                 pack.linkage = "internal"

@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ember.backend.kernel.llvm import jit
 from ember.backend.kernel.llvm.builder import KernelBuilder
-from ember.backend.kernel.llvm.direct_conv import DirectConv, shared_direct_conv
+from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_kernel
 from ember.backend.kernel.llvm.mathlib import I64, const
 from ember.backend.kernel.views import contiguous_strides, size_of
 
@@ -163,7 +163,7 @@ def emit_direct_batch(
     f32 = np.dtype(np.float32)
     padded = module_buffer(b, module, f"{prefix}_direct_padded", conv.padded_floats)
     with_bias = bias is not None and epilogue is None
-    kernel = shared_direct_conv(module, conv, vector_bits)
+    kernel = direct_conv_kernel(conv, vector_bits).declare(module)
     plane, positions = size_of(batch.spatial), size_of(conv.out)
     null = ir.Constant(ir.PointerType(), None)
 

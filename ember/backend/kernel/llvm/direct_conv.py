@@ -24,14 +24,17 @@ for bit.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
 from ember.backend.kernel.llvm.loops import Loops
 from ember.backend.kernel.llvm.mathlib import F32, I64
 from ember.backend.kernel.views import contiguous_strides, size_of
+
+if TYPE_CHECKING:
+    from ember.backend.kernel.llvm.shared import SharedKernel
 
 PTR = ir.PointerType()
 
@@ -316,34 +319,18 @@ def direct_conv_function(
     return fn
 
 
-def _shared(conv: DirectConv, vector_bits: int | None) -> tuple[str, tuple, Callable[[ir.Module, str], ir.Function]]:
-    """The stem, recipe and builder of the shared :func:`direct_conv_function` (no bias:
-    the caller adds it, so that a layer with and one without share the kernel)."""
+def direct_conv_kernel(conv: DirectConv, vector_bits: int | None) -> SharedKernel:
+    """:func:`direct_conv_function` for ``conv`` as a shared kernel
+    (:class:`~ember.backend.kernel.llvm.shared.SharedKernel`), without bias (the caller
+    adds it, so that a layer with and one without share the kernel): eager kernels and
+    compiled plans that convolve a layer share its machine code."""
+    from ember.backend.kernel.llvm.shared import SharedKernel
 
     def build(own: ir.Module, name: str) -> ir.Function:
         return direct_conv_function(own, name, conv, vector_bits)
 
-    return "ember_direct_conv", ("direct_conv", conv, vector_bits), build
-
-
-def register_direct_conv(conv: DirectConv, vector_bits: int | None) -> str:
-    """Compiles (once per process) the shared :func:`direct_conv_function` for
-    ``conv`` (without bias); its symbol. Call it before loading cached code that
-    calls the function."""
-    from ember.backend.kernel.llvm.shared import ensure
-
-    return ensure(*_shared(conv, vector_bits))
-
-
-def shared_direct_conv(module: ir.Module, conv: DirectConv, vector_bits: int | None) -> ir.Function:
-    """``module``'s declaration of :func:`direct_conv_function` for ``conv`` (without
-    bias), compiled once per process
-    (:func:`~ember.backend.kernel.llvm.shared.shared_function`): eager kernels and
-    compiled plans that convolve a layer share its machine code."""
-    from ember.backend.kernel.llvm.shared import shared_function
-
-    stem, recipe, build = _shared(conv, vector_bits)
-    return shared_function(module, stem, recipe, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR]), build)
+    signature = ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, PTR])
+    return SharedKernel("ember_direct_conv", ("direct_conv", conv, vector_bits), signature, build)
 
 
 __all__ = [
@@ -351,7 +338,6 @@ __all__ = [
     "MAX_WINDOW",
     "DirectConv",
     "direct_conv_function",
-    "register_direct_conv",
+    "direct_conv_kernel",
     "segments",
-    "shared_direct_conv",
 ]

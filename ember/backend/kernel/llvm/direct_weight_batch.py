@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from llvmlite import ir
@@ -32,6 +33,9 @@ from ember.backend.kernel.llvm.direct_conv_grad import (
 )
 from ember.backend.kernel.llvm.mathlib import I64, const
 from ember.backend.kernel.views import size_of
+
+if TYPE_CHECKING:
+    from ember.backend.kernel.llvm.shared import SharedKernel
 
 _F32 = np.dtype(np.float32)
 #: A sample count past any batch: :func:`chunk_samples`' cap alone sizes the chunk.
@@ -85,13 +89,13 @@ def direct_weight_batch(
     return DirectWeightBatch(c_in, groups, spatial, pad, conv, chunk_samples(conv, _ANY if n is None else n))
 
 
-_Shared = tuple[str, tuple, Callable[[ir.Module, str], ir.Function], ir.FunctionType]
+def weight_grad_kernels(batch: DirectWeightBatch, vector_bits: int | None) -> tuple[SharedKernel, SharedKernel]:
+    """The two shared kernels the loop calls
+    (:class:`~ember.backend.kernel.llvm.shared.SharedKernel`): the weight gradient
+    (:func:`.direct_conv_grad.direct_weight_grad_function`) and the lane sums
+    (:func:`.direct_conv_grad.lane_sums_function`)."""
+    from ember.backend.kernel.llvm.shared import SharedKernel
 
-
-def _shared(batch: DirectWeightBatch, vector_bits: int | None) -> tuple[_Shared, _Shared]:
-    """The stem, recipe, builder and signature of the two shared functions the loop
-    calls: the kernel (:func:`.direct_conv_grad.direct_weight_grad_function`) and the
-    lane sums (:func:`.direct_conv_grad.lane_sums_function`)."""
     conv, grad_stride = batch.conv, batch.c_out * size_of(batch.conv.out)
 
     def build_grad(own: ir.Module, name: str) -> ir.Function:
@@ -100,28 +104,25 @@ def _shared(batch: DirectWeightBatch, vector_bits: int | None) -> tuple[_Shared,
     def build_sums(own: ir.Module, name: str) -> ir.Function:
         return lane_sums_function(own, name, batch.weights, conv.width, vector_bits)
 
-    return (
-        (
-            "ember_direct_dw",
-            ("direct_weight_grad", conv, vector_bits, grad_stride),
-            build_grad,
-            ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64]),
-        ),
-        (
-            "ember_lane_sums",
-            ("lane_sums", batch.weights, conv.width, vector_bits),
-            build_sums,
-            ir.FunctionType(ir.VoidType(), [PTR, PTR]),
-        ),
+    grad = SharedKernel(
+        "ember_direct_dw",
+        ("direct_weight_grad", conv, vector_bits, grad_stride),
+        ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64]),
+        build_grad,
     )
+    sums = SharedKernel(
+        "ember_lane_sums",
+        ("lane_sums", batch.weights, conv.width, vector_bits),
+        ir.FunctionType(ir.VoidType(), [PTR, PTR]),
+        build_sums,
+    )
+    return grad, sums
 
 
 def register_direct_weight_grad(batch: DirectWeightBatch, vector_bits: int | None) -> list[str]:
     """Compiles (once per process) the shared kernel functions ``batch``'s loop calls;
     their symbols. Call it before loading cached code that calls them."""
-    from ember.backend.kernel.llvm.shared import ensure
-
-    return [ensure(stem, recipe, build) for stem, recipe, build, _ in _shared(batch, vector_bits)]
+    return [kernel.register() for kernel in weight_grad_kernels(batch, vector_bits)]
 
 
 def emit_direct_weight_grad(
@@ -144,12 +145,7 @@ def emit_direct_weight_grad(
     conv = batch.conv
     padded = module_buffer(b, module, f"{prefix}_dw_padded", padded_floats(conv, batch.samples))
     acc = module_buffer(b, module, f"{prefix}_dw_acc", batch.weights * conv.width)
-    from ember.backend.kernel.llvm.shared import shared_function
-
-    kernel, sums = (
-        shared_function(module, stem, recipe, signature, build)
-        for stem, recipe, build, signature in _shared(batch, vector_bits)
-    )
+    kernel, sums = (shared.declare(module) for shared in weight_grad_kernels(batch, vector_bits))
     plane, positions = size_of(batch.spatial), size_of(conv.out)
     per_x = conv.channels * conv.plane
     step = ir.Constant(I64, batch.samples)
@@ -187,4 +183,10 @@ def emit_direct_weight_grad(
         b.call(sums, [acc, e.at(out, ir.Constant(I64, g * batch.weights), _F32)])
 
 
-__all__ = ["DirectWeightBatch", "direct_weight_batch", "emit_direct_weight_grad", "register_direct_weight_grad"]
+__all__ = [
+    "DirectWeightBatch",
+    "direct_weight_batch",
+    "emit_direct_weight_grad",
+    "register_direct_weight_grad",
+    "weight_grad_kernels",
+]

@@ -24,11 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
 from ember.backend.kernel.llvm.loops import Loops
 from ember.backend.kernel.llvm.mathlib import F32, I1, I64
+
+if TYPE_CHECKING:
+    from ember.backend.kernel.llvm.shared import SharedKernel
 
 PTR = ir.PointerType()
 
@@ -357,19 +361,19 @@ def gemm_function(
     return fn
 
 
-def shared_gemm_function(module: ir.Module, block: Blocking, vector_bits: int | None) -> ir.Function:
-    """``module``'s declaration of :func:`gemm_function` for ``block``, compiled once per
-    process (and kept in the object cache: its IR depends on the blocking alone) instead
-    of in every plan that multiplies with it
-    (:func:`~ember.backend.kernel.llvm.shared.shared_function`)."""
-    from ember.backend.kernel.llvm.shared import shared_function
+def gemm_kernel(block: Blocking, vector_bits: int | None) -> SharedKernel:
+    """:func:`gemm_function` for ``block`` as a shared kernel
+    (:class:`~ember.backend.kernel.llvm.shared.SharedKernel`): compiled once per process
+    (and kept in the object cache: its IR depends on the blocking alone) instead of in
+    every plan that multiplies with it."""
+    from ember.backend.kernel.llvm.shared import SharedKernel
 
     signature = ir.FunctionType(ir.VoidType(), [I64, I64, I64, PTR, I64, PTR, I64, PTR, I64, I1, PTR, PTR])
 
     def build(own: ir.Module, name: str) -> ir.Function:
         return gemm_function(own, name, block, vector_bits)
 
-    return shared_function(module, "ember_sgemm", ("sgemm", block, vector_bits), signature, build)
+    return SharedKernel("ember_sgemm", ("sgemm", block, vector_bits), signature, build)
 
 
-__all__ = ["Blocking", "blocking", "gemm_function", "pack_a_floats", "pack_b_floats", "shared_gemm_function"]
+__all__ = ["Blocking", "blocking", "gemm_function", "pack_a_floats", "pack_b_floats", "gemm_kernel"]

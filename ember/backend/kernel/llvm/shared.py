@@ -3,7 +3,7 @@
 A function whose IR depends only on a *recipe* (a tuple of plain values, such as a
 direct convolution's geometry) is worth compiling once, not in every module that
 calls it: flex's eager kernel, a compiled training plan and its validation plan all
-convolve a layer with the same direct kernel. :func:`shared_function` compiles it in
+convolve a layer with the same direct kernel. :class:`SharedKernel` compiles it in
 a module of its own (its machine code kept on disk by the object cache, keyed by the
 recipe), registers its address with LLVM's process symbol table under a name made
 from the recipe, and declares it in the calling module. The caller's machine code is
@@ -22,7 +22,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ember.backend.kernel.llvm import jit, object_cache
@@ -39,55 +41,54 @@ def symbol(stem: str, recipe: tuple) -> str:
     return f"{stem}_{digest[:20]}"
 
 
-def shared_function(
-    module: ir.Module,
-    stem: str,
-    recipe: tuple,
-    signature: ir.FunctionType,
-    build: Callable[[ir.Module, str], ir.Function],
-) -> ir.Function:
-    """``module``'s declaration of the function ``build(m, name)`` defines in a module
-    ``m`` of its own (its signature ``signature``; ``recipe`` determines its IR, given
-    ember's source), compiled once per process and once per machine.
+@dataclass(frozen=True)
+class SharedKernel:
+    """A kernel function shared by name: ``stem`` and ``recipe`` name it (``recipe``, a
+    tuple of plain values, determines its IR, given ember's source), ``signature``
+    declares it, and ``build(module, name)`` defines it in a module of its own (with any
+    internal helpers; the function itself is made external)."""
 
-    ``build`` may define helpers beside it (internal); the function itself is made
-    external. Raises what :func:`~ember.backend.kernel.llvm.jit.compile_module` raises."""
-    name = ensure(stem, recipe, build)
-    found = module.globals.get(name)
-    if found is None:
-        found = ir.Function(module, signature, name=name)
-    return found
+    stem: str
+    recipe: tuple
+    signature: ir.FunctionType
+    build: Callable[[ir.Module, str], ir.Function]
 
+    def register(self) -> str:
+        """Compiles (or loads) and registers the function unless done already in this
+        process; its symbol. Call it before loading cached code that calls it. Raises
+        what :func:`~ember.backend.kernel.llvm.jit.compile_module` raises."""
+        name = symbol(self.stem, self.recipe)
+        if name in _LOADED:
+            return name
+        with _LOCK:
+            if name not in _LOADED:
 
-def ensure(stem: str, recipe: tuple, build: Callable[[ir.Module, str], ir.Function]) -> str:
-    """Compiles (or loads) and registers the function of :func:`shared_function`
-    unless done already in this process; its symbol."""
-    name = symbol(stem, recipe)
-    if name in _LOADED:
+                def text() -> str:
+                    own = ir.Module(name=name)
+                    own.triple = jit.triple()
+                    own.data_layout = jit.data_layout()
+                    self.build(own, name).linkage = ""
+                    return str(own)
+
+                compiled = jit.compile_module(text, [name], cache=True, recipe=("shared", name, *self.recipe))
+                llvm.add_symbol(name, compiled.addresses[name])
+                _LOADED[name] = compiled
         return name
-    with _LOCK:
-        if name not in _LOADED:
 
-            def text() -> str:
-                own = ir.Module(name=name)
-                own.triple = jit.triple()
-                own.data_layout = jit.data_layout()
-                build(own, name).linkage = ""
-                return str(own)
+    def declare(self, module: ir.Module) -> ir.Function:
+        """``module``'s declaration of the function, registered first (see
+        :meth:`register`)."""
+        name = self.register()
+        found = module.globals.get(name)
+        if found is None:
+            found = ir.Function(module, self.signature, name=name)
+        return found
 
-            compiled = jit.compile_module(text, [name], cache=True, recipe=("shared", name, *recipe))
-            import llvmlite.binding as llvm
-
-            llvm.add_symbol(name, compiled.addresses[name])
-            _LOADED[name] = compiled
-    return name
-
-
-def address(stem: str, recipe: tuple, build: Callable[[ir.Module, str], ir.Function]) -> int:
-    """The address of the function of :func:`shared_function`, compiled (or loaded) and
-    registered unless done already: for callers outside compiled code (ctypes)."""
-    name = ensure(stem, recipe, build)
-    return _LOADED[name].addresses[name]
+    def address(self) -> int:
+        """The function's address, registered first: for callers outside compiled code
+        (ctypes)."""
+        name = self.register()
+        return _LOADED[name].addresses[name]
 
 
-__all__ = ["address", "ensure", "shared_function", "symbol"]
+__all__ = ["SharedKernel", "symbol"]

@@ -17,14 +17,16 @@ and returns ``False`` otherwise, so the caller keeps its BLAS call.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from llvmlite import ir
 
 from ember.backend.kernel.llvm.builder import KernelBuilder
 from ember.backend.kernel.llvm.mathlib import I64
+
+if TYPE_CHECKING:
+    from ember.backend.kernel.llvm.shared import SharedKernel
 
 _F32 = ir.FloatType()
 #: Rows of a register tile and vectors per row: 8 x 2 accumulators, 2 weight loads and
@@ -70,6 +72,11 @@ def applies(n: int, width: int) -> bool:
     return n > 0 and n % width == 0
 
 
+def _takes(m: int, n: int, k: int, b_rows: Operand, c: Operand, width: int) -> bool:
+    """Whether :func:`emit_gemm` emits the product (``n`` whole vectors, dense rows)."""
+    return applies(n, width) and m > 0 and k > 0 and b_rows.col == 1 and c.col == 1
+
+
 def _c(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
@@ -96,7 +103,7 @@ def emit_gemm(
     """``C[m, n] = A[m, k] @ B[k, n] (+ D)``: ``B`` and ``C`` (and ``D``) with unit column
     strides, ``A`` with any strides (a transposed ``A`` is ``Operand(ptr, 1, lda)``).
     ``False`` (nothing emitted) where ``n`` is not a multiple of ``width``."""
-    if not applies(n, width) or m <= 0 or k <= 0 or b_rows.col != 1 or c.col != 1:
+    if not _takes(m, n, k, b_rows, c, width):
         return False
     if k <= LONG:
         _emit_block(kb, m, n, k, a, b_rows, c, width, addend)
@@ -134,26 +141,31 @@ def emit_shared_gemm(
     addend: Operand | None = None,
 ) -> bool:
     """:func:`emit_gemm` as a call of a function compiled once per process for the
-    shape and layout (:func:`shared_gemm`), which flex's eager products
+    shape and layout (:func:`gemm_kernel`), which flex's eager products
     (:mod:`ember.backend.flex.native_gemm`) call too. An ``addend`` that is ``C`` itself
     (a product accumulating into its output) is emitted inline instead."""
-    if not applies(n, width) or m <= 0 or k <= 0 or b_rows.col != 1 or c.col != 1:
+    if not _takes(m, n, k, b_rows, c, width):
         return False
     if addend is not None and addend.ptr is c.ptr:
         return emit_gemm(kb, m, n, k, a, b_rows, c, width, addend)
-    fn = shared_gemm(kb.b.module, m, n, k, (a.row, a.col), b_rows.row, c.row, width, addend)
+    shared = gemm_kernel(m, n, k, (a.row, a.col), b_rows.row, c.row, width, None if addend is None else addend.row)
     null = ir.Constant(ir.PointerType(), None)
-    kb.b.call(fn, [a.ptr, b_rows.ptr, c.ptr, null if addend is None else addend.ptr])
+    kb.b.call(shared.declare(kb.b.module), [a.ptr, b_rows.ptr, c.ptr, null if addend is None else addend.ptr])
     return True
 
 
-def _gemm_recipe(
+def gemm_kernel(
     m: int, n: int, k: int, a: tuple[int, int], b_row: int, c_row: int, width: int, addend_row: int | None
-) -> tuple[str, tuple, Callable[[ir.Module, str], ir.Function]]:
-    """The stem, recipe and builder of the shared product (see :func:`shared_gemm`)."""
+) -> SharedKernel:
+    """``gemm(a, b, c, d)`` as a shared kernel
+    (:class:`~ember.backend.kernel.llvm.shared.SharedKernel`): :func:`emit_gemm` of ``A``
+    (element strides ``a``), ``B`` (row stride ``b_row``) into ``C`` (row stride
+    ``c_row``), plus ``D`` (row stride ``addend_row``; ``None``: no addend, ``d`` unread)."""
+    from ember.backend.kernel.llvm.shared import SharedKernel
+
+    ptr = ir.PointerType()
 
     def build(module: ir.Module, name: str) -> ir.Function:
-        ptr = ir.PointerType()
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 4), name=name)
         fn.attributes.add("nounwind")
         if width == 16:
@@ -167,40 +179,8 @@ def _gemm_recipe(
         b.ret_void()
         return fn
 
-    return "ember_small_gemm", ("small_gemm", m, n, k, a, b_row, c_row, width, addend_row), build
-
-
-def shared_gemm(
-    module: ir.Module,
-    m: int,
-    n: int,
-    k: int,
-    a: tuple[int, int],
-    b_row: int,
-    c_row: int,
-    width: int,
-    addend: Operand | None = None,
-) -> ir.Function:
-    """``module``'s declaration of ``gemm(a, b, c, d)``: :func:`emit_gemm` of ``A``
-    (element strides ``a``), ``B`` (row stride ``b_row``) into ``C`` (row stride
-    ``c_row``), plus ``D`` (row stride ``addend.row``) where ``addend`` is given (its
-    pointer is the call's, not this one's), compiled once per process
-    (:func:`~ember.backend.kernel.llvm.shared.shared_function`)."""
-    from ember.backend.kernel.llvm.shared import shared_function
-
-    stem, recipe, build = _gemm_recipe(m, n, k, a, b_row, c_row, width, None if addend is None else addend.row)
-    ptr = ir.PointerType()
-    return shared_function(module, stem, recipe, ir.FunctionType(ir.VoidType(), [ptr] * 4), build)
-
-
-def shared_gemm_address(
-    m: int, n: int, k: int, a: tuple[int, int], b_row: int, c_row: int, width: int, addend_row: int | None
-) -> int:
-    """The address of :func:`shared_gemm`'s function (``addend_row`` ``None``: no addend),
-    compiled (or loaded) once per process: flex's eager products call it directly."""
-    from ember.backend.kernel.llvm.shared import address
-
-    return address(*_gemm_recipe(m, n, k, a, b_row, c_row, width, addend_row))
+    recipe = ("small_gemm", m, n, k, a, b_row, c_row, width, addend_row)
+    return SharedKernel("ember_small_gemm", recipe, ir.FunctionType(ir.VoidType(), [ptr] * 4), build)
 
 
 def _emit_block(
@@ -430,13 +410,12 @@ __all__ = [
     "applies_packed",
     "emit_gemm",
     "emit_shared_gemm",
+    "gemm_kernel",
     "emit_gemm_nt",
     "emit_gemm_packed",
     "emit_pack",
     "enabled",
     "lanes",
     "packed_floats",
-    "shared_gemm",
-    "shared_gemm_address",
     "panel",
 ]
