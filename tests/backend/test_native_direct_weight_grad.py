@@ -8,12 +8,6 @@ loads the cached code); ``EMBER_GEMM=blas`` turns it off."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -23,11 +17,11 @@ from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.kernel.llvm import jit, shared
 from tests.conftest import assert_close, import_torch
 from tests.fusion.oracle import Case
+from tests.kernel.fresh_processes import run_twice
 
 pytestmark = pytest.mark.torch
 
 FLEX = Device.flex()._backend
-ROOT = Path(__file__).resolve().parents[2]
 
 # (x shape, weight shape, padding pairs, dilation, groups); each output row fills
 # at least 3/4 of its 16-lane vectors
@@ -169,52 +163,27 @@ def test_eager_and_compiled_weight_gradients_are_one_kernel(monkeypatch, name, r
     np.testing.assert_array_equal(compiled[0], eager)
 
 
-_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    import numpy as np
-    from ember.backend.flex import native_direct
-    from ember.backend.fusion.llvm import LLVMExecutor
-    from ember.backend.kernel.llvm import jit
-    from tests.fusion.oracle import Case
-
-    compiles = []
-    real = jit.compile_module
-    def counting(*args, **kwargs):
-        found = real(*args, **kwargs)
-        compiles.append(found.optimize_s > 0.0)
-        return found
-    jit.compile_module = counting
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((48, 3, 16, 16)).astype(np.float32)
-    dy = rng.standard_normal((48, 6, 16, 16)).astype(np.float32)
-    eager = native_direct.conv_weight_grad(x, dy, (6, 3, 3, 3), (1, 1), (1, 1), 1)
-    case = Case()
-    gw = case.ops.conv_weight_grad(case.input(x), case.input(dy), (6, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
-    compiled, _, _ = case.run(LLVMExecutor(), [gw])
-    np.save(sys.argv[1], np.stack([eager, compiled[0]]))
-    print("compiled", sum(compiles), "of", len(compiles))
-    """
-)
+_BODY = """
+from ember.backend.flex import native_direct
+from ember.backend.fusion.llvm import LLVMExecutor
+from tests.fusion.oracle import Case
+rng = np.random.default_rng(7)
+x = rng.standard_normal((48, 3, 16, 16)).astype(np.float32)
+dy = rng.standard_normal((48, 6, 16, 16)).astype(np.float32)
+eager = native_direct.conv_weight_grad(x, dy, (6, 3, 3, 3), (1, 1), (1, 1), 1)
+case = Case()
+gw = case.ops.conv_weight_grad(case.input(x), case.input(dy), (6, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+compiled, _, _ = case.run(LLVMExecutor(), [gw])
+np.save(sys.argv[1], np.stack([eager, compiled[0]]))
+"""
 
 
 def test_a_new_process_links_the_cached_eager_loop_to_the_shared_kernel(tmp_path):
     """The second process loads the eager loop from the object cache by its recipe
     (registering the shared functions first, or LLVM would abort) and compiles nothing."""
-    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path / "cache"), "EMBER_GEMM": "ember", "PYTHONPATH": str(ROOT)}
-    env.pop("EMBER_COMPILE_CACHE", None)
-    script = tmp_path / "run.py"
-    script.write_text(_SCRIPT)
-    runs = []
-    for k in range(2):
-        done = subprocess.run(
-            [sys.executable, str(script), str(tmp_path / f"out{k}.npy")], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        runs.append(done.stdout.split())
-    first, second = (np.load(tmp_path / f"out{k}.npy") for k in range(2))
-    assert int(runs[0][1]) >= 4  # the two shared functions, the eager loop and the plan
-    if int(runs[1][1]) != 0:
-        pytest.fail(f"the second process compiled again: {runs[1]}")
+    compiled, first, second = run_twice(tmp_path, _BODY, {"EMBER_GEMM": "ember"})
+    assert compiled[0] >= 4  # the two shared functions, the eager loop and the plan
+    if compiled[1] != 0:
+        pytest.fail(f"the second process compiled again: {compiled[1]} modules")
     np.testing.assert_array_equal(first, second)
     np.testing.assert_array_equal(first[0], first[1])  # eager and compiled: one kernel

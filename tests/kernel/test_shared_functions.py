@@ -7,12 +7,6 @@ call one compiled function."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import numpy as np
 import pytest
 from llvmlite import ir
@@ -22,8 +16,7 @@ from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.kernel.llvm import jit, shared
 from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_kernel
 from tests.fusion.oracle import Case
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.kernel.fresh_processes import run_twice
 
 
 def _conv_reference(x, w, b, pad):
@@ -81,51 +74,26 @@ def test_eager_and_compiled_convolutions_share_the_kernel(monkeypatch, rng):
     np.testing.assert_allclose(compiled[0], want, rtol=1e-5, atol=1e-5)
 
 
-_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    import numpy as np
-    from ember.backend.flex import native_direct
-    from ember.backend.fusion.llvm import LLVMExecutor
-    from ember.backend.kernel.llvm import jit
-    from tests.fusion.oracle import Case
-
-    compiles = []
-    real = jit.compile_module
-    def counting(*args, **kwargs):
-        found = real(*args, **kwargs)
-        compiles.append(found.optimize_s > 0.0)
-        return found
-    jit.compile_module = counting
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((48, 3, 8, 8)).astype(np.float32)
-    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(6).astype(np.float32)
-    eager = native_direct.conv(x, w, b, (1, 1), (1, 1), (8, 8), 1)
-    case = Case()
-    y = case.ops.conv(case.input(x), case.input(w), case.input(b), (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
-    compiled, _, _ = case.run(LLVMExecutor(), [y])
-    np.save(sys.argv[1], np.stack([eager, compiled[0]]))
-    print("compiled", sum(compiles), "of", len(compiles))
-    """
-)
+_BODY = """
+from ember.backend.flex import native_direct
+from ember.backend.fusion.llvm import LLVMExecutor
+from tests.fusion.oracle import Case
+rng = np.random.default_rng(7)
+x = rng.standard_normal((48, 3, 8, 8)).astype(np.float32)
+w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+b = rng.standard_normal(6).astype(np.float32)
+eager = native_direct.conv(x, w, b, (1, 1), (1, 1), (8, 8), 1)
+case = Case()
+y = case.ops.conv(case.input(x), case.input(w), case.input(b), (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+compiled, _, _ = case.run(LLVMExecutor(), [y])
+np.save(sys.argv[1], np.stack([eager, compiled[0]]))
+"""
 
 
 def test_a_new_process_links_cached_code_to_the_shared_kernel(tmp_path):
-    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path / "cache"), "EMBER_GEMM": "ember", "PYTHONPATH": str(ROOT)}
-    env.pop("EMBER_COMPILE_CACHE", None)
-    script = tmp_path / "run.py"
-    script.write_text(_SCRIPT)
-    runs = []
-    for k in range(2):
-        done = subprocess.run(
-            [sys.executable, str(script), str(tmp_path / f"out{k}.npy")], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr
-        runs.append(done.stdout.split())
-    first, second = (np.load(tmp_path / f"out{k}.npy") for k in range(2))
-    assert int(runs[0][1]) >= 3  # the shared kernel, the eager entry and the plan
-    if int(runs[1][1]) != 0:
-        pytest.fail(f"the second process compiled again: {runs[1]}")
+    compiled, first, second = run_twice(tmp_path, _BODY, {"EMBER_GEMM": "ember"})
+    assert compiled[0] >= 3  # the shared kernel, the eager entry and the plan
+    if compiled[1] != 0:
+        pytest.fail(f"the second process compiled again: {compiled[1]} modules")
     np.testing.assert_array_equal(first, second)
     np.testing.assert_array_equal(first[0], first[1])  # eager and compiled: one kernel
