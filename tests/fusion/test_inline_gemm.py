@@ -123,6 +123,38 @@ def test_input_gradient_forms_match_numpy(rng, rows, monkeypatch):
     np.testing.assert_allclose(got, g.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
+def test_input_gradient_that_eager_runs_inline_is_transposed_and_shared(rng, monkeypatch):
+    """``g w^T`` with few rows that flex's eager product runs (``native_gemm.MIN_WORK``
+    multiply-adds, here 32x512x64): the plan copies ``w^T`` into dense rows and calls the
+    shared product flex's eager ``linear_backward`` calls on numpy's transposed copy
+    (sgemm.emit_transposed), no dot products of its own: the two are bit-identical."""
+    from ember.backend.fusion.llvm import sgemm
+
+    emitted = []
+    for name in ("emit_gemm_nt", "emit_shared_gemm"):
+        real = getattr(small_gemm, name)
+
+        def spy(*args, real=real, name=name):
+            emitted.append(name)
+            return real(*args)
+
+        monkeypatch.setattr(small_gemm, name, spy)
+    rows, inner, cols = 32, 64, 512
+    assert rows * inner * cols >= native_gemm.MIN_WORK and rows < sgemm.REPACK_ROWS
+    g = rng.standard_normal((rows, inner)).astype(np.float32)
+    w = rng.standard_normal((cols, inner)).astype(np.float32)
+    device = Device.flex()
+    args = [Tensor.from_data(a, device=device) for a in (g, w)]
+    eager = native_gemm.matmul(g, w.T)  # what flex's linear_backward runs for the input gradient
+    assert eager is not None
+    compiled = ember.compile(lambda g, w: g.matmul(w.transpose()))
+    compiled(*args)  # the first call replays; the plan compiles for the next
+    got = compiled(*args).to_numpy()
+    assert set(emitted) == {"emit_shared_gemm"}
+    np.testing.assert_allclose(got, g.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(got, eager)
+
+
 def test_linear_with_bias_is_one_library_step_in_a_training_plan(rng):
     """``linear`` with a bias in a training plan: one library step (the inline product,
     the bias its addend: fusion/llvm/linear.py), its value and gradients against float64."""

@@ -34,10 +34,12 @@ from ember.backend.fusion.llvm.library import LIBRARY, Emitter
 from ember.backend.fusion.llvm.sgemm import (
     direct_convolutions,
     emit_repacked,
+    emit_transposed,
     host_blocking,
     inline_form,
     own_sgemm,
     repacks,
+    transposes,
 )
 from ember.backend.fusion.llvm.support import blas_layout, folds, gemv_args
 from ember.backend.fusion.steps import ConvChain, Library, Schedule
@@ -450,6 +452,8 @@ class ModuleBuilder:
                 rows_a, rows_b, kb = Operand(a_ptr, la[1]), Operand(b_ptr, lb[1]), KernelBuilder(b)
                 if repacks(m, n, bool(batch), lanes):
                     emit_repacked(kb, self.prefix, m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
+                elif transposes(m, n, k, bool(batch), lanes):
+                    emit_transposed(kb, self.prefix, m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
                 else:
                     small_gemm.emit_gemm_nt(kb, m, n, k, rows_a, rows_b, Operand(c_ptr, n), lanes)
             elif use_blas and vector is not None:

@@ -144,6 +144,55 @@ def repacks(m: int, n: int, batched: bool, lanes: int) -> bool:
     return not batched and m >= REPACK_ROWS and small_gemm.applies_packed(n, lanes)
 
 
+def transposes(m: int, n: int, k: int, batched: bool, lanes: int) -> bool:
+    """Whether a ``"dots"`` product (:func:`inline_form`) that does not repack
+    (:func:`repacks`) runs as flex's eager product does (:func:`emit_transposed`): ``B``
+    copied from its transposed storage and the shared inline product, where eager runs
+    that product (:data:`ember.backend.flex.native_gemm.MIN_WORK` multiply-adds or more), so
+    the plan calls the function an eager run compiled instead of compiling its own dot
+    products (digits' ``dY W^T``, 32x512x64: 25 ms of LLVM time on a cold cache)."""
+    from ember.backend.flex.native_gemm import MIN_WORK
+
+    return not batched and m >= small_gemm.ROWS and small_gemm.applies(n, lanes) and m * n * k >= MIN_WORK
+
+
+def emit_transposed(
+    kb: KernelBuilder, prefix: str, m: int, n: int, k: int, a: Operand, b_t: Operand, c: Operand, lanes: int
+) -> None:
+    """``C = A @ B`` with ``B`` given by ``B^T``'s rows: ``B`` copied into a module buffer
+    (one per size, shared by the plan's steps) as dense rows, then the shared inline
+    product (:func:`~ember.backend.kernel.llvm.small_gemm.emit_shared_gemm`), which is what
+    flex's eager product runs on the transposed copy numpy makes: the two are bit-identical."""
+    floats = k * n
+    name = f"{prefix}_transposed{floats}"
+    copy = kb.b.module.globals.get(name)
+    if copy is None:
+        copy = ir.GlobalVariable(kb.b.module, ir.ArrayType(ir.FloatType(), floats), name=name)
+        copy.linkage = "internal"
+        copy.align = 64
+        copy.initializer = ir.Constant(ir.ArrayType(ir.FloatType(), floats), None)
+    b = kb.b
+    zero = ir.Constant(ir.IntType(32), 0)
+    start = b.gep(copy, [zero, zero])  # the first float
+    f32 = np.dtype(np.float32)
+    i64 = ir.IntType(64)
+
+    def row(p: ir.Value, _: list) -> list:  # B's row p: column p of B^T's rows (dense stores)
+        dst = b.mul(p, ir.Constant(i64, n))
+
+        def element(j: ir.Value, _: list) -> list:
+            value = kb.load(b_t.ptr, b.add(b.mul(j, ir.Constant(i64, b_t.row)), p), f32)
+            kb.store(value, start, b.add(dst, j), f32)
+            return []
+
+        kb.loops.run(n, element)
+        return []
+
+    kb.loops.run(k, row)
+    emitted = small_gemm.emit_shared_gemm(kb, m, n, k, a, Operand(start, n), c, lanes)
+    assert emitted, "transposes() checked the product's shape"
+
+
 def emit_repacked(
     kb: KernelBuilder, prefix: str, m: int, n: int, k: int, a: Operand, b_t: Operand, c: Operand, lanes: int
 ) -> None:
@@ -173,8 +222,10 @@ __all__ = [
     "WIDE_CORES",
     "computes_gradients",
     "emit_repacked",
+    "emit_transposed",
     "host_blocking",
     "inline_form",
     "own_sgemm",
     "repacks",
+    "transposes",
 ]
