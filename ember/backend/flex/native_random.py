@@ -10,8 +10,9 @@ normal draws, float32 ranges too wide for float32 (numpy names the problem), hos
 where llvmlite cannot compile, and ``EMBER_FLEX_NATIVE=0`` return ``None``: flex then
 draws with numpy.
 
-Measured (CPU time, one thread, AVX-512 host): a 1M-value float32 bernoulli draw
-0.4 ms against numpy's 5.4-6 ms.
+Measured (``benchmarks/rng.py --clock cpu``, AVX-512 host): a 1M-value float32
+bernoulli draw 0.36 ms against numpy's 4.70 ms; W4's GPT with dropout 0.1 steps
+eagerly in 38 ms against 50 ms.
 """
 
 from __future__ import annotations
