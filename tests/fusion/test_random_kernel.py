@@ -1,8 +1,9 @@
-"""Random draws computed inside compiled LLVM kernels (ember/backend/kernel/llvm/philox.py)
-against the host's Philox stream (ember/backend/philox.py, flex's draws), an independent
-numpy Philox (tests/cube/philox.py) and Random123's known-answer vector: the same bits
-for any key, counter (carries and wraps included) and shape (odd sizes too), fused with
-the ops that read them."""
+"""Random draws in compiled LLVM plans (a kernel of their own, one call of the shared
+fill, ember/backend/kernel/llvm/philox_fill.py) against the host's Philox stream
+(ember/backend/philox.py, flex's numpy draws), an independent numpy Philox
+(tests/cube/philox.py) and Random123's known-answer vector: the same bits for any key,
+counter (carries and wraps included) and shape (odd sizes too), read by the kernels of
+the ops that use them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ember.backend.flex import FlexBackend
 from ember.backend.fusion.graph import Sc
 from ember.backend.fusion.llvm import LLVMExecutor
 from ember.backend.fusion.scheduler import Call, Kernel
+from ember.backend.kernel.llvm.loops import filled_draw
 from ember.backend.ops import BinaryOp, ReduceOp
 from tests.cube.philox import known_answer, philox_words, uniform
 from tests.fusion.oracle import Case
@@ -88,9 +90,19 @@ def test_the_known_answer_and_an_independent_philox(executor):
     assert got.tolist() == ((np.floor(w[:, 0] / 32) * 2.0**26 + np.floor(w[:, 1] / 64)) * 2.0**-53).tolist()
 
 
-def test_a_dropout_mask_is_drawn_in_the_kernel_that_applies_it(executor, rng):
+def _fills(plan) -> list[Kernel]:
+    """The plan's kernels that store a draw (each one call of the fill)."""
+    return [s for s in plan.schedule.steps if isinstance(s, Kernel) and filled_draw(s) is not None]
+
+
+def _loads(kernel: Kernel, buffer: int) -> bool:
+    exprs = [st.expr for st in kernel.stores] + [r.expr for r in kernel.reductions]
+    return any(e.kind == "load" and e.op == buffer for x in exprs for e in x.walk())
+
+
+def test_a_dropout_mask_is_filled_once_and_read_by_the_kernels_that_use_it(executor, rng):
     # mask * x / (1 - p), a sum over each dim and a transposed read of the mask: the
-    # draw joins the kernel of its readers (one kernel computes mask and product).
+    # draw is one fill, which the kernels of its readers load.
     x = rng.standard_normal((6, 13)).astype(np.float32)
     case = Case()
     xv = case.input(x)
@@ -107,18 +119,17 @@ def test_a_dropout_mask_is_drawn_in_the_kernel_that_applies_it(executor, rng):
     np.testing.assert_allclose(got_rows, want.astype(np.float64).sum(1, keepdims=True), rtol=1e-6)
     np.testing.assert_array_equal(got_cols, mask.sum(0, keepdims=True))
     np.testing.assert_array_equal(got_t, mask.T)
-    kernels = [s for s in plan.schedule.steps if isinstance(s, Kernel)]
-    assert any(
-        any(e.kind == "random" for st in k.stores for e in st.expr.walk())
-        and any(e.kind == "load" and e.op == 0 for st in k.stores for e in st.expr.walk())
-        for k in kernels
-    ), "the mask is drawn where x is read"
+    (fill,) = _fills(plan)
+    drawn = fill.stores[0].buffer
+    kernels = [s for s in plan.schedule.steps if isinstance(s, Kernel) and s is not fill]
+    assert any(_loads(k, drawn) and _loads(k, 0) for k in kernels), "x and the mask are read by one kernel"
+    assert not any(e.kind == "random" for k in kernels for st in k.stores for e in st.expr.walk())
 
 
 @pytest.mark.parametrize(("shape", "dim"), [((6, 13), 1), ((6, 13), 0), ((3, 5, 7), 1)])
 def test_a_draw_in_the_epilogue_of_a_reduction(executor, rng, shape, dim):
-    # sum(x, dim) * u: the draw (of the reduced shape) is computed after the reduction,
-    # in the same kernel, numbered by the reduced space's elements.
+    # sum(x, dim) * u: the draw (of the reduced shape) is filled first and read in the
+    # reduction's epilogue, numbered by the reduced space's elements.
     x = rng.standard_normal(shape).astype(np.float32)
     case = Case()
     total = case.ops.reduce(ReduceOp.SUM, case.input(x), dim)
@@ -127,9 +138,11 @@ def test_a_draw_in_the_epilogue_of_a_reduction(executor, rng, shape, dim):
     (got,), plan = _run(executor, case, [case.ops.binary(BinaryOp.MUL, total, u)], [12345, 2**32 - 7])
     mask = philox.sample(reduced, Distribution.uniform(-1.0, 2.0), DType.FLOAT32, 12345, 2**32 - 7)
     np.testing.assert_allclose(got, x.astype(np.float64).sum(dim, keepdims=True) * mask, rtol=1e-6, atol=1e-6)
-    (kernel,) = plan.schedule.steps
+    fill, kernel = plan.schedule.steps
+    assert isinstance(fill, Kernel) and filled_draw(fill) is not None
     assert isinstance(kernel, Kernel) and kernel.reductions
-    assert any(e.kind == "random" for st in kernel.stores if st.reduced for e in st.expr.walk())
+    loaded = [e for st in kernel.stores if st.reduced for e in st.expr.walk() if e.kind == "load"]
+    assert any(e.op == fill.stores[0].buffer for e in loaded)
 
 
 def test_normal_draws_and_other_dtypes_stay_calls(executor):

@@ -13,7 +13,7 @@ from ember.backend import linalg_host, philox
 from ember.backend.base import Backend, Slices
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
-from ember.backend.flex import blas, malloc, native_gemm
+from ember.backend.flex import blas, malloc, native_gemm, native_random
 from ember.backend.flex import cross_entropy as _cross_entropy
 from ember.backend.flex import gelu as _gelu
 from ember.backend.flex import grid_sample as _grid_sample
@@ -261,6 +261,9 @@ class FlexBackend(FlexSpectral, FlexModuleOps, Backend):
 
     def random(self, shape, distribution: Distribution, dtype: DType, key: int, counter: int) -> np.ndarray:
         check_fits(shape, dtype, max(dtype.itemsize, 4))
+        drawn = native_random.random(tuple(shape), distribution, dtype, key, counter)
+        if drawn is not None:
+            return drawn
         return philox.sample(tuple(shape), distribution, dtype, key, counter)
 
     # ------------------------------------------------------------------ elementwise

@@ -489,22 +489,22 @@ class _Scheduler:
         raise AssertionError(op)
 
     def random(self, i: int, node: Node) -> None:
-        """A random draw the target computes in its kernels (a Philox element per
-        element, :mod:`ember.backend.kernel.llvm.philox`): a kernel of its own shape
-        whose value is the draw, which its readers join as they join any kernel."""
+        """A random draw the target lowers: a kernel of its own that stores it (the LLVM
+        target runs it as one call of the Philox fill flex's eager draws share,
+        :mod:`ember.backend.kernel.llvm.philox_fill`), which its readers load."""
         shape, distribution, _, key, counter = node.args
         (out,) = node.outs
+        shape = tuple(shape)
         expr = self.x.random(
             (distribution.kind, float(distribution.a), float(distribution.b)),
-            View.contiguous(tuple(shape)),
+            View.contiguous(shape),
             self.halves(key),
             self.halves(counter),
             self.dtype(out),
         )
-        group = self.new_group(tuple(shape))
-        group.members.add(i)
-        group.values[out] = (expr, False)
-        self.loc[out] = ("virt", group, expr, False)
+        buf = self.new_buffer(shape, self.dtype(out), "temp")
+        self.emit(Kernel(shape, None, [], [Store(buf, expr, False)]))
+        self.loc[out] = ("buf", buf, View.contiguous(shape))
 
     def halves(self, value: Any) -> tuple[Expr, Expr]:
         """A 64-bit integer argument (a Philox key or counter, maybe a run-time scalar)

@@ -10,8 +10,8 @@ elementwise epilogue and max pooling as one step per sample (:mod:`ember.backend
 :mod:`ember.backend.fusion.llvm.chains`). Everything else
 (other module ops, indexing, sorting, scans, ``cat``, normal draws and draws of
 other dtypes, float16/bfloat16) runs on flex. Uniform and bernoulli draws of float32
-and float64 are computed inside the kernels that read them
-(:mod:`ember.backend.kernel.llvm.philox`).
+and float64 are written to memory by the Philox fill flex's eager draws share
+(:mod:`ember.backend.kernel.llvm.philox_fill`), and the kernels that read them load them.
 """
 
 from __future__ import annotations

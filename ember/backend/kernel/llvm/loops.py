@@ -21,7 +21,7 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.kernel.exprs import ACCESSES, Expr
-from ember.backend.kernel.llvm import philox
+from ember.backend.kernel.llvm import philox, philox_fill
 from ember.backend.kernel.llvm.mathlib import F64, I8, I64, REDUCE_FLAGS, MathLib, const, mem_type
 from ember.backend.kernel.llvm.ops import OpEmitter
 from ember.backend.kernel.space import Space, simplify
@@ -246,13 +246,7 @@ class KernelEmitter:
                 offset = self.address(self._load_index(e), indices)
             out = self._load(self.base[e.op], offset, e.dtype)
         elif kind == "random":
-            view = e.args[0]
-            if view.shape == () or view.size == 1:
-                index = ir.Constant(I64, view.offset)
-            else:
-                index = self.address(self._load_index(e), indices)
-            key_lo, key_hi, counter_lo, counter_hi = (self.value(a, indices, memo, accs) for a in e.args[1:])
-            out = philox.element(b, e.op, e.dtype, index, (key_lo, key_hi), (counter_lo, counter_hi))
+            raise AssertionError("a draw is stored by a kernel of its own, one call of the fill (see filled_draw)")
         elif kind == "const":
             out = const(e.dtype, e.op)
         elif kind == "scalar":
@@ -309,6 +303,10 @@ class KernelEmitter:
     # -------------------------------------------------------------- loop nests
     def emit(self) -> None:
         kernel = self.kernel
+        draw = filled_draw(kernel)
+        if draw is not None:
+            self.fill(draw)
+            return
         memo: dict[int, bool] = {}
         # Loop-invariant subexpressions, once, before the loops.
         for e in [s.expr for s in kernel.stores] + [r.expr for r in kernel.reductions]:
@@ -330,6 +328,24 @@ class KernelEmitter:
             self.registers()
         else:
             self.rows()
+
+    def fill(self, draw: Expr) -> None:
+        """A kernel that stores a draw (see :func:`filled_draw`): one call of the shared
+        Philox fill (:mod:`ember.backend.kernel.llvm.philox_fill`), which flex's eager
+        draws run too."""
+        b = self.b
+        kind, a, c = draw.op
+        fill = philox_fill.fill_kernel(kind, draw.dtype).declare(b.module)
+        key_lo, key_hi, counter_lo, counter_hi = (self.value(x, [], {}) for x in draw.args[1:])
+        thirty_two = ir.Constant(I64, 32)
+        key = b.or_(b.shl(key_hi, thirty_two), key_lo)
+        counter = b.or_(b.shl(counter_hi, thirty_two), counter_lo)
+        n: ir.Value = ir.Constant(I64, size_of(self.kernel.space))
+        if self.extent is not None:  # the outermost trip count is an argument
+            inner = size_of(tuple(self.space.sizes[1:]))
+            n = b.mul(self.extent, ir.Constant(I64, inner)) if inner != 1 else self.extent
+        params = [ir.Constant(F64, p) for p in philox_fill.parameters(kind, a, c, draw.dtype)]
+        b.call(fill, [self.base[self.kernel.stores[0].buffer], n, key, counter, *params])
 
     def _reductions(self) -> list[int]:
         """The reductions some stored value reads (others are dead)."""
@@ -501,6 +517,21 @@ def outer_extent(kernel: Kernel) -> int | None:
     return space.sizes[0]
 
 
+def filled_draw(kernel: Kernel) -> Expr | None:
+    """The draw a kernel stores whole, in order (a uniform or bernoulli draw of float32
+    or float64: the scheduler gives each draw such a kernel), which it runs as one call
+    of the shared fill; else ``None``."""
+    if kernel.reductions or len(kernel.stores) != 1 or kernel.stores[0].reduced:
+        return None
+    expr = kernel.stores[0].expr
+    if expr.kind != "random" or expr.dtype not in philox_fill.DTYPES or expr.op[0] not in philox.KINDS:
+        return None
+    view = expr.args[0]
+    if view.offset != 0 or view.size != size_of(kernel.space) or not view.is_contiguous():
+        return None
+    return expr
+
+
 def scalar_base(kernel: Kernel) -> int:
     """The lowest run-time scalar slot a kernel reads (0 when it reads none): its
     function is given a pointer to that slot, and reads the others relative to it, so
@@ -524,4 +555,4 @@ def scratch_bytes(kernel: Kernel) -> int:
     return row * 8 * len(kernel.reductions)
 
 
-__all__ = ["KernelEmitter", "Loops", "outer_extent", "scalar_base", "scratch_bytes"]
+__all__ = ["KernelEmitter", "Loops", "filled_draw", "outer_extent", "scalar_base", "scratch_bytes"]

@@ -5,9 +5,11 @@
 ``2 * (i % 2)``, ``2 * (i % 2) + 1`` of block ``counter + i // 2``) and the mappings
 from words to floats. This emits the same integer and IEEE steps (``*`` and ``+``
 rounded one at a time, never fused), so an element computed here equals flex's
-(numpy's) draw bit for bit, and a kernel computes each element of a draw where it
-reads it: a dropout mask is drawn inside the loop that multiplies by it, with no
-pass over memory and no draw on the host.
+(numpy's) draw bit for bit. Flash attention draws its dropout mask this way, inside
+the loops over a score block (:mod:`ember.backend.fusion.llvm.flash`), so the ``[L, S]``
+mask is never stored; a draw a plan stores is written by the shared fill instead
+(:mod:`ember.backend.kernel.llvm.philox_fill`, built on :func:`block`), one block per
+four values.
 
 Each element computes its whole block (ten rounds of two 32x32->64-bit products):
 branch-free integer arithmetic that the loop vectoriser widens. The uniform and
