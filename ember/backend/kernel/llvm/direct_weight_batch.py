@@ -29,6 +29,7 @@ from ember.backend.kernel.llvm.direct_conv_grad import (
     direct_weight_grad_function,
     fits,
     lane_sums_function,
+    lanes,
     padded_floats,
 )
 from ember.backend.kernel.llvm.mathlib import I64, const
@@ -83,7 +84,7 @@ def direct_weight_batch(
     compile time, bounds the chunk; else chunks are as large as the cache allows."""
     if any(p < 0 for p in pad) or c_in % groups or c_out % groups:
         return None
-    conv = DirectConv(c_in // groups, c_out // groups, kernel, dilation, out, 16 if vector_bits == 512 else 8)
+    conv = DirectConv(c_in // groups, c_out // groups, kernel, dilation, out, lanes(out[-1], vector_bits))
     if not fits(conv):
         return None
     return DirectWeightBatch(c_in, groups, spatial, pad, conv, chunk_samples(conv, _ANY if n is None else n))
