@@ -38,10 +38,12 @@ from ember.backend.kernel.views import contiguous_strides, size_of
 CHUNK_BYTES = 384 << 10
 
 #: The least share of each row's vectors' lanes that hold output positions (a row
-#: narrower than a vector, or just past a whole number of them, wastes the rest): the
-#: digits CNN's 8-wide rows (half of each 16-lane vector) ran its [32, 16, 3, 3] weight
-#: gradient in 170 us against 134 us for im2col and OpenBLAS's AVX-512 ``sgemm``.
-#: With 8 lanes (:func:`lanes`) they fill their vectors.
+#: narrower than a vector, or just past a whole number of them, wastes the rest). The
+#: digits CNN's 8-wide rows fill 8-lane vectors (:func:`lanes`): its [32, 16, 3, 3]
+#: weight gradient, 32 samples, ran in 183 us with 8 lanes, 192 us with 16 (half of
+#: each vector real) and 268 us by im2col and OpenBLAS's ``sgemm`` pinned to
+#: ``Haswell`` (177, 186 and 273 us on its AVX-512 kernels); its [16, 1, 3, 3] one in 22,
+#: 22 and 47 (36) us (CPU time, one thread, AVX-512 host).
 MIN_LANE_SHARE = 0.75
 
 
