@@ -120,10 +120,45 @@ def weight_grad_kernels(batch: DirectWeightBatch, vector_bits: int | None) -> tu
     return grad, sums
 
 
-def register_direct_weight_grad(batch: DirectWeightBatch, vector_bits: int | None) -> list[str]:
-    """Compiles (once per process) the shared kernel functions ``batch``'s loop calls;
-    their symbols. Call it before loading cached code that calls them."""
-    return [kernel.register() for kernel in weight_grad_kernels(batch, vector_bits)]
+def weight_grad_loop(batch: DirectWeightBatch, vector_bits: int | None) -> SharedKernel:
+    """The batch loop as a shared kernel
+    ``loop(x, grad, out, count, padded, acc)``: :func:`emit_weight_grad_loop` over
+    the caller's buffers (``padded``: :func:`.direct_conv_grad.padded_floats` of
+    ``batch.samples``; ``acc``: ``batch.weights * width`` floats), calling the two
+    shared kernels of :func:`weight_grad_kernels`. Eager entries and compiled plans
+    call it, so a plan emits none of the loop."""
+    from ember.backend.kernel.llvm.shared import SharedKernel
+
+    needs = weight_grad_kernels(batch, vector_bits)
+
+    def build(own: ir.Module, name: str) -> ir.Function:
+        fn = ir.Function(own, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR, PTR]), name=name)
+        fn.attributes.add("nounwind")
+        if vector_bits:
+            set.add(fn.attributes, f'"prefer-vector-width"="{vector_bits}"')
+        for arg in fn.args:
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+        x, grad, out, count, padded, acc = fn.args
+        e = KernelBuilder(ir.IRBuilder(fn.append_basic_block("entry")))
+        emit_weight_grad_loop(e, own, batch, vector_bits, x, grad, out, count, padded, acc)
+        e.b.ret_void()
+        return fn
+
+    return SharedKernel(
+        "ember_direct_dw_loop",
+        ("direct_weight_grad_loop", batch, vector_bits),
+        ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR, PTR]),
+        build,
+        needs,
+    )
+
+
+def register_direct_weight_grad(batch: DirectWeightBatch, vector_bits: int | None) -> str:
+    """Compiles (once per process) the shared loop and kernel functions ``batch``'s
+    weight gradient calls (:func:`weight_grad_loop`); the loop's symbol. Call it before
+    loading cached code that calls them."""
+    return weight_grad_loop(batch, vector_bits).register()
 
 
 def emit_direct_weight_grad(
@@ -139,13 +174,32 @@ def emit_direct_weight_grad(
 ) -> None:
     """``out`` ``[c_out, c_in / groups, *kernel]`` = the weight gradient of ``count``
     (an ``i64``, at least 1) samples of ``x`` ``[n, c_in, *spatial]`` and ``grad``
-    ``[n, c_out, *out]``: per group, chunks of at most ``batch.samples`` samples'
-    padded inputs (an internal module global), the shared kernel adding each chunk
-    into lane-wise accumulators (another), and the shared lane sums into ``out``."""
+    ``[n, c_out, *out]``: a call of the shared loop (:func:`weight_grad_loop`) with
+    ``module``'s own buffers (internal module globals named from ``prefix``)."""
+    conv = batch.conv
+    padded = module_buffer(e.b, module, f"{prefix}_dw_padded", padded_floats(conv, batch.samples))
+    acc = module_buffer(e.b, module, f"{prefix}_dw_acc", batch.weights * conv.width)
+    e.b.call(weight_grad_loop(batch, vector_bits).declare(module), [x, grad, out, count, padded, acc])
+
+
+def emit_weight_grad_loop(
+    e: KernelBuilder,
+    module: ir.Module,
+    batch: DirectWeightBatch,
+    vector_bits: int | None,
+    x: ir.Value,
+    grad: ir.Value,
+    out: ir.Value,
+    count: ir.Value,
+    padded: ir.Value,
+    acc: ir.Value,
+) -> None:
+    """The loop of :func:`weight_grad_loop`: per group, chunks of at most
+    ``batch.samples`` samples' padded inputs copied into ``padded``, the shared kernel
+    adding each chunk into lane-wise accumulators ``acc``, and the shared lane sums
+    into ``out``."""
     b = e.b
     conv = batch.conv
-    padded = module_buffer(b, module, f"{prefix}_dw_padded", padded_floats(conv, batch.samples))
-    acc = module_buffer(b, module, f"{prefix}_dw_acc", batch.weights * conv.width)
     kernel, sums = (shared.declare(module) for shared in weight_grad_kernels(batch, vector_bits))
     plane, positions = size_of(batch.spatial), size_of(conv.out)
     per_x = conv.channels * conv.plane
@@ -188,6 +242,8 @@ __all__ = [
     "DirectWeightBatch",
     "direct_weight_batch",
     "emit_direct_weight_grad",
+    "emit_weight_grad_loop",
     "register_direct_weight_grad",
     "weight_grad_kernels",
+    "weight_grad_loop",
 ]
