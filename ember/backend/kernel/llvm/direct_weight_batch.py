@@ -1,11 +1,13 @@
 """The weight gradient of a batch of stride-1 float32 convolutions by the direct kernel
 (:mod:`.direct_conv_grad`): per group, chunks of samples' zero-padded inputs copied
-into a module buffer, each chunk's weight gradient added into lane-wise accumulators
-(another), whose lanes are summed into the result at the end. Fusion's plans
-(:mod:`ember.backend.fusion.llvm.direct`) and flex's eager weight gradients
-(:mod:`ember.backend.flex.native_direct`) emit this same loop and call the same
-shared kernel functions (:mod:`.shared`), so eager and compiled code give the same
-weight gradient, bit for bit.
+into a buffer of the caller's module, each chunk's weight gradient added into lane-wise
+accumulators (another), whose lanes are summed into the result at the end. The loop
+is itself a shared kernel function (:mod:`.shared`, :func:`weight_grad_loop`) that
+fusion's plans (:mod:`ember.backend.fusion.llvm.direct`) and flex's eager weight
+gradients (:mod:`ember.backend.flex.native_direct`) call, so eager and compiled code
+give the same weight gradient, bit for bit, and a plan compiles none of it: in the
+digits example's training plan, its two weight gradients took about 50 ms of LLVM time
+as im2col and ``sgemm``, and about 20 as plan-local loops calling the shared kernels.
 
 The chunking does not change the sums' order (each accumulator adds its samples in
 order, whether they come in one chunk or several), so the number of samples may be a
