@@ -1,7 +1,8 @@
 """flex's direct weight gradients (:func:`ember.backend.flex.native_direct.conv_weight_grad`:
 the batch loop and shared kernel compiled plans run,
 :mod:`ember.backend.kernel.llvm.direct_weight_batch`): against torch's float64 weight
-gradient (1-3 spatial dims, groups, dilation, asymmetric padding, special values);
+gradient (1-3 spatial dims, groups, dilation, asymmetric padding, special values,
+rows narrower than a 16-lane vector: 8-lane vectors where they fill them better);
 one compiled loop for every batch size; eager and compiled weight gradients of a
 layer bit for bit the same (one shared kernel, in this process and in a new one that
 loads the cached code); ``EMBER_GEMM=blas`` turns it off."""
@@ -24,14 +25,21 @@ pytestmark = pytest.mark.torch
 FLEX = Device.flex()._backend
 
 # (x shape, weight shape, padding pairs, dilation, groups); each output row fills
-# at least 3/4 of its 16-lane vectors
+# at least 3/4 of its vectors' lanes (16, or 8 where those fill it better)
 _GRADS = {
     "w3a": ((64, 1, 28, 28), (16, 1, 3, 3), ((1, 1), (1, 1)), (1, 1), 1),  # W3's first layer
     "w3b": ((64, 16, 14, 14), (32, 16, 3, 3), ((1, 1), (1, 1)), (1, 1), 1),  # W3's second
     "groups": ((40, 6, 13, 11), (9, 2, 3, 2), ((2, 0), (1, 3)), (2, 1), 3),  # dilation, asymmetric
     "1d": ((16, 4, 300), (8, 4, 5), ((2, 1),), (1,), 1),
     "3d": ((24, 3, 9, 10, 15), (4, 3, 3, 3, 3), ((1, 1), (0, 2), (1, 0)), (1, 1, 1), 1),
+    "digits1": ((32, 1, 8, 8), (16, 1, 3, 3), ((1, 1), (1, 1)), (1, 1), 1),  # digits' first layer: 8-wide rows
+    "digits2": ((32, 16, 8, 8), (32, 16, 3, 3), ((1, 1), (1, 1)), (1, 1), 1),  # digits' second
+    "narrow7": ((40, 6, 9, 6), (8, 3, 3, 3), ((2, 0), (1, 2)), (1, 1), 2),  # 7-wide rows, groups, asymmetric
+    "narrow12": ((20, 6, 9, 12), (9, 2, 3, 3), ((1, 1), (1, 1)), (1, 1), 3),  # 16 lanes at 3/4, groups
 }
+#: Output rows' widths and the lanes the direct kernel takes them with on an AVX-512
+#: host (``None``: it leaves them to im2col and the product)
+_LANES = {"digits2": 8, "narrow7": 8, "narrow12": 16, "w3b": 16}
 
 
 def _out(x_shape, w_shape, padding, dilation):
@@ -107,13 +115,49 @@ def test_where_the_direct_weight_gradient_runs(monkeypatch, rng):
     monkeypatch.setenv("EMBER_GEMM", "ember")
     assert _direct(x, dy, case) is not None
     assert _direct(x.astype(np.float64), dy.astype(np.float64), case) is None
-    # rows too narrow to fill their vectors (the digits CNN's 8x8 layer), and a window too wide
-    narrow = ((64, 16, 8, 8), (32, 16, 3, 3), ((1, 1), (1, 1)), (1, 1), 1)
+    # rows too narrow to fill even 8-lane vectors (5 wide), and a window too wide
+    narrow = ((64, 16, 8, 5), (32, 16, 3, 3), ((1, 1), (1, 1)), (1, 1), 1)
     assert _direct(*_inputs(rng, narrow), narrow) is None
     wide = ((16, 80, 14, 14), (32, 80, 3, 3), ((1, 1), (1, 1)), (1, 1), 1)
     assert _direct(*_inputs(rng, wide), wide) is None
     # fewer output gradients than flex's native threshold
     assert _direct(x[:1], dy[:1], case) is None
+
+
+def _lanes_taken(x, dy, case) -> int:
+    """The vector width of the direct weight gradient's loop that ran ``case``."""
+    assert _direct(x, dy, case) is not None
+    (width,) = {
+        key[1].conv.width
+        for key in list(native_pool._STATE)
+        if isinstance(key, tuple)
+        and key[0] == "direct_weight_grad"
+        and (key[1].c_in, key[1].c_out, key[1].spatial) == (x.shape[1], dy.shape[1], x.shape[2:])
+    }
+    return width
+
+
+@pytest.mark.parametrize("width", [5, 7, 8, 12])
+def test_narrow_rows_against_torch(monkeypatch, width, rng):
+    """Rows narrower than a 16-lane vector, with groups and asymmetric padding: flex's
+    weight gradient (direct where 8 or 16 lanes fill the rows' vectors, else im2col and
+    the product) against torch's float64 one."""
+    monkeypatch.setenv("EMBER_GEMM", "ember")
+    torch = import_torch()
+    case = ((64, 4, 8, width), (8, 2, 3, 3), ((1, 1), (2, 0)), (1, 1), 2)
+    x, dy = _inputs(rng, case)
+    want = _torch_weight_grad(torch, x, dy, *case[1:])
+    scale = max(float(np.abs(want).max()), 1.0)
+    assert (_direct(x, dy, case) is not None) is (width != 5)
+    assert_close(_flex(x, dy, case), want, rtol=1e-5, atol=2e-6 * scale)
+
+
+@pytest.mark.skipif(jit.vector_width() != 512, reason="the lane choice is between 16 and 8 lanes (AVX-512)")
+@pytest.mark.parametrize("name", sorted(_LANES))
+def test_rows_take_the_lanes_that_fill_them(monkeypatch, name, rng):
+    monkeypatch.setenv("EMBER_GEMM", "ember")
+    case = _GRADS[name]
+    assert _lanes_taken(*_inputs(rng, case), case) == _LANES[name]
 
 
 def test_one_loop_serves_every_batch_size(monkeypatch, rng):
@@ -140,11 +184,11 @@ def test_one_loop_serves_every_batch_size(monkeypatch, rng):
     assert loops() == 1
 
 
-@pytest.mark.parametrize("name", ["w3a", "w3b", "groups"])
+@pytest.mark.parametrize("name", ["w3a", "w3b", "groups", "digits1", "digits2", "narrow7", "narrow12"])
 def test_eager_and_compiled_weight_gradients_are_one_kernel(monkeypatch, name, rng):
-    """A compiled plan's ``conv_weight_grad`` declares the shared functions eager
-    compiled (it compiles none of its own), and gives the same weight gradient bit for
-    bit."""
+    """A compiled plan's ``conv_weight_grad`` declares the shared batch loop eager
+    compiled (it compiles no kernel of its own, and emits none of the loop), and gives
+    the same weight gradient bit for bit."""
     monkeypatch.setenv("EMBER_GEMM", "ember")
     case = _GRADS[name]
     x, dy = _inputs(rng, case)
@@ -158,7 +202,7 @@ def test_eager_and_compiled_weight_gradients_are_one_kernel(monkeypatch, name, r
     assert set(shared._LOADED) == before, "the plan compiled a kernel eager had compiled"
     ir_text = plan.variants[0].ir
     names = sorted(n for n in before if n in ir_text)
-    assert [n.rsplit("_", 1)[0] for n in names] == ["ember_direct_dw", "ember_lane_sums"]
+    assert [n.rsplit("_", 1)[0] for n in names] == ["ember_direct_dw_loop"]
     assert all(f'declare void @"{n}"' in ir_text for n in names)
     np.testing.assert_array_equal(compiled[0], eager)
 

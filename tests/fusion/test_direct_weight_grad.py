@@ -21,14 +21,16 @@ from ember.backend.kernel.llvm.direct_conv_grad import (
     direct_weight_grad_function,
     fits,
     lane_sums_function,
+    lanes,
     padded_floats,
+    tiling,
 )
 from tests.fusion.oracle import Case
 
 pytestmark = pytest.mark.torch
 
 # x shape, weight shape, padding per dim (lo, hi), dilation, groups; whether the direct
-# kernel takes it with 16-lane vectors
+# kernel takes it (with 16-lane vectors, or 8 where rows fill those better)
 _GRADS = {
     "small CNN conv1": ((64, 1, 28, 28), (16, 1, 3, 3), ((1, 1), (1, 1)), (1, 1), 1, True),
     "small CNN conv2": ((6, 16, 14, 14), (32, 16, 3, 3), ((1, 1), (1, 1)), (1, 1), 1, True),
@@ -39,7 +41,9 @@ _GRADS = {
     "1-d": ((3, 5, 28), (7, 5, 3), ((1, 2),), (1,), 1, True),
     "3-d": ((2, 2, 5, 6, 15), (4, 2, 3, 3, 3), ((1, 1), (0, 1), (1, 0)), (1, 1, 1), 1, True),
     "a window too wide": ((2, 64, 6, 6), (8, 64, 3, 3), ((1, 1), (1, 1)), (1, 1), 1, False),
-    "rows too narrow (digits)": ((4, 16, 8, 8), (32, 16, 3, 3), ((1, 1), (1, 1)), (1, 1), 1, False),
+    "8-wide rows (digits)": ((4, 16, 8, 8), (32, 16, 3, 3), ((1, 1), (1, 1)), (1, 1), 1, True),
+    "12-wide rows, groups": ((3, 6, 5, 12), (9, 2, 3, 3), ((1, 1), (2, 0)), (1, 1), 3, True),
+    "rows too narrow (5)": ((4, 3, 6, 5), (8, 3, 3, 3), ((1, 1), (1, 1)), (1, 1), 1, False),
 }
 
 
@@ -76,10 +80,10 @@ def test_weight_gradients_match_torch_float64_and_flex(torch, monkeypatch, name,
     np.testing.assert_allclose(compiled[0], want, rtol=1e-5, atol=2e-6 * scale)
     np.testing.assert_allclose(compiled[0], replayed[0], rtol=2e-5, atol=4e-6 * scale)
     (variant,) = plan.variants
-    width = 16 if jit.vector_width() == 512 else 8
     out = _out_shape(x_shape, w_shape, padding, dilation)[2:]
+    width = lanes(out[-1], jit.vector_width())
     conv = DirectConv(x_shape[1] // groups, w_shape[0] // groups, w_shape[2:], dilation, out, width)
-    assert fits(conv) is direct or width != 16
+    assert fits(conv) is direct
     assert ("_direct_dw" in variant.ir) is (mode == "ember" and fits(conv))
 
 
@@ -119,7 +123,7 @@ def test_a_strided_weight_gradient_keeps_the_product(torch, monkeypatch, rng):
     assert "_direct_dw" not in plan.variants[0].ir
 
 
-@pytest.mark.parametrize("width", [16, 8], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("width, vector_bits", [(16, 512), (8, 512), (8, 256)], ids=["avx512", "avx512-8", "avx2"])
 @pytest.mark.parametrize(
     "conv, n",
     [
@@ -130,7 +134,7 @@ def test_a_strided_weight_gradient_keeps_the_product(torch, monkeypatch, rng):
     ],
     ids=["conv1", "odd", "1-d", "3-d"],
 )
-def test_the_kernel_alone_against_numpy_float64(conv, n, width, rng):
+def test_the_kernel_alone_against_numpy_float64(conv, n, width, vector_bits, rng):
     """Chunks of samples' padded inputs and output gradients (two more output channels
     between samples', as another group's would be: the kernel reads none of them)
     against a float64 loop over the kernel positions."""
@@ -140,8 +144,8 @@ def test_the_kernel_alone_against_numpy_float64(conv, n, width, rng):
     module.triple, module.data_layout = jit.triple(), jit.data_layout()
     weights = conv.outputs * conv.window
     stride = (conv.outputs + 2) * int(np.prod(conv.out))
-    direct_weight_grad_function(module, "dw", conv, None, stride).linkage = "external"
-    lane_sums_function(module, "sums", weights, width, None).linkage = "external"
+    direct_weight_grad_function(module, "dw", conv, vector_bits, stride).linkage = "external"
+    lane_sums_function(module, "sums", weights, width, vector_bits).linkage = "external"
     compiled = jit.compile_module(str(module), ["dw", "sums"], cache=False)
     p = ctypes.c_void_p
     run = ctypes.CFUNCTYPE(None, p, p, p, ctypes.c_int64)(compiled.addresses["dw"])
@@ -163,3 +167,24 @@ def test_the_kernel_alone_against_numpy_float64(conv, n, width, rng):
     out = np.zeros(weights, np.float32)
     sums(acc.ctypes.data, out.ctypes.data)
     np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "last, vector_bits, width",
+    [(8, 512, 8), (7, 512, 8), (5, 512, 8), (12, 512, 16), (14, 512, 16), (20, 512, 8), (24, 512, 16), (8, 256, 8)],
+)
+def test_lanes_fill_the_rows_best(last, vector_bits, width):
+    """16 lanes with 512-bit vectors where they fill a row's vectors (3/4 of their
+    lanes or as well as 8 do), else 8; 8 without AVX-512."""
+    assert lanes(last, vector_bits) == width
+
+
+@pytest.mark.parametrize("width", [16, 8])
+def test_the_register_tile_follows_the_register_count(width):
+    """AVX-512 has 32 vector registers at 256 bits as at 512: 3 rows by 9 kernel
+    positions there, 2 by 6 with 16 registers, whatever the width."""
+    conv = DirectConv(16, 32, (3, 3), (1, 1), (8, 8), width)
+    rows, blocks = tiling(conv, 512)
+    assert rows == 3 and blocks == [(0, 9)]
+    rows, blocks = tiling(conv, 256)
+    assert rows == 2 and blocks == [(0, 5), (5, 4)]

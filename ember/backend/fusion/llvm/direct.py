@@ -53,11 +53,13 @@ def direct_geometry(e: Emitter, c: _Conv, dtype: np.dtype) -> DirectBatch | None
 def direct_weight_geometry(e: Emitter, c: _Conv, dtype: np.dtype) -> DirectWeightBatch | None:
     """The direct weight gradient's geometry where it runs ``c``'s ``conv_weight_grad``:
     as :func:`direct_geometry`, and the rows must also fill their vectors
-    (:func:`~ember.backend.kernel.llvm.direct_conv_grad.fits`); else ``None``."""
+    (:func:`~ember.backend.kernel.llvm.direct_conv_grad.fits`); else ``None``. Its
+    chunks are sized as flex's eager ones (whatever ``c.n``), so that the plan calls
+    the batch loop eager compiled."""
     if not _runs_direct(e, c, dtype):
         return None
     return direct_weight_batch(
-        c.c_in, c.c_out, c.groups, c.spatial, c.kernel, c.pad, c.dilation, c.out, e.module.vector_width, c.n
+        c.c_in, c.c_out, c.groups, c.spatial, c.kernel, c.pad, c.dilation, c.out, e.module.vector_width
     )
 
 
@@ -82,8 +84,8 @@ def direct_core(
 def direct_weight_grad(
     e: Emitter, c: _Conv, direct: DirectWeightBatch, x: ir.Value, grad: ir.Value, out: ir.Value
 ) -> None:
-    """``conv_weight_grad`` by the direct kernel: the batch loop flex's eager weight
-    gradients run too (:func:`ember.backend.kernel.llvm.direct_weight_batch.emit_direct_weight_grad`),
+    """``conv_weight_grad`` by the direct kernel: a call of the shared batch loop flex's
+    eager weight gradients call too (:func:`ember.backend.kernel.llvm.direct_weight_batch.emit_direct_weight_grad`),
     for the plan's ``c.n`` samples."""
     emit_direct_weight_grad(
         e, e.module.module, e.module.prefix, direct, e.module.vector_width, x, grad, out, ir.Constant(I64, c.n)

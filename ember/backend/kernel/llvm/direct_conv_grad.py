@@ -38,24 +38,46 @@ from ember.backend.kernel.views import contiguous_strides, size_of
 CHUNK_BYTES = 384 << 10
 
 #: The least share of each row's vectors' lanes that hold output positions (a row
-#: narrower than a vector, or just past a whole number of them, wastes the rest): the
-#: digits CNN's 8-wide rows (half of each 16-lane vector) ran its [32, 16, 3, 3] weight
-#: gradient in 170 us against 134 us for im2col and OpenBLAS's AVX-512 ``sgemm``.
+#: narrower than a vector, or just past a whole number of them, wastes the rest). The
+#: digits CNN's 8-wide rows fill 8-lane vectors (:func:`lanes`): its [32, 16, 3, 3]
+#: weight gradient, 32 samples, ran in 183 us with 8 lanes, 192 us with 16 (half of
+#: each vector real) and 268 us by im2col and OpenBLAS's ``sgemm`` pinned to
+#: ``Haswell`` (177, 186 and 273 us on its AVX-512 kernels); its [16, 1, 3, 3] one in 22,
+#: 22 and 47 (36) us (CPU time, one thread, AVX-512 host).
 MIN_LANE_SHARE = 0.75
+
+
+def lane_share(last: int, width: int) -> float:
+    """The share of the lanes of a row of ``last`` positions' vectors that hold positions."""
+    return last / (width * -(-last // width))
+
+
+def lanes(last: int, vector_bits: int | None) -> int:
+    """Floats per vector for rows of ``last`` output positions: 16 with 512-bit vectors
+    where that fills the rows' vectors (:data:`MIN_LANE_SHARE`), else 8 (256-bit
+    vectors, which AVX-512 runs with its 32 registers) where that fills them better."""
+    if vector_bits != 512:
+        return 8
+    return 16 if lane_share(last, 16) >= min(MIN_LANE_SHARE, lane_share(last, 8)) else 8
+
+
+def vector_registers(vector_bits: int | None) -> int:
+    """Vector registers the kernel may tile: 32 with AVX-512 (at 512 or 256 bits a
+    vector), 16 otherwise."""
+    return 32 if vector_bits == 512 else 16
 
 
 def fits(conv: DirectConv) -> bool:
     """Whether the direct weight gradient should run ``conv``: the forward kernel's
     test (:meth:`DirectConv.fits`) and rows that fill their vectors (:data:`MIN_LANE_SHARE`)."""
-    last = conv.out[-1]
-    return conv.fits() and last >= MIN_LANE_SHARE * conv.width * -(-last // conv.width)
+    return conv.fits() and lane_share(conv.out[-1], conv.width) >= MIN_LANE_SHARE
 
 
-def tiling(conv: DirectConv) -> tuple[int, list[tuple[int, int]]]:
+def tiling(conv: DirectConv, vector_bits: int | None) -> tuple[int, list[tuple[int, int]]]:
     """The register tile: output channels per tile, and the kernel positions' blocks
     ``(first, count)`` (balanced; ``rows * count`` accumulators fit the registers with
-    the tile's operands: 32 vector registers with AVX-512, 16 otherwise)."""
-    rows, budget = (3, 27) if conv.width == 16 else (2, 12)
+    the tile's operands: :func:`vector_registers`, whatever the vectors' width)."""
+    rows, budget = (3, 27) if vector_registers(vector_bits) == 32 else (2, 12)
     positions = size_of(conv.kernel)
     blocks = -(-positions // (budget // rows))
     base, extra = divmod(positions, blocks)
@@ -132,7 +154,7 @@ def direct_weight_grad_function(
     x_lead, dy_lead = contiguous_strides(conv.padded)[:-1], contiguous_strides(conv.out)[:-1]
     full, rest = divmod(last, w)
     tail = ir.Constant(mask_type, [lane < rest for lane in range(w)])
-    rows, blocks = tiling(conv)
+    rows, blocks = tiling(conv, vector_bits)
     tiles: dict[tuple[int, int, int], ir.Function] = {}
 
     def tile_function(tile_rows: int, first: int, span: int) -> ir.Function:
@@ -264,6 +286,9 @@ __all__ = [
     "MIN_LANE_SHARE",
     "fits",
     "chunk_samples",
+    "lane_share",
+    "lanes",
+    "vector_registers",
     "direct_weight_grad_function",
     "lane_sums_function",
     "padded_floats",

@@ -1,11 +1,13 @@
 """The weight gradient of a batch of stride-1 float32 convolutions by the direct kernel
 (:mod:`.direct_conv_grad`): per group, chunks of samples' zero-padded inputs copied
-into a module buffer, each chunk's weight gradient added into lane-wise accumulators
-(another), whose lanes are summed into the result at the end. Fusion's plans
-(:mod:`ember.backend.fusion.llvm.direct`) and flex's eager weight gradients
-(:mod:`ember.backend.flex.native_direct`) emit this same loop and call the same
-shared kernel functions (:mod:`.shared`), so eager and compiled code give the same
-weight gradient, bit for bit.
+into a buffer of the caller's module, each chunk's weight gradient added into lane-wise
+accumulators (another), whose lanes are summed into the result at the end. The loop
+is itself a shared kernel function (:mod:`.shared`, :func:`weight_grad_loop`) that
+fusion's plans (:mod:`ember.backend.fusion.llvm.direct`) and flex's eager weight
+gradients (:mod:`ember.backend.flex.native_direct`) call, so eager and compiled code
+give the same weight gradient, bit for bit, and a plan compiles none of it: in the
+digits example's training plan, its two weight gradients took about 50 ms of LLVM time
+as im2col and ``sgemm``, and about 20 as plan-local loops calling the shared kernels.
 
 The chunking does not change the sums' order (each accumulator adds its samples in
 order, whether they come in one chunk or several), so the number of samples may be a
@@ -29,6 +31,7 @@ from ember.backend.kernel.llvm.direct_conv_grad import (
     direct_weight_grad_function,
     fits,
     lane_sums_function,
+    lanes,
     padded_floats,
 )
 from ember.backend.kernel.llvm.mathlib import I64, const
@@ -83,7 +86,7 @@ def direct_weight_batch(
     compile time, bounds the chunk; else chunks are as large as the cache allows."""
     if any(p < 0 for p in pad) or c_in % groups or c_out % groups:
         return None
-    conv = DirectConv(c_in // groups, c_out // groups, kernel, dilation, out, 16 if vector_bits == 512 else 8)
+    conv = DirectConv(c_in // groups, c_out // groups, kernel, dilation, out, lanes(out[-1], vector_bits))
     if not fits(conv):
         return None
     return DirectWeightBatch(c_in, groups, spatial, pad, conv, chunk_samples(conv, _ANY if n is None else n))
@@ -119,10 +122,45 @@ def weight_grad_kernels(batch: DirectWeightBatch, vector_bits: int | None) -> tu
     return grad, sums
 
 
-def register_direct_weight_grad(batch: DirectWeightBatch, vector_bits: int | None) -> list[str]:
-    """Compiles (once per process) the shared kernel functions ``batch``'s loop calls;
-    their symbols. Call it before loading cached code that calls them."""
-    return [kernel.register() for kernel in weight_grad_kernels(batch, vector_bits)]
+def weight_grad_loop(batch: DirectWeightBatch, vector_bits: int | None) -> SharedKernel:
+    """The batch loop as a shared kernel
+    ``loop(x, grad, out, count, padded, acc)``: :func:`emit_weight_grad_loop` over
+    the caller's buffers (``padded``: :func:`.direct_conv_grad.padded_floats` of
+    ``batch.samples``; ``acc``: ``batch.weights * width`` floats), calling the two
+    shared kernels of :func:`weight_grad_kernels`. Eager entries and compiled plans
+    call it, so a plan emits none of the loop."""
+    from ember.backend.kernel.llvm.shared import SharedKernel
+
+    needs = weight_grad_kernels(batch, vector_bits)
+
+    def build(own: ir.Module, name: str) -> ir.Function:
+        fn = ir.Function(own, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR, PTR]), name=name)
+        fn.attributes.add("nounwind")
+        if vector_bits:
+            set.add(fn.attributes, f'"prefer-vector-width"="{vector_bits}"')
+        for arg in fn.args:
+            if isinstance(arg.type, ir.PointerType):
+                arg.add_attribute("noalias")
+        x, grad, out, count, padded, acc = fn.args
+        e = KernelBuilder(ir.IRBuilder(fn.append_basic_block("entry")))
+        emit_weight_grad_loop(e, own, batch, vector_bits, x, grad, out, count, padded, acc)
+        e.b.ret_void()
+        return fn
+
+    return SharedKernel(
+        "ember_direct_dw_loop",
+        ("direct_weight_grad_loop", batch, vector_bits),
+        ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR, PTR]),
+        build,
+        needs,
+    )
+
+
+def register_direct_weight_grad(batch: DirectWeightBatch, vector_bits: int | None) -> str:
+    """Compiles (once per process) the shared loop and kernel functions ``batch``'s
+    weight gradient calls (:func:`weight_grad_loop`); the loop's symbol. Call it before
+    loading cached code that calls them."""
+    return weight_grad_loop(batch, vector_bits).register()
 
 
 def emit_direct_weight_grad(
@@ -138,13 +176,32 @@ def emit_direct_weight_grad(
 ) -> None:
     """``out`` ``[c_out, c_in / groups, *kernel]`` = the weight gradient of ``count``
     (an ``i64``, at least 1) samples of ``x`` ``[n, c_in, *spatial]`` and ``grad``
-    ``[n, c_out, *out]``: per group, chunks of at most ``batch.samples`` samples'
-    padded inputs (an internal module global), the shared kernel adding each chunk
-    into lane-wise accumulators (another), and the shared lane sums into ``out``."""
+    ``[n, c_out, *out]``: a call of the shared loop (:func:`weight_grad_loop`) with
+    ``module``'s own buffers (internal module globals named from ``prefix``)."""
+    conv = batch.conv
+    padded = module_buffer(e.b, module, f"{prefix}_dw_padded", padded_floats(conv, batch.samples))
+    acc = module_buffer(e.b, module, f"{prefix}_dw_acc", batch.weights * conv.width)
+    e.b.call(weight_grad_loop(batch, vector_bits).declare(module), [x, grad, out, count, padded, acc])
+
+
+def emit_weight_grad_loop(
+    e: KernelBuilder,
+    module: ir.Module,
+    batch: DirectWeightBatch,
+    vector_bits: int | None,
+    x: ir.Value,
+    grad: ir.Value,
+    out: ir.Value,
+    count: ir.Value,
+    padded: ir.Value,
+    acc: ir.Value,
+) -> None:
+    """The loop of :func:`weight_grad_loop`: per group, chunks of at most
+    ``batch.samples`` samples' padded inputs copied into ``padded``, the shared kernel
+    adding each chunk into lane-wise accumulators ``acc``, and the shared lane sums
+    into ``out``."""
     b = e.b
     conv = batch.conv
-    padded = module_buffer(b, module, f"{prefix}_dw_padded", padded_floats(conv, batch.samples))
-    acc = module_buffer(b, module, f"{prefix}_dw_acc", batch.weights * conv.width)
     kernel, sums = (shared.declare(module) for shared in weight_grad_kernels(batch, vector_bits))
     plane, positions = size_of(batch.spatial), size_of(conv.out)
     per_x = conv.channels * conv.plane
@@ -187,6 +244,8 @@ __all__ = [
     "DirectWeightBatch",
     "direct_weight_batch",
     "emit_direct_weight_grad",
+    "emit_weight_grad_loop",
     "register_direct_weight_grad",
     "weight_grad_kernels",
+    "weight_grad_loop",
 ]

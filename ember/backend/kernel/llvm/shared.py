@@ -46,20 +46,25 @@ class SharedKernel:
     """A kernel function shared by name: ``stem`` and ``recipe`` name it (``recipe``, a
     tuple of plain values, determines its IR, given ember's source), ``signature``
     declares it, and ``build(module, name)`` defines it in a module of its own (with any
-    internal helpers; the function itself is made external)."""
+    internal helpers; the function itself is made external); ``needs``, the shared
+    kernels it calls (registered before it)."""
 
     stem: str
     recipe: tuple
     signature: ir.FunctionType
     build: Callable[[ir.Module, str], ir.Function]
+    needs: tuple[SharedKernel, ...] = ()
 
     def register(self) -> str:
         """Compiles (or loads) and registers the function unless done already in this
-        process; its symbol. Call it before loading cached code that calls it. Raises
-        what :func:`~ember.backend.kernel.llvm.jit.compile_module` raises."""
+        process (the kernels it ``needs`` first); its symbol. Call it before loading
+        cached code that calls it. Raises what
+        :func:`~ember.backend.kernel.llvm.jit.compile_module` raises."""
         name = symbol(self.stem, self.recipe)
         if name in _LOADED:
             return name
+        for needed in self.needs:
+            needed.register()
         with _LOCK:
             if name not in _LOADED:
 
