@@ -36,7 +36,7 @@ def conv(
     """The stride-1 convolution of ``x`` ``[N, C, *spatial]`` with ``weight``
     ``[O, C / groups, *kernel]`` (plus ``bias``), padded by ``pad`` before each dim, to
     ``out`` positions per plane; ``None`` where the direct kernel does not apply."""
-    from ember.backend.kernel.llvm import direct_batch, direct_conv, jit
+    from ember.backend.kernel.llvm import direct_batch, jit
 
     n, c_in = x.shape[:2]
     c_out = weight.shape[0]
@@ -64,13 +64,13 @@ def conv(
 
         e, (src, w, dst, b, samples) = parts
         count = e.b.load(samples, typ=ir.IntType(64))
-        direct_batch.emit_direct_batch(
-            e, e.b.module, "ember_flex", batch, width, src, w, b if with_bias else None, dst, count=count
+        direct_batch.emit_batch_loop_call(
+            e, e.b.module, "ember_flex", batch, width, src, w, b if with_bias else None, dst, count
         )
 
     def build() -> Any:
-        # the shared kernel first: cached machine code of the entry links to it
-        direct_conv.direct_conv_kernel(batch.conv, width).register()
+        # the shared loop (and its kernel) first: cached machine code of the entry links to it
+        direct_batch.batch_loop(batch, width, with_bias).register()
         return compile_entry(emit, "ember_direct_conv", pointers=5, recipe=key)
 
     key = ("direct", batch, with_bias, width)

@@ -24,7 +24,7 @@ import numpy as np
 from llvmlite import ir
 
 from ember.backend.fusion.llvm.emitter import Emitter
-from ember.backend.kernel.llvm.direct_batch import DirectBatch, direct_batch, emit_direct_batch
+from ember.backend.kernel.llvm.direct_batch import DirectBatch, direct_batch, emit_batch_loop_call, emit_direct_batch
 from ember.backend.kernel.llvm.direct_weight_batch import (
     DirectWeightBatch,
     direct_weight_batch,
@@ -75,7 +75,14 @@ def direct_core(
     epilogue: Callable[[ir.Value, ir.Value], None] | None,
 ) -> None:
     """:func:`conv_core` by the direct kernel: the batch loop flex's eager convolutions
-    run too (:func:`ember.backend.kernel.llvm.direct_batch.emit_direct_batch`)."""
+    run too (:func:`ember.backend.kernel.llvm.direct_batch.emit_direct_batch`). A
+    convolution with no fused epilogue (a training step's input gradient) calls the
+    shared loop eager compiled (:func:`~ember.backend.kernel.llvm.direct_batch.batch_loop`)
+    and emits none of it."""
+    if block is None and epilogue is None and out is not None:
+        count = ir.Constant(I64, c.n)
+        emit_batch_loop_call(e, e.module.module, e.module.prefix, direct, e.module.vector_width, x, w, bias, out, count)
+        return
     emit_direct_batch(
         e, e.module.module, e.module.prefix, direct, e.module.vector_width, x, w, bias, out, block, epilogue
     )
