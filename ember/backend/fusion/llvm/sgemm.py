@@ -144,6 +144,21 @@ def repacks(m: int, n: int, batched: bool, lanes: int) -> bool:
     return not batched and m >= REPACK_ROWS and small_gemm.applies_packed(n, lanes)
 
 
+def _size_buffer(kb: KernelBuilder, stem: str, floats: int) -> ir.Value:
+    """The first float of a zeroed, 64-byte aligned internal module buffer of ``floats``
+    floats named ``<stem><floats>``: one per size, shared by the module's steps."""
+    name = f"{stem}{floats}"
+    buffer = kb.b.module.globals.get(name)
+    if buffer is None:
+        array = ir.ArrayType(ir.FloatType(), floats)
+        buffer = ir.GlobalVariable(kb.b.module, array, name=name)
+        buffer.linkage = "internal"
+        buffer.align = 64
+        buffer.initializer = ir.Constant(array, None)
+    zero = ir.Constant(ir.IntType(32), 0)
+    return kb.b.gep(buffer, [zero, zero])
+
+
 def transposes(m: int, n: int, k: int, batched: bool, lanes: int) -> bool:
     """Whether a ``"dots"`` product (:func:`inline_form`) that does not repack
     (:func:`repacks`) runs as flex's eager product does (:func:`emit_transposed`): ``B``
@@ -163,17 +178,8 @@ def emit_transposed(
     (one per size, shared by the plan's steps) as dense rows, then the shared inline
     product (:func:`~ember.backend.kernel.llvm.small_gemm.emit_shared_gemm`), which is what
     flex's eager product runs on the transposed copy numpy makes: the two are bit-identical."""
-    floats = k * n
-    name = f"{prefix}_transposed{floats}"
-    copy = kb.b.module.globals.get(name)
-    if copy is None:
-        copy = ir.GlobalVariable(kb.b.module, ir.ArrayType(ir.FloatType(), floats), name=name)
-        copy.linkage = "internal"
-        copy.align = 64
-        copy.initializer = ir.Constant(ir.ArrayType(ir.FloatType(), floats), None)
+    start = _size_buffer(kb, f"{prefix}_transposed", k * n)
     b = kb.b
-    zero = ir.Constant(ir.IntType(32), 0)
-    start = b.gep(copy, [zero, zero])  # the first float
     f32 = np.dtype(np.float32)
     i64 = ir.IntType(64)
 
@@ -202,16 +208,7 @@ def emit_repacked(
     sum over ``k`` in order as flex's eager product does. The dot-product form sums
     lane-wise and reduces each output across lanes at the end: [2048, 512] @ [512,
     128]^T 1628 -> 1226 us alone (CPU time, load 6)."""
-    floats = small_gemm.packed_floats(k, n)
-    name = f"{prefix}_pack_t{floats}"
-    packed = kb.b.module.globals.get(name)
-    if packed is None:
-        packed = ir.GlobalVariable(kb.b.module, ir.ArrayType(ir.FloatType(), floats), name=name)
-        packed.linkage = "internal"
-        packed.align = 64
-        packed.initializer = ir.Constant(ir.ArrayType(ir.FloatType(), floats), None)
-    zero = ir.Constant(ir.IntType(32), 0)
-    start = kb.b.gep(packed, [zero, zero])  # the first float
+    start = _size_buffer(kb, f"{prefix}_pack_t", small_gemm.packed_floats(k, n))
     small_gemm.emit_pack(kb, k, n, Operand(b_t.ptr, 1, b_t.row), start, lanes)
     small_gemm.emit_gemm_packed(kb, m, n, k, a, start, c, lanes)
 
