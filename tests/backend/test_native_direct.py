@@ -195,3 +195,38 @@ def test_one_kernel_serves_every_batch_size(monkeypatch, rng):
         want = _torch_conv(torch, x, w, None, ((1, 1), (1, 1)), (1, 1), 1)
         assert_close(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     assert kernels() == 1
+
+
+def test_threads_convolving_one_geometry_at_once(monkeypatch, rng):
+    """Two threads running the same geometry's convolution and weight gradient at once
+    (ctypes lets go of the GIL during the call) get the results each gets alone: the
+    padded inputs and accumulators are the call's own, not the compiled code's."""
+    import threading
+
+    monkeypatch.setenv("EMBER_GEMM", "ember")
+    w = (rng.standard_normal((32, 16, 3, 3)) / 12).astype(np.float32)
+    xs = [rng.standard_normal((16, 16, 14, 14)).astype(np.float32) for _ in range(2)]
+    gs = [rng.standard_normal((16, 32, 14, 14)).astype(np.float32) for _ in range(2)]
+
+    def run(i):
+        y = native_direct.conv(xs[i], w, None, (1, 1), (1, 1), (14, 14), 1)
+        dw = native_direct.conv_weight_grad(xs[i], gs[i], w.shape, (1, 1), (1, 1), 1)
+        return y, dw
+
+    alone = [run(i) for i in range(2)]
+    assert all(part is not None for pair in alone for part in pair)
+    got: dict[int, list] = {0: [], 1: []}
+
+    def worker(i):
+        for _ in range(20):
+            got[i].append(run(i))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(2):
+        for y, dw in got[i]:
+            np.testing.assert_array_equal(y, alone[i][0])
+            np.testing.assert_array_equal(dw, alone[i][1])

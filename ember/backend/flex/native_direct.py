@@ -1,10 +1,12 @@
 """flex's direct convolutions: the kernel layer's batch loop over the direct kernel
-(:mod:`ember.backend.kernel.llvm.direct_batch`, the loop fusion's compiled plans run)
-compiled per shape, for float32 stride-1 convolutions with small windows, forward and
-transposed (a convolution's input gradient, as a convolution with the flipped kernel),
-and their weight gradients (:mod:`ember.backend.kernel.llvm.direct_weight_batch`,
-where its rows fill their vectors). Eager and compiled code then convolve such layers
-with the same kernels.
+(:func:`ember.backend.kernel.llvm.direct_batch.batch_loop`, the shared function
+fusion's compiled plans call) compiled per shape, for float32 stride-1 convolutions
+with small windows, forward and transposed (a convolution's input gradient, as a
+convolution with the flipped kernel), and their weight gradients
+(:func:`ember.backend.kernel.llvm.direct_weight_batch.weight_grad_loop`, where its rows
+fill their vectors). Eager and compiled code then convolve such layers with the same
+code. flex calls the shared loops through ctypes, with padded-input and accumulator
+buffers of the call's own, so two threads may convolve with one geometry at once.
 
 Where :func:`ember.backend.kernel.llvm.direct_batch.enabled` says (``EMBER_GEMM``;
 hosts with 512-bit vectors by default), for outputs of
@@ -14,12 +16,14 @@ hosts with 512-bit vectors by default), for outputs of
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ember.backend.flex import native
-from ember.backend.flex.native_pool import cached, compile_entry, enabled
+from ember.backend.flex.native_pool import cached, enabled
 
 _F32 = np.dtype(np.float32)
 
@@ -59,31 +63,31 @@ def conv(
         return None
     with_bias = bias is not None
 
-    def emit(parts: Any) -> None:
-        from llvmlite import ir
+    def build() -> Any:  # loop(x, w, bias, out, count, padded)
+        return _entry(lambda: direct_batch.batch_loop(batch, width, with_bias).address(), 3, 2)
 
-        e, (src, w, dst, b, samples) = parts
-        count = e.b.load(samples, typ=ir.IntType(64))
-        direct_batch.emit_batch_loop_call(
-            e, e.b.module, "ember_flex", batch, width, src, w, b if with_bias else None, dst, count
-        )
-
-    def build() -> Any:
-        # the shared loop (and its kernel) first: cached machine code of the entry links to it
-        direct_batch.batch_loop(batch, width, with_bias).register()
-        return compile_entry(emit, "ember_direct_conv", pointers=5, recipe=key)
-
-    key = ("direct", batch, with_bias, width)
-    found = cached(key, build)
+    found = cached(("direct", batch, with_bias, width), build)
     if found is None:
         return None
     x, weight = np.ascontiguousarray(x), np.ascontiguousarray(weight)
     bias = None if bias is None else np.ascontiguousarray(bias)  # kept alive over the call
     y = np.empty((n, c_out, *out), dtype=_F32)
-    samples = np.array([n], dtype=np.int64)
+    padded = np.zeros(batch.conv.padded_floats, dtype=_F32)  # its slack past the planes is read, never used
     bias_at = 0 if bias is None else native.address(bias)
-    found[1](native.address(x), native.address(weight), native.address(y), bias_at, native.address(samples))
+    found(native.address(x), native.address(weight), bias_at, native.address(y), n, native.address(padded))
     return y
+
+
+def _entry(address: Callable[[], int], before: int, after: int) -> Any:
+    """A ctypes entry of a shared loop taking ``before`` pointers, the sample count
+    (``i64``) and ``after`` pointers; ``None`` where it cannot compile (an unsupported
+    host or llvmlite version: numpy instead)."""
+    try:
+        at = address()
+    except Exception:
+        return None
+    p = ctypes.c_void_p
+    return ctypes.CFUNCTYPE(None, *([p] * before), ctypes.c_int64, *([p] * after))(at)
 
 
 def conv_transpose(
@@ -133,6 +137,7 @@ def conv_weight_grad(
     (:mod:`ember.backend.kernel.llvm.direct_weight_batch`); ``None`` where the direct
     weight gradient does not apply."""
     from ember.backend.kernel.llvm import direct_batch, direct_weight_batch, jit
+    from ember.backend.kernel.llvm.direct_conv_grad import padded_floats
 
     n, c_in = x.shape[:2]
     c_out, out = grad.shape[1], tuple(grad.shape[2:])
@@ -146,26 +151,20 @@ def conv_weight_grad(
     if batch is None:
         return None
 
-    def emit(parts: Any) -> None:
-        from llvmlite import ir
+    def build() -> Any:  # loop(x, grad, out, count, padded, acc)
+        return _entry(lambda: direct_weight_batch.weight_grad_loop(batch, width).address(), 3, 2)
 
-        e, (src, dy, dst, samples) = parts
-        count = e.b.load(samples, typ=ir.IntType(64))
-        direct_weight_batch.emit_direct_weight_grad(e, e.b.module, "ember_flex", batch, width, src, dy, dst, count)
-
-    def build() -> Any:
-        # the shared functions first: cached machine code of the entry links to them
-        direct_weight_batch.register_direct_weight_grad(batch, width)
-        return compile_entry(emit, "ember_direct_weight_grad", pointers=4, recipe=key)
-
-    key = ("direct_weight_grad", batch, width)
-    found = cached(key, build)
+    found = cached(("direct_weight_grad", batch, width), build)
     if found is None:
         return None
     x, grad = np.ascontiguousarray(x), np.ascontiguousarray(grad)
     result = np.empty(tuple(weight_shape), dtype=_F32)
-    samples = np.array([n], dtype=np.int64)
-    found[1](native.address(x), native.address(grad), native.address(result), native.address(samples))
+    conv = batch.conv
+    padded = np.empty(padded_floats(conv, batch.samples), dtype=_F32)  # written before it is read
+    acc = np.empty(batch.weights * conv.width, dtype=_F32)  # zeroed by the loop
+    found(
+        native.address(x), native.address(grad), native.address(result), n, native.address(padded), native.address(acc)
+    )
     return result
 
 

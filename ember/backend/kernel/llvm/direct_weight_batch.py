@@ -156,13 +156,6 @@ def weight_grad_loop(batch: DirectWeightBatch, vector_bits: int | None) -> Share
     )
 
 
-def register_direct_weight_grad(batch: DirectWeightBatch, vector_bits: int | None) -> str:
-    """Compiles (once per process) the shared loop and kernel functions ``batch``'s
-    weight gradient calls (:func:`weight_grad_loop`); the loop's symbol. Call it before
-    loading cached code that calls them."""
-    return weight_grad_loop(batch, vector_bits).register()
-
-
 def emit_direct_weight_grad(
     e: KernelBuilder,
     module: ir.Module,
@@ -245,7 +238,6 @@ __all__ = [
     "direct_weight_batch",
     "emit_direct_weight_grad",
     "emit_weight_grad_loop",
-    "register_direct_weight_grad",
     "weight_grad_kernels",
     "weight_grad_loop",
 ]
