@@ -27,7 +27,7 @@ from llvmlite import ir
 from ember.backend.kernel.llvm import jit
 from ember.backend.kernel.llvm.builder import KernelBuilder
 from ember.backend.kernel.llvm.direct_conv import DirectConv, direct_conv_kernel
-from ember.backend.kernel.llvm.mathlib import I64, const
+from ember.backend.kernel.llvm.mathlib import I64, const, kernel_function
 from ember.backend.kernel.views import contiguous_strides, size_of
 
 if TYPE_CHECKING:
@@ -224,16 +224,11 @@ def batch_loop(batch: DirectBatch, vector_bits: int | None, with_bias: bool) -> 
 
     batch = replace(batch, n=1)
     ptr = ir.PointerType()
-    signature = ir.FunctionType(ir.VoidType(), [ptr, ptr, ptr, ptr, I64, ptr])
+    types = [ptr, ptr, ptr, ptr, I64, ptr]
 
     def build(own: ir.Module, name: str) -> ir.Function:
-        fn = ir.Function(own, signature, name=name)
-        fn.attributes.add("nounwind")
-        if vector_bits:
-            set.add(fn.attributes, f'"prefer-vector-width"="{vector_bits}"')
+        fn = kernel_function(own, name, types, vector_bits)
         x, w, bias, out, count, padded = fn.args
-        for arg in (x, w, out, padded):
-            arg.add_attribute("noalias")
         e = KernelBuilder(ir.IRBuilder(fn.append_basic_block("entry")))
         emit_direct_batch(
             e, own, name, batch, vector_bits, x, w, bias if with_bias else None, out, count=count, padded=padded
@@ -244,7 +239,7 @@ def batch_loop(batch: DirectBatch, vector_bits: int | None, with_bias: bool) -> 
     return SharedKernel(
         "ember_direct_conv_loop",
         ("direct_batch_loop", batch, vector_bits, with_bias),
-        signature,
+        ir.FunctionType(ir.VoidType(), types),
         build,
         (direct_conv_kernel(batch.conv, vector_bits),),
     )

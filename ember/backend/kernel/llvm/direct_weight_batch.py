@@ -34,7 +34,7 @@ from ember.backend.kernel.llvm.direct_conv_grad import (
     lanes,
     padded_floats,
 )
-from ember.backend.kernel.llvm.mathlib import I64, const
+from ember.backend.kernel.llvm.mathlib import I64, const, kernel_function
 from ember.backend.kernel.views import size_of
 
 if TYPE_CHECKING:
@@ -132,15 +132,10 @@ def weight_grad_loop(batch: DirectWeightBatch, vector_bits: int | None) -> Share
     from ember.backend.kernel.llvm.shared import SharedKernel
 
     needs = weight_grad_kernels(batch, vector_bits)
+    types = [PTR, PTR, PTR, I64, PTR, PTR]
 
     def build(own: ir.Module, name: str) -> ir.Function:
-        fn = ir.Function(own, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR, PTR]), name=name)
-        fn.attributes.add("nounwind")
-        if vector_bits:
-            set.add(fn.attributes, f'"prefer-vector-width"="{vector_bits}"')
-        for arg in fn.args:
-            if isinstance(arg.type, ir.PointerType):
-                arg.add_attribute("noalias")
+        fn = kernel_function(own, name, types, vector_bits)
         x, grad, out, count, padded, acc = fn.args
         e = KernelBuilder(ir.IRBuilder(fn.append_basic_block("entry")))
         emit_weight_grad_loop(e, own, batch, vector_bits, x, grad, out, count, padded, acc)
@@ -150,7 +145,7 @@ def weight_grad_loop(batch: DirectWeightBatch, vector_bits: int | None) -> Share
     return SharedKernel(
         "ember_direct_dw_loop",
         ("direct_weight_grad_loop", batch, vector_bits),
-        ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, PTR, PTR]),
+        ir.FunctionType(ir.VoidType(), types),
         build,
         needs,
     )
