@@ -33,7 +33,7 @@ from ember.backend.flex import blas as blas_mod
 from ember.backend.fusion.graph import Graph
 from ember.backend.kernel.llvm import direct_batch, jit, small_gemm
 from ember.backend.kernel.llvm.builder import KernelBuilder
-from ember.backend.kernel.llvm.direct_batch import GEMM_ENV, gemm_setting
+from ember.backend.kernel.llvm.direct_batch import GEMM_ENV, gemm_setting, module_buffer
 from ember.backend.kernel.llvm.gemm import Blocking, blocking
 from ember.backend.kernel.llvm.small_gemm import Operand
 
@@ -145,18 +145,9 @@ def repacks(m: int, n: int, batched: bool, lanes: int) -> bool:
 
 
 def _size_buffer(kb: KernelBuilder, stem: str, floats: int) -> ir.Value:
-    """The first float of a zeroed, 64-byte aligned internal module buffer of ``floats``
-    floats named ``<stem><floats>``: one per size, shared by the module's steps."""
-    name = f"{stem}{floats}"
-    buffer = kb.b.module.globals.get(name)
-    if buffer is None:
-        array = ir.ArrayType(ir.FloatType(), floats)
-        buffer = ir.GlobalVariable(kb.b.module, array, name=name)
-        buffer.linkage = "internal"
-        buffer.align = 64
-        buffer.initializer = ir.Constant(array, None)
-    zero = ir.Constant(ir.IntType(32), 0)
-    return kb.b.gep(buffer, [zero, zero])
+    """The first float of the module's buffer of ``floats`` floats named
+    ``<stem><floats>``: one per size, shared by the module's steps."""
+    return module_buffer(kb.b, kb.b.module, f"{stem}{floats}", floats, reuse=True)
 
 
 def transposes(m: int, n: int, k: int, batched: bool, lanes: int) -> bool:

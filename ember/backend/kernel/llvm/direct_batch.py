@@ -132,14 +132,18 @@ def pad_input(
     e.loops.nest([channels, *extent[:-1]], rows)
 
 
-def module_buffer(b: ir.IRBuilder, module: ir.Module, name: str, floats: int) -> ir.Value:
+def module_buffer(b: ir.IRBuilder, module: ir.Module, name: str, floats: int, reuse: bool = False) -> ir.Value:
     """A zeroed, 64-byte aligned internal module global of ``floats`` floats (its first
-    float): the direct kernels' padded inputs and accumulators, as ember's product packs."""
-    array = ir.ArrayType(ir.FloatType(), floats)
-    buffer = ir.GlobalVariable(module, array, name=module.get_unique_name(name))
-    buffer.linkage = "internal"
-    buffer.align = 64
-    buffer.initializer = ir.Constant(array, None)
+    float): the direct kernels' padded inputs and accumulators, as ember's product packs.
+    A new one per call; with ``reuse``, the one named ``name``, made on first use (a
+    buffer the module's steps share)."""
+    buffer = module.globals.get(name) if reuse else None
+    if buffer is None:
+        array = ir.ArrayType(ir.FloatType(), floats)
+        buffer = ir.GlobalVariable(module, array, name=name if reuse else module.get_unique_name(name))
+        buffer.linkage = "internal"
+        buffer.align = 64
+        buffer.initializer = ir.Constant(array, None)
     return b.gep(buffer, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
 
 
