@@ -17,15 +17,16 @@ hosts with 512-bit vectors by default), for outputs of
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ember.backend.flex import native
-from ember.backend.flex.native_pool import cached, enabled
+from ember.backend.flex.native_pool import cached, enabled, shared_entry
 
 _F32 = np.dtype(np.float32)
+#: Both shared loops take three pointers, the sample count and two buffers' pointers.
+_LOOP_ARGS = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 2
 
 
 def conv(
@@ -64,7 +65,7 @@ def conv(
     with_bias = bias is not None
 
     def build() -> Any:  # loop(x, w, bias, out, count, padded)
-        return _entry(lambda: direct_batch.batch_loop(batch, width, with_bias).address(), 3, 2)
+        return shared_entry(lambda: direct_batch.batch_loop(batch, width, with_bias).address(), _LOOP_ARGS)
 
     found = cached(("direct", batch, with_bias, width), build)
     if found is None:
@@ -76,18 +77,6 @@ def conv(
     bias_at = 0 if bias is None else native.address(bias)
     found(native.address(x), native.address(weight), bias_at, native.address(y), n, native.address(padded))
     return y
-
-
-def _entry(address: Callable[[], int], before: int, after: int) -> Any:
-    """A ctypes entry of a shared loop taking ``before`` pointers, the sample count
-    (``i64``) and ``after`` pointers; ``None`` where it cannot compile (an unsupported
-    host or llvmlite version: numpy instead)."""
-    try:
-        at = address()
-    except Exception:
-        return None
-    p = ctypes.c_void_p
-    return ctypes.CFUNCTYPE(None, *([p] * before), ctypes.c_int64, *([p] * after))(at)
 
 
 def conv_transpose(
@@ -152,7 +141,7 @@ def conv_weight_grad(
         return None
 
     def build() -> Any:  # loop(x, grad, out, count, padded, acc)
-        return _entry(lambda: direct_weight_batch.weight_grad_loop(batch, width).address(), 3, 2)
+        return shared_entry(lambda: direct_weight_batch.weight_grad_loop(batch, width).address(), _LOOP_ARGS)
 
     found = cached(("direct_weight_grad", batch, width), build)
     if found is None:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ember.backend.flex import blas, native
-from ember.backend.flex.native_pool import cached
+from ember.backend.flex.native_pool import cached, shared_entry
 
 _F32 = np.dtype(np.float32)
 #: Smaller products stay with numpy (BLAS's set-up is small beside them anyway).
@@ -71,12 +71,12 @@ def matmul(
 
     def build() -> Any:
         # the function compiled plans call for the same product (kernel/llvm/shared.py)
-        try:
-            addend = 0 if with_bias else None  # the bias row, broadcast over the rows
-            at = small_gemm.gemm_kernel(m, n, k, (a_rows, a_cols), b_strides[0], n, _lanes(), addend).address()
-        except Exception:  # an unsupported host or llvmlite version: numpy instead
-            return None
-        return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4))(at)
+        addend = 0 if with_bias else None  # the bias row, broadcast over the rows
+
+        def address() -> int:
+            return small_gemm.gemm_kernel(m, n, k, (a_rows, a_cols), b_strides[0], n, _lanes(), addend).address()
+
+        return shared_entry(address, [ctypes.c_void_p] * 4)
 
     found = cached(("gemm", m, n, k, a_strides, b_strides[0], with_bias), build)
     if found is None:

@@ -49,6 +49,18 @@ def cached(key: tuple, build: Callable[[], Any]) -> Any:
     return _STATE[key]
 
 
+def shared_entry(address: Callable[[], int], argtypes: list[Any]) -> Any:
+    """A ctypes entry point of a kernel shared with compiled code
+    (:class:`~ember.backend.kernel.llvm.shared.SharedKernel`; ``address`` compiles or
+    loads it and gives its address) taking ``argtypes``; ``None`` where it cannot
+    compile (an unsupported host or llvmlite version: numpy instead)."""
+    try:
+        at = address()
+    except Exception:
+        return None
+    return ctypes.CFUNCTYPE(None, *argtypes)(at)
+
+
 def compile_entry(emit: Callable[[Any], None], name: str, pointers: int = 3, recipe: tuple | None = None) -> Any:
     """A module with one ``void name(ptr, ptr, ptr)`` (``pointers`` of them) whose body
     ``emit(builder, args)`` writes; its ctypes entry point (``None`` where it cannot

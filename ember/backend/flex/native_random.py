@@ -27,7 +27,7 @@ import numpy as np
 from ember.backend.distribution import Distribution
 from ember.backend.dtype import DType
 from ember.backend.flex import native
-from ember.backend.flex.native_pool import cached
+from ember.backend.flex.native_pool import cached, shared_entry
 
 #: Smaller draws stay with numpy (a ctypes call costs about as much as their numpy draw).
 MIN_ELEMENTS = 256
@@ -35,16 +35,8 @@ _KINDS = frozenset({"uniform", "bernoulli"})
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _MASK64 = (1 << 64) - 1
-_SIGNATURE = ctypes.CFUNCTYPE(
-    None,
-    ctypes.c_void_p,
-    ctypes.c_int64,
-    ctypes.c_uint64,
-    ctypes.c_uint64,
-    ctypes.c_double,
-    ctypes.c_double,
-    ctypes.c_double,
-)
+#: fill(out, n, key, counter, p0, p1, p2)
+_ARGS = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64] + [ctypes.c_double] * 3
 
 
 def random(
@@ -76,12 +68,9 @@ def random(
 
 def _entry(kind: str, dtype: np.dtype) -> Any:
     """The fill's ctypes entry point, or ``None`` where it cannot compile."""
-    try:
-        from ember.backend.kernel.llvm import philox_fill
+    from ember.backend.kernel.llvm import philox_fill
 
-        return _SIGNATURE(philox_fill.fill_kernel(kind, dtype).address())
-    except Exception:  # an unsupported host or llvmlite version: numpy instead
-        return None
+    return shared_entry(lambda: philox_fill.fill_kernel(kind, dtype).address(), _ARGS)
 
 
 __all__ = ["MIN_ELEMENTS", "random"]
