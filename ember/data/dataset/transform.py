@@ -56,7 +56,9 @@ class TransformDataset(Dataset[T]):
     is kept), ``item.image`` of a dataclass item (``ImageItem``, ``MnistItem``), the
     item itself otherwise. ``transform`` is any callable ``(image, rng)``, e.g. an
     ``ember.data.vision.transforms.Compose``; with ``whole_item=True`` it gets the
-    whole item instead.
+    whole item instead. A transform with an ``apply_many(images, rngs)`` method (the
+    vision transforms) gets a loader's batch in one call, each image with its item's
+    generator.
 
     >>> from ember.data import InMemDataset
     >>> ds = TransformDataset(InMemDataset([0.0, 0.0]), lambda x, rng: x + rng.random(), seed=1)
@@ -83,6 +85,7 @@ class TransformDataset(Dataset[T]):
         self.seed = check_seed("TransformDataset", seed)
         self.whole_item = bool(whole_item)
         self.epoch = 0
+        self._epoch_states: tuple[tuple[int, int, int], np.ndarray | None] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch of reads outside a DataLoader (inside one, the loader's epoch counts)."""
@@ -110,25 +113,70 @@ class TransformDataset(Dataset[T]):
         same draws, without hashing each item's seed sequence on its own."""
         positions = positions_in(indices, len(self))
         epoch = loader_epoch()
-        states = (
-            None if positions is None else item_states(self.seed, self.epoch if epoch is None else epoch, positions)
-        )
+        states = None if positions is None else self._states(self.epoch if epoch is None else epoch, positions)
         if positions is None or states is None:
             return [self.get(i) for i in indices]
-        apply = self._apply
-        return [
-            None if item is None else apply(item, generator_of(words))
-            for item, words in zip(read_many(self.dataset, positions), states)
-        ]
+        items = read_many(self.dataset, positions)
+        apply_many = getattr(self.transform, "apply_many", None)
+        if apply_many is None:
+            apply = self._apply
+            return [None if item is None else apply(item, generator_of(words)) for item, words in zip(items, states)]
+        # A batch transform: the images of the items that have one, in one call.
+        present, images = [], []
+        for k, item in enumerate(items):
+            image = _NO_IMAGE if item is None else self._image_of(item)
+            if image is not _NO_IMAGE:
+                present.append(k)
+                images.append(image)
+        images = apply_many(images, [generator_of(states[k]) for k in present])
+        out = list(items)
+        for k, image in zip(present, images):
+            out[k] = image if self.whole_item else _with_image(items[k], image)
+        return out
+
+    def _states(self, epoch: int, positions: np.ndarray) -> np.ndarray | None:
+        """The seed words of ``positions`` in ``epoch`` (:func:`item_states`), computed once
+        per epoch for all the items of a dataset of up to ``_EPOCH_STATES`` items
+        (32 bytes each) and per read otherwise."""
+        n = len(self)
+        if n > _EPOCH_STATES:
+            return item_states(self.seed, epoch, positions)
+        key = (self.seed, epoch, n)
+        cached = self._epoch_states  # one read: workers may replace it meanwhile
+        if cached is None or cached[0] != key:
+            cached = (key, item_states(self.seed, epoch, np.arange(n)))
+            self._epoch_states = cached
+        return None if cached[1] is None else cached[1][positions]
+
+    def _image_of(self, item: Any) -> Any:
+        """What the transform gets of ``item`` (``_NO_IMAGE`` for an empty tuple or list: kept as is)."""
+        if self.whole_item:
+            return item
+        if (isinstance(item, tuple) and not hasattr(item, "_fields")) or isinstance(item, list):
+            return item[0] if item else _NO_IMAGE
+        if dataclasses.is_dataclass(item) and not isinstance(item, type) and hasattr(item, "image"):
+            return item.image
+        return item
 
     def _apply(self, item: Any, rng: np.random.Generator) -> Any:
-        fn = self.transform
-        if self.whole_item:
-            return fn(item, rng)
-        if isinstance(item, tuple) and not hasattr(item, "_fields"):
-            return (fn(item[0], rng), *item[1:]) if item else item
-        if isinstance(item, list):
-            return [fn(item[0], rng), *item[1:]] if item else item
-        if dataclasses.is_dataclass(item) and not isinstance(item, type) and hasattr(item, "image"):
-            return dataclasses.replace(item, image=fn(item.image, rng))
-        return fn(item, rng)
+        image = self._image_of(item)
+        if image is _NO_IMAGE:
+            return item
+        out = self.transform(image, rng)
+        return out if self.whole_item else _with_image(item, out)
+
+
+_NO_IMAGE = object()
+#: Datasets of up to this many items get their seed words for a whole epoch at once.
+_EPOCH_STATES = 1 << 16
+
+
+def _with_image(item: Any, image: Any) -> Any:
+    """``item`` with the transformed ``image`` in the place :meth:`TransformDataset._image_of` took it from."""
+    if isinstance(item, tuple) and not hasattr(item, "_fields"):
+        return (image, *item[1:])
+    if isinstance(item, list):
+        return [image, *item[1:]]
+    if dataclasses.is_dataclass(item) and not isinstance(item, type) and hasattr(item, "image"):
+        return dataclasses.replace(item, image=image)
+    return image

@@ -70,6 +70,13 @@ class Transform:
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> Any:
         raise NotImplementedError
 
+    def apply_many(self, images: Sequence[Any], rngs: Sequence[np.random.Generator]) -> list[Any]:
+        """``[transform(image, rng) for image, rng in zip(images, rngs)]``: what a
+        :class:`~ember.data.TransformDataset` calls for a loader's batch, each image with
+        its item's generator. A transform may override it with one pass over the batch
+        that draws from each generator what ``apply`` draws (:class:`RandomCrop` does)."""
+        return [self(image, rng) for image, rng in zip(images, rngs)]
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
@@ -106,6 +113,14 @@ class Compose(Transform):
 
     def apply(self, image: np.ndarray, rng: np.random.Generator) -> Any:
         return self(image, rng)
+
+    def apply_many(self, images: Sequence[Any], rngs: Sequence[np.random.Generator]) -> list[Any]:
+        """Each transform over the whole batch in turn: every item's generator sees
+        the draws it sees in ``__call__``, in the same order."""
+        out = list(images)
+        for t in self.transforms:
+            out = t.apply_many(out, rngs) if isinstance(t, Transform) else [t(image) for image in out]
+        return out
 
 
 class ToCHW(Transform):

@@ -8,16 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from ember.data.vision.transforms.base import Transform, center_crop_box, check_hw, pair, to_dtype
+from ember.data.vision.transforms.base import Transform, as_array, center_crop_box, check_hw, pair, to_dtype
 from ember.errors import ConfigError
 
 _PAD_MODES = {"constant": "constant", "edge": "edge", "reflect": "reflect", "symmetric": "symmetric"}
 
 
+def _constant_fill(mode: str, fill: Any) -> bool:
+    """Whether ``pad`` writes a constant border of a number (its fast path)."""
+    return mode == "constant" and isinstance(fill, (int, float, np.number)) and not isinstance(fill, bool)
+
+
 def pad(image: np.ndarray, left: int, top: int, right: int, bottom: int, fill: Any = 0, mode: str = "constant"):
     """``image`` padded by the given widths (torchvision's ``padding_mode`` names)."""
     widths = [(top, bottom), (left, right)] + [(0, 0)] * (image.ndim - 2)
-    if mode == "constant" and isinstance(fill, (int, float, np.number)) and not isinstance(fill, bool):
+    if _constant_fill(mode, fill):
         # np.pad's result, written directly: np.pad costs ~15 us on an 8x8 digit, which
         # was a third of reading one augmented item (examples/classify_digits.py).
         h, w = image.shape[:2]
@@ -112,6 +117,36 @@ class RandomCrop(Transform):
         top = int(rng.integers(0, h - th + 1))
         left = int(rng.integers(0, w - tw + 1))
         return crop(image, top, left, th, tw)
+
+    def apply_many(self, images: Sequence[Any], rngs: Sequence[np.random.Generator]) -> list[Any]:
+        """The crops of a batch of images of one shape and dtype with a constant fill:
+        one array of crops filled once, each window's part inside its image copied in
+        (no padded copy; each item's draws are ``apply``'s). Other batches crop item by
+        item."""
+        arrays = [as_array(image) for image in images]
+        if len(arrays) < 2 or not _constant_fill(self.padding_mode, self.fill):
+            return super().apply_many(arrays, rngs)
+        first = arrays[0]
+        if first.ndim not in (2, 3) or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
+            return super().apply_many(arrays, rngs)
+        left, top, right, bottom = self.padding or (0, 0, 0, 0)
+        th, tw = self.size
+        ih, iw = first.shape[:2]
+        h, w = ih + top + bottom, iw + left + right
+        if self.pad_if_needed and (h < th or w < tw):  # apply's second padding, merged (one constant border)
+            dh, dw = max(th - h, 0), max(tw - w, 0)
+            left, top, h, w = left + dw, top + dh, h + 2 * dh, w + 2 * dw
+        if h < th or w < tw:
+            return super().apply_many(arrays, rngs)  # apply raises the error
+        out = np.empty((len(arrays), th, tw) + first.shape[2:], first.dtype)  # never aliases the dataset's arrays
+        out[...] = np.array(self.fill).astype(first.dtype)  # the fill cast as pad casts it
+        for k, (image, rng) in enumerate(zip(arrays, rngs)):
+            y = int(rng.integers(0, h - th + 1)) - top  # the window's corner in the image's coordinates
+            x = int(rng.integers(0, w - tw + 1)) - left
+            y0, y1, x0, x1 = max(y, 0), min(y + th, ih), max(x, 0), min(x + tw, iw)
+            if y0 < y1 and x0 < x1:
+                out[k, y0 - y : y1 - y, x0 - x : x1 - x] = image[y0:y1, x0:x1]
+        return list(out)
 
 
 class RandomHorizontalFlip(Transform):
