@@ -13,7 +13,7 @@ and compiled code both call, see ``ember/backend/kernel/llvm/shared.py``); compi
 (the cold run's directory: its plans load from disk, see
 ``ember/backend/kernel/llvm/object_cache.py``). Figures are medians over rounds: the
 wall time of epoch 1, epoch 2 and of the later epochs (median), the sum over all
-epochs (what the issue's target counts: compile included) and each process's whole
+epochs (the compile included: the stricter reading of the target) and each process's whole
 CPU time (``getrusage`` of the child: it includes importing and loading the data). Ratios are medians of
 per-round ratios against the eager run of the same round.
 
@@ -22,7 +22,8 @@ does): where ``PYTHONDONTWRITEBYTECODE`` is set, every child would otherwise com
 the source of each module it imports, and the compiled runs import more of ember
 (``ember.backend.fusion.llvm``: about 0.08 s of CPU per process on this machine).
 
-Target (issue 27): a digits epoch with ``compile=True`` at most 0.6x of the eager epoch.
+Target (issue 27): a digits epoch with ``compile=True`` at most 0.6x of the eager epoch
+(the later epochs' column; the all-epochs column also counts the compile).
 
 The example builds its batches on one background thread (``--workers 1``, its
 default). A compiled step is one native call that releases the GIL, so that thread
