@@ -177,7 +177,8 @@ class Labelled:
 
 
 @pytest.mark.parametrize("kind", ["tuple", "list", "dataclass", "array", "whole", "empty"])
-def test_a_batch_transform_reads_what_single_reads_read(rng, kind, monkeypatch):
+@pytest.mark.parametrize("batched", [True, False])  # the transform, or a plain function calling it
+def test_a_batch_transform_reads_what_single_reads_read(rng, kind, batched, monkeypatch):
     images = rng.integers(0, 17, (12, 8, 8)).astype(np.float64)
     make = {
         "tuple": lambda k: (images[k], k),
@@ -188,7 +189,8 @@ def test_a_batch_transform_reads_what_single_reads_read(rng, kind, monkeypatch):
         "empty": lambda k: () if k % 3 == 0 else (images[k], k),
     }[kind]
     items = InMemDataset([make(k) for k in range(12)])
-    data = TransformDataset(items, Compose([RandomCrop(8, padding=1), RandomHorizontalFlip()]), seed=3)
+    augment = Compose([RandomCrop(8, padding=1), RandomHorizontalFlip()])
+    data = TransformDataset(items, augment if batched else lambda x, r: augment(x, r), seed=3)
     data.whole_item = kind == "whole"
     indices = np.array([5, 0, 11, 5, 2])
     for limit in (1 << 16, 4):  # seeds for the whole epoch at once, and per read (a larger dataset)

@@ -117,11 +117,10 @@ class TransformDataset(Dataset[T]):
         if positions is None or states is None:
             return [self.get(i) for i in indices]
         items = read_many(self.dataset, positions)
-        apply_many = getattr(self.transform, "apply_many", None)
-        if apply_many is None:
-            apply = self._apply
-            return [None if item is None else apply(item, generator_of(words)) for item, words in zip(items, states)]
-        # A batch transform: the images of the items that have one, in one call.
+        fn = self.transform
+        # A batch transform gets the images of the items that have one in one call; a
+        # plain callable, each image in turn.
+        apply_many = getattr(fn, "apply_many", None) or (lambda xs, rngs: [fn(x, r) for x, r in zip(xs, rngs)])
         present, images = [], []
         for k, item in enumerate(items):
             image = _NO_IMAGE if item is None else self._image_of(item)
